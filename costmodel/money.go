@@ -1,0 +1,69 @@
+package costmodel
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// NanoUSD is an amount of money in billionths of a US dollar. Money in
+// costgate is always an integer: prices, estimates, ledger entries and budgets
+// are NanoUSD, never floats. An int64 holds about ±9.2 billion dollars.
+type NanoUSD int64
+
+// Dollar is one US dollar.
+const Dollar NanoUSD = 1_000_000_000
+
+// String formats n as dollars with nine decimals, for example "$0.000123000".
+func (n NanoUSD) String() string {
+	sign := ""
+	u := uint64(n)
+	if n < 0 {
+		sign = "-"
+		u = uint64(-n) // correct for MinInt64 too, as uint64 arithmetic wraps
+	}
+	return fmt.Sprintf("%s$%d.%09d", sign, u/uint64(Dollar), u%uint64(Dollar))
+}
+
+// ErrBadAmount reports a money amount that ParseUSD cannot read exactly.
+var ErrBadAmount = errors.New("costmodel: bad dollar amount")
+
+// ParseUSD reads a decimal dollar amount such as "2.50", "$0.15" or
+// "0.000000075" exactly. More than nine decimals, or an amount that does not
+// fit in NanoUSD, is an error: money is never rounded silently.
+func ParseUSD(s string) (NanoUSD, error) {
+	orig := s
+	s = strings.TrimSpace(s)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	s = strings.TrimPrefix(s, "$")
+	whole, frac, _ := strings.Cut(s, ".")
+	if whole == "" && frac == "" {
+		return 0, fmt.Errorf("%w: %q", ErrBadAmount, orig)
+	}
+	if len(frac) > 9 {
+		return 0, fmt.Errorf("%w: %q has more than nine decimals", ErrBadAmount, orig)
+	}
+	var w, f uint64
+	var err error
+	if whole != "" {
+		if w, err = strconv.ParseUint(whole, 10, 64); err != nil {
+			return 0, fmt.Errorf("%w: %q", ErrBadAmount, orig)
+		}
+	}
+	if frac != "" {
+		if f, err = strconv.ParseUint(frac+strings.Repeat("0", 9-len(frac)), 10, 64); err != nil {
+			return 0, fmt.Errorf("%w: %q", ErrBadAmount, orig)
+		}
+	}
+	if w > uint64(math.MaxInt64/int64(Dollar))-1 {
+		return 0, fmt.Errorf("%w: %q is too large", ErrBadAmount, orig)
+	}
+	n := NanoUSD(w)*Dollar + NanoUSD(f)
+	if neg {
+		n = -n
+	}
+	return n, nil
+}
