@@ -1,0 +1,43 @@
+# METADATA
+# title: Quickstart
+# description: |
+#   The policy `costgate serve` runs with no configuration. It refuses with
+#   403 a model the free plan may not use, and with 402 a request from a
+#   tenant whose daily budget is spent; everything else is allowed (the rate
+#   limits themselves are enforced by the limiter, not by this policy).
+package costgate.policies.quickstart
+
+default decision := {"outcome": "allow"}
+
+decision := {
+	"outcome": "hard",
+	"status": 403,
+	"reason": sprintf("the free plan may not use model %q; use gpt-4o-mini, gpt-4.1-nano or a claude haiku model", [input.request.model]),
+} if {
+	input.caller.plan == "free"
+	input.request.model != ""
+	not free_model
+} else := {
+	"outcome": "hard",
+	"status": 402,
+	"reason": "the tenant's daily budget is spent",
+} if {
+	some s in input.spend
+	s.scope == "tenant"
+	s.period == "day"
+	s.budget_nano_usd > 0
+	s.spent_nano_usd >= s.budget_nano_usd
+}
+
+# free_model holds for the models of the free plan, with or without a date
+# suffix (gpt-4o-mini-2024-07-18, claude-3-5-haiku-20241022).
+free_model if input.request.model in {"gpt-4o-mini", "gpt-4.1-nano"}
+
+free_model if startswith(input.request.model, "gpt-4o-mini-")
+
+free_model if startswith(input.request.model, "gpt-4.1-nano-")
+
+free_model if {
+	startswith(input.request.model, "claude-")
+	contains(input.request.model, "haiku")
+}

@@ -1,0 +1,292 @@
+package policies
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Outcome is the severity of a decision. Hard is more severe than soft, soft
+// more severe than allow.
+type Outcome string
+
+// The three outcomes.
+const (
+	Allow Outcome = "allow" // no objection
+	Soft  Outcome = "soft"  // serve the request with friction
+	Hard  Outcome = "hard"  // refuse the request
+)
+
+func (o Outcome) rank() int {
+	switch o {
+	case Soft:
+		return 1
+	case Hard:
+		return 2
+	}
+	return 0
+}
+
+// Friction is what a soft decision does to a request that is still served.
+// The zero value does nothing. Units: DelayMS in milliseconds, CapMaxTokens in
+// output tokens (0 means no cap).
+type Friction struct {
+	DelayMS        int64  `json:"delay_ms,omitempty"`
+	CapMaxTokens   int64  `json:"cap_max_tokens,omitempty"`
+	DowngradeModel string `json:"downgrade_model,omitempty"`
+	Warning        string `json:"warning,omitempty"`
+}
+
+// IsZero reports whether f does nothing.
+func (f Friction) IsZero() bool { return f == Friction{} }
+
+// Shadow is the would-be decision of a shadow policy or shadow rule. It is
+// recorded and reported, never enforced.
+type Shadow struct {
+	Policy  string  `json:"policy"`
+	Outcome Outcome `json:"outcome"`
+	Status  int     `json:"status,omitempty"`
+	Reason  string  `json:"reason,omitempty"`
+	// Friction is what the shadow decision would have applied.
+	Friction Friction `json:"friction,omitzero"`
+}
+
+// Decision is the combined verdict of every policy of a Set on one request.
+//
+// The zero value is an allow with no friction and no shadow entries.
+type Decision struct {
+	Outcome Outcome `json:"outcome"`
+	// Status is 429 (a rate or quota limit), 402 (a budget is exhausted) or
+	// 403 (forbidden) when Outcome is Hard, and 0 otherwise.
+	Status int    `json:"status,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Policy is the id of the deciding policy: the hard policy that refused
+	// the request, or the first (by id) soft policy. Empty for allow.
+	Policy string `json:"policy,omitempty"`
+	// Friction is the friction of every soft policy, merged (see package
+	// doc). It is zero unless Outcome is Soft.
+	Friction Friction `json:"friction,omitzero"`
+	// Shadow holds the soft and hard would-be decisions of shadow policies
+	// and shadow rules, ordered by policy id. Allows are not recorded.
+	Shadow []Shadow `json:"shadow,omitempty"`
+}
+
+// verdict is one policy's decoded decision.
+type verdict struct {
+	outcome  Outcome
+	status   int
+	reason   string
+	friction Friction
+}
+
+// Statuses a hard decision may carry, most severe first. When several
+// policies refuse a request, the most severe status wins: a forbidden request
+// must not be told to retry later.
+var hardStatusRank = map[int]int{403: 3, 402: 2, 429: 1}
+
+// decodeVerdict checks and converts the JSON-shaped value of a decision rule
+// (as produced by the Rego evaluator: map[string]any, string, json.Number)
+// into a verdict. It is strict: unknown fields, wrong types, a hard decision
+// without a valid status and friction outside a soft decision are errors, so
+// that a typo in a policy fails its tests instead of silently allowing.
+func decodeVerdict(v any) (verdict, error) {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return verdict{}, fmt.Errorf("decision is %s, want an object", jsonType(v))
+	}
+	var d verdict
+	for k, x := range obj {
+		var err error
+		switch k {
+		case "outcome":
+			var s string
+			s, err = asString(x)
+			d.outcome = Outcome(s)
+		case "status":
+			var n int64
+			n, err = asInt(x)
+			d.status = int(n)
+			if err == nil && hardStatusRank[d.status] == 0 {
+				err = fmt.Errorf("%d is not 429, 402 or 403", n)
+			}
+		case "reason":
+			d.reason, err = asString(x)
+		case "friction":
+			d.friction, err = decodeFriction(x)
+		default:
+			err = fmt.Errorf("unknown field (want outcome, status, reason, friction)")
+		}
+		if err != nil {
+			return verdict{}, fmt.Errorf("decision.%s: %w", k, err)
+		}
+	}
+	switch d.outcome {
+	case Allow, Soft:
+		if _, ok := obj["status"]; ok {
+			return verdict{}, fmt.Errorf("decision.status: only a hard decision has a status")
+		}
+	case Hard:
+		if d.status == 0 {
+			return verdict{}, fmt.Errorf("decision.status: a hard decision needs status 429, 402 or 403")
+		}
+	case "":
+		return verdict{}, fmt.Errorf("decision.outcome: missing")
+	default:
+		return verdict{}, fmt.Errorf("decision.outcome: %q is not allow, soft or hard", d.outcome)
+	}
+	if _, ok := obj["friction"]; ok && d.outcome != Soft {
+		return verdict{}, fmt.Errorf("decision.friction: only a soft decision has friction")
+	}
+	return d, nil
+}
+
+func decodeFriction(v any) (Friction, error) {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return Friction{}, fmt.Errorf("is %s, want an object", jsonType(v))
+	}
+	var f Friction
+	for k, x := range obj {
+		var err error
+		switch k {
+		case "delay_ms":
+			f.DelayMS, err = asInt(x)
+			if err == nil && f.DelayMS < 0 {
+				err = fmt.Errorf("%d is negative", f.DelayMS)
+			}
+		case "cap_max_tokens":
+			f.CapMaxTokens, err = asInt(x)
+			if err == nil && f.CapMaxTokens < 1 {
+				err = fmt.Errorf("%d is not a positive token count", f.CapMaxTokens)
+			}
+		case "downgrade_model":
+			f.DowngradeModel, err = asString(x)
+			if err == nil && f.DowngradeModel == "" {
+				err = fmt.Errorf("is empty")
+			}
+		case "warning":
+			f.Warning, err = asString(x)
+			if err == nil && f.Warning == "" {
+				err = fmt.Errorf("is empty")
+			}
+		default:
+			err = fmt.Errorf("unknown field (want delay_ms, cap_max_tokens, downgrade_model, warning)")
+		}
+		if err != nil {
+			return Friction{}, fmt.Errorf("%s: %w", k, err)
+		}
+	}
+	return f, nil
+}
+
+func asString(v any) (string, error) {
+	s, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("is %s, want a string", jsonType(v))
+	}
+	return s, nil
+}
+
+func asInt(v any) (int64, error) {
+	n, ok := v.(json.Number)
+	if !ok {
+		return 0, fmt.Errorf("is %s, want an integer", jsonType(v))
+	}
+	i, err := n.Int64()
+	if err != nil {
+		return 0, fmt.Errorf("%s is not a 64-bit integer", n)
+	}
+	return i, nil
+}
+
+func jsonType(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case string:
+		return "a string"
+	case json.Number:
+		return "a number"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// ruling is one policy's verdict on one request, with where it came from.
+type ruling struct {
+	policy string
+	shadow bool
+	verdict
+}
+
+// combine merges rulings into a Decision. rulings must be sorted by policy
+// id, enforced before shadow within one id. The rule:
+//   - the outcome is the most severe enforced outcome (hard over soft over
+//     allow);
+//   - among hard rulings, the most severe status wins (403 over 402 over
+//     429), then the lowest policy id; its reason and id are the decision's;
+//   - for soft, the decision's reason and policy are those of the first soft
+//     ruling by id, and friction is merged: the largest delay, the smallest
+//     cap, the first downgrade by policy id, and every warning joined with
+//     "; " in policy id order;
+//   - shadow rulings that are not allow are listed in Shadow, never enforced.
+func combine(rs []ruling) Decision {
+	d := Decision{Outcome: Allow}
+	var warnings []string
+	for i := range rs {
+		r := &rs[i]
+		if r.shadow {
+			if r.outcome != Allow {
+				d.Shadow = append(d.Shadow, Shadow{Policy: r.policy, Outcome: r.outcome, Status: r.status, Reason: r.reason, Friction: r.friction})
+			}
+			continue
+		}
+		switch r.outcome {
+		case Hard:
+			if d.Outcome != Hard || hardStatusRank[r.status] > hardStatusRank[d.Status] {
+				d.Outcome, d.Status, d.Reason, d.Policy = Hard, r.status, r.reason, r.policy
+			}
+		case Soft:
+			if d.Outcome == Allow {
+				d.Outcome, d.Reason, d.Policy = Soft, r.reason, r.policy
+			}
+			f := &r.friction
+			d.Friction.DelayMS = max(d.Friction.DelayMS, f.DelayMS)
+			if f.CapMaxTokens > 0 && (d.Friction.CapMaxTokens == 0 || f.CapMaxTokens < d.Friction.CapMaxTokens) {
+				d.Friction.CapMaxTokens = f.CapMaxTokens
+			}
+			if d.Friction.DowngradeModel == "" {
+				d.Friction.DowngradeModel = f.DowngradeModel
+			}
+			if f.Warning != "" {
+				warnings = append(warnings, f.Warning)
+			}
+		}
+	}
+	if d.Outcome != Soft {
+		d.Friction = Friction{}
+		return d
+	}
+	if len(warnings) == 1 {
+		d.Friction.Warning = warnings[0]
+	} else if len(warnings) > 1 {
+		d.Friction.Warning = strings.Join(warnings, "; ")
+	}
+	return d
+}
+
+// sortRulings orders rulings as combine needs them.
+func sortRulings(rs []ruling) {
+	sort.SliceStable(rs, func(i, j int) bool {
+		if rs[i].policy != rs[j].policy {
+			return rs[i].policy < rs[j].policy
+		}
+		return !rs[i].shadow && rs[j].shadow
+	})
+}

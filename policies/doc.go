@@ -1,0 +1,70 @@
+// Package policies decides, per request, whether costgate allows a request,
+// serves it with friction (a soft limit) or refuses it (a hard limit), from
+// operator-written OPA Rego policies. Policies are compiled and prepared once
+// per load, swapped atomically on reload, tested like code, and evaluated in
+// microseconds.
+//
+// # Input
+//
+// Every policy sees the same input document, built by the proxy for each
+// request: see Input and schema/input.schema.json. Money is integer
+// nano-dollars, tokens are integer counts, and there are no floats. Every
+// reference a policy makes to input is type-checked against the schema when
+// the policy is loaded, so a misspelt field is a load error with its file
+// and line.
+//
+// # Convention
+//
+// A policy is a Rego v1 package costgate.policies.<id> (the id is a single
+// path segment) in a .rego file of the policy directory; several files may
+// share one package. It defines at least one of:
+//
+//   - decision: the enforced verdict, an object with
+//     outcome ("allow", "soft" or "hard"), status (429, 402 or 403, only and
+//     always with hard), reason (a string) and friction (only with soft; an
+//     object with any of delay_ms, cap_max_tokens, downgrade_model and
+//     warning). See schema/decision.schema.json. An undefined decision is an
+//     allow. Anything else (an unknown field, a hard decision without status,
+//     a string where a number belongs) is an evaluation error naming the
+//     policy, never a silent allow.
+//   - shadow_decision: same shape, evaluated and recorded in
+//     Decision.Shadow but never enforced. It lets an operator try a stricter
+//     rule beside the enforced one.
+//
+// A package whose package-scope METADATA annotation says
+//
+//	# METADATA
+//	# custom:
+//	#   shadow: true
+//
+// is a shadow policy: its decision is recorded, never enforced.
+//
+// Packages elsewhere (for example costgate.lib.plans) are libraries that
+// policies may import. Files ending in _test.rego hold Rego unit tests
+// (rules named test_*); they are run by Load, which rejects the whole
+// directory when one fails, and by Test, as `opa test` runs them.
+//
+// Statuses mean: 429, a rate or quota limit, worth retrying after the limit
+// resets; 402, a budget is spent, worth retrying after the budget period
+// resets; 403, forbidden to this caller whatever the time (a model not in
+// the plan, an abusive client), not worth retrying.
+//
+// # Combination
+//
+// Every enforced decision of every policy is combined, in policy id order:
+//
+//   - the outcome is the most severe one: hard over soft over allow;
+//   - when several policies refuse, the most severe status wins (403 over
+//     402 over 429: a forbidden request must not be told to retry later),
+//     then the lowest policy id; its reason and id are the Decision's;
+//   - when the outcome is soft, the reason and id are those of the first
+//     soft policy by id, and friction is merged: the largest delay_ms, the
+//     smallest cap_max_tokens, the downgrade_model of the first policy by id
+//     that downgrades, and every warning, joined with "; " in id order;
+//   - shadow decisions that are not allow are listed in Decision.Shadow in
+//     policy id order, with what they would have done.
+//
+// A policy that fails to evaluate makes Decide return an error: an outage of
+// the policy engine is reported as an error, never as a refusal, and the
+// caller chooses to fail open or closed.
+package policies

@@ -1,0 +1,117 @@
+package policies
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"testing/fstest"
+	"time"
+)
+
+const (
+	allowAll = "package costgate.policies.p\n\ndecision := {\"outcome\": \"allow\"}\n"
+	denyAll  = "package costgate.policies.p\n\ndecision := {\"outcome\": \"hard\", \"status\": 403, \"reason\": \"closed\"}\n"
+	broken   = "package costgate.policies.p\n\ndecision := {\"outcome\": \n"
+)
+
+func mapFS(files map[string]string) fstest.MapFS {
+	m := fstest.MapFS{}
+	for k, v := range files {
+		m[k] = &fstest.MapFile{Data: []byte(v)}
+	}
+	return m
+}
+
+func mustOutcome(t *testing.T, e *Engine, want Outcome) {
+	t.Helper()
+	d, err := e.Decide(context.Background(), baseInput())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Outcome != want {
+		t.Fatalf("outcome = %s, want %s", d.Outcome, want)
+	}
+}
+
+func TestEngineReloadKeepsLastGoodSet(t *testing.T) {
+	e, err := NewEngine(mapFS(map[string]string{"p.rego": allowAll}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustOutcome(t, e, Allow)
+	if err := e.Reload(mapFS(map[string]string{"p.rego": denyAll})); err != nil {
+		t.Fatal(err)
+	}
+	mustOutcome(t, e, Hard)
+	err = e.Reload(mapFS(map[string]string{"p.rego": broken}))
+	var perr *Error
+	if !errors.As(err, &perr) || perr.Problems[0].File != "p.rego" || perr.Problems[0].Line == 0 {
+		t.Fatalf("Reload(broken) = %v, want an *Error at p.rego:line", err)
+	}
+	mustOutcome(t, e, Hard)
+	reloads, failures, last := e.Status()
+	if reloads != 1 || failures != 1 || last == nil {
+		t.Fatalf("Status = %d, %d, %v; want 1, 1, the error", reloads, failures, last)
+	}
+}
+
+func TestEngineWatch(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, src string) {
+		t.Helper()
+		// Write then rename, as editors and config management do.
+		tmp := filepath.Join(dir, "."+name+".tmp")
+		if err := os.WriteFile(tmp, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("p.rego", allowAll)
+	e, err := NewEngine(os.DirFS(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	results := make(chan error, 16)
+	if err := e.Watch(ctx, dir, func(err error) { results <- err }); err != nil {
+		t.Fatal(err)
+	}
+	next := func() error {
+		t.Helper()
+		select {
+		case err := <-results:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatal("no reload within 10s of a change")
+			return nil
+		}
+	}
+
+	write("p.rego", denyAll)
+	if err := next(); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	mustOutcome(t, e, Hard)
+
+	write("p.rego", broken)
+	err = next()
+	var perr *Error
+	if !errors.As(err, &perr) || perr.Problems[0].File != filepath.Join(dir, "p.rego") {
+		t.Fatalf("reload of a broken file = %v, want an *Error naming %s", err, filepath.Join(dir, "p.rego"))
+	}
+	mustOutcome(t, e, Hard) // the last good set stays active
+
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write("p.rego", allowAll)
+	for err := next(); err != nil; err = next() {
+		// The mkdir may cause a reload of its own that still sees the broken file.
+	}
+	mustOutcome(t, e, Allow)
+}

@@ -1,0 +1,413 @@
+package policies
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/util"
+
+	_ "embed"
+)
+
+//go:embed schema/input.schema.json
+var inputSchemaJSON []byte
+
+// PackagePrefix is the package under which every policy lives: the policy
+// with id "quickstart" is package costgate.policies.quickstart.
+const PackagePrefix = "costgate.policies"
+
+var policiesRoot = ast.MustParseRef("data." + PackagePrefix)
+
+// Rule names a policy package may define.
+const (
+	decisionRule       = "decision"
+	shadowDecisionRule = "shadow_decision"
+)
+
+// Set is a compiled, tested set of policies, ready to decide. A Set is
+// immutable and safe for concurrent use.
+type Set struct {
+	policies []*policy // sorted by id
+	compiler *ast.Compiler
+	nrules   int
+	tests    int
+}
+
+// PolicyInfo describes one loaded policy.
+type PolicyInfo struct {
+	ID    string   // the last segment of the package, e.g. "quickstart"
+	Files []string // the files that define the package
+	// Shadow reports that the whole policy is in shadow mode.
+	Shadow bool
+	// ShadowRule reports that the policy defines a shadow_decision rule.
+	ShadowRule bool
+}
+
+type policy struct {
+	PolicyInfo
+	rules []*rule // decision first, then shadow_decision
+}
+
+type rule struct {
+	name   string
+	shadow bool // enforced when false
+	ref    ast.Ref
+	query  rego.PreparedEvalQuery
+}
+
+// Policies describes the loaded policies, ordered by id.
+func (s *Set) Policies() []PolicyInfo {
+	out := make([]PolicyInfo, len(s.policies))
+	for i, p := range s.policies {
+		out[i] = p.PolicyInfo
+		out[i].Files = append([]string(nil), p.Files...)
+	}
+	return out
+}
+
+// Tests is the number of Rego unit tests that passed when the set was loaded.
+func (s *Set) Tests() int { return s.tests }
+
+// Problem is one error found in a policy directory, at a place in a file.
+// Line and Column are 1-based; 0 when unknown.
+type Problem struct {
+	File    string
+	Line    int
+	Column  int
+	Code    string // e.g. rego_parse_error, rego_type_error, test_failed
+	Message string
+}
+
+func (p Problem) String() string {
+	var b strings.Builder
+	b.WriteString(p.File)
+	if p.Line > 0 {
+		fmt.Fprintf(&b, ":%d", p.Line)
+		if p.Column > 0 {
+			fmt.Fprintf(&b, ":%d", p.Column)
+		}
+	}
+	if b.Len() > 0 {
+		b.WriteString(": ")
+	}
+	if p.Code != "" {
+		b.WriteString(p.Code)
+		b.WriteString(": ")
+	}
+	b.WriteString(p.Message)
+	return b.String()
+}
+
+// Error is returned when a policy directory does not parse, compile, conform
+// to the costgate convention or pass its Rego tests. It lists every problem
+// with its file and line.
+type Error struct {
+	Problems []Problem
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("policies: ")
+	for i, p := range e.Problems {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+// ErrNoPolicies is returned (wrapped in nothing) by Load when the directory
+// holds no policy. An empty directory is most likely a configuration mistake.
+var ErrNoPolicies = errors.New("policies: no policy found (want a package " + PackagePrefix + ".<id> with a decision rule)")
+
+// Load reads every .rego file of fsys (recursively), compiles the policies,
+// type-checks their references to input against the input schema, prepares
+// every decision rule once and runs the Rego unit tests (files ending in
+// _test.rego). A problem anywhere is an *Error listing each problem with its
+// file and line; the Set is only returned when everything passed.
+func Load(fsys fs.FS) (*Set, error) {
+	return load(context.Background(), fsys, "")
+}
+
+// Check compiles the policies of fsys exactly as Load does, and runs their
+// tests. It returns nil when Load would succeed.
+func Check(fsys fs.FS) error {
+	_, err := Load(fsys)
+	return err
+}
+
+type sources struct {
+	policies map[string]*ast.Module // by file name, non-test files
+	tests    map[string]*ast.Module // by file name, *_test.rego files
+}
+
+func readSources(fsys fs.FS, root string) (*sources, error) {
+	src := &sources{policies: map[string]*ast.Module{}, tests: map[string]*ast.Module{}}
+	var problems []Problem
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != "." && strings.HasPrefix(d.Name(), ".") {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if path.Ext(p) != ".rego" || strings.HasPrefix(d.Name(), ".") {
+			return nil
+		}
+		data, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return err
+		}
+		name := p
+		if root != "" {
+			name = path.Join(root, p)
+		}
+		m, err := ast.ParseModuleWithOpts(name, string(data), ast.ParserOptions{RegoVersion: ast.RegoV1, ProcessAnnotation: true})
+		if err != nil {
+			problems = append(problems, problemsOf(err)...)
+			return nil
+		}
+		if strings.HasSuffix(p, "_test.rego") {
+			src.tests[name] = m
+		} else {
+			src.policies[name] = m
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("policies: read: %w", err)
+	}
+	if len(problems) > 0 {
+		return nil, &Error{Problems: problems}
+	}
+	return src, nil
+}
+
+func load(ctx context.Context, fsys fs.FS, root string) (*Set, error) {
+	src, err := readSources(fsys, root)
+	if err != nil {
+		return nil, err
+	}
+	var schema any
+	if err := util.UnmarshalJSON(inputSchemaJSON, &schema); err != nil {
+		return nil, fmt.Errorf("policies: input schema: %w", err)
+	}
+	schemas := ast.NewSchemaSet()
+	schemas.Put(ast.SchemaRootRef, schema)
+	c := ast.NewCompiler().
+		WithSchemas(schemas).
+		WithEnablePrintStatements(false).
+		WithDefaultRegoVersion(ast.RegoV1)
+	c.Compile(src.policies)
+	if c.Failed() {
+		return nil, &Error{Problems: problemsOf(c.Errors)}
+	}
+	s := &Set{compiler: c}
+	if err := s.collect(src.policies); err != nil {
+		return nil, err
+	}
+	for _, p := range s.policies {
+		for _, r := range p.rules {
+			q, err := rego.New(
+				rego.Compiler(c),
+				rego.Query(r.ref.String()),
+				rego.StrictBuiltinErrors(true),
+			).PrepareForEval(ctx)
+			if err != nil {
+				return nil, &Error{Problems: problemsOf(err)}
+			}
+			r.query = q
+			s.nrules++
+		}
+	}
+	if len(src.tests) > 0 {
+		all := make(map[string]*ast.Module, len(src.policies)+len(src.tests))
+		for k, m := range src.policies {
+			all[k] = m
+		}
+		for k, m := range src.tests {
+			all[k] = m
+		}
+		results, err := runTests(ctx, all)
+		if err != nil {
+			return nil, err
+		}
+		var problems []Problem
+		for _, r := range results {
+			if r.Pass() || r.Skip {
+				s.tests += boolInt(r.Pass())
+				continue
+			}
+			problems = append(problems, testProblem(r))
+		}
+		if len(problems) > 0 {
+			return nil, &Error{Problems: problems}
+		}
+	}
+	return s, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// collect finds the policy packages and their rules.
+func (s *Set) collect(mods map[string]*ast.Module) error {
+	byID := map[string]*policy{}
+	var problems []Problem
+	files := make([]string, 0, len(mods))
+	for f := range mods {
+		files = append(files, f)
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		m := mods[f]
+		pkg := m.Package.Path
+		if !pkg.HasPrefix(policiesRoot) || len(pkg) == len(policiesRoot) {
+			continue // a library package; policies may import it
+		}
+		loc := m.Package.Location
+		if len(pkg) != len(policiesRoot)+1 {
+			problems = append(problems, problemAt(loc, "costgate_policy_error",
+				fmt.Sprintf("package %s: a policy package is %s.<id>, with a single-segment id", pkg, PackagePrefix)))
+			continue
+		}
+		id, ok := pkg[len(policiesRoot)].Value.(ast.String)
+		if !ok {
+			problems = append(problems, problemAt(loc, "costgate_policy_error", fmt.Sprintf("package %s: bad policy id", pkg)))
+			continue
+		}
+		p := byID[string(id)]
+		if p == nil {
+			p = &policy{PolicyInfo: PolicyInfo{ID: string(id)}}
+			byID[string(id)] = p
+		}
+		p.Files = append(p.Files, f)
+		for _, a := range m.Annotations {
+			if a.Scope != "package" {
+				continue
+			}
+			if v, ok := a.Custom["shadow"]; ok {
+				b, ok := v.(bool)
+				if !ok {
+					problems = append(problems, problemAt(a.Location, "costgate_policy_error", "custom.shadow must be true or false"))
+					continue
+				}
+				p.Shadow = p.Shadow || b
+			}
+		}
+	}
+	ids := make([]string, 0, len(byID))
+	for id := range byID {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		p := byID[id]
+		pkgRef := policiesRoot.Append(ast.StringTerm(id))
+		for _, name := range []string{decisionRule, shadowDecisionRule} {
+			ref := pkgRef.Append(ast.StringTerm(name))
+			if len(s.compiler.GetRulesExact(ref)) == 0 {
+				continue
+			}
+			p.rules = append(p.rules, &rule{name: name, ref: ref, shadow: p.Shadow || name == shadowDecisionRule})
+			if name == shadowDecisionRule {
+				p.ShadowRule = true
+			}
+		}
+		if len(p.rules) == 0 {
+			problems = append(problems, Problem{File: p.Files[0], Line: 1, Code: "costgate_policy_error",
+				Message: fmt.Sprintf("policy %q defines neither %s nor %s", id, decisionRule, shadowDecisionRule)})
+			continue
+		}
+		s.policies = append(s.policies, p)
+	}
+	if len(problems) > 0 {
+		return &Error{Problems: problems}
+	}
+	if len(s.policies) == 0 {
+		return ErrNoPolicies
+	}
+	return nil
+}
+
+func problemAt(loc *ast.Location, code, msg string) Problem {
+	p := Problem{Code: code, Message: msg}
+	if loc != nil {
+		p.File, p.Line, p.Column = loc.File, loc.Row, loc.Col
+	}
+	return p
+}
+
+// problemsOf converts the errors of the OPA parser, compiler and evaluator.
+func problemsOf(err error) []Problem {
+	var errs ast.Errors
+	if errors.As(err, &errs) {
+		out := make([]Problem, 0, len(errs))
+		for _, e := range errs {
+			out = append(out, problemAt(e.Location, e.Code, e.Message))
+		}
+		return out
+	}
+	var one *ast.Error
+	if errors.As(err, &one) {
+		return []Problem{problemAt(one.Location, one.Code, one.Message)}
+	}
+	return []Problem{{Message: err.Error()}}
+}
+
+// Decide evaluates every policy of the set on in and combines their verdicts
+// (see the package documentation). A policy that fails to evaluate (a
+// conflict between rules, a builtin error, a malformed decision) is an error
+// naming the policy; a refusal is a Decision, never an error.
+func (s *Set) Decide(ctx context.Context, in *Input) (Decision, error) {
+	return s.decideRego(ctx, in)
+}
+
+// decideRego is Decide on the general Rego evaluator only. The tests use it
+// as the reference the fast path must equal.
+func (s *Set) decideRego(ctx context.Context, in *Input) (Decision, error) {
+	val := in.Value()
+	var rs []ruling
+	for _, p := range s.policies {
+		for _, r := range p.rules {
+			v, defined, err := r.evalRego(ctx, val)
+			if err != nil {
+				return Decision{}, fmt.Errorf("policies: policy %s: %s: %w", p.ID, r.name, err)
+			}
+			if defined {
+				rs = append(rs, ruling{policy: p.ID, shadow: r.shadow, verdict: v})
+			}
+		}
+	}
+	return combine(rs), nil
+}
+
+func (r *rule) evalRego(ctx context.Context, input ast.Value) (verdict, bool, error) {
+	rs, err := r.query.Eval(ctx, rego.EvalParsedInput(input))
+	if err != nil {
+		return verdict{}, false, err
+	}
+	if len(rs) == 0 {
+		return verdict{}, false, nil
+	}
+	v, err := decodeVerdict(rs[0].Expressions[0].Value)
+	if err != nil {
+		return verdict{}, false, err
+	}
+	return v, true, nil
+}
