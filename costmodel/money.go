@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"strconv"
 	"strings"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // NanoUSD is an amount of money in billionths of a US dollar. Money in
@@ -66,4 +69,47 @@ func ParseUSD(s string) (NanoUSD, error) {
 		n = -n
 	}
 	return n, nil
+}
+
+// UnmarshalYAML reads an amount written in dollars, as a YAML string or
+// number ("2.50", 0.15, "$0.000075"), exactly; see ParseUSD. Configuration
+// files write money in dollars, never in nano-dollars.
+func (n *NanoUSD) UnmarshalYAML(value *yaml.Node) error {
+	if value.Kind != yaml.ScalarNode {
+		return fmt.Errorf("%w: line %d: want a dollar amount", ErrBadAmount, value.Line)
+	}
+	v, err := ParseUSD(value.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", value.Line, err)
+	}
+	*n = v
+	return nil
+}
+
+// mulDivCeil returns ceil(a*b/d) for a, b >= 0 and d > 0, saturating at
+// math.MaxInt64 instead of overflowing.
+func mulDivCeil(a, b, d int64) int64 {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(d) {
+		return math.MaxInt64
+	}
+	q, r := bits.Div64(hi, lo, uint64(d))
+	if r != 0 {
+		q++
+	}
+	if q > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(q)
+}
+
+// addSat adds non-negative amounts, saturating at math.MaxInt64.
+func addSat(a, b int64) int64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxInt64
 }

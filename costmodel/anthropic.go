@@ -1,0 +1,271 @@
+package costmodel
+
+// Counting Anthropic Messages prompts.
+//
+// Anthropic publishes no tokenizer for Claude 3 and later models, only a
+// count_tokens endpoint, which a proxy cannot call on every request without
+// doubling latency. costmodel therefore approximates:
+//
+//   - text is counted with cl100k_base and scaled by anthropicScale
+//     (rounded up), because Claude's tokenizer splits English prose, code
+//     and JSON into more pieces than cl100k_base does;
+//   - every message adds anthropicPerMessage tokens for its role markers, the
+//     system prompt anthropicPerSystem, and the request anthropicBase;
+//   - tool definitions add the tool-use system prompt Anthropic documents
+//     for the model (for example 346 tokens for Claude 4 models with
+//     tool_choice auto or none, 313 with any or tool), plus each tool's name,
+//     description and input schema JSON counted as text;
+//   - images cost (width × height) / 750 tokens after scaling the long edge
+//     to at most 1568 pixels, Anthropic's published rule; when the size is
+//     not in the request (a URL, a file), 1600, the rule's largest value;
+//   - PDF documents are estimated at 3,000 tokens per started 60 KB of file
+//     (a page costs 1,500 to 3,000 tokens of text plus an image); text
+//     documents are counted as text.
+//
+// The error of this method is stated, with how it was measured, in the
+// accuracy tests and in the package README section of bench/README.md.
+// Settlement always uses the usage the API reports, so the approximation
+// only affects how much is reserved.
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+const (
+	anthropicScaleNum   = 6 // text tokens = ceil(cl100k × 6/5)
+	anthropicScaleDen   = 5
+	anthropicBase       = 1
+	anthropicPerSystem  = 1
+	anthropicPerMessage = 3
+	anthropicImageMax   = 1600
+	anthropicPDFChunk   = 60 << 10
+	anthropicPDFTokens  = 3000
+)
+
+// anthropicApprox approximates the Claude tokens of text.
+func anthropicApprox(text string) int64 {
+	if text == "" {
+		return 0
+	}
+	return mulDivCeil(int64(encoderFor(EncodingCl100k).Count(text)), anthropicScaleNum, anthropicScaleDen)
+}
+
+// anthropicToolPrompt returns the tokens of the tool-use system prompt
+// Anthropic adds when tools are given, by model and tool_choice type.
+func anthropicToolPrompt(modelName, choice string) int64 {
+	anyTool := choice == "any" || choice == "tool"
+	m := strings.ToLower(modelName)
+	switch {
+	case strings.HasPrefix(m, "claude-3-opus"):
+		if anyTool {
+			return 281
+		}
+		return 530
+	case strings.HasPrefix(m, "claude-3-sonnet"):
+		if anyTool {
+			return 235
+		}
+		return 159
+	case strings.HasPrefix(m, "claude-3-haiku"), strings.HasPrefix(m, "claude-3-5-haiku"):
+		if anyTool {
+			return 340
+		}
+		return 264
+	}
+	if anyTool {
+		return 313
+	}
+	return 346
+}
+
+type anthropicRequest struct {
+	Model      string            `json:"model"`
+	System     json.RawMessage   `json:"system"`
+	Messages   []json.RawMessage `json:"messages"`
+	Tools      []anthropicTool   `json:"tools"`
+	ToolChoice *struct {
+		Type string `json:"type"`
+	} `json:"tool_choice"`
+	MaxTokens *int64 `json:"max_tokens"`
+	Stream    bool   `json:"stream"`
+}
+
+type anthropicTool struct {
+	Type        string          `json:"type"`
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"input_schema"`
+}
+
+type anthropicMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type anthropicBlock struct {
+	Type     string           `json:"type"`
+	Text     string           `json:"text"`
+	Thinking string           `json:"thinking"`
+	Name     string           `json:"name"`
+	Input    json.RawMessage  `json:"input"`
+	Content  json.RawMessage  `json:"content"` // tool_result: string or blocks
+	Source   *anthropicSource `json:"source"`
+}
+
+type anthropicSource struct {
+	Type      string `json:"type"` // base64, url, text, file
+	MediaType string `json:"media_type"`
+	Data      string `json:"data"`
+}
+
+func (e *Estimator) estimateAnthropic(body []byte) (Estimate, error) {
+	var req anthropicRequest
+	if err := decodeBody(AnthropicMessages, body, &req); err != nil {
+		return Estimate{}, err
+	}
+	if req.Model == "" {
+		return Estimate{}, badRequest(AnthropicMessages, nil, "missing model")
+	}
+	if req.Messages == nil {
+		return Estimate{}, badRequest(AnthropicMessages, nil, "missing messages")
+	}
+	m := e.resolve(req.Model)
+	in := int64(anthropicBase)
+	sys := bytes.TrimSpace(req.System)
+	if len(sys) > 0 && !bytes.Equal(sys, []byte("null")) {
+		n, err := anthropicContentTokens(m, sys, 0)
+		if err != nil {
+			return Estimate{}, badRequest(AnthropicMessages, err, "system")
+		}
+		in += anthropicPerSystem + n
+	}
+	for i, raw := range req.Messages {
+		n, err := e.anthropicMessageTokens(m, raw)
+		if err != nil {
+			return Estimate{}, badRequest(AnthropicMessages, err, "messages[%d]", i)
+		}
+		in += n
+	}
+	if len(req.Tools) > 0 {
+		choice := ""
+		if req.ToolChoice != nil {
+			choice = req.ToolChoice.Type
+		}
+		in += anthropicToolPrompt(m.name, choice)
+		for _, t := range req.Tools {
+			in += m.countText(t.Name) + m.countText(t.Description)
+			if s := bytes.TrimSpace(t.InputSchema); len(s) > 0 {
+				in += m.countText(string(s))
+			}
+		}
+	}
+	est := Estimate{Stream: req.Stream, StreamUsage: req.Stream}
+	limit := int64(0)
+	if req.MaxTokens != nil && *req.MaxTokens > 0 {
+		limit = *req.MaxTokens
+	}
+	est.MaxOutputTokens = limit
+	est.Usage.InputTokens = in
+	est.Usage.OutputTokens = e.reserve(e.outputLimit(m, limit))
+	e.finish(m, &est)
+	return est, nil
+}
+
+func (e *Estimator) anthropicMessageTokens(m model, raw json.RawMessage) (int64, error) {
+	var key cacheKey
+	if e.cache != nil {
+		key = e.cache.key(formatKey(m, fmtAnthropicMessage), raw)
+		if n, ok := e.cache.get(key); ok {
+			return n, nil
+		}
+	}
+	var msg anthropicMessage
+	if err := json.Unmarshal(raw, &msg); err != nil {
+		return 0, err
+	}
+	n, err := anthropicContentTokens(m, msg.Content, 0)
+	if err != nil {
+		return 0, err
+	}
+	n += anthropicPerMessage
+	if e.cache != nil {
+		e.cache.put(key, n)
+	}
+	return n, nil
+}
+
+// anthropicContentTokens counts a content: a string or an array of blocks.
+func anthropicContentTokens(m model, raw json.RawMessage, depth int) (int64, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return 0, nil
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return 0, err
+		}
+		return m.countText(s), nil
+	}
+	if depth > 2 {
+		return 0, fmt.Errorf("content nested too deeply")
+	}
+	var blocks []anthropicBlock
+	if err := json.Unmarshal(raw, &blocks); err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, b := range blocks {
+		switch b.Type {
+		case "text":
+			n += m.countText(b.Text)
+		case "thinking":
+			n += m.countText(b.Thinking)
+		case "tool_use", "server_tool_use":
+			n += toolCallExtra + m.countText(b.Name) + m.countText(string(bytes.TrimSpace(b.Input)))
+		case "tool_result":
+			c, err := anthropicContentTokens(m, b.Content, depth+1)
+			if err != nil {
+				return 0, err
+			}
+			n += toolCallExtra + c
+		case "image":
+			n += anthropicImageTokens(b.Source)
+		case "document":
+			n += anthropicDocumentTokens(m, b.Source)
+		}
+	}
+	return n, nil
+}
+
+func anthropicImageTokens(src *anthropicSource) int64 {
+	if src == nil || src.Type != "base64" {
+		return anthropicImageMax
+	}
+	w, h, ok := inlineImageSize("data:" + src.MediaType + ";base64," + src.Data)
+	if !ok {
+		return anthropicImageMax
+	}
+	if long := max(w, h); long > 1568 {
+		w, h = w*1568/long, h*1568/long
+	}
+	return min(mulDivCeil(int64(w), int64(h), 750), anthropicImageMax)
+}
+
+func anthropicDocumentTokens(m model, src *anthropicSource) int64 {
+	if src == nil {
+		return anthropicPDFTokens
+	}
+	switch src.Type {
+	case "text":
+		return m.countText(src.Data)
+	case "base64":
+		size := int64(base64.StdEncoding.DecodedLen(len(src.Data)))
+		return mulDivCeil(max(size, 1), 1, anthropicPDFChunk) * anthropicPDFTokens
+	}
+	return anthropicPDFTokens
+}

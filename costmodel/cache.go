@@ -1,0 +1,95 @@
+package costmodel
+
+import (
+	"hash/maphash"
+	"sync"
+)
+
+// countCache remembers token counts of message bodies, keyed by a 64-bit
+// hash of their raw JSON bytes and the way they were counted (encoding and
+// message format). A 20-turn conversation resends its first 19 messages
+// unchanged on every turn; with the cache only the new message is counted.
+//
+// Memory is bounded: the cache has two generations of at most half its
+// entries each; when the current one fills up, the previous one is dropped
+// and the current one becomes the previous one. An entry used in the last
+// generation is copied forward, so what is in use stays. The cache is split
+// into shards, each with its own lock, so concurrent requests rarely wait
+// for one another. It is safe for concurrent use.
+//
+// A 64-bit hash can collide: two different messages of the same format with
+// the same hash (probability about n²/2⁶⁵ among n cached messages, below
+// 10⁻¹⁰ for 65,536 entries) would share a count. The key also holds the
+// byte length, which makes a collision rarer still.
+type countCache struct {
+	seed     maphash.Seed
+	shards   [cacheShards]cacheShard
+	perShard int
+}
+
+const cacheShards = 16
+
+type cacheKey struct {
+	hash   uint64
+	length uint32
+	format uint32 // encoding and message format, see countFormat
+}
+
+type cacheShard struct {
+	mu   sync.Mutex
+	cur  map[cacheKey]int64
+	prev map[cacheKey]int64
+}
+
+func newCountCache(entries int) *countCache {
+	c := &countCache{seed: maphash.MakeSeed(), perShard: max(entries/cacheShards/2, 1)}
+	for i := range c.shards {
+		c.shards[i].cur = make(map[cacheKey]int64)
+	}
+	return c
+}
+
+func (c *countCache) key(format uint32, raw []byte) cacheKey {
+	return cacheKey{hash: maphash.Bytes(c.seed, raw), length: uint32(len(raw)), format: format}
+}
+
+func (c *countCache) get(k cacheKey) (int64, bool) {
+	s := &c.shards[k.hash%cacheShards]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v, ok := s.cur[k]; ok {
+		return v, true
+	}
+	if v, ok := s.prev[k]; ok {
+		s.putLocked(c.perShard, k, v)
+		return v, true
+	}
+	return 0, false
+}
+
+func (c *countCache) put(k cacheKey, v int64) {
+	s := &c.shards[k.hash%cacheShards]
+	s.mu.Lock()
+	s.putLocked(c.perShard, k, v)
+	s.mu.Unlock()
+}
+
+func (s *cacheShard) putLocked(limit int, k cacheKey, v int64) {
+	if len(s.cur) >= limit {
+		s.prev = s.cur
+		s.cur = make(map[cacheKey]int64, limit)
+	}
+	s.cur[k] = v
+}
+
+// len returns the number of entries held, both generations included.
+func (c *countCache) len() int {
+	n := 0
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		n += len(s.cur) + len(s.prev)
+		s.mu.Unlock()
+	}
+	return n
+}

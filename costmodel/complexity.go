@@ -1,0 +1,294 @@
+package costmodel
+
+// Search query complexity.
+//
+// A search API's cost grows with what a query asks of the index: more terms
+// and boolean operators mean more posting lists to merge; a wildcard or a
+// regular expression expands into many terms; filters add clauses; a large
+// page, or a page deep into the results, makes the engine collect and sort
+// more hits. Complexity turns these into an integer score:
+//
+//	score = base
+//	      + terms × term + operators × operator
+//	      + wildcards × wildcard + regexes × regex + filters × filter
+//	      + ceil(page_size / page_unit) × page
+//	      + ceil(max(offset − deep_from, 0) / deep_unit) × deep
+//
+// A query string is read the way Lucene-style engines read one: whitespace
+// separates terms; "a quoted phrase" is one term plus one operator; AND, OR,
+// NOT, &&, ||, a leading + or -, and each parenthesised group are operators;
+// a term with * or ? (or a fuzzy ~) is a wildcard; /a regex/ is a regex; a
+// field:value term is a filter. A JSON query object (an Elasticsearch-style
+// DSL) is walked instead: bool, must, should, must_not, and, or and not keys
+// are operators; wildcard, prefix and fuzzy keys wildcards; regexp keys
+// regexes; term, terms, range, exists, filter and geo_* keys filters; and
+// every other string leaf a term.
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Complexity scores a search query; see the top of this file. Zero weights
+// take the defaults given on each field.
+type Complexity struct {
+	Query    Source `yaml:"query" json:"query"`         // where the query is: a string, or a JSON query object
+	PageSize Source `yaml:"page_size" json:"page_size"` // results per page
+	Offset   Source `yaml:"offset" json:"offset"`       // results skipped
+	Page     Source `yaml:"page" json:"page"`           // 1-based page number, when there is no offset
+	// Filters counts extra filters: a JSON field (an array or object counts
+	// its elements) or a query parameter; QueryPrefix also counts every query
+	// parameter whose name starts with it ("filter." counts filter.lang=go).
+	Filters     Source  `yaml:"filters" json:"filters"`
+	QueryPrefix string  `yaml:"filter_prefix" json:"filter_prefix,omitempty"`
+	Weights     Weights `yaml:"weights" json:"weights"`
+}
+
+// Weights are the score's coefficients. A zero field takes its default.
+type Weights struct {
+	Base     int64 `yaml:"base" json:"base,omitempty"`           // default 1
+	Term     int64 `yaml:"term" json:"term,omitempty"`           // default 1
+	Operator int64 `yaml:"operator" json:"operator,omitempty"`   // default 1
+	Wildcard int64 `yaml:"wildcard" json:"wildcard,omitempty"`   // default 3
+	Regex    int64 `yaml:"regex" json:"regex,omitempty"`         // default 10
+	Filter   int64 `yaml:"filter" json:"filter,omitempty"`       // default 2
+	PageUnit int64 `yaml:"page_unit" json:"page_unit,omitempty"` // default 10 results
+	Page     int64 `yaml:"page" json:"page,omitempty"`           // default 1 per page_unit
+	DeepFrom int64 `yaml:"deep_from" json:"deep_from,omitempty"` // default offset 100
+	DeepUnit int64 `yaml:"deep_unit" json:"deep_unit,omitempty"` // default 100 results
+	Deep     int64 `yaml:"deep" json:"deep,omitempty"`           // default 5 per deep_unit
+}
+
+func (w Weights) withDefaults() Weights {
+	def := func(v *int64, d int64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&w.Base, 1)
+	def(&w.Term, 1)
+	def(&w.Operator, 1)
+	def(&w.Wildcard, 3)
+	def(&w.Regex, 10)
+	def(&w.Filter, 2)
+	def(&w.PageUnit, 10)
+	def(&w.Page, 1)
+	def(&w.DeepFrom, 100)
+	def(&w.DeepUnit, 100)
+	def(&w.Deep, 5)
+	return w
+}
+
+func (c *Complexity) validate() error {
+	if c.Query.JSON == "" && c.Query.Query == "" && c.Query.Header == "" {
+		return fmt.Errorf("costmodel: rule complexity: query: name a json field, query parameter or header")
+	}
+	w := c.Weights
+	for _, v := range []int64{w.Base, w.Term, w.Operator, w.Wildcard, w.Regex, w.Filter, w.PageUnit, w.Page, w.DeepFrom, w.DeepUnit, w.Deep} {
+		if v < 0 {
+			return fmt.Errorf("costmodel: rule complexity: weights must not be negative")
+		}
+	}
+	for _, s := range []*Source{&c.PageSize, &c.Offset, &c.Page, &c.Filters} {
+		if s.Default < 0 || s.Max < 0 {
+			return fmt.Errorf("costmodel: rule complexity: default and max must not be negative")
+		}
+	}
+	return nil
+}
+
+// QueryStats are the parts of a query that Complexity weighs.
+type QueryStats struct {
+	Terms, Operators, Wildcards, Regexes, Filters int64
+}
+
+// Score returns the complexity score of req's query, at least 1.
+func (c *Complexity) Score(req GenericRequest) (int64, error) {
+	w := c.Weights.withDefaults()
+	doc := lazyJSON{body: req.Body}
+	var st QueryStats
+	found := false
+	if c.Query.JSON != "" {
+		v, ok, err := doc.get(c.Query.JSON)
+		if err != nil {
+			return 0, badRequest(Generic, err, "query")
+		}
+		if ok && v != nil {
+			found = true
+			if s, isString := v.(string); isString {
+				st = ParseQuery(s)
+			} else {
+				walkQueryDSL(v, "", &st, 0)
+			}
+		}
+	}
+	if !found && c.Query.Query != "" && req.Query != nil {
+		if vs, ok := req.Query[c.Query.Query]; ok && len(vs) > 0 {
+			found = true
+			st = ParseQuery(vs[0])
+		}
+	}
+	if !found && c.Query.Header != "" && req.Header != nil {
+		if v := req.Header.Get(c.Query.Header); v != "" {
+			st = ParseQuery(v)
+		}
+	}
+	read := func(s Source, what string) (int64, error) {
+		if s.JSON == "" && s.Query == "" && s.Header == "" {
+			return s.Default, nil
+		}
+		v, err := s.read(&doc, req.Query, req.Header)
+		if err != nil {
+			return 0, badRequest(Generic, err, "%s", what)
+		}
+		return v, nil
+	}
+	size, err := read(c.PageSize, "page_size")
+	if err != nil {
+		return 0, err
+	}
+	offset, err := read(c.Offset, "offset")
+	if err != nil {
+		return 0, err
+	}
+	if offset == 0 {
+		page, err := read(c.Page, "page")
+		if err != nil {
+			return 0, err
+		}
+		if page > 1 {
+			offset = mulSat(page-1, max(size, 1))
+		}
+	}
+	filters, err := read(c.Filters, "filters")
+	if err != nil {
+		return 0, err
+	}
+	if c.QueryPrefix != "" {
+		for k := range req.Query {
+			if strings.HasPrefix(k, c.QueryPrefix) {
+				filters++
+			}
+		}
+	}
+	st.Filters += filters
+
+	score := w.Base
+	add := func(n, weight int64) { score = addSat(score, mulSat(n, weight)) }
+	add(st.Terms, w.Term)
+	add(st.Operators, w.Operator)
+	add(st.Wildcards, w.Wildcard)
+	add(st.Regexes, w.Regex)
+	add(st.Filters, w.Filter)
+	add(mulDivCeil(size, 1, w.PageUnit), w.Page)
+	if offset > w.DeepFrom {
+		add(mulDivCeil(offset-w.DeepFrom, 1, w.DeepUnit), w.Deep)
+	}
+	return max(score, 1), nil
+}
+
+// ParseQuery reads a Lucene-style query string; see the top of this file.
+func ParseQuery(q string) QueryStats {
+	var st QueryStats
+	i := 0
+	for i < len(q) {
+		c := q[i]
+		switch {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ')':
+			i++
+		case c == '(':
+			st.Operators++
+			i++
+		case c == '"':
+			end := strings.IndexByte(q[i+1:], '"')
+			if end < 0 {
+				end = len(q) - i - 1
+			}
+			if strings.TrimSpace(q[i+1:i+1+end]) != "" {
+				st.Terms++
+				st.Operators++
+			}
+			i += end + 2
+			if i < len(q) && q[i] == '~' { // proximity
+				st.Wildcards++
+			}
+		case c == '/':
+			end := strings.IndexByte(q[i+1:], '/')
+			if end < 0 {
+				end = len(q) - i - 1
+			}
+			st.Regexes++
+			i += end + 2
+		default:
+			j := i
+			for j < len(q) && !strings.ContainsRune(" \t\n\r()\"", rune(q[j])) {
+				j++
+			}
+			st.addWord(q[i:j])
+			i = j
+		}
+	}
+	return st
+}
+
+func (st *QueryStats) addWord(w string) {
+	switch w {
+	case "AND", "OR", "NOT", "&&", "||", "!", "-", "+":
+		st.Operators++
+		return
+	}
+	if strings.HasPrefix(w, "+") || strings.HasPrefix(w, "-") || strings.HasPrefix(w, "!") {
+		st.Operators++
+		w = w[1:]
+	}
+	if w == "" {
+		return
+	}
+	if k := strings.IndexByte(w, ':'); k > 0 && k < len(w)-1 {
+		st.Filters++
+		w = w[k+1:]
+		if strings.ContainsAny(w, "*?") {
+			st.Wildcards++
+		}
+		if strings.HasPrefix(w, "/") {
+			st.Regexes++
+		}
+		return
+	}
+	st.Terms++
+	if strings.ContainsAny(w, "*?~") {
+		st.Wildcards++
+	}
+}
+
+func walkQueryDSL(v any, key string, st *QueryStats, depth int) {
+	if depth > 64 {
+		return
+	}
+	switch key {
+	case "bool", "must", "should", "must_not", "and", "or", "not":
+		st.Operators++
+	case "wildcard", "prefix", "fuzzy", "query_string", "simple_query_string":
+		st.Wildcards++
+	case "regexp":
+		st.Regexes++
+	case "term", "terms", "range", "exists", "filter", "geo_distance", "geo_bounding_box", "geo_shape":
+		st.Filters++
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			walkQueryDSL(e, k, st, depth+1)
+		}
+	case []any:
+		for _, e := range x {
+			walkQueryDSL(e, "", st, depth+1)
+		}
+	case string:
+		*st = addStats(*st, ParseQuery(x))
+	}
+}
+
+func addStats(a, b QueryStats) QueryStats {
+	return QueryStats{a.Terms + b.Terms, a.Operators + b.Operators, a.Wildcards + b.Wildcards, a.Regexes + b.Regexes, a.Filters + b.Filters}
+}

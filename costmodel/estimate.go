@@ -1,0 +1,71 @@
+package costmodel
+
+import (
+	"encoding/json"
+)
+
+// Estimate is the priced estimate of one request before it is served:
+// its input tokens counted, its output tokens reserved.
+type Estimate struct {
+	Kind            Kind    `json:"kind"`
+	Model           string  `json:"model,omitempty"`
+	Encoding        string  `json:"encoding,omitempty"` // "o200k_base", "cl100k_base", "anthropic-approx"; empty for generic rules
+	Stream          bool    `json:"stream"`
+	StreamUsage     bool    `json:"stream_usage,omitempty"` // the client asked for a usage report in the stream (stream_options.include_usage)
+	MaxOutputTokens int64   `json:"max_output_tokens"`      // the output limit the client set; 0 when not given
+	Usage           Usage   `json:"usage"`                  // InputTokens counted, OutputTokens reserved
+	Cost            NanoUSD `json:"cost_nano_usd"`          // Price.Cost(Usage)
+	UnknownModel    bool    `json:"unknown_model,omitempty"`
+}
+
+// MarshalJSON encodes e with its cost also written in dollars ("cost_usd"),
+// for `costgate estimate`.
+func (e Estimate) MarshalJSON() ([]byte, error) {
+	type plain Estimate
+	return json.Marshal(struct {
+		plain
+		CostUSD string `json:"cost_usd"`
+	}{plain(e), e.Cost.String()})
+}
+
+// Estimate counts and prices the request body of an API of the given kind.
+// A body that is not valid JSON, or has a field of the wrong type, gives an
+// error matching *BadRequestError. A model missing from the price table is
+// priced at the default price, counted by UnknownModels and flagged in the
+// result. Generic requests are estimated by Rule.Estimate instead.
+func (e *Estimator) Estimate(kind Kind, body []byte) (Estimate, error) {
+	var (
+		est Estimate
+		err error
+	)
+	switch kind {
+	case ChatCompletions:
+		est, err = e.estimateChat(body)
+	case Completions:
+		est, err = e.estimateCompletions(body)
+	case Embeddings:
+		est, err = e.estimateEmbeddings(body)
+	case Responses:
+		est, err = e.estimateResponses(body)
+	case AnthropicMessages:
+		est, err = e.estimateAnthropic(body)
+	default:
+		return Estimate{Kind: kind}, badRequest(kind, nil, "an Estimator cannot read %s bodies; price them with a Rule", kind)
+	}
+	if err != nil {
+		return Estimate{Kind: kind}, err
+	}
+	est.Kind = kind
+	return est, nil
+}
+
+// finish prices an estimate whose input and output tokens are set.
+func (e *Estimator) finish(m model, est *Estimate) {
+	est.Model = m.name
+	est.Encoding = m.encName
+	est.UnknownModel = m.unknown
+	if m.unknown {
+		e.unknown.Add(1)
+	}
+	est.Cost = m.price.Cost(est.Usage)
+}

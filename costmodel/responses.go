@@ -1,0 +1,167 @@
+package costmodel
+
+// Counting OpenAI Responses API prompts. The Responses API renders its input
+// items into the same chat format as chat completions, so a message item is
+// counted as a chat message (3 + role + content), the instructions as a
+// developer message, function calls and their outputs like tool calls and
+// tool messages, and function tools like chat tools. OpenAI has published
+// no counting method for this API; these counts follow the chat format and
+// are an approximation. Conversation state kept by the server
+// (previous_response_id, conversation) is not visible in the request and is
+// not counted.
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+)
+
+type responsesRequest struct {
+	Model           string          `json:"model"`
+	Input           json.RawMessage `json:"input"`
+	Instructions    *string         `json:"instructions"`
+	Tools           []responsesTool `json:"tools"`
+	MaxOutputTokens *int64          `json:"max_output_tokens"`
+	Stream          bool            `json:"stream"`
+}
+
+type responsesTool struct {
+	Type        string          `json:"type"`
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+type responsesItem struct {
+	Type      string          `json:"type"`
+	Role      string          `json:"role"`
+	Content   json.RawMessage `json:"content"`
+	Name      string          `json:"name"`
+	Arguments string          `json:"arguments"`
+	CallID    string          `json:"call_id"`
+	Output    json.RawMessage `json:"output"`
+}
+
+type responsesPart struct {
+	Type     string `json:"type"`
+	Text     string `json:"text"`
+	ImageURL string `json:"image_url"`
+	Detail   string `json:"detail"`
+}
+
+func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
+	var req responsesRequest
+	if err := decodeBody(Responses, body, &req); err != nil {
+		return Estimate{}, err
+	}
+	if req.Model == "" {
+		return Estimate{}, badRequest(Responses, nil, "missing model")
+	}
+	m := e.resolve(req.Model)
+	f := chatFormatFor(m)
+	in := int64(replyPriming)
+	if req.Instructions != nil {
+		in += f.perMessage + m.countText("developer") + m.countText(*req.Instructions)
+	}
+	raw := bytes.TrimSpace(req.Input)
+	switch {
+	case len(raw) == 0 || bytes.Equal(raw, []byte("null")):
+	case raw[0] == '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return Estimate{}, badRequest(Responses, err, "input")
+		}
+		in += f.perMessage + m.countText("user") + m.countText(s)
+	case raw[0] == '[':
+		var items []json.RawMessage
+		if err := json.Unmarshal(raw, &items); err != nil {
+			return Estimate{}, badRequest(Responses, err, "input")
+		}
+		for i, it := range items {
+			n, err := e.responsesItemTokens(m, f, it)
+			if err != nil {
+				return Estimate{}, badRequest(Responses, err, "input[%d]", i)
+			}
+			in += n
+		}
+	default:
+		return Estimate{}, badRequest(Responses, nil, "input: want a string or an array of items")
+	}
+	var tools []functionDef
+	for _, t := range req.Tools {
+		if t.Type == "function" {
+			tools = append(tools, functionDef{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+		}
+	}
+	tn, err := toolTokens(m, f, tools)
+	if err != nil {
+		return Estimate{}, badRequest(Responses, err, "tools")
+	}
+	in += tn
+	est := Estimate{Stream: req.Stream, StreamUsage: req.Stream}
+	limit := int64(0)
+	if req.MaxOutputTokens != nil && *req.MaxOutputTokens > 0 {
+		limit = *req.MaxOutputTokens
+	}
+	est.MaxOutputTokens = limit
+	est.Usage.InputTokens = in
+	est.Usage.OutputTokens = e.reserve(e.outputLimit(m, limit))
+	e.finish(m, &est)
+	return est, nil
+}
+
+func (e *Estimator) responsesItemTokens(m model, f chatFormat, raw json.RawMessage) (int64, error) {
+	var key cacheKey
+	if e.cache != nil {
+		key = e.cache.key(formatKey(m, fmtResponsesItem), raw)
+		if n, ok := e.cache.get(key); ok {
+			return n, nil
+		}
+	}
+	var it responsesItem
+	if err := json.Unmarshal(raw, &it); err != nil {
+		return 0, err
+	}
+	var n int64
+	switch it.Type {
+	case "", "message":
+		n = f.perMessage + m.countText(it.Role)
+		c := bytes.TrimSpace(it.Content)
+		switch {
+		case len(c) == 0 || bytes.Equal(c, []byte("null")):
+		case c[0] == '"':
+			var s string
+			if err := json.Unmarshal(c, &s); err != nil {
+				return 0, err
+			}
+			n += m.countText(s)
+		case c[0] == '[':
+			var parts []responsesPart
+			if err := json.Unmarshal(c, &parts); err != nil {
+				return 0, err
+			}
+			for _, p := range parts {
+				switch p.Type {
+				case "input_image":
+					n += imageTokens(m.name, p.ImageURL, p.Detail)
+				default:
+					n += m.countText(p.Text)
+				}
+			}
+		default:
+			return 0, fmt.Errorf("content: want a string or an array of parts")
+		}
+	case "function_call":
+		n = f.perMessage + toolCallExtra + m.countText(it.Name) + m.countText(it.Arguments)
+	case "function_call_output":
+		n = f.perMessage + m.countText("tool")
+		n += m.countText(jsonScalarText(it.Output))
+	default:
+		// Reasoning items, built-in tool calls and references carry no text
+		// the client wrote; they are not counted.
+	}
+	if e.cache != nil {
+		e.cache.put(key, n)
+	}
+	return n, nil
+}

@@ -1,0 +1,399 @@
+package costmodel
+
+// Metering server-sent event streams.
+//
+// A StreamMeter reads the bytes of an SSE response as the proxy passes them
+// to the client, in whatever pieces the network delivers. It splits lines
+// itself, so it holds at most one line (bounded by maxSSELine) plus the
+// streamed text not yet counted. Each event's data is decoded on its own:
+//
+//   - OpenAI chat completions and completions: the content, refusal and tool
+//     call deltas of each choice, and the final chunk's usage (present when
+//     stream_options.include_usage is set);
+//   - OpenAI Responses: the output text, refusal and function-call argument
+//     deltas, and the usage of response.completed (or .incomplete, .failed);
+//   - Anthropic: message_start's usage (input and cache tokens), the text,
+//     thinking and tool-input deltas, and message_delta's cumulative usage.
+//
+// When the stream carried a usage report, Usage returns it (reported=true).
+// When it did not (the stream was cut, or the client did not ask), Usage
+// counts the text seen with the model's tokenizer (reported=false); input
+// tokens are then whatever the stream said (Anthropic's message_start) or 0,
+// and the caller keeps its estimate of them. Reasoning tokens that a stream
+// does not show cannot be counted.
+//
+// The streamed text is counted in pieces once it passes countChunk bytes. It
+// is split where the tokenizers always split (before a space or after a
+// newline that is followed by a letter), so piecewise counting equals
+// counting the whole; only a run of countHardLimit bytes with no such place
+// (long unbroken CJK text, for instance) is split anywhere, which can change
+// the count by a token per split.
+
+import (
+	"bytes"
+	"encoding/json"
+	"unicode"
+	"unicode/utf8"
+)
+
+const (
+	maxSSELine     = 1 << 20  // longest data line kept; longer ones are skipped
+	countChunk     = 16 << 10 // pending text counted from this size on
+	countHardLimit = 64 << 10 // pending text split anywhere from this size on
+)
+
+// StreamMeter measures the usage of one streamed response. Write it the raw
+// SSE bytes; read Usage at the end. It is not safe for concurrent use: one
+// goroutine writes and then reads it. The zero value is not usable; get one
+// from Estimator.NewStreamMeter.
+type StreamMeter struct {
+	kind  Kind
+	model model
+
+	line     []byte // current incomplete line
+	skipLine bool   // the current line is over maxSSELine: drop it
+	data     []byte // data lines of the current event
+
+	pending []byte // text not yet counted
+	counted int64  // tokens of text already counted
+	choice  int    // choice index of pending text (chat, completions)
+
+	reported  bool  // a final usage report was seen
+	usage     Usage // reported usage, or the parts the stream told (Anthropic)
+	sawStart  bool  // Anthropic message_start seen
+	malformed int   // events whose data was not valid JSON
+	events    int
+}
+
+// NewStreamMeter returns a meter for a streamed response of the given kind
+// and model.
+func (e *Estimator) NewStreamMeter(kind Kind, model string) *StreamMeter {
+	return &StreamMeter{kind: kind, model: e.resolve(model)}
+}
+
+// Write consumes raw SSE bytes. It never fails: malformed events are counted
+// (see Malformed) and skipped, so that metering never breaks a stream.
+func (m *StreamMeter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			m.appendLine(p)
+			break
+		}
+		m.appendLine(p[:i])
+		p = p[i+1:]
+		if m.skipLine {
+			m.skipLine = false
+			m.line = m.line[:0]
+			continue
+		}
+		m.handleLine(bytes.TrimSuffix(m.line, []byte("\r")))
+		m.line = m.line[:0]
+	}
+	return n, nil
+}
+
+func (m *StreamMeter) appendLine(p []byte) {
+	if m.skipLine {
+		return
+	}
+	if len(m.line)+len(p) > maxSSELine {
+		m.skipLine = true
+		m.line = m.line[:0]
+		return
+	}
+	m.line = append(m.line, p...)
+}
+
+func (m *StreamMeter) handleLine(line []byte) {
+	if len(line) == 0 {
+		m.dispatch()
+		return
+	}
+	if v, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+		v = bytes.TrimPrefix(v, []byte(" "))
+		if len(m.data) > 0 {
+			m.data = append(m.data, '\n')
+		}
+		if len(m.data)+len(v) <= maxSSELine {
+			m.data = append(m.data, v...)
+		}
+		return
+	}
+	// "event:", "id:", "retry:" and comments carry nothing we need: every
+	// payload names its own type.
+}
+
+// Close dispatches an event left without its final blank line. Call it when
+// the stream ends; Usage calls it too.
+func (m *StreamMeter) Close() error {
+	if len(m.line) > 0 && !m.skipLine {
+		m.handleLine(bytes.TrimSuffix(m.line, []byte("\r")))
+		m.line = m.line[:0]
+	}
+	m.dispatch()
+	return nil
+}
+
+func (m *StreamMeter) dispatch() {
+	data := bytes.TrimSpace(m.data)
+	defer func() { m.data = m.data[:0] }()
+	if len(data) == 0 || bytes.Equal(data, []byte("[DONE]")) {
+		return
+	}
+	m.events++
+	var err error
+	switch m.kind {
+	case ChatCompletions, Completions:
+		err = m.openaiChunk(data)
+	case Responses:
+		err = m.responsesEvent(data)
+	case AnthropicMessages:
+		err = m.anthropicEvent(data)
+	}
+	if err != nil {
+		m.malformed++
+	}
+}
+
+type chatChunk struct {
+	Choices []struct {
+		Index int    `json:"index"`
+		Text  string `json:"text"`
+		Delta struct {
+			Content   string `json:"content"`
+			Refusal   string `json:"refusal"`
+			ToolCalls []struct {
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+			FunctionCall *struct {
+				Name      string `json:"name"`
+				Arguments string `json:"arguments"`
+			} `json:"function_call"`
+		} `json:"delta"`
+	} `json:"choices"`
+	Usage *openaiUsage `json:"usage"`
+}
+
+func (m *StreamMeter) openaiChunk(data []byte) error {
+	var c chatChunk
+	if err := json.Unmarshal(data, &c); err != nil {
+		return err
+	}
+	for _, ch := range c.Choices {
+		if ch.Index != m.choice {
+			m.flush(true)
+			m.choice = ch.Index
+		}
+		m.addText(ch.Text)
+		m.addText(ch.Delta.Content)
+		m.addText(ch.Delta.Refusal)
+		for _, tc := range ch.Delta.ToolCalls {
+			m.addText(tc.Function.Name)
+			m.addText(tc.Function.Arguments)
+		}
+		if fc := ch.Delta.FunctionCall; fc != nil {
+			m.addText(fc.Name)
+			m.addText(fc.Arguments)
+		}
+	}
+	if c.Usage != nil {
+		if u, ok := c.Usage.usage(); ok {
+			m.usage, m.reported = u, true
+		}
+	}
+	return nil
+}
+
+type responsesEvent struct {
+	Type     string `json:"type"`
+	Delta    string `json:"delta"`
+	Response *struct {
+		Usage *openaiUsage `json:"usage"`
+	} `json:"response"`
+}
+
+func (m *StreamMeter) responsesEvent(data []byte) error {
+	var ev responsesEvent
+	if err := json.Unmarshal(data, &ev); err != nil {
+		return err
+	}
+	switch ev.Type {
+	case "response.output_text.delta", "response.refusal.delta", "response.function_call_arguments.delta",
+		"response.reasoning_summary_text.delta", "response.reasoning_text.delta":
+		m.addText(ev.Delta)
+	case "response.completed", "response.incomplete", "response.failed":
+		if ev.Response != nil && ev.Response.Usage != nil {
+			if u, ok := ev.Response.Usage.usage(); ok {
+				m.usage, m.reported = u, true
+			}
+		}
+	}
+	return nil
+}
+
+type anthropicEvent struct {
+	Type    string `json:"type"`
+	Message *struct {
+		Usage *anthropicUsage `json:"usage"`
+	} `json:"message"`
+	Delta *struct {
+		Type        string `json:"type"`
+		Text        string `json:"text"`
+		PartialJSON string `json:"partial_json"`
+		Thinking    string `json:"thinking"`
+	} `json:"delta"`
+	ContentBlock *struct {
+		Type string `json:"type"`
+		Name string `json:"name"`
+		Text string `json:"text"`
+	} `json:"content_block"`
+	Usage *anthropicUsage `json:"usage"`
+}
+
+func (m *StreamMeter) anthropicEvent(data []byte) error {
+	var ev anthropicEvent
+	if err := json.Unmarshal(data, &ev); err != nil {
+		return err
+	}
+	switch ev.Type {
+	case "message_start":
+		if ev.Message != nil && ev.Message.Usage != nil {
+			m.usage = ev.Message.Usage.usage()
+			m.sawStart = true
+		}
+	case "content_block_start":
+		if b := ev.ContentBlock; b != nil {
+			m.addText(b.Name)
+			m.addText(b.Text)
+		}
+	case "content_block_delta":
+		if d := ev.Delta; d != nil {
+			m.addText(d.Text)
+			m.addText(d.PartialJSON)
+			m.addText(d.Thinking)
+		}
+	case "message_delta":
+		if u := ev.Usage; u != nil {
+			// Cumulative: output_tokens so far; input and cache fields,
+			// when present, replace message_start's.
+			if u.OutputTokens != nil {
+				m.usage.OutputTokens = max(*u.OutputTokens, 0)
+			}
+			if u.InputTokens != nil || u.CacheReadInputTokens != nil || u.CacheCreationInputTokens != nil {
+				in := Usage{}
+				merged := anthropicUsage{InputTokens: u.InputTokens, CacheReadInputTokens: u.CacheReadInputTokens, CacheCreationInputTokens: u.CacheCreationInputTokens}
+				if merged.InputTokens == nil {
+					v := m.usage.InputTokens - m.usage.CachedInputTokens - m.usage.CacheWriteTokens
+					merged.InputTokens = &v
+				}
+				if merged.CacheReadInputTokens == nil {
+					v := m.usage.CachedInputTokens
+					merged.CacheReadInputTokens = &v
+				}
+				if merged.CacheCreationInputTokens == nil {
+					v := m.usage.CacheWriteTokens
+					merged.CacheCreationInputTokens = &v
+				}
+				in = merged.usage()
+				in.OutputTokens = m.usage.OutputTokens
+				m.usage = in
+			}
+			m.reported = true
+		}
+	}
+	return nil
+}
+
+// addText appends streamed text and counts what can be counted.
+func (m *StreamMeter) addText(s string) {
+	if s == "" {
+		return
+	}
+	m.pending = append(m.pending, s...)
+	if len(m.pending) >= countChunk {
+		m.flush(false)
+	}
+}
+
+// flush counts the pending text: all of it when all is set, else up to its
+// last safe split.
+func (m *StreamMeter) flush(all bool) {
+	if len(m.pending) == 0 {
+		return
+	}
+	cut := len(m.pending)
+	if !all {
+		cut = safeSplit(m.pending)
+		if cut <= 0 {
+			if len(m.pending) < countHardLimit {
+				return
+			}
+			cut = len(m.pending)
+			for cut > 0 && !utf8.RuneStart(m.pending[cut-1]) {
+				cut--
+			}
+			if cut > 0 {
+				cut-- // split before the last rune, which may be incomplete
+			}
+		}
+	}
+	if cut <= 0 {
+		return
+	}
+	m.counted += m.model.countText(string(m.pending[:cut]))
+	n := copy(m.pending, m.pending[cut:])
+	m.pending = m.pending[:n]
+}
+
+// safeSplit returns the last index i > 0 of b such that counting b[:i] and
+// b[i:] separately gives the same tokens as counting b, or 0: before a space
+// that follows an ASCII letter and precedes one, or after a newline that
+// follows a non-space and precedes a letter.
+func safeSplit(b []byte) int {
+	for i := len(b) - 2; i > 0; i-- {
+		switch b[i] {
+		case ' ':
+			if isASCIILetter(b[i-1]) && isASCIILetter(b[i+1]) {
+				return i
+			}
+		case '\n':
+			if i+1 < len(b) && b[i-1] != '\n' && b[i-1] != '\r' && b[i-1] != ' ' && b[i-1] != '\t' {
+				r, _ := utf8.DecodeRune(b[i+1:])
+				if unicode.IsLetter(r) {
+					return i + 1
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func isASCIILetter(c byte) bool { return c|0x20 >= 'a' && c|0x20 <= 'z' }
+
+// Usage returns the usage the stream reported (reported=true), or else the
+// output tokens counted from the text it carried (reported=false); see the
+// top of this file. It can be called more than once.
+func (m *StreamMeter) Usage() (u Usage, reported bool) {
+	m.Close()
+	if m.reported {
+		return m.usage, true
+	}
+	u = m.usage
+	counted := m.counted
+	if len(m.pending) > 0 {
+		counted += m.model.countText(string(m.pending))
+	}
+	u.OutputTokens = max(u.OutputTokens, counted)
+	return u.clamped(), false
+}
+
+// Malformed returns how many events carried data that was not valid JSON.
+func (m *StreamMeter) Malformed() int { return m.malformed }
+
+// Events returns how many data events the meter has read.
+func (m *StreamMeter) Events() int { return m.events }
