@@ -1,0 +1,143 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Config holds the ledger's knobs. The zero value of every field but Dir
+// means its documented default; Validate reports what cannot work.
+type Config struct {
+	// DSN selects PostgreSQL when it starts with postgres:// or
+	// postgresql://. Empty selects the embedded store, a SQLite file
+	// Dir/ledger.db.
+	DSN string
+
+	// Dir is the data directory: the node id, the write-ahead spool
+	// (Dir/spool) and, for the embedded store, the database file. Required.
+	// One process at a time may use a Dir; Open locks it.
+	Dir string
+
+	// TimeZone sets the day and month boundaries of Spend. Nil means UTC.
+	TimeZone *time.Location
+
+	// SyncInterval is how often the spool is fsynced in the background
+	// (group commit). Reserve and Settle return once their record is in the
+	// operating system (write(2)): it survives a crash of the process at
+	// once, and a crash of the machine after at most SyncInterval. Zero means
+	// 10ms.
+	SyncInterval time.Duration
+
+	// SyncEach makes Reserve and Settle wait until an fsync covers their
+	// record, so that a record survives a crash of the machine before the
+	// call returns. Concurrent callers share one fsync (group commit); each
+	// call then costs the latency of an fsync, though little CPU.
+	SyncEach bool
+
+	// SpoolLimit bounds the bytes of the spool that are not yet in the
+	// store. Past it Reserve fails with ErrSpoolFull (new admissions stop),
+	// while Settle is still accepted so that admitted requests are always
+	// finalized. Zero means 1 GiB, about three million entries.
+	SpoolLimit int64
+
+	// SegmentSize is the size at which the spool starts a new file; files
+	// wholly in the store are deleted. Zero means 64 MiB.
+	SegmentSize int64
+
+	// BatchSize is the most records the flusher writes to the store in one
+	// transaction. Zero means 4096.
+	BatchSize int
+
+	// RetryMin and RetryMax bound the backoff of the flusher while the store
+	// fails. Zero means 50ms and 1s.
+	RetryMin, RetryMax time.Duration
+
+	// CloseTimeout is how long Close waits for the spool to reach the store.
+	// What does not make it stays in the spool for the next Open. Zero
+	// means 10s.
+	CloseTimeout time.Duration
+
+	// EventSource is the CloudEvents "source" of exported usage events.
+	// Empty means "costgate".
+	EventSource string
+
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+
+	// Logf receives the flusher's reports (store errors, recoveries). Nil
+	// discards them.
+	Logf func(format string, args ...any)
+}
+
+func (c Config) withDefaults() Config {
+	if c.TimeZone == nil {
+		c.TimeZone = time.UTC
+	}
+	if c.SyncInterval == 0 {
+		c.SyncInterval = 10 * time.Millisecond
+	}
+	if c.SpoolLimit == 0 {
+		c.SpoolLimit = 1 << 30
+	}
+	if c.SegmentSize == 0 {
+		c.SegmentSize = 64 << 20
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 4096
+	}
+	if c.RetryMin == 0 {
+		c.RetryMin = 50 * time.Millisecond
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = time.Second
+	}
+	if c.CloseTimeout == 0 {
+		c.CloseTimeout = 10 * time.Second
+	}
+	if c.EventSource == "" {
+		c.EventSource = "costgate"
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	return c
+}
+
+func (c Config) postgres() bool {
+	return strings.HasPrefix(c.DSN, "postgres://") || strings.HasPrefix(c.DSN, "postgresql://")
+}
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Dir == "" {
+		errs = append(errs, errors.New("dir is required (the spool lives there)"))
+	}
+	if c.DSN != "" && !c.postgres() {
+		errs = append(errs, fmt.Errorf("dsn must start with postgres:// or postgresql://, or be empty for the embedded store"))
+	}
+	if c.SyncInterval < 0 || c.RetryMin < 0 || c.RetryMax < 0 || c.CloseTimeout < 0 {
+		errs = append(errs, errors.New("durations must not be negative"))
+	}
+	if c.RetryMin > 0 && c.RetryMax > 0 && c.RetryMax < c.RetryMin {
+		errs = append(errs, errors.New("retry max is below retry min"))
+	}
+	if c.SpoolLimit < 0 || (c.SpoolLimit > 0 && c.SpoolLimit < 1<<20) {
+		errs = append(errs, errors.New("spool limit must be at least 1 MiB"))
+	}
+	if c.SegmentSize < 0 || (c.SegmentSize > 0 && c.SegmentSize < 64<<10) {
+		errs = append(errs, errors.New("segment size must be at least 64 KiB"))
+	}
+	if c.BatchSize < 0 || c.BatchSize > 65536 {
+		errs = append(errs, errors.New("batch size must be between 1 and 65536"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("ledger: config: %w", err)
+	}
+	return nil
+}

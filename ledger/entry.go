@@ -1,0 +1,115 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/costgate/costgate/costmodel"
+)
+
+// Status is where an entry stands in its life.
+type Status string
+
+const (
+	// StatusReserved is an admitted request whose response has not been
+	// settled yet. It counts towards spend at its estimate.
+	StatusReserved Status = "reserved"
+	// StatusSettled is a request finalized with the usage the upstream
+	// reported; it is charged ActualCost.
+	StatusSettled Status = "settled"
+	// StatusRecovered is a request whose process died in flight. It was
+	// finalized at recovery and is charged at its estimate (Actual =
+	// Estimated).
+	StatusRecovered Status = "recovered"
+	// StatusFailed is a request the upstream answered with an error; it is
+	// charged what the upstream reported, usually zero.
+	StatusFailed Status = "failed"
+)
+
+// Final reports whether s is a terminal status.
+func (s Status) Final() bool {
+	return s == StatusSettled || s == StatusRecovered || s == StatusFailed
+}
+
+func (s Status) valid() bool {
+	return s == StatusReserved || s.Final()
+}
+
+func negative(t costmodel.Usage) bool {
+	return t.InputTokens < 0 || t.CachedInputTokens < 0 || t.CacheWriteTokens < 0 ||
+		t.OutputTokens < 0 || t.ReasoningTokens < 0 || t.Units < 0
+}
+
+// Entry is the ledger's record of one admitted request. RequestID is the
+// idempotency key: a store never holds two entries with the same RequestID.
+type Entry struct {
+	RequestID string `json:"request_id"`
+
+	Tenant   string `json:"tenant"`
+	User     string `json:"user"`
+	KeyID    string `json:"key_id"`
+	Route    string `json:"route"`
+	Upstream string `json:"upstream"`
+	Model    string `json:"model"`
+	Region   string `json:"region"`
+
+	Decision string `json:"decision"`
+	Policy   string `json:"policy"`
+	Friction string `json:"friction"`
+
+	Status     Status `json:"status"`
+	HTTPStatus int    `json:"http_status"`
+
+	Estimated     costmodel.Usage   `json:"estimated"`
+	Actual        costmodel.Usage   `json:"actual"`
+	EstimatedCost costmodel.NanoUSD `json:"estimated_cost_nanousd"`
+	ActualCost    costmodel.NanoUSD `json:"actual_cost_nanousd"`
+
+	// CreatedAt is when the request was reserved; SettledAt when it was
+	// finalized (zero while reserved).
+	CreatedAt time.Time `json:"created_at"`
+	SettledAt time.Time `json:"settled_at,omitzero"`
+}
+
+// Charge is what e counts for in spend and billing: the estimate while
+// reserved, the actual cost once final.
+func (e *Entry) Charge() costmodel.NanoUSD {
+	if e.Status == StatusReserved {
+		return e.EstimatedCost
+	}
+	return e.ActualCost
+}
+
+// ErrInvalid reports an entry or query that the ledger refuses.
+var ErrInvalid = errors.New("ledger: invalid")
+
+// maxField bounds every string field, so that a record stays small.
+const maxField = 4096
+
+func (e *Entry) check() error {
+	if e.RequestID == "" {
+		return fmt.Errorf("%w entry: empty request id", ErrInvalid)
+	}
+	for _, f := range [...]struct{ name, v string }{
+		{"request id", e.RequestID}, {"tenant", e.Tenant}, {"user", e.User}, {"key id", e.KeyID},
+		{"route", e.Route}, {"upstream", e.Upstream}, {"model", e.Model}, {"region", e.Region},
+		{"decision", e.Decision}, {"policy", e.Policy}, {"friction", e.Friction},
+	} {
+		if len(f.v) > maxField {
+			return fmt.Errorf("%w entry %q: %s longer than %d bytes", ErrInvalid, e.RequestID, f.name, maxField)
+		}
+	}
+	if negative(e.Estimated) || negative(e.Actual) || e.EstimatedCost < 0 || e.ActualCost < 0 {
+		return fmt.Errorf("%w entry %q: negative usage or cost", ErrInvalid, e.RequestID)
+	}
+	return nil
+}
+
+// micro is the precision of every stored time.
+func micro(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.Truncate(time.Microsecond).UTC()
+}

@@ -1,0 +1,393 @@
+package ledger
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/costgate/costgate/costmodel"
+)
+
+// Ledger records entries durably and moves them to its store. It is safe for
+// concurrent use. Create it with Open and release it with Close.
+type Ledger struct {
+	cfg   Config
+	node  string
+	lock  *os.File
+	spool *spool
+	store store
+
+	wake     chan struct{} // nudges the flusher; buffered 1
+	syncKick chan struct{} // nudges the syncer; buffered 1
+	stop     chan struct{} // closed by Close to stop the goroutines
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+
+	mu       sync.Mutex
+	applied  int64         // spool position in the store
+	advanced chan struct{} // closed and replaced when applied advances
+	lastErr  error         // the store's last error, nil once it succeeds
+	fatal    error         // the flusher stopped for good
+	closed   bool
+}
+
+// store is what the ledger needs of a database. Implementations are used by
+// one flusher at a time for apply, and concurrently for reads.
+type store interface {
+	begin(ctx context.Context) (storeTx, error)
+	entries(ctx context.Context, q Query, after *cursor, limit int) ([]Entry, error)
+	spend(ctx context.Context, tenant, user, key string, from, to time.Time) (costmodel.NanoUSD, error)
+	close() error
+}
+
+// Open opens the ledger in cfg.Dir, applying the store's migrations and
+// replaying what the spool holds that is not yet in the store. Reservations
+// a previous run left open are finalized at their estimate as the replay
+// reaches its end (StatusRecovered). Open does not wait for the replay, nor
+// for the store to be reachable once it is migrated.
+func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	l := &Ledger{
+		cfg:      cfg,
+		wake:     make(chan struct{}, 1),
+		syncKick: make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		advanced: make(chan struct{}),
+	}
+	defer func() {
+		if err != nil {
+			l.shutdown()
+		}
+	}()
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("ledger: data dir: %w", err)
+	}
+	if l.lock, err = lockDir(cfg.Dir); err != nil {
+		return nil, err
+	}
+	if l.node, err = nodeID(cfg.Dir); err != nil {
+		return nil, err
+	}
+	if l.spool, err = openSpool(filepath.Join(cfg.Dir, "spool"), cfg.SegmentSize, cfg.Logf); err != nil {
+		return nil, err
+	}
+	if cfg.postgres() {
+		pg, err := openPostgres(ctx, cfg.DSN, cfg.Logf)
+		if err != nil {
+			return nil, err
+		}
+		l.store = pg
+	} else {
+		lite, err := openSQLite(ctx, filepath.Join(cfg.Dir, "ledger.db"))
+		if err != nil {
+			return nil, err
+		}
+		l.store = lite
+	}
+	// Everything of the previous run is before this marker.
+	if _, err := l.spool.append(&record{kind: kindRecover, e: Entry{CreatedAt: micro(cfg.Now())}}, 0); err != nil {
+		return nil, err
+	}
+	_, l.applied = l.spool.positions()
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	l.wg.Add(2)
+	go func() { defer l.wg.Done(); l.spool.syncLoop(cfg.SyncInterval, l.syncKick, l.stop) }()
+	go func() { defer l.wg.Done(); l.flushLoop(runCtx) }()
+	return l, nil
+}
+
+// Reserve records the admission of e before the request is forwarded: e's
+// estimate counts towards spend from now on. It is one append to the spool;
+// the store gets it in the background. e.Status is ignored (the entry is
+// reserved) and a zero e.CreatedAt means now. Reserving a request id again
+// changes nothing. It fails with ErrSpoolFull when the store has been
+// unreachable so long that the spool is at its limit.
+func (l *Ledger) Reserve(ctx context.Context, e Entry) error {
+	if err := e.check(); err != nil {
+		return err
+	}
+	e.Status = StatusReserved
+	if e.CreatedAt.IsZero() {
+		e.CreatedAt = l.cfg.Now()
+	}
+	e.CreatedAt, e.SettledAt = micro(e.CreatedAt), time.Time{}
+	return l.append(&record{kind: kindReserve, e: e}, l.cfg.SpoolLimit)
+}
+
+// Settle finalizes e.RequestID with what the upstream reported: e.Actual,
+// e.ActualCost and e.HTTPStatus, and e.Status, which is StatusSettled (the
+// default) or StatusFailed. Non-empty descriptive fields (model, route,
+// upstream, region, decision, policy, friction) replace the reservation's;
+// tenant, user and key stay the reservation's. A zero e.SettledAt means now.
+// Settle is idempotent by request id: only the first settlement of a request
+// counts. Settling a request that was never reserved records it whole.
+func (l *Ledger) Settle(ctx context.Context, e Entry) error {
+	if err := e.check(); err != nil {
+		return err
+	}
+	switch e.Status {
+	case "":
+		e.Status = StatusSettled
+	case StatusSettled, StatusFailed:
+	default:
+		return fmt.Errorf("%w settlement %q: status %q", ErrInvalid, e.RequestID, e.Status)
+	}
+	now := l.cfg.Now()
+	if e.SettledAt.IsZero() {
+		e.SettledAt = now
+	}
+	if e.CreatedAt.IsZero() {
+		e.CreatedAt = e.SettledAt
+	}
+	e.CreatedAt, e.SettledAt = micro(e.CreatedAt), micro(e.SettledAt)
+	return l.append(&record{kind: kindSettle, e: e}, 0)
+}
+
+func (l *Ledger) append(r *record, limit int64) error {
+	pos, err := l.spool.append(r, limit)
+	if err != nil {
+		return err
+	}
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	if l.cfg.SyncEach {
+		select {
+		case l.syncKick <- struct{}{}:
+		default:
+		}
+		return l.spool.waitSynced(pos)
+	}
+	return nil
+}
+
+// Flush returns once everything appended before the call is in the store,
+// or with ctx's error, or with the error that stopped the flusher.
+func (l *Ledger) Flush(ctx context.Context) error {
+	target, _ := l.spool.positions()
+	for {
+		l.mu.Lock()
+		applied, ch, fatal, lastErr := l.applied, l.advanced, l.fatal, l.lastErr
+		l.mu.Unlock()
+		if applied >= target {
+			return nil
+		}
+		if fatal != nil {
+			return fatal
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			if lastErr != nil {
+				return fmt.Errorf("ledger: flush: %w (store: %v)", ctx.Err(), lastErr)
+			}
+			return fmt.Errorf("ledger: flush: %w", ctx.Err())
+		}
+	}
+}
+
+// Stats describes the ledger's progress.
+type Stats struct {
+	// Pending is the bytes of spool not yet in the store.
+	Pending int64
+	// StoreErr is the store's last error, nil while it works.
+	StoreErr error
+}
+
+// Stats returns the ledger's progress, for health checks and metrics.
+func (l *Ledger) Stats() Stats {
+	end, applied := l.spool.positions()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	err := l.lastErr
+	if l.fatal != nil {
+		err = l.fatal
+	}
+	return Stats{Pending: end - applied, StoreErr: err}
+}
+
+// Close waits up to Config.CloseTimeout for the spool to reach the store,
+// then stops the ledger. What did not reach the store stays in the spool and
+// is replayed by the next Open; Close then reports how much.
+func (l *Ledger) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.CloseTimeout)
+	flushErr := l.Flush(ctx)
+	cancel()
+	err := l.shutdown()
+	if flushErr != nil {
+		st := l.Stats()
+		return errors.Join(fmt.Errorf("ledger: close: %d bytes stay in the spool for the next open: %w", st.Pending, flushErr), err)
+	}
+	return err
+}
+
+// shutdown stops the goroutines and releases what Open acquired; it works
+// after a partial Open.
+func (l *Ledger) shutdown() error {
+	close(l.stop)
+	if l.cancel != nil {
+		l.cancel()
+	}
+	l.wg.Wait()
+	var errs []error
+	if l.spool != nil {
+		errs = append(errs, l.spool.close())
+	}
+	if l.store != nil {
+		errs = append(errs, l.store.close())
+	}
+	if l.lock != nil {
+		errs = append(errs, l.lock.Close()) // releases the flock
+	}
+	return errors.Join(errs...)
+}
+
+// flushLoop moves the spool into the store, in order, in batches.
+func (l *Ledger) flushLoop(ctx context.Context) {
+	var (
+		recs  = make([]record, 0, l.cfg.BatchSize)
+		buf   []byte
+		err   error
+		next  int64
+		pos   = l.applied
+		delay = l.cfg.RetryMin
+	)
+	for {
+		recs, next, err = l.spool.read(pos, l.cfg.BatchSize, recs, &buf)
+		if err != nil {
+			l.setFatal(err)
+			return
+		}
+		if len(recs) == 0 {
+			select {
+			case <-l.wake:
+				continue
+			case <-l.stop:
+				return
+			}
+		}
+		for {
+			var n int64
+			n, err = l.applyBatch(ctx, recs)
+			if err == nil {
+				if n > 0 {
+					l.cfg.Logf("ledger: recovered %d reservations of a previous run at their estimate", n)
+				}
+				delay = l.cfg.RetryMin
+				break
+			}
+			l.setErr(err)
+			l.cfg.Logf("ledger: store: %v (retrying in %s; %d records wait in the spool)", err, delay, len(recs))
+			select {
+			case <-time.After(delay):
+			case <-l.stop:
+				return
+			}
+			delay = min(2*delay, l.cfg.RetryMax)
+		}
+		pos = next
+		if err := l.spool.markApplied(pos); err != nil {
+			l.cfg.Logf("%v", err)
+		}
+		l.mu.Lock()
+		l.applied, l.lastErr = pos, nil
+		close(l.advanced)
+		l.advanced = make(chan struct{})
+		l.mu.Unlock()
+	}
+}
+
+func (l *Ledger) applyBatch(ctx context.Context, recs []record) (int64, error) {
+	tx, err := l.store.begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n, err := applyRecords(ctx, tx, l.node, recs)
+	if err != nil {
+		tx.rollback(ctx)
+		return 0, err
+	}
+	if err := tx.commit(ctx); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+func (l *Ledger) setErr(err error) {
+	l.mu.Lock()
+	l.lastErr = err
+	l.mu.Unlock()
+}
+
+func (l *Ledger) setFatal(err error) {
+	l.cfg.Logf("ledger: flusher stopped: %v", err)
+	l.mu.Lock()
+	l.fatal = err
+	close(l.advanced)
+	l.advanced = make(chan struct{})
+	l.mu.Unlock()
+}
+
+// lockDir takes an exclusive lock on dir, so that two processes never share
+// a spool. The kernel releases it when the process dies.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("ledger: data dir %s is in use by another process: %w", dir, err)
+	}
+	return f, nil
+}
+
+// nodeID returns the id of this data dir, creating it on first use. Entries
+// carry it so that recovery finalizes only this node's reservations when
+// several nodes share one PostgreSQL.
+func nodeID(dir string) (string, error) {
+	path := filepath.Join(dir, "node")
+	if b, err := os.ReadFile(path); err == nil {
+		id := strings.TrimSpace(string(b))
+		if id == "" {
+			return "", fmt.Errorf("ledger: %s is empty", path)
+		}
+		return id, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("ledger: node id: %w", err)
+	}
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("ledger: node id: %w", err)
+	}
+	id := hex.EncodeToString(b[:])
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("ledger: node id: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("ledger: node id: %w", err)
+	}
+	return id, syncDir(dir)
+}

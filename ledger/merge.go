@@ -1,0 +1,163 @@
+package ledger
+
+// Both stores apply a batch of spool records the same way: within one
+// transaction, for each run of records between recovery markers, they load
+// the rows the run touches, merge the records into them here in Go, and
+// write back the rows that changed together with the change of each spend
+// bucket. The merge rules make replay harmless:
+//
+//   - a reservation creates its entry only if none exists;
+//   - a settlement finalizes an entry that is reserved or recovered (a
+//     recorded settlement beats a recovery at the estimate), creates it if
+//     none exists, and does nothing to an entry already settled or failed;
+//   - a recovery marker finalizes at their estimate the node's entries still
+//     reserved when it is applied, which is after every record the dead run
+//     wrote, since records are applied in spool order.
+
+import (
+	"context"
+	"time"
+
+	"github.com/costgate/costgate/costmodel"
+)
+
+// bucketSize is the granularity of the spend roll-up. Every time zone in use
+// today is offset from UTC by a multiple of 15 minutes, so day and month
+// boundaries in any of them fall on bucket boundaries.
+const bucketSize = 15 * time.Minute
+
+func bucketOf(t time.Time) time.Time {
+	return t.Truncate(bucketSize).UTC()
+}
+
+type spendKey struct {
+	tenant, user, key string
+	bucket            int64 // Unix microseconds of the bucket start
+}
+
+// storeTx is one transaction on a store.
+type storeTx interface {
+	// load returns the stored entries among ids.
+	load(ctx context.Context, ids []string) (map[string]*Entry, error)
+	// write upserts rows (all columns) and adds deltas to the spend roll-up.
+	write(ctx context.Context, node string, rows []*Entry, deltas map[spendKey]int64) error
+	// recover finalizes the node's reserved entries at their estimate.
+	recover(ctx context.Context, node string, at time.Time) (int64, error)
+	commit(ctx context.Context) error
+	rollback(ctx context.Context) error
+}
+
+// applyRecords applies recs, in order, within tx. It returns how many
+// reservations recovery markers finalized.
+func applyRecords(ctx context.Context, tx storeTx, node string, recs []record) (recovered int64, err error) {
+	for len(recs) > 0 {
+		i := 0
+		for i < len(recs) && recs[i].kind != kindRecover {
+			i++
+		}
+		if i > 0 {
+			if err := mergeRun(ctx, tx, node, recs[:i]); err != nil {
+				return 0, err
+			}
+		}
+		if i < len(recs) {
+			n, err := tx.recover(ctx, node, micro(recs[i].e.CreatedAt))
+			if err != nil {
+				return 0, err
+			}
+			recovered += n
+			i++
+		}
+		recs = recs[i:]
+	}
+	return recovered, nil
+}
+
+func mergeRun(ctx context.Context, tx storeTx, node string, recs []record) error {
+	ids := make([]string, 0, len(recs))
+	seen := make(map[string]struct{}, len(recs))
+	for i := range recs {
+		id := recs[i].e.RequestID
+		if _, ok := seen[id]; !ok {
+			seen[id] = struct{}{}
+			ids = append(ids, id)
+		}
+	}
+	rows, err := tx.load(ctx, ids)
+	if err != nil {
+		return err
+	}
+	var dirty []string
+	isDirty := make(map[string]bool)
+	deltas := make(map[spendKey]int64)
+	for i := range recs {
+		r := &recs[i]
+		cur := rows[r.e.RequestID]
+		next, delta := merge(cur, r)
+		if next == nil {
+			continue
+		}
+		rows[r.e.RequestID] = next
+		if !isDirty[next.RequestID] {
+			isDirty[next.RequestID] = true
+			dirty = append(dirty, next.RequestID)
+		}
+		if delta != 0 {
+			deltas[spendKey{next.Tenant, next.User, next.KeyID, bucketOf(next.CreatedAt).UnixMicro()}] += delta
+		}
+	}
+	if len(dirty) == 0 {
+		return nil
+	}
+	changed := make([]*Entry, len(dirty))
+	for i, id := range dirty {
+		changed[i] = rows[id]
+	}
+	for k, v := range deltas {
+		if v == 0 {
+			delete(deltas, k)
+		}
+	}
+	return tx.write(ctx, node, changed, deltas)
+}
+
+// merge applies r to the current row cur (nil when there is none). It returns
+// the new row, or nil when r changes nothing, and the change of its charge.
+func merge(cur *Entry, r *record) (*Entry, int64) {
+	switch r.kind {
+	case kindReserve:
+		if cur != nil {
+			return nil, 0
+		}
+		e := r.e
+		e.Status = StatusReserved
+		e.Actual, e.ActualCost, e.SettledAt = costmodel.Usage{}, 0, time.Time{}
+		return &e, int64(e.Charge())
+	case kindSettle:
+		if cur == nil {
+			e := r.e
+			return &e, int64(e.Charge())
+		}
+		if cur.Status != StatusReserved && cur.Status != StatusRecovered {
+			return nil, 0
+		}
+		old := cur.Charge()
+		e := *cur
+		e.Status, e.HTTPStatus = r.e.Status, r.e.HTTPStatus
+		e.Actual, e.ActualCost, e.SettledAt = r.e.Actual, r.e.ActualCost, r.e.SettledAt
+		for _, f := range [...]struct {
+			dst *string
+			src string
+		}{
+			{&e.Route, r.e.Route}, {&e.Upstream, r.e.Upstream}, {&e.Model, r.e.Model},
+			{&e.Region, r.e.Region}, {&e.Decision, r.e.Decision}, {&e.Policy, r.e.Policy},
+			{&e.Friction, r.e.Friction},
+		} {
+			if f.src != "" {
+				*f.dst = f.src
+			}
+		}
+		return &e, int64(e.Charge() - old)
+	}
+	return nil, 0
+}

@@ -1,0 +1,54 @@
+-- Entries: one row per admitted request. Money is integer nano-dollars;
+-- cost is the charge (estimated_cost while reserved, actual_cost once
+-- final). settled_at is NULL while reserved.
+CREATE TABLE ledger_entries (
+    request_id       text PRIMARY KEY,
+    node             text NOT NULL,
+    tenant           text NOT NULL,
+    user_id          text NOT NULL,
+    key_id           text NOT NULL,
+    route            text NOT NULL,
+    upstream         text NOT NULL,
+    model            text NOT NULL,
+    region           text NOT NULL,
+    decision         text NOT NULL,
+    policy           text NOT NULL,
+    friction         text NOT NULL,
+    status           text NOT NULL CHECK (status IN ('reserved', 'settled', 'recovered', 'failed')),
+    http_status      integer NOT NULL,
+    est_input        bigint NOT NULL,
+    est_cached_input bigint NOT NULL,
+    est_cache_write  bigint NOT NULL,
+    est_output       bigint NOT NULL,
+    est_reasoning    bigint NOT NULL,
+    est_units        bigint NOT NULL,
+    act_input        bigint NOT NULL,
+    act_cached_input bigint NOT NULL,
+    act_cache_write  bigint NOT NULL,
+    act_output       bigint NOT NULL,
+    act_reasoning    bigint NOT NULL,
+    act_units        bigint NOT NULL,
+    estimated_cost   bigint NOT NULL,
+    actual_cost      bigint NOT NULL,
+    cost             bigint NOT NULL,
+    created_at       timestamptz NOT NULL,
+    settled_at       timestamptz
+);
+
+CREATE INDEX ledger_entries_tenant_time ON ledger_entries (tenant, created_at, request_id);
+CREATE INDEX ledger_entries_time ON ledger_entries (created_at, request_id);
+CREATE INDEX ledger_entries_open ON ledger_entries (node) WHERE status = 'reserved';
+
+-- Spend roll-up: the sum of the charges of the entries created in each
+-- 15-minute bucket.
+CREATE TABLE ledger_spend (
+    tenant  text NOT NULL,
+    bucket  timestamptz NOT NULL,
+    user_id text NOT NULL,
+    key_id  text NOT NULL,
+    cost    bigint NOT NULL,
+    PRIMARY KEY (tenant, bucket, user_id, key_id)
+);
+
+CREATE INDEX ledger_spend_user ON ledger_spend (tenant, user_id, bucket);
+CREATE INDEX ledger_spend_key ON ledger_spend (tenant, key_id, bucket);

@@ -1,0 +1,54 @@
+-- Entries: one row per admitted request. Times are Unix microseconds (UTC);
+-- settled_at is 0 while reserved. Money is integer nano-dollars; cost is the
+-- charge (estimated_cost while reserved, actual_cost once final).
+CREATE TABLE ledger_entries (
+    request_id       TEXT PRIMARY KEY,
+    node             TEXT NOT NULL,
+    tenant           TEXT NOT NULL,
+    user_id          TEXT NOT NULL,
+    key_id           TEXT NOT NULL,
+    route            TEXT NOT NULL,
+    upstream         TEXT NOT NULL,
+    model            TEXT NOT NULL,
+    region           TEXT NOT NULL,
+    decision         TEXT NOT NULL,
+    policy           TEXT NOT NULL,
+    friction         TEXT NOT NULL,
+    status           TEXT NOT NULL CHECK (status IN ('reserved', 'settled', 'recovered', 'failed')),
+    http_status      INTEGER NOT NULL,
+    est_input        INTEGER NOT NULL,
+    est_cached_input INTEGER NOT NULL,
+    est_cache_write  INTEGER NOT NULL,
+    est_output       INTEGER NOT NULL,
+    est_reasoning    INTEGER NOT NULL,
+    est_units        INTEGER NOT NULL,
+    act_input        INTEGER NOT NULL,
+    act_cached_input INTEGER NOT NULL,
+    act_cache_write  INTEGER NOT NULL,
+    act_output       INTEGER NOT NULL,
+    act_reasoning    INTEGER NOT NULL,
+    act_units        INTEGER NOT NULL,
+    estimated_cost   INTEGER NOT NULL,
+    actual_cost      INTEGER NOT NULL,
+    cost             INTEGER NOT NULL,
+    created_at       INTEGER NOT NULL,
+    settled_at       INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE INDEX ledger_entries_tenant_time ON ledger_entries (tenant, created_at, request_id);
+CREATE INDEX ledger_entries_time ON ledger_entries (created_at, request_id);
+CREATE INDEX ledger_entries_open ON ledger_entries (node) WHERE status = 'reserved';
+
+-- Spend roll-up: the sum of the charges of the entries created in each
+-- 15-minute bucket (bucket = Unix microseconds of its start).
+CREATE TABLE ledger_spend (
+    tenant  TEXT NOT NULL,
+    bucket  INTEGER NOT NULL,
+    user_id TEXT NOT NULL,
+    key_id  TEXT NOT NULL,
+    cost    INTEGER NOT NULL,
+    PRIMARY KEY (tenant, bucket, user_id, key_id)
+) WITHOUT ROWID;
+
+CREATE INDEX ledger_spend_user ON ledger_spend (tenant, user_id, bucket);
+CREATE INDEX ledger_spend_key ON ledger_spend (tenant, key_id, bucket);

@@ -1,0 +1,139 @@
+package ledger
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/costgate/costgate/costmodel"
+)
+
+// Query selects entries by tenant and creation time, in pages.
+type Query struct {
+	// Tenant selects one tenant's entries; empty selects every tenant's.
+	Tenant string
+	// From and To bound CreatedAt to [From, To); a zero bound is open.
+	From, To time.Time
+	// Limit is the most entries of a page: 0 means 100, at most 1000.
+	Limit int
+	// Cursor continues from a previous page's Next.
+	Cursor string
+}
+
+// Page is one page of entries, ordered by CreatedAt then RequestID. Next is
+// the cursor of the following page, empty after the last.
+type Page struct {
+	Entries []Entry
+	Next    string
+}
+
+// MaxLimit is the largest page Entries returns.
+const MaxLimit = 1000
+
+type cursor struct {
+	created time.Time
+	id      string
+}
+
+func (c cursor) String() string {
+	return base64.RawURLEncoding.EncodeToString([]byte("v1:" + strconv.FormatInt(c.created.UnixMicro(), 10) + ":" + c.id))
+}
+
+func parseCursor(s string) (*cursor, error) {
+	if s == "" {
+		return nil, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w cursor: %v", ErrInvalid, err)
+	}
+	rest, ok := strings.CutPrefix(string(b), "v1:")
+	us, id, ok2 := strings.Cut(rest, ":")
+	if !ok || !ok2 || id == "" {
+		return nil, fmt.Errorf("%w cursor", ErrInvalid)
+	}
+	v, err := strconv.ParseInt(us, 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("%w cursor: %v", ErrInvalid, err)
+	}
+	return &cursor{created: time.UnixMicro(v).UTC(), id: id}, nil
+}
+
+// Entries returns one page of the entries q selects, as they are in the
+// store (call Flush first to include what is still in the spool).
+func (l *Ledger) Entries(ctx context.Context, q Query) (Page, error) {
+	if q.Limit < 0 || q.Limit > MaxLimit {
+		return Page{}, fmt.Errorf("%w query: limit %d is outside 0..%d", ErrInvalid, q.Limit, MaxLimit)
+	}
+	if q.Limit == 0 {
+		q.Limit = 100
+	}
+	after, err := parseCursor(q.Cursor)
+	if err != nil {
+		return Page{}, err
+	}
+	q.From, q.To = micro(q.From), micro(q.To)
+	es, err := l.store.entries(ctx, q, after, q.Limit+1)
+	if err != nil {
+		return Page{}, err
+	}
+	var p Page
+	if len(es) > q.Limit {
+		es = es[:q.Limit]
+		last := es[len(es)-1]
+		p.Next = cursor{last.CreatedAt, last.RequestID}.String()
+	}
+	p.Entries = es
+	return p, nil
+}
+
+// SpendQuery selects the spend of a tenant, or of one of its users or keys,
+// over the period that contains At.
+type SpendQuery struct {
+	Tenant string // required
+	User   string // optional: only this user's entries
+	KeyID  string // optional: only this key's entries
+	// Period is "day" or "month", with boundaries in Config.TimeZone.
+	Period string
+	// At is a time inside the period; zero means now.
+	At time.Time
+}
+
+// Period returns the bounds [start, end) of the period named period ("day"
+// or "month") that contains at, in the time zone tz.
+func Period(period string, at time.Time, tz *time.Location) (start, end time.Time, err error) {
+	t := at.In(tz)
+	switch period {
+	case "day":
+		start = time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, tz)
+		end = start.AddDate(0, 0, 1)
+	case "month":
+		start = time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, tz)
+		end = start.AddDate(0, 1, 0)
+	default:
+		return time.Time{}, time.Time{}, fmt.Errorf("%w period %q: want day or month", ErrInvalid, period)
+	}
+	return start, end, nil
+}
+
+// Spend returns the period-to-date spend q selects: the charge of its
+// entries created in the period (the estimate while reserved, the actual
+// cost once final), as it is in the store. It reads a roll-up of 15-minute
+// buckets, so its cost does not grow with the number of entries.
+func (l *Ledger) Spend(ctx context.Context, q SpendQuery) (costmodel.NanoUSD, error) {
+	if q.Tenant == "" {
+		return 0, fmt.Errorf("%w spend query: tenant is required", ErrInvalid)
+	}
+	at := q.At
+	if at.IsZero() {
+		at = l.cfg.Now()
+	}
+	from, to, err := Period(q.Period, at, l.cfg.TimeZone)
+	if err != nil {
+		return 0, err
+	}
+	return l.store.spend(ctx, q.Tenant, q.User, q.KeyID, from.UTC(), to.UTC())
+}

@@ -1,0 +1,191 @@
+package ledger
+
+// A spool record is a frame
+//
+//	length uint32 LE | crc32c(payload) uint32 LE | payload
+//
+// and its payload is a kind byte followed by the entry's fields, strings as
+// uvarint length and bytes, numbers as varints, times as Unix microseconds.
+// The node that wrote a record is the node of the spool, so it is not in the
+// record.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"time"
+
+	"github.com/costgate/costgate/costmodel"
+)
+
+type kind byte
+
+const (
+	kindReserve kind = 1
+	kindSettle  kind = 2
+	// kindRecover finalizes at their estimate all reservations of this node
+	// that are still open when the record is applied. Open appends one
+	// after the records of the previous run.
+	kindRecover kind = 3
+)
+
+type record struct {
+	kind kind
+	e    Entry
+}
+
+const (
+	frameHeader = 8
+	maxPayload  = 1 << 20
+)
+
+var (
+	crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+	errTorn    = errors.New("ledger: torn spool record")
+	errCorrupt = errors.New("ledger: corrupt spool record")
+)
+
+// appendFrame encodes r as a frame at the end of b.
+func appendFrame(b []byte, r *record) []byte {
+	start := len(b)
+	b = append(b, make([]byte, frameHeader)...)
+	b = append(b, byte(r.kind))
+	e := &r.e
+	for _, s := range [...]string{e.RequestID, e.Tenant, e.User, e.KeyID, e.Route, e.Upstream,
+		e.Model, e.Region, e.Decision, e.Policy, e.Friction, string(e.Status)} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	for _, v := range [...]int64{int64(e.HTTPStatus),
+		e.Estimated.InputTokens, e.Estimated.CachedInputTokens, e.Estimated.CacheWriteTokens,
+		e.Estimated.OutputTokens, e.Estimated.ReasoningTokens, e.Estimated.Units,
+		e.Actual.InputTokens, e.Actual.CachedInputTokens, e.Actual.CacheWriteTokens,
+		e.Actual.OutputTokens, e.Actual.ReasoningTokens, e.Actual.Units,
+		int64(e.EstimatedCost), int64(e.ActualCost), unixMicro(e.CreatedAt), unixMicro(e.SettledAt)} {
+		b = binary.AppendVarint(b, v)
+	}
+	payload := b[start+frameHeader:]
+	binary.LittleEndian.PutUint32(b[start:], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(b[start+4:], crc32.Checksum(payload, crcTable))
+	return b
+}
+
+// readFrame decodes the frame at the start of b and returns its length.
+// errTorn means b ends inside the frame; errCorrupt that the frame is bad.
+func readFrame(b []byte, r *record) (int, error) {
+	if len(b) < frameHeader {
+		return 0, errTorn
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if n == 0 || n > maxPayload {
+		return 0, fmt.Errorf("%w: length %d", errCorrupt, n)
+	}
+	if uint64(len(b)) < frameHeader+uint64(n) {
+		return 0, errTorn
+	}
+	payload := b[frameHeader : frameHeader+n]
+	if crc32.Checksum(payload, crcTable) != binary.LittleEndian.Uint32(b[4:]) {
+		return 0, fmt.Errorf("%w: checksum mismatch", errCorrupt)
+	}
+	if err := decodePayload(payload, r); err != nil {
+		return 0, err
+	}
+	return frameHeader + int(n), nil
+}
+
+func decodePayload(p []byte, r *record) error {
+	d := decoder{b: p}
+	r.kind = kind(d.byte())
+	if r.kind < kindReserve || r.kind > kindRecover {
+		return fmt.Errorf("%w: kind %d", errCorrupt, r.kind)
+	}
+	e := &r.e
+	for _, s := range [...]*string{&e.RequestID, &e.Tenant, &e.User, &e.KeyID, &e.Route, &e.Upstream,
+		&e.Model, &e.Region, &e.Decision, &e.Policy, &e.Friction} {
+		*s = d.string()
+	}
+	e.Status = Status(d.string())
+	var created, settled, http, estCost, actCost int64
+	for _, v := range [...]*int64{&http,
+		&e.Estimated.InputTokens, &e.Estimated.CachedInputTokens, &e.Estimated.CacheWriteTokens,
+		&e.Estimated.OutputTokens, &e.Estimated.ReasoningTokens, &e.Estimated.Units,
+		&e.Actual.InputTokens, &e.Actual.CachedInputTokens, &e.Actual.CacheWriteTokens,
+		&e.Actual.OutputTokens, &e.Actual.ReasoningTokens, &e.Actual.Units,
+		&estCost, &actCost, &created, &settled} {
+		*v = d.varint()
+	}
+	if d.err != nil {
+		return d.err
+	}
+	if len(d.b) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", errCorrupt, len(d.b))
+	}
+	if http < 0 || http > 999 {
+		return fmt.Errorf("%w: http status %d", errCorrupt, http)
+	}
+	if e.Status != "" && !e.Status.valid() {
+		return fmt.Errorf("%w: status %q", errCorrupt, e.Status)
+	}
+	e.HTTPStatus = int(http)
+	e.EstimatedCost, e.ActualCost = costmodel.NanoUSD(estCost), costmodel.NanoUSD(actCost)
+	e.CreatedAt, e.SettledAt = fromMicro(created), fromMicro(settled)
+	return nil
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) byte() byte {
+	if d.err != nil || len(d.b) == 0 {
+		d.fail()
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) string() string {
+	n, k := binary.Uvarint(d.b)
+	if d.err != nil || k <= 0 || n > maxField || uint64(len(d.b)-k) < n {
+		d.fail()
+		return ""
+	}
+	s := string(d.b[k : k+int(n)])
+	d.b = d.b[k+int(n):]
+	return s
+}
+
+func (d *decoder) varint() int64 {
+	v, k := binary.Varint(d.b)
+	if d.err != nil || k <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[k:]
+	return v
+}
+
+func (d *decoder) fail() {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: truncated payload", errCorrupt)
+	}
+}
+
+func unixMicro(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
+func fromMicro(us int64) time.Time {
+	if us == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(us).UTC()
+}

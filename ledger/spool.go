@@ -1,0 +1,400 @@
+package ledger
+
+// The spool is the ledger's write-ahead log: a directory of segment files,
+// each named by the spool position (a byte offset counted from the first
+// record ever written) of its first byte. Records are only ever appended to
+// the last segment; a segment past SegmentSize is fsynced and a new one
+// started. The flusher reads records from the applied position onwards and,
+// once they are in the store, advances the applied position, records it in
+// the file "applied" (a hint: replay is idempotent, so losing it only costs
+// time) and deletes the segments wholly before it.
+//
+// Durability: append returns once the record is in the operating system
+// with one write(2), which survives the death of the process. A background
+// fsync every SyncInterval, or a group fsync that the caller waits for when
+// SyncEach is set, makes it survive the machine. At open, a torn or corrupt
+// tail of the last segment (a write the machine did not finish) is cut off;
+// damage anywhere else is an error, never skipped silently.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ErrSpoolFull is returned by Reserve while the spool holds more than
+// Config.SpoolLimit bytes that are not yet in the store.
+var ErrSpoolFull = errors.New("ledger: spool full: the store has been unreachable too long")
+
+// ErrClosed is returned by calls on a closed Ledger.
+var ErrClosed = errors.New("ledger: closed")
+
+type segment struct {
+	base int64 // spool position of its first byte
+	size int64 // bytes of complete records
+}
+
+func segmentName(base int64) string { return fmt.Sprintf("%020d.spool", base) }
+
+type spool struct {
+	dir     string
+	segSize int64
+
+	mu      sync.Mutex
+	synced  *sync.Cond // signalled when syncPos advances
+	segs    []segment  // ascending; the last is the one appended to
+	f       *os.File   // the last segment, open for appending
+	end     int64      // position after the last complete record
+	syncPos int64      // position up to which the data is fsynced
+	applied int64      // position up to which the data is in the store
+	err     error      // a failed write or fsync; the spool refuses appends after it
+	closed  bool
+
+	bufs sync.Pool
+}
+
+// openSpool opens or creates the spool in dir, cutting a torn tail off the
+// last segment. logf reports what was cut.
+func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("ledger: spool: %w", err)
+	}
+	s := &spool{dir: dir, segSize: segSize}
+	s.synced = sync.NewCond(&s.mu)
+	s.bufs.New = func() any { b := make([]byte, 0, 512); return &b }
+
+	names, err := filepath.Glob(filepath.Join(dir, "*.spool"))
+	if err != nil {
+		return nil, fmt.Errorf("ledger: spool: %w", err)
+	}
+	for _, n := range names {
+		base, err := strconv.ParseInt(strings.TrimSuffix(filepath.Base(n), ".spool"), 10, 64)
+		if err != nil || base < 0 {
+			return nil, fmt.Errorf("ledger: spool: unexpected file %s", n)
+		}
+		s.segs = append(s.segs, segment{base: base})
+	}
+	sort.Slice(s.segs, func(i, j int) bool { return s.segs[i].base < s.segs[j].base })
+
+	applied := int64(0)
+	if b, err := os.ReadFile(filepath.Join(dir, "applied")); err == nil {
+		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && v >= 0 {
+			applied = v
+		}
+	}
+
+	for i := range s.segs {
+		last := i == len(s.segs)-1
+		seg := &s.segs[i]
+		path := filepath.Join(dir, segmentName(seg.base))
+		if i > 0 && seg.base != s.segs[i-1].base+s.segs[i-1].size {
+			return nil, fmt.Errorf("%w: gap before %s", errCorrupt, path)
+		}
+		size, err := scanSegment(path)
+		if err != nil && !last {
+			return nil, fmt.Errorf("ledger: spool %s: %w", path, err)
+		}
+		if err != nil {
+			fi, statErr := os.Stat(path)
+			if statErr != nil {
+				return nil, fmt.Errorf("ledger: spool: %w", statErr)
+			}
+			logf("ledger: spool %s: cutting %d bytes of torn tail at offset %d: %v", path, fi.Size()-size, size, err)
+			if err := os.Truncate(path, size); err != nil {
+				return nil, fmt.Errorf("ledger: spool: %w", err)
+			}
+		}
+		seg.size = size
+	}
+
+	if len(s.segs) == 0 {
+		base := applied
+		s.segs = []segment{{base: base}}
+	}
+	lastSeg := s.segs[len(s.segs)-1]
+	s.end = lastSeg.base + lastSeg.size
+	first := s.segs[0].base
+	switch {
+	case applied < first:
+		applied = first
+	case applied > s.end:
+		applied = s.end
+	}
+	s.applied, s.syncPos = applied, s.end
+
+	f, err := os.OpenFile(filepath.Join(dir, segmentName(lastSeg.base)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: spool: %w", err)
+	}
+	s.f = f
+	if err := syncDir(dir); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("ledger: spool: %w", err)
+	}
+	s.dropApplied()
+	return s, nil
+}
+
+// scanSegment returns the size of the valid records at the start of the
+// file, and why it stops there when that is not its end.
+func scanSegment(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	var r record
+	off := 0
+	for off < len(b) {
+		n, err := readFrame(b[off:], &r)
+		if err != nil {
+			return int64(off), err
+		}
+		off += n
+	}
+	return int64(off), nil
+}
+
+// append writes r and returns the position after it. With limit > 0 it
+// refuses when more than limit bytes are not yet in the store.
+func (s *spool) append(r *record, limit int64) (int64, error) {
+	bp := s.bufs.Get().(*[]byte)
+	b := appendFrame((*bp)[:0], r)
+	defer func() { *bp = b[:0]; s.bufs.Put(bp) }()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return 0, ErrClosed
+	case s.err != nil:
+		return 0, s.err
+	case limit > 0 && s.end-s.applied > limit:
+		return 0, ErrSpoolFull
+	}
+	last := &s.segs[len(s.segs)-1]
+	if last.size > 0 && last.size+int64(len(b)) > s.segSize {
+		if err := s.rotate(); err != nil {
+			s.err = err
+			return 0, err
+		}
+		last = &s.segs[len(s.segs)-1]
+	}
+	if _, err := s.f.Write(b); err != nil {
+		// A partial write would leave a torn record in the middle of the
+		// log; cut it off, and stop appending if even that fails.
+		if terr := s.f.Truncate(last.size); terr != nil {
+			s.err = fmt.Errorf("ledger: spool write: %w (and truncate: %v)", err, terr)
+		}
+		return 0, fmt.Errorf("ledger: spool write: %w", err)
+	}
+	last.size += int64(len(b))
+	s.end += int64(len(b))
+	return s.end, nil
+}
+
+// rotate seals the last segment and starts a new one. s.mu is held.
+func (s *spool) rotate() error {
+	if err := s.f.Sync(); err != nil {
+		return fmt.Errorf("ledger: spool sync: %w", err)
+	}
+	s.syncPos = s.end
+	s.synced.Broadcast()
+	f, err := os.OpenFile(filepath.Join(s.dir, segmentName(s.end)), os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("ledger: spool rotate: %w", err)
+	}
+	if err := syncDir(s.dir); err != nil {
+		f.Close()
+		return fmt.Errorf("ledger: spool rotate: %w", err)
+	}
+	s.f.Close()
+	s.f = f
+	s.segs = append(s.segs, segment{base: s.end})
+	return nil
+}
+
+// sync fsyncs what has been appended so far.
+func (s *spool) sync() error {
+	s.mu.Lock()
+	target, f := s.end, s.f
+	if s.syncPos >= target || s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+	err := f.Sync()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		if errors.Is(err, os.ErrClosed) {
+			return nil // rotated or closed meanwhile, which synced it
+		}
+		s.err = fmt.Errorf("ledger: spool sync: %w", err)
+		s.synced.Broadcast()
+		return s.err
+	}
+	if target > s.syncPos {
+		s.syncPos = target
+	}
+	s.synced.Broadcast()
+	return nil
+}
+
+// waitSynced blocks until pos is fsynced.
+func (s *spool) waitSynced(pos int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.syncPos < pos && s.err == nil && !s.closed {
+		s.synced.Wait()
+	}
+	if s.syncPos >= pos {
+		return nil
+	}
+	if s.err != nil {
+		return s.err
+	}
+	return ErrClosed
+}
+
+// read decodes up to max records from position from onwards into recs and
+// returns them with the position after the last one.
+func (s *spool) read(from int64, max int, recs []record, buf *[]byte) ([]record, int64, error) {
+	recs = recs[:0]
+	for len(recs) < max {
+		s.mu.Lock()
+		end := s.end
+		var seg segment
+		found := false
+		for _, g := range s.segs {
+			if from >= g.base && from < g.base+g.size {
+				seg, found = g, true
+				break
+			}
+		}
+		s.mu.Unlock()
+		if !found || from >= end {
+			return recs, from, nil
+		}
+		want := seg.base + seg.size - from
+		if want > 4<<20 {
+			want = 4 << 20
+		}
+		if int64(cap(*buf)) < want {
+			*buf = make([]byte, want)
+		}
+		b := (*buf)[:want]
+		f, err := os.Open(filepath.Join(s.dir, segmentName(seg.base)))
+		if err != nil {
+			return recs, from, fmt.Errorf("ledger: spool read: %w", err)
+		}
+		n, err := f.ReadAt(b, from-seg.base)
+		f.Close()
+		if err != nil && !(errors.Is(err, io.EOF) && int64(n) == want) {
+			return recs, from, fmt.Errorf("ledger: spool read: %w", err)
+		}
+		off := 0
+		for off < len(b) && len(recs) < max {
+			recs = append(recs, record{})
+			k, err := readFrame(b[off:], &recs[len(recs)-1])
+			if errors.Is(err, errTorn) && off > 0 {
+				recs = recs[:len(recs)-1]
+				break // the rest of the record is beyond this chunk
+			}
+			if err != nil {
+				return recs[:len(recs)-1], from, fmt.Errorf("ledger: spool read at %d: %w", from, err)
+			}
+			off += k
+			from += int64(k)
+		}
+	}
+	return recs, from, nil
+}
+
+// markApplied records that everything before pos is in the store and deletes
+// the segments that holds wholly.
+func (s *spool) markApplied(pos int64) error {
+	s.mu.Lock()
+	if pos > s.applied {
+		s.applied = pos
+	}
+	s.mu.Unlock()
+	tmp := filepath.Join(s.dir, "applied.tmp")
+	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(pos, 10)+"\n"), 0o600); err != nil {
+		return fmt.Errorf("ledger: spool: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(s.dir, "applied")); err != nil {
+		return fmt.Errorf("ledger: spool: %w", err)
+	}
+	s.dropApplied()
+	return nil
+}
+
+// dropApplied deletes the sealed segments wholly before the applied position.
+func (s *spool) dropApplied() {
+	s.mu.Lock()
+	var drop []segment
+	for len(s.segs) > 1 && s.segs[0].base+s.segs[0].size <= s.applied {
+		drop = append(drop, s.segs[0])
+		s.segs = s.segs[1:]
+	}
+	s.mu.Unlock()
+	for _, g := range drop {
+		os.Remove(filepath.Join(s.dir, segmentName(g.base)))
+	}
+}
+
+// positions returns the end of the spool and the applied position.
+func (s *spool) positions() (end, applied int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.end, s.applied
+}
+
+func (s *spool) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.synced.Broadcast()
+	err := s.f.Sync()
+	if cerr := s.f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("ledger: spool close: %w", err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// syncLoop fsyncs the spool every interval until stop is closed.
+func (s *spool) syncLoop(interval time.Duration, kick <-chan struct{}, stop <-chan struct{}) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		case <-kick:
+		}
+		s.sync()
+	}
+}

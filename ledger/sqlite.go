@@ -1,0 +1,234 @@
+package ledger
+
+// The embedded store: a SQLite file through modernc.org/sqlite (pure Go), in
+// WAL mode with synchronous=FULL, written by the flusher alone.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/costgate/costgate/costmodel"
+
+	_ "modernc.org/sqlite"
+)
+
+type sqliteStore struct {
+	db *sql.DB
+}
+
+func openSQLite(ctx context.Context, path string) (*sqliteStore, error) {
+	q := url.Values{}
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_txlock", "immediate")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("ledger: sqlite: %w", err)
+	}
+	db.SetMaxOpenConns(4)
+	s := &sqliteStore{db: db}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *sqliteStore) migrate(ctx context.Context) error {
+	ms, err := migrations("sqlite")
+	if err != nil {
+		return err
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("ledger: sqlite migrate: %w", err)
+	}
+	defer tx.Rollback()
+	var have int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&have); err != nil {
+		return fmt.Errorf("ledger: sqlite migrate: %w", err)
+	}
+	if have > len(ms) {
+		return fmt.Errorf("ledger: sqlite schema version %d is newer than this binary's %d", have, len(ms))
+	}
+	for _, m := range ms[have:] {
+		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			return fmt.Errorf("ledger: sqlite migration %s: %w", m.name, err)
+		}
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", m.version)); err != nil {
+			return fmt.Errorf("ledger: sqlite migration %s: %w", m.name, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("ledger: sqlite migrate: %w", err)
+	}
+	return nil
+}
+
+func (s *sqliteStore) close() error { return s.db.Close() }
+
+func sqliteTime(t time.Time) any { return unixMicro(t) }
+
+var sqliteUpsert = func() string {
+	var set []string
+	for _, c := range entryColumns[1:] {
+		set = append(set, c+" = excluded."+c)
+	}
+	return "INSERT INTO ledger_entries (" + strings.Join(entryColumns, ", ") + ") VALUES (?" +
+		strings.Repeat(", ?", len(entryColumns)-1) + ") ON CONFLICT (request_id) DO UPDATE SET " + strings.Join(set, ", ")
+}()
+
+type sqliteTx struct{ tx *sql.Tx }
+
+func (s *sqliteStore) begin(ctx context.Context) (storeTx, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: sqlite: %w", err)
+	}
+	return &sqliteTx{tx: tx}, nil
+}
+
+func (t *sqliteTx) load(ctx context.Context, ids []string) (map[string]*Entry, error) {
+	out := make(map[string]*Entry)
+	for len(ids) > 0 {
+		n := min(len(ids), 500)
+		args := make([]any, n)
+		for i, id := range ids[:n] {
+			args[i] = id
+		}
+		rows, err := t.tx.QueryContext(ctx, "SELECT "+readColumns+" FROM ledger_entries WHERE request_id IN (?"+
+			strings.Repeat(", ?", n-1)+")", args...)
+		if err != nil {
+			return nil, fmt.Errorf("ledger: sqlite load: %w", err)
+		}
+		es, err := sqliteEntries(rows)
+		if err != nil {
+			return nil, err
+		}
+		for i := range es {
+			out[es[i].RequestID] = &es[i]
+		}
+		ids = ids[n:]
+	}
+	return out, nil
+}
+
+func sqliteEntries(rows *sql.Rows) ([]Entry, error) {
+	defer rows.Close()
+	var es []Entry
+	for rows.Next() {
+		var e Entry
+		var created, settled int64
+		if err := scanEntry(rows, &e, &created, &settled); err != nil {
+			return nil, fmt.Errorf("ledger: sqlite scan: %w", err)
+		}
+		e.CreatedAt, e.SettledAt = fromMicro(created), fromMicro(settled)
+		es = append(es, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: sqlite: %w", err)
+	}
+	return es, nil
+}
+
+func (t *sqliteTx) write(ctx context.Context, node string, rows []*Entry, deltas map[spendKey]int64) error {
+	st, err := t.tx.PrepareContext(ctx, sqliteUpsert)
+	if err != nil {
+		return fmt.Errorf("ledger: sqlite: %w", err)
+	}
+	defer st.Close()
+	for _, e := range rows {
+		if _, err := st.ExecContext(ctx, entryArgs(node, e, sqliteTime)...); err != nil {
+			return fmt.Errorf("ledger: sqlite upsert: %w", err)
+		}
+	}
+	sp, err := t.tx.PrepareContext(ctx, `INSERT INTO ledger_spend (tenant, bucket, user_id, key_id, cost) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (tenant, bucket, user_id, key_id) DO UPDATE SET cost = cost + excluded.cost`)
+	if err != nil {
+		return fmt.Errorf("ledger: sqlite: %w", err)
+	}
+	defer sp.Close()
+	for k, v := range deltas {
+		if _, err := sp.ExecContext(ctx, k.tenant, k.bucket, k.user, k.key, v); err != nil {
+			return fmt.Errorf("ledger: sqlite spend: %w", err)
+		}
+	}
+	return nil
+}
+
+func (t *sqliteTx) recover(ctx context.Context, node string, at time.Time) (int64, error) {
+	res, err := t.tx.ExecContext(ctx, `UPDATE ledger_entries SET status = 'recovered',
+		act_input = est_input, act_cached_input = est_cached_input, act_cache_write = est_cache_write,
+		act_output = est_output, act_reasoning = est_reasoning, act_units = est_units,
+		actual_cost = estimated_cost, cost = estimated_cost, settled_at = ?
+		WHERE node = ? AND status = 'reserved'`, unixMicro(at), node)
+	if err != nil {
+		return 0, fmt.Errorf("ledger: sqlite recover: %w", err)
+	}
+	return res.RowsAffected()
+}
+
+func (t *sqliteTx) commit(ctx context.Context) error {
+	if err := t.tx.Commit(); err != nil {
+		return fmt.Errorf("ledger: sqlite commit: %w", err)
+	}
+	return nil
+}
+
+func (t *sqliteTx) rollback(ctx context.Context) error {
+	if err := t.tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+		return err
+	}
+	return nil
+}
+
+func (s *sqliteStore) entries(ctx context.Context, q Query, after *cursor, limit int) ([]Entry, error) {
+	var where []string
+	var args []any
+	if q.Tenant != "" {
+		where, args = append(where, "tenant = ?"), append(args, q.Tenant)
+	}
+	if !q.From.IsZero() {
+		where, args = append(where, "created_at >= ?"), append(args, q.From.UnixMicro())
+	}
+	if !q.To.IsZero() {
+		where, args = append(where, "created_at < ?"), append(args, q.To.UnixMicro())
+	}
+	if after != nil {
+		where = append(where, "(created_at > ? OR (created_at = ? AND request_id > ?))")
+		args = append(args, after.created.UnixMicro(), after.created.UnixMicro(), after.id)
+	}
+	sqlText := "SELECT " + readColumns + " FROM ledger_entries"
+	if len(where) > 0 {
+		sqlText += " WHERE " + strings.Join(where, " AND ")
+	}
+	sqlText += " ORDER BY created_at, request_id LIMIT ?"
+	args = append(args, limit)
+	rows, err := s.db.QueryContext(ctx, sqlText, args...)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: sqlite entries: %w", err)
+	}
+	return sqliteEntries(rows)
+}
+
+func (s *sqliteStore) spend(ctx context.Context, tenant, user, key string, from, to time.Time) (costmodel.NanoUSD, error) {
+	sqlText := "SELECT COALESCE(SUM(cost), 0) FROM ledger_spend WHERE tenant = ? AND bucket >= ? AND bucket < ?"
+	args := []any{tenant, from.UnixMicro(), to.UnixMicro()}
+	if user != "" {
+		sqlText, args = sqlText+" AND user_id = ?", append(args, user)
+	}
+	if key != "" {
+		sqlText, args = sqlText+" AND key_id = ?", append(args, key)
+	}
+	var v int64
+	if err := s.db.QueryRowContext(ctx, sqlText, args...).Scan(&v); err != nil {
+		return 0, fmt.Errorf("ledger: sqlite spend: %w", err)
+	}
+	return costmodel.NanoUSD(v), nil
+}
