@@ -1,0 +1,286 @@
+package weighted
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Algorithm names how a limit counts. The zero value is TokenBucket.
+type Algorithm uint8
+
+const (
+	// TokenBucket holds up to Burst units and refills continuously at Rate
+	// units per Period. A debit of cost c takes c units if that many are
+	// there.
+	TokenBucket Algorithm = iota
+	// GCRA is the generic cell rate algorithm (a leaky bucket used as a
+	// meter): a debit of cost c is admitted when the theoretical arrival
+	// time, advanced by c emission intervals (Period/Rate each), lies no
+	// more than Burst emission intervals in the future. With the same Rate,
+	// Period and Burst it makes exactly the decisions TokenBucket makes: it
+	// is the virtual-scheduling form of the same meter, kept under its own
+	// name and its own keys because configurations ask for it by name.
+	GCRA
+	// SlidingWindow counts the current fixed window plus the previous
+	// window's count weighted by how much of it still overlaps the sliding
+	// window of length Period ending now.
+	SlidingWindow
+	// FixedWindow counts units in windows of length Period aligned to the
+	// Unix epoch; the count starts from zero in each window.
+	FixedWindow
+	// SlidingLog keeps one entry per admitted debit and admits when the
+	// entries of the last Period, plus the cost, fit. It is exact, and its
+	// memory is one entry per admitted debit still inside the window:
+	// at most Rate entries per key, because every entry holds at least one
+	// unit.
+	SlidingLog
+	// Concurrency counts units in flight: a debit holds its cost until the
+	// reservation is settled or cancelled, or until its lease (Period)
+	// expires, so that a crashed holder cannot leak capacity.
+	Concurrency
+
+	numAlgorithms
+)
+
+var algorithmNames = [numAlgorithms]string{
+	TokenBucket:   "token_bucket",
+	GCRA:          "gcra",
+	SlidingWindow: "sliding_window",
+	FixedWindow:   "fixed_window",
+	SlidingLog:    "sliding_log",
+	Concurrency:   "concurrency",
+}
+
+// algorithmCodes are the short names used inside storage keys. They never
+// change, so that stored state outlives renames of the public names.
+var algorithmCodes = [numAlgorithms]string{
+	TokenBucket:   "tb",
+	GCRA:          "gcra",
+	SlidingWindow: "sw",
+	FixedWindow:   "fw",
+	SlidingLog:    "log",
+	Concurrency:   "conc",
+}
+
+// ParseAlgorithm returns the algorithm named s: "token_bucket", "gcra",
+// "sliding_window", "fixed_window", "sliding_log" or "concurrency".
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for a, name := range algorithmNames {
+		if s == name {
+			return Algorithm(a), nil
+		}
+	}
+	return 0, fmt.Errorf("weighted: unknown algorithm %q (want one of %s)", s, strings.Join(algorithmNames[:], ", "))
+}
+
+// String returns the name that ParseAlgorithm accepts.
+func (a Algorithm) String() string {
+	if a < numAlgorithms {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("Algorithm(%d)", uint8(a))
+}
+
+func (a Algorithm) code() string { return algorithmCodes[a] }
+
+// Limit is one rate limit: Rate units per Period, counted by Algorithm.
+//
+// What Burst means depends on the algorithm:
+//   - TokenBucket and GCRA: the capacity, the most units that can be debited
+//     at once after an idle spell; 0 means Rate. It may be smaller or larger
+//     than Rate.
+//   - FixedWindow, SlidingWindow and SlidingLog: the capacity is Rate units
+//     per window; Burst must be 0 or equal to Rate.
+//   - Concurrency: the capacity is Rate units in flight, and Period is the
+//     lease after which the units of a holder that never settled return;
+//     Burst must be 0 or equal to Rate.
+//
+// Capacity bounds a single cost: a debit whose cost exceeds the capacity can
+// never be admitted and is refused with a *CostError.
+type Limit struct {
+	// Name identifies the limit, for example "tenant-tokens". It is part of
+	// every storage key and must not contain ':', '{' or '}'.
+	Name      string
+	Algorithm Algorithm
+	// Rate is the number of units admitted per Period (Concurrency: the
+	// units that may be in flight at once). It is at least 1.
+	Rate int64
+	// Period is the refill period or window length (Concurrency: the
+	// lease). It is a whole number of microseconds, at least 1µs and at
+	// most MaxPeriod.
+	Period time.Duration
+	// Burst is the capacity of TokenBucket and GCRA; see the type's
+	// documentation. 0 means Rate.
+	Burst int64
+}
+
+// MaxPeriod is the longest Period a limit may have.
+const MaxPeriod = 400 * 24 * time.Hour
+
+// maxScaled bounds every product the algorithms form, so that the Lua
+// scripts, whose numbers are IEEE doubles exact to 2^53, compute exactly what
+// the Go code computes with int64: sums of a few such values stay below 2^53.
+const maxScaled = 1 << 50
+
+// Capacity returns the most units the limit can hold at once: Burst for
+// TokenBucket and GCRA when it is set, else Rate.
+func (l Limit) Capacity() int64 {
+	if (l.Algorithm == TokenBucket || l.Algorithm == GCRA) && l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Rate
+}
+
+// String describes the limit, for example "tenant-tokens: token_bucket 1000/1m0s burst 2000".
+func (l Limit) String() string {
+	s := fmt.Sprintf("%s: %s %d/%s", l.Name, l.Algorithm, l.Rate, l.Period)
+	if l.Burst > 0 && l.Burst != l.Rate {
+		s += fmt.Sprintf(" burst %d", l.Burst)
+	}
+	return s
+}
+
+// Validate reports whether the limit can be enforced exactly.
+//
+// Besides the bounds on each field, the algorithms that refill or weigh by
+// elapsed time (TokenBucket, GCRA, SlidingWindow) count time in ticks: the
+// smallest power of ten microseconds that divides Period and keeps
+// capacity × (Period / tick) and Rate × (Period / tick) at most 2^50. A
+// limit of 10^11 units a day, for example, refills every 10 s; a limit for
+// which no such tick exists is invalid.
+func (l Limit) Validate() error {
+	_, err := l.spec()
+	return err
+}
+
+// spec is a validated limit in the integer form the algorithms compute with.
+// Times are in microseconds.
+type spec struct {
+	algo   Algorithm
+	cap    int64 // capacity, units
+	rate   int64 // units per period
+	period int64 // µs
+	tick   int64 // µs; divides period
+	p      int64 // ticks per period
+}
+
+func (l Limit) spec() (spec, error) {
+	bad := func(format string, args ...any) (spec, error) {
+		return spec{}, fmt.Errorf("weighted: limit %q: "+format, append([]any{l.Name}, args...)...)
+	}
+	switch {
+	case l.Name == "":
+		return bad("empty name")
+	case strings.ContainsAny(l.Name, ":{}"):
+		return bad("name must not contain ':', '{' or '}'")
+	case l.Algorithm >= numAlgorithms:
+		return bad("unknown algorithm %d", uint8(l.Algorithm))
+	case l.Rate < 1:
+		return bad("rate %d is not positive", l.Rate)
+	case l.Rate > maxScaled:
+		return bad("rate %d exceeds 2^50", l.Rate)
+	case l.Period < time.Microsecond || l.Period > MaxPeriod:
+		return bad("period %s is not between 1µs and %s", l.Period, MaxPeriod)
+	case l.Period%time.Microsecond != 0:
+		return bad("period %s is not a whole number of microseconds", l.Period)
+	case l.Burst < 0:
+		return bad("burst %d is negative", l.Burst)
+	case l.Burst > maxScaled:
+		return bad("burst %d exceeds 2^50", l.Burst)
+	}
+	s := spec{algo: l.Algorithm, cap: l.Capacity(), rate: l.Rate, period: l.Period.Microseconds()}
+	if l.Algorithm != TokenBucket && l.Algorithm != GCRA && l.Burst != 0 && l.Burst != l.Rate {
+		return bad("burst %d does not apply to %s (leave it 0; the capacity is the rate)", l.Burst, l.Algorithm)
+	}
+	if !s.timed() {
+		s.tick, s.p = s.period, 1
+		return s, nil
+	}
+	for tick := int64(1); tick <= s.period; tick *= 10 {
+		if s.period%tick != 0 {
+			break
+		}
+		p := s.period / tick
+		if s.cap <= maxScaled/p && s.rate <= maxScaled/p {
+			s.tick, s.p = tick, p
+			return s, nil
+		}
+	}
+	return bad("rate %d and capacity %d are too large for period %s to be counted exactly", l.Rate, s.cap, l.Period)
+}
+
+// timed reports whether the algorithm counts elapsed time in ticks.
+func (s spec) timed() bool {
+	return s.algo == TokenBucket || s.algo == GCRA || s.algo == SlidingWindow
+}
+
+// Item is one limit to debit in a request.
+type Item struct {
+	Limit Limit
+	// Key is the key of this limit for this request, for example
+	// "tenant=acme" or "{acme}:model=gpt-4o". The store prefixes it with its
+	// own prefix, the limit's name and algorithm.
+	//
+	// Redis Cluster: items are debited together, in one script, when their
+	// keys share a hash tag. A key's hash tag is the text between its first
+	// '{' and the next '}' when that text is not empty (Redis's own rule);
+	// a key without one is its own tag, so every limit on "tenant=acme"
+	// shares a slot. Give the keys of one scope the same tag, for example
+	// "{acme}:model=gpt-4o" beside "{acme}".
+	Key string
+	// Cost is what the request costs in the limit's unit. It is at least 0
+	// and at most the limit's capacity.
+	Cost int64
+}
+
+// ErrCostExceedsCapacity is the sentinel of a *CostError: a cost that no
+// state of the limit could ever admit.
+var ErrCostExceedsCapacity = errors.New("weighted: cost exceeds capacity")
+
+// CostError reports a debit whose cost exceeds a limit's capacity. It
+// matches ErrCostExceedsCapacity under errors.Is.
+type CostError struct {
+	Limit    string // the limit's name
+	Cost     int64
+	Capacity int64
+}
+
+func (e *CostError) Error() string {
+	return fmt.Sprintf("weighted: limit %q: cost %d exceeds capacity %d", e.Limit, e.Cost, e.Capacity)
+}
+
+// Unwrap returns ErrCostExceedsCapacity.
+func (e *CostError) Unwrap() error { return ErrCostExceedsCapacity }
+
+// ErrDuplicateItem is returned when one request names the same limit and key
+// twice: all-or-nothing needs each key once.
+var ErrDuplicateItem = errors.New("weighted: the same limit and key appear twice")
+
+// specs validates items for a debit or peek and returns their specs. When
+// checkCost is set, a cost above capacity is a *CostError.
+func specs(items []Item, buf []spec, checkCost bool) ([]spec, error) {
+	out := buf[:0]
+	for i := range items {
+		it := &items[i]
+		s, err := it.Limit.spec()
+		if err != nil {
+			return nil, err
+		}
+		if it.Cost < 0 {
+			return nil, fmt.Errorf("weighted: limit %q: negative cost %d", it.Limit.Name, it.Cost)
+		}
+		if checkCost && it.Cost > s.cap {
+			return nil, &CostError{Limit: it.Limit.Name, Cost: it.Cost, Capacity: s.cap}
+		}
+		for j := 0; j < i; j++ {
+			o := &items[j]
+			if o.Key == it.Key && o.Limit.Name == it.Limit.Name && o.Limit.Algorithm == it.Limit.Algorithm {
+				return nil, fmt.Errorf("%w: %q key %q", ErrDuplicateItem, it.Limit.Name, it.Key)
+			}
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}

@@ -1,0 +1,317 @@
+package weighted
+
+import (
+	"context"
+	"hash/maphash"
+	"slices"
+	"sync"
+	"time"
+)
+
+// MemoryConfig configures a Memory store. The zero value is ready to use.
+type MemoryConfig struct {
+	// Now returns the current time. nil means time.Now.
+	Now func() time.Time
+	// SettleTTL is how long a settled or cancelled reservation id is
+	// remembered, so that a retried Settle changes nothing. 0 means
+	// DefaultSettleTTL.
+	SettleTTL time.Duration
+}
+
+// Memory is a Store that keeps state in process, for a single node. It is
+// sharded by key: a debit locks only the shards of its own keys, in a fixed
+// order, so there is no global lock. Every key expires once its limit would
+// be full again; expired keys are dropped as they are met and by a small
+// sweep every few hundred writes to a shard.
+//
+// Memory is safe for concurrent use. Use NewMemory to make one.
+type Memory struct {
+	now       func() time.Time
+	settleTTL int64 // µs
+	seed      maphash.Seed
+	shards    [numShards]shard
+}
+
+const (
+	numShards  = 64
+	sweepEvery = 256 // writes to a shard between sweeps
+	sweepScan  = 32  // entries a sweep looks at
+)
+
+type shard struct {
+	mu     sync.Mutex
+	m      map[memKey]*entry
+	writes uint32
+	_      [40]byte // keeps neighbouring shards' locks off one cache line
+}
+
+// memKey names one key of one limit, or (algo == recordAlgo) a reservation.
+type memKey struct {
+	name string
+	algo Algorithm
+	key  string
+}
+
+const recordAlgo Algorithm = 255
+
+type entry struct {
+	state
+	expires int64 // µs; the entry is empty from then on
+	rec     int64 // reservations: when debited (µs), -1 if unknown
+	done    bool  // reservations: settled or cancelled
+}
+
+var _ Store = (*Memory)(nil)
+
+// NewMemory returns an empty Memory store.
+func NewMemory(cfg MemoryConfig) *Memory {
+	m := &Memory{now: cfg.Now, settleTTL: int64(DefaultSettleTTL / time.Microsecond), seed: maphash.MakeSeed()}
+	if m.now == nil {
+		m.now = time.Now
+	}
+	if cfg.SettleTTL > 0 {
+		m.settleTTL = cfg.SettleTTL.Microseconds()
+	}
+	for i := range m.shards {
+		m.shards[i].m = make(map[memKey]*entry)
+	}
+	return m
+}
+
+// held is the set of keys, and their shards, that one call holds locked.
+type held struct {
+	now   int64
+	keys  []memKey
+	idx   []int // shard of each key
+	order []int // the shards, sorted, each once: the locking order
+	kbuf  [5]memKey
+	ibuf  [5]int
+	obuf  [5]int
+}
+
+// lock locks the shards of the items' keys and, when withRecord is set, of
+// reservation id's record, which comes last in h.keys.
+func (m *Memory) lock(h *held, items []Item, id string, withRecord bool) {
+	h.now = m.now().UnixMicro()
+	h.keys, h.idx, h.order = h.kbuf[:0], h.ibuf[:0], h.obuf[:0]
+	for i := range items {
+		it := &items[i]
+		h.keys = append(h.keys, memKey{name: it.Limit.Name, algo: it.Limit.Algorithm, key: it.Key})
+	}
+	if withRecord {
+		h.keys = append(h.keys, memKey{algo: recordAlgo, key: id})
+	}
+	for _, k := range h.keys {
+		s := int(maphash.Comparable(m.seed, k) % numShards)
+		h.idx = append(h.idx, s)
+		h.order = append(h.order, s)
+	}
+	slices.Sort(h.order)
+	h.order = slices.Compact(h.order)
+	for _, s := range h.order {
+		m.shards[s].mu.Lock()
+	}
+}
+
+func (m *Memory) unlock(h *held) {
+	for _, s := range h.order {
+		m.shards[s].mu.Unlock()
+	}
+}
+
+// get returns key i's entry, or nil when it has none or it has expired.
+func (m *Memory) get(h *held, i int) *entry {
+	sh := &m.shards[h.idx[i]]
+	e := sh.m[h.keys[i]]
+	if e != nil && e.expires <= h.now {
+		delete(sh.m, h.keys[i])
+		return nil
+	}
+	return e
+}
+
+// put stores key i's entry e (nil: a new one) to expire ttl µs from now:
+// ttl 0 deletes it and ttl -1 keeps its expiry.
+func (m *Memory) put(h *held, i int, e *entry, ttl int64) {
+	sh := &m.shards[h.idx[i]]
+	k := h.keys[i]
+	switch {
+	case ttl == 0 || (ttl < 0 && e != nil && e.algoEmpty(k.algo)):
+		delete(sh.m, k)
+		return
+	case ttl > 0:
+		e.expires = h.now + ttl
+	}
+	sh.m[k] = e
+	if sh.writes++; sh.writes%sweepEvery == 0 {
+		sh.sweep(h.now)
+	}
+}
+
+// sweep drops up to sweepScan expired entries, starting where map iteration
+// happens to start, so that keys nobody touches again still go.
+func (sh *shard) sweep(now int64) {
+	n := 0
+	for k, e := range sh.m {
+		if e.expires <= now {
+			delete(sh.m, k)
+		}
+		if n++; n == sweepScan {
+			return
+		}
+	}
+}
+
+// algoEmpty reports whether a concurrency or sliding log entry holds no
+// marks.
+func (e *entry) algoEmpty(a Algorithm) bool {
+	return (a == SlidingLog || a == Concurrency) && len(e.marks) == 0
+}
+
+var emptyState state
+
+func stateOf(e *entry) *state {
+	if e == nil {
+		return &emptyState
+	}
+	return &e.state
+}
+
+// Debit implements Store.
+func (m *Memory) Debit(ctx context.Context, id string, items []Item) (Result, error) {
+	if id == "" {
+		return Result{}, errNoID
+	}
+	if len(items) == 0 {
+		return Result{Allowed: true, Decider: -1}, nil
+	}
+	var sbuf [4]spec
+	ss, err := specs(items, sbuf[:0], true)
+	if err != nil {
+		return Result{}, err
+	}
+	record := false
+	for i := range ss {
+		record = record || (ss[i].hasRecord() && items[i].Cost > 0)
+	}
+	var h held
+	m.lock(&h, items, id, record)
+	defer m.unlock(&h)
+	res := Result{Items: make([]ItemState, len(items))}
+	allowed := true
+	for i := range items {
+		res.Items[i] = ss[i].evaluate(stateOf(m.get(&h, i)), h.now, items[i].Cost, true)
+		allowed = allowed && res.Items[i].Allowed
+	}
+	if allowed {
+		var recTTL int64
+		for i := range items {
+			cost := items[i].Cost
+			if cost == 0 {
+				continue
+			}
+			e := m.get(&h, i)
+			if e == nil {
+				e = new(entry)
+			}
+			m.put(&h, i, e, ss[i].debit(&e.state, h.now, cost, id))
+			if ss[i].hasRecord() {
+				recTTL = max(recTTL, ss[i].recordTTL(h.now))
+			}
+		}
+		if record {
+			m.put(&h, len(items), &entry{rec: h.now}, recTTL)
+		}
+	}
+	res.decide()
+	return res, nil
+}
+
+// Settle implements Store.
+func (m *Memory) Settle(ctx context.Context, id string, items []Item, actual []int64) error {
+	if err := checkSettle(id, items, actual); err != nil {
+		return err
+	}
+	return m.settle(id, items, actual)
+}
+
+// Cancel implements Store.
+func (m *Memory) Cancel(ctx context.Context, id string, items []Item) error {
+	if id == "" {
+		return errNoID
+	}
+	return m.settle(id, items, nil)
+}
+
+// settle settles reservation id; nil actual means all zero.
+func (m *Memory) settle(id string, items []Item, actual []int64) error {
+	var sbuf [4]spec
+	ss, err := specs(items, sbuf[:0], true)
+	if err != nil {
+		return err
+	}
+	var h held
+	m.lock(&h, items, id, true)
+	defer m.unlock(&h)
+	r := len(items)
+	rec := m.get(&h, r)
+	if rec != nil && rec.done {
+		return nil
+	}
+	debited := int64(-1)
+	if rec != nil {
+		debited = rec.rec
+	}
+	for i := range items {
+		a := actualCost(items, ss, actual, i)
+		if a == items[i].Cost && ss[i].algo != Concurrency {
+			continue
+		}
+		e := m.get(&h, i)
+		if e == nil {
+			if ss[i].algo == Concurrency || a < items[i].Cost {
+				continue // nothing held, nothing to refund
+			}
+			e = new(entry)
+		}
+		m.put(&h, i, e, ss[i].settle(&e.state, h.now, items[i].Cost, a, debited, id))
+	}
+	m.put(&h, r, &entry{done: true}, m.settleTTL)
+	return nil
+}
+
+// Peek implements Store.
+func (m *Memory) Peek(ctx context.Context, items []Item) (Result, error) {
+	if len(items) == 0 {
+		return Result{Allowed: true, Decider: -1}, nil
+	}
+	var sbuf [4]spec
+	ss, err := specs(items, sbuf[:0], true)
+	if err != nil {
+		return Result{}, err
+	}
+	var h held
+	m.lock(&h, items, "", false)
+	defer m.unlock(&h)
+	res := Result{Items: make([]ItemState, len(items))}
+	for i := range items {
+		res.Items[i] = ss[i].evaluate(stateOf(m.get(&h, i)), h.now, items[i].Cost, false)
+	}
+	res.decide()
+	return res, nil
+}
+
+// Reset implements Store.
+func (m *Memory) Reset(ctx context.Context, items []Item) error {
+	var sbuf [4]spec
+	if _, err := specs(items, sbuf[:0], false); err != nil {
+		return err
+	}
+	var h held
+	m.lock(&h, items, "", false)
+	defer m.unlock(&h)
+	for i := range items {
+		delete(m.shards[h.idx[i]].m, h.keys[i])
+	}
+	return nil
+}

@@ -1,0 +1,411 @@
+package weighted
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha1"
+	_ "embed"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Scripter is what Redis needs of a Redis client: *redis.Client,
+// *redis.ClusterClient and *redis.Ring all satisfy it.
+type Scripter interface {
+	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
+	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd
+}
+
+// RedisConfig configures a Redis store. The zero value is ready to use.
+type RedisConfig struct {
+	// Prefix starts every key the store writes. "" means "cg:". A prefix
+	// with a hash tag ("{cg}:") puts every key in one Cluster slot.
+	Prefix string
+	// SettleTTL is how long a settled or cancelled reservation id is
+	// remembered, so that a retried Settle changes nothing. 0 means
+	// DefaultSettleTTL. It is rounded up to a millisecond.
+	SettleTTL time.Duration
+	// Sharded makes the store follow the Cluster protocol (see Redis) for a
+	// client that is neither a *redis.ClusterClient nor a *redis.Ring, which
+	// are recognised without it.
+	Sharded bool
+}
+
+// Validate reports whether the config is usable.
+func (c RedisConfig) Validate() error {
+	if c.SettleTTL < 0 {
+		return fmt.Errorf("weighted: negative SettleTTL %s", c.SettleTTL)
+	}
+	if strings.Count(c.Prefix, "{") != strings.Count(c.Prefix, "}") {
+		return fmt.Errorf("weighted: prefix %q has an unbalanced hash tag", c.Prefix)
+	}
+	return nil
+}
+
+// Redis is a Store that keeps state in Redis: one EVALSHA per debit, whatever
+// the number of items, when their keys share a slot.
+//
+// # Keys
+//
+// A limit's key for an item is
+//
+//	<prefix><limit name>:<algorithm code>:<item key>
+//
+// with the item key wrapped in braces when it has no hash tag of its own, so
+// that its hash tag is always the item key's tag or the whole item key (see
+// Item.Key). Algorithm codes are tb, gcra, sw, fw, log and conc; a limit
+// whose algorithm changes starts from fresh keys, and one whose rate, period
+// or burst changes carries its state over (a token bucket's debt is rescaled
+// to the new period, a count above a smaller capacity is clamped). Meters
+// and windows are one string of 24 bytes; sliding logs and concurrency
+// limits are sorted sets. Every key expires when its limit is full again.
+// A reservation with window items, and every settled reservation, has a key
+// <prefix>r:{<tag>}:<id>.
+//
+// # Redis Cluster
+//
+// With a *redis.ClusterClient or *redis.Ring (or RedisConfig.Sharded), the
+// items of a request are grouped by hash tag; the items of one group are
+// debited all or nothing in one script on one slot. Groups are debited one
+// after another in the order of their tags. When a group denies, or fails,
+// the groups already debited are cancelled (refunded, their concurrency
+// released) and the denial or error is returned; the groups after it are
+// peeked to fill the result. Consistency across groups is therefore weaker
+// than within one: a request never gets more than every limit allows, but
+// for the moment between a debit and its compensation other requests can
+// see the reservation and be denied. A group whose script fails is not
+// compensated, since it cannot be known whether it ran; its reservation
+// expires as its limits refill. Settle, Cancel, Peek and Reset act group by
+// group. MOVED, ASK and TRYAGAIN replies are followed and retried by the
+// go-redis cluster client.
+//
+// Redis is safe for concurrent use. Use NewRedis to make one.
+type Redis struct {
+	c         Scripter
+	prefix    string
+	settleTTL int64 // ms
+	sharded   bool
+	// now overrides the server's clock when set, in tests that must give
+	// Redis and Memory the same time.
+	now func() time.Time
+}
+
+var _ Store = (*Redis)(nil)
+
+var (
+	//go:embed lib.lua
+	libLua string
+	//go:embed debit.lua
+	debitLua string
+	//go:embed settle.lua
+	settleLua string
+
+	debitScript  = newScript(libLua + debitLua)
+	settleScript = newScript(libLua + settleLua)
+	resetScript  = newScript("return redis.call('DEL', unpack(KEYS))")
+)
+
+type script struct{ src, sha string }
+
+func newScript(src string) *script {
+	h := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(h[:])}
+}
+
+// NewRedis returns a store on client. It panics if cfg is invalid; check a
+// config from outside with cfg.Validate first.
+func NewRedis(client Scripter, cfg RedisConfig) *Redis {
+	if err := cfg.Validate(); err != nil {
+		panic(err)
+	}
+	r := &Redis{c: client, prefix: cfg.Prefix, settleTTL: DefaultSettleTTL.Milliseconds(), sharded: cfg.Sharded}
+	if r.prefix == "" {
+		r.prefix = "cg:"
+	}
+	if cfg.SettleTTL > 0 {
+		r.settleTTL = (cfg.SettleTTL + time.Millisecond - 1).Milliseconds()
+	}
+	switch client.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		r.sharded = true
+	}
+	return r
+}
+
+// run runs s by its SHA, and by its source when Redis does not know it yet.
+func (r *Redis) run(ctx context.Context, s *script, keys []string, args ...any) (any, error) {
+	v, err := r.c.EvalSha(ctx, s.sha, keys, args...).Result()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		v, err = r.c.Eval(ctx, s.src, keys, args...).Result()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("weighted: run script: %w", err)
+	}
+	return v, nil
+}
+
+// key returns the Redis key of an item.
+func (r *Redis) key(it *Item) string {
+	l := &it.Limit
+	if hasHashTag(it.Key) {
+		return r.prefix + l.Name + ":" + l.Algorithm.code() + ":" + it.Key
+	}
+	return r.prefix + l.Name + ":" + l.Algorithm.code() + ":{" + it.Key + "}"
+}
+
+// recordKey returns the key of reservation id among keys with hash tag tag.
+func (r *Redis) recordKey(tag, id string) string {
+	return r.prefix + "r:{" + tag + "}:" + id
+}
+
+// hasHashTag reports whether key has a hash tag by Redis's rule: a '{'
+// followed, not immediately, by a '}'.
+func hasHashTag(key string) bool {
+	s := strings.IndexByte(key, '{')
+	return s >= 0 && strings.IndexByte(key[s+1:], '}') > 0
+}
+
+// hashTag returns the part of key that Redis Cluster hashes.
+func hashTag(key string) string {
+	if s := strings.IndexByte(key, '{'); s >= 0 {
+		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
+			return key[s+1 : s+1+e]
+		}
+	}
+	return key
+}
+
+// group is the items of one script call: their indexes in the request, their
+// keys, and the hash tag they share.
+type group struct {
+	idx  []int
+	keys []string
+	tag  string
+}
+
+// groups splits items into the groups of the Cluster protocol, in tag order,
+// or returns them as one group when the store is not sharded.
+func (r *Redis) groups(items []Item) []group {
+	if !r.sharded {
+		g := group{idx: make([]int, len(items)), keys: make([]string, len(items), len(items)+1)}
+		for i := range items {
+			g.idx[i], g.keys[i] = i, r.key(&items[i])
+		}
+		g.tag = hashTag(g.keys[0])
+		return []group{g}
+	}
+	var gs []group
+	for i := range items {
+		k := r.key(&items[i])
+		t := hashTag(k)
+		j := slices.IndexFunc(gs, func(g group) bool { return g.tag == t })
+		if j < 0 {
+			gs = append(gs, group{tag: t})
+			j = len(gs) - 1
+		}
+		gs[j].idx = append(gs[j].idx, i)
+		gs[j].keys = append(gs[j].keys, k)
+	}
+	slices.SortFunc(gs, func(a, b group) int { return cmp.Compare(a.tag, b.tag) })
+	return gs
+}
+
+const (
+	modePeek  = 0
+	modeDebit = 1
+)
+
+// header is the first three int64 of a script's packed argument.
+func (r *Redis) header(buf []byte, n int, third int64) []byte {
+	var now int64
+	if r.now != nil {
+		now = r.now().UnixMicro()
+	}
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(n))
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(now))
+	return binary.LittleEndian.AppendUint64(buf, uint64(third))
+}
+
+func appendItem(buf []byte, s *spec, cost int64) []byte {
+	for _, v := range [...]int64{int64(s.algo), s.cap, s.rate, s.period, s.tick, cost} {
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(v))
+	}
+	return buf
+}
+
+// evalGroup debits (mode 1) or peeks (mode 0) one group, filling out.
+func (r *Redis) evalGroup(ctx context.Context, id string, items []Item, ss []spec, g *group, mode int64, out []ItemState) (bool, error) {
+	buf := r.header(make([]byte, 0, 24+48*len(g.idx)), len(g.idx), mode)
+	keys := g.keys
+	record := false
+	for _, i := range g.idx {
+		buf = appendItem(buf, &ss[i], items[i].Cost)
+		record = record || (mode == modeDebit && ss[i].hasRecord() && items[i].Cost > 0)
+	}
+	if record {
+		keys = append(keys[:len(keys):len(keys)], r.recordKey(g.tag, id))
+	}
+	v, err := r.run(ctx, debitScript, keys, buf, id)
+	if err != nil {
+		return false, err
+	}
+	a, ok := v.([]any)
+	if !ok || len(a) != 1+4*len(g.idx) {
+		return false, fmt.Errorf("weighted: debit script returned %T of %d, want %d integers", v, len(a), 1+4*len(g.idx))
+	}
+	var ints [4]int64
+	for j, i := range g.idx {
+		for f := range ints {
+			if ints[f], ok = a[1+4*j+f].(int64); !ok {
+				return false, fmt.Errorf("weighted: debit script returned %T, want an integer", a[1+4*j+f])
+			}
+		}
+		out[i] = ItemState{
+			Allowed:    ints[0] == 1,
+			Remaining:  ints[1],
+			Capacity:   ss[i].cap,
+			RetryAfter: micros(ints[2]),
+			ResetAfter: micros(ints[3]),
+		}
+	}
+	allowed, _ := a[0].(int64)
+	return allowed == 1, nil
+}
+
+// Debit implements Store.
+func (r *Redis) Debit(ctx context.Context, id string, items []Item) (Result, error) {
+	if id == "" {
+		return Result{}, errNoID
+	}
+	if len(items) == 0 {
+		return Result{Allowed: true, Decider: -1}, nil
+	}
+	var sbuf [4]spec
+	ss, err := specs(items, sbuf[:0], true)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Items: make([]ItemState, len(items))}
+	gs := r.groups(items)
+	for k := range gs {
+		ok, err := r.evalGroup(ctx, id, items, ss, &gs[k], modeDebit, res.Items)
+		if err == nil && ok {
+			continue
+		}
+		// Compensate the groups already debited.
+		var errs []error
+		for c := range k {
+			if cerr := r.settleGroup(ctx, id, items, ss, &gs[c], nil); cerr != nil {
+				errs = append(errs, cerr)
+			}
+			for _, i := range gs[c].idx {
+				it := &res.Items[i]
+				it.Remaining = min(it.Remaining+items[i].Cost, it.Capacity)
+			}
+		}
+		if err != nil {
+			return Result{}, errors.Join(append([]error{err}, errs...)...)
+		}
+		for p := k + 1; p < len(gs); p++ {
+			if _, perr := r.evalGroup(ctx, id, items, ss, &gs[p], modePeek, res.Items); perr != nil {
+				errs = append(errs, perr)
+			}
+		}
+		if len(errs) > 0 {
+			return Result{}, errors.Join(errs...)
+		}
+		break
+	}
+	res.decide()
+	return res, nil
+}
+
+// Peek implements Store.
+func (r *Redis) Peek(ctx context.Context, items []Item) (Result, error) {
+	if len(items) == 0 {
+		return Result{Allowed: true, Decider: -1}, nil
+	}
+	var sbuf [4]spec
+	ss, err := specs(items, sbuf[:0], true)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Items: make([]ItemState, len(items))}
+	for _, g := range r.groups(items) {
+		if _, err := r.evalGroup(ctx, "", items, ss, &g, modePeek, res.Items); err != nil {
+			return Result{}, err
+		}
+	}
+	res.decide()
+	return res, nil
+}
+
+// Settle implements Store.
+func (r *Redis) Settle(ctx context.Context, id string, items []Item, actual []int64) error {
+	if err := checkSettle(id, items, actual); err != nil {
+		return err
+	}
+	return r.settle(ctx, id, items, actual)
+}
+
+// Cancel implements Store.
+func (r *Redis) Cancel(ctx context.Context, id string, items []Item) error {
+	if id == "" {
+		return errNoID
+	}
+	return r.settle(ctx, id, items, nil)
+}
+
+func (r *Redis) settle(ctx context.Context, id string, items []Item, actual []int64) error {
+	if len(items) == 0 {
+		return nil
+	}
+	var sbuf [4]spec
+	ss, err := specs(items, sbuf[:0], true)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, g := range r.groups(items) {
+		if err := r.settleGroup(ctx, id, items, ss, &g, actual); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// settleGroup settles one group; nil actual cancels.
+func (r *Redis) settleGroup(ctx context.Context, id string, items []Item, ss []spec, g *group, actual []int64) error {
+	buf := r.header(make([]byte, 0, 24+56*len(g.idx)), len(g.idx), r.settleTTL)
+	for _, i := range g.idx {
+		buf = appendItem(buf, &ss[i], items[i].Cost)
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(actualCost(items, ss, actual, i)))
+	}
+	keys := append(g.keys[:len(g.keys):len(g.keys)], r.recordKey(g.tag, id))
+	_, err := r.run(ctx, settleScript, keys, buf, id)
+	return err
+}
+
+// Reset implements Store.
+func (r *Redis) Reset(ctx context.Context, items []Item) error {
+	if len(items) == 0 {
+		return nil
+	}
+	var sbuf [4]spec
+	if _, err := specs(items, sbuf[:0], false); err != nil {
+		return err
+	}
+	for _, g := range r.groups(items) {
+		if _, err := r.run(ctx, resetScript, g.keys); err != nil {
+			return err
+		}
+	}
+	return nil
+}

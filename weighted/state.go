@@ -1,0 +1,420 @@
+package weighted
+
+import (
+	"math"
+	"strconv"
+)
+
+// state is what a store keeps for one key. The zero value is an empty key:
+// a full limit with nothing debited. Each algorithm uses its own fields:
+//
+//   - TokenBucket and GCRA: ts, d and p. d is the debt in units × ticks: the
+//     limit holds cap - d/p units at time ts (µs). p is the ticks per period
+//     d was scaled with, so that a changed Period rescales the debt instead
+//     of misreading it.
+//   - FixedWindow and SlidingWindow: w, the index of the current window
+//     (Unix time / Period), and the counts of the previous and current
+//     windows.
+//   - SlidingLog: marks, one per admitted debit (ts = when, µs).
+//   - Concurrency: marks, one per holder (ts = lease expiry, µs).
+//
+// The Redis scripts keep the same numbers: a meter or window as three
+// little-endian int64 in one string value, marks as a sorted set scored by ts
+// whose members are "cost:id".
+type state struct {
+	ts, d, p      int64
+	w, prev, curr int64
+	marks         []mark // sorted by ts, then by member as Redis sorts
+}
+
+type mark struct {
+	ts, cost int64
+	id       string
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// The algorithms, as methods of a spec on a state. Each evaluate method leaves the state alone and returns the item's state for
+// cost at now; when after is set and the cost fits, Remaining and ResetAfter
+// describe the state after the debit. Each debit and settle method changes
+// the state and returns how long, in µs from now, until the state is empty
+// again (0: it is empty now, and the key can go).
+
+// evaluate dispatches on the algorithm.
+func (s *spec) evaluate(st *state, now, cost int64, after bool) ItemState {
+	switch s.algo {
+	case TokenBucket, GCRA:
+		return s.evaluateMeter(st, now, cost, after)
+	case FixedWindow:
+		return s.evaluateFixed(st, now, cost, after)
+	case SlidingWindow:
+		return s.evaluateSliding(st, now, cost, after)
+	case SlidingLog:
+		return s.evaluateMarks(st, now-s.period, now, now, cost, after)
+	default: // Concurrency
+		return s.evaluateMarks(st, now, now+s.period, now, cost, after)
+	}
+}
+
+// debit applies an admitted cost.
+func (s *spec) debit(st *state, now, cost int64, id string) int64 {
+	switch s.algo {
+	case TokenBucket, GCRA:
+		return s.debitMeter(st, now, cost)
+	case FixedWindow, SlidingWindow:
+		return s.debitWindow(st, now, cost)
+	case SlidingLog:
+		return s.debitMarks(st, now-s.period, now, now, cost, id)
+	default:
+		return s.debitMarks(st, now, now+s.period, now, cost, id)
+	}
+}
+
+// settle replaces a reservation's reserved cost by its actual cost, clamped
+// so that the state stays between empty and full. rec is when the
+// reservation was debited (µs), or -1 when that is not known; window
+// algorithms refund only into the window that was debited.
+func (s *spec) settle(st *state, now, reserved, actual, rec int64, id string) int64 {
+	delta := min(max(actual-reserved, -s.cap), s.cap)
+	switch s.algo {
+	case TokenBucket, GCRA:
+		return s.settleMeter(st, now, delta)
+	case FixedWindow, SlidingWindow:
+		return s.settleWindow(st, now, delta, rec)
+	case SlidingLog:
+		return s.settleLog(st, now, reserved, delta, id)
+	default:
+		return s.release(st, now, reserved, id)
+	}
+}
+
+// hasRecord reports whether a debit of the algorithm records its time for a
+// later settlement.
+func (s *spec) hasRecord() bool { return s.algo == FixedWindow || s.algo == SlidingWindow }
+
+// recordTTL is how long, in µs from now, a debit's time matters to a
+// settlement of a window algorithm: until the debited window stops counting.
+func (s *spec) recordTTL(now int64) int64 {
+	start := now / s.period * s.period
+	if s.algo == SlidingWindow {
+		return start + 2*s.period - now
+	}
+	return start + s.period - now
+}
+
+// meterAt returns the meter's time and debt at now, after refill.
+func (s *spec) meterAt(st *state, now int64) (ts, d int64) {
+	if st.d == 0 {
+		return now, 0
+	}
+	ts, d = st.ts, st.d
+	full := s.cap * s.p
+	if st.p != s.p {
+		if f := math.Ceil(float64(d) * float64(s.p) / float64(st.p)); f >= float64(full) {
+			d = full
+		} else {
+			d = int64(f)
+		}
+	}
+	d = min(d, full)
+	if now > ts {
+		if e := (now - ts) / s.tick; e > 0 {
+			if e >= ceilDiv(d, s.rate) {
+				return now, 0
+			}
+			d -= e * s.rate
+			ts += e * s.tick
+		}
+	}
+	return ts, d
+}
+
+// meterReset is how long until debt d, held at ts, has refilled.
+func (s *spec) meterReset(ts, d, now int64) int64 {
+	if d == 0 {
+		return 0
+	}
+	return ts + ceilDiv(d, s.rate)*s.tick - now
+}
+
+func (s *spec) evaluateMeter(st *state, now, cost int64, after bool) ItemState {
+	ts, d := s.meterAt(st, now)
+	full := s.cap * s.p
+	is := ItemState{Capacity: s.cap}
+	if d+cost*s.p <= full {
+		is.Allowed = true
+		if after {
+			d += cost * s.p
+		}
+	} else {
+		is.RetryAfter = micros(ts + ceilDiv(d-(s.cap-cost)*s.p, s.rate)*s.tick - now)
+	}
+	is.Remaining = (full - d) / s.p
+	is.ResetAfter = micros(s.meterReset(ts, d, now))
+	return is
+}
+
+func (s *spec) debitMeter(st *state, now, cost int64) int64 {
+	ts, d := s.meterAt(st, now)
+	st.ts, st.d, st.p = ts, d+cost*s.p, s.p
+	return s.meterReset(st.ts, st.d, now)
+}
+
+func (s *spec) settleMeter(st *state, now, delta int64) int64 {
+	ts, d := s.meterAt(st, now)
+	d = min(max(d+delta*s.p, 0), s.cap*s.p)
+	st.ts, st.d, st.p = ts, d, s.p
+	return s.meterReset(ts, d, now)
+}
+
+// windowAt returns the current window's index, the previous and current
+// counts, and the window's start (µs). A clock behind the state's window
+// keeps counting in the state's window.
+func (s *spec) windowAt(st *state, now int64) (w, prev, curr, start int64) {
+	w = now / s.period
+	if st.w > w && st.curr+st.prev > 0 {
+		w = st.w
+	}
+	switch st.w {
+	case w:
+		prev, curr = st.prev, st.curr
+	case w - 1:
+		prev = st.curr
+	}
+	return w, prev, curr, w * s.period
+}
+
+// windowReset is how long until the counts stop counting.
+func (s *spec) windowReset(prev, curr, start, now int64) int64 {
+	switch {
+	case s.algo == FixedWindow && curr > 0:
+		return start + s.period - now
+	case s.algo == FixedWindow:
+		return 0
+	case curr > 0:
+		return start + 2*s.period - now
+	case prev > 0:
+		return start + s.period - now
+	}
+	return 0
+}
+
+func (s *spec) evaluateFixed(st *state, now, cost int64, after bool) ItemState {
+	_, _, curr, start := s.windowAt(st, now)
+	is := ItemState{Capacity: s.cap}
+	if curr+cost <= s.cap {
+		is.Allowed = true
+		if after {
+			curr += cost
+		}
+	} else {
+		is.RetryAfter = micros(start + s.period - now)
+	}
+	is.Remaining = s.cap - curr
+	is.ResetAfter = micros(s.windowReset(0, curr, start, now))
+	return is
+}
+
+// slidingUsed is the weighted count, in units × ticks, at elapsed ticks e.
+func (s *spec) slidingUsed(prev, curr, e int64) int64 {
+	return curr*s.p + prev*(s.p-e)
+}
+
+func (s *spec) evaluateSliding(st *state, now, cost int64, after bool) ItemState {
+	_, prev, curr, start := s.windowAt(st, now)
+	e := max(now-start, 0) / s.tick
+	full := s.cap * s.p
+	used := s.slidingUsed(prev, curr, e)
+	is := ItemState{Capacity: s.cap}
+	if curr+cost <= s.cap && used+cost*s.p <= full {
+		is.Allowed = true
+		if after {
+			curr += cost
+			used += cost * s.p
+		}
+	} else {
+		var target int64
+		if curr+cost <= s.cap {
+			// The previous window's weight must decay: at elapsed ticks e',
+			// prev × (p - e') ≤ (cap - curr - cost) × p.
+			target = start + (s.p-(s.cap-curr-cost)*s.p/prev)*s.tick
+		} else {
+			// Wait for the next window, where curr becomes the previous.
+			target = start + s.period + (s.p-(s.cap-cost)*s.p/curr)*s.tick
+		}
+		is.RetryAfter = micros(target - now)
+	}
+	is.Remaining = max(full-used, 0) / s.p
+	is.ResetAfter = micros(s.windowReset(prev, curr, start, now))
+	return is
+}
+
+func (s *spec) debitWindow(st *state, now, cost int64) int64 {
+	w, prev, curr, start := s.windowAt(st, now)
+	if s.algo == FixedWindow {
+		prev = 0
+	}
+	st.w, st.prev, st.curr = w, prev, curr+cost
+	return s.windowReset(prev, st.curr, start, now)
+}
+
+func (s *spec) settleWindow(st *state, now, delta, rec int64) int64 {
+	w, prev, curr, start := s.windowAt(st, now)
+	if s.algo == FixedWindow {
+		prev = 0
+	}
+	switch {
+	case delta > 0:
+		curr = min(curr+delta, s.cap)
+	case delta < 0 && rec >= 0 && rec/s.period == w:
+		curr = max(curr+delta, 0)
+	case delta < 0 && rec >= 0 && rec/s.period == w-1 && s.algo == SlidingWindow:
+		prev = max(prev+delta, 0)
+	}
+	st.w, st.prev, st.curr = w, prev, curr
+	return s.windowReset(prev, curr, start, now)
+}
+
+// Marks: a sliding log counts the marks with ts > lo (lo = now - period),
+// and a debit adds a mark at now; a concurrency limit counts the marks with
+// ts > now (unexpired leases), and a debit adds a mark expiring at
+// now + period. hi is the new mark's ts.
+
+func (s *spec) evaluateMarks(st *state, lo, hi, now, cost int64, after bool) ItemState {
+	var sum, newest int64
+	for _, m := range st.marks {
+		if m.ts > lo {
+			sum += m.cost
+			newest = max(newest, m.ts)
+		}
+	}
+	is := ItemState{Capacity: s.cap}
+	if sum+cost <= s.cap {
+		is.Allowed = true
+		if after && cost > 0 {
+			sum += cost
+			newest = max(newest, hi)
+		}
+	} else {
+		need, acc := sum+cost-s.cap, int64(0)
+		for _, m := range st.marks {
+			if m.ts > lo {
+				if acc += m.cost; acc >= need {
+					is.RetryAfter = micros(m.ts + s.marksLag() - now)
+					break
+				}
+			}
+		}
+	}
+	is.Remaining = s.cap - sum
+	if sum > 0 {
+		is.ResetAfter = micros(newest + s.marksLag() - now)
+	}
+	return is
+}
+
+// marksLag is how long after its ts a mark stops counting.
+func (s *spec) marksLag() int64 {
+	if s.algo == SlidingLog {
+		return s.period
+	}
+	return 0
+}
+
+// trim drops the marks with ts <= lo.
+func (st *state) trim(lo int64) {
+	n := 0
+	for _, m := range st.marks {
+		if m.ts > lo {
+			st.marks[n] = m
+			n++
+		}
+	}
+	clear(st.marks[n:])
+	st.marks = st.marks[:n]
+}
+
+// add adds a mark as Redis's ZADD adds member "cost:id" with score ts: an
+// existing member moves to the new score.
+func (st *state) add(m mark) {
+	st.remove(m.cost, m.id)
+	i := len(st.marks)
+	for i > 0 && markLess(m, st.marks[i-1]) {
+		i--
+	}
+	st.marks = append(st.marks, mark{})
+	copy(st.marks[i+1:], st.marks[i:])
+	st.marks[i] = m
+}
+
+// remove drops the mark with member "cost:id" and reports whether there was
+// one.
+func (st *state) remove(cost int64, id string) (mark, bool) {
+	for i, m := range st.marks {
+		if m.cost == cost && m.id == id {
+			st.marks = append(st.marks[:i], st.marks[i+1:]...)
+			return m, true
+		}
+	}
+	return mark{}, false
+}
+
+// markLess orders marks as a Redis sorted set orders their members: by score,
+// then by member bytes.
+func markLess(a, b mark) bool {
+	if a.ts != b.ts {
+		return a.ts < b.ts
+	}
+	return member(a.cost, a.id) < member(b.cost, b.id)
+}
+
+func member(cost int64, id string) string {
+	return strconv.FormatInt(cost, 10) + ":" + id
+}
+
+// marksTTL is how long until the last mark stops counting.
+func (s *spec) marksTTL(st *state, lo, now int64) int64 {
+	var newest int64
+	live := false
+	for _, m := range st.marks {
+		if m.ts > lo {
+			newest, live = max(newest, m.ts), true
+		}
+	}
+	if !live {
+		return 0
+	}
+	return newest + s.marksLag() - now
+}
+
+func (s *spec) debitMarks(st *state, lo, hi, now, cost int64, id string) int64 {
+	st.trim(lo)
+	if cost > 0 {
+		st.add(mark{ts: hi, cost: cost, id: id})
+	}
+	return s.marksTTL(st, lo, now)
+}
+
+func (s *spec) settleLog(st *state, now, reserved, delta int64, id string) int64 {
+	lo := now - s.period
+	st.trim(lo)
+	var sum int64
+	for _, m := range st.marks {
+		sum += m.cost
+	}
+	if m, ok := st.remove(reserved, id); ok {
+		if c := min(max(m.cost+delta, 0), m.cost+s.cap-sum); c > 0 {
+			st.add(mark{ts: m.ts, cost: c, id: id})
+		}
+	} else if c := min(delta, s.cap-sum); c > 0 {
+		st.add(mark{ts: now, cost: c, id: id})
+	}
+	return s.marksTTL(st, lo, now)
+}
+
+// release ends a concurrency reservation. The key's expiry stays as it was,
+// as Redis's ZREM leaves a key's TTL.
+func (s *spec) release(st *state, now, reserved int64, id string) int64 {
+	st.remove(reserved, id)
+	return -1
+}

@@ -1,0 +1,87 @@
+// Package weighted enforces cost-weighted rate limits: every debit carries an
+// integer cost in the limit's unit (requests, tokens, nano-dollars), and one
+// debit checks every limit a request falls under and takes its cost from all
+// of them or from none.
+//
+// A Store keeps the limits' state. Memory keeps it in process (a single
+// node); Redis keeps it in Redis, one script call per debit, and on Redis
+// Cluster follows the protocol described on Redis. Both make the same
+// decisions from the same state and time.
+//
+// Costs are reservations: Debit takes an estimate under a reservation id,
+// Settle later replaces it by the actual cost (charging the extra, refunding
+// the unused, clamped so that no limit goes below empty or above full), and
+// Cancel returns it. Both are idempotent per id for SettleTTL.
+//
+// Six algorithms are available (see Algorithm); Limit documents what rate,
+// period and burst mean for each.
+package weighted
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Store keeps limit state and takes decisions on it. Implementations are safe
+// for concurrent use.
+//
+// A decision is a Result; a failure of the store (Redis unreachable) is an
+// error and never a denial. A cost above a limit's capacity is a *CostError
+// (matching ErrCostExceedsCapacity), never a denial.
+type Store interface {
+	// Debit checks every item and, when all fit, debits every item's cost;
+	// otherwise it changes nothing. id is the reservation id (the request
+	// id) that Settle and Cancel name later.
+	Debit(ctx context.Context, id string, items []Item) (Result, error)
+	// Settle ends reservation id: items are as they were debited (Cost is
+	// the reserved cost) and actual holds the actual cost of each. The
+	// difference is charged or refunded, clamped to each limit's capacity;
+	// concurrency units are released. Settling an id again, or after
+	// Cancel, changes nothing.
+	Settle(ctx context.Context, id string, items []Item, actual []int64) error
+	// Cancel returns the whole reservation id, as Settle with actual costs
+	// of zero.
+	Cancel(ctx context.Context, id string, items []Item) error
+	// Peek reports, without changing anything, whether each item's cost
+	// would fit now; Remaining is the state before any debit.
+	Peek(ctx context.Context, items []Item) (Result, error)
+	// Reset empties the items' limits for their keys.
+	Reset(ctx context.Context, items []Item) error
+}
+
+// DefaultSettleTTL is how long a store remembers a settled or cancelled
+// reservation id when its config leaves SettleTTL zero.
+const DefaultSettleTTL = 10 * time.Minute
+
+var (
+	errNoID       = errors.New("weighted: empty reservation id")
+	errActualSize = errors.New("weighted: settle needs one actual cost per item")
+	errNegative   = errors.New("weighted: negative actual cost")
+)
+
+// checkSettle validates the arguments of Settle.
+func checkSettle(id string, items []Item, actual []int64) error {
+	if id == "" {
+		return errNoID
+	}
+	if len(actual) != len(items) {
+		return errActualSize
+	}
+	for _, a := range actual {
+		if a < 0 {
+			return errNegative
+		}
+	}
+	return nil
+}
+
+// actualCost returns item i's actual cost (0 when actual is nil, for Cancel),
+// clamped to its reserved cost plus its capacity: a larger charge could not
+// change the outcome, which is clamped to the capacity anyway.
+func actualCost(items []Item, ss []spec, actual []int64, i int) int64 {
+	if actual == nil {
+		return 0
+	}
+	return min(actual[i], items[i].Cost+ss[i].cap)
+}
