@@ -36,6 +36,7 @@ const (
 type Set struct {
 	policies []*policy // sorted by id
 	compiler *ast.Compiler
+	prog     *program // the fast path; nil when no rule uses it
 	nrules   int
 	tests    int
 }
@@ -48,6 +49,10 @@ type PolicyInfo struct {
 	Shadow bool
 	// ShadowRule reports that the policy defines a shadow_decision rule.
 	ShadowRule bool
+	// Fast reports that the policy runs on the compiled fast path; when it
+	// does not, Slow says which construct needs the general evaluator.
+	Fast bool
+	Slow string
 }
 
 type policy struct {
@@ -60,6 +65,7 @@ type rule struct {
 	shadow bool // enforced when false
 	ref    ast.Ref
 	query  rego.PreparedEvalQuery
+	fast   *fastRule // nil when the rule needs the general evaluator
 }
 
 // Policies describes the loaded policies, ordered by id.
@@ -217,8 +223,16 @@ func load(ctx context.Context, fsys fs.FS, root string) (*Set, error) {
 	if err := s.collect(src.policies); err != nil {
 		return nil, err
 	}
+	prog := newProgram(c)
 	for _, p := range s.policies {
+		p.Fast = true
 		for _, r := range p.rules {
+			if f, err := prog.compileFast(r.ref); err != nil {
+				p.Fast, p.Slow = false, err.Error()
+			} else {
+				r.fast = f
+				s.prog = prog
+			}
 			q, err := rego.New(
 				rego.Compiler(c),
 				rego.Query(r.ref.String()),
@@ -375,7 +389,41 @@ func problemsOf(err error) []Problem {
 // conflict between rules, a builtin error, a malformed decision) is an error
 // naming the policy; a refusal is a Decision, never an error.
 func (s *Set) Decide(ctx context.Context, in *Input) (Decision, error) {
-	return s.decideRego(ctx, in)
+	var buf [16]ruling
+	rs := buf[:0]
+	var m *machine
+	if s.prog != nil {
+		m = s.prog.machine(in)
+		defer s.prog.release(m)
+	}
+	var val ast.Value // the input for the general evaluator, built on first use
+	for _, p := range s.policies {
+		for _, r := range p.rules {
+			var (
+				v       verdict
+				defined bool
+				err     error
+			)
+			if r.fast != nil {
+				v, defined, err = r.fast.eval(m)
+				m.bail, m.why = false, ""
+			}
+			if r.fast == nil || err == errBail {
+				if val == nil {
+					val = in.Value()
+				}
+				v, defined, err = r.evalRego(ctx, val)
+			}
+			if err != nil {
+				return Decision{}, fmt.Errorf("policies: policy %s: %s: %w", p.ID, r.name, err)
+			}
+			if defined {
+				rs = append(rs, ruling{policy: p.ID, shadow: r.shadow, verdict: v})
+			}
+		}
+	}
+	d := combine(rs)
+	return d, nil
 }
 
 // decideRego is Decide on the general Rego evaluator only. The tests use it

@@ -1,0 +1,135 @@
+package policies
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"testing/fstest"
+)
+
+// TestFastPathEqualsRego decides randomized inputs with the fast path and
+// with the general Rego evaluator alone, and requires the same Decision, or
+// an error from both.
+func TestFastPathEqualsRego(t *testing.T) {
+	dirs := []string{"../examples/policies", "../examples/quickstart/policies", "testdata/constructs"}
+	n := 4000
+	if testing.Short() {
+		n = 500
+	}
+	for _, dir := range dirs {
+		t.Run(dir, func(t *testing.T) {
+			s := mustLoad(t, dirFS(dir))
+			for _, p := range s.Policies() {
+				if !p.Fast {
+					t.Logf("policy %s runs on the general evaluator: %s", p.ID, p.Slow)
+				}
+			}
+			r := rand.New(rand.NewPCG(7, uint64(len(dir))))
+			ctx := context.Background()
+			var errs, bails int
+			why := map[string]int{}
+			outcomes := map[Outcome]int{}
+			for i := range n {
+				in := randomInput(r)
+				bails += countBails(s, in, why)
+				got, gotErr := s.Decide(ctx, in)
+				want, wantErr := s.decideRego(ctx, in)
+				if (gotErr != nil) != (wantErr != nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {
+					t.Fatalf("input %d %+v:\nfast error %v\nrego error %v", i, in, gotErr, wantErr)
+				}
+				if gotErr != nil {
+					errs++
+					continue
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("input %d %+v:\nfast %+v\nrego %+v", i, in, got, want)
+				}
+				outcomes[got.Outcome]++
+			}
+			t.Logf("%d inputs: %v, %d errors, %d rule evaluations handed to the general evaluator: %v", n, outcomes, errs, bails, why)
+			if len(outcomes) < 2 {
+				t.Errorf("the random inputs reach only %v: the test compares too little", outcomes)
+			}
+		})
+	}
+}
+
+// countBails reports how many fast rules of s hand in over to the general
+// evaluator.
+func countBails(s *Set, in *Input, why map[string]int) int {
+	if s.prog == nil {
+		return 0
+	}
+	m := s.prog.machine(in)
+	defer s.prog.release(m)
+	n := 0
+	for _, p := range s.policies {
+		for _, r := range p.rules {
+			if r.fast == nil {
+				continue
+			}
+			if _, _, err := r.fast.eval(m); err == errBail {
+				n++
+				why[m.why]++
+			}
+			m.bail, m.why = false, ""
+		}
+	}
+	return n
+}
+
+func TestFastPathCoverage(t *testing.T) {
+	for _, dir := range []string{"../examples/policies", "../examples/quickstart/policies"} {
+		s := mustLoad(t, dirFS(dir))
+		for _, p := range s.Policies() {
+			if !p.Fast {
+				t.Errorf("%s: policy %s is not on the fast path: %s", dir, p.ID, p.Slow)
+			}
+		}
+	}
+}
+
+// TestFastPathFallsBack checks that constructs the fast path does not
+// compile leave the policy on the general evaluator, with the reason, and
+// that decisions stay right.
+func TestFastPathFallsBack(t *testing.T) {
+	tests := []struct {
+		name, src, slow string
+	}{
+		{"with", `package costgate.policies.p
+decision := {"outcome": "soft", "reason": "x", "friction": {"delay_ms": 1}} if {
+	inner with input.caller.plan as "free"
+}
+inner if input.caller.plan == "free"`, "with"},
+		{"function", `package costgate.policies.p
+f(x) := x + 1
+decision := {"outcome": "hard", "status": 429, "reason": "x"} if f(input.request.page) > 3`, "function"},
+		{"every", `package costgate.policies.p
+decision := {"outcome": "hard", "status": 429, "reason": "x"} if {
+	count(input.limits) > 0
+	every l in input.limits { l.remaining == 0 }
+}`, "every"},
+		{"unknown builtin", `package costgate.policies.p
+decision := {"outcome": "hard", "status": 403, "reason": "x"} if regex.match("^10[.]", input.caller.ip)`, "regex.match"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := mustLoad(t, fstest.MapFS{"p.rego": &fstest.MapFile{Data: []byte(tc.src)}})
+			p := s.Policies()[0]
+			if p.Fast || p.Slow == "" {
+				t.Fatalf("policy is fast=%v slow=%q, want it on the general evaluator", p.Fast, p.Slow)
+			}
+			r := rand.New(rand.NewPCG(1, 1))
+			for range 200 {
+				in := randomInput(r)
+				got, err1 := s.Decide(context.Background(), in)
+				want, err2 := s.decideRego(context.Background(), in)
+				if fmt.Sprint(err1) != fmt.Sprint(err2) || !reflect.DeepEqual(got, want) {
+					t.Fatalf("Decide = %+v, %v; general evaluator %+v, %v", got, err1, want, err2)
+				}
+			}
+		})
+	}
+}
