@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/ledger"
+	"github.com/costgate/costgate/policies"
+	"github.com/costgate/costgate/simulator"
+)
+
+// Set by the build: go build -ldflags "-X main.buildVersion=v1.2.3 -X main.buildCommit=abc".
+var (
+	buildVersion = "dev"
+	buildCommit  = ""
+)
+
+func version(w io.Writer) error {
+	commit := buildCommit
+	if info, ok := debug.ReadBuildInfo(); ok && commit == "" {
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" {
+				commit = s.Value
+			}
+		}
+	}
+	if commit == "" {
+		commit = "unknown"
+	}
+	_, err := fmt.Fprintf(w, "costgate %s commit %s %s\n", buildVersion, commit, runtime.Version())
+	return err
+}
+
+func simulate(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:8081", "address to serve on")
+	latency := fs.Duration("latency", 0, "delay before each answer's first byte")
+	interval := fs.Duration("token-interval", 0, "pause between streamed tokens")
+	errRate := fs.Float64("error-rate", 0, "fraction of requests answered 500, 0 to 1")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *errRate < 0 || *errRate > 1 {
+		return fmt.Errorf("--error-rate must be between 0 and 1, not %v", *errRate)
+	}
+	est, err := costmodel.NewEstimator(costmodel.Config{})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Addr:              *listen,
+		Handler:           simulator.New(simulator.Config{Estimator: est, Latency: *latency, TokenInterval: *interval, ErrorRate: *errRate}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	slog.New(slog.NewJSONHandler(stderr, nil)).Info("simulator listening", "addr", *listen)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Shutdown(shutdown)
+}
+
+func estimate(args []string, stdin io.Reader, stdout io.Writer) error {
+	fs := flag.NewFlagSet("estimate", flag.ContinueOnError)
+	route := fs.String("route", "/v1/chat/completions", "API path or kind of the request (chat_completions, completions, embeddings, responses, anthropic_messages)")
+	model := fs.String("model", "", "model, overriding the body's")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	kind, err := kindOf(*route)
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(io.LimitReader(stdin, 64<<20))
+	if err != nil {
+		return fmt.Errorf("read body: %w", err)
+	}
+	if *model != "" {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(body, &m); err != nil {
+			return fmt.Errorf("body is not a JSON object: %w", err)
+		}
+		m["model"], _ = json.Marshal(*model)
+		body, _ = json.Marshal(m)
+	}
+	est, err := costmodel.NewEstimator(costmodel.Config{})
+	if err != nil {
+		return err
+	}
+	e, err := est.Estimate(kind, body)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(e)
+}
+
+// kindOf reads a route given as an API path or a kind name.
+func kindOf(route string) (costmodel.Kind, error) {
+	paths := map[string]costmodel.Kind{
+		"/v1/chat/completions": costmodel.ChatCompletions,
+		"/v1/completions":      costmodel.Completions,
+		"/v1/embeddings":       costmodel.Embeddings,
+		"/v1/responses":        costmodel.Responses,
+		"/v1/messages":         costmodel.AnthropicMessages,
+	}
+	if k, ok := paths[route]; ok {
+		return k, nil
+	}
+	return costmodel.ParseKind(route)
+}
+
+func policy(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) != 2 || (args[0] != "check" && args[0] != "test") {
+		return errors.New("usage: costgate policy check DIR | costgate policy test DIR")
+	}
+	dir := args[1]
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return fmt.Errorf("policy directory %q: not a directory", dir)
+	}
+	fsys := os.DirFS(dir)
+	if args[0] == "check" {
+		if err := policies.Check(fsys); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintf(stdout, "policies in %s compile\n", dir)
+		return err
+	}
+	passed, failed, err := policies.Test(ctx, fsys, stdout)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%d passed, %d failed\n", passed, failed)
+	if failed > 0 {
+		return fmt.Errorf("%d policy tests failed", failed)
+	}
+	return nil
+}
+
+func ledgerCmd(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 0 || args[0] != "export" {
+		return errors.New("usage: costgate ledger export --tenant T --from DATE --to DATE [--format csv|json|cloudevents]")
+	}
+	fs := flag.NewFlagSet("ledger export", flag.ContinueOnError)
+	var cf configFlags
+	cf.register(fs)
+	tenant := fs.String("tenant", "", "tenant to export (required)")
+	from := fs.String("from", "", "first day or instant, YYYY-MM-DD or RFC 3339 (required)")
+	to := fs.String("to", "", "end, exclusive, YYYY-MM-DD or RFC 3339 (required)")
+	format := fs.String("format", "csv", "csv, json or cloudevents")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *tenant == "" || *from == "" || *to == "" {
+		return errors.New("ledger export: --tenant, --from and --to are required")
+	}
+	f, err := parseWhen(*from)
+	if err != nil {
+		return fmt.Errorf("--from: %w", err)
+	}
+	t, err := parseWhen(*to)
+	if err != nil {
+		return fmt.Errorf("--to: %w", err)
+	}
+	cfg, _, err := cf.load()
+	if err != nil {
+		return err
+	}
+	dir := cfg.DataDir
+	if cf.config != "" && !filepath.IsAbs(dir) {
+		dir = filepath.Join(filepath.Dir(cf.config), dir)
+	}
+	l, err := ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: dir})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	return l.Export(ctx, stdout, ledger.Query{Tenant: *tenant, From: f, To: t}, strings.ToLower(*format))
+}
+
+func parseWhen(s string) (time.Time, error) {
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		return t, nil
+	}
+	return time.Parse(time.RFC3339, s)
+}

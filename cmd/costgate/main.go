@@ -1,0 +1,69 @@
+// Command costgate is the cost-aware rate limiter and proxy: one binary for
+// the server and its operator subcommands. Run `costgate help` for the list.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `costgate: a cost-aware rate limiter and proxy for LLM and metered APIs
+
+Usage:
+  costgate serve [--config FILE] [--listen ADDR] [--admin-listen ADDR] [--redis URL] [--ledger DSN] [--data-dir DIR]
+  costgate simulate [--listen ADDR] [--latency D] [--token-interval D] [--error-rate F]
+  costgate estimate --route R [--model M] < body.json
+  costgate policy check DIR
+  costgate policy test DIR
+  costgate ledger export --tenant T --from DATE --to DATE [--format csv|json|cloudevents] [--config FILE | --ledger DSN | --data-dir DIR]
+  costgate version
+
+With no --config, serve runs COSTGATE_CONFIG, else the quickstart embedded in the binary.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "costgate:", err)
+		os.Exit(1)
+	}
+}
+
+// run dispatches a command line; it is main without the process.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return serve(ctx, rest, stdout, stderr)
+	case "simulate":
+		return simulate(ctx, rest, stderr)
+	case "estimate":
+		return estimate(rest, stdin, stdout)
+	case "policy":
+		return policy(ctx, rest, stdout)
+	case "ledger":
+		return ledgerCmd(ctx, rest, stdout)
+	case "version":
+		return version(stdout)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", cmd)
+}

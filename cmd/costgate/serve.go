@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/costgate/costgate/examples"
+	"github.com/costgate/costgate/proxy"
+)
+
+// configFlags are the flags that choose and override the config.
+type configFlags struct {
+	config, listen, adminListen, redis, ledger, dataDir string
+}
+
+func (f *configFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.config, "config", "", "config file (default: $COSTGATE_CONFIG, else the embedded quickstart)")
+	fs.StringVar(&f.listen, "listen", "", "data plane address (overrides listen)")
+	fs.StringVar(&f.adminListen, "admin-listen", "", "admin address (overrides admin_listen)")
+	fs.StringVar(&f.redis, "redis", "", "limiter store Redis URL (overrides store.redis)")
+	fs.StringVar(&f.ledger, "ledger", "", "ledger PostgreSQL DSN (overrides ledger.dsn)")
+	fs.StringVar(&f.dataDir, "data-dir", "", "data directory for the embedded ledger (overrides data_dir)")
+}
+
+// load reads the config the flags name and applies the overrides. It
+// reports which config it read.
+func (f *configFlags) load() (*proxy.Config, string, error) {
+	path := f.config
+	if path == "" {
+		path = os.Getenv("COSTGATE_CONFIG")
+	}
+	var cfg *proxy.Config
+	var err error
+	source := path
+	if path != "" {
+		cfg, err = proxy.Load(path)
+	} else {
+		source = "the embedded quickstart"
+		if os.Getenv("COSTGATE_ADMIN_TOKEN") == "" {
+			os.Setenv("COSTGATE_ADMIN_TOKEN", "cg-demo-admin")
+		}
+		cfg, err = proxy.Parse(examples.QuickstartConfig())
+		if err == nil {
+			cfg.WithPolicyFS(examples.QuickstartPolicies())
+		}
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	set := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	set(&cfg.Listen, f.listen)
+	set(&cfg.AdminListen, f.adminListen)
+	set(&cfg.Store.Redis, f.redis)
+	set(&cfg.Ledger.DSN, f.ledger)
+	set(&cfg.DataDir, f.dataDir)
+	return cfg, source, nil
+}
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf configFlags
+	cf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, source, err := cf.load()
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	srv, err := proxy.Open(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+
+	data, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	admin, err := net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		data.Close()
+		return fmt.Errorf("admin listen: %w", err)
+	}
+	dataSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	adminSrv := &http.Server{Handler: srv.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 2)
+	go func() { errc <- dataSrv.Serve(data) }()
+	go func() { errc <- adminSrv.Serve(admin) }()
+	fmt.Fprintf(stdout, "costgate: serving %s on %s (admin on %s)\n", source, data.Addr(), admin.Addr())
+	for _, line := range srv.Describe() {
+		fmt.Fprintln(stdout, "costgate:", line)
+	}
+
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	// Drain: stop accepting, let in-flight requests and streams finish and
+	// settle, then close the stores (flushing the ledger).
+	shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e1 := dataSrv.Shutdown(shutdown)
+	e2 := adminSrv.Shutdown(shutdown)
+	e3 := srv.Close()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return errors.Join(err, e1, e2, e3)
+}

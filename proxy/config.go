@@ -1,0 +1,452 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/weighted"
+)
+
+// Config is costgate's whole configuration: one YAML file, documented field
+// by field in the README. Load reads and validates it; the zero value of each
+// optional field is replaced by the default named in its comment.
+type Config struct {
+	// Listen is the data plane's address. Default ":8080".
+	Listen string `yaml:"listen"`
+	// AdminListen is the admin plane's address. Default "127.0.0.1:9090".
+	AdminListen string `yaml:"admin_listen"`
+	// AdminToken is the admin plane's bearer token. Default: the
+	// COSTGATE_ADMIN_TOKEN environment variable. Required.
+	AdminToken string `yaml:"admin_token"`
+	// DataDir holds the embedded ledger and its spool. Default "./costgate-data".
+	DataDir string `yaml:"data_dir"`
+	// MaxBodyBytes bounds a request body; a larger one is answered 413.
+	// Default 8 MiB.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// Region names this replica's region, recorded in the ledger.
+	Region string `yaml:"region"`
+
+	Store    StoreConfig    `yaml:"store"`
+	Ledger   LedgerConfig   `yaml:"ledger"`
+	Policies PoliciesConfig `yaml:"policies"`
+	Costs    CostsConfig    `yaml:"costs"`
+
+	Upstreams []UpstreamConfig `yaml:"upstreams"`
+	Routes    []RouteConfig    `yaml:"routes"`
+	Tenants   []TenantConfig   `yaml:"tenants"`
+	Limits    []LimitConfig    `yaml:"limits"`
+	Budgets   []BudgetConfig   `yaml:"budgets"`
+
+	// dir is the directory relative paths in the file are resolved against.
+	dir string
+	// policyFS, when set, holds the policies instead of Policies.Dir: the
+	// embedded quickstart uses it.
+	policyFS fs.FS
+}
+
+// StoreConfig chooses the limiter store.
+type StoreConfig struct {
+	// Redis is a redis:// or rediss:// URL. Empty means the in-memory store
+	// (single node). Default: the REDIS_URL environment variable.
+	Redis string `yaml:"redis"`
+}
+
+// LedgerConfig chooses the ledger's database.
+type LedgerConfig struct {
+	// DSN is a postgres:// URL. Empty means the embedded ledger under
+	// DataDir. Default: the DATABASE_URL environment variable.
+	DSN string `yaml:"dsn"`
+}
+
+// PoliciesConfig names the Rego policies evaluated on every request.
+type PoliciesConfig struct {
+	// Dir is a directory of .rego files, relative to the config file.
+	// Empty means no policy: every request the limits admit is allowed.
+	Dir string `yaml:"dir"`
+}
+
+// CostsConfig tunes the cost model.
+type CostsConfig struct {
+	// Prices add to or override the built-in price table, by model name.
+	Prices map[string]PriceConfig `yaml:"prices"`
+	// DefaultPrice prices a model the table does not know. Default: the
+	// estimator's own default (never free).
+	DefaultPrice *PriceConfig `yaml:"default_price"`
+	// FreeUnknown lets unknown models ride free. Default false.
+	FreeUnknown bool `yaml:"free_unknown"`
+	// OutputReserve is the percentage of the output estimate reserved before
+	// the response, 1 to 100. Default 100.
+	OutputReserve int `yaml:"output_reserve"`
+}
+
+// PriceConfig is a price in dollars per million tokens, written as exact
+// decimals ("2.50").
+type PriceConfig struct {
+	Input           USD   `yaml:"input"`
+	CachedInput     USD   `yaml:"cached_input"`
+	CacheWrite      USD   `yaml:"cache_write"`
+	Output          USD   `yaml:"output"`
+	MaxOutputTokens int64 `yaml:"max_output_tokens"`
+}
+
+// USD is a dollar amount in the config file, read exactly.
+type USD costmodel.NanoUSD
+
+// UnmarshalYAML reads a decimal string or number as dollars.
+func (u *USD) UnmarshalYAML(n *yaml.Node) error {
+	v, err := costmodel.ParseUSD(n.Value)
+	if err != nil {
+		return err
+	}
+	*u = USD(v)
+	return nil
+}
+
+// UpstreamConfig is a dependency costgate forwards to.
+type UpstreamConfig struct {
+	// Name identifies the upstream in routes and in /u/{name}/.
+	Name string `yaml:"name"`
+	// Kind is "openai", "anthropic" or "generic".
+	Kind string `yaml:"kind"`
+	// BaseURL is the upstream's URL without the /v1 path.
+	BaseURL string `yaml:"base_url"`
+	// APIKey is the credential costgate injects; APIKeyEnv names an
+	// environment variable that holds it instead.
+	APIKey    string `yaml:"api_key"`
+	APIKeyEnv string `yaml:"api_key_env"`
+	// Simulate serves this upstream from costgate's built-in simulator:
+	// "never" (default), "always", or "auto" (when the credential is empty).
+	Simulate string `yaml:"simulate"`
+	// Timeout bounds a whole upstream exchange. Default 10m.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// RouteConfig sends the requests of one path to an upstream.
+type RouteConfig struct {
+	// Path is an OpenAI or Anthropic API path, such as /v1/chat/completions.
+	Path string `yaml:"path"`
+	// Upstream names the upstream. Default: the first upstream whose kind
+	// serves the path.
+	Upstream string `yaml:"upstream"`
+}
+
+// TenantConfig is a customer of the gated API.
+type TenantConfig struct {
+	Name string      `yaml:"name"`
+	Plan string      `yaml:"plan"`
+	Keys []KeyConfig `yaml:"keys"`
+}
+
+// KeyConfig is one API key of a tenant. The key itself is held only as a
+// SHA-256 hash in memory.
+type KeyConfig struct {
+	// ID names the key in the ledger and logs; default: the key's hash prefix.
+	ID string `yaml:"id"`
+	// Key is the secret; KeyEnv names an environment variable holding it.
+	Key    string `yaml:"key"`
+	KeyEnv string `yaml:"key_env"`
+	// User is the end user the key belongs to, if any.
+	User string `yaml:"user"`
+}
+
+// LimitConfig is one weighted limit.
+type LimitConfig struct {
+	Name string `yaml:"name"`
+	// Plans the limit applies to; empty means every plan.
+	Plans []string `yaml:"plans"`
+	// Dimensions make the limit's key: any of tenant, user, api_key, ip,
+	// model, route, upstream, region. Empty means one global key.
+	Dimensions []string `yaml:"dimensions"`
+	// Algorithm: token_bucket (default), gcra, sliding_window, fixed_window,
+	// sliding_log, concurrency.
+	Algorithm string `yaml:"algorithm"`
+	// Unit: requests (default), tokens, input_tokens, output_tokens, usd.
+	Unit string `yaml:"unit"`
+	// Rate units per Period; for usd, Rate is in dollars (see RateUSD).
+	Rate    int64         `yaml:"rate"`
+	RateUSD USD           `yaml:"rate_usd"`
+	Period  time.Duration `yaml:"period"`
+	// Burst is the capacity; default Rate.
+	Burst int64 `yaml:"burst"`
+	// OnStoreFailure: fail_open (default) or fail_closed.
+	OnStoreFailure string `yaml:"on_store_failure"`
+	// Mode: enforce (default) or shadow.
+	Mode string `yaml:"mode"`
+}
+
+// BudgetConfig is a spend cap in dollars per period.
+type BudgetConfig struct {
+	Name string `yaml:"name"`
+	// Plans the budget applies to; empty means every plan.
+	Plans []string `yaml:"plans"`
+	// Scope: tenant (default), user or api_key.
+	Scope string `yaml:"scope"`
+	// Period: day (default) or month... in this version day only (a
+	// fixed 24-hour window aligned to UTC midnight).
+	Period string `yaml:"period"`
+	Amount USD    `yaml:"amount"`
+}
+
+// Load reads, defaults and validates the config file at path.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	abs, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c.dir = abs
+	return c, nil
+}
+
+// Parse reads, defaults and validates a config from YAML. Unknown fields
+// are errors, so that a misspelt field is not silently ignored.
+func Parse(b []byte) (*Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	c.applyDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// WithPolicyFS makes the config read its policies from fsys instead of
+// Policies.Dir. The embedded quickstart uses it.
+func (c *Config) WithPolicyFS(fsys fs.FS) *Config {
+	c.policyFS = fsys
+	return c
+}
+
+func (c *Config) applyDefaults() {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.Listen, ":8080")
+	def(&c.AdminListen, "127.0.0.1:9090")
+	def(&c.AdminToken, os.Getenv("COSTGATE_ADMIN_TOKEN"))
+	def(&c.DataDir, "./costgate-data")
+	def(&c.Store.Redis, os.Getenv("REDIS_URL"))
+	def(&c.Ledger.DSN, os.Getenv("DATABASE_URL"))
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 8 << 20
+	}
+	for i := range c.Upstreams {
+		u := &c.Upstreams[i]
+		def(&u.Simulate, "never")
+		if u.Timeout == 0 {
+			u.Timeout = 10 * time.Minute
+		}
+	}
+	for i := range c.Limits {
+		l := &c.Limits[i]
+		def(&l.Algorithm, "token_bucket")
+		def(&l.Unit, "requests")
+		def(&l.OnStoreFailure, "fail_open")
+		def(&l.Mode, "enforce")
+	}
+	for i := range c.Budgets {
+		b := &c.Budgets[i]
+		def(&b.Scope, "tenant")
+		def(&b.Period, "day")
+	}
+}
+
+// FieldError is a config error at a field path, such as
+// "limits[2].algorithm".
+type FieldError struct {
+	Path   string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return e.Path + ": " + e.Reason }
+
+// Validate checks every field and returns all problems found, each a
+// *FieldError, joined.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(path, format string, args ...any) {
+		errs = append(errs, &FieldError{Path: path, Reason: fmt.Sprintf(format, args...)})
+	}
+	if c.AdminToken == "" {
+		bad("admin_token", "required (or set COSTGATE_ADMIN_TOKEN)")
+	}
+	if c.MaxBodyBytes < 0 {
+		bad("max_body_bytes", "must be positive")
+	}
+	if c.Costs.OutputReserve < 0 || c.Costs.OutputReserve > 100 {
+		bad("costs.output_reserve", "must be a percentage from 1 to 100")
+	}
+	upstreams := map[string]bool{}
+	for i, u := range c.Upstreams {
+		p := fmt.Sprintf("upstreams[%d]", i)
+		switch {
+		case u.Name == "":
+			bad(p+".name", "required")
+		case upstreams[u.Name]:
+			bad(p+".name", "duplicate upstream %q", u.Name)
+		}
+		upstreams[u.Name] = true
+		if !slices.Contains([]string{"openai", "anthropic", "generic"}, u.Kind) {
+			bad(p+".kind", "must be openai, anthropic or generic, not %q", u.Kind)
+		}
+		if !slices.Contains([]string{"never", "always", "auto"}, u.Simulate) {
+			bad(p+".simulate", "must be never, always or auto, not %q", u.Simulate)
+		}
+		if u.Simulate != "always" && !strings.HasPrefix(u.BaseURL, "http://") && !strings.HasPrefix(u.BaseURL, "https://") {
+			bad(p+".base_url", "must be an http:// or https:// URL, not %q", u.BaseURL)
+		}
+	}
+	for i, r := range c.Routes {
+		p := fmt.Sprintf("routes[%d]", i)
+		if _, ok := routeKinds[r.Path]; !ok {
+			bad(p+".path", "unknown API path %q", r.Path)
+		}
+		if !upstreams[r.Upstream] {
+			bad(p+".upstream", "no upstream named %q", r.Upstream)
+		}
+	}
+	keys := map[string]bool{}
+	tenants := map[string]bool{}
+	for i, t := range c.Tenants {
+		p := fmt.Sprintf("tenants[%d]", i)
+		if t.Name == "" {
+			bad(p+".name", "required")
+		} else if tenants[t.Name] {
+			bad(p+".name", "duplicate tenant %q", t.Name)
+		}
+		tenants[t.Name] = true
+		for j, k := range t.Keys {
+			kp := fmt.Sprintf("%s.keys[%d]", p, j)
+			secret := k.secret()
+			switch {
+			case k.Key != "" && k.KeyEnv != "":
+				bad(kp, "set key or key_env, not both")
+			case secret == "" && k.KeyEnv != "":
+				bad(kp+".key_env", "environment variable %s is empty", k.KeyEnv)
+			case secret == "":
+				bad(kp+".key", "required")
+			case keys[secret]:
+				bad(kp+".key", "the same key is given twice")
+			}
+			keys[secret] = true
+		}
+	}
+	names := map[string]bool{}
+	for i, l := range c.Limits {
+		p := fmt.Sprintf("limits[%d]", i)
+		if l.Name == "" {
+			bad(p+".name", "required")
+		} else if names[l.Name] {
+			bad(p+".name", "duplicate limit %q", l.Name)
+		}
+		names[l.Name] = true
+		for _, d := range l.Dimensions {
+			if !slices.Contains(dimensions, d) {
+				bad(p+".dimensions", "unknown dimension %q (want one of %s)", d, strings.Join(dimensions, ", "))
+			}
+		}
+		if _, ok := units[l.Unit]; !ok {
+			bad(p+".unit", "unknown unit %q (want requests, tokens, input_tokens, output_tokens or usd)", l.Unit)
+		}
+		if l.OnStoreFailure != "fail_open" && l.OnStoreFailure != "fail_closed" {
+			bad(p+".on_store_failure", "must be fail_open or fail_closed, not %q", l.OnStoreFailure)
+		}
+		if l.Mode != "enforce" && l.Mode != "shadow" {
+			bad(p+".mode", "must be enforce or shadow, not %q", l.Mode)
+		}
+		if l.Unit == "usd" && l.Rate != 0 {
+			bad(p+".rate", "a usd limit takes rate_usd, in dollars")
+		}
+		if _, err := l.weighted(); err != nil {
+			bad(p, "%v", err)
+		}
+	}
+	for i, b := range c.Budgets {
+		p := fmt.Sprintf("budgets[%d]", i)
+		if b.Name == "" {
+			bad(p+".name", "required")
+		} else if names[b.Name] {
+			bad(p+".name", "duplicate limit or budget %q", b.Name)
+		}
+		names[b.Name] = true
+		if !slices.Contains([]string{"tenant", "user", "api_key"}, b.Scope) {
+			bad(p+".scope", "must be tenant, user or api_key, not %q", b.Scope)
+		}
+		if b.Period != "day" {
+			bad(p+".period", "only day is supported in this version, not %q", b.Period)
+		}
+		if b.Amount <= 0 {
+			bad(p+".amount", "must be a positive dollar amount")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// dimensions are the request attributes a limit may be keyed by.
+var dimensions = []string{"tenant", "user", "api_key", "ip", "model", "route", "upstream", "region"}
+
+// units are the limit units; the value tells how a request's cost is taken
+// from its estimate or usage.
+var units = map[string]func(costmodel.Usage, costmodel.NanoUSD) int64{
+	"requests":      func(costmodel.Usage, costmodel.NanoUSD) int64 { return 1 },
+	"tokens":        func(u costmodel.Usage, _ costmodel.NanoUSD) int64 { return u.InputTokens + u.OutputTokens },
+	"input_tokens":  func(u costmodel.Usage, _ costmodel.NanoUSD) int64 { return u.InputTokens },
+	"output_tokens": func(u costmodel.Usage, _ costmodel.NanoUSD) int64 { return u.OutputTokens },
+	"usd":           func(_ costmodel.Usage, c costmodel.NanoUSD) int64 { return int64(c) },
+}
+
+// weighted converts the limit to the limiter's form.
+func (l LimitConfig) weighted() (weighted.Limit, error) {
+	alg, err := weighted.ParseAlgorithm(l.Algorithm)
+	if err != nil {
+		return weighted.Limit{}, err
+	}
+	rate := l.Rate
+	if l.Unit == "usd" {
+		rate = int64(l.RateUSD)
+	}
+	wl := weighted.Limit{Name: l.Name, Algorithm: alg, Rate: rate, Period: l.Period, Burst: l.Burst}
+	return wl, wl.Validate()
+}
+
+func (k KeyConfig) secret() string {
+	if k.KeyEnv != "" {
+		return os.Getenv(k.KeyEnv)
+	}
+	return k.Key
+}
+
+func (u UpstreamConfig) credential() string {
+	if u.APIKeyEnv != "" {
+		return os.Getenv(u.APIKeyEnv)
+	}
+	return u.APIKey
+}
+
+// simulated tells whether the built-in simulator serves the upstream.
+func (u UpstreamConfig) simulated() bool {
+	return u.Simulate == "always" || (u.Simulate == "auto" && u.credential() == "")
+}

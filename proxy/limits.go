@@ -1,0 +1,80 @@
+package proxy
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/weighted"
+)
+
+// compiledLimit is a limit or budget ready for the request path.
+type compiledLimit struct {
+	limit      weighted.Limit
+	unit       string
+	cost       func(costmodel.Usage, costmodel.NanoUSD) int64
+	plans      []string // empty: every plan
+	dims       []string
+	budget     bool // a denial is 402 budget_exceeded rather than 429
+	shadow     bool // a denial is recorded, never enforced
+	failClosed bool
+}
+
+func compileLimit(l LimitConfig) (*compiledLimit, error) {
+	wl, err := l.weighted()
+	if err != nil {
+		return nil, err
+	}
+	return &compiledLimit{
+		limit:      wl,
+		unit:       l.Unit,
+		cost:       units[l.Unit],
+		plans:      l.Plans,
+		dims:       l.Dimensions,
+		shadow:     l.Mode == "shadow",
+		failClosed: l.OnStoreFailure == "fail_closed",
+	}, nil
+}
+
+// compileBudget makes a budget a fixed-window limit in nano-dollars whose
+// window is the budget's period, aligned to UTC midnight.
+func compileBudget(b BudgetConfig) *compiledLimit {
+	return &compiledLimit{
+		limit: weighted.Limit{
+			Name:      b.Name,
+			Algorithm: weighted.FixedWindow,
+			Rate:      int64(b.Amount),
+			Period:    24 * time.Hour,
+		},
+		unit:   "usd",
+		cost:   units["usd"],
+		plans:  b.Plans,
+		dims:   []string{b.Scope},
+		budget: true,
+	}
+}
+
+func (l *compiledLimit) appliesTo(plan string) bool {
+	return len(l.plans) == 0 || slices.Contains(l.plans, plan)
+}
+
+// key builds the limit's key from the request's attributes. Keys that carry
+// a tenant put it in a hash tag, so that all of one tenant's limits live in
+// one Redis Cluster slot and are debited by one script call.
+func (l *compiledLimit) key(x *exchange) string {
+	var b strings.Builder
+	b.Grow(64)
+	if slices.Contains(l.dims, "tenant") || slices.Contains(l.dims, "user") || slices.Contains(l.dims, "api_key") {
+		b.WriteString("{")
+		b.WriteString(x.caller.tenant)
+		b.WriteString("}")
+	}
+	for _, d := range l.dims {
+		b.WriteByte(':')
+		b.WriteString(d)
+		b.WriteByte('=')
+		b.WriteString(x.dimension(d))
+	}
+	return b.String()
+}

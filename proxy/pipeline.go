@@ -1,0 +1,553 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/ledger"
+	"github.com/costgate/costgate/policies"
+	"github.com/costgate/costgate/weighted"
+)
+
+// exchange is the state of one request as it moves through the stages.
+// It is owned by the request's goroutine; the reverse proxy's hooks run on
+// that goroutine too.
+type exchange struct {
+	s        *Server
+	id       string
+	start    time.Time
+	path     string
+	kind     costmodel.Kind
+	caller   *caller
+	upstream *upstream
+	ip       string
+	est      costmodel.Estimate
+
+	limits   []*compiledLimit // the limits that apply, parallel to items
+	items    []weighted.Item
+	result   weighted.Result
+	decision policies.Decision
+	friction string // the Costgate-Friction value, if any
+
+	status      int   // the upstream's status, or costgate's on an upstream failure
+	upstreamErr error // set when the upstream gave no answer
+	body        *meteredBody
+}
+
+type ctxKey struct{}
+
+func exchangeFrom(ctx context.Context) *exchange {
+	x, _ := ctx.Value(ctxKey{}).(*exchange)
+	return x
+}
+
+// newRequestID returns "req_" and 128 random bits in hex.
+func newRequestID() string {
+	var b [16]byte
+	for i := 0; i < 16; i += 8 {
+		v := rand.Uint64()
+		for j := range 8 {
+			b[i+j] = byte(v >> (8 * j))
+		}
+	}
+	return "req_" + hex.EncodeToString(b[:])
+}
+
+// identify maps the request's API key to its caller.
+func (s *Server) identify(r *http.Request) *caller {
+	key := r.Header.Get("X-Api-Key")
+	if key == "" {
+		auth := r.Header.Get("Authorization")
+		if len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
+			key = strings.TrimSpace(auth[7:])
+		}
+	}
+	if key == "" {
+		return nil
+	}
+	return s.keys[sha256.Sum256([]byte(key))]
+}
+
+func (x *exchange) dimension(d string) string {
+	switch d {
+	case "tenant":
+		return x.caller.tenant
+	case "user":
+		return x.caller.user
+	case "api_key":
+		return x.caller.keyID
+	case "ip":
+		return x.ip
+	case "model":
+		return x.est.Model
+	case "route":
+		return x.path
+	case "upstream":
+		return x.upstream.name
+	case "region":
+		return x.s.cfg.Region
+	}
+	return ""
+}
+
+// serveLLM returns the handler of one priced API path.
+func (s *Server) serveLLM(path string, kind costmodel.Kind) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		s.serve(c.Writer, c.Request, path, kind)
+	}
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind costmodel.Kind) {
+	x := &exchange{s: s, id: newRequestID(), start: time.Now(), path: path, kind: kind}
+	w.Header().Set("X-Request-Id", x.id)
+
+	// 1. Identify.
+	if x.caller = s.identify(r); x.caller == nil {
+		writeError(w, path, http.StatusUnauthorized, apiError{
+			Type: "authentication_error", Code: "invalid_api_key",
+			Message: "missing or unknown API key: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'",
+		})
+		return
+	}
+	if x.upstream = s.routes[path]; x.upstream == nil {
+		writeError(w, path, http.StatusNotFound, apiError{
+			Type: "invalid_request_error", Code: "no_upstream",
+			Message: "no upstream is configured for " + path,
+		})
+		return
+	}
+	x.ip, _, _ = net.SplitHostPort(r.RemoteAddr)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, path, http.StatusRequestEntityTooLarge, apiError{
+				Type: "invalid_request_error", Code: "body_too_large",
+				Message: fmt.Sprintf("request body is larger than the limit of %d bytes", tooBig.Limit),
+			})
+			return
+		}
+		writeError(w, path, http.StatusBadRequest, apiError{
+			Type: "invalid_request_error", Code: "unreadable_body", Message: "reading the request body: " + err.Error(),
+		})
+		return
+	}
+
+	// 2. Estimate.
+	if x.est, err = s.est.Estimate(kind, body); err != nil {
+		writeError(w, path, http.StatusBadRequest, apiError{
+			Type: "invalid_request_error", Code: "invalid_body", Message: err.Error(),
+		})
+		return
+	}
+
+	// 3. Debit every applicable limit, all or nothing.
+	if !s.debit(w, r.Context(), x) {
+		return
+	}
+
+	// 4. Decide.
+	if s.policy != nil {
+		if !s.decide(w, r.Context(), x, &body) {
+			return
+		}
+	}
+
+	// 5. Record the reservation durably before forwarding.
+	if err := s.ledger.Reserve(r.Context(), x.entry(ledger.StatusReserved)); err != nil {
+		s.cancel(x)
+		s.log.Error("ledger reserve failed", "request_id", x.id, "err", err)
+		writeError(w, path, http.StatusServiceUnavailable, apiError{
+			Type: "service_unavailable", Code: "ledger_unavailable",
+			Message: "costgate cannot record the request in its ledger; try again",
+		})
+		return
+	}
+
+	// 6. Forward.
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.Header.Del("Content-Length")
+	ctx, cancel := context.WithTimeout(context.WithValue(r.Context(), ctxKey{}, x), x.upstream.timeout)
+	x.upstream.rp.ServeHTTP(w, r.WithContext(ctx))
+	cancel()
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+
+	// 7. Settle.
+	s.settle(x)
+}
+
+// debit reserves the estimate on every limit that applies. It answers the
+// client and returns false when the request may not go on.
+func (s *Server) debit(w http.ResponseWriter, ctx context.Context, x *exchange) bool {
+	for _, l := range s.limits {
+		if !l.appliesTo(x.caller.plan) {
+			continue
+		}
+		x.limits = append(x.limits, l)
+		x.items = append(x.items, weighted.Item{Limit: l.limit, Key: l.key(x), Cost: l.cost(x.est.Usage, x.est.Cost)})
+	}
+	if len(x.items) == 0 {
+		return true
+	}
+	res, err := s.store.Debit(ctx, x.id, x.items)
+	var tooBig *weighted.CostError
+	switch {
+	case errors.As(err, &tooBig):
+		writeError(w, x.path, http.StatusBadRequest, apiError{
+			Type: "invalid_request_error", Code: "cost_exceeds_limit",
+			Message: fmt.Sprintf("this request's estimated cost (%d %s) is larger than limit %q can ever admit (%d); lower max_tokens or shorten the prompt",
+				tooBig.Cost, x.limitFor(tooBig.Limit).unit, tooBig.Limit, tooBig.Capacity),
+		})
+		return false
+	case err != nil:
+		return s.storeFailed(w, x, err)
+	}
+	x.result = res
+	if res.Allowed {
+		return true
+	}
+	// A denial by a shadow limit is recorded and not enforced: debit the
+	// others alone.
+	if x.deniedOnlyByShadow() {
+		s.log.Info("shadow limit would block", "request_id", x.id, "limit", x.items[res.Decider].Limit.Name, "tenant", x.caller.tenant)
+		x.dropShadow()
+		return s.debit2(w, ctx, x)
+	}
+	s.deny(w, x)
+	return false
+}
+
+// debit2 debits the enforced limits alone, after a shadow limit's denial.
+func (s *Server) debit2(w http.ResponseWriter, ctx context.Context, x *exchange) bool {
+	if len(x.items) == 0 {
+		return true
+	}
+	res, err := s.store.Debit(ctx, x.id, x.items)
+	if err != nil {
+		return s.storeFailed(w, x, err)
+	}
+	x.result = res
+	if !res.Allowed {
+		s.deny(w, x)
+		return false
+	}
+	return true
+}
+
+func (x *exchange) limitFor(name string) *compiledLimit {
+	for _, l := range x.limits {
+		if l.limit.Name == name {
+			return l
+		}
+	}
+	return &compiledLimit{}
+}
+
+func (x *exchange) deniedOnlyByShadow() bool {
+	for i, st := range x.result.Items {
+		if !st.Allowed && !x.limits[i].shadow {
+			return false
+		}
+	}
+	return true
+}
+
+func (x *exchange) dropShadow() {
+	limits, items := x.limits[:0], x.items[:0]
+	for i, l := range x.limits {
+		if !l.shadow {
+			limits = append(limits, l)
+			items = append(items, x.items[i])
+		}
+	}
+	x.limits, x.items = limits, items
+}
+
+// storeFailed applies the limits' posture when the store cannot answer: a
+// fail-closed limit refuses with 503; otherwise the request goes on
+// unlimited and says so.
+func (s *Server) storeFailed(w http.ResponseWriter, x *exchange, err error) bool {
+	s.log.Warn("limiter store failed", "request_id", x.id, "err", err)
+	for _, l := range x.limits {
+		if l.failClosed {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, x.path, http.StatusServiceUnavailable, apiError{
+				Type: "service_unavailable", Code: l.limit.Name,
+				Message: "the limiter store is unavailable and limit " + l.limit.Name + " fails closed",
+			})
+			return false
+		}
+	}
+	w.Header().Set("Costgate-Degraded", "fail-open")
+	x.limits, x.items = nil, nil
+	return true
+}
+
+// deny answers a denied debit: 402 when a budget decided, else 429.
+func (s *Server) deny(w http.ResponseWriter, x *exchange) {
+	res := x.result
+	l := x.limits[res.Decider]
+	x.setRateLimitHeaders(w.Header())
+	retry := retryAfterSeconds(res.RetryAfter)
+	w.Header().Set("Retry-After", fmt.Sprint(retry))
+	status, typ := http.StatusTooManyRequests, "rate_limit_exceeded"
+	msg := fmt.Sprintf("limit %q is exhausted for this %s; retry in %d s", l.limit.Name, strings.Join(l.dims, "+"), retry)
+	if l.budget {
+		status, typ = http.StatusPaymentRequired, "budget_exceeded"
+		msg = fmt.Sprintf("budget %q is spent for this period; it resets in %d s", l.limit.Name, retry)
+	}
+	s.log.Info("request blocked", "request_id", x.id, "tenant", x.caller.tenant, "limit", l.limit.Name, "status", status)
+	writeError(w, x.path, status, apiError{
+		Type: typ, Code: l.limit.Name, Message: msg, Policy: l.limit.Name,
+		RetryAfterMS: res.RetryAfter.Milliseconds(),
+	})
+}
+
+func retryAfterSeconds(d time.Duration) int64 {
+	s := int64((d + time.Second - 1) / time.Second)
+	return max(s, 1)
+}
+
+// decide evaluates the policies. It answers the client and returns false on
+// a hard decision; on a soft one it applies the friction to the body.
+func (s *Server) decide(w http.ResponseWriter, ctx context.Context, x *exchange, body *[]byte) bool {
+	in := x.policyInput()
+	d, err := s.policy.Decide(ctx, in)
+	if err != nil {
+		// A broken policy must not take the API down: allow, loudly.
+		s.log.Error("policy evaluation failed; allowing", "request_id", x.id, "err", err)
+		return true
+	}
+	x.decision = d
+	for _, sh := range d.Shadow {
+		s.log.Info("shadow policy would act", "request_id", x.id, "policy", sh.Policy, "outcome", sh.Outcome, "status", sh.Status)
+	}
+	switch d.Outcome {
+	case policies.Hard:
+		s.cancel(x)
+		status := d.Status
+		typ := "rate_limit_exceeded"
+		switch status {
+		case http.StatusPaymentRequired:
+			typ = "budget_exceeded"
+		case http.StatusForbidden:
+			typ = "permission_denied"
+		case http.StatusTooManyRequests:
+		default:
+			status = http.StatusForbidden
+			typ = "permission_denied"
+		}
+		x.setRateLimitHeaders(w.Header())
+		if status != http.StatusForbidden {
+			w.Header().Set("Retry-After", "60")
+		}
+		writeError(w, x.path, status, apiError{Type: typ, Code: d.Policy, Message: d.Reason, Policy: d.Policy})
+		return false
+	case policies.Soft:
+		return s.applyFriction(w, ctx, x, body)
+	}
+	return true
+}
+
+func (x *exchange) policyInput() *policies.Input {
+	now := time.Now().UTC()
+	in := &policies.Input{
+		Caller: policies.Caller{Tenant: x.caller.tenant, User: x.caller.user, KeyID: x.caller.keyID, Plan: x.caller.plan, IP: x.ip, Region: x.s.cfg.Region},
+		Request: policies.Request{Route: x.path, Upstream: x.upstream.name, Model: x.est.Model, Stream: x.est.Stream,
+			MaxOutputTokens: x.est.MaxOutputTokens},
+		Estimate: policies.Estimate{InputTokens: x.est.Usage.InputTokens, OutputTokens: x.est.Usage.OutputTokens, CostNanoUSD: int64(x.est.Cost)},
+		Time:     policies.Time{Unix: now.Unix(), Hour: now.Hour(), Weekday: int(now.Weekday())},
+	}
+	for i, l := range x.limits {
+		st := x.result.Items[i]
+		if l.budget {
+			scope := l.dims[0]
+			if scope == "api_key" {
+				scope = "key"
+			}
+			in.Spend = append(in.Spend, policies.Spend{Scope: scope, Period: "day",
+				SpentNanoUSD: st.Capacity - st.Remaining, BudgetNanoUSD: st.Capacity})
+			continue
+		}
+		in.Limits = append(in.Limits, policies.Limit{Name: l.limit.Name, Unit: l.unit, Limit: st.Capacity,
+			Remaining: st.Remaining, ResetSeconds: int64(st.ResetAfter / time.Second)})
+	}
+	return in
+}
+
+// applyFriction delays, caps max_tokens or downgrades the model as the
+// policies decided, and names what it did in Costgate-Friction.
+func (s *Server) applyFriction(w http.ResponseWriter, ctx context.Context, x *exchange, body *[]byte) bool {
+	f := x.decision.Friction
+	var actions []string
+	if f.CapMaxTokens > 0 && (x.est.MaxOutputTokens == 0 || x.est.MaxOutputTokens > f.CapMaxTokens) {
+		field := "max_tokens"
+		if x.kind == costmodel.ChatCompletions {
+			field = "max_completion_tokens"
+		} else if x.kind == costmodel.Responses {
+			field = "max_output_tokens"
+		}
+		if b, err := setJSONField(*body, field, f.CapMaxTokens); err == nil {
+			*body = b
+			actions = append(actions, "cap_max_tokens")
+		}
+	}
+	if f.DowngradeModel != "" && f.DowngradeModel != x.est.Model {
+		if b, err := setJSONField(*body, "model", f.DowngradeModel); err == nil {
+			*body = b
+			actions = append(actions, "downgrade_model")
+			x.est.Model = f.DowngradeModel
+		}
+	}
+	if f.DelayMS > 0 {
+		d := min(time.Duration(f.DelayMS)*time.Millisecond, 30*time.Second)
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			s.cancel(x)
+			return false
+		}
+		actions = append(actions, "delay")
+	}
+	if f.Warning != "" {
+		actions = append(actions, "warn")
+		w.Header().Set("Costgate-Warning", f.Warning)
+	}
+	if len(actions) > 0 {
+		x.friction = fmt.Sprintf("%s; policy=%q", strings.Join(actions, ", "), x.decision.Policy)
+		w.Header().Set("Costgate-Friction", x.friction)
+	}
+	return true
+}
+
+// setJSONField sets one top-level field of a JSON object.
+func setJSONField(body []byte, field string, v any) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	m[field] = raw
+	if field == "max_completion_tokens" {
+		delete(m, "max_tokens")
+	}
+	return json.Marshal(m)
+}
+
+// cancel returns the request's whole reservation.
+func (s *Server) cancel(x *exchange) {
+	if len(x.items) == 0 {
+		return
+	}
+	if err := s.store.Cancel(context.WithoutCancel(context.Background()), x.id, x.items); err != nil {
+		s.log.Warn("limiter cancel failed", "request_id", x.id, "err", err)
+	}
+}
+
+// settle prices what the upstream reported, charges or refunds the limits
+// and finalizes the ledger entry.
+func (s *Server) settle(x *exchange) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	usage, status := x.actualUsage()
+	cost := s.est.Cost(x.est.Model, usage)
+	if len(x.items) > 0 {
+		actual := make([]int64, len(x.items))
+		for i, l := range x.limits {
+			actual[i] = l.cost(usage, cost)
+			if l.unit == "requests" && status == ledger.StatusFailed {
+				actual[i] = 0
+			}
+		}
+		if err := s.store.Settle(ctx, x.id, x.items, actual); err != nil {
+			s.log.Warn("limiter settle failed", "request_id", x.id, "err", err)
+		}
+	}
+	e := x.entry(status)
+	e.Actual, e.ActualCost = usage, cost
+	e.SettledAt = time.Now()
+	if err := s.ledger.Settle(ctx, e); err != nil {
+		s.log.Error("ledger settle failed", "request_id", x.id, "err", err)
+	}
+}
+
+// actualUsage is the usage to charge: what the upstream reported, what a
+// cut stream produced, nothing for an upstream that gave no answer, and the
+// estimate for a success whose usage cannot be read.
+func (x *exchange) actualUsage() (costmodel.Usage, ledger.Status) {
+	if x.upstreamErr != nil || x.body == nil {
+		return costmodel.Usage{}, ledger.StatusFailed
+	}
+	u, ok := x.body.usage()
+	switch {
+	case ok:
+	case x.status >= 400:
+		u = costmodel.Usage{}
+	default:
+		x.s.log.Warn("upstream reported no usage; charging the estimate", "request_id", x.id)
+		u = x.est.Usage
+	}
+	if x.status >= 400 {
+		return u, ledger.StatusFailed
+	}
+	return u, ledger.StatusSettled
+}
+
+func (x *exchange) entry(status ledger.Status) ledger.Entry {
+	decision := "allow"
+	if x.decision.Outcome != "" {
+		decision = string(x.decision.Outcome)
+	}
+	return ledger.Entry{
+		RequestID: x.id, Tenant: x.caller.tenant, User: x.caller.user, KeyID: x.caller.keyID,
+		Route: x.path, Upstream: x.upstream.name, Model: x.est.Model, Region: x.s.cfg.Region,
+		Decision: decision, Policy: x.decision.Policy, Friction: x.friction,
+		Status: status, HTTPStatus: x.status,
+		Estimated: x.est.Usage, EstimatedCost: x.est.Cost,
+		CreatedAt: x.start,
+	}
+}
+
+func (s *Server) serveModels(c *gin.Context) {
+	if s.identify(c.Request) == nil {
+		writeError(c.Writer, "/v1/models", http.StatusUnauthorized, apiError{
+			Type: "authentication_error", Code: "invalid_api_key", Message: "missing or unknown API key",
+		})
+		return
+	}
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		OwnedBy string `json:"owned_by"`
+	}
+	out := struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{Object: "list"}
+	for _, m := range s.models {
+		out.Data = append(out.Data, model{ID: m, Object: "model", OwnedBy: "costgate"})
+	}
+	c.JSON(http.StatusOK, out)
+}

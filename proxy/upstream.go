@@ -1,0 +1,134 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// upstream is one configured dependency and the reverse proxy that reaches
+// it.
+type upstream struct {
+	name       string
+	kind       string
+	target     *url.URL
+	credential string
+	timeout    time.Duration
+	rp         *httputil.ReverseProxy
+}
+
+// transport is shared by all upstreams: a keep-alive pool sized for many
+// concurrent streams to few hosts.
+var transport = &http.Transport{
+	Proxy:                 http.ProxyFromEnvironment,
+	DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+	ForceAttemptHTTP2:     true,
+	MaxIdleConns:          1024,
+	MaxIdleConnsPerHost:   512,
+	IdleConnTimeout:       90 * time.Second,
+	TLSHandshakeTimeout:   10 * time.Second,
+	ExpectContinueTimeout: time.Second,
+}
+
+func (s *Server) newUpstream(cfg UpstreamConfig) (*upstream, error) {
+	base := cfg.BaseURL
+	if cfg.simulated() {
+		var err error
+		if base, err = s.startSimulator(); err != nil {
+			return nil, err
+		}
+	}
+	target, err := url.Parse(strings.TrimSuffix(base, "/"))
+	if err != nil {
+		return nil, fmt.Errorf("proxy: upstream %s: base_url: %w", cfg.Name, err)
+	}
+	u := &upstream{name: cfg.Name, kind: cfg.Kind, target: target, credential: cfg.credential(), timeout: cfg.Timeout}
+	u.rp = &httputil.ReverseProxy{
+		Rewrite:        u.rewrite,
+		Transport:      transport,
+		BufferPool:     bufferPool{},
+		FlushInterval:  -1, // flush every write: a stream must not wait in a buffer
+		ModifyResponse: modifyResponse,
+		ErrorHandler:   errorHandler,
+	}
+	return u, nil
+}
+
+// rewrite points the request at the upstream, drops the client's
+// credential and injects the upstream's.
+func (u *upstream) rewrite(pr *httputil.ProxyRequest) {
+	out := pr.Out
+	out.URL.Scheme = u.target.Scheme
+	out.URL.Host = u.target.Host
+	out.URL.Path = u.target.Path + pr.In.URL.Path
+	out.URL.RawPath = ""
+	out.Host = u.target.Host
+	out.Header.Del("Authorization")
+	out.Header.Del("X-Api-Key")
+	out.Header.Del("X-Request-Id")
+	if u.credential != "" {
+		switch u.kind {
+		case "anthropic":
+			out.Header.Set("X-Api-Key", u.credential)
+		default:
+			out.Header.Set("Authorization", "Bearer "+u.credential)
+		}
+	}
+	if x := exchangeFrom(pr.In.Context()); x != nil {
+		out.Header.Set("X-Request-Id", x.id)
+	}
+}
+
+func modifyResponse(resp *http.Response) error {
+	x := exchangeFrom(resp.Request.Context())
+	if x == nil {
+		return nil
+	}
+	x.status = resp.StatusCode
+	x.setRateLimitHeaders(resp.Header)
+	// X-Request-Id is costgate's own; the upstream's is kept under
+	// another name.
+	if up := resp.Header.Get("X-Request-Id"); up != "" {
+		resp.Header.Del("X-Request-Id")
+		resp.Header.Set("Costgate-Upstream-Request-Id", up)
+	}
+	resp.Body = x.meter(resp)
+	return nil
+}
+
+// errorHandler answers when the upstream could not be reached or did not
+// answer in time. The request is not charged.
+func errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	x := exchangeFrom(r.Context())
+	status, code := http.StatusBadGateway, "upstream_unreachable"
+	if errors.Is(err, context.DeadlineExceeded) {
+		status, code = http.StatusGatewayTimeout, "upstream_timeout"
+	}
+	if x != nil {
+		x.upstreamErr = err
+		x.status = status
+		x.setRateLimitHeaders(w.Header())
+	}
+	if r.Context().Err() != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return // the client went away; nobody reads an answer
+	}
+	writeError(w, r.URL.Path, status, apiError{
+		Type: "upstream_error", Code: code,
+		Message: "costgate could not get an answer from the upstream: " + err.Error(),
+	})
+}
+
+// bufferPool lends the 32 KiB buffers ReverseProxy copies bodies through.
+type bufferPool struct{}
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { buffers.Put(&b) }
