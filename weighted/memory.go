@@ -21,8 +21,8 @@ type MemoryConfig struct {
 // Memory is a Store that keeps state in process, for a single node. It is
 // sharded by key: a debit locks only the shards of its own keys, in a fixed
 // order, so there is no global lock. Every key expires once its limit would
-// be full again; expired keys are dropped as they are met and by a small
-// sweep every few hundred writes to a shard.
+// be full again; a small sweep every few hundred writes to a shard drops the
+// keys expired for a minute.
 //
 // Memory is safe for concurrent use. Use NewMemory to make one.
 type Memory struct {
@@ -36,6 +36,7 @@ const (
 	numShards  = 64
 	sweepEvery = 256 // writes to a shard between sweeps
 	sweepScan  = 32  // entries a sweep looks at
+	sweepGrace = int64(time.Minute / time.Microsecond)
 )
 
 type shard struct {
@@ -119,11 +120,13 @@ func (m *Memory) unlock(h *held) {
 	}
 }
 
-// get returns key i's entry, or nil when it has none or it has expired.
+// get returns key i's entry, or nil when it has none. A limit's entry is
+// returned even after it expired: its state then reads as empty, as its
+// algorithm computes. A reservation's entry is nil once expired.
 func (m *Memory) get(h *held, i int) *entry {
 	sh := &m.shards[h.idx[i]]
 	e := sh.m[h.keys[i]]
-	if e != nil && e.expires <= h.now {
+	if e != nil && h.keys[i].algo == recordAlgo && e.expires <= h.now {
 		delete(sh.m, h.keys[i])
 		return nil
 	}
@@ -148,12 +151,15 @@ func (m *Memory) put(h *held, i int, e *entry, ttl int64) {
 	}
 }
 
-// sweep drops up to sweepScan expired entries, starting where map iteration
-// happens to start, so that keys nobody touches again still go.
+// sweep looks at up to sweepScan entries, starting where map iteration
+// happens to start, and drops those expired for sweepGrace, so that keys
+// nobody touches again go. The grace keeps a clock that steps back a little
+// from seeing a state that Redis, whose TTLs follow its own clock, would
+// still have.
 func (sh *shard) sweep(now int64) {
 	n := 0
 	for k, e := range sh.m {
-		if e.expires <= now {
+		if e.expires+sweepGrace <= now {
 			delete(sh.m, k)
 		}
 		if n++; n == sweepScan {

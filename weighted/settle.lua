@@ -57,7 +57,16 @@ for i = 1, n do
         if algo == FIXED_WINDOW then prev = 0 end
         local rw = -2
         if debited >= 0 then rw = math.floor(debited / period) end
-        if delta > 0 then
+        if delta > 0 and algo == SLIDING_WINDOW then
+          -- Up to full: the weighted count stays at most the capacity.
+          local e = now - start
+          if e < 0 then e = 0 end
+          e = math.floor(e / it[5])
+          local room = cap * p - (curr * p + prev * (p - e))
+          if room < 0 then room = 0 end
+          room = math.floor(room / p)
+          if delta < room then curr = curr + delta else curr = curr + room end
+        elseif delta > 0 then
           curr = curr + delta
           if curr > cap then curr = cap end
         elseif rw == w then

@@ -264,6 +264,11 @@ func (s *spec) settleWindow(st *state, now, delta, rec int64) int64 {
 		prev = 0
 	}
 	switch {
+	case delta > 0 && s.algo == SlidingWindow:
+		// Up to full: the weighted count stays at most the capacity.
+		e := max(now-start, 0) / s.tick
+		room := max(s.cap*s.p-s.slidingUsed(prev, curr, e), 0) / s.p
+		curr += min(delta, room)
 	case delta > 0:
 		curr = min(curr+delta, s.cap)
 	case delta < 0 && rec >= 0 && rec/s.period == w:
