@@ -131,8 +131,8 @@ func TestAlgorithmsAgainstModels(t *testing.T) {
 			},
 			"settle refunds and charges, clamped": {
 				{at: 0, op: 'd', cost: 8, id: "a", want: "ok"},
-				{at: ms(100), op: 's', id: "a", actual: 3}, // refund 5
-				{at: ms(100), op: 's', id: "a", actual: 0}, // retried settle: nothing
+				{at: ms(100), op: 's', id: "a", actual: 3},             // refund 5
+				{at: ms(100), op: 's', id: "a", actual: 0},             // retried settle: nothing
 				{at: ms(100), op: 'd', cost: 9, id: "b", want: "deny"}, // 8 left
 				{at: ms(100), op: 'd', cost: 8, id: "b", want: "ok"},
 				{at: ms(100), op: 's', id: "b", actual: 1000}, // charge, clamped to empty
@@ -305,7 +305,7 @@ func randomSteps(rng *rand.Rand, l Limit, n int) []step {
 		case r < 2:
 			at -= time.Duration(rng.Int64N(int64(p / 10)))
 		case r < 14:
-			at += time.Duration(rng.Int64N(int64(p/2))).Truncate(time.Microsecond)
+			at += time.Duration(rng.Int64N(int64(p / 2))).Truncate(time.Microsecond)
 		}
 		at = max(at, 0)
 		cost := rng.Int64N(l.Capacity()/2 + 1)
