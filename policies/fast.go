@@ -816,14 +816,16 @@ var builtins = map[string]builtin{
 	},
 	"div": func(_ *machine, a []value) (value, bool) {
 		x, y := a[0], a[1]
-		if x.k != kInt || y.k != kInt || y.n == 0 || x.n%y.n != 0 || (x.n == math.MinInt64 && y.n == -1) {
+		// As in OPA, only a non-zero dividend that the divisor divides gives
+		// an integer; anything else is a floating-point quotient (0/-1 is -0).
+		if x.k != kInt || y.k != kInt || y.n == 0 || x.n == 0 || x.n%y.n != 0 || (x.n == math.MinInt64 && y.n == -1) {
 			return undef, false
 		}
 		return intVal(x.n / y.n), true
 	},
 	"rem": func(_ *machine, a []value) (value, bool) {
 		x, y := a[0], a[1]
-		if x.k != kInt || y.k != kInt || x.n < 0 || y.n <= 0 {
+		if x.k != kInt || y.k != kInt || y.n == 0 { // Go's % truncates, as big.Int.Rem does
 			return undef, false
 		}
 		return intVal(x.n % y.n), true
