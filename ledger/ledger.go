@@ -272,6 +272,7 @@ func (l *Ledger) flushLoop(ctx context.Context) {
 		next  int64
 		pos   = l.applied
 		delay = l.cfg.RetryMin
+		open  openSet
 	)
 	for {
 		recs, next, err = l.spool.read(pos, l.cfg.BatchSize, recs, &buf)
@@ -289,7 +290,7 @@ func (l *Ledger) flushLoop(ctx context.Context) {
 		}
 		for {
 			var n int64
-			n, err = l.applyBatch(ctx, recs)
+			n, err = l.applyBatch(ctx, recs, &open)
 			if err == nil {
 				if n > 0 {
 					l.cfg.Logf("ledger: recovered %d reservations of a previous run at their estimate", n)
@@ -318,12 +319,12 @@ func (l *Ledger) flushLoop(ctx context.Context) {
 	}
 }
 
-func (l *Ledger) applyBatch(ctx context.Context, recs []record) (int64, error) {
+func (l *Ledger) applyBatch(ctx context.Context, recs []record, st *openSet) (int64, error) {
 	tx, err := l.store.begin(ctx)
 	if err != nil {
 		return 0, err
 	}
-	n, err := applyRecords(ctx, tx, l.node, recs)
+	r, err := applyRecords(ctx, tx, l.node, recs, st)
 	if err != nil {
 		tx.rollback(ctx)
 		return 0, err
@@ -331,7 +332,8 @@ func (l *Ledger) applyBatch(ctx context.Context, recs []record) (int64, error) {
 	if err := tx.commit(ctx); err != nil {
 		return 0, err
 	}
-	return n, nil
+	st.apply(r)
+	return r.recovered, nil
 }
 
 func (l *Ledger) setErr(err error) {

@@ -41,39 +41,116 @@ type storeTx interface {
 	load(ctx context.Context, ids []string) (map[string]*Entry, error)
 	// write upserts rows (all columns) and adds deltas to the spend roll-up.
 	write(ctx context.Context, node string, rows []*Entry, deltas map[spendKey]int64) error
-	// recover finalizes the node's reserved entries at their estimate.
+	// recover finalizes at their estimate the node's entries that are
+	// reserved and created at or after the node's open-since mark.
 	recover(ctx context.Context, node string, at time.Time) (int64, error)
+	// mark sets the node's open-since mark to since (none when zero), or
+	// only lowers it to since when lower is set.
+	mark(ctx context.Context, node string, since time.Time, lower bool) error
 	commit(ctx context.Context) error
 	rollback(ctx context.Context) error
 }
 
-// applyRecords applies recs, in order, within tx. It returns how many
-// reservations recovery markers finalized.
-func applyRecords(ctx context.Context, tx storeTx, node string, recs []record) (recovered int64, err error) {
+// openSet tracks the reservations of this run that are open in the store,
+// so that the store can keep an open-since mark per node: the earliest
+// CreatedAt of the node's open reservations. Recovery then looks only at
+// entries created since the mark, through the created_at index, and the
+// entries table needs no index on status (which would rule out heap-only
+// updates in PostgreSQL, and cost an index write per settlement).
+//
+// Until this run's recovery marker is applied, the records applied are the
+// previous run's and the set is not complete, so a batch may only lower the
+// mark; from the marker on, the set is exact and each batch sets the mark.
+type openSet struct {
+	marker bool             // this run's recovery marker is in the store
+	open   map[string]int64 // open reservations since the marker: id → CreatedAt µs
+}
+
+// batchResult is what a batch changes in an openSet, applied once the batch
+// has committed.
+type batchResult struct {
+	recovered int64
+	marker    bool             // the batch holds a recovery marker
+	opened    map[string]int64 // reservations opened after the last marker
+	closed    map[string]bool  // reservations closed after the last marker
+}
+
+func (st *openSet) apply(r *batchResult) {
+	if r.marker {
+		st.marker = true
+		st.open = make(map[string]int64)
+	}
+	for id, at := range r.opened {
+		st.open[id] = at
+	}
+	for id := range r.closed {
+		delete(st.open, id)
+	}
+}
+
+// since returns the earliest CreatedAt of the set as changed by r (zero when
+// none); with r.marker it ignores what the set held before.
+func (st *openSet) since(r *batchResult) time.Time {
+	low := int64(0)
+	consider := func(id string, at int64) {
+		if !r.closed[id] && (low == 0 || at < low) {
+			low = at
+		}
+	}
+	if !r.marker {
+		for id, at := range st.open {
+			consider(id, at)
+		}
+	}
+	for id, at := range r.opened {
+		consider(id, at)
+	}
+	return fromMicro(low)
+}
+
+// applyRecords applies recs, in order, within tx, and keeps the node's
+// open-since mark.
+func applyRecords(ctx context.Context, tx storeTx, node string, recs []record, st *openSet) (*batchResult, error) {
+	r := &batchResult{opened: make(map[string]int64), closed: make(map[string]bool)}
 	for len(recs) > 0 {
 		i := 0
 		for i < len(recs) && recs[i].kind != kindRecover {
 			i++
 		}
 		if i > 0 {
-			if err := mergeRun(ctx, tx, node, recs[:i]); err != nil {
-				return 0, err
+			if err := mergeRun(ctx, tx, node, recs[:i], r); err != nil {
+				return nil, err
 			}
 		}
 		if i < len(recs) {
+			// The reservations opened so far in this batch belong to the
+			// dead run: the mark must cover them before recovery.
+			if low := (&openSet{}).since(r); !low.IsZero() {
+				if err := tx.mark(ctx, node, low, true); err != nil {
+					return nil, err
+				}
+			}
 			n, err := tx.recover(ctx, node, micro(recs[i].e.CreatedAt))
 			if err != nil {
-				return 0, err
+				return nil, err
 			}
-			recovered += n
+			r.recovered += n
+			r.marker = true
+			r.opened, r.closed = make(map[string]int64), make(map[string]bool)
 			i++
 		}
 		recs = recs[i:]
 	}
-	return recovered, nil
+	if st.marker || r.marker {
+		return r, tx.mark(ctx, node, st.since(r), false)
+	}
+	if low := st.since(r); !low.IsZero() {
+		return r, tx.mark(ctx, node, low, true)
+	}
+	return r, nil
 }
 
-func mergeRun(ctx context.Context, tx storeTx, node string, recs []record) error {
+func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *batchResult) error {
 	ids := make([]string, 0, len(recs))
 	seen := make(map[string]struct{}, len(recs))
 	for i := range recs {
@@ -95,9 +172,24 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record) error
 		cur := rows[r.e.RequestID]
 		next, delta := merge(cur, r)
 		if next == nil {
+			if r.kind == kindReserve && cur != nil && cur.Status == StatusReserved {
+				// Already in the store (a retry of a batch whose commit
+				// was not acknowledged): still open.
+				res.opened[cur.RequestID] = cur.CreatedAt.UnixMicro()
+			}
 			continue
 		}
 		rows[r.e.RequestID] = next
+		switch {
+		case cur == nil && next.Status == StatusReserved:
+			res.opened[next.RequestID] = next.CreatedAt.UnixMicro()
+		case cur != nil && cur.Status == StatusReserved && next.Status.Final():
+			if _, ok := res.opened[next.RequestID]; ok {
+				delete(res.opened, next.RequestID)
+			} else {
+				res.closed[next.RequestID] = true
+			}
+		}
 		if !isDirty[next.RequestID] {
 			isDirty[next.RequestID] = true
 			dirty = append(dirty, next.RequestID)

@@ -53,6 +53,10 @@ func openPostgres(ctx context.Context, dsn string, logf func(string, ...any)) (*
 // concurrent nodes.
 const migrationLock = 0x636f737467617465 // "costgate"
 
+// applyLock is the advisory lock key that serializes the batches of
+// concurrent nodes.
+const applyLock = migrationLock + 1
+
 func (s *pgStore) migrate(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -112,6 +116,13 @@ func (s *pgStore) begin(ctx context.Context) (storeTx, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ledger: postgres: %w", err)
 	}
+	// Batches of all nodes are serialized, so that the rows a batch loads
+	// stay as loaded until it commits, even when two nodes were given the
+	// same request id.
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(applyLock)); err != nil {
+		tx.Rollback(ctx)
+		return nil, fmt.Errorf("ledger: postgres: %w", err)
+	}
 	return &pgTx{tx: tx}, nil
 }
 
@@ -141,7 +152,7 @@ func pgEntries(rows pgx.Rows) ([]Entry, error) {
 }
 
 func (t *pgTx) load(ctx context.Context, ids []string) (map[string]*Entry, error) {
-	rows, err := t.tx.Query(ctx, "SELECT "+readColumns+" FROM ledger_entries WHERE request_id = ANY($1) FOR UPDATE", ids)
+	rows, err := t.tx.Query(ctx, "SELECT "+readColumns+" FROM ledger_entries WHERE request_id = ANY($1)", ids)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: postgres load: %w", err)
 	}
@@ -251,11 +262,24 @@ func (t *pgTx) recover(ctx context.Context, node string, at time.Time) (int64, e
 		act_input = est_input, act_cached_input = est_cached_input, act_cache_write = est_cache_write,
 		act_output = est_output, act_reasoning = est_reasoning, act_units = est_units,
 		actual_cost = estimated_cost, cost = estimated_cost, settled_at = $1
-		WHERE node = $2 AND status = 'reserved'`, at, node)
+		WHERE node = $2 AND status = 'reserved'
+		AND created_at >= (SELECT open_since FROM ledger_nodes WHERE node = $2)`, at, node)
 	if err != nil {
 		return 0, fmt.Errorf("ledger: postgres recover: %w", err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+func (t *pgTx) mark(ctx context.Context, node string, since time.Time, lower bool) error {
+	set := "$2"
+	if lower {
+		set = "LEAST(ledger_nodes.open_since, $2)"
+	}
+	if _, err := t.tx.Exec(ctx, `INSERT INTO ledger_nodes (node, open_since) VALUES ($1, $2)
+		ON CONFLICT (node) DO UPDATE SET open_since = `+set, node, pgTime(since)); err != nil {
+		return fmt.Errorf("ledger: postgres mark: %w", err)
+	}
+	return nil
 }
 
 func (t *pgTx) commit(ctx context.Context) error {

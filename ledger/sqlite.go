@@ -167,11 +167,24 @@ func (t *sqliteTx) recover(ctx context.Context, node string, at time.Time) (int6
 		act_input = est_input, act_cached_input = est_cached_input, act_cache_write = est_cache_write,
 		act_output = est_output, act_reasoning = est_reasoning, act_units = est_units,
 		actual_cost = estimated_cost, cost = estimated_cost, settled_at = ?
-		WHERE node = ? AND status = 'reserved'`, unixMicro(at), node)
+		WHERE node = ? AND status = 'reserved'
+		AND created_at >= (SELECT open_since FROM ledger_nodes WHERE node = ? AND open_since > 0)`, unixMicro(at), node, node)
 	if err != nil {
 		return 0, fmt.Errorf("ledger: sqlite recover: %w", err)
 	}
 	return res.RowsAffected()
+}
+
+func (t *sqliteTx) mark(ctx context.Context, node string, since time.Time, lower bool) error {
+	set := "excluded.open_since"
+	if lower {
+		set = "CASE WHEN open_since = 0 THEN excluded.open_since ELSE min(open_since, excluded.open_since) END"
+	}
+	if _, err := t.tx.ExecContext(ctx, `INSERT INTO ledger_nodes (node, open_since) VALUES (?, ?)
+		ON CONFLICT (node) DO UPDATE SET open_since = `+set, node, unixMicro(since)); err != nil {
+		return fmt.Errorf("ledger: sqlite mark: %w", err)
+	}
+	return nil
 }
 
 func (t *sqliteTx) commit(ctx context.Context) error {

@@ -33,12 +33,21 @@ CREATE TABLE ledger_entries (
     cost             bigint NOT NULL,
     created_at       timestamptz NOT NULL,
     settled_at       timestamptz
-);
+) WITH (fillfactor = 50); -- room on the page for the settlement: a heap-only update
+
+-- No index involves status or a column a settlement changes, so that a
+-- settlement is a heap-only (HOT) update that writes no index.
 
 CREATE INDEX ledger_entries_tenant_time ON ledger_entries (tenant, created_at, request_id);
 CREATE INDEX ledger_entries_time ON ledger_entries (created_at, request_id);
-CREATE INDEX ledger_entries_open ON ledger_entries (node) WHERE status = 'reserved';
 
+-- The open-since mark of each node: the earliest created_at of its
+-- reservations that may still be open (NULL: none). Recovery looks at the
+-- node's entries created since then.
+CREATE TABLE ledger_nodes (
+    node       text PRIMARY KEY,
+    open_since timestamptz
+);
 -- Spend roll-up: the sum of the charges of the entries created in each
 -- 15-minute bucket.
 CREATE TABLE ledger_spend (

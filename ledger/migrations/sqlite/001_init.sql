@@ -37,8 +37,13 @@ CREATE TABLE ledger_entries (
 
 CREATE INDEX ledger_entries_tenant_time ON ledger_entries (tenant, created_at, request_id);
 CREATE INDEX ledger_entries_time ON ledger_entries (created_at, request_id);
-CREATE INDEX ledger_entries_open ON ledger_entries (node) WHERE status = 'reserved';
 
+-- The open-since mark of each node: the earliest created_at of its
+-- reservations that may still be open (0: none).
+CREATE TABLE ledger_nodes (
+    node       TEXT PRIMARY KEY,
+    open_since INTEGER NOT NULL
+) WITHOUT ROWID;
 -- Spend roll-up: the sum of the charges of the entries created in each
 -- 15-minute bucket (bucket = Unix microseconds of its start).
 CREATE TABLE ledger_spend (

@@ -1,0 +1,143 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/internal/pgtest"
+	"github.com/costgate/costgate/ledger"
+)
+
+// BenchmarkReserve measures the request-path cost of one reservation: the
+// append to the spool. The store is a database that cannot be reached, so
+// that the flusher does not compete for the CPU; the spool is large enough
+// to hold every record.
+func BenchmarkReserve(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		each bool
+	}{{"background-fsync", false}, {"sync-each", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			l := benchLedger(b, c.each)
+			var n atomic.Int64
+			at := time.Now()
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				e := reservation("", at)
+				for pb.Next() {
+					e.RequestID = "bench-" + strconv.FormatInt(n.Add(1), 10)
+					if err := l.Reserve(context.Background(), e); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}
+
+func benchLedger(b *testing.B, each bool) *ledger.Ledger {
+	b.Helper()
+	l, err := ledger.Open(context.Background(), ledger.Config{
+		Dir:          b.TempDir(),
+		DSN:          "postgres://nobody@127.0.0.1:1/none?connect_timeout=1",
+		SpoolLimit:   8 << 30,
+		SyncEach:     each,
+		CloseTimeout: time.Millisecond,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	return l
+}
+
+// BenchmarkPostgresThroughput measures entries per second from Reserve to
+// PostgreSQL: each entry is reserved and settled (two records, as in
+// production), and the clock stops when Flush returns. Set
+// LEDGER_BENCH_N for the number of entries per run (default b.N).
+func BenchmarkPostgresThroughput(b *testing.B) {
+	dsn := pgtest.New(b)
+	l, err := ledger.Open(context.Background(), ledger.Config{Dir: b.TempDir(), DSN: dsn})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	n := b.N
+	if s := os.Getenv("LEDGER_BENCH_N"); s != "" {
+		if n, err = strconv.Atoi(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	at := time.Now()
+	b.ResetTimer()
+	start := time.Now()
+	selfCPU0, pgCPU0 := cpuTimes()
+	// Settlements trail reservations by a window, as responses trail
+	// requests, so that most of them land in a later batch.
+	const window = 2000
+	for i := range n + window {
+		if i < n {
+			if err := l.Reserve(ctx, reservation(fmt.Sprintf("t%09d", i), at)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if j := i - window; j >= 0 {
+			if err := l.Settle(ctx, settlement(fmt.Sprintf("t%09d", j), costmodel.NanoUSD(j))); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := l.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	el := time.Since(start)
+	selfCPU1, pgCPU1 := cpuTimes()
+	b.StopTimer()
+	b.ReportMetric(float64(n)/el.Seconds(), "entries/s")
+	// CPU per entry, of this process (spool, flusher, pgx) and of every
+	// postgres process on the machine (an upper bound for this run's, as
+	// other clients count too). On a shared machine these say more than the
+	// wall-clock rate: 1e6/(self+pg) is the rate one dedicated core allows.
+	b.ReportMetric(float64((selfCPU1-selfCPU0).Microseconds())/float64(n), "self-cpu-µs/entry")
+	b.ReportMetric(float64((pgCPU1-pgCPU0).Microseconds())/float64(n), "pg-cpu-µs/entry")
+}
+
+// cpuTimes returns the CPU time of this process and the sum over the
+// processes named postgres, read from /proc (zero where unreadable).
+func cpuTimes() (self, pg time.Duration) {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || close < open || s[open+1:close] != "postgres" {
+			continue
+		}
+		fields := strings.Fields(s[close+1:])
+		if len(fields) < 13 {
+			continue
+		}
+		ut, _ := strconv.ParseInt(fields[11], 10, 64)
+		st, _ := strconv.ParseInt(fields[12], 10, 64)
+		pg += time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+	}
+	return self, pg
+}
