@@ -133,3 +133,17 @@ decision := {"outcome": "hard", "status": 403, "reason": "x"} if regex.match("^1
 		})
 	}
 }
+
+// TestBenchInputsStayOnFastPath makes sure the benchmark measures the fast
+// path: realistic inputs never need the general evaluator.
+func TestBenchInputsStayOnFastPath(t *testing.T) {
+	s := mustLoad(t, dirFS("../examples/policies"))
+	why := map[string]int{}
+	n := 0
+	for _, in := range benchInputs(512) {
+		n += countBails(s, in, why)
+	}
+	if n != 0 {
+		t.Fatalf("%d of 512 benchmark inputs left the fast path: %v", n, why)
+	}
+}

@@ -89,6 +89,9 @@ type Problem struct {
 	Column  int
 	Code    string // e.g. rego_parse_error, rego_type_error, test_failed
 	Message string
+	// Details are extra lines, such as the fields a misspelt reference
+	// could have meant.
+	Details []string
 }
 
 func (p Problem) String() string {
@@ -108,6 +111,10 @@ func (p Problem) String() string {
 		b.WriteString(": ")
 	}
 	b.WriteString(p.Message)
+	for _, d := range p.Details {
+		b.WriteString("\n\t")
+		b.WriteString(d)
+	}
 	return b.String()
 }
 
@@ -367,19 +374,27 @@ func problemAt(loc *ast.Location, code, msg string) Problem {
 	return p
 }
 
+func astProblem(e *ast.Error) Problem {
+	p := problemAt(e.Location, e.Code, e.Message)
+	if e.Details != nil {
+		p.Details = e.Details.Lines()
+	}
+	return p
+}
+
 // problemsOf converts the errors of the OPA parser, compiler and evaluator.
 func problemsOf(err error) []Problem {
 	var errs ast.Errors
 	if errors.As(err, &errs) {
 		out := make([]Problem, 0, len(errs))
 		for _, e := range errs {
-			out = append(out, problemAt(e.Location, e.Code, e.Message))
+			out = append(out, astProblem(e))
 		}
 		return out
 	}
 	var one *ast.Error
 	if errors.As(err, &one) {
-		return []Problem{problemAt(one.Location, one.Code, one.Message)}
+		return []Problem{astProblem(one)}
 	}
 	return []Problem{{Message: err.Error()}}
 }
