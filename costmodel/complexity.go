@@ -247,11 +247,11 @@ func (st *QueryStats) addWord(w string) {
 	if k := strings.IndexByte(w, ':'); k > 0 && k < len(w)-1 {
 		st.Filters++
 		w = w[k+1:]
-		if strings.ContainsAny(w, "*?") {
-			st.Wildcards++
-		}
-		if strings.HasPrefix(w, "/") {
+		switch {
+		case strings.HasPrefix(w, "/"):
 			st.Regexes++
+		case strings.ContainsAny(w, "*?~"):
+			st.Wildcards++
 		}
 		return
 	}

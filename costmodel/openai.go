@@ -23,6 +23,7 @@ package costmodel
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 )
 
@@ -52,20 +53,6 @@ const (
 	toolsEnd      = 12 // the namespace's frame, once
 	toolCallExtra = 3  // per tool call in an assistant message (approximation)
 )
-
-type chatRequest struct {
-	Model               string            `json:"model"`
-	Messages            []json.RawMessage `json:"messages"`
-	Tools               []chatTool        `json:"tools"`
-	Functions           []functionDef     `json:"functions"`
-	MaxTokens           *int64            `json:"max_tokens"`
-	MaxCompletionTokens *int64            `json:"max_completion_tokens"`
-	N                   *int64            `json:"n"`
-	Stream              bool              `json:"stream"`
-	StreamOptions       *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-}
 
 type chatTool struct {
 	Type     string      `json:"type"`
@@ -119,57 +106,182 @@ func decodeBody(kind Kind, body []byte, v any) error {
 	return nil
 }
 
+type span struct{ start, end int }
+
 func (e *Estimator) estimateChat(body []byte) (Estimate, error) {
-	var req chatRequest
-	if err := decodeBody(ChatCompletions, body, &req); err != nil {
-		return Estimate{}, err
+	const kind = ChatCompletions
+	s := jsonScanner{b: body}
+	if c := s.peek(); c != '{' {
+		if c == 0 {
+			return Estimate{}, badRequest(kind, nil, "empty body")
+		}
+		return Estimate{}, badRequest(kind, nil, "want a JSON object")
 	}
-	if req.Model == "" {
-		return Estimate{}, badRequest(ChatCompletions, nil, "missing model")
+	var (
+		modelName                    string
+		messages                     []span
+		msgBuf                       [64]span
+		sawMessages                  bool
+		tools, functions, streamOpts span
+		maxTokens, maxCompletion, n  int64
+		stream                       bool
+	)
+	messages = msgBuf[:0]
+	err := s.object(1, func(ks, ke int, esc bool) error {
+		name := s.b[ks:ke]
+		if esc {
+			name = []byte(s.key(ks, ke, true))
+		}
+		var err error
+		switch string(name) {
+		case "model":
+			modelName, _, err = s.stringValue("model")
+		case "messages":
+			switch s.peek() {
+			case '[':
+				sawMessages = true
+				return s.array(2, func() error {
+					if c := s.peek(); c != '{' {
+						if _, _, err := s.value(2); err != nil {
+							return err
+						}
+						return wrongType("messages[%d]: want an object", len(messages))
+					}
+					st, en, err := s.value(2)
+					messages = append(messages, span{st, en})
+					return err
+				})
+			case 'n':
+				return s.literal("null")
+			default:
+				return wrongType("messages: want an array")
+			}
+		case "tools":
+			tools.start, tools.end, err = s.value(1)
+		case "functions":
+			functions.start, functions.end, err = s.value(1)
+		case "stream_options":
+			streamOpts.start, streamOpts.end, err = s.value(1)
+		case "max_tokens":
+			maxTokens, _, err = s.intValue("max_tokens")
+		case "max_completion_tokens":
+			maxCompletion, _, err = s.intValue("max_completion_tokens")
+		case "n":
+			n, _, err = s.intValue("n")
+		case "stream":
+			stream, err = s.boolValue("stream")
+		default:
+			_, _, err = s.value(1)
+		}
+		return err
+	})
+	if err == nil {
+		err = s.end()
 	}
-	if req.Messages == nil {
-		return Estimate{}, badRequest(ChatCompletions, nil, "missing messages")
+	if err != nil {
+		var fe *fieldError
+		if errors.As(err, &fe) {
+			return Estimate{}, badRequest(kind, nil, "%s", fe.msg)
+		}
+		return Estimate{}, badRequest(kind, err, "invalid JSON")
 	}
-	m := e.resolve(req.Model)
+	if modelName == "" {
+		return Estimate{}, badRequest(kind, nil, "missing model")
+	}
+	if !sawMessages {
+		return Estimate{}, badRequest(kind, nil, "missing messages")
+	}
+	m := e.resolve(modelName)
 	f := chatFormatFor(m)
 	in := int64(replyPriming)
-	for i, raw := range req.Messages {
-		n, err := e.chatMessageTokens(m, f, raw)
+	for i, sp := range messages {
+		n, err := e.chatMessageTokens(m, f, body[sp.start:sp.end])
 		if err != nil {
-			return Estimate{}, badRequest(ChatCompletions, err, "messages[%d]", i)
+			return Estimate{}, badRequest(kind, err, "messages[%d]", i)
 		}
 		in += n
 	}
-	tools := make([]functionDef, 0, len(req.Tools)+len(req.Functions))
-	for _, t := range req.Tools {
-		if t.Type == "" || t.Type == "function" {
-			tools = append(tools, t.Function)
-		}
-	}
-	tools = append(tools, req.Functions...)
-	tn, err := toolTokens(m, f, tools)
+	tn, err := e.chatToolTokens(m, f, body, tools, functions)
 	if err != nil {
-		return Estimate{}, badRequest(ChatCompletions, err, "tools")
+		return Estimate{}, badRequest(kind, err, "tools")
 	}
 	in += tn
 
-	est := Estimate{Stream: req.Stream}
-	est.StreamUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	est := Estimate{Stream: stream}
+	if streamOpts.end > streamOpts.start {
+		var so struct {
+			IncludeUsage bool `json:"include_usage"`
+		}
+		if err := json.Unmarshal(body[streamOpts.start:streamOpts.end], &so); err != nil {
+			return Estimate{}, badRequest(kind, err, "stream_options")
+		}
+		est.StreamUsage = so.IncludeUsage
+	}
 	limit := int64(0)
-	if req.MaxCompletionTokens != nil && *req.MaxCompletionTokens > 0 {
-		limit = *req.MaxCompletionTokens
-	} else if req.MaxTokens != nil && *req.MaxTokens > 0 {
-		limit = *req.MaxTokens
+	if maxCompletion > 0 {
+		limit = maxCompletion
+	} else if maxTokens > 0 {
+		limit = maxTokens
 	}
 	est.MaxOutputTokens = limit
-	choices := int64(1)
-	if req.N != nil && *req.N > 1 {
-		choices = *req.N
-	}
+	choices := max(n, 1)
 	est.Usage.InputTokens = in
 	est.Usage.OutputTokens = mulSat(e.reserve(e.outputLimit(m, limit)), choices)
 	e.finish(m, &est)
 	return est, nil
+}
+
+// chatToolTokens counts the tools and legacy functions of a chat request,
+// through the count cache: a conversation resends the same tools on every
+// turn.
+func (e *Estimator) chatToolTokens(m model, f chatFormat, body []byte, tools, functions span) (int64, error) {
+	if tools.end == tools.start && functions.end == functions.start {
+		return 0, nil
+	}
+	// Cache the count of a request with tools or functions, not both (rare:
+	// their spans are apart).
+	var raw []byte
+	switch {
+	case functions.end == functions.start:
+		raw = body[tools.start:tools.end]
+	case tools.end == tools.start:
+		raw = body[functions.start:functions.end]
+	}
+	var key cacheKey
+	useCache := e.cache != nil && raw != nil
+	if useCache {
+		key = e.cache.key(formatKey(m, fmtTools), raw)
+		if n, ok := e.cache.get(key); ok {
+			return n, nil
+		}
+	}
+	var defs []functionDef
+	if tools.end > tools.start {
+		var ts []chatTool
+		if err := json.Unmarshal(body[tools.start:tools.end], &ts); err != nil {
+			return 0, err
+		}
+		for _, t := range ts {
+			if t.Type == "" || t.Type == "function" {
+				defs = append(defs, t.Function)
+			}
+		}
+	}
+	if functions.end > functions.start {
+		var fs []functionDef
+		if err := json.Unmarshal(body[functions.start:functions.end], &fs); err != nil {
+			return 0, err
+		}
+		defs = append(defs, fs...)
+	}
+	n, err := toolTokens(m, f, defs)
+	if err != nil {
+		return 0, err
+	}
+	if useCache {
+		e.cache.put(key, n)
+	}
+	return n, nil
 }
 
 // chatMessageTokens counts one message, overhead included, through the
@@ -324,6 +436,7 @@ const (
 	fmtChatMessage = iota + 1
 	fmtResponsesItem
 	fmtAnthropicMessage
+	fmtTools
 )
 
 func formatKey(m model, format uint32) uint32 {

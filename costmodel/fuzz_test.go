@@ -1,0 +1,182 @@
+package costmodel
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"os"
+	"testing"
+)
+
+// FuzzJSONScanner checks that the scanner accepts exactly what
+// encoding/json accepts.
+func FuzzJSONScanner(f *testing.F) {
+	for _, s := range []string{
+		`{}`, `[]`, `""`, `0`, `-0.5e+10`, `{"a":[1,2,{"b":null}],"c":"\u00e9\n"}`, `{"a":1,}`, `[1 2]`,
+		`"\ud800"`, "\"\x01\"", `01`, `1.`, `.5`, `{"a" 1}`, `tru`, `nul`, `"abc`, "\"\xff\xfe\"", `{"a":"b"} x`,
+		`"12345678\"9012345678"`, `"1234567\\\\890"`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s := jsonScanner{b: b}
+		_, _, err := s.value(0)
+		if err == nil {
+			err = s.end()
+		}
+		if ok := json.Valid(b); ok != (err == nil) {
+			t.Fatalf("json.Valid = %v, scanner error %v, for %q", ok, err, b)
+		}
+	})
+}
+
+// FuzzEstimate feeds arbitrary bodies to every request parser: none may
+// panic, and every failure must be a *BadRequestError.
+func FuzzEstimate(f *testing.F) {
+	for _, file := range []string{"testdata/cookbook_chat.json", "testdata/cookbook_tools.json"} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(uint8(ChatCompletions), append([]byte(`{"model":"gpt-4o",`), b[1:]...))
+	}
+	seeds := []struct {
+		k    Kind
+		body string
+	}{
+		{ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"https://x/y.png","detail":"low"}}]}],"n":2,"max_tokens":5}`},
+		{ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"ok"}]}`},
+		{Completions, `{"model":"gpt-3.5-turbo-instruct","prompt":["a","b"],"max_tokens":7,"n":2}`},
+		{Completions, `{"model":"davinci-002","prompt":[[1,2,3],[4]]}`},
+		{Embeddings, `{"model":"text-embedding-3-small","input":["hello","world"]}`},
+		{Embeddings, `{"model":"text-embedding-3-small","input":[1,2,3]}`},
+		{Responses, `{"model":"gpt-4.1","instructions":"be brief","input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]},{"type":"function_call","name":"f","arguments":"{}","call_id":"1"},{"type":"function_call_output","call_id":"1","output":"x"}],"max_output_tokens":100}`},
+		{AnthropicMessages, `{"model":"claude-sonnet-4-5","system":[{"type":"text","text":"sys"}],"messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image","source":{"type":"url","url":"https://x"}}]}],"tools":[{"name":"t","description":"d","input_schema":{"type":"object"}}],"max_tokens":1024}`},
+		{ChatCompletions, `{"model":5}`},
+		{ChatCompletions, `{"model":"gpt-4o","messages":"x"}`},
+		{AnthropicMessages, `[]`},
+	}
+	for _, s := range seeds {
+		f.Add(uint8(s.k), []byte(s.body))
+	}
+	e, err := NewEstimator(Config{CacheEntries: 256})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, k uint8, body []byte) {
+		kind := Kind(k % uint8(Generic))
+		est, err := e.Estimate(kind, body)
+		if err != nil {
+			var bad *BadRequestError
+			if !errors.As(err, &bad) {
+				t.Fatalf("%s: error %v is not a *BadRequestError", kind, err)
+			}
+			return
+		}
+		if est.Usage.InputTokens < 0 || est.Usage.OutputTokens < 0 || est.Cost < 0 {
+			t.Fatalf("%s: negative estimate %+v", kind, est)
+		}
+		// A cached estimate is the same estimate.
+		again, err := e.Estimate(kind, body)
+		if err != nil || again.Usage != est.Usage {
+			t.Fatalf("%s: second estimate %+v, %v; first %+v", kind, again.Usage, err, est.Usage)
+		}
+	})
+}
+
+// FuzzParseUsage checks that response parsing never panics and never
+// returns negative or inconsistent usage.
+func FuzzParseUsage(f *testing.F) {
+	f.Add(uint8(ChatCompletions), []byte(`{"usage":{"prompt_tokens":10,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":4},"completion_tokens_details":{"reasoning_tokens":2}}}`))
+	f.Add(uint8(Responses), []byte(`{"usage":{"input_tokens":10,"output_tokens":5,"input_tokens_details":{"cached_tokens":20}}}`))
+	f.Add(uint8(AnthropicMessages), []byte(`{"usage":{"input_tokens":3,"cache_read_input_tokens":100,"cache_creation_input_tokens":50,"output_tokens":-1}}`))
+	f.Add(uint8(Embeddings), []byte(`{"usage":null}`))
+	f.Fuzz(func(t *testing.T, k uint8, body []byte) {
+		kind := Kind(k % uint8(Generic))
+		u, err := ParseUsage(kind, body)
+		if err != nil {
+			return
+		}
+		checkUsage(t, u)
+	})
+}
+
+func checkUsage(t *testing.T, u Usage) {
+	t.Helper()
+	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.ReasoningTokens < 0 || u.Units < 0 {
+		t.Fatalf("negative usage %+v", u)
+	}
+	if u.CachedInputTokens+u.CacheWriteTokens > u.InputTokens || u.ReasoningTokens > u.OutputTokens {
+		t.Fatalf("parts exceed wholes: %+v", u)
+	}
+}
+
+// FuzzStreamMeter writes arbitrary bytes in arbitrary chunks: the meter must
+// not panic, must give the same result however the bytes are split, and
+// must stay within its memory bound.
+func FuzzStreamMeter(f *testing.F) {
+	f.Add(uint8(ChatCompletions), []byte(chatStream), uint8(7))
+	f.Add(uint8(AnthropicMessages), []byte(anthropicStream), uint8(3))
+	f.Add(uint8(Responses), []byte(responsesStream), uint8(1))
+	f.Add(uint8(Completions), []byte("data: {\"choices\":[{\"text\":\"hi\"}]}\n\ndata: [DONE]\n\n"), uint8(2))
+	e, err := NewEstimator(Config{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, k uint8, stream []byte, chunk uint8) {
+		kind := Kind(k % uint8(Generic))
+		whole := e.NewStreamMeter(kind, "gpt-4o")
+		whole.Write(stream)
+		u1, r1 := whole.Usage()
+		split := e.NewStreamMeter(kind, "gpt-4o")
+		step := int(chunk%16) + 1
+		for i := 0; i < len(stream); i += step {
+			split.Write(stream[i:min(i+step, len(stream))])
+		}
+		u2, r2 := split.Usage()
+		if u1 != u2 || r1 != r2 {
+			t.Fatalf("whole %+v %v, split by %d %+v %v", u1, r1, step, u2, r2)
+		}
+		checkUsage(t, u1)
+		if len(split.line) > maxSSELine || len(split.pending) > countHardLimit+maxSSELine {
+			t.Fatalf("buffers grew: line %d pending %d", len(split.line), len(split.pending))
+		}
+	})
+}
+
+// FuzzRule checks generic rules on arbitrary requests: no panic, errors are
+// *BadRequestError, and costs are never negative.
+func FuzzRule(f *testing.F) {
+	f.Add("q=golang+AND+rust*&num=50&start=900", []byte(`{"query":"a OR b","size":20}`), "X-Results")
+	f.Add("", []byte(`{"query":{"bool":{"must":[{"regexp":{"x":"a.*"}}]}}}`), "")
+	f.Add("num=-5", []byte(`not json`), "")
+	r := Rule{
+		PerCall: 1000, PerUnit: 10,
+		Units: &Source{JSON: "size", Query: "num", Header: "X-Results", Default: 10, Max: 100},
+		Complexity: &Complexity{
+			Query:    Source{JSON: "query", Query: "q"},
+			PageSize: Source{JSON: "size", Query: "num", Default: 10},
+			Offset:   Source{Query: "start"},
+		},
+	}
+	if err := r.Validate(); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, rawQuery string, body []byte, header string) {
+		q, _ := url.ParseQuery(rawQuery)
+		h := http.Header{}
+		h.Set("X-Results", header)
+		est, err := r.Estimate(GenericRequest{Method: "POST", Path: "/search", Query: q, Header: h, Body: body})
+		if err != nil {
+			var bad *BadRequestError
+			if !errors.As(err, &bad) {
+				t.Fatalf("error %v is not a *BadRequestError", err)
+			}
+			return
+		}
+		if est.Cost < r.PerCall || est.Usage.Units < 0 {
+			t.Fatalf("estimate %+v below the per-call price", est)
+		}
+	})
+}
