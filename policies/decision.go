@@ -50,6 +50,9 @@ type Shadow struct {
 	Reason  string  `json:"reason,omitempty"`
 	// Friction is what the shadow decision would have applied.
 	Friction Friction `json:"friction,omitzero"`
+	// Error is set, and Outcome empty, when the shadow policy or rule failed
+	// to evaluate.
+	Error string `json:"error,omitempty"`
 }
 
 // Decision is the combined verdict of every policy of a Set on one request.
@@ -222,6 +225,7 @@ func jsonType(v any) string {
 type ruling struct {
 	policy string
 	shadow bool
+	err    string // a shadow rule that failed to evaluate
 	verdict
 }
 
@@ -235,14 +239,17 @@ type ruling struct {
 //     ruling by id, and friction is merged: the largest delay, the smallest
 //     cap, the first downgrade by policy id, and every warning joined with
 //     "; " in policy id order;
-//   - shadow rulings that are not allow are listed in Shadow, never enforced.
+//   - shadow rulings that are not allow, and shadow rules that failed, are
+//     listed in Shadow, never enforced.
 func combine(rs []ruling) Decision {
 	d := Decision{Outcome: Allow}
 	var warnings []string
 	for i := range rs {
 		r := &rs[i]
 		if r.shadow {
-			if r.outcome != Allow {
+			if r.err != "" {
+				d.Shadow = append(d.Shadow, Shadow{Policy: r.policy, Error: r.err})
+			} else if r.outcome != Allow {
 				d.Shadow = append(d.Shadow, Shadow{Policy: r.policy, Outcome: r.outcome, Status: r.status, Reason: r.reason, Friction: r.friction})
 			}
 			continue

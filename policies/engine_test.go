@@ -115,3 +115,49 @@ func TestEngineWatch(t *testing.T) {
 	}
 	mustOutcome(t, e, Allow)
 }
+
+// TestEngineDecideDuringReload decides from many goroutines while the set is
+// swapped back and forth; run with -race.
+func TestEngineDecideDuringReload(t *testing.T) {
+	allow := mapFS(map[string]string{"p.rego": allowAll})
+	deny := mapFS(map[string]string{"p.rego": denyAll})
+	e, err := NewEngine(allow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 4)
+	for range 4 {
+		go func() {
+			in := baseInput()
+			for ctx.Err() == nil {
+				d, err := e.Decide(ctx, in)
+				if err != nil {
+					done <- err
+					return
+				}
+				if d.Outcome != Allow && d.Outcome != Hard {
+					done <- errors.New("unexpected outcome " + string(d.Outcome))
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for i := range 20 {
+		fsys := allow
+		if i%2 == 0 {
+			fsys = deny
+		}
+		if err := e.Reload(fsys); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

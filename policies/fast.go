@@ -32,10 +32,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 )
+
+// fastPanics counts recovered panics of the fast path.
+var fastPanics atomic.Int64
 
 // errBail means: this input needs the general evaluator.
 var errBail = errors.New("policies: fast path cannot decide this input")
@@ -293,7 +297,18 @@ type fastRule struct {
 }
 
 // eval evaluates the rule on m's input.
-func (f *fastRule) eval(m *machine) (verdict, bool, error) {
+//
+// A panic in the fast path is a bug in this file, never in a policy: it is
+// counted in fastPanics (the tests require zero) and the input is handed
+// to the general evaluator rather than taking the request down.
+func (f *fastRule) eval(m *machine) (d verdict, defined bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			fastPanics.Add(1)
+			m.bailOut(fmt.Sprint("panic: ", p))
+			d, defined, err = verdict{}, false, errBail
+		}
+	}()
 	v := m.rule(f.r)
 	if m.bail {
 		return verdict{}, false, errBail
@@ -311,11 +326,11 @@ func (f *fastRule) eval(m *machine) (verdict, bool, error) {
 	if !ok {
 		return verdict{}, false, errBail
 	}
-	d, err := decodeVerdict(j)
-	if err != nil {
+	dv, derr := decodeVerdict(j)
+	if derr != nil {
 		return verdict{}, false, errBail // let the general evaluator report it
 	}
-	return d, true, nil
+	return dv, true, nil
 }
 
 // rule returns the value of r, evaluating it on first use.

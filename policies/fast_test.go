@@ -48,6 +48,9 @@ func TestFastPathEqualsRego(t *testing.T) {
 				}
 				outcomes[got.Outcome]++
 			}
+			if n := fastPanics.Load(); n != 0 {
+				t.Fatalf("the fast path panicked %d times", n)
+			}
 			t.Logf("%d inputs: %v, %d errors, %d rule evaluations handed to the general evaluator: %v", n, outcomes, errs, bails, why)
 			if len(outcomes) < 2 {
 				t.Errorf("the random inputs reach only %v: the test compares too little", outcomes)

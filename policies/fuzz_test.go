@@ -146,6 +146,9 @@ func FuzzFastPathEqualsRego(f *testing.F) {
 		}
 		got, err1 := s.Decide(context.Background(), in)
 		want, err2 := s.decideRego(context.Background(), in)
+		if fastPanics.Load() != 0 {
+			t.Fatalf("the fast path panicked on %s", data)
+		}
 		if fmt.Sprint(err1) != fmt.Sprint(err2) || !reflect.DeepEqual(got, want) {
 			t.Fatalf("input %s:\nfast %+v %v\nrego %+v %v", data, got, err1, want, err2)
 		}

@@ -399,15 +399,36 @@ func problemsOf(err error) []Problem {
 	return []Problem{{Message: err.Error()}}
 }
 
+// ErrNilInput is returned by Decide for a nil input.
+var ErrNilInput = errors.New("policies: nil input")
+
 // Decide evaluates every policy of the set on in and combines their verdicts
-// (see the package documentation). A policy that fails to evaluate (a
-// conflict between rules, a builtin error, a malformed decision) is an error
-// naming the policy; a refusal is a Decision, never an error.
+// (see the package documentation). An enforced policy that fails to
+// evaluate (a conflict between rule values, a builtin error, a malformed
+// decision) is an error naming the policy: a refusal is a Decision, an
+// outage is an error. A shadow policy or rule that fails is recorded in
+// Decision.Shadow with its error, never returned: shadow never changes
+// what is enforced.
+//
+// Decide is safe for concurrent use. It does not modify in.
 func (s *Set) Decide(ctx context.Context, in *Input) (Decision, error) {
+	return s.decide(ctx, in, true)
+}
+
+// decideRego is Decide on the general Rego evaluator only. The tests use it
+// as the reference the fast path must equal.
+func (s *Set) decideRego(ctx context.Context, in *Input) (Decision, error) {
+	return s.decide(ctx, in, false)
+}
+
+func (s *Set) decide(ctx context.Context, in *Input, fast bool) (Decision, error) {
+	if in == nil {
+		return Decision{}, ErrNilInput
+	}
 	var buf [16]ruling
 	rs := buf[:0]
 	var m *machine
-	if s.prog != nil {
+	if fast && s.prog != nil {
 		m = s.prog.machine(in)
 		defer s.prog.release(m)
 	}
@@ -419,38 +440,24 @@ func (s *Set) Decide(ctx context.Context, in *Input) (Decision, error) {
 				defined bool
 				err     error
 			)
-			if r.fast != nil {
+			onFast := m != nil && r.fast != nil
+			if onFast {
 				v, defined, err = r.fast.eval(m)
 				m.bail, m.why = false, ""
 			}
-			if r.fast == nil || err == errBail {
+			if !onFast || err == errBail {
 				if val == nil {
 					val = in.Value()
 				}
 				v, defined, err = r.evalRego(ctx, val)
 			}
 			if err != nil {
-				return Decision{}, fmt.Errorf("policies: policy %s: %s: %w", p.ID, r.name, err)
-			}
-			if defined {
-				rs = append(rs, ruling{policy: p.ID, shadow: r.shadow, verdict: v})
-			}
-		}
-	}
-	d := combine(rs)
-	return d, nil
-}
-
-// decideRego is Decide on the general Rego evaluator only. The tests use it
-// as the reference the fast path must equal.
-func (s *Set) decideRego(ctx context.Context, in *Input) (Decision, error) {
-	val := in.Value()
-	var rs []ruling
-	for _, p := range s.policies {
-		for _, r := range p.rules {
-			v, defined, err := r.evalRego(ctx, val)
-			if err != nil {
-				return Decision{}, fmt.Errorf("policies: policy %s: %s: %w", p.ID, r.name, err)
+				err = fmt.Errorf("policies: policy %s: %s: %w", p.ID, r.name, err)
+				if !r.shadow {
+					return Decision{}, err
+				}
+				rs = append(rs, ruling{policy: p.ID, shadow: true, err: err.Error()})
+				continue
 			}
 			if defined {
 				rs = append(rs, ruling{policy: p.ID, shadow: r.shadow, verdict: v})

@@ -156,3 +156,43 @@ func TestTestReportsLikeOPATest(t *testing.T) {
 		t.Errorf("failure not reported with file and line:\n%s", out.String())
 	}
 }
+
+func TestShadowNeverChangesEnforcement(t *testing.T) {
+	s := mustLoad(t, mapFS(map[string]string{
+		"a.rego": "package costgate.policies.a\n\ndecision := {\"outcome\": \"soft\", \"reason\": \"a\", \"friction\": {\"delay_ms\": 5}}\n",
+		// A shadow policy whose decision is malformed on every input.
+		"b.rego": "# METADATA\n# custom:\n#   shadow: true\npackage costgate.policies.b\n\ndecision := {\"outcome\": \"hard\", \"status\": 500}\n",
+		// A shadow rule beside an enforced allow, refusing everything.
+		"c.rego": "package costgate.policies.c\n\ndecision := {\"outcome\": \"allow\"}\n\nshadow_decision := {\"outcome\": \"hard\", \"status\": 403, \"reason\": \"c\"}\n",
+	}))
+	d, err := s.Decide(context.Background(), baseInput())
+	if err != nil {
+		t.Fatalf("a failing shadow policy made Decide fail: %v", err)
+	}
+	if d.Outcome != Soft || d.Policy != "a" || d.Friction.DelayMS != 5 {
+		t.Fatalf("enforced decision changed by shadow policies: %+v", d)
+	}
+	if len(d.Shadow) != 2 || d.Shadow[0].Policy != "b" || !strings.Contains(d.Shadow[0].Error, "not 429, 402 or 403") ||
+		d.Shadow[1] != (Shadow{Policy: "c", Outcome: Hard, Status: 403, Reason: "c"}) {
+		t.Fatalf("Shadow = %+v", d.Shadow)
+	}
+}
+
+func TestDecideNilInput(t *testing.T) {
+	s := mustLoad(t, quickstartFS())
+	if _, err := s.Decide(context.Background(), nil); !errors.Is(err, ErrNilInput) {
+		t.Fatalf("Decide(nil) = %v, want ErrNilInput", err)
+	}
+}
+
+func TestEnforcedPolicyErrorIsAnError(t *testing.T) {
+	s := mustLoad(t, mapFS(map[string]string{
+		"a.rego": "package costgate.policies.a\n\ndecision := {\"outcome\": \"hard\"} if input.request.page > 3\n",
+	}))
+	in := baseInput()
+	in.Request.Page = 4
+	_, err := s.Decide(context.Background(), in)
+	if err == nil || !strings.Contains(err.Error(), "policy a") || !strings.Contains(err.Error(), "needs status") {
+		t.Fatalf("Decide = %v, want an error naming policy a and the missing status", err)
+	}
+}
