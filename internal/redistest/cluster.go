@@ -1,0 +1,282 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/costgate/costgate/internal/servicetest"
+)
+
+// Cluster is a private Redis Cluster of three primaries (no replicas) on
+// loopback ports, holding slots 0-5460, 5461-10922 and 10923-16383.
+type Cluster struct {
+	// Addrs are the primaries' host:port, in slot order.
+	Addrs []string
+	ids   []string
+	cmds  []*exec.Cmd
+}
+
+// NewCluster starts a Cluster for t and stops it when t ends. It needs
+// redis-server on PATH; without it the test fails under CI and is skipped
+// elsewhere.
+func NewCluster(t testing.TB) *Cluster {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		servicetest.Unavailable(t, "redis-server is not on PATH, needed for a Redis Cluster")
+	}
+	c := &Cluster{}
+	t.Cleanup(func() {
+		for _, cmd := range c.cmds {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	var buses []int
+	for range 3 {
+		addr, bus, cmd, err := startClusterNode(t)
+		if err != nil {
+			t.Fatalf("redistest: cluster node: %v", err)
+		}
+		c.Addrs = append(c.Addrs, addr)
+		c.cmds = append(c.cmds, cmd)
+		buses = append(buses, bus)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ranges := [][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}
+	for i, addr := range c.Addrs {
+		n := redis.NewClient(&redis.Options{Addr: addr})
+		id, err := n.ClusterMyID(ctx).Result()
+		if err == nil {
+			err = n.ClusterAddSlotsRange(ctx, ranges[i][0], ranges[i][1]).Err()
+		}
+		if err == nil && i > 0 {
+			// The bus port is not port+10000, so MEET must name it.
+			host, port, _ := splitAddr(c.Addrs[0])
+			err = n.Do(ctx, "cluster", "meet", host, port, buses[0]).Err()
+		}
+		n.Close()
+		if err != nil {
+			t.Fatalf("redistest: cluster setup on %s: %v", addr, err)
+		}
+		c.ids = append(c.ids, id)
+	}
+	c.waitConsistent(t, ctx)
+	return c
+}
+
+// startClusterNode starts one cluster-enabled redis-server on free ports for
+// its clients and its cluster bus, and returns its address and bus port.
+func startClusterNode(t testing.TB) (string, int, *exec.Cmd, error) {
+	var lastErr error
+	for range 5 {
+		port, bus := servicetest.FreePort(t), servicetest.FreePort(t)
+		if port == bus {
+			continue
+		}
+		dir := t.TempDir()
+		cmd := exec.Command("redis-server",
+			"--port", strconv.Itoa(port),
+			"--cluster-port", strconv.Itoa(bus),
+			"--bind", "127.0.0.1",
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--cluster-node-timeout", "5000",
+			"--save", "",
+			"--appendonly", "no",
+			"--dir", dir,
+			"--logfile", filepath.Join(dir, "redis.log"),
+		)
+		if err := cmd.Start(); err != nil {
+			return "", 0, nil, err
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		if err := waitPing(addr); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+			lastErr = fmt.Errorf("%v: %s", err, log)
+			continue
+		}
+		return addr, bus, cmd, nil
+	}
+	return "", 0, nil, lastErr
+}
+
+func waitPing(addr string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err = c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+// waitConsistent waits until every node reports the cluster ok and sees
+// every node with the slots the others see.
+func (c *Cluster) waitConsistent(t testing.TB, ctx context.Context) {
+	t.Helper()
+	var last string
+	for {
+		ok := true
+		var views []string
+		for _, addr := range c.Addrs {
+			n := redis.NewClient(&redis.Options{Addr: addr})
+			info, err1 := n.ClusterInfo(ctx).Result()
+			nodes, err2 := n.ClusterNodes(ctx).Result()
+			n.Close()
+			if err1 != nil || err2 != nil {
+				ok, last = false, fmt.Sprint(err1, err2)
+				continue
+			}
+			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:3") {
+				ok, last = false, info
+			}
+			views = append(views, slotView(nodes))
+		}
+		for _, v := range views {
+			ok = ok && v == views[0]
+		}
+		if ok {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("redistest: cluster did not become consistent: %s", last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// slotView is a node's CLUSTER NODES output reduced to "id slots" per node,
+// sorted, so that views of different nodes compare.
+func slotView(nodes string) string {
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(nodes), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 8 {
+			continue
+		}
+		lines = append(lines, f[0]+" "+strings.Join(f[8:], " "))
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+// Client returns a cluster client for c, closed when t ends. It follows up
+// to 16 redirects, so that a test that migrates slots does not run out.
+func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, MaxRedirects: 16, PoolSize: 64})
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// Node returns the index in Addrs of the primary that owns slot.
+func (c *Cluster) Node(t testing.TB, slot int) int {
+	t.Helper()
+	n := redis.NewClient(&redis.Options{Addr: c.Addrs[0]})
+	defer n.Close()
+	slots, err := n.ClusterSlots(context.Background()).Result()
+	if err != nil {
+		t.Fatalf("redistest: cluster slots: %v", err)
+	}
+	for _, s := range slots {
+		if slot >= s.Start && slot <= s.End && len(s.Nodes) > 0 {
+			for i, id := range c.ids {
+				if s.Nodes[0].ID == id {
+					return i
+				}
+			}
+		}
+	}
+	t.Fatalf("redistest: no node owns slot %d", slot)
+	return -1
+}
+
+// Migration is a slot being moved between two primaries, as redis-cli
+// --cluster reshard moves it: the slot is importing on the target and
+// migrating on the source, its keys move in batches, and Finish assigns it
+// to the target everywhere. While it runs, clients get ASK and TRYAGAIN
+// replies for the slot.
+type Migration struct {
+	c        *Cluster
+	slot     int
+	from, to int
+}
+
+// StartMigration puts slot in migration from its owner to primary to.
+func (c *Cluster) StartMigration(t testing.TB, slot, to int) *Migration {
+	t.Helper()
+	m := &Migration{c: c, slot: slot, from: c.Node(t, slot), to: to}
+	if m.from == to {
+		t.Fatalf("redistest: slot %d is already on node %d", slot, to)
+	}
+	m.do(t, to, "cluster", "setslot", slot, "importing", c.ids[m.from])
+	m.do(t, m.from, "cluster", "setslot", slot, "migrating", c.ids[to])
+	return m
+}
+
+// MoveKeys moves up to n of the slot's keys still on the source, and
+// reports how many it moved.
+func (m *Migration) MoveKeys(t testing.TB, n int) int {
+	t.Helper()
+	ctx := context.Background()
+	src := redis.NewClient(&redis.Options{Addr: m.c.Addrs[m.from]})
+	defer src.Close()
+	keys, err := src.ClusterGetKeysInSlot(ctx, m.slot, n).Result()
+	if err != nil {
+		t.Fatalf("redistest: getkeysinslot: %v", err)
+	}
+	if len(keys) == 0 {
+		return 0
+	}
+	host, port, _ := splitAddr(m.c.Addrs[m.to])
+	args := []any{"migrate", host, port, "", 0, 5000, "keys"}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	if err := src.Do(ctx, args...).Err(); err != nil {
+		t.Fatalf("redistest: migrate: %v", err)
+	}
+	return len(keys)
+}
+
+// Finish moves the remaining keys and gives the slot to the target on every
+// primary.
+func (m *Migration) Finish(t testing.TB) {
+	t.Helper()
+	for m.MoveKeys(t, 100) > 0 {
+	}
+	for _, i := range []int{m.to, m.from, 3 - m.to - m.from} {
+		m.do(t, i, "cluster", "setslot", m.slot, "node", m.c.ids[m.to])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m.c.waitConsistent(t, ctx)
+}
+
+func (m *Migration) do(t testing.TB, node int, args ...any) {
+	t.Helper()
+	n := redis.NewClient(&redis.Options{Addr: m.c.Addrs[node]})
+	defer n.Close()
+	if err := n.Do(context.Background(), args...).Err(); err != nil {
+		t.Fatalf("redistest: %v on node %d: %v", args, node, err)
+	}
+}

@@ -1,0 +1,37 @@
+package redistest_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/costgate/costgate/internal/redistest"
+)
+
+func TestClusterServesAndMigrates(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.NewCluster(t)
+	c := cl.Client(t)
+	keys := []string{"a", "b", "c", "d", "e", "f"}
+	owners := map[int]bool{}
+	for _, k := range keys {
+		if err := c.Set(ctx, k, k, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		owners[cl.Node(t, int(c.ClusterKeySlot(ctx, k).Val()))] = true
+	}
+	if len(owners) < 2 {
+		t.Fatalf("keys %v all on one primary", keys)
+	}
+	slot := int(c.ClusterKeySlot(ctx, "a").Val())
+	from := cl.Node(t, slot)
+	m := cl.StartMigration(t, slot, (from+1)%3)
+	m.Finish(t)
+	if got := cl.Node(t, slot); got != (from+1)%3 {
+		t.Fatalf("slot %d on node %d after migrating it to %d", slot, got, (from+1)%3)
+	}
+	for _, k := range keys {
+		if v, err := c.Get(ctx, k).Result(); err != nil || v != k {
+			t.Fatalf("get %s after the migration: %q %v", k, v, err)
+		}
+	}
+}

@@ -1,0 +1,253 @@
+package weighted
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/costgate/costgate/internal/redistest"
+)
+
+// TestCluster runs on a real three-primary Redis Cluster.
+func TestCluster(t *testing.T) {
+	cl := redistest.NewCluster(t)
+	cc := cl.Client(t)
+	ctx := context.Background()
+
+	tokens := Limit{Name: "tokens", Rate: 1000, Period: time.Minute}
+	requests := Limit{Name: "requests", Algorithm: FixedWindow, Rate: 50, Period: time.Minute}
+	inflight := Limit{Name: "inflight", Algorithm: Concurrency, Rate: 40, Period: time.Minute}
+	global := Limit{Name: "global", Algorithm: SlidingWindow, Rate: 300, Period: time.Minute}
+	model := Limit{Name: "model", Algorithm: SlidingLog, Rate: 200, Period: time.Minute}
+	request := func(tenant string, cost int64) []Item {
+		return []Item{
+			{Limit: tokens, Key: "{" + tenant + "}", Cost: cost},
+			{Limit: requests, Key: "{" + tenant + "}", Cost: 1},
+			{Limit: inflight, Key: "{" + tenant + "}", Cost: 1},
+			{Limit: global, Key: "all", Cost: cost},
+			{Limit: model, Key: "model=gpt-4o", Cost: 1},
+		}
+	}
+
+	t.Run("keys of a scope share a slot", func(t *testing.T) {
+		r := newRedisStore(cc, nil)
+		gs := r.groups(request("acme", 1))
+		if len(gs) != 3 {
+			t.Fatalf("%d groups, want 3 (acme, all, model=gpt-4o): %+v", len(gs), gs)
+		}
+		for _, g := range gs {
+			slot := cc.ClusterKeySlot(ctx, g.keys[0]).Val()
+			for _, k := range append(g.keys, r.recordKey(g.tag, "id")) {
+				if s := cc.ClusterKeySlot(ctx, k).Val(); s != slot {
+					t.Fatalf("key %s in slot %d, its group's first key in %d", k, s, slot)
+				}
+			}
+		}
+		nodes := map[int]bool{}
+		for _, g := range gs {
+			nodes[cl.Node(t, int(cc.ClusterKeySlot(ctx, g.keys[0]).Val()))] = true
+		}
+		if len(nodes) < 2 {
+			t.Fatalf("all groups on one primary: the test would not cross nodes")
+		}
+	})
+
+	t.Run("a later slot's denial is compensated", func(t *testing.T) {
+		clk := newClock()
+		r := newRedisStore(cc, clk)
+		tight := Limit{Name: "tight", Rate: 10, Period: time.Hour}
+		items := []Item{
+			{Limit: tokens, Key: "{acme}", Cost: 100},
+			{Limit: inflight, Key: "{acme}", Cost: 1},
+			{Limit: tight, Key: "{zeta}", Cost: 8}, // "zeta" sorts after "acme"
+		}
+		if res, err := r.Debit(ctx, "a", items); err != nil || !res.Allowed {
+			t.Fatalf("first debit: %+v %v", res, err)
+		}
+		res, err := r.Debit(ctx, "b", items)
+		if err != nil || res.Allowed || res.Decider != 2 {
+			t.Fatalf("second debit: want denied by tight, got %+v %v", res, err)
+		}
+		// The acme group was debited, then refunded and released: it shows
+		// only the first request.
+		if res.Items[0].Remaining != 900 || res.Items[1].Remaining != 39 {
+			t.Fatalf("reported state after compensation: %+v", res.Items)
+		}
+		peek, err := r.Peek(ctx, items)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := [3]int64{peek.Items[0].Remaining, peek.Items[1].Remaining, peek.Items[2].Remaining}; got != [3]int64{900, 39, 2} {
+			t.Fatalf("remaining after a compensated denial: %v, want [900 39 2]", got)
+		}
+		// The compensation settled b on the acme slot: a settle of b now
+		// changes nothing there.
+		if err := r.Settle(ctx, "b", items, []int64{500, 1, 8}); err != nil {
+			t.Fatal(err)
+		}
+		if peek, _ := r.Peek(ctx, items[:1]); peek.Items[0].Remaining != 900 {
+			t.Fatalf("settle after compensation charged: %+v", peek.Items[0])
+		}
+		if err := r.Cancel(ctx, "a", items); err != nil {
+			t.Fatal(err)
+		}
+		if peek, _ := r.Peek(ctx, items); !peek.Allowed || peek.Items[0].Remaining != 1000 || peek.Items[1].Remaining != 40 || peek.Items[2].Remaining != 10 {
+			t.Fatalf("after cancelling a: %+v", peek.Items)
+		}
+		if err := r.Reset(ctx, items); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("200 goroutines across three slots", func(t *testing.T) {
+		r := newRedisStore(cc, newClock())
+		// Costs are set by the goroutines: inflight (40) runs out first.
+		// Compensations can deny a goroutine while another's reservation is
+		// being returned, so the racers may stop short; the drain after
+		// them must find exactly the rest.
+		items := request("acme", 0)
+		admitted := raceDebits(t, r, items, 200)
+		drained := drain(t, r, items)
+		if admitted+drained != minCapacity(items) {
+			t.Fatalf("admitted %d racing and %d after, want %d in all", admitted, drained, minCapacity(items))
+		}
+		checkRemaining(t, r, items, minCapacity(items))
+	})
+
+	t.Run("debits while a slot migrates", func(t *testing.T) {
+		r := newRedisStore(cc, newClock())
+		items := request("mig", 0)
+		key := r.key(&items[0])
+		slot := int(cc.ClusterKeySlot(ctx, key).Val())
+		var admitted atomic.Int64
+		var seq atomic.Int64
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		errs := make(chan error, 16)
+		for range 16 {
+			wg.Go(func() {
+				mine := request("mig", 1)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					res, err := r.Debit(ctx, fmt.Sprint("m", seq.Add(1)), mine)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if res.Allowed {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		// Move the slot in steps, so that debits meet keys split between
+		// nodes (TRYAGAIN), a slot whose keys have all left (ASK), and
+		// finally a stale slot map (MOVED).
+		before := errorStats(t, cl)
+		m := cl.StartMigration(t, slot, (cl.Node(t, slot)+1)%3)
+		m.MoveKeys(t, 1)
+		time.Sleep(50 * time.Millisecond)
+		for m.MoveKeys(t, 100) > 0 {
+		}
+		time.Sleep(50 * time.Millisecond)
+		m.Finish(t)
+		time.Sleep(50 * time.Millisecond)
+		close(stop)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("debit during the migration: %v", err)
+		}
+		if admitted.Load() == 0 {
+			t.Fatal("nothing admitted during the migration")
+		}
+		after := errorStats(t, cl)
+		for _, e := range []string{"TRYAGAIN", "ASK", "MOVED"} {
+			if after[e] <= before[e] {
+				t.Errorf("no %s reply during the migration: the test did not exercise it (%v)", e, after)
+			}
+		}
+		n := admitted.Load() + drain(t, r, items)
+		if n != minCapacity(items) {
+			t.Fatalf("admitted %d in all, want %d", n, minCapacity(items))
+		}
+		checkRemaining(t, r, items, minCapacity(items))
+	})
+}
+
+// drain debits items at cost 1 until denied and returns how many it
+// admitted.
+func drain(t *testing.T, s Store, items []Item) int64 {
+	t.Helper()
+	mine := append([]Item(nil), items...)
+	for i := range mine {
+		mine[i].Cost = 1
+	}
+	var n int64
+	for {
+		res, err := s.Debit(context.Background(), fmt.Sprint("drain", n), mine)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Allowed {
+			return n
+		}
+		n++
+	}
+}
+
+// checkRemaining requires that every item's limit lost exactly used units.
+func checkRemaining(t *testing.T, s Store, items []Item, used int64) {
+	t.Helper()
+	res, err := s.Peek(context.Background(), items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, it := range res.Items {
+		if want := items[i].Limit.Capacity() - used; it.Remaining != want {
+			t.Fatalf("%s: remaining %d, want %d", items[i].Limit.Name, it.Remaining, want)
+		}
+	}
+}
+
+func minCapacity(items []Item) int64 {
+	c := items[0].Limit.Capacity()
+	for _, it := range items {
+		c = min(c, it.Limit.Capacity())
+	}
+	return c
+}
+
+// errorStats sums the error replies of every primary by their prefix, from
+// INFO errorstats.
+func errorStats(t *testing.T, cl *redistest.Cluster) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, addr := range cl.Addrs {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		info, err := c.Info(context.Background(), "errorstats").Result()
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			// errorstat_ASK:count=12
+			name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "errorstat_"), ":count=")
+			if n, err := strconv.Atoi(rest); ok && err == nil {
+				out[name] += n
+			}
+		}
+	}
+	return out
+}
