@@ -6,9 +6,12 @@ package costmodel
 // count_tokens endpoint, which a proxy cannot call on every request without
 // doubling latency. costmodel therefore approximates:
 //
-//   - text is counted with cl100k_base and scaled by anthropicScale
-//     (rounded up), because Claude's tokenizer splits English prose, code
-//     and JSON into more pieces than cl100k_base does;
+//   - text is counted with cl100k_base and scaled up (rounded up): by 5/4,
+//     or by 3/2 when more than a quarter of its bytes are not ASCII.
+//     Published comparisons (Anthropic's own guidance among them) put
+//     Claude's counts 15 to 20% above cl100k_base's on English prose and
+//     further above on code and non-English text; the scale errs high,
+//     because the count is a reservation;
 //   - every message adds anthropicPerMessage tokens for its role markers, the
 //     system prompt anthropicPerSystem, and the request anthropicBase;
 //   - tool definitions add the tool-use system prompt Anthropic documents
@@ -22,10 +25,10 @@ package costmodel
 //     (a page costs 1,500 to 3,000 tokens of text plus an image); text
 //     documents are counted as text.
 //
-// The error of this method is stated, with how it was measured, in the
-// accuracy tests and in the package README section of bench/README.md.
-// Settlement always uses the usage the API reports, so the approximation
-// only affects how much is reserved.
+// What is known of the error is stated in bench/README.md (section
+// costmodel) and checked by TestAnthropicApprox. Settlement always uses the
+// usage the API reports, so the approximation only affects how much is
+// reserved.
 
 import (
 	"bytes"
@@ -36,8 +39,10 @@ import (
 )
 
 const (
-	anthropicScaleNum   = 6 // text tokens = ceil(cl100k × 6/5)
-	anthropicScaleDen   = 5
+	anthropicScaleNum   = 5 // text tokens = ceil(cl100k × 5/4)
+	anthropicScaleDen   = 4
+	anthropicWideNum    = 3 // mostly non-ASCII text: ceil(cl100k × 3/2)
+	anthropicWideDen    = 2
 	anthropicBase       = 1
 	anthropicPerSystem  = 1
 	anthropicPerMessage = 3
@@ -51,7 +56,17 @@ func anthropicApprox(text string) int64 {
 	if text == "" {
 		return 0
 	}
-	return mulDivCeil(int64(encoderFor(EncodingCl100k).Count(text)), anthropicScaleNum, anthropicScaleDen)
+	n := int64(encoderFor(EncodingCl100k).Count(text))
+	nonASCII := 0
+	for i := 0; i < len(text); i++ {
+		if text[i] >= 0x80 {
+			nonASCII++
+		}
+	}
+	if nonASCII*4 > len(text) {
+		return mulDivCeil(n, anthropicWideNum, anthropicWideDen)
+	}
+	return mulDivCeil(n, anthropicScaleNum, anthropicScaleDen)
 }
 
 // anthropicToolPrompt returns the tokens of the tool-use system prompt

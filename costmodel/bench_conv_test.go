@@ -92,11 +92,13 @@ func BenchmarkConversation(b *testing.B) {
 			b.ReportAllocs()
 			var buf []byte
 			i := 1
+			start := cpuTime()
 			for b.Loop() {
 				buf = request(buf, prefix, newMsg, i)
 				i++
 				f(buf)
 			}
+			reportCPU(b, start)
 		})
 	}
 	run("cached", func(body []byte) { cached.Estimate(ChatCompletions, body) })

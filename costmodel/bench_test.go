@@ -40,31 +40,37 @@ func BenchmarkCountText(b *testing.B) {
 			b.Run(enc+"/"+name+"/costmodel", func(b *testing.B) {
 				b.SetBytes(int64(len(s)))
 				b.ReportAllocs()
+				start := cpuTime()
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
 						ours.Count(s)
 					}
 				})
+				reportCPU(b, start)
 				b.ReportMetric(float64(tokens), "tokens/op")
 			})
 			b.Run(enc+"/"+name+"/pkoukk", func(b *testing.B) {
 				b.SetBytes(int64(len(s)))
 				b.ReportAllocs()
+				start := cpuTime()
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
 						base.EncodeOrdinary(s)
 					}
 				})
+				reportCPU(b, start)
 				b.ReportMetric(float64(tokens), "tokens/op")
 			})
 			b.Run(enc+"/"+name+"/tiktoken-go-tokenizer", func(b *testing.B) {
 				b.SetBytes(int64(len(s)))
 				b.ReportAllocs()
+				start := cpuTime()
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
 						alt.Count(s)
 					}
 				})
+				reportCPU(b, start)
 				b.ReportMetric(float64(tokens), "tokens/op")
 			})
 		}
