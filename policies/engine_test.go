@@ -62,7 +62,7 @@ func TestEngineWatch(t *testing.T) {
 	write := func(name, src string) {
 		t.Helper()
 		// Write then rename, as editors and config management do.
-		tmp := filepath.Join(dir, "."+name+".tmp")
+		tmp := filepath.Join(dir, filepath.Dir(name), "."+filepath.Base(name)+".tmp")
 		if err := os.WriteFile(tmp, []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -114,6 +114,16 @@ func TestEngineWatch(t *testing.T) {
 		// The mkdir may cause a reload of its own that still sees the broken file.
 	}
 	mustOutcome(t, e, Allow)
+
+	// A policy added in the new subdirectory is watched too.
+	write("sub/q.rego", "package costgate.policies.q\n\ndecision := {\"outcome\": \"hard\", \"status\": 429, \"reason\": \"q\"}\n")
+	for len(e.Set().Policies()) != 2 {
+		// A late event of the previous write may reload once more first.
+		if err := next(); err != nil {
+			t.Fatalf("reload: %v", err)
+		}
+	}
+	mustOutcome(t, e, Hard)
 }
 
 // TestEngineDecideDuringReload decides from many goroutines while the set is
