@@ -266,13 +266,14 @@ func (l *Ledger) shutdown() error {
 // flushLoop moves the spool into the store, in order, in batches.
 func (l *Ledger) flushLoop(ctx context.Context) {
 	var (
-		recs  = make([]record, 0, l.cfg.BatchSize)
-		buf   []byte
-		err   error
-		next  int64
-		pos   = l.applied
-		delay = l.cfg.RetryMin
-		open  openSet
+		recs    = make([]record, 0, l.cfg.BatchSize)
+		buf     []byte
+		err     error
+		next    int64
+		pos     = l.applied
+		delay   = l.cfg.RetryMin
+		open    openSet
+		lastLog time.Time
 	)
 	for {
 		recs, next, err = l.spool.read(pos, l.cfg.BatchSize, recs, &buf)
@@ -292,14 +293,20 @@ func (l *Ledger) flushLoop(ctx context.Context) {
 			var n int64
 			n, err = l.applyBatch(ctx, recs, &open)
 			if err == nil {
+				if failing := l.Stats().StoreErr != nil; failing {
+					l.cfg.Logf("ledger: store is back; replaying the spool")
+				}
 				if n > 0 {
 					l.cfg.Logf("ledger: recovered %d reservations of a previous run at their estimate", n)
 				}
 				delay = l.cfg.RetryMin
 				break
 			}
-			l.setErr(err)
-			l.cfg.Logf("ledger: store: %v (retrying in %s; %d records wait in the spool)", err, delay, len(recs))
+			if l.setErr(err) || time.Since(lastLog) >= 10*time.Second {
+				lastLog = time.Now()
+				st := l.Stats()
+				l.cfg.Logf("ledger: store: %v (retrying; %d bytes wait in the spool)", err, st.Pending)
+			}
 			select {
 			case <-time.After(delay):
 			case <-l.stop:
@@ -336,10 +343,14 @@ func (l *Ledger) applyBatch(ctx context.Context, recs []record, st *openSet) (in
 	return r.recovered, nil
 }
 
-func (l *Ledger) setErr(err error) {
+// setErr records the store's error and reports whether it is the first of
+// a run of failures.
+func (l *Ledger) setErr(err error) bool {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	first := l.lastErr == nil
 	l.lastErr = err
-	l.mu.Unlock()
+	return first
 }
 
 func (l *Ledger) setFatal(err error) {

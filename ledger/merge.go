@@ -76,8 +76,8 @@ type batchResult struct {
 }
 
 func (st *openSet) apply(r *batchResult) {
-	if r.marker {
-		st.marker = true
+	if r.marker || st.open == nil {
+		st.marker = st.marker || r.marker
 		st.open = make(map[string]int64)
 	}
 	for id, at := range r.opened {
