@@ -1,0 +1,388 @@
+package dashboard
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image"
+	"image/png"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/costgate/costgate/internal/servicetest"
+)
+
+const (
+	viewW = 1280
+	viewH = 800
+	// loaded matches once the page has drawn data.json.
+	loaded = chromedp.CSS(`html[data-loaded]`)
+)
+
+// browser starts a headless Chromium for the test and returns a context
+// for new tabs. Without Chromium the test is Unavailable: it fails under CI
+// and skips elsewhere.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path := ""
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			path = p
+			break
+		}
+	}
+	if path == "" {
+		servicetest.Unavailable(t, "chromium is not installed (apt-get install -y chromium)")
+	}
+	// chromedp's defaults (headless, no first run, no background networking
+	// or timer throttling, no sync, ...) and what a container needs.
+	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
+		chromedp.ExecPath(path),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(viewW, viewH),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("no-proxy-server", true),
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	t.Cleanup(cancel)
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(cancelBrowser)
+	if _, err := chromedp.Run(bctx, chromedp.Location()); err != nil {
+		servicetest.Unavailable(t, "chromium at %s does not start: %v", path, err)
+	}
+	return bctx
+}
+
+// tab opens a new tab in the browser, with a 1280x800 viewport.
+func tab(t *testing.T, bctx context.Context) context.Context {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(bctx)
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(viewW, viewH)); err != nil {
+		t.Fatalf("open tab: %v", err)
+	}
+	return ctx
+}
+
+// page is what the tests read back from the rendered DOM.
+type page struct {
+	URL        string              `json:"url"`
+	Header     map[string]string   `json:"header"`
+	Spend      [][]string          `json:"spend"`
+	SpendTitle []string            `json:"spendTitle"`
+	Decisions  [][]string          `json:"decisions"`
+	Throttled  [][]string          `json:"throttled"`
+	Shadow     [][]string          `json:"shadow"`
+	HighShadow [][]string          `json:"highShadow"`
+	Alert      string              `json:"alert"`
+	Charts     []string            `json:"charts"`
+	Paths      int                 `json:"paths"`
+	Images     int                 `json:"images"`
+	Injected   bool                `json:"injected"`
+	Empty      map[string]bool     `json:"empty"`
+	Login      bool                `json:"login"`
+	Tables     map[string]bool     `json:"tables"`
+	Extra      map[string][]string `json:"extra"`
+}
+
+const readPage = `(() => {
+  // A shortened name keeps its whole text in data-full.
+  const rows = (sel) => [...document.querySelectorAll(sel)].map(r => [...r.cells].map(c => c.dataset.full || c.textContent.trim()));
+  const shown = (id) => !document.getElementById(id).hidden;
+  const text = (id) => document.getElementById(id).textContent.trim();
+  return {
+    url: location.href,
+    header: {kind: text('store-kind'), healthy: text('store-healthy'), breaker: text('store-breaker'), failopen: text('store-failopen'), updated: text('updated')},
+    spend: rows('#spend-table tbody tr'),
+    spendTitle: [...document.querySelectorAll('#spend-table tbody tr td:nth-child(2)')].map(td => td.title),
+    decisions: rows('#decisions-table tbody tr'),
+    throttled: rows('#throttled-table tbody tr'),
+    shadow: rows('#shadow-table tbody tr'),
+    highShadow: rows('#shadow-table tbody tr.high'),
+    alert: shown('shadow-alert') ? text('shadow-alert') : '',
+    charts: [...document.querySelectorAll('svg[role=img]')].map(s => s.getAttribute('aria-label') || (s.querySelector('title') || {}).textContent || ''),
+    paths: document.querySelectorAll('#spend-chart path.series').length,
+    images: document.querySelectorAll('img').length,
+    injected: !!document.getElementById('injected'),
+    empty: {spend: shown('spend-empty'), decisions: shown('decisions-empty'), throttled: shown('throttled-empty'), shadow: shown('shadow-empty')},
+    login: shown('login') && !shown('main') ? true : false,
+    tables: {spend: shown('spend-table'), decisions: shown('decisions-table'), throttled: shown('throttled-table'), shadow: shown('shadow-table')},
+  };
+})()`
+
+func readDOM(t *testing.T, ctx context.Context) page {
+	t.Helper()
+	p, err := chromedp.Run(ctx, chromedp.Evaluate[page](readPage))
+	if err != nil {
+		t.Fatalf("read the page: %v", err)
+	}
+	return p
+}
+
+func hasRow(rows [][]string, cells ...string) bool {
+	for _, r := range rows {
+		if len(r) < len(cells) {
+			continue
+		}
+		ok := true
+		for i, c := range cells {
+			if c != "" && r[i] != c {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// TestBrowser loads the dashboard in headless Chromium against realistic
+// data, checks what the DOM shows, and checks a 1280x800 screenshot.
+func TestBrowser(t *testing.T) {
+	bctx := browser(t)
+
+	var calls atomic.Int64
+	src := func(context.Context) (Data, error) {
+		n := calls.Add(1)
+		d := sampleData(sampleNow)
+		// Each refresh sees a minute later and more fail-open decisions.
+		d.GeneratedAt = sampleNow.Add(time.Duration(n-1) * time.Minute)
+		d.Store.FailOpenTotal += n - 1
+		return d, nil
+	}
+	srv := httptest.NewServer(mount(Handler(func() string { return testToken }, src)))
+	t.Cleanup(srv.Close)
+
+	t.Run("realistic data", func(t *testing.T) {
+		ctx := tab(t, bctx)
+		if err := chromedp.Do(ctx,
+			chromedp.Navigate(srv.URL+"/admin/#token="+testToken),
+			chromedp.WaitReady(loaded),
+		); err != nil {
+			t.Fatalf("load the dashboard: %v", err)
+		}
+		shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+		if err != nil {
+			t.Fatalf("screenshot: %v", err)
+		}
+		p := readDOM(t, ctx)
+		checkRealistic(t, p)
+		checkScreenshot(t, shot)
+
+		// Auto-refresh: the page fetches again within 5 s and shows the
+		// new data without a reload.
+		refreshed := chromedp.Poll[bool](`document.getElementById('store-failopen').textContent === '1,743'`,
+			chromedp.WithPollingTimeout(9*time.Second), chromedp.WithPollingInterval(100*time.Millisecond))
+		if _, err := chromedp.Run(ctx, refreshed); err != nil {
+			t.Fatalf("the page did not refresh within 9 s (%d fetches): %v", calls.Load(), err)
+		}
+		if p := readDOM(t, ctx); !strings.Contains(p.Header["updated"], "10:46:30") {
+			t.Errorf("after refresh the header says %q, want the new time 10:46:30", p.Header["updated"])
+		}
+	})
+
+	t.Run("empty data", func(t *testing.T) {
+		empty := httptest.NewServer(mount(Handler(func() string { return testToken }, func(context.Context) (Data, error) {
+			return Data{GeneratedAt: sampleNow, Store: StoreHealth{Kind: "memory", Healthy: true, Breaker: "closed"}}, nil
+		})))
+		defer empty.Close()
+		ctx := tab(t, bctx)
+		if err := chromedp.Do(ctx,
+			chromedp.Navigate(empty.URL+"/admin/#token="+testToken),
+			chromedp.WaitReady(loaded),
+		); err != nil {
+			t.Fatalf("load: %v", err)
+		}
+		p := readDOM(t, ctx)
+		for _, k := range []string{"spend", "decisions", "throttled", "shadow"} {
+			if !p.Empty[k] || p.Tables[k] {
+				t.Errorf("%s: empty state shown %v, table shown %v; want the empty state only", k, p.Empty[k], p.Tables[k])
+			}
+		}
+		if p.Header["kind"] != "memory" || p.Header["breaker"] != "closed" || p.Header["failopen"] != "0" {
+			t.Errorf("header = %v", p.Header)
+		}
+	})
+
+	t.Run("login form", func(t *testing.T) {
+		ctx := tab(t, bctx)
+		// A wrong token in the fragment brings up the login form.
+		if err := chromedp.Do(ctx,
+			chromedp.Navigate(srv.URL+"/admin/#token=wrong"),
+			chromedp.WaitVisible(chromedp.ID("login")),
+		); err != nil {
+			t.Fatalf("wrong token: no login form: %v", err)
+		}
+		reason, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("login-reason")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := chromedp.Do(ctx,
+			chromedp.SendKeys(chromedp.ID("token-input"), testToken),
+			chromedp.Click(chromedp.CSS(`#login button[type=submit]`)),
+			chromedp.WaitReady(loaded),
+		); err != nil {
+			t.Fatalf("sign in through the form: %v", err)
+		}
+		if !strings.Contains(reason, "not accepted") {
+			t.Errorf("login reason = %q, want it to say the token was not accepted", reason)
+		}
+		p := readDOM(t, ctx)
+		if p.Login || !hasRow(p.Throttled, "1", topKey) {
+			t.Errorf("after signing in: login shown %v, throttled %v", p.Login, p.Throttled)
+		}
+	})
+}
+
+func checkRealistic(t *testing.T, p page) {
+	t.Helper()
+	d := sampleData(sampleNow)
+
+	if strings.Contains(p.URL, "token") {
+		t.Errorf("the token stays in the address bar: %s", p.URL)
+	}
+	wantHeader := map[string]string{"kind": "redis", "healthy": "healthy", "breaker": "half-open", "failopen": "1,742", "updated": "Data at 10:45:30 UTC"}
+	for k, v := range wantHeader {
+		if p.Header[k] != v {
+			t.Errorf("header %s = %q, want %q", k, p.Header[k], v)
+		}
+	}
+
+	// Spend: every tenant, most spent first, with the hour's total to the
+	// cent and, in the cell's title, to the nano-dollar.
+	if len(p.Spend) != 3 || p.Paths != 3 {
+		t.Fatalf("spend rows %v, %d lines; want 3 tenants", p.Spend, p.Paths)
+	}
+	for i, tenant := range []string{"globex", "acme", "initech"} {
+		var total int64
+		for _, s := range d.Spend {
+			if s.Tenant == tenant {
+				total = sumSpend(s.Points)
+			}
+		}
+		if p.Spend[i][0] != tenant || p.Spend[i][1] != formatMoney(total) {
+			t.Errorf("spend row %d = %v, want %s %s", i, p.Spend[i], tenant, formatMoney(total))
+		}
+		if p.SpendTitle[i] != formatUSD(total, 9) {
+			t.Errorf("spend row %d exact total = %q, want %q", i, p.SpendTitle[i], formatUSD(total, 9))
+		}
+	}
+
+	// Decisions: a row per policy with its counts, most blocked first.
+	if len(p.Decisions) != 4 {
+		t.Fatalf("decision rows: %v", p.Decisions)
+	}
+	for _, pd := range d.Decisions {
+		n := func(v int64) string { return commas(v) }
+		if !hasRow(p.Decisions, pd.Policy, n(pd.Allow), n(pd.Soft), n(pd.Hard), n(pd.Shadow)) {
+			t.Errorf("no decision row for %s %d/%d/%d/%d in %v", pd.Policy, pd.Allow, pd.Soft, pd.Hard, pd.Shadow, p.Decisions)
+		}
+	}
+	if p.Decisions[0][0] != "costgate.policies.plans" {
+		t.Errorf("first decision row %v, want the most blocked policy first", p.Decisions[0])
+	}
+
+	// Top throttled: the most blocked key first; markup in a key is text.
+	if !hasRow(p.Throttled, "1", topKey, "free-requests", "globex", "1,204") {
+		t.Errorf("top throttled rows %v, want %s first", p.Throttled, topKey)
+	}
+	if !hasRow(p.Throttled, "4", markupKey) || p.Images != 0 || p.Injected {
+		t.Errorf("a key with markup was not shown as text: rows %v, %d img elements", p.Throttled, p.Images)
+	}
+
+	// Shadow: the 40% row first, highlighted, and called out above the table.
+	if len(p.Shadow) != 2 || !hasRow(p.Shadow[:1], shadowPolicy, shadowLimit, shadowTenant, "5,312") ||
+		!strings.HasPrefix(p.Shadow[0][4], "40.0%") {
+		t.Errorf("shadow rows %v, want %s at 40.0%% first", p.Shadow, shadowTenant)
+	}
+	if len(p.HighShadow) != 1 || p.HighShadow[0][2] != shadowTenant {
+		t.Errorf("highlighted shadow rows %v, want only %s", p.HighShadow, shadowTenant)
+	}
+	if !strings.Contains(p.Alert, "40.0%") || !strings.Contains(p.Alert, shadowTenant) || !strings.Contains(p.Alert, shadowPolicy) {
+		t.Errorf("shadow call-out = %q", p.Alert)
+	}
+
+	// Charts are labelled images: spend, decisions and a sparkline a policy.
+	if len(p.Charts) != 2+len(d.Decisions) {
+		t.Errorf("labelled charts: %q", p.Charts)
+	}
+	for _, c := range p.Charts {
+		if c == "" {
+			t.Errorf("a chart has no label: %q", p.Charts)
+		}
+	}
+}
+
+func commas(v int64) string {
+	s := fmt.Sprint(v)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// checkScreenshot checks that the screenshot is a 1280x800 PNG that shows
+// something: many colours, the dark header at the top, the light page below.
+// It writes it to $COSTGATE_SCREENSHOT when set, else to the test's
+// temporary directory.
+func checkScreenshot(t *testing.T, shot []byte) {
+	t.Helper()
+	out := os.Getenv("COSTGATE_SCREENSHOT")
+	if out == "" {
+		out = filepath.Join(t.TempDir(), "dashboard.png")
+	}
+	if err := os.WriteFile(out, shot, 0o644); err != nil {
+		t.Errorf("write screenshot: %v", err)
+	}
+	t.Logf("screenshot: %s", out)
+
+	img, err := png.Decode(bytes.NewReader(shot))
+	if err != nil {
+		t.Fatalf("the screenshot is not a PNG: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() != viewW || b.Dy() != viewH {
+		t.Fatalf("screenshot is %dx%d, want %dx%d", b.Dx(), b.Dy(), viewW, viewH)
+	}
+	colours := map[uint32]bool{}
+	for y := 0; y < viewH; y += 2 {
+		for x := 0; x < viewW; x += 2 {
+			r, g, b, _ := img.At(x, y).RGBA()
+			colours[r>>8<<16|g>>8<<8|b>>8] = true
+		}
+	}
+	if len(colours) < 50 {
+		t.Errorf("the screenshot has %d colours; a rendered dashboard has many", len(colours))
+	}
+	if l := luma(img, 8, 8); l > 80 {
+		t.Errorf("the header is not dark (luma %d): the stylesheet did not apply", l)
+	}
+	if l := luma(img, 4, viewH-4); l < 200 {
+		t.Errorf("the page background is not light (luma %d)", l)
+	}
+}
+
+func luma(img image.Image, x, y int) int {
+	r, g, b, _ := img.At(x, y).RGBA()
+	return int((299*(r>>8) + 587*(g>>8) + 114*(b>>8)) / 1000)
+}

@@ -1,0 +1,284 @@
+// Package dashboard is costgate's operator dashboard: one page, served by the
+// admin listener at /admin/, that shows store health, spend per tenant over
+// the last hour, decisions per policy, the most throttled keys and what shadow
+// policies would block.
+//
+// The page is hand-written HTML, CSS and JavaScript embedded in the binary; it
+// loads nothing from outside and draws its charts as inline SVG. It reads its
+// numbers from data.json, which is the only authenticated part: the static
+// assets hold no data, so a browser can load them on navigation, and the page
+// then sends the admin token it was given (in the URL fragment #token=... or
+// through its login form) as an Authorization header.
+//
+// The proxy owns the numbers. It passes a Source that turns its telemetry and
+// stores into a Data; this package only serves and draws them.
+package dashboard
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Data is everything the page shows. The zero value is a valid, empty
+// dashboard: every list may be nil or empty and the page shows an empty state
+// for it.
+type Data struct {
+	// GeneratedAt is the end of the window the data covers. The zero value
+	// means "now": the handler fills in its clock at the time of the request.
+	GeneratedAt time.Time `json:"generated_at"`
+	// Store is the health of the limiter store.
+	Store StoreHealth `json:"store"`
+	// Spend is the spend per tenant, per minute, over the last 60 minutes.
+	Spend []TenantSeries `json:"spend"`
+	// Decisions are the decisions per policy over the same window.
+	Decisions []PolicyDecisions `json:"decisions"`
+	// TopThrottled are the keys blocked most often, most blocked first.
+	TopThrottled []Throttled `json:"top_throttled"`
+	// Shadow are the would-blocks of policies and limits in shadow mode.
+	Shadow []ShadowCount `json:"shadow"`
+}
+
+// StoreHealth is the state of the limiter store and its circuit breaker.
+type StoreHealth struct {
+	// Kind is the store's kind: "memory" or "redis".
+	Kind string `json:"kind"`
+	// Healthy reports whether the last store operations succeeded.
+	Healthy bool `json:"healthy"`
+	// Breaker is the circuit breaker's state: "closed", "open" or "half_open".
+	Breaker string `json:"breaker"`
+	// FailOpenTotal counts the decisions admitted because the store failed
+	// and the limit's posture was fail_open, since the process started.
+	FailOpenTotal int64 `json:"fail_open_total"`
+}
+
+// TenantSeries is one tenant's spend over time.
+type TenantSeries struct {
+	Tenant string `json:"tenant"`
+	// Points hold the spend per minute; a minute without a point spent
+	// nothing. Points outside the last 60 minutes before GeneratedAt are not
+	// drawn.
+	Points []Point `json:"points"`
+}
+
+// Point is the spend in the minute that starts at T.
+type Point struct {
+	T time.Time `json:"t"`
+	// NanoUSD is the spend in nano-dollars (1e-9 USD). It is encoded in JSON
+	// as a decimal string, so that JavaScript reads it exactly (as a BigInt)
+	// whatever its size.
+	NanoUSD int64 `json:"nano_usd,string"`
+}
+
+// PolicyDecisions are one policy's decisions in the window. Allow, Soft, Hard
+// and Shadow are disjoint: every decision the policy made is counted in
+// exactly one of them.
+type PolicyDecisions struct {
+	Policy string `json:"policy"`
+	// Allow counts the requests admitted without friction.
+	Allow int64 `json:"allow"`
+	// Soft counts the requests admitted with friction (a soft limit).
+	Soft int64 `json:"soft"`
+	// Hard counts the requests blocked (429 or 402).
+	Hard int64 `json:"hard"`
+	// Shadow counts the requests admitted that the policy, in shadow mode,
+	// would have blocked.
+	Shadow int64 `json:"shadow"`
+	// Points hold the blocked (hard) count per minute; a minute without a
+	// point blocked nothing.
+	Points []CountPoint `json:"points"`
+}
+
+// CountPoint is a count of events in the minute that starts at T.
+type CountPoint struct {
+	T     time.Time `json:"t"`
+	Count int64     `json:"count"`
+}
+
+// Throttled is a key that was blocked, and how often, in the window.
+type Throttled struct {
+	// Key is the limit's key (its dimensions' values), as the limiter
+	// stores it.
+	Key string `json:"key"`
+	// Limit is the name of the limit that blocked it.
+	Limit  string `json:"limit"`
+	Tenant string `json:"tenant"`
+	// Count is the number of blocked requests.
+	Count int64 `json:"count"`
+}
+
+// ShadowCount is what a shadow-mode policy or limit would have blocked of one
+// tenant's traffic in the window.
+type ShadowCount struct {
+	Policy string `json:"policy"`
+	Limit  string `json:"limit"`
+	Tenant string `json:"tenant"`
+	// WouldBlock is the number of the tenant's requests it would have blocked.
+	WouldBlock int64 `json:"would_block"`
+	// Share is WouldBlock as a fraction of the tenant's requests in the
+	// window, from 0 to 1. It is a ratio, not money, so a float is fine.
+	Share float64 `json:"share"`
+}
+
+// Source produces the current Data. The handler calls it once per request
+// for data.json, with the request's context; it must be safe for concurrent
+// use. An error is answered with 503 and its message.
+type Source func(ctx context.Context) (Data, error)
+
+//go:embed assets
+var assets embed.FS
+
+// asset is one embedded file and the content type it is served with.
+type asset struct {
+	file  string
+	ctype string
+}
+
+var files = map[string]asset{
+	"/":           {"assets/index.html", "text/html; charset=utf-8"},
+	"/index.html": {"assets/index.html", "text/html; charset=utf-8"},
+	"/app.js":     {"assets/app.js", "text/javascript; charset=utf-8"},
+	"/style.css":  {"assets/style.css", "text/css; charset=utf-8"},
+}
+
+// contentSecurityPolicy lets the page load only its own assets and fetch only
+// its own data, and forbids inline scripts and styles and framing.
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; " +
+	"img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// Handler serves the dashboard: the page at "/" (also "/index.html"), its
+// assets "/app.js" and "/style.css", and the Source's Data as JSON at
+// "/data.json". Paths are relative to where it is mounted, so the caller
+// strips its prefix:
+//
+//	mux.Handle("/admin/", http.StripPrefix("/admin", dashboard.Handler(token, src)))
+//
+// The page and its assets are served without authentication; they hold no
+// data. data.json requires the header "Authorization: Bearer TOKEN" where
+// TOKEN equals token(), compared in constant time; token is called on every
+// request, so a reloaded token takes effect at once. When token() returns
+// the empty string no request is authorized. Only GET and HEAD are allowed.
+func Handler(token func() string, src Source) http.Handler {
+	return &handler{token: token, src: src}
+}
+
+type handler struct {
+	token func() string
+	src   Source
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeError(w, http.StatusMethodNotAllowed, "method not allowed")
+		return
+	}
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	if r.URL.Path == "/data.json" {
+		h.serveData(w, r)
+		return
+	}
+	a, ok := files[r.URL.Path]
+	if !ok {
+		writeError(w, http.StatusNotFound, "no such dashboard file")
+		return
+	}
+	body, err := assets.ReadFile(a.file)
+	if err != nil { // the files are embedded: this cannot happen in a built binary
+		writeError(w, http.StatusInternalServerError, "dashboard: read asset: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", a.ctype)
+	w.Header().Set("Content-Security-Policy", contentSecurityPolicy)
+	w.Header().Set("Cache-Control", "no-cache")
+	if r.Method == http.MethodHead {
+		return
+	}
+	w.Write(body)
+}
+
+func (h *handler) serveData(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	if !h.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="costgate-admin"`)
+		writeError(w, http.StatusUnauthorized, "missing or invalid admin token")
+		return
+	}
+	d, err := h.src(r.Context())
+	if err != nil {
+		slog.ErrorContext(r.Context(), "dashboard: source failed", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "dashboard: source: "+err.Error())
+		return
+	}
+	if d.GeneratedAt.IsZero() {
+		d.GeneratedAt = time.Now()
+	}
+	body, err := json.Marshal(normalize(d))
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "dashboard: encode: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if r.Method == http.MethodHead {
+		return
+	}
+	w.Write(body)
+}
+
+// authorized reports whether r carries the admin token as a bearer token.
+// Both sides are hashed before the constant-time comparison so that neither
+// the content nor the length of the token leaks through timing.
+func (h *handler) authorized(r *http.Request) bool {
+	want := h.token()
+	if want == "" {
+		return false
+	}
+	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	a := sha256.Sum256([]byte(strings.TrimSpace(got)))
+	b := sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+// normalize replaces nil lists by empty ones, so that the JSON always has
+// arrays where the page expects them. It copies the outer lists it changes
+// and never writes to the Source's slices, which the Source may share.
+func normalize(d Data) Data {
+	spend := make([]TenantSeries, len(d.Spend))
+	for i, s := range d.Spend {
+		s.Points = orEmpty(s.Points)
+		spend[i] = s
+	}
+	d.Spend = spend
+	decisions := make([]PolicyDecisions, len(d.Decisions))
+	for i, p := range d.Decisions {
+		p.Points = orEmpty(p.Points)
+		decisions[i] = p
+	}
+	d.Decisions = decisions
+	d.TopThrottled = orEmpty(d.TopThrottled)
+	d.Shadow = orEmpty(d.Shadow)
+	return d
+}
+
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]map[string]string{"error": {"message": msg}})
+}
