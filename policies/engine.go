@@ -51,6 +51,12 @@ func (e *Engine) Reload(fsys fs.FS) error {
 	return e.reload(context.Background(), fsys, "")
 }
 
+// ReloadDir is Reload of the directory dir, with problems naming files by
+// their path under dir.
+func (e *Engine) ReloadDir(dir string) error {
+	return e.reload(context.Background(), os.DirFS(dir), dir)
+}
+
 func (e *Engine) reload(ctx context.Context, fsys fs.FS, root string) error {
 	s, err := load(ctx, fsys, root)
 	if err != nil {

@@ -3,6 +3,7 @@ package policies
 import (
 	"bytes"
 	"context"
+	"errors"
 	"reflect"
 	"testing"
 )
@@ -85,5 +86,26 @@ func TestExamplePoliciesCombined(t *testing.T) {
 				t.Fatalf("Decide =\n%+v\nwant\n%+v", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestLoadDirNamesFilesUnderDir(t *testing.T) {
+	s, err := LoadDir("../examples/quickstart/policies")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.Policies()[0]
+	if p.Files[0] != "../examples/quickstart/policies/quickstart.rego" || p.Title != "Quickstart" || p.Description == "" {
+		t.Fatalf("policy info %+v", p)
+	}
+	e, err := NewEngine(dirFS("../examples/quickstart/policies"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ReloadDir(t.TempDir()); !errors.Is(err, ErrNoPolicies) {
+		t.Fatalf("ReloadDir(empty) = %v, want ErrNoPolicies", err)
+	}
+	if e.Set().Policies()[0].ID != "quickstart" {
+		t.Fatal("the last good set was not kept")
 	}
 }

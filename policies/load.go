@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"sort"
 	"strings"
@@ -45,6 +46,8 @@ type Set struct {
 type PolicyInfo struct {
 	ID    string   // the last segment of the package, e.g. "quickstart"
 	Files []string // the files that define the package
+	// Title and Description come from the package's METADATA annotation.
+	Title, Description string
 	// Shadow reports that the whole policy is in shadow mode.
 	Shadow bool
 	// ShadowRule reports that the policy defines a shadow_decision rule.
@@ -148,6 +151,12 @@ var ErrNoPolicies = errors.New("policies: no policy found (want a package " + Pa
 // file and line; the Set is only returned when everything passed.
 func Load(fsys fs.FS) (*Set, error) {
 	return load(context.Background(), fsys, "")
+}
+
+// LoadDir is Load of the directory dir; problems name files by their path
+// under dir (dir/plans.rego:12), as operators see them.
+func LoadDir(dir string) (*Set, error) {
+	return load(context.Background(), os.DirFS(dir), dir)
 }
 
 // Check compiles the policies of fsys exactly as Load does, and runs their
@@ -321,6 +330,12 @@ func (s *Set) collect(mods map[string]*ast.Module) error {
 		for _, a := range m.Annotations {
 			if a.Scope != "package" {
 				continue
+			}
+			if p.Title == "" {
+				p.Title = a.Title
+			}
+			if p.Description == "" {
+				p.Description = strings.TrimSpace(a.Description)
 			}
 			if v, ok := a.Custom["shadow"]; ok {
 				b, ok := v.(bool)
