@@ -1,0 +1,70 @@
+// Package telemetry is costgate's metrics, traces and the in-process
+// operator state that the admin API and the dashboard read.
+//
+// The proxy calls it on every request, so recording is built for the hot
+// path: instruments are created once in New, label values are interned into
+// bounded sets (tenants past Config.MaxTenants, models past Config.MaxModels
+// and policies, limits, routes and dimensions past Config.MaxLabelValues
+// fold into "other"), and the attribute set of each label combination is
+// built on first use and cached, so a recording call allocates nothing.
+// Limit keys (which can be per user or per IP) are never metric labels; they
+// go only to the bounded top-throttled summary.
+//
+// # Metrics
+//
+// Metrics are OpenTelemetry instruments. MetricsHandler serves them in the
+// Prometheus text format from the Telemetry's own registry (not the global
+// one); the exporter turns dots into underscores and appends the unit and,
+// for counters, _total. When OTEL_EXPORTER_OTLP_ENDPOINT (or
+// OTEL_EXPORTER_OTLP_METRICS_ENDPOINT) is set they are also pushed over
+// OTLP/HTTP, with the standard OTEL_* variables applying.
+//
+//	OpenTelemetry name                   unit       Prometheus name                            attributes
+//	costgate.requests                    {request}  costgate_requests_total                    policy, outcome, status, route
+//	costgate.decisions.blocked           {request}  costgate_decisions_blocked_total           policy, limit, dimension, status
+//	costgate.decision.duration           s          costgate_decision_duration_seconds         stage
+//	costgate.store.duration              s          costgate_store_duration_seconds            op, result (ok, error, timeout)
+//	costgate.failopen                    {request}  costgate_failopen_total                    limit
+//	costgate.shadow.would_block          {request}  costgate_shadow_would_block_total          policy, limit, tenant
+//	costgate.spend                       nano_usd   costgate_spend_nano_usd_total              tenant
+//	costgate.tokens                      {token}    costgate_tokens_total                      tenant, gen_ai.token.type
+//	gen_ai.client.token.usage            {token}    gen_ai_client_token_usage (histogram)      gen_ai.token.type, gen_ai.request.model
+//	costgate.ledger.lag                  s          costgate_ledger_lag_seconds                (gauge)
+//	costgate.ledger.spool.size           By         costgate_ledger_spool_size_bytes           (gauge)
+//	costgate.store.breaker.state                    costgate_store_breaker_state               state (closed, open, half_open); 1 for the current state
+//	costgate.config.reloads              {reload}   costgate_config_reloads_total              result (success, failure)
+//	costgate.config.last_reload_success             costgate_config_last_reload_success        (gauge, 1 or 0)
+//
+// Histograms have the buckets _bucket{le=...}, _sum and _count. Durations
+// are in seconds with buckets from 5 µs to 60 s; token usage uses the
+// buckets advised by the OpenTelemetry GenAI semantic conventions (1, 4,
+// 16, ... 67108864). Attribute names become label names the same way
+// (gen_ai.token.type is gen_ai_token_type). The registry also carries the
+// standard go_* and process_* collectors and target_info with the resource
+// (service.name is Config.ServiceName unless OTEL_SERVICE_NAME is set).
+//
+// Outcomes are "allow", "soft" (served with friction) and "hard" (refused);
+// stages are identify, estimate, debit, policy, ledger, upstream, settle and
+// total; store ops are debit, settle, cancel and peek. Unknown values of
+// these closed sets are recorded as "other", an empty label value as "none".
+//
+// # Traces
+//
+// Tracer returns the tracer for the proxy's spans (one per request, a child
+// per stage). Decision sets the deciding tenant, route, model, policy,
+// limit, dimension, outcome and status on the span in its context. Spans
+// are exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT or
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, sampled per
+// OTEL_TRACES_SAMPLER; otherwise Tracer is a no-op that still propagates the
+// caller's span context.
+//
+// # Operator state
+//
+// TopThrottled, Shadow and Series are the admin API's and the dashboard's
+// views: the most throttled limit keys (a Space-Saving summary with a
+// stated error bound, over a tumbling window), the would-block counts of
+// shadow-mode policies and limits (since start and over the recent window,
+// with each tenant's request count beside them), and per-minute series of
+// the last hour. They live in memory, per process: each replica reports its
+// own traffic.
+package telemetry

@@ -1,0 +1,406 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Decision is one decision on one request, as the proxy reports it.
+type Decision struct {
+	Tenant    string // tenant id; folded into "other" past Config.MaxTenants
+	Route     string // route name from the config
+	Model     string // requested model (span attribute only)
+	Policy    string // the deciding policy, "" when none decided
+	Limit     string // the deciding (most constraining) limit, "" when none
+	Dimension string // the limit's key dimension that fired (tenant, user, ip, ...)
+	Outcome   string // "allow", "soft" (friction) or "hard" (refused)
+	Status    int    // HTTP status answered: 200, 429, 402, 403, 503, ...
+	Key       string // the limit key that throttled, for TopThrottled; never a metric label
+	// Shadow marks the verdict of a shadow-mode limit or policy: it was not
+	// enforced. A shadow Decision with an Outcome other than "allow" counts
+	// as a would-block (as ShadowWouldBlock does) and is not counted as a
+	// request, a block or a throttled key; a shadow "allow" records nothing.
+	Shadow bool
+}
+
+// Stages of a request, for Stage.
+const (
+	StageIdentify = "identify"
+	StageEstimate = "estimate"
+	StageDebit    = "debit"
+	StagePolicy   = "policy"
+	StageLedger   = "ledger"
+	StageUpstream = "upstream"
+	StageSettle   = "settle"
+	StageTotal    = "total"
+)
+
+var stageNames = [...]string{StageIdentify, StageEstimate, StageDebit, StagePolicy, StageLedger, StageUpstream, StageSettle, StageTotal, Other}
+
+const numStages = len(stageNames)
+
+func stageID(s string) int {
+	switch s {
+	case StageIdentify:
+		return 0
+	case StageEstimate:
+		return 1
+	case StageDebit:
+		return 2
+	case StagePolicy:
+		return 3
+	case StageLedger:
+		return 4
+	case StageUpstream:
+		return 5
+	case StageSettle:
+		return 6
+	case StageTotal:
+		return 7
+	}
+	return numStages - 1
+}
+
+// Limiter store operations, for StoreOp.
+const (
+	StoreDebit  = "debit"
+	StoreSettle = "settle"
+	StoreCancel = "cancel"
+	StorePeek   = "peek"
+)
+
+var storeOpNames = [...]string{StoreDebit, StoreSettle, StoreCancel, StorePeek, Other}
+
+const numStoreOps = len(storeOpNames)
+
+func storeOpID(s string) int {
+	switch s {
+	case StoreDebit:
+		return 0
+	case StoreSettle:
+		return 1
+	case StoreCancel:
+		return 2
+	case StorePeek:
+		return 3
+	}
+	return numStoreOps - 1
+}
+
+var storeResultNames = [...]string{"ok", "error", "timeout"}
+
+const numStoreResults = len(storeResultNames)
+
+// Breaker states, for ObserveBreaker.
+var breakerStates = [...]string{"closed", "open", "half_open"}
+
+type reqKey struct{ policy, outcome, status, route int }
+type blockKey struct{ policy, limit, dim, status int }
+type shadowAttrKey struct{ policy, limit, tenant int }
+
+// Attribute keys.
+const (
+	attrTenant    = attribute.Key("tenant")
+	attrPolicy    = attribute.Key("policy")
+	attrLimit     = attribute.Key("limit")
+	attrDimension = attribute.Key("dimension")
+	attrOutcome   = attribute.Key("outcome")
+	attrStatus    = attribute.Key("status")
+	attrRoute     = attribute.Key("route")
+	attrStage     = attribute.Key("stage")
+	attrOp        = attribute.Key("op")
+	attrResult    = attribute.Key("result")
+	attrState     = attribute.Key("state")
+	attrTokenType = attribute.Key("gen_ai.token.type")
+	attrModel     = attribute.Key("gen_ai.request.model")
+)
+
+// Histogram bucket bounds. Durations are in seconds, from 5 µs (an in-memory
+// debit) to 60 s (a long streamed completion).
+var (
+	durationBounds = []float64{5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	// tokenBounds are the OpenTelemetry GenAI semantic conventions' advice
+	// for gen_ai.client.token.usage.
+	tokenBounds = []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864}
+)
+
+func (t *Telemetry) instruments() error {
+	m := t.meters.Meter(scope)
+	var errs []error
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	t.requests = counter("costgate.requests", "{request}", "Enforced decisions, by policy, outcome, HTTP status and route.")
+	t.blocked = counter("costgate.decisions.blocked", "{request}", "Requests refused (outcome hard), by deciding policy, limit, key dimension and status.")
+	t.failOpen = counter("costgate.failopen", "{request}", "Decisions admitted without the limiter store because a fail-open limit could not reach it, by limit.")
+	t.shadowBlock = counter("costgate.shadow.would_block", "{request}", "Decisions a shadow-mode policy or limit would have refused or slowed, by policy, limit and tenant.")
+	t.spend = counter("costgate.spend", "nano_usd", "Spend settled, in nano-US-dollars, by tenant.")
+	t.tokens = counter("costgate.tokens", "{token}", "Tokens settled, by tenant and gen_ai.token.type.")
+	t.reloads = counter("costgate.config.reloads", "{reload}", "Configuration reload attempts, by result.")
+
+	var err error
+	t.tokenUsage, err = m.Int64Histogram("gen_ai.client.token.usage", metric.WithUnit("{token}"),
+		metric.WithDescription("Number of input and output tokens used per request."),
+		metric.WithExplicitBucketBoundaries(tokenBounds...))
+	errs = append(errs, err)
+	t.decisionDur, err = m.Float64Histogram("costgate.decision.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time spent in each stage of a request; total is the whole request, upstream included."),
+		metric.WithExplicitBucketBoundaries(durationBounds...))
+	errs = append(errs, err)
+	t.storeDur, err = m.Float64Histogram("costgate.store.duration", metric.WithUnit("s"),
+		metric.WithDescription("Limiter store operation latency, by op and result."),
+		metric.WithExplicitBucketBoundaries(durationBounds...))
+	errs = append(errs, err)
+	t.reloadOK, err = m.Int64Gauge("costgate.config.last_reload_success", // no unit: the exporter would add _ratio
+		metric.WithDescription("1 if the last configuration reload succeeded, 0 if it failed (the previous configuration stays active)."))
+	errs = append(errs, err)
+
+	lag, err := m.Float64ObservableGauge("costgate.ledger.lag", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest ledger entry not yet written to the ledger store."))
+	errs = append(errs, err)
+	spool, err := m.Int64ObservableGauge("costgate.ledger.spool.size", metric.WithUnit("By"),
+		metric.WithDescription("Bytes in the ledger spool waiting to be written to the ledger store."))
+	errs = append(errs, err)
+	breaker, err := m.Int64ObservableGauge("costgate.store.breaker.state", // no unit: the exporter would add _ratio
+		metric.WithDescription("1 for the limiter store circuit breaker's current state, 0 for the others."))
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("telemetry: instruments: %w", err)
+	}
+
+	var breakerAttrs [len(breakerStates)]metric.ObserveOption
+	for i, s := range breakerStates {
+		breakerAttrs[i] = metric.WithAttributeSet(attribute.NewSet(attrState.String(s)))
+	}
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		if f := t.ledgerFn.Load(); f != nil {
+			l, b := (*f)()
+			o.ObserveFloat64(lag, l)
+			o.ObserveInt64(spool, b)
+		}
+		if f := t.breakerFn.Load(); f != nil {
+			state := (*f)()
+			for i, s := range breakerStates {
+				var v int64
+				if s == state {
+					v = 1
+				}
+				o.ObserveInt64(breaker, v, breakerAttrs[i])
+			}
+		}
+		return nil
+	}, lag, spool, breaker)
+	if err != nil {
+		return fmt.Errorf("telemetry: register callback: %w", err)
+	}
+
+	t.reqAttrs = newAttrCache(func(k reqKey) attrs {
+		return newAttrs(attrPolicy.String(t.policies.name(k.policy)), attrOutcome.String(outcomeNames[k.outcome]),
+			attrStatus.String(statusName(k.status)), attrRoute.String(t.routes.name(k.route)))
+	})
+	t.blockAttrs = newAttrCache(func(k blockKey) attrs {
+		return newAttrs(attrPolicy.String(t.policies.name(k.policy)), attrLimit.String(t.limits.name(k.limit)),
+			attrDimension.String(t.dims.name(k.dim)), attrStatus.String(statusName(k.status)))
+	})
+	t.shadowAttrs = newAttrCache(func(k shadowAttrKey) attrs {
+		return newAttrs(attrPolicy.String(t.policies.name(k.policy)), attrLimit.String(t.limits.name(k.limit)),
+			attrTenant.String(t.tenants.name(k.tenant)))
+	})
+	t.failAttrs = newAttrCache(func(limit int) attrs {
+		return newAttrs(attrLimit.String(t.limits.name(limit)))
+	})
+	// Per tenant: index 0 is spend, 1 input tokens, 2 output tokens; packed
+	// into one key to keep one cache.
+	t.tenantAttrs = newAttrCache(func(k int) attrs {
+		tenant := attrTenant.String(t.tenants.name(k / 3))
+		switch k % 3 {
+		case 1:
+			return newAttrs(tenant, attrTokenType.String("input"))
+		case 2:
+			return newAttrs(tenant, attrTokenType.String("output"))
+		}
+		return newAttrs(tenant)
+	})
+	t.modelAttrs = newAttrCache(func(k int) attrs {
+		typ := "input"
+		if k%2 == 1 {
+			typ = "output"
+		}
+		return newAttrs(attrTokenType.String(typ), attrModel.String(t.models.name(k/2)))
+	})
+	for i, s := range stageNames {
+		t.stageAttrs[i] = newAttrs(attrStage.String(s))
+	}
+	for i, op := range storeOpNames {
+		for j, r := range storeResultNames {
+			t.storeAttrs[i][j] = newAttrs(attrOp.String(op), attrResult.String(r))
+		}
+	}
+	t.reloadAttrs[0] = newAttrs(attrResult.String("failure"))
+	t.reloadAttrs[1] = newAttrs(attrResult.String("success"))
+	return nil
+}
+
+// Decision records one decision: an enforced one (Shadow false) counts in
+// costgate.requests, in costgate.decisions.blocked when Outcome is "hard",
+// in the top-throttled keys when Outcome is not "allow" and Key is set, and
+// in the dashboard series; a shadow one counts as in ShadowWouldBlock. When
+// ctx holds a recording span, the decision's attributes are set on it.
+func (t *Telemetry) Decision(ctx context.Context, d Decision) {
+	outcome := outcomeID(d.Outcome)
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("costgate.tenant", d.Tenant),
+			attribute.String("costgate.route", d.Route),
+			attribute.String("gen_ai.request.model", d.Model),
+			attribute.String("costgate.policy", d.Policy),
+			attribute.String("costgate.limit", d.Limit),
+			attribute.String("costgate.dimension", d.Dimension),
+			attribute.String("costgate.outcome", d.Outcome),
+			attribute.Bool("costgate.shadow", d.Shadow),
+			attribute.Int("http.response.status_code", d.Status),
+		)
+	}
+	if d.Shadow {
+		if outcome != outcomeAllow {
+			t.shadowWouldBlock(ctx, d.Policy, d.Limit, d.Tenant)
+		}
+		return
+	}
+	now := t.now()
+	tenant := t.tenants.id(d.Tenant)
+	policy := t.policies.id(d.Policy)
+	a := t.reqAttrs.get(reqKey{policy, outcome, statusID(d.Status), t.routes.id(d.Route)})
+	t.requests.Add(ctx, 1, a.add...)
+	t.tenantRequests[tenant].Add(1)
+	t.series.decision(now, tenant, policy*numOutcomes+outcome)
+	if outcome == outcomeAllow {
+		return
+	}
+	if outcome == outcomeHard {
+		b := t.blockAttrs.get(blockKey{policy, t.limits.id(d.Limit), t.dims.id(d.Dimension), statusID(d.Status)})
+		t.blocked.Add(ctx, 1, b.add...)
+	}
+	if d.Key != "" {
+		t.top.add(now, d.Limit, d.Key, d.Tenant)
+	}
+}
+
+// Stage records the time d spent in one stage of a request (see the Stage*
+// constants; any other name is recorded as "other").
+func (t *Telemetry) Stage(stage string, d time.Duration) {
+	t.decisionDur.Record(context.Background(), d.Seconds(), t.stageAttrs[stageID(stage)].rec...)
+}
+
+// StoreOp records the latency of one limiter store operation (see the
+// Store* constants) and its result: ok when err is nil, timeout when err is
+// or wraps context.DeadlineExceeded or os.ErrDeadlineExceeded, else error.
+func (t *Telemetry) StoreOp(op string, d time.Duration, err error) {
+	result := 0
+	if err != nil {
+		result = 1
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+			result = 2
+		}
+	}
+	t.storeDur.Record(context.Background(), d.Seconds(), t.storeAttrs[storeOpID(op)][result].rec...)
+}
+
+// FailOpen counts one decision admitted by a fail-open limit whose store was
+// unreachable.
+func (t *Telemetry) FailOpen(limit string) {
+	t.failOpen.Add(context.Background(), 1, t.failAttrs.get(t.limits.id(limit)).add...)
+}
+
+// ShadowWouldBlock counts one decision that the shadow-mode policy or limit
+// would have refused or slowed for tenant.
+func (t *Telemetry) ShadowWouldBlock(policy, limit, tenant string) {
+	t.shadowWouldBlock(context.Background(), policy, limit, tenant)
+}
+
+func (t *Telemetry) shadowWouldBlock(ctx context.Context, policy, limit, tenant string) {
+	p, l, tn := t.policies.id(policy), t.limits.id(limit), t.tenants.id(tenant)
+	t.shadowBlock.Add(ctx, 1, t.shadowAttrs.get(shadowAttrKey{p, l, tn}).add...)
+	t.shadow.add(t.now(), p, l, tn)
+}
+
+// Usage records what one request used, as settled: token counts (negative
+// and zero counts are not recorded) into gen_ai.client.token.usage and
+// costgate.tokens, and the cost in nano-US-dollars (negative is ignored) into
+// costgate.spend and the dashboard series.
+func (t *Telemetry) Usage(tenant, model string, inputTokens, outputTokens int64, costNanoUSD int64) {
+	ctx := context.Background()
+	tn := t.tenants.id(tenant)
+	md := t.models.id(model)
+	if inputTokens > 0 {
+		t.tokenUsage.Record(ctx, inputTokens, t.modelAttrs.get(md*2).rec...)
+		t.tokens.Add(ctx, inputTokens, t.tenantAttrs.get(tn*3+1).add...)
+	}
+	if outputTokens > 0 {
+		t.tokenUsage.Record(ctx, outputTokens, t.modelAttrs.get(md*2+1).rec...)
+		t.tokens.Add(ctx, outputTokens, t.tenantAttrs.get(tn*3+2).add...)
+	}
+	if costNanoUSD > 0 {
+		t.spend.Add(ctx, costNanoUSD, t.tenantAttrs.get(tn*3).add...)
+		t.series.spendAdd(t.now(), tn, costNanoUSD)
+	}
+}
+
+// Reload counts one configuration reload attempt and sets
+// costgate.config.last_reload_success to 1 (ok) or 0. The gauge is absent
+// until the first call, so the proxy should report its initial load too.
+func (t *Telemetry) Reload(ok bool) {
+	i, v := 0, int64(0)
+	if ok {
+		i, v = 1, 1
+	}
+	ctx := context.Background()
+	t.reloads.Add(ctx, 1, t.reloadAttrs[i].add...)
+	t.reloadOK.Record(ctx, v)
+}
+
+// ObserveLedger sets the function read at each collection for
+// costgate.ledger.lag (seconds) and costgate.ledger.spool.size (bytes),
+// replacing any earlier one. f must be safe for concurrent use and fast; nil
+// stops the observations.
+func (t *Telemetry) ObserveLedger(f func() (lagSeconds float64, spoolBytes int64)) {
+	if f == nil {
+		t.ledgerFn.Store(nil)
+		return
+	}
+	t.ledgerFn.Store(&f)
+}
+
+// ObserveBreaker sets the function read at each collection for
+// costgate.store.breaker.state; it returns "closed", "open" or "half_open"
+// (any other value reports 0 for all three). It replaces any earlier
+// function; nil stops the observations.
+func (t *Telemetry) ObserveBreaker(f func() (state string)) {
+	if f == nil {
+		t.breakerFn.Store(nil)
+		return
+	}
+	t.breakerFn.Store(&f)
+}
+
+// TopThrottled returns up to n limit keys with the most throttled (soft or
+// hard) decisions over the last one to two windows (Config.Window), by
+// descending count. Counts are upper bounds; see Throttled. n <= 0 returns
+// an empty slice.
+func (t *Telemetry) TopThrottled(n int) []Throttled { return t.top.top(t.now(), n) }
+
+// Shadow returns the would-block counts of every shadow policy and limit
+// seen, ordered by policy then limit.
+func (t *Telemetry) Shadow() []ShadowCount { return t.shadowSnapshot(t.now()) }
+
+// Series returns the last hour in one-minute buckets.
+func (t *Telemetry) Series() Series { return t.series.snapshot(t.now(), t.tenants, t.policies) }
