@@ -653,6 +653,20 @@ func (m *machine) equal(a, b value) (eq, ok bool) {
 		return a.n == b.n || m.in.Spend[a.n] == m.in.Spend[b.n], true
 	case a.k == kConst && b.k == kConst:
 		return a.x == b.x, a.x == b.x
+	case a.k == kObj && b.k == kObj:
+		x, y := a.x.(*dynObj), b.x.(*dynObj)
+		if len(x.keys) != len(y.keys) {
+			return false, true
+		}
+		for i, k := range x.keys {
+			if y.keys[i] != k {
+				return false, true
+			}
+			if eq, ok := m.equal(x.vals[i], y.vals[i]); !ok || !eq {
+				return eq, ok
+			}
+		}
+		return true, true
 	}
 	return false, false
 }
