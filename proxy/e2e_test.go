@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/examples"
+	"github.com/costgate/costgate/internal/pgtest"
 	"github.com/costgate/costgate/internal/redistest"
 	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/proxy"
@@ -27,16 +29,43 @@ type stack struct {
 	url string // costgate's data plane
 }
 
+// stackOptions vary the stack of a test.
+type stackOptions struct {
+	redisURL string           // empty: the in-memory store
+	extra    string           // more config YAML (limits, budgets, ...)
+	policies fs.FS            // default: the quickstart's
+	sim      simulator.Config // the simulator's knobs; its Estimator is set for it
+	upstream http.Handler     // replaces the simulator when set
+	// ledgerDSN is a PostgreSQL ledger; empty: the embedded ledger.
+	ledgerDSN string
+	// upstreamTimeout bounds an upstream exchange; default 10m.
+	upstreamTimeout time.Duration
+}
+
 // newStack starts the simulator and costgate with the given limits YAML;
 // redisURL empty means the in-memory store.
 func newStack(t *testing.T, redisURL, limits string) *stack {
+	t.Helper()
+	return newStackWith(t, stackOptions{redisURL: redisURL, extra: limits})
+}
+
+func newStackWith(t *testing.T, o stackOptions) *stack {
 	t.Helper()
 	est, err := costmodel.NewEstimator(costmodel.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim := httptest.NewServer(simulator.New(simulator.Config{Estimator: est}))
+	o.sim.Estimator = est
+	var up http.Handler = simulator.New(o.sim)
+	if o.upstream != nil {
+		up = o.upstream
+	}
+	sim := httptest.NewServer(up)
 	t.Cleanup(sim.Close)
+	redisURL, limits := o.redisURL, o.extra
+	if o.upstreamTimeout == 0 {
+		o.upstreamTimeout = 10 * time.Minute
+	}
 
 	yaml := fmt.Sprintf(`
 admin_token: test-admin
@@ -48,6 +77,11 @@ upstreams:
     kind: openai
     base_url: %s
     api_key: sk-upstream-secret
+    timeout: %s
+  - name: anthropic
+    kind: anthropic
+    base_url: %s
+    api_key: sk-ant-upstream-secret
 tenants:
   - name: acme
     plan: free
@@ -55,12 +89,18 @@ tenants:
       - id: acme-key
         key: cg-test-acme
         user: alice
-%s`, t.TempDir(), redisURL, sim.URL, limits)
+%s`, t.TempDir(), redisURL, sim.URL, o.upstreamTimeout, sim.URL, limits)
 	cfg, err := proxy.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	cfg.WithPolicyFS(examples.QuickstartPolicies())
+	// The environment's REDIS_URL and DATABASE_URL must not leak into a
+	// test's stack: it uses exactly the stores it asked for.
+	cfg.Store.Redis, cfg.Ledger.DSN = redisURL, o.ledgerDSN
+	if o.policies == nil {
+		o.policies = examples.QuickstartPolicies()
+	}
+	cfg.WithPolicyFS(o.policies)
 	srv, err := proxy.Open(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatalf("open: %v", err)
@@ -99,13 +139,16 @@ limits:
     rate: 100000
     period: 1m
 `
-	for _, store := range []string{"memory", "redis"} {
+	for _, store := range []string{"memory", "redis+postgres"} {
 		t.Run(store, func(t *testing.T) {
-			redisURL := ""
-			if store == "redis" {
-				redisURL = redistest.New(t).URL
+			// The production mode: Redis and PostgreSQL; the default:
+			// in-memory and the embedded ledger.
+			o := stackOptions{extra: limits}
+			if store == "redis+postgres" {
+				o.redisURL = redistest.New(t).URL
+				o.ledgerDSN = pgtest.New(t)
 			}
-			s := newStack(t, redisURL, limits)
+			s := newStackWith(t, o)
 			client := s.client("cg-test-acme")
 			ctx := context.Background()
 

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -11,40 +13,123 @@ import (
 // maxCapture bounds how much of a JSON response is kept to read its usage.
 const maxCapture = 8 << 20
 
-// meteredBody passes the upstream's body through unchanged while it reads
-// the usage from it: from the server-sent events of a stream as they pass,
-// or from the JSON document of a plain response.
+// meteredBody passes the upstream's body on while it reads the usage from
+// it: from the server-sent events of a stream as they pass, or from the
+// JSON document of a plain response.
+//
+// When costgate asked the upstream for a usage report the client did not ask
+// for (stream_options.include_usage), the body also hides that report from
+// the client: it forwards whole events, drops the usage-only chunk, and
+// removes the "usage":null member the upstream then adds to every chunk.
+// Events are forwarded as soon as they are complete; nothing else waits.
 type meteredBody struct {
 	rc       io.ReadCloser
 	kind     costmodel.Kind
 	stream   *costmodel.StreamMeter // set for text/event-stream
 	captured []byte                 // the JSON body so far, for a plain response
 	overflow bool                   // captured exceeded maxCapture
+
+	hideUsage bool
+	buf       []byte // read from upstream, not yet split into events
+	out       []byte // events ready for the client
+	err       error  // the upstream's read error, returned once out is drained
 }
 
 func (x *exchange) meter(resp *http.Response) io.ReadCloser {
 	m := &meteredBody{rc: resp.Body, kind: x.kind}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		m.stream = x.s.est.NewStreamMeter(x.kind, x.est.Model)
+		m.hideUsage = x.injectedUsage
 	}
 	x.body = m
 	return m
 }
 
 func (m *meteredBody) Read(p []byte) (int, error) {
+	if m.hideUsage {
+		return m.readEvents(p)
+	}
 	n, err := m.rc.Read(p)
 	if n > 0 {
-		if m.stream != nil {
-			m.stream.Write(p[:n])
-		} else if !m.overflow {
-			if len(m.captured)+n > maxCapture {
-				m.overflow, m.captured = true, nil
-			} else {
-				m.captured = append(m.captured, p[:n]...)
-			}
-		}
+		m.observe(p[:n])
 	}
 	return n, err
+}
+
+// observe feeds bytes from the upstream to the meter or the capture.
+func (m *meteredBody) observe(b []byte) {
+	if m.stream != nil {
+		m.stream.Write(b)
+		return
+	}
+	if m.overflow {
+		return
+	}
+	if len(m.captured)+len(b) > maxCapture {
+		m.overflow, m.captured = true, nil
+		return
+	}
+	m.captured = append(m.captured, b...)
+}
+
+// readEvents forwards whole events, filtered.
+func (m *meteredBody) readEvents(p []byte) (int, error) {
+	for len(m.out) == 0 {
+		if m.err != nil {
+			return 0, m.err
+		}
+		chunk := make([]byte, 8<<10)
+		n, err := m.rc.Read(chunk)
+		if n > 0 {
+			m.observe(chunk[:n])
+			m.buf = append(m.buf, chunk[:n]...)
+			m.split()
+		}
+		if err != nil {
+			// An event cut by the end of the stream goes on as it is.
+			m.out = append(m.out, m.buf...)
+			m.buf = nil
+			m.err = err
+		}
+	}
+	n := copy(p, m.out)
+	m.out = m.out[n:]
+	return n, nil
+}
+
+// split moves the complete events of buf to out, dropping usage reports.
+func (m *meteredBody) split() {
+	for {
+		end, sep := bytes.Index(m.buf, []byte("\n\n")), 2
+		if crlf := bytes.Index(m.buf, []byte("\r\n\r\n")); crlf >= 0 && (end < 0 || crlf < end) {
+			end, sep = crlf, 4
+		}
+		if end < 0 {
+			return
+		}
+		ev := m.buf[:end+sep]
+		if !isUsageReport(ev) {
+			m.out = append(m.out, bytes.ReplaceAll(ev, []byte(`,"usage":null`), nil)...)
+		}
+		m.buf = m.buf[end+sep:]
+	}
+}
+
+// isUsageReport tells whether an OpenAI stream event is the usage-only
+// chunk: a usage object and no choices.
+func isUsageReport(ev []byte) bool {
+	i := bytes.Index(ev, []byte("data:"))
+	if i < 0 || !bytes.Contains(ev, []byte(`"usage"`)) {
+		return false
+	}
+	var chunk struct {
+		Choices []json.RawMessage `json:"choices"`
+		Usage   json.RawMessage   `json:"usage"`
+	}
+	if json.Unmarshal(bytes.TrimSpace(ev[i+5:]), &chunk) != nil {
+		return false
+	}
+	return len(chunk.Choices) == 0 && len(chunk.Usage) > 0 && string(chunk.Usage) != "null"
 }
 
 func (m *meteredBody) Close() error { return m.rc.Close() }

@@ -43,6 +43,8 @@ type exchange struct {
 	decision policies.Decision
 	friction string // the Costgate-Friction value, if any
 
+	injectedUsage bool // costgate asked the upstream for a stream usage report
+
 	status      int   // the upstream's status, or costgate's on an upstream failure
 	upstreamErr error // set when the upstream gave no answer
 	body        *meteredBody
@@ -178,7 +180,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 		return
 	}
 
+	// 7. Settle, also when the copy to the client is aborted (the reverse
+	// proxy then panics with http.ErrAbortHandler).
+	defer s.settle(x)
+
 	// 6. Forward.
+	if x.est.Stream && !x.est.StreamUsage && (kind == costmodel.ChatCompletions || kind == costmodel.Completions) {
+		if b, err := withStreamUsage(body); err == nil {
+			body, x.injectedUsage = b, true
+		}
+	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	r.Header.Del("Content-Length")
@@ -188,9 +199,28 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
 	}
+}
 
-	// 7. Settle.
-	s.settle(x)
+// withStreamUsage asks an OpenAI stream for its usage report, keeping the
+// client's other stream options.
+func withStreamUsage(body []byte) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, err
+	}
+	opts := map[string]json.RawMessage{}
+	if raw, ok := m["stream_options"]; ok && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &opts); err != nil {
+			return nil, err
+		}
+	}
+	opts["include_usage"] = json.RawMessage("true")
+	raw, err := json.Marshal(opts)
+	if err != nil {
+		return nil, err
+	}
+	m["stream_options"] = raw
+	return json.Marshal(m)
 }
 
 // debit reserves the estimate on every limit that applies. It answers the
@@ -398,13 +428,7 @@ func (s *Server) applyFriction(w http.ResponseWriter, ctx context.Context, x *ex
 	f := x.decision.Friction
 	var actions []string
 	if f.CapMaxTokens > 0 && (x.est.MaxOutputTokens == 0 || x.est.MaxOutputTokens > f.CapMaxTokens) {
-		field := "max_tokens"
-		if x.kind == costmodel.ChatCompletions {
-			field = "max_completion_tokens"
-		} else if x.kind == costmodel.Responses {
-			field = "max_output_tokens"
-		}
-		if b, err := setJSONField(*body, field, f.CapMaxTokens); err == nil {
+		if b, err := capMaxTokens(*body, x.kind, f.CapMaxTokens); err == nil {
 			*body = b
 			actions = append(actions, "cap_max_tokens")
 		}
@@ -439,6 +463,33 @@ func (s *Server) applyFriction(w http.ResponseWriter, ctx context.Context, x *ex
 	return true
 }
 
+// capMaxTokens lowers the output limit to n in the field the client used,
+// or sets the API's own field when the client used none.
+func capMaxTokens(body []byte, kind costmodel.Kind, n int64) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, err
+	}
+	raw, _ := json.Marshal(n)
+	set := false
+	for _, f := range []string{"max_tokens", "max_completion_tokens", "max_output_tokens"} {
+		if _, ok := m[f]; ok {
+			m[f], set = raw, true
+		}
+	}
+	if !set {
+		switch kind {
+		case costmodel.ChatCompletions:
+			m["max_completion_tokens"] = raw
+		case costmodel.Responses:
+			m["max_output_tokens"] = raw
+		default:
+			m["max_tokens"] = raw
+		}
+	}
+	return json.Marshal(m)
+}
+
 // setJSONField sets one top-level field of a JSON object.
 func setJSONField(body []byte, field string, v any) ([]byte, error) {
 	var m map[string]json.RawMessage
@@ -450,9 +501,6 @@ func setJSONField(body []byte, field string, v any) ([]byte, error) {
 		return nil, err
 	}
 	m[field] = raw
-	if field == "max_completion_tokens" {
-		delete(m, "max_tokens")
-	}
 	return json.Marshal(m)
 }
 

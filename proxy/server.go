@@ -59,41 +59,44 @@ type caller struct {
 // Open builds a Server from cfg: it connects the limiter store and the
 // ledger, compiles the policies and starts in-process simulators for the
 // upstreams that use them. Pass a nil logger to log nowhere.
-func Open(ctx context.Context, cfg *Config, log *slog.Logger) (s *Server, err error) {
+func Open(ctx context.Context, cfg *Config, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s = &Server{cfg: cfg, log: log, upstreams: map[string]*upstream{}, routes: map[string]*upstream{}}
-	defer func() {
-		if err != nil {
-			s.Close()
-			s = nil
-		}
-	}()
+	s := &Server{cfg: cfg, log: log, upstreams: map[string]*upstream{}, routes: map[string]*upstream{}}
+	if err := s.open(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) open(ctx context.Context) (err error) {
+	cfg := s.cfg
 
 	if s.est, err = costmodel.NewEstimator(cfg.costmodel()); err != nil {
-		return nil, fmt.Errorf("proxy: cost model: %w", err)
+		return fmt.Errorf("proxy: cost model: %w", err)
 	}
 	if s.store, err = s.openStore(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	dir := cfg.DataDir
 	if cfg.dir != "" && !filepath.IsAbs(dir) {
 		dir = filepath.Join(cfg.dir, dir)
 	}
 	if s.ledger, err = ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: dir}); err != nil {
-		return nil, fmt.Errorf("proxy: ledger: %w", err)
+		return fmt.Errorf("proxy: ledger: %w", err)
 	}
 	s.closers = append(s.closers, s.ledger.Close)
 	if err = s.loadPolicies(); err != nil {
-		return nil, err
+		return err
 	}
 	if err = s.compile(); err != nil {
-		return nil, err
+		return err
 	}
 	s.data = s.dataHandler()
 	s.admin = s.adminHandler()
-	return s, nil
+	return nil
 }
 
 func (s *Server) openStore(ctx context.Context) (weighted.Store, error) {
