@@ -3,6 +3,7 @@ package dashboard
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"image"
 	"image/png"
@@ -158,19 +159,18 @@ func hasRow(rows [][]string, cells ...string) bool {
 func TestBrowser(t *testing.T) {
 	bctx := browser(t)
 
-	var calls atomic.Int64
-	src := func(context.Context) (Data, error) {
-		n := calls.Add(1)
-		d := sampleData(sampleNow)
-		// Each refresh sees a minute later and more fail-open decisions.
-		d.GeneratedAt = sampleNow.Add(time.Duration(n-1) * time.Minute)
-		d.Store.FailOpenTotal += n - 1
-		return d, nil
-	}
-	srv := httptest.NewServer(mount(Handler(func() string { return testToken }, src)))
-	t.Cleanup(srv.Close)
-
 	t.Run("realistic data", func(t *testing.T) {
+		t.Parallel() // it waits for a refresh, as "source failure" does
+		var calls atomic.Int64
+		srv := httptest.NewServer(mount(Handler(func() string { return testToken }, func(context.Context) (Data, error) {
+			n := calls.Add(1)
+			d := sampleData(sampleNow)
+			// Each refresh sees a minute later and more fail-open decisions.
+			d.GeneratedAt = sampleNow.Add(time.Duration(n-1) * time.Minute)
+			d.Store.FailOpenTotal += n - 1
+			return d, nil
+		})))
+		defer srv.Close()
 		ctx := tab(t, bctx)
 		if err := chromedp.Do(ctx,
 			chromedp.Navigate(srv.URL+"/admin/#token="+testToken),
@@ -198,6 +198,39 @@ func TestBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("source failure", func(t *testing.T) {
+		t.Parallel()
+		var n atomic.Int64
+		flaky := httptest.NewServer(mount(Handler(func() string { return testToken }, func(context.Context) (Data, error) {
+			if n.Add(1) == 1 {
+				return sampleData(sampleNow), nil
+			}
+			return Data{}, errors.New("telemetry store unreachable")
+		})))
+		defer flaky.Close()
+		ctx := tab(t, bctx)
+		if err := chromedp.Do(ctx,
+			chromedp.Navigate(flaky.URL+"/admin/#token="+testToken),
+			chromedp.WaitReady(loaded),
+		); err != nil {
+			t.Fatalf("load: %v", err)
+		}
+		// The next refresh fails: the page says why and keeps the last data.
+		if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("error"))); err != nil {
+			t.Fatalf("no error shown after a failed refresh (%d fetches): %v", n.Load(), err)
+		}
+		msg, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("error")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(msg, "telemetry store unreachable") || !strings.Contains(msg, "last data") {
+			t.Errorf("error banner = %q", msg)
+		}
+		if p := readDOM(t, ctx); p.Login || !hasRow(p.Throttled, "1", topKey) {
+			t.Errorf("the last data is gone after a failed refresh: login %v, throttled %v", p.Login, p.Throttled)
+		}
+	})
+
 	t.Run("empty data", func(t *testing.T) {
 		empty := httptest.NewServer(mount(Handler(func() string { return testToken }, func(context.Context) (Data, error) {
 			return Data{GeneratedAt: sampleNow, Store: StoreHealth{Kind: "memory", Healthy: true, Breaker: "closed"}}, nil
@@ -222,6 +255,10 @@ func TestBrowser(t *testing.T) {
 	})
 
 	t.Run("login form", func(t *testing.T) {
+		srv := httptest.NewServer(mount(Handler(func() string { return testToken }, func(context.Context) (Data, error) {
+			return sampleData(sampleNow), nil
+		})))
+		defer srv.Close()
 		ctx := tab(t, bctx)
 		// A wrong token in the fragment brings up the login form.
 		if err := chromedp.Do(ctx,

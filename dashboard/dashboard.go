@@ -164,7 +164,13 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 // TOKEN equals token(), compared in constant time; token is called on every
 // request, so a reloaded token takes effect at once. When token() returns
 // the empty string no request is authorized. Only GET and HEAD are allowed.
+// Both arguments are required; Handler panics if either is nil.
+//
+// The handler is safe for concurrent use.
 func Handler(token func() string, src Source) http.Handler {
+	if token == nil || src == nil {
+		panic("dashboard: Handler needs a token func and a Source")
+	}
 	return &handler{token: token, src: src}
 }
 

@@ -227,18 +227,22 @@
       const b = bucket(s.points, mins, (p) => nano(p.nano_usd));
       return { name: String(s.tenant || '(no tenant)'), buckets: b, total: b.reduce((x, y) => x + y, 0n) };
     });
-    // Colours follow the tenant's name, so they stay put as totals change.
-    const byName = [...all].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-    byName.forEach((s, i) => (s.colour = PALETTE[i % PALETTE.length]));
     all.sort((a, b) => (a.total === b.total ? (a.name < b.name ? -1 : 1) : a.total > b.total ? -1 : 1));
-    if (all.length <= MAX_SERIES) return all;
-    const shown = all.slice(0, MAX_SERIES - 1);
-    const rest = all.slice(MAX_SERIES - 1);
-    const buckets = mins.map((_, i) => rest.reduce((x, s) => x + s.buckets[i], 0n));
-    shown.push({
-      name: rest.length + ' other tenants', buckets, colour: OTHER_COLOUR, other: true,
-      total: buckets.reduce((x, y) => x + y, 0n),
-    });
+    let shown = all;
+    if (all.length > MAX_SERIES) {
+      shown = all.slice(0, MAX_SERIES - 1);
+      const rest = all.slice(MAX_SERIES - 1);
+      const buckets = mins.map((_, i) => rest.reduce((x, s) => x + s.buckets[i], 0n));
+      shown.push({
+        name: rest.length + ' other tenants', buckets, colour: OTHER_COLOUR, other: true,
+        total: buckets.reduce((x, y) => x + y, 0n),
+      });
+    }
+    // Colours follow the names of the tenants drawn, so they stay put as
+    // their totals change order.
+    shown.filter((s) => !s.other)
+      .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
+      .forEach((s, i) => (s.colour = PALETTE[i % PALETTE.length]));
     return shown;
   }
 
@@ -506,6 +510,8 @@
   function showLogin(reason) {
     clearTimeout(timer);
     $('main').hidden = true;
+    $('health').hidden = true;
+    $('status').hidden = true;
     $('signout').hidden = true;
     $('login').hidden = false;
     $('login-reason').textContent = reason || 'Enter the admin token (COSTGATE_ADMIN_TOKEN) to see the dashboard.';
@@ -535,6 +541,8 @@
     }
     $('login').hidden = true;
     $('signout').hidden = false;
+    $('health').hidden = false;
+    $('status').hidden = false;
     try {
       const res = await fetch('data.json', { headers: { Authorization: 'Bearer ' + token }, cache: 'no-store' });
       if (res.status === 401) {
