@@ -136,3 +136,25 @@ func BenchmarkDecide(b *testing.B) {
 		})
 	}
 }
+
+// TestDecideAllocations holds the fast path to the budget of 100
+// allocations per decision for the example policies.
+func TestDecideAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	s := mustLoad(t, dirFS("../examples/policies"))
+	ins := benchInputs(512)
+	ctx := context.Background()
+	i := 0
+	avg := testing.AllocsPerRun(2048, func() {
+		if _, err := s.Decide(ctx, ins[i%len(ins)]); err != nil {
+			t.Fatal(err)
+		}
+		i++
+	})
+	t.Logf("%.1f allocations per decision", avg)
+	if avg > 100 {
+		t.Fatalf("%.1f allocations per decision, want at most 100", avg)
+	}
+}
