@@ -97,18 +97,6 @@ func anthropicToolPrompt(modelName, choice string) int64 {
 	return 346
 }
 
-type anthropicRequest struct {
-	Model      string            `json:"model"`
-	System     json.RawMessage   `json:"system"`
-	Messages   []json.RawMessage `json:"messages"`
-	Tools      []anthropicTool   `json:"tools"`
-	ToolChoice *struct {
-		Type string `json:"type"`
-	} `json:"tool_choice"`
-	MaxTokens *int64 `json:"max_tokens"`
-	Stream    bool   `json:"stream"`
-}
-
 type anthropicTool struct {
 	Type        string          `json:"type"`
 	Name        string          `json:"name"`
@@ -138,56 +126,103 @@ type anthropicSource struct {
 }
 
 func (e *Estimator) estimateAnthropic(body []byte) (Estimate, error) {
-	var req anthropicRequest
-	if err := decodeBody(AnthropicMessages, body, &req); err != nil {
+	const kind = AnthropicMessages
+	var (
+		fModel     = &topField{name: "model"}
+		fSystem    = &topField{name: "system"}
+		fMessages  = &topField{name: "messages", collect: true}
+		fTools     = &topField{name: "tools"}
+		fChoice    = &topField{name: "tool_choice"}
+		fMaxTokens = &topField{name: "max_tokens"}
+		fStream    = &topField{name: "stream"}
+	)
+	if err := scanTop(kind, body, fModel, fSystem, fMessages, fTools, fChoice, fMaxTokens, fStream); err != nil {
 		return Estimate{}, err
 	}
-	if req.Model == "" {
-		return Estimate{}, badRequest(AnthropicMessages, nil, "missing model")
+	var (
+		modelName string
+		maxTokens int64
+		stream    bool
+		choice    struct {
+			Type string `json:"type"`
+		}
+	)
+	for _, d := range []struct {
+		f *topField
+		v any
+	}{{fModel, &modelName}, {fMaxTokens, &maxTokens}, {fStream, &stream}, {fChoice, &choice}} {
+		if err := decodeField(kind, body, d.f, d.v); err != nil {
+			return Estimate{}, err
+		}
 	}
-	if req.Messages == nil {
-		return Estimate{}, badRequest(AnthropicMessages, nil, "missing messages")
+	if modelName == "" {
+		return Estimate{}, badRequest(kind, nil, "missing model")
 	}
-	m := e.resolve(req.Model)
+	if fMessages.raw(body) == nil {
+		return Estimate{}, badRequest(kind, nil, "missing messages")
+	}
+	if len(fMessages.elems) == 0 && body[fMessages.val.start] != '[' {
+		return Estimate{}, badRequest(kind, nil, "messages: want an array")
+	}
+	m := e.resolve(modelName)
 	in := int64(anthropicBase)
-	sys := bytes.TrimSpace(req.System)
-	if len(sys) > 0 && !bytes.Equal(sys, []byte("null")) {
+	if sys := fSystem.raw(body); sys != nil {
 		n, err := anthropicContentTokens(m, sys, 0)
 		if err != nil {
-			return Estimate{}, badRequest(AnthropicMessages, err, "system")
+			return Estimate{}, badRequest(kind, err, "system")
 		}
 		in += anthropicPerSystem + n
 	}
-	for i, raw := range req.Messages {
-		n, err := e.anthropicMessageTokens(m, raw)
+	for i, sp := range fMessages.elems {
+		n, err := e.anthropicMessageTokens(m, body[sp.start:sp.end])
 		if err != nil {
-			return Estimate{}, badRequest(AnthropicMessages, err, "messages[%d]", i)
+			return Estimate{}, badRequest(kind, err, "messages[%d]", i)
 		}
 		in += n
 	}
-	if len(req.Tools) > 0 {
-		choice := ""
-		if req.ToolChoice != nil {
-			choice = req.ToolChoice.Type
+	if raw := fTools.raw(body); raw != nil {
+		n, err := e.anthropicToolTokens(m, raw)
+		if err != nil {
+			return Estimate{}, badRequest(kind, err, "tools")
 		}
-		in += anthropicToolPrompt(m.name, choice)
-		for _, t := range req.Tools {
-			in += m.countText(t.Name) + m.countText(t.Description)
-			if s := bytes.TrimSpace(t.InputSchema); len(s) > 0 {
-				in += m.countText(string(s))
-			}
+		if n > 0 {
+			in += anthropicToolPrompt(m.name, choice.Type) + n
 		}
 	}
-	est := Estimate{Stream: req.Stream, StreamUsage: req.Stream}
-	limit := int64(0)
-	if req.MaxTokens != nil && *req.MaxTokens > 0 {
-		limit = *req.MaxTokens
-	}
+	est := Estimate{Stream: stream, StreamUsage: stream}
+	limit := max(maxTokens, 0)
 	est.MaxOutputTokens = limit
 	est.Usage.InputTokens = in
 	est.Usage.OutputTokens = e.reserve(e.outputLimit(m, limit))
 	e.finish(m, &est)
 	return est, nil
+}
+
+// anthropicToolTokens counts tool definitions (not the tool-use system
+// prompt), through the count cache.
+func (e *Estimator) anthropicToolTokens(m model, raw []byte) (int64, error) {
+	var key cacheKey
+	if e.cache != nil {
+		key = e.cache.key(formatKey(m, fmtTools), raw)
+		if n, ok := e.cache.get(key); ok {
+			return n, nil
+		}
+	}
+	var tools []anthropicTool
+	if err := json.Unmarshal(raw, &tools); err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, t := range tools {
+		n += m.countText(t.Name) + m.countText(t.Description)
+		if s := bytes.TrimSpace(t.InputSchema); len(s) > 0 {
+			n += m.countText(string(s))
+		}
+	}
+	if e.cache != nil {
+		e.cache.put(key, n)
+	}
+	return n, nil
 }
 
 func (e *Estimator) anthropicMessageTokens(m model, raw json.RawMessage) (int64, error) {

@@ -87,6 +87,9 @@ func BenchmarkConversation(b *testing.B) {
 		b.Fatalf("pkoukk count %d, ours %d", pk, ew.Usage.InputTokens)
 	}
 	b.Logf("prompt tokens: %d, body %d bytes", ew.Usage.InputTokens, len(body))
+	if _, err := cached.Estimate(AnthropicMessages, body); err != nil {
+		b.Fatal(err)
+	}
 	run := func(name string, f func(body []byte)) {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -104,6 +107,9 @@ func BenchmarkConversation(b *testing.B) {
 	run("cached", func(body []byte) { cached.Estimate(ChatCompletions, body) })
 	run("whole", func(body []byte) { whole.Estimate(ChatCompletions, body) })
 	run("pkoukk-whole", func(body []byte) { pkoukkChatTokens(b, body) })
+	// The same conversation sent to Anthropic's Messages API.
+	run("anthropic-cached", func(body []byte) { cached.Estimate(AnthropicMessages, body) })
+	run("anthropic-whole", func(body []byte) { whole.Estimate(AnthropicMessages, body) })
 }
 
 // pkoukkChatTokens counts a chat request of plain string messages with

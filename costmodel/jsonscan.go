@@ -17,6 +17,7 @@ package costmodel
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/bits"
 	"strconv"
@@ -358,4 +359,114 @@ func (s *jsonScanner) boolValue(field string) (bool, error) {
 		return false, s.literal("null")
 	}
 	return false, wrongType("%s: want a boolean", field)
+}
+
+// topField is a member of a request's top-level object that an estimator
+// reads: its value's span and, for an array when collect is set, the spans
+// of its elements.
+type topField struct {
+	name    string
+	collect bool
+	present bool
+	val     span
+	elems   []span
+}
+
+// scanTop validates body as one JSON object and fills in the fields found
+// (the last occurrence of a repeated key wins, as in encoding/json).
+func scanTop(kind Kind, body []byte, fields ...*topField) error {
+	s := jsonScanner{b: body}
+	switch s.peek() {
+	case '{':
+	case 0:
+		if s.i >= len(body) {
+			return badRequest(kind, nil, "empty body")
+		}
+		return badRequest(kind, &jsonSyntaxError{msg: "invalid character", off: s.i}, "invalid JSON")
+	default:
+		if _, _, err := s.value(0); err != nil {
+			return badRequest(kind, err, "invalid JSON")
+		}
+		return badRequest(kind, nil, "want a JSON object")
+	}
+	err := s.object(1, func(ks, ke int, esc bool) error {
+		name := s.b[ks:ke]
+		if esc {
+			name = []byte(s.key(ks, ke, true))
+		}
+		var f *topField
+		for _, c := range fields {
+			if c.name == string(name) {
+				f = c
+				break
+			}
+		}
+		if f == nil {
+			_, _, err := s.value(1)
+			return err
+		}
+		f.present = true
+		f.elems = f.elems[:0]
+		if f.collect && s.peek() == '[' {
+			f.val.start = s.i
+			err := s.array(2, func() error {
+				st, en, err := s.value(2)
+				f.elems = append(f.elems, span{st, en})
+				return err
+			})
+			f.val.end = s.i
+			return err
+		}
+		var err error
+		f.val.start, f.val.end, err = s.value(1)
+		return err
+	})
+	if err == nil {
+		err = s.end()
+	}
+	if err != nil {
+		return badRequest(kind, err, "invalid JSON")
+	}
+	return nil
+}
+
+// raw returns the field's value, or nil when absent or null.
+func (f *topField) raw(body []byte) []byte {
+	if !f.present {
+		return nil
+	}
+	v := body[f.val.start:f.val.end]
+	if string(v) == "null" {
+		return nil
+	}
+	return v
+}
+
+// decodeField decodes a top-level field into v, reporting a wrong type as
+// a bad request that names the field.
+func decodeField(kind Kind, body []byte, f *topField, v any) error {
+	raw := f.raw(body)
+	if raw == nil {
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return badRequest(kind, nil, "%s: want %s, got JSON %s", f.name, jsonTypeName(v), te.Value)
+		}
+		return badRequest(kind, err, "%s", f.name)
+	}
+	return nil
+}
+
+func jsonTypeName(v any) string {
+	switch v.(type) {
+	case *string:
+		return "a string"
+	case *int64, **int64:
+		return "an integer"
+	case *bool:
+		return "a boolean"
+	}
+	return "an object"
 }

@@ -16,15 +16,6 @@ import (
 	"fmt"
 )
 
-type responsesRequest struct {
-	Model           string          `json:"model"`
-	Input           json.RawMessage `json:"input"`
-	Instructions    *string         `json:"instructions"`
-	Tools           []responsesTool `json:"tools"`
-	MaxOutputTokens *int64          `json:"max_output_tokens"`
-	Stream          bool            `json:"stream"`
-}
-
 type responsesTool struct {
 	Type        string          `json:"type"`
 	Name        string          `json:"name"`
@@ -50,59 +41,74 @@ type responsesPart struct {
 }
 
 func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
-	var req responsesRequest
-	if err := decodeBody(Responses, body, &req); err != nil {
+	const kind = Responses
+	var (
+		fModel        = &topField{name: "model"}
+		fInput        = &topField{name: "input", collect: true}
+		fInstructions = &topField{name: "instructions"}
+		fTools        = &topField{name: "tools"}
+		fMaxOutput    = &topField{name: "max_output_tokens"}
+		fStream       = &topField{name: "stream"}
+	)
+	if err := scanTop(kind, body, fModel, fInput, fInstructions, fTools, fMaxOutput, fStream); err != nil {
 		return Estimate{}, err
 	}
-	if req.Model == "" {
-		return Estimate{}, badRequest(Responses, nil, "missing model")
+	var (
+		modelName, instructions string
+		maxOutput               int64
+		stream                  bool
+		rtools                  []responsesTool
+	)
+	for _, d := range []struct {
+		f *topField
+		v any
+	}{{fModel, &modelName}, {fInstructions, &instructions}, {fMaxOutput, &maxOutput}, {fStream, &stream}, {fTools, &rtools}} {
+		if err := decodeField(kind, body, d.f, d.v); err != nil {
+			return Estimate{}, err
+		}
 	}
-	m := e.resolve(req.Model)
+	if modelName == "" {
+		return Estimate{}, badRequest(kind, nil, "missing model")
+	}
+	m := e.resolve(modelName)
 	f := chatFormatFor(m)
 	in := int64(replyPriming)
-	if req.Instructions != nil {
-		in += f.perMessage + m.countText("developer") + m.countText(*req.Instructions)
+	if fInstructions.raw(body) != nil {
+		in += f.perMessage + m.countText("developer") + m.countText(instructions)
 	}
-	raw := bytes.TrimSpace(req.Input)
+	raw := fInput.raw(body)
 	switch {
-	case len(raw) == 0 || bytes.Equal(raw, []byte("null")):
+	case raw == nil:
 	case raw[0] == '"':
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return Estimate{}, badRequest(Responses, err, "input")
+			return Estimate{}, badRequest(kind, err, "input")
 		}
 		in += f.perMessage + m.countText("user") + m.countText(s)
 	case raw[0] == '[':
-		var items []json.RawMessage
-		if err := json.Unmarshal(raw, &items); err != nil {
-			return Estimate{}, badRequest(Responses, err, "input")
-		}
-		for i, it := range items {
-			n, err := e.responsesItemTokens(m, f, it)
+		for i, sp := range fInput.elems {
+			n, err := e.responsesItemTokens(m, f, body[sp.start:sp.end])
 			if err != nil {
-				return Estimate{}, badRequest(Responses, err, "input[%d]", i)
+				return Estimate{}, badRequest(kind, err, "input[%d]", i)
 			}
 			in += n
 		}
 	default:
-		return Estimate{}, badRequest(Responses, nil, "input: want a string or an array of items")
+		return Estimate{}, badRequest(kind, nil, "input: want a string or an array of items")
 	}
 	var tools []functionDef
-	for _, t := range req.Tools {
+	for _, t := range rtools {
 		if t.Type == "function" {
 			tools = append(tools, functionDef{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
 		}
 	}
 	tn, err := toolTokens(m, f, tools)
 	if err != nil {
-		return Estimate{}, badRequest(Responses, err, "tools")
+		return Estimate{}, badRequest(kind, err, "tools")
 	}
 	in += tn
-	est := Estimate{Stream: req.Stream, StreamUsage: req.Stream}
-	limit := int64(0)
-	if req.MaxOutputTokens != nil && *req.MaxOutputTokens > 0 {
-		limit = *req.MaxOutputTokens
-	}
+	est := Estimate{Stream: stream, StreamUsage: stream}
+	limit := max(maxOutput, 0)
 	est.MaxOutputTokens = limit
 	est.Usage.InputTokens = in
 	est.Usage.OutputTokens = e.reserve(e.outputLimit(m, limit))
