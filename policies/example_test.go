@@ -73,3 +73,28 @@ func ExampleTest() {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+func ExampleEngine_Reload() {
+	v1 := fstest.MapFS{"p.rego": {Data: []byte(`package costgate.policies.p
+
+decision := {"outcome": "hard", "status": 403, "reason": "closed"} if input.caller.plan == "free"
+`)}}
+	broken := fstest.MapFS{"p.rego": {Data: []byte(`package costgate.policies.p
+
+decision := {"outcome": "hard", "status": 403, "reason": "closed"} if input.caller.plan = = "free"
+`)}}
+	e, err := policies.NewEngine(v1)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(e.Reload(broken))
+	// The last good set is still active.
+	d, _ := e.Decide(context.Background(), &policies.Input{Caller: policies.Caller{Plan: "free"}})
+	fmt.Println(d.Outcome, d.Status, d.Policy)
+	// Output:
+	// policies: p.rego:3:91: rego_parse_error: unexpected eq token
+	// 	decision := {"outcome": "hard", "status": 403, "reason": "closed"} if input.caller.plan = = "free"
+	// 	                                                                                          ^
+	// hard 403 p
+}
