@@ -5,9 +5,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 )
 
 // Label values that come from configuration (policies, limits, routes,
@@ -89,52 +86,41 @@ func (l *labelSet) name(id int) string { return (*l.names.Load())[id] }
 // Other.
 func (l *labelSet) len() int { return len(*l.ids.Load()) }
 
-// attrs is a pre-built attribute set in the two option shapes the metric API
-// takes, so that recording allocates nothing.
-type attrs struct {
-	add []metric.AddOption
-	rec []metric.RecordOption
-}
-
-func newAttrs(kv ...attribute.KeyValue) attrs {
-	o := metric.WithAttributeSet(attribute.NewSet(kv...))
-	return attrs{add: []metric.AddOption{o}, rec: []metric.RecordOption{o}}
-}
-
-// attrCache maps a key of label ids to its attribute set, built on first use
-// by build. Like labelSet it is copy-on-write: lookups are lock-free and the
-// key space is bounded by the labelSets the ids come from.
-type attrCache[K comparable] struct {
+// cache maps a key of label ids to a value (the cells of that label
+// combination), built on first use by build, exactly once. Like labelSet it
+// is copy-on-write: lookups are lock-free, and the key space is bounded by
+// the labelSets the ids come from.
+type cache[K comparable, V any] struct {
 	mu    sync.Mutex
-	m     atomic.Pointer[map[K]attrs]
-	build func(K) attrs
+	m     atomic.Pointer[map[K]V]
+	build func(K) V
 }
 
-func newAttrCache[K comparable](build func(K) attrs) *attrCache[K] {
-	c := &attrCache[K]{build: build}
-	m := map[K]attrs{}
+func newCache[K comparable, V any](build func(K) V) *cache[K, V] {
+	c := &cache[K, V]{build: build}
+	m := map[K]V{}
 	c.m.Store(&m)
 	return c
 }
 
-func (c *attrCache[K]) get(k K) attrs {
-	if a, ok := (*c.m.Load())[k]; ok {
-		return a
+func (c *cache[K, V]) get(k K) V {
+	if v, ok := (*c.m.Load())[k]; ok {
+		return v
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old := *c.m.Load()
-	if a, ok := old[k]; ok {
-		return a
+	if v, ok := old[k]; ok {
+		return v
 	}
-	a := c.build(k)
-	m := make(map[K]attrs, len(old)+1)
-	for k2, v := range old {
-		m[k2] = v
+	v := c.build(k)
+	m := make(map[K]V, len(old)+1)
+	for k2, v2 := range old {
+		m[k2] = v2
 	}
-	m[k] = a
+	m[k] = v
 	c.m.Store(&m)
-	return a
+	return v
 }
 
 // Outcomes, by id.

@@ -131,39 +131,83 @@ var (
 	tokenBounds = []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864}
 )
 
-func (t *Telemetry) instruments() error {
+type tenantCells struct{ spend, tokensIn, tokensOut *sumCell }
+type modelCells struct{ in, out *histCell }
+
+// cells creates the counter and histogram families, served by p (see
+// cells.go), and the caches of their cells.
+func (t *Telemetry) cells(p *producer) {
+	sum := func(name, unit, desc string) *sumFamily {
+		f := &sumFamily{name: name, unit: unit, desc: desc}
+		p.sums = append(p.sums, f)
+		return f
+	}
+	hist := func(name, unit, desc string, bounds []float64, scale float64) *histFamily {
+		f := newHistFamily(name, unit, desc, bounds, scale)
+		p.hists = append(p.hists, f)
+		return f
+	}
+	requests := sum("costgate.requests", "{request}", "Enforced decisions, by policy, outcome, HTTP status and route.")
+	blocked := sum("costgate.decisions.blocked", "{request}", "Requests refused (outcome hard), by deciding policy, limit, key dimension and status.")
+	failOpen := sum("costgate.failopen", "{request}", "Decisions admitted without the limiter store because a fail-open limit could not reach it, by limit.")
+	shadow := sum("costgate.shadow.would_block", "{request}", "Decisions a shadow-mode policy or limit would have refused or slowed, by policy, limit and tenant.")
+	spend := sum("costgate.spend", "nano_usd", "Spend settled, in nano-US-dollars, by tenant.")
+	tokens := sum("costgate.tokens", "{token}", "Tokens settled, by tenant and gen_ai.token.type.")
+	reloads := sum("costgate.config.reloads", "{reload}", "Configuration reload attempts, by result.")
+	usage := hist("gen_ai.client.token.usage", "{token}", "Number of input and output tokens used per request.", tokenBounds, 1)
+	decisionDur := hist("costgate.decision.duration", "s", "Time spent in each stage of a request; total is the whole request, upstream included.", durationBounds, 1e-9)
+	storeDur := hist("costgate.store.duration", "s", "Limiter store operation latency, by op and result.", durationBounds, 1e-9)
+
+	t.reqCells = newCache(func(k reqKey) *sumCell {
+		return requests.cell(attrPolicy.String(t.policies.name(k.policy)), attrOutcome.String(outcomeNames[k.outcome]),
+			attrStatus.String(statusName(k.status)), attrRoute.String(t.routes.name(k.route)))
+	})
+	t.blockCells = newCache(func(k blockKey) *sumCell {
+		return blocked.cell(attrPolicy.String(t.policies.name(k.policy)), attrLimit.String(t.limits.name(k.limit)),
+			attrDimension.String(t.dims.name(k.dim)), attrStatus.String(statusName(k.status)))
+	})
+	t.shadowCells = newCache(func(k shadowAttrKey) *sumCell {
+		return shadow.cell(attrPolicy.String(t.policies.name(k.policy)), attrLimit.String(t.limits.name(k.limit)),
+			attrTenant.String(t.tenants.name(k.tenant)))
+	})
+	t.failCells = newLazy(t.cfg.MaxLabelValues+1, func(limit int) *sumCell {
+		return failOpen.cell(attrLimit.String(t.limits.name(limit)))
+	})
+	t.tenantCells = newLazy(t.cfg.MaxTenants+1, func(id int) *tenantCells {
+		tenant := attrTenant.String(t.tenants.name(id))
+		return &tenantCells{
+			spend:     spend.cell(tenant),
+			tokensIn:  tokens.cell(tenant, attrTokenType.String("input")),
+			tokensOut: tokens.cell(tenant, attrTokenType.String("output")),
+		}
+	})
+	t.modelCells = newLazy(t.cfg.MaxModels+1, func(id int) *modelCells {
+		model := attrModel.String(t.models.name(id))
+		return &modelCells{
+			in:  usage.cell(attrTokenType.String("input"), model),
+			out: usage.cell(attrTokenType.String("output"), model),
+		}
+	})
+	for i, s := range stageNames {
+		t.stageCells[i] = decisionDur.cell(attrStage.String(s))
+	}
+	for i, op := range storeOpNames {
+		for j, r := range storeResultNames {
+			t.storeCells[i][j] = storeDur.cell(attrOp.String(op), attrResult.String(r))
+		}
+	}
+	t.reloadCells[0] = reloads.cell(attrResult.String("failure"))
+	t.reloadCells[1] = reloads.cell(attrResult.String("success"))
+}
+
+// gauges creates the SDK gauges and registers their callback.
+func (t *Telemetry) gauges() error {
 	m := t.meters.Meter(scope)
 	var errs []error
-	counter := func(name, unit, desc string) metric.Int64Counter {
-		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
-		errs = append(errs, err)
-		return c
-	}
-	t.requests = counter("costgate.requests", "{request}", "Enforced decisions, by policy, outcome, HTTP status and route.")
-	t.blocked = counter("costgate.decisions.blocked", "{request}", "Requests refused (outcome hard), by deciding policy, limit, key dimension and status.")
-	t.failOpen = counter("costgate.failopen", "{request}", "Decisions admitted without the limiter store because a fail-open limit could not reach it, by limit.")
-	t.shadowBlock = counter("costgate.shadow.would_block", "{request}", "Decisions a shadow-mode policy or limit would have refused or slowed, by policy, limit and tenant.")
-	t.spend = counter("costgate.spend", "nano_usd", "Spend settled, in nano-US-dollars, by tenant.")
-	t.tokens = counter("costgate.tokens", "{token}", "Tokens settled, by tenant and gen_ai.token.type.")
-	t.reloads = counter("costgate.config.reloads", "{reload}", "Configuration reload attempts, by result.")
-
 	var err error
-	t.tokenUsage, err = m.Int64Histogram("gen_ai.client.token.usage", metric.WithUnit("{token}"),
-		metric.WithDescription("Number of input and output tokens used per request."),
-		metric.WithExplicitBucketBoundaries(tokenBounds...))
-	errs = append(errs, err)
-	t.decisionDur, err = m.Float64Histogram("costgate.decision.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time spent in each stage of a request; total is the whole request, upstream included."),
-		metric.WithExplicitBucketBoundaries(durationBounds...))
-	errs = append(errs, err)
-	t.storeDur, err = m.Float64Histogram("costgate.store.duration", metric.WithUnit("s"),
-		metric.WithDescription("Limiter store operation latency, by op and result."),
-		metric.WithExplicitBucketBoundaries(durationBounds...))
-	errs = append(errs, err)
 	t.reloadOK, err = m.Int64Gauge("costgate.config.last_reload_success", // no unit: the exporter would add _ratio
 		metric.WithDescription("1 if the last configuration reload succeeded, 0 if it failed (the previous configuration stays active)."))
 	errs = append(errs, err)
-
 	lag, err := m.Float64ObservableGauge("costgate.ledger.lag", metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest ledger entry not yet written to the ledger store."))
 	errs = append(errs, err)
@@ -176,7 +220,6 @@ func (t *Telemetry) instruments() error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("telemetry: instruments: %w", err)
 	}
-
 	var breakerAttrs [len(breakerStates)]metric.ObserveOption
 	for i, s := range breakerStates {
 		breakerAttrs[i] = metric.WithAttributeSet(attribute.NewSet(attrState.String(s)))
@@ -202,51 +245,6 @@ func (t *Telemetry) instruments() error {
 	if err != nil {
 		return fmt.Errorf("telemetry: register callback: %w", err)
 	}
-
-	t.reqAttrs = newAttrCache(func(k reqKey) attrs {
-		return newAttrs(attrPolicy.String(t.policies.name(k.policy)), attrOutcome.String(outcomeNames[k.outcome]),
-			attrStatus.String(statusName(k.status)), attrRoute.String(t.routes.name(k.route)))
-	})
-	t.blockAttrs = newAttrCache(func(k blockKey) attrs {
-		return newAttrs(attrPolicy.String(t.policies.name(k.policy)), attrLimit.String(t.limits.name(k.limit)),
-			attrDimension.String(t.dims.name(k.dim)), attrStatus.String(statusName(k.status)))
-	})
-	t.shadowAttrs = newAttrCache(func(k shadowAttrKey) attrs {
-		return newAttrs(attrPolicy.String(t.policies.name(k.policy)), attrLimit.String(t.limits.name(k.limit)),
-			attrTenant.String(t.tenants.name(k.tenant)))
-	})
-	t.failAttrs = newAttrCache(func(limit int) attrs {
-		return newAttrs(attrLimit.String(t.limits.name(limit)))
-	})
-	// Per tenant: index 0 is spend, 1 input tokens, 2 output tokens; packed
-	// into one key to keep one cache.
-	t.tenantAttrs = newAttrCache(func(k int) attrs {
-		tenant := attrTenant.String(t.tenants.name(k / 3))
-		switch k % 3 {
-		case 1:
-			return newAttrs(tenant, attrTokenType.String("input"))
-		case 2:
-			return newAttrs(tenant, attrTokenType.String("output"))
-		}
-		return newAttrs(tenant)
-	})
-	t.modelAttrs = newAttrCache(func(k int) attrs {
-		typ := "input"
-		if k%2 == 1 {
-			typ = "output"
-		}
-		return newAttrs(attrTokenType.String(typ), attrModel.String(t.models.name(k/2)))
-	})
-	for i, s := range stageNames {
-		t.stageAttrs[i] = newAttrs(attrStage.String(s))
-	}
-	for i, op := range storeOpNames {
-		for j, r := range storeResultNames {
-			t.storeAttrs[i][j] = newAttrs(attrOp.String(op), attrResult.String(r))
-		}
-	}
-	t.reloadAttrs[0] = newAttrs(attrResult.String("failure"))
-	t.reloadAttrs[1] = newAttrs(attrResult.String("success"))
 	return nil
 }
 
@@ -272,33 +270,31 @@ func (t *Telemetry) Decision(ctx context.Context, d Decision) {
 	}
 	if d.Shadow {
 		if outcome != outcomeAllow {
-			t.shadowWouldBlock(ctx, d.Policy, d.Limit, d.Tenant)
+			t.ShadowWouldBlock(d.Policy, d.Limit, d.Tenant)
 		}
 		return
 	}
 	now := t.now()
 	tenant := t.tenants.id(d.Tenant)
 	policy := t.policies.id(d.Policy)
-	a := t.reqAttrs.get(reqKey{policy, outcome, statusID(d.Status), t.routes.id(d.Route)})
-	t.requests.Add(ctx, 1, a.add...)
+	t.reqCells.get(reqKey{policy, outcome, statusID(d.Status), t.routes.id(d.Route)}).add(1)
 	t.tenantRequests[tenant].Add(1)
 	t.series.decision(now, tenant, policy*numOutcomes+outcome)
 	if outcome == outcomeAllow {
 		return
 	}
 	if outcome == outcomeHard {
-		b := t.blockAttrs.get(blockKey{policy, t.limits.id(d.Limit), t.dims.id(d.Dimension), statusID(d.Status)})
-		t.blocked.Add(ctx, 1, b.add...)
-	}
-	if d.Key != "" {
-		t.top.add(now, d.Limit, d.Key, d.Tenant)
+		t.blockCells.get(blockKey{policy, t.limits.id(d.Limit), t.dims.id(d.Dimension), statusID(d.Status)}).add(1)
+		if d.Key != "" {
+			t.top.add(now, d.Limit, d.Key, d.Tenant)
+		}
 	}
 }
 
 // Stage records the time d spent in one stage of a request (see the Stage*
 // constants; any other name is recorded as "other").
 func (t *Telemetry) Stage(stage string, d time.Duration) {
-	t.decisionDur.Record(context.Background(), d.Seconds(), t.stageAttrs[stageID(stage)].rec...)
+	t.stageCells[stageID(stage)].record(int64(d))
 }
 
 // StoreOp records the latency of one limiter store operation (see the
@@ -312,24 +308,20 @@ func (t *Telemetry) StoreOp(op string, d time.Duration, err error) {
 			result = 2
 		}
 	}
-	t.storeDur.Record(context.Background(), d.Seconds(), t.storeAttrs[storeOpID(op)][result].rec...)
+	t.storeCells[storeOpID(op)][result].record(int64(d))
 }
 
 // FailOpen counts one decision admitted by a fail-open limit whose store was
 // unreachable.
 func (t *Telemetry) FailOpen(limit string) {
-	t.failOpen.Add(context.Background(), 1, t.failAttrs.get(t.limits.id(limit)).add...)
+	t.failCells.get(t.limits.id(limit)).add(1)
 }
 
 // ShadowWouldBlock counts one decision that the shadow-mode policy or limit
 // would have refused or slowed for tenant.
 func (t *Telemetry) ShadowWouldBlock(policy, limit, tenant string) {
-	t.shadowWouldBlock(context.Background(), policy, limit, tenant)
-}
-
-func (t *Telemetry) shadowWouldBlock(ctx context.Context, policy, limit, tenant string) {
 	p, l, tn := t.policies.id(policy), t.limits.id(limit), t.tenants.id(tenant)
-	t.shadowBlock.Add(ctx, 1, t.shadowAttrs.get(shadowAttrKey{p, l, tn}).add...)
+	t.shadowCells.get(shadowAttrKey{p, l, tn}).add(1)
 	t.shadow.add(t.now(), p, l, tn)
 }
 
@@ -338,19 +330,19 @@ func (t *Telemetry) shadowWouldBlock(ctx context.Context, policy, limit, tenant 
 // costgate.tokens, and the cost in nano-US-dollars (negative is ignored) into
 // costgate.spend and the dashboard series.
 func (t *Telemetry) Usage(tenant, model string, inputTokens, outputTokens int64, costNanoUSD int64) {
-	ctx := context.Background()
 	tn := t.tenants.id(tenant)
-	md := t.models.id(model)
+	tc := t.tenantCells.get(tn)
+	mc := t.modelCells.get(t.models.id(model))
 	if inputTokens > 0 {
-		t.tokenUsage.Record(ctx, inputTokens, t.modelAttrs.get(md*2).rec...)
-		t.tokens.Add(ctx, inputTokens, t.tenantAttrs.get(tn*3+1).add...)
+		mc.in.record(inputTokens)
+		tc.tokensIn.add(inputTokens)
 	}
 	if outputTokens > 0 {
-		t.tokenUsage.Record(ctx, outputTokens, t.modelAttrs.get(md*2+1).rec...)
-		t.tokens.Add(ctx, outputTokens, t.tenantAttrs.get(tn*3+2).add...)
+		mc.out.record(outputTokens)
+		tc.tokensOut.add(outputTokens)
 	}
 	if costNanoUSD > 0 {
-		t.spend.Add(ctx, costNanoUSD, t.tenantAttrs.get(tn*3).add...)
+		tc.spend.add(costNanoUSD)
 		t.series.spendAdd(t.now(), tn, costNanoUSD)
 	}
 }
@@ -363,9 +355,8 @@ func (t *Telemetry) Reload(ok bool) {
 	if ok {
 		i, v = 1, 1
 	}
-	ctx := context.Background()
-	t.reloads.Add(ctx, 1, t.reloadAttrs[i].add...)
-	t.reloadOK.Record(ctx, v)
+	t.reloadCells[i].add(1)
+	t.reloadOK.Record(context.Background(), v)
 }
 
 // ObserveLedger sets the function read at each collection for
@@ -392,8 +383,8 @@ func (t *Telemetry) ObserveBreaker(f func() (state string)) {
 	t.breakerFn.Store(&f)
 }
 
-// TopThrottled returns up to n limit keys with the most throttled (soft or
-// hard) decisions over the last one to two windows (Config.Window), by
+// TopThrottled returns up to n limit keys with the most throttled (hard,
+// refused) decisions over the last one to two windows (Config.Window), by
 // descending count. Counts are upper bounds; see Throttled. n <= 0 returns
 // an empty slice.
 func (t *Telemetry) TopThrottled(n int) []Throttled { return t.top.top(t.now(), n) }

@@ -122,23 +122,17 @@ type Telemetry struct {
 	// Label interning.
 	tenants, models, policies, limits, routes, dims *labelSet
 
-	// Instruments.
-	requests, blocked, failOpen, shadowBlock metric.Int64Counter
-	spend, tokens, reloads                   metric.Int64Counter
-	tokenUsage                               metric.Int64Histogram
-	decisionDur, storeDur                    metric.Float64Histogram
-	reloadOK                                 metric.Int64Gauge
-
-	// Attribute caches, keyed by label ids.
-	reqAttrs    *attrCache[reqKey]
-	blockAttrs  *attrCache[blockKey]
-	shadowAttrs *attrCache[shadowAttrKey]
-	failAttrs   *attrCache[int]
-	tenantAttrs *attrCache[int] // spend and tokens per tenant
-	modelAttrs  *attrCache[int] // token usage per model
-	stageAttrs  [numStages]attrs
-	storeAttrs  [numStoreOps][numStoreResults]attrs
-	reloadAttrs [2]attrs
+	// Cells of the counters and histograms (see cells.go), by label ids.
+	reqCells    *cache[reqKey, *sumCell]
+	blockCells  *cache[blockKey, *sumCell]
+	shadowCells *cache[shadowAttrKey, *sumCell]
+	failCells   *lazy[sumCell]     // by limit id
+	tenantCells *lazy[tenantCells] // by tenant id
+	modelCells  *lazy[modelCells]  // by model id
+	stageCells  [numStages]*histCell
+	storeCells  [numStoreOps][numStoreResults]*histCell
+	reloadCells [2]*sumCell // failure, success
+	reloadOK    metric.Int64Gauge
 
 	ledgerFn  atomic.Pointer[func() (float64, int64)]
 	breakerFn atomic.Pointer[func() string]
@@ -196,11 +190,13 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 		return nil, fmt.Errorf("telemetry: resource: %w", err)
 	}
 
+	prod := &producer{start: time.Now()}
+	t.cells(prod)
 	t.registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	prom, err := otelprom.New(otelprom.WithRegisterer(t.registry), otelprom.WithoutScopeInfo())
+	prom, err := otelprom.New(otelprom.WithRegisterer(t.registry), otelprom.WithoutScopeInfo(), otelprom.WithProducer(prod))
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
@@ -213,7 +209,7 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("telemetry: otlp metric exporter: %w", err)
 		}
-		mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp)))
+		mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp, sdkmetric.WithProducer(prod))))
 	}
 	t.meters = sdkmetric.NewMeterProvider(mopts...)
 
@@ -240,7 +236,7 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 		t.tracer = noop.NewTracerProvider().Tracer(scope)
 	}
 
-	if err := t.instruments(); err != nil {
+	if err := t.gauges(); err != nil {
 		return nil, err
 	}
 	ok = true

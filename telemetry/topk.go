@@ -29,7 +29,7 @@ import (
 )
 
 // Throttled is one key in the top-throttled report: a limit key whose
-// requests were refused (hard) or slowed down (soft) by its limit.
+// requests its limit refused (Decision outcome "hard").
 type Throttled struct {
 	Key    string `json:"key"`    // the limit key, as the limiter built it
 	Limit  string `json:"limit"`  // the limit's name

@@ -114,14 +114,13 @@ func TestTopThrottledFromDecisions(t *testing.T) {
 		if i%3 == 0 {
 			tm.Decision(ctx, Decision{Tenant: "beta", Policy: "p", Limit: "tpm", Outcome: "soft", Status: 200, Key: "tpm:beta"})
 		}
-		// Neither allowed nor shadow decisions are throttles.
+		// Neither soft, allowed nor shadow decisions are throttles.
 		tm.Decision(ctx, Decision{Tenant: "gamma", Policy: "p", Limit: "rpm", Outcome: "allow", Status: 200, Key: "rpm:gamma"})
 		tm.Decision(ctx, Decision{Tenant: "gamma", Policy: "p", Limit: "rpm", Outcome: "hard", Status: 429, Key: "rpm:gamma", Shadow: true})
 	}
 	got := tm.TopThrottled(5)
 	want := []Throttled{
 		{Key: "rpm:acme", Limit: "rpm", Tenant: "acme", Count: 30},
-		{Key: "tpm:beta", Limit: "tpm", Tenant: "beta", Count: 10},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("TopThrottled = %v, want %v", got, want)
