@@ -20,6 +20,12 @@ type Config struct {
 	// One process at a time may use a Dir; Open locks it.
 	Dir string
 
+	// ReadOnly opens the store for queries and export only: no lock on Dir,
+	// no spool, no recovery, no migration; Reserve and Settle fail with
+	// ErrReadOnly. It is for tools (costgate ledger export) that run beside
+	// a serving process, and it sees what that process has flushed.
+	ReadOnly bool
+
 	// TimeZone sets the day and month boundaries of Spend. Nil means UTC.
 	TimeZone *time.Location
 
@@ -115,8 +121,8 @@ func (c Config) postgres() bool {
 // Validate reports a configuration that cannot work.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Dir == "" {
-		errs = append(errs, errors.New("dir is required (the spool lives there)"))
+	if c.Dir == "" && !(c.ReadOnly && c.postgres()) {
+		errs = append(errs, errors.New("dir is required (the spool and the embedded store live there)"))
 	}
 	if c.DSN != "" && !c.postgres() {
 		errs = append(errs, fmt.Errorf("dsn must start with postgres:// or postgresql://, or be empty for the embedded store"))

@@ -70,6 +70,22 @@ func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 			l.shutdown()
 		}
 	}()
+	if cfg.ReadOnly {
+		if cfg.postgres() {
+			pg, err := openPostgresReader(ctx, cfg.DSN)
+			if err != nil {
+				return nil, err
+			}
+			l.store = pg
+		} else {
+			lite, err := openSQLiteReader(ctx, filepath.Join(cfg.Dir, "ledger.db"))
+			if err != nil {
+				return nil, err
+			}
+			l.store = lite
+		}
+		return l, nil
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("ledger: data dir: %w", err)
 	}
@@ -157,6 +173,9 @@ func (l *Ledger) Settle(ctx context.Context, e Entry) error {
 }
 
 func (l *Ledger) append(r *record, limit int64) error {
+	if l.spool == nil {
+		return ErrReadOnly
+	}
 	pos, err := l.spool.append(r, limit)
 	if err != nil {
 		return err
@@ -178,6 +197,9 @@ func (l *Ledger) append(r *record, limit int64) error {
 // Flush returns once everything appended before the call is in the store,
 // or with ctx's error, or with the error that stopped the flusher.
 func (l *Ledger) Flush(ctx context.Context) error {
+	if l.spool == nil {
+		return nil
+	}
 	target, _ := l.spool.positions()
 	for {
 		l.mu.Lock()
@@ -200,6 +222,10 @@ func (l *Ledger) Flush(ctx context.Context) error {
 	}
 }
 
+// ErrReadOnly is returned by Reserve and Settle on a ledger opened with
+// Config.ReadOnly.
+var ErrReadOnly = errors.New("ledger: opened read-only")
+
 // Stats describes the ledger's progress.
 type Stats struct {
 	// Pending is the bytes of spool not yet in the store.
@@ -210,6 +236,9 @@ type Stats struct {
 
 // Stats returns the ledger's progress, for health checks and metrics.
 func (l *Ledger) Stats() Stats {
+	if l.spool == nil {
+		return Stats{}
+	}
 	end, applied := l.spool.positions()
 	l.mu.Lock()
 	defer l.mu.Unlock()

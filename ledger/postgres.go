@@ -49,6 +49,15 @@ func openPostgres(ctx context.Context, dsn string, logf func(string, ...any)) (*
 	return s, nil
 }
 
+// openPostgresReader connects for queries only, without migrating.
+func openPostgresReader(ctx context.Context, dsn string) (*pgStore, error) {
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: postgres: %w", err)
+	}
+	return &pgStore{pool: pool, migrated: true}, nil
+}
+
 // migrationLock is the advisory lock key that serializes migrations of
 // concurrent nodes.
 const migrationLock = 0x636f737467617465 // "costgate"

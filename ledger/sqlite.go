@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -38,6 +39,25 @@ func openSQLite(ctx context.Context, path string) (*sqliteStore, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// openSQLiteReader opens an existing embedded store for queries only.
+func openSQLiteReader(ctx context.Context, path string) (*sqliteStore, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("ledger: no embedded ledger: %w", err)
+	}
+	q := url.Values{}
+	q.Add("_pragma", "query_only(1)")
+	q.Add("_pragma", "busy_timeout(10000)")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("ledger: sqlite: %w", err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("ledger: sqlite: %w", err)
+	}
+	return &sqliteStore{db: db}, nil
 }
 
 func (s *sqliteStore) migrate(ctx context.Context) error {

@@ -633,3 +633,55 @@ func TestDirIsLocked(t *testing.T) {
 		t.Fatal("a second Open of the same Dir succeeded")
 	}
 }
+
+func TestReadOnlyBesideAWriter(t *testing.T) {
+	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
+		ctx := context.Background()
+		w := open(t, cfg)
+		if err := w.Reserve(ctx, reservation("ro", t0)); err != nil {
+			t.Fatal(err)
+		}
+		flush(t, w)
+		rcfg := cfg
+		rcfg.ReadOnly = true
+		r := open(t, rcfg) // the Dir is locked by w: a writer could not open
+		got := all(t, r, ledger.Query{Tenant: "acme"})
+		if len(got) != 1 || got[0].RequestID != "ro" {
+			t.Fatalf("read-only sees %+v", got)
+		}
+		if err := r.Reserve(ctx, reservation("x", t0)); !errors.Is(err, ledger.ErrReadOnly) {
+			t.Fatalf("Reserve on read-only: %v, want ErrReadOnly", err)
+		}
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestSpoolFullRefusesReservationsNotSettlements(t *testing.T) {
+	// A store that never answers: everything stays in the spool.
+	l := open(t, ledger.Config{
+		Dir: t.TempDir(), DSN: "postgres://nobody@127.0.0.1:1/none?connect_timeout=1",
+		SpoolLimit: 1 << 20, CloseTimeout: time.Millisecond, Logf: func(string, ...any) {},
+	})
+	ctx := context.Background()
+	var err error
+	n := 0
+	for ; n < 100_000; n++ {
+		if err = l.Reserve(ctx, reservation(fmt.Sprintf("f%d", n), t0)); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, ledger.ErrSpoolFull) {
+		t.Fatalf("after %d reservations: %v, want ErrSpoolFull", n, err)
+	}
+	if n < 1000 {
+		t.Fatalf("spool full after only %d reservations of a 1 MiB limit", n)
+	}
+	if err := l.Settle(ctx, settlement("f0", 1)); err != nil {
+		t.Fatalf("Settle with the spool full: %v; settlements of admitted requests must be kept", err)
+	}
+	if st := l.Stats(); st.Pending <= 1<<20 || st.StoreErr == nil {
+		t.Fatalf("stats %+v", st)
+	}
+}
