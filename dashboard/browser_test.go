@@ -80,6 +80,18 @@ func tab(t *testing.T, bctx context.Context) context.Context {
 	return ctx
 }
 
+// do runs the actions, each call within 10 s. On failure it ends the test
+// with what the page shows, which usually says why.
+func do(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := chromedp.Do(actx, actions...); err != nil {
+		shown, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText.slice(0, 400)`))
+		t.Fatalf("%s: %v\nthe page shows: %q", what, err, shown)
+	}
+}
+
 // page is what the tests read back from the rendered DOM.
 type page struct {
 	URL        string              `json:"url"`
@@ -172,12 +184,7 @@ func TestBrowser(t *testing.T) {
 		})))
 		defer srv.Close()
 		ctx := tab(t, bctx)
-		if err := chromedp.Do(ctx,
-			chromedp.Navigate(srv.URL+"/admin/#token="+testToken),
-			chromedp.WaitReady(loaded),
-		); err != nil {
-			t.Fatalf("load the dashboard: %v", err)
-		}
+		do(t, ctx, "load the dashboard", chromedp.Navigate(srv.URL+"/admin/#token="+testToken), chromedp.WaitReady(loaded))
 		shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 		if err != nil {
 			t.Fatalf("screenshot: %v", err)
@@ -190,7 +197,9 @@ func TestBrowser(t *testing.T) {
 		// new data without a reload.
 		refreshed := chromedp.Poll[bool](`document.getElementById('store-failopen').textContent === '1,743'`,
 			chromedp.WithPollingTimeout(9*time.Second), chromedp.WithPollingInterval(100*time.Millisecond))
-		if _, err := chromedp.Run(ctx, refreshed); err != nil {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if _, err := chromedp.Run(rctx, refreshed); err != nil {
 			t.Fatalf("the page did not refresh within 9 s (%d fetches): %v", calls.Load(), err)
 		}
 		if p := readDOM(t, ctx); !strings.Contains(p.Header["updated"], "10:46:30") {
@@ -209,16 +218,9 @@ func TestBrowser(t *testing.T) {
 		})))
 		defer flaky.Close()
 		ctx := tab(t, bctx)
-		if err := chromedp.Do(ctx,
-			chromedp.Navigate(flaky.URL+"/admin/#token="+testToken),
-			chromedp.WaitReady(loaded),
-		); err != nil {
-			t.Fatalf("load: %v", err)
-		}
+		do(t, ctx, "load", chromedp.Navigate(flaky.URL+"/admin/#token="+testToken), chromedp.WaitReady(loaded))
 		// The next refresh fails: the page says why and keeps the last data.
-		if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("error"))); err != nil {
-			t.Fatalf("no error shown after a failed refresh (%d fetches): %v", n.Load(), err)
-		}
+		do(t, ctx, "wait for the error of a failed refresh", chromedp.WaitVisible(chromedp.ID("error")))
 		msg, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("error")))
 		if err != nil {
 			t.Fatal(err)
@@ -237,12 +239,7 @@ func TestBrowser(t *testing.T) {
 		})))
 		defer empty.Close()
 		ctx := tab(t, bctx)
-		if err := chromedp.Do(ctx,
-			chromedp.Navigate(empty.URL+"/admin/#token="+testToken),
-			chromedp.WaitReady(loaded),
-		); err != nil {
-			t.Fatalf("load: %v", err)
-		}
+		do(t, ctx, "load", chromedp.Navigate(empty.URL+"/admin/#token="+testToken), chromedp.WaitReady(loaded))
 		p := readDOM(t, ctx)
 		for _, k := range []string{"spend", "decisions", "throttled", "shadow"} {
 			if !p.Empty[k] || p.Tables[k] {
@@ -261,23 +258,16 @@ func TestBrowser(t *testing.T) {
 		defer srv.Close()
 		ctx := tab(t, bctx)
 		// A wrong token in the fragment brings up the login form.
-		if err := chromedp.Do(ctx,
-			chromedp.Navigate(srv.URL+"/admin/#token=wrong"),
-			chromedp.WaitVisible(chromedp.ID("login")),
-		); err != nil {
-			t.Fatalf("wrong token: no login form: %v", err)
-		}
+		do(t, ctx, "wait for the login form after a wrong token",
+			chromedp.Navigate(srv.URL+"/admin/#token=wrong"), chromedp.WaitVisible(chromedp.ID("login")))
 		reason, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("login-reason")))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := chromedp.Do(ctx,
+		do(t, ctx, "sign in through the form",
 			chromedp.SendKeys(chromedp.ID("token-input"), testToken),
 			chromedp.Click(chromedp.CSS(`#login button[type=submit]`)),
-			chromedp.WaitReady(loaded),
-		); err != nil {
-			t.Fatalf("sign in through the form: %v", err)
-		}
+			chromedp.WaitReady(loaded))
 		if !strings.Contains(reason, "not accepted") {
 			t.Errorf("login reason = %q, want it to say the token was not accepted", reason)
 		}
