@@ -57,6 +57,7 @@ type StreamMeter struct {
 	pending []byte // text not yet counted
 	counted int64  // tokens of text already counted
 	choice  int    // choice index of pending text (chat, completions)
+	retryAt int    // pending length at which to look for a split again
 
 	reported  bool  // a final usage report was seen
 	usage     Usage // reported usage, or the parts the stream told (Anthropic)
@@ -315,7 +316,7 @@ func (m *StreamMeter) addText(s string) {
 		return
 	}
 	m.pending = append(m.pending, s...)
-	if len(m.pending) >= countChunk {
+	if len(m.pending) >= min(max(countChunk, m.retryAt), countHardLimit) {
 		m.flush(false)
 	}
 }
@@ -331,6 +332,9 @@ func (m *StreamMeter) flush(all bool) {
 		cut = safeSplit(m.pending)
 		if cut <= 0 {
 			if len(m.pending) < countHardLimit {
+				// Look again only after another 4 KB, so that text with
+				// no split point is not rescanned on every delta.
+				m.retryAt = len(m.pending) + countChunk/4
 				return
 			}
 			cut = len(m.pending)
@@ -348,6 +352,7 @@ func (m *StreamMeter) flush(all bool) {
 	m.counted += m.model.countText(string(m.pending[:cut]))
 	n := copy(m.pending, m.pending[cut:])
 	m.pending = m.pending[:n]
+	m.retryAt = 0
 }
 
 // safeSplit returns the last index i > 0 of b such that counting b[:i] and

@@ -183,3 +183,25 @@ func TestSafeSplit(t *testing.T) {
 		}
 	}
 }
+
+// Text without split points (CJK) is still counted in bounded memory, and
+// the meter does not rescan it on every delta.
+func TestStreamMeterUnbrokenText(t *testing.T) {
+	e := newTestEstimator(t)
+	m := e.NewStreamMeter(ChatCompletions, "gpt-4o")
+	var all strings.Builder
+	for i := 0; i < 20000; i++ {
+		d := "你好世界"
+		all.WriteString(d)
+		m.Write([]byte(`data: {"choices":[{"index":0,"delta":{"content":"` + d + `"}}]}` + "\n\n"))
+		if len(m.pending) > countHardLimit+64 {
+			t.Fatalf("pending %d bytes", len(m.pending))
+		}
+	}
+	u, _ := m.Usage()
+	want := e.CountText("gpt-4o", all.String())
+	// Forced splits may change the count by a token each.
+	if d := u.OutputTokens - want; d < -8 || d > 8 {
+		t.Errorf("OutputTokens %d, whole count %d", u.OutputTokens, want)
+	}
+}
