@@ -12,12 +12,19 @@
 //
 // # Metrics
 //
-// Metrics are OpenTelemetry instruments. MetricsHandler serves them in the
+// Metrics are OpenTelemetry metrics: the gauges are SDK instruments, and the
+// counters and histograms, which the proxy updates on every request, are
+// atomic cells that a metric Producer hands to the SDK's readers at each
+// collection (see cells.go for why). MetricsHandler serves them in the
 // Prometheus text format from the Telemetry's own registry (not the global
 // one); the exporter turns dots into underscores and appends the unit and,
 // for counters, _total. When OTEL_EXPORTER_OTLP_ENDPOINT (or
 // OTEL_EXPORTER_OTLP_METRICS_ENDPOINT) is set they are also pushed over
-// OTLP/HTTP, with the standard OTEL_* variables applying.
+// OTLP/HTTP every OTEL_METRIC_EXPORT_INTERVAL, with the standard OTEL_*
+// variables applying, except that counters and histograms are always
+// cumulative (OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE=delta
+// applies to the gauges only). Other packages can add instruments to the
+// same endpoint through Meter.
 //
 //	OpenTelemetry name                   unit       Prometheus name                            attributes
 //	costgate.requests                    {request}  costgate_requests_total                    policy, outcome, status, route

@@ -22,7 +22,7 @@ type Decision struct {
 	Dimension string // the limit's key dimension that fired (tenant, user, ip, ...)
 	Outcome   string // "allow", "soft" (friction) or "hard" (refused)
 	Status    int    // HTTP status answered: 200, 429, 402, 403, 503, ...
-	Key       string // the limit key that throttled, for TopThrottled; never a metric label
+	Key       string // the limit key that throttled, for TopThrottled (cut at MaxKeyLen bytes); never a metric label
 	// Shadow marks the verdict of a shadow-mode limit or policy: it was not
 	// enforced. A shadow Decision with an Outcome other than "allow" counts
 	// as a would-block (as ShadowWouldBlock does) and is not counted as a
@@ -284,9 +284,10 @@ func (t *Telemetry) Decision(ctx context.Context, d Decision) {
 		return
 	}
 	if outcome == outcomeHard {
-		t.blockCells.get(blockKey{policy, t.limits.id(d.Limit), t.dims.id(d.Dimension), statusID(d.Status)}).add(1)
+		limit := t.limits.id(d.Limit)
+		t.blockCells.get(blockKey{policy, limit, t.dims.id(d.Dimension), statusID(d.Status)}).add(1)
 		if d.Key != "" {
-			t.top.add(now, d.Limit, d.Key, d.Tenant)
+			t.top.add(now, t.limits.name(limit), d.Key, d.Tenant)
 		}
 	}
 }
@@ -315,6 +316,7 @@ func (t *Telemetry) StoreOp(op string, d time.Duration, err error) {
 // unreachable.
 func (t *Telemetry) FailOpen(limit string) {
 	t.failCells.get(t.limits.id(limit)).add(1)
+	t.failOpenTotal.Add(1)
 }
 
 // ShadowWouldBlock counts one decision that the shadow-mode policy or limit
@@ -382,6 +384,10 @@ func (t *Telemetry) ObserveBreaker(f func() (state string)) {
 	}
 	t.breakerFn.Store(&f)
 }
+
+// FailOpenTotal returns the number of FailOpen calls since New, over all
+// limits, for the dashboard's store health.
+func (t *Telemetry) FailOpenTotal() int64 { return t.failOpenTotal.Load() }
 
 // TopThrottled returns up to n limit keys with the most throttled (hard,
 // refused) decisions over the last one to two windows (Config.Window), by

@@ -134,6 +134,8 @@ type Telemetry struct {
 	reloadCells [2]*sumCell // failure, success
 	reloadOK    metric.Int64Gauge
 
+	failOpenTotal atomic.Int64
+
 	ledgerFn  atomic.Pointer[func() (float64, int64)]
 	breakerFn atomic.Pointer[func() string]
 
@@ -294,6 +296,12 @@ func (t *Telemetry) MetricsHandler() http.Handler {
 // request and a child span per stage. Decision adds the deciding policy and
 // limit to the span in its context.
 func (t *Telemetry) Tracer() trace.Tracer { return t.tracer }
+
+// Meter returns a meter of the Telemetry's meter provider, for instruments
+// of other packages that should be exported beside these (on MetricsHandler
+// and over OTLP). SDK instruments cost more per call than this package's
+// recording methods; keep them off the per-request path.
+func (t *Telemetry) Meter(name string) metric.Meter { return t.meters.Meter(name) }
 
 // Propagator returns the W3C trace-context and baggage propagator, for
 // extracting the client's traceparent and injecting it upstream.

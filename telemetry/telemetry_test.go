@@ -47,6 +47,9 @@ func TestMetricsScrape(t *testing.T) {
 	tm.ObserveLedger(func() (float64, int64) { return 0.25, 4096 })
 	tm.ObserveBreaker(func() string { return "half_open" })
 
+	if got := tm.FailOpenTotal(); got != 2 {
+		t.Errorf("FailOpenTotal() = %d, want 2", got)
+	}
 	fams := scrape(t, tm)
 	tests := []struct {
 		name   string
@@ -402,14 +405,63 @@ func TestOTLPExport(t *testing.T) {
 }
 
 func TestOTLPProtocolRejected(t *testing.T) {
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
-	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-	tm, err := New(context.Background(), Config{})
-	if err == nil {
-		tm.Shutdown(context.Background())
-		t.Fatal("New accepted OTEL_EXPORTER_OTLP_PROTOCOL=grpc")
+	tests := []struct{ name, env string }{
+		{"both signals", "OTEL_EXPORTER_OTLP_PROTOCOL"},
+		// The metric exporter is up when the trace one fails: New must shut
+		// it down.
+		{"traces only", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"},
 	}
-	if !strings.Contains(err.Error(), "http/protobuf") {
-		t.Errorf("error %q does not name the supported protocol", err)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+			t.Setenv(tc.env, "grpc")
+			tm, err := New(context.Background(), Config{})
+			if err == nil {
+				tm.Shutdown(context.Background())
+				t.Fatalf("New accepted %s=grpc", tc.env)
+			}
+			if !strings.Contains(err.Error(), "http/protobuf") {
+				t.Errorf("error %q does not name the supported protocol", err)
+			}
+		})
+	}
+}
+
+func TestLabelFolding(t *testing.T) {
+	tm := newTelemetry(t, Config{MaxLabelValues: 2})
+	ctx := context.Background()
+	for _, p := range []string{"p1", "p2", "p3", "p4", ""} {
+		tm.Decision(ctx, Decision{Policy: p, Route: p, Limit: p, Dimension: "tenant", Outcome: "hard", Status: 429})
+	}
+	tm.Decision(ctx, Decision{Policy: "p1", Route: "p1", Outcome: "maybe", Status: 999})
+	tm.FailOpen("p9")
+	fams := scrape(t, tm)
+	for labels, want := range map[string]float64{
+		"p1": 1, "p2": 1, Other: 3, // p3, p4 and the empty policy ("none", third value)
+	} {
+		if got := value(t, fams, "costgate_requests_total", L{"policy": labels, "route": labels, "outcome": "hard", "status": "429"}); got != want {
+			t.Errorf("requests{policy=%s} = %v, want %v", labels, got, want)
+		}
+		if got := value(t, fams, "costgate_decisions_blocked_total", L{"policy": labels, "limit": labels, "dimension": "tenant", "status": "429"}); got != want {
+			t.Errorf("blocked{policy=%s} = %v, want %v", labels, got, want)
+		}
+	}
+	if got := value(t, fams, "costgate_requests_total", L{"policy": "p1", "route": "p1", "outcome": Other, "status": Other}); got != 1 {
+		t.Errorf("requests with an unknown outcome and status = %v, want 1", got)
+	}
+	if got := value(t, fams, "costgate_failopen_total", L{"limit": Other}); got != 1 {
+		t.Errorf("failopen{limit=other} = %v, want 1", got)
+	}
+}
+
+func TestMeterSharesTheEndpoint(t *testing.T) {
+	tm := newTelemetry(t, Config{})
+	c, err := tm.Meter("github.com/costgate/costgate/proxy").Int64Counter("costgate.proxy.connections")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Add(context.Background(), 3)
+	if got := value(t, scrape(t, tm), "costgate_proxy_connections_total", L{}); got != 3 {
+		t.Errorf("costgate_proxy_connections_total = %v, want 3", got)
 	}
 }

@@ -73,7 +73,7 @@ func (s *spaceSaving) add(k topKey, tenant string) {
 		heap.Fix(&s.heap, c.idx)
 		return
 	}
-	k = topKey{strings.Clone(k.limit), strings.Clone(k.key)}
+	k = topKey{k.limit, strings.Clone(k.key)} // limit is already interned
 	if len(s.heap) < s.cap {
 		c := &topCounter{k: k, tenant: strings.Clone(tenant), count: 1}
 		heap.Push(&s.heap, c)
@@ -160,7 +160,16 @@ func (t *topK) rotate(now time.Time) {
 	t.start = now.Truncate(t.window)
 }
 
+// MaxKeyLen is the length at which top-throttled keys are cut, to bound the
+// summary's memory whatever the limit keys hold.
+const MaxKeyLen = 256
+
+// add counts one throttled decision. limit must be an interned label value
+// (it is kept without copying); key and tenant are copied when kept.
 func (t *topK) add(now time.Time, limit, key, tenant string) {
+	if len(key) > MaxKeyLen {
+		key = key[:MaxKeyLen]
+	}
 	t.mu.Lock()
 	t.rotate(now)
 	t.cur.add(topKey{limit, key}, tenant)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -127,5 +128,10 @@ func TestTopThrottledFromDecisions(t *testing.T) {
 	}
 	if got := tm.TopThrottled(1); len(got) != 1 || got[0].Key != "rpm:acme" {
 		t.Fatalf("TopThrottled(1) = %v", got)
+	}
+	long := strings.Repeat("k", 10*MaxKeyLen)
+	tm.Decision(ctx, Decision{Tenant: "delta", Limit: "rpm", Outcome: "hard", Status: 429, Key: long})
+	if got := tm.TopThrottled(3); len(got) != 2 || got[1].Key != long[:MaxKeyLen] {
+		t.Fatalf("long key kept as %v", got)
 	}
 }
