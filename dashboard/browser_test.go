@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -69,7 +70,10 @@ func browser(t *testing.T) context.Context {
 	return bctx
 }
 
-// tab opens a new tab in the browser, with a 1280x800 viewport.
+// tab opens a new tab in the browser, with a 1280x800 viewport. When the
+// test ends, every uncaught exception, console.error and browser error in
+// the tab (a Content-Security-Policy violation, for one) fails it; failed
+// requests (the 401 and 503 answers that tests provoke) do not.
 func tab(t *testing.T, bctx context.Context) context.Context {
 	t.Helper()
 	ctx, cancel := chromedp.NewContext(bctx)
@@ -77,6 +81,35 @@ func tab(t *testing.T, bctx context.Context) context.Context {
 	if err := chromedp.Do(ctx, chromedp.EmulateViewport(viewW, viewH)); err != nil {
 		t.Fatalf("open tab: %v", err)
 	}
+	lctx, stop := context.WithCancel(ctx)
+	messages := chromedp.Console(lctx)
+	var (
+		mu  sync.Mutex
+		bad []string
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.IsException() || m.Type == chromedp.ConsoleError && m.Source != "network" {
+				mu.Lock()
+				bad = append(bad, m.String())
+				mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range bad {
+			t.Errorf("browser console: %s", m)
+		}
+	})
 	return ctx
 }
 
