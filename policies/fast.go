@@ -18,8 +18,8 @@ package policies
 // are arbitrary-precision), a division that is not exact, a comparison
 // across types, a conflict between complete rule values, an ill-typed
 // builtin call, an ill-formed decision. Constructs it does not know (with,
-// every, comprehensions, functions, most builtins) make the whole policy use
-// the general evaluator, decided once at load time. TestFastPathEqualsRego
+// comprehensions, function argument patterns, most builtins) make the whole
+// policy use the general evaluator, decided once at load time. TestFastPathEqualsRego
 // compares both on randomized inputs.
 
 import (
@@ -128,10 +128,13 @@ type crule struct {
 	deflt    *value
 	slots    int
 	sameHead bool // every definition has one level and the same constant value
+	fn       bool // a function: evaluated per call, never cached
+	nargs    int
 }
 
 type level struct {
 	slots int
+	args  []int // functions: the slots of the arguments
 	body  []step
 	head  cterm // complete rules: the value; partial sets: the member
 	ghead bool  // head is a constant
@@ -202,7 +205,7 @@ func (m *machine) rule(r *crule) value {
 	if r.multi {
 		v = m.evalSet(r, fr)
 	} else {
-		v = m.evalComplete(r, fr)
+		v = m.evalComplete(r, fr, nil)
 	}
 	m.top = top
 	if m.bail {
@@ -216,10 +219,15 @@ func (m *machine) rule(r *crule) value {
 	return v
 }
 
-func (m *machine) evalComplete(r *crule, fr []value) value {
+// evalComplete evaluates a complete rule or, with its arguments, a
+// function.
+func (m *machine) evalComplete(r *crule, fr []value, args []value) value {
 	result := undef
 	for _, chain := range r.defs {
 		for _, l := range chain {
+			for i, s := range l.args {
+				fr[s] = args[i]
+			}
 			ok := m.solve(l.body, fr, false)
 			if m.bail {
 				return undef
@@ -464,6 +472,92 @@ func (c *callStep) first(m *machine, fr []value) bool {
 }
 
 func (*callStep) next(*machine, []value) bool { return false }
+
+// call evaluates function f on args.
+func (m *machine) call(f *crule, args []value) value {
+	top := m.top
+	fr := m.frame(f.slots)
+	v := m.evalComplete(f, fr, args)
+	m.top = top
+	return v
+}
+
+// funcStep calls a user-defined function: as a test (the value is defined
+// and not false), or binding or comparing its value.
+type funcStep struct {
+	f       *crule
+	args    []cterm
+	test    bool
+	out     int
+	outTerm cterm
+}
+
+func (c *funcStep) first(m *machine, fr []value) bool {
+	var buf [4]value
+	args := buf[:0]
+	for _, a := range c.args {
+		v := a.eval(m, fr)
+		if v.k == kUndef {
+			return false
+		}
+		args = append(args, v)
+	}
+	v := m.call(c.f, args)
+	if m.bail || v.k == kUndef {
+		return false
+	}
+	switch {
+	case c.test:
+		return v.truthy()
+	case c.out >= 0:
+		fr[c.out] = v
+		return true
+	}
+	want := c.outTerm.eval(m, fr)
+	if want.k == kUndef {
+		return false
+	}
+	eq, ok := m.equal(v, want)
+	if !ok {
+		m.bailOut("equality of composite values")
+	}
+	return eq
+}
+
+func (*funcStep) next(*machine, []value) bool { return false }
+
+// everyStep holds when its body has a solution for every element of the
+// domain.
+type everyStep struct {
+	domain   cterm
+	key, val int // slots; key is -1 when the every has no key
+	body     []step
+}
+
+func (s *everyStep) first(m *machine, fr []value) bool {
+	d := s.domain.eval(m, fr)
+	if d.k == kUndef {
+		return false
+	}
+	n := m.size(d)
+	if n < 0 {
+		m.bailOut("every over a scalar")
+		return false
+	}
+	for i := range n {
+		k, v := m.elem(d, i)
+		if s.key >= 0 {
+			fr[s.key] = k
+		}
+		fr[s.val] = v
+		if !m.solve(s.body, fr, false) {
+			return false
+		}
+	}
+	return !m.bail
+}
+
+func (*everyStep) next(*machine, []value) bool { return false }
 
 // bindStep binds slot to a term's value.
 type bindStep struct {

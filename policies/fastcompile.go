@@ -56,11 +56,15 @@ func (p *program) compileRule(ref ast.Ref, key string) (*crule, error) {
 	if n := len(p.c.GetRulesWithPrefix(ref)); n != len(rules) {
 		return nil, unsupported("%s is extended by rules with longer references", ref)
 	}
-	cr := &crule{name: key, sameHead: true}
+	cr := &crule{name: key, sameHead: true, nargs: len(rules[0].Head.Args)}
+	cr.fn = cr.nargs > 0
 	var first *ast.Term
 	for _, r := range rules {
-		if len(r.Head.Args) > 0 {
-			return nil, unsupported("%s is a function", ref)
+		if len(r.Head.Args) != cr.nargs {
+			return nil, unsupported("%s is defined with different numbers of arguments", ref)
+		}
+		if cr.fn && r.Default {
+			return nil, unsupported("%s is a default function", ref)
 		}
 		if len(r.Head.Ref()) != 1 {
 			return nil, unsupported("%s has a reference head", ref)
@@ -144,6 +148,15 @@ func (s *scope) sub() *scope {
 func (p *program) level(r *ast.Rule, multi bool) (*level, error) {
 	n := 0
 	sc := &scope{slots: map[ast.Var]int{}, bound: map[ast.Var]bool{}, n: &n}
+	var args []int
+	for _, a := range r.Head.Args {
+		v, ok := a.Value.(ast.Var)
+		if !ok || sc.bound[v] {
+			return nil, unsupported("function argument %v is not a plain variable", a)
+		}
+		args = append(args, sc.slot(v))
+		sc.bound[v] = true
+	}
 	body, err := p.body(r.Body, sc)
 	if err != nil {
 		return nil, err
@@ -160,7 +173,7 @@ func (p *program) level(r *ast.Rule, multi bool) (*level, error) {
 		return nil, err
 	}
 	_, ghead := head.(constTerm)
-	return &level{slots: n, body: body, head: head, ghead: ghead}, nil
+	return &level{slots: n, args: args, body: body, head: head, ghead: ghead}, nil
 }
 
 func (p *program) body(b ast.Body, sc *scope) ([]step, error) {
@@ -214,6 +227,8 @@ func (p *program) expr(e *ast.Expr, sc *scope) (step, error) {
 			return p.unify(t[1], t[2], sc)
 		}
 		return p.call(e, sc)
+	case *ast.Every:
+		return p.every(t, sc)
 	}
 	return nil, unsupported("expression %v", e)
 }
@@ -307,9 +322,79 @@ func (p *program) iter(ref ast.Ref, j, target int, targetTerm cterm, sc *scope) 
 	return s, nil
 }
 
+// every compiles `every k, v in domain { body }`.
+func (p *program) every(ev *ast.Every, sc *scope) (step, error) {
+	domain, err := p.term(ev.Domain, sc)
+	if err != nil {
+		return nil, err
+	}
+	sub := sc.sub()
+	s := &everyStep{domain: domain, key: -1}
+	if ev.Key != nil {
+		v, ok := p.isUnboundVar(ev.Key, sub)
+		if !ok {
+			return nil, unsupported("every with a key pattern %v", ev.Key)
+		}
+		s.key = sub.slot(v)
+		sub.bound[v] = true
+	}
+	v, ok := p.isUnboundVar(ev.Value, sub)
+	if !ok {
+		return nil, unsupported("every with a value pattern %v", ev.Value)
+	}
+	s.val = sub.slot(v)
+	sub.bound[v] = true
+	if s.body, err = p.body(ev.Body, sub); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// funcCall compiles a call of a user-defined function, as a test
+// (f(x)) or with an output (f(x, y), y := f(x)).
+func (p *program) funcCall(op ast.Ref, ops []*ast.Term, sc *scope) (step, error) {
+	f, err := p.rule(op)
+	if err != nil {
+		return nil, err
+	}
+	if !f.fn {
+		return nil, unsupported("call of %v, which is not a function", op)
+	}
+	c := &funcStep{f: f, out: -1}
+	switch len(ops) {
+	case f.nargs:
+		c.test = true
+	case f.nargs + 1:
+		out := ops[f.nargs]
+		if v, free := p.isUnboundVar(out, sc); free {
+			defer func() { c.out = sc.slot(v); sc.bound[v] = true }()
+		} else {
+			ot, err := p.term(out, sc)
+			if err != nil {
+				return nil, err
+			}
+			c.outTerm = ot
+		}
+	default:
+		return nil, unsupported("call of %v with %d arguments", op, len(ops))
+	}
+	for _, a := range ops[:f.nargs] {
+		ct, err := p.term(a, sc)
+		if err != nil {
+			return nil, err
+		}
+		c.args = append(c.args, ct)
+	}
+	return c, nil
+}
+
 func (p *program) call(e *ast.Expr, sc *scope) (step, error) {
-	name := e.Operator().String()
+	op := e.Operator()
 	ops := e.Operands()
+	if len(op) > 1 && op[0].Value.Compare(ast.DefaultRootDocument.Value) == 0 {
+		return p.funcCall(op, ops, sc)
+	}
+	name := op.String()
 	var args []*ast.Term
 	c := &callStep{name: name, out: -1}
 	if t, ok := tests[name]; ok && (len(ops) == 2 || len(ops) == 3) {
