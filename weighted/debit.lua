@@ -1,58 +1,121 @@
 -- debit.lua: Debit (mode 1) and Peek (mode 0) of n items, all or nothing.
--- KEYS: the items' keys, then (when a window item is debited) the
--- reservation's record key. ARGV[1]: int64 n, time override (0: TIME), mode,
--- then per item algo, cap, rate, period, tick, cost. ARGV[2]: reservation id.
+-- KEYS: the items' keys, meters and windows first, then (when a window item
+-- is debited) the reservation's record key. ARGV[1]: int64 n, time override
+-- (0: TIME), mode, the number of meters and windows, then per item algo, cap,
+-- rate, period, tick, cost. ARGV[2]: the reservation id.
 -- Returns {allowed, then per item allowed, remaining, retry µs, reset µs}.
 local buf, id = ARGV[1], ARGV[2]
-local n, override, mode, pos = struct.unpack('<i8i8i8', buf)
-local now = now_us(override)
-local items = read_items(buf, pos, n, false)
+local n, override, mode, ns, pos = sunpack('<dddd', buf)
+set_now(override)
 local after = mode == 1
-
--- One MGET reads every meter and window key.
-local skeys, sidx = {}, {}
-for i = 1, n do
-  if is_string_state(items[i][1]) then
-    skeys[#skeys + 1] = KEYS[i]
-    sidx[i] = #skeys
-  end
-end
 local vals = {}
-if #skeys > 0 then
-  vals = redis.call('MGET', unpack(skeys))
+if ns > 0 then
+  vals = redis.call('MGET', unpack(KEYS, 1, ns))
 end
 
-local out, values, ttls = {1}, {}, {}
+-- Evaluate every item; remember what an admitted debit writes: wv and wp
+-- for meters and windows (see store), wm for sliding logs and concurrency.
+-- Tables made by a constructor are allocated at their size once; grown
+-- entry by entry they are rehashed at every power of two, which costs more
+-- than all the arithmetic here. Four items fit.
+local out = {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+local wv, wp, wm, rec_ttl = {false, false, false, false}, {false, false, false, false}, {}, 0
 for i = 1, n do
-  local it = items[i]
-  local v = false
-  if sidx[i] then v = vals[sidx[i]] end
-  local ok, rem, retry, reset, value, ttl = evaluate(it, v, KEYS[i], now, it[7], after)
+  local algo, cap, rate, period, tick, cost
+  algo, cap, rate, period, tick, cost, pos = sunpack('<dddddd', buf, pos)
+  local ok, rem, retry, reset = 0, 0, 0, 0
+  if algo <= GCRA then
+    local p = period / tick
+    local ts, d, exp = meter(vals[i], cap, rate, tick, p)
+    local full, nd = cap * p, d + cost * p
+    if nd <= full then
+      ok = 1
+      if after then
+        d = nd
+      end
+    else
+      retry = ts + ceil_div(d - (cap - cost) * p, rate) * tick - now
+    end
+    rem = floor((full - d) / p)
+    if d > 0 then reset = ts + ceil_div(d, rate) * tick - now end
+    if ok == 1 and after and cost > 0 then
+      wv[i], wp[i] = store(ts, nd, p, reset, exp, period)
+    end
+  elseif algo <= FIXED_WINDOW then
+    local w, prev, curr, start, exp = window(vals[i], period)
+    local ncurr = curr + cost
+    if algo == FIXED_WINDOW then
+      prev = 0
+      if ncurr <= cap then
+        ok = 1
+      else
+        retry = start + period - now
+      end
+      if ok == 1 and after then curr = ncurr end
+      rem = cap - curr
+    else
+      local p = period / tick
+      local e = now - start
+      if e < 0 then e = 0 end
+      e = floor(e / tick)
+      local full = cap * p
+      local used = curr * p + prev * (p - e)
+      if ncurr <= cap and used + cost * p <= full then
+        ok = 1
+        if after then
+          curr = ncurr
+          used = used + cost * p
+        end
+      else
+        local target
+        if ncurr <= cap then
+          target = start + (p - floor((cap - curr - cost) * p / prev)) * tick
+        else
+          target = start + period + (p - floor((cap - cost) * p / curr)) * tick
+        end
+        retry = target - now
+      end
+      rem = full - used
+      if rem < 0 then rem = 0 end
+      rem = floor(rem / p)
+    end
+    reset = window_reset(algo, prev, curr, start, period)
+    if ok == 1 and after and cost > 0 then
+      wv[i], wp[i] = store(w, prev, ncurr, window_reset(algo, prev, ncurr, start, period), exp, period)
+      local t = start + period - now
+      if algo == SLIDING_WINDOW then t = t + period end
+      if t > rec_ttl then rec_ttl = t end
+    end
+  else
+    ok, rem, retry, reset = marks(algo, cap, period, KEYS[i], cost, after)
+    if ok == 1 and after and cost > 0 then
+      wm[i] = {algo, period, cost}
+    end
+  end
   if ok == 0 then out[1] = 0 end
   local o = 4 * i - 2
   out[o], out[o + 1], out[o + 2], out[o + 3] = ok, rem, retry, reset
-  values[i], ttls[i] = value, ttl
 end
+out[4 * n + 2] = nil -- the reply ends here when there are fewer than four items
 if out[1] == 0 or not after then
   return out
 end
 
-local rec_ttl = 0
 for i = 1, n do
-  local it = items[i]
-  if it[7] > 0 then
-    if is_string_state(it[1]) then
-      set_value(KEYS[i], values[i], ttls[i])
-    else
-      debit_marks(it, KEYS[i], now, it[7], id)
+  if wp[i] then
+    write(KEYS[i], wv[i], wp[i])
+  elseif wm[i] then
+    local algo, period, cost = wm[i][1], wm[i][2], wm[i][3]
+    local lo, hi = now - period, now
+    if algo == CONCURRENCY then
+      lo, hi = now, now + period
     end
-    if it[1] == FIXED_WINDOW or it[1] == SLIDING_WINDOW then
-      local t = record_ttl(it, now)
-      if t > rec_ttl then rec_ttl = t end
-    end
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', lo)
+    redis.call('ZADD', KEYS[i], hi, member(cost, id))
+    marks_ttl(algo, period, KEYS[i])
   end
 end
 if rec_ttl > 0 then
-  redis.call('SET', KEYS[n + 1], struct.pack('<i8', now), 'PX', ttl_ms(rec_ttl))
+  redis.call('SET', KEYS[n + 1], pack('<d', now), 'PX', ceil_div(rec_ttl, 1000) + ttl_pad)
 end
 return out

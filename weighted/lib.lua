@@ -1,107 +1,111 @@
 -- The algorithms of package weighted, shared by debit.lua and settle.lua,
--- which are appended to this file. They mirror state.go line for line: every
--- number is an integer held in a double, and every product stays below 2^51
+-- which are appended to this file. They mirror state.go: every number is an
+-- integer held in a double, and every product stays below 2^51
 -- (Limit.Validate sees to it), so the arithmetic is exact.
 --
--- Times are microseconds. An item is a table {algo, cap, rate, period, tick,
--- p, cost}, with p = period / tick. A meter or window key holds one string of
--- three little-endian int64 (meter: ts, d, p; window: w, prev, curr); a
--- sliding log or concurrency key holds a sorted set scored by ts whose
--- members are "cost:id".
+-- Times are µs. An item is algo, cap, rate, period, tick and cost (and, to
+-- settle, the actual cost), with p = period / tick ticks per period. A meter
+-- or window key holds one string of four little-endian doubles (meter: ts,
+-- d, p; window: w, prev, curr; then the key's expiry in ms), which struct
+-- reads faster than int64 and which hold these integers exactly; a sliding log or
+-- concurrency key holds a sorted set scored by ts whose members are
+-- "cost:id". The keys of meters and windows come first in KEYS.
+--
+-- The script body runs on every call, so it defines few functions and
+-- inlines the rest: each definition costs a closure per call.
 
 local TOKEN_BUCKET, GCRA, SLIDING_WINDOW, FIXED_WINDOW, SLIDING_LOG, CONCURRENCY = 0, 1, 2, 3, 4, 5
-local floor = math.floor
+local floor, pack, sunpack = math.floor, struct.pack, struct.unpack
+
+-- The script's time, set by set_now first. ttl_pad lengthens every TTL when
+-- a test overrides the time: Redis expires keys by its own clock, not the
+-- test's, and a key kept longer than its state lasts reads as empty anyway.
+local now, now_ms, ttl_pad = 0, 0, 0
+
+local function set_now(override)
+  if override > 0 then
+    now, ttl_pad = override, 60000
+  else
+    local t = redis.call('TIME')
+    now = t[1] * 1000000 + t[2]
+  end
+  now_ms = floor(now / 1000)
+end
 
 local function ceil_div(a, b)
   return floor((a + b - 1) / b)
 end
 
--- ttl_pad lengthens every TTL when a test overrides the time (see now_us):
--- Redis expires keys by its own clock, not by the test's, and a key kept
--- longer than its state lasts reads as empty anyway.
-local ttl_pad = 0
-
--- now_us returns the server's time, or override when a test gives one.
-local function now_us(override)
-  if override > 0 then
-    ttl_pad = 60000
-    return override
+-- store returns how a meter or window (a, b, c) is written: its packed
+-- value and its PX in ms, 0 to keep the key's TTL, or -1 to delete the key
+-- because the state is empty (ttl, the µs until it is, is 0). The key's
+-- expiry, kept in the value as exp (ms), moves only when it would come
+-- before the state is empty, and then min(period, 60 s) later than needed,
+-- so that most writes keep the key's TTL: SET with KEEPTTL costs Redis
+-- about half what SET with PX does.
+local function store(a, b, c, ttl, exp, period)
+  if ttl <= 0 then
+    return false, -1
   end
-  local t = redis.call('TIME')
-  return t[1] * 1000000 + t[2]
-end
-
--- read_items reads n items from buf at pos: algo, cap, rate, period, tick,
--- cost and, with_actual, the actual cost; it adds p as field 6.
-local function read_items(buf, pos, n, with_actual)
-  local items = {}
-  for i = 1, n do
-    local algo, cap, rate, period, tick, cost, actual
-    if with_actual then
-      algo, cap, rate, period, tick, cost, actual, pos = struct.unpack('<i8i8i8i8i8i8i8', buf, pos)
-    else
-      algo, cap, rate, period, tick, cost, pos = struct.unpack('<i8i8i8i8i8i8', buf, pos)
-    end
-    items[i] = {algo, cap, rate, period, tick, period / tick, cost, actual}
+  local need = floor((now + ttl + 999) / 1000)
+  if need <= exp then
+    return pack('<dddd', a, b, c, exp), 0
   end
-  return items
+  local slack = floor(period / 1000)
+  if slack > 60000 then slack = 60000 elseif slack < 1 then slack = 1 end
+  exp = need + slack
+  return pack('<dddd', a, b, c, exp), exp - now_ms + ttl_pad
 end
 
-local function is_string_state(algo)
-  return algo <= FIXED_WINDOW
+-- write writes key as store described it.
+local function write(key, value, px)
+  if px > 0 then
+    redis.call('SET', key, value, 'PX', px)
+  elseif px == 0 then
+    redis.call('SET', key, value, 'KEEPTTL')
+  else
+    redis.call('DEL', key)
+  end
 end
 
-local function pack3(a, b, c)
-  return struct.pack('<i8i8i8', a, b, c)
-end
-
--- ttl_ms converts a µs TTL to the milliseconds of PX, rounding up.
-local function ttl_ms(us)
-  return ceil_div(us, 1000) + ttl_pad
-end
-
--- Meter (TokenBucket, GCRA): see spec.meterAt.
-local function meter_at(it, v, now)
+-- meter reads value v of a token bucket or GCRA at now (see spec.meterAt)
+-- and returns ts, d and the key's expiry.
+local function meter(v, cap, rate, tick, p)
   if not v then
-    return now, 0
+    return now, 0, 0
   end
-  local ts, d, p = struct.unpack('<i8i8i8', v)
+  local ts, d, vp, exp = sunpack('<dddd', v)
   if d == 0 then
-    return now, 0
+    return now, 0, exp
   end
-  local full = it[2] * it[6]
-  if p ~= it[6] then
-    local f = math.ceil(d * it[6] / p)
+  local full = cap * p
+  if vp ~= p then
+    local f = math.ceil(d * p / vp)
     if f >= full then d = full else d = f end
   end
   if d > full then d = full end
   if now > ts then
-    local e = floor((now - ts) / it[5])
+    local e = floor((now - ts) / tick)
     if e > 0 then
-      if e >= ceil_div(d, it[3]) then
-        return now, 0
+      if e >= ceil_div(d, rate) then
+        return now, 0, exp
       end
-      d = d - e * it[3]
-      ts = ts + e * it[5]
+      d = d - e * rate
+      ts = ts + e * tick
     end
   end
-  return ts, d
+  return ts, d, exp
 end
 
-local function meter_reset(it, ts, d, now)
-  if d == 0 then
-    return 0
-  end
-  return ts + ceil_div(d, it[3]) * it[5] - now
-end
-
--- Window (FixedWindow, SlidingWindow): see spec.windowAt.
-local function window_at(it, v, now)
-  local w = floor(now / it[4])
+-- window reads value v of a fixed or sliding window at now (see
+-- spec.windowAt) and returns w, prev, curr, the window's start and the key's
+-- expiry.
+local function window(v, period)
+  local w = floor(now / period)
   if not v then
-    return w, 0, 0, w * it[4]
+    return w, 0, 0, w * period, 0
   end
-  local sw, sprev, scurr = struct.unpack('<i8i8i8', v)
+  local sw, sprev, scurr, exp = sunpack('<dddd', v)
   if sw > w and scurr + sprev > 0 then
     w = sw
   end
@@ -111,91 +115,51 @@ local function window_at(it, v, now)
   elseif sw == w - 1 then
     prev = scurr
   end
-  return w, prev, curr, w * it[4]
+  return w, prev, curr, w * period, exp
 end
 
-local function window_reset(it, prev, curr, start, now)
-  if it[1] == FIXED_WINDOW then
-    if curr > 0 then return start + it[4] - now end
+-- window_reset: see spec.windowReset.
+local function window_reset(algo, prev, curr, start, period)
+  if algo == FIXED_WINDOW then
+    if curr > 0 then return start + period - now end
     return 0
   end
-  if curr > 0 then return start + 2 * it[4] - now end
-  if prev > 0 then return start + it[4] - now end
+  if curr > 0 then return start + 2 * period - now end
+  if prev > 0 then return start + period - now end
   return 0
 end
 
--- evaluate returns allowed (0/1), remaining, retry and reset for cost at now,
--- and what the debit would write: for a meter or window the new packed value
--- and its TTL in µs (0: delete), for marks nothing (debit_marks recomputes).
--- after: describe the state after the debit when it fits.
-local function evaluate(it, v, key, now, cost, after)
-  local algo, cap, p = it[1], it[2], it[6]
-  if algo == TOKEN_BUCKET or algo == GCRA then
-    local ts, d = meter_at(it, v, now)
-    local full = cap * p
-    local ok, retry = 0, 0
-    local nd = d + cost * p
-    if nd <= full then
-      ok = 1
-      if after then d = nd end
-    else
-      retry = ts + ceil_div(d - (cap - cost) * p, it[3]) * it[5] - now
-    end
-    local reset = meter_reset(it, ts, d, now)
-    return ok, floor((full - d) / p), retry, reset, pack3(ts, nd, p), meter_reset(it, ts, nd, now)
+local function member(cost, id)
+  return string.format('%d', cost) .. ':' .. id
+end
+
+-- marks_ttl sets the TTL of a sliding log or concurrency key to when its
+-- last mark stops counting; a key without marks is gone already.
+local function marks_ttl(algo, period, key)
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if #last == 0 then
+    return
   end
-  if algo == FIXED_WINDOW then
-    local w, _, curr, start = window_at(it, v, now)
-    local ok, retry, ncurr = 0, 0, curr + cost
-    if ncurr <= cap then
-      ok = 1
-      if after then curr = ncurr end
-    else
-      retry = start + it[4] - now
-    end
-    return ok, cap - curr, retry, window_reset(it, 0, curr, start, now),
-      pack3(w, 0, ncurr), window_reset(it, 0, ncurr, start, now)
-  end
-  if algo == SLIDING_WINDOW then
-    local w, prev, curr, start = window_at(it, v, now)
-    local e = now - start
-    if e < 0 then e = 0 end
-    e = floor(e / it[5])
-    local full = cap * p
-    local used = curr * p + prev * (p - e)
-    local ok, retry, ncurr = 0, 0, curr + cost
-    if ncurr <= cap and used + cost * p <= full then
-      ok = 1
-      if after then
-        curr = ncurr
-        used = used + cost * p
-      end
-    else
-      local target
-      if ncurr <= cap then
-        target = start + (p - floor((cap - curr - cost) * p / prev)) * it[5]
-      else
-        target = start + it[4] + (p - floor((cap - cost) * p / curr)) * it[5]
-      end
-      retry = target - now
-    end
-    local rem = full - used
-    if rem < 0 then rem = 0 end
-    return ok, floor(rem / p), retry, window_reset(it, prev, curr, start, now),
-      pack3(w, prev, ncurr), window_reset(it, prev, ncurr, start, now)
-  end
-  -- Marks: a sliding log counts marks with ts > now - period and adds one at
-  -- now; a concurrency limit counts marks with ts > now (live leases) and
-  -- adds one expiring at now + period.
-  local lo, lag = now, 0
+  local lag = 0
+  if algo == SLIDING_LOG then lag = period end
+  redis.call('PEXPIRE', key, ceil_div(tonumber(last[2]) + lag - now, 1000) + ttl_pad)
+end
+
+-- marks evaluates cost on a sliding log or concurrency key (see
+-- spec.evaluateMarks) and returns allowed, remaining, retry and reset.
+local function marks(algo, cap, period, key, cost, after)
+  -- A sliding log counts marks with ts > now - period and adds one at now;
+  -- a concurrency limit counts marks with ts > now (live leases) and adds
+  -- one expiring at now + period.
+  local lo, lag, hi = now, 0, now + period
   if algo == SLIDING_LOG then
-    lo, lag = now - it[4], it[4]
+    lo, lag, hi = now - period, period, now
   end
-  local marks = redis.call('ZRANGEBYSCORE', key, '(' .. string.format('%d', lo), '+inf', 'WITHSCORES')
+  local ms = redis.call('ZRANGEBYSCORE', key, '(' .. string.format('%d', lo), '+inf', 'WITHSCORES')
   local sum, newest = 0, 0
-  for i = 1, #marks, 2 do
-    local ts = tonumber(marks[i + 1])
-    sum = sum + tonumber(string.match(marks[i], '^(%d+):'))
+  for i = 1, #ms, 2 do
+    local ts = tonumber(ms[i + 1])
+    sum = sum + tonumber(string.match(ms[i], '^(%d+):'))
     if ts > newest then newest = ts end
   end
   local ok, retry = 0, 0
@@ -203,16 +167,14 @@ local function evaluate(it, v, key, now, cost, after)
     ok = 1
     if after and cost > 0 then
       sum = sum + cost
-      local hi = now
-      if algo == CONCURRENCY then hi = now + it[4] end
       if hi > newest then newest = hi end
     end
   else
     local need, acc = sum + cost - cap, 0
-    for i = 1, #marks, 2 do
-      acc = acc + tonumber(string.match(marks[i], '^(%d+):'))
+    for i = 1, #ms, 2 do
+      acc = acc + tonumber(string.match(ms[i], '^(%d+):'))
       if acc >= need then
-        retry = tonumber(marks[i + 1]) + lag - now
+        retry = tonumber(ms[i + 1]) + lag - now
         break
       end
     end
@@ -220,50 +182,4 @@ local function evaluate(it, v, key, now, cost, after)
   local reset = 0
   if sum > 0 then reset = newest + lag - now end
   return ok, cap - sum, retry, reset
-end
-
-local function member(cost, id)
-  return string.format('%d', cost) .. ':' .. id
-end
-
--- marks_ttl sets the key's TTL to when its last mark stops counting, or
--- leaves the key to go when it has no marks left.
-local function marks_ttl(it, key, now)
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if #last == 0 then
-    return
-  end
-  local lag = 0
-  if it[1] == SLIDING_LOG then lag = it[4] end
-  redis.call('PEXPIRE', key, ttl_ms(tonumber(last[2]) + lag - now))
-end
-
--- debit_marks adds an admitted debit to a sliding log or concurrency key.
-local function debit_marks(it, key, now, cost, id)
-  local lo, hi = now - it[4], now
-  if it[1] == CONCURRENCY then
-    lo, hi = now, now + it[4]
-  end
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', lo)
-  redis.call('ZADD', key, hi, member(cost, id))
-  marks_ttl(it, key, now)
-end
-
--- set_value writes a meter or window value, or deletes the key when its
--- state is empty (ttl 0).
-local function set_value(key, value, ttl)
-  if ttl > 0 then
-    redis.call('SET', key, value, 'PX', ttl_ms(ttl))
-  else
-    redis.call('DEL', key)
-  end
-end
-
--- record_ttl: see spec.recordTTL.
-local function record_ttl(it, now)
-  local start = floor(now / it[4]) * it[4]
-  if it[1] == SLIDING_WINDOW then
-    return start + 2 * it[4] - now
-  end
-  return start + it[4] - now
 end

@@ -85,30 +85,52 @@ type held struct {
 	keys  []memKey
 	idx   []int // shard of each key
 	order []int // the shards, sorted, each once: the locking order
-	kbuf  [5]memKey
-	ibuf  [5]int
-	obuf  [5]int
+}
+
+// heldBufs backs a held for calls of up to four items and a record, on the
+// caller's stack.
+type heldBufs struct {
+	keys       [5]memKey
+	idx, order [5]int
+}
+
+func (b *heldBufs) held() held {
+	return held{keys: b.keys[:], idx: b.idx[:], order: b.order[:]}
 }
 
 // lock locks the shards of the items' keys and, when withRecord is set, of
 // reservation id's record, which comes last in h.keys.
 func (m *Memory) lock(h *held, items []Item, id string, withRecord bool) {
 	h.now = m.now().UnixMicro()
-	h.keys, h.idx, h.order = h.kbuf[:0], h.ibuf[:0], h.obuf[:0]
+	n := len(items)
+	if withRecord {
+		n++
+	}
+	if n <= len(h.keys) {
+		h.keys, h.idx, h.order = h.keys[:n], h.idx[:n], h.order[:n]
+	} else {
+		h.keys, h.idx, h.order = make([]memKey, n), make([]int, n), make([]int, n)
+	}
 	for i := range items {
 		it := &items[i]
-		h.keys = append(h.keys, memKey{name: it.Limit.Name, algo: it.Limit.Algorithm, key: it.Key})
+		h.keys[i] = memKey{name: it.Limit.Name, algo: it.Limit.Algorithm, key: it.Key}
 	}
 	if withRecord {
-		h.keys = append(h.keys, memKey{algo: recordAlgo, key: id})
+		h.keys[n-1] = memKey{algo: recordAlgo, key: id}
 	}
-	for _, k := range h.keys {
-		s := int(maphash.Comparable(m.seed, k) % numShards)
-		h.idx = append(h.idx, s)
-		h.order = append(h.order, s)
+	for i := range h.keys {
+		s := int(maphash.Comparable(m.seed, h.keys[i]) % numShards)
+		h.idx[i], h.order[i] = s, s
 	}
 	slices.Sort(h.order)
-	h.order = slices.Compact(h.order)
+	k := 0
+	for _, s := range h.order {
+		if k == 0 || h.order[k-1] != s {
+			h.order[k] = s
+			k++
+		}
+	}
+	h.order = h.order[:k]
 	for _, s := range h.order {
 		m.shards[s].mu.Lock()
 	}
@@ -200,7 +222,8 @@ func (m *Memory) Debit(ctx context.Context, id string, items []Item) (Result, er
 	for i := range ss {
 		record = record || (ss[i].hasRecord() && items[i].Cost > 0)
 	}
-	var h held
+	var hb heldBufs
+	h := hb.held()
 	m.lock(&h, items, id, record)
 	defer m.unlock(&h)
 	res := Result{Items: make([]ItemState, len(items))}
@@ -226,7 +249,12 @@ func (m *Memory) Debit(ctx context.Context, id string, items []Item) (Result, er
 			}
 		}
 		if record {
-			m.put(&h, len(items), &entry{rec: h.now}, recTTL)
+			e := m.get(&h, len(items))
+			if e == nil {
+				e = new(entry)
+			}
+			e.rec, e.done = h.now, false
+			m.put(&h, len(items), e, recTTL)
 		}
 	}
 	res.decide()
@@ -256,7 +284,8 @@ func (m *Memory) settle(id string, items []Item, actual []int64) error {
 	if err != nil {
 		return err
 	}
-	var h held
+	var hb heldBufs
+	h := hb.held()
 	m.lock(&h, items, id, true)
 	defer m.unlock(&h)
 	r := len(items)
@@ -282,7 +311,11 @@ func (m *Memory) settle(id string, items []Item, actual []int64) error {
 		}
 		m.put(&h, i, e, ss[i].settle(&e.state, h.now, items[i].Cost, a, debited, id))
 	}
-	m.put(&h, r, &entry{done: true}, m.settleTTL)
+	if rec == nil {
+		rec = new(entry)
+	}
+	rec.done = true
+	m.put(&h, r, rec, m.settleTTL)
 	return nil
 }
 
@@ -296,7 +329,8 @@ func (m *Memory) Peek(ctx context.Context, items []Item) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	var h held
+	var hb heldBufs
+	h := hb.held()
 	m.lock(&h, items, "", false)
 	defer m.unlock(&h)
 	res := Result{Items: make([]ItemState, len(items))}
@@ -313,7 +347,8 @@ func (m *Memory) Reset(ctx context.Context, items []Item) error {
 	if _, err := specs(items, sbuf[:0], false); err != nil {
 		return err
 	}
-	var h held
+	var hb heldBufs
+	h := hb.held()
 	m.lock(&h, items, "", false)
 	defer m.unlock(&h)
 	for i := range items {

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -191,30 +192,52 @@ type group struct {
 }
 
 // groups splits items into the groups of the Cluster protocol, in tag order,
-// or returns them as one group when the store is not sharded.
+// or returns them as one group when the store is not sharded. Within a
+// group, meters and windows come first, as the scripts want them.
 func (r *Redis) groups(items []Item) []group {
 	if !r.sharded {
-		g := group{idx: make([]int, len(items)), keys: make([]string, len(items), len(items)+1)}
-		for i := range items {
-			g.idx[i], g.keys[i] = i, r.key(&items[i])
+		g := group{idx: make([]int, 0, len(items)), keys: make([]string, 0, len(items)+1)}
+		for pass := range 2 {
+			for i := range items {
+				if stringState(items[i].Limit.Algorithm) == (pass == 0) {
+					g.idx, g.keys = append(g.idx, i), append(g.keys, r.key(&items[i]))
+				}
+			}
 		}
 		g.tag = hashTag(g.keys[0])
 		return []group{g}
 	}
 	var gs []group
-	for i := range items {
-		k := r.key(&items[i])
-		t := hashTag(k)
-		j := slices.IndexFunc(gs, func(g group) bool { return g.tag == t })
-		if j < 0 {
-			gs = append(gs, group{tag: t})
-			j = len(gs) - 1
+	for pass := range 2 {
+		for i := range items {
+			if stringState(items[i].Limit.Algorithm) != (pass == 0) {
+				continue
+			}
+			k := r.key(&items[i])
+			t := hashTag(k)
+			j := slices.IndexFunc(gs, func(g group) bool { return g.tag == t })
+			if j < 0 {
+				gs = append(gs, group{tag: t})
+				j = len(gs) - 1
+			}
+			gs[j].idx = append(gs[j].idx, i)
+			gs[j].keys = append(gs[j].keys, k)
 		}
-		gs[j].idx = append(gs[j].idx, i)
-		gs[j].keys = append(gs[j].keys, k)
 	}
 	slices.SortFunc(gs, func(a, b group) int { return cmp.Compare(a.tag, b.tag) })
 	return gs
+}
+
+// strings returns how many of the group's items, its first ones, are
+// meters or windows.
+func (g *group) strings(items []Item) int {
+	n := 0
+	for _, i := range g.idx {
+		if stringState(items[i].Limit.Algorithm) {
+			n++
+		}
+	}
+	return n
 }
 
 const (
@@ -222,27 +245,40 @@ const (
 	modeDebit = 1
 )
 
-// header is the first three int64 of a script's packed argument.
-func (r *Redis) header(buf []byte, n int, third int64) []byte {
+// header is the first four int64 of a script's packed argument: the number
+// of items, the time override, a word for the script, and how many of the
+// items (the first ones) are meters or windows.
+func (r *Redis) header(buf []byte, n int, word int64, ns int) []byte {
 	var now int64
 	if r.now != nil {
 		now = r.now().UnixMicro()
 	}
-	buf = binary.LittleEndian.AppendUint64(buf, uint64(n))
-	buf = binary.LittleEndian.AppendUint64(buf, uint64(now))
-	return binary.LittleEndian.AppendUint64(buf, uint64(third))
+	buf = appendNumber(buf, int64(n))
+	buf = appendNumber(buf, now)
+	buf = appendNumber(buf, word)
+	return appendNumber(buf, int64(ns))
 }
+
+// appendNumber appends v as the scripts read numbers: a little-endian
+// IEEE 754 double, exact for the integers below 2^53 that Validate allows.
+func appendNumber(buf []byte, v int64) []byte {
+	return binary.LittleEndian.AppendUint64(buf, math.Float64bits(float64(v)))
+}
+
+// stringState reports whether the algorithm keeps a string value (a meter
+// or a window) rather than a sorted set.
+func stringState(a Algorithm) bool { return a <= FixedWindow }
 
 func appendItem(buf []byte, s *spec, cost int64) []byte {
 	for _, v := range [...]int64{int64(s.algo), s.cap, s.rate, s.period, s.tick, cost} {
-		buf = binary.LittleEndian.AppendUint64(buf, uint64(v))
+		buf = appendNumber(buf, v)
 	}
 	return buf
 }
 
 // evalGroup debits (mode 1) or peeks (mode 0) one group, filling out.
 func (r *Redis) evalGroup(ctx context.Context, id string, items []Item, ss []spec, g *group, mode int64, out []ItemState) (bool, error) {
-	buf := r.header(make([]byte, 0, 24+48*len(g.idx)), len(g.idx), mode)
+	buf := r.header(make([]byte, 0, 32+48*len(g.idx)), len(g.idx), mode, g.strings(items))
 	keys := g.keys
 	record := false
 	for _, i := range g.idx {
@@ -383,10 +419,10 @@ func (r *Redis) settle(ctx context.Context, id string, items []Item, actual []in
 
 // settleGroup settles one group; nil actual cancels.
 func (r *Redis) settleGroup(ctx context.Context, id string, items []Item, ss []spec, g *group, actual []int64) error {
-	buf := r.header(make([]byte, 0, 24+56*len(g.idx)), len(g.idx), r.settleTTL)
+	buf := r.header(make([]byte, 0, 32+56*len(g.idx)), len(g.idx), r.settleTTL, g.strings(items))
 	for _, i := range g.idx {
 		buf = appendItem(buf, &ss[i], items[i].Cost)
-		buf = binary.LittleEndian.AppendUint64(buf, uint64(actualCost(items, ss, actual, i)))
+		buf = appendNumber(buf, actualCost(items, ss, actual, i))
 	}
 	keys := append(g.keys[:len(g.keys):len(g.keys)], r.recordKey(g.tag, id))
 	_, err := r.run(ctx, settleScript, keys, buf, id)

@@ -1,0 +1,177 @@
+package weighted
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/costgate/costgate/internal/redistest"
+)
+
+// The Redis benchmarks run 64 parallel clients (b.SetParallelism) against
+// one local redis-server, each client on its own key, and report
+// decisions/s and the server's CPU per script call (usec_per_call of
+// EVALSHA in INFO commandstats). Compare them within one run: the ratio to
+// BenchmarkRedisRateBaseline is what holds on a shared machine.
+
+const benchClients = 64
+
+// benchLimit is the limit of each algorithm in the benchmarks: generous
+// enough that most debits are admitted at the rates one local Redis
+// reaches, short enough that a sliding log holds tens of entries per key
+// and leases expire.
+func benchLimit(a Algorithm, i int) Limit {
+	l := Limit{Name: fmt.Sprintf("l%d", i), Algorithm: a, Rate: 100_000, Period: time.Second}
+	switch a {
+	case SlidingLog:
+		l.Rate, l.Period = 100, 100*time.Millisecond
+	case Concurrency:
+		l.Rate, l.Period = 1000, 50*time.Millisecond
+	}
+	return l
+}
+
+func benchRedis(b *testing.B) *redis.Client {
+	b.Helper()
+	opt, err := redis.ParseURL(redistest.New(b).URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	opt.PoolSize = 2 * benchClients
+	c := redis.NewClient(opt)
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+// redisCPU resets the server's command statistics and returns a function
+// that reports the server's µs per call of cmd since then.
+func redisCPU(b *testing.B, c *redis.Client, cmd string) func() {
+	b.Helper()
+	ctx := context.Background()
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			// cmdstat_evalsha:calls=10,usec=52,usec_per_call=5.20,...
+			if !strings.HasPrefix(line, "cmdstat_"+cmd+":") {
+				continue
+			}
+			for _, f := range strings.Split(strings.TrimSpace(line[len(cmd)+9:]), ",") {
+				if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
+					x, _ := strconv.ParseFloat(v, 64)
+					b.ReportMetric(x, "redis-µs/call")
+				}
+			}
+		}
+	}
+}
+
+func reportRate(b *testing.B) {
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+}
+
+// BenchmarkRedisDebit debits one or three limits of each algorithm per call,
+// the three sharing a hash tag.
+func BenchmarkRedisDebit(b *testing.B) {
+	c := benchRedis(b)
+	for a := Algorithm(0); a < numAlgorithms; a++ {
+		for _, n := range []int{1, 3} {
+			b.Run(fmt.Sprintf("%s/%dkeys", a, n), func(b *testing.B) {
+				r := NewRedis(c, RedisConfig{})
+				var client atomic.Int64
+				done := redisCPU(b, c, "evalsha")
+				b.SetParallelism(benchClients / runtime.GOMAXPROCS(0))
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					ctx := context.Background()
+					key := "{tenant-" + strconv.FormatInt(client.Add(1), 10) + "}"
+					items := make([]Item, n)
+					for i := range items {
+						items[i] = Item{Limit: benchLimit(a, i), Key: key, Cost: 1}
+					}
+					id := 0
+					for pb.Next() {
+						id++
+						if _, err := r.Debit(ctx, key+strconv.Itoa(id), items); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				b.StopTimer()
+				done()
+				reportRate(b)
+			})
+		}
+	}
+}
+
+// BenchmarkRedisRateBaseline is go-redis/redis_rate v10's AllowN under the
+// same clients, keys and limit as BenchmarkRedisDebit's token bucket.
+func BenchmarkRedisRateBaseline(b *testing.B) {
+	c := benchRedis(b)
+	limiter := redis_rate.NewLimiter(c)
+	limit := redis_rate.Limit{Rate: 100_000, Burst: 100_000, Period: time.Second}
+	var client atomic.Int64
+	done := redisCPU(b, c, "evalsha")
+	b.SetParallelism(benchClients / runtime.GOMAXPROCS(0))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		key := "{tenant-" + strconv.FormatInt(client.Add(1), 10) + "}"
+		for pb.Next() {
+			if _, err := limiter.AllowN(ctx, key, limit, 1); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	done()
+	reportRate(b)
+}
+
+// BenchmarkMemoryDebit debits one limit per call on the in-memory store,
+// each parallel goroutine on its own key.
+func BenchmarkMemoryDebit(b *testing.B) {
+	for a := Algorithm(0); a < numAlgorithms; a++ {
+		b.Run(a.String(), func(b *testing.B) {
+			m := NewMemory(MemoryConfig{})
+			var client atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				key := "tenant-" + strconv.FormatInt(client.Add(1), 10)
+				items := []Item{{Limit: benchLimit(a, 0), Key: key, Cost: 1}}
+				var ids [1024]string
+				for i := range ids {
+					ids[i] = "r" + strconv.Itoa(i)
+				}
+				id := 0
+				for pb.Next() {
+					id++
+					if _, err := m.Debit(ctx, ids[id%len(ids)], items); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
