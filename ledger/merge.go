@@ -39,8 +39,10 @@ type spendKey struct {
 type storeTx interface {
 	// load returns the stored entries among ids.
 	load(ctx context.Context, ids []string) (map[string]*Entry, error)
-	// write upserts rows (all columns) and adds deltas to the spend roll-up.
-	write(ctx context.Context, node string, rows []*Entry, deltas map[spendKey]int64) error
+	// write inserts the rows that load did not find, updates those it found
+	// (every column but the key and those a settlement never changes), and
+	// adds deltas to the spend roll-up.
+	write(ctx context.Context, node string, inserts, updates []*Entry, deltas map[spendKey]int64) error
 	// recover finalizes at their estimate the node's entries that are
 	// reserved and created at or after the node's open-since mark.
 	recover(ctx context.Context, node string, at time.Time) (int64, error)
@@ -164,6 +166,10 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 	if err != nil {
 		return err
 	}
+	stored := make(map[string]bool, len(rows))
+	for id := range rows {
+		stored[id] = true
+	}
 	var dirty []string
 	isDirty := make(map[string]bool)
 	deltas := make(map[spendKey]int64)
@@ -201,16 +207,20 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 	if len(dirty) == 0 {
 		return nil
 	}
-	changed := make([]*Entry, len(dirty))
-	for i, id := range dirty {
-		changed[i] = rows[id]
+	var inserts, updates []*Entry
+	for _, id := range dirty {
+		if stored[id] {
+			updates = append(updates, rows[id])
+		} else {
+			inserts = append(inserts, rows[id])
+		}
 	}
 	for k, v := range deltas {
 		if v == 0 {
 			delete(deltas, k)
 		}
 	}
-	return tx.write(ctx, node, changed, deltas)
+	return tx.write(ctx, node, inserts, updates, deltas)
 }
 
 // merge applies r to the current row cur (nil when there is none). It returns

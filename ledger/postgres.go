@@ -8,6 +8,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -176,57 +177,91 @@ func (t *pgTx) load(ctx context.Context, ids []string) (map[string]*Entry, error
 	return out, nil
 }
 
-// pgUpsert writes a batch of rows from one array per column.
-var pgUpsert = func() string {
-	var params, set []string
-	for i, c := range entryColumns {
-		typ := "text[]"
-		switch {
-		case c == "created_at" || c == "settled_at":
-			typ = "timestamptz[]"
-		case i >= 13:
-			typ = "int8[]"
-		}
-		params = append(params, fmt.Sprintf("$%d::%s", i+1, typ))
-		if i > 0 {
-			set = append(set, c+" = excluded."+c)
-		}
+// updateColumns are the columns a settlement may change.
+var updateColumns = []string{
+	"route", "upstream", "model", "region", "decision", "policy", "friction", "status", "http_status",
+	"act_input", "act_cached_input", "act_cache_write", "act_output", "act_reasoning", "act_units",
+	"actual_cost", "cost", "settled_at",
+}
+
+// pgUpdate updates a batch of rows from one array per column of
+// request_id and updateColumns. As no indexed column changes, PostgreSQL
+// can make it a heap-only update.
+var pgUpdate = func() string {
+	params := []string{"$1::text[]"}
+	var set []string
+	for i, c := range updateColumns {
+		params = append(params, fmt.Sprintf("$%d::%s[]", i+2, pgType(c)))
+		set = append(set, c+" = u."+c)
 	}
-	return "INSERT INTO ledger_entries (" + strings.Join(entryColumns, ", ") + ") SELECT * FROM unnest(" +
-		strings.Join(params, ", ") + ") ON CONFLICT (request_id) DO UPDATE SET " + strings.Join(set, ", ")
+	return "UPDATE ledger_entries AS e SET " + strings.Join(set, ", ") + " FROM unnest(" + strings.Join(params, ", ") +
+		") AS u(request_id, " + strings.Join(updateColumns, ", ") + ") WHERE e.request_id = u.request_id"
 }()
 
-func (t *pgTx) write(ctx context.Context, node string, rows []*Entry, deltas map[spendKey]int64) error {
-	// One array per column; entryArgs gives each row's values in column
-	// order, with times as pgtype.Timestamptz.
-	texts := make([][]string, 13)
-	ints := make([][]int64, len(entryColumns)-13-2)
-	times := make([][]pgtype.Timestamptz, 2)
+// pgType is the SQL type of an entries column.
+func pgType(column string) string {
+	i := slices.Index(entryColumns, column)
+	switch {
+	case column == "created_at" || column == "settled_at":
+		return "timestamptz"
+	case i >= slices.Index(entryColumns, "http_status"):
+		return "int8"
+	}
+	return "text"
+}
+
+// columnArrays returns, for each of columns, the array of its values over
+// rows, typed for pgx to send in binary.
+func columnArrays(node string, rows []*Entry, columns []string) []any {
+	idx := make([]int, len(columns))
+	arrays := make([]any, len(columns))
+	for j, c := range columns {
+		idx[j] = slices.Index(entryColumns, c)
+		switch pgType(c) {
+		case "text":
+			arrays[j] = make([]string, 0, len(rows))
+		case "int8":
+			arrays[j] = make([]int64, 0, len(rows))
+		default:
+			arrays[j] = make([]pgtype.Timestamptz, 0, len(rows))
+		}
+	}
 	for _, e := range rows {
-		for i, v := range entryArgs(node, e, pgTime) {
-			switch {
-			case i < 13:
-				texts[i] = append(texts[i], v.(string))
-			case i < len(entryColumns)-2:
-				ints[i-13] = append(ints[i-13], v.(int64))
-			default:
-				j := i - (len(entryColumns) - 2)
-				times[j] = append(times[j], v.(pgtype.Timestamptz))
+		vals := entryArgs(node, e, pgTime)
+		for j, i := range idx {
+			switch a := arrays[j].(type) {
+			case []string:
+				arrays[j] = append(a, vals[i].(string))
+			case []int64:
+				arrays[j] = append(a, vals[i].(int64))
+			case []pgtype.Timestamptz:
+				arrays[j] = append(a, vals[i].(pgtype.Timestamptz))
 			}
 		}
 	}
-	args := make([]any, 0, len(entryColumns))
-	for _, c := range texts {
-		args = append(args, c)
+	return arrays
+}
+
+func (t *pgTx) write(ctx context.Context, node string, inserts, updates []*Entry, deltas map[spendKey]int64) error {
+	// New rows go in with COPY: they were not there when loaded, and the
+	// advisory lock keeps any other batch from adding them since.
+	if len(inserts) > 0 {
+		if _, err := t.tx.CopyFrom(ctx, pgx.Identifier{"ledger_entries"}, entryColumns,
+			pgx.CopyFromSlice(len(inserts), func(i int) ([]any, error) {
+				return entryArgs(node, inserts[i], pgTime), nil
+			})); err != nil {
+			return fmt.Errorf("ledger: postgres copy: %w", err)
+		}
 	}
-	for _, c := range ints {
-		args = append(args, c)
-	}
-	for _, c := range times {
-		args = append(args, c)
-	}
-	if _, err := t.tx.Exec(ctx, pgUpsert, args...); err != nil {
-		return fmt.Errorf("ledger: postgres upsert: %w", err)
+	if len(updates) > 0 {
+		args := columnArrays(node, updates, append([]string{"request_id"}, updateColumns...))
+		tag, err := t.tx.Exec(ctx, pgUpdate, args...)
+		if err != nil {
+			return fmt.Errorf("ledger: postgres update: %w", err)
+		}
+		if tag.RowsAffected() != int64(len(updates)) {
+			return fmt.Errorf("ledger: postgres update: %d of %d rows found", tag.RowsAffected(), len(updates))
+		}
 	}
 	if len(deltas) == 0 {
 		return nil

@@ -157,7 +157,8 @@ func sqliteEntries(rows *sql.Rows) ([]Entry, error) {
 	return es, nil
 }
 
-func (t *sqliteTx) write(ctx context.Context, node string, rows []*Entry, deltas map[spendKey]int64) error {
+func (t *sqliteTx) write(ctx context.Context, node string, inserts, updates []*Entry, deltas map[spendKey]int64) error {
+	rows := append(inserts[:len(inserts):len(inserts)], updates...)
 	st, err := t.tx.PrepareContext(ctx, sqliteUpsert)
 	if err != nil {
 		return fmt.Errorf("ledger: sqlite: %w", err)
