@@ -284,6 +284,30 @@ func TestBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("many tenants and keys", func(t *testing.T) {
+		srv := httptest.NewServer(mount(Handler(func() string { return testToken }, func(context.Context) (Data, error) {
+			d := sampleData(sampleNow)
+			for i := range 9 {
+				d.Spend = append(d.Spend, TenantSeries{Tenant: fmt.Sprintf("tenant-%02d", i), Points: []Point{{T: sampleNow, NanoUSD: int64(i+1) * 1_000}}})
+			}
+			for i := range 30 {
+				d.TopThrottled = append(d.TopThrottled, Throttled{Key: fmt.Sprintf("tenant:acme|user:u%02d", i), Limit: "pro-requests", Tenant: "acme", Count: int64(i + 1)})
+			}
+			return d, nil
+		})))
+		defer srv.Close()
+		ctx := tab(t, bctx)
+		do(t, ctx, "load", chromedp.Navigate(srv.URL+"/admin/#token="+testToken), chromedp.WaitReady(loaded))
+		p := readDOM(t, ctx)
+		// Six tenants drawn by name, the other six summed; 20 keys and a note.
+		if len(p.Spend) != 7 || p.Paths != 7 || p.Spend[6][0] != "6 other tenants" || p.Spend[0][0] != "globex" {
+			t.Errorf("spend rows %v with %d lines, want the 6 biggest and \"6 other tenants\"", p.Spend, p.Paths)
+		}
+		if len(p.Throttled) != 21 || p.Throttled[20][0] != "… and 14 more not shown" || !hasRow(p.Throttled[:1], "1", topKey) {
+			t.Errorf("throttled rows: %d, last %v; want 20 and a note of 14 more", len(p.Throttled), p.Throttled[len(p.Throttled)-1])
+		}
+	})
+
 	t.Run("login form", func(t *testing.T) {
 		srv := httptest.NewServer(mount(Handler(func() string { return testToken }, func(context.Context) (Data, error) {
 			return sampleData(sampleNow), nil

@@ -329,3 +329,22 @@ func TestFormatUSDReference(t *testing.T) {
 		}
 	}
 }
+
+// FuzzAuthorization checks the bearer parsing on any header: it never
+// panics, and it accepts a header only if it is the Bearer scheme (in any
+// case) followed by exactly the token, give or take surrounding spaces.
+func FuzzAuthorization(f *testing.F) {
+	for _, s := range []string{"Bearer " + testToken, "bearer " + testToken, "Bearer", "Bearer ", "Basic x", "", " Bearer " + testToken, "Bearer  " + testToken + " ", "Bearer \x00"} {
+		f.Add(s)
+	}
+	h := &handler{token: func() string { return testToken }, src: func(context.Context) (Data, error) { return Data{}, nil }}
+	f.Fuzz(func(t *testing.T, header string) {
+		req := httptest.NewRequest(http.MethodGet, "/data.json", nil)
+		req.Header.Set("Authorization", header)
+		got := h.authorized(req)
+		want := len(header) >= 7 && strings.EqualFold(header[:7], "Bearer ") && strings.TrimSpace(header[7:]) == testToken
+		if got != want {
+			t.Fatalf("authorized(%q) = %v, want %v", header, got, want)
+		}
+	})
+}

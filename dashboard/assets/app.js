@@ -19,6 +19,7 @@
   const WINDOW_MIN = 60;
   const MAX_SERIES = 7; // tenants drawn as their own line; the rest are summed
   const SHADOW_HIGH = 0.10; // a shadow share from which a row is highlighted
+  const MAX_ROWS = 20; // rows shown in the throttled and shadow tables
   // The SVG namespace, taken from the HTML parser so that no asset has to
   // spell out a URL.
   const SVGNS = new DOMParser().parseFromString('<svg></svg>', 'text/html').querySelector('svg').namespaceURI;
@@ -138,10 +139,18 @@
     return td;
   }
 
-  function fillTable(id, rows) {
+  // fillTable puts rows into the table's body, at most `limit` of them and
+  // then a row that says how many more there are.
+  function fillTable(id, rows, limit) {
     const table = $(id);
-    table.tBodies[0].replaceChildren(...rows);
     table.hidden = rows.length === 0;
+    if (limit && rows.length > limit) {
+      const more = rows.length - limit;
+      const td = el('td', { class: 'more', text: `… and ${count(more)} more not shown` });
+      td.colSpan = table.tHead.rows[0].cells.length;
+      rows = rows.slice(0, limit).concat(el('tr', {}, td));
+    }
+    table.tBodies[0].replaceChildren(...rows);
   }
 
   function swatch(colour) {
@@ -458,7 +467,7 @@
         el('th', { scope: 'row', class: 'key' }, keyText(String(k.key || ''))),
         nameCell('td', k.limit, 18), nameCell('td', k.tenant, 14),
         el('td', { class: 'num' }, meter(max ? n / max : 0, 'hard', count(n))));
-    }));
+    }), MAX_ROWS);
   }
 
   // ---- shadow ----
@@ -484,7 +493,7 @@
         el('td', { class: 'share' }, meter(s.share || 0, high ? 'hard' : 'shadow', percent(s.share)),
           high ? el('span', { class: 'visually-hidden', text: ' (high)' }) : null));
       return tr;
-    }));
+    }), MAX_ROWS);
   }
 
   // ---- loading ----
