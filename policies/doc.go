@@ -64,7 +64,28 @@
 //   - shadow decisions that are not allow are listed in Decision.Shadow in
 //     policy id order, with what they would have done.
 //
-// A policy that fails to evaluate makes Decide return an error: an outage of
-// the policy engine is reported as an error, never as a refusal, and the
-// caller chooses to fail open or closed.
+// An enforced policy that fails to evaluate makes Decide return an error:
+// an outage of the policy engine is reported as an error, never as a
+// refusal, and the caller chooses to fail open or closed. A shadow policy
+// that fails is recorded in Decision.Shadow with its error.
+//
+// # Loading, reloading, testing
+//
+// Load (or LoadDir) parses every .rego file, compiles and type-checks the
+// policies, prepares each decision rule once, compiles the fast path (below)
+// and runs the Rego tests; a Set is immutable. An Engine holds the active
+// Set atomically: Reload, ReloadDir and Watch (fsnotify) swap in a new Set
+// only when it loads completely, and keep the last good one otherwise.
+// Check and Test back `costgate policy check` and `costgate policy test`.
+//
+// # Performance
+//
+// Rules are compiled at load time into a small program over the Go Input
+// (see fast.go), which decides the example policies in a few microseconds
+// and about 20 allocations, against 100 to 250 µs and 900 to 2000
+// allocations for rego.Eval. It covers the Rego that costgate policies are
+// made of; a policy using anything else runs on OPA's evaluator
+// (PolicyInfo.Fast and Slow say which and why), and any input the program
+// cannot decide exactly as OPA does is handed to OPA's evaluator. The
+// decision is always the one the Rego source says.
 package policies

@@ -196,3 +196,21 @@ func TestEnforcedPolicyErrorIsAnError(t *testing.T) {
 		t.Fatalf("Decide = %v, want an error naming policy a and the missing status", err)
 	}
 }
+
+func TestLibraryPackages(t *testing.T) {
+	s := mustLoad(t, mapFS(map[string]string{
+		"lib/plans.rego": "package costgate.lib.plans\n\nquota := {\"free\": 10, \"pro\": 100}\n\nover(plan, n) if n > quota[plan]\n",
+		"p.rego":         "package costgate.policies.p\n\nimport data.costgate.lib.plans\n\ndecision := {\"outcome\": \"hard\", \"status\": 429, \"reason\": \"quota\"} if plans.over(input.caller.plan, input.request.page)\n",
+	}))
+	if ps := s.Policies(); len(ps) != 1 || ps[0].ID != "p" || !ps[0].Fast {
+		t.Fatalf("policies = %+v, want p alone, on the fast path", ps)
+	}
+	in := baseInput()
+	for page, want := range map[int64]Outcome{10: Allow, 11: Hard} {
+		in.Request.Page = page
+		d, err := s.Decide(context.Background(), in)
+		if err != nil || d.Outcome != want {
+			t.Fatalf("page %d: Decide = %+v, %v; want %s", page, d, err, want)
+		}
+	}
+}
