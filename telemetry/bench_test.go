@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // BenchmarkRequest measures the instrumentation of one request as the proxy
@@ -161,6 +162,50 @@ func benchRequestSDK(b *testing.B) {
 			tokens.Add(ctx, 512, tn.in...)
 			tokens.Add(ctx, 128, tn.out...)
 			spend.Add(ctx, 1234, tn.spend...)
+		}
+	})
+}
+
+// BenchmarkSpans measures the tracing the proxy adds per request (a request
+// span and a child per stage, seven, with Decision's attributes) with no
+// exporter configured (the no-op tracer, the default) and with an exporter
+// (every span sampled, or 1% of requests sampled, and batched to an exporter
+// that drops them).
+func BenchmarkSpans(b *testing.B) {
+	b.Run("noop", func(b *testing.B) { benchSpans(b, Config{}) })
+	b.Run("exported", func(b *testing.B) { benchSpans(b, Config{SpanExporter: discardSpans{}}) })
+	b.Run("exported-1pct", func(b *testing.B) {
+		b.Setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+		b.Setenv("OTEL_TRACES_SAMPLER_ARG", "0.01")
+		benchSpans(b, Config{SpanExporter: discardSpans{}})
+	})
+}
+
+type discardSpans struct{}
+
+func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardSpans) Shutdown(context.Context) error                             { return nil }
+
+func benchSpans(b *testing.B, cfg Config) {
+	tm, err := New(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tm.Shutdown(context.Background())
+	stages := []string{StageIdentify, StageEstimate, StageDebit, StagePolicy, StageLedger, StageUpstream, StageSettle}
+	tr := tm.Tracer()
+	d := Decision{Tenant: "acme", Route: "chat", Model: "gpt-4o-mini", Policy: "plans", Outcome: "allow", Status: 200}
+	b.ReportAllocs()
+	defer reportCPU(b)()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			ctx, span := tr.Start(context.Background(), "request")
+			for _, s := range stages {
+				_, child := tr.Start(ctx, s)
+				child.End()
+			}
+			tm.Decision(ctx, d)
+			span.End()
 		}
 	})
 }

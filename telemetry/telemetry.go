@@ -22,7 +22,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Config holds the knobs of a Telemetry. The zero value is usable: every
@@ -235,7 +234,7 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 		t.tracers = sdktrace.NewTracerProvider(append(topts, sdktrace.WithResource(res))...)
 		t.tracer = t.tracers.Tracer(scope)
 	} else {
-		t.tracer = noop.NewTracerProvider().Tracer(scope)
+		t.tracer = newQuietTracer()
 	}
 
 	if err := t.gauges(); err != nil {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
@@ -363,10 +365,35 @@ func (keepSpans) Shutdown(context.Context) error { return nil }
 
 func TestNoExporterTracerIsNoop(t *testing.T) {
 	tm := newTelemetry(t, Config{})
-	_, span := tm.Tracer().Start(context.Background(), "request")
-	defer span.End()
-	if span.IsRecording() {
-		t.Error("span records with no exporter configured")
+	tr := tm.Tracer()
+
+	ctx := context.Background()
+	got, span := tr.Start(ctx, "request")
+	if span.IsRecording() || span.SpanContext().IsValid() || got != ctx {
+		t.Errorf("no parent: span recording=%v valid=%v, context replaced=%v", span.IsRecording(), span.SpanContext().IsValid(), got != ctx)
+	}
+
+	// The client's traceparent carries through to the children, as with the
+	// no-op tracer, so the proxy can still propagate it upstream.
+	carrier := propagation.MapCarrier{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+	remote := tm.Propagator().Extract(context.Background(), carrier)
+	child, span := tr.Start(remote, "debit")
+	if span.IsRecording() || span.SpanContext().TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("remote parent: span %v recording=%v", span.SpanContext(), span.IsRecording())
+	}
+	out := propagation.MapCarrier{}
+	tm.Propagator().Inject(child, out)
+	if out["traceparent"] != carrier["traceparent"] {
+		t.Errorf("injected traceparent %q, want %q", out["traceparent"], carrier["traceparent"])
+	}
+
+	// A recording span of another provider is not continued.
+	other := sdktrace.NewTracerProvider()
+	defer other.Shutdown(context.Background())
+	octx, ospan := other.Tracer("other").Start(context.Background(), "outer")
+	defer ospan.End()
+	if _, span := tr.Start(octx, "inner"); span.IsRecording() {
+		t.Error("span under another provider's recording span records")
 	}
 }
 
