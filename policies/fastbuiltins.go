@@ -96,6 +96,34 @@ var builtins = map[string]builtin{
 		}
 		return undef, false // partial sets may hold duplicates until deduplicated
 	},
+	"abs": func(_ *machine, a []value) (value, bool) {
+		if a[0].k != kInt || a[0].n == math.MinInt64 {
+			return undef, false
+		}
+		return intVal(abs64(a[0].n)), true
+	},
+	"lower": strFunc(strings.ToLower),
+	"upper": strFunc(strings.ToUpper),
+	"trim_space": strFunc(strings.TrimSpace),
+	"object.get": func(m *machine, a []value) (value, bool) {
+		obj, key, dflt := a[0], a[1], a[2]
+		switch obj.k {
+		case kLimit, kSpend, kObj:
+		case kConst:
+			if c := obj.constV(); c.isArray || c.isSet {
+				return undef, false
+			}
+		default:
+			return undef, false // not an object: OPA reports a type error
+		}
+		if !key.scalar() {
+			return undef, false // a path, or a composite key
+		}
+		if v := m.get(obj, key); v.k != kUndef {
+			return v, true
+		}
+		return dflt, true
+	},
 	"sprintf": nil, // compiled specially: its second argument is an array
 }
 
@@ -144,6 +172,15 @@ func cmpTest(f func(int) bool) test {
 	return func(_ *machine, a []value) (bool, bool) {
 		c, ok := compare(a[0], a[1])
 		return ok && f(c), ok
+	}
+}
+
+func strFunc(f func(string) string) builtin {
+	return func(_ *machine, a []value) (value, bool) {
+		if a[0].k != kStr {
+			return undef, false
+		}
+		return strVal(f(a[0].s)), true
 	}
 }
 

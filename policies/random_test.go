@@ -6,7 +6,7 @@ import (
 
 var (
 	randPlans   = []string{"free", "pro", "enterprise", "gold", ""}
-	randModels  = []string{"gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-4.1-nano", "gpt-4.1-mini", "o3", "claude-sonnet-4-5", "claude-3-5-haiku-20241022", "claude-opus-4-1", ""}
+	randModels  = []string{"gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-4.1-nano", "gpt-4.1-mini", "o3", "claude-sonnet-4-5", "claude-3-5-haiku-20241022", "claude-opus-4-1", "GPT-4O", " o3 ", "Gpt-4.1 ", ""}
 	randRoutes  = []string{"chat", "search", "embeddings", "web"}
 	randUps     = []string{"openai", "anthropic", "search", "brave"}
 	randScopes  = []string{"tenant", "user", "key"}
