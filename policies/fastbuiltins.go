@@ -102,8 +102,8 @@ var builtins = map[string]builtin{
 		}
 		return intVal(abs64(a[0].n)), true
 	},
-	"lower": strFunc(strings.ToLower),
-	"upper": strFunc(strings.ToUpper),
+	"lower":      strFunc(strings.ToLower),
+	"upper":      strFunc(strings.ToUpper),
 	"trim_space": strFunc(strings.TrimSpace),
 	"object.get": func(m *machine, a []value) (value, bool) {
 		obj, key, dflt := a[0], a[1], a[2]
