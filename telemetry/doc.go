@@ -50,7 +50,9 @@
 // standard go_* and process_* collectors and target_info with the resource
 // (service.name is Config.ServiceName unless OTEL_SERVICE_NAME is set).
 //
-// Outcomes are "allow", "soft" (served with friction) and "hard" (refused);
+// Outcomes are "allow", "soft" (served with friction) and "hard" (refused;
+// costgate.decisions.blocked and the top-throttled keys leave out hard
+// decisions answered 503, which are store outages, not throttling);
 // stages are identify, estimate, debit, policy, ledger, upstream, settle and
 // total; store ops are debit, settle, cancel and peek. Unknown values of
 // these closed sets are recorded as "other", an empty label value as "none".

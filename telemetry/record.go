@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"time"
 
@@ -21,7 +22,7 @@ type Decision struct {
 	Limit     string // the deciding (most constraining) limit, "" when none
 	Dimension string // the limit's key dimension that fired (tenant, user, ip, ...)
 	Outcome   string // "allow", "soft" (friction) or "hard" (refused)
-	Status    int    // HTTP status answered: 200, 429, 402, 403, 503, ...
+	Status    int    // HTTP status answered: 200, 429, 402, 403, 503 (fail-closed store outage), ...
 	Key       string // the limit key that throttled, for TopThrottled (cut at MaxKeyLen bytes); never a metric label
 	// Shadow marks the verdict of a shadow-mode limit or policy: it was not
 	// enforced. A shadow Decision with an Outcome other than "allow" counts
@@ -248,11 +249,14 @@ func (t *Telemetry) gauges() error {
 	return nil
 }
 
-// Decision records one decision: an enforced one (Shadow false) counts in
-// costgate.requests, in costgate.decisions.blocked when Outcome is "hard",
-// in the top-throttled keys when Outcome is not "allow" and Key is set, and
-// in the dashboard series; a shadow one counts as in ShadowWouldBlock. When
-// ctx holds a recording span, the decision's attributes are set on it.
+// Decision records one decision. An enforced one (Shadow false) counts in
+// costgate.requests and the dashboard series; when its Outcome is "hard" it
+// also counts in costgate.decisions.blocked and, if Key is set, in the
+// top-throttled keys, unless its Status is 503: a fail-closed refusal
+// because the limiter store is unreachable is an outage, not throttling, and
+// shows as costgate.requests{outcome="hard",status="503"} only. A shadow
+// Decision counts as ShadowWouldBlock does. When ctx holds a recording span,
+// the decision's attributes are set on it.
 func (t *Telemetry) Decision(ctx context.Context, d Decision) {
 	outcome := outcomeID(d.Outcome)
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
@@ -280,10 +284,7 @@ func (t *Telemetry) Decision(ctx context.Context, d Decision) {
 	t.reqCells.get(reqKey{policy, outcome, statusID(d.Status), t.routes.id(d.Route)}).add(1)
 	t.tenantRequests[tenant].Add(1)
 	t.series.decision(now, tenant, policy*numOutcomes+outcome)
-	if outcome == outcomeAllow {
-		return
-	}
-	if outcome == outcomeHard {
+	if outcome == outcomeHard && d.Status != http.StatusServiceUnavailable {
 		limit := t.limits.id(d.Limit)
 		t.blockCells.get(blockKey{policy, limit, t.dims.id(d.Dimension), statusID(d.Status)}).add(1)
 		if d.Key != "" {
@@ -294,13 +295,15 @@ func (t *Telemetry) Decision(ctx context.Context, d Decision) {
 
 // Stage records the time d spent in one stage of a request (see the Stage*
 // constants; any other name is recorded as "other").
+// A negative d is recorded as 0.
 func (t *Telemetry) Stage(stage string, d time.Duration) {
-	t.stageCells[stageID(stage)].record(int64(d))
+	t.stageCells[stageID(stage)].record(int64(max(d, 0)))
 }
 
 // StoreOp records the latency of one limiter store operation (see the
 // Store* constants) and its result: ok when err is nil, timeout when err is
-// or wraps context.DeadlineExceeded or os.ErrDeadlineExceeded, else error.
+// or wraps context.DeadlineExceeded or os.ErrDeadlineExceeded, else error. A
+// negative d is recorded as 0.
 func (t *Telemetry) StoreOp(op string, d time.Duration, err error) {
 	result := 0
 	if err != nil {
@@ -309,7 +312,7 @@ func (t *Telemetry) StoreOp(op string, d time.Duration, err error) {
 			result = 2
 		}
 	}
-	t.storeCells[storeOpID(op)][result].record(int64(d))
+	t.storeCells[storeOpID(op)][result].record(int64(max(d, 0)))
 }
 
 // FailOpen counts one decision admitted by a fail-open limit whose store was

@@ -29,6 +29,8 @@ func TestMetricsScrape(t *testing.T) {
 	tm.Decision(ctx, Decision{Tenant: "acme", Route: "chat", Policy: "plans", Limit: "rpm", Dimension: "tenant", Outcome: "hard", Status: 429, Key: "rpm:acme"})
 	tm.Decision(ctx, Decision{Tenant: "acme", Route: "chat", Policy: "budget", Limit: "daily", Dimension: "tenant", Outcome: "hard", Status: 402, Key: "usd:acme"})
 	tm.Decision(ctx, Decision{Tenant: "beta", Route: "chat", Policy: "plans", Limit: "tpm", Dimension: "user", Outcome: "soft", Status: 200, Key: "tpm:beta:u1"})
+	// A fail-closed limit whose store is down: an outage, not a block.
+	tm.Decision(ctx, Decision{Tenant: "beta", Route: "chat", Policy: "plans", Limit: "rpm", Dimension: "tenant", Outcome: "hard", Status: 503, Key: "rpm:beta"})
 	tm.Decision(ctx, Decision{Tenant: "beta", Policy: "abuse", Limit: "per-ip", Outcome: "hard", Status: 429, Shadow: true})
 	tm.Decision(ctx, Decision{Tenant: "beta", Policy: "abuse", Limit: "per-ip", Outcome: "allow", Status: 200, Shadow: true})
 	tm.ShadowWouldBlock("abuse", "per-ip", "beta")
@@ -36,6 +38,7 @@ func TestMetricsScrape(t *testing.T) {
 	tm.Stage(StageDebit, 3*time.Millisecond)
 	tm.Stage(StageTotal, 2*time.Second)
 	tm.Stage("bogus", time.Millisecond)
+	tm.Stage(StageTotal, -time.Second) // a clock step: recorded as 0
 	tm.StoreOp(StoreDebit, time.Millisecond, nil)
 	tm.StoreOp(StoreDebit, 5*time.Millisecond, fmt.Errorf("redis: %w", context.DeadlineExceeded))
 	tm.StoreOp(StoreSettle, time.Millisecond, errors.New("connection refused"))
@@ -62,11 +65,12 @@ func TestMetricsScrape(t *testing.T) {
 		{"costgate_requests_total", L{"policy": "plans", "outcome": "hard", "status": "429", "route": "chat"}, 1},
 		{"costgate_requests_total", L{"policy": "budget", "outcome": "hard", "status": "402", "route": "chat"}, 1},
 		{"costgate_requests_total", L{"policy": "plans", "outcome": "soft", "status": "200", "route": "chat"}, 1},
+		{"costgate_requests_total", L{"policy": "plans", "outcome": "hard", "status": "503", "route": "chat"}, 1},
 		{"costgate_decisions_blocked_total", L{"policy": "plans", "limit": "rpm", "dimension": "tenant", "status": "429"}, 1},
 		{"costgate_decisions_blocked_total", L{"policy": "budget", "limit": "daily", "dimension": "tenant", "status": "402"}, 1},
 		{"costgate_shadow_would_block_total", L{"policy": "abuse", "limit": "per-ip", "tenant": "beta"}, 2},
 		{"costgate_decision_duration_seconds", L{"stage": "debit"}, 2},
-		{"costgate_decision_duration_seconds", L{"stage": "total"}, 1},
+		{"costgate_decision_duration_seconds", L{"stage": "total"}, 2},
 		{"costgate_decision_duration_seconds", L{"stage": "other"}, 1},
 		{"costgate_store_duration_seconds", L{"op": "debit", "result": "ok"}, 1},
 		{"costgate_store_duration_seconds", L{"op": "debit", "result": "timeout"}, 1},
@@ -112,6 +116,15 @@ func TestMetricsScrape(t *testing.T) {
 	tok := findSeries(fams, "gen_ai_client_token_usage", L{"gen_ai_token_type": "input", "gen_ai_request_model": "gpt-4o"}).GetHistogram()
 	if tok.GetSampleSum() != 1010 {
 		t.Errorf("token usage sum = %v, want 1010", tok.GetSampleSum())
+	}
+	if got := findSeries(fams, "costgate_decision_duration_seconds", L{"stage": "total"}).GetHistogram().GetSampleSum(); got != 2 {
+		t.Errorf("total duration sum = %v, want 2 (the negative duration counts as 0)", got)
+	}
+	if findSeries(fams, "costgate_decisions_blocked_total", L{"policy": "plans", "limit": "rpm", "dimension": "tenant", "status": "503"}) != nil {
+		t.Error("a fail-closed 503 was counted as blocked")
+	}
+	if top := tm.TopThrottled(10); len(top) != 2 || top[0].Key == "rpm:beta" || top[1].Key == "rpm:beta" {
+		t.Errorf("TopThrottled = %v, want rpm:acme and usd:acme only", top)
 	}
 	// Keys never become labels.
 	for name, f := range fams {
