@@ -170,6 +170,10 @@ func TestPriceLookup(t *testing.T) {
 		{"claude-sonnet-4-5-20250929", 3 * Dollar, true, EncodingAnthropic},
 		{"claude-sonnet-4-20250514", 3 * Dollar, true, EncodingAnthropic},
 		{"my-model", 3, true, EncodingO200k},
+		{"gpt-5.4-mini-2026-03-17", 750_000_000, true, EncodingO200k},
+		{"gpt-5.4", 2_500_000_000, true, EncodingO200k}, // not gpt-5
+		{"gpt-5-2025-08-07", 1_250_000_000, true, EncodingO200k},
+		{"claude-opus-4-6", 5 * Dollar, true, EncodingAnthropic},
 		{"mystery", 150 * Dollar, false, EncodingO200k}, // the table's highest input price
 	}
 	for _, c := range cases {
