@@ -75,6 +75,48 @@ type Decision struct {
 	Shadow []Shadow `json:"shadow,omitempty"`
 }
 
+// String describes d in one line, e.g. "hard 402 (budget): budget spent" or
+// "soft (plans): cap_max_tokens=1024 delay_ms=750".
+func (d Decision) String() string {
+	var b strings.Builder
+	b.WriteString(string(d.Outcome))
+	if d.Status != 0 {
+		fmt.Fprintf(&b, " %d", d.Status)
+	}
+	if d.Policy != "" {
+		fmt.Fprintf(&b, " (%s)", d.Policy)
+	}
+	if d.Reason != "" {
+		fmt.Fprintf(&b, ": %s", d.Reason)
+	}
+	if f := d.Friction.String(); f != "" {
+		fmt.Fprintf(&b, " [%s]", f)
+	}
+	if len(d.Shadow) > 0 {
+		fmt.Fprintf(&b, " +%d shadow", len(d.Shadow))
+	}
+	return b.String()
+}
+
+// String lists the actions of f, e.g. "delay_ms=750 cap_max_tokens=1024";
+// empty when f does nothing.
+func (f Friction) String() string {
+	var parts []string
+	if f.DelayMS > 0 {
+		parts = append(parts, fmt.Sprintf("delay_ms=%d", f.DelayMS))
+	}
+	if f.CapMaxTokens > 0 {
+		parts = append(parts, fmt.Sprintf("cap_max_tokens=%d", f.CapMaxTokens))
+	}
+	if f.DowngradeModel != "" {
+		parts = append(parts, "downgrade_model="+f.DowngradeModel)
+	}
+	if f.Warning != "" {
+		parts = append(parts, fmt.Sprintf("warning=%q", f.Warning))
+	}
+	return strings.Join(parts, " ")
+}
+
 // verdict is one policy's decoded decision.
 type verdict struct {
 	outcome  Outcome

@@ -109,3 +109,34 @@ func decodeJSON(t testing.TB, s string) any {
 	}
 	return v
 }
+
+func TestDecisionString(t *testing.T) {
+	tests := []struct {
+		d    Decision
+		want string
+	}{
+		{Decision{Outcome: Allow}, "allow"},
+		{Decision{Outcome: Hard, Status: 402, Policy: "budget", Reason: "budget spent"}, "hard 402 (budget): budget spent"},
+		{Decision{Outcome: Soft, Policy: "plans", Reason: "slow", Friction: Friction{DelayMS: 750, CapMaxTokens: 1024, DowngradeModel: "m", Warning: "w"},
+			Shadow: []Shadow{{Policy: "x"}}}, `soft (plans): slow [delay_ms=750 cap_max_tokens=1024 downgrade_model=m warning="w"] +1 shadow`},
+	}
+	for _, tc := range tests {
+		if got := tc.d.String(); got != tc.want {
+			t.Errorf("String() = %q, want %q", got, tc.want)
+		}
+	}
+}
+
+func TestInputJSONListsNeverNull(t *testing.T) {
+	b, err := json.Marshal(&Input{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"limits":[]`) || !strings.Contains(string(b), `"spend":[]`) {
+		t.Fatalf("JSON %s has null lists", b)
+	}
+	in, err := DecodeInput(b)
+	if err != nil || in.Value().Compare((&Input{}).Value()) != 0 {
+		t.Fatalf("round trip: %v", err)
+	}
+}

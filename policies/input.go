@@ -94,6 +94,19 @@ type Time struct {
 	Weekday int   `json:"weekday"`
 }
 
+// MarshalJSON writes the JSON form of in that policies see: lists are never
+// null.
+func (in Input) MarshalJSON() ([]byte, error) {
+	type plain Input // without this method
+	if in.Limits == nil {
+		in.Limits = []Limit{}
+	}
+	if in.Spend == nil {
+		in.Spend = []Spend{}
+	}
+	return json.Marshal(plain(in))
+}
+
 // TimeOf returns the Time of t, in t's location.
 func TimeOf(t time.Time) Time {
 	return Time{Unix: t.Unix(), Hour: t.Hour(), Weekday: int(t.Weekday())}
