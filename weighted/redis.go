@@ -292,27 +292,30 @@ func (r *Redis) evalGroup(ctx context.Context, id string, items []Item, ss []spe
 	if err != nil {
 		return false, err
 	}
-	a, ok := v.([]any)
-	if !ok || len(a) != 1+4*len(g.idx) {
-		return false, fmt.Errorf("weighted: debit script returned %T of %d, want %d integers", v, len(a), 1+4*len(g.idx))
+	reply, ok := v.(string)
+	if !ok || len(reply) != 8*(1+4*len(g.idx)) {
+		return false, fmt.Errorf("weighted: debit script returned %T of %d bytes, want %d", v, len(reply), 8*(1+4*len(g.idx)))
 	}
-	var ints [4]int64
 	for j, i := range g.idx {
-		for f := range ints {
-			if ints[f], ok = a[1+4*j+f].(int64); !ok {
-				return false, fmt.Errorf("weighted: debit script returned %T, want an integer", a[1+4*j+f])
-			}
-		}
+		o := reply[8+32*j:]
 		out[i] = ItemState{
-			Allowed:    ints[0] == 1,
-			Remaining:  ints[1],
+			Allowed:    replyNumber(o, 0) == 1,
+			Remaining:  replyNumber(o, 1),
 			Capacity:   ss[i].cap,
-			RetryAfter: micros(ints[2]),
-			ResetAfter: micros(ints[3]),
+			RetryAfter: micros(replyNumber(o, 2)),
+			ResetAfter: micros(replyNumber(o, 3)),
 		}
 	}
-	allowed, _ := a[0].(int64)
-	return allowed == 1, nil
+	return replyNumber(reply, 0) == 1, nil
+}
+
+// replyNumber returns the k-th double of a script's reply, as an integer.
+func replyNumber(reply string, k int) int64 {
+	var u uint64
+	for b := 7; b >= 0; b-- {
+		u = u<<8 | uint64(reply[8*k+b])
+	}
+	return int64(math.Float64frombits(u))
 }
 
 // Debit implements Store.
