@@ -8,35 +8,40 @@ import (
 
 // Config configures an Estimator. The zero value is usable: the built-in
 // price table, unknown models priced at the most expensive built-in rates,
-// and the whole output estimate reserved.
+// and the whole output estimate reserved. In YAML, amounts are dollars:
+//
+//	prices:
+//	  my-finetune: {input: 0.30, output: 1.20, max_output_tokens: 16384}
+//	default_price: {input: 2.50, output: 10.00}
+//	output_reserve: 50
 type Config struct {
 	// Prices overrides entries of the embedded built-in table (a whole entry
 	// replaces the built-in one) and adds models to it, keyed by model name.
 	// A name also prices its dated snapshots ("gpt-4o" prices
 	// "gpt-4o-2024-08-06").
-	Prices map[string]Price
+	Prices map[string]Price `yaml:"prices"`
 	// Encodings names the tokenizer of models added in Prices, keyed by model
 	// name: "o200k_base", "cl100k_base" or "anthropic-approx". A model not
 	// named here is counted with its family's tokenizer (claude-* with
 	// anthropic-approx, gpt-4 and gpt-3.5 with cl100k_base, anything else
 	// with o200k_base).
-	Encodings map[string]string
+	Encodings map[string]string `yaml:"encodings"`
 	// DefaultPrice prices models found neither in Prices nor in the built-in
 	// table. When it is zero and FreeUnknown is false, unknown models are
 	// priced at the highest input and output rates of the table, so that an
 	// unknown model never rides free by accident.
-	DefaultPrice Price
+	DefaultPrice Price `yaml:"default_price"`
 	// FreeUnknown lets unknown models cost nothing when DefaultPrice is zero.
-	FreeUnknown bool
+	FreeUnknown bool `yaml:"free_unknown"`
 	// OutputReserve is the percentage (1 to 100) of the output estimate that
 	// Estimate reserves and prices; 0 means 100.
-	OutputReserve int
+	OutputReserve int `yaml:"output_reserve"`
 	// DefaultMaxOutputTokens is the output estimate of a request that sets no
 	// limit for a model whose maximum output is unknown; 0 means 4096.
-	DefaultMaxOutputTokens int64
+	DefaultMaxOutputTokens int64 `yaml:"default_max_output_tokens"`
 	// CacheEntries bounds the per-message count cache (see Estimator); 0
 	// means 65536, a negative value disables the cache.
-	CacheEntries int
+	CacheEntries int `yaml:"cache_entries"`
 }
 
 // Validate reports a configuration error.

@@ -155,3 +155,32 @@ func TestComplexityScore(t *testing.T) {
 		t.Errorf("DSL: %d", got)
 	}
 }
+
+func TestConfigYAML(t *testing.T) {
+	src := `
+prices:
+  my-finetune: {input: 0.30, cached_input: 0.15, output: 1.20, max_output_tokens: 16384}
+encodings: {my-finetune: cl100k_base}
+default_price: {input: 2.50, output: "$10"}
+output_reserve: 50
+cache_entries: 1024
+`
+	var c Config
+	if err := yaml.Unmarshal([]byte(src), &c); err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewEstimator(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, known := e.Price("my-finetune")
+	if !known || p.Input != 300_000_000 || p.CachedInput != 150_000_000 || p.Output != 1_200_000_000 || p.MaxOutputTokens != 16384 || e.Encoding("my-finetune") != EncodingCl100k {
+		t.Errorf("my-finetune: %+v %v %s", p, known, e.Encoding("my-finetune"))
+	}
+	if d, known := e.Price("mystery"); known || d.Input != 2_500_000_000 || d.Output != 10*Dollar {
+		t.Errorf("default: %+v", d)
+	}
+	if c.OutputReserve != 50 || c.CacheEntries != 1024 {
+		t.Errorf("config %+v", c)
+	}
+}
