@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"net"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -141,8 +142,25 @@ var tests = map[string]test{
 	"gt":         cmpTest(func(c int) bool { return c > 0 }),
 	"gte":        cmpTest(func(c int) bool { return c >= 0 }),
 	"startswith": strTest(strings.HasPrefix),
-	"endswith":   strTest(strings.HasSuffix),
-	"contains":   strTest(strings.Contains),
+	// net.cidr_contains(cidr, ip) exactly as OPA decides it when the second
+	// operand is an IP address; a CIDR there, or anything that does not
+	// parse, goes to the general evaluator.
+	"net.cidr_contains": func(_ *machine, a []value) (bool, bool) {
+		if a[0].k != kStr || a[1].k != kStr {
+			return false, false
+		}
+		_, n, err := net.ParseCIDR(a[0].s)
+		if err != nil {
+			return false, false
+		}
+		ip := net.ParseIP(a[1].s)
+		if ip == nil {
+			return false, false
+		}
+		return n.Contains(ip), true
+	},
+	"endswith": strTest(strings.HasSuffix),
+	"contains": strTest(strings.Contains),
 	"internal.member_2": func(m *machine, a []value) (bool, bool) {
 		x, coll := a[0], a[1]
 		if coll.k == kConst {

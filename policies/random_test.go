@@ -43,7 +43,7 @@ func randomInput(r *rand.Rand) *Input {
 			User:   pick(r, []string{"u1", "u2", ""}),
 			KeyID:  "k" + string(rune('0'+r.IntN(10))),
 			Plan:   pick(r, randPlans),
-			IP:     pick(r, []string{"198.51.100.7", "203.0.113.9", ""}),
+			IP:     pick(r, []string{"198.51.100.7", "203.0.113.9", "10.1.2.3", "2001:db8::1", "::ffff:10.0.0.1", "198.51.100.0/25", "not-an-ip", ""}),
 			Region: pick(r, []string{"eu", "us", ""}),
 		},
 		Request: Request{

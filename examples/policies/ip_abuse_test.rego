@@ -28,3 +28,11 @@ test_unknown_region_half_used if {
 test_other_limits_ignored if {
 	ip_abuse.decision == {"outcome": "allow"} with input as input_with({}, {}, [tokens_limit(0)], [])
 }
+
+test_exempt_networks if {
+	every ip in ["10.1.2.3", "192.168.0.9"] {
+		ip_abuse.decision == {"outcome": "allow"} with input as input_with({"ip": ip, "region": ""}, {}, [ip_limit(100, 0)], [])
+	}
+	d := ip_abuse.decision with input as input_with({"ip": "11.1.2.3"}, {}, [ip_limit(100, 0)], [])
+	d.status == 429
+}
