@@ -101,7 +101,7 @@ tenants:
 		o.policies = examples.QuickstartPolicies()
 	}
 	cfg.WithPolicyFS(o.policies)
-	srv, err := proxy.Open(context.Background(), cfg, nil)
+	srv, err := proxy.Open(context.Background(), cfg, proxy.Options{})
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}

@@ -78,3 +78,14 @@ func (l *compiledLimit) key(x *exchange) string {
 	}
 	return b.String()
 }
+
+// callerScoped tells whether the limit's key depends on the caller alone
+// (tenant, user, api_key), so that a tenant's usage view can show it.
+func (l *compiledLimit) callerScoped() bool {
+	for _, d := range l.dims {
+		if d != "tenant" && d != "user" && d != "api_key" {
+			return false
+		}
+	}
+	return true
+}

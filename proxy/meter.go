@@ -38,7 +38,7 @@ type meteredBody struct {
 func (x *exchange) meter(resp *http.Response) io.ReadCloser {
 	m := &meteredBody{rc: resp.Body, kind: x.kind}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		m.stream = x.s.est.NewStreamMeter(x.kind, x.est.Model)
+		m.stream = x.st.est.NewStreamMeter(x.kind, x.est.Model)
 		m.hideUsage = x.injectedUsage
 	}
 	x.body = m

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -16,10 +17,12 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/policies"
+	"github.com/costgate/costgate/telemetry"
 	"github.com/costgate/costgate/weighted"
 )
 
@@ -28,6 +31,7 @@ import (
 // that goroutine too.
 type exchange struct {
 	s        *Server
+	st       *state // the configuration the request started with
 	id       string
 	start    time.Time
 	path     string
@@ -43,11 +47,64 @@ type exchange struct {
 	decision policies.Decision
 	friction string // the Costgate-Friction value, if any
 
-	injectedUsage bool // costgate asked the upstream for a stream usage report
-
 	status      int   // the upstream's status, or costgate's on an upstream failure
 	upstreamErr error // set when the upstream gave no answer
 	body        *meteredBody
+
+	injectedUsage bool // costgate asked the upstream for a stream usage report
+
+	ctx     context.Context // carries the request's span
+	span    trace.Span
+	outcome string         // allow, soft or hard, for telemetry; empty: no decision was made
+	answer  int            // the status costgate answered with itself (blocked, failed closed)
+	blocked *compiledLimit // the limit that refused the request, if one did
+}
+
+// stageTimer times one stage of a request, as a metric and a child span.
+type stageTimer struct {
+	x     *exchange
+	name  string
+	start time.Time
+	span  trace.Span
+}
+
+func (x *exchange) begin(name string) stageTimer {
+	_, sp := x.s.tel.Tracer().Start(x.ctx, name)
+	return stageTimer{x: x, name: name, start: time.Now(), span: sp}
+}
+
+func (t stageTimer) end() {
+	t.span.End()
+	t.x.s.tel.Stage(t.name, time.Since(t.start))
+}
+
+// record reports the request's decision to telemetry and logs it: a
+// refused request at info level, a served one at debug level.
+func (x *exchange) record() {
+	if x.outcome == "" {
+		return
+	}
+	d := telemetry.Decision{Tenant: x.caller.tenant, Route: x.path, Model: x.est.Model, Policy: x.decision.Policy, Outcome: x.outcome}
+	d.Status = x.answer
+	if d.Status == 0 {
+		d.Status = x.status
+	}
+	if x.blocked != nil {
+		d.Limit = x.blocked.limit.Name
+		d.Dimension = strings.Join(x.blocked.dims, "+")
+		d.Key = x.blocked.key(x)
+	} else if i := x.result.Decider; i >= 0 && i < len(x.limits) {
+		d.Limit = x.limits[i].limit.Name
+		d.Dimension = strings.Join(x.limits[i].dims, "+")
+	}
+	x.s.tel.Decision(x.ctx, d)
+	if x.outcome == "hard" {
+		x.s.log.Info("request refused", "request_id", x.id, "tenant", x.caller.tenant, "user", x.caller.user,
+			"route", x.path, "model", x.est.Model, "status", d.Status, "limit", d.Limit, "dimension", d.Dimension, "policy", d.Policy)
+	} else if x.s.log.Enabled(x.ctx, slog.LevelDebug) {
+		x.s.log.Debug("request served", "request_id", x.id, "tenant", x.caller.tenant, "route", x.path, "model", x.est.Model,
+			"status", d.Status, "outcome", x.outcome, "limit", d.Limit, "policy", d.Policy)
+	}
 }
 
 type ctxKey struct{}
@@ -70,7 +127,7 @@ func newRequestID() string {
 }
 
 // identify maps the request's API key to its caller.
-func (s *Server) identify(r *http.Request) *caller {
+func (st *state) identify(r *http.Request) *caller {
 	key := r.Header.Get("X-Api-Key")
 	if key == "" {
 		auth := r.Header.Get("Authorization")
@@ -81,7 +138,7 @@ func (s *Server) identify(r *http.Request) *caller {
 	if key == "" {
 		return nil
 	}
-	return s.keys[sha256.Sum256([]byte(key))]
+	return st.keys[sha256.Sum256([]byte(key))]
 }
 
 func (x *exchange) dimension(d string) string {
@@ -101,7 +158,7 @@ func (x *exchange) dimension(d string) string {
 	case "upstream":
 		return x.upstream.name
 	case "region":
-		return x.s.cfg.Region
+		return x.st.cfg.Region
 	}
 	return ""
 }
@@ -114,26 +171,35 @@ func (s *Server) serveLLM(path string, kind costmodel.Kind) gin.HandlerFunc {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind costmodel.Kind) {
-	x := &exchange{s: s, id: newRequestID(), start: time.Now(), path: path, kind: kind}
+	x := &exchange{s: s, st: s.state.Load(), id: newRequestID(), start: time.Now(), path: path, kind: kind}
 	w.Header().Set("X-Request-Id", x.id)
+	x.ctx, x.span = s.tel.Tracer().Start(r.Context(), "costgate "+path, trace.WithSpanKind(trace.SpanKindServer))
+	defer func() {
+		x.span.End()
+		s.tel.Stage(telemetry.StageTotal, time.Since(x.start))
+	}()
 
 	// 1. Identify.
-	if x.caller = s.identify(r); x.caller == nil {
+	t := x.begin(telemetry.StageIdentify)
+	x.caller = x.st.identify(r)
+	t.end()
+	if x.caller == nil {
 		writeError(w, path, http.StatusUnauthorized, apiError{
 			Type: "authentication_error", Code: "invalid_api_key",
 			Message: "missing or unknown API key: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'",
 		})
 		return
 	}
-	if x.upstream = s.routes[path]; x.upstream == nil {
+	if x.upstream = x.st.routes[path]; x.upstream == nil {
 		writeError(w, path, http.StatusNotFound, apiError{
 			Type: "invalid_request_error", Code: "no_upstream",
 			Message: "no upstream is configured for " + path,
 		})
 		return
 	}
+	defer x.record()
 	x.ip, _, _ = net.SplitHostPort(r.RemoteAddr)
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, x.st.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -150,7 +216,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	}
 
 	// 2. Estimate.
-	if x.est, err = s.est.Estimate(kind, body); err != nil {
+	t = x.begin(telemetry.StageEstimate)
+	x.est, err = x.st.est.Estimate(kind, body)
+	t.end()
+	if err != nil {
 		writeError(w, path, http.StatusBadRequest, apiError{
 			Type: "invalid_request_error", Code: "invalid_body", Message: err.Error(),
 		})
@@ -158,19 +227,30 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	}
 
 	// 3. Debit every applicable limit, all or nothing.
-	if !s.debit(w, r.Context(), x) {
+	x.outcome = "allow"
+	t = x.begin(telemetry.StageDebit)
+	ok := s.debit(w, r.Context(), x)
+	t.end()
+	if !ok {
 		return
 	}
 
 	// 4. Decide.
-	if s.policy != nil {
-		if !s.decide(w, r.Context(), x, &body) {
+	if x.st.policy != nil {
+		t = x.begin(telemetry.StagePolicy)
+		ok := s.decide(w, r.Context(), x, &body)
+		t.end()
+		if !ok {
 			return
 		}
 	}
 
 	// 5. Record the reservation durably before forwarding.
-	if err := s.ledger.Reserve(r.Context(), x.entry(ledger.StatusReserved)); err != nil {
+	t = x.begin(telemetry.StageLedger)
+	err = s.ledger.Reserve(r.Context(), x.entry(ledger.StatusReserved))
+	t.end()
+	if err != nil {
+		x.outcome, x.answer = "hard", http.StatusServiceUnavailable
 		s.cancel(x)
 		s.log.Error("ledger reserve failed", "request_id", x.id, "err", err)
 		writeError(w, path, http.StatusServiceUnavailable, apiError{
@@ -193,7 +273,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	r.Header.Del("Content-Length")
-	ctx, cancel := context.WithTimeout(context.WithValue(r.Context(), ctxKey{}, x), x.upstream.timeout)
+	t = x.begin(telemetry.StageUpstream)
+	ctx, cancel := context.WithTimeout(context.WithValue(x.ctx, ctxKey{}, x), x.upstream.timeout)
+	defer t.end() // deferred too: the copy may end in a panic (see above)
 	x.upstream.rp.ServeHTTP(w, r.WithContext(ctx))
 	cancel()
 	if f, ok := w.(http.Flusher); ok {
@@ -226,7 +308,7 @@ func withStreamUsage(body []byte) ([]byte, error) {
 // debit reserves the estimate on every limit that applies. It answers the
 // client and returns false when the request may not go on.
 func (s *Server) debit(w http.ResponseWriter, ctx context.Context, x *exchange) bool {
-	for _, l := range s.limits {
+	for _, l := range x.st.limits {
 		if !l.appliesTo(x.caller.plan) {
 			continue
 		}
@@ -236,10 +318,13 @@ func (s *Server) debit(w http.ResponseWriter, ctx context.Context, x *exchange) 
 	if len(x.items) == 0 {
 		return true
 	}
+	t0 := time.Now()
 	res, err := s.store.Debit(ctx, x.id, x.items)
+	s.tel.StoreOp(telemetry.StoreDebit, time.Since(t0), err)
 	var tooBig *weighted.CostError
 	switch {
 	case errors.As(err, &tooBig):
+		x.outcome, x.answer = "", http.StatusBadRequest
 		writeError(w, x.path, http.StatusBadRequest, apiError{
 			Type: "invalid_request_error", Code: "cost_exceeds_limit",
 			Message: fmt.Sprintf("this request's estimated cost (%d %s) is larger than limit %q can ever admit (%d); lower max_tokens or shorten the prompt",
@@ -256,7 +341,12 @@ func (s *Server) debit(w http.ResponseWriter, ctx context.Context, x *exchange) 
 	// A denial by a shadow limit is recorded and not enforced: debit the
 	// others alone.
 	if x.deniedOnlyByShadow() {
-		s.log.Info("shadow limit would block", "request_id", x.id, "limit", x.items[res.Decider].Limit.Name, "tenant", x.caller.tenant)
+		for i, st := range res.Items {
+			if !st.Allowed {
+				s.tel.ShadowWouldBlock("", x.limits[i].limit.Name, x.caller.tenant)
+				s.log.Info("shadow limit would block", "request_id", x.id, "limit", x.limits[i].limit.Name, "tenant", x.caller.tenant)
+			}
+		}
 		x.dropShadow()
 		return s.debit2(w, ctx, x)
 	}
@@ -269,7 +359,9 @@ func (s *Server) debit2(w http.ResponseWriter, ctx context.Context, x *exchange)
 	if len(x.items) == 0 {
 		return true
 	}
+	t0 := time.Now()
 	res, err := s.store.Debit(ctx, x.id, x.items)
+	s.tel.StoreOp(telemetry.StoreDebit, time.Since(t0), err)
 	if err != nil {
 		return s.storeFailed(w, x, err)
 	}
@@ -317,6 +409,7 @@ func (s *Server) storeFailed(w http.ResponseWriter, x *exchange, err error) bool
 	s.log.Warn("limiter store failed", "request_id", x.id, "err", err)
 	for _, l := range x.limits {
 		if l.failClosed {
+			x.outcome, x.answer, x.blocked = "hard", http.StatusServiceUnavailable, l
 			w.Header().Set("Retry-After", "1")
 			writeError(w, x.path, http.StatusServiceUnavailable, apiError{
 				Type: "service_unavailable", Code: l.limit.Name,
@@ -326,6 +419,10 @@ func (s *Server) storeFailed(w http.ResponseWriter, x *exchange, err error) bool
 		}
 	}
 	w.Header().Set("Costgate-Degraded", "fail-open")
+	s.failOpen.Add(1)
+	for _, l := range x.limits {
+		s.tel.FailOpen(l.limit.Name)
+	}
 	x.limits, x.items = nil, nil
 	return true
 }
@@ -343,7 +440,7 @@ func (s *Server) deny(w http.ResponseWriter, x *exchange) {
 		status, typ = http.StatusPaymentRequired, "budget_exceeded"
 		msg = fmt.Sprintf("budget %q is spent for this period; it resets in %d s", l.limit.Name, retry)
 	}
-	s.log.Info("request blocked", "request_id", x.id, "tenant", x.caller.tenant, "limit", l.limit.Name, "status", status)
+	x.outcome, x.answer, x.blocked = "hard", status, l
 	writeError(w, x.path, status, apiError{
 		Type: typ, Code: l.limit.Name, Message: msg, Policy: l.limit.Name,
 		RetryAfterMS: res.RetryAfter.Milliseconds(),
@@ -359,7 +456,7 @@ func retryAfterSeconds(d time.Duration) int64 {
 // a hard decision; on a soft one it applies the friction to the body.
 func (s *Server) decide(w http.ResponseWriter, ctx context.Context, x *exchange, body *[]byte) bool {
 	in := x.policyInput()
-	d, err := s.policy.Decide(ctx, in)
+	d, err := x.st.policy.Decide(ctx, in)
 	if err != nil {
 		// A broken policy must not take the API down: allow, loudly.
 		s.log.Error("policy evaluation failed; allowing", "request_id", x.id, "err", err)
@@ -367,7 +464,10 @@ func (s *Server) decide(w http.ResponseWriter, ctx context.Context, x *exchange,
 	}
 	x.decision = d
 	for _, sh := range d.Shadow {
-		s.log.Info("shadow policy would act", "request_id", x.id, "policy", sh.Policy, "outcome", sh.Outcome, "status", sh.Status)
+		if sh.Outcome != policies.Allow {
+			s.tel.ShadowWouldBlock(sh.Policy, "", x.caller.tenant)
+			s.log.Info("shadow policy would act", "request_id", x.id, "tenant", x.caller.tenant, "policy", sh.Policy, "outcome", sh.Outcome, "status", sh.Status)
+		}
 	}
 	switch d.Outcome {
 	case policies.Hard:
@@ -384,6 +484,7 @@ func (s *Server) decide(w http.ResponseWriter, ctx context.Context, x *exchange,
 			status = http.StatusForbidden
 			typ = "permission_denied"
 		}
+		x.outcome, x.answer = "hard", status
 		x.setRateLimitHeaders(w.Header())
 		if status != http.StatusForbidden {
 			w.Header().Set("Retry-After", "60")
@@ -391,6 +492,7 @@ func (s *Server) decide(w http.ResponseWriter, ctx context.Context, x *exchange,
 		writeError(w, x.path, status, apiError{Type: typ, Code: d.Policy, Message: d.Reason, Policy: d.Policy})
 		return false
 	case policies.Soft:
+		x.outcome = "soft"
 		return s.applyFriction(w, ctx, x, body)
 	}
 	return true
@@ -399,7 +501,7 @@ func (s *Server) decide(w http.ResponseWriter, ctx context.Context, x *exchange,
 func (x *exchange) policyInput() *policies.Input {
 	now := time.Now().UTC()
 	in := &policies.Input{
-		Caller: policies.Caller{Tenant: x.caller.tenant, User: x.caller.user, KeyID: x.caller.keyID, Plan: x.caller.plan, IP: x.ip, Region: x.s.cfg.Region},
+		Caller: policies.Caller{Tenant: x.caller.tenant, User: x.caller.user, KeyID: x.caller.keyID, Plan: x.caller.plan, IP: x.ip, Region: x.st.cfg.Region},
 		Request: policies.Request{Route: x.path, Upstream: x.upstream.name, Model: x.est.Model, Stream: x.est.Stream,
 			MaxOutputTokens: x.est.MaxOutputTokens},
 		Estimate: policies.Estimate{InputTokens: x.est.Usage.InputTokens, OutputTokens: x.est.Usage.OutputTokens, CostNanoUSD: int64(x.est.Cost)},
@@ -520,7 +622,7 @@ func (s *Server) settle(x *exchange) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	usage, status := x.actualUsage()
-	cost := s.est.Cost(x.est.Model, usage)
+	cost := x.st.est.Cost(x.est.Model, usage)
 	if len(x.items) > 0 {
 		actual := make([]int64, len(x.items))
 		for i, l := range x.limits {
@@ -529,10 +631,14 @@ func (s *Server) settle(x *exchange) {
 				actual[i] = 0
 			}
 		}
-		if err := s.store.Settle(ctx, x.id, x.items, actual); err != nil {
+		t0 := time.Now()
+		err := s.store.Settle(ctx, x.id, x.items, actual)
+		s.tel.StoreOp(telemetry.StoreSettle, time.Since(t0), err)
+		if err != nil {
 			s.log.Warn("limiter settle failed", "request_id", x.id, "err", err)
 		}
 	}
+	s.tel.Usage(x.caller.tenant, x.est.Model, usage.InputTokens, usage.OutputTokens, int64(cost))
 	e := x.entry(status)
 	e.Actual, e.ActualCost = usage, cost
 	e.SettledAt = time.Now()
@@ -570,7 +676,7 @@ func (x *exchange) entry(status ledger.Status) ledger.Entry {
 	}
 	return ledger.Entry{
 		RequestID: x.id, Tenant: x.caller.tenant, User: x.caller.user, KeyID: x.caller.keyID,
-		Route: x.path, Upstream: x.upstream.name, Model: x.est.Model, Region: x.s.cfg.Region,
+		Route: x.path, Upstream: x.upstream.name, Model: x.est.Model, Region: x.st.cfg.Region,
 		Decision: decision, Policy: x.decision.Policy, Friction: x.friction,
 		Status: status, HTTPStatus: x.status,
 		Estimated: x.est.Usage, EstimatedCost: x.est.Cost,
@@ -579,7 +685,8 @@ func (x *exchange) entry(status ledger.Status) ledger.Entry {
 }
 
 func (s *Server) serveModels(c *gin.Context) {
-	if s.identify(c.Request) == nil {
+	st := s.state.Load()
+	if st.identify(c.Request) == nil {
 		writeError(c.Writer, "/v1/models", http.StatusUnauthorized, apiError{
 			Type: "authentication_error", Code: "invalid_api_key", Message: "missing or unknown API key",
 		})
@@ -594,7 +701,7 @@ func (s *Server) serveModels(c *gin.Context) {
 		Object string  `json:"object"`
 		Data   []model `json:"data"`
 	}{Object: "list"}
-	for _, m := range s.models {
+	for _, m := range st.models {
 		out.Data = append(out.Data, model{ID: m, Object: "model", OwnedBy: "costgate"})
 	}
 	c.JSON(http.StatusOK, out)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
@@ -21,31 +23,62 @@ import (
 	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/policies"
 	"github.com/costgate/costgate/simulator"
+	"github.com/costgate/costgate/telemetry"
 	"github.com/costgate/costgate/weighted"
 )
 
-// Server is a running costgate: its stores, its policies and its two HTTP
-// handlers. Open starts it; Close stops what Open started, also after a
-// partial start. A Server is safe for concurrent use.
+// Server is a running costgate: its stores, its telemetry, the active
+// configuration and its two HTTP handlers. Open starts it; Close stops what
+// Open started, also after a partial start. A Server is safe for concurrent
+// use.
 type Server struct {
-	cfg    *Config
 	log    *slog.Logger
-	est    *costmodel.Estimator
+	tel    *telemetry.Telemetry
 	store  weighted.Store
 	ledger *ledger.Ledger
-	policy *policies.Engine // nil when no policy is configured
+	loader func() (*Config, error)
+	ping   func(context.Context) error // checks the limiter store; nil for memory
 
-	keys      map[[sha256.Size]byte]*caller
-	limits    []*compiledLimit
-	upstreams map[string]*upstream
-	routes    map[string]*upstream // by API path
-	models    []string             // priced models, sorted, for GET /v1/models
+	failOpen atomic.Int64 // requests let through unlimited because the store failed
+
+	// state is the active configuration, compiled; a reload swaps it whole,
+	// and a request keeps the state it started with.
+	state    atomic.Pointer[state]
+	reloadMu sync.Mutex
+
+	simMu sync.Mutex
+	sims  map[string]string // simulated upstream name -> base URL
 
 	data  http.Handler
 	admin http.Handler
 
 	closers []func() error
 	wg      sync.WaitGroup
+}
+
+// Options are a Server's optional collaborators.
+type Options struct {
+	// Logger receives the structured logs; nil logs nowhere.
+	Logger *slog.Logger
+	// Telemetry records metrics and traces; nil makes one with defaults.
+	Telemetry *telemetry.Telemetry
+	// Loader reads the configuration again for a reload (SIGHUP, a file
+	// change, POST /admin/v1/reload). Nil means reloads re-apply the config
+	// given to Open.
+	Loader func() (*Config, error)
+}
+
+// state is one configuration, compiled for the request path. It is
+// immutable once built.
+type state struct {
+	cfg       *Config
+	est       *costmodel.Estimator
+	policy    *policies.Set // nil when no policy is configured
+	keys      map[[sha256.Size]byte]*caller
+	limits    []*compiledLimit
+	upstreams map[string]*upstream
+	routes    map[string]*upstream // by API path
+	models    []string             // priced models, sorted, for GET /v1/models
 }
 
 // caller is who a key belongs to.
@@ -57,90 +90,112 @@ type caller struct {
 }
 
 // Open builds a Server from cfg: it connects the limiter store and the
-// ledger, compiles the policies and starts in-process simulators for the
-// upstreams that use them. Pass a nil logger to log nowhere.
-func Open(ctx context.Context, cfg *Config, log *slog.Logger) (*Server, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+// ledger, compiles the configuration and the policies, and starts
+// in-process simulators for the upstreams that use them.
+func Open(ctx context.Context, cfg *Config, opts Options) (*Server, error) {
+	s := &Server{log: opts.Logger, tel: opts.Telemetry, loader: opts.Loader, sims: map[string]string{}}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, upstreams: map[string]*upstream{}, routes: map[string]*upstream{}}
-	if err := s.open(ctx); err != nil {
+	if s.loader == nil {
+		s.loader = func() (*Config, error) { return cfg, nil }
+	}
+	if err := s.open(ctx, cfg); err != nil {
 		s.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *Server) open(ctx context.Context) (err error) {
-	cfg := s.cfg
-
-	if s.est, err = costmodel.NewEstimator(cfg.costmodel()); err != nil {
-		return fmt.Errorf("proxy: cost model: %w", err)
+func (s *Server) open(ctx context.Context, cfg *Config) error {
+	if s.tel == nil {
+		tel, err := telemetry.New(ctx, telemetry.Config{})
+		if err != nil {
+			return fmt.Errorf("proxy: telemetry: %w", err)
+		}
+		s.tel = tel
+		s.closers = append(s.closers, func() error { return tel.Shutdown(context.Background()) })
 	}
-	if s.store, err = s.openStore(ctx); err != nil {
+	store, err := s.openStore(ctx, cfg)
+	if err != nil {
 		return err
 	}
-	dir := cfg.DataDir
-	if cfg.dir != "" && !filepath.IsAbs(dir) {
-		dir = filepath.Join(cfg.dir, dir)
-	}
-	if s.ledger, err = ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: dir}); err != nil {
+	s.store = store
+	if s.ledger, err = ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: cfg.dataDir()}); err != nil {
 		return fmt.Errorf("proxy: ledger: %w", err)
 	}
 	s.closers = append(s.closers, s.ledger.Close)
-	if err = s.loadPolicies(); err != nil {
+	st, err := s.compile(cfg)
+	if err != nil {
 		return err
 	}
-	if err = s.compile(); err != nil {
-		return err
-	}
+	s.state.Store(st)
 	s.data = s.dataHandler()
 	s.admin = s.adminHandler()
 	return nil
 }
 
-func (s *Server) openStore(ctx context.Context) (weighted.Store, error) {
-	if s.cfg.Store.Redis == "" {
+func (s *Server) openStore(ctx context.Context, cfg *Config) (weighted.Store, error) {
+	if cfg.Store.Redis == "" {
 		return weighted.NewMemory(weighted.MemoryConfig{}), nil
 	}
-	opt, err := redis.ParseURL(s.cfg.Store.Redis)
+	opt, err := redis.ParseURL(cfg.Store.Redis)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: store.redis: %w", err)
 	}
 	c := redis.NewClient(opt)
 	s.closers = append(s.closers, c.Close)
+	s.ping = func(ctx context.Context) error { return c.Ping(ctx).Err() }
 	if err := c.Ping(ctx).Err(); err != nil {
-		// Redis may come back; fail-open limits serve meanwhile. Say so.
+		// Redis may come back; the limits' failure posture applies meanwhile.
 		s.log.Warn("limiter store unreachable at start", "err", err)
 	}
 	return weighted.NewRedis(c, weighted.RedisConfig{}), nil
 }
 
-func (s *Server) loadPolicies() error {
-	fsys := s.cfg.policyFS
-	if fsys == nil && s.cfg.Policies.Dir != "" {
-		dir := s.cfg.Policies.Dir
-		if s.cfg.dir != "" && !filepath.IsAbs(dir) {
-			dir = filepath.Join(s.cfg.dir, dir)
-		}
-		fsys = os.DirFS(dir)
+// dataDir is where the embedded ledger lives, relative to the config file.
+func (c *Config) dataDir() string {
+	if c.dir != "" && !filepath.IsAbs(c.DataDir) {
+		return filepath.Join(c.dir, c.DataDir)
 	}
-	if fsys == nil {
-		return nil
-	}
-	e, err := policies.NewEngine(fsys)
-	if err != nil {
-		return fmt.Errorf("proxy: policies: %w", err)
-	}
-	s.policy = e
-	return nil
+	return c.DataDir
 }
 
-// compile turns the config's tenants, limits, budgets, upstreams and routes
-// into the lookup structures the request path uses.
-func (s *Server) compile() error {
-	cfg := s.cfg
-	s.keys = make(map[[sha256.Size]byte]*caller)
+// policyFS is the policies' directory, or nil for none.
+func (c *Config) policies() fs.FS {
+	if c.policyFS != nil {
+		return c.policyFS
+	}
+	if c.Policies.Dir == "" {
+		return nil
+	}
+	return os.DirFS(c.policyDir())
+}
+
+func (c *Config) policyDir() string {
+	if c.dir != "" && !filepath.IsAbs(c.Policies.Dir) {
+		return filepath.Join(c.dir, c.Policies.Dir)
+	}
+	return c.Policies.Dir
+}
+
+// compile turns a config into the lookup structures the request path uses.
+func (s *Server) compile(cfg *Config) (*state, error) {
+	st := &state{
+		cfg:       cfg,
+		keys:      make(map[[sha256.Size]byte]*caller),
+		upstreams: map[string]*upstream{},
+		routes:    map[string]*upstream{},
+	}
+	var err error
+	if st.est, err = costmodel.NewEstimator(cfg.costmodel()); err != nil {
+		return nil, fmt.Errorf("proxy: cost model: %w", err)
+	}
+	if fsys := cfg.policies(); fsys != nil {
+		if st.policy, err = policies.Load(fsys); err != nil {
+			return nil, fmt.Errorf("proxy: policies: %w", err)
+		}
+	}
 	for _, t := range cfg.Tenants {
 		for _, k := range t.Keys {
 			h := sha256.Sum256([]byte(k.secret()))
@@ -148,73 +203,131 @@ func (s *Server) compile() error {
 			if id == "" {
 				id = "key-" + hex.EncodeToString(h[:4])
 			}
-			s.keys[h] = &caller{tenant: t.Name, user: k.User, keyID: id, plan: t.Plan}
+			st.keys[h] = &caller{tenant: t.Name, user: k.User, keyID: id, plan: t.Plan}
 		}
 	}
 	for _, l := range cfg.Limits {
 		cl, err := compileLimit(l)
 		if err != nil {
-			return fmt.Errorf("proxy: limit %s: %w", l.Name, err)
+			return nil, fmt.Errorf("proxy: limit %s: %w", l.Name, err)
 		}
-		s.limits = append(s.limits, cl)
+		st.limits = append(st.limits, cl)
 	}
 	for _, b := range cfg.Budgets {
-		s.limits = append(s.limits, compileBudget(b))
+		st.limits = append(st.limits, compileBudget(b))
 	}
 	for _, u := range cfg.Upstreams {
-		up, err := s.newUpstream(u)
-		if err != nil {
-			return err
+		base := u.BaseURL
+		if u.simulated() {
+			if base, err = s.simulator(u.Name, st.est); err != nil {
+				return nil, err
+			}
 		}
-		s.upstreams[u.Name] = up
+		up, err := newUpstream(u, base)
+		if err != nil {
+			return nil, err
+		}
+		st.upstreams[u.Name] = up
 	}
 	for m := range costmodel.BuiltinPrices() {
-		s.models = append(s.models, m)
+		st.models = append(st.models, m)
 	}
 	for m := range cfg.Costs.Prices {
-		if !slices.Contains(s.models, m) {
-			s.models = append(s.models, m)
+		if !slices.Contains(st.models, m) {
+			st.models = append(st.models, m)
 		}
 	}
-	slices.Sort(s.models)
+	slices.Sort(st.models)
 	for path := range routeKinds {
 		i := slices.IndexFunc(cfg.Routes, func(r RouteConfig) bool { return r.Path == path })
 		if i >= 0 {
-			s.routes[path] = s.upstreams[cfg.Routes[i].Upstream]
+			st.routes[path] = st.upstreams[cfg.Routes[i].Upstream]
 			continue
 		}
 		want := upstreamKindFor(path)
 		for _, u := range cfg.Upstreams {
 			if u.Kind == want {
-				s.routes[path] = s.upstreams[u.Name]
+				st.routes[path] = st.upstreams[u.Name]
 				break
 			}
 		}
 	}
-	return nil
+	return st, nil
 }
 
-// startSimulator serves the built-in simulator on a loopback port owned by
-// the server and returns its base URL.
-func (s *Server) startSimulator() (string, error) {
+// simulator returns the base URL of the built-in simulator serving the
+// upstream name, starting it on a loopback port the first time. A
+// simulator outlives reloads; the server closes it.
+func (s *Server) simulator(name string, est *costmodel.Estimator) (string, error) {
+	s.simMu.Lock()
+	defer s.simMu.Unlock()
+	if url, ok := s.sims[name]; ok {
+		return url, nil
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", fmt.Errorf("proxy: simulator: %w", err)
 	}
-	srv := &http.Server{Handler: simulator.New(simulator.Config{Estimator: s.est})}
+	srv := &http.Server{Handler: simulator.New(simulator.Config{Estimator: est})}
 	s.wg.Go(func() { _ = srv.Serve(ln) })
 	s.closers = append(s.closers, srv.Close)
-	return "http://" + ln.Addr().String(), nil
+	url := "http://" + ln.Addr().String()
+	s.sims[name] = url
+	return url, nil
+}
+
+// Reload reads the configuration again and, when it is valid and its
+// policies compile, makes it the active one. On any error the last good
+// configuration stays active; the error says why. The stores (store.redis,
+// ledger.dsn, data_dir) and the listen addresses are not changed by a
+// reload: they need a restart, and a reload that changes them is refused.
+func (s *Server) Reload() error {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	err := s.reload()
+	s.tel.Reload(err == nil)
+	if err != nil {
+		s.log.Error("config reload failed; the last good config stays active", "err", err)
+		return err
+	}
+	s.log.Info("config reloaded")
+	return nil
+}
+
+func (s *Server) reload() error {
+	cfg, err := s.loader()
+	if err != nil {
+		return err
+	}
+	old := s.state.Load().cfg
+	switch {
+	case cfg.Store.Redis != old.Store.Redis:
+		return errors.New("store.redis changed: restart costgate to change the limiter store")
+	case cfg.Ledger.DSN != old.Ledger.DSN || cfg.dataDir() != old.dataDir():
+		return errors.New("ledger.dsn or data_dir changed: restart costgate to change the ledger")
+	case cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen:
+		return errors.New("listen or admin_listen changed: restart costgate to change its addresses")
+	}
+	st, err := s.compile(cfg)
+	if err != nil {
+		return err
+	}
+	s.state.Store(st)
+	return nil
 }
 
 // Handler is the data plane: the API routes clients call.
 func (s *Server) Handler() http.Handler { return s.data }
 
-// AdminHandler is the admin plane: health, readiness and operator routes.
+// AdminHandler is the admin plane: health, metrics, the admin API and the
+// dashboard.
 func (s *Server) AdminHandler() http.Handler { return s.admin }
 
 // Ledger is the server's ledger, for operator commands and tests.
 func (s *Server) Ledger() *ledger.Ledger { return s.ledger }
+
+// Telemetry is the server's telemetry.
+func (s *Server) Telemetry() *telemetry.Telemetry { return s.tel }
 
 // Close stops everything Open started, in reverse order, and waits for
 // the server's goroutines. It flushes the ledger.
@@ -243,6 +356,7 @@ func (s *Server) dataHandler() http.Handler {
 		r.POST(path, s.serveLLM(path, kind))
 	}
 	r.GET("/v1/models", s.serveModels)
+	r.GET("/v1/costgate/usage", func(c *gin.Context) { s.serveUsage(c.Writer, c.Request) })
 	r.NoRoute(func(c *gin.Context) {
 		writeError(c.Writer, c.Request.URL.Path, http.StatusNotFound, apiError{
 			Type: "invalid_request_error", Code: "unknown_route",
@@ -250,17 +364,6 @@ func (s *Server) dataHandler() http.Handler {
 		})
 	})
 	return r
-}
-
-func (s *Server) adminHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Write([]byte("ready\n"))
-	})
-	return mux
 }
 
 func (c *Config) costmodel() costmodel.Config {
@@ -287,19 +390,20 @@ func (c *Config) costmodel() costmodel.Config {
 // Describe says in a few lines what the server runs on: its store, its
 // ledger, and where each upstream's requests go.
 func (s *Server) Describe() []string {
+	st := s.state.Load()
 	store := "limiter store: in-memory (single node)"
-	if s.cfg.Store.Redis != "" {
+	if st.cfg.Store.Redis != "" {
 		store = "limiter store: Redis"
 	}
-	led := "ledger: embedded, under " + s.cfg.DataDir
-	if s.cfg.Ledger.DSN != "" {
+	led := "ledger: embedded, under " + st.cfg.dataDir()
+	if st.cfg.Ledger.DSN != "" {
 		led = "ledger: PostgreSQL"
 	}
 	lines := []string{store, led}
-	for _, u := range s.cfg.Upstreams {
+	for _, u := range st.cfg.Upstreams {
 		where := u.BaseURL
 		if u.simulated() {
-			where = "the built-in simulator at " + s.upstreams[u.Name].target.String()
+			where = "the built-in simulator at " + st.upstreams[u.Name].target.String()
 			if u.Simulate == "auto" && u.APIKeyEnv != "" {
 				where += " (" + u.APIKeyEnv + " is unset)"
 			}
@@ -307,4 +411,14 @@ func (s *Server) Describe() []string {
 		lines = append(lines, fmt.Sprintf("upstream %s (%s): %s", u.Name, u.Kind, where))
 	}
 	return lines
+}
+
+// Config is the active configuration. It must not be modified.
+func (s *Server) Config() *Config { return s.state.Load().cfg }
+
+// SetLoader replaces the function Reload reads the configuration with.
+func (s *Server) SetLoader(f func() (*Config, error)) {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	s.loader = f
 }

@@ -37,14 +37,9 @@ var transport = &http.Transport{
 	ExpectContinueTimeout: time.Second,
 }
 
-func (s *Server) newUpstream(cfg UpstreamConfig) (*upstream, error) {
-	base := cfg.BaseURL
-	if cfg.simulated() {
-		var err error
-		if base, err = s.startSimulator(); err != nil {
-			return nil, err
-		}
-	}
+// newUpstream makes the reverse proxy to base, the upstream's URL (its
+// own, or its simulator's).
+func newUpstream(cfg UpstreamConfig, base string) (*upstream, error) {
 	target, err := url.Parse(strings.TrimSuffix(base, "/"))
 	if err != nil {
 		return nil, fmt.Errorf("proxy: upstream %s: base_url: %w", cfg.Name, err)

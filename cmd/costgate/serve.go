@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/costgate/costgate/examples"
@@ -81,11 +83,36 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
-	srv, err := proxy.Open(ctx, cfg, log)
+	loader := func() (*proxy.Config, error) {
+		c, _, err := cf.load()
+		return c, err
+	}
+	srv, err := proxy.Open(ctx, cfg, proxy.Options{Logger: log, Loader: loader})
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
+
+	// Reload on SIGHUP and when the config file or policy directory
+	// changes; a bad config is logged and the last good one stays.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-hup:
+				_ = srv.Reload()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	if source != "the embedded quickstart" {
+		if err := srv.Watch(ctx, source); err != nil {
+			log.Warn("config files are not watched; reload with SIGHUP or POST /admin/v1/reload", "err", err)
+		}
+	}
 
 	data, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -1,0 +1,279 @@
+package proxy
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/dashboard"
+	"github.com/costgate/costgate/ledger"
+	"github.com/costgate/costgate/weighted"
+)
+
+// adminHandler serves the admin plane. Everything but /healthz, /readyz
+// and the dashboard's static page needs the admin token as a bearer token
+// (the page asks for it and sends it with its data requests).
+func (s *Server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", s.ready)
+	auth := http.NewServeMux()
+	auth.Handle("GET /metrics", s.tel.MetricsHandler())
+	auth.HandleFunc("GET /admin/v1/tenants/{tenant}/spend", s.adminSpend)
+	auth.HandleFunc("GET /admin/v1/ledger", s.adminLedger)
+	auth.HandleFunc("GET /admin/v1/limits", s.adminLimits)
+	auth.HandleFunc("GET /admin/v1/top-throttled", s.adminTopThrottled)
+	auth.HandleFunc("GET /admin/v1/shadow", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"shadow": s.tel.Shadow()})
+	})
+	auth.HandleFunc("POST /admin/v1/reload", func(w http.ResponseWriter, _ *http.Request) {
+		if err := s.Reload(); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"status": "rejected", "error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "reloaded"})
+	})
+	mux.Handle("/admin/", http.StripPrefix("/admin", dashboard.Handler(
+		func() string { return s.state.Load().cfg.AdminToken }, s.dashboardData)))
+	mux.Handle("/admin/v1/", s.requireAdmin(auth))
+	mux.Handle("/metrics", s.requireAdmin(auth))
+	return mux
+}
+
+// requireAdmin checks the bearer token in constant time.
+func (s *Server) requireAdmin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		want := s.state.Load().cfg.AdminToken
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || want == "" || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="costgate-admin"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "the admin API needs 'Authorization: Bearer <admin token>'"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// ready answers 200 when the ledger's store and the limiter store answer.
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	problems := map[string]string{}
+	if err := s.ledger.Stats().StoreErr; err != nil {
+		problems["ledger"] = err.Error()
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	if s.ping != nil {
+		if err := s.ping(ctx); err != nil {
+			problems["store"] = err.Error()
+		}
+	}
+	if len(problems) > 0 {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "problems": problems})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ready": true})
+}
+
+type spendJSON struct {
+	Tenant  string            `json:"tenant"`
+	User    string            `json:"user,omitempty"`
+	KeyID   string            `json:"key_id,omitempty"`
+	Period  string            `json:"period"`
+	Spent   costmodel.NanoUSD `json:"spent_nano_usd"`
+	SpentUS string            `json:"spent_usd"`
+}
+
+func (s *Server) spend(ctx context.Context, q ledger.SpendQuery) (spendJSON, error) {
+	n, err := s.ledger.Spend(ctx, q)
+	if err != nil {
+		return spendJSON{}, err
+	}
+	return spendJSON{Tenant: q.Tenant, User: q.User, KeyID: q.KeyID, Period: q.Period, Spent: n, SpentUS: n.String()}, nil
+}
+
+func (s *Server) adminSpend(w http.ResponseWriter, r *http.Request) {
+	period := r.URL.Query().Get("period")
+	if period == "" {
+		period = "day"
+	}
+	q := ledger.SpendQuery{Tenant: r.PathValue("tenant"), User: r.URL.Query().Get("user"), KeyID: r.URL.Query().Get("key_id"), Period: period}
+	sp, err := s.spend(r.Context(), q)
+	if err != nil {
+		writeAdminErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sp)
+}
+
+func (s *Server) adminLedger(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	from, err1 := parseTime(q.Get("from"))
+	to, err2 := parseTime(q.Get("to"))
+	if err := errors.Join(err1, err2); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	format := q.Get("format")
+	if format == "" {
+		format = "json"
+	}
+	lq := ledger.Query{Tenant: q.Get("tenant"), From: from, To: to}
+	switch format {
+	case "csv":
+		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	default:
+		w.Header().Set("Content-Type", "application/json")
+	}
+	if err := s.ledger.Export(r.Context(), w, lq, format); err != nil {
+		writeAdminErr(w, err)
+	}
+}
+
+// adminLimits shows the state of every configured limit under one key, as
+// top-throttled and the logs name keys ("{acme}:tenant=acme").
+func (s *Server) adminLimits(w http.ResponseWriter, r *http.Request) {
+	key := r.URL.Query().Get("key")
+	st := s.state.Load()
+	type limitJSON struct {
+		Name      string `json:"name"`
+		Algorithm string `json:"algorithm"`
+		Unit      string `json:"unit"`
+		Rate      int64  `json:"rate"`
+		PeriodS   int64  `json:"period_seconds"`
+		Capacity  int64  `json:"capacity"`
+		Remaining *int64 `json:"remaining,omitempty"`
+		ResetS    *int64 `json:"reset_seconds,omitempty"`
+		Budget    bool   `json:"budget,omitempty"`
+		Shadow    bool   `json:"shadow,omitempty"`
+		Dims      string `json:"dimensions"`
+	}
+	out := make([]limitJSON, 0, len(st.limits))
+	items := make([]weighted.Item, 0, len(st.limits))
+	for _, l := range st.limits {
+		items = append(items, weighted.Item{Limit: l.limit, Key: key})
+	}
+	var res weighted.Result
+	if key != "" && len(items) > 0 {
+		var err error
+		if res, err = s.store.Peek(r.Context(), items); err != nil {
+			writeAdminErr(w, err)
+			return
+		}
+	}
+	for i, l := range st.limits {
+		lj := limitJSON{Name: l.limit.Name, Algorithm: l.limit.Algorithm.String(), Unit: l.unit, Rate: l.limit.Rate,
+			PeriodS: int64(l.limit.Period / time.Second), Capacity: l.limit.Capacity(), Budget: l.budget, Shadow: l.shadow,
+			Dims: strings.Join(l.dims, "+")}
+		if i < len(res.Items) {
+			rem, reset := res.Items[i].Remaining, int64(res.Items[i].ResetAfter/time.Second)
+			lj.Remaining, lj.ResetS = &rem, &reset
+		}
+		out = append(out, lj)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"key": key, "limits": out})
+}
+
+func (s *Server) adminTopThrottled(w http.ResponseWriter, r *http.Request) {
+	n := 10
+	if v := r.URL.Query().Get("n"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > 1000 {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "n must be a whole number from 1 to 1000"})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"top_throttled": s.tel.TopThrottled(n)})
+}
+
+// serveUsage is GET /v1/costgate/usage: the calling tenant's own spend and
+// limits, never another's.
+func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) {
+	st := s.state.Load()
+	c := st.identify(r)
+	if c == nil {
+		writeError(w, r.URL.Path, http.StatusUnauthorized, apiError{Type: "authentication_error", Code: "invalid_api_key", Message: "missing or unknown API key"})
+		return
+	}
+	var spends []spendJSON
+	for _, p := range []string{"day", "month"} {
+		sp, err := s.spend(r.Context(), ledger.SpendQuery{Tenant: c.tenant, Period: p})
+		if err != nil {
+			writeAdminErr(w, err)
+			return
+		}
+		spends = append(spends, sp)
+	}
+	x := &exchange{s: s, st: st, caller: c, upstream: &upstream{}, est: costmodel.Estimate{}}
+	type limitJSON struct {
+		Name      string `json:"name"`
+		Unit      string `json:"unit"`
+		Capacity  int64  `json:"capacity"`
+		Remaining int64  `json:"remaining"`
+		ResetS    int64  `json:"reset_seconds"`
+	}
+	var items []weighted.Item
+	var names []*compiledLimit
+	for _, l := range st.limits {
+		// Limits keyed by request attributes (model, route, ip) have no
+		// single state for a tenant; the tenant-, user- and key-wide ones do.
+		if !l.appliesTo(c.plan) || !l.callerScoped() {
+			continue
+		}
+		items = append(items, weighted.Item{Limit: l.limit, Key: l.key(x)})
+		names = append(names, l)
+	}
+	limits := []limitJSON{}
+	if len(items) > 0 {
+		res, err := s.store.Peek(r.Context(), items)
+		if err != nil {
+			writeAdminErr(w, err)
+			return
+		}
+		for i, l := range names {
+			limits = append(limits, limitJSON{Name: l.limit.Name, Unit: l.unit, Capacity: res.Items[i].Capacity,
+				Remaining: res.Items[i].Remaining, ResetS: int64(res.Items[i].ResetAfter / time.Second)})
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tenant": c.tenant, "plan": c.plan, "spend": spends, "limits": limits})
+}
+
+func parseTime(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		return t, nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return t, errors.New("a time is YYYY-MM-DD or RFC 3339, not " + strconv.Quote(s))
+	}
+	return t, nil
+}
+
+func writeAdminErr(w http.ResponseWriter, err error) {
+	status := http.StatusInternalServerError
+	if errors.Is(err, ledger.ErrInvalid) {
+		status = http.StatusBadRequest
+	}
+	writeJSON(w, status, map[string]string{"error": err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}

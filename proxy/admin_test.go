@@ -1,0 +1,177 @@
+package proxy_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/costgate/costgate/proxy"
+)
+
+// adminGet calls the admin plane with the test's admin token.
+func adminDo(t *testing.T, h http.Handler, method, path, token string) (int, string) {
+	t.Helper()
+	req := httptest.NewRequest(method, path, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	b, _ := io.ReadAll(rec.Result().Body)
+	return rec.Code, string(b)
+}
+
+func TestAdminAuth(t *testing.T) {
+	s := newStack(t, "", roomyLimits)
+	h := s.srv.AdminHandler()
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, body := adminDo(t, h, "GET", path, ""); code != 200 {
+			t.Errorf("%s without a token: %d %s", path, code, body)
+		}
+	}
+	for _, path := range []string{"/metrics", "/admin/v1/shadow", "/admin/v1/top-throttled", "/admin/v1/limits?key=x", "/admin/v1/tenants/acme/spend", "/admin/v1/ledger"} {
+		if code, _ := adminDo(t, h, "GET", path, ""); code != http.StatusUnauthorized {
+			t.Errorf("%s without a token: %d, want 401", path, code)
+		}
+		if code, _ := adminDo(t, h, "GET", path, "wrong"); code != http.StatusUnauthorized {
+			t.Errorf("%s with a wrong token: %d, want 401", path, code)
+		}
+		if code, body := adminDo(t, h, "GET", path, "test-admin"); code != 200 {
+			t.Errorf("%s with the token: %d %s", path, code, body)
+		}
+	}
+}
+
+// TestOperatorViews: after traffic that hits a limit, the metrics, the
+// top-throttled keys, the spend and the tenant's own usage say so.
+func TestOperatorViews(t *testing.T) {
+	s := newStack(t, "", `
+limits:
+  - name: acme-requests
+    dimensions: [tenant]
+    unit: requests
+    rate: 2
+    period: 1m
+`)
+	client := s.client("cg-test-acme")
+	for range 5 {
+		client.Chat.Completions.New(context.Background(), chatParams("count me", 8))
+	}
+	h := s.srv.AdminHandler()
+
+	_, metrics := adminDo(t, h, "GET", "/metrics", "test-admin")
+	for _, want := range []string{
+		`costgate_requests_total{`,
+		`costgate_decisions_blocked_total{`,
+		`limit="acme-requests"`,
+		`costgate_decision_duration_seconds_bucket{`,
+		`stage="debit"`,
+		`costgate_spend_nano_usd_total{`,
+		`gen_ai_client_token_usage_bucket{`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	var blocked float64
+	for _, line := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(line, "costgate_decisions_blocked_total{") && strings.Contains(line, `limit="acme-requests"`) {
+			f := strings.Fields(line)
+			json.Unmarshal([]byte(f[len(f)-1]), &blocked)
+		}
+	}
+	if blocked != 3 {
+		t.Errorf("costgate_decisions_blocked_total for acme-requests = %v, want 3", blocked)
+	}
+
+	_, top := adminDo(t, h, "GET", "/admin/v1/top-throttled?n=5", "test-admin")
+	if !strings.Contains(top, `acme-requests`) || !strings.Contains(top, `tenant=acme`) {
+		t.Errorf("top-throttled does not name the throttled key: %s", top)
+	}
+	if err := s.srv.Ledger().Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, spend := adminDo(t, h, "GET", "/admin/v1/tenants/acme/spend?period=day", "test-admin")
+	var sp struct {
+		Spent int64 `json:"spent_nano_usd"`
+	}
+	if err := json.Unmarshal([]byte(spend), &sp); err != nil || sp.Spent <= 0 {
+		t.Errorf("spend: %s", spend)
+	}
+	_, lim := adminDo(t, h, "GET", "/admin/v1/limits?key="+`{acme}:tenant=acme`, "test-admin")
+	if !strings.Contains(lim, `"remaining":0`) {
+		t.Errorf("limits view does not show the spent limit: %s", lim)
+	}
+
+	// The tenant's own usage, and nobody else's.
+	req, _ := http.NewRequest("GET", s.url+"/v1/costgate/usage", nil)
+	req.Header.Set("Authorization", "Bearer cg-test-acme")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"tenant":"acme"`) || !strings.Contains(string(b), `"acme-requests"`) {
+		t.Errorf("usage: %d %s", resp.StatusCode, b)
+	}
+	req.Header.Set("Authorization", "Bearer not-a-key")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("usage with a wrong key: %d", resp.StatusCode)
+	}
+}
+
+// TestReloadKeepsTheLastGoodConfig: a bad config is refused with its
+// reason and the running one stays; a good one takes effect at once.
+func TestReloadKeepsTheLastGoodConfig(t *testing.T) {
+	s := newStack(t, "", roomyLimits)
+	base := s.srv.Config()
+	next := func() (*proxy.Config, error) { return nil, errors.New("limits[0].algorithm: unknown algorithm \"leaky\"") }
+	s.srv.SetLoader(func() (*proxy.Config, error) { return next() })
+	h := s.srv.AdminHandler()
+
+	code, body := adminDo(t, h, "POST", "/admin/v1/reload", "test-admin")
+	if code != http.StatusBadRequest || !strings.Contains(body, "leaky") {
+		t.Fatalf("bad reload: %d %s", code, body)
+	}
+	if _, err := s.client("cg-test-acme").Chat.Completions.New(context.Background(), chatParams("still here?", 8)); err != nil {
+		t.Fatalf("the last good config is gone: %v", err)
+	}
+
+	// A new key, added by reload.
+	added := *base
+	added.Tenants = append(append([]proxy.TenantConfig(nil), base.Tenants...), proxy.TenantConfig{
+		Name: "globex", Plan: "free", Keys: []proxy.KeyConfig{{ID: "globex-key", Key: "cg-test-globex"}},
+	})
+	next = func() (*proxy.Config, error) { return &added, nil }
+	if code, body := adminDo(t, h, "POST", "/admin/v1/reload", "test-admin"); code != 200 {
+		t.Fatalf("good reload: %d %s", code, body)
+	}
+	if _, err := s.client("cg-test-globex").Chat.Completions.New(context.Background(), chatParams("new here", 8)); err != nil {
+		t.Fatalf("the reloaded key does not work: %v", err)
+	}
+	_, metrics := adminDo(t, h, "GET", "/metrics", "test-admin")
+	if !strings.Contains(metrics, `costgate_config_reloads_total{`) || !strings.Contains(metrics, "costgate_config_last_reload_success 1") {
+		t.Errorf("reload metrics missing:\n%s", grep(metrics, "reload"))
+	}
+}
+
+func grep(text, word string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, word) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
