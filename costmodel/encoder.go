@@ -27,7 +27,8 @@ import (
 // read-only after construction and safe for concurrent use.
 type encoder struct {
 	name  string
-	ranks map[string]uint32
+	ranks map[string]uint32         // every token
+	short shortRanks                // tokens of at most 7 bytes, for fast lookups
 	next  func(s string, i int) int // the pre-tokenizer
 }
 
@@ -45,7 +46,7 @@ func (e *encoder) Count(s string) int {
 }
 
 func (e *encoder) pieceTokens(p string) int {
-	if _, ok := e.ranks[p]; ok {
+	if e.rank(p) != noRank {
 		return 1
 	}
 	if len(p) <= smallPiece {
@@ -60,10 +61,73 @@ const (
 )
 
 func (e *encoder) rank(b string) uint32 {
+	if len(b) <= 7 {
+		return e.short.get(packShort(b))
+	}
 	if r, ok := e.ranks[b]; ok {
 		return r
 	}
 	return noRank
+}
+
+// packShort packs a string of 1 to 7 bytes and its length into a non-zero
+// uint64.
+func packShort(b string) uint64 {
+	k := uint64(len(b)) << 56
+	for i := 0; i < len(b); i++ {
+		k |= uint64(b[i]) << (8 * i)
+	}
+	return k
+}
+
+// shortRanks is an open-addressing hash table from packed short tokens to
+// ranks: most lookups during merges are of two to six bytes, and hashing a
+// uint64 is much cheaper than hashing and comparing a string. It is
+// read-only after construction.
+type shortRanks struct {
+	keys  []uint64 // 0 marks an empty slot; packed keys are never 0
+	vals  []uint32
+	shift uint
+}
+
+func newShortRanks(ranks map[string]uint32) shortRanks {
+	n := 0
+	for k := range ranks {
+		if len(k) <= 7 {
+			n++
+		}
+	}
+	bits := uint(1)
+	for 1<<bits < 2*n { // load factor at most 1/2
+		bits++
+	}
+	t := shortRanks{keys: make([]uint64, 1<<bits), vals: make([]uint32, 1<<bits), shift: 64 - bits}
+	mask := uint64(1)<<bits - 1
+	for k, v := range ranks {
+		if len(k) > 7 || k == "" {
+			continue
+		}
+		key := packShort(k)
+		for h := (key * 0x9E3779B97F4A7C15) >> t.shift; ; h = (h + 1) & mask {
+			if t.keys[h] == 0 {
+				t.keys[h], t.vals[h] = key, v
+				break
+			}
+		}
+	}
+	return t
+}
+
+func (t *shortRanks) get(key uint64) uint32 {
+	mask := uint64(len(t.keys) - 1)
+	for h := (key * 0x9E3779B97F4A7C15) >> t.shift; ; h = (h + 1) & mask {
+		switch t.keys[h] {
+		case key:
+			return t.vals[h]
+		case 0:
+			return noRank
+		}
+	}
 }
 
 // mergeSmall merges a piece of at most smallPiece bytes. starts[k] is the
@@ -264,7 +328,7 @@ func newEncoder(enc tokenizer.Encoding, next func(string, int) int) *encoder {
 		misses = 0
 		ranks[s] = uint32(id)
 	}
-	return &encoder{name: string(enc), ranks: ranks, next: next}
+	return &encoder{name: string(enc), ranks: ranks, short: newShortRanks(ranks), next: next}
 }
 
 // encoderFor returns the encoder of an encoding name; anthropic-approx
