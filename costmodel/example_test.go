@@ -68,3 +68,17 @@ func ExampleRule_Estimate() {
 	// 3 $0.001300000
 	// 41 $0.005100000
 }
+
+func ExamplePrice_Cost() {
+	// gpt-4o: $2.50 per million input tokens, $1.25 cached, $10 output.
+	p := costmodel.Price{Input: 2_500_000_000, CachedInput: 1_250_000_000, Output: 10 * costmodel.Dollar}
+	u := costmodel.Usage{InputTokens: 10_000, CachedInputTokens: 8_000, OutputTokens: 500}
+	fmt.Println(p.Cost(u))
+	// Output: $0.020000000
+}
+
+func ExampleEstimator_CountText() {
+	e, _ := costmodel.NewEstimator(costmodel.Config{})
+	fmt.Println(e.CountText("gpt-4o", "tiktoken is great!"), e.CountText("gpt-4", "tiktoken is great!"))
+	// Output: 6 6
+}
