@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,9 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 type L = map[string]string
@@ -411,15 +415,53 @@ func TestNoExporterTracerIsNoop(t *testing.T) {
 }
 
 // TestOTLPExport points the standard OTEL_* variables at an httptest server
-// and checks that Shutdown delivers metrics and traces to it over OTLP/HTTP.
+// and checks that Shutdown delivers metrics (the cells and the SDK gauges)
+// and traces to it over OTLP/HTTP.
 func TestOTLPExport(t *testing.T) {
 	var mu sync.Mutex
-	got := map[string]int{}
+	metrics := map[string]bool{}
+	var spans []string
+	var service string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Errorf("read %s: %v", r.URL.Path, err)
+		}
 		mu.Lock()
-		got[r.URL.Path] += len(body)
-		mu.Unlock()
+		defer mu.Unlock()
+		switch r.URL.Path {
+		case "/v1/metrics":
+			var req colmetricpb.ExportMetricsServiceRequest
+			if err := proto.Unmarshal(body, &req); err != nil {
+				t.Errorf("decode metrics: %v", err)
+			}
+			for _, rm := range req.GetResourceMetrics() {
+				for _, kv := range rm.GetResource().GetAttributes() {
+					if kv.GetKey() == "service.name" {
+						service = kv.GetValue().GetStringValue()
+					}
+				}
+				for _, sm := range rm.GetScopeMetrics() {
+					for _, m := range sm.GetMetrics() {
+						metrics[m.GetName()] = true
+					}
+				}
+			}
+		case "/v1/traces":
+			var req coltracepb.ExportTraceServiceRequest
+			if err := proto.Unmarshal(body, &req); err != nil {
+				t.Errorf("decode traces: %v", err)
+			}
+			for _, rs := range req.GetResourceSpans() {
+				for _, ss := range rs.GetScopeSpans() {
+					for _, sp := range ss.GetSpans() {
+						spans = append(spans, sp.GetName())
+					}
+				}
+			}
+		default:
+			t.Errorf("unexpected OTLP path %s", r.URL.Path)
+		}
 		w.Header().Set("Content-Type", "application/x-protobuf")
 		w.WriteHeader(http.StatusOK)
 	}))
@@ -433,14 +475,76 @@ func TestOTLPExport(t *testing.T) {
 	ctx, span := tm.Tracer().Start(context.Background(), "request")
 	tm.Decision(ctx, Decision{Tenant: "acme", Policy: "plans", Outcome: "allow", Status: 200})
 	tm.Usage("acme", "gpt-4o", 5, 6, 7)
+	tm.Stage(StageTotal, time.Millisecond)
+	tm.Reload(true)
 	span.End()
 	if err := tm.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if got["/v1/metrics"] == 0 || got["/v1/traces"] == 0 {
-		t.Fatalf("OTLP bytes received by path: %v; want both /v1/metrics and /v1/traces", got)
+	for _, name := range []string{"costgate.requests", "costgate.spend", "gen_ai.client.token.usage", "costgate.decision.duration", "costgate.config.last_reload_success"} {
+		if !metrics[name] {
+			t.Errorf("OTLP metrics lack %s; got %v", name, metrics)
+		}
+	}
+	if len(spans) != 1 || spans[0] != "request" {
+		t.Errorf("OTLP spans = %v, want [request]", spans)
+	}
+	if service != "costgate-test" {
+		t.Errorf("service.name = %q, want OTEL_SERVICE_NAME's costgate-test", service)
+	}
+}
+
+// TestDocTable checks the package doc's metric table against a scrape in
+// which every metric has a value, both ways.
+func TestDocTable(t *testing.T) {
+	src, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for _, line := range strings.Split(string(src), "\n") {
+		f := strings.Fields(strings.TrimPrefix(line, "//"))
+		if len(f) < 3 || !strings.HasPrefix(line, "//\t") || f[0] == "OpenTelemetry" {
+			continue
+		}
+		for _, w := range f[1:3] { // the Prometheus name is the second or third field (the unit may be empty)
+			if (strings.HasPrefix(w, "costgate_") || strings.HasPrefix(w, "gen_ai_")) && !strings.Contains(w, ".") {
+				documented[w] = true
+				break
+			}
+		}
+	}
+	tm := newTelemetry(t, Config{})
+	ctx := context.Background()
+	tm.Decision(ctx, Decision{Tenant: "a", Policy: "p", Limit: "l", Outcome: "hard", Status: 429})
+	tm.Stage(StageTotal, time.Millisecond)
+	tm.StoreOp(StoreDebit, time.Millisecond, nil)
+	tm.FailOpen("l")
+	tm.ShadowWouldBlock("p", "l", "a")
+	tm.Usage("a", "m", 1, 1, 1)
+	tm.Reload(true)
+	tm.ObserveLedger(func() (float64, int64) { return 1, 1 })
+	tm.ObserveBreaker(func() string { return "closed" })
+	scraped := map[string]bool{}
+	for name, f := range scrape(t, tm) {
+		if !strings.HasPrefix(name, "go_") && !strings.HasPrefix(name, "process_") && name != "target_info" && len(f.GetMetric()) > 0 {
+			scraped[name] = true
+		}
+	}
+	for name := range documented {
+		if !scraped[name] {
+			t.Errorf("documented %s is not scraped", name)
+		}
+	}
+	for name := range scraped {
+		if !documented[name] {
+			t.Errorf("scraped %s is not in the doc table", name)
+		}
+	}
+	if len(documented) != 14 {
+		t.Errorf("parsed %d documented names, want 14: %v", len(documented), documented)
 	}
 }
 
