@@ -18,8 +18,8 @@ package costmodel
 // When the stream carried a usage report, Usage returns it (reported=true).
 // When it did not (the stream was cut, or the client did not ask), Usage
 // counts the text seen with the model's tokenizer (reported=false); input
-// tokens are then whatever the stream said (Anthropic's message_start) or 0,
-// and the caller keeps its estimate of them. Reasoning tokens that a stream
+// tokens are then whatever the stream said (Anthropic's message_start), else
+// what SetInputTokens set (the estimate's exact count), else 0. Reasoning tokens that a stream
 // does not show cannot be counted.
 //
 // The streamed text is counted in pieces once it passes countChunk bytes. It
@@ -64,7 +64,14 @@ type StreamMeter struct {
 	sawStart  bool  // Anthropic message_start seen
 	malformed int   // events whose data was not valid JSON
 	events    int
+	inputEst  int64 // input tokens to report when the stream tells none
 }
+
+// SetInputTokens sets the input tokens Usage reports for a stream that ends
+// without saying how many it had (an OpenAI stream cut before its usage
+// chunk): normally the Estimate's InputTokens, which were counted exactly.
+// Without it such a stream reports 0 input tokens.
+func (m *StreamMeter) SetInputTokens(n int64) { m.inputEst = max(n, 0) }
 
 // NewStreamMeter returns a meter for a streamed response of the given kind
 // and model.
@@ -389,6 +396,9 @@ func (m *StreamMeter) Usage() (u Usage, reported bool) {
 		return m.usage, true
 	}
 	u = m.usage
+	if u.InputTokens == 0 {
+		u.InputTokens = m.inputEst
+	}
 	counted := m.counted
 	if len(m.pending) > 0 {
 		counted += m.model.countText(string(m.pending))

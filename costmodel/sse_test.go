@@ -93,6 +93,21 @@ func TestStreamMeterCut(t *testing.T) {
 		t.Errorf("Usage = %+v, %v; want %d output tokens, not reported", u, reported, want)
 	}
 
+	// With the estimate's input tokens set, a cut stream reports them.
+	m2 := e.NewStreamMeter(ChatCompletions, "gpt-4o")
+	m2.SetInputTokens(19)
+	m2.Write([]byte(cut))
+	if u, reported := m2.Usage(); reported || u.InputTokens != 19 || u.OutputTokens != want {
+		t.Errorf("with input estimate: %+v, %v", u, reported)
+	}
+	// A reported usage is never replaced.
+	m3 := e.NewStreamMeter(ChatCompletions, "gpt-4o")
+	m3.SetInputTokens(1000)
+	m3.Write([]byte(chatStream))
+	if u, reported := m3.Usage(); !reported || u.InputTokens != 19 {
+		t.Errorf("reported usage replaced: %+v, %v", u, reported)
+	}
+
 	// Anthropic: cut after message_start keeps its input usage.
 	cutA := anthropicStream[:strings.Index(anthropicStream, "event: message_delta")]
 	ma := e.NewStreamMeter(AnthropicMessages, "claude-sonnet-4-5")
