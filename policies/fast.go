@@ -56,8 +56,27 @@ type machine struct {
 	sets  [][]value
 	stack []value
 	top   int
+	argv  []value // a stack of call arguments; see args
 	bail  bool
 	why   string // what made the machine bail, for tests and debugging
+}
+
+// args evaluates terms onto the argument stack and returns them, with ok
+// false when one is undefined. The caller must pop them with
+// m.argv = m.argv[:base] on every path. (A local array would escape to the
+// heap through the builtin's function value, one allocation per call.)
+func (m *machine) args(terms []cterm, fr []value) (args []value, base int, ok bool) {
+	base = len(m.argv)
+	for _, t := range terms {
+		v := t.eval(m, fr) // may evaluate rules, which push and pop above
+		if v.k == kUndef {
+			m.argv = m.argv[:base]
+			return nil, base, false
+		}
+		m.argv = append(m.argv, v)
+	}
+	top := len(m.argv)
+	return m.argv[base:top:top], base, true
 }
 
 // bailOut hands the current input over to the general evaluator.
@@ -108,6 +127,7 @@ func (p *program) machine(in *Input) *machine {
 	}
 	clear(m.state)
 	m.in, m.top, m.bail, m.why = in, 0, false, ""
+	m.argv = m.argv[:0]
 	return m
 }
 
@@ -412,15 +432,11 @@ type callStep struct {
 }
 
 func (c *callStep) first(m *machine, fr []value) bool {
-	var buf [4]value
-	args := buf[:0]
-	for _, a := range c.args {
-		v := a.eval(m, fr)
-		if v.k == kUndef {
-			return false
-		}
-		args = append(args, v)
+	args, base, ok := m.args(c.args, fr)
+	if !ok {
+		return false
 	}
+	defer func() { m.argv = m.argv[:base] }()
 	if c.test != nil {
 		holds, ok := c.test(m, args)
 		if !ok {
@@ -446,7 +462,6 @@ func (c *callStep) first(m *machine, fr []value) bool {
 		return eq
 	}
 	var out value
-	var ok bool
 	if c.sprintf {
 		out, ok = sprintfValue(args[0], args[1:])
 	} else {
@@ -493,16 +508,12 @@ type funcStep struct {
 }
 
 func (c *funcStep) first(m *machine, fr []value) bool {
-	var buf [4]value
-	args := buf[:0]
-	for _, a := range c.args {
-		v := a.eval(m, fr)
-		if v.k == kUndef {
-			return false
-		}
-		args = append(args, v)
+	args, base, ok := m.args(c.args, fr)
+	if !ok {
+		return false
 	}
 	v := m.call(c.f, args)
+	m.argv = m.argv[:base]
 	if m.bail || v.k == kUndef {
 		return false
 	}
