@@ -130,9 +130,13 @@ const (
 	outcomeHard
 	outcomeOther
 	numOutcomes
+	// seriesShadow is an outcome of the series only: would-blocks of a
+	// shadow policy or limit.
+	seriesShadow      = numOutcomes
+	numSeriesOutcomes = numOutcomes + 1
 )
 
-var outcomeNames = [numOutcomes]string{"allow", "soft", "hard", Other}
+var outcomeNames = [numSeriesOutcomes]string{"allow", "soft", "hard", Other, "shadow"}
 
 func outcomeID(s string) int {
 	switch s {
@@ -144,6 +148,14 @@ func outcomeID(s string) int {
 		return outcomeHard
 	}
 	return outcomeOther
+}
+
+// seriesOutcomeID orders the series' outcomes, shadow last.
+func seriesOutcomeID(s string) int {
+	if s == "shadow" {
+		return seriesShadow
+	}
+	return outcomeID(s)
 }
 
 // statusID folds an HTTP status into [0, 600): 0 stands for anything outside

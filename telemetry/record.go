@@ -283,7 +283,7 @@ func (t *Telemetry) Decision(ctx context.Context, d Decision) {
 	policy := t.policies.id(d.Policy)
 	t.reqCells.get(reqKey{policy, outcome, statusID(d.Status), t.routes.id(d.Route)}).add(1)
 	t.tenantRequests[tenant].Add(1)
-	t.series.decision(now, tenant, policy*numOutcomes+outcome)
+	t.series.decision(now, tenant, policy, outcome)
 	if outcome == outcomeHard && d.Status != http.StatusServiceUnavailable {
 		limit := t.limits.id(d.Limit)
 		t.blockCells.get(blockKey{policy, limit, t.dims.id(d.Dimension), statusID(d.Status)}).add(1)
@@ -327,7 +327,9 @@ func (t *Telemetry) FailOpen(limit string) {
 func (t *Telemetry) ShadowWouldBlock(policy, limit, tenant string) {
 	p, l, tn := t.policies.id(policy), t.limits.id(limit), t.tenants.id(tenant)
 	t.shadowCells.get(shadowAttrKey{p, l, tn}).add(1)
-	t.shadow.add(t.now(), p, l, tn)
+	now := t.now()
+	t.shadow.add(now, p, l, tn)
+	t.series.shadow(now, p)
 }
 
 // Usage records what one request used, as settled: token counts (negative

@@ -32,12 +32,15 @@ type Series struct {
 	RequestsByTenant map[string][]int64 `json:"requests_by_tenant"`
 	SpendNanoUSD     map[string][]int64 `json:"spend_nano_usd"`
 	// Decisions has one entry per policy and outcome with a non-zero count in
-	// the hour, ordered by policy then outcome.
+	// the hour, ordered by policy then outcome (allow, soft, hard, other,
+	// shadow).
 	Decisions []DecisionSeries `json:"decisions"`
 }
 
-// DecisionSeries is the per-minute count of enforced decisions by one policy
-// with one outcome ("allow", "soft", "hard").
+// DecisionSeries is the per-minute count of decisions by one policy with one
+// outcome: "allow", "soft", "hard" (enforced decisions, "other" for an
+// unknown outcome) or "shadow" (would-blocks of the policy in shadow mode,
+// which are not requests).
 type DecisionSeries struct {
 	Policy  string  `json:"policy"`
 	Outcome string  `json:"outcome"`
@@ -49,7 +52,7 @@ type seriesBucket struct {
 	requests  atomic.Int64
 	tenantReq []atomic.Int64 // by tenant id
 	spend     []atomic.Int64 // by tenant id, nano-USD
-	decisions []atomic.Int64 // by policy id*numOutcomes + outcome id
+	decisions []atomic.Int64 // by policy id*numSeriesOutcomes + outcome id
 }
 
 type series struct {
@@ -64,7 +67,7 @@ func newSeries(tenants, policies int) *series {
 		b.minute.Store(-1)
 		b.tenantReq = make([]atomic.Int64, tenants)
 		b.spend = make([]atomic.Int64, tenants)
-		b.decisions = make([]atomic.Int64, policies*numOutcomes)
+		b.decisions = make([]atomic.Int64, policies*numSeriesOutcomes)
 	}
 	return s
 }
@@ -100,14 +103,23 @@ func (s *series) bucket(m int64) *seriesBucket {
 	return b
 }
 
-func (s *series) decision(now time.Time, tenant, policyOutcome int) {
+func (s *series) decision(now time.Time, tenant, policy, outcome int) {
 	b := s.bucket(unixMinute(now))
 	if b == nil {
 		return
 	}
 	b.requests.Add(1)
 	b.tenantReq[tenant].Add(1)
-	b.decisions[policyOutcome].Add(1)
+	b.decisions[policy*numSeriesOutcomes+outcome].Add(1)
+}
+
+// shadow counts a would-block of a shadow policy; it is not a request.
+func (s *series) shadow(now time.Time, policy int) {
+	b := s.bucket(unixMinute(now))
+	if b == nil {
+		return
+	}
+	b.decisions[policy*numSeriesOutcomes+seriesShadow].Add(1)
 }
 
 func (s *series) spendAdd(now time.Time, tenant int, nanoUSD int64) {
@@ -187,8 +199,8 @@ func (s *series) snapshot(now time.Time, tenants, policies *labelSet) Series {
 	for id := range nd {
 		if decs[id] != nil {
 			out.Decisions = append(out.Decisions, DecisionSeries{
-				Policy:  policies.name(id / numOutcomes),
-				Outcome: outcomeNames[id%numOutcomes],
+				Policy:  policies.name(id / numSeriesOutcomes),
+				Outcome: outcomeNames[id%numSeriesOutcomes],
 				Counts:  decs[id],
 			})
 		}

@@ -24,6 +24,7 @@ func TestSeriesBuckets(t *testing.T) {
 	clock.Advance(time.Second) // 10:01:00
 	decide("acme", "budget", "soft")
 	tm.Usage("acme", "m", 1, 1, 50)
+	tm.ShadowWouldBlock("plans", "per-ip", "acme") // not a request
 
 	s := tm.Series()
 	if want := time.Date(2026, 11, 30, 9, 2, 0, 0, time.UTC); !s.Start.Equal(want) {
@@ -49,6 +50,7 @@ func TestSeriesBuckets(t *testing.T) {
 		{"budget", "soft", 0, 1},
 		{"plans", "allow", 2, 0},
 		{"plans", "hard", 1, 0},
+		{"plans", "shadow", 0, 1},
 	}
 	if len(s.Decisions) != len(wantDec) {
 		t.Fatalf("Decisions = %+v", s.Decisions)

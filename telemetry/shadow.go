@@ -151,6 +151,6 @@ func sortDecisionSeries(d []DecisionSeries) {
 		if d[i].Policy != d[j].Policy {
 			return d[i].Policy < d[j].Policy
 		}
-		return outcomeID(d[i].Outcome) < outcomeID(d[j].Outcome)
+		return seriesOutcomeID(d[i].Outcome) < seriesOutcomeID(d[j].Outcome)
 	})
 }

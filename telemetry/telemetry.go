@@ -107,8 +107,9 @@ func (c Config) Validate() error {
 
 // Telemetry is costgate's metrics, traces and operator state. Create it with
 // New; all recording and query methods are safe for concurrent use, and the
-// recording methods do not allocate once a label combination has been seen.
-// A nil *Telemetry is not usable.
+// recording methods allocate nothing once a label combination (and, for
+// the top-throttled summary, a limit key) has been seen. The zero value is
+// not usable.
 type Telemetry struct {
 	cfg Config
 	now func() time.Time

@@ -609,3 +609,35 @@ func TestMeterSharesTheEndpoint(t *testing.T) {
 		t.Errorf("costgate_proxy_connections_total = %v, want 3", got)
 	}
 }
+
+// TestRecordingDoesNotAllocate checks the hot-path promise: once a label
+// combination has been seen, recording allocates nothing.
+func TestRecordingDoesNotAllocate(t *testing.T) {
+	clock := newFakeClock()
+	tm := newTelemetry(t, Config{Now: clock.Now})
+	ctx := context.Background()
+	allow := Decision{Tenant: "acme", Route: "chat", Model: "m", Policy: "plans", Outcome: "allow", Status: 200}
+	hard := Decision{Tenant: "acme", Route: "chat", Model: "m", Policy: "plans", Limit: "rpm", Dimension: "tenant", Outcome: "hard", Status: 429, Key: "rpm:acme"}
+	shadow := Decision{Tenant: "acme", Policy: "abuse", Limit: "per-ip", Outcome: "hard", Status: 429, Shadow: true}
+	storeErr := errors.New("down")
+	calls := []struct {
+		name string
+		f    func()
+	}{
+		{"Decision allow", func() { tm.Decision(ctx, allow) }},
+		{"Decision hard", func() { tm.Decision(ctx, hard) }},
+		{"Decision shadow", func() { tm.Decision(ctx, shadow) }},
+		{"Stage", func() { tm.Stage(StageDebit, time.Millisecond) }},
+		{"StoreOp", func() { tm.StoreOp(StoreDebit, time.Millisecond, storeErr) }},
+		{"Usage", func() { tm.Usage("acme", "m", 10, 20, 30) }},
+		{"FailOpen", func() { tm.FailOpen("rpm") }},
+		{"ShadowWouldBlock", func() { tm.ShadowWouldBlock("abuse", "per-ip", "acme") }},
+		{"Reload", func() { tm.Reload(true) }},
+	}
+	for _, c := range calls {
+		c.f() // first sighting builds the cells
+		if n := testing.AllocsPerRun(100, c.f); n != 0 {
+			t.Errorf("%s: %v allocations per call", c.name, n)
+		}
+	}
+}
