@@ -27,22 +27,63 @@ for i = 1, n do
   algo, cap, rate, period, tick, cost, pos = sunpack('<dddddd', buf, pos)
   local ok, rem, retry, reset = 0, 0, 0, 0
   if algo <= GCRA then
+    -- The meter, as lib.lua's meter and store compute it, spelled out
+    -- because it is the hot path: function calls cost more than the
+    -- arithmetic.
     local p = period / tick
-    local ts, d, exp = meter(vals[i], cap, rate, tick, p)
-    local full, nd = cap * p, d + cost * p
+    local full = cap * p
+    local v, ts, d, exp = vals[i], now, 0, 0
+    if v then
+      local vp
+      ts, d, vp, exp = sunpack('<dddd', v)
+      if d == 0 then
+        ts = now
+      else
+        if vp ~= p then
+          local f = math.ceil(d * p / vp)
+          if f >= full then d = full else d = f end
+        end
+        if d > full then d = full end
+        if now > ts then
+          local e = now - ts
+          e = (e - e % tick) / tick
+          if e > 0 then
+            local q = d + rate - 1
+            if e >= (q - q % rate) / rate then
+              ts, d = now, 0
+            else
+              d = d - e * rate
+              ts = ts + e * tick
+            end
+          end
+        end
+      end
+    end
+    local nd = d + cost * p
     if nd <= full then
       ok = 1
-      if after then
-        d = nd
-      end
+      if after then d = nd end
     else
-      retry = ts + ceil_div(d - (cap - cost) * p, rate) * tick - now
+      local q = d - (cap - cost) * p + rate - 1
+      retry = ts + (q - q % rate) / rate * tick - now
     end
     rem = full - d
     rem = (rem - rem % p) / p
-    if d > 0 then reset = ts + ceil_div(d, rate) * tick - now end
+    if d > 0 then
+      local q = d + rate - 1
+      reset = ts + (q - q % rate) / rate * tick - now
+    end
     if ok == 1 and after and cost > 0 then
-      wv[i], wp[i] = store(ts, nd, p, reset, exp, period)
+      local need = now + reset + 999
+      need = (need - need % 1000) / 1000
+      if need <= exp then
+        wv[i], wp[i] = pack('<dddd', ts, nd, p, exp), 0
+      else
+        local slack = period / 1000
+        if slack > 60000 then slack = 60000 elseif slack < 1 then slack = 1 end
+        exp = need + slack - slack % 1
+        wv[i], wp[i] = pack('<dddd', ts, nd, p, exp), exp - now_ms + ttl_pad
+      end
     end
   elseif algo <= FIXED_WINDOW then
     local w, prev, curr, start, exp = window(vals[i], period)
@@ -105,8 +146,11 @@ if out[1] == 0 or not after then
 end
 
 for i = 1, n do
-  if wp[i] then
-    write(KEYS[i], wv[i], wp[i])
+  local px = wp[i]
+  if px == 0 then
+    redis.call('SETRANGE', KEYS[i], '0', wv[i])
+  elseif px then
+    write(KEYS[i], wv[i], px)
   elseif wm[i] then
     local algo, period, cost = wm[i][1], wm[i][2], wm[i][3]
     local lo, hi = now - period, now

@@ -173,7 +173,7 @@ func (l Limit) spec() (spec, error) {
 	switch {
 	case l.Name == "":
 		return bad("empty name")
-	case strings.ContainsAny(l.Name, ":{}"):
+	case !validName(l.Name):
 		return bad("name must not contain ':', '{' or '}'")
 	case l.Algorithm >= numAlgorithms:
 		return bad("unknown algorithm %d", uint8(l.Algorithm))
@@ -209,6 +209,17 @@ func (l Limit) spec() (spec, error) {
 		}
 	}
 	return bad("rate %d and capacity %d are too large for period %s to be counted exactly", l.Rate, s.cap, l.Period)
+}
+
+// validName reports whether name has none of ':', '{' and '}'. It is
+// spelled out because it runs on every debit.
+func validName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c == ':' || c == '{' || c == '}' {
+			return false
+		}
+	}
+	return true
 }
 
 // timed reports whether the algorithm counts elapsed time in ticks.
