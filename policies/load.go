@@ -20,6 +20,16 @@ import (
 //go:embed schema/input.schema.json
 var inputSchemaJSON []byte
 
+// unsafeBuiltins are builtins a policy may not call: they do network I/O on
+// the request path, or read a clock other than input.time, which would make
+// a decision depend on more than its input.
+var unsafeBuiltins = map[string]struct{}{
+	"http.send":          {},
+	"net.lookup_ip_addr": {},
+	"time.now_ns":        {},
+	"opa.runtime":        {},
+}
+
 // PackagePrefix is the package under which every policy lives: the policy
 // with id "quickstart" is package costgate.policies.quickstart.
 const PackagePrefix = "costgate.policies"
@@ -229,6 +239,7 @@ func load(ctx context.Context, fsys fs.FS, root string) (*Set, error) {
 	schemas.Put(ast.SchemaRootRef, schema)
 	c := ast.NewCompiler().
 		WithSchemas(schemas).
+		WithUnsafeBuiltins(unsafeBuiltins).
 		WithEnablePrintStatements(false).
 		WithDefaultRegoVersion(ast.RegoV1)
 	c.Compile(src.policies)

@@ -102,6 +102,8 @@ func TestLoadErrorsCarryFileAndLine(t *testing.T) {
 			"a.rego":      "package costgate.policies.a\n\ndecision := {\"outcome\": \"allow\"}\n",
 			"a_test.rego": "package costgate.policies.a_test\n\nimport data.costgate.policies.a\n\ntest_ok if a.decision.outcome == \"allow\"\n\ntest_wrong if {\n\ta.decision.outcome == \"hard\"\n}\n",
 		}, "a_test.rego:7"},
+		{"network I/O", map[string]string{"a.rego": "package costgate.policies.a\n\ndecision := {\"outcome\": \"allow\"} if {\n\thttp.send({\"method\": \"get\", \"url\": \"http://example.com\"}).status_code == 200\n}\n"}, "a.rego:4"},
+		{"wall clock", map[string]string{"a.rego": "package costgate.policies.a\n\ndecision := {\"outcome\": \"allow\"} if time.now_ns() > 0\n"}, "a.rego:3"},
 		{"bad shadow annotation", map[string]string{"a.rego": "# METADATA\n# custom:\n#   shadow: yes please\npackage costgate.policies.a\n\ndecision := {\"outcome\": \"allow\"}\n"}, "a.rego:1"},
 	}
 	for _, tc := range tests {
