@@ -171,3 +171,13 @@ func TestEngineDecideDuringReload(t *testing.T) {
 		}
 	}
 }
+
+func TestEngineWatchMissingDir(t *testing.T) {
+	e, err := NewEngine(mapFS(map[string]string{"p.rego": allowAll}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Watch(context.Background(), filepath.Join(t.TempDir(), "nope"), nil); err == nil {
+		t.Fatal("Watch of a missing directory succeeded")
+	}
+}
