@@ -85,50 +85,70 @@ for i = 1, n do
         wv[i], wp[i] = pack('<dddd', ts, nd, p, exp), exp - now_ms + ttl_pad
       end
     end
-  elseif algo <= FIXED_WINDOW then
+  elseif algo == FIXED_WINDOW then
+    -- The fixed window, as window and store compute it, spelled out too.
+    local w, curr, exp = (now - now % period) / period, 0, 0
+    local v = vals[i]
+    if v then
+      local sw, sprev, scurr
+      sw, sprev, scurr, exp = sunpack('<dddd', v)
+      if sw > w and scurr + sprev > 0 then w = sw end
+      if sw == w then curr = scurr end
+    end
+    local start = w * period
+    local ncurr = curr + cost
+    if ncurr <= cap then
+      ok = 1
+      if after then curr = ncurr end
+    else
+      retry = start + period - now
+    end
+    rem = cap - curr
+    if curr > 0 then reset = start + period - now end
+    if ok == 1 and after and cost > 0 then
+      local need = start + period + 999
+      need = (need - need % 1000) / 1000
+      if need <= exp then
+        wv[i], wp[i] = pack('<dddd', w, 0, ncurr, exp), 0
+      else
+        local slack = period / 1000
+        if slack > 60000 then slack = 60000 elseif slack < 1 then slack = 1 end
+        exp = need + slack - slack % 1
+        wv[i], wp[i] = pack('<dddd', w, 0, ncurr, exp), exp - now_ms + ttl_pad
+      end
+      if start + period - now > rec_ttl then rec_ttl = start + period - now end
+    end
+  elseif algo == SLIDING_WINDOW then
     local w, prev, curr, start, exp = window(vals[i], period)
     local ncurr = curr + cost
-    if algo == FIXED_WINDOW then
-      prev = 0
-      if ncurr <= cap then
-        ok = 1
-      else
-        retry = start + period - now
+    local p = period / tick
+    local e = now - start
+    if e < 0 then e = 0 end
+    e = floor(e / tick)
+    local full = cap * p
+    local used = curr * p + prev * (p - e)
+    if ncurr <= cap and used + cost * p <= full then
+      ok = 1
+      if after then
+        curr = ncurr
+        used = used + cost * p
       end
-      if ok == 1 and after then curr = ncurr end
-      rem = cap - curr
     else
-      local p = period / tick
-      local e = now - start
-      if e < 0 then e = 0 end
-      e = floor(e / tick)
-      local full = cap * p
-      local used = curr * p + prev * (p - e)
-      if ncurr <= cap and used + cost * p <= full then
-        ok = 1
-        if after then
-          curr = ncurr
-          used = used + cost * p
-        end
+      local target
+      if ncurr <= cap then
+        target = start + (p - floor((cap - curr - cost) * p / prev)) * tick
       else
-        local target
-        if ncurr <= cap then
-          target = start + (p - floor((cap - curr - cost) * p / prev)) * tick
-        else
-          target = start + period + (p - floor((cap - cost) * p / curr)) * tick
-        end
-        retry = target - now
+        target = start + period + (p - floor((cap - cost) * p / curr)) * tick
       end
-      rem = full - used
-      if rem < 0 then rem = 0 end
-      rem = floor(rem / p)
+      retry = target - now
     end
+    rem = full - used
+    if rem < 0 then rem = 0 end
+    rem = floor(rem / p)
     reset = window_reset(algo, prev, curr, start, period)
     if ok == 1 and after and cost > 0 then
       wv[i], wp[i] = store(w, prev, ncurr, window_reset(algo, prev, ncurr, start, period), exp, period)
-      local t = start + period - now
-      if algo == SLIDING_WINDOW then t = t + period end
-      if t > rec_ttl then rec_ttl = t end
+      if start + 2 * period - now > rec_ttl then rec_ttl = start + 2 * period - now end
     end
   else
     ok, rem, retry, reset = marks(algo, cap, period, KEYS[i], cost, after)
