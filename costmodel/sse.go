@@ -165,58 +165,6 @@ func (m *StreamMeter) dispatch() {
 	}
 }
 
-type chatChunk struct {
-	Choices []struct {
-		Index int    `json:"index"`
-		Text  string `json:"text"`
-		Delta struct {
-			Content   string `json:"content"`
-			Refusal   string `json:"refusal"`
-			ToolCalls []struct {
-				Function struct {
-					Name      string `json:"name"`
-					Arguments string `json:"arguments"`
-				} `json:"function"`
-			} `json:"tool_calls"`
-			FunctionCall *struct {
-				Name      string `json:"name"`
-				Arguments string `json:"arguments"`
-			} `json:"function_call"`
-		} `json:"delta"`
-	} `json:"choices"`
-	Usage *openaiUsage `json:"usage"`
-}
-
-func (m *StreamMeter) openaiChunk(data []byte) error {
-	var c chatChunk
-	if err := json.Unmarshal(data, &c); err != nil {
-		return err
-	}
-	for _, ch := range c.Choices {
-		if ch.Index != m.choice {
-			m.flush(true)
-			m.choice = ch.Index
-		}
-		m.addText(ch.Text)
-		m.addText(ch.Delta.Content)
-		m.addText(ch.Delta.Refusal)
-		for _, tc := range ch.Delta.ToolCalls {
-			m.addText(tc.Function.Name)
-			m.addText(tc.Function.Arguments)
-		}
-		if fc := ch.Delta.FunctionCall; fc != nil {
-			m.addText(fc.Name)
-			m.addText(fc.Arguments)
-		}
-	}
-	if c.Usage != nil {
-		if u, ok := c.Usage.usage(); ok {
-			m.usage, m.reported = u, true
-		}
-	}
-	return nil
-}
-
 type responsesEvent struct {
 	Type     string `json:"type"`
 	Delta    string `json:"delta"`

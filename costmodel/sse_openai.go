@@ -1,0 +1,256 @@
+package costmodel
+
+// A fast path for OpenAI stream chunks.
+//
+// Every chunk of a chat completion stream carries a few words of text in a
+// few hundred bytes of JSON. Decoding it with encoding/json costs about ten
+// allocations and a microsecond or two per chunk; this reader walks the
+// chunk once with the validating scanner and appends the text it needs
+// straight from the chunk's bytes. It reads exactly what openaiChunkJSON
+// (the encoding/json reader it replaces, kept as the reference in the
+// tests) reads, in the same order: each choice's text, then its delta's
+// content, refusal, tool-call names and arguments and legacy function call;
+// a chunk that is not valid JSON, or has a field of the wrong type,
+// contributes nothing. The tests check that both agree on every input
+// without repeated or differently-cased keys, which encoding/json merges
+// and matches case-insensitively.
+
+import (
+	"encoding/json"
+	"unicode/utf8"
+)
+
+// textSpan is a JSON string value in a chunk: its content span and whether
+// it must be decoded (escapes, or bytes that are not UTF-8, which
+// encoding/json would replace).
+type textSpan struct {
+	start, end int
+	decode     bool
+}
+
+type chunkChoice struct {
+	index                  int64
+	text, content, refusal textSpan
+	tools                  []textSpan // name, arguments, name, arguments...
+	fcName, fcArgs         textSpan
+}
+
+// openaiChunk reads one chat completion or completion stream chunk.
+func (m *StreamMeter) openaiChunk(data []byte) error {
+	s := jsonScanner{b: data}
+	if s.peek() != '{' {
+		st, en, err := s.value(0)
+		if err == nil {
+			err = s.end()
+		}
+		if err == nil && string(data[st:en]) != "null" {
+			err = wrongType("chunk: want an object") // null decodes to nothing, as in encoding/json
+		}
+		return err
+	}
+	var (
+		choices  [4]chunkChoice
+		list     = choices[:0]
+		usageRaw []byte
+	)
+	err := s.object(1, func(ks, ke int, esc bool) error {
+		switch keyText(&s, ks, ke, esc) {
+		case "choices":
+			list = list[:0] // a repeated key replaces
+			switch s.peek() {
+			case 'n':
+				return s.literal("null")
+			case '[':
+				return s.array(2, func() error {
+					var c chunkChoice
+					if err := m.readChoice(&s, &c); err != nil {
+						return err
+					}
+					list = append(list, c)
+					return nil
+				})
+			}
+			return wrongType("choices: want an array")
+		case "usage":
+			st, en, err := s.value(1)
+			usageRaw = data[st:en]
+			return err
+		}
+		_, _, err := s.value(1)
+		return err
+	})
+	if err == nil {
+		err = s.end()
+	}
+	if err != nil {
+		return err
+	}
+	var usage *openaiUsage
+	if usageRaw != nil && string(usageRaw) != "null" {
+		if err := json.Unmarshal(usageRaw, &usage); err != nil {
+			return err
+		}
+	}
+	for i := range list {
+		c := &list[i]
+		if int(c.index) != m.choice {
+			m.flush(true)
+			m.choice = int(c.index)
+		}
+		m.addSpan(data, c.text)
+		m.addSpan(data, c.content)
+		m.addSpan(data, c.refusal)
+		for _, t := range c.tools {
+			m.addSpan(data, t)
+		}
+		m.addSpan(data, c.fcName)
+		m.addSpan(data, c.fcArgs)
+	}
+	if usage != nil {
+		if u, ok := usage.usage(); ok {
+			m.usage, m.reported = u, true
+		}
+	}
+	return nil
+}
+
+func keyText(s *jsonScanner, ks, ke int, esc bool) string {
+	if esc {
+		return s.key(ks, ke, true)
+	}
+	return string(s.b[ks:ke]) // not retained: the compiler does not allocate for a switch
+}
+
+// readChoice reads one element of "choices" (an object, or null).
+func (m *StreamMeter) readChoice(s *jsonScanner, c *chunkChoice) error {
+	switch s.peek() {
+	case 'n':
+		return s.literal("null")
+	case '{':
+	default:
+		return wrongType("choices[]: want an object")
+	}
+	return s.object(3, func(ks, ke int, esc bool) error {
+		switch keyText(s, ks, ke, esc) {
+		case "index":
+			v, ok, err := s.intValue("index")
+			if ok && int64(int(v)) == v {
+				c.index = v
+			}
+			return err
+		case "text":
+			return readString(s, &c.text)
+		case "delta":
+			switch s.peek() {
+			case 'n':
+				return s.literal("null")
+			case '{':
+			default:
+				return wrongType("delta: want an object")
+			}
+			return s.object(4, func(ks, ke int, esc bool) error {
+				switch keyText(s, ks, ke, esc) {
+				case "content":
+					return readString(s, &c.content)
+				case "refusal":
+					return readString(s, &c.refusal)
+				case "tool_calls":
+					c.tools = c.tools[:0]
+					switch s.peek() {
+					case 'n':
+						return s.literal("null")
+					case '[':
+						return s.array(5, func() error { return readToolCall(s, c) })
+					}
+					return wrongType("tool_calls: want an array")
+				case "function_call":
+					switch s.peek() {
+					case 'n':
+						return s.literal("null")
+					case '{':
+						return readFunction(s, &c.fcName, &c.fcArgs, 5)
+					}
+					return wrongType("function_call: want an object")
+				}
+				_, _, err := s.value(4)
+				return err
+			})
+		}
+		_, _, err := s.value(3)
+		return err
+	})
+}
+
+func readToolCall(s *jsonScanner, c *chunkChoice) error {
+	var name, args textSpan
+	switch s.peek() {
+	case 'n':
+		c.tools = append(c.tools, name, args)
+		return s.literal("null")
+	case '{':
+	default:
+		return wrongType("tool_calls[]: want an object")
+	}
+	err := s.object(6, func(ks, ke int, esc bool) error {
+		if keyText(s, ks, ke, esc) == "function" {
+			switch s.peek() {
+			case 'n':
+				return s.literal("null")
+			case '{':
+				return readFunction(s, &name, &args, 7)
+			}
+			return wrongType("function: want an object")
+		}
+		_, _, err := s.value(6)
+		return err
+	})
+	c.tools = append(c.tools, name, args)
+	return err
+}
+
+func readFunction(s *jsonScanner, name, args *textSpan, depth int) error {
+	return s.object(depth, func(ks, ke int, esc bool) error {
+		switch keyText(s, ks, ke, esc) {
+		case "name":
+			return readString(s, name)
+		case "arguments":
+			return readString(s, args)
+		}
+		_, _, err := s.value(depth)
+		return err
+	})
+}
+
+// readString reads a string value, or null as the empty string.
+func readString(s *jsonScanner, t *textSpan) error {
+	switch s.peek() {
+	case 'n':
+		*t = textSpan{}
+		return s.literal("null")
+	case '"':
+		st, en, esc, err := s.str()
+		if err != nil {
+			return err
+		}
+		*t = textSpan{start: st, end: en, decode: esc || !utf8.Valid(s.b[st:en])}
+		return nil
+	}
+	return wrongType("want a string")
+}
+
+// addSpan appends a string value of data to the pending text.
+func (m *StreamMeter) addSpan(data []byte, t textSpan) {
+	if t.end <= t.start {
+		return
+	}
+	if t.decode {
+		var v string
+		_ = json.Unmarshal(data[t.start-1:t.end+1], &v) // validated by the scanner
+		m.addText(v)
+		return
+	}
+	m.pending = append(m.pending, data[t.start:t.end]...)
+	if len(m.pending) >= min(max(countChunk, m.retryAt), countHardLimit) {
+		m.flush(false)
+	}
+}

@@ -1,0 +1,137 @@
+package costmodel
+
+// The encoding/json reader of OpenAI stream chunks that sse_openai.go
+// replaces: the reference model the fast path is checked against.
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+type chatChunk struct {
+	Choices []struct {
+		Index int    `json:"index"`
+		Text  string `json:"text"`
+		Delta struct {
+			Content   string `json:"content"`
+			Refusal   string `json:"refusal"`
+			ToolCalls []struct {
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+			FunctionCall *struct {
+				Name      string `json:"name"`
+				Arguments string `json:"arguments"`
+			} `json:"function_call"`
+		} `json:"delta"`
+	} `json:"choices"`
+	Usage *openaiUsage `json:"usage"`
+}
+
+func (m *StreamMeter) openaiChunkJSON(data []byte) error {
+	var c chatChunk
+	if err := json.Unmarshal(data, &c); err != nil {
+		return err
+	}
+	for _, ch := range c.Choices {
+		if ch.Index != m.choice {
+			m.flush(true)
+			m.choice = ch.Index
+		}
+		m.addText(ch.Text)
+		m.addText(ch.Delta.Content)
+		m.addText(ch.Delta.Refusal)
+		for _, tc := range ch.Delta.ToolCalls {
+			m.addText(tc.Function.Name)
+			m.addText(tc.Function.Arguments)
+		}
+		if fc := ch.Delta.FunctionCall; fc != nil {
+			m.addText(fc.Name)
+			m.addText(fc.Arguments)
+		}
+	}
+	if c.Usage != nil {
+		if u, ok := c.Usage.usage(); ok {
+			m.usage, m.reported = u, true
+		}
+	}
+	return nil
+}
+
+// oddKeys reports whether a JSON document has a repeated key in an object,
+// or a key that equals one the readers look for only case-insensitively:
+// there encoding/json merges or folds where the fast path does not.
+func oddKeys(data []byte) bool {
+	known := []string{"choices", "index", "text", "delta", "content", "refusal", "tool_calls", "function", "name", "arguments", "function_call", "usage"}
+	odd := false
+	var walk func(s *jsonScanner, depth int) error
+	walk = func(s *jsonScanner, depth int) error {
+		switch s.peek() {
+		case '{':
+			seen := map[string]bool{}
+			return s.object(depth+1, func(ks, ke int, esc bool) error {
+				k := s.key(ks, ke, esc)
+				if seen[k] {
+					odd = true
+				}
+				seen[k] = true
+				for _, w := range known {
+					if k != w && strings.EqualFold(k, w) {
+						odd = true
+					}
+				}
+				return walk(s, depth+1)
+			})
+		case '[':
+			return s.array(depth+1, func() error { return walk(s, depth+1) })
+		}
+		_, _, err := s.value(depth)
+		return err
+	}
+	s := jsonScanner{b: data}
+	if walk(&s, 0) != nil {
+		return false
+	}
+	return odd
+}
+
+// FuzzOpenAIChunk checks the fast chunk reader against encoding/json.
+func FuzzOpenAIChunk(f *testing.F) {
+	for _, line := range strings.Split(chatStream, "\n") {
+		if v, ok := strings.CutPrefix(line, "data: "); ok && v != "[DONE]" {
+			f.Add([]byte(v))
+		}
+	}
+	for _, s := range []string{
+		`{"choices":[{"index":0,"delta":{"content":"a\u00e9\n","tool_calls":[{"function":{"name":"f","arguments":"{\"x\":1}"}},null]}}]}`,
+		`{"choices":[{"index":1,"text":"hi"},{"index":0,"delta":{"refusal":"no","function_call":{"name":"g","arguments":"{}"}}}],"usage":null}`,
+		`{"choices":[{"index":1.5,"text":"x"}]}`, `{"choices":[{"delta":{"content":5}}]}`, `{"choices":null,"usage":{"prompt_tokens":3}}`,
+		`{"choices":[null],"x":[1,{"y":"z"}]}`, "{\"choices\":[{\"text\":\"\xff\xfe\"}]}", `[]`, `{"choices":{}}`, ` null `, `"x"`,
+	} {
+		f.Add([]byte(s))
+	}
+	e, err := NewEstimator(Config{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if oddKeys(data) {
+			return
+		}
+		fast := e.NewStreamMeter(ChatCompletions, "gpt-4o")
+		ref := e.NewStreamMeter(ChatCompletions, "gpt-4o")
+		errFast := fast.openaiChunk(data)
+		errRef := ref.openaiChunkJSON(data)
+		if (errFast == nil) != (errRef == nil) {
+			t.Fatalf("fast error %v, encoding/json error %v, for %q", errFast, errRef, data)
+		}
+		if string(fast.pending) != string(ref.pending) || fast.choice != ref.choice || fast.counted != ref.counted ||
+			fast.usage != ref.usage || fast.reported != ref.reported {
+			t.Fatalf("fast %q/%d/%d/%+v, encoding/json %q/%d/%d/%+v, for %q", fast.pending, fast.choice, fast.counted, fast.usage,
+				ref.pending, ref.choice, ref.counted, ref.usage, data)
+		}
+	})
+}
