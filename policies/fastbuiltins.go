@@ -94,8 +94,27 @@ var builtins = map[string]builtin{
 			return intVal(int64(utf8.RuneCountInString(a[0].s))), true
 		case kLimits, kSpends, kConst, kObj:
 			return intVal(int64(m.size(a[0]))), true
+		case kSet:
+			// The members of a partial set are collected with repeats;
+			// count the distinct ones.
+			members := *a[0].x.(*[]value)
+			n := 0
+		next:
+			for i, x := range members {
+				for _, y := range members[:i] {
+					eq, ok := m.equal(x, y)
+					if !ok {
+						return undef, false
+					}
+					if eq {
+						continue next
+					}
+				}
+				n++
+			}
+			return intVal(int64(n)), true
 		}
-		return undef, false // partial sets may hold duplicates until deduplicated
+		return undef, false
 	},
 	"abs": func(_ *machine, a []value) (value, bool) {
 		if a[0].k != kInt || a[0].n == math.MinInt64 {
