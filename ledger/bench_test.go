@@ -163,3 +163,72 @@ func cpuTimes() (self, pg time.Duration) {
 	}
 	return self, pg
 }
+
+// BenchmarkSpend measures a period-to-date spend query, the per-request
+// budget check, on a month of data: a tenant with entries from 20 users in
+// every 15-minute bucket of 30 days (57,600 entries), beside 2 other tenants
+// with the same.
+func BenchmarkSpend(b *testing.B) {
+	for _, s := range []string{"embedded", "postgres"} {
+		b.Run(s, func(b *testing.B) {
+			cfg := ledger.Config{Dir: b.TempDir()}
+			if s == "postgres" {
+				cfg.DSN = pgtest.New(b)
+			}
+			l, err := ledger.Open(context.Background(), cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			ctx := context.Background()
+			month := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+			n := 0
+			for tenant := range 3 {
+				for q := range 30 * 96 {
+					for u := range 20 {
+						e := reservation(fmt.Sprintf("s%d", n), month.Add(time.Duration(q)*15*time.Minute))
+						e.Tenant, e.User = fmt.Sprintf("t%d", tenant), fmt.Sprintf("u%d", u)
+						if err := l.Reserve(ctx, e); err != nil {
+							b.Fatal(err)
+						}
+						n++
+					}
+				}
+			}
+			fctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+			defer cancel()
+			if err := l.Flush(fctx); err != nil {
+				b.Fatal(err)
+			}
+			for _, c := range []struct {
+				name string
+				q    ledger.SpendQuery
+			}{
+				{"tenant-month", ledger.SpendQuery{Tenant: "t1", Period: "month", At: month.Add(20 * 24 * time.Hour)}},
+				{"tenant-day", ledger.SpendQuery{Tenant: "t1", Period: "day", At: month.Add(20 * 24 * time.Hour)}},
+				{"user-month", ledger.SpendQuery{Tenant: "t1", User: "u7", Period: "month", At: month.Add(20 * 24 * time.Hour)}},
+			} {
+				b.Run(c.name, func(b *testing.B) {
+					want := costmodel.NanoUSD(3_000 * 30 * 96 * 20)
+					switch c.name {
+					case "tenant-day":
+						want /= 30
+					case "user-month":
+						want /= 20
+					}
+					b.ReportAllocs()
+					b.ResetTimer()
+					for b.Loop() {
+						got, err := l.Spend(ctx, c.q)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if got != want {
+							b.Fatalf("Spend = %d, want %d", got, want)
+						}
+					}
+				})
+			}
+		})
+	}
+}

@@ -3,7 +3,9 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/costgate/costgate/costmodel"
 )
@@ -99,9 +101,22 @@ func (e *Entry) check() error {
 		if len(f.v) > maxField {
 			return fmt.Errorf("%w entry %q: %s longer than %d bytes", ErrInvalid, e.RequestID, f.name, maxField)
 		}
+		// PostgreSQL text holds neither NUL nor invalid UTF-8; an entry the
+		// store refuses would stop the flusher, so it is refused here.
+		if !utf8.ValidString(f.v) || strings.IndexByte(f.v, 0) >= 0 {
+			return fmt.Errorf("%w entry %q: %s is not valid UTF-8 text", ErrInvalid, e.RequestID, f.name)
+		}
 	}
 	if negative(e.Estimated) || negative(e.Actual) || e.EstimatedCost < 0 || e.ActualCost < 0 {
 		return fmt.Errorf("%w entry %q: negative usage or cost", ErrInvalid, e.RequestID)
+	}
+	if e.HTTPStatus < 0 || e.HTTPStatus > 999 {
+		return fmt.Errorf("%w entry %q: HTTP status %d", ErrInvalid, e.RequestID, e.HTTPStatus)
+	}
+	for _, t := range [...]time.Time{e.CreatedAt, e.SettledAt} {
+		if !t.IsZero() && (t.Year() < 1970 || t.Year() > 9999) {
+			return fmt.Errorf("%w entry %q: time %s outside the years 1970 to 9999", ErrInvalid, e.RequestID, t)
+		}
 	}
 	return nil
 }

@@ -45,6 +45,7 @@ type store interface {
 	begin(ctx context.Context) (storeTx, error)
 	entries(ctx context.Context, q Query, after *cursor, limit int) ([]Entry, error)
 	spend(ctx context.Context, tenant, user, key string, from, to time.Time) (costmodel.NanoUSD, error)
+	summary(ctx context.Context, from, to time.Time) ([]TenantSpend, error)
 	close() error
 }
 

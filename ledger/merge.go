@@ -16,23 +16,84 @@ package ledger
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/costgate/costgate/costmodel"
 )
 
-// bucketSize is the granularity of the spend roll-up. Every time zone in use
-// today is offset from UTC by a multiple of 15 minutes, so day and month
-// boundaries in any of them fall on bucket boundaries.
+// The spend roll-up sums the charges and counts the entries per tenant and
+// scope (the whole tenant, one user, one key, one user's key) at two grains:
+// 15-minute buckets and UTC days. Every time zone in use today is offset
+// from UTC by a multiple of 15 minutes, so a day or month in any of them is
+// exactly the UTC days wholly inside it plus the 15-minute buckets of the
+// partial days at its two ends: a month is at most 31 + 2×96 rows to add,
+// however many entries it holds, and the time zone can change without
+// rebuilding anything.
 const bucketSize = 15 * time.Minute
 
-func bucketOf(t time.Time) time.Time {
-	return t.Truncate(bucketSize).UTC()
-}
+const (
+	grainQuarter = 0 // 15-minute buckets
+	grainDay     = 1 // UTC days
+)
 
 type spendKey struct {
-	tenant, user, key string
-	bucket            int64 // Unix microseconds of the bucket start
+	tenant, scope string
+	grain         int16
+	bucket        int64 // Unix microseconds of the bucket's start
+}
+
+// spendDelta is a change of one roll-up row.
+type spendDelta struct {
+	cost, entries int64
+}
+
+// scopeOf names the roll-up scope of a user and a key, either of which may
+// be absent.
+func scopeOf(user, key string, hasUser, hasKey bool) string {
+	switch {
+	case hasUser && hasKey:
+		return "uk:" + strconv.Itoa(len(user)) + ":" + user + key
+	case hasUser:
+		return "u:" + user
+	case hasKey:
+		return "k:" + key
+	}
+	return ""
+}
+
+// addSpend adds d, for an entry of tenant, user and key created at at, to
+// every scope and grain of deltas.
+func addSpend(deltas map[spendKey]spendDelta, tenant, user, key string, at time.Time, d spendDelta) {
+	quarter := at.Truncate(bucketSize).UnixMicro()
+	day := time.Date(at.Year(), at.Month(), at.Day(), 0, 0, 0, 0, time.UTC).UnixMicro()
+	for _, scope := range [...]string{
+		scopeOf(user, key, false, false), scopeOf(user, key, true, false),
+		scopeOf(user, key, false, true), scopeOf(user, key, true, true),
+	} {
+		for _, k := range [...]spendKey{{tenant, scope, grainQuarter, quarter}, {tenant, scope, grainDay, day}} {
+			v := deltas[k]
+			v.cost += d.cost
+			v.entries += d.entries
+			deltas[k] = v
+		}
+	}
+}
+
+// spendRanges splits [from, to) into the UTC days wholly inside it, [d0,
+// d1), and the rest, [from, q1) and [q2, to), to be read at the 15-minute
+// grain. Empty ranges have equal bounds.
+func spendRanges(from, to time.Time) (d0, d1, q1, q2 time.Time) {
+	from, to = from.UTC(), to.UTC()
+	d0 = time.Date(from.Year(), from.Month(), from.Day(), 0, 0, 0, 0, time.UTC)
+	if d0.Before(from) {
+		d0 = d0.AddDate(0, 0, 1)
+	}
+	d1 = time.Date(to.Year(), to.Month(), to.Day(), 0, 0, 0, 0, time.UTC)
+	if !d0.Before(d1) {
+		return to, to, to, to // no whole day: all of [from, to) at 15 minutes
+	}
+	return d0, d1, d0, d1
 }
 
 // storeTx is one transaction on a store.
@@ -42,7 +103,7 @@ type storeTx interface {
 	// write inserts the rows that load did not find, updates those it found
 	// (every column but the key and those a settlement never changes), and
 	// adds deltas to the spend roll-up.
-	write(ctx context.Context, node string, inserts, updates []*Entry, deltas map[spendKey]int64) error
+	write(ctx context.Context, node string, inserts, updates []*Entry, deltas map[spendKey]spendDelta) error
 	// recover finalizes at their estimate the node's entries that are
 	// reserved and created at or after the node's open-since mark.
 	recover(ctx context.Context, node string, at time.Time) (int64, error)
@@ -172,7 +233,7 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 	}
 	var dirty []string
 	isDirty := make(map[string]bool)
-	deltas := make(map[spendKey]int64)
+	deltas := make(map[spendKey]spendDelta)
 	for i := range recs {
 		r := &recs[i]
 		cur := rows[r.e.RequestID]
@@ -200,8 +261,12 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 			isDirty[next.RequestID] = true
 			dirty = append(dirty, next.RequestID)
 		}
-		if delta != 0 {
-			deltas[spendKey{next.Tenant, next.User, next.KeyID, bucketOf(next.CreatedAt).UnixMicro()}] += delta
+		var created int64
+		if cur == nil {
+			created = 1
+		}
+		if delta != 0 || created != 0 {
+			addSpend(deltas, next.Tenant, next.User, next.KeyID, next.CreatedAt, spendDelta{delta, created})
 		}
 	}
 	if len(dirty) == 0 {
@@ -216,7 +281,7 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 		}
 	}
 	for k, v := range deltas {
-		if v == 0 {
+		if v == (spendDelta{}) {
 			delete(deltas, k)
 		}
 	}

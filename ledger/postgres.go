@@ -242,7 +242,7 @@ func columnArrays(node string, rows []*Entry, columns []string) []any {
 	return arrays
 }
 
-func (t *pgTx) write(ctx context.Context, node string, inserts, updates []*Entry, deltas map[spendKey]int64) error {
+func (t *pgTx) write(ctx context.Context, node string, inserts, updates []*Entry, deltas map[spendKey]spendDelta) error {
 	// New rows go in with COPY: they were not there when loaded, and the
 	// advisory lock keeps any other batch from adding them since.
 	if len(inserts) > 0 {
@@ -271,31 +271,21 @@ func (t *pgTx) write(ctx context.Context, node string, inserts, updates []*Entry
 		keys = append(keys, k)
 	}
 	// A fixed order keeps concurrent nodes from deadlocking on the roll-up.
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := keys[i], keys[j]
-		if a.tenant != b.tenant {
-			return a.tenant < b.tenant
-		}
-		if a.bucket != b.bucket {
-			return a.bucket < b.bucket
-		}
-		if a.user != b.user {
-			return a.user < b.user
-		}
-		return a.key < b.key
-	})
-	var tenants, users, keyIDs []string
+	sort.Slice(keys, func(i, j int) bool { return spendLess(keys[i], keys[j]) })
+	var tenants, scopes []string
+	var grains []int16
 	var buckets []time.Time
-	var costs []int64
+	var costs, counts []int64
 	for _, k := range keys {
-		tenants, users, keyIDs = append(tenants, k.tenant), append(users, k.user), append(keyIDs, k.key)
+		tenants, scopes, grains = append(tenants, k.tenant), append(scopes, k.scope), append(grains, k.grain)
 		buckets = append(buckets, time.UnixMicro(k.bucket).UTC())
-		costs = append(costs, deltas[k])
+		costs, counts = append(costs, deltas[k].cost), append(counts, deltas[k].entries)
 	}
-	if _, err := t.tx.Exec(ctx, `INSERT INTO ledger_spend (tenant, bucket, user_id, key_id, cost)
-		SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::int8[])
-		ON CONFLICT (tenant, bucket, user_id, key_id) DO UPDATE SET cost = ledger_spend.cost + excluded.cost`,
-		tenants, buckets, users, keyIDs, costs); err != nil {
+	if _, err := t.tx.Exec(ctx, `INSERT INTO ledger_spend (tenant, scope, grain, bucket, cost, entries)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::int2[], $4::timestamptz[], $5::int8[], $6::int8[])
+		ON CONFLICT (tenant, scope, grain, bucket) DO UPDATE
+		SET cost = ledger_spend.cost + excluded.cost, entries = ledger_spend.entries + excluded.entries`,
+		tenants, scopes, grains, buckets, costs, counts); err != nil {
 		return fmt.Errorf("ledger: postgres spend: %w", err)
 	}
 	return nil
@@ -363,20 +353,60 @@ func (s *pgStore) entries(ctx context.Context, q Query, after *cursor, limit int
 	return pgEntries(rows)
 }
 
+// pgPeriod selects the roll-up rows of a period [from, to) split by
+// spendRanges into whole UTC days [d0, d1) and 15-minute buckets; the
+// parameters $n to $n+3 are d0, d1, from and to.
+func pgPeriod(n int) string {
+	d0, d1, from, to := fmt.Sprintf("$%d", n), fmt.Sprintf("$%d", n+1), fmt.Sprintf("$%d", n+2), fmt.Sprintf("$%d", n+3)
+	return "((grain = 1 AND bucket >= " + d0 + " AND bucket < " + d1 + ") OR (grain = 0 AND ((bucket >= " + from +
+		" AND bucket < " + d0 + ") OR (bucket >= " + d1 + " AND bucket < " + to + "))))"
+}
+
+// spendLess orders roll-up keys.
+func spendLess(a, b spendKey) bool {
+	if a.tenant != b.tenant {
+		return a.tenant < b.tenant
+	}
+	if a.scope != b.scope {
+		return a.scope < b.scope
+	}
+	if a.grain != b.grain {
+		return a.grain < b.grain
+	}
+	return a.bucket < b.bucket
+}
+
 func (s *pgStore) spend(ctx context.Context, tenant, user, key string, from, to time.Time) (costmodel.NanoUSD, error) {
-	sqlText := "SELECT COALESCE(SUM(cost), 0)::bigint FROM ledger_spend WHERE tenant = $1 AND bucket >= $2 AND bucket < $3"
-	args := []any{tenant, from, to}
-	if user != "" {
-		args = append(args, user)
-		sqlText += fmt.Sprintf(" AND user_id = $%d", len(args))
-	}
-	if key != "" {
-		args = append(args, key)
-		sqlText += fmt.Sprintf(" AND key_id = $%d", len(args))
-	}
+	d0, d1, _, _ := spendRanges(from, to)
 	var v int64
-	if err := s.pool.QueryRow(ctx, sqlText, args...).Scan(&v); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT COALESCE(SUM(cost), 0)::bigint FROM ledger_spend
+		WHERE tenant = $1 AND scope = $2 AND `+pgPeriod(3),
+		tenant, scopeOf(user, key, user != "", key != ""), d0, d1, from, to).Scan(&v); err != nil {
 		return 0, fmt.Errorf("ledger: postgres spend: %w", err)
 	}
 	return costmodel.NanoUSD(v), nil
+}
+
+func (s *pgStore) summary(ctx context.Context, from, to time.Time) ([]TenantSpend, error) {
+	d0, d1, _, _ := spendRanges(from, to)
+	rows, err := s.pool.Query(ctx, `SELECT tenant, SUM(cost)::bigint, SUM(entries)::bigint FROM ledger_spend
+		WHERE scope = '' AND `+pgPeriod(1)+` GROUP BY tenant ORDER BY tenant`, d0, d1, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: postgres summary: %w", err)
+	}
+	defer rows.Close()
+	var out []TenantSpend
+	for rows.Next() {
+		var ts TenantSpend
+		var cost int64
+		if err := rows.Scan(&ts.Tenant, &cost, &ts.Entries); err != nil {
+			return nil, fmt.Errorf("ledger: postgres summary: %w", err)
+		}
+		ts.Spend = costmodel.NanoUSD(cost)
+		out = append(out, ts)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: postgres summary: %w", err)
+	}
+	return out, nil
 }

@@ -157,7 +157,7 @@ func sqliteEntries(rows *sql.Rows) ([]Entry, error) {
 	return es, nil
 }
 
-func (t *sqliteTx) write(ctx context.Context, node string, inserts, updates []*Entry, deltas map[spendKey]int64) error {
+func (t *sqliteTx) write(ctx context.Context, node string, inserts, updates []*Entry, deltas map[spendKey]spendDelta) error {
 	rows := append(inserts[:len(inserts):len(inserts)], updates...)
 	st, err := t.tx.PrepareContext(ctx, sqliteUpsert)
 	if err != nil {
@@ -169,14 +169,14 @@ func (t *sqliteTx) write(ctx context.Context, node string, inserts, updates []*E
 			return fmt.Errorf("ledger: sqlite upsert: %w", err)
 		}
 	}
-	sp, err := t.tx.PrepareContext(ctx, `INSERT INTO ledger_spend (tenant, bucket, user_id, key_id, cost) VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT (tenant, bucket, user_id, key_id) DO UPDATE SET cost = cost + excluded.cost`)
+	sp, err := t.tx.PrepareContext(ctx, `INSERT INTO ledger_spend (tenant, scope, grain, bucket, cost, entries) VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (tenant, scope, grain, bucket) DO UPDATE SET cost = cost + excluded.cost, entries = entries + excluded.entries`)
 	if err != nil {
 		return fmt.Errorf("ledger: sqlite: %w", err)
 	}
 	defer sp.Close()
 	for k, v := range deltas {
-		if _, err := sp.ExecContext(ctx, k.tenant, k.bucket, k.user, k.key, v); err != nil {
+		if _, err := sp.ExecContext(ctx, k.tenant, k.scope, k.grain, k.bucket, v.cost, v.entries); err != nil {
 			return fmt.Errorf("ledger: sqlite spend: %w", err)
 		}
 	}
@@ -251,18 +251,45 @@ func (s *sqliteStore) entries(ctx context.Context, q Query, after *cursor, limit
 	return sqliteEntries(rows)
 }
 
+// sqlitePeriod selects the roll-up rows of a period split by spendRanges
+// (parameters d0, d1, from, d0, d1, to).
+const sqlitePeriod = `((grain = 1 AND bucket >= ? AND bucket < ?) OR
+	(grain = 0 AND ((bucket >= ? AND bucket < ?) OR (bucket >= ? AND bucket < ?))))`
+
+func sqlitePeriodArgs(from, to time.Time) []any {
+	d0, d1, _, _ := spendRanges(from, to)
+	return []any{d0.UnixMicro(), d1.UnixMicro(), from.UnixMicro(), d0.UnixMicro(), d1.UnixMicro(), to.UnixMicro()}
+}
+
 func (s *sqliteStore) spend(ctx context.Context, tenant, user, key string, from, to time.Time) (costmodel.NanoUSD, error) {
-	sqlText := "SELECT COALESCE(SUM(cost), 0) FROM ledger_spend WHERE tenant = ? AND bucket >= ? AND bucket < ?"
-	args := []any{tenant, from.UnixMicro(), to.UnixMicro()}
-	if user != "" {
-		sqlText, args = sqlText+" AND user_id = ?", append(args, user)
-	}
-	if key != "" {
-		sqlText, args = sqlText+" AND key_id = ?", append(args, key)
-	}
+	args := append([]any{tenant, scopeOf(user, key, user != "", key != "")}, sqlitePeriodArgs(from, to)...)
 	var v int64
-	if err := s.db.QueryRowContext(ctx, sqlText, args...).Scan(&v); err != nil {
+	if err := s.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(cost), 0) FROM ledger_spend
+		WHERE tenant = ? AND scope = ? AND `+sqlitePeriod, args...).Scan(&v); err != nil {
 		return 0, fmt.Errorf("ledger: sqlite spend: %w", err)
 	}
 	return costmodel.NanoUSD(v), nil
+}
+
+func (s *sqliteStore) summary(ctx context.Context, from, to time.Time) ([]TenantSpend, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT tenant, SUM(cost), SUM(entries) FROM ledger_spend
+		WHERE scope = '' AND `+sqlitePeriod+` GROUP BY tenant ORDER BY tenant`, sqlitePeriodArgs(from, to)...)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: sqlite summary: %w", err)
+	}
+	defer rows.Close()
+	var out []TenantSpend
+	for rows.Next() {
+		var ts TenantSpend
+		var cost int64
+		if err := rows.Scan(&ts.Tenant, &cost, &ts.Entries); err != nil {
+			return nil, fmt.Errorf("ledger: sqlite summary: %w", err)
+		}
+		ts.Spend = costmodel.NanoUSD(cost)
+		out = append(out, ts)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: sqlite summary: %w", err)
+	}
+	return out, nil
 }

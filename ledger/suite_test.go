@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -387,6 +388,20 @@ func TestSpendPeriodsInTimeZone(t *testing.T) {
 				t.Errorf("%s: Spend = %d, want %d", c.name, got, c.want)
 			}
 		}
+		other := reservation("g1", midnight.Add(time.Hour))
+		other.Tenant = "globex"
+		if err := l.Reserve(ctx, other); err != nil {
+			t.Fatal(err)
+		}
+		flush(t, l)
+		sum, err := l.Summary(ctx, "month", midnight)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []ledger.TenantSpend{{Tenant: "acme", Spend: 100 + 1_000 + 10_000 + 3_000, Entries: 4}, {Tenant: "globex", Spend: 3_000, Entries: 1}}
+		if fmt.Sprint(sum) != fmt.Sprint(want) {
+			t.Errorf("Summary(april) = %v, want %v", sum, want)
+		}
 		if _, err := l.Spend(ctx, ledger.SpendQuery{Tenant: "acme", Period: "week"}); !errors.Is(err, ledger.ErrInvalid) {
 			t.Errorf("period week: %v, want ErrInvalid", err)
 		}
@@ -595,6 +610,10 @@ func TestInvalidEntries(t *testing.T) {
 		"negative tokens":  {true, ledger.Entry{RequestID: "r", Actual: costmodel.Usage{OutputTokens: -1}}},
 		"long field":       {false, ledger.Entry{RequestID: "r", Model: strings.Repeat("m", 5000)}},
 		"settle recovered": {true, ledger.Entry{RequestID: "r", Status: ledger.StatusRecovered}},
+		"nul in model":     {false, ledger.Entry{RequestID: "r", Model: "gpt\x00"}},
+		"bad utf-8 user":   {true, ledger.Entry{RequestID: "r", User: "\xff\xfe"}},
+		"http status":      {true, ledger.Entry{RequestID: "r", HTTPStatus: 1000}},
+		"year 1":           {false, ledger.Entry{RequestID: "r", CreatedAt: time.Date(1, 1, 2, 0, 0, 0, 0, time.UTC)}},
 	} {
 		var err error
 		if c.settle {
@@ -684,4 +703,83 @@ func TestSpoolFullRefusesReservationsNotSettlements(t *testing.T) {
 	if st := l.Stats(); st.Pending <= 1<<20 || st.StoreErr == nil {
 		t.Fatalf("stats %+v", st)
 	}
+}
+
+// TestSpendMatchesEntries checks the roll-up against its definition: the
+// spend of a period is the sum of the charges of the entries created in it,
+// for random entries, scopes, periods and time zones with offsets of whole,
+// half and quarter hours.
+func TestSpendMatchesEntries(t *testing.T) {
+	var zones []*time.Location
+	for _, name := range []string{"UTC", "Asia/Kolkata", "America/New_York", "Asia/Kathmandu", "Pacific/Chatham"} {
+		z, err := time.LoadLocation(name)
+		if err != nil {
+			t.Skip("no tzdata:", err)
+		}
+		zones = append(zones, z)
+	}
+	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
+		rng := rand.New(rand.NewPCG(1, 2))
+		l := open(t, cfg)
+		ctx := context.Background()
+		start := time.Date(2026, 1, 30, 0, 0, 0, 0, time.UTC)
+		var es []ledger.Entry
+		for i := range 2000 {
+			e := reservation(fmt.Sprintf("e%d", i), start.Add(time.Duration(rng.Int64N(int64(70*24*time.Hour)))))
+			e.User, e.KeyID = fmt.Sprintf("u%d", rng.IntN(3)), fmt.Sprintf("k%d", rng.IntN(3))
+			e.EstimatedCost = costmodel.NanoUSD(rng.IntN(10_000))
+			if err := l.Reserve(ctx, e); err != nil {
+				t.Fatal(err)
+			}
+			e.Status = ledger.StatusReserved
+			if rng.IntN(4) > 0 {
+				s := settlement(e.RequestID, costmodel.NanoUSD(rng.IntN(10_000)))
+				if err := l.Settle(ctx, s); err != nil {
+					t.Fatal(err)
+				}
+				e.Status, e.ActualCost = ledger.StatusSettled, s.ActualCost
+			}
+			es = append(es, e)
+		}
+		flush(t, l)
+		// A read-only ledger per time zone reads the same store.
+		readers := make([]*ledger.Ledger, len(zones))
+		for i, z := range zones {
+			rcfg := cfg
+			rcfg.ReadOnly, rcfg.TimeZone = true, z
+			readers[i] = open(t, rcfg)
+		}
+		for range 100 {
+			zi := rng.IntN(len(zones))
+			z, l := zones[zi], readers[zi]
+			q := ledger.SpendQuery{
+				Tenant: "acme", Period: []string{"day", "month"}[rng.IntN(2)],
+				At: start.Add(time.Duration(rng.Int64N(int64(70 * 24 * time.Hour)))),
+			}
+			if rng.IntN(2) == 0 {
+				q.User = fmt.Sprintf("u%d", rng.IntN(3))
+			}
+			if rng.IntN(2) == 0 {
+				q.KeyID = fmt.Sprintf("k%d", rng.IntN(3))
+			}
+			from, to, err := ledger.Period(q.Period, q.At, z)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want costmodel.NanoUSD
+			for _, e := range es {
+				if !e.CreatedAt.Before(from) && e.CreatedAt.Before(to) &&
+					(q.User == "" || q.User == e.User) && (q.KeyID == "" || q.KeyID == e.KeyID) {
+					want += e.Charge()
+				}
+			}
+			got, err := l.Spend(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Fatalf("%s: Spend(%+v) = %d, want %d", z, q, got, want)
+			}
+		}
+	})
 }

@@ -48,16 +48,18 @@ CREATE TABLE ledger_nodes (
     node       text PRIMARY KEY,
     open_since timestamptz
 );
--- Spend roll-up: the sum of the charges of the entries created in each
--- 15-minute bucket.
+-- Spend roll-up: the sum of the charges, and the number, of the entries
+-- created in each bucket, per tenant and scope ('' the whole tenant,
+-- 'u:USER', 'k:KEY', 'uk:LEN:USERKEY'), at two grains: 0 for 15-minute
+-- buckets, 1 for UTC days. bucket is the start of the bucket.
 CREATE TABLE ledger_spend (
     tenant  text NOT NULL,
+    scope   text NOT NULL,
+    grain   smallint NOT NULL,
     bucket  timestamptz NOT NULL,
-    user_id text NOT NULL,
-    key_id  text NOT NULL,
     cost    bigint NOT NULL,
-    PRIMARY KEY (tenant, bucket, user_id, key_id)
+    entries bigint NOT NULL,
+    PRIMARY KEY (tenant, scope, grain, bucket)
 );
 
-CREATE INDEX ledger_spend_user ON ledger_spend (tenant, user_id, bucket);
-CREATE INDEX ledger_spend_key ON ledger_spend (tenant, key_id, bucket);
+CREATE INDEX ledger_spend_period ON ledger_spend (scope, grain, bucket);

@@ -44,16 +44,18 @@ CREATE TABLE ledger_nodes (
     node       TEXT PRIMARY KEY,
     open_since INTEGER NOT NULL
 ) WITHOUT ROWID;
--- Spend roll-up: the sum of the charges of the entries created in each
--- 15-minute bucket (bucket = Unix microseconds of its start).
+-- Spend roll-up: the sum of the charges, and the number, of the entries
+-- created in each bucket, per tenant and scope ('' the whole tenant,
+-- 'u:USER', 'k:KEY', 'uk:LEN:USERKEY'), at two grains: 0 for 15-minute
+-- buckets, 1 for UTC days. bucket is the start of the bucket (Unix microseconds).
 CREATE TABLE ledger_spend (
     tenant  TEXT NOT NULL,
+    scope   TEXT NOT NULL,
+    grain   INTEGER NOT NULL,
     bucket  INTEGER NOT NULL,
-    user_id TEXT NOT NULL,
-    key_id  TEXT NOT NULL,
     cost    INTEGER NOT NULL,
-    PRIMARY KEY (tenant, bucket, user_id, key_id)
+    entries INTEGER NOT NULL,
+    PRIMARY KEY (tenant, scope, grain, bucket)
 ) WITHOUT ROWID;
 
-CREATE INDEX ledger_spend_user ON ledger_spend (tenant, user_id, bucket);
-CREATE INDEX ledger_spend_key ON ledger_spend (tenant, key_id, bucket);
+CREATE INDEX ledger_spend_period ON ledger_spend (scope, grain, bucket);
