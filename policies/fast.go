@@ -18,8 +18,8 @@ package policies
 // are arbitrary-precision), a division that is not exact, a comparison
 // across types, a conflict between complete rule values, an ill-typed
 // builtin call, an ill-formed decision. Constructs it does not know (with,
-// comprehensions, function argument patterns, most builtins) make the whole
-// policy use the general evaluator, decided once at load time. TestFastPathEqualsRego
+// object comprehensions, function argument patterns, most builtins) make the
+// whole policy use the general evaluator, decided once at load time. TestFastPathEqualsRego
 // compares both on randomized inputs.
 
 import (
@@ -398,6 +398,32 @@ func (t pathTerm) eval(m *machine, fr []value) value {
 		v = m.get(v, k.eval(m, fr))
 	}
 	return v
+}
+
+// compTerm is an array or set comprehension: the values of head over
+// every solution of body.
+type compTerm struct {
+	body []step
+	head cterm
+	set  bool
+}
+
+func (t compTerm) eval(m *machine, fr []value) value {
+	list := new([]value)
+	ok := m.solve(t.body, fr, false)
+	for ok && !m.bail {
+		if v := t.head.eval(m, fr); v.k != kUndef {
+			*list = append(*list, v)
+		}
+		ok = m.solve(t.body, fr, true)
+	}
+	if m.bail {
+		return undef
+	}
+	if t.set {
+		return value{k: kSet, x: list}
+	}
+	return value{k: kArr, x: list}
 }
 
 type objTerm struct {

@@ -110,9 +110,9 @@ inner if input.caller.plan == "free"`, "with"},
 		{"function with a constant argument", `package costgate.policies.p
 f(1) := 2
 decision := {"outcome": "hard", "status": 429, "reason": "x"} if f(input.request.page) > 1`, "not a plain variable"},
-		{"comprehension", `package costgate.policies.p
+		{"object comprehension", `package costgate.policies.p
 decision := {"outcome": "hard", "status": 429, "reason": "x"} if {
-	count([l | some l in input.limits; l.remaining == 0]) > 1
+	count({l.name: l.remaining | some l in input.limits; l.remaining == 0}) > 1
 }`, "term"},
 		{"unknown builtin", `package costgate.policies.p
 decision := {"outcome": "hard", "status": 403, "reason": "x"} if regex.match("^10[.]", input.caller.ip)`, "regex.match"},

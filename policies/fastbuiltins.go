@@ -92,7 +92,7 @@ var builtins = map[string]builtin{
 		switch a[0].k {
 		case kStr:
 			return intVal(int64(utf8.RuneCountInString(a[0].s))), true
-		case kLimits, kSpends, kConst, kObj:
+		case kLimits, kSpends, kConst, kObj, kArr:
 			return intVal(int64(m.size(a[0]))), true
 		case kSet:
 			// The members of a partial set are collected with repeats;

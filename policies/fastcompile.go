@@ -495,12 +495,31 @@ func (p *program) term(t *ast.Term, sc *scope) (cterm, error) {
 			o.vals = append(o.vals, ct)
 		}
 		return o, nil
+	case *ast.ArrayComprehension:
+		return p.comprehension(v.Body, v.Term, false, sc)
+	case *ast.SetComprehension:
+		return p.comprehension(v.Body, v.Term, true, sc)
 	}
 	if ast.IsConstant(t.Value) {
 		c, err := constOf(t.Value)
 		return constTerm{c}, err
 	}
 	return nil, unsupported("term %v", t)
+}
+
+// comprehension compiles [head | body] or {head | body}; the body sees the
+// enclosing bindings and binds its own.
+func (p *program) comprehension(body ast.Body, head *ast.Term, set bool, sc *scope) (cterm, error) {
+	sub := sc.sub()
+	steps, err := p.body(body, sub)
+	if err != nil {
+		return nil, err
+	}
+	h, err := p.term(head, sub)
+	if err != nil {
+		return nil, err
+	}
+	return compTerm{body: steps, head: h, set: set}, nil
 }
 
 // ref compiles a reference whose variables are all bound.

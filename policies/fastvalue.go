@@ -26,7 +26,8 @@ const (
 	kSpends             // input.spend
 	kConst              // x.(*constVal), a composite constant
 	kObj                // x.(*dynObj), an object built at evaluation time
-	kSet                // x.(*[]value), the members of a partial set rule
+	kSet                // x.(*[]value), the members of a partial set rule or set comprehension, with repeats
+	kArr                // x.(*[]value), the elements of an array comprehension
 )
 
 // value is a Rego value. It is a plain struct so that evaluating a policy
@@ -214,6 +215,10 @@ func (m *machine) get(coll, key value) value {
 				return e
 			}
 		}
+	case kArr:
+		if es := *coll.x.(*[]value); key.k == kInt && key.n >= 0 && key.n < int64(len(es)) {
+			return es[key.n]
+		}
 	}
 	return undef
 }
@@ -229,7 +234,7 @@ func (m *machine) size(coll value) int {
 		return len(coll.constV().elems)
 	case kObj:
 		return len(coll.x.(*dynObj).keys)
-	case kSet:
+	case kSet, kArr:
 		return len(*coll.x.(*[]value))
 	}
 	return -1
@@ -251,6 +256,8 @@ func (m *machine) elem(coll value, i int) (key, val value) {
 	case kSet:
 		e := (*coll.x.(*[]value))[i]
 		return e, e
+	case kArr:
+		return intVal(int64(i)), (*coll.x.(*[]value))[i]
 	}
 	return undef, undef
 }
@@ -271,6 +278,17 @@ func (m *machine) equal(a, b value) (eq, ok bool) {
 		return a.n == b.n || m.in.Spend[a.n] == m.in.Spend[b.n], true
 	case a.k == kConst && b.k == kConst:
 		return a.x == b.x, a.x == b.x
+	case a.k == kArr && b.k == kArr:
+		x, y := *a.x.(*[]value), *b.x.(*[]value)
+		if len(x) != len(y) {
+			return false, true
+		}
+		for i := range x {
+			if eq, ok := m.equal(x[i], y[i]); !ok || !eq {
+				return eq, ok
+			}
+		}
+		return true, true
 	case a.k == kObj && b.k == kObj:
 		x, y := a.x.(*dynObj), b.x.(*dynObj)
 		if len(x.keys) != len(y.keys) {
