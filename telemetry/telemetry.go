@@ -233,7 +233,7 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 		// The sampler comes from OTEL_TRACES_SAMPLER (default parent-based
 		// always-on).
 		t.tracers = sdktrace.NewTracerProvider(append(topts, sdktrace.WithResource(res))...)
-		t.tracer = t.tracers.Tracer(scope)
+		t.tracer = unsampledTracer{sdk: t.tracers.Tracer(scope)}
 	} else {
 		t.tracer = newQuietTracer()
 	}

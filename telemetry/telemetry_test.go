@@ -641,3 +641,54 @@ func TestRecordingDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// TestUnsampledChildren checks the tracer's shortcut for the children of a
+// dropped span against what the SDK's sampler would decide.
+func TestUnsampledChildren(t *testing.T) {
+	const sampledParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	const droppedParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
+	tests := []struct {
+		name, sampler, arg, parent string
+		wantSpans                  int // of request + 3 children
+	}{
+		{"always_off drops all", "always_off", "", "", 0},
+		{"ratio 0 drops all", "traceidratio", "0", "", 0},
+		{"parent-based follows a sampled remote parent", "parentbased_traceidratio", "0", sampledParent, 4},
+		{"parent-based follows a dropped remote parent", "parentbased_always_on", "", droppedParent, 0},
+		{"always_on records under a dropped remote parent", "always_on", "", droppedParent, 4},
+		{"always_on records all", "always_on", "", "", 4},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("OTEL_TRACES_SAMPLER", tc.sampler)
+			t.Setenv("OTEL_TRACES_SAMPLER_ARG", tc.arg)
+			exp := keepSpans{tracetest.NewInMemoryExporter()}
+			tm, err := New(context.Background(), Config{SpanExporter: exp})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if tc.parent != "" {
+				ctx = tm.Propagator().Extract(ctx, propagation.MapCarrier{"traceparent": tc.parent})
+			}
+			rctx, req := tm.Tracer().Start(ctx, "request")
+			for _, s := range []string{StageEstimate, StageDebit, StageUpstream} {
+				cctx, child := tm.Tracer().Start(rctx, s)
+				if !req.IsRecording() && (!child.SpanContext().Equal(req.SpanContext()) || cctx != rctx) {
+					t.Errorf("%s: child of a dropped span was not short-cut", s)
+				}
+				if child.SpanContext().TraceID() != req.SpanContext().TraceID() {
+					t.Errorf("%s: child in another trace", s)
+				}
+				child.End()
+			}
+			req.End()
+			if err := tm.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got := len(exp.GetSpans()); got != tc.wantSpans {
+				t.Errorf("exported %d spans, want %d", got, tc.wantSpans)
+			}
+		})
+	}
+}
