@@ -449,6 +449,7 @@ func (t objTerm) eval(m *machine, fr []value) value {
 // binds to a slot (out >= 0) or compares with a term (outTerm).
 type callStep struct {
 	name    string
+	truth   bool // a function called without its output: holds when truthy
 	args    []cterm
 	test    test
 	fn      builtin
@@ -496,6 +497,12 @@ func (c *callStep) first(m *machine, fr []value) bool {
 	if !ok {
 		m.bailOut(c.name)
 		return false
+	}
+	if out.k == kUndef {
+		return false // e.g. max of an empty array
+	}
+	if c.truth {
+		return out.truthy()
 	}
 	if c.out >= 0 {
 		fr[c.out] = out

@@ -116,6 +116,20 @@ var builtins = map[string]builtin{
 		}
 		return undef, false
 	},
+	"sum": func(m *machine, a []value) (value, bool) {
+		var total int64
+		ok := m.eachDistinct(a[0], func(v value) bool {
+			if v.k != kInt {
+				return false
+			}
+			var fits bool
+			total, fits = checkedAdd(total, v.n)
+			return fits
+		})
+		return intVal(total), ok
+	},
+	"max": extreme(1),
+	"min": extreme(-1),
 	"abs": func(_ *machine, a []value) (value, bool) {
 		if a[0].k != kInt || a[0].n == math.MinInt64 {
 			return undef, false
@@ -210,6 +224,68 @@ func cmpTest(f func(int) bool) test {
 		c, ok := compare(a[0], a[1])
 		return ok && f(c), ok
 	}
+}
+
+// extreme is max (sign 1) or min (sign -1) of an array or set of integers,
+// or of strings; undefined when it is empty.
+func extreme(sign int) builtin {
+	return func(m *machine, a []value) (value, bool) {
+		best := undef
+		ok := m.eachDistinct(a[0], func(v value) bool {
+			if v.k != kInt && v.k != kStr {
+				return false
+			}
+			if best.k == kUndef {
+				best = v
+				return true
+			}
+			c, ok := compare(v, best)
+			if ok && c*sign > 0 {
+				best = v
+			}
+			return ok
+		})
+		return best, ok
+	}
+}
+
+// eachDistinct calls f on every element of an array, and on every distinct
+// member of a set, of scalars; it reports false when coll is not such a
+// collection or f returns false.
+func (m *machine) eachDistinct(coll value, f func(value) bool) bool {
+	var es []value
+	set := false
+	switch coll.k {
+	case kArr:
+		es = *coll.x.(*[]value)
+	case kSet:
+		es, set = *coll.x.(*[]value), true
+	case kConst:
+		c := coll.constV()
+		if !c.isArray && !c.isSet {
+			return false
+		}
+		es = c.elems
+	default:
+		return false
+	}
+next:
+	for i, e := range es {
+		if !e.scalar() {
+			return false
+		}
+		if set {
+			for _, prev := range es[:i] {
+				if prev == e {
+					continue next
+				}
+			}
+		}
+		if !f(e) {
+			return false
+		}
+	}
+	return true
 }
 
 func strFunc(f func(string) string) builtin {

@@ -413,11 +413,30 @@ func (p *program) call(e *ast.Expr, sc *scope) (step, error) {
 			}
 		}
 	} else if f, ok := builtins[name]; ok {
-		var decl *ast.Builtin
-		if decl = ast.BuiltinMap[name]; decl == nil || len(ops) != len(decl.Decl.FuncArgs().Args)+1 {
+		decl := ast.BuiltinMap[name]
+		if decl == nil {
 			return nil, unsupported("call %v", e)
 		}
-		args = ops[:len(ops)-1]
+		nargs := len(decl.Decl.FuncArgs().Args)
+		switch len(ops) {
+		case nargs: // f(x) as an expression: holds when the value is truthy
+			c.truth = true
+			args = ops
+		case nargs + 1:
+			args = ops[:nargs]
+			out := ops[nargs]
+			if v, free := p.isUnboundVar(out, sc); free {
+				defer func() { c.out = sc.slot(v); sc.bound[v] = true }()
+			} else {
+				ot, err := p.term(out, sc)
+				if err != nil {
+					return nil, err
+				}
+				c.outTerm = ot
+			}
+		default:
+			return nil, unsupported("call %v", e)
+		}
 		c.fn = f
 		if name == "sprintf" {
 			arr, ok := ops[1].Value.(*ast.Array)
@@ -429,16 +448,6 @@ func (p *program) call(e *ast.Expr, sc *scope) (step, error) {
 			for i := range arr.Len() {
 				args = append(args, arr.Elem(i))
 			}
-		}
-		out := ops[len(ops)-1]
-		if v, free := p.isUnboundVar(out, sc); free {
-			defer func() { c.out = sc.slot(v); sc.bound[v] = true }()
-		} else {
-			ot, err := p.term(out, sc)
-			if err != nil {
-				return nil, err
-			}
-			c.outTerm = ot
 		}
 	} else {
 		return nil, unsupported("call %v", e)
