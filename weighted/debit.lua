@@ -172,14 +172,20 @@ for i = 1, n do
   elseif px then
     write(KEYS[i], wv[i], px)
   elseif wm[i] then
-    local algo, period, cost = wm[i][1], wm[i][2], wm[i][3]
+    local key, algo, period, cost = KEYS[i], wm[i][1], wm[i][2], wm[i][3]
     local lo, hi = now - period, now
     if algo == CONCURRENCY then
       lo, hi = now, now + period
     end
-    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', lo)
-    redis.call('ZADD', KEYS[i], hi, member(cost, id))
-    marks_ttl(algo, period, KEYS[i])
+    local sum, gone = marks_sum(key, lo)
+    local mb = member(cost, id)
+    local at = redis.call('ZSCORE', key, mb)
+    if at and tonumber(at) > lo then
+      sum = sum - cost -- a debit retried under the same id moves its mark
+    end
+    marks_set(key, lo, gone, sum + cost)
+    redis.call('ZADD', key, hi, mb)
+    marks_ttl(algo, period, key)
   end
 end
 if rec_ttl > 0 then

@@ -140,16 +140,53 @@ local function member(cost, id)
   return string.format('%d', cost) .. ':' .. id
 end
 
+-- A sliding log or concurrency key is a sorted set of marks, members
+-- "cost:id" scored by ts (> 0), plus the member "" whose score is minus the
+-- sum of the marks' costs, so that a debit reads the sum instead of parsing
+-- every mark: it costs the marks that have expired (trimmed as it writes),
+-- not those that count.
+
+-- mark_cost returns the cost of mark member m.
+local function mark_cost(m)
+  return tonumber(string.match(m, '^(%d+):'))
+end
+
+-- marks_sum returns the sum of the costs of the marks of key with ts > lo:
+-- the sum of all minus those of the expired ones, and the expired ones'
+-- sum.
+local function marks_sum(key, lo)
+  local all = redis.call('ZSCORE', key, '')
+  if not all then
+    return 0, 0
+  end
+  local gone = 0
+  local old = redis.call('ZRANGEBYSCORE', key, '(0', lo)
+  for i = 1, #old do
+    gone = gone + mark_cost(old[i])
+  end
+  return -tonumber(all) - gone, gone
+end
+
 -- marks_ttl sets the TTL of a sliding log or concurrency key to when its
--- last mark stops counting; a key without marks is gone already.
+-- last mark stops counting, or deletes the key when it holds no marks.
 local function marks_ttl(algo, period, key)
   local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if #last == 0 then
+  if #last == 0 or last[1] == '' then
+    redis.call('DEL', key)
     return
   end
   local lag = 0
   if algo == SLIDING_LOG then lag = period end
   redis.call('PEXPIRE', key, ceil_div(tonumber(last[2]) + lag - now, 1000) + ttl_pad)
+end
+
+-- marks_set trims the marks of key with ts <= lo, whose costs sum to gone,
+-- and records sum as the sum of those left.
+local function marks_set(key, lo, gone, sum)
+  if gone > 0 then
+    redis.call('ZREMRANGEBYSCORE', key, '(0', lo)
+  end
+  redis.call('ZADD', key, -sum, '')
 end
 
 -- marks evaluates cost on a sliding log or concurrency key (see
@@ -162,12 +199,10 @@ local function marks(algo, cap, period, key, cost, after)
   if algo == SLIDING_LOG then
     lo, lag, hi = now - period, period, now
   end
-  local ms = redis.call('ZRANGEBYSCORE', key, '(' .. string.format('%d', lo), '+inf', 'WITHSCORES')
-  local sum, newest = 0, 0
-  for i = 1, #ms, 2 do
-    local ts = tonumber(ms[i + 1])
-    sum = sum + tonumber(string.match(ms[i], '^(%d+):'))
-    if ts > newest then newest = ts end
+  local sum = marks_sum(key, lo)
+  local newest = 0
+  if sum > 0 then
+    newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
   end
   local ok, retry = 0, 0
   if sum + cost <= cap then
@@ -177,13 +212,21 @@ local function marks(algo, cap, period, key, cost, after)
       if hi > newest then newest = hi end
     end
   else
-    local need, acc = sum + cost - cap, 0
-    for i = 1, #ms, 2 do
-      acc = acc + tonumber(string.match(ms[i], '^(%d+):'))
-      if acc >= need then
-        retry = tonumber(ms[i + 1]) + lag - now
-        break
+    -- Wait for the oldest marks to stop counting, a few at a time.
+    local need, acc, from = sum + cost - cap, 0, 0
+    while retry == 0 do
+      local ms = redis.call('ZRANGEBYSCORE', key, '(' .. string.format('%d', lo), '+inf', 'WITHSCORES', 'LIMIT', from, 16)
+      if #ms == 0 then
+        return redis.error_reply('weighted: marks of ' .. key .. ' do not add up to their recorded sum')
       end
+      for i = 1, #ms, 2 do
+        acc = acc + mark_cost(ms[i])
+        if acc >= need then
+          retry = tonumber(ms[i + 1]) + lag - now
+          break
+        end
+      end
+      from = from + 16
     end
   end
   local reset = 0

@@ -64,11 +64,29 @@ func (c RedisConfig) Validate() error {
 // Item.Key). Algorithm codes are tb, gcra, sw, fw, log and conc; a limit
 // whose algorithm changes starts from fresh keys, and one whose rate, period
 // or burst changes carries its state over (a token bucket's debt is rescaled
-// to the new period, a count above a smaller capacity is clamped). Meters
-// and windows are one string of 24 bytes; sliding logs and concurrency
-// limits are sorted sets. Every key expires when its limit is full again.
-// A reservation with window items, and every settled reservation, has a key
-// <prefix>r:{<tag>}:<id>.
+// to the new period, a count above a smaller capacity is clamped).
+//
+// Meters and windows are one string of four doubles (32 bytes): three
+// numbers of state and the key's own expiry, so that a write that leaves
+// the expiry where it is overwrites the value in place (SETRANGE) instead of
+// setting a TTL, which costs Redis twice as much. Sliding logs and
+// concurrency limits are sorted sets whose members are "cost:id". Every key
+// expires once its limit is full again: exactly for sorted sets, and at most
+// min(Period, 60s) later for meters and windows, whose expiry moves only
+// when it must. A reservation with window items has a key
+// <prefix>r:{<tag>}:<id> holding the time of its debit until its windows
+// have passed; a settled or cancelled reservation's key holds a marker for
+// SettleTTL.
+//
+// # Scripts
+//
+// Each call is one EVALSHA (EVAL when the server answers NOSCRIPT) of a Lua
+// script embedded from debit.lua, settle.lua and lib.lua. Time is the
+// server's (TIME), in microseconds; all arithmetic is on integers, exact
+// below 2^53 (see Limit.Validate). A denial writes nothing. A debit of one
+// token bucket costs Redis about as much CPU as go-redis/redis_rate's AllowN,
+// and one of three limits that share a hash tag about 1.4 times as much
+// (bench/README.md).
 //
 // # Redis Cluster
 //
@@ -85,7 +103,9 @@ func (c RedisConfig) Validate() error {
 // compensated, since it cannot be known whether it ran; its reservation
 // expires as its limits refill. Settle, Cancel, Peek and Reset act group by
 // group. MOVED, ASK and TRYAGAIN replies are followed and retried by the
-// go-redis cluster client.
+// go-redis cluster client (give it MaxRedirects to outlast a slot
+// migration: while a slot migrates, a debit that writes a new reservation
+// key there is answered TRYAGAIN until the slot's keys have moved).
 //
 // Redis is safe for concurrent use. Use NewRedis to make one.
 type Redis struct {

@@ -25,12 +25,19 @@ for i = 1, n do
   local delta = actual - reserved
   if delta > cap then delta = cap elseif delta < -cap then delta = -cap end
   if algo == CONCURRENCY then
-    redis.call('ZREM', key, member(reserved, id))
+    if redis.call('ZREM', key, member(reserved, id)) == 1 then
+      local all = -tonumber(redis.call('ZSCORE', key, '')) - reserved
+      if all > 0 then
+        redis.call('ZADD', key, -all, '')
+      else
+        redis.call('DEL', key)
+      end
+    end
   elseif delta ~= 0 and algo == SLIDING_LOG then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - period)
-    local sum = 0
-    for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do
-      sum = sum + tonumber(string.match(m, '^(%d+):'))
+    local lo = now - period
+    local sum, gone = marks_sum(key, lo)
+    if gone > 0 then
+      redis.call('ZREMRANGEBYSCORE', key, '(0', lo)
     end
     local m = member(reserved, id)
     local score = redis.call('ZSCORE', key, m)
@@ -40,10 +47,19 @@ for i = 1, n do
       if c > reserved + cap - sum then c = reserved + cap - sum end
       redis.call('ZREM', key, m)
       if c > 0 then redis.call('ZADD', key, score, member(c, id)) end
+      sum = sum - reserved + c
     else
       local c = delta
       if c > cap - sum then c = cap - sum end
-      if c > 0 then redis.call('ZADD', key, now, member(c, id)) end
+      if c > 0 then
+        redis.call('ZADD', key, now, member(c, id))
+        sum = sum + c
+      end
+    end
+    if sum > 0 then
+      redis.call('ZADD', key, -sum, '')
+    else
+      redis.call('ZREM', key, '')
     end
     marks_ttl(algo, period, key)
   elseif delta ~= 0 then

@@ -15,6 +15,14 @@
 //
 // Six algorithms are available (see Algorithm); Limit documents what rate,
 // period and burst mean for each.
+//
+// Time is the store's clock: MemoryConfig.Now for Memory, the server's TIME
+// for Redis. A clock that steps back never gives more room: a meter or
+// window is read at its own time (its last write, or the window it counts
+// in) until the clock passes it again, and a state back to empty forgets
+// its time; a sliding log or concurrency limit counts every entry still
+// held whose time is in the window (or whose lease is unexpired) at the
+// clock's time.
 package weighted
 
 import (
