@@ -41,9 +41,9 @@ func TestValidate(t *testing.T) {
 		"unknown algorithm":          {func(l *Limit) { l.Algorithm = 42 }, false},
 		"burst on a window":          {func(l *Limit) { l.Algorithm, l.Burst = FixedWindow, 20 }, false},
 		"burst equal to rate":        {func(l *Limit) { l.Algorithm, l.Burst = SlidingLog, 10 }, true},
-		"a day of nano-dollars":      {func(l *Limit) { l.Rate, l.Period = 100_000_000_000, 24 * time.Hour }, true},
-		"too fine to count exactly":  {func(l *Limit) { l.Rate, l.Period = 1 << 50, 3 * time.Microsecond }, false},
-		"a month of tokens, sliding": {func(l *Limit) { l.Algorithm, l.Rate, l.Period = SlidingWindow, 1_000_000_000, 30 * 24 * time.Hour }, true},
+		"a day of nano-dollars":      {func(l *Limit) { l.Rate, l.Period = 100_000_000_000, 24*time.Hour }, true},
+		"too fine to count exactly":  {func(l *Limit) { l.Rate, l.Period = 1<<50, 3*time.Microsecond }, false},
+		"a month of tokens, sliding": {func(l *Limit) { l.Algorithm, l.Rate, l.Period = SlidingWindow, 1_000_000_000, 30*24*time.Hour }, true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
