@@ -62,6 +62,10 @@ limits:
 	for range 5 {
 		client.Chat.Completions.New(context.Background(), chatParams("count me", 8))
 	}
+	// Decisions are recorded after the answer is sent.
+	if err := s.srv.WaitIdle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	h := s.srv.AdminHandler()
 
 	_, metrics := adminDo(t, h, "GET", "/metrics", "test-admin")
@@ -92,6 +96,9 @@ limits:
 	_, top := adminDo(t, h, "GET", "/admin/v1/top-throttled?n=5", "test-admin")
 	if !strings.Contains(top, `acme-requests`) || !strings.Contains(top, `tenant=acme`) {
 		t.Errorf("top-throttled does not name the throttled key: %s", top)
+	}
+	if err := s.srv.WaitIdle(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 	if err := s.srv.Ledger().Flush(context.Background()); err != nil {
 		t.Fatal(err)

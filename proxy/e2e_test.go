@@ -192,6 +192,9 @@ limits:
 				t.Errorf("RateLimit = %q", h)
 			}
 
+			if err := s.srv.WaitIdle(ctx); err != nil {
+				t.Fatal(err)
+			}
 			l := s.srv.Ledger()
 			if err := l.Flush(ctx); err != nil {
 				t.Fatal(err)

@@ -171,6 +171,8 @@ func (s *Server) serveLLM(path string, kind costmodel.Kind) gin.HandlerFunc {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind costmodel.Kind) {
+	s.inflight.Add(1)
+	defer s.inflight.Add(-1) // the first deferred, so the last to run: after settle
 	x := &exchange{s: s, st: s.state.Load(), id: newRequestID(), start: time.Now(), path: path, kind: kind}
 	w.Header().Set("X-Request-Id", x.id)
 	x.ctx, x.span = s.tel.Tracer().Start(r.Context(), "costgate "+path, trace.WithSpanKind(trace.SpanKindServer))

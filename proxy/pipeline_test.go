@@ -34,6 +34,9 @@ limits:
 func (s *stack) entries(t *testing.T) []ledger.Entry {
 	t.Helper()
 	ctx := context.Background()
+	if err := s.srv.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
 	l := s.srv.Ledger()
 	if err := l.Flush(ctx); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
@@ -40,6 +41,7 @@ type Server struct {
 	ping   func(context.Context) error // checks the limiter store; nil for memory
 
 	failOpen atomic.Int64 // requests let through unlimited because the store failed
+	inflight atomic.Int64 // requests in the pipeline, settlement included
 
 	// state is the active configuration, compiled; a reload swaps it whole,
 	// and a request keeps the state it started with.
@@ -421,4 +423,19 @@ func (s *Server) SetLoader(f func() (*Config, error)) {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
 	s.loader = f
+}
+
+// WaitIdle returns when no request is in the pipeline, its settlement
+// included, or when ctx ends. A client has its answer before its request
+// is settled; tests and operator commands that read the ledger wait here
+// first.
+func (s *Server) WaitIdle(ctx context.Context) error {
+	for s.inflight.Load() != 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
 }
