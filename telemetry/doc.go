@@ -65,7 +65,11 @@
 // are exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, sampled per
 // OTEL_TRACES_SAMPLER; otherwise Tracer is a no-op that still propagates the
-// caller's span context.
+// caller's span context. Recording every span is expensive next to a
+// request (about 9 to 13 µs of CPU for a request span and seven stage spans,
+// bench/README.md), so in production sample: OTEL_TRACES_SAMPLER=
+// parentbased_traceidratio with OTEL_TRACES_SAMPLER_ARG=0.01 costs about
+// 0.7 µs, since the children of a dropped span skip the SDK.
 //
 // # Operator state
 //
