@@ -3,7 +3,6 @@ package policies
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 )
 
@@ -18,16 +17,6 @@ const (
 	Hard  Outcome = "hard"  // refuse the request
 )
 
-func (o Outcome) rank() int {
-	switch o {
-	case Soft:
-		return 1
-	case Hard:
-		return 2
-	}
-	return 0
-}
-
 // Friction is what a soft decision does to a request that is still served.
 // The zero value does nothing. Units: DelayMS in milliseconds, CapMaxTokens in
 // output tokens (0 means no cap).
@@ -40,6 +29,16 @@ type Friction struct {
 
 // IsZero reports whether f does nothing.
 func (f Friction) IsZero() bool { return f == Friction{} }
+
+// Sources names, for each action of a merged Friction, the id of the policy
+// it comes from; empty when there is no such action. Warning lists every
+// policy whose warning is part of Friction.Warning, in the same order.
+type Sources struct {
+	DelayMS        string   `json:"delay_ms,omitempty"`
+	CapMaxTokens   string   `json:"cap_max_tokens,omitempty"`
+	DowngradeModel string   `json:"downgrade_model,omitempty"`
+	Warning        []string `json:"warning,omitempty"`
+}
 
 // Shadow is the would-be decision of a shadow policy or shadow rule. It is
 // recorded and reported, never enforced.
@@ -70,6 +69,10 @@ type Decision struct {
 	// Friction is the friction of every soft policy, merged (see package
 	// doc). It is zero unless Outcome is Soft.
 	Friction Friction `json:"friction,omitzero"`
+	// Sources names the policy each action of Friction comes from, for the
+	// Costgate-Friction header and the dashboard. Zero unless Outcome is
+	// Soft.
+	Sources Sources `json:"sources,omitzero"`
 	// Shadow holds the soft and hard would-be decisions of shadow policies
 	// and shadow rules, ordered by policy id. Allows are not recorded.
 	Shadow []Shadow `json:"shadow,omitempty"`
@@ -280,7 +283,8 @@ type ruling struct {
 //   - for soft, the decision's reason and policy are those of the first soft
 //     ruling by id, and friction is merged: the largest delay, the smallest
 //     cap, the first downgrade by policy id, and every warning joined with
-//     "; " in policy id order;
+//     "; " in policy id order; on equal delays or caps the first policy by
+//     id is the source;
 //   - shadow rulings that are not allow, and shadow rules that failed, are
 //     listed in Shadow, never enforced.
 func combine(rs []ruling) Decision {
@@ -306,20 +310,23 @@ func combine(rs []ruling) Decision {
 				d.Outcome, d.Reason, d.Policy = Soft, r.reason, r.policy
 			}
 			f := &r.friction
-			d.Friction.DelayMS = max(d.Friction.DelayMS, f.DelayMS)
-			if f.CapMaxTokens > 0 && (d.Friction.CapMaxTokens == 0 || f.CapMaxTokens < d.Friction.CapMaxTokens) {
-				d.Friction.CapMaxTokens = f.CapMaxTokens
+			if f.DelayMS > d.Friction.DelayMS {
+				d.Friction.DelayMS, d.Sources.DelayMS = f.DelayMS, r.policy
 			}
-			if d.Friction.DowngradeModel == "" {
-				d.Friction.DowngradeModel = f.DowngradeModel
+			if f.CapMaxTokens > 0 && (d.Friction.CapMaxTokens == 0 || f.CapMaxTokens < d.Friction.CapMaxTokens) {
+				d.Friction.CapMaxTokens, d.Sources.CapMaxTokens = f.CapMaxTokens, r.policy
+			}
+			if d.Friction.DowngradeModel == "" && f.DowngradeModel != "" {
+				d.Friction.DowngradeModel, d.Sources.DowngradeModel = f.DowngradeModel, r.policy
 			}
 			if f.Warning != "" {
 				warnings = append(warnings, f.Warning)
+				d.Sources.Warning = append(d.Sources.Warning, r.policy)
 			}
 		}
 	}
 	if d.Outcome != Soft {
-		d.Friction = Friction{}
+		d.Friction, d.Sources = Friction{}, Sources{}
 		return d
 	}
 	if len(warnings) == 1 {
@@ -328,14 +335,4 @@ func combine(rs []ruling) Decision {
 		d.Friction.Warning = strings.Join(warnings, "; ")
 	}
 	return d
-}
-
-// sortRulings orders rulings as combine needs them.
-func sortRulings(rs []ruling) {
-	sort.SliceStable(rs, func(i, j int) bool {
-		if rs[i].policy != rs[j].policy {
-			return rs[i].policy < rs[j].policy
-		}
-		return !rs[i].shadow && rs[j].shadow
-	})
 }

@@ -37,9 +37,14 @@ func TestCombine(t *testing.T) {
 			soft("c", Friction{DelayMS: 300, CapMaxTokens: 200, DowngradeModel: "m-c"}),
 			soft("d", Friction{DelayMS: 50, CapMaxTokens: 500, DowngradeModel: "m-d", Warning: "w-d"}),
 		}, Decision{Outcome: Soft, Reason: "r-a", Policy: "a",
-			Friction: Friction{DelayMS: 300, CapMaxTokens: 200, DowngradeModel: "m-c", Warning: "w-a; w-d"}}},
+			Friction: Friction{DelayMS: 300, CapMaxTokens: 200, DowngradeModel: "m-c", Warning: "w-a; w-d"},
+			Sources:  Sources{DelayMS: "c", CapMaxTokens: "c", DowngradeModel: "c", Warning: []string{"a", "d"}}}},
+		{"ties go to the first policy by id", []ruling{
+			soft("a", Friction{DelayMS: 5, CapMaxTokens: 9}), soft("b", Friction{DelayMS: 5, CapMaxTokens: 9, DowngradeModel: "m"}),
+		}, Decision{Outcome: Soft, Reason: "r-a", Policy: "a", Friction: Friction{DelayMS: 5, CapMaxTokens: 9, DowngradeModel: "m"},
+			Sources: Sources{DelayMS: "a", CapMaxTokens: "a", DowngradeModel: "b"}}},
 		{"cap 0 means no cap", []ruling{soft("a", Friction{}), soft("b", Friction{CapMaxTokens: 7})},
-			Decision{Outcome: Soft, Reason: "r-a", Policy: "a", Friction: Friction{CapMaxTokens: 7}}},
+			Decision{Outcome: Soft, Reason: "r-a", Policy: "a", Friction: Friction{CapMaxTokens: 7}, Sources: Sources{CapMaxTokens: "b"}}},
 		{"shadow never enforced, allows not recorded", []ruling{
 			allow("a"), shadow(hard("a", 403)), shadow(allow("b")), shadow(soft("c", Friction{DelayMS: 9})),
 		}, Decision{Outcome: Allow, Shadow: []Shadow{

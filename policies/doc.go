@@ -61,6 +61,7 @@
 //     soft policy by id, and friction is merged: the largest delay_ms, the
 //     smallest cap_max_tokens, the downgrade_model of the first policy by id
 //     that downgrades, and every warning, joined with "; " in id order;
+//     Decision.Sources names the policy of each merged action;
 //   - shadow decisions that are not allow are listed in Decision.Shadow in
 //     policy id order, with what they would have done.
 //

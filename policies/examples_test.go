@@ -53,7 +53,8 @@ func TestExamplePoliciesCombined(t *testing.T) {
 			in.Spend = []Spend{{Scope: "user", Period: "day", SpentNanoUSD: 85, BudgetNanoUSD: 100}}
 			in.Limits = []Limit{{Name: "tpm", Unit: "tokens", Limit: 10000, Remaining: 10}}
 		}), Decision{Outcome: Soft, Reason: "over 80% of budget", Policy: "budget",
-			Friction: Friction{DelayMS: 750, CapMaxTokens: 1024, Warning: "over 80% of budget"}}},
+			Friction: Friction{DelayMS: 750, CapMaxTokens: 1024, Warning: "over 80% of budget"},
+			Sources:  Sources{DelayMS: "plans", CapMaxTokens: "budget", Warning: []string{"budget"}}}},
 		{"budget at 95% and free plan over tokens: hard wins", in(func(in *Input) {
 			in.Caller.Plan = "free"
 			in.Spend = []Spend{{Scope: "tenant", Period: "day", SpentNanoUSD: 95, BudgetNanoUSD: 100}}
@@ -74,7 +75,7 @@ func TestExamplePoliciesCombined(t *testing.T) {
 		{"deep search page", in(func(in *Input) {
 			in.Request = Request{Route: "search", Upstream: "brave", Page: 12}
 		}), Decision{Outcome: Soft, Reason: "deep pagination", Policy: "search_pagination",
-			Friction: Friction{DelayMS: 700}}},
+			Friction: Friction{DelayMS: 700}, Sources: Sources{DelayMS: "search_pagination"}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
