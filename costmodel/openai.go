@@ -8,8 +8,9 @@ package costmodel
 //
 // which the cookbook's num_tokens_from_messages reproduces, and which this
 // file follows: every message costs 3 tokens plus the tokens of its role and
-// content, a name adds its tokens plus 1, and the reply is primed with 3
-// more. (gpt-3.5-turbo-0301 used 4 per message and -1 per name.) Tools are
+// content (and, as the cookbook encodes every string field of a message, of
+// its tool_call_id and refusal), a name adds its tokens plus 1, and the
+// reply is primed with 3 more. (gpt-3.5-turbo-0301 used 4 per message and -1 per name.) Tools are
 // rendered into a hidden system message as a TypeScript-like namespace; the
 // cookbook's num_tokens_for_tools counts it as 7 tokens per function on
 // o200k_base models, 10 on cl100k_base ones, plus "name:description", 3 for
