@@ -119,7 +119,8 @@ for i = 1, n do
       if start + period - now > rec_ttl then rec_ttl = start + period - now end
     end
   elseif algo == SLIDING_WINDOW then
-    local w, prev, curr, start, exp = window(vals[i], period)
+    local L = lib()
+    local w, prev, curr, start, exp = L.window(vals[i], period)
     local ncurr = curr + cost
     local p = period / tick
     local e = now - start
@@ -145,13 +146,14 @@ for i = 1, n do
     rem = full - used
     if rem < 0 then rem = 0 end
     rem = floor(rem / p)
-    reset = window_reset(algo, prev, curr, start, period)
+    reset = L.window_reset(algo, prev, curr, start, period)
     if ok == 1 and after and cost > 0 then
-      wv[i], wp[i] = store(w, prev, ncurr, window_reset(algo, prev, ncurr, start, period), exp, period)
+      wv[i], wp[i] = L.store(w, prev, ncurr, L.window_reset(algo, prev, ncurr, start, period), exp, period)
       if start + 2 * period - now > rec_ttl then rec_ttl = start + 2 * period - now end
     end
   else
-    ok, rem, retry, reset = marks(algo, cap, period, KEYS[i], cost, after)
+    local L = lib()
+    ok, rem, retry, reset = L.marks(algo, cap, period, KEYS[i], cost, after)
     if ok == 1 and after and cost > 0 then
       wm[i] = {algo, period, cost}
     end
@@ -170,22 +172,23 @@ for i = 1, n do
   if px == 0 then
     redis.call('SETRANGE', KEYS[i], '0', wv[i])
   elseif px then
-    write(KEYS[i], wv[i], px)
+    lib().write(KEYS[i], wv[i], px)
   elseif wm[i] then
+    local L = lib()
     local key, algo, period, cost = KEYS[i], wm[i][1], wm[i][2], wm[i][3]
     local lo, hi = now - period, now
     if algo == CONCURRENCY then
       lo, hi = now, now + period
     end
-    local sum, gone = marks_sum(key, lo)
-    local mb = member(cost, id)
+    local sum, gone = L.marks_sum(key, lo)
+    local mb = L.member(cost, id)
     local at = redis.call('ZSCORE', key, mb)
     if at and tonumber(at) > lo then
       sum = sum - cost -- a debit retried under the same id moves its mark
     end
-    marks_set(key, lo, gone, sum + cost)
+    L.marks_set(key, lo, gone, sum + cost)
     redis.call('ZADD', key, hi, mb)
-    marks_ttl(algo, period, key)
+    L.marks_ttl(algo, period, key)
   end
 end
 if rec_ttl > 0 then

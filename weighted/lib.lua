@@ -7,12 +7,12 @@
 -- settle, the actual cost), with p = period / tick ticks per period. A meter
 -- or window key holds one string of four little-endian doubles (meter: ts,
 -- d, p; window: w, prev, curr; then the key's expiry in ms), which struct
--- reads faster than int64 and which hold these integers exactly; a sliding log or
--- concurrency key holds a sorted set scored by ts whose members are
--- "cost:id". The keys of meters and windows come first in KEYS.
+-- reads faster than int64 and which hold these integers exactly; a sliding
+-- log or concurrency key holds a sorted set (see marks_sum). The keys of
+-- meters and windows come first in KEYS.
 --
--- The script body runs on every call, so it defines few functions and
--- inlines the rest: each definition costs a closure per call.
+-- The script body runs on every call, so it defines few functions up front
+-- and inlines the hottest paths: each definition costs a closure per call.
 
 local TOKEN_BUCKET, GCRA, SLIDING_WINDOW, FIXED_WINDOW, SLIDING_LOG, CONCURRENCY = 0, 1, 2, 3, 4, 5
 local floor, pack, sunpack = math.floor, struct.pack, struct.unpack
@@ -40,196 +40,213 @@ local function ceil_div(a, b)
   return (c - c % b) / b
 end
 
--- store returns how a meter or window (a, b, c) is written: its packed
--- value and its PX in ms, 0 to keep the key's TTL, or -1 to delete the key
--- because the state is empty (ttl, the µs until it is, is 0). The key's
--- expiry, kept in the value as exp (ms), moves only when it would come
--- before the state is empty, and then min(period, 60 s) later than needed,
--- so that most writes keep the key's TTL: overwriting a value costs Redis
--- less than half what SET with PX does.
-local function store(a, b, c, ttl, exp, period)
-  if ttl <= 0 then
-    return false, -1
-  end
-  local need = ceil_div(now + ttl, 1000)
-  if need <= exp then
-    return pack('<dddd', a, b, c, exp), 0
-  end
-  local slack = floor(period / 1000)
-  if slack > 60000 then slack = 60000 elseif slack < 1 then slack = 1 end
-  exp = need + slack
-  return pack('<dddd', a, b, c, exp), exp - now_ms + ttl_pad
-end
+-- The rest is made on first use, by lib(): every function the script body
+-- defines costs a closure on every call, and the token bucket and fixed
+-- window debits, spelled out in debit.lua, need none of these.
+local L = false
 
--- write writes key as store described it. Keeping the TTL, it overwrites
--- the value in place: SETRANGE is cheaper than SET with KEEPTTL, and every
--- value has the same length.
-local function write(key, value, px)
-  if px > 0 then
-    redis.call('SET', key, value, 'PX', px)
-  elseif px == 0 then
-    redis.call('SETRANGE', key, 0, value)
-  else
-    redis.call('DEL', key)
+local function lib()
+  if L then
+    return L
   end
-end
+  -- store returns how a meter or window (a, b, c) is written: its packed
+  -- value and its PX in ms, 0 to keep the key's TTL, or -1 to delete the key
+  -- because the state is empty (ttl, the µs until it is, is 0). The key's
+  -- expiry, kept in the value as exp (ms), moves only when it would come
+  -- before the state is empty, and then min(period, 60 s) later than needed,
+  -- so that most writes keep the key's TTL: overwriting a value costs Redis
+  -- less than half what SET with PX does.
+  local function store(a, b, c, ttl, exp, period)
+    if ttl <= 0 then
+      return false, -1
+    end
+    local need = ceil_div(now + ttl, 1000)
+    if need <= exp then
+      return pack('<dddd', a, b, c, exp), 0
+    end
+    local slack = floor(period / 1000)
+    if slack > 60000 then slack = 60000 elseif slack < 1 then slack = 1 end
+    exp = need + slack
+    return pack('<dddd', a, b, c, exp), exp - now_ms + ttl_pad
+  end
 
--- meter reads value v of a token bucket or GCRA at now (see spec.meterAt)
--- and returns ts, d and the key's expiry.
-local function meter(v, cap, rate, tick, p)
-  if not v then
-    return now, 0, 0
-  end
-  local ts, d, vp, exp = sunpack('<dddd', v)
-  if d == 0 then
-    return now, 0, exp
-  end
-  local full = cap * p
-  if vp ~= p then
-    local f = math.ceil(d * p / vp)
-    if f >= full then d = full else d = f end
-  end
-  if d > full then d = full end
-  if now > ts then
-    local e = now - ts
-    e = (e - e % tick) / tick
-    if e > 0 then
-      if e >= ceil_div(d, rate) then
-        return now, 0, exp
-      end
-      d = d - e * rate
-      ts = ts + e * tick
+  -- write writes key as store described it. Keeping the TTL, it overwrites
+  -- the value in place: SETRANGE is cheaper than SET with KEEPTTL, and every
+  -- value has the same length.
+  local function write(key, value, px)
+    if px > 0 then
+      redis.call('SET', key, value, 'PX', px)
+    elseif px == 0 then
+      redis.call('SETRANGE', key, 0, value)
+    else
+      redis.call('DEL', key)
     end
   end
-  return ts, d, exp
-end
 
--- window reads value v of a fixed or sliding window at now (see
--- spec.windowAt) and returns w, prev, curr, the window's start and the key's
--- expiry.
-local function window(v, period)
-  local w = (now - now % period) / period
-  if not v then
-    return w, 0, 0, w * period, 0
+  -- meter reads value v of a token bucket or GCRA at now (see spec.meterAt)
+  -- and returns ts, d and the key's expiry.
+  local function meter(v, cap, rate, tick, p)
+    if not v then
+      return now, 0, 0
+    end
+    local ts, d, vp, exp = sunpack('<dddd', v)
+    if d == 0 then
+      return now, 0, exp
+    end
+    local full = cap * p
+    if vp ~= p then
+      local f = math.ceil(d * p / vp)
+      if f >= full then d = full else d = f end
+    end
+    if d > full then d = full end
+    if now > ts then
+      local e = now - ts
+      e = (e - e % tick) / tick
+      if e > 0 then
+        if e >= ceil_div(d, rate) then
+          return now, 0, exp
+        end
+        d = d - e * rate
+        ts = ts + e * tick
+      end
+    end
+    return ts, d, exp
   end
-  local sw, sprev, scurr, exp = sunpack('<dddd', v)
-  if sw > w and scurr + sprev > 0 then
-    w = sw
-  end
-  local prev, curr = 0, 0
-  if sw == w then
-    prev, curr = sprev, scurr
-  elseif sw == w - 1 then
-    prev = scurr
-  end
-  return w, prev, curr, w * period, exp
-end
 
--- window_reset: see spec.windowReset.
-local function window_reset(algo, prev, curr, start, period)
-  if algo == FIXED_WINDOW then
-    if curr > 0 then return start + period - now end
+  -- window reads value v of a fixed or sliding window at now (see
+  -- spec.windowAt) and returns w, prev, curr, the window's start and the key's
+  -- expiry.
+  local function window(v, period)
+    local w = (now - now % period) / period
+    if not v then
+      return w, 0, 0, w * period, 0
+    end
+    local sw, sprev, scurr, exp = sunpack('<dddd', v)
+    if sw > w and scurr + sprev > 0 then
+      w = sw
+    end
+    local prev, curr = 0, 0
+    if sw == w then
+      prev, curr = sprev, scurr
+    elseif sw == w - 1 then
+      prev = scurr
+    end
+    return w, prev, curr, w * period, exp
+  end
+
+  -- window_reset: see spec.windowReset.
+  local function window_reset(algo, prev, curr, start, period)
+    if algo == FIXED_WINDOW then
+      if curr > 0 then return start + period - now end
+      return 0
+    end
+    if curr > 0 then return start + 2 * period - now end
+    if prev > 0 then return start + period - now end
     return 0
   end
-  if curr > 0 then return start + 2 * period - now end
-  if prev > 0 then return start + period - now end
-  return 0
-end
 
-local function member(cost, id)
-  return string.format('%d', cost) .. ':' .. id
-end
-
--- A sliding log or concurrency key is a sorted set of marks, members
--- "cost:id" scored by ts (> 0), plus the member "" whose score is minus the
--- sum of the marks' costs, so that a debit reads the sum instead of parsing
--- every mark: it costs the marks that have expired (trimmed as it writes),
--- not those that count.
-
--- mark_cost returns the cost of mark member m.
-local function mark_cost(m)
-  return tonumber(string.match(m, '^(%d+):'))
-end
-
--- marks_sum returns the sum of the costs of the marks of key with ts > lo:
--- the sum of all minus those of the expired ones, and the expired ones'
--- sum.
-local function marks_sum(key, lo)
-  local all = redis.call('ZSCORE', key, '')
-  if not all then
-    return 0, 0
+  local function member(cost, id)
+    return string.format('%d', cost) .. ':' .. id
   end
-  local gone = 0
-  local old = redis.call('ZRANGEBYSCORE', key, '(0', lo)
-  for i = 1, #old do
-    gone = gone + mark_cost(old[i])
-  end
-  return -tonumber(all) - gone, gone
-end
 
--- marks_ttl sets the TTL of a sliding log or concurrency key to when its
--- last mark stops counting, or deletes the key when it holds no marks.
-local function marks_ttl(algo, period, key)
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if #last == 0 or last[1] == '' then
-    redis.call('DEL', key)
-    return
-  end
-  local lag = 0
-  if algo == SLIDING_LOG then lag = period end
-  redis.call('PEXPIRE', key, ceil_div(tonumber(last[2]) + lag - now, 1000) + ttl_pad)
-end
+  -- A sliding log or concurrency key is a sorted set of marks, members
+  -- "cost:id" scored by ts (> 0), plus the member "" whose score is minus the
+  -- sum of the marks' costs, so that a debit reads the sum instead of parsing
+  -- every mark: it costs the marks that have expired (trimmed as it writes),
+  -- not those that count.
 
--- marks_set trims the marks of key with ts <= lo, whose costs sum to gone,
--- and records sum as the sum of those left.
-local function marks_set(key, lo, gone, sum)
-  if gone > 0 then
-    redis.call('ZREMRANGEBYSCORE', key, '(0', lo)
+  -- mark_cost returns the cost of mark member m.
+  local function mark_cost(m)
+    return tonumber(string.match(m, '^(%d+):'))
   end
-  redis.call('ZADD', key, -sum, '')
-end
 
--- marks evaluates cost on a sliding log or concurrency key (see
--- spec.evaluateMarks) and returns allowed, remaining, retry and reset.
-local function marks(algo, cap, period, key, cost, after)
-  -- A sliding log counts marks with ts > now - period and adds one at now;
-  -- a concurrency limit counts marks with ts > now (live leases) and adds
-  -- one expiring at now + period.
-  local lo, lag, hi = now, 0, now + period
-  if algo == SLIDING_LOG then
-    lo, lag, hi = now - period, period, now
-  end
-  local sum = marks_sum(key, lo)
-  local newest = 0
-  if sum > 0 then
-    newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
-  end
-  local ok, retry = 0, 0
-  if sum + cost <= cap then
-    ok = 1
-    if after and cost > 0 then
-      sum = sum + cost
-      if hi > newest then newest = hi end
+  -- marks_sum returns the sum of the costs of the marks of key with ts > lo:
+  -- the sum of all minus those of the expired ones, and the expired ones'
+  -- sum.
+  local function marks_sum(key, lo)
+    local all = redis.call('ZSCORE', key, '')
+    if not all then
+      return 0, 0
     end
-  else
-    -- Wait for the oldest marks to stop counting, a few at a time.
-    local need, acc, from = sum + cost - cap, 0, 0
-    while retry == 0 do
-      local ms = redis.call('ZRANGEBYSCORE', key, '(' .. string.format('%d', lo), '+inf', 'WITHSCORES', 'LIMIT', from, 16)
-      if #ms == 0 then
-        return redis.error_reply('weighted: marks of ' .. key .. ' do not add up to their recorded sum')
+    local gone = 0
+    local old = redis.call('ZRANGEBYSCORE', key, '(0', lo)
+    for i = 1, #old do
+      gone = gone + mark_cost(old[i])
+    end
+    return -tonumber(all) - gone, gone
+  end
+
+  -- marks_ttl sets the TTL of a sliding log or concurrency key to when its
+  -- last mark stops counting, or deletes the key when it holds no marks.
+  local function marks_ttl(algo, period, key)
+    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if #last == 0 or last[1] == '' then
+      redis.call('DEL', key)
+      return
+    end
+    local lag = 0
+    if algo == SLIDING_LOG then lag = period end
+    redis.call('PEXPIRE', key, ceil_div(tonumber(last[2]) + lag - now, 1000) + ttl_pad)
+  end
+
+  -- marks_set trims the marks of key with ts <= lo, whose costs sum to gone,
+  -- and records sum as the sum of those left.
+  local function marks_set(key, lo, gone, sum)
+    if gone > 0 then
+      redis.call('ZREMRANGEBYSCORE', key, '(0', lo)
+    end
+    redis.call('ZADD', key, -sum, '')
+  end
+
+  -- marks evaluates cost on a sliding log or concurrency key (see
+  -- spec.evaluateMarks) and returns allowed, remaining, retry and reset.
+  local function marks(algo, cap, period, key, cost, after)
+    -- A sliding log counts marks with ts > now - period and adds one at now;
+    -- a concurrency limit counts marks with ts > now (live leases) and adds
+    -- one expiring at now + period.
+    local lo, lag, hi = now, 0, now + period
+    if algo == SLIDING_LOG then
+      lo, lag, hi = now - period, period, now
+    end
+    local sum = marks_sum(key, lo)
+    local newest = 0
+    if sum > 0 then
+      newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+    end
+    local ok, retry = 0, 0
+    if sum + cost <= cap then
+      ok = 1
+      if after and cost > 0 then
+        sum = sum + cost
+        if hi > newest then newest = hi end
       end
-      for i = 1, #ms, 2 do
-        acc = acc + mark_cost(ms[i])
-        if acc >= need then
-          retry = tonumber(ms[i + 1]) + lag - now
-          break
+    else
+      -- Wait for the oldest marks to stop counting, a few at a time.
+      local need, acc, from = sum + cost - cap, 0, 0
+      while retry == 0 do
+        local ms = redis.call('ZRANGEBYSCORE', key, '(' .. string.format('%d', lo), '+inf', 'WITHSCORES', 'LIMIT', from, 16)
+        if #ms == 0 then
+          return redis.error_reply('weighted: marks of ' .. key .. ' do not add up to their recorded sum')
         end
+        for i = 1, #ms, 2 do
+          acc = acc + mark_cost(ms[i])
+          if acc >= need then
+            retry = tonumber(ms[i + 1]) + lag - now
+            break
+          end
+        end
+        from = from + 16
       end
-      from = from + 16
     end
+    local reset = 0
+    if sum > 0 then reset = newest + lag - now end
+    return ok, cap - sum, retry, reset
   end
-  local reset = 0
-  if sum > 0 then reset = newest + lag - now end
-  return ok, cap - sum, retry, reset
+
+  L = {
+    store = store, write = write, meter = meter, window = window, window_reset = window_reset,
+    member = member, mark_cost = mark_cost, marks_sum = marks_sum, marks_ttl = marks_ttl,
+    marks_set = marks_set, marks = marks,
+  }
+  return L
 end

@@ -7,6 +7,7 @@
 local buf, id = ARGV[1], ARGV[2]
 local n, override, remember, _, pos = sunpack('<dddd', buf)
 set_now(override)
+local L = lib()
 local rkey = KEYS[n + 1]
 local rec = redis.call('GET', rkey)
 if rec == 'd' then
@@ -25,7 +26,7 @@ for i = 1, n do
   local delta = actual - reserved
   if delta > cap then delta = cap elseif delta < -cap then delta = -cap end
   if algo == CONCURRENCY then
-    if redis.call('ZREM', key, member(reserved, id)) == 1 then
+    if redis.call('ZREM', key, L.member(reserved, id)) == 1 then
       local all = -tonumber(redis.call('ZSCORE', key, '')) - reserved
       if all > 0 then
         redis.call('ZADD', key, -all, '')
@@ -35,24 +36,24 @@ for i = 1, n do
     end
   elseif delta ~= 0 and algo == SLIDING_LOG then
     local lo = now - period
-    local sum, gone = marks_sum(key, lo)
+    local sum, gone = L.marks_sum(key, lo)
     if gone > 0 then
       redis.call('ZREMRANGEBYSCORE', key, '(0', lo)
     end
-    local m = member(reserved, id)
+    local m = L.member(reserved, id)
     local score = redis.call('ZSCORE', key, m)
     if score then
       local c = reserved + delta
       if c < 0 then c = 0 end
       if c > reserved + cap - sum then c = reserved + cap - sum end
       redis.call('ZREM', key, m)
-      if c > 0 then redis.call('ZADD', key, score, member(c, id)) end
+      if c > 0 then redis.call('ZADD', key, score, L.member(c, id)) end
       sum = sum - reserved + c
     else
       local c = delta
       if c > cap - sum then c = cap - sum end
       if c > 0 then
-        redis.call('ZADD', key, now, member(c, id))
+        redis.call('ZADD', key, now, L.member(c, id))
         sum = sum + c
       end
     end
@@ -61,19 +62,19 @@ for i = 1, n do
     else
       redis.call('ZREM', key, '')
     end
-    marks_ttl(algo, period, key)
+    L.marks_ttl(algo, period, key)
   elseif delta ~= 0 then
     local v = redis.call('GET', key)
     if v or delta > 0 then
       if algo <= GCRA then
-        local ts, d, exp = meter(v, cap, rate, tick, p)
+        local ts, d, exp = L.meter(v, cap, rate, tick, p)
         d = d + delta * p
         if d < 0 then d = 0 elseif d > cap * p then d = cap * p end
         local reset = 0
         if d > 0 then reset = ts + ceil_div(d, rate) * tick - now end
-        write(key, store(ts, d, p, reset, exp, period))
+        L.write(key, L.store(ts, d, p, reset, exp, period))
       else
-        local w, prev, curr, start, exp = window(v, period)
+        local w, prev, curr, start, exp = L.window(v, period)
         if algo == FIXED_WINDOW then prev = 0 end
         local rw = -2
         if debited >= 0 then rw = floor(debited / period) end
@@ -96,7 +97,7 @@ for i = 1, n do
           prev = prev + delta
           if prev < 0 then prev = 0 end
         end
-        write(key, store(w, prev, curr, window_reset(algo, prev, curr, start, period), exp, period))
+        L.write(key, L.store(w, prev, curr, L.window_reset(algo, prev, curr, start, period), exp, period))
       end
     end
   end
