@@ -181,3 +181,62 @@ func TestEngineWatchMissingDir(t *testing.T) {
 		t.Fatal("Watch of a missing directory succeeded")
 	}
 }
+
+// TestEngineWatchConfigMapLayout follows a Kubernetes ConfigMap volume:
+// files are symlinks into a hidden ..data directory, itself a symlink that
+// is swapped atomically on update.
+func TestEngineWatchConfigMapLayout(t *testing.T) {
+	dir := t.TempDir()
+	version := func(name, src string) {
+		t.Helper()
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name, "p.rego"), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(dir, "..data_tmp")
+		if err := os.Symlink(name, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("..v1", allowAll)
+	if err := os.Symlink(filepath.Join("..data", "p.rego"), filepath.Join(dir, "p.rego")); err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewEngine(os.DirFS(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.Set().Policies()); n != 1 {
+		t.Fatalf("%d policies, want 1 (the hidden ..data directory must not be loaded twice)", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	results := make(chan error, 16)
+	if err := e.Watch(ctx, dir, func(err error) { results <- err }); err != nil {
+		t.Fatal(err)
+	}
+	version("..v2", denyAll)
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case err := <-results:
+			if err != nil {
+				t.Fatalf("reload: %v", err)
+			}
+			d, err := e.Decide(context.Background(), baseInput())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Outcome == Hard {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the ConfigMap update was not picked up within 10s")
+		}
+	}
+}
