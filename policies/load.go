@@ -150,7 +150,7 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// ErrNoPolicies is returned (wrapped in nothing) by Load when the directory
+// ErrNoPolicies is returned by Load when the directory
 // holds no policy. An empty directory is most likely a configuration mistake.
 var ErrNoPolicies = errors.New("policies: no policy found (want a package " + PackagePrefix + ".<id> with a decision rule)")
 
