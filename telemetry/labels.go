@@ -14,9 +14,16 @@ import (
 // values; later values fold into [Other]. Values are assigned ids in the order
 // first seen, for the life of the Telemetry.
 //
+// A value is cleaned before it becomes a label: cut at MaxLabelLen bytes and
+// made valid UTF-8 (a Prometheus scrape fails as a whole on one invalid
+// label value). The raw value is remembered as an alias of its id, as are
+// values folded into Other, so that later sightings take the fast path; the
+// aliases are bounded too (aliasBudget), past which such values take the
+// slow path each time but still get the right id.
+//
 // Reads are lock-free: the value-to-id map is copy-on-write behind an atomic
-// pointer, and only the first sighting of a value takes the mutex. Because the
-// number of values is bounded, so is the total copying.
+// pointer, and only a first sighting takes the mutex. Because the number of
+// entries is bounded, so is the total copying.
 
 // Other is the label value that stands for every value past a label's
 // cardinality bound (for example the 101st distinct tenant with the default
@@ -27,16 +34,23 @@ const Other = "other"
 // that no policy decided).
 const None = "none"
 
+// MaxLabelLen is the length in bytes at which label values are cut.
+const MaxLabelLen = 128
+
+// aliasBudget bounds the entries of a labelSet's map beyond its values.
+const aliasBudget = 4096
+
 type labelSet struct {
 	max   int
 	mu    sync.Mutex
+	n     int // distinct values interned, guarded by mu
 	ids   atomic.Pointer[map[string]int]
 	names atomic.Pointer[[]string] // id -> value; names[max] is Other
 }
 
 func newLabelSet(max int) *labelSet {
 	l := &labelSet{max: max}
-	m := map[string]int{}
+	m := map[string]int{Other: max}
 	names := make([]string, max+1)
 	names[max] = Other
 	l.ids.Store(&m)
@@ -55,6 +69,13 @@ func (l *labelSet) id(v string) int {
 	return l.slow(v)
 }
 
+func cleanLabel(v string) string {
+	if len(v) > MaxLabelLen {
+		v = v[:MaxLabelLen] // a cut rune becomes invalid UTF-8, replaced below
+	}
+	return strings.ToValidUTF8(v, "\uFFFD")
+}
+
 func (l *labelSet) slow(v string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -62,29 +83,46 @@ func (l *labelSet) slow(v string) int {
 	if id, ok := old[v]; ok {
 		return id
 	}
-	if len(old) >= l.max || v == Other {
-		return l.max
+	clean := cleanLabel(v)
+	id, known := old[clean]
+	if !known && l.n < l.max {
+		id, known = l.n, true
+		l.n++
+		clean = strings.Clone(clean) // do not pin the caller's (possibly large) buffer
+		names := append([]string(nil), *l.names.Load()...)
+		names[id] = clean
+		l.names.Store(&names) // before the map, so that a reader of the id finds its name
+		if clean == v {
+			l.add(old, id, clean)
+		} else {
+			l.add(old, id, clean, strings.Clone(v))
+		}
+		return id
 	}
-	v = strings.Clone(v) // do not pin the caller's (possibly large) buffer
-	id := len(old)
-	m := make(map[string]int, len(old)+1)
+	if !known {
+		id = l.max
+	}
+	// An alias: a raw value for a cleaned one, or a value folded into Other.
+	if len(old) < l.max+aliasBudget && len(v) <= MaxLabelLen*4 {
+		l.add(old, id, strings.Clone(v))
+	}
+	return id
+}
+
+// add publishes a copy of old with each of keys -> id. Called with mu held.
+func (l *labelSet) add(old map[string]int, id int, keys ...string) {
+	m := make(map[string]int, len(old)+len(keys))
 	for k, i := range old {
 		m[k] = i
 	}
-	m[v] = id
-	names := append([]string(nil), *l.names.Load()...)
-	names[id] = v
-	l.names.Store(&names)
+	for _, k := range keys {
+		m[k] = id
+	}
 	l.ids.Store(&m)
-	return id
 }
 
 // name returns the label value of id.
 func (l *labelSet) name(id int) string { return (*l.names.Load())[id] }
-
-// len returns the number of distinct values interned so far, not counting
-// Other.
-func (l *labelSet) len() int { return len(*l.ids.Load()) }
 
 // cache maps a key of label ids to a value (the cells of that label
 // combination), built on first use by build, exactly once. Like labelSet it

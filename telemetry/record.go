@@ -260,14 +260,15 @@ func (t *Telemetry) gauges() error {
 func (t *Telemetry) Decision(ctx context.Context, d Decision) {
 	outcome := outcomeID(d.Outcome)
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		// Cleaned as labels are: OTLP cannot carry invalid UTF-8.
 		span.SetAttributes(
-			attribute.String("costgate.tenant", d.Tenant),
-			attribute.String("costgate.route", d.Route),
-			attribute.String("gen_ai.request.model", d.Model),
-			attribute.String("costgate.policy", d.Policy),
-			attribute.String("costgate.limit", d.Limit),
-			attribute.String("costgate.dimension", d.Dimension),
-			attribute.String("costgate.outcome", d.Outcome),
+			attribute.String("costgate.tenant", cleanLabel(d.Tenant)),
+			attribute.String("costgate.route", cleanLabel(d.Route)),
+			attribute.String("gen_ai.request.model", cleanLabel(d.Model)),
+			attribute.String("costgate.policy", cleanLabel(d.Policy)),
+			attribute.String("costgate.limit", cleanLabel(d.Limit)),
+			attribute.String("costgate.dimension", cleanLabel(d.Dimension)),
+			attribute.String("costgate.outcome", cleanLabel(d.Outcome)),
 			attribute.Bool("costgate.shadow", d.Shadow),
 			attribute.Int("http.response.status_code", d.Status),
 		)
