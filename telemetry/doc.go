@@ -5,7 +5,8 @@
 // path: instruments are created once in New, label values are interned into
 // bounded sets (tenants past Config.MaxTenants, models past Config.MaxModels
 // and policies, limits, routes and dimensions past Config.MaxLabelValues
-// fold into "other"), and the attribute set of each label combination is
+// fold into "other"; every value is cut at MaxLabelLen bytes and made valid
+// UTF-8), and the attribute set of each label combination is
 // built on first use and cached, so a recording call allocates nothing.
 // Limit keys (which can be per user or per IP) are never metric labels; they
 // go only to the bounded top-throttled summary.
