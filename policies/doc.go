@@ -83,7 +83,7 @@
 //
 // Rules are compiled at load time into a small program over the Go Input
 // (see fast.go), which decides the example policies in a few microseconds
-// and about 30 allocations, against 100 to 250 µs and 900 to 2000
+// and about 15 allocations, against 100 to 300 µs and 900 to 2000
 // allocations for rego.Eval. It covers the Rego that costgate policies are
 // made of; a policy using anything else runs on OPA's evaluator
 // (PolicyInfo.Fast and Slow say which and why), and any input the program
