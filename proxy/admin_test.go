@@ -143,7 +143,9 @@ limits:
 func TestReloadKeepsTheLastGoodConfig(t *testing.T) {
 	s := newStack(t, "", roomyLimits)
 	base := s.srv.Config()
-	next := func() (*proxy.Config, error) { return nil, errors.New("limits[0].algorithm: unknown algorithm \"leaky\"") }
+	next := func() (*proxy.Config, error) {
+		return nil, errors.New("limits[0].algorithm: unknown algorithm \"leaky\"")
+	}
 	s.srv.SetLoader(func() (*proxy.Config, error) { return next() })
 	h := s.srv.AdminHandler()
 

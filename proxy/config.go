@@ -129,6 +129,23 @@ type UpstreamConfig struct {
 	Simulate string `yaml:"simulate"`
 	// Timeout bounds a whole upstream exchange. Default 10m.
 	Timeout time.Duration `yaml:"timeout"`
+
+	// AuthHeader names the header a generic upstream takes its credential
+	// in, as is ("X-Subscription-Token"); default "Authorization" with
+	// "Bearer ". AuthQuery names a query parameter instead ("api_key").
+	AuthHeader string `yaml:"auth_header"`
+	AuthQuery  string `yaml:"auth_query"`
+	// Cost prices a generic upstream's requests (see costmodel.Rule);
+	// required for kind generic. Paths price some paths differently.
+	Cost  *costmodel.Rule `yaml:"cost"`
+	Paths []PathCost      `yaml:"paths"`
+}
+
+// PathCost prices the requests under one path prefix of a generic
+// upstream; the longest matching prefix wins over the upstream's Cost.
+type PathCost struct {
+	Prefix string         `yaml:"prefix"`
+	Cost   costmodel.Rule `yaml:"cost"`
 }
 
 // RouteConfig sends the requests of one path to an upstream.
@@ -314,6 +331,29 @@ func (c *Config) Validate() error {
 		}
 		if !slices.Contains([]string{"never", "always", "auto"}, u.Simulate) {
 			bad(p+".simulate", "must be never, always or auto, not %q", u.Simulate)
+		}
+		if u.Kind == "generic" {
+			if u.Simulate != "never" {
+				bad(p+".simulate", "the simulator serves openai and anthropic upstreams, not generic ones")
+			}
+			if u.Cost == nil {
+				bad(p+".cost", "required for a generic upstream: how its requests are priced")
+			} else if err := u.Cost.Validate(); err != nil {
+				bad(p+".cost", "%v", err)
+			}
+			for j, pc := range u.Paths {
+				if !strings.HasPrefix(pc.Prefix, "/") {
+					bad(fmt.Sprintf("%s.paths[%d].prefix", p, j), "must start with /")
+				}
+				if err := pc.Cost.Validate(); err != nil {
+					bad(fmt.Sprintf("%s.paths[%d].cost", p, j), "%v", err)
+				}
+			}
+		} else if u.Cost != nil || len(u.Paths) > 0 {
+			bad(p+".cost", "only a generic upstream takes a cost rule; %s upstreams are priced by model", u.Kind)
+		}
+		if u.AuthHeader != "" && u.AuthQuery != "" {
+			bad(p, "set auth_header or auth_query, not both")
 		}
 		if u.Simulate != "always" && !strings.HasPrefix(u.BaseURL, "http://") && !strings.HasPrefix(u.BaseURL, "https://") {
 			bad(p+".base_url", "must be an http:// or https:// URL, not %q", u.BaseURL)

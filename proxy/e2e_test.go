@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,6 +64,11 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 	sim := httptest.NewServer(up)
 	t.Cleanup(sim.Close)
 	redisURL, limits := o.redisURL, o.extra
+	// Lines before a "limits:" line at the top of extra are more upstreams.
+	upstreams := ""
+	if i := strings.Index(limits, "\nlimits:"); i >= 0 && strings.HasPrefix(limits, "\n  - name:") {
+		upstreams, limits = limits[:i], limits[i:]
+	}
 	if o.upstreamTimeout == 0 {
 		o.upstreamTimeout = 10 * time.Minute
 	}
@@ -82,6 +88,7 @@ upstreams:
     kind: anthropic
     base_url: %s
     api_key: sk-ant-upstream-secret
+%s
 tenants:
   - name: acme
     plan: free
@@ -89,7 +96,7 @@ tenants:
       - id: acme-key
         key: cg-test-acme
         user: alice
-%s`, t.TempDir(), redisURL, sim.URL, o.upstreamTimeout, sim.URL, limits)
+%s`, t.TempDir(), redisURL, sim.URL, o.upstreamTimeout, sim.URL, upstreams, limits)
 	cfg, err := proxy.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatalf("config: %v", err)

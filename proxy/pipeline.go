@@ -13,6 +13,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,7 +53,10 @@ type exchange struct {
 	upstreamErr error // set when the upstream gave no answer
 	body        *meteredBody
 
-	injectedUsage bool // costgate asked the upstream for a stream usage report
+	injectedUsage bool            // costgate asked the upstream for a stream usage report
+	rule          *costmodel.Rule // a generic upstream's cost rule; nil for LLM routes
+	respHeader    http.Header     // the upstream's response header
+	page          int64           // the result page a paginated generic request asks for; 0: none
 
 	ctx     context.Context // carries the request's span
 	span    trace.Span
@@ -166,11 +171,18 @@ func (x *exchange) dimension(d string) string {
 // serveLLM returns the handler of one priced API path.
 func (s *Server) serveLLM(path string, kind costmodel.Kind) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		s.serve(c.Writer, c.Request, path, kind)
+		s.serve(c.Writer, c.Request, path, kind, "")
 	}
 }
 
-func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind costmodel.Kind) {
+// serveGeneric serves /u/{upstream}/..., priced by the upstream's cost rule.
+func (s *Server) serveGeneric(c *gin.Context) {
+	s.serve(c.Writer, c.Request, "/u/"+c.Param("upstream"), costmodel.Generic, c.Param("upstream"))
+}
+
+// serve runs the pipeline. path is the route's name (the API path, or
+// /u/NAME for a generic upstream); generic names the generic upstream.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind costmodel.Kind, generic string) {
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1) // the first deferred, so the last to run: after settle
 	x := &exchange{s: s, st: s.state.Load(), id: newRequestID(), start: time.Now(), path: path, kind: kind}
@@ -192,7 +204,15 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 		})
 		return
 	}
-	if x.upstream = x.st.routes[path]; x.upstream == nil {
+	if generic != "" {
+		if u := x.st.upstreams[generic]; u != nil && u.kind == "generic" {
+			x.upstream = u
+			x.rule = u.rule(strings.TrimPrefix(r.URL.Path, u.strip))
+		}
+	} else {
+		x.upstream = x.st.routes[path]
+	}
+	if x.upstream == nil {
 		writeError(w, path, http.StatusNotFound, apiError{
 			Type: "invalid_request_error", Code: "no_upstream",
 			Message: "no upstream is configured for " + path,
@@ -219,8 +239,18 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 
 	// 2. Estimate.
 	t = x.begin(telemetry.StageEstimate)
-	x.est, err = x.st.est.Estimate(kind, body)
+	if x.rule != nil {
+		x.est, err = x.rule.Estimate(costmodel.GenericRequest{
+			Method: r.Method, Path: strings.TrimPrefix(r.URL.Path, x.upstream.strip),
+			Query: r.URL.Query(), Header: r.Header, Body: body,
+		})
+	} else {
+		x.est, err = x.st.est.Estimate(kind, body)
+	}
 	t.end()
+	if x.rule != nil {
+		x.page = requestPage(x.rule, r.URL.Query())
+	}
 	if err != nil {
 		writeError(w, path, http.StatusBadRequest, apiError{
 			Type: "invalid_request_error", Code: "invalid_body", Message: err.Error(),
@@ -505,7 +535,7 @@ func (x *exchange) policyInput() *policies.Input {
 	in := &policies.Input{
 		Caller: policies.Caller{Tenant: x.caller.tenant, User: x.caller.user, KeyID: x.caller.keyID, Plan: x.caller.plan, IP: x.ip, Region: x.st.cfg.Region},
 		Request: policies.Request{Route: x.path, Upstream: x.upstream.name, Model: x.est.Model, Stream: x.est.Stream,
-			MaxOutputTokens: x.est.MaxOutputTokens},
+			MaxOutputTokens: x.est.MaxOutputTokens, Page: x.page},
 		Estimate: policies.Estimate{InputTokens: x.est.Usage.InputTokens, OutputTokens: x.est.Usage.OutputTokens, CostNanoUSD: int64(x.est.Cost)},
 		Time:     policies.Time{Unix: now.Unix(), Hour: now.Hour(), Weekday: int(now.Weekday())},
 	}
@@ -624,7 +654,10 @@ func (s *Server) settle(x *exchange) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	usage, status := x.actualUsage()
-	cost := x.st.est.Cost(x.est.Model, usage)
+	cost := x.cost(usage)
+	if status == ledger.StatusFailed && x.rule != nil {
+		cost = 0 // a failed call to a generic API is not charged per call
+	}
 	if len(x.items) > 0 {
 		actual := make([]int64, len(x.items))
 		for i, l := range x.limits {
@@ -649,12 +682,33 @@ func (s *Server) settle(x *exchange) {
 	}
 }
 
+// cost prices usage: by the model's price, or by a generic route's rule.
+func (x *exchange) cost(u costmodel.Usage) costmodel.NanoUSD {
+	if x.rule != nil {
+		return x.rule.Price().Cost(u)
+	}
+	return x.st.est.Cost(x.est.Model, u)
+}
+
 // actualUsage is the usage to charge: what the upstream reported, what a
 // cut stream produced, nothing for an upstream that gave no answer, and the
 // estimate for a success whose usage cannot be read.
 func (x *exchange) actualUsage() (costmodel.Usage, ledger.Status) {
 	if x.upstreamErr != nil || x.body == nil {
 		return costmodel.Usage{}, ledger.StatusFailed
+	}
+	if x.rule != nil {
+		// A generic upstream reports units where its rule says, if
+		// anywhere; otherwise the estimate is the price. An upstream error
+		// is not charged.
+		if x.status >= 400 {
+			return costmodel.Usage{}, ledger.StatusFailed
+		}
+		u := x.est.Usage
+		if au, ok, err := x.rule.Settle(x.respHeader, x.body.captured); err == nil && ok {
+			u = au
+		}
+		return u, ledger.StatusSettled
 	}
 	u, ok := x.body.usage()
 	switch {
@@ -707,4 +761,35 @@ func (s *Server) serveModels(c *gin.Context) {
 		out.Data = append(out.Data, model{ID: m, Object: "model", OwnedBy: "costgate"})
 	}
 	c.JSON(http.StatusOK, out)
+}
+
+// requestPage is the 1-based result page a generic request asks for, from
+// the query parameters its rule's complexity names (page, or offset and
+// page size); 0 when the rule has no pagination or the request sets none.
+func requestPage(r *costmodel.Rule, q url.Values) int64 {
+	c := r.Complexity
+	if c == nil {
+		return 0
+	}
+	num := func(name string) int64 {
+		if name == "" {
+			return 0
+		}
+		n, err := strconv.ParseInt(q.Get(name), 10, 64)
+		if err != nil || n < 0 {
+			return 0
+		}
+		return n
+	}
+	if p := num(c.Page.Query); p > 0 {
+		return p
+	}
+	size := num(c.PageSize.Query)
+	if size == 0 {
+		size = max(c.PageSize.Default, 1)
+	}
+	if off := num(c.Offset.Query); off > 0 {
+		return off/size + 1
+	}
+	return 0
 }

@@ -358,6 +358,7 @@ func (s *Server) dataHandler() http.Handler {
 		r.POST(path, s.serveLLM(path, kind))
 	}
 	r.GET("/v1/models", s.serveModels)
+	r.Any("/u/:upstream/*path", s.serveGeneric)
 	r.GET("/v1/costgate/usage", func(c *gin.Context) { s.serveUsage(c.Writer, c.Request) })
 	r.NoRoute(func(c *gin.Context) {
 		writeError(c.Writer, c.Request.URL.Path, http.StatusNotFound, apiError{

@@ -8,9 +8,12 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/costgate/costgate/costmodel"
 )
 
 // upstream is one configured dependency and the reverse proxy that reaches
@@ -20,8 +23,25 @@ type upstream struct {
 	kind       string
 	target     *url.URL
 	credential string
+	authHeader string // generic: the credential's header, as is
+	authQuery  string // generic: the credential's query parameter
+	strip      string // the path prefix that names the upstream (/u/NAME), removed when forwarding
 	timeout    time.Duration
 	rp         *httputil.ReverseProxy
+
+	cost  *costmodel.Rule // generic: the default rule
+	paths []PathCost      // generic: per-prefix rules, longest prefix first
+}
+
+// rule returns the cost rule of a generic upstream for a path (the part
+// after /u/NAME).
+func (u *upstream) rule(path string) *costmodel.Rule {
+	for i := range u.paths {
+		if strings.HasPrefix(path, u.paths[i].Prefix) {
+			return &u.paths[i].Cost
+		}
+	}
+	return u.cost
 }
 
 // transport is shared by all upstreams: a keep-alive pool sized for many
@@ -44,7 +64,13 @@ func newUpstream(cfg UpstreamConfig, base string) (*upstream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: upstream %s: base_url: %w", cfg.Name, err)
 	}
-	u := &upstream{name: cfg.Name, kind: cfg.Kind, target: target, credential: cfg.credential(), timeout: cfg.Timeout}
+	u := &upstream{name: cfg.Name, kind: cfg.Kind, target: target, credential: cfg.credential(), timeout: cfg.Timeout,
+		authHeader: cfg.AuthHeader, authQuery: cfg.AuthQuery, cost: cfg.Cost}
+	if cfg.Kind == "generic" {
+		u.strip = "/u/" + cfg.Name
+		u.paths = slices.Clone(cfg.Paths)
+		slices.SortStableFunc(u.paths, func(a, b PathCost) int { return len(b.Prefix) - len(a.Prefix) })
+	}
 	u.rp = &httputil.ReverseProxy{
 		Rewrite:        u.rewrite,
 		Transport:      transport,
@@ -62,15 +88,29 @@ func (u *upstream) rewrite(pr *httputil.ProxyRequest) {
 	out := pr.Out
 	out.URL.Scheme = u.target.Scheme
 	out.URL.Host = u.target.Host
-	out.URL.Path = u.target.Path + pr.In.URL.Path
+	out.URL.Path = u.target.Path + strings.TrimPrefix(pr.In.URL.Path, u.strip)
 	out.URL.RawPath = ""
 	out.Host = u.target.Host
 	out.Header.Del("Authorization")
 	out.Header.Del("X-Api-Key")
 	out.Header.Del("X-Request-Id")
+	if u.authHeader != "" {
+		out.Header.Del(u.authHeader)
+	}
+	if u.authQuery != "" {
+		q := out.URL.Query()
+		q.Del(u.authQuery)
+		if u.credential != "" {
+			q.Set(u.authQuery, u.credential)
+		}
+		out.URL.RawQuery = q.Encode()
+	}
 	if u.credential != "" {
-		switch u.kind {
-		case "anthropic":
+		switch {
+		case u.authQuery != "":
+		case u.authHeader != "":
+			out.Header.Set(u.authHeader, u.credential)
+		case u.kind == "anthropic":
 			out.Header.Set("X-Api-Key", u.credential)
 		default:
 			out.Header.Set("Authorization", "Bearer "+u.credential)
@@ -87,6 +127,7 @@ func modifyResponse(resp *http.Response) error {
 		return nil
 	}
 	x.status = resp.StatusCode
+	x.respHeader = resp.Header
 	x.setRateLimitHeaders(resp.Header)
 	// X-Request-Id is costgate's own; the upstream's is kept under
 	// another name.
