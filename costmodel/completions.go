@@ -6,86 +6,88 @@ import (
 	"fmt"
 )
 
-type completionsRequest struct {
-	Model         string          `json:"model"`
-	Prompt        json.RawMessage `json:"prompt"`
-	Suffix        *string         `json:"suffix"`
-	MaxTokens     *int64          `json:"max_tokens"`
-	N             *int64          `json:"n"`
-	BestOf        *int64          `json:"best_of"`
-	Echo          bool            `json:"echo"`
-	Stream        bool            `json:"stream"`
-	StreamOptions *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-}
-
 // completionsDefaultMaxTokens is the legacy completions API's default
 // max_tokens.
 const completionsDefaultMaxTokens = 16
 
 func (e *Estimator) estimateCompletions(body []byte) (Estimate, error) {
-	var req completionsRequest
-	if err := decodeBody(Completions, body, &req); err != nil {
+	const kind = Completions
+	var (
+		fModel   = &topField{name: "model"}
+		fPrompt  = &topField{name: "prompt", collect: true}
+		fSuffix  = &topField{name: "suffix"}
+		fMax     = &topField{name: "max_tokens"}
+		fN       = &topField{name: "n"}
+		fBestOf  = &topField{name: "best_of"}
+		fStream  = &topField{name: "stream"}
+		fOptions = &topField{name: "stream_options"}
+	)
+	if err := scanTop(kind, body, fModel, fPrompt, fSuffix, fMax, fN, fBestOf, fStream, fOptions); err != nil {
 		return Estimate{}, err
 	}
-	if req.Model == "" {
-		return Estimate{}, badRequest(Completions, nil, "missing model")
+	var (
+		modelName, suffix    string
+		maxTokens, n, bestOf int64
+		stream               bool
+		options              struct {
+			IncludeUsage bool `json:"include_usage"`
+		}
+	)
+	for _, d := range []struct {
+		f *topField
+		v any
+	}{{fModel, &modelName}, {fSuffix, &suffix}, {fMax, &maxTokens}, {fN, &n}, {fBestOf, &bestOf}, {fStream, &stream}, {fOptions, &options}} {
+		if err := decodeField(kind, body, d.f, d.v); err != nil {
+			return Estimate{}, err
+		}
 	}
-	m := e.resolve(req.Model)
-	in, prompts, err := textInputTokens(m, req.Prompt)
+	if modelName == "" {
+		return Estimate{}, badRequest(kind, nil, "missing model")
+	}
+	m := e.resolve(modelName)
+	in, prompts, err := textInputTokens(m, body, fPrompt)
 	if err != nil {
-		return Estimate{}, badRequest(Completions, err, "prompt")
+		return Estimate{}, badRequest(kind, err, "prompt")
 	}
-	if req.Prompt == nil {
+	if fPrompt.raw(body) == nil {
 		prompts = 1 // the API's default prompt is <|endoftext|>
 		in = 1
 	}
-	if req.Suffix != nil {
-		in += m.countText(*req.Suffix) * int64(prompts)
-	}
-	est := Estimate{Stream: req.Stream}
-	est.StreamUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
-	limit := int64(0)
-	if req.MaxTokens != nil && *req.MaxTokens > 0 {
-		limit = *req.MaxTokens
+	in += m.countText(suffix) * int64(prompts)
+	est := Estimate{Stream: stream, StreamUsage: options.IncludeUsage}
+	limit := int64(completionsDefaultMaxTokens)
+	if maxTokens > 0 {
+		limit = maxTokens
 		est.MaxOutputTokens = limit
-	} else {
-		limit = completionsDefaultMaxTokens
 	}
-	choices := int64(1)
-	if req.N != nil && *req.N > 1 {
-		choices = *req.N
-	}
-	if req.BestOf != nil && *req.BestOf > choices {
-		choices = *req.BestOf
-	}
+	choices := max(n, bestOf, 1)
 	est.Usage.InputTokens = in
 	est.Usage.OutputTokens = mulSat(mulSat(e.reserve(limit), choices), int64(max(prompts, 1)))
 	e.finish(m, &est)
 	return est, nil
 }
 
-type embeddingsRequest struct {
-	Model string          `json:"model"`
-	Input json.RawMessage `json:"input"`
-}
-
 func (e *Estimator) estimateEmbeddings(body []byte) (Estimate, error) {
-	var req embeddingsRequest
-	if err := decodeBody(Embeddings, body, &req); err != nil {
+	const kind = Embeddings
+	fModel := &topField{name: "model"}
+	fInput := &topField{name: "input", collect: true}
+	if err := scanTop(kind, body, fModel, fInput); err != nil {
 		return Estimate{}, err
 	}
-	if req.Model == "" {
-		return Estimate{}, badRequest(Embeddings, nil, "missing model")
+	var modelName string
+	if err := decodeField(kind, body, fModel, &modelName); err != nil {
+		return Estimate{}, err
 	}
-	if req.Input == nil {
-		return Estimate{}, badRequest(Embeddings, nil, "missing input")
+	if modelName == "" {
+		return Estimate{}, badRequest(kind, nil, "missing model")
 	}
-	m := e.resolve(req.Model)
-	in, _, err := textInputTokens(m, req.Input)
+	if fInput.raw(body) == nil {
+		return Estimate{}, badRequest(kind, nil, "missing input")
+	}
+	m := e.resolve(modelName)
+	in, _, err := textInputTokens(m, body, fInput)
 	if err != nil {
-		return Estimate{}, badRequest(Embeddings, err, "input")
+		return Estimate{}, badRequest(kind, err, "input")
 	}
 	est := Estimate{}
 	est.Usage.InputTokens = in
@@ -95,60 +97,75 @@ func (e *Estimator) estimateEmbeddings(body []byte) (Estimate, error) {
 
 // textInputTokens counts a completions prompt or an embeddings input: a
 // string, an array of strings, an array of token ids, or an array of arrays
-// of token ids. It returns the tokens and the number of prompts.
-func textInputTokens(m model, raw json.RawMessage) (int64, int, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+// of token ids. It returns the tokens and the number of prompts. The field
+// was read by scanTop with collect set, so its JSON is valid.
+func textInputTokens(m model, body []byte, f *topField) (int64, int, error) {
+	raw := f.raw(body)
+	if raw == nil {
 		return 0, 0, nil
 	}
 	switch raw[0] {
 	case '"':
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return 0, 0, err
-		}
-		return m.countText(s), 1, nil
+		n, err := stringTokens(m, raw)
+		return n, 1, err
 	case '[':
-		var items []json.RawMessage
-		if err := json.Unmarshal(raw, &items); err != nil {
-			return 0, 0, err
-		}
-		if len(items) == 0 {
-			return 0, 0, nil
-		}
-		first := bytes.TrimSpace(items[0])
-		if len(first) > 0 && first[0] != '"' && first[0] != '[' {
-			// One prompt of token ids.
-			var ids []int64
-			if err := json.Unmarshal(raw, &ids); err != nil {
-				return 0, 0, err
-			}
-			return int64(len(ids)), 1, nil
-		}
-		var n int64
-		for i, it := range items {
-			it = bytes.TrimSpace(it)
-			if len(it) == 0 {
-				continue
-			}
-			switch it[0] {
-			case '"':
-				var s string
-				if err := json.Unmarshal(it, &s); err != nil {
-					return 0, 0, fmt.Errorf("[%d]: %w", i, err)
-				}
-				n += m.countText(s)
-			case '[':
-				var ids []int64
-				if err := json.Unmarshal(it, &ids); err != nil {
-					return 0, 0, fmt.Errorf("[%d]: %w", i, err)
-				}
-				n += int64(len(ids))
-			default:
-				return 0, 0, fmt.Errorf("[%d]: want a string or an array of token ids", i)
-			}
-		}
-		return n, len(items), nil
+	default:
+		return 0, 0, fmt.Errorf("want a string or an array, got %.20s", raw)
 	}
-	return 0, 0, fmt.Errorf("want a string or an array, got %.20s", raw)
+	if len(f.elems) == 0 {
+		return 0, 0, nil
+	}
+	if c := body[f.elems[0].start]; c != '"' && c != '[' {
+		// One prompt of token ids.
+		n, err := tokenIDs(raw)
+		return n, 1, err
+	}
+	var total int64
+	for i, sp := range f.elems {
+		it := body[sp.start:sp.end]
+		var n int64
+		var err error
+		switch it[0] {
+		case '"':
+			n, err = stringTokens(m, it)
+		case '[':
+			n, err = tokenIDs(it)
+		default:
+			err = fmt.Errorf("want a string or an array of token ids")
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("[%d]: %w", i, err)
+		}
+		total += n
+	}
+	return total, len(f.elems), nil
+}
+
+// stringTokens counts a JSON string (validated, quotes included).
+func stringTokens(m model, raw []byte) (int64, error) {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return m.countText(string(raw[1 : len(raw)-1])), nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return 0, err
+	}
+	return m.countText(s), nil
+}
+
+// tokenIDs counts a JSON array of integers (validated).
+func tokenIDs(raw []byte) (int64, error) {
+	s := jsonScanner{b: raw}
+	var n int64
+	err := s.array(1, func() error {
+		if _, _, err := s.intValue("token id"); err != nil {
+			return err
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("want an array of token ids: %w", err)
+	}
+	return n, nil
 }

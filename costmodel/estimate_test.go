@@ -113,6 +113,8 @@ func TestEstimateCounts(t *testing.T) {
 		{"low image", ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/a.png","detail":"low"}}]}]}`, 7 + 85},
 		{"remote image, worst case", ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/a.png"}}]}]}`, 7 + 85 + 8*170},
 		{"embeddings strings", Embeddings, `{"model":"text-embedding-3-small","input":["hello world","hello world"]}`, 2 * e.CountText("text-embedding-3-small", "hello world")},
+		{"embeddings escapes", Embeddings, `{"model":"text-embedding-3-small","input":["hello\nworld","\u00e9t\u00e9"]}`, e.CountText("text-embedding-3-small", "hello\nworld") + e.CountText("text-embedding-3-small", "été")},
+		{"completions suffix and ids", Completions, `{"model":"gpt-3.5-turbo-instruct","prompt":[[1,2],[3]],"suffix":"hello world"}`, 3 + 2*e.CountText("gpt-3.5-turbo", "hello world")},
 		{"embeddings token ids", Embeddings, `{"model":"text-embedding-3-small","input":[[1,2,3],[4,5]]}`, 5},
 		{"completions", Completions, `{"model":"gpt-3.5-turbo-instruct","prompt":"hello world"}`, e.CountText("gpt-3.5-turbo", "hello world")},
 		{"escaped content", ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"user","content":"hello\u0020world"}]}`, 7 + hello},

@@ -97,16 +97,6 @@ type contentPart struct {
 	} `json:"image_url"`
 }
 
-func decodeBody(kind Kind, body []byte, v any) error {
-	if len(bytes.TrimSpace(body)) == 0 {
-		return badRequest(kind, nil, "empty body")
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return badRequest(kind, err, "invalid JSON")
-	}
-	return nil
-}
-
 type span struct{ start, end int }
 
 func (e *Estimator) estimateChat(body []byte) (Estimate, error) {
