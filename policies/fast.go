@@ -131,10 +131,17 @@ func (p *program) machine(in *Input) *machine {
 	return m
 }
 
+// release returns m to the pool, dropping its references to the input and
+// to the values built from it.
 func (p *program) release(m *machine) {
 	m.in = nil
 	clear(m.vals)
 	clear(m.stack)
+	clear(m.argv[:cap(m.argv)])
+	for i, members := range m.sets {
+		clear(members)
+		m.sets[i] = members[:0]
+	}
 	p.pool.Put(m)
 }
 
