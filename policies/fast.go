@@ -139,7 +139,7 @@ func (p *program) release(m *machine) {
 	clear(m.stack)
 	clear(m.argv[:cap(m.argv)])
 	for i, members := range m.sets {
-		clear(members)
+		clear(members[:cap(members)])
 		m.sets[i] = members[:0]
 	}
 	p.pool.Put(m)
