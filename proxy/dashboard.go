@@ -22,7 +22,7 @@ func (s *Server) dashboardData(ctx context.Context) (dashboard.Data, error) {
 		d.Store.Healthy = s.ping(pctx) == nil
 		cancel()
 	}
-	d.Store.FailOpenTotal = s.failOpen.Load()
+	d.Store.FailOpenTotal = s.tel.FailOpenTotal()
 
 	minute := func(i int) time.Time { return series.Start.Add(time.Duration(i) * time.Minute) }
 	for tenant, pts := range series.SpendNanoUSD {
@@ -51,6 +51,8 @@ func (s *Server) dashboardData(ctx context.Context) (dashboard.Data, error) {
 			pd.Allow += total
 		case "soft":
 			pd.Soft += total
+		case "shadow":
+			pd.Shadow += total
 		case "hard":
 			pd.Hard += total
 			for i, c := range ds.Counts {
@@ -70,7 +72,10 @@ func (s *Server) dashboardData(ctx context.Context) (dashboard.Data, error) {
 			byPolicy[name] = pd
 			order = append(order, name)
 		}
-		pd.Shadow += sc.WouldBlockRecent
+		if sc.Policy == "" {
+			// Shadow limits are not in the policy series; show them here.
+			pd.Shadow += sc.WouldBlockRecent
+		}
 		for _, t := range sc.Tenants {
 			share := 0.0
 			if t.RequestsRecent > 0 {

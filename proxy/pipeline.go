@@ -451,7 +451,6 @@ func (s *Server) storeFailed(w http.ResponseWriter, x *exchange, err error) bool
 		}
 	}
 	w.Header().Set("Costgate-Degraded", "fail-open")
-	s.failOpen.Add(1)
 	for _, l := range x.limits {
 		s.tel.FailOpen(l.limit.Name)
 	}

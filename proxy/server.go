@@ -40,7 +40,6 @@ type Server struct {
 	loader func() (*Config, error)
 	ping   func(context.Context) error // checks the limiter store; nil for memory
 
-	failOpen atomic.Int64 // requests let through unlimited because the store failed
 	inflight atomic.Int64 // requests in the pipeline, settlement included
 
 	// state is the active configuration, compiled; a reload swaps it whole,
@@ -132,6 +131,7 @@ func (s *Server) open(ctx context.Context, cfg *Config) error {
 		return err
 	}
 	s.state.Store(st)
+	s.tel.Reload(true) // the first load counts, so the gauge says the config is good
 	s.data = s.dataHandler()
 	s.admin = s.adminHandler()
 	return nil
