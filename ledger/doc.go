@@ -1,22 +1,84 @@
 // Package ledger records every admitted request exactly once, for billing.
 //
-// The life of an entry follows the reservation pattern of the limiter: the
-// proxy calls Reserve with the estimate before it forwards a request, and
-// Settle with what the upstream reported once the response is over. Both
-// calls are one append to a local write-ahead spool (a few microseconds);
-// a background flusher, the only writer of the store, moves the spool into
-// the store in batches, in order, and idempotently by request id. The store
-// is PostgreSQL (Config.DSN) or an embedded SQLite file under Config.Dir;
-// both behave the same and pass the same test suite.
+// # Life of an entry
 //
-// Because the spool, not the database, is what makes an entry durable, a
-// database outage costs nothing but latency of the reports: entries wait in
-// the bounded spool and are replayed in order when the database returns. A
-// process that dies between Reserve and Settle leaves a reservation without
-// its settlement; the next Open of the same Dir finalizes it at its estimate
-// with status StatusRecovered. A settlement found later in the spool still
-// wins over the recovery, so an entry is charged at its estimate only when no
-// settlement was ever recorded.
+// The proxy calls Reserve with the estimate before it forwards a request, and
+// Settle with what the upstream reported once the response is over (status
+// settled, or failed for an upstream error, charged what the upstream
+// reported). Each call is one append to a local write-ahead spool, about a
+// microsecond; a background flusher, the only writer of the store, moves the
+// spool into the store in batches, in spool order. The store is PostgreSQL
+// (Config.DSN) or an embedded SQLite file under Config.Dir (pure Go, no
+// cgo); both run the same merge code and pass the same test suite.
+//
+// # Exactly once
+//
+// The request id is the idempotency key. Applying a batch is idempotent, so
+// a batch retried after an error, or replayed from the spool after a crash,
+// changes nothing twice: a reservation creates its entry only if none
+// exists; a settlement finalizes an entry that is reserved or recovered,
+// creates it if none exists, and does nothing to one already settled or
+// failed (the first settlement wins).
+//
+// # Durability
+//
+// Reserve returns once the record is in the operating system (one
+// write(2)), so it survives the death of the process at once; the spool is
+// fsynced every Config.SyncInterval (10 ms), so a record survives a crash of
+// the machine after at most that long. With Config.SyncEach, Reserve and
+// Settle wait for a group fsync instead (an fsync of latency, shared by
+// concurrent callers). A torn record at the end of the spool, left by a
+// machine crash, is cut off at Open; damage anywhere else stops Open rather
+// than losing records silently. Files: Dir/spool/*.spool (segments, deleted
+// once wholly in the store), Dir/spool/applied (how far the store has it; a
+// hint, as replay is idempotent), Dir/node (this data directory's id),
+// Dir/lock (one process per Dir), Dir/ledger.db (the embedded store).
+//
+// # Crashes
+//
+// A process that dies between Reserve and Settle leaves a reservation that
+// no settlement will follow. Open appends a recovery marker after the dead
+// run's records; when the flusher applies it, every reservation of this
+// node still open is finalized at its estimate (Actual = Estimated, status
+// recovered). A settlement found later in the spool still wins over the
+// recovery, so an entry is charged at its estimate only when no settlement
+// was ever recorded. Several nodes may share one PostgreSQL: entries carry
+// the node of the Dir that wrote them, and recovery touches only its own.
+// To find them without an index on status (which would cost an index write
+// per settlement), each node keeps an open-since mark in the store: the
+// earliest creation time of its reservations that may be open.
+//
+// # Outages
+//
+// While the store is unreachable, records wait in the spool and the flusher
+// retries with backoff (Config.RetryMin to RetryMax); when the store
+// returns they are applied in order. The spool is bounded by
+// Config.SpoolLimit: past it Reserve fails with ErrSpoolFull (new
+// admissions stop; the caller decides whether to refuse the request),
+// while Settle is always accepted so that admitted requests are finalized.
+// Stats reports the backlog and the store's last error, for readiness
+// checks and metrics.
+//
+// # Spend
+//
+// Spend is the period-to-date charge of a tenant, or of one of its users or
+// keys (reservations at their estimate, final entries at their actual
+// cost), for a day or a month in Config.TimeZone; Summary gives every
+// tenant's. Both read a roll-up kept in the same transaction as the entries,
+// at 15-minute and UTC-day grains, so a month costs at most 31 + 2×96 rows
+// whatever its number of entries, and any time zone with offsets in
+// multiples of 15 minutes is exact. A limiter that keeps a spend counter for
+// per-request budget checks reconciles it from Spend or Summary. Both see
+// what is in the store: call Flush first to include what is still in the
+// spool.
+//
+// # Queries and export
+//
+// Entries pages through a tenant's entries by creation time with an opaque
+// cursor. Export writes them as CSV, as a JSON array, or as CloudEvents 1.0
+// usage events (a JSON batch as OpenMeter ingests; the event id is the
+// request id, so billing systems deduplicate re-exports). A tool that runs
+// beside a serving process opens the ledger with Config.ReadOnly.
 //
 // Money is costmodel.NanoUSD and token counts are int64; no float is ever
 // stored. Timestamps are kept to the microsecond, in UTC.

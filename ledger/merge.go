@@ -233,7 +233,13 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 	}
 	var dirty []string
 	isDirty := make(map[string]bool)
-	deltas := make(map[spendKey]spendDelta)
+	// Changes per tenant, user, key and 15-minute bucket first; spread over
+	// scopes and grains once per distinct one at the end.
+	type origin struct {
+		tenant, user, key string
+		quarter           int64
+	}
+	byOrigin := make(map[origin]spendDelta)
 	for i := range recs {
 		r := &recs[i]
 		cur := rows[r.e.RequestID]
@@ -266,7 +272,11 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 			created = 1
 		}
 		if delta != 0 || created != 0 {
-			addSpend(deltas, next.Tenant, next.User, next.KeyID, next.CreatedAt, spendDelta{delta, created})
+			o := origin{next.Tenant, next.User, next.KeyID, next.CreatedAt.Truncate(bucketSize).UnixMicro()}
+			d := byOrigin[o]
+			d.cost += delta
+			d.entries += created
+			byOrigin[o] = d
 		}
 	}
 	if len(dirty) == 0 {
@@ -279,6 +289,10 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 		} else {
 			inserts = append(inserts, rows[id])
 		}
+	}
+	deltas := make(map[spendKey]spendDelta)
+	for o, d := range byOrigin {
+		addSpend(deltas, o.tenant, o.user, o.key, time.UnixMicro(o.quarter).UTC(), d)
 	}
 	for k, v := range deltas {
 		if v == (spendDelta{}) {

@@ -700,8 +700,13 @@ func TestSpoolFullRefusesReservationsNotSettlements(t *testing.T) {
 	if err := l.Settle(ctx, settlement("f0", 1)); err != nil {
 		t.Fatalf("Settle with the spool full: %v; settlements of admitted requests must be kept", err)
 	}
-	if st := l.Stats(); st.Pending <= 1<<20 || st.StoreErr == nil {
-		t.Fatalf("stats %+v", st)
+	if st := l.Stats(); st.Pending <= 1<<20 {
+		t.Fatalf("stats %+v, want more than the limit pending", st)
+	}
+	fctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := l.Flush(fctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Flush with the store down: %v, want the deadline", err)
 	}
 }
 
