@@ -133,8 +133,8 @@ func TestCrashSIGKILL(t *testing.T) {
 		admitted, settled := map[string]bool{}, map[string]bool{}
 		// Two runs on the same Dir: the second recovers the first while it
 		// is under load itself, and is killed in turn.
-		runCrashChild(t, cfg, "a", 3000, admitted, settled)
-		runCrashChild(t, cfg, "b", 3000, admitted, settled)
+		runCrashChild(t, cfg, "a", 1500, admitted, settled)
+		runCrashChild(t, cfg, "b", 1500, admitted, settled)
 
 		l := open(t, cfg)
 		flush(t, l)

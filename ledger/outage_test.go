@@ -93,7 +93,7 @@ func TestPostgresOutage(t *testing.T) {
 			t.Fatalf("Flush: %v", err)
 		}
 	}
-	<-time.After(2 * time.Second)
+	<-time.After(time.Second)
 	waitFlushed()
 	pg.Stop()
 	outage := time.Now()
@@ -104,7 +104,7 @@ func TestPostgresOutage(t *testing.T) {
 	}
 	pg.Start()
 	t.Logf("outage of %s; %d bytes waited in the spool", time.Since(outage).Round(time.Millisecond), st.Pending)
-	<-time.After(2 * time.Second)
+	<-time.After(time.Second)
 	close(stop)
 	wg.Wait()
 	waitFlushed()
