@@ -26,10 +26,11 @@ import (
 // encoder counts the tokens of a string with one BPE encoding. It is
 // read-only after construction and safe for concurrent use.
 type encoder struct {
-	name  string
-	ranks map[string]uint32         // every token
-	short shortRanks                // tokens of at most 7 bytes, for fast lookups
-	next  func(s string, i int) int // the pre-tokenizer
+	name   string
+	ranks  map[string]uint32         // every token
+	short  shortRanks                // tokens of at most 7 bytes, for fast lookups
+	maxLen int                       // the longest token, in bytes: no longer string is looked up
+	next   func(s string, i int) int // the pre-tokenizer
 }
 
 // Count returns the number of tokens of s, special tokens counted as
@@ -63,6 +64,9 @@ const (
 func (e *encoder) rank(b string) uint32 {
 	if len(b) <= 7 {
 		return e.short.get(packShort(b))
+	}
+	if len(b) > e.maxLen {
+		return noRank // cheap: a long run (spaces, one repeated symbol) merges into parts this long
 	}
 	if r, ok := e.ranks[b]; ok {
 		return r
@@ -328,7 +332,11 @@ func newEncoder(enc tokenizer.Encoding, next func(string, int) int) *encoder {
 		misses = 0
 		ranks[s] = uint32(id)
 	}
-	return &encoder{name: string(enc), ranks: ranks, short: newShortRanks(ranks), next: next}
+	maxLen := 0
+	for k := range ranks {
+		maxLen = max(maxLen, len(k))
+	}
+	return &encoder{name: string(enc), ranks: ranks, short: newShortRanks(ranks), maxLen: maxLen, next: next}
 }
 
 // encoderFor returns the encoder of an encoding name; anthropic-approx

@@ -31,7 +31,6 @@ package costmodel
 
 import (
 	"bytes"
-	"encoding/json"
 	"unicode"
 	"unicode/utf8"
 )
@@ -174,8 +173,8 @@ type responsesEvent struct {
 }
 
 func (m *StreamMeter) responsesEvent(data []byte) error {
-	var ev responsesEvent
-	if err := json.Unmarshal(data, &ev); err != nil {
+	ev, err := decodeResponsesEvent(data)
+	if err != nil {
 		return err
 	}
 	switch ev.Type {
@@ -197,23 +196,27 @@ type anthropicEvent struct {
 	Message *struct {
 		Usage *anthropicUsage `json:"usage"`
 	} `json:"message"`
-	Delta *struct {
-		Type        string `json:"type"`
-		Text        string `json:"text"`
-		PartialJSON string `json:"partial_json"`
-		Thinking    string `json:"thinking"`
-	} `json:"delta"`
-	ContentBlock *struct {
-		Type string `json:"type"`
-		Name string `json:"name"`
-		Text string `json:"text"`
-	} `json:"content_block"`
-	Usage *anthropicUsage `json:"usage"`
+	Delta        *anthropicDelta      `json:"delta"`
+	ContentBlock *anthropicBlockStart `json:"content_block"`
+	Usage        *anthropicUsage      `json:"usage"`
+}
+
+type anthropicDelta struct {
+	Type        string `json:"type"`
+	Text        string `json:"text"`
+	PartialJSON string `json:"partial_json"`
+	Thinking    string `json:"thinking"`
+}
+
+type anthropicBlockStart struct {
+	Type string `json:"type"`
+	Name string `json:"name"`
+	Text string `json:"text"`
 }
 
 func (m *StreamMeter) anthropicEvent(data []byte) error {
-	var ev anthropicEvent
-	if err := json.Unmarshal(data, &ev); err != nil {
+	ev, err := decodeAnthropicEvent(data)
+	if err != nil {
 		return err
 	}
 	switch ev.Type {

@@ -254,3 +254,156 @@ func (m *StreamMeter) addSpan(data []byte, t textSpan) {
 		m.flush(false)
 	}
 }
+
+// The Responses and Anthropic events are decoded into the same structs
+// encoding/json would fill (the tests check that they are equal), with the
+// scanner for the fields every event carries and encoding/json only for the
+// rare usage objects.
+
+// decodeResponsesEvent decodes a Responses API stream event.
+func decodeResponsesEvent(data []byte) (responsesEvent, error) {
+	var ev responsesEvent
+	err := scanEvent(data, func(s *jsonScanner, key string) error {
+		switch key {
+		case "type":
+			return readStringInto(s, &ev.Type)
+		case "delta":
+			return readStringInto(s, &ev.Delta)
+		case "response":
+			st, en, err := s.value(1)
+			if err != nil {
+				return err
+			}
+			return json.Unmarshal(data[st:en], &ev.Response)
+		}
+		_, _, err := s.value(1)
+		return err
+	})
+	return ev, err
+}
+
+// decodeAnthropicEvent decodes an Anthropic Messages stream event.
+func decodeAnthropicEvent(data []byte) (anthropicEvent, error) {
+	var ev anthropicEvent
+	err := scanEvent(data, func(s *jsonScanner, key string) error {
+		switch key {
+		case "type":
+			return readStringInto(s, &ev.Type)
+		case "message", "usage":
+			st, en, err := s.value(1)
+			if err != nil {
+				return err
+			}
+			if key == "message" {
+				return json.Unmarshal(data[st:en], &ev.Message)
+			}
+			return json.Unmarshal(data[st:en], &ev.Usage)
+		case "delta":
+			if s.peek() == 'n' {
+				ev.Delta = nil
+				return s.literal("null")
+			}
+			if ev.Delta == nil {
+				ev.Delta = new(anthropicDelta)
+			}
+			d := ev.Delta
+			return scanObject(s, 2, "delta", func(k string) error {
+				switch k {
+				case "type":
+					return readStringInto(s, &d.Type)
+				case "text":
+					return readStringInto(s, &d.Text)
+				case "partial_json":
+					return readStringInto(s, &d.PartialJSON)
+				case "thinking":
+					return readStringInto(s, &d.Thinking)
+				}
+				_, _, err := s.value(2)
+				return err
+			})
+		case "content_block":
+			if s.peek() == 'n' {
+				ev.ContentBlock = nil
+				return s.literal("null")
+			}
+			if ev.ContentBlock == nil {
+				ev.ContentBlock = new(anthropicBlockStart)
+			}
+			b := ev.ContentBlock
+			return scanObject(s, 2, "content_block", func(k string) error {
+				switch k {
+				case "type":
+					return readStringInto(s, &b.Type)
+				case "name":
+					return readStringInto(s, &b.Name)
+				case "text":
+					return readStringInto(s, &b.Text)
+				}
+				_, _, err := s.value(2)
+				return err
+			})
+		}
+		_, _, err := s.value(1)
+		return err
+	})
+	return ev, err
+}
+
+// scanEvent reads an event's data, which must be a JSON object (null
+// decodes to nothing, as in encoding/json), calling member for each key.
+func scanEvent(data []byte, member func(s *jsonScanner, key string) error) error {
+	s := jsonScanner{b: data}
+	if s.peek() != '{' {
+		st, en, err := s.value(0)
+		if err == nil {
+			err = s.end()
+		}
+		if err == nil && string(data[st:en]) != "null" {
+			err = wrongType("event: want an object")
+		}
+		return err
+	}
+	err := s.object(1, func(ks, ke int, esc bool) error {
+		return member(&s, keyText(&s, ks, ke, esc))
+	})
+	if err == nil {
+		err = s.end()
+	}
+	return err
+}
+
+// scanObject reads an object value at s.i, calling member for each key.
+func scanObject(s *jsonScanner, depth int, field string, member func(key string) error) error {
+	if s.peek() != '{' {
+		if _, _, err := s.value(depth); err != nil {
+			return err
+		}
+		return wrongType("%s: want an object", field)
+	}
+	return s.object(depth+1, func(ks, ke int, esc bool) error {
+		return member(keyText(s, ks, ke, esc))
+	})
+}
+
+// readStringInto reads a string value into v; null leaves v unchanged, as
+// in encoding/json.
+func readStringInto(s *jsonScanner, v *string) error {
+	switch s.peek() {
+	case 'n':
+		return s.literal("null")
+	case '"':
+		st, en, esc, err := s.str()
+		if err != nil {
+			return err
+		}
+		if esc || !utf8.Valid(s.b[st:en]) {
+			return json.Unmarshal(s.b[st-1:en+1], v)
+		}
+		*v = string(s.b[st:en])
+		return nil
+	}
+	if _, _, err := s.value(2); err != nil {
+		return err
+	}
+	return wrongType("want a string")
+}

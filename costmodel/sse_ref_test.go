@@ -5,6 +5,7 @@ package costmodel
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -65,7 +66,8 @@ func (m *StreamMeter) openaiChunkJSON(data []byte) error {
 // or a key that equals one the readers look for only case-insensitively:
 // there encoding/json merges or folds where the fast path does not.
 func oddKeys(data []byte) bool {
-	known := []string{"choices", "index", "text", "delta", "content", "refusal", "tool_calls", "function", "name", "arguments", "function_call", "usage"}
+	known := []string{"choices", "index", "text", "delta", "content", "refusal", "tool_calls", "function", "name", "arguments", "function_call", "usage",
+		"type", "response", "message", "content_block", "partial_json", "thinking"}
 	odd := false
 	var walk func(s *jsonScanner, depth int) error
 	walk = func(s *jsonScanner, depth int) error {
@@ -132,6 +134,43 @@ func FuzzOpenAIChunk(f *testing.F) {
 			fast.usage != ref.usage || fast.reported != ref.reported {
 			t.Fatalf("fast %q/%d/%d/%+v, encoding/json %q/%d/%d/%+v, for %q", fast.pending, fast.choice, fast.counted, fast.usage,
 				ref.pending, ref.choice, ref.counted, ref.usage, data)
+		}
+	})
+}
+
+// FuzzStreamEvents checks the Responses and Anthropic event decoders
+// against encoding/json.
+func FuzzStreamEvents(f *testing.F) {
+	for _, stream := range []string{responsesStream, anthropicStream} {
+		for _, line := range strings.Split(stream, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSuffix(line, "\r"), "data: "); ok {
+				f.Add([]byte(v))
+			}
+		}
+	}
+	for _, s := range []string{
+		`{"type":"content_block_delta","delta":{"type":"input_json_delta","partial_json":"{\"a\": 1}"}}`,
+		`{"type":"content_block_delta","delta":null,"content_block":{"name":"x"}}`, `{"delta":5}`, `{"type":1}`,
+		`{"type":"message_delta","usage":{"output_tokens":"x"}}`, `null`, `[]`, `{"response":{"usage":{"input_tokens":1}}}`,
+		`{"message":{"usage":null},"delta":{"text":null}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if oddKeys(data) {
+			return
+		}
+		var wantR responsesEvent
+		errR := json.Unmarshal(data, &wantR)
+		gotR, err := decodeResponsesEvent(data)
+		if (err == nil) != (errR == nil) || errR == nil && !reflect.DeepEqual(gotR, wantR) {
+			t.Fatalf("responses: fast %+v %v, encoding/json %+v %v, for %q", gotR, err, wantR, errR, data)
+		}
+		var wantA anthropicEvent
+		errA := json.Unmarshal(data, &wantA)
+		gotA, err := decodeAnthropicEvent(data)
+		if (err == nil) != (errA == nil) || errA == nil && !reflect.DeepEqual(gotA, wantA) {
+			t.Fatalf("anthropic: fast %+v %v, encoding/json %+v %v, for %q", gotA, err, wantA, errA, data)
 		}
 	})
 }
