@@ -10,7 +10,10 @@ package costmodel
 // has the lowest rank, leftmost first, until no pair is a token. The number
 // of parts left is the piece's token count. Short pieces are merged in a
 // stack array with linear scans; long ones (a run of letters without
-// spaces, base64) with a heap, so that their cost is O(n log n).
+// spaces, base64) with a heap, so that their cost is O(n log n): a piece of
+// 200,000 spaces took about 0.2 s on the benchmark machine, where counting
+// ordinary text takes 25 to 80 ns per token. The proxy's body size limit
+// bounds what one request can cost.
 //
 // The ranks are read once per process from the vocabularies that
 // github.com/tiktoken-go/tokenizer embeds (by decoding every token id), so
