@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -266,4 +267,108 @@ func evalshaUsecPerCall(b *testing.B, c *redis.Client) float64 {
 	}
 	b.Fatal("no cmdstat_evalsha in INFO commandstats")
 	return 0
+}
+
+// BenchmarkRedisInterleaved runs redis_rate's AllowN and debits of one and
+// of three token buckets (sharing a hash tag) in turns of 250ms, 64
+// parallel clients each on its own key, for as many turns as -benchtime
+// gives (-benchtime=12x: 12 turns of each). Taking turns, they meet the same
+// load from other processes, so their ratios hold on a shared machine. It
+// reports each one's decisions/s and Redis µs per EVALSHA (INFO
+// commandstats) over all its turns, and the ratios to redis_rate.
+func BenchmarkRedisInterleaved(b *testing.B) {
+	c := benchRedis(b)
+	r := NewRedis(c, RedisConfig{})
+	limiter := redis_rate.NewLimiter(c)
+	limit := redis_rate.Limit{Rate: 100_000, Burst: 100_000, Period: time.Second}
+	items := func(client, n int) []Item {
+		var items []Item
+		for i := range n {
+			items = append(items, Item{Limit: benchLimit(TokenBucket, i), Key: fmt.Sprintf("{il-%d-%d}", n, client), Cost: 1})
+		}
+		return items
+	}
+	type variant struct {
+		name string
+		call func(ctx context.Context, client int, items []Item) error
+		n    int // items per debit; 0 for redis_rate
+	}
+	variants := []variant{
+		{"redis_rate", func(ctx context.Context, client int, _ []Item) error {
+			_, err := limiter.AllowN(ctx, "{il-rr-"+strconv.Itoa(client)+"}", limit, 1)
+			return err
+		}, 0},
+		{"1key", func(ctx context.Context, _ int, items []Item) error { _, err := r.Debit(ctx, "id", items); return err }, 1},
+		{"3keys", func(ctx context.Context, _ int, items []Item) error { _, err := r.Debit(ctx, "id", items); return err }, 3},
+	}
+	type total struct {
+		calls    int64
+		elapsed  time.Duration
+		usec     float64
+		cmdCalls float64
+	}
+	totals := make([]total, len(variants))
+	ctx := context.Background()
+	for b.Loop() {
+		for k, v := range variants {
+			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			var calls atomic.Int64
+			var wg sync.WaitGroup
+			begin := time.Now()
+			deadline := begin.Add(250 * time.Millisecond)
+			for client := range benchClients {
+				wg.Go(func() {
+					its := items(client, v.n)
+					for time.Now().Before(deadline) {
+						if err := v.call(ctx, client, its); err != nil {
+							b.Error(err)
+							return
+						}
+						calls.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			totals[k].elapsed += time.Since(begin)
+			totals[k].calls += calls.Load()
+			n, usec := evalshaStats(b, c)
+			totals[k].cmdCalls += n
+			totals[k].usec += usec
+		}
+	}
+	rate := func(k int) float64 { return float64(totals[k].calls) / totals[k].elapsed.Seconds() }
+	cpu := func(k int) float64 { return totals[k].usec / totals[k].cmdCalls }
+	for k, v := range variants {
+		b.ReportMetric(rate(k), v.name+"-decisions/s")
+		b.ReportMetric(cpu(k), v.name+"-redis-µs/call")
+	}
+	for k := 1; k < len(variants); k++ {
+		b.ReportMetric(rate(k)/rate(0), variants[k].name+"/redis_rate-decisions")
+		b.ReportMetric(cpu(k)/cpu(0), variants[k].name+"/redis_rate-cpu")
+	}
+}
+
+// evalshaStats returns the calls and usec of EVALSHA since the last CONFIG
+// RESETSTAT.
+func evalshaStats(b *testing.B, c *redis.Client) (calls, usec float64) {
+	b.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
+			for _, f := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(f, "calls="); ok {
+					calls, _ = strconv.ParseFloat(v, 64)
+				}
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					usec, _ = strconv.ParseFloat(v, 64)
+				}
+			}
+		}
+	}
+	return calls, usec
 }
