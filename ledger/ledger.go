@@ -113,7 +113,13 @@ func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 		l.store = lite
 	}
 	// Everything of the previous run is before this marker.
-	if _, err := l.spool.append(&record{kind: kindRecover, e: Entry{CreatedAt: micro(cfg.Now())}}, 0); err != nil {
+	var marker [8]byte
+	if _, err := rand.Read(marker[:]); err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	if _, err := l.spool.append(&record{kind: kindRecover, e: Entry{
+		RequestID: hex.EncodeToString(marker[:]), CreatedAt: micro(cfg.Now()),
+	}}, 0); err != nil {
 		return nil, err
 	}
 	_, l.applied = l.spool.positions()

@@ -105,8 +105,11 @@ type storeTx interface {
 	// adds deltas to the spend roll-up.
 	write(ctx context.Context, node string, inserts, updates []*Entry, deltas map[spendKey]spendDelta) error
 	// recover finalizes at their estimate the node's entries that are
-	// reserved and created at or after the node's open-since mark.
-	recover(ctx context.Context, node string, at time.Time) (int64, error)
+	// reserved and created at or after the node's open-since mark, unless
+	// the marker is the last one the node applied (a batch retried after a
+	// commit whose acknowledgement was lost: the reservations open now are
+	// the running process's).
+	recover(ctx context.Context, node, marker string, at time.Time) (int64, error)
 	// mark sets the node's open-since mark to since (none when zero), or
 	// only lowers it to since when lower is set.
 	mark(ctx context.Context, node string, since time.Time, lower bool) error
@@ -193,7 +196,7 @@ func applyRecords(ctx context.Context, tx storeTx, node string, recs []record, s
 					return nil, err
 				}
 			}
-			n, err := tx.recover(ctx, node, micro(recs[i].e.CreatedAt))
+			n, err := tx.recover(ctx, node, recs[i].e.RequestID, micro(recs[i].e.CreatedAt))
 			if err != nil {
 				return nil, err
 			}

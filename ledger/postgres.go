@@ -291,8 +291,16 @@ func (t *pgTx) write(ctx context.Context, node string, inserts, updates []*Entry
 	return nil
 }
 
-func (t *pgTx) recover(ctx context.Context, node string, at time.Time) (int64, error) {
-	tag, err := t.tx.Exec(ctx, `UPDATE ledger_entries SET status = 'recovered',
+func (t *pgTx) recover(ctx context.Context, node, marker string, at time.Time) (int64, error) {
+	tag, err := t.tx.Exec(ctx, `INSERT INTO ledger_nodes (node, marker) VALUES ($1, $2)
+		ON CONFLICT (node) DO UPDATE SET marker = $2 WHERE ledger_nodes.marker IS DISTINCT FROM $2`, node, marker)
+	if err != nil {
+		return 0, fmt.Errorf("ledger: postgres recover: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return 0, nil // this marker is applied already
+	}
+	tag, err = t.tx.Exec(ctx, `UPDATE ledger_entries SET status = 'recovered',
 		act_input = est_input, act_cached_input = est_cached_input, act_cache_write = est_cache_write,
 		act_output = est_output, act_reasoning = est_reasoning, act_units = est_units,
 		actual_cost = estimated_cost, cost = estimated_cost, settled_at = $1

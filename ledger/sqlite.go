@@ -183,8 +183,16 @@ func (t *sqliteTx) write(ctx context.Context, node string, inserts, updates []*E
 	return nil
 }
 
-func (t *sqliteTx) recover(ctx context.Context, node string, at time.Time) (int64, error) {
-	res, err := t.tx.ExecContext(ctx, `UPDATE ledger_entries SET status = 'recovered',
+func (t *sqliteTx) recover(ctx context.Context, node, marker string, at time.Time) (int64, error) {
+	res, err := t.tx.ExecContext(ctx, `INSERT INTO ledger_nodes (node, open_since, marker) VALUES (?, 0, ?)
+		ON CONFLICT (node) DO UPDATE SET marker = excluded.marker WHERE marker IS NOT excluded.marker`, node, marker)
+	if err != nil {
+		return 0, fmt.Errorf("ledger: sqlite recover: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return 0, err // n == 0: this marker is applied already
+	}
+	res, err = t.tx.ExecContext(ctx, `UPDATE ledger_entries SET status = 'recovered',
 		act_input = est_input, act_cached_input = est_cached_input, act_cache_write = est_cache_write,
 		act_output = est_output, act_reasoning = est_reasoning, act_units = est_units,
 		actual_cost = estimated_cost, cost = estimated_cost, settled_at = ?

@@ -43,10 +43,12 @@ CREATE INDEX ledger_entries_time ON ledger_entries (created_at, request_id);
 
 -- The open-since mark of each node: the earliest created_at of its
 -- reservations that may still be open (NULL: none). Recovery looks at the
--- node's entries created since then.
+-- node's entries created since then. marker is the id of the last recovery
+-- marker applied, so that a retried batch does not recover twice.
 CREATE TABLE ledger_nodes (
     node       text PRIMARY KEY,
-    open_since timestamptz
+    open_since timestamptz,
+    marker     text
 );
 -- Spend roll-up: the sum of the charges, and the number, of the entries
 -- created in each bucket, per tenant and scope ('' the whole tenant,

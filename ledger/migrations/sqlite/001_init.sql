@@ -39,10 +39,13 @@ CREATE INDEX ledger_entries_tenant_time ON ledger_entries (tenant, created_at, r
 CREATE INDEX ledger_entries_time ON ledger_entries (created_at, request_id);
 
 -- The open-since mark of each node: the earliest created_at of its
--- reservations that may still be open (0: none).
+-- reservations that may still be open (0: none). marker is the id of the
+-- last recovery marker applied, so that a retried batch does not recover
+-- twice.
 CREATE TABLE ledger_nodes (
     node       TEXT PRIMARY KEY,
-    open_since INTEGER NOT NULL
+    open_since INTEGER NOT NULL,
+    marker     TEXT
 ) WITHOUT ROWID;
 -- Spend roll-up: the sum of the charges, and the number, of the entries
 -- created in each bucket, per tenant and scope ('' the whole tenant,

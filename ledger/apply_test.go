@@ -1,0 +1,102 @@
+package ledger
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/internal/pgtest"
+)
+
+// TestBatchesApplyIdempotently applies every batch twice, as the flusher
+// does when a commit succeeded but its acknowledgement was lost, and checks
+// that the store ends as if each had been applied once.
+func TestBatchesApplyIdempotently(t *testing.T) {
+	ctx := context.Background()
+	stores := map[string]func(t *testing.T) store{
+		"embedded": func(t *testing.T) store {
+			s, err := openSQLite(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		"postgres": func(t *testing.T) store {
+			s, err := openPostgres(ctx, pgtest.New(t), t.Logf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+	}
+	for name, mk := range stores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := mk(t)
+			defer s.close()
+			at := time.Date(2026, 2, 3, 4, 5, 6, 0, time.UTC)
+			reserve := func(id string) record {
+				return record{kind: kindReserve, e: Entry{RequestID: id, Tenant: "acme", EstimatedCost: 100, CreatedAt: at}}
+			}
+			settle := func(id string, c costmodel.NanoUSD) record {
+				return record{kind: kindSettle, e: Entry{RequestID: id, Status: StatusSettled, ActualCost: c, CreatedAt: at, SettledAt: at}}
+			}
+			batches := [][]record{
+				{reserve("a"), reserve("b"), settle("a", 7)},
+				{{kind: kindRecover, e: Entry{RequestID: "m1", CreatedAt: at}}, reserve("c"), reserve("d")}, // b is the dead run's
+				{settle("b", 9), settle("c", 11)},
+				{settle("c", 99), reserve("a")},
+			}
+			var st openSet
+			for i, b := range batches {
+				for try := range 2 {
+					tx, err := s.begin(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					r, err := applyRecords(ctx, tx, "node1", b, &st)
+					if err != nil {
+						t.Fatalf("batch %d, try %d: %v", i, try, err)
+					}
+					if err := tx.commit(ctx); err != nil {
+						t.Fatal(err)
+					}
+					if try == 1 {
+						st.apply(r) // the first commit's result was "lost"
+					}
+				}
+			}
+			es, err := s.entries(ctx, Query{}, nil, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]struct {
+				status Status
+				charge costmodel.NanoUSD
+			}{
+				"a": {StatusSettled, 7}, "b": {StatusSettled, 9}, "c": {StatusSettled, 11}, "d": {StatusReserved, 100},
+			}
+			if len(es) != len(want) {
+				t.Fatalf("%d entries, want %d: %+v", len(es), len(want), es)
+			}
+			for _, e := range es {
+				if w := want[e.RequestID]; e.Status != w.status || e.Charge() != w.charge {
+					t.Errorf("%s: %s charged %d, want %s charged %d", e.RequestID, e.Status, e.Charge(), w.status, w.charge)
+				}
+			}
+			sp, err := s.spend(ctx, "acme", "", "", at.Add(-time.Hour), at.Add(time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum, err := s.summary(ctx, at.Add(-time.Hour), at.Add(time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sp != 7+9+11+100 || len(sum) != 1 || sum[0].Spend != sp || sum[0].Entries != 4 {
+				t.Fatalf("spend %d, summary %+v; want %d over 4 entries", sp, sum, 7+9+11+100)
+			}
+		})
+	}
+}
