@@ -160,13 +160,13 @@ func TestReloadKeepsTheLastGoodConfig(t *testing.T) {
 	// A new key, added by reload.
 	added := *base
 	added.Tenants = append(append([]proxy.TenantConfig(nil), base.Tenants...), proxy.TenantConfig{
-		Name: "globex", Plan: "free", Keys: []proxy.KeyConfig{{ID: "globex-key", Key: "cg-test-globex"}},
+		Name: "initech", Plan: "free", Keys: []proxy.KeyConfig{{ID: "initech-key", Key: "cg-test-initech"}},
 	})
 	next = func() (*proxy.Config, error) { return &added, nil }
 	if code, body := adminDo(t, h, "POST", "/admin/v1/reload", "test-admin"); code != 200 {
 		t.Fatalf("good reload: %d %s", code, body)
 	}
-	if _, err := s.client("cg-test-globex").Chat.Completions.New(context.Background(), chatParams("new here", 8)); err != nil {
+	if _, err := s.client("cg-test-initech").Chat.Completions.New(context.Background(), chatParams("new here", 8)); err != nil {
 		t.Fatalf("the reloaded key does not work: %v", err)
 	}
 	_, metrics := adminDo(t, h, "GET", "/metrics", "test-admin")

@@ -59,6 +59,18 @@ type StoreConfig struct {
 	// Redis is a redis:// or rediss:// URL. Empty means the in-memory store
 	// (single node). Default: the REDIS_URL environment variable.
 	Redis string `yaml:"redis"`
+	// Timeout bounds each call to Redis; a slower call counts as a failure
+	// and the limits' on_store_failure posture applies. Default 25ms.
+	Timeout time.Duration `yaml:"timeout"`
+	// BreakerFailures consecutive failures open the circuit breaker, which
+	// then refuses calls at once for BreakerCooldown before probing Redis
+	// again. Defaults 5 and 1s.
+	BreakerFailures int           `yaml:"breaker_failures"`
+	BreakerCooldown time.Duration `yaml:"breaker_cooldown"`
+	// FallbackReplicas is how many replicas are expected to share a limit
+	// while Redis is out: each fail-open limit is enforced locally at its
+	// rate and burst divided by this number. Default 1.
+	FallbackReplicas int64 `yaml:"fallback_replicas"`
 }
 
 // LedgerConfig chooses the ledger's database.
@@ -267,6 +279,18 @@ func (c *Config) applyDefaults() {
 	def(&c.DataDir, "./costgate-data")
 	def(&c.Store.Redis, os.Getenv("REDIS_URL"))
 	def(&c.Ledger.DSN, os.Getenv("DATABASE_URL"))
+	if c.Store.Timeout == 0 {
+		c.Store.Timeout = 25 * time.Millisecond
+	}
+	if c.Store.BreakerFailures == 0 {
+		c.Store.BreakerFailures = 5
+	}
+	if c.Store.BreakerCooldown == 0 {
+		c.Store.BreakerCooldown = time.Second
+	}
+	if c.Store.FallbackReplicas == 0 {
+		c.Store.FallbackReplicas = 1
+	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 8 << 20
 	}
@@ -309,6 +333,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AdminToken == "" {
 		bad("admin_token", "required (or set COSTGATE_ADMIN_TOKEN)")
+	}
+	if c.Store.Timeout < 0 || c.Store.BreakerFailures < 0 || c.Store.BreakerCooldown < 0 || c.Store.FallbackReplicas < 0 {
+		bad("store", "timeout, breaker_failures, breaker_cooldown and fallback_replicas must be positive")
 	}
 	if c.MaxBodyBytes < 0 {
 		bad("max_body_bytes", "must be positive")

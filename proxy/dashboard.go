@@ -17,6 +17,9 @@ func (s *Server) dashboardData(ctx context.Context) (dashboard.Data, error) {
 	if st.cfg.Store.Redis != "" {
 		d.Store.Kind = "redis"
 	}
+	if s.breaker != nil {
+		d.Store.Breaker = s.breaker.State()
+	}
 	if s.ping != nil {
 		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		d.Store.Healthy = s.ping(pctx) == nil

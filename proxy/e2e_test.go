@@ -37,6 +37,8 @@ type stackOptions struct {
 	policies fs.FS            // default: the quickstart's
 	sim      simulator.Config // the simulator's knobs; its Estimator is set for it
 	upstream http.Handler     // replaces the simulator when set
+	// store is more of the store section, indented by two spaces.
+	store string
 	// ledgerDSN is a PostgreSQL ledger; empty: the embedded ledger.
 	ledgerDSN string
 	// upstreamTimeout bounds an upstream exchange; default 10m.
@@ -78,6 +80,7 @@ admin_token: test-admin
 data_dir: %q
 store:
   redis: %q
+%s
 upstreams:
   - name: openai
     kind: openai
@@ -96,7 +99,12 @@ tenants:
       - id: acme-key
         key: cg-test-acme
         user: alice
-%s`, t.TempDir(), redisURL, sim.URL, o.upstreamTimeout, sim.URL, upstreams, limits)
+  - name: globex
+    plan: strict
+    keys:
+      - id: globex-key
+        key: cg-test-globex
+%s`, t.TempDir(), redisURL, o.store, sim.URL, o.upstreamTimeout, sim.URL, upstreams, limits)
 	cfg, err := proxy.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatalf("config: %v", err)

@@ -57,6 +57,7 @@ type exchange struct {
 	rule          *costmodel.Rule // a generic upstream's cost rule; nil for LLM routes
 	respHeader    http.Header     // the upstream's response header
 	page          int64           // the result page a paginated generic request asks for; 0: none
+	degraded      bool            // the store failed; the reservation is in the local fallback
 
 	ctx     context.Context // carries the request's span
 	span    trace.Span
@@ -350,9 +351,7 @@ func (s *Server) debit(w http.ResponseWriter, ctx context.Context, x *exchange) 
 	if len(x.items) == 0 {
 		return true
 	}
-	t0 := time.Now()
 	res, err := s.store.Debit(ctx, x.id, x.items)
-	s.tel.StoreOp(telemetry.StoreDebit, time.Since(t0), err)
 	var tooBig *weighted.CostError
 	switch {
 	case errors.As(err, &tooBig):
@@ -364,7 +363,7 @@ func (s *Server) debit(w http.ResponseWriter, ctx context.Context, x *exchange) 
 		})
 		return false
 	case err != nil:
-		return s.storeFailed(w, x, err)
+		return s.storeFailed(w, ctx, x, err)
 	}
 	x.result = res
 	if res.Allowed {
@@ -391,11 +390,9 @@ func (s *Server) debit2(w http.ResponseWriter, ctx context.Context, x *exchange)
 	if len(x.items) == 0 {
 		return true
 	}
-	t0 := time.Now()
 	res, err := s.store.Debit(ctx, x.id, x.items)
-	s.tel.StoreOp(telemetry.StoreDebit, time.Since(t0), err)
 	if err != nil {
-		return s.storeFailed(w, x, err)
+		return s.storeFailed(w, ctx, x, err)
 	}
 	x.result = res
 	if !res.Allowed {
@@ -437,8 +434,10 @@ func (x *exchange) dropShadow() {
 // storeFailed applies the limits' posture when the store cannot answer: a
 // fail-closed limit refuses with 503; otherwise the request goes on
 // unlimited and says so.
-func (s *Server) storeFailed(w http.ResponseWriter, x *exchange, err error) bool {
-	s.log.Warn("limiter store failed", "request_id", x.id, "err", err)
+func (s *Server) storeFailed(w http.ResponseWriter, ctx context.Context, x *exchange, err error) bool {
+	if !errors.Is(err, errBreakerOpen) {
+		s.log.Warn("limiter store failed", "request_id", x.id, "err", err)
+	}
 	for _, l := range x.limits {
 		if l.failClosed {
 			x.outcome, x.answer, x.blocked = "hard", http.StatusServiceUnavailable, l
@@ -450,12 +449,41 @@ func (s *Server) storeFailed(w http.ResponseWriter, x *exchange, err error) bool
 			return false
 		}
 	}
+	// Fail open, within the local fallback budget: the enforced limits,
+	// scaled down to this replica's share, in process memory.
 	w.Header().Set("Costgate-Degraded", "fail-open")
+	x.dropShadow()
 	for _, l := range x.limits {
 		s.tel.FailOpen(l.limit.Name)
 	}
-	x.limits, x.items = nil, nil
+	x.degraded = true
+	x.items = fallbackItems(x.items, x.st.cfg.Store.FallbackReplicas)
+	res, err := s.fallback.Debit(ctx, x.id, x.items)
+	if err != nil {
+		// Only a cost larger than the fallback's capacity fails here: the
+		// request cannot fit this replica's share while the store is out.
+		x.result = weighted.Result{Decider: 0, Items: make([]weighted.ItemState, len(x.items)), RetryAfter: time.Second}
+		for i := range x.items {
+			x.result.Items[i] = weighted.ItemState{Capacity: x.items[i].Limit.Capacity()}
+		}
+		s.deny(w, x)
+		return false
+	}
+	x.result = res
+	if !res.Allowed {
+		s.deny(w, x)
+		return false
+	}
 	return true
+}
+
+// store is where the request's reservation lives: the limiter store, or
+// the local fallback when the store failed.
+func (x *exchange) store() weighted.Store {
+	if x.degraded {
+		return x.s.fallback
+	}
+	return x.s.store
 }
 
 // deny answers a denied debit: 402 when a budget decided, else 429.
@@ -642,7 +670,7 @@ func (s *Server) cancel(x *exchange) {
 	if len(x.items) == 0 {
 		return
 	}
-	if err := s.store.Cancel(context.WithoutCancel(context.Background()), x.id, x.items); err != nil {
+	if err := x.store().Cancel(context.Background(), x.id, x.items); err != nil {
 		s.log.Warn("limiter cancel failed", "request_id", x.id, "err", err)
 	}
 }
@@ -665,10 +693,7 @@ func (s *Server) settle(x *exchange) {
 				actual[i] = 0
 			}
 		}
-		t0 := time.Now()
-		err := s.store.Settle(ctx, x.id, x.items, actual)
-		s.tel.StoreOp(telemetry.StoreSettle, time.Since(t0), err)
-		if err != nil {
+		if err := x.store().Settle(ctx, x.id, x.items, actual); err != nil {
 			s.log.Warn("limiter settle failed", "request_id", x.id, "err", err)
 		}
 	}

@@ -21,6 +21,9 @@ import (
 	"github.com/costgate/costgate/simulator"
 )
 
+// allowAll is a policy set that allows every request.
+var allowAll = fstest.MapFS{"allow.rego": {Data: []byte("package costgate.policies.allow\n\ndecision := {\"outcome\": \"allow\"}\n")}}
+
 const roomyLimits = `
 limits:
   - name: acme-requests
@@ -295,8 +298,7 @@ decision := {"outcome": "hard", "status": 429, "reason": "would block everything
 func TestBadInput(t *testing.T) {
 	// A policy that allows all: the quickstart's would refuse the unknown
 	// model below.
-	allow := fstest.MapFS{"allow.rego": {Data: []byte("package costgate.policies.allow\n\ndecision := {\"outcome\": \"allow\"}\n")}}
-	s := newStackWith(t, stackOptions{extra: roomyLimits + "max_body_bytes: 2048\n", policies: allow})
+	s := newStackWith(t, stackOptions{extra: roomyLimits + "max_body_bytes: 2048\n", policies: allowAll})
 	post := func(body string) (*http.Response, string) {
 		t.Helper()
 		req, _ := http.NewRequest("POST", s.url+"/v1/chat/completions", strings.NewReader(body))

@@ -33,12 +33,14 @@ import (
 // Open started, also after a partial start. A Server is safe for concurrent
 // use.
 type Server struct {
-	log    *slog.Logger
-	tel    *telemetry.Telemetry
-	store  weighted.Store
-	ledger *ledger.Ledger
-	loader func() (*Config, error)
-	ping   func(context.Context) error // checks the limiter store; nil for memory
+	log      *slog.Logger
+	tel      *telemetry.Telemetry
+	store    weighted.Store   // the limiter store (Redis behind a breaker, or memory)
+	fallback *weighted.Memory // the local fallback budgets while the store is out
+	breaker  *breaker         // nil for the in-memory store
+	ledger   *ledger.Ledger
+	loader   func() (*Config, error)
+	ping     func(context.Context) error // checks the limiter store; nil for memory
 
 	inflight atomic.Int64 // requests in the pipeline, settlement included
 
@@ -122,6 +124,7 @@ func (s *Server) open(ctx context.Context, cfg *Config) error {
 		return err
 	}
 	s.store = store
+	s.fallback = weighted.NewMemory(weighted.MemoryConfig{})
 	if s.ledger, err = ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: cfg.dataDir()}); err != nil {
 		return fmt.Errorf("proxy: ledger: %w", err)
 	}
@@ -152,7 +155,9 @@ func (s *Server) openStore(ctx context.Context, cfg *Config) (weighted.Store, er
 		// Redis may come back; the limits' failure posture applies meanwhile.
 		s.log.Warn("limiter store unreachable at start", "err", err)
 	}
-	return weighted.NewRedis(c, weighted.RedisConfig{}), nil
+	s.breaker = newBreaker(cfg.Store.BreakerFailures, cfg.Store.BreakerCooldown, time.Now)
+	s.tel.ObserveBreaker(s.breaker.State)
+	return &guardedStore{store: weighted.NewRedis(c, weighted.RedisConfig{}), breaker: s.breaker, timeout: cfg.Store.Timeout, tel: s.tel}, nil
 }
 
 // dataDir is where the embedded ledger lives, relative to the config file.

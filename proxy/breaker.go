@@ -1,0 +1,156 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/costgate/costgate/weighted"
+)
+
+// errBreakerOpen is what a guarded store answers, at once, while its
+// breaker is open.
+var errBreakerOpen = errors.New("proxy: limiter store circuit breaker is open")
+
+// breaker is a circuit breaker around the limiter store. Closed, it lets
+// every call through and counts consecutive failures; at Failures in a row
+// it opens. Open, it refuses calls for Cooldown, then half-opens: one probe
+// call goes through at a time, and the first success closes it while a
+// failure opens it again. It is safe for concurrent use.
+type breaker struct {
+	failures int           // consecutive failures that open it
+	cooldown time.Duration // how long it stays open before a probe
+	now      func() time.Time
+
+	mu       sync.Mutex
+	state    string // "closed", "open", "half_open"
+	streak   int
+	openedAt time.Time
+	probing  bool
+}
+
+func newBreaker(failures int, cooldown time.Duration, now func() time.Time) *breaker {
+	return &breaker{failures: failures, cooldown: cooldown, now: now, state: "closed"}
+}
+
+// allow tells whether a call may go to the store; a true answer must be
+// followed by done with the call's error.
+func (b *breaker) allow() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case "open":
+		if b.now().Sub(b.openedAt) < b.cooldown {
+			return false
+		}
+		b.state, b.probing = "half_open", true
+		return true
+	case "half_open":
+		if b.probing {
+			return false
+		}
+		b.probing = true
+		return true
+	}
+	return true
+}
+
+func (b *breaker) done(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err == nil {
+		b.state, b.streak, b.probing = "closed", 0, false
+		return
+	}
+	b.streak++
+	if b.state == "half_open" || b.streak >= b.failures {
+		b.state, b.openedAt, b.probing = "open", b.now(), false
+	}
+}
+
+func (b *breaker) State() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state
+}
+
+// guardedStore bounds every call to the store by a timeout and puts the
+// breaker in front of it, so that a dead store costs a request at most the
+// timeout, and nothing once the breaker has opened.
+type guardedStore struct {
+	store   weighted.Store
+	breaker *breaker
+	timeout time.Duration
+	tel     interface {
+		StoreOp(op string, d time.Duration, err error)
+	}
+}
+
+var _ weighted.Store = (*guardedStore)(nil)
+
+func (g *guardedStore) call(ctx context.Context, op string, f func(context.Context) error) error {
+	if !g.breaker.allow() {
+		return errBreakerOpen
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	start := time.Now()
+	err := f(ctx)
+	cancel()
+	g.tel.StoreOp(op, time.Since(start), err)
+	// A decision error (a cost larger than a limit) is the caller's, not
+	// the store's: it does not count against the store's health.
+	var ce *weighted.CostError
+	if errors.As(err, &ce) || errors.Is(err, weighted.ErrDuplicateItem) {
+		g.breaker.done(nil)
+	} else {
+		g.breaker.done(err)
+	}
+	return err
+}
+
+func (g *guardedStore) Debit(ctx context.Context, id string, items []weighted.Item) (res weighted.Result, err error) {
+	err = g.call(ctx, "debit", func(ctx context.Context) error {
+		res, err = g.store.Debit(ctx, id, items)
+		return err
+	})
+	return res, err
+}
+
+func (g *guardedStore) Settle(ctx context.Context, id string, items []weighted.Item, actual []int64) error {
+	return g.call(ctx, "settle", func(ctx context.Context) error { return g.store.Settle(ctx, id, items, actual) })
+}
+
+func (g *guardedStore) Cancel(ctx context.Context, id string, items []weighted.Item) error {
+	return g.call(ctx, "cancel", func(ctx context.Context) error { return g.store.Cancel(ctx, id, items) })
+}
+
+func (g *guardedStore) Peek(ctx context.Context, items []weighted.Item) (res weighted.Result, err error) {
+	err = g.call(ctx, "peek", func(ctx context.Context) error {
+		res, err = g.store.Peek(ctx, items)
+		return err
+	})
+	return res, err
+}
+
+func (g *guardedStore) Reset(ctx context.Context, items []weighted.Item) error {
+	return g.call(ctx, "reset", func(ctx context.Context) error { return g.store.Reset(ctx, items) })
+}
+
+// fallbackItems scales items down to the local fallback budget: each
+// limit divided by the number of replicas expected to share it, so that
+// the replicas together admit about what the limit allows while the store
+// is out. Capacity never drops below one unit.
+func fallbackItems(items []weighted.Item, replicas int64) []weighted.Item {
+	out := make([]weighted.Item, len(items))
+	for i, it := range items {
+		l := it.Limit
+		l.Rate = max(l.Rate/replicas, 1)
+		if l.Burst > 0 {
+			l.Burst = max(l.Burst/replicas, 1)
+		}
+		it.Limit = l
+		out[i] = it
+	}
+	return out
+}

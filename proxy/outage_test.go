@@ -1,0 +1,133 @@
+package proxy_test
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/costgate/costgate/internal/redistest"
+)
+
+// TestRedisOutage kills Redis under traffic: fail-open limits keep serving
+// within the local fallback budget, fail-closed limits answer 503 at once,
+// the breaker opens, and when Redis returns costgate uses it again without
+// a restart.
+func TestRedisOutage(t *testing.T) {
+	const timeout = 50 * time.Millisecond
+	rs := redistest.New(t)
+	s := newStackWith(t, stackOptions{redisURL: rs.URL, store: `
+  timeout: 50ms
+  breaker_failures: 3
+  breaker_cooldown: 200ms
+  fallback_replicas: 2`, extra: `
+limits:
+  - name: acme-requests
+    plans: [free]
+    dimensions: [tenant]
+    unit: requests
+    rate: 8
+    period: 1h
+  - name: globex-requests
+    plans: [strict]
+    dimensions: [tenant]
+    unit: requests
+    rate: 1000
+    period: 1m
+    on_store_failure: fail_closed
+`, policies: allowAll})
+	type answer struct {
+		status   int
+		degraded string
+		took     time.Duration
+	}
+	call := func(key string) answer {
+		t.Helper()
+		req, _ := http.NewRequest("POST", s.url+"/v1/chat/completions",
+			strings.NewReader(`{"model":"gpt-4o-mini","max_tokens":4,"messages":[{"role":"user","content":"ping"}]}`))
+		req.Header.Set("Authorization", "Bearer "+key)
+		start := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return answer{resp.StatusCode, resp.Header.Get("Costgate-Degraded"), time.Since(start)}
+	}
+
+	// Healthy: Redis decides.
+	for range 2 {
+		if a := call("cg-test-acme"); a.status != 200 || a.degraded != "" {
+			t.Fatalf("healthy: %+v", a)
+		}
+	}
+	if a := call("cg-test-globex"); a.status != 200 {
+		t.Fatalf("healthy fail-closed tenant: %+v", a)
+	}
+
+	rs.Stop(t)
+
+	// Fail-open: served, marked degraded, and bounded by the fallback
+	// budget of 8/2 = 4 requests for this replica.
+	admitted := 0
+	for range 12 {
+		a := call("cg-test-acme")
+		if a.degraded != "fail-open" {
+			t.Fatalf("during the outage an answer lacks Costgate-Degraded: %+v", a)
+		}
+		switch a.status {
+		case 200:
+			admitted++
+		case http.StatusTooManyRequests:
+		default:
+			t.Fatalf("fail-open limit answered %+v", a)
+		}
+	}
+	if admitted != 4 {
+		t.Errorf("fail-open admitted %d requests during the outage, want the fallback budget of 4", admitted)
+	}
+
+	// Fail-closed: 503 at once.
+	var took []time.Duration
+	for range 20 {
+		a := call("cg-test-globex")
+		if a.status != http.StatusServiceUnavailable {
+			t.Fatalf("fail-closed limit answered %+v, want 503", a)
+		}
+		took = append(took, a.took)
+	}
+	slices.Sort(took)
+	t.Logf("fail-closed 503 latency during the outage: p50 %v, max %v (store timeout %v)", took[len(took)/2], took[len(took)-1], timeout)
+	if took[len(took)/2] > timeout+25*time.Millisecond {
+		t.Errorf("fail-closed p50 %v, want within the store timeout %v (plus test overhead)", took[len(took)/2], timeout)
+	}
+	_, metrics := adminDo(t, s.srv.AdminHandler(), "GET", "/metrics", "test-admin")
+	if !strings.Contains(metrics, `costgate_store_breaker_state{state="open"} 1`) {
+		t.Errorf("the breaker did not open:\n%s", grep(metrics, "breaker"))
+	}
+	if !strings.Contains(metrics, `costgate_failopen_total{limit="acme-requests"} 12`) {
+		t.Errorf("fail-open decisions not counted:\n%s", grep(metrics, "failopen"))
+	}
+
+	// Redis returns: costgate recovers by itself.
+	rs.Restart(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a := call("cg-test-globex")
+		if a.status == 200 && a.degraded == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("costgate did not recover after Redis returned: %+v", a)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if a := call("cg-test-acme"); a.status != 200 || a.degraded != "" {
+		t.Errorf("after recovery: %+v", a)
+	}
+	_, metrics = adminDo(t, s.srv.AdminHandler(), "GET", "/metrics", "test-admin")
+	if !strings.Contains(metrics, `costgate_store_breaker_state{state="closed"} 1`) {
+		t.Errorf("the breaker did not close:\n%s", grep(metrics, "breaker"))
+	}
+}
