@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"testing"
 	"time"
@@ -98,5 +100,53 @@ func TestBatchesApplyIdempotently(t *testing.T) {
 				t.Fatalf("spend %d, summary %+v; want %d over 4 entries", sp, sum, 7+9+11+100)
 			}
 		})
+	}
+}
+
+// TestOpenSetMarkIsALowerBound opens and closes many reservations in
+// batches and checks after each that the mark is at most the earliest
+// CreatedAt of the reservations open, and zero only when none is.
+func TestOpenSetMarkIsALowerBound(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	st := openSet{}
+	truth := map[string]int64{}
+	next := 0
+	for batch := range 300 {
+		r := &batchResult{opened: map[string]int64{}, closed: map[string]bool{}}
+		for range rng.IntN(200) {
+			id := fmt.Sprintf("r%d", next)
+			at := int64(1_000_000 + next*10 - rng.IntN(500)) // roughly increasing
+			next++
+			r.opened[id] = at
+			truth[id] = at
+		}
+		for id := range truth {
+			if _, fresh := r.opened[id]; !fresh && rng.IntN(60) == 0 {
+				r.closed[id] = true
+				delete(truth, id)
+			}
+		}
+		for id := range r.opened {
+			if rng.IntN(20) == 0 { // opened and closed in the same batch
+				delete(r.opened, id)
+				delete(truth, id)
+			}
+		}
+		low := st.since(r)
+		st.apply(r)
+		want := int64(0)
+		for _, at := range truth {
+			if want == 0 || at < want {
+				want = at
+			}
+		}
+		switch {
+		case want == 0 && len(truth) == 0:
+		case low.IsZero() || low.UnixMicro() > want:
+			t.Fatalf("batch %d: mark %v above the earliest open reservation %v (%d open)", batch, low, fromMicro(want), len(truth))
+		}
+	}
+	if len(truth) <= exactLimit {
+		t.Fatalf("only %d open at the end: the bound path (more than %d) was not exercised", len(truth), exactLimit)
 	}
 }

@@ -130,7 +130,18 @@ type storeTx interface {
 type openSet struct {
 	marker bool             // this run's recovery marker is in the store
 	open   map[string]int64 // open reservations since the marker: id → CreatedAt µs
+	// low is at most the earliest CreatedAt in open, exact as of exactAt.
+	// With many reservations open, the mark is recomputed exactly only
+	// every exactEvery, and lowered in between: an early mark only makes
+	// a recovery read more rows.
+	low     int64
+	exactAt time.Time
 }
+
+const (
+	exactLimit = 4096
+	exactEvery = time.Second
+)
 
 // batchResult is what a batch changes in an openSet, applied once the batch
 // has committed.
@@ -139,6 +150,8 @@ type batchResult struct {
 	marker    bool             // the batch holds a recovery marker
 	opened    map[string]int64 // reservations opened after the last marker
 	closed    map[string]bool  // reservations closed after the last marker
+	low       int64            // the mark since computed
+	exact     bool             // low is exact
 }
 
 func (st *openSet) apply(r *batchResult) {
@@ -152,25 +165,43 @@ func (st *openSet) apply(r *batchResult) {
 	for id := range r.closed {
 		delete(st.open, id)
 	}
+	st.low = r.low
+	if r.exact {
+		st.exactAt = time.Now()
+	}
 }
 
-// since returns the earliest CreatedAt of the set as changed by r (zero when
-// none); with r.marker it ignores what the set held before.
+// since returns a lower bound (exact when the set is small) of the earliest
+// CreatedAt of the set as changed by r, zero when the set is empty; with
+// r.marker it ignores what the set held before.
 func (st *openSet) since(r *batchResult) time.Time {
 	low := int64(0)
-	consider := func(id string, at int64) {
-		if !r.closed[id] && (low == 0 || at < low) {
+	consider := func(at int64) {
+		if low == 0 || at < low {
 			low = at
 		}
 	}
-	if !r.marker {
-		for id, at := range st.open {
-			consider(id, at)
+	for id, at := range r.opened {
+		if !r.closed[id] {
+			consider(at)
 		}
 	}
-	for id, at := range r.opened {
-		consider(id, at)
+	r.exact = true
+	if !r.marker {
+		if len(st.open) > exactLimit && time.Since(st.exactAt) < exactEvery {
+			r.exact = false
+			if st.low != 0 {
+				consider(st.low)
+			}
+		} else {
+			for id, at := range st.open {
+				if !r.closed[id] {
+					consider(at)
+				}
+			}
+		}
 	}
+	r.low = low
 	return fromMicro(low)
 }
 
