@@ -39,6 +39,9 @@ func (x *exchange) meter(resp *http.Response) io.ReadCloser {
 	m := &meteredBody{rc: resp.Body, kind: x.kind}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		m.stream = x.st.est.NewStreamMeter(x.kind, x.est.Model)
+		// A stream cut before its usage report never states its input;
+		// the estimate's count of it is exact for the OpenAI encodings.
+		m.stream.SetInputTokens(x.est.Usage.InputTokens)
 		m.hideUsage = x.injectedUsage
 	}
 	x.body = m

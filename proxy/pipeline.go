@@ -566,8 +566,11 @@ func (x *exchange) policyInput() *policies.Input {
 		Estimate: policies.Estimate{InputTokens: x.est.Usage.InputTokens, OutputTokens: x.est.Usage.OutputTokens, CostNanoUSD: int64(x.est.Cost)},
 		Time:     policies.Time{Unix: now.Unix(), Hour: now.Hour(), Weekday: int(now.Weekday())},
 	}
+	// The limiter has already taken this request's cost (one round trip
+	// instead of two); the policy sees each limit as it was before.
 	for i, l := range x.limits {
 		st := x.result.Items[i]
+		st.Remaining = min(st.Remaining+x.items[i].Cost, st.Capacity)
 		if l.budget {
 			scope := l.dims[0]
 			if scope == "api_key" {

@@ -149,6 +149,9 @@ func TestStreamCutByClient(t *testing.T) {
 	if out := es[0].Actual.OutputTokens; out < 4 || out >= 200 {
 		t.Errorf("charged %d output tokens for a stream cut after about 5 of 200", out)
 	}
+	if es[0].Actual.InputTokens != es[0].Estimated.InputTokens || es[0].Actual.InputTokens == 0 {
+		t.Errorf("a cut stream charged %d input tokens, want the prompt's %d", es[0].Actual.InputTokens, es[0].Estimated.InputTokens)
+	}
 }
 
 // TestAnthropicSDK goes through /v1/messages with the official Anthropic
