@@ -18,6 +18,7 @@ const usage = `costgate: a cost-aware rate limiter and proxy for LLM and metered
 Usage:
   costgate serve [--config FILE] [--listen ADDR] [--admin-listen ADDR] [--redis URL] [--ledger DSN] [--data-dir DIR]
   costgate simulate [--listen ADDR] [--latency D] [--token-interval D] [--error-rate F]
+  costgate demo [--duration D]
   costgate estimate --route R [--model M] < body.json
   costgate policy check DIR
   costgate policy test DIR
@@ -52,6 +53,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return serve(ctx, rest, stdout, stderr)
 	case "simulate":
 		return simulate(ctx, rest, stderr)
+	case "demo":
+		return demo(ctx, rest, stdout, stderr)
 	case "estimate":
 		return estimate(rest, stdin, stdout)
 	case "policy":

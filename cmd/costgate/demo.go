@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/examples"
+	"github.com/costgate/costgate/proxy"
+)
+
+// demoClient is one tenant's traffic in the demo.
+type demoClient struct {
+	tenant, key string
+	perSecond   float64
+	models      []string
+	maxTokens   int
+}
+
+// demoTally is what one tenant got, as its client saw it.
+type demoTally struct {
+	admitted, friction, limited, budget, other int
+}
+
+// demo runs costgate and the simulator in process, drives traffic from
+// three tenants and prints a live table.
+func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	duration := fs.Duration("duration", 20*time.Second, "how long to drive traffic")
+	listen := fs.String("listen", "", "data plane address (default: the demo config's, or a free port)")
+	adminListen := fs.String("admin-listen", "", "admin address (default: the demo config's, or a free port)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := proxy.Parse(examples.DemoConfig())
+	if err != nil {
+		return fmt.Errorf("demo config: %w", err)
+	}
+	cfg.WithPolicyFS(examples.DemoPolicies())
+	dir, err := os.MkdirTemp("", "costgate-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	cfg.DataDir = dir
+	cfg.Store.Redis, cfg.Ledger.DSN = "", "" // the demo is self-contained, whatever the environment says
+
+	srv, err := proxy.Open(ctx, cfg, proxy.Options{})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	data, err := listenOr(*listen, cfg.Listen)
+	if err != nil {
+		return err
+	}
+	admin, err := listenOr(*adminListen, cfg.AdminListen)
+	if err != nil {
+		data.Close()
+		return err
+	}
+	dataSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	adminSrv := &http.Server{Handler: srv.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+	go dataSrv.Serve(data)
+	go adminSrv.Serve(admin)
+	defer adminSrv.Close()
+	defer dataSrv.Close()
+
+	base := "http://" + data.Addr().String()
+	fmt.Fprintf(stdout, "costgate demo: proxy on %s, simulator upstream in process\n", base)
+	fmt.Fprintf(stdout, "dashboard: http://%s/admin/#token=%s\n\n", admin.Addr(), cfg.AdminToken)
+
+	clients := []demoClient{
+		{tenant: "acme", key: "cg-demo-acme", perSecond: 3, models: []string{"gpt-4o-mini", "gpt-4o"}, maxTokens: 128},
+		{tenant: "globex", key: "cg-demo-globex", perSecond: 6, models: []string{"gpt-4o"}, maxTokens: 256},
+		{tenant: "initech", key: "cg-demo-initech", perSecond: 2, models: []string{"gpt-4o", "gpt-4.1"}, maxTokens: 512},
+	}
+	var mu sync.Mutex
+	tallies := map[string]*demoTally{}
+	for _, c := range clients {
+		tallies[c.tenant] = &demoTally{}
+	}
+	runCtx, cancel := context.WithTimeout(ctx, *duration)
+	defer cancel()
+	var wg sync.WaitGroup
+	httpc := &http.Client{Timeout: 10 * time.Second}
+	for _, c := range clients {
+		wg.Go(func() {
+			tick := time.NewTicker(time.Duration(float64(time.Second) / c.perSecond))
+			defer tick.Stop()
+			for i := 0; ; i++ {
+				select {
+				case <-runCtx.Done():
+					return
+				case <-tick.C:
+				}
+				status, friction := demoRequest(runCtx, httpc, base, c, i)
+				mu.Lock()
+				t := tallies[c.tenant]
+				switch {
+				case status == http.StatusOK && friction:
+					t.friction++
+				case status == http.StatusOK:
+					t.admitted++
+				case status == http.StatusTooManyRequests:
+					t.limited++
+				case status == http.StatusPaymentRequired:
+					t.budget++
+				case status != 0:
+					t.other++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+
+	show := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		printDemoTable(ctx, stdout, srv, httpc, "http://"+admin.Addr().String(), cfg.AdminToken, clients, tallies)
+	}
+	every := time.NewTicker(2 * time.Second)
+	defer every.Stop()
+loop:
+	for {
+		select {
+		case <-runCtx.Done():
+			break loop
+		case <-every.C:
+			show()
+		}
+	}
+	wg.Wait()
+	_ = srv.WaitIdle(ctx)
+	show()
+	fmt.Fprintf(stdout, "\nThe demo's ledger was in %s (removed now). Run `costgate serve` to keep going with the quickstart.\n", dir)
+	return nil
+}
+
+// demoRequest sends one chat completion; status 0 means the demo ended.
+func demoRequest(ctx context.Context, c *http.Client, base string, dc demoClient, i int) (status int, friction bool) {
+	body, _ := json.Marshal(map[string]any{
+		"model":      dc.models[i%len(dc.models)],
+		"max_tokens": dc.maxTokens,
+		"messages": []map[string]string{
+			{"role": "system", "content": "You are a concise assistant."},
+			{"role": "user", "content": fmt.Sprintf("Question %d from %s: how much does a token cost? (%d)", i, dc.tenant, rand.IntN(1000))},
+		},
+	})
+	req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/chat/completions", strings.NewReader(string(body)))
+	if err != nil {
+		return 0, false
+	}
+	req.Header.Set("Authorization", "Bearer "+dc.key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, false
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("Costgate-Friction") != ""
+}
+
+func printDemoTable(ctx context.Context, w io.Writer, srv *proxy.Server, c *http.Client, admin, token string, clients []demoClient, tallies map[string]*demoTally) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "%s\n", time.Now().Format("15:04:05"))
+	fmt.Fprintln(tw, "tenant\tadmitted\tfriction\t429 limited\t402 budget\tother\tspend today\t")
+	names := make([]string, 0, len(clients))
+	for _, cl := range clients {
+		names = append(names, cl.tenant)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		t := tallies[n]
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t\n", n, t.admitted, t.friction, t.limited, t.budget, t.other, demoSpend(ctx, c, admin, token, n))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+}
+
+// demoSpend asks the admin API for a tenant's spend today, as an operator
+// would.
+func demoSpend(ctx context.Context, c *http.Client, admin, token, tenant string) string {
+	req, _ := http.NewRequestWithContext(ctx, "GET", admin+"/admin/v1/tenants/"+tenant+"/spend?period=day", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := c.Do(req)
+	if err != nil {
+		return "?"
+	}
+	defer resp.Body.Close()
+	var sp struct {
+		Spent costmodel.NanoUSD `json:"spent_nano_usd"`
+	}
+	if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&sp) != nil {
+		return "?"
+	}
+	return sp.Spent.String()
+}
+
+// listenOr listens on addr, or on preferred, or on a free loopback port
+// when preferred is taken.
+func listenOr(addr, preferred string) (net.Listener, error) {
+	if addr != "" {
+		return net.Listen("tcp", addr)
+	}
+	if l, err := net.Listen("tcp", preferred); err == nil {
+		return l, nil
+	}
+	return net.Listen("tcp", "127.0.0.1:0")
+}
