@@ -52,8 +52,10 @@ type store interface {
 // Open opens the ledger in cfg.Dir, applying the store's migrations and
 // replaying what the spool holds that is not yet in the store. Reservations
 // a previous run left open are finalized at their estimate as the replay
-// reaches its end (StatusRecovered). Open does not wait for the replay, nor
-// for the store to be reachable once it is migrated.
+// reaches its end (StatusRecovered). Open does not wait for the replay. A
+// PostgreSQL that cannot be reached at Open is not an error: the flusher
+// migrates and replays once it can, and Stats reports the error meanwhile.
+// On error, Open releases what it acquired.
 func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -137,7 +139,12 @@ func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 // the store gets it in the background. e.Status is ignored (the entry is
 // reserved) and a zero e.CreatedAt means now. Reserving a request id again
 // changes nothing. It fails with ErrSpoolFull when the store has been
-// unreachable so long that the spool is at its limit.
+// unreachable so long that the spool is at its limit. On any error the
+// request must not be forwarded. ctx is not used to abandon a record once
+// appended: an error means the request was not recorded, except when the
+// fsync that SyncEach waits for fails, which leaves the spool unusable and
+// the record in an unknown state (recovered at its estimate if it
+// survived).
 func (l *Ledger) Reserve(ctx context.Context, e Entry) error {
 	if err := e.check(); err != nil {
 		return err
