@@ -153,9 +153,10 @@ for i = 1, n do
     end
   else
     local L = lib()
-    ok, rem, retry, reset = L.marks(algo, cap, period, KEYS[i], cost, after)
+    local sum, gone, newest
+    ok, rem, retry, reset, sum, gone, newest = L.marks(algo, cap, period, KEYS[i], cost, after)
     if ok == 1 and after and cost > 0 then
-      wm[i] = {algo, period, cost}
+      wm[i] = {algo, period, cost, sum, gone, newest}
     end
   end
   if ok == 0 then out[1] = 0 end
@@ -175,12 +176,11 @@ for i = 1, n do
     lib().write(KEYS[i], wv[i], px)
   elseif wm[i] then
     local L = lib()
-    local key, algo, period, cost = KEYS[i], wm[i][1], wm[i][2], wm[i][3]
-    local lo, hi = now - period, now
+    local key, algo, period, cost, sum, gone, newest = KEYS[i], unpack(wm[i])
+    local lo, hi, lag = now - period, now, period
     if algo == CONCURRENCY then
-      lo, hi = now, now + period
+      lo, hi, lag = now, now + period, 0
     end
-    local sum, gone = L.marks_sum(key, lo)
     local mb = L.member(cost, id)
     local at = redis.call('ZSCORE', key, mb)
     if at and tonumber(at) > lo then
@@ -188,7 +188,8 @@ for i = 1, n do
     end
     L.marks_set(key, lo, gone, sum + cost)
     redis.call('ZADD', key, hi, mb)
-    L.marks_ttl(algo, period, key)
+    if hi > newest then newest = hi end
+    redis.call('PEXPIRE', key, ceil_div(newest + lag - now, 1000) + ttl_pad)
   end
 end
 if rec_ttl > 0 then

@@ -199,7 +199,9 @@ local function lib()
   end
 
   -- marks evaluates cost on a sliding log or concurrency key (see
-  -- spec.evaluateMarks) and returns allowed, remaining, retry and reset.
+  -- spec.evaluateMarks) and returns allowed, remaining, retry and reset,
+  -- then what a debit writes with: the sum of the marks that count, that of
+  -- the expired ones, and the newest mark's ts, all before the debit.
   local function marks(algo, cap, period, key, cost, after)
     -- A sliding log counts marks with ts > now - period and adds one at now;
     -- a concurrency limit counts marks with ts > now (live leases) and adds
@@ -208,8 +210,8 @@ local function lib()
     if algo == SLIDING_LOG then
       lo, lag, hi = now - period, period, now
     end
-    local sum = marks_sum(key, lo)
-    local newest = 0
+    local sum, gone = marks_sum(key, lo)
+    local sum0, newest = sum, 0
     if sum > 0 then
       newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
     end
@@ -240,7 +242,7 @@ local function lib()
     end
     local reset = 0
     if sum > 0 then reset = newest + lag - now end
-    return ok, cap - sum, retry, reset
+    return ok, cap - sum, retry, reset, sum0, gone, newest
   end
 
   L = {
