@@ -1,5 +1,6 @@
 // Package simulator is an OpenAI- and Anthropic-compatible upstream for
-// demos, load tests and CI. Its replies are deterministic (derived from the
+// demos, load tests and CI, with a metered search API (GET /search) for
+// the generic-upstream examples. Its replies are deterministic (derived from the
 // request), and the usage it reports is counted with the same tokenizer
 // and message-format rules as the real APIs, so that costgate's settlement
 // can be checked against it exactly. It streams, and it can add latency and
@@ -13,6 +14,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -58,6 +60,7 @@ func New(cfg Config) *Simulator {
 	s.mux.HandleFunc("POST /v1/embeddings", s.handle(costmodel.Embeddings))
 	s.mux.HandleFunc("POST /v1/responses", s.handle(costmodel.Responses))
 	s.mux.HandleFunc("POST /v1/messages", s.handle(costmodel.AnthropicMessages))
+	s.mux.HandleFunc("GET /search", s.search)
 	s.mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]string{
 			{"id": "gpt-4o-mini", "object": "model", "owned_by": "simulator"},
@@ -235,4 +238,36 @@ var vocabulary = []string{
 	"the", "cost", "of", "a", "request", "is", "known", "before", "it", "runs",
 	"and", "every", "token", "counts", "toward", "your", "limit", "so", "we", "plan",
 	"for", "time", "with", "care", "this", "answer", "comes", "from", "simulator", "today",
+}
+
+// search is a metered search API: GET /search?q=QUERY&num=N&page=P returns
+// N results (10 by default, at most 50) for the query, deterministically,
+// and says how many in the X-Results-Returned header, as metered APIs do.
+func (s *Simulator) search(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query().Get("q")
+	if q == "" {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]string{"message": "q is required"}})
+		return
+	}
+	num := 10
+	if v := r.URL.Query().Get("num"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]string{"message": "num must be a positive integer"}})
+			return
+		}
+		num = min(n, 50)
+	}
+	page, _ := strconv.Atoi(r.URL.Query().Get("page"))
+	page = max(page, 1)
+	h := hash([]byte(q))
+	results := make([]map[string]any, num)
+	for i := range results {
+		rank := (page-1)*num + i + 1
+		word := vocabulary[(h+uint64(rank))%uint64(len(vocabulary))]
+		results[i] = map[string]any{"rank": rank, "title": fmt.Sprintf("%s: result %d about %s", q, rank, word),
+			"url": fmt.Sprintf("https://example.com/%x/%d", h, rank)}
+	}
+	w.Header().Set("X-Results-Returned", strconv.Itoa(num))
+	writeJSON(w, http.StatusOK, map[string]any{"query": q, "page": page, "results": results})
 }
