@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/fstest"
 
 	"github.com/costgate/costgate/proxy"
 )
@@ -183,4 +184,66 @@ func grep(text, word string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestShadowDrill is the misconfiguration drill: a new policy that would
+// block 40% of one tenant's traffic runs in shadow first. Nothing is
+// blocked, and the metrics, the shadow view and the dashboard's data all
+// show the 40% before anyone enforces it.
+func TestShadowDrill(t *testing.T) {
+	pols := fstest.MapFS{
+		"allow.rego": allowAll["allow.rego"],
+		"no_gpt4o.rego": {Data: []byte(`# METADATA
+# custom:
+#   shadow: true
+package costgate.policies.no_gpt4o
+
+decision := {"outcome": "hard", "status": 403, "reason": "gpt-4o is being retired"} if input.request.model == "gpt-4o"
+`)},
+	}
+	s := newStackWith(t, stackOptions{extra: roomyLimits, policies: pols})
+	client := s.client("cg-test-acme")
+	for i := range 10 {
+		p := chatParams("drill", 4)
+		if i%5 < 2 {
+			p.Model = "gpt-4o"
+		}
+		if _, err := client.Chat.Completions.New(context.Background(), p); err != nil {
+			t.Fatalf("request %d was blocked by a shadow policy: %v", i, err)
+		}
+	}
+	if err := s.srv.WaitIdle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h := s.srv.AdminHandler()
+	_, metrics := adminDo(t, h, "GET", "/metrics", "test-admin")
+	if !strings.Contains(metrics, `costgate_shadow_would_block_total{limit="none",policy="no_gpt4o",tenant="acme"} 4`) {
+		t.Errorf("shadow metric:\n%s", grep(metrics, "shadow"))
+	}
+	_, shadow := adminDo(t, h, "GET", "/admin/v1/shadow", "test-admin")
+	var sv struct {
+		Shadow []struct {
+			Policy  string `json:"policy"`
+			Tenants []struct {
+				Tenant           string `json:"tenant"`
+				WouldBlockRecent int64  `json:"would_block_recent"`
+				RequestsRecent   int64  `json:"requests_recent"`
+			} `json:"tenants"`
+		} `json:"shadow"`
+	}
+	if err := json.Unmarshal([]byte(shadow), &sv); err != nil || len(sv.Shadow) != 1 || len(sv.Shadow[0].Tenants) != 1 ||
+		sv.Shadow[0].Tenants[0].WouldBlockRecent != 4 || sv.Shadow[0].Tenants[0].RequestsRecent != 10 {
+		t.Errorf("shadow view: %s", shadow)
+	}
+	code, data := adminDo(t, h, "GET", "/admin/data.json", "test-admin")
+	var dv struct {
+		Shadow []struct {
+			Policy string  `json:"policy"`
+			Tenant string  `json:"tenant"`
+			Share  float64 `json:"share"`
+		} `json:"shadow"`
+	}
+	if err := json.Unmarshal([]byte(data), &dv); code != 200 || err != nil || len(dv.Shadow) != 1 || dv.Shadow[0].Share != 0.4 || dv.Shadow[0].Tenant != "acme" {
+		t.Errorf("dashboard data: %d %s", code, data)
+	}
 }
