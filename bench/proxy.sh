@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# Proxy load benchmark (run by hand from anywhere in the checkout; not part
+# of CI): costgate's full pipeline against a bare httputil.ReverseProxy, in
+# front of the same stub upstream, in the same run. Figures go to
+# bench/README.md, section "proxy".
+#
+#   bash bench/proxy.sh
+#
+# Everything listens on loopback: a private redis-server (no persistence),
+# the stub upstream, the bare proxy and costgate (Redis store, three
+# limits, a Rego policy, the embedded ledger in a temporary directory), all
+# stopped at the end. Then, for each round, the load generator runs
+# "direct" (the stub itself), "bare" and "costgate" back to back, each a
+# warm-up and a measured window at $CONNS connections, and the report gives
+# medians and ratios. perf, when installed and PROXY_BENCH_PERF is not 0,
+# profiles costgate during one more window to split its CPU by stage.
+#
+# Knobs (environment): PROXY_BENCH_ROUNDS (3), PROXY_BENCH_DURATION (4s),
+# PROXY_BENCH_WARMUP (1s), PROXY_BENCH_CONNS (32), PROXY_BENCH_PERF (1), and
+# PROXY_BENCH_KEEP, a directory to keep the raw results, logs and the
+# perf profile in.
+set -euo pipefail
+
+ROUNDS=${PROXY_BENCH_ROUNDS:-3}
+DUR=${PROXY_BENCH_DURATION:-4s}
+WARMUP=${PROXY_BENCH_WARMUP:-1s}
+CONNS=${PROXY_BENCH_CONNS:-32}
+PERF=${PROXY_BENCH_PERF:-1}
+ADMIN_TOKEN=bench-admin
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/costgate-proxy-bench.XXXXXX")
+pids=()
+
+cleanup() {
+	local p i
+	for p in "${pids[@]}"; do
+		kill -TERM "$p" 2>/dev/null || true
+	done
+	for p in "${pids[@]}"; do
+		for i in $(seq 50); do
+			kill -0 "$p" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL "$p" 2>/dev/null || true
+	done
+	if [ -n "${PROXY_BENCH_KEEP:-}" ]; then
+		mkdir -p "$PROXY_BENCH_KEEP"
+		cp "$tmp"/*.jsonl "$tmp"/*.json "$tmp"/*.log "$tmp"/*.txt "$tmp"/perf.data "$tmp/costgate" "$PROXY_BENCH_KEEP"/ 2>/dev/null || true
+	fi
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# wait_file waits up to 10 s for a non-empty file.
+wait_file() {
+	local i
+	for i in $(seq 100); do
+		[ -s "$1" ] && return 0
+		sleep 0.1
+	done
+	echo "proxy.sh: timed out waiting for $1" >&2
+	return 1
+}
+
+# check sends one request and fails unless the answer is 200.
+check() {
+	local code
+	code=$(curl -s -m 5 -o "$tmp/check.out" -w '%{http_code}' "$1/v1/chat/completions" \
+		-H 'Authorization: Bearer cg-bench' -H 'Content-Type: application/json' \
+		-d '{"model":"gpt-4o-mini","max_tokens":16,"messages":[{"role":"user","content":"Say hello to the benchmark."}]}')
+	if [ "$code" != 200 ]; then
+		echo "proxy.sh: $1 answered $code: $(cat "$tmp/check.out")" >&2
+		return 1
+	fi
+}
+
+cd "$root"
+echo "# $(date -u +%FT%TZ) $(nproc) CPUs, $(go version | cut -d' ' -f3-), commit $(git rev-parse --short HEAD)"
+echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+go build -o "$tmp/costgate" ./cmd/costgate
+go build -o "$tmp/proxyload" ./bench/proxyload
+pl=$tmp/proxyload
+
+port=$(timeout 10 "$pl" freeport)
+redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no >"$tmp/redis.log" 2>&1 &
+pids+=($!)
+redis_pid=$!
+for i in $(seq 100); do
+	[ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ] && break
+	[ "$i" = 100 ] && { echo "proxy.sh: redis-server did not start" >&2; cat "$tmp/redis.log" >&2; exit 1; }
+	sleep 0.1
+done
+
+"$pl" upstream -addr-file "$tmp/upstream.addr" 2>"$tmp/upstream.log" &
+pids+=($!)
+upstream_pid=$!
+wait_file "$tmp/upstream.addr"
+upstream=$(cat "$tmp/upstream.addr")
+
+"$pl" bare -upstream "http://$upstream" -addr-file "$tmp/bare.addr" 2>"$tmp/bare.log" &
+pids+=($!)
+bare_pid=$!
+wait_file "$tmp/bare.addr"
+bare=$(cat "$tmp/bare.addr")
+
+mkdir -p "$tmp/data"
+sed -e "s|@UPSTREAM@|$upstream|" -e "s|@POLICIES@|$root/bench/proxy/policies|" bench/proxy/costgate.yaml >"$tmp/costgate.yaml"
+"$tmp/costgate" serve --config "$tmp/costgate.yaml" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+	--redis "redis://127.0.0.1:$port/0" --data-dir "$tmp/data" >"$tmp/costgate.out" 2>"$tmp/costgate.log" &
+pids+=($!)
+costgate_pid=$!
+for i in $(seq 100); do
+	grep -q 'serving' "$tmp/costgate.out" 2>/dev/null && break
+	kill -0 "$costgate_pid" 2>/dev/null || { echo "proxy.sh: costgate exited" >&2; cat "$tmp/costgate.log" >&2; exit 1; }
+	[ "$i" = 100 ] && { echo "proxy.sh: costgate did not start" >&2; exit 1; }
+	sleep 0.1
+done
+costgate=$(sed -n 's/.* on \([0-9.:]*\) (admin on \([0-9.:]*\)).*/\1/p' "$tmp/costgate.out")
+admin=$(sed -n 's/.* on \([0-9.:]*\) (admin on \([0-9.:]*\)).*/\2/p' "$tmp/costgate.out")
+sed 's/^/# /' "$tmp/costgate.out"
+
+check "http://$upstream"
+check "http://$bare"
+check "http://$costgate"
+
+common=(-c "$CONNS" -d "$DUR" -warmup "$WARMUP" -pids "upstream=$upstream_pid,bare=$bare_pid,costgate=$costgate_pid,redis=$redis_pid")
+results=$tmp/results.jsonl
+bound=$((${DUR%s} + ${WARMUP%s} + 30))
+for r in $(seq "$ROUNDS"); do
+	timeout "$bound" "$pl" load "${common[@]}" -round "$r" -label direct -url "http://$upstream" | tee -a "$results"
+	timeout "$bound" "$pl" load "${common[@]}" -round "$r" -label bare -url "http://$bare" | tee -a "$results"
+	timeout "$bound" "$pl" load "${common[@]}" -round "$r" -label costgate -url "http://$costgate" \
+		-metrics "http://$admin/metrics" -admin-token "$ADMIN_TOKEN" | tee -a "$results"
+done
+echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+"$pl" report "$results"
+
+if [ "$PERF" != 0 ] && command -v perf >/dev/null; then
+	# One more costgate window under perf: the share of costgate's CPU
+	# samples under each stage's function (callers included), which,
+	# times costgate's CPU per request, is the stage's CPU per request.
+	timeout "$bound" perf record -q -F 1999 -g -p "$costgate_pid" -o "$tmp/perf.data" -- sleep $((${DUR%s} + ${WARMUP%s})) \
+		>/dev/null 2>"$tmp/perf.log" &
+	perf_pid=$!
+	timeout "$bound" "$pl" load "${common[@]}" -round 0 -label costgate-perf -url "http://$costgate" >"$tmp/perf-run.json"
+	wait "$perf_pid" || true
+	echo
+	echo "perf: costgate alone, $(grep -o '"rps":[0-9.]*' "$tmp/perf-run.json"), $(grep -o '"costgate":[0-9.]*' "$tmp/perf-run.json") µs CPU/request"
+	perf report -i "$tmp/perf.data" --children --no-demangle --sort symbol --stdio -q -g none --percent-limit 0.5 2>/dev/null \
+		>"$tmp/perf.txt" || true
+	# The stages' functions; each line is the stage and its share of the
+	# samples, children included.
+	for f in \
+		'identify proxy.(*state).identify' \
+		'estimate costmodel.(*Estimator).Estimate' \
+		'debit proxy.(*Server).debit' \
+		'debit-redis-call weighted.(*Redis).Debit' \
+		'policy proxy.(*Server).decide' \
+		'policy-eval policies.(*Set).Decide' \
+		'ledger-reserve ledger.(*Ledger).Reserve' \
+		'forward httputil.(*ReverseProxy).ServeHTTP' \
+		'settle proxy.(*Server).settle' \
+		'settle-redis-call weighted.(*Redis).Settle' \
+		'settle-ledger ledger.(*Ledger).Settle' \
+		'record proxy.(*exchange).record' \
+		'pipeline proxy.(*Server).serve' \
+		'gin gin.(*Engine).ServeHTTP' \
+		'http-server http.(*conn).serve' \
+		'gc runtime.gcBgMarkWorker' \
+		'ledger-flush ledger.(*Ledger).flushLoop' \
+		'ledger-sync ledger.(*spool).syncLoop'; do
+		set -- $f
+		pct=$(awk -v s="$2" '{ f = $4 } f == s || substr(f, length(f) - length(s)) == "/" s { print $1; exit }' "$tmp/perf.txt")
+		printf '%-18s %-42s %s\n' "$1" "$2" "${pct:-<0.5%}"
+	done
+	echo "(perf report --children, top symbols:)"
+	cut -c1-160 "$tmp/perf.txt" | head -60
+fi
