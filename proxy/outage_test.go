@@ -1,11 +1,14 @@
 package proxy_test
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/costgate/costgate/internal/redistest"
 )
@@ -129,5 +132,45 @@ limits:
 	_, metrics = adminDo(t, s.srv.AdminHandler(), "GET", "/metrics", "test-admin")
 	if !strings.Contains(metrics, `costgate_store_breaker_state{state="closed"} 1`) {
 		t.Errorf("the breaker did not close:\n%s", grep(metrics, "breaker"))
+	}
+}
+
+// TestRedisCluster runs the pipeline on a 3-primary Redis Cluster: a
+// tenant's limits share a slot, the per-model limit lives elsewhere, and
+// the request limit still holds exactly.
+func TestRedisCluster(t *testing.T) {
+	c := redistest.NewCluster(t)
+	s := newStackWith(t, stackOptions{redisURL: "redis+cluster://" + strings.Join(c.Addrs, ","), policies: allowAll, extra: `
+limits:
+  - name: acme-requests
+    dimensions: [tenant]
+    unit: requests
+    rate: 3
+    period: 1m
+  - name: acme-tokens
+    dimensions: [tenant, user]
+    unit: tokens
+    rate: 100000
+    period: 1m
+  - name: per-model-usd
+    dimensions: [model]
+    unit: usd
+    rate_usd: "100"
+    period: 1m
+`})
+	client := s.client("cg-test-acme")
+	served := 0
+	for range 6 {
+		var resp *http.Response
+		_, err := client.Chat.Completions.New(context.Background(), chatParams("cluster", 8), option.WithResponseInto(&resp))
+		if err == nil {
+			served++
+			if resp.Header.Get("Costgate-Degraded") != "" {
+				t.Fatal("the cluster store was reported as failing")
+			}
+		}
+	}
+	if served != 3 {
+		t.Errorf("served %d on the cluster, want the limit of 3", served)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,11 +145,10 @@ func (s *Server) openStore(ctx context.Context, cfg *Config) (weighted.Store, er
 	if cfg.Store.Redis == "" {
 		return weighted.NewMemory(weighted.MemoryConfig{}), nil
 	}
-	opt, err := redis.ParseURL(cfg.Store.Redis)
+	c, err := redisClient(cfg.Store.Redis)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: store.redis: %w", err)
 	}
-	c := redis.NewClient(opt)
 	s.closers = append(s.closers, c.Close)
 	s.ping = func(ctx context.Context) error { return c.Ping(ctx).Err() }
 	if err := c.Ping(ctx).Err(); err != nil {
@@ -158,6 +158,45 @@ func (s *Server) openStore(ctx context.Context, cfg *Config) (weighted.Store, er
 	s.breaker = newBreaker(cfg.Store.BreakerFailures, cfg.Store.BreakerCooldown, time.Now)
 	s.tel.ObserveBreaker(s.breaker.State)
 	return &guardedStore{store: weighted.NewRedis(c, weighted.RedisConfig{}), breaker: s.breaker, timeout: cfg.Store.Timeout, tel: s.tel}, nil
+}
+
+// redisClient connects to one Redis (redis:// or rediss://) or to a Redis
+// Cluster: redis+cluster://host:port[,host:port...] or a comma list of
+// redis:// URLs naming some of its nodes (credentials and TLS from the
+// first).
+func redisClient(u string) (redis.UniversalClient, error) {
+	rest, cluster := strings.CutPrefix(u, "redis+cluster://")
+	if !cluster && !strings.Contains(u, ",") {
+		opt, err := redis.ParseURL(u)
+		if err != nil {
+			return nil, err
+		}
+		return redis.NewClient(opt), nil
+	}
+	if cluster {
+		u = "redis://" + rest
+	}
+	parts := strings.Split(u, ",")
+	first, err := redis.ParseURL(strings.TrimSpace(parts[0]))
+	if err != nil {
+		return nil, err
+	}
+	opt := &redis.ClusterOptions{
+		Addrs: []string{first.Addr}, Username: first.Username, Password: first.Password,
+		TLSConfig: first.TLSConfig, MaxRedirects: 16,
+	}
+	for _, p := range parts[1:] {
+		p = strings.TrimSpace(p)
+		if !strings.Contains(p, "://") {
+			p = "redis://" + p
+		}
+		o, err := redis.ParseURL(p)
+		if err != nil {
+			return nil, err
+		}
+		opt.Addrs = append(opt.Addrs, o.Addr)
+	}
+	return redis.NewClusterClient(opt), nil
 }
 
 // dataDir is where the embedded ledger lives, relative to the config file.
