@@ -181,9 +181,14 @@ type TenantConfig struct {
 type KeyConfig struct {
 	// ID names the key in the ledger and logs; default: the key's hash prefix.
 	ID string `yaml:"id"`
-	// Key is the secret; KeyEnv names an environment variable holding it.
-	Key    string `yaml:"key"`
-	KeyEnv string `yaml:"key_env"`
+	// Key is the secret; KeyEnv names an environment variable holding it;
+	// KeyFile names a file holding it (relative to the config file), as
+	// container secrets are mounted. Set exactly one.
+	Key     string `yaml:"key"`
+	KeyEnv  string `yaml:"key_env"`
+	KeyFile string `yaml:"key_file"`
+
+	fromFile string // the secret read from KeyFile
 	// User is the end user the key belongs to, if any.
 	User string `yaml:"user"`
 }
@@ -232,32 +237,56 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	c, err := Parse(b)
-	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
-	}
 	abs, err := filepath.Abs(filepath.Dir(path))
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	c.dir = abs
+	c, err := parse(b, abs)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
 	return c, nil
 }
 
-// Parse reads, defaults and validates a config from YAML. Unknown fields
-// are errors, so that a misspelt field is not silently ignored.
-func Parse(b []byte) (*Config, error) {
+// Parse reads, defaults and validates a config from YAML; relative paths
+// in it are relative to the working directory. Unknown fields are errors,
+// so that a misspelt field is not silently ignored.
+func Parse(b []byte) (*Config, error) { return parse(b, "") }
+
+func parse(b []byte, dir string) (*Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil {
 		return nil, fmt.Errorf("parse: %w", err)
 	}
+	c.dir = dir
 	c.applyDefaults()
+	c.readKeyFiles()
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// readKeyFiles reads the secrets of keys given as files; a file that cannot
+// be read leaves the key empty, which Validate reports.
+func (c *Config) readKeyFiles() {
+	for i := range c.Tenants {
+		for j := range c.Tenants[i].Keys {
+			k := &c.Tenants[i].Keys[j]
+			if k.KeyFile == "" {
+				continue
+			}
+			path := k.KeyFile
+			if c.dir != "" && !filepath.IsAbs(path) {
+				path = filepath.Join(c.dir, path)
+			}
+			if b, err := os.ReadFile(path); err == nil {
+				k.fromFile = strings.TrimSpace(string(b))
+			}
+		}
+	}
 }
 
 // WithPolicyFS makes the config read its policies from fsys instead of
@@ -408,11 +437,19 @@ func (c *Config) Validate() error {
 		for j, k := range t.Keys {
 			kp := fmt.Sprintf("%s.keys[%d]", p, j)
 			secret := k.secret()
+			set := 0
+			for _, v := range []string{k.Key, k.KeyEnv, k.KeyFile} {
+				if v != "" {
+					set++
+				}
+			}
 			switch {
-			case k.Key != "" && k.KeyEnv != "":
-				bad(kp, "set key or key_env, not both")
+			case set > 1:
+				bad(kp, "set one of key, key_env and key_file")
 			case secret == "" && k.KeyEnv != "":
 				bad(kp+".key_env", "environment variable %s is empty", k.KeyEnv)
+			case secret == "" && k.KeyFile != "":
+				bad(kp+".key_file", "cannot read a key from %s", k.KeyFile)
 			case secret == "":
 				bad(kp+".key", "required")
 			case keys[secret]:
@@ -500,8 +537,11 @@ func (l LimitConfig) weighted() (weighted.Limit, error) {
 }
 
 func (k KeyConfig) secret() string {
-	if k.KeyEnv != "" {
+	switch {
+	case k.KeyEnv != "":
 		return os.Getenv(k.KeyEnv)
+	case k.KeyFile != "":
+		return k.fromFile
 	}
 	return k.Key
 }

@@ -589,18 +589,24 @@ func (x *exchange) policyInput() *policies.Input {
 // applyFriction delays, caps max_tokens or downgrades the model as the
 // policies decided, and names what it did in Costgate-Friction.
 func (s *Server) applyFriction(w http.ResponseWriter, ctx context.Context, x *exchange, body *[]byte) bool {
-	f := x.decision.Friction
-	var actions []string
+	f, src := x.decision.Friction, x.decision.Sources
+	var applied []string
+	did := func(action, policy string) {
+		if policy == "" {
+			policy = x.decision.Policy
+		}
+		applied = append(applied, action+"; policy="+strconv.Quote(policy))
+	}
 	if f.CapMaxTokens > 0 && (x.est.MaxOutputTokens == 0 || x.est.MaxOutputTokens > f.CapMaxTokens) {
 		if b, err := capMaxTokens(*body, x.kind, f.CapMaxTokens); err == nil {
 			*body = b
-			actions = append(actions, "cap_max_tokens")
+			did("cap_max_tokens", src.CapMaxTokens)
 		}
 	}
 	if f.DowngradeModel != "" && f.DowngradeModel != x.est.Model {
 		if b, err := setJSONField(*body, "model", f.DowngradeModel); err == nil {
 			*body = b
-			actions = append(actions, "downgrade_model")
+			did("downgrade_model", src.DowngradeModel)
 			x.est.Model = f.DowngradeModel
 		}
 	}
@@ -614,14 +620,19 @@ func (s *Server) applyFriction(w http.ResponseWriter, ctx context.Context, x *ex
 			s.cancel(x)
 			return false
 		}
-		actions = append(actions, "delay")
+		did("delay", src.DelayMS)
 	}
 	if f.Warning != "" {
-		actions = append(actions, "warn")
 		w.Header().Set("Costgate-Warning", f.Warning)
+		if len(src.Warning) == 0 {
+			did("warn", "")
+		}
+		for _, p := range src.Warning {
+			did("warn", p)
+		}
 	}
-	if len(actions) > 0 {
-		x.friction = fmt.Sprintf("%s; policy=%q", strings.Join(actions, ", "), x.decision.Policy)
+	if len(applied) > 0 {
+		x.friction = strings.Join(applied, ", ")
 		w.Header().Set("Costgate-Friction", x.friction)
 	}
 	return true

@@ -290,7 +290,7 @@ decision := {"outcome": "hard", "status": 429, "reason": "would block everything
 		if c.Usage.CompletionTokens > 5 {
 			t.Errorf("request %d: %d completion tokens despite the cap of 5", i, c.Usage.CompletionTokens)
 		}
-		if got := resp.Header.Get("Costgate-Friction"); got != `cap_max_tokens, warn; policy="friction"` {
+		if got := resp.Header.Get("Costgate-Friction"); got != `cap_max_tokens; policy="friction", warn; policy="friction"` {
 			t.Errorf("Costgate-Friction = %q", got)
 		}
 	}

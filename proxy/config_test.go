@@ -1,0 +1,59 @@
+package proxy_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/costgate/costgate/proxy"
+)
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	base := "admin_token: x\nupstreams: [{name: openai, kind: openai, base_url: 'http://127.0.0.1:1'}]\n"
+	cases := []struct {
+		name, yaml, want string
+	}{
+		{"unknown field", base + "limitz: []\n", "field limitz not found"},
+		{"bad algorithm", base + "limits: [{name: a, algorithm: leaky, rate: 1, period: 1s}]\n", "limits[0]"},
+		{"bad unit", base + "limits: [{name: a, unit: bananas, rate: 1, period: 1s}]\n", "limits[0].unit"},
+		{"bad dimension", base + "limits: [{name: a, dimensions: [moon], rate: 1, period: 1s}]\n", "limits[0].dimensions"},
+		{"duplicate limit", base + "limits: [{name: a, rate: 1, period: 1s}, {name: a, rate: 1, period: 1s}]\n", "limits[1].name"},
+		{"usd with rate", base + "limits: [{name: a, unit: usd, rate: 5, period: 1s}]\n", "limits[0].rate"},
+		{"bad money", base + "budgets: [{name: b, amount: '1.0000000001'}]\n", "nine decimals"},
+		{"two key sources", base + "tenants: [{name: t, plan: p, keys: [{key: a, key_env: B}]}]\n", "tenants[0].keys[0]"},
+		{"missing key file", base + "tenants: [{name: t, plan: p, keys: [{key_file: /nonexistent/key}]}]\n", "tenants[0].keys[0].key_file"},
+		{"generic without cost", "admin_token: x\nupstreams: [{name: s, kind: generic, base_url: 'http://127.0.0.1:1'}]\n", "upstreams[0].cost"},
+		{"route to nowhere", base + "routes: [{path: /v1/chat/completions, upstream: nope}]\n", "routes[0].upstream"},
+		{"bad posture", base + "limits: [{name: a, rate: 1, period: 1s, on_store_failure: maybe}]\n", "limits[0].on_store_failure"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := proxy.Parse([]byte(c.yaml))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an error naming %q", err, c.want)
+			}
+		})
+	}
+	var fe *proxy.FieldError
+	_, err := proxy.Parse([]byte(base + "limits: [{name: a, unit: bananas, rate: 1, period: 1s}]\n"))
+	if !errors.As(err, &fe) || fe.Path != "limits[0].unit" {
+		t.Errorf("want a *FieldError at limits[0].unit, got %#v", err)
+	}
+}
+
+func TestKeyFromFile(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "acme.key"), []byte("cg-from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "costgate.yaml")
+	yaml := "admin_token: x\nupstreams: [{name: openai, kind: openai, simulate: always}]\ntenants: [{name: acme, plan: p, keys: [{key_file: acme.key}]}]\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := proxy.Load(path); err != nil {
+		t.Fatalf("a key file next to the config: %v", err)
+	}
+}
