@@ -1,11 +1,14 @@
 package proxy_test
 
 import (
+	"context"
 	"errors"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/costgate/costgate/proxy"
 )
@@ -55,5 +58,83 @@ func TestKeyFromFile(t *testing.T) {
 	}
 	if _, err := proxy.Load(path); err != nil {
 		t.Fatalf("a key file next to the config: %v", err)
+	}
+}
+
+// TestWatchReloadsOnFileChange: editing the config file reloads it; a
+// broken edit keeps the last good config.
+func TestWatchReloadsOnFileChange(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "costgate.yaml")
+	write := func(keys string) {
+		t.Helper()
+		y := "admin_token: x\ndata_dir: data\nupstreams: [{name: openai, kind: openai, simulate: always}]\ntenants: [{name: acme, plan: p, keys: [" + keys + "]}]\n"
+		// Write and rename, as editors and config managers do.
+		if err := os.WriteFile(path+".tmp", []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path+".tmp", path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("{key: cg-one}")
+	cfg, err := proxy.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store.Redis, cfg.Ledger.DSN = "", ""
+	load := func() (*proxy.Config, error) {
+		c, err := proxy.Load(path)
+		if err == nil {
+			c.Store.Redis, c.Ledger.DSN = "", ""
+		}
+		return c, err
+	}
+	srv, err := proxy.Open(context.Background(), cfg, proxy.Options{Loader: load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := srv.Watch(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	status := func(key string) int {
+		req := httptest.NewRequest("GET", "/v1/models", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, req)
+		return rec.Code
+	}
+	waitFor := func(key string, want int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); status(key) != want; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("key %s: status %d, want %d after the file changed", key, status(key), want)
+			}
+		}
+	}
+	if status("cg-one") != 200 || status("cg-two") != 401 {
+		t.Fatal("initial keys")
+	}
+	write("{key: cg-one}, {key: cg-two}")
+	waitFor("cg-two", 200)
+
+	write("{key: cg-three, key_env: ALSO}") // invalid: two sources
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		req := httptest.NewRequest("GET", "/metrics", nil)
+		req.Header.Set("Authorization", "Bearer x")
+		rec := httptest.NewRecorder()
+		srv.AdminHandler().ServeHTTP(rec, req)
+		if strings.Contains(rec.Body.String(), "costgate_config_last_reload_success 0") {
+			break // the broken file was tried and refused
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the broken config was never tried")
+		}
+	}
+	if status("cg-two") != 200 || status("cg-three") != 401 {
+		t.Error("a broken config replaced the last good one")
 	}
 }

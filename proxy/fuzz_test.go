@@ -13,14 +13,13 @@ import (
 	"github.com/costgate/costgate/examples"
 )
 
-// FuzzParseConfig checks that Parse never panics on arbitrary bytes, and
-// that a config it accepts is a fixed point: validating it again finds
-// nothing, and applying the defaults again changes nothing.
-func FuzzParseConfig(f *testing.F) {
-	f.Add(examples.QuickstartConfig())
-	f.Add(examples.DemoConfig())
-	f.Add([]byte("admin_token: t\n"))
-	f.Add([]byte(`admin_token: t
+// validConfigs are configs Parse accepts: the fuzzer's seeds for the
+// success path, checked by TestValidConfigSeeds so that they stay valid.
+var validConfigs = [][]byte{
+	append([]byte("admin_token: t\n"), examples.QuickstartConfig()...),
+	examples.DemoConfig(),
+	[]byte("admin_token: t\n"),
+	[]byte(`admin_token: t
 upstreams:
   - name: openai
     kind: openai
@@ -48,21 +47,42 @@ costs:
   prices:
     my-model: {input: "0.30", output: "1.20", max_output_tokens: 100}
   output_reserve: 50
-`))
-	f.Add([]byte(`admin_token: t
+`),
+	[]byte(`admin_token: t
 upstreams:
-  - name: search
+  - name: geo
     kind: generic
-    base_url: https://search.example
-    auth_header: X-Subscription-Token
-    cost: {per_call: "0.005"}
+    base_url: https://geo.example
+    auth_query: api_key
+    cost:
+      unit: addresses
+      per_unit: 0.005
+      units: {json: addresses, default: 1, max: 1000}
     paths:
-      - prefix: /v1/images
-        cost: {per_call: "0.01"}
-`))
+      - prefix: /v1/batch
+        cost: {per_call: 0.01}
+`),
+}
+
+func TestValidConfigSeeds(t *testing.T) {
+	for i, b := range validConfigs {
+		if _, err := Parse(b); err != nil {
+			t.Errorf("seed %d: %v", i, err)
+		}
+	}
+}
+
+// FuzzParseConfig checks that Parse never panics on arbitrary bytes, and
+// that a config it accepts is a fixed point: validating it again finds
+// nothing, and applying the defaults again changes nothing.
+func FuzzParseConfig(f *testing.F) {
+	for _, b := range validConfigs {
+		f.Add(b)
+	}
 	f.Add([]byte("limits:\n  - name: x\n    algorithm: leaky\n    rate: -1\n    period: -5s\n"))
 	f.Add([]byte("admin_token: [1, 2]\nmax_body_bytes: -1\n"))
-	f.Add([]byte("budgets:\n  - amount: 1e400\n"))
+	f.Add([]byte("admin_token: t\nbudgets:\n  - name: b\n    amount: 1e400\n"))
+	f.Add([]byte("admin_token: t\nlimits:\n  - name: x\n    rate: 9223372036854775807\n    period: 1ns\n    burst: 9223372036854775807\n"))
 	f.Add([]byte("{}"))
 	f.Add([]byte("- a\n- b\n"))
 	f.Add([]byte("admin_token: &a t\nregion: *a\n"))
