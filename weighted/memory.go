@@ -10,7 +10,9 @@ import (
 
 // MemoryConfig configures a Memory store. The zero value is ready to use.
 type MemoryConfig struct {
-	// Now returns the current time. nil means time.Now.
+	// Now returns the current time. nil means the system clock, read as
+	// the wall time at NewMemory plus the monotonic time elapsed since: it
+	// never steps back, and costs one clock read instead of time.Now's two.
 	Now func() time.Time
 	// SettleTTL is how long a settled or cancelled reservation id is
 	// remembered, so that a retried Settle changes nothing. 0 means
@@ -26,7 +28,7 @@ type MemoryConfig struct {
 //
 // Memory is safe for concurrent use. Use NewMemory to make one.
 type Memory struct {
-	now       func() time.Time
+	now       func() int64 // µs since the Unix epoch
 	settleTTL int64 // µs
 	seed      maphash.Seed
 	shards    [numShards]shard
@@ -66,9 +68,13 @@ var _ Store = (*Memory)(nil)
 
 // NewMemory returns an empty Memory store.
 func NewMemory(cfg MemoryConfig) *Memory {
-	m := &Memory{now: cfg.Now, settleTTL: int64(DefaultSettleTTL / time.Microsecond), seed: maphash.MakeSeed()}
-	if m.now == nil {
-		m.now = time.Now
+	m := &Memory{settleTTL: int64(DefaultSettleTTL / time.Microsecond), seed: maphash.MakeSeed()}
+	if now := cfg.Now; now != nil {
+		m.now = func() int64 { return now().UnixMicro() }
+	} else {
+		base := time.Now()
+		baseUS := base.UnixMicro()
+		m.now = func() int64 { return baseUS + time.Since(base).Microseconds() }
 	}
 	if cfg.SettleTTL > 0 {
 		m.settleTTL = cfg.SettleTTL.Microseconds()
@@ -101,7 +107,7 @@ func (b *heldBufs) held() held {
 // lock locks the shards of the items' keys and, when withRecord is set, of
 // reservation id's record, which comes last in h.keys.
 func (m *Memory) lock(h *held, items []Item, id string, withRecord bool) {
-	h.now = m.now().UnixMicro()
+	h.now = m.now()
 	n := len(items)
 	if withRecord {
 		n++
