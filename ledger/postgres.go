@@ -210,33 +210,76 @@ func pgType(column string) string {
 	return "text"
 }
 
-// columnArrays returns, for each of columns, the array of its values over
+// column reads one column of an entry without boxing it: exactly one of
+// its functions is set.
+type column struct {
+	text func(node string, e *Entry) string
+	num  func(e *Entry) int64
+	time func(e *Entry) time.Time
+}
+
+var columns = map[string]column{
+	"request_id": {text: func(_ string, e *Entry) string { return e.RequestID }},
+	"node":       {text: func(node string, _ *Entry) string { return node }},
+	"tenant":     {text: func(_ string, e *Entry) string { return e.Tenant }},
+	"user_id":    {text: func(_ string, e *Entry) string { return e.User }},
+	"key_id":     {text: func(_ string, e *Entry) string { return e.KeyID }},
+	"route":      {text: func(_ string, e *Entry) string { return e.Route }},
+	"upstream":   {text: func(_ string, e *Entry) string { return e.Upstream }},
+	"model":      {text: func(_ string, e *Entry) string { return e.Model }},
+	"region":     {text: func(_ string, e *Entry) string { return e.Region }},
+	"decision":   {text: func(_ string, e *Entry) string { return e.Decision }},
+	"policy":     {text: func(_ string, e *Entry) string { return e.Policy }},
+	"friction":   {text: func(_ string, e *Entry) string { return e.Friction }},
+	"status":     {text: func(_ string, e *Entry) string { return string(e.Status) }},
+
+	"http_status":      {num: func(e *Entry) int64 { return int64(e.HTTPStatus) }},
+	"est_input":        {num: func(e *Entry) int64 { return e.Estimated.InputTokens }},
+	"est_cached_input": {num: func(e *Entry) int64 { return e.Estimated.CachedInputTokens }},
+	"est_cache_write":  {num: func(e *Entry) int64 { return e.Estimated.CacheWriteTokens }},
+	"est_output":       {num: func(e *Entry) int64 { return e.Estimated.OutputTokens }},
+	"est_reasoning":    {num: func(e *Entry) int64 { return e.Estimated.ReasoningTokens }},
+	"est_units":        {num: func(e *Entry) int64 { return e.Estimated.Units }},
+	"act_input":        {num: func(e *Entry) int64 { return e.Actual.InputTokens }},
+	"act_cached_input": {num: func(e *Entry) int64 { return e.Actual.CachedInputTokens }},
+	"act_cache_write":  {num: func(e *Entry) int64 { return e.Actual.CacheWriteTokens }},
+	"act_output":       {num: func(e *Entry) int64 { return e.Actual.OutputTokens }},
+	"act_reasoning":    {num: func(e *Entry) int64 { return e.Actual.ReasoningTokens }},
+	"act_units":        {num: func(e *Entry) int64 { return e.Actual.Units }},
+	"estimated_cost":   {num: func(e *Entry) int64 { return int64(e.EstimatedCost) }},
+	"actual_cost":      {num: func(e *Entry) int64 { return int64(e.ActualCost) }},
+	"cost":             {num: func(e *Entry) int64 { return int64(e.Charge()) }},
+
+	"created_at": {time: func(e *Entry) time.Time { return e.CreatedAt }},
+	"settled_at": {time: func(e *Entry) time.Time { return e.SettledAt }},
+}
+
+// columnArrays returns, for each of names, the array of its values over
 // rows, typed for pgx to send in binary.
-func columnArrays(node string, rows []*Entry, columns []string) []any {
-	idx := make([]int, len(columns))
-	arrays := make([]any, len(columns))
-	for j, c := range columns {
-		idx[j] = slices.Index(entryColumns, c)
-		switch pgType(c) {
-		case "text":
-			arrays[j] = make([]string, 0, len(rows))
-		case "int8":
-			arrays[j] = make([]int64, 0, len(rows))
-		default:
-			arrays[j] = make([]pgtype.Timestamptz, 0, len(rows))
-		}
-	}
-	for _, e := range rows {
-		vals := entryArgs(node, e, pgTime)
-		for j, i := range idx {
-			switch a := arrays[j].(type) {
-			case []string:
-				arrays[j] = append(a, vals[i].(string))
-			case []int64:
-				arrays[j] = append(a, vals[i].(int64))
-			case []pgtype.Timestamptz:
-				arrays[j] = append(a, vals[i].(pgtype.Timestamptz))
+func columnArrays(node string, rows []*Entry, names []string) []any {
+	arrays := make([]any, len(names))
+	for j, name := range names {
+		c := columns[name]
+		switch {
+		case c.text != nil:
+			a := make([]string, len(rows))
+			for i, e := range rows {
+				a[i] = c.text(node, e)
 			}
+			arrays[j] = a
+		case c.num != nil:
+			a := make([]int64, len(rows))
+			for i, e := range rows {
+				a[i] = c.num(e)
+			}
+			arrays[j] = a
+		default:
+			a := make([]pgtype.Timestamptz, len(rows))
+			for i, e := range rows {
+				t := c.time(e)
+				a[i] = pgtype.Timestamptz{Time: t, Valid: !t.IsZero()}
+			}
+			arrays[j] = a
 		}
 	}
 	return arrays
@@ -244,7 +287,9 @@ func columnArrays(node string, rows []*Entry, columns []string) []any {
 
 func (t *pgTx) write(ctx context.Context, node string, inserts, updates []*Entry, deltas map[spendKey]spendDelta) error {
 	// New rows go in with COPY: they were not there when loaded, and the
-	// advisory lock keeps any other batch from adding them since.
+	// advisory lock keeps any other batch from adding them since. (COPY
+	// costs PostgreSQL about 2.5 µs less CPU per row than INSERT ... SELECT
+	// FROM unnest, for as much more here in boxing the values.)
 	if len(inserts) > 0 {
 		if _, err := t.tx.CopyFrom(ctx, pgx.Identifier{"ledger_entries"}, entryColumns,
 			pgx.CopyFromSlice(len(inserts), func(i int) ([]any, error) {
