@@ -105,9 +105,12 @@ bare_pid=$!
 wait_file "$tmp/bare.addr"
 bare=$(cat "$tmp/bare.addr")
 
-mkdir -p "$tmp/data"
-sed -e "s|@UPSTREAM@|$upstream|" -e "s|@POLICIES@|$root/bench/proxy/policies|" bench/proxy/costgate.yaml >"$tmp/costgate.yaml"
-"$tmp/costgate" serve --config "$tmp/costgate.yaml" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+# The config gets a directory of its own: costgate watches the config
+# file's whole directory and reloads on any change in it (see the README),
+# so nothing else may be written there.
+mkdir -p "$tmp/data" "$tmp/cfg"
+sed -e "s|@UPSTREAM@|$upstream|" -e "s|@POLICIES@|$root/bench/proxy/policies|" bench/proxy/costgate.yaml >"$tmp/cfg/costgate.yaml"
+"$tmp/costgate" serve --config "$tmp/cfg/costgate.yaml" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
 	--redis "redis://127.0.0.1:$port/0" --data-dir "$tmp/data" >"$tmp/costgate.out" 2>"$tmp/costgate.log" &
 pids+=($!)
 costgate_pid=$!
@@ -133,49 +136,90 @@ for r in $(seq "$ROUNDS"); do
 	timeout "$bound" "$pl" load "${common[@]}" -round "$r" -label bare -url "http://$bare" | tee -a "$results"
 	timeout "$bound" "$pl" load "${common[@]}" -round "$r" -label costgate -url "http://$costgate" \
 		-metrics "http://$admin/metrics" -admin-token "$ADMIN_TOKEN" | tee -a "$results"
+	# One connection: the latency a request adds when nothing queues.
+	timeout "$bound" "$pl" load "${common[@]}" -c 1 -round "$r" -label bare-c1 -url "http://$bare" | tee -a "$results"
+	timeout "$bound" "$pl" load "${common[@]}" -c 1 -round "$r" -label costgate-c1 -url "http://$costgate" \
+		-metrics "http://$admin/metrics" -admin-token "$ADMIN_TOKEN" | tee -a "$results"
 done
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# costgate log: $(grep -c 'config reloaded' "$tmp/costgate.log" || true) config reloads," \
+	"$(grep -c 'limiter store failed' "$tmp/costgate.log" || true) limiter store failures," \
+	"$(grep -c 'limiter settle failed' "$tmp/costgate.log" || true) limiter settle failures"
+redis-cli -p "$port" info commandstats | grep -E '^cmdstat_(evalsha|eval|script)' | sed 's/^/# redis /' || true
 echo
 "$pl" report "$results"
 
-if [ "$PERF" != 0 ] && command -v perf >/dev/null; then
-	# One more costgate window under perf: the share of costgate's CPU
-	# samples under each stage's function (callers included), which,
-	# times costgate's CPU per request, is the stage's CPU per request.
-	timeout "$bound" perf record -q -F 1999 -g -p "$costgate_pid" -o "$tmp/perf.data" -- sleep $((${DUR%s} + ${WARMUP%s})) \
-		>/dev/null 2>"$tmp/perf.log" &
-	perf_pid=$!
-	timeout "$bound" "$pl" load "${common[@]}" -round 0 -label costgate-perf -url "http://$costgate" >"$tmp/perf-run.json"
-	wait "$perf_pid" || true
-	echo
-	echo "perf: costgate alone, $(grep -o '"rps":[0-9.]*' "$tmp/perf-run.json"), $(grep -o '"costgate":[0-9.]*' "$tmp/perf-run.json") µs CPU/request"
-	perf report -i "$tmp/perf.data" --children --no-demangle --sort symbol --stdio -q -g none --percent-limit 0.5 2>/dev/null \
-		>"$tmp/perf.txt" || true
-	# The stages' functions; each line is the stage and its share of the
-	# samples, children included.
-	for f in \
-		'identify proxy.(*state).identify' \
-		'estimate costmodel.(*Estimator).Estimate' \
-		'debit proxy.(*Server).debit' \
-		'debit-redis-call weighted.(*Redis).Debit' \
-		'policy proxy.(*Server).decide' \
-		'policy-eval policies.(*Set).Decide' \
-		'ledger-reserve ledger.(*Ledger).Reserve' \
-		'forward httputil.(*ReverseProxy).ServeHTTP' \
-		'settle proxy.(*Server).settle' \
-		'settle-redis-call weighted.(*Redis).Settle' \
-		'settle-ledger ledger.(*Ledger).Settle' \
-		'record proxy.(*exchange).record' \
-		'pipeline proxy.(*Server).serve' \
-		'gin gin.(*Engine).ServeHTTP' \
-		'http-server http.(*conn).serve' \
-		'gc runtime.gcBgMarkWorker' \
-		'ledger-flush ledger.(*Ledger).flushLoop' \
-		'ledger-sync ledger.(*spool).syncLoop'; do
-		set -- $f
-		pct=$(awk -v s="$2" '{ f = $4 } f == s || substr(f, length(f) - length(s)) == "/" s { print $1; exit }' "$tmp/perf.txt")
-		printf '%-18s %-42s %s\n' "$1" "$2" "${pct:-<0.5%}"
-	done
-	echo "(perf report --children, top symbols:)"
-	cut -c1-160 "$tmp/perf.txt" | head -60
+if [ "$PERF" = 0 ] || ! command -v perf >/dev/null; then
+	exit 0
 fi
+
+# syscalls counts the system calls a proxy makes per request, over one
+# measured window (perf stat starts when the load generator's warm-up ends).
+syscalls() {
+	local label=$1 pid=$2 url=$3 events=syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_writev,syscalls:sys_enter_pwrite64,syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync,syscalls:sys_enter_futex,syscalls:sys_enter_epoll_pwait,syscalls:sys_enter_nanosleep
+	(sleep "${WARMUP%s}" && timeout "$bound" perf stat -x, -e "$events" -p "$pid" -o "$tmp/stat-$label.txt" -- sleep "${DUR%s}") &
+	local stat_pid=$!
+	timeout "$bound" "$pl" load "${common[@]}" -round 0 -label "$label" -url "$url" >"$tmp/stat-$label.json"
+	wait "$stat_pid" || true
+	local n
+	n=$(grep -o '"requests":[0-9]*' "$tmp/stat-$label.json" | cut -d: -f2)
+	printf '| %s |' "$label"
+	awk -F, -v n="$n" '/syscalls:/ { sub("syscalls:sys_enter_", "", $3); printf " %s %.2f |", $3, $1 / n }' "$tmp/stat-$label.txt"
+	echo
+}
+echo
+echo "System calls per request, by the proxy process alone (perf stat over one ${DUR} window):"
+echo
+syscalls bare-syscalls "$bare_pid" "http://$bare"
+syscalls costgate-syscalls "$costgate_pid" "http://$costgate"
+
+# One more costgate window under perf record: the share of costgate's CPU
+# samples under each stage's function (callees included), times costgate's
+# CPU per request, is the stage's CPU per request.
+timeout "$bound" perf record -q -F 1999 -g -p "$costgate_pid" -o "$tmp/perf.data" -- sleep $((${DUR%s} + ${WARMUP%s})) \
+	>/dev/null 2>"$tmp/perf.log" &
+perf_pid=$!
+timeout "$bound" "$pl" load "${common[@]}" -round 0 -label costgate-perf -url "http://$costgate" >"$tmp/perf-run.json"
+wait "$perf_pid" || true
+cpu=$(grep -o '"costgate":[0-9.]*' "$tmp/perf-run.json" | cut -d: -f2)
+echo
+echo "perf record: costgate at $(grep -o '"rps":[0-9]*' "$tmp/perf-run.json" | cut -d: -f2) req/s, $cpu µs CPU/request;" \
+	"share of costgate's samples under each function, callees included, and that share of the CPU per request:"
+echo
+perf report -i "$tmp/perf.data" --children --no-demangle --sort symbol --stdio -q -g none --percent-limit 0.3 2>/dev/null \
+	>"$tmp/perf.txt" || true
+echo "| stage | function | share | µs CPU/request |"
+echo "| --- | --- | ---: | ---: |"
+for f in \
+	'http-server net/http.(*conn).serve' \
+	'pipeline proxy.(*Server).serve' \
+	'identify proxy.(*state).identify' \
+	'estimate costmodel.(*Estimator).Estimate' \
+	'debit proxy.(*Server).debit' \
+	'debit:redis weighted.(*Redis).Debit' \
+	'policy proxy.(*Server).decide' \
+	'policy:rego policies.(*Set).Decide' \
+	'ledger-reserve ledger.(*Ledger).Reserve' \
+	'forward httputil.(*ReverseProxy).ServeHTTP' \
+	'forward:upstream-write net/http.(*persistConn).writeLoop' \
+	'forward:upstream-read net/http.(*persistConn).readLoop' \
+	'settle proxy.(*Server).settle' \
+	'settle:redis weighted.(*Redis).Settle' \
+	'settle:ledger ledger.(*Ledger).Settle' \
+	'settle:usage proxy.(*exchange).actualUsage' \
+	'record proxy.(*exchange).record' \
+	'background:ledger-apply ledger.(*Ledger).flushLoop' \
+	'ledger-apply:load ledger.(*sqliteTx).load' \
+	'ledger-apply:write ledger.(*sqliteTx).write' \
+	'ledger-apply:commit ledger.(*sqliteTx).commit' \
+	'ledger-apply:spool-read ledger.(*spool).read' \
+	'ledger-apply:mark ledger.(*spool).markApplied' \
+	'background:ledger-fsync ledger.(*spool).syncLoop' \
+	'background:gc runtime.gcBgMarkWorker' \
+	'all-goroutines runtime.goexit.abi0'; do
+	set -- $f
+	awk -v stage="$1" -v s="$2" -v cpu="$cpu" '
+		{ f = $4 }
+		f == s || substr(f, length(f) - length(s)) == "/" s { p = $1; sub("%", "", p); printf "| %s | `%s` | %.1f%% | %.1f |\n", stage, s, p, p / 100 * cpu; found = 1; exit }
+		END { if (!found) printf "| %s | `%s` | <0.3%% | |\n", stage, s }' "$tmp/perf.txt"
+done

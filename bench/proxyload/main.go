@@ -545,23 +545,26 @@ func runReport(args []string) error {
 		}
 		fmt.Println()
 	}
-	if len(runs["bare"]) > 0 && len(runs["costgate"]) > 0 {
-		b := func(get func(Run) float64) float64 { return med("bare", get) }
-		c := func(get func(Run) float64) float64 { return med("costgate", get) }
+	for _, suffix := range []string{"", "-c1"} {
+		bl, cl := "bare"+suffix, "costgate"+suffix
+		if len(runs[bl]) == 0 || len(runs[cl]) == 0 {
+			continue
+		}
 		rps := func(r Run) float64 { return r.RPS }
 		p50 := func(r Run) float64 { return r.P50us }
-		fmt.Printf("costgate / bare throughput: %.2fx (target ≥ 0.4x)\n", c(rps)/b(rps))
-		fmt.Printf("costgate p50 added: %.0f µs (target ≤ 500 µs)\n", c(p50)-b(p50))
-		// Pairwise ratios, round by round, show how noisy the machine was.
+		fmt.Printf("%s / %s: throughput %.2fx, p50 added %.0f µs, CPU per request %.1fx\n", cl, bl,
+			med(cl, rps)/med(bl, rps), med(cl, p50)-med(bl, p50),
+			med(cl, func(r Run) float64 { return r.CPUus["costgate"] })/med(bl, func(r Run) float64 { return r.CPUus["bare"] }))
+		// Ratios round by round show how noisy the machine was.
 		var pr []string
-		for _, cr := range runs["costgate"] {
-			for _, br := range runs["bare"] {
+		for _, cr := range runs[cl] {
+			for _, br := range runs[bl] {
 				if br.Round == cr.Round && br.RPS > 0 {
 					pr = append(pr, fmt.Sprintf("%.2f", cr.RPS/br.RPS))
 				}
 			}
 		}
-		fmt.Printf("per-round throughput ratios: %s\n", strings.Join(pr, ", "))
+		fmt.Printf("  throughput ratio round by round: %s\n", strings.Join(pr, ", "))
 	}
 	return nil
 }
