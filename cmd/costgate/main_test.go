@@ -1,0 +1,412 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/ledger"
+)
+
+// runCmd runs a command line and returns its output and error.
+func runCmd(t *testing.T, stdin string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err = run(t.Context(), args, strings.NewReader(stdin), &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+func TestVersion(t *testing.T) {
+	out, _, err := runCmd(t, "", "version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`^costgate (\S+) commit (\S+) (\S+)\n$`)
+	m := re.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("version printed %q, want costgate VERSION commit COMMIT GOVERSION", out)
+	}
+	if m[1] != buildVersion || m[3] != runtime.Version() {
+		t.Errorf("version %q, Go %q; want %q and %q", m[1], m[3], buildVersion, runtime.Version())
+	}
+}
+
+func TestCommandErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"no command", nil, "no command"},
+		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{"policy without a directory", []string{"policy", "check"}, "usage: costgate policy"},
+		{"policy unknown action", []string{"policy", "lint", "."}, "usage: costgate policy"},
+		{"policy not a directory", []string{"policy", "check", "main.go"}, "not a directory"},
+		{"ledger without export", []string{"ledger"}, "usage: costgate ledger export"},
+		{"ledger export without tenant", []string{"ledger", "export", "--from", "2026-01-01", "--to", "2026-01-02"}, "--tenant, --from and --to are required"},
+		{"ledger export bad date", []string{"ledger", "export", "--tenant", "a", "--from", "yesterday", "--to", "2026-01-02"}, "--from"},
+		{"simulate bad error rate", []string{"simulate", "--error-rate", "2"}, "--error-rate"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := runCmd(t, "", tt.args...)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("error %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+	t.Run("unknown command prints the usage", func(t *testing.T) {
+		_, stderr, _ := runCmd(t, "", "frobnicate")
+		if !strings.Contains(stderr, "Usage:") {
+			t.Errorf("stderr %q, want the usage", stderr)
+		}
+	})
+	t.Run("help", func(t *testing.T) {
+		out, _, err := runCmd(t, "", "help")
+		if err != nil || !strings.Contains(out, "costgate estimate") {
+			t.Errorf("help: %v, %q", err, out)
+		}
+	})
+}
+
+// estimateOutput is what `costgate estimate` prints.
+type estimateOutput struct {
+	Kind  string `json:"kind"`
+	Model string `json:"model"`
+	Usage struct {
+		InputTokens  int64 `json:"input_tokens"`
+		OutputTokens int64 `json:"output_tokens"`
+	} `json:"usage"`
+	CostNanoUSD int64  `json:"cost_nano_usd"`
+	CostUSD     string `json:"cost_usd"`
+}
+
+func TestEstimate(t *testing.T) {
+	const chat = `{"model":"gpt-4o-mini","max_tokens":50,"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hello, costgate!"}]}`
+	const messages = `{"model":"claude-haiku-4-5","max_tokens":100,"messages":[{"role":"user","content":"Hello"}]}`
+	est, err := costmodel.NewEstimator(costmodel.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name      string
+		args      []string
+		body      string
+		kind      costmodel.Kind
+		wantModel string
+		wantBody  string // the body the estimate must equal; default body
+		wantErr   string
+	}{
+		{name: "chat by path", args: []string{"--route", "/v1/chat/completions"}, body: chat,
+			kind: costmodel.ChatCompletions, wantModel: "gpt-4o-mini"},
+		{name: "default route is chat", body: chat, kind: costmodel.ChatCompletions, wantModel: "gpt-4o-mini"},
+		{name: "model override", args: []string{"--route", "/v1/chat/completions", "--model", "gpt-4o"}, body: chat,
+			kind: costmodel.ChatCompletions, wantModel: "gpt-4o",
+			wantBody: strings.Replace(chat, `"gpt-4o-mini"`, `"gpt-4o"`, 1)},
+		{name: "anthropic by kind name", args: []string{"--route", "anthropic_messages"}, body: messages,
+			kind: costmodel.AnthropicMessages, wantModel: "claude-haiku-4-5"},
+		{name: "embeddings", args: []string{"--route", "/v1/embeddings"}, body: `{"model":"text-embedding-3-small","input":["a","b c"]}`,
+			kind: costmodel.Embeddings, wantModel: "text-embedding-3-small"},
+		{name: "malformed body", args: []string{"--route", "/v1/chat/completions"}, body: `{"model":"gpt-4o-mini","messages":[`,
+			wantErr: "JSON"},
+		{name: "malformed body with a model override", args: []string{"--model", "gpt-4o"}, body: `[1,2`,
+			wantErr: "not a JSON object"},
+		{name: "unknown route", args: []string{"--route", "/v1/nope"}, body: chat, wantErr: "nope"},
+		{name: "unknown flag", args: []string{"--tenant", "x"}, body: chat, wantErr: "tenant"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, _, err := runCmd(t, tt.body, append([]string{"estimate"}, tt.args...)...)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one containing %q; output %s", err, tt.wantErr, out)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got estimateOutput
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatalf("output is not JSON: %v\n%s", err, out)
+			}
+			body := tt.wantBody
+			if body == "" {
+				body = tt.body
+			}
+			want, err := est.Estimate(tt.kind, []byte(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Kind != tt.kind.String() || got.Model != tt.wantModel {
+				t.Errorf("kind %q model %q, want %q %q", got.Kind, got.Model, tt.kind, tt.wantModel)
+			}
+			if got.Usage.InputTokens != want.Usage.InputTokens || got.Usage.InputTokens <= 0 {
+				t.Errorf("input tokens %d, want %d", got.Usage.InputTokens, want.Usage.InputTokens)
+			}
+			if got.Usage.OutputTokens != want.Usage.OutputTokens {
+				t.Errorf("output tokens %d, want %d", got.Usage.OutputTokens, want.Usage.OutputTokens)
+			}
+			if got.CostNanoUSD != int64(want.Cost) || got.CostNanoUSD <= 0 || got.CostUSD != want.Cost.String() {
+				t.Errorf("cost %d (%s), want %d (%s)", got.CostNanoUSD, got.CostUSD, int64(want.Cost), want.Cost)
+			}
+		})
+	}
+}
+
+func TestPolicy(t *testing.T) {
+	broken := t.TempDir()
+	if err := os.WriteFile(filepath.Join(broken, "ok.rego"), []byte("package ok\n\nallow := true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(broken, "broken.rego"), []byte("package broken\n\nallow if {\n\tinput.x ==\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	failing := t.TempDir()
+	if err := os.WriteFile(filepath.Join(failing, "f_test.rego"), []byte("package f\n\ntest_false if { 1 == 2 }\n\ntest_true if { 1 == 1 }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const examplesDir = "../../examples/policies"
+	tests := []struct {
+		name    string
+		args    []string
+		wantOut *regexp.Regexp
+		wantErr *regexp.Regexp
+	}{
+		{"check examples", []string{"check", examplesDir}, regexp.MustCompile(`compile`), nil},
+		{"check broken", []string{"check", broken}, nil, regexp.MustCompile(`broken\.rego:\d+`)},
+		{"test examples", []string{"test", examplesDir}, regexp.MustCompile(`(?m)^[1-9]\d* passed, 0 failed$`), nil},
+		{"test failing", []string{"test", failing}, regexp.MustCompile(`(?m)^1 passed, 1 failed$`), regexp.MustCompile(`1 policy tests failed`)},
+		{"test broken", []string{"test", broken}, nil, regexp.MustCompile(`broken\.rego:\d+`)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, _, err := runCmd(t, "", append([]string{"policy"}, tt.args...)...)
+			switch {
+			case tt.wantErr == nil && err != nil:
+				t.Fatalf("error %v; output %s", err, out)
+			case tt.wantErr != nil && (err == nil || !tt.wantErr.MatchString(err.Error())):
+				t.Fatalf("error %v, want one matching %s", err, tt.wantErr)
+			}
+			if tt.wantOut != nil && !tt.wantOut.MatchString(out) {
+				t.Errorf("output %q, want it to match %s", out, tt.wantOut)
+			}
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer that serve may write while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestServeAndExport runs `costgate serve` on a config with the simulator
+// as its upstream, serves one request through the data plane, stops it by
+// cancelling its context, and exports the request from the ledger.
+func TestServeAndExport(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("COSTGATE_CONFIG", "")
+	dir := t.TempDir()
+	config := filepath.Join(dir, "costgate.yaml")
+	err := os.WriteFile(config, []byte(fmt.Sprintf(`
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+admin_token: test-admin
+data_dir: %q
+upstreams:
+  - name: openai
+    kind: openai
+    simulate: always
+tenants:
+  - name: acme
+    plan: free
+    keys:
+      - id: acme-key
+        key: cg-test-acme
+        user: alice
+limits:
+  - name: acme-requests
+    dimensions: [tenant]
+    unit: requests
+    rate: 10
+    period: 1m
+`, filepath.Join(dir, "data"))), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--config", config}, strings.NewReader(""), &stdout, &stderr)
+	}()
+
+	// serve announces the addresses it bound.
+	announce := regexp.MustCompile(`serving .* on (127\.0\.0\.1:\d+) \(admin on (127\.0\.0\.1:\d+)\)`)
+	var data, admin string
+	waitFor(t, "serve announces its addresses", 20*time.Second, func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("serve returned %v before it served; stderr:\n%s", err, stderr.String())
+		default:
+		}
+		m := announce.FindStringSubmatch(stdout.String())
+		if m != nil {
+			data, admin = m[1], m[2]
+		}
+		return m != nil
+	})
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get("http://" + admin + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz: %s", resp.Status)
+	}
+
+	const body = `{"model":"gpt-4o-mini","max_tokens":8,"messages":[{"role":"user","content":"Hello, costgate!"}]}`
+	req, err := http.NewRequest(http.MethodPost, "http://"+data+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer cg-test-acme")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err = client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("chat completion: %s: %s", resp.Status, b)
+	}
+	requestID := resp.Header.Get("X-Request-Id")
+	var completion struct {
+		Usage struct {
+			PromptTokens     int64 `json:"prompt_tokens"`
+			CompletionTokens int64 `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(b, &completion); err != nil {
+		t.Fatal(err)
+	}
+	if requestID == "" || completion.Usage.PromptTokens == 0 || completion.Usage.CompletionTokens == 0 {
+		t.Fatalf("request id %q, usage %+v: %s", requestID, completion.Usage, b)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve stopped with %v; stderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop after its context was cancelled")
+	}
+	if _, err := http.Get("http://" + admin + "/healthz"); err == nil {
+		t.Error("the admin listener still answers after serve returned")
+	}
+
+	day := time.Now().UTC()
+	out, _, err := runCmd(t, "", "ledger", "export", "--config", config, "--tenant", "acme",
+		"--from", day.AddDate(0, 0, -1).Format(time.DateOnly), "--to", day.AddDate(0, 0, 1).Format(time.DateOnly))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+	if err != nil {
+		t.Fatalf("export is not CSV: %v\n%s", err, out)
+	}
+	if len(rows) != 2 || !slices.Equal(rows[0], ledger.CSVHeader) {
+		t.Fatalf("export has %d rows, want the header and one entry:\n%s", len(rows), out)
+	}
+	entry := map[string]string{}
+	for i, col := range rows[0] {
+		entry[col] = rows[1][i]
+	}
+	want := map[string]string{
+		"request_id":    requestID,
+		"tenant":        "acme",
+		"user":          "alice",
+		"key_id":        "acme-key",
+		"route":         "/v1/chat/completions",
+		"upstream":      "openai",
+		"model":         "gpt-4o-mini",
+		"status":        string(ledger.StatusSettled),
+		"http_status":   "200",
+		"input_tokens":  fmt.Sprint(completion.Usage.PromptTokens),
+		"output_tokens": fmt.Sprint(completion.Usage.CompletionTokens),
+	}
+	for col, v := range want {
+		if entry[col] != v {
+			t.Errorf("%s = %q, want %q", col, entry[col], v)
+		}
+	}
+
+	t.Run("other tenant is empty", func(t *testing.T) {
+		out, _, err := runCmd(t, "", "ledger", "export", "--config", config, "--tenant", "globex", "--format", "json",
+			"--from", day.AddDate(0, 0, -1).Format(time.DateOnly), "--to", day.AddDate(0, 0, 1).Format(time.DateOnly))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var entries []json.RawMessage
+		if err := json.Unmarshal([]byte(out), &entries); err != nil || len(entries) != 0 {
+			t.Errorf("export of another tenant: %v, %s", err, out)
+		}
+	})
+	t.Run("bad format", func(t *testing.T) {
+		_, _, err := runCmd(t, "", "ledger", "export", "--config", config, "--tenant", "acme", "--format", "xml",
+			"--from", "2026-01-01", "--to", "2026-01-02")
+		if !errors.Is(err, ledger.ErrInvalid) {
+			t.Errorf("error %v, want ledger.ErrInvalid", err)
+		}
+	})
+}
