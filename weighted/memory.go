@@ -29,7 +29,7 @@ type MemoryConfig struct {
 // Memory is safe for concurrent use. Use NewMemory to make one.
 type Memory struct {
 	now       func() int64 // µs since the Unix epoch
-	settleTTL int64 // µs
+	settleTTL int64        // µs
 	seed      maphash.Seed
 	shards    [numShards]shard
 }
