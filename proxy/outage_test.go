@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -172,5 +174,121 @@ limits:
 	}
 	if served != 3 {
 		t.Errorf("served %d on the cluster, want the limit of 3", served)
+	}
+}
+
+// TestRedisOutageUnderLoad kills Redis while eight clients keep sending
+// requests, then brings it back: no request fails, every answer during the
+// outage is marked degraded, and the latency of each phase is reported.
+func TestRedisOutageUnderLoad(t *testing.T) {
+	rs := redistest.New(t)
+	s := newStackWith(t, stackOptions{redisURL: rs.URL, policies: allowAll, store: `
+  timeout: 200ms
+  breaker_failures: 5
+  breaker_cooldown: 100ms`, extra: `
+limits:
+  - name: acme-requests
+    dimensions: [tenant]
+    unit: requests
+    rate: 1000000
+    period: 1m
+  - name: acme-tokens
+    dimensions: [tenant, user]
+    unit: tokens
+    rate: 100000000
+    period: 1m
+`})
+	type sample struct {
+		phase    int
+		status   int
+		degraded bool
+		took     time.Duration
+	}
+	var phase atomic.Int32
+	results := make(chan sample, 100000)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := 0; i < 100000; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p := int(phase.Load())
+				req, _ := http.NewRequest("POST", s.url+"/v1/chat/completions",
+					strings.NewReader(`{"model":"gpt-4o-mini","max_tokens":4,"messages":[{"role":"user","content":"load"}]}`))
+				req.Header.Set("Authorization", "Bearer cg-test-acme")
+				start := time.Now()
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					results <- sample{phase: p, status: -1}
+					continue
+				}
+				resp.Body.Close()
+				if int(phase.Load()) != p {
+					p = -1 // it straddled a phase change: neither one's
+				}
+				results <- sample{p, resp.StatusCode, resp.Header.Get("Costgate-Degraded") != "", time.Since(start)}
+			}
+		})
+	}
+	count := func(p int, n int) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for len(results) < n && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		_ = p
+	}
+	count(0, 200)
+	phase.Store(1)
+	rs.Stop(t)
+	count(1, 600)
+	phase.Store(2)
+	rs.Restart(t)
+	// Let the breaker probe and close: a bounded number of requests later.
+	count(2, 1400)
+	close(stop)
+	wg.Wait()
+	close(results)
+
+	lat := map[int][]time.Duration{}
+	degraded := map[int]int{}
+	for r := range results {
+		if r.status != 200 {
+			t.Errorf("phase %d: a request got %d", r.phase, r.status)
+			continue
+		}
+		if r.phase < 0 {
+			continue
+		}
+		lat[r.phase] = append(lat[r.phase], r.took)
+		if r.degraded {
+			degraded[r.phase]++
+		}
+	}
+	names := []string{"healthy", "Redis down", "Redis back"}
+	for p, name := range names {
+		l := lat[p]
+		if len(l) == 0 {
+			t.Fatalf("no requests in phase %s", name)
+		}
+		slices.Sort(l)
+		t.Logf("%-10s %4d requests, %4d degraded: latency p50 %v, p99 %v, max %v", name, len(l), degraded[p], l[len(l)/2], l[len(l)*99/100], l[len(l)-1])
+	}
+	if degraded[0] != 0 {
+		t.Errorf("%d requests degraded while Redis was healthy", degraded[0])
+	}
+	// Requests sent before the kill may still have gone to Redis; the
+	// later part of the outage must be all degraded.
+	if degraded[1] < len(lat[1])/2 {
+		t.Errorf("only %d of %d requests during the outage were degraded", degraded[1], len(lat[1]))
+	}
+	// After Redis returns, the tail of the run is on Redis again.
+	tail := lat[2]
+	if degraded[2] == len(tail) {
+		t.Error("costgate never went back to Redis")
 	}
 }
