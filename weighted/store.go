@@ -42,11 +42,13 @@ type Store interface {
 	// otherwise it changes nothing. id is the reservation id (the request
 	// id) that Settle and Cancel name later.
 	Debit(ctx context.Context, id string, items []Item) (Result, error)
-	// Settle ends reservation id: items are as they were debited (Cost is
-	// the reserved cost) and actual holds the actual cost of each. The
-	// difference is charged or refunded, clamped to each limit's capacity;
-	// concurrency units are released. Settling an id again, or after
-	// Cancel, changes nothing.
+	// Settle ends reservation id, whose Debit was admitted: items are as
+	// they were debited, in the same order (Cost is the reserved cost), and
+	// actual holds the actual cost of each. The difference is charged or
+	// refunded, clamped so that no limit goes below empty or above full;
+	// a window refunds only into the window that was debited; concurrency
+	// units are released. Settling an id again, or after Cancel, changes
+	// nothing for SettleTTL.
 	Settle(ctx context.Context, id string, items []Item, actual []int64) error
 	// Cancel returns the whole reservation id, as Settle with actual costs
 	// of zero.
