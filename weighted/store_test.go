@@ -30,6 +30,9 @@ func TestMemoryAndRedisAgree(t *testing.T) {
 		{Name: "log", Algorithm: SlidingLog, Rate: 40, Period: 300 * time.Millisecond},
 		{Name: "inflight", Algorithm: Concurrency, Rate: 8, Period: 2 * time.Second},
 		{Name: "daily-nanousd", Algorithm: TokenBucket, Rate: 50_000_000_000, Period: 24 * time.Hour},
+		// Counted in ticks of 10ms (see Limit.Validate).
+		{Name: "minute-nanousd", Algorithm: SlidingWindow, Rate: 100_000_000_000, Period: time.Minute},
+		{Name: "gcra-ticks", Algorithm: GCRA, Rate: 100_000_000_000, Period: time.Minute, Burst: 20_000_000_000},
 	}
 	keys := []string{"{acme}", "{acme}:model=gpt-4o", "{globex}", "plain"}
 	for seed := range uint64(6) {
@@ -43,6 +46,7 @@ func TestMemoryAndRedisAgree(t *testing.T) {
 				items []Item
 			}
 			var held []reservation
+			var admitted, denied int
 			randomItems := func() []Item {
 				n := 1 + rng.IntN(4)
 				var items []Item
@@ -70,6 +74,10 @@ func TestMemoryAndRedisAgree(t *testing.T) {
 						results[k] = fmt.Sprintf("%+v %v", res, err)
 						if k == 0 && err == nil && res.Allowed {
 							held = append(held, reservation{id, items})
+							admitted++
+						}
+						if k == 0 && err == nil && !res.Allowed {
+							denied++
 						}
 					}
 				case r < 15:
@@ -105,6 +113,9 @@ func TestMemoryAndRedisAgree(t *testing.T) {
 				if results[0] != results[1] {
 					t.Fatalf("step %d (%s):\nmemory %v\nredis  %v", i, op, results[0], results[1])
 				}
+			}
+			if admitted < 20 || denied < 20 {
+				t.Fatalf("%d debits admitted and %d denied: the sequence does not exercise both", admitted, denied)
 			}
 		})
 	}
