@@ -1,6 +1,6 @@
 -- debit.lua: Debit (mode 1) and Peek (mode 0) of n items, all or nothing.
 -- KEYS: the items' keys, meters and windows first, then (when a window item
--- is debited) the reservation's record key. ARGV[1]: int64 n, time override
+-- is debited) the reservation's record key. ARGV[1]: doubles n, time override
 -- (0: TIME), mode, the number of meters and windows, then per item algo, cap,
 -- rate, period, tick, cost. ARGV[2]: the reservation id.
 -- Returns doubles: allowed, then per item allowed, remaining, retry µs and

@@ -1,7 +1,8 @@
 -- settle.lua: Settle and Cancel of reservation id over n items.
 -- KEYS: the items' keys, meters and windows first, then the reservation's
--- record key. ARGV[1]: int64 n, time override (0: TIME), how long to
--- remember the id (ms), 0, then per item algo, cap, rate, period, tick,
+-- record key. ARGV[1]: doubles n, time override (0: TIME), how long to
+-- remember the id (ms), the number of meters and windows (unused), then
+-- per item algo, cap, rate, period, tick,
 -- reserved cost, actual cost. ARGV[2]: the id.
 -- Returns 1, or 0 when the id was settled already.
 local buf, id = ARGV[1], ARGV[2]
