@@ -138,3 +138,22 @@ func FuzzLimit(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseAlgorithm checks that ParseAlgorithm accepts exactly the names
+// String returns.
+func FuzzParseAlgorithm(f *testing.F) {
+	for a := Algorithm(0); a < numAlgorithms; a++ {
+		f.Add(a.String())
+	}
+	f.Add("Token_Bucket")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		a, err := ParseAlgorithm(s)
+		if err != nil {
+			return
+		}
+		if a >= numAlgorithms || a.String() != s {
+			t.Fatalf("ParseAlgorithm(%q) = %v, whose name is %q", s, a, a.String())
+		}
+	})
+}
