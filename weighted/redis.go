@@ -88,6 +88,12 @@ func (c RedisConfig) Validate() error {
 // and one of three limits that share a hash tag about 1.4 times as much
 // (bench/README.md).
 //
+// A Debit whose reply is lost may have run: a client that then retries it
+// (go-redis does on network errors, up to its MaxRetries) debits meters and
+// windows twice, while sliding logs and concurrency limits, whose marks are
+// named by the reservation id, count it once. Settle and Cancel are
+// idempotent per id.
+//
 // # Redis Cluster
 //
 // With a *redis.ClusterClient or *redis.Ring (or RedisConfig.Sharded), the
