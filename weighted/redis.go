@@ -91,8 +91,8 @@ func (c RedisConfig) Validate() error {
 // A Debit whose reply is lost may have run: a client that then retries it
 // (go-redis does on network errors, up to its MaxRetries) debits meters and
 // windows twice, while sliding logs and concurrency limits, whose marks are
-// named by the reservation id, count it once. Settle and Cancel are
-// idempotent per id.
+// named by the reservation id, count it once (the retry is still judged as
+// a new debit). Settle and Cancel are idempotent per id.
 //
 // # Redis Cluster
 //
