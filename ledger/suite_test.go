@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -787,4 +789,25 @@ func TestSpendMatchesEntries(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestFailedOpenReleasesTheDir(t *testing.T) {
+	dir := t.TempDir()
+	// A directory where the embedded database file should be: the store
+	// cannot open, after the lock and the spool were taken.
+	if err := os.Mkdir(filepath.Join(dir, "ledger.db"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := ledger.Open(context.Background(), ledger.Config{Dir: dir}); err == nil {
+		l.Close()
+		t.Fatal("Open succeeded with a directory for the database file")
+	}
+	if err := os.Remove(filepath.Join(dir, "ledger.db")); err != nil {
+		t.Fatal(err)
+	}
+	l := open(t, ledger.Config{Dir: dir}) // fails if the lock or the spool were kept
+	if err := l.Reserve(context.Background(), reservation("after", t0)); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, l)
 }
