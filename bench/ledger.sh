@@ -10,5 +10,6 @@ echo "# $(date -u +%FT%TZ) $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg)
 go test -count=3 -run XXX -bench 'Reserve/background-fsync' -benchmem -benchtime 200000x ./ledger/
 go test -count=1 -run XXX -bench 'Reserve/sync-each' -benchmem -benchtime 2000x ./ledger/
 LEDGER_BENCH_N=$N go test -count=3 -run XXX -bench PostgresThroughput -benchtime 1x ./ledger/
+LEDGER_BENCH_N=$N go test -count=1 -run XXX -bench EmbeddedThroughput -benchtime 1x ./ledger/
 go test -count=1 -run XXX -bench Spend -benchmem ./ledger/
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
