@@ -149,6 +149,9 @@ func (s *Server) openStore(ctx context.Context, cfg *Config) (weighted.Store, er
 	if err != nil {
 		return nil, fmt.Errorf("proxy: store.redis: %w", err)
 	}
+	// go-redis prints every failed dial to stderr; during an outage that
+	// is thousands of lines. The breaker's state and the metrics say it.
+	redis.SetLogger(redisLog{s.log})
 	s.closers = append(s.closers, c.Close)
 	s.ping = func(ctx context.Context) error { return c.Ping(ctx).Err() }
 	if err := c.Ping(ctx).Err(); err != nil {
@@ -483,4 +486,12 @@ func (s *Server) WaitIdle(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// redisLog sends go-redis's own log lines to the server's logger at debug
+// level.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
 }
