@@ -15,13 +15,13 @@
 # medians and ratios. perf, when installed and PROXY_BENCH_PERF is not 0,
 # profiles costgate during one more window to split its CPU by stage.
 #
-# Knobs (environment): PROXY_BENCH_ROUNDS (3), PROXY_BENCH_DURATION (4s),
+# Knobs (environment): PROXY_BENCH_ROUNDS (5), PROXY_BENCH_DURATION (4s),
 # PROXY_BENCH_WARMUP (1s), PROXY_BENCH_CONNS (32), PROXY_BENCH_PERF (1), and
 # PROXY_BENCH_KEEP, a directory to keep the raw results, logs and the
 # perf profile in.
 set -euo pipefail
 
-ROUNDS=${PROXY_BENCH_ROUNDS:-3}
+ROUNDS=${PROXY_BENCH_ROUNDS:-5}
 DUR=${PROXY_BENCH_DURATION:-4s}
 WARMUP=${PROXY_BENCH_WARMUP:-1s}
 CONNS=${PROXY_BENCH_CONNS:-32}
