@@ -33,6 +33,7 @@ type Ledger struct {
 
 	mu       sync.Mutex
 	applied  int64         // spool position in the store
+	caughtUp time.Time     // the latest time at which everything spooled was in the store
 	advanced chan struct{} // closed and replaced when applied advances
 	lastErr  error         // the store's last error, nil once it succeeds
 	fatal    error         // the flusher stopped for good
@@ -129,6 +130,7 @@ func open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 		return nil, err
 	}
 	_, l.applied = l.spool.positions()
+	l.caughtUp = time.Now()
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
@@ -248,6 +250,10 @@ var ErrReadOnly = errors.New("ledger: opened read-only")
 type Stats struct {
 	// Pending is the bytes of spool not yet in the store.
 	Pending int64
+	// Lag is how far the store is behind the spool: the time since the
+	// store last held everything spooled up to then (within one batch);
+	// zero when nothing is pending.
+	Lag time.Duration
 	// StoreErr is the store's last error, nil while it works.
 	StoreErr error
 }
@@ -264,7 +270,11 @@ func (l *Ledger) Stats() Stats {
 	if l.fatal != nil {
 		err = l.fatal
 	}
-	return Stats{Pending: end - applied, StoreErr: err}
+	st := Stats{Pending: end - applied, StoreErr: err}
+	if st.Pending > 0 && !l.caughtUp.IsZero() {
+		st.Lag = time.Since(l.caughtUp)
+	}
+	return st
 }
 
 // Close waits up to Config.CloseTimeout for the spool to reach the store,
@@ -323,6 +333,8 @@ func (l *Ledger) flushLoop(ctx context.Context) {
 		lastLog time.Time
 	)
 	for {
+		readAt := time.Now()
+		end, _ := l.spool.positions()
 		recs, next, err = l.spool.read(pos, l.cfg.BatchSize, recs, &buf)
 		if err != nil {
 			l.setFatal(err)
@@ -367,6 +379,9 @@ func (l *Ledger) flushLoop(ctx context.Context) {
 		}
 		l.mu.Lock()
 		l.applied, l.lastErr = pos, nil
+		if pos >= end {
+			l.caughtUp = readAt // all that was spooled before readAt is in the store
+		}
 		close(l.advanced)
 		l.advanced = make(chan struct{})
 		l.mu.Unlock()

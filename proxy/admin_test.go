@@ -78,6 +78,9 @@ limits:
 		`stage="debit"`,
 		`costgate_spend_nano_usd_total{`,
 		`gen_ai_client_token_usage_bucket{`,
+		`costgate_ledger_lag_seconds `,
+		`costgate_ledger_spool_size_bytes `,
+		`costgate_config_last_reload_success 1`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)

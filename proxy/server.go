@@ -136,6 +136,11 @@ func (s *Server) open(ctx context.Context, cfg *Config) error {
 	}
 	s.state.Store(st)
 	s.tel.Reload(true) // the first load counts, so the gauge says the config is good
+	s.tel.ObserveLedger(func() (float64, int64) {
+		st := s.ledger.Stats()
+		return st.Lag.Seconds(), st.Pending
+	})
+	s.closers = append(s.closers, func() error { s.tel.ObserveLedger(nil); return nil })
 	s.data = s.dataHandler()
 	s.admin = s.adminHandler()
 	return nil

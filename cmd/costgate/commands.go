@@ -190,7 +190,9 @@ func ledgerCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if cf.config != "" && !filepath.IsAbs(dir) {
 		dir = filepath.Join(filepath.Dir(cf.config), dir)
 	}
-	l, err := ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: dir})
+	// Read-only, so that it works beside a running serve on the same
+	// data directory.
+	l, err := ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: dir, ReadOnly: true})
 	if err != nil {
 		return err
 	}
