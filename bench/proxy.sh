@@ -162,9 +162,10 @@ syscalls() {
 	timeout "$bound" "$pl" load "${common[@]}" -round 0 -label "$label" -url "$url" >"$tmp/stat-$label.json"
 	wait "$stat_pid" || true
 	local n
-	n=$(grep -o '"requests":[0-9]*' "$tmp/stat-$label.json" | cut -d: -f2)
+	n=$(grep -o '"requests":[0-9]*' "$tmp/stat-$label.json" | cut -d: -f2) || true
 	printf '| %s |' "$label"
-	awk -F, -v n="$n" '/syscalls:/ { sub("syscalls:sys_enter_", "", $3); printf " %s %.2f |", $3, $1 / n }' "$tmp/stat-$label.txt"
+	awk -F, -v n="${n:-0}" '/syscalls:/ && n > 0 { sub("syscalls:sys_enter_", "", $3); printf " %s %.2f |", $3, $1 / n }' \
+		"$tmp/stat-$label.txt" 2>/dev/null || printf ' perf stat failed |'
 	echo
 }
 echo
@@ -181,7 +182,7 @@ timeout "$bound" perf record -q -F 1999 -g -p "$costgate_pid" -o "$tmp/perf.data
 perf_pid=$!
 timeout "$bound" "$pl" load "${common[@]}" -round 0 -label costgate-perf -url "http://$costgate" >"$tmp/perf-run.json"
 wait "$perf_pid" || true
-cpu=$(grep -o '"costgate":[0-9.]*' "$tmp/perf-run.json" | cut -d: -f2)
+cpu=$(grep -o '"costgate":[0-9.]*' "$tmp/perf-run.json" | cut -d: -f2) || true
 echo
 echo "perf record: costgate at $(grep -o '"rps":[0-9]*' "$tmp/perf-run.json" | cut -d: -f2) req/s, $cpu µs CPU/request;" \
 	"share of costgate's samples under each function, callees included, and that share of the CPU per request:"
@@ -221,5 +222,5 @@ for f in \
 	awk -v stage="$1" -v s="$2" -v cpu="$cpu" '
 		{ f = $4 }
 		f == s || substr(f, length(f) - length(s)) == "/" s { p = $1; sub("%", "", p); printf "| %s | `%s` | %.1f%% | %.1f |\n", stage, s, p, p / 100 * cpu; found = 1; exit }
-		END { if (!found) printf "| %s | `%s` | <0.3%% | |\n", stage, s }' "$tmp/perf.txt"
+		END { if (!found) printf "| %s | `%s` | <0.3%% | |\n", stage, s }' "$tmp/perf.txt" 2>/dev/null || true
 done
