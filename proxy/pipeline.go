@@ -120,15 +120,21 @@ func exchangeFrom(ctx context.Context) *exchange {
 	return x
 }
 
-// newRequestID returns "req_" and 128 random bits in hex.
+// newRequestID returns "req_" and 128 bits in hex: 48 bits of Unix
+// milliseconds, then 80 random bits. The time prefix keeps ids in the order
+// requests arrived, so that the ledger, which keys entries by id, appends
+// to its index instead of writing all over it.
 func newRequestID() string {
 	var b [16]byte
-	for i := 0; i < 16; i += 8 {
-		v := rand.Uint64()
-		for j := range 8 {
-			b[i+j] = byte(v >> (8 * j))
-		}
+	ms := uint64(time.Now().UnixMilli())
+	for i := range 6 {
+		b[i] = byte(ms >> (8 * (5 - i)))
 	}
+	r1, r2 := rand.Uint64(), rand.Uint64()
+	for i := range 8 {
+		b[6+i] = byte(r1 >> (8 * i))
+	}
+	b[14], b[15] = byte(r2), byte(r2>>8)
 	return "req_" + hex.EncodeToString(b[:])
 }
 
@@ -294,8 +300,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	}
 
 	// 7. Settle, also when the copy to the client is aborted (the reverse
-	// proxy then panics with http.ErrAbortHandler).
-	defer s.settle(x)
+	// proxy then panics with http.ErrAbortHandler). It runs on a goroutine
+	// of the server's, so that the client's connection is free for its
+	// next request at once; WaitIdle and Close wait for it.
+	defer s.settleLater(x)
 
 	// 6. Forward.
 	if x.est.Stream && !x.est.StreamUsage && (kind == costmodel.ChatCompletions || kind == costmodel.Completions) {
@@ -691,7 +699,19 @@ func (s *Server) cancel(x *exchange) {
 
 // settle prices what the upstream reported, charges or refunds the limits
 // and finalizes the ledger entry.
+func (s *Server) settleLater(x *exchange) {
+	s.inflight.Add(1)
+	s.settles.Add(1)
+	go func() {
+		defer s.inflight.Add(-1)
+		defer s.settles.Done()
+		s.settle(x)
+	}()
+}
+
 func (s *Server) settle(x *exchange) {
+	t := x.begin(telemetry.StageSettle)
+	defer t.end()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	usage, status := x.actualUsage()

@@ -44,6 +44,7 @@ type Server struct {
 	ping     func(context.Context) error // checks the limiter store; nil for memory
 
 	inflight atomic.Int64 // requests in the pipeline, settlement included
+	settles  sync.WaitGroup // settlements under way; Close waits for them
 
 	// state is the active configuration, compiled; a reload swaps it whole,
 	// and a request keeps the state it started with.
@@ -386,6 +387,10 @@ func (s *Server) Telemetry() *telemetry.Telemetry { return s.tel }
 // Close stops everything Open started, in reverse order, and waits for
 // the server's goroutines. It flushes the ledger.
 func (s *Server) Close() error {
+	// Settlements still under way write to the stores: let them finish
+	// before the stores close. (Close is called once the listeners have
+	// stopped, so no new settlement starts.)
+	s.settles.Wait()
 	var errs []error
 	for i := len(s.closers) - 1; i >= 0; i-- {
 		if err := s.closers[i](); err != nil && !errors.Is(err, http.ErrServerClosed) {

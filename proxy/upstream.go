@@ -75,7 +75,10 @@ func newUpstream(cfg UpstreamConfig, base string) (*upstream, error) {
 		Rewrite:        u.rewrite,
 		Transport:      transport,
 		BufferPool:     bufferPool{},
-		FlushInterval:  -1, // flush every write: a stream must not wait in a buffer
+		// ReverseProxy flushes text/event-stream and bodies of unknown
+		// length after every write by itself; other bodies go out when
+		// the copy ends. (-1 here would start a flush timer per response.)
+		FlushInterval:  0,
 		ModifyResponse: modifyResponse,
 		ErrorHandler:   errorHandler,
 	}

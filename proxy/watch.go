@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -42,7 +43,11 @@ func (s *Server) Watch(ctx context.Context, path string) error {
 				if !ok {
 					return
 				}
-				if ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) != 0 {
+				// Only the config file and policy files count: a log
+				// written beside the config must not reload it forever.
+				relevant := filepath.Clean(ev.Name) == filepath.Clean(path) || strings.HasSuffix(ev.Name, ".rego") ||
+					filepath.Base(ev.Name) == "..data" // a Kubernetes ConfigMap's atomic swap
+				if relevant && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) != 0 {
 					debounce = time.After(250 * time.Millisecond)
 				}
 			case err, ok := <-w.Errors:
