@@ -43,7 +43,7 @@ type Server struct {
 	loader   func() (*Config, error)
 	ping     func(context.Context) error // checks the limiter store; nil for memory
 
-	inflight atomic.Int64 // requests in the pipeline, settlement included
+	inflight atomic.Int64   // requests in the pipeline, settlement included
 	settles  sync.WaitGroup // settlements under way; Close waits for them
 
 	// state is the active configuration, compiled; a reload swaps it whole,

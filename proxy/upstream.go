@@ -72,9 +72,9 @@ func newUpstream(cfg UpstreamConfig, base string) (*upstream, error) {
 		slices.SortStableFunc(u.paths, func(a, b PathCost) int { return len(b.Prefix) - len(a.Prefix) })
 	}
 	u.rp = &httputil.ReverseProxy{
-		Rewrite:        u.rewrite,
-		Transport:      transport,
-		BufferPool:     bufferPool{},
+		Rewrite:    u.rewrite,
+		Transport:  transport,
+		BufferPool: bufferPool{},
 		// ReverseProxy flushes text/event-stream and bodies of unknown
 		// length after every write by itself; other bodies go out when
 		// the copy ends. (-1 here would start a flush timer per response.)
