@@ -240,14 +240,16 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 	}
 }
 
-// TestServeAndExport runs `costgate serve` on a config with the simulator
-// as its upstream, serves one request through the data plane, stops it by
-// cancelling its context, and exports the request from the ledger.
-func TestServeAndExport(t *testing.T) {
-	t.Setenv("REDIS_URL", "")
-	t.Setenv("DATABASE_URL", "")
-	t.Setenv("COSTGATE_CONFIG", "")
-	dir := t.TempDir()
+// served is the request serveOnce sent and what it was told.
+type served struct {
+	requestID        string
+	prompt, complete int64
+}
+
+// writeConfig writes a config whose only upstream is the simulator, with
+// one tenant, acme, and its key cg-test-acme, and returns its path.
+func writeConfig(t *testing.T, dir, dataDir string) string {
+	t.Helper()
 	config := filepath.Join(dir, "costgate.yaml")
 	err := os.WriteFile(config, []byte(fmt.Sprintf(`
 listen: 127.0.0.1:0
@@ -271,17 +273,25 @@ limits:
     unit: requests
     rate: 10
     period: 1m
-`, filepath.Join(dir, "data"))), 0o644)
+`, dataDir)), 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return config
+}
 
+// serveOnce runs `costgate serve` with args until it answers, checks
+// /healthz on its admin address, sends one chat completion through its data
+// plane, then stops it by cancelling its context and checks that it
+// returns cleanly.
+func serveOnce(t *testing.T, args ...string) served {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var stdout, stderr syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--config", config}, strings.NewReader(""), &stdout, &stderr)
+		done <- run(ctx, append([]string{"serve"}, args...), strings.NewReader(""), &stdout, &stderr)
 	}()
 
 	// serve announces the addresses it bound.
@@ -328,7 +338,6 @@ limits:
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("chat completion: %s: %s", resp.Status, b)
 	}
-	requestID := resp.Header.Get("X-Request-Id")
 	var completion struct {
 		Usage struct {
 			PromptTokens     int64 `json:"prompt_tokens"`
@@ -338,8 +347,9 @@ limits:
 	if err := json.Unmarshal(b, &completion); err != nil {
 		t.Fatal(err)
 	}
-	if requestID == "" || completion.Usage.PromptTokens == 0 || completion.Usage.CompletionTokens == 0 {
-		t.Fatalf("request id %q, usage %+v: %s", requestID, completion.Usage, b)
+	s := served{resp.Header.Get("X-Request-Id"), completion.Usage.PromptTokens, completion.Usage.CompletionTokens}
+	if s.requestID == "" || s.prompt == 0 || s.complete == 0 {
+		t.Fatalf("request id %q, usage %+v: %s", s.requestID, completion.Usage, b)
 	}
 
 	cancel()
@@ -354,13 +364,12 @@ limits:
 	if _, err := http.Get("http://" + admin + "/healthz"); err == nil {
 		t.Error("the admin listener still answers after serve returned")
 	}
+	return s
+}
 
-	day := time.Now().UTC()
-	out, _, err := runCmd(t, "", "ledger", "export", "--config", config, "--tenant", "acme",
-		"--from", day.AddDate(0, 0, -1).Format(time.DateOnly), "--to", day.AddDate(0, 0, 1).Format(time.DateOnly))
-	if err != nil {
-		t.Fatal(err)
-	}
+// checkExport checks that a CSV export holds exactly the request s.
+func checkExport(t *testing.T, out string, s served) {
+	t.Helper()
 	rows, err := csv.NewReader(strings.NewReader(out)).ReadAll()
 	if err != nil {
 		t.Fatalf("export is not CSV: %v\n%s", err, out)
@@ -373,7 +382,7 @@ limits:
 		entry[col] = rows[1][i]
 	}
 	want := map[string]string{
-		"request_id":    requestID,
+		"request_id":    s.requestID,
 		"tenant":        "acme",
 		"user":          "alice",
 		"key_id":        "acme-key",
@@ -382,18 +391,41 @@ limits:
 		"model":         "gpt-4o-mini",
 		"status":        string(ledger.StatusSettled),
 		"http_status":   "200",
-		"input_tokens":  fmt.Sprint(completion.Usage.PromptTokens),
-		"output_tokens": fmt.Sprint(completion.Usage.CompletionTokens),
+		"input_tokens":  fmt.Sprint(s.prompt),
+		"output_tokens": fmt.Sprint(s.complete),
 	}
 	for col, v := range want {
 		if entry[col] != v {
 			t.Errorf("%s = %q, want %q", col, entry[col], v)
 		}
 	}
+}
+
+// exportDays are --from and --to around today.
+func exportDays() []string {
+	day := time.Now().UTC()
+	return []string{"--from", day.AddDate(0, 0, -1).Format(time.DateOnly), "--to", day.AddDate(0, 0, 1).Format(time.DateOnly)}
+}
+
+// TestServeAndExport runs `costgate serve` on a config with the simulator
+// as its upstream, serves one request through the data plane, stops it by
+// cancelling its context, and exports the request from the ledger.
+func TestServeAndExport(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("COSTGATE_CONFIG", "")
+	dir := t.TempDir()
+	config := writeConfig(t, dir, filepath.Join(dir, "data"))
+	s := serveOnce(t, "--config", config)
+
+	out, _, err := runCmd(t, "", append([]string{"ledger", "export", "--config", config, "--tenant", "acme"}, exportDays()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkExport(t, out, s)
 
 	t.Run("other tenant is empty", func(t *testing.T) {
-		out, _, err := runCmd(t, "", "ledger", "export", "--config", config, "--tenant", "globex", "--format", "json",
-			"--from", day.AddDate(0, 0, -1).Format(time.DateOnly), "--to", day.AddDate(0, 0, 1).Format(time.DateOnly))
+		out, _, err := runCmd(t, "", append([]string{"ledger", "export", "--config", config, "--tenant", "globex", "--format", "json"}, exportDays()...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -409,4 +441,25 @@ limits:
 			t.Errorf("error %v, want ledger.ErrInvalid", err)
 		}
 	})
+}
+
+// TestServeRelativeDataDir serves a config whose data_dir is relative,
+// from another working directory: the ledger is under the config's
+// directory, where ledger export --config finds it.
+func TestServeRelativeDataDir(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("COSTGATE_CONFIG", "")
+	dir := t.TempDir()
+	config := writeConfig(t, dir, "./data")
+	t.Chdir(t.TempDir())
+	s := serveOnce(t, "--config", config)
+	if _, err := os.Stat(filepath.Join(dir, "data")); err != nil {
+		t.Fatalf("no data directory beside the config: %v", err)
+	}
+	out, _, err := runCmd(t, "", append([]string{"ledger", "export", "--config", config, "--tenant", "acme"}, exportDays()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkExport(t, out, s)
 }
