@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -284,7 +285,7 @@ func (c *Config) readKeyFiles() {
 			if c.dir != "" && !filepath.IsAbs(path) {
 				path = filepath.Join(c.dir, path)
 			}
-			if b, err := os.ReadFile(path); err == nil {
+			if b, err := readSmallFile(path, 4096); err == nil {
 				k.fromFile = strings.TrimSpace(string(b))
 			}
 		}
@@ -558,4 +559,22 @@ func (u UpstreamConfig) credential() string {
 // simulated tells whether the built-in simulator serves the upstream.
 func (u UpstreamConfig) simulated() bool {
 	return u.Simulate == "always" || (u.Simulate == "auto" && u.credential() == "")
+}
+
+// readSmallFile reads a regular file of at most max bytes: a key file that
+// is a device, a pipe or huge is an error, not a hang.
+func readSmallFile(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() || st.Size() > max {
+		return nil, fmt.Errorf("%s is not a regular file of at most %d bytes", path, max)
+	}
+	return io.ReadAll(io.LimitReader(f, max))
 }

@@ -13,6 +13,10 @@ import (
 // maxCapture bounds how much of a JSON response is kept to read its usage.
 const maxCapture = 8 << 20
 
+// maxEvent bounds how much of one server-sent event is held back while
+// usage reports are hidden from the client.
+const maxEvent = 1 << 20
+
 // meteredBody passes the upstream's body on while it reads the usage from
 // it: from the server-sent events of a stream as they pass, or from the
 // JSON document of a plain response.
@@ -87,6 +91,12 @@ func (m *meteredBody) readEvents(p []byte) (int, error) {
 			m.observe(chunk[:n])
 			m.buf = append(m.buf, chunk[:n]...)
 			m.split()
+			if len(m.buf) > maxEvent {
+				// Not an event stream as OpenAI writes one: pass it on as
+				// it is rather than hold it.
+				m.out = append(m.out, m.buf...)
+				m.buf = m.buf[:0]
+			}
 		}
 		if err != nil {
 			// An event cut by the end of the stream goes on as it is.

@@ -208,6 +208,10 @@ func redisClient(u string) (redis.UniversalClient, error) {
 	return redis.NewClusterClient(opt), nil
 }
 
+// DataDirPath is where the embedded ledger and the spool live: data_dir,
+// resolved against the config file's directory.
+func (c *Config) DataDirPath() string { return c.dataDir() }
+
 // dataDir is where the embedded ledger lives, relative to the config file.
 func (c *Config) dataDir() string {
 	if c.dir != "" && !filepath.IsAbs(c.DataDir) {

@@ -117,7 +117,11 @@ func (s *Simulator) handle(kind costmodel.Kind) http.HandlerFunc {
 			}
 		}
 		if s.failNow() {
-			writeError(w, kind, http.StatusInternalServerError, "server_error", "simulated upstream failure")
+			typ := "server_error"
+			if kind == costmodel.AnthropicMessages {
+				typ = "api_error" // Anthropic's type for its 500s
+			}
+			writeError(w, kind, http.StatusInternalServerError, typ, "simulated upstream failure")
 			return
 		}
 		prompt := est.Usage.InputTokens

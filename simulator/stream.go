@@ -93,7 +93,11 @@ func (s *Simulator) stream(w http.ResponseWriter, r *http.Request, kind costmode
 	}
 	send("", chunk("", "stop"))
 	if req.StreamOptions.IncludeUsage {
-		send("", map[string]any{"id": id, "object": "chat.completion.chunk", "created": 0, "model": req.Model,
+		object := "chat.completion.chunk"
+		if kind == costmodel.Completions {
+			object = "text_completion"
+		}
+		send("", map[string]any{"id": id, "object": object, "created": 0, "model": req.Model,
 			"choices": []any{}, "usage": usage(prompt, completion)})
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")

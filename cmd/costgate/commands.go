@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -186,10 +185,7 @@ func ledgerCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	dir := cfg.DataDir
-	if cf.config != "" && !filepath.IsAbs(dir) {
-		dir = filepath.Join(filepath.Dir(cf.config), dir)
-	}
+	dir := cfg.DataDirPath()
 	// Read-only, so that it works beside a running serve on the same
 	// data directory.
 	l, err := ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: dir, ReadOnly: true})
