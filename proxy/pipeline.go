@@ -29,8 +29,9 @@ import (
 )
 
 // exchange is the state of one request as it moves through the stages.
-// It is owned by the request's goroutine; the reverse proxy's hooks run on
-// that goroutine too.
+// It is owned by the request's goroutine (the reverse proxy's hooks run on
+// it too) until the answer is sent, then by the goroutine that settles it,
+// which only reads it.
 type exchange struct {
 	s        *Server
 	st       *state // the configuration the request started with
