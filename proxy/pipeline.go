@@ -448,7 +448,7 @@ func (s *Server) storeFailed(w http.ResponseWriter, ctx context.Context, x *exch
 		s.log.Warn("limiter store failed", "request_id", x.id, "err", err)
 	}
 	for _, l := range x.limits {
-		if l.failClosed {
+		if l.failClosed && !l.shadow { // a shadow limit never refuses
 			x.outcome, x.answer, x.blocked = "hard", http.StatusServiceUnavailable, l
 			w.Header().Set("Retry-After", "1")
 			writeError(w, x.path, http.StatusServiceUnavailable, apiError{
