@@ -317,9 +317,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	r.Header.Del("Content-Length")
 	t = x.begin(telemetry.StageUpstream)
 	ctx, cancel := context.WithTimeout(context.WithValue(x.ctx, ctxKey{}, x), x.upstream.timeout)
-	defer t.end() // deferred too: the copy may end in a panic (see above)
+	defer cancel() // deferred, as the copy may end in a panic (see above)
+	defer t.end()
 	x.upstream.rp.ServeHTTP(w, r.WithContext(ctx))
-	cancel()
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
 	}
