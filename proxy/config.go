@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -74,6 +76,10 @@ type StoreConfig struct {
 	// while Redis is out: each fail-open limit is enforced locally at its
 	// rate and burst divided by this number. Default 1.
 	FallbackReplicas int64 `yaml:"fallback_replicas"`
+	// ReconcileInterval is how often the budgets' counters in the store are
+	// brought up to the ledger's spend (also at start and when Redis comes
+	// back). Default 5m.
+	ReconcileInterval time.Duration `yaml:"reconcile_interval"`
 }
 
 // LedgerConfig chooses the ledger's database.
@@ -323,6 +329,9 @@ func (c *Config) applyDefaults() {
 	if c.Store.FallbackReplicas == 0 {
 		c.Store.FallbackReplicas = 1
 	}
+	if c.Store.ReconcileInterval == 0 {
+		c.Store.ReconcileInterval = 5 * time.Minute
+	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 8 << 20
 	}
@@ -366,8 +375,8 @@ func (c *Config) Validate() error {
 	if c.AdminToken == "" {
 		bad("admin_token", "required (or set COSTGATE_ADMIN_TOKEN)")
 	}
-	if c.Store.Timeout < 0 || c.Store.BreakerFailures < 0 || c.Store.BreakerCooldown < 0 || c.Store.FallbackReplicas < 0 {
-		bad("store", "timeout, breaker_failures, breaker_cooldown and fallback_replicas must be positive")
+	if c.Store.Timeout < 0 || c.Store.BreakerFailures < 0 || c.Store.BreakerCooldown < 0 || c.Store.FallbackReplicas < 0 || c.Store.ReconcileInterval < 0 {
+		bad("store", "timeout, breaker_failures, breaker_cooldown, fallback_replicas and reconcile_interval must be positive")
 	}
 	if c.MaxBodyBytes < 0 {
 		bad("max_body_bytes", "must be positive")
@@ -537,6 +546,16 @@ func (l LimitConfig) weighted() (weighted.Limit, error) {
 	}
 	wl := weighted.Limit{Name: l.Name, Algorithm: alg, Rate: rate, Period: l.Period, Burst: l.Burst}
 	return wl, wl.Validate()
+}
+
+// id is the key's name in the ledger and the logs: its configured id, or
+// the first bytes of its hash.
+func (k KeyConfig) id() string {
+	if k.ID != "" {
+		return k.ID
+	}
+	h := sha256.Sum256([]byte(k.secret()))
+	return "key-" + hex.EncodeToString(h[:4])
 }
 
 func (k KeyConfig) secret() string {

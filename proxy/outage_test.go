@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -10,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/costgate/costgate/internal/redistest"
+	"github.com/costgate/costgate/proxy"
 )
 
 // TestRedisOutage kills Redis under traffic: fail-open limits keep serving
@@ -290,5 +293,95 @@ limits:
 	tail := lat[2]
 	if degraded[2] == len(tail) {
 		t.Error("costgate never went back to Redis")
+	}
+}
+
+// TestBudgetsSurviveARedisRestart: Redis loses every counter, and the
+// budgets come back from the ledger instead of starting afresh.
+func TestBudgetsSurviveARedisRestart(t *testing.T) {
+	rs := redistest.New(t)
+	s := newStackWith(t, stackOptions{redisURL: rs.URL, policies: allowAll, extra: roomyLimits + `
+budgets:
+  - name: acme-daily
+    scope: tenant
+    amount: "0.00005"
+`})
+	client := s.client("cg-test-acme")
+	served := func() int {
+		n := 0
+		for range 50 {
+			if _, err := client.Chat.Completions.New(context.Background(), chatParams("spend it", 16)); err != nil {
+				break
+			}
+			n++
+		}
+		return n
+	}
+	first := served()
+	if first == 0 {
+		t.Fatal("nothing served before the budget ran out")
+	}
+	// Redis restarts empty: without reconciliation the tenant would get a
+	// whole new budget.
+	rs.Stop(t)
+	rs.Restart(t)
+	if err := s.srv.WaitIdle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.srv.ReconcileBudgets(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if again := served(); again > 1 {
+		t.Errorf("after Redis lost its counters, %d more requests were served on a spent budget", again)
+	}
+}
+
+// TestBudgetsSurviveARestart: the in-memory store starts empty at every
+// start; the budget comes back from the embedded ledger.
+func TestBudgetsSurviveARestart(t *testing.T) {
+	dir := t.TempDir()
+	yaml := `admin_token: x
+data_dir: ` + dir + `
+upstreams: [{name: openai, kind: openai, simulate: always}]
+tenants: [{name: acme, plan: p, keys: [{key: cg-acme}]}]
+budgets: [{name: daily, scope: tenant, amount: "0.00005"}]
+`
+	open := func() (*proxy.Server, *openai.Client) {
+		t.Helper()
+		cfg, err := proxy.Parse([]byte(yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Store.Redis, cfg.Ledger.DSN = "", ""
+		srv, err := proxy.Open(context.Background(), cfg, proxy.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := httptest.NewServer(srv.Handler())
+		c := openai.NewClient(option.WithBaseURL(ts.URL+"/v1/"), option.WithAPIKey("cg-acme"), option.WithMaxRetries(0))
+		t.Cleanup(ts.Close)
+		return srv, &c
+	}
+	spend := func(c *openai.Client) int {
+		n := 0
+		for range 50 {
+			if _, err := c.Chat.Completions.New(context.Background(), chatParams("spend it", 16)); err != nil {
+				break
+			}
+			n++
+		}
+		return n
+	}
+	srv, c := open()
+	if spend(c) == 0 {
+		t.Fatal("nothing served")
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	srv, c = open()
+	defer srv.Close()
+	if again := spend(c); again > 1 {
+		t.Errorf("after a restart, %d more requests were served on a spent budget", again)
 	}
 }

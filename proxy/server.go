@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -144,6 +143,17 @@ func (s *Server) open(ctx context.Context, cfg *Config) error {
 	s.closers = append(s.closers, func() error { s.tel.ObserveLedger(nil); return nil })
 	s.data = s.dataHandler()
 	s.admin = s.adminHandler()
+
+	// Budgets start from the ledger: a restart (or a Redis that lost its
+	// data) must not give every tenant a fresh budget.
+	start, cancelStart := context.WithTimeout(ctx, 10*time.Second)
+	if err := s.ReconcileBudgets(start); err != nil {
+		s.log.Warn("budget reconciliation at start failed; it is retried", "err", err)
+	}
+	cancelStart()
+	rctx, cancel := context.WithCancel(context.Background())
+	s.closers = append(s.closers, func() error { cancel(); return nil })
+	s.wg.Go(func() { s.reconcileLoop(rctx, cfg.Store.ReconcileInterval) })
 	return nil
 }
 
@@ -257,12 +267,7 @@ func (s *Server) compile(cfg *Config) (*state, error) {
 	}
 	for _, t := range cfg.Tenants {
 		for _, k := range t.Keys {
-			h := sha256.Sum256([]byte(k.secret()))
-			id := k.ID
-			if id == "" {
-				id = "key-" + hex.EncodeToString(h[:4])
-			}
-			st.keys[h] = &caller{tenant: t.Name, user: k.User, keyID: id, plan: t.Plan}
+			st.keys[sha256.Sum256([]byte(k.secret()))] = &caller{tenant: t.Name, user: k.User, keyID: k.id(), plan: t.Plan}
 		}
 	}
 	for _, l := range cfg.Limits {
