@@ -69,6 +69,7 @@ func New(cfg Config) *Simulator {
 	return s
 }
 
+// ServeHTTP answers the simulated APIs' routes.
 func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 // request is what the simulator reads from any of the APIs' bodies.
