@@ -44,11 +44,19 @@ func parseCrashID(id string) (prefix string, w, seq int, err error) {
 	return parts[0], w, seq, err
 }
 
-// TestCrashChild is the child process; it does nothing in a normal run.
-func TestCrashChild(t *testing.T) {
-	if os.Getenv("LEDGER_CRASH_CHILD") != "1" {
-		t.Skip("helper process of TestCrashSIGKILL")
+// TestMain runs the test binary as TestCrashSIGKILL's child process when
+// LEDGER_CRASH_CHILD is set, and as the tests otherwise.
+func TestMain(m *testing.M) {
+	if os.Getenv("LEDGER_CRASH_CHILD") == "1" {
+		crashChild()
+		return
 	}
+	os.Exit(m.Run())
+}
+
+// crashChild reserves and settles requests on four workers, reporting each
+// on stdout, until the parent kills it.
+func crashChild() {
 	prefix := os.Getenv("LEDGER_CRASH_PREFIX")
 	l, err := ledger.Open(context.Background(), ledger.Config{
 		Dir: os.Getenv("LEDGER_CRASH_DIR"), DSN: os.Getenv("LEDGER_CRASH_DSN"),
@@ -89,7 +97,7 @@ func TestCrashChild(t *testing.T) {
 // it with SIGKILL, and records what it reported.
 func runCrashChild(t *testing.T, cfg ledger.Config, prefix string, killAfter int, admitted, settled map[string]bool) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "LEDGER_CRASH_CHILD=1", "LEDGER_CRASH_PREFIX="+prefix,
 		"LEDGER_CRASH_DIR="+cfg.Dir, "LEDGER_CRASH_DSN="+cfg.DSN)
 	var stderr strings.Builder
