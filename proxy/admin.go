@@ -211,7 +211,6 @@ func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) {
 		}
 		spends = append(spends, sp)
 	}
-	x := &exchange{s: s, st: st, caller: c, upstream: &upstream{}, est: costmodel.Estimate{}}
 	type limitJSON struct {
 		Name      string `json:"name"`
 		Unit      string `json:"unit"`
@@ -227,7 +226,7 @@ func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) {
 		if !l.appliesTo(c.plan) || !l.callerScoped() {
 			continue
 		}
-		items = append(items, weighted.Item{Limit: l.limit, Key: l.key(x)})
+		items = append(items, weighted.Item{Limit: l.limit, Key: l.callerKey(c)})
 		names = append(names, l)
 	}
 	limits := []limitJSON{}

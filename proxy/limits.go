@@ -19,6 +19,7 @@ type compiledLimit struct {
 	budget     bool // a denial is 402 budget_exceeded rather than 429
 	shadow     bool // a denial is recorded, never enforced
 	failClosed bool
+	tagged     bool // the key carries the tenant as its hash tag
 }
 
 func compileLimit(l LimitConfig) (*compiledLimit, error) {
@@ -34,6 +35,7 @@ func compileLimit(l LimitConfig) (*compiledLimit, error) {
 		dims:       l.Dimensions,
 		shadow:     l.Mode == "shadow",
 		failClosed: l.OnStoreFailure == "fail_closed",
+		tagged:     callerDims(l.Dimensions),
 	}, nil
 }
 
@@ -52,6 +54,7 @@ func compileBudget(b BudgetConfig) *compiledLimit {
 		plans:  b.Plans,
 		dims:   []string{b.Scope},
 		budget: true,
+		tagged: true,
 	}
 }
 
@@ -65,7 +68,7 @@ func (l *compiledLimit) appliesTo(plan string) bool {
 func (l *compiledLimit) key(x *exchange) string {
 	var b strings.Builder
 	b.Grow(64)
-	if slices.Contains(l.dims, "tenant") || slices.Contains(l.dims, "user") || slices.Contains(l.dims, "api_key") {
+	if l.tagged {
 		b.WriteString("{")
 		b.WriteString(x.caller.tenant)
 		b.WriteString("}")
@@ -80,7 +83,8 @@ func (l *compiledLimit) key(x *exchange) string {
 }
 
 // callerScoped tells whether the limit's key depends on the caller alone
-// (tenant, user, api_key), so that a tenant's usage view can show it.
+// (tenant, user, api_key), so that it has one state per caller: budgets,
+// and the limits a tenant's usage view shows.
 func (l *compiledLimit) callerScoped() bool {
 	for _, d := range l.dims {
 		if d != "tenant" && d != "user" && d != "api_key" {
@@ -88,4 +92,16 @@ func (l *compiledLimit) callerScoped() bool {
 		}
 	}
 	return true
+}
+
+// callerKey is the key of a caller-scoped limit for caller c, outside any
+// request (the usage view, budget reconciliation).
+func (l *compiledLimit) callerKey(c *caller) string {
+	return l.key(&exchange{caller: c})
+}
+
+// callerDims tells whether any dimension names the caller, which puts the
+// tenant in the key's hash tag.
+func callerDims(dims []string) bool {
+	return slices.Contains(dims, "tenant") || slices.Contains(dims, "user") || slices.Contains(dims, "api_key")
 }

@@ -35,12 +35,11 @@ func (s *Server) ReconcileBudgets(ctx context.Context) error {
 	for _, t := range st.cfg.Tenants {
 		for _, k := range t.Keys {
 			c := &caller{tenant: t.Name, user: k.User, keyID: k.id(), plan: t.Plan}
-			x := &exchange{s: s, st: st, caller: c, upstream: &upstream{}}
 			for _, l := range st.limits {
 				if !l.budget || !l.appliesTo(t.Plan) {
 					continue
 				}
-				key := l.key(x)
+				key := l.callerKey(c)
 				if seen[l.limit.Name+"\x00"+key] {
 					continue
 				}
