@@ -372,6 +372,16 @@ func (c *Config) Validate() error {
 	bad := func(path, format string, args ...any) {
 		errs = append(errs, &FieldError{Path: path, Reason: fmt.Sprintf(format, args...)})
 	}
+	// unique reports an empty name, or one seen already among what.
+	unique := func(seen map[string]bool, path, what, name string) {
+		switch {
+		case name == "":
+			bad(path, "required")
+		case seen[name]:
+			bad(path, "duplicate %s %q", what, name)
+		}
+		seen[name] = true
+	}
 	if c.AdminToken == "" {
 		bad("admin_token", "required (or set COSTGATE_ADMIN_TOKEN)")
 	}
@@ -387,13 +397,7 @@ func (c *Config) Validate() error {
 	upstreams := map[string]bool{}
 	for i, u := range c.Upstreams {
 		p := fmt.Sprintf("upstreams[%d]", i)
-		switch {
-		case u.Name == "":
-			bad(p+".name", "required")
-		case upstreams[u.Name]:
-			bad(p+".name", "duplicate upstream %q", u.Name)
-		}
-		upstreams[u.Name] = true
+		unique(upstreams, p+".name", "upstream", u.Name)
 		if !slices.Contains([]string{"openai", "anthropic", "generic"}, u.Kind) {
 			bad(p+".kind", "must be openai, anthropic or generic, not %q", u.Kind)
 		}
@@ -440,12 +444,7 @@ func (c *Config) Validate() error {
 	tenants := map[string]bool{}
 	for i, t := range c.Tenants {
 		p := fmt.Sprintf("tenants[%d]", i)
-		if t.Name == "" {
-			bad(p+".name", "required")
-		} else if tenants[t.Name] {
-			bad(p+".name", "duplicate tenant %q", t.Name)
-		}
-		tenants[t.Name] = true
+		unique(tenants, p+".name", "tenant", t.Name)
 		for j, k := range t.Keys {
 			kp := fmt.Sprintf("%s.keys[%d]", p, j)
 			secret := k.secret()
@@ -473,12 +472,7 @@ func (c *Config) Validate() error {
 	names := map[string]bool{}
 	for i, l := range c.Limits {
 		p := fmt.Sprintf("limits[%d]", i)
-		if l.Name == "" {
-			bad(p+".name", "required")
-		} else if names[l.Name] {
-			bad(p+".name", "duplicate limit %q", l.Name)
-		}
-		names[l.Name] = true
+		unique(names, p+".name", "limit", l.Name)
 		for _, d := range l.Dimensions {
 			if !slices.Contains(dimensions, d) {
 				bad(p+".dimensions", "unknown dimension %q (want one of %s)", d, strings.Join(dimensions, ", "))
@@ -502,12 +496,7 @@ func (c *Config) Validate() error {
 	}
 	for i, b := range c.Budgets {
 		p := fmt.Sprintf("budgets[%d]", i)
-		if b.Name == "" {
-			bad(p+".name", "required")
-		} else if names[b.Name] {
-			bad(p+".name", "duplicate limit or budget %q", b.Name)
-		}
-		names[b.Name] = true
+		unique(names, p+".name", "limit or budget", b.Name)
 		if !slices.Contains([]string{"tenant", "user", "api_key"}, b.Scope) {
 			bad(p+".scope", "must be tenant, user or api_key, not %q", b.Scope)
 		}
