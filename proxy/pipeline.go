@@ -248,17 +248,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	// 2. Estimate.
 	t = x.begin(telemetry.StageEstimate)
 	if x.rule != nil {
+		q := r.URL.Query()
 		x.est, err = x.rule.Estimate(costmodel.GenericRequest{
 			Method: r.Method, Path: strings.TrimPrefix(r.URL.Path, x.upstream.strip),
-			Query: r.URL.Query(), Header: r.Header, Body: body,
+			Query: q, Header: r.Header, Body: body,
 		})
+		x.page = requestPage(x.rule, q)
 	} else {
 		x.est, err = x.st.est.Estimate(kind, body)
 	}
 	t.end()
-	if x.rule != nil {
-		x.page = requestPage(x.rule, r.URL.Query())
-	}
 	if err != nil {
 		writeError(w, path, http.StatusBadRequest, apiError{
 			Type: "invalid_request_error", Code: "invalid_body", Message: err.Error(),
