@@ -288,6 +288,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	t = x.begin(telemetry.StageLedger)
 	err = s.ledger.Reserve(r.Context(), x.entry(ledger.StatusReserved))
 	t.end()
+	if errors.Is(err, ledger.ErrInvalid) {
+		// Text the ledger cannot store (a NUL in the model name, a field
+		// over its size): the request itself is at fault.
+		x.outcome, x.answer = "", http.StatusBadRequest
+		s.cancel(x)
+		writeError(w, path, http.StatusBadRequest, apiError{
+			Type: "invalid_request_error", Code: "invalid_body", Message: err.Error(),
+		})
+		return
+	}
 	if err != nil {
 		x.outcome, x.answer = "hard", http.StatusServiceUnavailable
 		s.cancel(x)

@@ -321,6 +321,7 @@ func TestBadInput(t *testing.T) {
 	}{
 		{"malformed JSON", `{"model": "gpt-4o-mini", "messages": [`, 400, "invalid JSON"},
 		{"wrong type", `{"model": "gpt-4o-mini", "messages": "hello"}`, 400, "messages"},
+		{"NUL in the model", `{"model": "gpt-4o-mini\u0000x", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}`, 400, "not valid UTF-8 text"},
 		{"oversized body", `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + strings.Repeat("x", 4096) + `"}]}`, 413, "larger than the limit"},
 	}
 	for _, c := range cases {
