@@ -56,6 +56,15 @@ type Config struct {
 	// transaction. Zero means 4096.
 	BatchSize int
 
+	// BatchDelay is the least time between the starts of two batches the
+	// flusher writes while records keep coming (it never waits when a batch
+	// would be full, nor for Flush or Close). Most requests take less, so
+	// their reservation and settlement reach the store in the same batch
+	// and their row is written once, already settled; batches are larger,
+	// and commits fewer. It adds at most BatchDelay to the store's lag.
+	// Zero means 50ms; negative means no delay.
+	BatchDelay time.Duration
+
 	// RetryMin and RetryMax bound the backoff of the flusher while the store
 	// fails. Zero means 50ms and 1s.
 	RetryMin, RetryMax time.Duration
@@ -93,6 +102,9 @@ func (c Config) withDefaults() Config {
 	if c.BatchSize == 0 {
 		c.BatchSize = 4096
 	}
+	if c.BatchDelay == 0 {
+		c.BatchDelay = 50 * time.Millisecond
+	}
 	if c.RetryMin == 0 {
 		c.RetryMin = 50 * time.Millisecond
 	}
@@ -129,6 +141,9 @@ func (c Config) Validate() error {
 	}
 	if c.SyncInterval < 0 || c.RetryMin < 0 || c.RetryMax < 0 || c.CloseTimeout < 0 {
 		errs = append(errs, errors.New("durations must not be negative"))
+	}
+	if c.BatchDelay > time.Minute {
+		errs = append(errs, errors.New("batch delay must be at most a minute"))
 	}
 	if c.RetryMin > 0 && c.RetryMax > 0 && c.RetryMax < c.RetryMin {
 		errs = append(errs, errors.New("retry max is below retry min"))

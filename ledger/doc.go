@@ -7,7 +7,9 @@
 // settled, or failed for an upstream error, charged what the upstream
 // reported). Each call is one append to a local write-ahead spool, about a
 // microsecond; a background flusher, the only writer of the store, moves the
-// spool into the store in batches, in spool order. The store is PostgreSQL
+// spool into the store in batches, in spool order, starting one at most every
+// Config.BatchDelay (50ms) under load: most requests then reach the store as
+// one row written once, already settled. The store is PostgreSQL
 // (Config.DSN) or an embedded SQLite file under Config.Dir (pure Go, no
 // cgo); both run the same merge code and pass the same test suite.
 //

@@ -38,3 +38,54 @@ func TestLagGrowsWhileTheStoreIsDown(t *testing.T) {
 		t.Errorf("stats while the store is down: %+v", st)
 	}
 }
+
+// TestBatchDelay: while records keep coming, the flusher starts a batch at
+// most once per BatchDelay, so that a request's reservation and settlement
+// usually land in one batch; Flush and Close do not wait for it.
+func TestBatchDelay(t *testing.T) {
+	ctx := context.Background()
+	l, err := ledger.Open(ctx, ledger.Config{Dir: t.TempDir(), BatchDelay: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Reserve(ctx, ledger.Entry{RequestID: "r1", Tenant: "acme", EstimatedCost: 1}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := l.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A batch started just now: the next record waits for the delay.
+	if err := l.Settle(ctx, ledger.Entry{RequestID: "r1", Tenant: "acme", ActualCost: 2}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if st := l.Stats(); st.Pending == 0 && time.Since(start) < 3*time.Second {
+		t.Fatalf("the settlement reached the store %v after the last batch, before the 3s batch delay", time.Since(start))
+	}
+	if err := l.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Flush waited for the batch delay: %v", d)
+	}
+	spend, err := l.Spend(ctx, ledger.SpendQuery{Tenant: "acme", Period: "day"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spend != 2 {
+		t.Fatalf("spend %d after the settlement, want 2", spend)
+	}
+	// Close applies what is pending without waiting for the delay either.
+	if err := l.Reserve(ctx, ledger.Entry{RequestID: "r2", Tenant: "acme", EstimatedCost: 1}); err != nil {
+		t.Fatal(err)
+	}
+	closeStart := time.Now()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(closeStart); d > 2*time.Second {
+		t.Fatalf("Close waited for the batch delay: %v", d)
+	}
+}

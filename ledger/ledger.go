@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,6 +27,8 @@ type Ledger struct {
 	store store
 
 	wake     chan struct{} // nudges the flusher; buffered 1
+	hurry    chan struct{} // cuts the flusher's batch delay short (Flush); buffered 1
+	flushTo  atomic.Int64  // the spool position that Flush waits for: no batch delay before it
 	syncKick chan struct{} // nudges the syncer; buffered 1
 	stop     chan struct{} // closed by Close to stop the goroutines
 	cancel   context.CancelFunc
@@ -69,6 +72,7 @@ func open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 	l := &Ledger{
 		cfg:      cfg,
 		wake:     make(chan struct{}, 1),
+		hurry:    make(chan struct{}, 1),
 		syncKick: make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		advanced: make(chan struct{}),
@@ -222,6 +226,16 @@ func (l *Ledger) Flush(ctx context.Context) error {
 	}
 	target, _ := l.spool.positions()
 	for {
+		to := l.flushTo.Load()
+		if to >= target || l.flushTo.CompareAndSwap(to, target) {
+			break
+		}
+	}
+	select {
+	case l.hurry <- struct{}{}:
+	default:
+	}
+	for {
 		l.mu.Lock()
 		applied, ch, fatal, lastErr := l.applied, l.advanced, l.fatal, l.lastErr
 		l.mu.Unlock()
@@ -331,15 +345,24 @@ func (l *Ledger) flushLoop(ctx context.Context) {
 		delay   = l.cfg.RetryMin
 		open    openSet
 		lastLog time.Time
+		started time.Time // when the last batch was read
+		full    bool      // the last batch was BatchSize records
 	)
 	for {
+		// Let the batch grow, so that most requests' reservation and
+		// settlement reach the store together (see BatchDelay).
+		if wait := l.cfg.BatchDelay - time.Since(started); wait > 0 && !full {
+			l.delay(pos, wait)
+		}
 		readAt := time.Now()
+		started = readAt
 		end, _ := l.spool.positions()
 		recs, next, err = l.spool.read(pos, l.cfg.BatchSize, recs, &buf)
 		if err != nil {
 			l.setFatal(err)
 			return
 		}
+		full = len(recs) == l.cfg.BatchSize
 		if len(recs) == 0 {
 			select {
 			case <-l.wake:
@@ -385,6 +408,25 @@ func (l *Ledger) flushLoop(ctx context.Context) {
 		close(l.advanced)
 		l.advanced = make(chan struct{})
 		l.mu.Unlock()
+	}
+}
+
+// delay waits up to wait while records after pos are pending, unless Flush
+// waits for them or Close is called.
+func (l *Ledger) delay(pos int64, wait time.Duration) {
+	if end, _ := l.spool.positions(); pos >= end {
+		return
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for l.flushTo.Load() <= pos {
+		select {
+		case <-t.C:
+			return
+		case <-l.hurry:
+		case <-l.stop:
+			return
+		}
 	}
 }
 
