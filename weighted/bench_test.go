@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -282,10 +283,12 @@ func evalshaUsecPerCall(b *testing.B, c *redis.Client) float64 {
 // gives (-benchtime=12x: 12 turns of each). Taking turns, they meet the same
 // load from other processes, so their ratios hold on a shared machine. It
 // reports each one's decisions/s and Redis µs per EVALSHA (INFO
-// commandstats) over all its turns, and the ratios to redis_rate.
+// commandstats) over all its turns, and the ratios to redis_rate. Batching
+// is off (MaxBatch 1), so that one script call is compared with one:
+// BenchmarkRedisBatch measures batching.
 func BenchmarkRedisInterleaved(b *testing.B) {
 	c := benchRedis(b)
-	r := NewRedis(c, RedisConfig{})
+	r := NewRedis(c, RedisConfig{MaxBatch: 1})
 	limiter := redis_rate.NewLimiter(c)
 	limit := redis_rate.Limit{Rate: 100_000, Burst: 100_000, Period: time.Second}
 	items := func(client, n int) []Item {
@@ -378,4 +381,106 @@ func evalshaStats(b *testing.B, c *redis.Client) (calls, usec float64) {
 		}
 	}
 	return calls, usec
+}
+
+// BenchmarkRedisBatch runs what the proxy does per request, a Debit of
+// three token buckets sharing a hash tag then its Settle, from 32
+// goroutines on the same keys (one tenant), with batching on (the
+// default), on with two script calls in flight per queue, and off
+// (MaxBatch 1), in turns of 250ms like BenchmarkRedisInterleaved
+// (-benchtime=8x: 8 turns of each). A decision is one Debit and its Settle.
+// It reports, for each, ns of wall time per decision, the Redis server's
+// µs of EVALSHA per decision (INFO commandstats), this process's CPU µs
+// per decision (getrusage: go-redis and the store, the client side),
+// script calls per decision, and the ratios of batching on to off.
+func BenchmarkRedisBatch(b *testing.B) {
+	const clients = 32
+	c := benchRedis(b)
+	limit := func(i int) Limit {
+		return Limit{Name: fmt.Sprintf("l%d", i), Rate: 10_000_000, Period: time.Second}
+	}
+	items := []Item{{Limit: limit(0), Key: "{acme}", Cost: 1}, {Limit: limit(1), Key: "{acme}", Cost: 1}, {Limit: limit(2), Key: "{acme}", Cost: 1}}
+	actual := []int64{2, 2, 2}
+	type variant struct {
+		name string
+		r    *Redis
+	}
+	batched2 := NewRedis(c, RedisConfig{Prefix: "b2:"})
+	batched2.maxInFlight = 2
+	variants := []variant{
+		{"batched", NewRedis(c, RedisConfig{Prefix: "b1:"})},
+		{"batched-2inflight", batched2},
+		{"unbatched", NewRedis(c, RedisConfig{Prefix: "u:", MaxBatch: 1})},
+	}
+	type total struct {
+		decisions int64
+		elapsed   time.Duration
+		cpu       time.Duration
+		calls     float64
+		usec      float64
+	}
+	totals := make([]total, len(variants))
+	ctx := context.Background()
+	var seq atomic.Int64
+	for b.Loop() {
+		for k, v := range variants {
+			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			var decisions atomic.Int64
+			var wg sync.WaitGroup
+			cpu0 := processCPU(b)
+			begin := time.Now()
+			deadline := begin.Add(250 * time.Millisecond)
+			for range clients {
+				wg.Go(func() {
+					for time.Now().Before(deadline) {
+						id := "r" + strconv.FormatInt(seq.Add(1), 10)
+						res, err := v.r.Debit(ctx, id, items)
+						if err == nil && res.Allowed {
+							err = v.r.Settle(ctx, id, items, actual)
+						}
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						decisions.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			totals[k].elapsed += time.Since(begin)
+			totals[k].cpu += processCPU(b) - cpu0
+			totals[k].decisions += decisions.Load()
+			n, usec := evalshaStats(b, c)
+			totals[k].calls += n
+			totals[k].usec += usec
+		}
+	}
+	per := func(k int, x float64) float64 { return x / float64(totals[k].decisions) }
+	ns := func(k int) float64 { return per(k, float64(totals[k].elapsed.Nanoseconds())) }
+	redisUS := func(k int) float64 { return per(k, totals[k].usec) }
+	clientUS := func(k int) float64 { return per(k, float64(totals[k].cpu.Microseconds())) }
+	for k, v := range variants {
+		b.ReportMetric(ns(k), v.name+"-ns/decision")
+		b.ReportMetric(redisUS(k), v.name+"-redis-µs/decision")
+		b.ReportMetric(clientUS(k), v.name+"-client-µs/decision")
+		b.ReportMetric(per(k, totals[k].calls), v.name+"-calls/decision")
+	}
+	off := len(variants) - 1
+	for k := range off {
+		b.ReportMetric(ns(k)/ns(off), variants[k].name+"/unbatched-ns")
+		b.ReportMetric(redisUS(k)/redisUS(off), variants[k].name+"/unbatched-redis")
+		b.ReportMetric(clientUS(k)/clientUS(off), variants[k].name+"/unbatched-client")
+	}
+}
+
+// processCPU returns the CPU time this process has used, user and system.
+func processCPU(b *testing.B) time.Duration {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -153,16 +153,26 @@ func TestCluster(t *testing.T) {
 		}
 		// Move the slot in steps, so that debits meet keys split between
 		// nodes (TRYAGAIN), a slot whose keys have all left (ASK), and
-		// finally a stale slot map (MOVED).
+		// finally a stale slot map (MOVED). Each step lasts until the
+		// debits have met its reply (or 10s): batched debits of one hash
+		// tag wait for each other, and a batch told TRYAGAIN waits out
+		// go-redis's backoff before it tries again.
 		before := errorStats(t, cl)
+		met := func(e string) {
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				if errorStats(t, cl)[e] > before[e] {
+					return
+				}
+			}
+		}
 		m := cl.StartMigration(t, slot, (cl.Node(t, slot)+1)%3)
 		m.MoveKeys(t, 1)
-		time.Sleep(50 * time.Millisecond)
+		met("TRYAGAIN")
 		for m.MoveKeys(t, 100) > 0 {
 		}
-		time.Sleep(50 * time.Millisecond)
+		met("ASK")
 		m.Finish(t)
-		time.Sleep(50 * time.Millisecond)
+		met("MOVED")
 		close(stop)
 		wg.Wait()
 		close(errs)

@@ -1,18 +1,17 @@
--- debit.lua: Debit (mode 1) and Peek (mode 0) of n items, all or nothing.
--- KEYS: the items' keys, meters and windows first, then (when a window item
--- is debited) the reservation's record key. ARGV[1]: doubles n, time override
--- (0: TIME), mode, the number of meters and windows, then per item algo, cap,
--- rate, period, tick, cost. ARGV[2]: the reservation id.
--- Returns doubles: allowed, then per item allowed, remaining, retry µs and
--- reset µs. (One string costs Redis less to reply than a table of
--- integers.)
-local buf, id = ARGV[1], ARGV[2]
-local n, override, mode, ns, pos = sunpack('<dddd', buf)
-set_now(override)
+-- debit.lua: Debit (mode 1) and Peek (mode 0) of request r of a batch, n
+-- items, all or nothing. batch.lua runs it inside its loop over requests,
+-- as a block that may break. Its keys are KEYS[k + 1] to KEYS[k + n]: the
+-- items' keys, meters and windows (ns of them) first, then, when a window
+-- item is debited, the reservation's record key KEYS[k + n + 1]. Its items
+-- are in buf from pos on: per item, doubles algo, cap, rate, period, tick,
+-- cost. id is the reservation id.
+-- Its reply, replies[r], is a string of doubles: allowed, then per item
+-- allowed, remaining, retry µs and reset µs. (One string costs Redis less
+-- to reply than a table of integers.)
 local after = mode == 1
 local vals = {}
 if ns > 0 then
-  vals = redis.call('MGET', unpack(KEYS, 1, ns))
+  vals = redis.call('MGET', unpack(KEYS, k + 1, k + ns))
 end
 
 -- Evaluate every item; remember what an admitted debit writes: wv and wp
@@ -154,7 +153,7 @@ for i = 1, n do
   else
     local L = lib()
     local sum, gone, newest
-    ok, rem, retry, reset, sum, gone, newest = L.marks(algo, cap, period, KEYS[i], cost, after)
+    ok, rem, retry, reset, sum, gone, newest = L.marks(algo, cap, period, KEYS[k + i], cost, after)
     if ok == 1 and after and cost > 0 then
       wm[i] = {algo, period, cost, sum, gone, newest}
     end
@@ -165,18 +164,19 @@ for i = 1, n do
 end
 local reply = pack('<' .. string.rep('d', 4 * n + 1), unpack(out, 1, 4 * n + 1))
 if out[1] == 0 or not after then
-  return reply
+  replies[r] = reply
+  break
 end
 
 for i = 1, n do
   local px = wp[i]
   if px == 0 then
-    redis.call('SETRANGE', KEYS[i], '0', wv[i])
+    redis.call('SETRANGE', KEYS[k + i], '0', wv[i])
   elseif px then
-    lib().write(KEYS[i], wv[i], px)
+    lib().write(KEYS[k + i], wv[i], px)
   elseif wm[i] then
     local L = lib()
-    local key, algo, period, cost, sum, gone, newest = KEYS[i], unpack(wm[i])
+    local key, algo, period, cost, sum, gone, newest = KEYS[k + i], unpack(wm[i])
     local lo, hi, lag = now - period, now, period
     if algo == CONCURRENCY then
       lo, hi, lag = now, now + period, 0
@@ -193,6 +193,6 @@ for i = 1, n do
   end
 end
 if rec_ttl > 0 then
-  redis.call('SET', KEYS[n + 1], pack('<d', now), 'PX', ceil_div(rec_ttl, 1000) + ttl_pad)
+  redis.call('SET', KEYS[k + n + 1], pack('<d', now), 'PX', ceil_div(rec_ttl, 1000) + ttl_pad)
 end
-return reply
+replies[r] = reply

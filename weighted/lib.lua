@@ -1,6 +1,7 @@
 -- The algorithms of package weighted, shared by debit.lua and settle.lua,
--- which are appended to this file. They mirror state.go: every number is an
--- integer held in a double, and every product stays below 2^51
+-- which run in batch.lua's loop, appended to this file. They mirror
+-- state.go: every number is an integer held in a double, and every product
+-- stays below 2^51
 -- (Limit.Validate sees to it), so the arithmetic is exact.
 --
 -- Times are µs. An item is algo, cap, rate, period, tick and cost (and, to
@@ -228,7 +229,7 @@ local function lib()
       while retry == 0 do
         local ms = redis.call('ZRANGEBYSCORE', key, '(' .. string.format('%d', lo), '+inf', 'WITHSCORES', 'LIMIT', from, 16)
         if #ms == 0 then
-          return redis.error_reply('weighted: marks of ' .. key .. ' do not add up to their recorded sum')
+          error(redis.error_reply('weighted: marks of ' .. key .. ' do not add up to their recorded sum'))
         end
         for i = 1, #ms, 2 do
           acc = acc + mark_cost(ms[i])

@@ -12,6 +12,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,12 +39,19 @@ type RedisConfig struct {
 	// client that is neither a *redis.ClusterClient nor a *redis.Ring, which
 	// are recognised without it.
 	Sharded bool
+	// MaxBatch is the most requests one script call carries when concurrent
+	// requests are batched (see Redis). 0 means DefaultMaxBatch; 1 turns
+	// batching off: one script call per request.
+	MaxBatch int
 }
 
 // Validate reports whether the config is usable.
 func (c RedisConfig) Validate() error {
 	if c.SettleTTL < 0 {
 		return fmt.Errorf("weighted: negative SettleTTL %s", c.SettleTTL)
+	}
+	if c.MaxBatch < 0 {
+		return fmt.Errorf("weighted: negative MaxBatch %d", c.MaxBatch)
 	}
 	if strings.Count(c.Prefix, "{") != strings.Count(c.Prefix, "}") {
 		return fmt.Errorf("weighted: prefix %q has an unbalanced hash tag", c.Prefix)
@@ -51,7 +60,8 @@ func (c RedisConfig) Validate() error {
 }
 
 // Redis is a Store that keeps state in Redis: one EVALSHA per debit, whatever
-// the number of items, when their keys share a slot.
+// the number of items, when their keys share a slot, and one for many
+// concurrent requests (see Batching).
 //
 // # Keys
 //
@@ -81,7 +91,7 @@ func (c RedisConfig) Validate() error {
 // # Scripts
 //
 // Each call is one EVALSHA (EVAL when the server answers NOSCRIPT) of a Lua
-// script embedded from debit.lua, settle.lua and lib.lua. Time is the
+// script embedded from lib.lua, batch.lua, debit.lua and settle.lua. Time is the
 // server's (TIME), in microseconds; all arithmetic is on integers, exact
 // below 2^53 (see Limit.Validate). A denial writes nothing. A debit of one
 // token bucket costs Redis about as much CPU as go-redis/redis_rate's AllowN,
@@ -93,6 +103,30 @@ func (c RedisConfig) Validate() error {
 // windows twice, while sliding logs and concurrency limits, whose marks are
 // named by the reservation id, count it once (the retry is still judged as
 // a new debit). Settle and Cancel are idempotent per id.
+//
+// # Batching
+//
+// Concurrent Debit, Peek, Settle and Cancel calls share script calls: while
+// one script call of the store runs, the requests that arrive wait, and
+// when it returns, up to RedisConfig.MaxBatch of them go in the next one,
+// which runs them in their order of arrival, each all or nothing and each
+// seeing the writes of those before it, at one server time. A request that
+// arrives while no script call runs is sent at once: batching adds no
+// latency to an idle store. Each request gets its own decision; a denial
+// does not affect the others. A script error (Redis unreachable, a key of
+// the wrong type) fails every request of the batch with that error, and
+// the requests of the batch may have run (as a request whose reply is
+// lost may have). A batch's script call is not cancelled by any caller's
+// context: its deadline is the latest of its callers' deadlines (none if
+// one has none). A caller whose context ends while its request waits or
+// runs in a batch returns ctx.Err() (wrapped) at once; its request may
+// still run, and a Debit be admitted, as when a reply is lost. No
+// goroutine runs but the callers' (the caller of one request of a batch
+// sends it), except, for the time of one script call, when that caller
+// leaves as it is chosen. On a sharded store each hash tag has a queue of
+// its own, since one script call must stay on one slot. MaxBatch 1 turns
+// batching off. See BenchmarkRedisBatch in bench/README.md for what it
+// saves.
 //
 // # Redis Cluster
 //
@@ -119,9 +153,20 @@ type Redis struct {
 	prefix    string
 	settleTTL int64 // ms
 	sharded   bool
+	maxBatch  int
+	// maxInFlight is how many script calls of a queue run at once (see
+	// batch.go).
+	maxInFlight int
 	// now overrides the server's clock when set, in tests that must give
 	// Redis and Memory the same time.
 	now func() time.Time
+	// scriptCalls counts the script calls of requests, for tests.
+	scriptCalls atomic.Int64
+
+	mu         sync.Mutex
+	queue      queue             // the queue, when not sharded
+	queues     map[string]*queue // by hash tag, when sharded; only busy ones
+	freeQueues []*queue
 }
 
 var _ Store = (*Redis)(nil)
@@ -133,10 +178,11 @@ var (
 	debitLua string
 	//go:embed settle.lua
 	settleLua string
+	//go:embed batch.lua
+	batchLua string
 
-	debitScript  = newScript(libLua + debitLua)
-	settleScript = newScript(libLua + settleLua)
-	resetScript  = newScript("return redis.call('DEL', unpack(KEYS))")
+	batchScript = newScript(libLua + strings.NewReplacer("-- settle.lua\n", settleLua, "-- debit.lua\n", debitLua).Replace(batchLua))
+	resetScript = newScript("return redis.call('DEL', unpack(KEYS))")
 )
 
 type script struct{ src, sha string }
@@ -152,7 +198,10 @@ func NewRedis(client Scripter, cfg RedisConfig) *Redis {
 	if err := cfg.Validate(); err != nil {
 		panic(err)
 	}
-	r := &Redis{c: client, prefix: cfg.Prefix, settleTTL: DefaultSettleTTL.Milliseconds(), sharded: cfg.Sharded}
+	r := &Redis{
+		c: client, prefix: cfg.Prefix, settleTTL: DefaultSettleTTL.Milliseconds(), sharded: cfg.Sharded,
+		maxBatch: cmp.Or(cfg.MaxBatch, DefaultMaxBatch), maxInFlight: defaultMaxInFlight,
+	}
 	if r.prefix == "" {
 		r.prefix = "cg:"
 	}
@@ -168,6 +217,9 @@ func NewRedis(client Scripter, cfg RedisConfig) *Redis {
 
 // run runs s by its SHA, and by its source when Redis does not know it yet.
 func (r *Redis) run(ctx context.Context, s *script, keys []string, args ...any) (any, error) {
+	if s == batchScript {
+		r.scriptCalls.Add(1)
+	}
 	v, err := r.c.EvalSha(ctx, s.sha, keys, args...).Result()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		v, err = r.c.Eval(ctx, s.src, keys, args...).Result()
@@ -266,23 +318,27 @@ func (g *group) strings(items []Item) int {
 	return n
 }
 
+// The ops of batch.lua.
 const (
-	modePeek  = 0
-	modeDebit = 1
+	opPeek   = 0
+	opDebit  = 1
+	opSettle = 2
 )
 
-// header is the first four int64 of a script's packed argument: the number
-// of items, the time override, a word for the script, and how many of the
-// items (the first ones) are meters or windows.
-func (r *Redis) header(buf []byte, n int, word int64, ns int) []byte {
+// header appends the header of a request of batch.lua: the number of items,
+// of keys, the time override, the op, how many of the items (the first
+// ones) are meters or windows, and how long to remember a settled id (ms).
+func (r *Redis) header(buf []byte, n, keys int, op int64, ns int) []byte {
 	var now int64
 	if r.now != nil {
 		now = r.now().UnixMicro()
 	}
 	buf = appendNumber(buf, int64(n))
+	buf = appendNumber(buf, int64(keys))
 	buf = appendNumber(buf, now)
-	buf = appendNumber(buf, word)
-	return appendNumber(buf, int64(ns))
+	buf = appendNumber(buf, op)
+	buf = appendNumber(buf, int64(ns))
+	return appendNumber(buf, r.settleTTL)
 }
 
 // appendNumber appends v as the scripts read numbers: a little-endian
@@ -302,25 +358,28 @@ func appendItem(buf []byte, s *spec, cost int64) []byte {
 	return buf
 }
 
-// evalGroup debits (mode 1) or peeks (mode 0) one group, filling out.
-func (r *Redis) evalGroup(ctx context.Context, id string, items []Item, ss []spec, g *group, mode int64, out []ItemState) (bool, error) {
-	buf := r.header(make([]byte, 0, 32+48*len(g.idx)), len(g.idx), mode, g.strings(items))
+// evalGroup debits (opDebit) or peeks (opPeek) one group, filling out.
+func (r *Redis) evalGroup(ctx context.Context, id string, items []Item, ss []spec, g *group, op int64, out []ItemState) (bool, error) {
 	keys := g.keys
-	record := false
 	for _, i := range g.idx {
-		buf = appendItem(buf, &ss[i], items[i].Cost)
-		record = record || (mode == modeDebit && ss[i].hasRecord() && items[i].Cost > 0)
+		if op == opDebit && ss[i].hasRecord() && items[i].Cost > 0 {
+			keys = append(keys[:len(keys):len(keys)], r.recordKey(g.tag, id))
+			break
+		}
 	}
-	if record {
-		keys = append(keys[:len(keys):len(keys)], r.recordKey(g.tag, id))
+	c := getCall(ctx)
+	c.buf = r.header(c.buf, len(g.idx), len(keys), op, g.strings(items))
+	for _, i := range g.idx {
+		c.buf = appendItem(c.buf, &ss[i], items[i].Cost)
 	}
-	v, err := r.run(ctx, debitScript, keys, buf, id)
+	c.keys, c.id = keys, id
+	v, err := r.exec(c, g.tag)
 	if err != nil {
 		return false, err
 	}
 	reply, ok := v.(string)
 	if !ok || len(reply) != 8*(1+4*len(g.idx)) {
-		return false, fmt.Errorf("weighted: debit script returned %T of %d bytes, want %d", v, len(reply), 8*(1+4*len(g.idx)))
+		return false, fmt.Errorf("weighted: debit returned %T of %d bytes, want %d", v, len(reply), 8*(1+4*len(g.idx)))
 	}
 	for j, i := range g.idx {
 		o := reply[8+32*j:]
@@ -360,7 +419,7 @@ func (r *Redis) Debit(ctx context.Context, id string, items []Item) (Result, err
 	res := Result{Items: make([]ItemState, len(items))}
 	gs := r.groups(items)
 	for k := range gs {
-		ok, err := r.evalGroup(ctx, id, items, ss, &gs[k], modeDebit, res.Items)
+		ok, err := r.evalGroup(ctx, id, items, ss, &gs[k], opDebit, res.Items)
 		if err == nil && ok {
 			continue
 		}
@@ -379,7 +438,7 @@ func (r *Redis) Debit(ctx context.Context, id string, items []Item) (Result, err
 			return Result{}, errors.Join(append([]error{err}, errs...)...)
 		}
 		for p := k + 1; p < len(gs); p++ {
-			if _, perr := r.evalGroup(ctx, id, items, ss, &gs[p], modePeek, res.Items); perr != nil {
+			if _, perr := r.evalGroup(ctx, id, items, ss, &gs[p], opPeek, res.Items); perr != nil {
 				errs = append(errs, perr)
 			}
 		}
@@ -404,7 +463,7 @@ func (r *Redis) Peek(ctx context.Context, items []Item) (Result, error) {
 	}
 	res := Result{Items: make([]ItemState, len(items))}
 	for _, g := range r.groups(items) {
-		if _, err := r.evalGroup(ctx, "", items, ss, &g, modePeek, res.Items); err != nil {
+		if _, err := r.evalGroup(ctx, "", items, ss, &g, opPeek, res.Items); err != nil {
 			return Result{}, err
 		}
 	}
@@ -448,13 +507,15 @@ func (r *Redis) settle(ctx context.Context, id string, items []Item, actual []in
 
 // settleGroup settles one group; nil actual cancels.
 func (r *Redis) settleGroup(ctx context.Context, id string, items []Item, ss []spec, g *group, actual []int64) error {
-	buf := r.header(make([]byte, 0, 32+56*len(g.idx)), len(g.idx), r.settleTTL, g.strings(items))
-	for _, i := range g.idx {
-		buf = appendItem(buf, &ss[i], items[i].Cost)
-		buf = appendNumber(buf, actualCost(items, ss, actual, i))
-	}
 	keys := append(g.keys[:len(g.keys):len(g.keys)], r.recordKey(g.tag, id))
-	_, err := r.run(ctx, settleScript, keys, buf, id)
+	c := getCall(ctx)
+	c.buf = r.header(c.buf, len(g.idx), len(keys), opSettle, g.strings(items))
+	for _, i := range g.idx {
+		c.buf = appendItem(c.buf, &ss[i], items[i].Cost)
+		c.buf = appendNumber(c.buf, actualCost(items, ss, actual, i))
+	}
+	c.keys, c.id = keys, id
+	_, err := r.exec(c, g.tag)
 	return err
 }
 

@@ -1,18 +1,17 @@
--- settle.lua: Settle and Cancel of reservation id over n items.
--- KEYS: the items' keys, meters and windows first, then the reservation's
--- record key. ARGV[1]: doubles n, time override (0: TIME), how long to
--- remember the id (ms), the number of meters and windows (unused), then
--- per item algo, cap, rate, period, tick,
--- reserved cost, actual cost. ARGV[2]: the id.
--- Returns 1, or 0 when the id was settled already.
-local buf, id = ARGV[1], ARGV[2]
-local n, override, remember, _, pos = sunpack('<dddd', buf)
-set_now(override)
+-- settle.lua: Settle and Cancel of reservation id, request r of a batch,
+-- over n items. batch.lua runs it inside its loop over requests, as a block
+-- that may break. Its keys are KEYS[k + 1] to KEYS[k + n], the items' keys
+-- (meters and windows first), then the reservation's record key
+-- KEYS[k + n + 1]. Its items are in buf from pos on: per item, doubles
+-- algo, cap, rate, period, tick, reserved cost, actual cost. remember is
+-- how long to remember the id (ms).
+-- Its reply, replies[r], is 1, or 0 when the id was settled already.
 local L = lib()
-local rkey = KEYS[n + 1]
+local rkey = KEYS[k + n + 1]
 local rec = redis.call('GET', rkey)
 if rec == 'd' then
-  return 0
+  replies[r] = 0
+  break
 end
 local debited = -1
 if rec then
@@ -20,7 +19,7 @@ if rec then
 end
 
 for i = 1, n do
-  local key = KEYS[i]
+  local key = KEYS[k + i]
   local algo, cap, rate, period, tick, reserved, actual
   algo, cap, rate, period, tick, reserved, actual, pos = sunpack('<ddddddd', buf, pos)
   local p = period / tick
@@ -104,4 +103,4 @@ for i = 1, n do
   end
 end
 redis.call('SET', rkey, 'd', 'PX', remember)
-return 1
+replies[r] = 1

@@ -4,9 +4,10 @@
 // of them or from none.
 //
 // A Store keeps the limits' state. Memory keeps it in process (a single
-// node); Redis keeps it in Redis, one script call per debit, and on Redis
-// Cluster follows the protocol described on Redis. Both make the same
-// decisions from the same state and time.
+// node); Redis keeps it in Redis, one script call per debit (or per batch
+// of concurrent requests), and on Redis Cluster follows the protocol
+// described on Redis. Both make the same decisions from the same state and
+// time.
 //
 // Costs are reservations: Debit takes an estimate under a reservation id,
 // Settle later replaces it by the actual cost (charging the extra, refunding

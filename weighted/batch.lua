@@ -1,0 +1,43 @@
+-- batch.lua: the script's body, appended to lib.lua, with settle.lua and
+-- debit.lua spliced in where named. It runs a batch of requests in their
+-- order, each seeing the writes of those before it, and replies with a
+-- table of one reply per request: debit's string, or settle's 1 or 0. A
+-- batch of one request replies as that request, without the table. An
+-- error (a key of the wrong type) ends the script and fails the whole
+-- batch; the requests before it keep their writes, as a script that fails
+-- does.
+-- ARGV[1]: the requests, one after another, each a header of doubles n
+-- (items), its number of keys, time override (0: TIME), op (0 peek, 1
+-- debit, 2 settle), the number of meters and windows, how long to remember
+-- a settled id (ms), then its items as debit or settle reads them.
+-- ARGV[r + 1]: request r's reservation id. KEYS: every request's keys, in
+-- the order of the requests.
+-- The time is read once per batch (TIME), or set by each request's
+-- override. The requests run inline, not as functions, which would cost
+-- a closure each per call.
+local buf, m = ARGV[1], #ARGV - 1
+local replies, at, k = {}, 1, 0
+for r = 1, m do
+  local n, nkeys, override, op, ns, remember, pos = sunpack('<dddddd', buf, at)
+  if r == 1 or override > 0 then
+    set_now(override)
+  end
+  local id, mode = ARGV[r + 1], op
+  if op == 2 then
+    at = pos + 56 * n
+  else
+    at = pos + 48 * n
+  end
+  repeat
+    if op == 2 then
+-- settle.lua
+    else
+-- debit.lua
+    end
+  until true
+  k = k + nkeys
+end
+if m == 1 then
+  return replies[1]
+end
+return replies
