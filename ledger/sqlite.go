@@ -116,6 +116,40 @@ func sqliteUpsertN(n int) string {
 
 var sqliteUpsertFull = sqliteUpsertN(sqliteChunk)
 
+// sqliteUpdateN updates n entries from a VALUES list of request_id and
+// updateColumns. Only the columns a settlement may change are set, none of
+// them indexed, so that SQLite rewrites the row and leaves the indexes
+// alone (an upsert that sets every column rewrites every index entry).
+func sqliteUpdateN(n int) string {
+	var set []string
+	for i, c := range updateColumns {
+		set = append(set, fmt.Sprintf("%s = u.column%d", c, i+2))
+	}
+	row := "(?" + strings.Repeat(", ?", len(updateColumns)) + ")"
+	return "UPDATE ledger_entries AS e SET " + strings.Join(set, ", ") + " FROM (VALUES " + row +
+		strings.Repeat(", "+row, n-1) + ") AS u WHERE e.request_id = u.column1"
+}
+
+var sqliteUpdateFull = sqliteUpdateN(sqliteChunk)
+
+// updateArgs returns the values of e's request_id and updateColumns.
+func updateArgs(node string, e *Entry) []any {
+	args := make([]any, 0, 1+len(updateColumns))
+	args = append(args, e.RequestID)
+	for _, c := range updateColumns {
+		col := columns[c]
+		switch {
+		case col.text != nil:
+			args = append(args, col.text(node, e))
+		case col.num != nil:
+			args = append(args, col.num(e))
+		default:
+			args = append(args, unixMicro(col.time(e)))
+		}
+	}
+	return args
+}
+
 type sqliteTx struct{ tx *sql.Tx }
 
 func (s *sqliteStore) begin(ctx context.Context) (storeTx, error) {
@@ -170,7 +204,7 @@ func sqliteEntries(rows *sql.Rows) ([]Entry, error) {
 }
 
 func (t *sqliteTx) write(ctx context.Context, node string, inserts, updates []*Entry, deltas map[spendKey]spendDelta) error {
-	rows := append(inserts[:len(inserts):len(inserts)], updates...)
+	rows := inserts
 	args := make([]any, 0, min(len(rows), sqliteChunk)*len(entryColumns))
 	for len(rows) > 0 {
 		n := min(len(rows), sqliteChunk)
@@ -186,6 +220,20 @@ func (t *sqliteTx) write(ctx context.Context, node string, inserts, updates []*E
 			return fmt.Errorf("ledger: sqlite upsert: %w", err)
 		}
 		rows = rows[n:]
+	}
+	for rows = updates; len(rows) > 0; rows = rows[min(len(rows), sqliteChunk):] {
+		n := min(len(rows), sqliteChunk)
+		args = args[:0]
+		for _, e := range rows[:n] {
+			args = append(args, updateArgs(node, e)...)
+		}
+		q := sqliteUpdateFull
+		if n != sqliteChunk {
+			q = sqliteUpdateN(n)
+		}
+		if _, err := t.tx.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("ledger: sqlite update: %w", err)
+		}
 	}
 	sp, err := t.tx.PrepareContext(ctx, `INSERT INTO ledger_spend (tenant, scope, grain, bucket, cost, entries) VALUES (?, ?, ?, ?, ?, ?)
 		ON CONFLICT (tenant, scope, grain, bucket) DO UPDATE SET cost = cost + excluded.cost, entries = entries + excluded.entries`)
