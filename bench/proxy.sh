@@ -15,8 +15,14 @@
 # medians and ratios. perf, when installed and PROXY_BENCH_PERF is not 0,
 # profiles costgate during one more window to split its CPU by stage.
 #
+# The last pair of each round, "bare-rate" and "costgate-rate", offers a
+# fixed rate that both sustain ($RATE req/s over $CONNS connections, open
+# loop): there the added p50 is what the pipeline adds to a request, not
+# the queueing that saturation brings.
+#
 # Knobs (environment): PROXY_BENCH_ROUNDS (5), PROXY_BENCH_DURATION (4s),
-# PROXY_BENCH_WARMUP (1s), PROXY_BENCH_CONNS (32), PROXY_BENCH_PERF (1), and
+# PROXY_BENCH_WARMUP (1s), PROXY_BENCH_CONNS (32), PROXY_BENCH_RATE (2000),
+# PROXY_BENCH_PERF (1), and
 # PROXY_BENCH_KEEP, a directory to keep the raw results, logs and the
 # perf profile in.
 set -euo pipefail
@@ -25,6 +31,7 @@ ROUNDS=${PROXY_BENCH_ROUNDS:-5}
 DUR=${PROXY_BENCH_DURATION:-4s}
 WARMUP=${PROXY_BENCH_WARMUP:-1s}
 CONNS=${PROXY_BENCH_CONNS:-32}
+RATE=${PROXY_BENCH_RATE:-2000}
 PERF=${PROXY_BENCH_PERF:-1}
 ADMIN_TOKEN=bench-admin
 
@@ -139,6 +146,10 @@ for r in $(seq "$ROUNDS"); do
 	# One connection: the latency a request adds when nothing queues.
 	timeout "$bound" "$pl" load "${common[@]}" -c 1 -round "$r" -label bare-c1 -url "http://$bare" | tee -a "$results"
 	timeout "$bound" "$pl" load "${common[@]}" -c 1 -round "$r" -label costgate-c1 -url "http://$costgate" \
+		-metrics "http://$admin/metrics" -admin-token "$ADMIN_TOKEN" | tee -a "$results"
+	# A fixed rate both sustain: what the pipeline adds without queueing.
+	timeout "$bound" "$pl" load "${common[@]}" -rate "$RATE" -round "$r" -label bare-rate -url "http://$bare" | tee -a "$results"
+	timeout "$bound" "$pl" load "${common[@]}" -rate "$RATE" -round "$r" -label costgate-rate -url "http://$costgate" \
 		-metrics "http://$admin/metrics" -admin-token "$ADMIN_TOKEN" | tee -a "$results"
 done
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -74,7 +74,9 @@ func appendFrame(b []byte, r *record) []byte {
 
 // readFrame decodes the frame at the start of b and returns its length.
 // errTorn means b ends inside the frame; errCorrupt that the frame is bad.
-func readFrame(b []byte, r *record) (int, error) {
+// names, when not nil, shares the strings of repeated values among the
+// records it decodes.
+func readFrame(b []byte, r *record, names *interner) (int, error) {
 	if len(b) < frameHeader {
 		return 0, errTorn
 	}
@@ -89,24 +91,25 @@ func readFrame(b []byte, r *record) (int, error) {
 	if crc32.Checksum(payload, crcTable) != binary.LittleEndian.Uint32(b[4:]) {
 		return 0, fmt.Errorf("%w: checksum mismatch", errCorrupt)
 	}
-	if err := decodePayload(payload, r); err != nil {
+	if err := decodePayload(payload, r, names); err != nil {
 		return 0, err
 	}
 	return frameHeader + int(n), nil
 }
 
-func decodePayload(p []byte, r *record) error {
-	d := decoder{b: p}
+func decodePayload(p []byte, r *record, names *interner) error {
+	d := decoder{b: p, names: names}
 	r.kind = kind(d.byte())
 	if r.kind < kindReserve || r.kind > kindRecover {
 		return fmt.Errorf("%w: kind %d", errCorrupt, r.kind)
 	}
 	e := &r.e
-	for _, s := range [...]*string{&e.RequestID, &e.Tenant, &e.User, &e.KeyID, &e.Route, &e.Upstream,
+	e.RequestID = d.string()
+	for _, s := range [...]*string{&e.Tenant, &e.User, &e.KeyID, &e.Route, &e.Upstream,
 		&e.Model, &e.Region, &e.Decision, &e.Policy, &e.Friction} {
-		*s = d.string()
+		*s = d.name()
 	}
-	e.Status = Status(d.string())
+	e.Status = Status(d.name())
 	var created, settled, http, estCost, actCost int64
 	for _, v := range [...]*int64{&http,
 		&e.Estimated.InputTokens, &e.Estimated.CachedInputTokens, &e.Estimated.CacheWriteTokens,
@@ -135,8 +138,29 @@ func decodePayload(p []byte, r *record) error {
 }
 
 type decoder struct {
-	b   []byte
-	err error
+	b     []byte
+	err   error
+	names *interner
+}
+
+// interner hands out one string per distinct value: the tenants, users,
+// models and routes of a batch repeat, and a string per field per record
+// was most of the flusher's allocations.
+type interner struct{ m map[string]string }
+
+// maxInterned bounds an interner: past it, it starts over.
+const maxInterned = 4096
+
+func (in *interner) get(b []byte) string {
+	if s, ok := in.m[string(b)]; ok {
+		return s
+	}
+	if in.m == nil || len(in.m) >= maxInterned {
+		in.m = make(map[string]string)
+	}
+	s := string(b)
+	in.m[s] = s
+	return s
 }
 
 func (d *decoder) byte() byte {
@@ -156,6 +180,25 @@ func (d *decoder) string() string {
 		return ""
 	}
 	s := string(d.b[k : k+int(n)])
+	d.b = d.b[k+int(n):]
+	return s
+}
+
+// name is string for a value that repeats across records.
+func (d *decoder) name() string {
+	if d.names == nil {
+		return d.string()
+	}
+	n, k := binary.Uvarint(d.b)
+	if d.err != nil || k <= 0 || n > maxField || uint64(len(d.b)-k) < n {
+		d.fail()
+		return ""
+	}
+	if n == 0 {
+		d.b = d.b[k:]
+		return ""
+	}
+	s := d.names.get(d.b[k : k+int(n)])
 	d.b = d.b[k+int(n):]
 	return s
 }

@@ -46,6 +46,7 @@ func segmentName(base int64) string { return fmt.Sprintf("%020d.spool", base) }
 type spool struct {
 	dir     string
 	segSize int64
+	names   interner // read's, which only the flusher calls
 
 	mu      sync.Mutex
 	synced  *sync.Cond // signalled when syncPos advances
@@ -153,7 +154,7 @@ func scanSegment(path string) (int64, error) {
 	var r record
 	off := 0
 	for off < len(b) {
-		n, err := readFrame(b[off:], &r)
+		n, err := readFrame(b[off:], &r, nil)
 		if err != nil {
 			return int64(off), err
 		}
@@ -265,7 +266,8 @@ func (s *spool) waitSynced(pos int64) error {
 }
 
 // read decodes up to max records from position from onwards into recs and
-// returns them with the position after the last one.
+// returns them with the position after the last one. Only the flusher calls
+// it (s.names is not locked).
 func (s *spool) read(from int64, max int, recs []record, buf *[]byte) ([]record, int64, error) {
 	recs = recs[:0]
 	for len(recs) < max {
@@ -303,7 +305,7 @@ func (s *spool) read(from int64, max int, recs []record, buf *[]byte) ([]record,
 		off := 0
 		for off < len(b) && len(recs) < max {
 			recs = append(recs, record{})
-			k, err := readFrame(b[off:], &recs[len(recs)-1])
+			k, err := readFrame(b[off:], &recs[len(recs)-1], &s.names)
 			if errors.Is(err, errTorn) && off > 0 {
 				recs = recs[:len(recs)-1]
 				break // the rest of the record is beyond this chunk

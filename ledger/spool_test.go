@@ -32,7 +32,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	} {
 		b := appendFrame(nil, &r)
 		var got record
-		n, err := readFrame(b, &got)
+		n, err := readFrame(b, &got, nil)
 		if err != nil || n != len(b) {
 			t.Fatalf("readFrame: %d, %v", n, err)
 		}
@@ -40,14 +40,14 @@ func TestRecordRoundTrip(t *testing.T) {
 			t.Fatalf("round trip:\n got %+v\nwant %+v", got, r)
 		}
 		for cut := 0; cut < len(b); cut++ {
-			if _, err := readFrame(b[:cut], &got); !errors.Is(err, errTorn) {
+			if _, err := readFrame(b[:cut], &got, nil); !errors.Is(err, errTorn) {
 				t.Fatalf("frame cut at %d of %d: %v, want errTorn", cut, len(b), err)
 			}
 		}
 		for i := frameHeader; i < len(b); i++ {
 			bad := bytes.Clone(b)
 			bad[i] ^= 0x40
-			if _, err := readFrame(bad, &got); !errors.Is(err, errCorrupt) {
+			if _, err := readFrame(bad, &got, nil); !errors.Is(err, errCorrupt) {
 				t.Fatalf("byte %d flipped: %v, want errCorrupt", i, err)
 			}
 		}
@@ -61,7 +61,7 @@ func FuzzReadFrame(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var r record
-		n, err := readFrame(b, &r)
+		n, err := readFrame(b, &r, &interner{})
 		if err != nil {
 			if !errors.Is(err, errTorn) && !errors.Is(err, errCorrupt) {
 				t.Fatalf("unexpected error %v", err)
@@ -72,7 +72,7 @@ func FuzzReadFrame(f *testing.F) {
 			t.Fatalf("length %d of %d bytes", n, len(b))
 		}
 		var again record
-		if _, err := readFrame(appendFrame(nil, &r), &again); err != nil || again != r {
+		if _, err := readFrame(appendFrame(nil, &r), &again, &interner{}); err != nil || again != r {
 			t.Fatalf("re-encoded record reads back as %+v, %v; want %+v", again, err, r)
 		}
 	})

@@ -6,11 +6,13 @@ package ledger
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/costgate/costgate/costmodel"
@@ -20,6 +22,28 @@ import (
 
 type sqliteStore struct {
 	db *sql.DB
+
+	mu    sync.Mutex
+	stmts map[string]*sql.Stmt // the flusher's statements, prepared once
+}
+
+// stmt returns q prepared. Compiling a statement of many rows costs more
+// than running it; database/sql keeps it prepared on each connection.
+func (s *sqliteStore) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, ok := s.stmts[q]; ok {
+		return st, nil
+	}
+	st, err := s.db.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: sqlite prepare: %w", err)
+	}
+	if s.stmts == nil {
+		s.stmts = make(map[string]*sql.Stmt)
+	}
+	s.stmts[q] = st
+	return st, nil
 }
 
 func openSQLite(ctx context.Context, path string) (*sqliteStore, error) {
@@ -91,15 +115,47 @@ func (s *sqliteStore) migrate(ctx context.Context) error {
 	return nil
 }
 
-func (s *sqliteStore) close() error { return s.db.Close() }
+func (s *sqliteStore) close() error {
+	s.mu.Lock()
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	s.stmts = nil
+	s.mu.Unlock()
+	return s.db.Close()
+}
 
 func sqliteTime(t time.Time) any { return unixMicro(t) }
 
-// sqliteChunk is how many entries one upsert statement writes: one
+// sqliteChunk is the most entries one upsert statement writes: one
 // statement per row cost most of the apply's CPU (database/sql and the
 // driver per call); 64 rows of 31 columns stay far below SQLite's limit on
-// parameters.
+// parameters. Fewer rows go in statements of a power of two rows, so that
+// seven statements of each kind, prepared once, write any number.
 const sqliteChunk = 64
+
+// chunk is the rows of the next statement for n rows to write.
+func chunk(n int) int {
+	c := sqliteChunk
+	for c > n {
+		c /= 2
+	}
+	return c
+}
+
+var (
+	sqliteUpserts = statementsBySize(sqliteUpsertN)
+	sqliteUpdates = statementsBySize(sqliteUpdateN)
+)
+
+// statementsBySize makes the statement of each chunk size.
+func statementsBySize(f func(int) string) map[int]string {
+	m := make(map[int]string)
+	for c := sqliteChunk; c >= 1; c /= 2 {
+		m[c] = f(c)
+	}
+	return m
+}
 
 // sqliteUpsertN is the upsert of n entries. SQLite applies the ON CONFLICT
 // clause row by row, in order, so a multi-row statement behaves as n
@@ -114,39 +170,88 @@ func sqliteUpsertN(n int) string {
 		strings.Repeat(", "+row, n-1) + " ON CONFLICT (request_id) DO UPDATE SET " + strings.Join(set, ", ")
 }
 
-var sqliteUpsertFull = sqliteUpsertN(sqliteChunk)
+// sqliteUpdateN updates n entries from a VALUES list of request_id and
+// updateColumns. Only the columns a settlement may change are set, none of
+// them indexed, so that SQLite rewrites the row and leaves the indexes
+// alone (an upsert that sets every column rewrites every index entry).
+func sqliteUpdateN(n int) string {
+	var set []string
+	for i, c := range updateColumns {
+		set = append(set, fmt.Sprintf("%s = u.column%d", c, i+2))
+	}
+	row := "(?" + strings.Repeat(", ?", len(updateColumns)) + ")"
+	return "UPDATE ledger_entries AS e SET " + strings.Join(set, ", ") + " FROM (VALUES " + row +
+		strings.Repeat(", "+row, n-1) + ") AS u WHERE e.request_id = u.column1"
+}
 
-type sqliteTx struct{ tx *sql.Tx }
+// updateArgs returns the values of e's request_id and updateColumns.
+func updateArgs(node string, e *Entry) []any {
+	args := make([]any, 0, 1+len(updateColumns))
+	args = append(args, e.RequestID)
+	for _, c := range updateColumns {
+		col := columns[c]
+		switch {
+		case col.text != nil:
+			args = append(args, col.text(node, e))
+		case col.num != nil:
+			args = append(args, col.num(e))
+		default:
+			args = append(args, unixMicro(col.time(e)))
+		}
+	}
+	return args
+}
+
+type sqliteTx struct {
+	s  *sqliteStore
+	tx *sql.Tx
+}
+
+// exec runs q, prepared once, in the transaction.
+func (t *sqliteTx) exec(ctx context.Context, q string, args ...any) error {
+	st, err := t.s.stmt(ctx, q)
+	if err != nil {
+		return err
+	}
+	_, err = t.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	return err
+}
 
 func (s *sqliteStore) begin(ctx context.Context) (storeTx, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: sqlite: %w", err)
 	}
-	return &sqliteTx{tx: tx}, nil
+	return &sqliteTx{s: s, tx: tx}, nil
 }
+
+// sqliteLoad reads the entries whose ids are in a JSON array: one
+// statement, prepared once, for any number of ids.
+var sqliteLoad = "SELECT " + readColumns + " FROM ledger_entries WHERE request_id IN (SELECT value FROM json_each(?))"
 
 func (t *sqliteTx) load(ctx context.Context, ids []string) (map[string]*Entry, error) {
 	out := make(map[string]*Entry)
-	for len(ids) > 0 {
-		n := min(len(ids), 500)
-		args := make([]any, n)
-		for i, id := range ids[:n] {
-			args[i] = id
-		}
-		rows, err := t.tx.QueryContext(ctx, "SELECT "+readColumns+" FROM ledger_entries WHERE request_id IN (?"+
-			strings.Repeat(", ?", n-1)+")", args...)
-		if err != nil {
-			return nil, fmt.Errorf("ledger: sqlite load: %w", err)
-		}
-		es, err := sqliteEntries(rows)
-		if err != nil {
-			return nil, err
-		}
-		for i := range es {
-			out[es[i].RequestID] = &es[i]
-		}
-		ids = ids[n:]
+	if len(ids) == 0 {
+		return out, nil
+	}
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: sqlite load: %w", err)
+	}
+	st, err := t.s.stmt(ctx, sqliteLoad)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := t.tx.StmtContext(ctx, st).QueryContext(ctx, string(list))
+	if err != nil {
+		return nil, fmt.Errorf("ledger: sqlite load: %w", err)
+	}
+	es, err := sqliteEntries(rows)
+	if err != nil {
+		return nil, err
+	}
+	for i := range es {
+		out[es[i].RequestID] = &es[i]
 	}
 	return out, nil
 }
@@ -169,32 +274,44 @@ func sqliteEntries(rows *sql.Rows) ([]Entry, error) {
 	return es, nil
 }
 
+// sqliteSpend adds to one row of the spend roll-up.
+const sqliteSpend = `INSERT INTO ledger_spend (tenant, scope, grain, bucket, cost, entries) VALUES (?, ?, ?, ?, ?, ?)
+	ON CONFLICT (tenant, scope, grain, bucket) DO UPDATE SET cost = cost + excluded.cost, entries = entries + excluded.entries`
+
 func (t *sqliteTx) write(ctx context.Context, node string, inserts, updates []*Entry, deltas map[spendKey]spendDelta) error {
-	rows := append(inserts[:len(inserts):len(inserts)], updates...)
-	args := make([]any, 0, min(len(rows), sqliteChunk)*len(entryColumns))
-	for len(rows) > 0 {
-		n := min(len(rows), sqliteChunk)
+	args := make([]any, 0, min(len(inserts), sqliteChunk)*len(entryColumns))
+	for rows := inserts; len(rows) > 0; {
+		n := chunk(len(rows))
 		args = args[:0]
 		for _, e := range rows[:n] {
 			args = append(args, entryArgs(node, e, sqliteTime)...)
 		}
-		q := sqliteUpsertFull
-		if n != sqliteChunk {
-			q = sqliteUpsertN(n)
-		}
-		if _, err := t.tx.ExecContext(ctx, q, args...); err != nil {
+		if err := t.exec(ctx, sqliteUpserts[n], args...); err != nil {
 			return fmt.Errorf("ledger: sqlite upsert: %w", err)
 		}
 		rows = rows[n:]
 	}
-	sp, err := t.tx.PrepareContext(ctx, `INSERT INTO ledger_spend (tenant, scope, grain, bucket, cost, entries) VALUES (?, ?, ?, ?, ?, ?)
-		ON CONFLICT (tenant, scope, grain, bucket) DO UPDATE SET cost = cost + excluded.cost, entries = entries + excluded.entries`)
-	if err != nil {
-		return fmt.Errorf("ledger: sqlite: %w", err)
+	for rows := updates; len(rows) > 0; {
+		n := chunk(len(rows))
+		args = args[:0]
+		for _, e := range rows[:n] {
+			args = append(args, updateArgs(node, e)...)
+		}
+		if err := t.exec(ctx, sqliteUpdates[n], args...); err != nil {
+			return fmt.Errorf("ledger: sqlite update: %w", err)
+		}
+		rows = rows[n:]
 	}
-	defer sp.Close()
+	if len(deltas) == 0 {
+		return nil
+	}
+	st, err := t.s.stmt(ctx, sqliteSpend)
+	if err != nil {
+		return err
+	}
+	spend := t.tx.StmtContext(ctx, st)
 	for k, v := range deltas {
-		if _, err := sp.ExecContext(ctx, k.tenant, k.scope, k.grain, k.bucket, v.cost, v.entries); err != nil {
+		if _, err := spend.ExecContext(ctx, k.tenant, k.scope, k.grain, k.bucket, v.cost, v.entries); err != nil {
 			return fmt.Errorf("ledger: sqlite spend: %w", err)
 		}
 	}

@@ -44,11 +44,15 @@ type exchange struct {
 	ip       string
 	est      costmodel.Estimate
 
-	limits   []*compiledLimit // the limits that apply, parallel to items
-	items    []weighted.Item
-	result   weighted.Result
-	decision policies.Decision
-	friction string // the Costgate-Friction value, if any
+	limits []*compiledLimit // the limits that apply, parallel to items
+	items  []weighted.Item
+	// Room for the limits and items of most requests, in the exchange's
+	// own allocation.
+	limitsBuf [4]*compiledLimit
+	itemsBuf  [4]weighted.Item
+	result    weighted.Result
+	decision  policies.Decision
+	friction  string // the Costgate-Friction value, if any
 
 	status      int   // the upstream's status, or costgate's on an upstream failure
 	upstreamErr error // set when the upstream gave no answer
@@ -359,6 +363,7 @@ func withStreamUsage(body []byte) ([]byte, error) {
 // debit reserves the estimate on every limit that applies. It answers the
 // client and returns false when the request may not go on.
 func (s *Server) debit(w http.ResponseWriter, ctx context.Context, x *exchange) bool {
+	x.limits, x.items = x.limitsBuf[:0], x.itemsBuf[:0]
 	for _, l := range x.st.limits {
 		if !l.appliesTo(x.caller.plan) {
 			continue

@@ -6,11 +6,13 @@
 //
 //	proxyload upstream -addr-file F         a stub OpenAI upstream: one fixed chat completion with usage
 //	proxyload bare -upstream URL -addr-file F  a bare httputil.ReverseProxy (buffer pool, large keep-alive pool)
-//	proxyload load -url URL -label L ...    a closed-loop load generator; prints one JSON line per run
+//	proxyload load -url URL -label L ...    a load generator (closed loop, or open with -rate); prints one JSON line per run
 //	proxyload report FILE                   medians and ratios of the JSON lines, as Markdown
 //
 // The load generator keeps -c connections busy, each sending a short chat
-// completion request as soon as the previous answer has been read. After a
+// completion request as soon as the previous answer has been read; with
+// -rate it offers a fixed rate instead, spread over the connections, and
+// counts each latency from the time its request was due. After a
 // warm-up it measures for -d: requests completed, their latencies, and the
 // CPU time (utime+stime from /proc/PID/stat) that every process named in
 // -pids used during the measured window, itself included. With -metrics it
@@ -173,6 +175,7 @@ type Run struct {
 	Label       string  `json:"label"`
 	Round       int     `json:"round"`
 	Conns       int     `json:"conns"`
+	Rate        float64 `json:"rate,omitempty"` // the open loop's offered req/s; 0: closed loop
 	Seconds     float64 `json:"seconds"`
 	Requests    int64   `json:"requests"`
 	RPS         float64 `json:"rps"`
@@ -210,8 +213,12 @@ func runLoad(args []string) error {
 	pids := fs.String("pids", "", "processes to measure the CPU of: name=pid,name=pid")
 	metrics := fs.String("metrics", "", "costgate's admin /metrics URL, read before and after the window")
 	adminToken := fs.String("admin-token", "", "bearer token for -metrics")
+	rate := fs.Float64("rate", 0, "open loop: requests per second in all, spread evenly over the connections (0: closed loop)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *rate < 0 || *conns < 1 {
+		return fmt.Errorf("-rate must not be negative and -c must be at least 1")
 	}
 	procs, err := parsePids(*pids)
 	if err != nil {
@@ -230,14 +237,30 @@ func runLoad(args []string) error {
 	var firstErr, firstStatus atomic.Value
 	lat := make([][]time.Duration, *conns)
 	var wg sync.WaitGroup
+	start := time.Now()
 	for i := range *conns {
 		lat[i] = make([]time.Duration, 0, 1<<16)
+		// In the open loop, connection i sends its k-th request at start +
+		// (k + i/conns) × conns/rate, or as soon as its previous answer is in
+		// when that is later; the latency counts from the scheduled time,
+		// so that a slow answer is not hidden by the requests it delayed.
+		var every time.Duration
+		if *rate > 0 {
+			every = time.Duration(float64(*conns) / *rate * float64(time.Second))
+		}
+		next := start.Add(every * time.Duration(i) / time.Duration(*conns))
 		wg.Go(func() {
 			for phase.Load() < 2 {
+				t0 := time.Now()
+				if every > 0 {
+					if d := time.Until(next); d > 0 {
+						time.Sleep(d)
+					}
+					t0, next = next, next.Add(every)
+				}
 				req, _ := http.NewRequest(http.MethodPost, endpoint, bytes.NewReader(body))
 				req.Header.Set("Authorization", "Bearer "+*key)
 				req.Header.Set("Content-Type", "application/json")
-				t0 := time.Now()
 				resp, err := client.Do(req)
 				if err != nil {
 					if phase.Load() == 1 {
@@ -293,7 +316,7 @@ func runLoad(args []string) error {
 	slices.Sort(all)
 	n := int64(len(all))
 	run := Run{
-		Label: *label, Round: *round, Conns: *conns, Seconds: elapsed.Seconds(),
+		Label: *label, Round: *round, Conns: *conns, Rate: *rate, Seconds: elapsed.Seconds(),
 		Requests: n, RPS: float64(n) / elapsed.Seconds(),
 		P50us: us(quantile(all, 0.50)), P90us: us(quantile(all, 0.90)), P99us: us(quantile(all, 0.99)),
 		Non200: non200.Load(), Errors: errs.Load(), Degraded: degraded.Load(),
@@ -545,7 +568,7 @@ func runReport(args []string) error {
 		}
 		fmt.Println()
 	}
-	for _, suffix := range []string{"", "-c1"} {
+	for _, suffix := range []string{"", "-c1", "-rate"} {
 		bl, cl := "bare"+suffix, "costgate"+suffix
 		if len(runs[bl]) == 0 || len(runs[cl]) == 0 {
 			continue
@@ -565,6 +588,17 @@ func runReport(args []string) error {
 			}
 		}
 		fmt.Printf("  throughput ratio round by round: %s\n", strings.Join(pr, ", "))
+		if suffix == "-rate" {
+			var pa []string
+			for _, cr := range runs[cl] {
+				for _, br := range runs[bl] {
+					if br.Round == cr.Round {
+						pa = append(pa, fmt.Sprintf("%.0f", cr.P50us-br.P50us))
+					}
+				}
+			}
+			fmt.Printf("  p50 added round by round (µs): %s\n", strings.Join(pa, ", "))
+		}
 	}
 	return nil
 }
