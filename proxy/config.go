@@ -80,6 +80,10 @@ type StoreConfig struct {
 	// brought up to the ledger's spend (also at start and when Redis comes
 	// back). Default 5m.
 	ReconcileInterval time.Duration `yaml:"reconcile_interval"`
+	// MaxBatch is the most concurrent requests whose limiter calls share
+	// one Redis script call (a request that finds Redis idle is sent at
+	// once, alone). 1 sends every call alone. Default 64.
+	MaxBatch int `yaml:"max_batch"`
 }
 
 // LedgerConfig chooses the ledger's database.
@@ -326,6 +330,9 @@ func (c *Config) applyDefaults() {
 	if c.Store.BreakerCooldown == 0 {
 		c.Store.BreakerCooldown = time.Second
 	}
+	if c.Store.MaxBatch == 0 {
+		c.Store.MaxBatch = weighted.DefaultMaxBatch
+	}
 	if c.Store.FallbackReplicas == 0 {
 		c.Store.FallbackReplicas = 1
 	}
@@ -384,6 +391,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AdminToken == "" {
 		bad("admin_token", "required (or set COSTGATE_ADMIN_TOKEN)")
+	}
+	if c.Store.MaxBatch < 0 || c.Store.MaxBatch > 1024 {
+		bad("store.max_batch", "must be between 1 and 1024")
 	}
 	if c.Store.Timeout < 0 || c.Store.BreakerFailures < 0 || c.Store.BreakerCooldown < 0 || c.Store.FallbackReplicas < 0 || c.Store.ReconcileInterval < 0 {
 		bad("store", "timeout, breaker_failures, breaker_cooldown, fallback_replicas and reconcile_interval must be positive")

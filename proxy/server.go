@@ -176,7 +176,7 @@ func (s *Server) openStore(ctx context.Context, cfg *Config) (weighted.Store, er
 	}
 	s.breaker = newBreaker(cfg.Store.BreakerFailures, cfg.Store.BreakerCooldown, time.Now)
 	s.tel.ObserveBreaker(s.breaker.State)
-	return &guardedStore{store: weighted.NewRedis(c, weighted.RedisConfig{}), breaker: s.breaker, timeout: cfg.Store.Timeout, tel: s.tel}, nil
+	return &guardedStore{store: weighted.NewRedis(c, weighted.RedisConfig{MaxBatch: cfg.Store.MaxBatch}), breaker: s.breaker, timeout: cfg.Store.Timeout, tel: s.tel}, nil
 }
 
 // redisClient connects to one Redis (redis:// or rediss://) or to a Redis
