@@ -22,7 +22,8 @@
 #
 # Knobs (environment): PROXY_BENCH_ROUNDS (5), PROXY_BENCH_DURATION (4s),
 # PROXY_BENCH_WARMUP (1s), PROXY_BENCH_CONNS (32), PROXY_BENCH_RATE (2000),
-# PROXY_BENCH_PERF (1), and
+# PROXY_BENCH_PERF (1), PROXY_BENCH_GOGC (GOGC for costgate alone; unset:
+# costgate's own default), and
 # PROXY_BENCH_KEEP, a directory to keep the raw results, logs and the
 # perf profile in.
 set -euo pipefail
@@ -117,7 +118,7 @@ bare=$(cat "$tmp/bare.addr")
 # so nothing else may be written there.
 mkdir -p "$tmp/data" "$tmp/cfg"
 sed -e "s|@UPSTREAM@|$upstream|" -e "s|@POLICIES@|$root/bench/proxy/policies|" bench/proxy/costgate.yaml >"$tmp/cfg/costgate.yaml"
-"$tmp/costgate" serve --config "$tmp/cfg/costgate.yaml" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+${PROXY_BENCH_GOGC:+env GOGC=$PROXY_BENCH_GOGC} "$tmp/costgate" serve --config "$tmp/cfg/costgate.yaml" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
 	--redis "redis://127.0.0.1:$port/0" --data-dir "$tmp/data" >"$tmp/costgate.out" 2>"$tmp/costgate.log" &
 pids+=($!)
 costgate_pid=$!
@@ -153,6 +154,9 @@ for r in $(seq "$ROUNDS"); do
 		-metrics "http://$admin/metrics" -admin-token "$ADMIN_TOKEN" | tee -a "$results"
 done
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+curl -s -m 5 -H "Authorization: Bearer $ADMIN_TOKEN" "http://$admin/metrics" |
+	awk '/^go_memstats_heap_inuse_bytes / { h = $2 } /^process_resident_memory_bytes / { r = $2 } /^go_gc_duration_seconds_count / { g = $2 }
+		END { printf "# costgate memory at the end: heap in use %.1f MiB, resident %.1f MiB, %d GC cycles since start\n", h / 1048576, r / 1048576, g }' || true
 echo "# costgate log: $(grep -c 'config reloaded' "$tmp/costgate.log" || true) config reloads," \
 	"$(grep -c 'limiter store failed' "$tmp/costgate.log" || true) limiter store failures," \
 	"$(grep -c 'limiter settle failed' "$tmp/costgate.log" || true) limiter settle failures"
