@@ -180,3 +180,30 @@ func FuzzRule(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseUsageFast checks that ParseUsage's one-pass reading gives what
+// encoding/json alone gives: the same usage, and the same error.
+func FuzzParseUsageFast(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"x","choices":[{"message":{"content":"usage \"usage\": {}"}}],"usage":{"prompt_tokens":14,"completion_tokens":9}}`,
+		`{"usage":{"prompt_tokens":1},"USAGE":{"completion_tokens":2}}`,
+		`{"Usage":{"input_tokens":5,"output_tokens":6}}`,
+		`{"u\u0073age":{"prompt_tokens":3,"completion_tokens":4}}`, `{"uſage":{"prompt_tokens":3}}`,
+		`{"usage":{"prompt_tokens":1},"usage":null}`,
+		`{"usage":"x"}`, `{"usage":{"prompt_tokens":"7"}}`, `{"usage":{}} x`, `[{"usage":{}}]`, `null`, ` `, `{"a":1,}`,
+		`{"usage":{"input_tokens":3,"cache_read_input_tokens":100,"output_tokens":-1}}`,
+		`{"usage":{"prompt_tokens":1e3}}`, `{"usage":{"prompt_tokens":99999999999999999999}}`,
+	} {
+		for _, k := range []Kind{ChatCompletions, Responses, AnthropicMessages, Embeddings} {
+			f.Add(uint8(k), []byte(s))
+		}
+	}
+	f.Fuzz(func(t *testing.T, k uint8, body []byte) {
+		kind := Kind(k % uint8(Generic+1))
+		got, gerr := ParseUsage(kind, body)
+		want, werr := parseUsage(kind, body)
+		if got != want || (gerr == nil) != (werr == nil) || gerr != nil && gerr.Error() != werr.Error() {
+			t.Fatalf("ParseUsage(%v, %q) = %+v, %v; encoding/json gives %+v, %v", kind, body, got, gerr, want, werr)
+		}
+	})
+}
