@@ -2,10 +2,12 @@
 -- debit.lua spliced in where named. It runs a batch of requests in their
 -- order, each seeing the writes of those before it, and replies with a
 -- table of one reply per request: debit's string, or settle's 1 or 0. A
--- batch of one request replies as that request, without the table. An
--- error (a key of the wrong type) ends the script and fails the whole
--- batch; the requests before it keep their writes, as a script that fails
--- does.
+-- batch of one request replies as that request, without the table. A
+-- batch of more reads each meter and window key once and writes it once,
+-- at the end, with the value and TTL the requests one by one would have
+-- left (see C in lib). An error (a key of the wrong type) ends the script
+-- and fails the whole batch; the requests before it keep their writes, as
+-- a script that fails does.
 -- ARGV[1]: the requests, one after another, each a header of doubles n
 -- (items), its number of keys, time override (0: TIME), op (0 peek, 1
 -- debit, 2 settle), the number of meters and windows, how long to remember
@@ -17,6 +19,12 @@
 -- a closure each per call.
 local buf, m = ARGV[1], #ARGV - 1
 local replies, at, k = {}, 1, 0
+-- C: in a batch of more than one request, the values of its meters and
+-- windows (see lib's batch), else false.
+local C = false
+if m > 1 then
+  C = lib().batch()
+end
 for r = 1, m do
   local n, nkeys, override, op, ns, remember, pos = sunpack('<dddddd', buf, at)
   if r == 1 or override > 0 then
@@ -36,6 +44,9 @@ for r = 1, m do
     end
   until true
   k = k + nkeys
+end
+if C then
+  lib().flush()
 end
 if m == 1 then
   return replies[1]

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // countingStore counts the calls of a store's requests.
@@ -371,5 +374,263 @@ func TestMaxBatchValidate(t *testing.T) {
 	}
 	if err := (RedisConfig{MaxBatch: 1}).Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBatchLeavesStateOfOneByOne runs random debits, peeks, settles and
+// cancels, with the clock moving between them, on the limits of each
+// algorithm, in batches on one store and one by one (MaxBatch 1) on
+// another, and requires the same result of each request and, after each
+// batch, the same keys with the same values (GET, or ZRANGE of a sorted
+// set) and TTLs (PTTL, within the real time the two runs took): a batch
+// reads each meter and window once and writes it once, with the TTL the
+// last write one by one would have set.
+func TestBatchLeavesStateOfOneByOne(t *testing.T) {
+	c := testRedis(t)
+	ctx := context.Background()
+	limits := func(a Algorithm) []Limit {
+		ls := []Limit{
+			{Name: "a", Algorithm: a, Rate: 20, Period: 10 * time.Second},
+			{Name: "b", Algorithm: a, Rate: 12, Period: 3 * time.Second},
+		}
+		if a == TokenBucket || a == GCRA {
+			ls[0].Burst = 15
+		}
+		return ls
+	}
+	cases := []struct {
+		name   string
+		limits []Limit
+	}{
+		{"token_bucket", limits(TokenBucket)},
+		{"gcra", limits(GCRA)},
+		{"sliding_window", limits(SlidingWindow)},
+		{"fixed_window", limits(FixedWindow)},
+		// Sorted sets are not cached: a batch writes the pending values
+		// before each of their commands.
+		{"mixed", []Limit{
+			{Name: "tb", Rate: 20, Period: 10 * time.Second},
+			{Name: "fw", Algorithm: FixedWindow, Rate: 15, Period: 4 * time.Second},
+			{Name: "log", Algorithm: SlidingLog, Rate: 15, Period: 5 * time.Second},
+			{Name: "conc", Algorithm: Concurrency, Rate: 15, Period: 5 * time.Second},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(7, uint64(len(tc.name))))
+			oneClock, batchClock := newClock(), newClock()
+			one := newBatchStore(c, oneClock, RedisConfig{MaxBatch: 1})
+			batched := newBatchStore(c, batchClock, RedisConfig{})
+			// A request is a Debit, Peek, Settle or Cancel of some of the
+			// limits, some of them under a changed config; the clock moves
+			// before it.
+			type request struct {
+				op      string
+				id      string
+				items   []Item
+				actual  []int64
+				advance time.Duration
+			}
+			var debits []request
+			next := func(n int) request {
+				rq := request{advance: time.Duration(rng.IntN(1500)) * time.Millisecond}
+				if op := rng.IntN(10); op >= 5 && len(debits) > 0 {
+					d := debits[rng.IntN(len(debits))]
+					rq.id, rq.items, rq.op = d.id, d.items, "cancel"
+					if op >= 7 {
+						rq.op = "settle"
+						for _, it := range d.items {
+							rq.actual = append(rq.actual, rng.Int64N(2*it.Cost+1))
+						}
+					}
+					return rq
+				}
+				rq.op, rq.id = "debit", fmt.Sprint("d", n)
+				if rng.IntN(8) == 0 {
+					rq.op = "peek"
+				}
+				for _, l := range tc.limits {
+					if rng.IntN(4) == 0 {
+						continue
+					}
+					if rng.IntN(6) == 0 {
+						// A changed config; a window's period stays, since
+						// its count is kept by window number.
+						l.Rate += 5
+						if l.Algorithm == TokenBucket || l.Algorithm == GCRA {
+							l.Period *= 2
+						}
+					}
+					rq.items = append(rq.items, Item{Limit: l, Key: "{k}", Cost: rng.Int64N(l.Capacity()/2 + 1)})
+				}
+				if len(rq.items) == 0 {
+					rq.items = append(rq.items, Item{Limit: tc.limits[0], Key: "{k}", Cost: 1})
+				}
+				if rq.op == "debit" {
+					debits = append(debits, rq)
+				}
+				return rq
+			}
+			run := func(s *Redis, rq request) string {
+				var res Result
+				var err error
+				switch rq.op {
+				case "debit":
+					res, err = s.Debit(ctx, rq.id, rq.items)
+				case "peek":
+					res, err = s.Peek(ctx, rq.items)
+				case "settle":
+					err = s.Settle(ctx, rq.id, rq.items, rq.actual)
+				case "cancel":
+					err = s.Cancel(ctx, rq.id, rq.items)
+				}
+				return fmt.Sprintf("%s %s: %+v %v", rq.op, rq.id, res, err)
+			}
+			const rounds, perBatch = 4, 40
+			began := time.Now() // a key's writes one by one and batched are this far apart, at most
+			for round := range rounds {
+				reqs := make([]request, perBatch)
+				for i := range reqs {
+					reqs[i] = next(round*perBatch + i)
+				}
+				want := make([]string, len(reqs))
+				for i, rq := range reqs {
+					oneClock.Advance(rq.advance)
+					want[i] = run(one, rq)
+				}
+				calls := batched.scriptCalls.Load()
+				got := make([]string, len(reqs))
+				hold(batched)
+				var wg sync.WaitGroup
+				for i, rq := range reqs {
+					batchClock.Advance(rq.advance) // read as the request queues
+					wg.Go(func() { got[i] = run(batched, rq) })
+					waitPending(t, batched, i+1)
+				}
+				release(batched)
+				wg.Wait()
+				if n := batched.scriptCalls.Load() - calls; n != 1 {
+					t.Fatalf("round %d: %d script calls, want one batch", round, n)
+				}
+				for i := range reqs {
+					if got[i] != want[i] {
+						t.Fatalf("round %d, request %d:\nbatched     %s\none by one  %s", round, i, got[i], want[i])
+					}
+				}
+				compareKeys(t, c, one.prefix, batched.prefix, time.Since(began)+2*time.Millisecond)
+			}
+		})
+	}
+}
+
+// compareKeys requires the keys under prefixes a and b to be the same but
+// for the prefix, with the same values, and TTLs that differ by at most
+// tol.
+func compareKeys(t *testing.T, c *redis.Client, a, b string, tol time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	type state struct {
+		value string
+		ttl   time.Duration
+	}
+	read := func(prefix string) map[string]state {
+		keys, err := c.Keys(ctx, prefix+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]state{}
+		for _, k := range keys {
+			var s state
+			switch typ := c.Type(ctx, k).Val(); typ {
+			case "string":
+				s.value = c.Get(ctx, k).Val()
+			case "zset":
+				s.value = fmt.Sprint(c.ZRangeWithScores(ctx, k, 0, -1).Val())
+			default:
+				t.Fatalf("%s: type %s", k, typ)
+			}
+			s.ttl = c.PTTL(ctx, k).Val()
+			out[strings.TrimPrefix(k, prefix)] = s
+		}
+		return out
+	}
+	sa, sb := read(a), read(b)
+	if len(sa) != len(sb) {
+		t.Fatalf("%d keys one by one, %d batched", len(sa), len(sb))
+	}
+	for k, x := range sa {
+		y, ok := sb[k]
+		switch {
+		case !ok:
+			t.Fatalf("%s: missing after the batch", k)
+		case x.value != y.value:
+			t.Fatalf("%s: value %q one by one, %q batched", k, x.value, y.value)
+		case x.ttl < 0 || y.ttl < 0 || (x.ttl-y.ttl).Abs() > tol:
+			t.Fatalf("%s: PTTL %s one by one, %s batched (tolerance %s)", k, x.ttl, y.ttl, tol)
+		}
+	}
+}
+
+// TestBatchFailureKeepsEarlierWrites runs batches whose middle request
+// fails on a key it cannot read, and requires every request of the batch
+// to fail and the one before it to have been debited, as when each
+// request wrote its keys at once: a batch writes its pending values
+// before a command that may fail.
+func TestBatchFailureKeepsEarlierWrites(t *testing.T) {
+	c := testRedis(t)
+	ctx := context.Background()
+	good := []Item{
+		{Limit: Limit{Name: "tb", Rate: 10, Period: time.Hour}, Key: "{k}", Cost: 1},
+		{Limit: Limit{Name: "fw", Algorithm: FixedWindow, Rate: 10, Period: time.Hour}, Key: "{k}", Cost: 1},
+	}
+	bad := Item{Limit: Limit{Name: "bad", Rate: 10, Period: time.Hour}, Key: "{k}", Cost: 1}
+	cases := []struct {
+		name string
+		// spoil makes the failing request's key unreadable.
+		spoil func(r *Redis) error
+		fail  func(r *Redis) error
+	}{
+		{"meter value too short", func(r *Redis) error {
+			return c.Set(ctx, r.key(&bad), "short", 0).Err()
+		}, func(r *Redis) error {
+			_, err := r.Debit(ctx, "x", append(good[:1:1], bad))
+			return err
+		}},
+		{"settled meter of the wrong type", func(r *Redis) error {
+			return c.RPush(ctx, r.key(&bad), "x").Err()
+		}, func(r *Redis) error {
+			return r.Settle(ctx, "x", append(good[:1:1], bad), []int64{1, 3})
+		}},
+		{"record of the wrong type", func(r *Redis) error {
+			return c.RPush(ctx, r.recordKey("k", "x"), "x").Err()
+		}, func(r *Redis) error {
+			return r.Cancel(ctx, "x", good)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newBatchStore(c, newClock(), RedisConfig{})
+			if err := tc.spoil(r); err != nil {
+				t.Fatal(err)
+			}
+			hold(r)
+			errs := make(chan error, 3)
+			calls := []func() error{
+				func() error { _, err := r.Debit(ctx, "a", good); return err },
+				func() error { return tc.fail(r) },
+				func() error { _, err := r.Debit(ctx, "c", good); return err },
+			}
+			for i, call := range calls {
+				go func() { errs <- call() }()
+				waitPending(t, r, i+1)
+			}
+			release(r)
+			for range calls {
+				if err := <-errs; err == nil {
+					t.Fatal("a request of a failed batch succeeded")
+				}
+			}
+			checkRemaining(t, r, good, 1)
+		})
 	}
 }

@@ -388,7 +388,8 @@ func evalshaStats(b *testing.B, c *redis.Client) (calls, usec float64) {
 // goroutines on the same keys (one tenant), with batching on (the
 // default), on with two script calls in flight per queue, and off
 // (MaxBatch 1), in turns of 250ms like BenchmarkRedisInterleaved
-// (-benchtime=8x: 8 turns of each). A decision is one Debit and its Settle.
+// (-benchtime=8x: 8 turns of each), each turn on an empty Redis. A
+// decision is one Debit and its Settle.
 // It reports, for each, ns of wall time per decision, the Redis server's
 // µs of EVALSHA per decision (INFO commandstats), this process's CPU µs
 // per decision (getrusage: go-redis and the store, the client side),
@@ -424,6 +425,12 @@ func BenchmarkRedisBatch(b *testing.B) {
 	var seq atomic.Int64
 	for b.Loop() {
 		for k, v := range variants {
+			// Each turn starts from an empty Redis: a settled id's key
+			// stays for SettleTTL, and the keys of the turns before,
+			// more after faster ones, would slow the next one's commands.
+			if err := c.FlushAll(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
 			if err := c.ConfigResetStat(ctx).Err(); err != nil {
 				b.Fatal(err)
 			}

@@ -4,14 +4,29 @@
 -- items' keys, meters and windows (ns of them) first, then, when a window
 -- item is debited, the reservation's record key KEYS[k + n + 1]. Its items
 -- are in buf from pos on: per item, doubles algo, cap, rate, period, tick,
--- cost. id is the reservation id.
+-- cost. id is the reservation id. In a batch (C set), it reads and writes
+-- meters and windows through lib's cache (see C there).
 -- Its reply, replies[r], is a string of doubles: allowed, then per item
 -- allowed, remaining, retry µs and reset µs. (One string costs Redis less
 -- to reply than a table of integers.)
 local after = mode == 1
 local vals = {}
 if ns > 0 then
-  vals = redis.call('MGET', unpack(KEYS, k + 1, k + ns))
+  if not C then
+    vals = redis.call('MGET', unpack(KEYS, k + 1, k + ns))
+  else
+    -- In a batch, a key that a request before read or wrote is in C.
+    vals = {false, false, false, false}
+    for i = 1, ns do
+      local v = C[KEYS[k + i]]
+      if v == nil then
+        vals = lib().mget(k, ns)
+        break
+      elseif v ~= 0 then
+        vals[i] = v
+      end
+    end
+  end
 end
 
 -- Evaluate every item; remember what an admitted debit writes: wv and wp
@@ -152,6 +167,7 @@ for i = 1, n do
     end
   else
     local L = lib()
+    if C then L.flush() end
     local sum, gone, newest
     ok, rem, retry, reset, sum, gone, newest = L.marks(algo, cap, period, KEYS[k + i], cost, after)
     if ok == 1 and after and cost > 0 then
@@ -170,7 +186,7 @@ end
 
 for i = 1, n do
   local px = wp[i]
-  if px == 0 then
+  if px == 0 and not C then
     redis.call('SETRANGE', KEYS[k + i], '0', wv[i])
   elseif px then
     lib().write(KEYS[k + i], wv[i], px)

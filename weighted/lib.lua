@@ -71,17 +71,119 @@ local function lib()
     return pack('<dddd', a, b, c, exp), exp - now_ms + ttl_pad
   end
 
-  -- write writes key as store described it. Keeping the TTL, it overwrites
-  -- the value in place: SETRANGE is cheaper than SET with KEEPTTL, and every
-  -- value has the same length.
+  -- A batch of more than one request reads each meter or window key once
+  -- and writes it once: batch.lua calls batch, and the requests read and
+  -- write the keys' values through C. C holds each key's value as a
+  -- request would GET it now: the string, false when the key is absent (a
+  -- GET found nothing, or a request deleted it), 0 when MGET found no
+  -- string (absent, or of another type, which GET would reject), nil when
+  -- not read yet. D[1] to D[ndirty] are the keys written since the last
+  -- flush, and P[key] how flush writes key, as store gives a PX: > 0 to set
+  -- the value with that TTL, 0 to keep the key's TTL, -1 to delete it; it
+  -- is the last write's, except that a write that keeps the TTL keeps the
+  -- PX of a write before it. flush so leaves each key with the value and
+  -- TTL that the writes one by one would have left. (A write that keeps
+  -- the TTL never follows a delete: an absent key has no expiry to keep.)
+  -- It runs before any command that may fail (a key of the wrong type, or
+  -- a value too short to read), so that the requests before a failing one
+  -- keep their writes, and at the end of the batch. Sorted sets are not
+  -- cached. A lone request (C false) reads and writes Redis directly.
+  -- These live in lib, not in the script body: every local of the body
+  -- that lib's functions use costs every call an upvalue.
+  local C, P, D, ndirty = false, false, false, 0
+
+  -- batch starts a batch's cache and returns C.
+  local function batch()
+    C, P, D = {}, {}, {}
+    return C
+  end
+
+  -- flush writes the pending writes of a batch (see C) and forgets them.
+  -- Keeping the TTL, it overwrites the value in place: SETRANGE is cheaper
+  -- than SET with KEEPTTL, and every value has the same length.
+  local function flush()
+    for j = 1, ndirty do
+      local key = D[j]
+      local px = P[key]
+      if px > 0 then
+        redis.call('SET', key, C[key], 'PX', px)
+      elseif px == 0 then
+        redis.call('SETRANGE', key, 0, C[key])
+      else
+        redis.call('DEL', key)
+      end
+      P[key] = nil
+    end
+    ndirty = 0
+  end
+
+  -- write writes key as store described it: in a batch, as a pending write
+  -- (see C), else at once, as flush does.
   local function write(key, value, px)
-    if px > 0 then
+    if C then
+      C[key] = value
+      local was = P[key]
+      if was == nil then
+        ndirty = ndirty + 1
+        D[ndirty] = key
+        P[key] = px
+      elseif px ~= 0 then
+        P[key] = px
+      end
+    elseif px > 0 then
       redis.call('SET', key, value, 'PX', px)
     elseif px == 0 then
       redis.call('SETRANGE', key, 0, value)
     else
       redis.call('DEL', key)
     end
+  end
+
+  -- checked returns v, a reply of redis.pcall, after flushing a batch's
+  -- pending writes when v is an error, which it raises, or a value shorter
+  -- than size bytes, which the script fails to read: the script then fails
+  -- after the writes of the requests before, as if they had been made at
+  -- once.
+  local function checked(v, size)
+    if type(v) == 'table' then
+      flush()
+      error(v)
+    end
+    if v and #v < size then
+      flush()
+    end
+    return v
+  end
+
+  -- mget returns the values of the meters and windows of a request of a
+  -- batch, KEYS[k + 1] to KEYS[k + ns], reading those not in C into C.
+  local function mget(k, ns)
+    local vals = redis.call('MGET', unpack(KEYS, k + 1, k + ns))
+    for i = 1, ns do
+      local key = KEYS[k + i]
+      local v = C[key]
+      if v == nil then
+        v = checked(vals[i], 32) or 0
+        C[key] = v
+      end
+      if v == 0 then v = false end
+      vals[i] = v
+    end
+    return vals
+  end
+
+  -- get returns the value of meter or window key: in a batch, from C,
+  -- reading it into C first if needed.
+  local function get(key)
+    if not C then
+      return redis.call('GET', key)
+    end
+    local v = C[key]
+    if v == nil or v == 0 then
+      v = checked(redis.pcall('GET', key), 32)
+      C[key] = v
+    end
+    return v
   end
 
   -- meter reads value v of a token bucket or GCRA at now (see spec.meterAt)
@@ -247,9 +349,10 @@ local function lib()
   end
 
   L = {
-    store = store, write = write, meter = meter, window = window, window_reset = window_reset,
-    member = member, mark_cost = mark_cost, marks_sum = marks_sum, marks_ttl = marks_ttl,
-    marks_set = marks_set, marks = marks,
+    store = store, batch = batch, flush = flush, write = write, checked = checked, mget = mget, get = get,
+    meter = meter, window = window, window_reset = window_reset, member = member,
+    mark_cost = mark_cost, marks_sum = marks_sum, marks_ttl = marks_ttl, marks_set = marks_set,
+    marks = marks,
   }
   return L
 end

@@ -110,7 +110,11 @@ func (c RedisConfig) Validate() error {
 // one script call of the store runs, the requests that arrive wait, and
 // when it returns, up to RedisConfig.MaxBatch of them go in the next one,
 // which runs them in their order of arrival, each all or nothing and each
-// seeing the writes of those before it, at one server time. A request that
+// seeing the writes of those before it, at one server time. The script
+// reads each meter and window key of a batch once and writes each it
+// changes once, at its end, with the value and TTL that the requests one
+// by one would have left; sliding logs, concurrency limits and reservation
+// records are read and written request by request. A request that
 // arrives while no script call runs is sent at once: batching adds no
 // latency to an idle store. Each request gets its own decision; a denial
 // does not affect the others. A script error (Redis unreachable, a key of

@@ -4,11 +4,17 @@
 -- (meters and windows first), then the reservation's record key
 -- KEYS[k + n + 1]. Its items are in buf from pos on: per item, doubles
 -- algo, cap, rate, period, tick, reserved cost, actual cost. remember is
--- how long to remember the id (ms).
+-- how long to remember the id (ms). In a batch (C set), it reads and
+-- writes meters and windows through lib's cache (see C there).
 -- Its reply, replies[r], is 1, or 0 when the id was settled already.
 local L = lib()
 local rkey = KEYS[k + n + 1]
-local rec = redis.call('GET', rkey)
+-- Read with pcall, so that a batch's writes are made before it fails on
+-- a record it cannot read.
+local rec = redis.pcall('GET', rkey)
+if type(rec) == 'table' or rec and rec ~= 'd' and #rec < 8 then
+  L.checked(rec, 8)
+end
 if rec == 'd' then
   replies[r] = 0
   break
@@ -25,6 +31,9 @@ for i = 1, n do
   local p = period / tick
   local delta = actual - reserved
   if delta > cap then delta = cap elseif delta < -cap then delta = -cap end
+  if C and algo >= SLIDING_LOG then
+    L.flush()
+  end
   if algo == CONCURRENCY then
     if redis.call('ZREM', key, L.member(reserved, id)) == 1 then
       local all = -tonumber(redis.call('ZSCORE', key, '')) - reserved
@@ -64,7 +73,7 @@ for i = 1, n do
     end
     L.marks_ttl(algo, period, key)
   elseif delta ~= 0 then
-    local v = redis.call('GET', key)
+    local v = L.get(key)
     if v or delta > 0 then
       if algo <= GCRA then
         local ts, d, exp = L.meter(v, cap, rate, tick, p)
