@@ -183,12 +183,23 @@ func (s *Server) openStore(ctx context.Context, cfg *Config) (weighted.Store, er
 // Cluster: redis+cluster://host:port[,host:port...] or a comma list of
 // redis:// URLs naming some of its nodes (credentials and TLS from the
 // first).
+//
+// A limiter call is sent once: go-redis would resend a script whose reply
+// was lost (a connection reset after the write), and a resent debit counts
+// twice on meters and windows, a whole batch of requests' worth when
+// concurrent calls share the script call. A failed call is a store failure
+// instead, which the limits' posture and the breaker handle. A URL's own
+// max_retries still wins. (A Cluster client still follows MOVED, ASK and
+// TRYAGAIN, which are answered before the script runs.)
 func redisClient(u string) (redis.UniversalClient, error) {
 	rest, cluster := strings.CutPrefix(u, "redis+cluster://")
 	if !cluster && !strings.Contains(u, ",") {
 		opt, err := redis.ParseURL(u)
 		if err != nil {
 			return nil, err
+		}
+		if !strings.Contains(u, "max_retries=") {
+			opt.MaxRetries = -1
 		}
 		return redis.NewClient(opt), nil
 	}
@@ -202,7 +213,7 @@ func redisClient(u string) (redis.UniversalClient, error) {
 	}
 	opt := &redis.ClusterOptions{
 		Addrs: []string{first.Addr}, Username: first.Username, Password: first.Password,
-		TLSConfig: first.TLSConfig, MaxRedirects: 16,
+		TLSConfig: first.TLSConfig, MaxRedirects: 16, MaxRetries: -1,
 	}
 	for _, p := range parts[1:] {
 		p = strings.TrimSpace(p)
