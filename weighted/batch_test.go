@@ -454,10 +454,10 @@ func TestBatchLeavesStateOfOneByOne(t *testing.T) {
 						continue
 					}
 					if rng.IntN(6) == 0 {
-						// A changed config; a window's period stays, since
-						// its count is kept by window number.
+						// A changed config: a meter's debt is rescaled, a
+						// window's count carried into the new period's.
 						l.Rate += 5
-						if l.Algorithm == TokenBucket || l.Algorithm == GCRA {
+						if stringState(l.Algorithm) {
 							l.Period *= 2
 						}
 					}

@@ -100,14 +100,20 @@ for i = 1, n do
       end
     end
   elseif algo == FIXED_WINDOW then
-    -- The fixed window, as window and store compute it, spelled out too.
+    -- The fixed window, as window and store compute it, spelled out too
+    -- for a window written with the same period; window reads the others.
     local w, curr, exp = (now - now % period) / period, 0, 0
     local v = vals[i]
     if v then
-      local sw, sprev, scurr
-      sw, sprev, scurr, exp = sunpack('<dddd', v)
-      if sw > w and scurr + sprev > 0 then w = sw end
-      if sw == w then curr = scurr end
+      local sw, sp, scurr
+      sw, sp, scurr, exp = sunpack('<dddd', v)
+      if sp == period then
+        if sw > w and scurr > 0 then w = sw end
+        if sw == w then curr = scurr end
+      else
+        local _
+        w, _, curr, _, exp = lib().window(v, period, algo)
+      end
     end
     local start = w * period
     local ncurr = curr + cost
@@ -123,18 +129,18 @@ for i = 1, n do
       local need = start + period + 999
       need = (need - need % 1000) / 1000
       if need <= exp then
-        wv[i], wp[i] = pack('<dddd', w, 0, ncurr, exp), 0
+        wv[i], wp[i] = pack('<dddd', w, period, ncurr, exp), 0
       else
         local slack = period / 1000
         if slack > 60000 then slack = 60000 elseif slack < 1 then slack = 1 end
         exp = need + slack - slack % 1
-        wv[i], wp[i] = pack('<dddd', w, 0, ncurr, exp), exp - now_ms + ttl_pad
+        wv[i], wp[i] = pack('<dddd', w, period, ncurr, exp), exp - now_ms + ttl_pad
       end
       if start + period - now > rec_ttl then rec_ttl = start + period - now end
     end
   elseif algo == SLIDING_WINDOW then
     local L = lib()
-    local w, prev, curr, start, exp = L.window(vals[i], period)
+    local w, prev, curr, start, exp = L.window(vals[i], period, algo)
     local ncurr = curr + cost
     local p = period / tick
     local e = now - start
@@ -162,7 +168,7 @@ for i = 1, n do
     rem = floor(rem / p)
     reset = L.window_reset(algo, prev, curr, start, period)
     if ok == 1 and after and cost > 0 then
-      wv[i], wp[i] = L.store(w, prev, ncurr, L.window_reset(algo, prev, ncurr, start, period), exp, period)
+      wv[i], wp[i] = L.store(w, prev, ncurr, L.window_reset(algo, prev, ncurr, start, period), exp, period, true)
       if start + 2 * period - now > rec_ttl then rec_ttl = start + 2 * period - now end
     end
   else

@@ -6,11 +6,14 @@
 --
 -- Times are µs. An item is algo, cap, rate, period, tick and cost (and, to
 -- settle, the actual cost), with p = period / tick ticks per period. A meter
--- or window key holds one string of four little-endian doubles (meter: ts,
--- d, p; window: w, prev, curr; then the key's expiry in ms), which struct
--- reads faster than int64 and which hold these integers exactly; a sliding
--- log or concurrency key holds a sorted set (see marks_sum). The keys of
--- meters and windows come first in KEYS.
+-- or fixed window key holds one string of four little-endian doubles
+-- (meter: ts, d, p; fixed window: w, wp, curr, wp being the period w was
+-- counted with, in place of the previous count a fixed window never has;
+-- then the key's expiry in ms), which struct reads faster than int64 and
+-- which hold these integers exactly; a sliding window key holds five (w,
+-- prev, curr, the expiry, then wp). See window for the windows of older
+-- versions. A sliding log or concurrency key holds a sorted set (see
+-- marks_sum). The keys of meters and windows come first in KEYS.
 --
 -- The script body runs on every call, so it defines few functions up front
 -- and inlines the hottest paths: each definition costs a closure per call.
@@ -56,19 +59,24 @@ local function lib()
   -- expiry, kept in the value as exp (ms), moves only when it would come
   -- before the state is empty, and then min(period, 60 s) later than needed,
   -- so that most writes keep the key's TTL: overwriting a value costs Redis
-  -- less than half what SET with PX does.
-  local function store(a, b, c, ttl, exp, period)
+  -- less than half what SET with PX does. A sliding window (win set) also
+  -- keeps its period, as a fifth double.
+  local function store(a, b, c, ttl, exp, period, win)
     if ttl <= 0 then
       return false, -1
     end
     local need = ceil_div(now + ttl, 1000)
-    if need <= exp then
-      return pack('<dddd', a, b, c, exp), 0
+    local px = 0
+    if need > exp then
+      local slack = floor(period / 1000)
+      if slack > 60000 then slack = 60000 elseif slack < 1 then slack = 1 end
+      exp = need + slack
+      px = exp - now_ms + ttl_pad
     end
-    local slack = floor(period / 1000)
-    if slack > 60000 then slack = 60000 elseif slack < 1 then slack = 1 end
-    exp = need + slack
-    return pack('<dddd', a, b, c, exp), exp - now_ms + ttl_pad
+    if win then
+      return pack('<ddddd', a, b, c, exp, period), px
+    end
+    return pack('<dddd', a, b, c, exp), px
   end
 
   -- A batch of more than one request reads each meter or window key once
@@ -100,7 +108,9 @@ local function lib()
 
   -- flush writes the pending writes of a batch (see C) and forgets them.
   -- Keeping the TTL, it overwrites the value in place: SETRANGE is cheaper
-  -- than SET with KEEPTTL, and every value has the same length.
+  -- than SET with KEEPTTL, and a key's values have the same length (but
+  -- for a sliding window of an older version, which it lengthens, as SET
+  -- would).
   local function flush()
     for j = 1, ndirty do
       local key = D[j]
@@ -216,15 +226,50 @@ local function lib()
     return ts, d, exp
   end
 
-  -- window reads value v of a fixed or sliding window at now (see
-  -- spec.windowAt) and returns w, prev, curr, the window's start and the key's
-  -- expiry.
-  local function window(v, period)
+  -- window reads value v of a window of algo at now (see spec.windowAt)
+  -- and returns w, prev, curr, the window's start and the key's expiry. A
+  -- window written with another period is carried over as spec.carry
+  -- does. A value of an older version has no period (a fixed window's wp
+  -- is 0, a sliding window has four doubles): it is read as written with
+  -- the current one, unless its window would end after its own expiry,
+  -- which no write with the current period leaves (exp is at least the end
+  -- of the window counted in): it was written with a shorter period, and
+  -- its counts are carried into the current window.
+  local function window(v, period, algo)
     local w = (now - now % period) / period
     if not v then
       return w, 0, 0, w * period, 0
     end
-    local sw, sprev, scurr, exp = sunpack('<dddd', v)
+    local sw, sprev, scurr, exp, sp
+    if algo == FIXED_WINDOW then
+      sw, sp, scurr, exp = sunpack('<dddd', v)
+      sprev = 0
+    elseif #v >= 40 then
+      sw, sprev, scurr, exp, sp = sunpack('<ddddd', v)
+    else
+      sw, sprev, scurr, exp = sunpack('<dddd', v)
+      sp = 0
+    end
+    if sp == 0 then
+      sp = period
+      if (sw + 1) * period > exp * 1000 then sw = w end
+    end
+    if sp ~= period and scurr + sprev > 0 then
+      -- spec.carry
+      local longer = period
+      if sp > longer then longer = sp end
+      local s = sw * sp + longer
+      local nw = (s - s % period) / period - 1
+      s = s - sp
+      local pw = (s - s % period) / period - 1
+      if pw == nw then
+        sw, sprev, scurr = nw, 0, sprev + scurr
+      elseif pw == nw - 1 then
+        sw = nw
+      else
+        sw, sprev = nw, 0
+      end
+    end
     if sw > w and scurr + sprev > 0 then
       w = sw
     end

@@ -73,17 +73,35 @@ func (c RedisConfig) Validate() error {
 // that its hash tag is always the item key's tag or the whole item key (see
 // Item.Key). Algorithm codes are tb, gcra, sw, fw, log and conc; a limit
 // whose algorithm changes starts from fresh keys, and one whose rate, period
-// or burst changes carries its state over (a token bucket's debt is rescaled
-// to the new period, a count above a smaller capacity is clamped).
+// or burst changes carries its state over (see the package documentation).
 //
-// Meters and windows are one string of four doubles (32 bytes): three
+// Meters and fixed windows are one string of four doubles (32 bytes): three
 // numbers of state and the key's own expiry, so that a write that leaves
-// the expiry where it is overwrites the value in place (SETRANGE) instead of
-// setting a TTL, which costs Redis twice as much. Sliding logs and
-// concurrency limits are sorted sets whose members are "cost:id". Every key
-// expires once its limit is full again: exactly for sorted sets, and at most
-// min(Period, 60s) later for meters and windows, whose expiry moves only
-// when it must. A reservation with window items has a key
+// the expiry where it is overwrites the value in place (SETRANGE) instead
+// of setting a TTL, which costs Redis twice as much. A window's numbers
+// are its index, in periods since the Unix epoch, its counts and the period
+// it was counted with: a fixed window keeps the period in place of the
+// previous count it never has, a sliding window as a fifth double (40
+// bytes).
+//
+// Windows written by a version that did not keep their period (a fixed
+// window's is 0; a sliding window's value has 32 bytes) are read as counted
+// with the current period, as that version read them, and get the period
+// at their next write. If the period changed with the upgrade, such a
+// window reads as that version would read it, but for one case: a period
+// that grew makes its index look ahead, its window ending after the expiry
+// it holds, which no write with the current period leaves, and its count
+// is carried into the current window (denying at most until that window
+// ends) instead of counting far ahead; a period that shrank makes it look
+// past, and its count is forgotten (the limit may admit up to its capacity
+// early, once). A replica of that version reads the windows written by
+// this one correctly while both run the same limits; change no window's
+// period until every replica runs this version.
+//
+// Sliding logs and concurrency limits are sorted sets whose members are
+// "cost:id". Every key expires once its limit is full again: exactly for
+// sorted sets, and at most min(Period, 60s) later for meters and windows,
+// whose expiry moves only when it must. A reservation with window items has a key
 // <prefix>r:{<tag>}:<id> holding the time of its debit until its windows
 // have passed; a settled or cancelled reservation's key holds a marker for
 // SettleTTL.

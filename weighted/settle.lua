@@ -83,7 +83,7 @@ for i = 1, n do
         if d > 0 then reset = ts + ceil_div(d, rate) * tick - now end
         L.write(key, L.store(ts, d, p, reset, exp, period))
       else
-        local w, prev, curr, start, exp = L.window(v, period)
+        local w, prev, curr, start, exp = L.window(v, period, algo)
         if algo == FIXED_WINDOW then prev = 0 end
         local rw = -2
         if debited >= 0 then rw = floor(debited / period) end
@@ -106,7 +106,12 @@ for i = 1, n do
           prev = prev + delta
           if prev < 0 then prev = 0 end
         end
-        L.write(key, L.store(w, prev, curr, L.window_reset(algo, prev, curr, start, period), exp, period))
+        local reset = L.window_reset(algo, prev, curr, start, period)
+        if algo == FIXED_WINDOW then
+          L.write(key, L.store(w, period, curr, reset, exp, period))
+        else
+          L.write(key, L.store(w, prev, curr, reset, exp, period, true))
+        end
       end
     end
   end

@@ -12,19 +12,23 @@ import (
 //     limit holds cap - d/p units at time ts (µs). p is the ticks per period
 //     d was scaled with, so that a changed Period rescales the debt instead
 //     of misreading it.
-//   - FixedWindow and SlidingWindow: w, the index of the current window
-//     (Unix time / Period), and the counts of the previous and current
-//     windows.
+//   - FixedWindow and SlidingWindow: w, the index of the window counted in
+//     (Unix time / wp), the counts of the windows w - 1 and w, and wp, the
+//     Period (µs) w was counted with. A window written under another period
+//     is carried over (see carry) instead of misread.
 //   - SlidingLog: marks, one per admitted debit (ts = when, µs).
 //   - Concurrency: marks, one per holder (ts = lease expiry, µs).
 //
-// The Redis scripts keep the same numbers: a meter or window as three
-// little-endian int64 in one string value, marks as a sorted set scored by ts
-// whose members are "cost:id".
+// The Redis scripts keep the same numbers as little-endian doubles in one
+// string value: a meter as ts, d, p, a fixed window as w, wp, curr (its
+// previous count is always 0), a sliding window as w, prev, curr, each
+// then the key's expiry, and a sliding window then wp (see lib.lua, which
+// also reads the windows written before wp was kept); marks as a sorted
+// set scored by ts whose members are "cost:id".
 type state struct {
-	ts, d, p      int64
-	w, prev, curr int64
-	marks         []mark // sorted by ts, then by member as Redis sorts
+	ts, d, p          int64
+	w, prev, curr, wp int64
+	marks             []mark // sorted by ts, then by member as Redis sorts
 }
 
 type mark struct {
@@ -171,17 +175,47 @@ func (s *spec) settleMeter(st *state, now, delta int64) int64 {
 // counts, and the window's start (µs). A clock behind the state's window
 // keeps counting in the state's window.
 func (s *spec) windowAt(st *state, now int64) (w, prev, curr, start int64) {
-	w = now / s.period
-	if st.w > w && st.curr+st.prev > 0 {
-		w = st.w
+	sw, sprev, scurr := st.w, st.prev, st.curr
+	if st.wp != s.period && sprev+scurr > 0 {
+		sw, sprev, scurr = s.carry(st)
 	}
-	switch st.w {
+	w = now / s.period
+	if sw > w && scurr+sprev > 0 {
+		w = sw
+	}
+	switch sw {
 	case w:
-		prev, curr = st.prev, st.curr
+		prev, curr = sprev, scurr
 	case w - 1:
-		prev = st.curr
+		prev = scurr
 	}
 	return w, prev, curr, w * s.period
+}
+
+// carry returns the window index and counts of a window state written
+// with another period, st.wp, in windows of the current one. Window w of
+// st.wp, which starts at S = w × st.wp, is read as the latest window of
+// the current period that ends no later than S + L, L being the longer of
+// the two periods: the window of the current period that holds S when the
+// period grew, the last one that ends within window w when it shrank.
+// Its count therefore counts for no longer than L after S (a sliding
+// window's count then weighs as the previous window's for one period
+// more), and while it counts the debits go into the same window, so that
+// the window never holds more than the capacity. The count of window
+// w - 1 is read the same way: added to the count when it falls in the same
+// window, kept as the previous window's when it falls just before,
+// forgotten when earlier. An unchanged period maps every window to itself.
+func (s *spec) carry(st *state) (w, prev, curr int64) {
+	longer := max(s.period, st.wp)
+	start := st.w * st.wp
+	w = (start+longer)/s.period - 1
+	switch (start-st.wp+longer)/s.period - 1 {
+	case w:
+		return w, 0, st.prev + st.curr
+	case w - 1:
+		return w, st.prev, st.curr
+	}
+	return w, 0, st.curr
 }
 
 // windowReset is how long until the counts stop counting.
@@ -254,7 +288,7 @@ func (s *spec) debitWindow(st *state, now, cost int64) int64 {
 	if s.algo == FixedWindow {
 		prev = 0
 	}
-	st.w, st.prev, st.curr = w, prev, curr+cost
+	st.w, st.prev, st.curr, st.wp = w, prev, curr+cost, s.period
 	return s.windowReset(prev, st.curr, start, now)
 }
 
@@ -276,7 +310,7 @@ func (s *spec) settleWindow(st *state, now, delta, rec int64) int64 {
 	case delta < 0 && rec >= 0 && rec/s.period == w-1 && s.algo == SlidingWindow:
 		prev = max(prev+delta, 0)
 	}
-	st.w, st.prev, st.curr = w, prev, curr
+	st.w, st.prev, st.curr, st.wp = w, prev, curr, s.period
 	return s.windowReset(prev, curr, start, now)
 }
 

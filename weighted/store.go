@@ -24,6 +24,20 @@
 // its time; a sliding log or concurrency limit counts every entry still
 // held whose time is in the window (or whose lease is unexpired) at the
 // clock's time.
+//
+// A limit whose rate, period or burst changes keeps its state: a count
+// above a smaller capacity simply fills the limit, a meter's debt is
+// rescaled to the new period, and a fixed or sliding window, which keeps
+// the period it was counted with, is carried into the new period's
+// windows: it counts in the latest window of the new period that ends no
+// later than one longer period (old or new) after the carried window's
+// start, and the debits made while it counts join it. So a period that
+// grows (10 per second to 10 per hour) keeps the count in the hour that
+// holds its second, and one that shrinks (10 per hour to 10 per second)
+// keeps it until its hour ends: a limit never denies for more than one
+// longer period after its last window started (a sliding window's count
+// then weighs as the previous window's for one new period more), and no
+// window holds more than the capacity.
 package weighted
 
 import (

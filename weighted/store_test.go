@@ -33,6 +33,10 @@ func TestMemoryAndRedisAgree(t *testing.T) {
 		// Counted in ticks of 10ms (see Limit.Validate).
 		{Name: "minute-nanousd", Algorithm: SlidingWindow, Rate: 100_000_000_000, Period: time.Minute},
 		{Name: "gcra-ticks", Algorithm: GCRA, Rate: 100_000_000_000, Period: time.Minute, Burst: 20_000_000_000},
+		// The windows above under other periods, as after a config change:
+		// their counts are carried over.
+		{Name: "requests", Algorithm: FixedWindow, Rate: 20, Period: 1300 * time.Millisecond},
+		{Name: "sliding", Algorithm: SlidingWindow, Rate: 300, Period: 300 * time.Millisecond},
 	}
 	keys := []string{"{acme}", "{acme}:model=gpt-4o", "{globex}", "plain"}
 	for seed := range uint64(6) {
