@@ -238,8 +238,8 @@ type BudgetConfig struct {
 	Plans []string `yaml:"plans"`
 	// Scope: tenant (default), user or api_key.
 	Scope string `yaml:"scope"`
-	// Period: day (default) or month... in this version day only (a
-	// fixed 24-hour window aligned to UTC midnight).
+	// Period: day (default), a fixed 24-hour window from UTC midnight, or
+	// month, a UTC calendar month.
 	Period string `yaml:"period"`
 	Amount USD    `yaml:"amount"`
 }
@@ -510,8 +510,8 @@ func (c *Config) Validate() error {
 		if !slices.Contains([]string{"tenant", "user", "api_key"}, b.Scope) {
 			bad(p+".scope", "must be tenant, user or api_key, not %q", b.Scope)
 		}
-		if b.Period != "day" {
-			bad(p+".period", "only day is supported in this version, not %q", b.Period)
+		if b.Period != "day" && b.Period != "month" {
+			bad(p+".period", "must be day or month, not %q", b.Period)
 		}
 		if b.Amount <= 0 {
 			bad(p+".amount", "must be a positive dollar amount")

@@ -30,6 +30,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"generic without cost", "admin_token: x\nupstreams: [{name: s, kind: generic, base_url: 'http://127.0.0.1:1'}]\n", "upstreams[0].cost"},
 		{"route to nowhere", base + "routes: [{path: /v1/chat/completions, upstream: nope}]\n", "routes[0].upstream"},
 		{"bad posture", base + "limits: [{name: a, rate: 1, period: 1s, on_store_failure: maybe}]\n", "limits[0].on_store_failure"},
+		{"bad budget period", base + "budgets: [{name: b, period: week, amount: '1'}]\n", "budgets[0].period"},
 		{"negative batch", base + "store: {max_batch: -1}\n", "store.max_batch"},
 		{"huge batch", base + "store: {max_batch: 100000}\n", "store.max_batch"},
 	}

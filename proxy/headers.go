@@ -26,7 +26,7 @@ func (x *exchange) setRateLimitHeaders(h http.Header) {
 	b.WriteString(";q=")
 	b.WriteString(strconv.FormatInt(st.Capacity, 10))
 	b.WriteString(";w=")
-	b.WriteString(strconv.FormatInt(int64(l.limit.Period/time.Second), 10))
+	b.WriteString(strconv.FormatInt(int64(l.window(time.Now())/time.Second), 10))
 	if l.unit == "requests" {
 		b.WriteString(`;qu="requests"`)
 	} else {

@@ -16,8 +16,9 @@ type compiledLimit struct {
 	cost       func(costmodel.Usage, costmodel.NanoUSD) int64
 	plans      []string // empty: every plan
 	dims       []string
-	budget     bool // a denial is 402 budget_exceeded rather than 429
-	shadow     bool // a denial is recorded, never enforced
+	budget     bool   // a denial is 402 budget_exceeded rather than 429
+	period     string // a budget's period: day or month
+	shadow     bool   // a denial is recorded, never enforced
 	failClosed bool
 	tagged     bool // the key carries the tenant as its hash tag
 }
@@ -40,22 +41,34 @@ func compileLimit(l LimitConfig) (*compiledLimit, error) {
 }
 
 // compileBudget makes a budget a fixed-window limit in nano-dollars whose
-// window is the budget's period, aligned to UTC midnight.
+// window is the budget's period: a day from UTC midnight, or a UTC calendar
+// month.
 func compileBudget(b BudgetConfig) *compiledLimit {
+	l := weighted.Limit{Name: b.Name, Algorithm: weighted.FixedWindow, Rate: int64(b.Amount), Period: 24 * time.Hour}
+	if b.Period == "month" {
+		l.Period, l.Calendar = 0, weighted.Month
+	}
 	return &compiledLimit{
-		limit: weighted.Limit{
-			Name:      b.Name,
-			Algorithm: weighted.FixedWindow,
-			Rate:      int64(b.Amount),
-			Period:    24 * time.Hour,
-		},
+		limit:  l,
 		unit:   "usd",
 		cost:   units["usd"],
 		plans:  b.Plans,
 		dims:   []string{b.Scope},
 		budget: true,
+		period: b.Period,
 		tagged: true,
 	}
+}
+
+// window is the length of the limit's window that holds now: its period,
+// or for a calendar month the month's length.
+func (l *compiledLimit) window(now time.Time) time.Duration {
+	if l.limit.Calendar != weighted.Month {
+		return l.limit.Period
+	}
+	now = now.UTC()
+	start := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	return start.AddDate(0, 1, 0).Sub(start)
 }
 
 func (l *compiledLimit) appliesTo(plan string) bool {

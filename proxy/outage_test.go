@@ -337,14 +337,20 @@ budgets:
 }
 
 // TestBudgetsSurviveARestart: the in-memory store starts empty at every
-// start; the budget comes back from the embedded ledger.
+// start; the budget, daily or monthly, comes back from the embedded ledger.
 func TestBudgetsSurviveARestart(t *testing.T) {
+	for _, period := range []string{"day", "month"} {
+		t.Run(period, func(t *testing.T) { budgetSurvivesARestart(t, period) })
+	}
+}
+
+func budgetSurvivesARestart(t *testing.T, period string) {
 	dir := t.TempDir()
 	yaml := `admin_token: x
 data_dir: ` + dir + `
 upstreams: [{name: openai, kind: openai, simulate: always}]
 tenants: [{name: acme, plan: p, keys: [{key: cg-acme}]}]
-budgets: [{name: daily, scope: tenant, amount: "0.00005"}]
+budgets: [{name: budget, scope: tenant, period: ` + period + `, amount: "0.00005"}]
 `
 	open := func() (*proxy.Server, *openai.Client) {
 		t.Helper()

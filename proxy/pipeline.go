@@ -599,7 +599,7 @@ func (x *exchange) policyInput() *policies.Input {
 			if scope == "api_key" {
 				scope = "key"
 			}
-			in.Spend = append(in.Spend, policies.Spend{Scope: scope, Period: "day",
+			in.Spend = append(in.Spend, policies.Spend{Scope: scope, Period: l.period,
 				SpentNanoUSD: st.Capacity - st.Remaining, BudgetNanoUSD: st.Capacity})
 			continue
 		}

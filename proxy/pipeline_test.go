@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -213,45 +214,61 @@ func TestAnthropicSDK(t *testing.T) {
 	}
 }
 
-// TestBudgetExhaustedMidConversation: a small daily budget lets a few
-// requests through, then answers 402 until the period resets.
+// TestBudgetExhaustedMidConversation: a small budget lets a few requests
+// through, then answers 402 until the period resets: the day's end, or the
+// calendar month's.
 func TestBudgetExhaustedMidConversation(t *testing.T) {
-	s := newStack(t, "", roomyLimits+`
+	for _, period := range []string{"day", "month"} {
+		t.Run(period, func(t *testing.T) {
+			s := newStack(t, "", roomyLimits+`
 budgets:
-  - name: acme-daily
+  - name: acme-budget
     scope: tenant
-    period: day
+    period: `+period+`
     amount: "0.00005"
 `)
-	client := s.client("cg-test-acme")
-	served := 0
-	var denied *openai.Error
-	for i := range 50 {
-		_, err := client.Chat.Completions.New(context.Background(), chatParams("Another turn of our conversation, number "+strconv.Itoa(i), 16))
-		if err != nil {
-			if !errors.As(err, &denied) {
-				t.Fatal(err)
+			client := s.client("cg-test-acme")
+			served := 0
+			var denied *openai.Error
+			for i := range 50 {
+				_, err := client.Chat.Completions.New(context.Background(), chatParams("Another turn of our conversation, number "+strconv.Itoa(i), 16))
+				if err != nil {
+					if !errors.As(err, &denied) {
+						t.Fatal(err)
+					}
+					break
+				}
+				served++
 			}
-			break
-		}
-		served++
-	}
-	if served == 0 || denied == nil {
-		t.Fatalf("served %d then %v; want some requests, then a 402", served, denied)
-	}
-	if denied.StatusCode != http.StatusPaymentRequired || denied.Type != "budget_exceeded" {
-		t.Fatalf("want 402 budget_exceeded, got %d %s", denied.StatusCode, denied.Type)
-	}
-	ra, err := strconv.Atoi(denied.Response.Header.Get("Retry-After"))
-	if err != nil || ra < 1 || ra > 86400 {
-		t.Errorf("Retry-After = %q, want seconds until the day's end", denied.Response.Header.Get("Retry-After"))
-	}
-	var spent costmodel.NanoUSD
-	for _, e := range s.entries(t) {
-		spent += e.ActualCost
-	}
-	if len(s.entries(t)) != served || spent > 50_000 {
-		t.Errorf("ledger: %d entries for %d served, spend %v over a budget of $0.00005", len(s.entries(t)), served, spent)
+			if served == 0 || denied == nil {
+				t.Fatalf("served %d then %v; want some requests, then a 402", served, denied)
+			}
+			if denied.StatusCode != http.StatusPaymentRequired || denied.Type != "budget_exceeded" {
+				t.Fatalf("want 402 budget_exceeded, got %d %s", denied.StatusCode, denied.Type)
+			}
+			now := time.Now().UTC()
+			start := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
+			end := start.AddDate(0, 0, 1)
+			if period == "month" {
+				start = time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+				end = start.AddDate(0, 1, 0)
+			}
+			want := int(time.Until(end).Seconds())
+			h := denied.Response.Header
+			if ra, err := strconv.Atoi(h.Get("Retry-After")); err != nil || ra < want-10 || ra > want+10 {
+				t.Errorf("Retry-After = %q, want about %d s, until %s", h.Get("Retry-After"), want, end)
+			}
+			if got, w := h.Get("RateLimit-Policy"), fmt.Sprintf(`"acme-budget";q=50000;w=%d;`, int(end.Sub(start).Seconds())); !strings.HasPrefix(got, w) {
+				t.Errorf("RateLimit-Policy = %q, want it to start with %q", got, w)
+			}
+			var spent costmodel.NanoUSD
+			for _, e := range s.entries(t) {
+				spent += e.ActualCost
+			}
+			if len(s.entries(t)) != served || spent > 50_000 {
+				t.Errorf("ledger: %d entries for %d served, spend %v over a budget of $0.00005", len(s.entries(t)), served, spent)
+			}
+		})
 	}
 }
 

@@ -44,7 +44,7 @@ func (s *Server) ReconcileBudgets(ctx context.Context) error {
 					continue
 				}
 				seen[l.limit.Name+"\x00"+key] = true
-				q := ledger.SpendQuery{Tenant: t.Name, Period: "day"}
+				q := ledger.SpendQuery{Tenant: t.Name, Period: l.period}
 				switch l.dims[0] {
 				case "user":
 					q.User = c.user
