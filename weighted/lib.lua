@@ -12,13 +12,16 @@
 -- then the key's expiry in ms), which struct reads faster than int64 and
 -- which hold these integers exactly; a sliding window key holds five (w,
 -- prev, curr, the expiry, then wp). See window for the windows of older
--- versions. A sliding log or concurrency key holds a sorted set (see
+-- versions. A fixed window on calendar months (algo MONTH_WINDOW, period
+-- the longest month) holds w, -1, curr and the expiry, w being the month's
+-- index (see month). A sliding log or concurrency key holds a sorted set (see
 -- marks_sum). The keys of meters and windows come first in KEYS.
 --
 -- The script body runs on every call, so it defines few functions up front
 -- and inlines the hottest paths: each definition costs a closure per call.
 
-local TOKEN_BUCKET, GCRA, SLIDING_WINDOW, FIXED_WINDOW, SLIDING_LOG, CONCURRENCY = 0, 1, 2, 3, 4, 5
+-- MONTH_WINDOW is a fixed window on UTC calendar months (see month).
+local TOKEN_BUCKET, GCRA, SLIDING_WINDOW, FIXED_WINDOW, SLIDING_LOG, CONCURRENCY, MONTH_WINDOW = 0, 1, 2, 3, 4, 5, 6
 local floor, pack, sunpack = math.floor, struct.pack, struct.unpack
 
 -- The script's time, set by set_now first. ttl_pad lengthens every TTL when
@@ -293,6 +296,60 @@ local function lib()
     return 0
   end
 
+  -- Calendar months (see month.go): a month's index is year * 12 +
+  -- month - 1, UTC. month_index and month_start are Howard Hinnant's
+  -- civil_from_days and days_from_civil on days since 0000-03-01, in
+  -- years that start on March 1st (so that February, whose length varies,
+  -- is last), with floor division spelled (a - a % b) / b. Every number
+  -- is an integer below 2^53 (days, or µs up to the year 2255), so the
+  -- doubles are exact.
+  local DAY = 86400000000
+
+  -- month_index returns the index of the month holding t (µs).
+  local function month_index(t)
+    local z = (t - t % DAY) / DAY + 719468 -- days since 0000-03-01
+    local era = (z - z % 146097) / 146097 -- 400-year eras
+    local doe = z - era * 146097 -- [0, 146096]
+    local yoe = doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)
+    yoe = floor(yoe / 365) -- [0, 399]
+    local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100)) -- [0, 365]
+    local mp = floor((5 * doy + 2) / 153) -- months since March, [0, 11]
+    -- March of year y is y * 12 + 2; January and February count in the
+    -- next year, 10 and 11 months after March.
+    return (era * 400 + yoe) * 12 + mp + 2
+  end
+
+  -- month_start returns the first µs of the month of index w.
+  local function month_start(w)
+    w = w - 2 -- months since 0000-03-01
+    local mp = w % 12
+    local y = (w - mp) / 12
+    local yoe = y % 400
+    local era = (y - yoe) / 400
+    local doe = 365 * yoe + floor(yoe / 4) - floor(yoe / 100) + floor((153 * mp + 2) / 5)
+    return (era * 146097 + doe - 719468) * DAY
+  end
+
+  -- month reads value v of a month window at now and returns the month
+  -- counted in, its count, its end, the key's expiry, and the end of the
+  -- month holding now (see monthAt): a clock behind the state's month
+  -- keeps counting in it.
+  local function month(v)
+    local w = month_index(now)
+    local nend = month_start(w + 1)
+    if not v then
+      return w, 0, nend, 0, nend
+    end
+    local sw, _, scurr, exp = sunpack('<dddd', v)
+    if sw > w and scurr > 0 then
+      return sw, scurr, month_start(sw + 1), exp, nend
+    end
+    if sw == w then
+      return w, scurr, nend, exp, nend
+    end
+    return w, 0, nend, exp, nend
+  end
+
   local function member(cost, id)
     return string.format('%d', cost) .. ':' .. id
   end
@@ -396,6 +453,7 @@ local function lib()
   L = {
     store = store, batch = batch, flush = flush, write = write, checked = checked, mget = mget, get = get,
     meter = meter, window = window, window_reset = window_reset, member = member,
+    month_index = month_index, month_start = month_start, month = month,
     mark_cost = mark_cost, marks_sum = marks_sum, marks_ttl = marks_ttl, marks_set = marks_set,
     marks = marks,
   }
