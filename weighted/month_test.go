@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -299,6 +300,29 @@ func TestMonthSettle(t *testing.T) {
 		{at: utc(2026, 3, 1, 0, 0, 0, 0), kind: 'd', id: "e", cost: 9, want: 1},
 		{at: utc(2026, 3, 2, 0, 0, 0, 0), kind: 'c', id: "e", cost: 9, want: 10},
 	}
+	// do runs op o on s at its time, and then a peek.
+	do := func(s Store, clk *clock, o op) (int64, error) {
+		clk.Set(o.at)
+		items := []Item{{Limit: budget, Key: "{t}", Cost: o.cost}}
+		var err error
+		switch o.kind {
+		case 'd':
+			_, err = s.Debit(ctx, o.id, items)
+		case 's':
+			err = s.Settle(ctx, o.id, items, []int64{o.actual})
+		case 'c':
+			err = s.Cancel(ctx, o.id, items)
+		}
+		if err != nil {
+			return 0, err
+		}
+		items[0].Cost = 0
+		res, err := s.Peek(ctx, items)
+		if err != nil {
+			return 0, err
+		}
+		return res.Items[0].Remaining, nil
+	}
 	for _, name := range []string{"memory", "redis", "redis MaxBatch 1"} {
 		t.Run(name, func(t *testing.T) {
 			clk := newClock()
@@ -312,28 +336,66 @@ func TestMonthSettle(t *testing.T) {
 				s = newBatchStore(c, clk, RedisConfig{MaxBatch: 1})
 			}
 			for i, o := range ops {
-				clk.Set(o.at)
-				items := []Item{{Limit: budget, Key: "{t}", Cost: o.cost}}
-				var err error
-				switch o.kind {
-				case 'd':
-					_, err = s.Debit(ctx, o.id, items)
-				case 's':
-					err = s.Settle(ctx, o.id, items, []int64{o.actual})
-				case 'c':
-					err = s.Cancel(ctx, o.id, items)
-				}
-				if err != nil {
-					t.Fatalf("op %d: %v", i, err)
-				}
-				items[0].Cost = 0
-				res, err := s.Peek(ctx, items)
-				if err != nil || res.Items[0].Remaining != o.want {
-					t.Fatalf("op %d (%c %s at %s): %+v %v, want remaining %d", i, o.kind, o.id, o.at, res, err, o.want)
+				if rem, err := do(s, clk, o); err != nil || rem != o.want {
+					t.Fatalf("op %d (%c %s at %s): remaining %d %v, want %d", i, o.kind, o.id, o.at, rem, err, o.want)
 				}
 			}
 		})
 	}
+	// In one batch: every op and then a peek queued in order, each at the
+	// op's time.
+	t.Run("redis batch", func(t *testing.T) {
+		clk := newClock()
+		r := newBatchStore(c, clk, RedisConfig{})
+		calls := r.scriptCalls.Load()
+		hold(r)
+		got := make([]int64, len(ops))
+		errs := make([]error, len(ops))
+		var wg sync.WaitGroup
+		queued := 0
+		for i, o := range ops {
+			clk.Set(o.at)
+			items := []Item{{Limit: budget, Key: "{t}", Cost: o.cost}}
+			if o.kind != 'p' {
+				wg.Go(func() {
+					var err error
+					switch o.kind {
+					case 'd':
+						_, err = r.Debit(ctx, o.id, items)
+					case 's':
+						err = r.Settle(ctx, o.id, items, []int64{o.actual})
+					case 'c':
+						err = r.Cancel(ctx, o.id, items)
+					}
+					if err != nil {
+						errs[i] = err
+					}
+				})
+				queued++
+				waitPending(t, r, queued)
+			}
+			wg.Go(func() {
+				res, err := r.Peek(ctx, []Item{{Limit: budget, Key: "{t}"}})
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				got[i] = res.Items[0].Remaining
+			})
+			queued++
+			waitPending(t, r, queued)
+		}
+		release(r)
+		wg.Wait()
+		if n := r.scriptCalls.Load() - calls; n != 1 {
+			t.Fatalf("%d script calls, want one batch", n)
+		}
+		for i, o := range ops {
+			if errs[i] != nil || got[i] != o.want {
+				t.Fatalf("op %d (%c %s at %s): remaining %d %v, want %d", i, o.kind, o.id, o.at, got[i], errs[i], o.want)
+			}
+		}
+	})
 }
 
 // TestMonthExactUnderConcurrency races debits of a month window beside a
@@ -349,15 +411,22 @@ func TestMonthExactUnderConcurrency(t *testing.T) {
 		{Limit: Limit{Name: "tb", Rate: 1000, Period: time.Minute}, Key: "{k}"},
 	}
 	for _, tc := range []struct {
-		name string
-		cfg  RedisConfig
-	}{{"default", RedisConfig{}}, {"MaxBatch 1", RedisConfig{MaxBatch: 1}}} {
+		name    string
+		cfg     RedisConfig
+		batched bool
+	}{{"default", RedisConfig{}, true}, {"MaxBatch 1", RedisConfig{MaxBatch: 1}, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := newClock()
 			clk.Set(utc(2026, 1, 31, 23, 59, 59, 0))
 			r := newBatchStore(c, clk, tc.cfg)
-			if admitted := raceDebits(t, r, items, 64); admitted != 300 {
+			s := &countingStore{Store: r}
+			calls := r.scriptCalls.Load()
+			if admitted := raceDebits(t, s, items, 64); admitted != 300 {
 				t.Fatalf("admitted %d, want 300", admitted)
+			}
+			debits, calls := s.calls.Load(), r.scriptCalls.Load()-calls
+			if tc.batched == (calls == debits) {
+				t.Fatalf("%d script calls for %d debits, batched %v", calls, debits, tc.batched)
 			}
 			checkRemaining(t, r, items[:1], 300)
 			// A new month: room again for the month, not for the hour.
