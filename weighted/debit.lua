@@ -172,9 +172,9 @@ for i = 1, n do
       if start + 2 * period - now > rec_ttl then rec_ttl = start + 2 * period - now end
     end
   elseif algo == MONTH_WINDOW then
-    -- A fixed window on calendar months (see lib's month).
+    -- A fixed window on calendar months (see lib's window).
     local L = lib()
-    local w, curr, stop, exp, nend = L.month(vals[i])
+    local w, _, curr, _, exp, stop, nend = L.window(vals[i], period, algo)
     local ncurr = curr + cost
     if ncurr <= cap then
       ok = 1

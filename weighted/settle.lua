@@ -84,11 +84,11 @@ for i = 1, n do
         L.write(key, L.store(ts, d, p, reset, exp, period))
       elseif algo == MONTH_WINDOW then
         -- As a fixed window: a refund only into the month debited.
-        local w, curr, stop, exp = L.month(v)
+        local w, _, curr, _, exp, stop, _, rw = L.window(v, period, algo, debited >= 0 and debited)
         if delta > 0 then
           curr = curr + delta
           if curr > cap then curr = cap end
-        elseif debited >= 0 and L.month_index(debited) == w then
+        elseif rw == w then
           curr = curr + delta
           if curr < 0 then curr = 0 end
         end
