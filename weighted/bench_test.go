@@ -195,7 +195,8 @@ func BenchmarkTimeNow(b *testing.B) {
 
 // BenchmarkRedisCPU measures the Redis CPU per call of one debit of one and
 // of three token buckets (sharing a hash tag), of one fixed window, of one
-// sliding window and of redis_rate's AllowN,
+// sliding window, of one fixed window on calendar months and of
+// redis_rate's AllowN,
 // one client at a time so that the server is never preempted by its own
 // clients. Each iteration runs 2000 calls of each, interleaved, resetting
 // INFO commandstats before each batch; the reported figures are the
@@ -219,6 +220,7 @@ func BenchmarkRedisCPU(b *testing.B) {
 	one, three := items(1), items(3)
 	fixed := []Item{{Limit: benchLimit(FixedWindow, 0), Key: "{cpu-fw}", Cost: 1}}
 	sliding := []Item{{Limit: benchLimit(SlidingWindow, 0), Key: "{cpu-sw}", Cost: 1}}
+	month := []Item{{Limit: Limit{Name: "month", Algorithm: FixedWindow, Rate: 1 << 40, Calendar: Month}, Key: "{cpu-fwm}", Cost: 1}}
 	calls := []struct {
 		name string
 		call func() error
@@ -228,6 +230,7 @@ func BenchmarkRedisCPU(b *testing.B) {
 		{"3keys", func() error { _, err := r.Debit(ctx, "id", three); return err }},
 		{"fixed", func() error { _, err := r.Debit(ctx, "id", fixed); return err }},
 		{"sliding", func() error { _, err := r.Debit(ctx, "id", sliding); return err }},
+		{"month", func() error { _, err := r.Debit(ctx, "id", month); return err }},
 	}
 	best := make([]float64, len(calls))
 	wall := make([]time.Duration, len(calls))

@@ -171,6 +171,23 @@ for i = 1, n do
       wv[i], wp[i] = L.store(w, prev, ncurr, L.window_reset(algo, prev, ncurr, start, period), exp, period, true)
       if start + 2 * period - now > rec_ttl then rec_ttl = start + 2 * period - now end
     end
+  elseif algo == MONTH_WINDOW then
+    -- A fixed window on calendar months (see lib's window).
+    local L = lib()
+    local w, _, curr, _, exp, stop, nend = L.window(vals[i], period, algo)
+    local ncurr = curr + cost
+    if ncurr <= cap then
+      ok = 1
+      if after then curr = ncurr end
+    else
+      retry = stop - now
+    end
+    rem = cap - curr
+    if curr > 0 then reset = stop - now end
+    if ok == 1 and after and cost > 0 then
+      wv[i], wp[i] = L.store(w, -1, ncurr, stop - now, exp, period)
+      if nend - now > rec_ttl then rec_ttl = nend - now end
+    end
   else
     local L = lib()
     if C then L.flush() end

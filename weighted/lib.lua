@@ -12,13 +12,16 @@
 -- then the key's expiry in ms), which struct reads faster than int64 and
 -- which hold these integers exactly; a sliding window key holds five (w,
 -- prev, curr, the expiry, then wp). See window for the windows of older
--- versions. A sliding log or concurrency key holds a sorted set (see
+-- versions. A fixed window on calendar months (algo MONTH_WINDOW, period
+-- the longest month) holds w, -1, curr and the expiry, w being the month's
+-- index (see window). A sliding log or concurrency key holds a sorted set (see
 -- marks_sum). The keys of meters and windows come first in KEYS.
 --
 -- The script body runs on every call, so it defines few functions up front
 -- and inlines the hottest paths: each definition costs a closure per call.
 
-local TOKEN_BUCKET, GCRA, SLIDING_WINDOW, FIXED_WINDOW, SLIDING_LOG, CONCURRENCY = 0, 1, 2, 3, 4, 5
+-- MONTH_WINDOW is a fixed window on UTC calendar months (see window).
+local TOKEN_BUCKET, GCRA, SLIDING_WINDOW, FIXED_WINDOW, SLIDING_LOG, CONCURRENCY, MONTH_WINDOW = 0, 1, 2, 3, 4, 5, 6
 local floor, pack, sunpack = math.floor, struct.pack, struct.unpack
 
 -- The script's time, set by set_now first. ttl_pad lengthens every TTL when
@@ -227,7 +230,8 @@ local function lib()
   end
 
   -- window reads value v of a window of algo at now (see spec.windowAt)
-  -- and returns w, prev, curr, the window's start and the key's expiry. A
+  -- and returns w, prev, curr, the window's start and the key's expiry
+  -- (a window on calendar months, algo MONTH_WINDOW, more, see there). A
   -- window written with another period is carried over as spec.carry
   -- does. A value of an older version has no period (a fixed window's wp
   -- is 0, a sliding window has four doubles): it is read as written with
@@ -235,7 +239,64 @@ local function lib()
   -- which no write with the current period leaves (exp is at least the end
   -- of the window counted in): it was written with a shorter period, and
   -- its counts are carried into the current window.
-  local function window(v, period, algo)
+  local function window(v, period, algo, rec)
+    if algo == 6 then
+      -- MONTH_WINDOW, spelled as a number: a local of the script body
+      -- used here would cost every call an upvalue of lib.
+      -- A window on calendar months (see month.go): its index is year *
+      -- 12 + month - 1, UTC. month_index and month_start are Howard
+      -- Hinnant's civil_from_days and days_from_civil, on days since
+      -- 0000-03-01 in years that start on March 1st (so that February,
+      -- whose length varies, comes last), with floor division spelled
+      -- (a - a % b) / b. Every number is an integer below 2^53 (days, or
+      -- µs up to the year 2255), so the doubles are exact. They are made
+      -- here, not in lib's body, so that the other algorithms' calls pay
+      -- no closures for them.
+      local DAY = 86400000000
+      -- month_index returns the index of the month holding t (µs).
+      local function month_index(t)
+        local z = (t - t % DAY) / DAY + 719468 -- days since 0000-03-01
+        local era = (z - z % 146097) / 146097 -- 400-year eras
+        local doe = z - era * 146097 -- [0, 146096]
+        local yoe = doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)
+        yoe = floor(yoe / 365) -- [0, 399]
+        local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100)) -- [0, 365]
+        local mp = floor((5 * doy + 2) / 153) -- months since March, [0, 11]
+        -- March of year y is y * 12 + 2; January and February count in
+        -- the next year, 10 and 11 months after March.
+        return (era * 400 + yoe) * 12 + mp + 2
+      end
+      -- month_start returns the first µs of the month of index w.
+      local function month_start(w)
+        w = w - 2 -- months since 0000-03-01
+        local mp = w % 12
+        local y = (w - mp) / 12
+        local yoe = y % 400
+        local era = (y - yoe) / 400
+        local doe = 365 * yoe + floor(yoe / 4) - floor(yoe / 100) + floor((153 * mp + 2) / 5)
+        return (era * 146097 + doe - 719468) * DAY
+      end
+      -- The month counted in is now's, or the state's when the clock is
+      -- behind it (see monthAt); it ends at stop. Besides window's five
+      -- numbers (prev 0), it returns stop, the end of now's month, and
+      -- rec's month (rec, µs, when given).
+      local w = month_index(now)
+      local start, nend = month_start(w), month_start(w + 1)
+      local stop, curr, exp = nend, 0, 0
+      if v then
+        local sw, _, scurr
+        sw, _, scurr, exp = sunpack('<dddd', v)
+        if sw > w and scurr > 0 then
+          w, curr = sw, scurr
+          start, stop = month_start(sw), month_start(sw + 1)
+        elseif sw == w then
+          curr = scurr
+        end
+      end
+      local rw = -1
+      if rec then rw = month_index(rec) end
+      return w, 0, curr, start, exp, stop, nend, rw
+    end
     local w = (now - now % period) / period
     if not v then
       return w, 0, 0, w * period, 0

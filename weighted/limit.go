@@ -28,7 +28,8 @@ const (
 	// window of length Period ending now.
 	SlidingWindow
 	// FixedWindow counts units in windows of length Period aligned to the
-	// Unix epoch; the count starts from zero in each window.
+	// Unix epoch, or in calendar windows (see Calendar); the count starts
+	// from zero in each window.
 	FixedWindow
 	// SlidingLog keeps one entry per admitted debit and admits when the
 	// entries of the last Period, plus the cost, fit. It is exact, and its
@@ -85,7 +86,48 @@ func (a Algorithm) String() string {
 
 func (a Algorithm) code() string { return algorithmCodes[a] }
 
-// Limit is one rate limit: Rate units per Period, counted by Algorithm.
+// monthCode is the code inside the storage keys of a FixedWindow limit on
+// calendar months, so that its windows never mix with a period's.
+const monthCode = "fwm"
+
+// code returns the code of the limit's keys: its algorithm's, or
+// monthCode.
+func (l *Limit) code() string {
+	if l.Calendar == Month {
+		return monthCode
+	}
+	return l.Algorithm.code()
+}
+
+// Calendar names the calendar windows of a FixedWindow limit. The zero
+// value is NoCalendar.
+type Calendar uint8
+
+const (
+	// NoCalendar counts in windows of length Period aligned to the Unix
+	// epoch.
+	NoCalendar Calendar = iota
+	// Month counts in UTC calendar months: a window starts at 00:00 UTC on
+	// the 1st and ends at 00:00 UTC on the 1st of the next month, 28 to 31
+	// days later. A month limit has no Period.
+	Month
+
+	numCalendars
+)
+
+var calendarNames = [numCalendars]string{NoCalendar: "", Month: "month"}
+
+// String returns the calendar's name: "month" for Month, "" for
+// NoCalendar.
+func (c Calendar) String() string {
+	if c < numCalendars {
+		return calendarNames[c]
+	}
+	return fmt.Sprintf("Calendar(%d)", uint8(c))
+}
+
+// Limit is one rate limit: Rate units per Period, counted by Algorithm; or,
+// for a FixedWindow limit with a Calendar, Rate units per calendar window.
 //
 // What Burst means depends on the algorithm:
 //   - TokenBucket and GCRA: the capacity, the most units that can be debited
@@ -109,11 +151,17 @@ type Limit struct {
 	Rate int64
 	// Period is the refill period or window length (Concurrency: the
 	// lease). It is a whole number of microseconds, at least 1µs and at
-	// most MaxPeriod.
+	// most MaxPeriod; 0 for a limit with a Calendar.
 	Period time.Duration
 	// Burst is the capacity of TokenBucket and GCRA; see the type's
 	// documentation. 0 means Rate.
 	Burst int64
+	// Calendar, when not NoCalendar, makes a FixedWindow limit count in
+	// calendar windows (Month: UTC calendar months) instead of windows of
+	// length Period; Period must then be 0. Its state is kept under keys of
+	// its own, so that a limit switched between a Period and a Calendar
+	// starts from empty windows. Only FixedWindow takes a Calendar.
+	Calendar Calendar
 }
 
 // MaxPeriod is the longest Period a limit may have.
@@ -133,9 +181,15 @@ func (l Limit) Capacity() int64 {
 	return l.Rate
 }
 
-// String describes the limit, for example "tenant-tokens: token_bucket 1000/1m0s burst 2000".
+// String describes the limit, for example "tenant-tokens: token_bucket
+// 1000/1m0s burst 2000" or "budget: fixed_window 500/month".
 func (l Limit) String() string {
-	s := fmt.Sprintf("%s: %s %d/%s", l.Name, l.Algorithm, l.Rate, l.Period)
+	var s string
+	if l.Calendar != NoCalendar {
+		s = fmt.Sprintf("%s: %s %d/%s", l.Name, l.Algorithm, l.Rate, l.Calendar)
+	} else {
+		s = fmt.Sprintf("%s: %s %d/%s", l.Name, l.Algorithm, l.Rate, l.Period)
+	}
 	if l.Burst > 0 && l.Burst != l.Rate {
 		s += fmt.Sprintf(" burst %d", l.Burst)
 	}
@@ -159,11 +213,12 @@ func (l Limit) Validate() error {
 // Times are in microseconds.
 type spec struct {
 	algo   Algorithm
-	cap    int64 // capacity, units
-	rate   int64 // units per period
-	period int64 // µs
-	tick   int64 // µs; divides period
-	p      int64 // ticks per period
+	cal    Calendar // FixedWindow only; period is then maxMonth
+	cap    int64    // capacity, units
+	rate   int64    // units per period
+	period int64    // µs
+	tick   int64    // µs; divides period
+	p      int64    // ticks per period
 }
 
 func (l Limit) spec() (spec, error) {
@@ -181,6 +236,8 @@ func (l Limit) spec() (spec, error) {
 		return bad("rate %d is not positive", l.Rate)
 	case l.Rate > maxScaled:
 		return bad("rate %d exceeds 2^50", l.Rate)
+	case l.Calendar != NoCalendar:
+		return l.calendarSpec(bad)
 	case l.Period < time.Microsecond || l.Period > MaxPeriod:
 		return bad("period %s is not between 1µs and %s", l.Period, MaxPeriod)
 	case l.Period%time.Microsecond != 0:
@@ -209,6 +266,28 @@ func (l Limit) spec() (spec, error) {
 		}
 	}
 	return bad("rate %d and capacity %d are too large for period %s to be counted exactly", l.Rate, s.cap, l.Period)
+}
+
+// maxMonth is the longest calendar month in µs: a month limit's spec
+// period, which bounds its expiry's slack as a period does.
+const maxMonth = 31 * 24 * int64(time.Hour/time.Microsecond)
+
+// calendarSpec validates a limit with a Calendar, whose name and rate are
+// valid.
+func (l Limit) calendarSpec(bad func(string, ...any) (spec, error)) (spec, error) {
+	switch {
+	case l.Calendar >= numCalendars:
+		return bad("unknown calendar %d", uint8(l.Calendar))
+	case l.Algorithm != FixedWindow:
+		return bad("calendar %s applies only to %s, not %s", l.Calendar, FixedWindow, l.Algorithm)
+	case l.Period != 0:
+		return bad("period %s with calendar %s (leave it 0; the window is the calendar's)", l.Period, l.Calendar)
+	case l.Burst < 0:
+		return bad("burst %d is negative", l.Burst)
+	case l.Burst != 0 && l.Burst != l.Rate:
+		return bad("burst %d does not apply to %s (leave it 0; the capacity is the rate)", l.Burst, l.Algorithm)
+	}
+	return spec{algo: FixedWindow, cal: l.Calendar, cap: l.Rate, rate: l.Rate, period: maxMonth, tick: maxMonth, p: 1}, nil
 }
 
 // validName reports whether name has none of ':', '{' and '}'. It is
@@ -287,7 +366,7 @@ func specs(items []Item, buf []spec, checkCost bool) ([]spec, error) {
 		}
 		for j := 0; j < i; j++ {
 			o := &items[j]
-			if o.Key == it.Key && o.Limit.Name == it.Limit.Name && o.Limit.Algorithm == it.Limit.Algorithm {
+			if o.Key == it.Key && o.Limit.Name == it.Limit.Name && o.Limit.Algorithm == it.Limit.Algorithm && o.Limit.Calendar == it.Limit.Calendar {
 				return nil, fmt.Errorf("%w: %q key %q", ErrDuplicateItem, it.Limit.Name, it.Key)
 			}
 		}

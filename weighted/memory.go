@@ -52,6 +52,7 @@ type shard struct {
 type memKey struct {
 	name string
 	algo Algorithm
+	cal  Calendar // a window on calendar months keeps apart from a period's
 	key  string
 }
 
@@ -119,7 +120,7 @@ func (m *Memory) lock(h *held, items []Item, id string, withRecord bool) {
 	}
 	for i := range items {
 		it := &items[i]
-		h.keys[i] = memKey{name: it.Limit.Name, algo: it.Limit.Algorithm, key: it.Key}
+		h.keys[i] = memKey{name: it.Limit.Name, algo: it.Limit.Algorithm, cal: it.Limit.Calendar, key: it.Key}
 	}
 	if withRecord {
 		h.keys[n-1] = memKey{algo: recordAlgo, key: id}

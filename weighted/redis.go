@@ -71,8 +71,9 @@ func (c RedisConfig) Validate() error {
 //
 // with the item key wrapped in braces when it has no hash tag of its own, so
 // that its hash tag is always the item key's tag or the whole item key (see
-// Item.Key). Algorithm codes are tb, gcra, sw, fw, log and conc; a limit
-// whose algorithm changes starts from fresh keys, and one whose rate, period
+// Item.Key). Algorithm codes are tb, gcra, sw, fw, log and conc, and fwm
+// for a fixed window on calendar months (Limit.Calendar); a limit whose
+// algorithm or calendar changes starts from fresh keys, and one whose rate, period
 // or burst changes carries its state over (see the package documentation).
 //
 // Meters and fixed windows are one string of four doubles (32 bytes): three
@@ -82,7 +83,9 @@ func (c RedisConfig) Validate() error {
 // are its index, in periods since the Unix epoch, its counts and the period
 // it was counted with: a fixed window keeps the period in place of the
 // previous count it never has, a sliding window as a fifth double (40
-// bytes).
+// bytes). A month window's numbers are its month, year × 12 + month - 1
+// (UTC), -1 in place of the period, and its count; its key expires 60 s
+// after the month ends.
 //
 // Windows written by a version that did not keep their period (a fixed
 // window's is 0; a sliding window's value has 32 bytes) are read as counted
@@ -256,9 +259,9 @@ func (r *Redis) run(ctx context.Context, s *script, keys []string, args ...any) 
 func (r *Redis) key(it *Item) string {
 	l := &it.Limit
 	if hasHashTag(it.Key) {
-		return r.prefix + l.Name + ":" + l.Algorithm.code() + ":" + it.Key
+		return r.prefix + l.Name + ":" + l.code() + ":" + it.Key
 	}
-	return r.prefix + l.Name + ":" + l.Algorithm.code() + ":{" + it.Key + "}"
+	return r.prefix + l.Name + ":" + l.code() + ":{" + it.Key + "}"
 }
 
 // recordKey returns the key of reservation id among keys with hash tag tag.
@@ -373,8 +376,16 @@ func appendNumber(buf []byte, v int64) []byte {
 // or a window) rather than a sorted set.
 func stringState(a Algorithm) bool { return a <= FixedWindow }
 
+// wireMonth is the algorithm code by which the scripts know a fixed window
+// on calendar months (lib.lua's MONTH_WINDOW).
+const wireMonth = 6
+
 func appendItem(buf []byte, s *spec, cost int64) []byte {
-	for _, v := range [...]int64{int64(s.algo), s.cap, s.rate, s.period, s.tick, cost} {
+	algo := int64(s.algo)
+	if s.cal == Month {
+		algo = wireMonth
+	}
+	for _, v := range [...]int64{algo, s.cap, s.rate, s.period, s.tick, cost} {
 		buf = appendNumber(buf, v)
 	}
 	return buf

@@ -31,7 +31,7 @@ for i = 1, n do
   local p = period / tick
   local delta = actual - reserved
   if delta > cap then delta = cap elseif delta < -cap then delta = -cap end
-  if C and algo >= SLIDING_LOG then
+  if C and (algo == SLIDING_LOG or algo == CONCURRENCY) then
     L.flush()
   end
   if algo == CONCURRENCY then
@@ -82,6 +82,19 @@ for i = 1, n do
         local reset = 0
         if d > 0 then reset = ts + ceil_div(d, rate) * tick - now end
         L.write(key, L.store(ts, d, p, reset, exp, period))
+      elseif algo == MONTH_WINDOW then
+        -- As a fixed window: a refund only into the month debited.
+        local w, _, curr, _, exp, stop, _, rw = L.window(v, period, algo, debited >= 0 and debited)
+        if delta > 0 then
+          curr = curr + delta
+          if curr > cap then curr = cap end
+        elseif rw == w then
+          curr = curr + delta
+          if curr < 0 then curr = 0 end
+        end
+        local reset = 0
+        if curr > 0 then reset = stop - now end
+        L.write(key, L.store(w, -1, curr, reset, exp, period))
       else
         local w, prev, curr, start, exp = L.window(v, period, algo)
         if algo == FIXED_WINDOW then prev = 0 end

@@ -16,6 +16,8 @@ import (
 //     (Unix time / wp), the counts of the windows w - 1 and w, and wp, the
 //     Period (µs) w was counted with. A window written under another period
 //     is carried over (see carry) instead of misread.
+//   - FixedWindow on calendar months: w, the month's index (see month.go),
+//     curr, and wp = -1.
 //   - SlidingLog: marks, one per admitted debit (ts = when, µs).
 //   - Concurrency: marks, one per holder (ts = lease expiry, µs).
 //
@@ -50,6 +52,9 @@ func (s *spec) evaluate(st *state, now, cost int64, after bool) ItemState {
 	case TokenBucket, GCRA:
 		return s.evaluateMeter(st, now, cost, after)
 	case FixedWindow:
+		if s.cal != NoCalendar {
+			return s.evaluateMonth(st, now, cost, after)
+		}
 		return s.evaluateFixed(st, now, cost, after)
 	case SlidingWindow:
 		return s.evaluateSliding(st, now, cost, after)
@@ -66,6 +71,9 @@ func (s *spec) debit(st *state, now, cost int64, id string) int64 {
 	case TokenBucket, GCRA:
 		return s.debitMeter(st, now, cost)
 	case FixedWindow, SlidingWindow:
+		if s.cal != NoCalendar {
+			return s.debitMonth(st, now, cost)
+		}
 		return s.debitWindow(st, now, cost)
 	case SlidingLog:
 		return s.debitMarks(st, now-s.period, now, now, cost, id)
@@ -84,6 +92,9 @@ func (s *spec) settle(st *state, now, reserved, actual, rec int64, id string) in
 	case TokenBucket, GCRA:
 		return s.settleMeter(st, now, delta)
 	case FixedWindow, SlidingWindow:
+		if s.cal != NoCalendar {
+			return s.settleMonth(st, now, delta, rec)
+		}
 		return s.settleWindow(st, now, delta, rec)
 	case SlidingLog:
 		return s.settleLog(st, now, reserved, delta, id)
@@ -99,6 +110,9 @@ func (s *spec) hasRecord() bool { return s.algo == FixedWindow || s.algo == Slid
 // recordTTL is how long, in µs from now, a debit's time matters to a
 // settlement of a window algorithm: until the debited window stops counting.
 func (s *spec) recordTTL(now int64) int64 {
+	if s.cal != NoCalendar {
+		return monthStart(monthIndex(now)+1) - now
+	}
 	start := now / s.period * s.period
 	if s.algo == SlidingWindow {
 		return start + 2*s.period - now

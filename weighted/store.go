@@ -15,7 +15,10 @@
 // Cancel returns it. Both are idempotent per id for SettleTTL.
 //
 // Six algorithms are available (see Algorithm); Limit documents what rate,
-// period and burst mean for each.
+// period and burst mean for each. A fixed window may also count in UTC
+// calendar months (Limit.Calendar), for budgets such as $500 a month per
+// tenant: its window starts at 00:00 UTC on the 1st and ends at 00:00 UTC
+// on the 1st of the next month.
 //
 // Time is the store's clock: MemoryConfig.Now for Memory, the server's TIME
 // for Redis. A clock that steps back never gives more room: a meter or
@@ -24,6 +27,10 @@
 // its time; a sliding log or concurrency limit counts every entry still
 // held whose time is in the window (or whose lease is unexpired) at the
 // clock's time.
+//
+// A month window's state is kept apart from a period's: a limit switched
+// between a Period and a Calendar starts from an empty window, and either
+// way the old state expires with its window.
 //
 // A limit whose rate, period or burst changes keeps its state: a count
 // above a smaller capacity simply fills the limit, a meter's debt is
