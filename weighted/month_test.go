@@ -229,21 +229,9 @@ func TestMonthStores(t *testing.T) {
 				steps[i] = periodStep{at: st.at.Sub(epoch), limit: budget, op: st.op, cost: st.cost, want: st.want, reset: st.reset}
 			}
 			var want []ItemState
-			for _, name := range []string{"memory", "redis", "redis MaxBatch 1", "redis batch"} {
+			for _, name := range stepStores {
 				clk := newClock()
-				var s Store
-				var batch *Redis
-				switch name {
-				case "memory":
-					s = NewMemory(MemoryConfig{Now: clk.Now})
-				case "redis":
-					s = newBatchStore(c, clk, RedisConfig{})
-				case "redis MaxBatch 1":
-					s = newBatchStore(c, clk, RedisConfig{MaxBatch: 1})
-				default:
-					batch = newBatchStore(c, clk, RedisConfig{})
-					s = batch
-				}
+				s, batch := stepStore(c, clk, name)
 				got := runPeriodSteps(t, s, clk, epoch, steps, batch)
 				if want == nil {
 					want = got

@@ -21,6 +21,26 @@ type periodStep struct {
 // runPeriodSteps runs steps on s, setting clk before each, and returns each
 // one's item state. When batch is set (s is then batch), the steps go in
 // one script call, in their order, each at its own time.
+// stepStores are the stores a test of steps runs on, to agree: Memory,
+// Redis with one call at a time (batching on), Redis with batching off,
+// and Redis with all the steps in one batch (runPeriodSteps's batch).
+var stepStores = []string{"memory", "redis", "redis MaxBatch 1", "redis batch"}
+
+// stepStore makes the store named, on clock clk; batch is the store to run
+// all steps in one batch on, for "redis batch".
+func stepStore(c Scripter, clk *clock, name string) (s Store, batch *Redis) {
+	switch name {
+	case "memory":
+		return NewMemory(MemoryConfig{Now: clk.Now}), nil
+	case "redis":
+		return newBatchStore(c, clk, RedisConfig{}), nil
+	case "redis MaxBatch 1":
+		return newBatchStore(c, clk, RedisConfig{MaxBatch: 1}), nil
+	}
+	batch = newBatchStore(c, clk, RedisConfig{})
+	return batch, batch
+}
+
 func runPeriodSteps(t *testing.T, s Store, clk *clock, t0 time.Time, steps []periodStep, batch *Redis) []ItemState {
 	t.Helper()
 	ctx := context.Background()
@@ -137,21 +157,9 @@ func TestWindowPeriodChange(t *testing.T) {
 					)
 				}
 				var want []ItemState
-				for _, name := range []string{"memory", "redis", "redis MaxBatch 1", "redis batch"} {
+				for _, name := range stepStores {
 					clk := newClock()
-					var s Store
-					var batch *Redis
-					switch name {
-					case "memory":
-						s = NewMemory(MemoryConfig{Now: clk.Now})
-					case "redis":
-						s = newBatchStore(c, clk, RedisConfig{})
-					case "redis MaxBatch 1":
-						s = newBatchStore(c, clk, RedisConfig{MaxBatch: 1})
-					default:
-						batch = newBatchStore(c, clk, RedisConfig{})
-						s = batch
-					}
+					s, batch := stepStore(c, clk, name)
 					got := runPeriodSteps(t, s, clk, t0, steps, batch)
 					if want == nil {
 						want = got
