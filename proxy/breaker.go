@@ -125,6 +125,10 @@ func (g *guardedStore) Cancel(ctx context.Context, id string, items []weighted.I
 	return g.call(ctx, "cancel", func(ctx context.Context) error { return g.store.Cancel(ctx, id, items) })
 }
 
+func (g *guardedStore) Renew(ctx context.Context, id string, items []weighted.Item) error {
+	return g.call(ctx, "renew", func(ctx context.Context) error { return g.store.Renew(ctx, id, items) })
+}
+
 func (g *guardedStore) Peek(ctx context.Context, items []weighted.Item) (res weighted.Result, err error) {
 	err = g.call(ctx, "peek", func(ctx context.Context) error {
 		res, err = g.store.Peek(ctx, items)

@@ -1,17 +1,18 @@
--- batch.lua: the script's body, appended to lib.lua, with settle.lua and
--- debit.lua spliced in where named. It runs a batch of requests in their
--- order, each seeing the writes of those before it, and replies with a
--- table of one reply per request: debit's string, or settle's 1 or 0. A
--- batch of one request replies as that request, without the table. A
--- batch of more reads each meter and window key once and writes it once,
+-- batch.lua: the script's body, appended to lib.lua, with settle.lua,
+-- debit.lua and renew.lua spliced in where named. It runs a batch of
+-- requests in their order, each seeing the writes of those before it, and
+-- replies with a table of one reply per request: debit's string, settle's
+-- 1 or 0, or renew's count. A batch of one request replies as that
+-- request, without the table. A batch of more reads each meter and window key once and writes it once,
 -- at the end, with the value and TTL the requests one by one would have
 -- left (see C in lib). An error (a key of the wrong type) ends the script
 -- and fails the whole batch; the requests before it keep their writes, as
 -- a script that fails does.
 -- ARGV[1]: the requests, one after another, each a header of doubles n
 -- (items), its number of keys, time override (0: TIME), op (0 peek, 1
--- debit, 2 settle), the number of meters and windows, how long to remember
--- a settled id (ms), then its items as debit or settle reads them.
+-- debit, 2 settle, 3 renew), the number of meters and windows, how long
+-- to remember a settled id (ms), then its items as debit, settle or renew
+-- reads them.
 -- ARGV[r + 1]: request r's reservation id. KEYS: every request's keys, in
 -- the order of the requests.
 -- The time is read once per batch (TIME), or set by each request's
@@ -39,8 +40,10 @@ for r = 1, m do
   repeat
     if op == 2 then
 -- settle.lua
-    else
+    elseif op < 2 then
 -- debit.lua
+    else
+-- renew.lua
     end
   until true
   k = k + nkeys

@@ -326,6 +326,34 @@ func (m *Memory) settle(id string, items []Item, actual []int64) error {
 	return nil
 }
 
+// Renew implements Store.
+func (m *Memory) Renew(ctx context.Context, id string, items []Item) error {
+	if id == "" {
+		return errNoID
+	}
+	var ibuf [4]Item
+	items = leases(items, ibuf[:0])
+	if len(items) == 0 {
+		return nil
+	}
+	var sbuf [4]spec
+	ss, err := specs(items, sbuf[:0], true)
+	if err != nil {
+		return err
+	}
+	var hb heldBufs
+	h := hb.held()
+	m.lock(&h, items, id, false)
+	defer m.unlock(&h)
+	for i := range items {
+		e := m.get(&h, i)
+		if e != nil && ss[i].renew(&e.state, h.now, items[i].Cost, id) {
+			e.expires = max(e.expires, h.now+ss[i].period)
+		}
+	}
+	return nil
+}
+
 // Peek implements Store.
 func (m *Memory) Peek(ctx context.Context, items []Item) (Result, error) {
 	if len(items) == 0 {

@@ -112,26 +112,28 @@ func (c RedisConfig) Validate() error {
 // # Scripts
 //
 // Each call is one EVALSHA (EVAL when the server answers NOSCRIPT) of a Lua
-// script embedded from lib.lua, batch.lua, debit.lua and settle.lua. Time is the
-// server's (TIME), in microseconds; all arithmetic is on integers, exact
-// below 2^53 (see Limit.Validate). A denial writes nothing. A debit of one
-// token bucket costs Redis about as much CPU as go-redis/redis_rate's AllowN,
-// and one of three limits that share a hash tag about 1.4 times as much
-// (bench/README.md).
+// script embedded from lib.lua, batch.lua, debit.lua, settle.lua and
+// renew.lua. Time is the server's (TIME), in microseconds; all arithmetic
+// is on integers, exact below 2^53 (see Limit.Validate). A denial writes
+// nothing. A debit of one token bucket costs Redis about as much CPU as
+// go-redis/redis_rate's AllowN, and one of three limits that share a hash
+// tag about 1.4 times as much (bench/README.md).
 //
 // A Debit whose reply is lost may have run: a client that then retries it
 // (go-redis does on network errors, up to its MaxRetries) debits meters and
 // windows twice, while sliding logs and concurrency limits, whose marks are
 // named by the reservation id, count it once (the retry is still judged as
-// a new debit). Settle and Cancel are idempotent per id.
+// a new debit). Settle and Cancel are idempotent per id. Renew of a
+// concurrency item is a ZSCORE of its mark, and when the lease moves a
+// ZADD, a PTTL and perhaps a PEXPIRE; it reads no reservation record.
 //
 // # Batching
 //
-// Concurrent Debit, Peek, Settle and Cancel calls share script calls: while
-// one script call of the store runs, the requests that arrive wait, and
-// when it returns, up to RedisConfig.MaxBatch of them go in the next one,
-// which runs them in their order of arrival, each all or nothing and each
-// seeing the writes of those before it, at one server time. The script
+// Concurrent Debit, Peek, Settle, Cancel and Renew calls share script
+// calls: while one script call of the store runs, the requests that arrive
+// wait, and when it returns, up to RedisConfig.MaxBatch of them go in the
+// next one, which runs them in their order of arrival, each all or nothing
+// and each seeing the writes of those before it, at one server time. The script
 // reads each meter and window key of a batch once and writes each it
 // changes once, at its end, with the value and TTL that the requests one
 // by one would have left; sliding logs, concurrency limits and reservation
@@ -203,10 +205,12 @@ var (
 	debitLua string
 	//go:embed settle.lua
 	settleLua string
+	//go:embed renew.lua
+	renewLua string
 	//go:embed batch.lua
 	batchLua string
 
-	batchScript = newScript(libLua + strings.NewReplacer("-- settle.lua\n", settleLua, "-- debit.lua\n", debitLua).Replace(batchLua))
+	batchScript = newScript(libLua + strings.NewReplacer("-- settle.lua\n", settleLua, "-- debit.lua\n", debitLua, "-- renew.lua\n", renewLua).Replace(batchLua))
 	resetScript = newScript("return redis.call('DEL', unpack(KEYS))")
 )
 
@@ -348,6 +352,7 @@ const (
 	opPeek   = 0
 	opDebit  = 1
 	opSettle = 2
+	opRenew  = 3
 )
 
 // header appends the header of a request of batch.lua: the number of items,
@@ -550,6 +555,37 @@ func (r *Redis) settleGroup(ctx context.Context, id string, items []Item, ss []s
 	c.keys, c.id = keys, id
 	_, err := r.exec(c, g.tag)
 	return err
+}
+
+// Renew implements Store. It sends only the concurrency items, group by
+// group, and nothing when there are none.
+func (r *Redis) Renew(ctx context.Context, id string, items []Item) error {
+	if id == "" {
+		return errNoID
+	}
+	var ibuf [4]Item
+	items = leases(items, ibuf[:0])
+	if len(items) == 0 {
+		return nil
+	}
+	var sbuf [4]spec
+	ss, err := specs(items, sbuf[:0], true)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, g := range r.groups(items) {
+		c := getCall(ctx)
+		c.buf = r.header(c.buf, len(g.idx), len(g.keys), opRenew, 0)
+		for _, i := range g.idx {
+			c.buf = appendItem(c.buf, &ss[i], items[i].Cost)
+		}
+		c.keys, c.id = g.keys, id
+		if _, err := r.exec(c, g.tag); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Reset implements Store.

@@ -471,3 +471,22 @@ func (s *spec) release(st *state, now, reserved int64, id string) int64 {
 	st.remove(reserved, id)
 	return -1
 }
+
+// renew moves the lease of reservation id's concurrency mark of cost
+// reserved to expire at now + period, when the mark is still held (its
+// lease unexpired) and would expire sooner, and reports whether it moved.
+// A released or expired mark stays gone: a renewal never resurrects a
+// reservation.
+func (s *spec) renew(st *state, now, reserved int64, id string) bool {
+	for _, m := range st.marks {
+		if m.cost == reserved && m.id == id {
+			if m.ts <= now || m.ts >= now+s.period {
+				return false
+			}
+			m.ts = now + s.period
+			st.add(m)
+			return true
+		}
+	}
+	return false
+}

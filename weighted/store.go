@@ -14,6 +14,13 @@
 // the unused, clamped so that no limit goes below empty or above full), and
 // Cancel returns it. Both are idempotent per id for SettleTTL.
 //
+// A concurrency limit holds a reservation's units until it is settled or
+// cancelled, or until its lease, the limit's Period, expires. Renew
+// extends the leases of a reservation still held to a Period from now, so
+// that a holder that runs longer than the Period (a long LLM stream) keeps
+// its units while it renews at least once a Period, and the units of one
+// that stops (a crashed replica) return a Period after its last renewal.
+//
 // Six algorithms are available (see Algorithm); Limit documents what rate,
 // period and burst mean for each. A fixed window may also count in UTC
 // calendar months (Limit.Calendar), for budgets such as $500 a month per
@@ -75,6 +82,14 @@ type Store interface {
 	// Cancel returns the whole reservation id, as Settle with actual costs
 	// of zero.
 	Cancel(ctx context.Context, id string, items []Item) error
+	// Renew extends the leases of reservation id, whose Debit was
+	// admitted: items are as they were debited (Cost is the reserved
+	// cost). Each Concurrency item whose units are still held gets its
+	// lease moved to expire one Period from now (a lease that already
+	// expires later is left alone); other items are ignored. A reservation
+	// settled, cancelled or expired stays so: Renew then changes nothing
+	// and returns no error.
+	Renew(ctx context.Context, id string, items []Item) error
 	// Peek reports, without changing anything, whether each item's cost
 	// would fit now; Remaining is the state before any debit.
 	Peek(ctx context.Context, items []Item) (Result, error)
@@ -106,6 +121,27 @@ func checkSettle(id string, items []Item, actual []int64) error {
 		}
 	}
 	return nil
+}
+
+// leases appends to buf the items whose debit holds a lease that Renew
+// extends: concurrency items of a positive cost. It returns items itself
+// when they all are.
+func leases(items []Item, buf []Item) []Item {
+	n := 0
+	for i := range items {
+		if items[i].Limit.Algorithm == Concurrency && items[i].Cost > 0 {
+			n++
+		}
+	}
+	if n == len(items) {
+		return items
+	}
+	for i := range items {
+		if items[i].Limit.Algorithm == Concurrency && items[i].Cost > 0 {
+			buf = append(buf, items[i])
+		}
+	}
+	return buf
 }
 
 // actualCost returns item i's actual cost (0 when actual is nil, for Cancel),

@@ -18,8 +18,8 @@ import (
 )
 
 // TestMemoryAndRedisAgree runs the same random sequences of multi-item
-// debits, settles, cancels, peeks and resets on both stores and requires
-// identical results and errors at every step.
+// debits, settles, renewals, cancels, peeks and resets on both stores and
+// requires identical results and errors at every step.
 func TestMemoryAndRedisAgree(t *testing.T) {
 	c := testRedis(t)
 	limits := []Limit{
@@ -93,6 +93,12 @@ func TestMemoryAndRedisAgree(t *testing.T) {
 					}
 					for k, s := range stores {
 						results[k] = fmt.Sprint(s.Settle(ctx, h.id, h.items, actual))
+					}
+				case r < 16:
+					op = "renew"
+					h := held[rng.IntN(len(held))]
+					for k, s := range stores {
+						results[k] = fmt.Sprint(s.Renew(ctx, h.id, h.items))
 					}
 				case r < 17:
 					op = "cancel"
