@@ -277,6 +277,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	if !ok {
 		return
 	}
+	// A concurrency limit's lease is renewed until settlement starts (see
+	// renewer), or until the request ends otherwise.
+	s.renewer.add(x)
+	defer s.renewer.remove(x)
 
 	// 4. Decide.
 	if x.st.policy != nil {
@@ -704,6 +708,7 @@ func setJSONField(body []byte, field string, v any) ([]byte, error) {
 
 // cancel returns the request's whole reservation.
 func (s *Server) cancel(x *exchange) {
+	s.renewer.remove(x)
 	if len(x.items) == 0 {
 		return
 	}
@@ -715,6 +720,7 @@ func (s *Server) cancel(x *exchange) {
 // settle prices what the upstream reported, charges or refunds the limits
 // and finalizes the ledger entry.
 func (s *Server) settleLater(x *exchange) {
+	s.renewer.remove(x)
 	s.inflight.Add(1)
 	s.settles.Add(1)
 	go func() {

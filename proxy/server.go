@@ -44,6 +44,7 @@ type Server struct {
 
 	inflight atomic.Int64   // requests in the pipeline, settlement included
 	settles  sync.WaitGroup // settlements under way; Close waits for them
+	renewer  *renewer       // renews the concurrency leases of requests in flight
 
 	// state is the active configuration, compiled; a reload swaps it whole,
 	// and a request keeps the state it started with.
@@ -126,6 +127,10 @@ func (s *Server) open(ctx context.Context, cfg *Config) error {
 	}
 	s.store = store
 	s.fallback = weighted.NewMemory(weighted.MemoryConfig{})
+	// Closed before the stores, which closed earlier in open.
+	s.renewer = newRenewer(s)
+	s.renewer.start()
+	s.closers = append(s.closers, s.renewer.close)
 	if s.ledger, err = ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: cfg.dataDir()}); err != nil {
 		return fmt.Errorf("proxy: ledger: %w", err)
 	}
