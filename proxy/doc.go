@@ -14,7 +14,10 @@
 //     hard; a hard answer returns the reservation;
 //  5. record: the ledger makes the reservation durable;
 //  6. forward: httputil.ReverseProxy sends the request, with friction
-//     applied, to the upstream with the upstream's own credential;
+//     applied, to the upstream with the upstream's own credential; while
+//     it runs, the leases of its concurrency limits are renewed every half
+//     Period (see weighted.Store.Renew), so that a long stream keeps its
+//     slot;
 //  7. settle: the usage the upstream reports is priced; the limiter is
 //     charged or refunded the difference and the ledger entry finalized.
 //

@@ -39,7 +39,8 @@ const (
 	SlidingLog
 	// Concurrency counts units in flight: a debit holds its cost until the
 	// reservation is settled or cancelled, or until its lease (Period)
-	// expires, so that a crashed holder cannot leak capacity.
+	// expires, so that a crashed holder cannot leak capacity. A holder
+	// that runs longer renews its lease (Store.Renew).
 	Concurrency
 
 	numAlgorithms
@@ -136,8 +137,8 @@ func (c Calendar) String() string {
 //   - FixedWindow, SlidingWindow and SlidingLog: the capacity is Rate units
 //     per window; Burst must be 0 or equal to Rate.
 //   - Concurrency: the capacity is Rate units in flight, and Period is the
-//     lease after which the units of a holder that never settled return;
-//     Burst must be 0 or equal to Rate.
+//     lease after which the units of a holder that never settled (nor
+//     renewed, see Store.Renew) return; Burst must be 0 or equal to Rate.
 //
 // Capacity bounds a single cost: a debit whose cost exceeds the capacity can
 // never be admitted and is refused with a *CostError.
