@@ -3,7 +3,6 @@ package weighted
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 )
@@ -117,26 +116,7 @@ func runLeaseSteps(t *testing.T, s Store, clk *clock, items []Item, steps []leas
 			}
 		}
 	}()
-	if batch == nil {
-		for i, st := range steps {
-			clk.Set(t0.Add(st.at))
-			run(i)
-		}
-		return out
-	}
-	calls := batch.scriptCalls.Load()
-	hold(batch)
-	var wg sync.WaitGroup
-	for i, st := range steps {
-		clk.Set(t0.Add(st.at))
-		wg.Go(func() { run(i) })
-		waitPending(t, batch, i+1)
-	}
-	release(batch)
-	wg.Wait()
-	if n := batch.scriptCalls.Load() - calls; n != 1 {
-		t.Fatalf("%d script calls, want one batch", n)
-	}
+	driveSteps(t, clk, t0, len(steps), func(i int) time.Duration { return steps[i].at }, batch, run)
 	return out
 }
 

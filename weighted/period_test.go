@@ -68,26 +68,7 @@ func runPeriodSteps(t *testing.T, s Store, clk *clock, t0 time.Time, steps []per
 			}
 		}
 	}()
-	if batch == nil {
-		for i, st := range steps {
-			clk.Set(t0.Add(st.at))
-			run(i)
-		}
-		return out
-	}
-	calls := batch.scriptCalls.Load()
-	hold(batch)
-	var wg sync.WaitGroup
-	for i, st := range steps {
-		clk.Set(t0.Add(st.at))
-		wg.Go(func() { run(i) })
-		waitPending(t, batch, i+1)
-	}
-	release(batch)
-	wg.Wait()
-	if n := batch.scriptCalls.Load() - calls; n != 1 {
-		t.Fatalf("%d script calls, want one batch", n)
-	}
+	driveSteps(t, clk, t0, len(steps), func(i int) time.Duration { return steps[i].at }, batch, run)
 	return out
 }
 
@@ -349,5 +330,32 @@ func TestCarryBounds(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// driveSteps runs run(i) for each of n steps, the clock at t0 + at(i): one
+// after another, or, with batch, all together in one batch of batch's (and
+// fails unless they made one script call).
+func driveSteps(t *testing.T, clk *clock, t0 time.Time, n int, at func(int) time.Duration, batch *Redis, run func(int)) {
+	t.Helper()
+	if batch == nil {
+		for i := range n {
+			clk.Set(t0.Add(at(i)))
+			run(i)
+		}
+		return
+	}
+	calls := batch.scriptCalls.Load()
+	hold(batch)
+	var wg sync.WaitGroup
+	for i := range n {
+		clk.Set(t0.Add(at(i)))
+		wg.Go(func() { run(i) })
+		waitPending(t, batch, i+1)
+	}
+	release(batch)
+	wg.Wait()
+	if got := batch.scriptCalls.Load() - calls; got != 1 {
+		t.Fatalf("%d script calls, want one batch", got)
 	}
 }
