@@ -106,6 +106,46 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("leases renewed across slots", func(t *testing.T) {
+		clk := newClock()
+		r := newRedisStore(cc, clk)
+		one := Limit{Name: "one-stream", Algorithm: Concurrency, Rate: 1, Period: time.Second}
+		items := []Item{
+			{Limit: one, Key: "{acme}", Cost: 1},
+			{Limit: tokens, Key: "{acme}", Cost: 5},
+			{Limit: one, Key: "{zeta}", Cost: 1},
+		}
+		if gs := r.groups(items); len(gs) != 2 {
+			t.Fatalf("%d groups, want 2", len(gs))
+		}
+		t0 := clk.Now()
+		at := func(d time.Duration) { clk.Set(t0.Add(d)) }
+		if res, err := r.Debit(ctx, "lease-a", items); err != nil || !res.Allowed {
+			t.Fatalf("debit a: %+v %v", res, err)
+		}
+		for _, d := range []time.Duration{600 * time.Millisecond, 1200 * time.Millisecond} {
+			at(d)
+			if err := r.Renew(ctx, "lease-a", items); err != nil {
+				t.Fatalf("renew at %v: %v", d, err)
+			}
+		}
+		// Past a's first lease, both slots are still a's.
+		at(1500 * time.Millisecond)
+		res, err := r.Peek(ctx, items)
+		if err != nil || res.Allowed || res.Items[0].Allowed || res.Items[2].Allowed {
+			t.Fatalf("at 1.5s, with a's leases renewed: %+v %v, want both slots held", res, err)
+		}
+		if err := r.Settle(ctx, "lease-a", items, []int64{1, 5, 1}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Renew(ctx, "lease-a", items); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := r.Debit(ctx, "lease-b", items); err != nil || !res.Allowed {
+			t.Fatalf("debit b after a settled (and a renewed after): %+v %v", res, err)
+		}
+	})
+
 	t.Run("200 goroutines across three slots", func(t *testing.T) {
 		r := newRedisStore(cc, newClock())
 		// Costs are set by the goroutines: inflight (40) runs out first.
