@@ -90,6 +90,7 @@ func (r *renewer) add(x *exchange) {
 		return
 	}
 	r.leases[x] = &lease{every: every, next: time.Now().Add(every)}
+	x.leased = true
 	if len(r.leases) == 1 {
 		select {
 		case r.wake <- struct{}{}:
@@ -99,8 +100,14 @@ func (r *renewer) add(x *exchange) {
 }
 
 // remove stops renewing x; a renewal of x under way may still finish. It
-// may be called more than once, and for a request never added.
+// may be called more than once, and for a request never added, which costs
+// nothing (most requests hold no lease). add and remove run on the
+// request's goroutine, which alone reads x.leased.
 func (r *renewer) remove(x *exchange) {
+	if !x.leased {
+		return
+	}
+	x.leased = false
 	r.mu.Lock()
 	delete(r.leases, x)
 	r.mu.Unlock()

@@ -63,6 +63,7 @@ type exchange struct {
 	respHeader    http.Header     // the upstream's response header
 	page          int64           // the result page a paginated generic request asks for; 0: none
 	degraded      bool            // the store failed; the reservation is in the local fallback
+	leased        bool            // registered with the renewer (see renewer.remove)
 
 	ctx     context.Context // carries the request's span
 	span    trace.Span
