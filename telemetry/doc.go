@@ -21,7 +21,7 @@
 // one); the exporter turns dots into underscores and appends the unit and,
 // for counters, _total. When OTEL_EXPORTER_OTLP_ENDPOINT (or
 // OTEL_EXPORTER_OTLP_METRICS_ENDPOINT) is set they are also pushed over
-// OTLP/HTTP every OTEL_METRIC_EXPORT_INTERVAL, with the standard OTEL_*
+// OTLP (see below) every OTEL_METRIC_EXPORT_INTERVAL, with the standard OTEL_*
 // variables applying, except that counters and histograms are always
 // cumulative (OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE=delta
 // applies to the gauges only). Other packages can add instruments to the
@@ -63,7 +63,7 @@
 // Tracer returns the tracer for the proxy's spans (one per request, a child
 // per stage). Decision sets the deciding tenant, route, model, policy,
 // limit, dimension, outcome and status on the span in its context. Spans
-// are exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT or
+// are exported over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, sampled per
 // OTEL_TRACES_SAMPLER; otherwise Tracer is a no-op that still propagates the
 // caller's span context. Recording every span is expensive next to a
@@ -71,6 +71,32 @@
 // bench/README.md), so in production sample: OTEL_TRACES_SAMPLER=
 // parentbased_traceidratio with OTEL_TRACES_SAMPLER_ARG=0.01 costs about
 // 0.7 µs, since the children of a dropped span skip the SDK.
+//
+// # OTLP
+//
+// Each signal is exported over OTLP/HTTP with protobuf bodies (the default)
+// or OTLP/gRPC: OTEL_EXPORTER_OTLP_METRICS_PROTOCOL and
+// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL choose, for their signal, between
+// http/protobuf and grpc, and OTEL_EXPORTER_OTLP_PROTOCOL chooses for a
+// signal whose own variable is unset. Any other value (http/json among them)
+// makes New fail with an error naming the variable. The exporters are the
+// official ones and read the other OTEL_EXPORTER_OTLP_* variables (headers,
+// TLS, timeout, compression, with the signal's own variable winning)
+// themselves. The endpoint means what the specification says for each
+// protocol:
+//
+//   - http/protobuf: OTEL_EXPORTER_OTLP_ENDPOINT is a base URL that
+//     /v1/metrics and /v1/traces are appended to (http://collector:4318
+//     sends to http://collector:4318/v1/traces); a signal's own endpoint
+//     variable is the full URL, used as it is.
+//   - grpc: the endpoint is the collector's address as a URL,
+//     http://collector:4317 for plaintext or https://collector:4317 for TLS;
+//     a path is ignored. A bare host:port (collector:4317) works with
+//     OTEL_EXPORTER_OTLP_INSECURE=true for plaintext.
+//
+// An endpoint that does not parse as a URL (127.0.0.1:4317: a bare address
+// whose host is an IP) is an error rather than what the exporters would do
+// with it, which is to log it and send to localhost.
 //
 // # Operator state
 //

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -13,8 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
@@ -146,14 +143,17 @@ type Telemetry struct {
 }
 
 // New builds a Telemetry: a meter provider exporting to its own Prometheus
-// registry (and to OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT or
+// registry (and over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_METRICS_ENDPOINT is set), and a tracer provider
-// exporting to OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT or
+// exporting over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set (or to cfg.SpanExporter). With no
 // span exporter, Tracer returns a no-op tracer that still carries the incoming
 // span context. OTEL_METRICS_EXPORTER=none or OTEL_TRACES_EXPORTER=none turn
 // the OTLP side off; OTEL_SDK_DISABLED=true turns every exporter but the
-// Prometheus one off. Only the http/protobuf OTLP protocol is supported.
+// Prometheus one off. The OTLP protocol of each signal is http/protobuf
+// (the default) or grpc, per OTEL_EXPORTER_OTLP_PROTOCOL and the
+// signal's own variable, which wins (see the package doc); any other
+// protocol, or an endpoint that is not a URL, is an error.
 //
 // The caller owns the result and must call Shutdown.
 func New(ctx context.Context, cfg Config) (*Telemetry, error) {
@@ -203,26 +203,20 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
 	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(prom)}
-	if otlpEnabled("METRICS") {
-		if err := httpProtocol("METRICS"); err != nil {
-			return nil, err
-		}
-		exp, err := otlpmetrichttp.New(ctx)
+	if otlpEnabled(signalMetrics) {
+		exp, err := newMetricExporter(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("telemetry: otlp metric exporter: %w", err)
+			return nil, err
 		}
 		mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp, sdkmetric.WithProducer(prod))))
 	}
 	t.meters = sdkmetric.NewMeterProvider(mopts...)
 
 	var topts []sdktrace.TracerProviderOption
-	if otlpEnabled("TRACES") {
-		if err := httpProtocol("TRACES"); err != nil {
-			return nil, err
-		}
-		exp, err := otlptracehttp.New(ctx)
+	if otlpEnabled(signalTraces) {
+		exp, err := newSpanExporter(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("telemetry: otlp trace exporter: %w", err)
+			return nil, err
 		}
 		topts = append(topts, sdktrace.WithBatcher(exp))
 	}
@@ -246,24 +240,6 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 }
 
 const scope = "github.com/costgate/costgate/telemetry"
-
-func otlpEnabled(signal string) bool {
-	if os.Getenv("OTEL_SDK_DISABLED") == "true" || os.Getenv("OTEL_"+signal+"_EXPORTER") == "none" {
-		return false
-	}
-	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_"+signal+"_ENDPOINT") != ""
-}
-
-func httpProtocol(signal string) error {
-	p := os.Getenv("OTEL_EXPORTER_OTLP_" + signal + "_PROTOCOL")
-	if p == "" {
-		p = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
-	}
-	if p != "" && p != "http/protobuf" {
-		return fmt.Errorf("telemetry: OTLP protocol %q is not supported for %s; use http/protobuf", p, signal)
-	}
-	return nil
-}
 
 // Shutdown flushes and stops the exporters. It is safe to call after a
 // partial New and more than once; recording after Shutdown is a no-op.

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -17,9 +14,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	"google.golang.org/protobuf/proto"
 )
 
 type L = map[string]string
@@ -414,88 +408,6 @@ func TestNoExporterTracerIsNoop(t *testing.T) {
 	}
 }
 
-// TestOTLPExport points the standard OTEL_* variables at an httptest server
-// and checks that Shutdown delivers metrics (the cells and the SDK gauges)
-// and traces to it over OTLP/HTTP.
-func TestOTLPExport(t *testing.T) {
-	var mu sync.Mutex
-	metrics := map[string]bool{}
-	var spans []string
-	var service string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			t.Errorf("read %s: %v", r.URL.Path, err)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		switch r.URL.Path {
-		case "/v1/metrics":
-			var req colmetricpb.ExportMetricsServiceRequest
-			if err := proto.Unmarshal(body, &req); err != nil {
-				t.Errorf("decode metrics: %v", err)
-			}
-			for _, rm := range req.GetResourceMetrics() {
-				for _, kv := range rm.GetResource().GetAttributes() {
-					if kv.GetKey() == "service.name" {
-						service = kv.GetValue().GetStringValue()
-					}
-				}
-				for _, sm := range rm.GetScopeMetrics() {
-					for _, m := range sm.GetMetrics() {
-						metrics[m.GetName()] = true
-					}
-				}
-			}
-		case "/v1/traces":
-			var req coltracepb.ExportTraceServiceRequest
-			if err := proto.Unmarshal(body, &req); err != nil {
-				t.Errorf("decode traces: %v", err)
-			}
-			for _, rs := range req.GetResourceSpans() {
-				for _, ss := range rs.GetScopeSpans() {
-					for _, sp := range ss.GetSpans() {
-						spans = append(spans, sp.GetName())
-					}
-				}
-			}
-		default:
-			t.Errorf("unexpected OTLP path %s", r.URL.Path)
-		}
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		w.WriteHeader(http.StatusOK)
-	}))
-	defer srv.Close()
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
-	t.Setenv("OTEL_SERVICE_NAME", "costgate-test")
-	tm, err := New(context.Background(), Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, span := tm.Tracer().Start(context.Background(), "request")
-	tm.Decision(ctx, Decision{Tenant: "acme", Policy: "plans", Outcome: "allow", Status: 200})
-	tm.Usage("acme", "gpt-4o", 5, 6, 7)
-	tm.Stage(StageTotal, time.Millisecond)
-	tm.Reload(true)
-	span.End()
-	if err := tm.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	for _, name := range []string{"costgate.requests", "costgate.spend", "gen_ai.client.token.usage", "costgate.decision.duration", "costgate.config.last_reload_success"} {
-		if !metrics[name] {
-			t.Errorf("OTLP metrics lack %s; got %v", name, metrics)
-		}
-	}
-	if len(spans) != 1 || spans[0] != "request" {
-		t.Errorf("OTLP spans = %v, want [request]", spans)
-	}
-	if service != "costgate-test" {
-		t.Errorf("service.name = %q, want OTEL_SERVICE_NAME's costgate-test", service)
-	}
-}
-
 // TestDocTable checks the package doc's metric table against a scrape in
 // which every metric has a value, both ways.
 func TestDocTable(t *testing.T) {
@@ -545,29 +457,6 @@ func TestDocTable(t *testing.T) {
 	}
 	if len(documented) != 14 {
 		t.Errorf("parsed %d documented names, want 14: %v", len(documented), documented)
-	}
-}
-
-func TestOTLPProtocolRejected(t *testing.T) {
-	tests := []struct{ name, env string }{
-		{"both signals", "OTEL_EXPORTER_OTLP_PROTOCOL"},
-		// The metric exporter is up when the trace one fails: New must shut
-		// it down.
-		{"traces only", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
-			t.Setenv(tc.env, "grpc")
-			tm, err := New(context.Background(), Config{})
-			if err == nil {
-				tm.Shutdown(context.Background())
-				t.Fatalf("New accepted %s=grpc", tc.env)
-			}
-			if !strings.Contains(err.Error(), "http/protobuf") {
-				t.Errorf("error %q does not name the supported protocol", err)
-			}
-		})
 	}
 }
 
