@@ -26,6 +26,16 @@ type Config struct {
 	// a serving process, and it sees what that process has flushed.
 	ReadOnly bool
 
+	// Admin opens the store for queries and for the operator's actions on
+	// other nodes' entries (Nodes, RecoverNode): no lock on Dir, no spool,
+	// no recovery of its own, but the store is migrated and written like a
+	// writer's, each action in a transaction of its own. Reserve and Settle
+	// fail with ErrReadOnly. It is for tools (costgate ledger recover) that
+	// run beside serving processes. Dir, when set, names this process's own
+	// node (Dir/node), which RecoverNode refuses; with the embedded store
+	// it is where the database is.
+	Admin bool
+
 	// TimeZone sets the day and month boundaries of Spend. Nil means UTC.
 	TimeZone *time.Location
 
@@ -133,8 +143,11 @@ func (c Config) postgres() bool {
 // Validate reports a configuration that cannot work.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Dir == "" && !(c.ReadOnly && c.postgres()) {
+	if c.Dir == "" && !((c.ReadOnly || c.Admin) && c.postgres()) {
 		errs = append(errs, errors.New("dir is required (the spool and the embedded store live there)"))
+	}
+	if c.ReadOnly && c.Admin {
+		errs = append(errs, errors.New("read-only and admin exclude each other"))
 	}
 	if c.DSN != "" && !c.postgres() {
 		errs = append(errs, fmt.Errorf("dsn must start with postgres:// or postgresql://, or be empty for the embedded store"))

@@ -50,6 +50,14 @@
 // per settlement), each node keeps an open-since mark in the store: the
 // earliest creation time of its reservations that may be open.
 //
+// A node whose Dir is lost for good never opens again, so its open
+// reservations stay reserved, charged at their estimate. Nodes lists every
+// node with the reservations it holds open and the oldest one's time, and
+// RecoverNode finalizes a dead node's reservations created before a time
+// the operator gives, at their estimate, in a transaction of its own; a
+// tool opens the ledger for it with Config.Admin. A settlement recorded
+// later, by a node that was alive after all, still wins.
+//
 // # Outages
 //
 // While the store is unreachable, records wait in the spool and the flusher

@@ -50,6 +50,7 @@ type store interface {
 	entries(ctx context.Context, q Query, after *cursor, limit int) ([]Entry, error)
 	spend(ctx context.Context, tenant, user, key string, from, to time.Time) (costmodel.NanoUSD, error)
 	summary(ctx context.Context, from, to time.Time) ([]TenantSpend, error)
+	nodes(ctx context.Context) ([]NodeState, error)
 	close() error
 }
 
@@ -91,6 +92,31 @@ func open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 			l.store = pg
 		} else {
 			lite, err := openSQLiteReader(ctx, filepath.Join(cfg.Dir, "ledger.db"))
+			if err != nil {
+				return nil, err
+			}
+			l.store = lite
+		}
+		return l, nil
+	}
+	if cfg.Admin {
+		if cfg.Dir != "" {
+			if l.node, err = readNodeID(cfg.Dir); err != nil {
+				return nil, err
+			}
+		}
+		if cfg.postgres() {
+			pg, err := openPostgres(ctx, cfg.DSN, cfg.Logf)
+			if err != nil {
+				return nil, err
+			}
+			l.store = pg
+		} else {
+			path := filepath.Join(cfg.Dir, "ledger.db")
+			if _, err := os.Stat(path); err != nil {
+				return nil, fmt.Errorf("ledger: no embedded ledger: %w", err)
+			}
+			lite, err := openSQLite(ctx, path)
 			if err != nil {
 				return nil, err
 			}
@@ -257,6 +283,7 @@ func (l *Ledger) Flush(ctx context.Context) error {
 }
 
 // ErrReadOnly is returned by Reserve and Settle on a ledger opened with
+// Config.ReadOnly or Config.Admin, and by RecoverNode on one opened with
 // Config.ReadOnly.
 var ErrReadOnly = errors.New("ledger: opened read-only")
 
@@ -478,6 +505,19 @@ func lockDir(dir string) (*os.File, error) {
 		return nil, fmt.Errorf("ledger: data dir %s is in use by another process: %w", dir, err)
 	}
 	return f, nil
+}
+
+// readNodeID returns the id of dir, empty when dir has none yet.
+func readNodeID(dir string) (string, error) {
+	path := filepath.Join(dir, "node")
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("ledger: node id: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // nodeID returns the id of this data dir, creating it on first use. Entries

@@ -110,6 +110,12 @@ type storeTx interface {
 	// commit whose acknowledgement was lost: the reservations open now are
 	// the running process's).
 	recover(ctx context.Context, node, marker string, at time.Time) (int64, error)
+	// recoverNode finalizes at their estimate, as recover does, the node's
+	// entries that are reserved, created at or after the node's open-since
+	// mark and before before, with settled_at at; then it sets the mark to
+	// the oldest of the node's reservations left open (none when there are
+	// none), so that it stays a lower bound of them, and an exact one.
+	recoverNode(ctx context.Context, node string, before, at time.Time) (int64, error)
 	// mark sets the node's open-since mark to since (none when zero), or
 	// only lowers it to since when lower is set.
 	mark(ctx context.Context, node string, since time.Time, lower bool) error
@@ -290,7 +296,9 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 		switch {
 		case cur == nil && next.Status == StatusReserved:
 			res.opened[next.RequestID] = next.CreatedAt.UnixMicro()
-		case cur != nil && cur.Status == StatusReserved && next.Status.Final():
+		case cur != nil && (cur.Status == StatusReserved || cur.Status == StatusRecovered) && next.Status.Final():
+			// A settlement of an entry another process recovered
+			// (RecoverNode) closes it in this run's set too.
 			if _, ok := res.opened[next.RequestID]; ok {
 				delete(res.opened, next.RequestID)
 			} else {

@@ -407,6 +407,24 @@ func (t *pgTx) recover(ctx context.Context, node, marker string, at time.Time) (
 	return tag.RowsAffected(), nil
 }
 
+func (t *pgTx) recoverNode(ctx context.Context, node string, before, at time.Time) (int64, error) {
+	tag, err := t.tx.Exec(ctx, `UPDATE ledger_entries SET status = 'recovered',
+		act_input = est_input, act_cached_input = est_cached_input, act_cache_write = est_cache_write,
+		act_output = est_output, act_reasoning = est_reasoning, act_units = est_units,
+		actual_cost = estimated_cost, cost = estimated_cost, settled_at = $1
+		WHERE node = $2 AND status = 'reserved' AND created_at < $3
+		AND created_at >= (SELECT open_since FROM ledger_nodes WHERE node = $2)`, at, node, before)
+	if err != nil {
+		return 0, fmt.Errorf("ledger: postgres recover node: %w", err)
+	}
+	if _, err := t.tx.Exec(ctx, `UPDATE ledger_nodes SET open_since = (SELECT min(created_at)
+		FROM ledger_entries WHERE node = ledger_nodes.node AND status = 'reserved' AND created_at >= ledger_nodes.open_since)
+		WHERE node = $1 AND open_since IS NOT NULL`, node); err != nil {
+		return 0, fmt.Errorf("ledger: postgres recover node: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 func (t *pgTx) mark(ctx context.Context, node string, since time.Time, lower bool) error {
 	set := "$2"
 	if lower {
@@ -510,6 +528,35 @@ func (s *pgStore) summary(ctx context.Context, from, to time.Time) ([]TenantSpen
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("ledger: postgres summary: %w", err)
+	}
+	return out, nil
+}
+
+func (s *pgStore) nodes(ctx context.Context) ([]NodeState, error) {
+	// One read of the entries since each node's mark, through the
+	// created_at index (LATERAL: per node, with its own bound).
+	rows, err := s.pool.Query(ctx, `SELECT n.node, o.open, o.oldest FROM ledger_nodes n
+		LEFT JOIN LATERAL (SELECT count(*) AS open, min(e.created_at) AS oldest FROM ledger_entries e
+			WHERE e.node = n.node AND e.status = 'reserved' AND e.created_at >= n.open_since) o ON true
+		ORDER BY n.node`)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: postgres nodes: %w", err)
+	}
+	defer rows.Close()
+	var out []NodeState
+	for rows.Next() {
+		var ns NodeState
+		var oldest pgtype.Timestamptz
+		if err := rows.Scan(&ns.Node, &ns.Open, &oldest); err != nil {
+			return nil, fmt.Errorf("ledger: postgres nodes: %w", err)
+		}
+		if oldest.Valid {
+			ns.Oldest = micro(oldest.Time)
+		}
+		out = append(out, ns)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: postgres nodes: %w", err)
 	}
 	return out, nil
 }

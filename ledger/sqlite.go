@@ -339,6 +339,29 @@ func (t *sqliteTx) recover(ctx context.Context, node, marker string, at time.Tim
 	return res.RowsAffected()
 }
 
+func (t *sqliteTx) recoverNode(ctx context.Context, node string, before, at time.Time) (int64, error) {
+	res, err := t.tx.ExecContext(ctx, `UPDATE ledger_entries SET status = 'recovered',
+		act_input = est_input, act_cached_input = est_cached_input, act_cache_write = est_cache_write,
+		act_output = est_output, act_reasoning = est_reasoning, act_units = est_units,
+		actual_cost = estimated_cost, cost = estimated_cost, settled_at = ?
+		WHERE node = ? AND status = 'reserved' AND created_at < ?
+		AND created_at >= (SELECT open_since FROM ledger_nodes WHERE node = ? AND open_since > 0)`,
+		unixMicro(at), node, unixMicro(before), node)
+	if err != nil {
+		return 0, fmt.Errorf("ledger: sqlite recover node: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("ledger: sqlite recover node: %w", err)
+	}
+	if _, err := t.tx.ExecContext(ctx, `UPDATE ledger_nodes SET open_since = COALESCE((SELECT min(created_at)
+		FROM ledger_entries WHERE node = ledger_nodes.node AND status = 'reserved' AND created_at >= ledger_nodes.open_since), 0)
+		WHERE node = ? AND open_since > 0`, node); err != nil {
+		return 0, fmt.Errorf("ledger: sqlite recover node: %w", err)
+	}
+	return n, nil
+}
+
 func (t *sqliteTx) mark(ctx context.Context, node string, since time.Time, lower bool) error {
 	set := "excluded.open_since"
 	if lower {
@@ -433,6 +456,48 @@ func (s *sqliteStore) summary(ctx context.Context, from, to time.Time) ([]Tenant
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("ledger: sqlite summary: %w", err)
+	}
+	return out, nil
+}
+
+func (s *sqliteStore) nodes(ctx context.Context) ([]NodeState, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT node, open_since FROM ledger_nodes ORDER BY node")
+	if err != nil {
+		return nil, fmt.Errorf("ledger: sqlite nodes: %w", err)
+	}
+	type mark struct {
+		node  string
+		since int64
+	}
+	var marks []mark
+	for rows.Next() {
+		var m mark
+		if err := rows.Scan(&m.node, &m.since); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("ledger: sqlite nodes: %w", err)
+		}
+		marks = append(marks, m)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: sqlite nodes: %w", err)
+	}
+	// One read per node of the entries since its mark, through the
+	// created_at index.
+	out := make([]NodeState, 0, len(marks))
+	for _, m := range marks {
+		ns := NodeState{Node: m.node}
+		if m.since > 0 {
+			var oldest sql.NullInt64
+			if err := s.db.QueryRowContext(ctx, `SELECT count(*), min(created_at) FROM ledger_entries
+				WHERE node = ? AND status = 'reserved' AND created_at >= ?`, m.node, m.since).Scan(&ns.Open, &oldest); err != nil {
+				return nil, fmt.Errorf("ledger: sqlite nodes: %w", err)
+			}
+			if oldest.Valid {
+				ns.Oldest = fromMicro(oldest.Int64)
+			}
+		}
+		out = append(out, ns)
 	}
 	return out, nil
 }
