@@ -10,9 +10,11 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/costgate/costgate/costmodel"
@@ -156,10 +158,26 @@ func policy(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
+const ledgerUsage = `usage: costgate ledger export --tenant T --from DATE --to DATE [--format csv|json|cloudevents]
+       costgate ledger nodes
+       costgate ledger recover --node ID --before TIME`
+
 func ledgerCmd(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 || args[0] != "export" {
-		return errors.New("usage: costgate ledger export --tenant T --from DATE --to DATE [--format csv|json|cloudevents]")
+	if len(args) == 0 {
+		return errors.New(ledgerUsage)
 	}
+	switch args[0] {
+	case "export":
+		return ledgerExport(ctx, args[1:], stdout)
+	case "nodes":
+		return ledgerNodes(ctx, args[1:], stdout)
+	case "recover":
+		return ledgerRecover(ctx, args[1:], stdout)
+	}
+	return errors.New(ledgerUsage)
+}
+
+func ledgerExport(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("ledger export", flag.ContinueOnError)
 	var cf configFlags
 	cf.register(fs)
@@ -167,7 +185,7 @@ func ledgerCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	from := fs.String("from", "", "first day or instant, YYYY-MM-DD or RFC 3339 (required)")
 	to := fs.String("to", "", "end, exclusive, YYYY-MM-DD or RFC 3339 (required)")
 	format := fs.String("format", "csv", "csv, json or cloudevents")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *tenant == "" || *from == "" || *to == "" {
@@ -194,6 +212,87 @@ func ledgerCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer l.Close()
 	return l.Export(ctx, stdout, ledger.Query{Tenant: *tenant, From: f, To: t}, strings.ToLower(*format))
+}
+
+// ledgerNodes prints the nodes known to the ledger's store with the
+// reservations each holds open. It opens the store read-only, so that it
+// works beside a running serve.
+func ledgerNodes(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("ledger nodes", flag.ContinueOnError)
+	var cf configFlags
+	cf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("ledger nodes: unexpected argument %q", fs.Arg(0))
+	}
+	cfg, _, err := cf.load()
+	if err != nil {
+		return err
+	}
+	l, err := ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: cfg.DataDirPath(), ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	nodes, err := l.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	own := ""
+	if b, err := os.ReadFile(filepath.Join(cfg.DataDirPath(), "node")); err == nil {
+		own = strings.TrimSpace(string(b))
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tOPEN\tOLDEST")
+	for _, n := range nodes {
+		oldest := "-"
+		if !n.Oldest.IsZero() {
+			oldest = n.Oldest.UTC().Format(time.RFC3339)
+		}
+		id := n.Node
+		if id == own {
+			id += " (this data dir)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", id, n.Open, oldest)
+	}
+	return tw.Flush()
+}
+
+// ledgerRecover finalizes at their estimate the reservations that a node
+// whose data directory is lost for good left open.
+func ledgerRecover(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("ledger recover", flag.ContinueOnError)
+	var cf configFlags
+	cf.register(fs)
+	node := fs.String("node", "", "id of the lost node, as ledger nodes lists it (required)")
+	before := fs.String("before", "", "recover only reservations created before this, YYYY-MM-DD or RFC 3339 (required): no request of the node may still be in flight before it")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *node == "" || *before == "" {
+		return errors.New("ledger recover: --node and --before are required")
+	}
+	b, err := parseWhen(*before)
+	if err != nil {
+		return fmt.Errorf("--before: %w", err)
+	}
+	cfg, _, err := cf.load()
+	if err != nil {
+		return err
+	}
+	l, err := ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: cfg.DataDirPath(), Admin: true})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	n, err := l.RecoverNode(ctx, *node, b)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "recovered %d reservations of node %s created before %s at their estimate\n", n, *node, b.UTC().Format(time.RFC3339))
+	return err
 }
 
 func parseWhen(s string) (time.Time, error) {

@@ -23,6 +23,8 @@ Usage:
   costgate policy check DIR
   costgate policy test DIR
   costgate ledger export --tenant T --from DATE --to DATE [--format csv|json|cloudevents] [--config FILE | --ledger DSN | --data-dir DIR]
+  costgate ledger nodes [--config FILE | --ledger DSN | --data-dir DIR]
+  costgate ledger recover --node ID --before TIME [--config FILE | --ledger DSN | --data-dir DIR]
   costgate version
 
 With no --config, serve runs COSTGATE_CONFIG, else the quickstart embedded in the binary.

@@ -58,6 +58,8 @@ func TestCommandErrors(t *testing.T) {
 		{"policy unknown action", []string{"policy", "lint", "."}, "usage: costgate policy"},
 		{"policy not a directory", []string{"policy", "check", "main.go"}, "not a directory"},
 		{"ledger without export", []string{"ledger"}, "usage: costgate ledger export"},
+		{"ledger unknown action", []string{"ledger", "frob"}, "costgate ledger recover --node ID --before TIME"},
+		{"ledger nodes argument", []string{"ledger", "nodes", "extra"}, `unexpected argument "extra"`},
 		{"ledger export without tenant", []string{"ledger", "export", "--from", "2026-01-01", "--to", "2026-01-02"}, "--tenant, --from and --to are required"},
 		{"ledger export bad date", []string{"ledger", "export", "--tenant", "a", "--from", "yesterday", "--to", "2026-01-02"}, "--from"},
 		{"simulate bad error rate", []string{"simulate", "--error-rate", "2"}, "--error-rate"},
