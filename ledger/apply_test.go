@@ -150,3 +150,59 @@ func TestOpenSetMarkIsALowerBound(t *testing.T) {
 		t.Fatalf("only %d open at the end: the bound path (more than %d) was not exercised", len(truth), exactLimit)
 	}
 }
+
+// TestSettlementOfARecoveredEntryClosesIt: when another process recovers a
+// reservation of this run (RecoverNode) and this run settles it later, the
+// settlement takes it out of the open set, and the mark follows.
+func TestSettlementOfARecoveredEntryClosesIt(t *testing.T) {
+	ctx := context.Background()
+	s, err := openSQLite(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	at := time.Date(2026, 3, 14, 15, 0, 0, 0, time.UTC)
+	st := &openSet{}
+	apply := func(recs ...record) {
+		t.Helper()
+		tx, err := s.begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := applyRecords(ctx, tx, "x", recs, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		st.apply(r)
+	}
+	e := Entry{RequestID: "a", Tenant: "acme", EstimatedCost: 5, CreatedAt: at}
+	apply(record{kind: kindRecover, e: Entry{RequestID: "m", CreatedAt: at}}, record{kind: kindReserve, e: e})
+
+	tx, err := s.begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := tx.recoverNode(ctx, "x", at.Add(time.Hour), at.Add(time.Hour)); err != nil || n != 1 {
+		t.Fatalf("recoverNode = %d, %v", n, err)
+	}
+	if err := tx.commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	settle := e
+	settle.Status, settle.ActualCost, settle.SettledAt = StatusSettled, 3, at.Add(2*time.Hour)
+	apply(record{kind: kindSettle, e: settle})
+	if len(st.open) != 0 {
+		t.Errorf("open set %v after the settlement, want empty", st.open)
+	}
+	var since int64
+	if err := s.db.QueryRowContext(ctx, "SELECT open_since FROM ledger_nodes WHERE node = 'x'").Scan(&since); err != nil {
+		t.Fatal(err)
+	}
+	if since != 0 {
+		t.Errorf("open-since mark %v, want none", fromMicro(since))
+	}
+}

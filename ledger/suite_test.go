@@ -632,18 +632,22 @@ func TestInvalidEntries(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	for name, c := range map[string]ledger.Config{
-		"no dir":         {},
-		"mysql":          {Dir: "d", DSN: "mysql://x"},
-		"tiny spool":     {Dir: "d", SpoolLimit: 10},
-		"retry inverted": {Dir: "d", RetryMin: time.Second, RetryMax: time.Millisecond},
-		"huge batch":     {Dir: "d", BatchSize: 1 << 20},
+		"no dir":                     {},
+		"mysql":                      {Dir: "d", DSN: "mysql://x"},
+		"tiny spool":                 {Dir: "d", SpoolLimit: 10},
+		"retry inverted":             {Dir: "d", RetryMin: time.Second, RetryMax: time.Millisecond},
+		"huge batch":                 {Dir: "d", BatchSize: 1 << 20},
+		"admin and read-only":        {DSN: "postgres://h/db", Admin: true, ReadOnly: true},
+		"admin embedded without dir": {Admin: true},
 	} {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: Validate accepted %+v", name, c)
 		}
 	}
-	if err := (ledger.Config{Dir: "d", DSN: "postgres://h/db"}).Validate(); err != nil {
-		t.Errorf("valid config: %v", err)
+	for _, c := range []ledger.Config{{Dir: "d", DSN: "postgres://h/db"}, {DSN: "postgres://h/db", Admin: true}} {
+		if err := c.Validate(); err != nil {
+			t.Errorf("valid config %+v: %v", c, err)
+		}
 	}
 }
 
