@@ -55,8 +55,8 @@ var ErrOwnNode = errors.New("ledger: refusing to recover this process's own node
 // node's last activity. A node that is in fact alive and later settles an
 // entry recovered here is not lost: a recorded settlement beats a recovery
 // at the estimate, so the entry becomes settled at its actual cost and
-// spend follows; what is lost meanwhile is only that spend, and Export,
-// showed the estimate. RecoverNode fails with ErrOwnNode for the node of
+// spend follows; until that settlement arrives, Spend and Export show the
+// estimate, as they did while the entry was reserved. RecoverNode fails with ErrOwnNode for the node of
 // this ledger's Dir, and with ErrReadOnly on a ledger opened with
 // Config.ReadOnly.
 func (l *Ledger) RecoverNode(ctx context.Context, node string, before time.Time) (int64, error) {
