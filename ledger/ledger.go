@@ -105,22 +105,8 @@ func open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 				return nil, err
 			}
 		}
-		if cfg.postgres() {
-			pg, err := openPostgres(ctx, cfg.DSN, cfg.Logf)
-			if err != nil {
-				return nil, err
-			}
-			l.store = pg
-		} else {
-			path := filepath.Join(cfg.Dir, "ledger.db")
-			if _, err := os.Stat(path); err != nil {
-				return nil, fmt.Errorf("ledger: no embedded ledger: %w", err)
-			}
-			lite, err := openSQLite(ctx, path)
-			if err != nil {
-				return nil, err
-			}
-			l.store = lite
+		if l.store, err = openStore(ctx, cfg, true); err != nil {
+			return nil, err
 		}
 		return l, nil
 	}
@@ -136,18 +122,8 @@ func open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 	if l.spool, err = openSpool(filepath.Join(cfg.Dir, "spool"), cfg.SegmentSize, cfg.Logf); err != nil {
 		return nil, err
 	}
-	if cfg.postgres() {
-		pg, err := openPostgres(ctx, cfg.DSN, cfg.Logf)
-		if err != nil {
-			return nil, err
-		}
-		l.store = pg
-	} else {
-		lite, err := openSQLite(ctx, filepath.Join(cfg.Dir, "ledger.db"))
-		if err != nil {
-			return nil, err
-		}
-		l.store = lite
+	if l.store, err = openStore(ctx, cfg, false); err != nil {
+		return nil, err
 	}
 	// Everything of the previous run is before this marker.
 	var marker [8]byte
@@ -168,6 +144,31 @@ func open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 	go func() { defer l.wg.Done(); l.spool.syncLoop(cfg.SyncInterval, l.syncKick, l.stop) }()
 	go func() { defer l.wg.Done(); l.flushLoop(runCtx) }()
 	return l, nil
+}
+
+// openStore opens the store cfg names for writing: PostgreSQL, or the
+// embedded file under cfg.Dir, made when missing unless existing is set.
+func openStore(ctx context.Context, cfg Config, existing bool) (store, error) {
+	// A failed open returns a nil store, not a nil pointer in one, which
+	// shutdown would close.
+	if cfg.postgres() {
+		pg, err := openPostgres(ctx, cfg.DSN, cfg.Logf)
+		if err != nil {
+			return nil, err
+		}
+		return pg, nil
+	}
+	path := filepath.Join(cfg.Dir, "ledger.db")
+	if existing {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("ledger: no embedded ledger: %w", err)
+		}
+	}
+	lite, err := openSQLite(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	return lite, nil
 }
 
 // Reserve records the admission of e before the request is forwarded: e's
