@@ -87,7 +87,7 @@ func estimate(args []string, stdin io.Reader, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	kind, err := kindOf(*route)
+	kind, err := costmodel.ParseKind(*route)
 	if err != nil {
 		return err
 	}
@@ -114,21 +114,6 @@ func estimate(args []string, stdin io.Reader, stdout io.Writer) error {
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(e)
-}
-
-// kindOf reads a route given as an API path or a kind name.
-func kindOf(route string) (costmodel.Kind, error) {
-	paths := map[string]costmodel.Kind{
-		"/v1/chat/completions": costmodel.ChatCompletions,
-		"/v1/completions":      costmodel.Completions,
-		"/v1/embeddings":       costmodel.Embeddings,
-		"/v1/responses":        costmodel.Responses,
-		"/v1/messages":         costmodel.AnthropicMessages,
-	}
-	if k, ok := paths[route]; ok {
-		return k, nil
-	}
-	return costmodel.ParseKind(route)
 }
 
 func policy(ctx context.Context, args []string, stdout io.Writer) error {
