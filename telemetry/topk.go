@@ -54,7 +54,6 @@ type topCounter struct {
 // and an index from key to counter. It is not safe for concurrent use.
 type spaceSaving struct {
 	cap   int
-	n     int64 // events added
 	heap  counterHeap
 	index map[topKey]*topCounter
 }
@@ -64,7 +63,6 @@ func newSpaceSaving(capacity int) *spaceSaving {
 }
 
 func (s *spaceSaving) add(k topKey, tenant string) {
-	s.n++
 	if c, ok := s.index[k]; ok {
 		c.count++
 		if c.tenant != tenant {
@@ -101,7 +99,6 @@ func (s *spaceSaving) min() int64 {
 }
 
 func (s *spaceSaving) reset() {
-	s.n = 0
 	s.heap = s.heap[:0]
 	clear(s.index)
 }
