@@ -127,10 +127,16 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		})
 	}
 
+	// The table asks the admin API for each tenant's spend, so it prints a
+	// copy of the tallies rather than holding the clients up.
 	show := func() {
 		mu.Lock()
-		defer mu.Unlock()
-		printDemoTable(ctx, stdout, srv, httpc, "http://"+admin.Addr().String(), cfg.AdminToken, clients, tallies)
+		snap := make(map[string]demoTally, len(tallies))
+		for n, t := range tallies {
+			snap[n] = *t
+		}
+		mu.Unlock()
+		printDemoTable(ctx, stdout, httpc, "http://"+admin.Addr().String(), cfg.AdminToken, clients, snap)
 	}
 	every := time.NewTicker(2 * time.Second)
 	defer every.Stop()
@@ -175,7 +181,7 @@ func demoRequest(ctx context.Context, c *http.Client, base string, dc demoClient
 	return resp.StatusCode, resp.Header.Get("Costgate-Friction") != ""
 }
 
-func printDemoTable(ctx context.Context, w io.Writer, srv *proxy.Server, c *http.Client, admin, token string, clients []demoClient, tallies map[string]*demoTally) {
+func printDemoTable(ctx context.Context, w io.Writer, c *http.Client, admin, token string, clients []demoClient, tallies map[string]demoTally) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "%s\n", time.Now().Format("15:04:05"))
 	fmt.Fprintln(tw, "tenant\tadmitted\tfriction\t429 limited\t402 budget\tother\tspend today\t")
