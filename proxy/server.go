@@ -411,10 +411,19 @@ func (s *Server) Telemetry() *telemetry.Telemetry { return s.tel }
 
 // Close stops everything Open started, in reverse order, and waits for
 // the server's goroutines. It flushes the ledger.
+// closeWait bounds how long Close waits for requests still in the pipeline.
+const closeWait = 10 * time.Second
+
 func (s *Server) Close() error {
-	// Settlements still under way write to the stores: let them finish
-	// before the stores close. (Close is called once the listeners have
-	// stopped, so no new settlement starts.)
+	// Requests still in the pipeline, such as streams whose connections
+	// were cut when a drain timed out, are ending: wait for them (bounded),
+	// so that they reach their settlement, then for the settlements, which
+	// write to the stores, before the stores close. (Close is called once
+	// the listeners have stopped, so no new request starts; one that was
+	// accepted and starts late finds the ledger closed and is refused.)
+	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+	s.WaitIdle(ctx)
+	cancel()
 	s.settles.Wait()
 	var errs []error
 	for i := len(s.closers) - 1; i >= 0; i-- {
