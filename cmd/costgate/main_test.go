@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -464,4 +465,89 @@ func TestServeRelativeDataDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkExport(t, out, s)
+}
+
+// TestServeCutsStreamsAfterTheDrain: a stream that outlasts the drain is cut
+// when serve stops, and serve returns with its settlement in the ledger,
+// instead of waiting for the stream to end.
+func TestServeCutsStreamsAfterTheDrain(t *testing.T) {
+	defer func(d time.Duration) { drainTimeout = d }(drainTimeout)
+	drainTimeout = 300 * time.Millisecond
+	started := make(chan struct{})
+	var once sync.Once
+	endless := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 0; ; i++ {
+			if _, err := fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok%d \"}}]}\n\n", i); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			once.Do(func() { close(started) })
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}))
+	defer endless.Close()
+	dir := t.TempDir()
+	config := writeConfig(t, dir, filepath.Join(dir, "data"))
+	b, err := os.ReadFile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = []byte(strings.Replace(string(b), "simulate: always", "base_url: "+endless.URL, 1))
+	if err := os.WriteFile(config, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--config", config}, strings.NewReader(""), &stdout, &stderr)
+	}()
+	announce := regexp.MustCompile(`serving .* on (127\.0\.0\.1:\d+) \(admin`)
+	var data string
+	waitFor(t, "serve announces its address", 20*time.Second, func() bool {
+		if m := announce.FindStringSubmatch(stdout.String()); m != nil {
+			data = m[1]
+		}
+		return data != ""
+	})
+	req, err := http.NewRequest(http.MethodPost, "http://"+data+"/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-4o-mini","stream":true,"max_tokens":64,"messages":[{"role":"user","content":"go on"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer cg-test-acme")
+	go func() {
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream did not start")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Logf("serve returned %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("serve did not return 15 s after it was stopped, with a stream in flight; stderr:\n%s", stderr.String())
+	}
+	out, _, err := runCmd(t, "", append([]string{"ledger", "export", "--config", config, "--tenant", "acme", "--format", "json"}, exportDays()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, `"status":"settled"`) {
+		t.Fatalf("the cut stream is not settled in the ledger: %s", out)
+	}
 }

@@ -18,6 +18,10 @@ import (
 	"github.com/costgate/costgate/proxy"
 )
 
+// drainTimeout is how long serve waits, when it stops, for requests in
+// flight to finish before it cuts them.
+var drainTimeout = 30 * time.Second
+
 // configFlags are the flags that choose and override the config.
 type configFlags struct {
 	config, listen, adminListen, redis, ledger, dataDir string
@@ -139,9 +143,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	// Drain: stop accepting, let in-flight requests and streams finish and
 	// settle, then close the stores (flushing the ledger).
-	shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	shutdown, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
 	e1 := dataSrv.Shutdown(shutdown)
+	if e1 != nil {
+		// Streams still running past the drain are cut: their upstream
+		// requests end, and they settle with what was streamed. Without
+		// this, Close would wait for their settlements as long as the
+		// streams last.
+		dataSrv.Close()
+	}
 	e2 := adminSrv.Shutdown(shutdown)
 	e3 := srv.Close()
 	if errors.Is(err, http.ErrServerClosed) {
