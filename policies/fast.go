@@ -676,6 +676,12 @@ type iterStep struct {
 
 func (s *iterStep) first(m *machine, fr []value) bool {
 	c := s.coll.eval(m, fr)
+	if c.k == kLimit || c.k == kSpend {
+		// An object to Rego, whose fields the fast path does not enumerate
+		// (m.size is -1): iterating it must not find nothing.
+		m.bailOut("iteration over the fields of an input object")
+		return false
+	}
 	fr[s.collSlot] = c
 	fr[s.counter] = intVal(0)
 	return s.next(m, fr)
