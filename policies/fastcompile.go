@@ -399,6 +399,7 @@ func (p *program) call(e *ast.Expr, sc *scope) (step, error) {
 	c := &callStep{name: name, out: -1}
 	if t, ok := tests[name]; ok && (len(ops) == 2 || len(ops) == 3) {
 		c.test = t
+		c.truth = len(ops) == 2
 		args = ops[:2]
 		if len(ops) == 3 {
 			out := ops[2]
