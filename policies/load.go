@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"sort"
@@ -181,6 +182,14 @@ type sources struct {
 	tests    map[string]*ast.Module // by file name, *_test.rego files
 }
 
+// all returns the policy and test modules together, as the test runner
+// wants them.
+func (src *sources) all() map[string]*ast.Module {
+	all := maps.Clone(src.policies)
+	maps.Copy(all, src.tests)
+	return all
+}
+
 func readSources(fsys fs.FS, root string) (*sources, error) {
 	src := &sources{policies: map[string]*ast.Module{}, tests: map[string]*ast.Module{}}
 	var problems []Problem
@@ -273,14 +282,7 @@ func load(ctx context.Context, fsys fs.FS, root string) (*Set, error) {
 		}
 	}
 	if len(src.tests) > 0 {
-		all := make(map[string]*ast.Module, len(src.policies)+len(src.tests))
-		for k, m := range src.policies {
-			all[k] = m
-		}
-		for k, m := range src.tests {
-			all[k] = m
-		}
-		results, err := runTests(ctx, all)
+		results, err := runTests(ctx, src.all())
 		if err != nil {
 			return nil, err
 		}
