@@ -49,7 +49,6 @@ func unsupported(format string, args ...any) error {
 
 // machine is the state of one decision. Machines are pooled per program.
 type machine struct {
-	p     *program
 	in    *Input
 	state []uint8 // per rule: ruleTodo, ruleBusy, ruleDone or ruleBailed
 	vals  []value // per rule: its value once done
@@ -117,7 +116,7 @@ type program struct {
 func (p *program) machine(in *Input) *machine {
 	m, _ := p.pool.Get().(*machine)
 	if m == nil {
-		m = &machine{p: p, stack: make([]value, p.slots)}
+		m = &machine{stack: make([]value, p.slots)}
 	}
 	n := len(p.rules)
 	if len(m.state) < n {
@@ -169,7 +168,6 @@ type level struct {
 
 // fastRule is a compiled decision rule.
 type fastRule struct {
-	p *program
 	r *crule
 }
 

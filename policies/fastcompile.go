@@ -20,7 +20,7 @@ func (p *program) compileFast(ref ast.Ref) (*fastRule, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &fastRule{p: p, r: r}, nil
+	return &fastRule{r: r}, nil
 }
 
 func newProgram(c *ast.Compiler) *program {

@@ -49,7 +49,6 @@ type Set struct {
 	policies []*policy // sorted by id
 	compiler *ast.Compiler
 	prog     *program // the fast path; nil when no rule uses it
-	nrules   int
 	tests    int
 }
 
@@ -278,7 +277,6 @@ func load(ctx context.Context, fsys fs.FS, root string) (*Set, error) {
 				return nil, &Error{Problems: problemsOf(err)}
 			}
 			r.query = q
-			s.nrules++
 		}
 	}
 	if len(src.tests) > 0 {
