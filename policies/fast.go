@@ -49,7 +49,6 @@ func unsupported(format string, args ...any) error {
 
 // machine is the state of one decision. Machines are pooled per program.
 type machine struct {
-	p     *program
 	in    *Input
 	state []uint8 // per rule: ruleTodo, ruleBusy, ruleDone or ruleBailed
 	vals  []value // per rule: its value once done
@@ -117,7 +116,7 @@ type program struct {
 func (p *program) machine(in *Input) *machine {
 	m, _ := p.pool.Get().(*machine)
 	if m == nil {
-		m = &machine{p: p, stack: make([]value, p.slots)}
+		m = &machine{stack: make([]value, p.slots)}
 	}
 	n := len(p.rules)
 	if len(m.state) < n {
@@ -169,7 +168,6 @@ type level struct {
 
 // fastRule is a compiled decision rule.
 type fastRule struct {
-	p *program
 	r *crule
 }
 
@@ -456,7 +454,7 @@ func (t objTerm) eval(m *machine, fr []value) value {
 // binds to a slot (out >= 0) or compares with a term (outTerm).
 type callStep struct {
 	name    string
-	truth   bool // a function called without its output: holds when truthy
+	truth   bool // called without its output: holds when the value is truthy
 	args    []cterm
 	test    test
 	fn      builtin
@@ -470,37 +468,18 @@ func (c *callStep) first(m *machine, fr []value) bool {
 	if !ok {
 		return false
 	}
-	defer func() { m.argv = m.argv[:base] }()
-	if c.test != nil {
-		holds, ok := c.test(m, args)
-		if !ok {
-			m.bailOut(c.name)
-			return false
-		}
-		if c.out < 0 && c.outTerm == nil {
-			return holds
-		}
-		out := boolVal(holds)
-		if c.out >= 0 {
-			fr[c.out] = out
-			return true
-		}
-		want := c.outTerm.eval(m, fr)
-		if want.k == kUndef {
-			return false
-		}
-		eq, ok := m.equal(out, want)
-		if !ok {
-			m.bailOut(c.name)
-		}
-		return eq
-	}
 	var out value
-	if c.sprintf {
+	switch {
+	case c.test != nil:
+		var holds bool
+		holds, ok = c.test(m, args)
+		out = boolVal(holds)
+	case c.sprintf:
 		out, ok = sprintfValue(args[0], args[1:])
-	} else {
+	default:
 		out, ok = c.fn(m, args)
 	}
+	m.argv = m.argv[:base]
 	if !ok {
 		m.bailOut(c.name)
 		return false
@@ -511,17 +490,23 @@ func (c *callStep) first(m *machine, fr []value) bool {
 	if c.truth {
 		return out.truthy()
 	}
-	if c.out >= 0 {
-		fr[c.out] = out
+	return m.output(out, c.out, c.outTerm, fr, c.name)
+}
+
+// output binds v to slot out (out >= 0) or compares it with the term want.
+// The comparison bails out, naming why, when it cannot be decided.
+func (m *machine) output(v value, out int, want cterm, fr []value, why string) bool {
+	if out >= 0 {
+		fr[out] = v
 		return true
 	}
-	want := c.outTerm.eval(m, fr)
-	if want.k == kUndef {
+	w := want.eval(m, fr)
+	if w.k == kUndef {
 		return false
 	}
-	eq, ok := m.equal(out, want)
+	eq, ok := m.equal(v, w)
 	if !ok {
-		m.bailOut(c.name)
+		m.bailOut(why)
 	}
 	return eq
 }
@@ -557,22 +542,10 @@ func (c *funcStep) first(m *machine, fr []value) bool {
 	if m.bail || v.k == kUndef {
 		return false
 	}
-	switch {
-	case c.test:
+	if c.test {
 		return v.truthy()
-	case c.out >= 0:
-		fr[c.out] = v
-		return true
 	}
-	want := c.outTerm.eval(m, fr)
-	if want.k == kUndef {
-		return false
-	}
-	eq, ok := m.equal(v, want)
-	if !ok {
-		m.bailOut("equality of composite values")
-	}
-	return eq
+	return m.output(v, c.out, c.outTerm, fr, "equality of composite values")
 }
 
 func (*funcStep) next(*machine, []value) bool { return false }
@@ -676,6 +649,12 @@ type iterStep struct {
 
 func (s *iterStep) first(m *machine, fr []value) bool {
 	c := s.coll.eval(m, fr)
+	if c.k == kLimit || c.k == kSpend {
+		// An object to Rego, whose fields the fast path does not enumerate
+		// (m.size is -1): iterating it must not find nothing.
+		m.bailOut("iteration over the fields of an input object")
+		return false
+	}
 	fr[s.collSlot] = c
 	fr[s.counter] = intVal(0)
 	return s.next(m, fr)

@@ -150,3 +150,29 @@ func TestBenchInputsStayOnFastPath(t *testing.T) {
 		t.Fatalf("%d of 512 benchmark inputs left the fast path: %v", n, why)
 	}
 }
+
+// TestFastPathIteratesInputObjects is a regression test: iterating the
+// fields of one element of input.limits or input.spend found nothing on the
+// fast path, so a policy refusing on a field value silently allowed.
+func TestFastPathIteratesInputObjects(t *testing.T) {
+	tests := []struct{ name, body string }{
+		{"limit", `some _, v in input.limits[0]
+	v == "bad"`},
+		{"spend", `some v in input.spend[0]
+	v == "bad"`},
+		{"comprehension", `"bad" in [v | some v in input.limits[0]]`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			src := "package costgate.policies.p\ndecision := {\"outcome\": \"hard\", \"status\": 403, \"reason\": \"x\"} if {\n\t" + tc.body + "\n}\n"
+			s := mustLoad(t, fstest.MapFS{"p.rego": &fstest.MapFile{Data: []byte(src)}})
+			in := baseInput()
+			in.Limits = []Limit{{Name: "bad", Unit: "requests", Limit: 1}}
+			in.Spend = []Spend{{Scope: "bad", Period: "day"}}
+			got, err := s.Decide(context.Background(), in)
+			if err != nil || got.Outcome != Hard {
+				t.Fatalf("Decide = %v, %v; want hard", got, err)
+			}
+		})
+	}
+}

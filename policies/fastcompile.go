@@ -20,7 +20,7 @@ func (p *program) compileFast(ref ast.Ref) (*fastRule, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &fastRule{p: p, r: r}, nil
+	return &fastRule{r: r}, nil
 }
 
 func newProgram(c *ast.Compiler) *program {
@@ -360,32 +360,43 @@ func (p *program) funcCall(op ast.Ref, ops []*ast.Term, sc *scope) (step, error)
 	if !f.fn {
 		return nil, unsupported("call of %v, which is not a function", op)
 	}
-	c := &funcStep{f: f, out: -1}
-	switch len(ops) {
-	case f.nargs:
-		c.test = true
-	case f.nargs + 1:
-		out := ops[f.nargs]
-		if v, free := p.isUnboundVar(out, sc); free {
-			defer func() { c.out = sc.slot(v); sc.bound[v] = true }()
-		} else {
-			ot, err := p.term(out, sc)
-			if err != nil {
-				return nil, err
-			}
-			c.outTerm = ot
-		}
-	default:
+	if len(ops) != f.nargs && len(ops) != f.nargs+1 {
 		return nil, unsupported("call of %v with %d arguments", op, len(ops))
 	}
-	for _, a := range ops[:f.nargs] {
-		ct, err := p.term(a, sc)
+	c := &funcStep{f: f, out: -1, test: len(ops) == f.nargs}
+	if c.args, err = p.terms(ops[:f.nargs], sc); err != nil {
+		return nil, err
+	}
+	if !c.test {
+		c.out, c.outTerm, err = p.output(ops[f.nargs], sc)
+	}
+	return c, err
+}
+
+// terms compiles the arguments of a call.
+func (p *program) terms(ts []*ast.Term, sc *scope) ([]cterm, error) {
+	out := make([]cterm, 0, len(ts))
+	for _, t := range ts {
+		ct, err := p.term(t, sc)
 		if err != nil {
 			return nil, err
 		}
-		c.args = append(c.args, ct)
+		out = append(out, ct)
 	}
-	return c, nil
+	return out, nil
+}
+
+// output compiles the output operand of a call, after its arguments: an
+// unbound variable gets the slot the call binds; any other term is what
+// the call's value is compared with (slot -1).
+func (p *program) output(t *ast.Term, sc *scope) (slot int, want cterm, err error) {
+	if v, free := p.isUnboundVar(t, sc); free {
+		slot = sc.slot(v)
+		sc.bound[v] = true
+		return slot, nil, nil
+	}
+	want, err = p.term(t, sc)
+	return -1, want, err
 }
 
 func (p *program) call(e *ast.Expr, sc *scope) (step, error) {
@@ -396,21 +407,13 @@ func (p *program) call(e *ast.Expr, sc *scope) (step, error) {
 	}
 	name := op.String()
 	var args []*ast.Term
+	var out *ast.Term // the output operand, if any
 	c := &callStep{name: name, out: -1}
 	if t, ok := tests[name]; ok && (len(ops) == 2 || len(ops) == 3) {
 		c.test = t
 		args = ops[:2]
 		if len(ops) == 3 {
-			out := ops[2]
-			if v, free := p.isUnboundVar(out, sc); free {
-				defer func() { c.out = sc.slot(v); sc.bound[v] = true }()
-			} else {
-				ot, err := p.term(out, sc)
-				if err != nil {
-					return nil, err
-				}
-				c.outTerm = ot
-			}
+			out = ops[2]
 		}
 	} else if f, ok := builtins[name]; ok {
 		decl := ast.BuiltinMap[name]
@@ -420,20 +423,10 @@ func (p *program) call(e *ast.Expr, sc *scope) (step, error) {
 		nargs := len(decl.Decl.FuncArgs().Args)
 		switch len(ops) {
 		case nargs: // f(x) as an expression: holds when the value is truthy
-			c.truth = true
 			args = ops
 		case nargs + 1:
 			args = ops[:nargs]
-			out := ops[nargs]
-			if v, free := p.isUnboundVar(out, sc); free {
-				defer func() { c.out = sc.slot(v); sc.bound[v] = true }()
-			} else {
-				ot, err := p.term(out, sc)
-				if err != nil {
-					return nil, err
-				}
-				c.outTerm = ot
-			}
+			out = ops[nargs]
 		default:
 			return nil, unsupported("call %v", e)
 		}
@@ -452,14 +445,15 @@ func (p *program) call(e *ast.Expr, sc *scope) (step, error) {
 	} else {
 		return nil, unsupported("call %v", e)
 	}
-	for _, a := range args {
-		ct, err := p.term(a, sc)
-		if err != nil {
-			return nil, err
-		}
-		c.args = append(c.args, ct)
+	var err error
+	if c.args, err = p.terms(args, sc); err != nil {
+		return nil, err
 	}
-	return c, nil
+	c.truth = out == nil
+	if out != nil {
+		c.out, c.outTerm, err = p.output(out, sc)
+	}
+	return c, err
 }
 
 // term compiles a term whose variables are all bound.

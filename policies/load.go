@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"sort"
@@ -48,7 +49,6 @@ type Set struct {
 	policies []*policy // sorted by id
 	compiler *ast.Compiler
 	prog     *program // the fast path; nil when no rule uses it
-	nrules   int
 	tests    int
 }
 
@@ -181,6 +181,14 @@ type sources struct {
 	tests    map[string]*ast.Module // by file name, *_test.rego files
 }
 
+// all returns the policy and test modules together, as the test runner
+// wants them.
+func (src *sources) all() map[string]*ast.Module {
+	all := maps.Clone(src.policies)
+	maps.Copy(all, src.tests)
+	return all
+}
+
 func readSources(fsys fs.FS, root string) (*sources, error) {
 	src := &sources{policies: map[string]*ast.Module{}, tests: map[string]*ast.Module{}}
 	var problems []Problem
@@ -269,18 +277,10 @@ func load(ctx context.Context, fsys fs.FS, root string) (*Set, error) {
 				return nil, &Error{Problems: problemsOf(err)}
 			}
 			r.query = q
-			s.nrules++
 		}
 	}
 	if len(src.tests) > 0 {
-		all := make(map[string]*ast.Module, len(src.policies)+len(src.tests))
-		for k, m := range src.policies {
-			all[k] = m
-		}
-		for k, m := range src.tests {
-			all[k] = m
-		}
-		results, err := runTests(ctx, all)
+		results, err := runTests(ctx, src.all())
 		if err != nil {
 			return nil, err
 		}

@@ -22,14 +22,7 @@ func Test(ctx context.Context, fsys fs.FS, w io.Writer) (passed, failed int, err
 	if err != nil {
 		return 0, 0, err
 	}
-	all := make(map[string]*ast.Module, len(src.policies)+len(src.tests))
-	for k, m := range src.policies {
-		all[k] = m
-	}
-	for k, m := range src.tests {
-		all[k] = m
-	}
-	results, err := runTests(ctx, all)
+	results, err := runTests(ctx, src.all())
 	if err != nil {
 		return 0, 0, err
 	}
