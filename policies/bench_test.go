@@ -144,9 +144,6 @@ func BenchmarkDecide(b *testing.B) {
 // TestDecideAllocations holds the fast path to the budget of 100
 // allocations per decision for the example policies.
 func TestDecideAllocations(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector allocates")
-	}
 	s := mustLoad(t, dirFS("../examples/policies"))
 	ins := benchInputs(512)
 	ctx := context.Background()
