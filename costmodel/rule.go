@@ -133,7 +133,7 @@ func (r Rule) Estimate(req GenericRequest) (Estimate, error) {
 		units = v
 	}
 	if r.Complexity != nil {
-		score, err := r.Complexity.Score(req)
+		score, err := r.Complexity.score(req, &doc)
 		if err != nil {
 			return Estimate{Kind: Generic}, err
 		}
