@@ -296,7 +296,7 @@ func anthropicImageTokens(src *anthropicSource) int64 {
 	if src == nil || src.Type != "base64" {
 		return anthropicImageMax
 	}
-	w, h, ok := inlineImageSize("data:" + src.MediaType + ";base64," + src.Data)
+	w, h, ok := base64ImageSize(src.Data)
 	if !ok {
 		return anthropicImageMax
 	}
