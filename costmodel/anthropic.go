@@ -201,13 +201,10 @@ func (e *Estimator) estimateAnthropic(body []byte) (Estimate, error) {
 // anthropicToolTokens counts tool definitions (not the tool-use system
 // prompt), through the count cache.
 func (e *Estimator) anthropicToolTokens(m model, raw []byte) (int64, error) {
-	var key cacheKey
-	if e.cache != nil {
-		key = e.cache.key(formatKey(m, fmtTools), raw)
-		if n, ok := e.cache.get(key); ok {
-			return n, nil
-		}
-	}
+	return e.counted(m, fmtTools, raw, func() (int64, error) { return anthropicToolCount(m, raw) })
+}
+
+func anthropicToolCount(m model, raw []byte) (int64, error) {
 	var tools []anthropicTool
 	if err := json.Unmarshal(raw, &tools); err != nil {
 		return 0, err
@@ -219,33 +216,21 @@ func (e *Estimator) anthropicToolTokens(m model, raw []byte) (int64, error) {
 			n += m.countText(string(s))
 		}
 	}
-	if e.cache != nil {
-		e.cache.put(key, n)
-	}
 	return n, nil
 }
 
 func (e *Estimator) anthropicMessageTokens(m model, raw json.RawMessage) (int64, error) {
-	var key cacheKey
-	if e.cache != nil {
-		key = e.cache.key(formatKey(m, fmtAnthropicMessage), raw)
-		if n, ok := e.cache.get(key); ok {
-			return n, nil
+	return e.counted(m, fmtAnthropicMessage, raw, func() (int64, error) {
+		var msg anthropicMessage
+		if err := json.Unmarshal(raw, &msg); err != nil {
+			return 0, err
 		}
-	}
-	var msg anthropicMessage
-	if err := json.Unmarshal(raw, &msg); err != nil {
-		return 0, err
-	}
-	n, err := anthropicContentTokens(m, msg.Content, 0)
-	if err != nil {
-		return 0, err
-	}
-	n += anthropicPerMessage
-	if e.cache != nil {
-		e.cache.put(key, n)
-	}
-	return n, nil
+		n, err := anthropicContentTokens(m, msg.Content, 0)
+		if err != nil {
+			return 0, err
+		}
+		return n + anthropicPerMessage, nil
+	})
 }
 
 // anthropicContentTokens counts a content: a string or an array of blocks.
@@ -296,7 +281,7 @@ func anthropicImageTokens(src *anthropicSource) int64 {
 	if src == nil || src.Type != "base64" {
 		return anthropicImageMax
 	}
-	w, h, ok := inlineImageSize("data:" + src.MediaType + ";base64," + src.Data)
+	w, h, ok := base64ImageSize(src.Data)
 	if !ok {
 		return anthropicImageMax
 	}

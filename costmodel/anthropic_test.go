@@ -1,6 +1,10 @@
 package costmodel
 
 import (
+	"bytes"
+	"encoding/base64"
+	"image"
+	"image/png"
 	"testing"
 )
 
@@ -28,6 +32,36 @@ func TestAnthropicApprox(t *testing.T) {
 		t.Logf("%s: estimate %d, API %d (%+.1f%%)", c.name, got, c.api, float64(got-c.api)*100/float64(c.api))
 		if got < c.api || got*10 > c.api*11 {
 			t.Errorf("%s: estimate %d outside [%d, %d]", c.name, got, c.api, c.api*11/10)
+		}
+	}
+}
+
+// An inline image is priced from the size in its header: (w×h)/750 after
+// scaling the long edge to 1568, at most anthropicImageMax.
+func TestAnthropicImageTokens(t *testing.T) {
+	pngB64 := func(w, h int) string {
+		t.Helper()
+		var buf bytes.Buffer
+		if err := png.Encode(&buf, image.NewGray(image.Rect(0, 0, w, h))); err != nil {
+			t.Fatal(err)
+		}
+		return base64.StdEncoding.EncodeToString(buf.Bytes())
+	}
+	cases := []struct {
+		name string
+		src  *anthropicSource
+		want int64
+	}{
+		{"no source", nil, anthropicImageMax},
+		{"url", &anthropicSource{Type: "url"}, anthropicImageMax},
+		{"small png", &anthropicSource{Type: "base64", MediaType: "image/png", Data: pngB64(300, 200)}, 80},
+		{"wide png, scaled", &anthropicSource{Type: "base64", MediaType: "image/png", Data: pngB64(3136, 100)}, 105},
+		{"large png, capped", &anthropicSource{Type: "base64", MediaType: "image/png", Data: pngB64(1500, 1500)}, anthropicImageMax},
+		{"not an image", &anthropicSource{Type: "base64", MediaType: "image/png", Data: "aGVsbG8gd29ybGQ="}, anthropicImageMax},
+	}
+	for _, c := range cases {
+		if got := anthropicImageTokens(c.src); got != c.want {
+			t.Errorf("%s: %d tokens, want %d", c.name, got, c.want)
 		}
 	}
 }

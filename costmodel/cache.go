@@ -82,6 +82,25 @@ func (s *cacheShard) putLocked(limit int, k cacheKey, v int64) {
 	s.cur[k] = v
 }
 
+// counted returns the count of raw, a message or tool list of the given
+// format counted for model m, from the cache, or else from count, caching
+// what count returns without error.
+func (e *Estimator) counted(m model, format uint32, raw []byte, count func() (int64, error)) (int64, error) {
+	if e.cache == nil {
+		return count()
+	}
+	key := e.cache.key(formatKey(m, format), raw)
+	if n, ok := e.cache.get(key); ok {
+		return n, nil
+	}
+	n, err := count()
+	if err != nil {
+		return 0, err
+	}
+	e.cache.put(key, n)
+	return n, nil
+}
+
 // len returns the number of entries held, both generations included.
 func (c *countCache) len() int {
 	n := 0

@@ -104,8 +104,13 @@ type QueryStats struct {
 
 // Score returns the complexity score of req's query, at least 1.
 func (c *Complexity) Score(req GenericRequest) (int64, error) {
+	return c.score(req, &lazyJSON{body: req.Body})
+}
+
+// score is Score with req.Body read through doc, which the caller may
+// already have decoded.
+func (c *Complexity) score(req GenericRequest, doc *lazyJSON) (int64, error) {
 	w := c.Weights.withDefaults()
-	doc := lazyJSON{body: req.Body}
 	var st QueryStats
 	found := false
 	if c.Query.JSON != "" {
@@ -137,7 +142,7 @@ func (c *Complexity) Score(req GenericRequest) (int64, error) {
 		if s.JSON == "" && s.Query == "" && s.Header == "" {
 			return s.Default, nil
 		}
-		v, err := s.read(&doc, req.Query, req.Header)
+		v, err := s.read(doc, req.Query, req.Header)
 		if err != nil {
 			return 0, badRequest(Generic, err, "%s", what)
 		}

@@ -56,7 +56,7 @@ func (c Config) Validate() error {
 		if strings.TrimSpace(name) == "" {
 			return fmt.Errorf("costmodel: price with an empty model name")
 		}
-		if p.Input < 0 || p.CachedInput < 0 || p.CacheWrite < 0 || p.Output < 0 || p.PerCall < 0 || p.PerUnit < 0 || p.MaxOutputTokens < 0 {
+		if p.hasNegative() {
 			return fmt.Errorf("costmodel: price of %q has a negative amount", name)
 		}
 	}
@@ -67,8 +67,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("costmodel: model %q: unknown encoding %q (want o200k_base, cl100k_base or anthropic-approx)", name, enc)
 		}
 	}
-	p := c.DefaultPrice
-	if p.Input < 0 || p.CachedInput < 0 || p.CacheWrite < 0 || p.Output < 0 || p.PerCall < 0 || p.PerUnit < 0 || p.MaxOutputTokens < 0 {
+	if c.DefaultPrice.hasNegative() {
 		return fmt.Errorf("costmodel: default price has a negative amount")
 	}
 	return nil

@@ -109,6 +109,12 @@ func inlineImageSize(url string) (w, h int, ok bool) {
 	if !found || !strings.HasSuffix(meta, ";base64") {
 		return 0, 0, false
 	}
+	return base64ImageSize(data)
+}
+
+// base64ImageSize reads the width and height of a base64-encoded image from
+// its header, decoding at most 96 KiB of it.
+func base64ImageSize(data string) (w, h int, ok bool) {
 	const maxB64 = 128 << 10
 	if len(data) > maxB64 {
 		data = data[:maxB64]

@@ -238,53 +238,42 @@ func (e *Estimator) chatToolTokens(m model, f chatFormat, body []byte, tools, fu
 	case tools.end == tools.start:
 		raw = body[functions.start:functions.end]
 	}
-	var key cacheKey
-	useCache := e.cache != nil && raw != nil
-	if useCache {
-		key = e.cache.key(formatKey(m, fmtTools), raw)
-		if n, ok := e.cache.get(key); ok {
-			return n, nil
-		}
-	}
-	var defs []functionDef
-	if tools.end > tools.start {
-		var ts []chatTool
-		if err := json.Unmarshal(body[tools.start:tools.end], &ts); err != nil {
-			return 0, err
-		}
-		for _, t := range ts {
-			if t.Type == "" || t.Type == "function" {
-				defs = append(defs, t.Function)
+	count := func() (int64, error) {
+		var defs []functionDef
+		if tools.end > tools.start {
+			var ts []chatTool
+			if err := json.Unmarshal(body[tools.start:tools.end], &ts); err != nil {
+				return 0, err
+			}
+			for _, t := range ts {
+				if t.Type == "" || t.Type == "function" {
+					defs = append(defs, t.Function)
+				}
 			}
 		}
-	}
-	if functions.end > functions.start {
-		var fs []functionDef
-		if err := json.Unmarshal(body[functions.start:functions.end], &fs); err != nil {
-			return 0, err
+		if functions.end > functions.start {
+			var fs []functionDef
+			if err := json.Unmarshal(body[functions.start:functions.end], &fs); err != nil {
+				return 0, err
+			}
+			defs = append(defs, fs...)
 		}
-		defs = append(defs, fs...)
+		return toolTokens(m, f, defs)
 	}
-	n, err := toolTokens(m, f, defs)
-	if err != nil {
-		return 0, err
+	if raw == nil {
+		return count()
 	}
-	if useCache {
-		e.cache.put(key, n)
-	}
-	return n, nil
+	return e.counted(m, fmtTools, raw, count)
 }
 
 // chatMessageTokens counts one message, overhead included, through the
 // per-message cache.
 func (e *Estimator) chatMessageTokens(m model, f chatFormat, raw json.RawMessage) (int64, error) {
-	var key cacheKey
-	if e.cache != nil {
-		key = e.cache.key(formatKey(m, fmtChatMessage), raw)
-		if n, ok := e.cache.get(key); ok {
-			return n, nil
-		}
-	}
+	return e.counted(m, fmtChatMessage, raw, func() (int64, error) { return chatMessageCount(m, f, raw) })
+}
+
+// chatMessageCount counts one message, overhead included.
+func chatMessageCount(m model, f chatFormat, raw json.RawMessage) (int64, error) {
 	var msg chatMessage
 	if err := json.Unmarshal(raw, &msg); err != nil {
 		return 0, err
@@ -309,9 +298,6 @@ func (e *Estimator) chatMessageTokens(m model, f chatFormat, raw json.RawMessage
 	}
 	if fc := msg.FunctionCall; fc != nil {
 		n += toolCallExtra + m.countText(fc.Name) + m.countText(fc.Arguments)
-	}
-	if e.cache != nil {
-		e.cache.put(key, n)
 	}
 	return n, nil
 }

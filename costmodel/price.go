@@ -43,6 +43,11 @@ func (p Price) IsZero() bool {
 	return p.Input == 0 && p.CachedInput == 0 && p.CacheWrite == 0 && p.Output == 0 && p.PerCall == 0 && p.PerUnit == 0
 }
 
+// hasNegative reports whether an amount or MaxOutputTokens of p is negative.
+func (p Price) hasNegative() bool {
+	return p.Input < 0 || p.CachedInput < 0 || p.CacheWrite < 0 || p.Output < 0 || p.PerCall < 0 || p.PerUnit < 0 || p.MaxOutputTokens < 0
+}
+
 // Cost prices u. Each component (uncached input, cached input, cache writes,
 // output, units) is rounded up to a whole nano-dollar separately, then the
 // components and PerCall are added; the result saturates at the largest

@@ -117,13 +117,10 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 }
 
 func (e *Estimator) responsesItemTokens(m model, f chatFormat, raw json.RawMessage) (int64, error) {
-	var key cacheKey
-	if e.cache != nil {
-		key = e.cache.key(formatKey(m, fmtResponsesItem), raw)
-		if n, ok := e.cache.get(key); ok {
-			return n, nil
-		}
-	}
+	return e.counted(m, fmtResponsesItem, raw, func() (int64, error) { return responsesItemCount(m, f, raw) })
+}
+
+func responsesItemCount(m model, f chatFormat, raw json.RawMessage) (int64, error) {
 	var it responsesItem
 	if err := json.Unmarshal(raw, &it); err != nil {
 		return 0, err
@@ -165,9 +162,6 @@ func (e *Estimator) responsesItemTokens(m model, f chatFormat, raw json.RawMessa
 	default:
 		// Reasoning items, built-in tool calls and references carry no text
 		// the client wrote; they are not counted.
-	}
-	if e.cache != nil {
-		e.cache.put(key, n)
 	}
 	return n, nil
 }

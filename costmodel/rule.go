@@ -25,6 +25,7 @@ package costmodel
 // Settle reads the units the upstream reports, if the rule says where.
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -133,7 +134,7 @@ func (r Rule) Estimate(req GenericRequest) (Estimate, error) {
 		units = v
 	}
 	if r.Complexity != nil {
-		score, err := r.Complexity.Score(req)
+		score, err := r.Complexity.score(req, &doc)
 		if err != nil {
 			return Estimate{Kind: Generic}, err
 		}
@@ -267,8 +268,8 @@ type lazyJSON struct {
 func (d *lazyJSON) get(path string) (any, bool, error) {
 	if !d.decoded {
 		d.decoded = true
-		if len(strings.TrimSpace(string(d.body))) > 0 {
-			dec := json.NewDecoder(strings.NewReader(string(d.body)))
+		if len(bytes.TrimSpace(d.body)) > 0 {
+			dec := json.NewDecoder(bytes.NewReader(d.body))
 			dec.UseNumber()
 			if err := dec.Decode(&d.value); err != nil {
 				d.err = fmt.Errorf("body is not valid JSON: %w", err)

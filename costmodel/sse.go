@@ -120,12 +120,16 @@ func (m *StreamMeter) handleLine(line []byte) {
 	}
 	if v, ok := bytes.CutPrefix(line, []byte("data:")); ok {
 		v = bytes.TrimPrefix(v, []byte(" "))
-		if len(m.data) > 0 {
+		// The lines of one event are joined by '\n'; a line that would take
+		// the event past maxSSELine is dropped, separator included.
+		sep := min(len(m.data), 1)
+		if len(m.data)+sep+len(v) > maxSSELine {
+			return
+		}
+		if sep > 0 {
 			m.data = append(m.data, '\n')
 		}
-		if len(m.data)+len(v) <= maxSSELine {
-			m.data = append(m.data, v...)
-		}
+		m.data = append(m.data, v...)
 		return
 	}
 	// "event:", "id:", "retry:" and comments carry nothing we need: every

@@ -1,6 +1,7 @@
 package costmodel
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 )
@@ -178,6 +179,23 @@ func TestStreamMeterLongLine(t *testing.T) {
 	m.Write([]byte(chatStream))
 	if u, reported := m.Usage(); !reported || u.OutputTokens != 8 {
 		t.Errorf("after a long line: %+v, %v", u, reported)
+	}
+}
+
+// An event whose data lines never end (no blank line) keeps at most
+// maxSSELine bytes of data, however many lines follow.
+func TestStreamMeterLongEvent(t *testing.T) {
+	e := newTestEstimator(t)
+	m := e.NewStreamMeter(ChatCompletions, "gpt-4o")
+	m.Write([]byte("data: " + strings.Repeat("x", maxSSELine-10) + "\n"))
+	m.Write(bytes.Repeat([]byte("data: yyyyyyyyyyyyyyyyyyyy\n"), 1000))
+	if len(m.data) > maxSSELine {
+		t.Fatalf("event data buffer %d bytes, want at most %d", len(m.data), maxSSELine)
+	}
+	m.Write([]byte("\n"))
+	m.Write([]byte(chatStream))
+	if u, reported := m.Usage(); !reported || u.OutputTokens != 8 {
+		t.Errorf("after a long event: %+v, %v", u, reported)
 	}
 }
 
