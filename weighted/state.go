@@ -52,9 +52,6 @@ func (s *spec) evaluate(st *state, now, cost int64, after bool) ItemState {
 	case TokenBucket, GCRA:
 		return s.evaluateMeter(st, now, cost, after)
 	case FixedWindow:
-		if s.cal != NoCalendar {
-			return s.evaluateMonth(st, now, cost, after)
-		}
 		return s.evaluateFixed(st, now, cost, after)
 	case SlidingWindow:
 		return s.evaluateSliding(st, now, cost, after)
@@ -247,8 +244,17 @@ func (s *spec) windowReset(prev, curr, start, now int64) int64 {
 	return 0
 }
 
+// evaluateFixed evaluates a fixed window, of a period or of calendar months:
+// its count stops counting at the end of the window counted in.
 func (s *spec) evaluateFixed(st *state, now, cost int64, after bool) ItemState {
-	_, _, curr, start := s.windowAt(st, now)
+	var curr, end int64
+	if s.cal != NoCalendar {
+		_, curr, _, end = monthAt(st, now)
+	} else {
+		var start int64
+		_, _, curr, start = s.windowAt(st, now)
+		end = start + s.period
+	}
 	is := ItemState{Capacity: s.cap}
 	if curr+cost <= s.cap {
 		is.Allowed = true
@@ -256,10 +262,12 @@ func (s *spec) evaluateFixed(st *state, now, cost int64, after bool) ItemState {
 			curr += cost
 		}
 	} else {
-		is.RetryAfter = micros(start + s.period - now)
+		is.RetryAfter = micros(end - now)
 	}
 	is.Remaining = s.cap - curr
-	is.ResetAfter = micros(s.windowReset(0, curr, start, now))
+	if curr > 0 {
+		is.ResetAfter = micros(end - now)
+	}
 	return is
 }
 
