@@ -96,7 +96,7 @@ func (s *spec) settle(st *state, now, reserved, actual, rec int64, id string) in
 	case SlidingLog:
 		return s.settleLog(st, now, reserved, delta, id)
 	default:
-		return s.release(st, now, reserved, id)
+		return s.release(st, reserved, id)
 	}
 }
 
@@ -475,7 +475,7 @@ func (s *spec) settleLog(st *state, now, reserved, delta int64, id string) int64
 
 // release ends a concurrency reservation. The key's expiry stays as it was,
 // as Redis's ZREM leaves a key's TTL.
-func (s *spec) release(st *state, now, reserved int64, id string) int64 {
+func (s *spec) release(st *state, reserved int64, id string) int64 {
 	st.remove(reserved, id)
 	return -1
 }
