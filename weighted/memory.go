@@ -162,8 +162,8 @@ func (m *Memory) get(h *held, i int) *entry {
 	return e
 }
 
-// put stores key i's entry e (nil: a new one) to expire ttl µs from now:
-// ttl 0 deletes it and ttl -1 keeps its expiry.
+// put stores key i's entry e, never nil (callers make a new one), to expire ttl
+// µs from now: ttl 0 deletes it and ttl -1 keeps its expiry.
 func (m *Memory) put(h *held, i int, e *entry, ttl int64) {
 	sh := &m.shards[h.idx[i]]
 	k := h.keys[i]

@@ -45,24 +45,6 @@ func monthAt(st *state, now int64) (w, curr, start, end int64) {
 	return w, curr, monthStart(w), monthStart(w + 1)
 }
 
-func (s *spec) evaluateMonth(st *state, now, cost int64, after bool) ItemState {
-	_, curr, _, end := monthAt(st, now)
-	is := ItemState{Capacity: s.cap}
-	if curr+cost <= s.cap {
-		is.Allowed = true
-		if after {
-			curr += cost
-		}
-	} else {
-		is.RetryAfter = micros(end - now)
-	}
-	is.Remaining = s.cap - curr
-	if curr > 0 {
-		is.ResetAfter = micros(end - now)
-	}
-	return is
-}
-
 func (s *spec) debitMonth(st *state, now, cost int64) int64 {
 	w, curr, _, end := monthAt(st, now)
 	st.w, st.prev, st.curr, st.wp = w, 0, curr+cost, monthWP

@@ -434,11 +434,7 @@ func (r *Redis) evalGroup(ctx context.Context, id string, items []Item, ss []spe
 
 // replyNumber returns the k-th double of a script's reply, as an integer.
 func replyNumber(reply string, k int) int64 {
-	var u uint64
-	for b := 7; b >= 0; b-- {
-		u = u<<8 | uint64(reply[8*k+b])
-	}
-	return int64(math.Float64frombits(u))
+	return int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(reply[8*k : 8*k+8]))))
 }
 
 // Debit implements Store.

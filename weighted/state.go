@@ -52,9 +52,6 @@ func (s *spec) evaluate(st *state, now, cost int64, after bool) ItemState {
 	case TokenBucket, GCRA:
 		return s.evaluateMeter(st, now, cost, after)
 	case FixedWindow:
-		if s.cal != NoCalendar {
-			return s.evaluateMonth(st, now, cost, after)
-		}
 		return s.evaluateFixed(st, now, cost, after)
 	case SlidingWindow:
 		return s.evaluateSliding(st, now, cost, after)
@@ -99,7 +96,7 @@ func (s *spec) settle(st *state, now, reserved, actual, rec int64, id string) in
 	case SlidingLog:
 		return s.settleLog(st, now, reserved, delta, id)
 	default:
-		return s.release(st, now, reserved, id)
+		return s.release(st, reserved, id)
 	}
 }
 
@@ -247,8 +244,17 @@ func (s *spec) windowReset(prev, curr, start, now int64) int64 {
 	return 0
 }
 
+// evaluateFixed evaluates a fixed window, of a period or of calendar months:
+// its count stops counting at the end of the window counted in.
 func (s *spec) evaluateFixed(st *state, now, cost int64, after bool) ItemState {
-	_, _, curr, start := s.windowAt(st, now)
+	var curr, end int64
+	if s.cal != NoCalendar {
+		_, curr, _, end = monthAt(st, now)
+	} else {
+		var start int64
+		_, _, curr, start = s.windowAt(st, now)
+		end = start + s.period
+	}
 	is := ItemState{Capacity: s.cap}
 	if curr+cost <= s.cap {
 		is.Allowed = true
@@ -256,10 +262,12 @@ func (s *spec) evaluateFixed(st *state, now, cost int64, after bool) ItemState {
 			curr += cost
 		}
 	} else {
-		is.RetryAfter = micros(start + s.period - now)
+		is.RetryAfter = micros(end - now)
 	}
 	is.Remaining = s.cap - curr
-	is.ResetAfter = micros(s.windowReset(0, curr, start, now))
+	if curr > 0 {
+		is.ResetAfter = micros(end - now)
+	}
 	return is
 }
 
@@ -467,7 +475,7 @@ func (s *spec) settleLog(st *state, now, reserved, delta int64, id string) int64
 
 // release ends a concurrency reservation. The key's expiry stays as it was,
 // as Redis's ZREM leaves a key's TTL.
-func (s *spec) release(st *state, now, reserved int64, id string) int64 {
+func (s *spec) release(st *state, reserved int64, id string) int64 {
 	st.remove(reserved, id)
 	return -1
 }
