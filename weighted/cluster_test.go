@@ -106,6 +106,22 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("an empty key and one that starts with a brace", func(t *testing.T) {
+		// A limit without dimensions has the key "": its Redis key must
+		// still carry a hash tag, or its record lands on another slot.
+		r := newRedisStore(cc, nil)
+		win := Limit{Name: "global-window", Algorithm: SlidingWindow, Rate: 100, Period: time.Minute}
+		for _, key := range []string{"", "}odd"} {
+			items := []Item{{Limit: win, Key: key, Cost: 3}, {Limit: tokens, Key: key, Cost: 5}}
+			if res, err := r.Debit(ctx, "empty-"+key, items); err != nil || !res.Allowed {
+				t.Fatalf("debit of key %q: %+v %v", key, res, err)
+			}
+			if err := r.Settle(ctx, "empty-"+key, items, []int64{1, 2}); err != nil {
+				t.Fatalf("settle of key %q: %v", key, err)
+			}
+		}
+	})
+
 	t.Run("leases renewed across slots", func(t *testing.T) {
 		clk := newClock()
 		r := newRedisStore(cc, clk)

@@ -265,6 +265,11 @@ func (r *Redis) key(it *Item) string {
 	if hasHashTag(it.Key) {
 		return r.prefix + l.Name + ":" + l.code() + ":" + it.Key
 	}
+	if it.Key == "" || it.Key[0] == '}' {
+		// "{}" or "{}..." is no hash tag to Redis: the whole key would be
+		// hashed, away from the reservation record's slot (CROSSSLOT).
+		return r.prefix + l.Name + ":" + l.code() + ":{_" + it.Key + "}"
+	}
 	return r.prefix + l.Name + ":" + l.code() + ":{" + it.Key + "}"
 }
 
