@@ -171,7 +171,7 @@ func (r *renewer) renewDue(now time.Time) {
 		l.busy, l.next = true, now.Add(l.every)
 		r.wg.Go(func() {
 			ctx, cancel := context.WithTimeout(r.ctx, l.every)
-			err := x.store().Renew(ctx, x.id, x.items)
+			err := x.store().Renew(ctx, x.resID, x.items)
 			cancel()
 			if err != nil {
 				// guardedStore counts it among the store's failed ops.

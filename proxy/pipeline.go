@@ -33,9 +33,13 @@ import (
 // it too) until the answer is sent, then by the goroutine that settles it,
 // which only reads it.
 type exchange struct {
-	s        *Server
-	st       *state // the configuration the request started with
-	id       string
+	s  *Server
+	st *state // the configuration the request started with
+	id string
+	// resID names the request's reservation in the limiter: its id, or,
+	// after a shadow limit's denial, another one for the second debit (on
+	// Redis Cluster a denial's compensation closes the first id).
+	resID    string
 	start    time.Time
 	path     string
 	kind     costmodel.Kind
@@ -199,6 +203,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1) // the first deferred, so the last to run: after settle
 	x := &exchange{s: s, st: s.state.Load(), id: newRequestID(), start: time.Now(), path: path, kind: kind}
+	x.resID = x.id
 	w.Header().Set("X-Request-Id", x.id)
 	x.ctx, x.span = s.tel.Tracer().Start(r.Context(), "costgate "+path, trace.WithSpanKind(trace.SpanKindServer))
 	defer func() {
@@ -379,7 +384,7 @@ func (s *Server) debit(w http.ResponseWriter, ctx context.Context, x *exchange) 
 	if len(x.items) == 0 {
 		return true
 	}
-	res, err := s.store.Debit(ctx, x.id, x.items)
+	res, err := s.store.Debit(ctx, x.resID, x.items)
 	var tooBig *weighted.CostError
 	switch {
 	case errors.As(err, &tooBig):
@@ -418,7 +423,8 @@ func (s *Server) debit2(w http.ResponseWriter, ctx context.Context, x *exchange)
 	if len(x.items) == 0 {
 		return true
 	}
-	res, err := s.store.Debit(ctx, x.id, x.items)
+	x.resID = x.id + ":2"
+	res, err := s.store.Debit(ctx, x.resID, x.items)
 	if err != nil {
 		return s.storeFailed(w, ctx, x, err)
 	}
@@ -486,7 +492,7 @@ func (s *Server) storeFailed(w http.ResponseWriter, ctx context.Context, x *exch
 	}
 	x.degraded = true
 	x.items = fallbackItems(x.items, x.st.cfg.Store.FallbackReplicas)
-	res, err := s.fallback.Debit(ctx, x.id, x.items)
+	res, err := s.fallback.Debit(ctx, x.resID, x.items)
 	if err != nil {
 		// Only a cost larger than the fallback's capacity fails here: the
 		// request cannot fit this replica's share while the store is out.
@@ -713,7 +719,7 @@ func (s *Server) cancel(x *exchange) {
 	if len(x.items) == 0 {
 		return
 	}
-	if err := x.store().Cancel(context.Background(), x.id, x.items); err != nil {
+	if err := x.store().Cancel(context.Background(), x.resID, x.items); err != nil {
 		s.log.Warn("limiter cancel failed", "request_id", x.id, "err", err)
 	}
 }
@@ -749,7 +755,7 @@ func (s *Server) settle(x *exchange) {
 				actual[i] = 0
 			}
 		}
-		if err := x.store().Settle(ctx, x.id, x.items, actual); err != nil {
+		if err := x.store().Settle(ctx, x.resID, x.items, actual); err != nil {
 			s.log.Warn("limiter settle failed", "request_id", x.id, "err", err)
 		}
 	}
