@@ -35,10 +35,13 @@ func stores() []storeKind {
 		{"embedded", func(t *testing.T) ledger.Config {
 			return ledger.Config{Dir: t.TempDir()}
 		}},
-		{"postgres", func(t *testing.T) ledger.Config {
-			return ledger.Config{Dir: t.TempDir(), DSN: pgtest.New(t)}
-		}},
+		{"postgres", postgresConfig},
 	}
+}
+
+// postgresConfig returns a Config for a new, empty ledger in PostgreSQL.
+func postgresConfig(t *testing.T) ledger.Config {
+	return ledger.Config{Dir: t.TempDir(), DSN: pgtest.New(t)}
 }
 
 // forEachStore runs f once per store.
