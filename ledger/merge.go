@@ -284,12 +284,8 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 	if err != nil {
 		return err
 	}
-	stored := make(map[string]bool, len(rows))
-	for id := range rows {
-		stored[id] = true
-	}
 	var dirty []string
-	isDirty := make(map[string]bool)
+	stored := make(map[string]bool) // of the dirty ids: whether the store holds the row
 	// Changes per tenant, user, key and 15-minute bucket first; spread over
 	// scopes and grains once per distinct one at the end.
 	type origin struct {
@@ -322,8 +318,9 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 				res.closed[next.RequestID] = true
 			}
 		}
-		if !isDirty[next.RequestID] {
-			isDirty[next.RequestID] = true
+		if _, ok := stored[next.RequestID]; !ok {
+			// Its first change: cur is still the row load found.
+			stored[next.RequestID] = cur != nil
 			dirty = append(dirty, next.RequestID)
 		}
 		var created int64
