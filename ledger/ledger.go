@@ -212,9 +212,8 @@ func (l *Ledger) Settle(ctx context.Context, e Entry) error {
 	default:
 		return fmt.Errorf("%w settlement %q: status %q", ErrInvalid, e.RequestID, e.Status)
 	}
-	now := l.cfg.Now()
 	if e.SettledAt.IsZero() {
-		e.SettledAt = now
+		e.SettledAt = l.cfg.Now()
 	}
 	if e.CreatedAt.IsZero() {
 		e.CreatedAt = e.SettledAt
