@@ -114,8 +114,10 @@ func (e *Entry) check() error {
 		return fmt.Errorf("%w entry %q: HTTP status %d", ErrInvalid, e.RequestID, e.HTTPStatus)
 	}
 	for _, t := range [...]time.Time{e.CreatedAt, e.SettledAt} {
-		if !t.IsZero() && (t.Year() < 1970 || t.Year() > 9999) {
-			return fmt.Errorf("%w entry %q: time %s outside the years 1970 to 9999", ErrInvalid, e.RequestID, t)
+		// The spool writes a zero time as 0 µs, so the epoch itself, to
+		// the microsecond, would come back as no time at all.
+		if !t.IsZero() && (t.UnixMicro() <= 0 || t.Year() > 9999) {
+			return fmt.Errorf("%w entry %q: time %s not after 1970-01-01 or past the year 9999", ErrInvalid, e.RequestID, t)
 		}
 	}
 	return nil

@@ -61,11 +61,7 @@ type store interface {
 // PostgreSQL that cannot be reached at Open is not an error: the flusher
 // migrates and replays once it can, and Stats reports the error meanwhile.
 // On error, Open releases what it acquired.
-func Open(ctx context.Context, cfg Config) (*Ledger, error) {
-	return open(ctx, cfg)
-}
-
-func open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
+func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -212,9 +208,8 @@ func (l *Ledger) Settle(ctx context.Context, e Entry) error {
 	default:
 		return fmt.Errorf("%w settlement %q: status %q", ErrInvalid, e.RequestID, e.Status)
 	}
-	now := l.cfg.Now()
 	if e.SettledAt.IsZero() {
-		e.SettledAt = now
+		e.SettledAt = l.cfg.Now()
 	}
 	if e.CreatedAt.IsZero() {
 		e.CreatedAt = e.SettledAt

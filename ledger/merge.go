@@ -16,6 +16,7 @@ package ledger
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"time"
 
@@ -73,11 +74,27 @@ func addSpend(deltas map[spendKey]spendDelta, tenant, user, key string, at time.
 	} {
 		for _, k := range [...]spendKey{{tenant, scope, grainQuarter, quarter}, {tenant, scope, grainDay, day}} {
 			v := deltas[k]
-			v.cost += d.cost
+			v.cost = addSat(v.cost, d.cost)
 			v.entries += d.entries
 			deltas[k] = v
 		}
 	}
+}
+
+// addSat returns a+b, saturating at the bounds of int64. The roll-up
+// saturates instead of wrapping, and the stores' upserts likewise, since a
+// sum the store refused would stop the flusher for good: an upstream that
+// reports absurd usage is charged the largest cost (costmodel saturates),
+// and two such entries overflow their bucket.
+func addSat(a, b int64) int64 {
+	s := a + b
+	switch {
+	case a > 0 && b > 0 && s < 0:
+		return math.MaxInt64
+	case a < 0 && b < 0 && s >= 0:
+		return math.MinInt64
+	}
+	return s
 }
 
 // spendRanges splits [from, to) into the UTC days wholly inside it, [d0,
@@ -267,12 +284,8 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 	if err != nil {
 		return err
 	}
-	stored := make(map[string]bool, len(rows))
-	for id := range rows {
-		stored[id] = true
-	}
 	var dirty []string
-	isDirty := make(map[string]bool)
+	stored := make(map[string]bool) // of the dirty ids: whether the store holds the row
 	// Changes per tenant, user, key and 15-minute bucket first; spread over
 	// scopes and grains once per distinct one at the end.
 	type origin struct {
@@ -305,8 +318,9 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 				res.closed[next.RequestID] = true
 			}
 		}
-		if !isDirty[next.RequestID] {
-			isDirty[next.RequestID] = true
+		if _, ok := stored[next.RequestID]; !ok {
+			// Its first change: cur is still the row load found.
+			stored[next.RequestID] = cur != nil
 			dirty = append(dirty, next.RequestID)
 		}
 		var created int64
@@ -316,7 +330,7 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 		if delta != 0 || created != 0 {
 			o := origin{next.Tenant, next.User, next.KeyID, next.CreatedAt.Truncate(bucketSize).UnixMicro()}
 			d := byOrigin[o]
-			d.cost += delta
+			d.cost = addSat(d.cost, delta)
 			d.entries += created
 			byOrigin[o] = d
 		}

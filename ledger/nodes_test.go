@@ -196,54 +196,52 @@ func ownNode(t *testing.T, dir string) string {
 // that is in fact alive. Its settlements, arriving later, win; its own
 // recovery at its next start still works.
 func TestRecoverALiveNode(t *testing.T) {
-	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
-		if cfg.DSN == "" {
-			t.Skip("the embedded store has one node at a time: its Dir's")
-		}
-		ctx := context.Background()
-		now := t0.Add(time.Hour)
-		cfg.Now = func() time.Time { return now }
-		a := open(t, cfg)
-		if err := a.Reserve(ctx, reservation("live", t0)); err != nil {
-			t.Fatal(err)
-		}
-		flush(t, a)
-		node := ownNode(t, cfg.Dir)
-		admin := open(t, ledger.Config{DSN: cfg.DSN, Admin: true, Now: cfg.Now})
-		if n, err := admin.RecoverNode(ctx, node, now); err != nil || n != 1 {
-			t.Fatalf("RecoverNode = %d, %v, want 1", n, err)
-		}
-		if err := a.Settle(ctx, settlement("live", 1_234)); err != nil {
-			t.Fatal(err)
-		}
-		if err := a.Reserve(ctx, reservation("later", t0.Add(time.Minute))); err != nil {
-			t.Fatal(err)
-		}
-		flush(t, a)
-		got := map[string]ledger.Entry{}
-		for _, e := range all(t, admin, ledger.Query{}) {
-			got[e.RequestID] = e
-		}
-		if e := got["live"]; e.Status != ledger.StatusSettled || e.ActualCost != 1_234 {
-			t.Errorf("live = %+v, want settled at 1234: a recorded settlement beats a recovery", e)
-		}
-		if ns := nodeState(t, admin, node); ns.Open != 1 || !ns.Oldest.Equal(t0.Add(time.Minute)) {
-			t.Errorf("node: %+v, want later open", ns)
-		}
-		if err := a.Close(); err != nil {
-			t.Fatal(err)
-		}
-		a = open(t, cfg)
-		flush(t, a)
-		if ns := nodeState(t, admin, node); ns.Open != 0 {
-			t.Errorf("node after its restart: %+v, want nothing open", ns)
-		}
-		sp, err := admin.Spend(ctx, ledger.SpendQuery{Tenant: "acme", Period: "day", At: t0})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if sp != 1_234+3_000 {
-			t.Fatalf("Spend = %d, want %d", sp, 1_234+3_000)
-		}
-	})
+	// PostgreSQL only: the embedded store has one node at a time, its Dir's.
+	t.Parallel()
+	cfg := postgresConfig(t)
+	ctx := context.Background()
+	now := t0.Add(time.Hour)
+	cfg.Now = func() time.Time { return now }
+	a := open(t, cfg)
+	if err := a.Reserve(ctx, reservation("live", t0)); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, a)
+	node := ownNode(t, cfg.Dir)
+	admin := open(t, ledger.Config{DSN: cfg.DSN, Admin: true, Now: cfg.Now})
+	if n, err := admin.RecoverNode(ctx, node, now); err != nil || n != 1 {
+		t.Fatalf("RecoverNode = %d, %v, want 1", n, err)
+	}
+	if err := a.Settle(ctx, settlement("live", 1_234)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Reserve(ctx, reservation("later", t0.Add(time.Minute))); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, a)
+	got := map[string]ledger.Entry{}
+	for _, e := range all(t, admin, ledger.Query{}) {
+		got[e.RequestID] = e
+	}
+	if e := got["live"]; e.Status != ledger.StatusSettled || e.ActualCost != 1_234 {
+		t.Errorf("live = %+v, want settled at 1234: a recorded settlement beats a recovery", e)
+	}
+	if ns := nodeState(t, admin, node); ns.Open != 1 || !ns.Oldest.Equal(t0.Add(time.Minute)) {
+		t.Errorf("node: %+v, want later open", ns)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a = open(t, cfg)
+	flush(t, a)
+	if ns := nodeState(t, admin, node); ns.Open != 0 {
+		t.Errorf("node after its restart: %+v, want nothing open", ns)
+	}
+	sp, err := admin.Spend(ctx, ledger.SpendQuery{Tenant: "acme", Period: "day", At: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp != 1_234+3_000 {
+		t.Fatalf("Spend = %d, want %d", sp, 1_234+3_000)
+	}
 }

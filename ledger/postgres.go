@@ -379,7 +379,8 @@ func (t *pgTx) write(ctx context.Context, node string, inserts, updates []*Entry
 	if _, err := t.tx.Exec(ctx, `INSERT INTO ledger_spend (tenant, scope, grain, bucket, cost, entries)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::int2[], $4::timestamptz[], $5::int8[], $6::int8[])
 		ON CONFLICT (tenant, scope, grain, bucket) DO UPDATE
-		SET cost = ledger_spend.cost + excluded.cost, entries = ledger_spend.entries + excluded.entries`,
+		SET cost = LEAST(GREATEST(ledger_spend.cost::numeric + excluded.cost, -9223372036854775808), 9223372036854775807)::bigint,
+			entries = ledger_spend.entries + excluded.entries`,
 		tenants, scopes, grains, buckets, costs, counts); err != nil {
 		return fmt.Errorf("ledger: postgres spend: %w", err)
 	}

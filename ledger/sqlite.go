@@ -276,7 +276,8 @@ func sqliteEntries(rows *sql.Rows) ([]Entry, error) {
 
 // sqliteSpend adds to one row of the spend roll-up.
 const sqliteSpend = `INSERT INTO ledger_spend (tenant, scope, grain, bucket, cost, entries) VALUES (?, ?, ?, ?, ?, ?)
-	ON CONFLICT (tenant, scope, grain, bucket) DO UPDATE SET cost = cost + excluded.cost, entries = entries + excluded.entries`
+	ON CONFLICT (tenant, scope, grain, bucket) DO UPDATE
+	SET cost = MIN(MAX(cost + excluded.cost, -9223372036854775807 - 1), 9223372036854775807), entries = entries + excluded.entries`
 
 func (t *sqliteTx) write(ctx context.Context, node string, inserts, updates []*Entry, deltas map[spendKey]spendDelta) error {
 	args := make([]any, 0, min(len(inserts), sqliteChunk)*len(entryColumns))

@@ -35,10 +35,13 @@ func stores() []storeKind {
 		{"embedded", func(t *testing.T) ledger.Config {
 			return ledger.Config{Dir: t.TempDir()}
 		}},
-		{"postgres", func(t *testing.T) ledger.Config {
-			return ledger.Config{Dir: t.TempDir(), DSN: pgtest.New(t)}
-		}},
+		{"postgres", postgresConfig},
 	}
+}
+
+// postgresConfig returns a Config for a new, empty ledger in PostgreSQL.
+func postgresConfig(t *testing.T) ledger.Config {
+	return ledger.Config{Dir: t.TempDir(), DSN: pgtest.New(t)}
 }
 
 // forEachStore runs f once per store.
@@ -617,6 +620,11 @@ func TestInvalidEntries(t *testing.T) {
 		"bad utf-8 user":   {true, ledger.Entry{RequestID: "r", User: "\xff\xfe"}},
 		"http status":      {true, ledger.Entry{RequestID: "r", HTTPStatus: 1000}},
 		"year 1":           {false, ledger.Entry{RequestID: "r", CreatedAt: time.Date(1, 1, 2, 0, 0, 0, 0, time.UTC)}},
+		// The spool stores a zero time as 0 µs: the epoch would read back
+		// as no time, and PostgreSQL refuses a NULL created_at for good.
+		"epoch":             {false, ledger.Entry{RequestID: "r", CreatedAt: time.Unix(0, 0)}},
+		"epoch after micro": {false, ledger.Entry{RequestID: "r", CreatedAt: time.Unix(0, 500)}},
+		"settled at epoch":  {true, ledger.Entry{RequestID: "r", SettledAt: time.Unix(0, 0)}},
 	} {
 		var err error
 		if c.settle {
