@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/costgate/costgate/internal/servicetest"
 	"github.com/costgate/costgate/ledger"
 )
@@ -87,5 +89,53 @@ func TestBatchDelay(t *testing.T) {
 	}
 	if d := time.Since(closeStart); d > 2*time.Second {
 		t.Fatalf("Close waited for the batch delay: %v", d)
+	}
+}
+
+// TestApplyLockWaitIsBounded: a batch that waits for the apply lock, held
+// by a transaction that went silent, fails after the lock timeout and Stats
+// says so, instead of waiting unseen; once the lock is free, the batch goes
+// in.
+func TestApplyLockWaitIsBounded(t *testing.T) {
+	defer ledger.SetPGLockTimeout(200 * time.Millisecond)()
+	cfg := postgresConfig(t)
+	ctx := context.Background()
+	holder, err := pgx.Connect(ctx, cfg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	l, err := ledger.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Flush(ctx); err != nil { // migrated, marker applied
+		t.Fatal(err)
+	}
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(ledger.ApplyLock)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reserve(ctx, ledger.Entry{RequestID: "r1", Tenant: "acme", EstimatedCost: 1}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for l.Stats().StoreErr == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the batch waited for the lock 10 s and Stats reported nothing")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := l.Flush(fctx); err != nil {
+		t.Fatalf("after the lock was released: %v", err)
 	}
 }

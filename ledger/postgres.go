@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -118,6 +119,14 @@ func (s *pgStore) close() error {
 	return nil
 }
 
+// The timeouts of a batch's transaction (see begin).
+var (
+	pgLockTimeout = 30 * time.Second
+	pgIdleTimeout = time.Minute
+)
+
+func pgMillis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
 type pgTx struct{ tx pgx.Tx }
 
 func (s *pgStore) begin(ctx context.Context) (storeTx, error) {
@@ -130,8 +139,13 @@ func (s *pgStore) begin(ctx context.Context) (storeTx, error) {
 	}
 	// Batches of all nodes are serialized, so that the rows a batch loads
 	// stay as loaded until it commits, even when two nodes were given the
-	// same request id.
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(applyLock)); err != nil {
+	// same request id. A transaction that holds the lock and goes silent
+	// (its node cut off mid-batch) is ended by the server after
+	// pgIdleTimeout, and a batch that waits for the lock longer than
+	// pgLockTimeout fails, so that Stats reports it and the flusher
+	// retries, instead of every node waiting unseen.
+	if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $2, true), set_config('idle_in_transaction_session_timeout', $3, true), pg_advisory_xact_lock($1)",
+		int64(applyLock), pgMillis(pgLockTimeout), pgMillis(pgIdleTimeout)); err != nil {
 		tx.Rollback(ctx)
 		return nil, fmt.Errorf("ledger: postgres: %w", err)
 	}

@@ -1,0 +1,14 @@
+package ledger
+
+import "time"
+
+// SetPGLockTimeout sets how long a batch waits for the PostgreSQL apply
+// lock, for a test, and returns the function that restores it.
+func SetPGLockTimeout(d time.Duration) (restore func()) {
+	was := pgLockTimeout
+	pgLockTimeout = d
+	return func() { pgLockTimeout = was }
+}
+
+// ApplyLock is the advisory lock key that serializes batches.
+const ApplyLock = applyLock
