@@ -103,11 +103,11 @@ func (x *exchange) record() {
 	}
 	if x.blocked != nil {
 		d.Limit = x.blocked.limit.Name
-		d.Dimension = strings.Join(x.blocked.dims, "+")
+		d.Dimension = x.blocked.dimension
 		d.Key = x.blocked.key(x)
 	} else if i := x.result.Decider; i >= 0 && i < len(x.limits) {
 		d.Limit = x.limits[i].limit.Name
-		d.Dimension = strings.Join(x.limits[i].dims, "+")
+		d.Dimension = x.limits[i].dimension
 	}
 	x.s.tel.Decision(x.ctx, d)
 	if x.outcome == "hard" {
@@ -522,7 +522,7 @@ func (s *Server) deny(w http.ResponseWriter, x *exchange) {
 	retry := retryAfterSeconds(res.RetryAfter)
 	w.Header().Set("Retry-After", fmt.Sprint(retry))
 	status, typ := http.StatusTooManyRequests, "rate_limit_exceeded"
-	msg := fmt.Sprintf("limit %q is exhausted for this %s; retry in %d s", l.limit.Name, strings.Join(l.dims, "+"), retry)
+	msg := fmt.Sprintf("limit %q is exhausted for this %s; retry in %d s", l.limit.Name, l.dimension, retry)
 	if l.budget {
 		status, typ = http.StatusPaymentRequired, "budget_exceeded"
 		msg = fmt.Sprintf("budget %q is spent for this period; it resets in %d s", l.limit.Name, retry)
