@@ -376,6 +376,12 @@ func (s *Server) debit(w http.ResponseWriter, ctx context.Context, x *exchange) 
 		x.limits = append(x.limits, l)
 		x.items = append(x.items, weighted.Item{Limit: l.limit, Key: l.key(x), Cost: l.cost(x.est.Usage, x.est.Cost)})
 	}
+	return s.debitItems(w, ctx, x)
+}
+
+// debitItems debits x.items, all or nothing. A denial by shadow limits
+// alone is recorded and not enforced: the others are debited again alone.
+func (s *Server) debitItems(w http.ResponseWriter, ctx context.Context, x *exchange) bool {
 	if len(x.items) == 0 {
 		return true
 	}
@@ -397,8 +403,6 @@ func (s *Server) debit(w http.ResponseWriter, ctx context.Context, x *exchange) 
 	if res.Allowed {
 		return true
 	}
-	// A denial by a shadow limit is recorded and not enforced: debit the
-	// others alone.
 	if x.deniedOnlyByShadow() {
 		for i, st := range res.Items {
 			if !st.Allowed {
@@ -407,27 +411,10 @@ func (s *Server) debit(w http.ResponseWriter, ctx context.Context, x *exchange) 
 			}
 		}
 		x.dropShadow()
-		return s.debit2(w, ctx, x)
+		return s.debitItems(w, ctx, x)
 	}
 	s.deny(w, x)
 	return false
-}
-
-// debit2 debits the enforced limits alone, after a shadow limit's denial.
-func (s *Server) debit2(w http.ResponseWriter, ctx context.Context, x *exchange) bool {
-	if len(x.items) == 0 {
-		return true
-	}
-	res, err := s.store.Debit(ctx, x.id, x.items)
-	if err != nil {
-		return s.storeFailed(w, ctx, x, err)
-	}
-	x.result = res
-	if !res.Allowed {
-		s.deny(w, x)
-		return false
-	}
-	return true
 }
 
 func (x *exchange) limitFor(name string) *compiledLimit {
@@ -439,13 +426,17 @@ func (x *exchange) limitFor(name string) *compiledLimit {
 	return &compiledLimit{}
 }
 
+// deniedOnlyByShadow tells whether every limit that denied the debit is a
+// shadow limit, and at least one did.
 func (x *exchange) deniedOnlyByShadow() bool {
+	shadow := false
 	for i, st := range x.result.Items {
 		if !st.Allowed && !x.limits[i].shadow {
 			return false
 		}
+		shadow = shadow || !st.Allowed
 	}
-	return true
+	return shadow
 }
 
 func (x *exchange) dropShadow() {
