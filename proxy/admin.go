@@ -171,7 +171,7 @@ func (s *Server) adminLimits(w http.ResponseWriter, r *http.Request) {
 	for i, l := range st.limits {
 		lj := limitJSON{Name: l.limit.Name, Algorithm: l.limit.Algorithm.String(), Unit: l.unit, Rate: l.limit.Rate,
 			PeriodS: int64(l.window(time.Now()) / time.Second), Capacity: l.limit.Capacity(), Budget: l.budget, Shadow: l.shadow,
-			Dims: strings.Join(l.dims, "+")}
+			Dims: l.dimension}
 		if i < len(res.Items) {
 			rem, reset := res.Items[i].Remaining, int64(res.Items[i].ResetAfter/time.Second)
 			lj.Remaining, lj.ResetS = &rem, &reset

@@ -274,3 +274,31 @@ func FuzzHideUsage(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkHideUsage reads a 200-chunk OpenAI stream through the filter that
+// hides a usage report costgate asked for, as the reverse proxy does (32 KiB
+// reads).
+func BenchmarkHideUsage(b *testing.B) {
+	pieces := strings.SplitAfter(strings.Repeat("a token ", 200), " ")
+	stream := openAIStream(pieces, true, 10, int64(len(pieces)), "\n\n")
+	est, err := costmodel.NewEstimator(costmodel.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := make([]byte, 32<<10)
+	b.SetBytes(int64(len(stream)))
+	b.ReportAllocs()
+	for b.Loop() {
+		m := &meteredBody{
+			rc:        io.NopCloser(bytes.NewReader(stream)),
+			kind:      costmodel.ChatCompletions,
+			stream:    est.NewStreamMeter(costmodel.ChatCompletions, "gpt-4o-mini"),
+			hideUsage: true,
+		}
+		for {
+			if _, err := m.Read(p); err != nil {
+				break
+			}
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -59,8 +58,5 @@ func writeError(w http.ResponseWriter, path string, status int, e apiError) {
 			Error apiError `json:"error"`
 		}{"error", e}
 	}
-	b, _ := json.Marshal(body)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
+	writeJSON(w, status, body)
 }

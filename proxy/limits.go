@@ -16,6 +16,7 @@ type compiledLimit struct {
 	cost       func(costmodel.Usage, costmodel.NanoUSD) int64
 	plans      []string // empty: every plan
 	dims       []string
+	dimension  string // dims joined by "+", as telemetry and messages name them
 	budget     bool   // a denial is 402 budget_exceeded rather than 429
 	period     string // a budget's period: day or month
 	shadow     bool   // a denial is recorded, never enforced
@@ -34,6 +35,7 @@ func compileLimit(l LimitConfig) (*compiledLimit, error) {
 		cost:       units[l.Unit],
 		plans:      l.Plans,
 		dims:       l.Dimensions,
+		dimension:  strings.Join(l.Dimensions, "+"),
 		shadow:     l.Mode == "shadow",
 		failClosed: l.OnStoreFailure == "fail_closed",
 		tagged:     callerDims(l.Dimensions),
@@ -49,14 +51,15 @@ func compileBudget(b BudgetConfig) *compiledLimit {
 		l.Period, l.Calendar = 0, weighted.Month
 	}
 	return &compiledLimit{
-		limit:  l,
-		unit:   "usd",
-		cost:   units["usd"],
-		plans:  b.Plans,
-		dims:   []string{b.Scope},
-		budget: true,
-		period: b.Period,
-		tagged: true,
+		limit:     l,
+		unit:      "usd",
+		cost:      units["usd"],
+		plans:     b.Plans,
+		dims:      []string{b.Scope},
+		dimension: b.Scope,
+		budget:    true,
+		period:    b.Period,
+		tagged:    true,
 	}
 }
 

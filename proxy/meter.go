@@ -81,15 +81,18 @@ func (m *meteredBody) observe(b []byte) {
 
 // readEvents forwards whole events, filtered.
 func (m *meteredBody) readEvents(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
 	for len(m.out) == 0 {
 		if m.err != nil {
 			return 0, m.err
 		}
-		chunk := make([]byte, 8<<10)
-		n, err := m.rc.Read(chunk)
+		// p is scratch space until the events are copied into it.
+		n, err := m.rc.Read(p)
 		if n > 0 {
-			m.observe(chunk[:n])
-			m.buf = append(m.buf, chunk[:n]...)
+			m.observe(p[:n])
+			m.buf = append(m.buf, p[:n]...)
 			m.split()
 			if len(m.buf) > maxEvent {
 				// Not an event stream as OpenAI writes one: pass it on as
@@ -120,13 +123,28 @@ func (m *meteredBody) split() {
 		if end < 0 {
 			return
 		}
-		ev := m.buf[:end+sep]
-		if !isUsageReport(ev) {
-			m.out = append(m.out, bytes.ReplaceAll(ev, []byte(`,"usage":null`), nil)...)
+		// Strip the "usage":null members into out first: an ordinary
+		// chunk then has no "usage" left, and needs no JSON parse to tell
+		// it from the report.
+		start, ev := len(m.out), m.buf[:end+sep]
+		for {
+			before, after, found := bytes.Cut(ev, nullUsage)
+			m.out = append(m.out, before...)
+			if !found {
+				break
+			}
+			ev = after
+		}
+		if isUsageReport(m.out[start:]) {
+			m.out = m.out[:start]
 		}
 		m.buf = m.buf[end+sep:]
 	}
 }
+
+// nullUsage is the member an upstream asked for a usage report adds to
+// every chunk before the report.
+var nullUsage = []byte(`,"usage":null`)
 
 // isUsageReport tells whether an OpenAI stream event is the usage-only
 // chunk: a usage object and no choices.

@@ -107,11 +107,11 @@ func (x *exchange) record() {
 	}
 	if x.blocked != nil {
 		d.Limit = x.blocked.limit.Name
-		d.Dimension = strings.Join(x.blocked.dims, "+")
+		d.Dimension = x.blocked.dimension
 		d.Key = x.blocked.key(x)
 	} else if i := x.result.Decider; i >= 0 && i < len(x.limits) {
 		d.Limit = x.limits[i].limit.Name
-		d.Dimension = strings.Join(x.limits[i].dims, "+")
+		d.Dimension = x.limits[i].dimension
 	}
 	x.s.tel.Decision(x.ctx, d)
 	if x.outcome == "hard" {
@@ -381,6 +381,12 @@ func (s *Server) debit(w http.ResponseWriter, ctx context.Context, x *exchange) 
 		x.limits = append(x.limits, l)
 		x.items = append(x.items, weighted.Item{Limit: l.limit, Key: l.key(x), Cost: l.cost(x.est.Usage, x.est.Cost)})
 	}
+	return s.debitItems(w, ctx, x)
+}
+
+// debitItems debits x.items, all or nothing. A denial by shadow limits
+// alone is recorded and not enforced: the others are debited again alone.
+func (s *Server) debitItems(w http.ResponseWriter, ctx context.Context, x *exchange) bool {
 	if len(x.items) == 0 {
 		return true
 	}
@@ -402,8 +408,6 @@ func (s *Server) debit(w http.ResponseWriter, ctx context.Context, x *exchange) 
 	if res.Allowed {
 		return true
 	}
-	// A denial by a shadow limit is recorded and not enforced: debit the
-	// others alone.
 	if x.deniedOnlyByShadow() {
 		for i, st := range res.Items {
 			if !st.Allowed {
@@ -412,28 +416,13 @@ func (s *Server) debit(w http.ResponseWriter, ctx context.Context, x *exchange) 
 			}
 		}
 		x.dropShadow()
-		return s.debit2(w, ctx, x)
+		// On Redis Cluster the denial's compensation closed the first
+		// reservation id: the second debit reserves under another.
+		x.resID = x.id + ":2"
+		return s.debitItems(w, ctx, x)
 	}
 	s.deny(w, x)
 	return false
-}
-
-// debit2 debits the enforced limits alone, after a shadow limit's denial.
-func (s *Server) debit2(w http.ResponseWriter, ctx context.Context, x *exchange) bool {
-	if len(x.items) == 0 {
-		return true
-	}
-	x.resID = x.id + ":2"
-	res, err := s.store.Debit(ctx, x.resID, x.items)
-	if err != nil {
-		return s.storeFailed(w, ctx, x, err)
-	}
-	x.result = res
-	if !res.Allowed {
-		s.deny(w, x)
-		return false
-	}
-	return true
 }
 
 func (x *exchange) limitFor(name string) *compiledLimit {
@@ -445,13 +434,17 @@ func (x *exchange) limitFor(name string) *compiledLimit {
 	return &compiledLimit{}
 }
 
+// deniedOnlyByShadow tells whether every limit that denied the debit is a
+// shadow limit, and at least one did.
 func (x *exchange) deniedOnlyByShadow() bool {
+	shadow := false
 	for i, st := range x.result.Items {
 		if !st.Allowed && !x.limits[i].shadow {
 			return false
 		}
+		shadow = shadow || !st.Allowed
 	}
-	return true
+	return shadow
 }
 
 func (x *exchange) dropShadow() {
@@ -528,7 +521,7 @@ func (s *Server) deny(w http.ResponseWriter, x *exchange) {
 	retry := retryAfterSeconds(res.RetryAfter)
 	w.Header().Set("Retry-After", fmt.Sprint(retry))
 	status, typ := http.StatusTooManyRequests, "rate_limit_exceeded"
-	msg := fmt.Sprintf("limit %q is exhausted for this %s; retry in %d s", l.limit.Name, strings.Join(l.dims, "+"), retry)
+	msg := fmt.Sprintf("limit %q is exhausted for this %s; retry in %d s", l.limit.Name, l.dimension, retry)
 	if l.budget {
 		status, typ = http.StatusPaymentRequired, "budget_exceeded"
 		msg = fmt.Sprintf("budget %q is spent for this period; it resets in %d s", l.limit.Name, retry)
