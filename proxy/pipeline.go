@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -239,7 +240,22 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	}
 	defer x.record()
 	x.ip, _, _ = net.SplitHostPort(r.RemoteAddr)
+	// A client that sends its body slowly holds the request no longer than
+	// bodyReadTimeout (the server bounds only the header's read).
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(x.start.Add(bodyReadTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, x.st.cfg.MaxBodyBytes))
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// The deadline stays, and the connection closes: the server would
+		// otherwise wait for the rest of the body before it answers.
+		w.Header().Set("Connection", "close")
+		writeError(w, path, http.StatusRequestTimeout, apiError{
+			Type: "invalid_request_error", Code: "body_timeout",
+			Message: fmt.Sprintf("the request body did not arrive within %s", bodyReadTimeout),
+		})
+		return
+	}
+	rc.SetReadDeadline(time.Time{})
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -369,6 +385,9 @@ func withStreamUsage(body []byte) ([]byte, error) {
 	m["stream_options"] = raw
 	return json.Marshal(m)
 }
+
+// bodyReadTimeout bounds the read of a request's body.
+var bodyReadTimeout = 30 * time.Second
 
 // debit reserves the estimate on every limit that applies. It answers the
 // client and returns false when the request may not go on.
