@@ -37,6 +37,9 @@ type stackOptions struct {
 	policies fs.FS            // default: the quickstart's
 	sim      simulator.Config // the simulator's knobs; its Estimator is set for it
 	upstream http.Handler     // replaces the simulator when set
+	// upstreamURL, when set, is where the openai and anthropic upstreams
+	// point instead.
+	upstreamURL string
 	// store is more of the store section, indented by two spaces.
 	store string
 	// ledgerDSN is a PostgreSQL ledger; empty: the embedded ledger.
@@ -65,6 +68,10 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 	}
 	sim := httptest.NewServer(up)
 	t.Cleanup(sim.Close)
+	upURL := sim.URL
+	if o.upstreamURL != "" {
+		upURL = o.upstreamURL
+	}
 	redisURL, limits := o.redisURL, o.extra
 	// Lines before a "limits:" line at the top of extra are more upstreams.
 	upstreams := ""
@@ -108,7 +115,7 @@ tenants:
     keys:
       - id: globex-key
         key: cg-test-globex
-%s`, t.TempDir(), redisURL, o.store, sim.URL, o.upstreamTimeout, sim.URL, upstreams, limits)
+%s`, t.TempDir(), redisURL, o.store, upURL, o.upstreamTimeout, upURL, upstreams, limits)
 	cfg, err := proxy.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatalf("config: %v", err)

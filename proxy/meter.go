@@ -17,6 +17,10 @@ const maxCapture = 8 << 20
 // usage reports are hidden from the client.
 const maxEvent = 1 << 20
 
+// maxDrain bounds how much of an answer costgate reads on its own after
+// the client stopped reading it (see meteredBody.Close).
+const maxDrain = 64 << 20
+
 // meteredBody passes the upstream's body on while it reads the usage from
 // it: from the server-sent events of a stream as they pass, or from the
 // JSON document of a plain response.
@@ -36,7 +40,8 @@ type meteredBody struct {
 	hideUsage bool
 	buf       []byte // read from upstream, not yet split into events
 	out       []byte // events ready for the client
-	err       error  // the upstream's read error, returned once out is drained
+	err       error  // the upstream's read error (io.EOF at the end), returned once out is drained
+	drained   int64  // bytes read by Close after the client stopped reading
 }
 
 func (x *exchange) meter(resp *http.Response) io.ReadCloser {
@@ -59,6 +64,9 @@ func (m *meteredBody) Read(p []byte) (int, error) {
 	n, err := m.rc.Read(p)
 	if n > 0 {
 		m.observe(p[:n])
+	}
+	if err != nil {
+		m.err = err
 	}
 	return n, err
 }
@@ -163,7 +171,36 @@ func isUsageReport(ev []byte) bool {
 	return len(chunk.Choices) == 0 && len(chunk.Usage) > 0 && string(chunk.Usage) != "null"
 }
 
-func (m *meteredBody) Close() error { return m.rc.Close() }
+// Close ends the upstream's answer. When the client stopped reading
+// before the end (it went away, or the copy to it failed), Close first reads
+// the rest itself, up to maxDrain bytes and within the upstream's timeout
+// (the upstream exchange does not end with the client's connection), so
+// that the usage report the upstream bills by is still metered: a client
+// that cuts a stream after its first chunk pays what the upstream charged,
+// hidden reasoning tokens included.
+func (m *meteredBody) Close() error {
+	if m.err == nil {
+		m.drain()
+	}
+	return m.rc.Close()
+}
+
+func (m *meteredBody) drain() {
+	bp := buffers.Get().(*[]byte)
+	defer buffers.Put(bp)
+	buf := *bp
+	for m.drained < maxDrain {
+		n, err := m.rc.Read(buf)
+		if n > 0 {
+			m.observe(buf[:n])
+			m.drained += int64(n)
+		}
+		if err != nil {
+			m.err = err
+			return
+		}
+	}
+}
 
 // usage is what the upstream reported, or, for a stream that ended without
 // a report, what was counted from the content seen. ok is false when

@@ -240,6 +240,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	}
 	defer x.record()
 	x.ip, _, _ = net.SplitHostPort(r.RemoteAddr)
+	// A caller whose request-count limit is known to be spent is refused
+	// before its body is read and estimated.
+	if s.refuseEarly(w, x) {
+		return
+	}
 	// A client that sends its body slowly holds the request no longer than
 	// bodyReadTimeout (the server bounds only the header's read).
 	rc := http.NewResponseController(w)
@@ -355,12 +360,27 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	r.ContentLength = int64(len(body))
 	r.Header.Del("Content-Length")
 	t = x.begin(telemetry.StageUpstream)
-	ctx, cancel := context.WithTimeout(context.WithValue(x.ctx, ctxKey{}, x), x.upstream.timeout)
+	ctx, cancel := s.upstreamContext(x)
 	defer cancel() // deferred, as the copy may end in a panic (see above)
 	defer t.end()
 	x.upstream.rp.ServeHTTP(w, r.WithContext(ctx))
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
+	}
+}
+
+// upstreamContext is the context of the upstream exchange. It carries the
+// request's span and exchange but not its cancellation: a client that
+// disconnects does not stop costgate from reading the rest of the
+// upstream's answer, which the upstream bills whether or not the client
+// reads it (see meteredBody.Close). It ends at the upstream's timeout, or
+// when the server closes.
+func (s *Server) upstreamContext(x *exchange) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.WithValue(context.WithoutCancel(x.ctx), ctxKey{}, x), x.upstream.timeout)
+	stop := context.AfterFunc(s.stopping, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
 	}
 }
 
@@ -441,6 +461,7 @@ func (s *Server) debitItems(w http.ResponseWriter, ctx context.Context, x *excha
 		return s.debitItems(w, ctx, x)
 	}
 	s.deny(w, x)
+	s.remember(x)
 	return false
 }
 
@@ -761,9 +782,10 @@ func (s *Server) settle(x *exchange) {
 	}
 	if len(x.items) > 0 {
 		actual := make([]int64, len(x.items))
+		reached := x.reachedUpstream()
 		for i, l := range x.limits {
 			actual[i] = l.cost(usage, cost)
-			if l.unit == "requests" && status == ledger.StatusFailed {
+			if l.unit == "requests" && !reached {
 				actual[i] = 0
 			}
 		}
@@ -778,6 +800,19 @@ func (s *Server) settle(x *exchange) {
 	if err := s.ledger.Settle(ctx, e); err != nil {
 		s.log.Error("ledger settle failed", "request_id", x.id, "err", err)
 	}
+}
+
+// reachedUpstream tells whether the request reached the upstream: it
+// answered, whatever its status, or the exchange failed after the
+// connection was made. A request unit is spent once the request reaches
+// the upstream (a tenant must not flood a shared upstream key with
+// requests it answers 404 or 429), and returned only when it never did.
+func (x *exchange) reachedUpstream() bool {
+	if x.upstreamErr == nil {
+		return x.status != 0
+	}
+	var op *net.OpError
+	return !errors.As(x.upstreamErr, &op) || op.Op != "dial"
 }
 
 // cost prices usage: by the model's price, or by a generic route's rule.

@@ -42,6 +42,11 @@ type Server struct {
 	loader   func() (*Config, error)
 	ping     func(context.Context) error // checks the limiter store; nil for memory
 
+	// stopping ends when Close starts: upstream exchanges still running
+	// then end (see upstreamContext).
+	stopping context.Context
+	stop     context.CancelFunc
+
 	inflight atomic.Int64   // requests in the pipeline, settlement included
 	settles  sync.WaitGroup // settlements under way; Close waits for them
 	renewer  *renewer       // renews the concurrency leases of requests in flight
@@ -84,6 +89,7 @@ type state struct {
 	upstreams map[string]*upstream
 	routes    map[string]*upstream // by API path
 	models    []string             // priced models, sorted, for GET /v1/models
+	refused   *refusals            // request-count limits known to be spent
 }
 
 // caller is who a key belongs to.
@@ -99,6 +105,7 @@ type caller struct {
 // in-process simulators for the upstreams that use them.
 func Open(ctx context.Context, cfg *Config, opts Options) (*Server, error) {
 	s := &Server{log: opts.Logger, tel: opts.Telemetry, loader: opts.Loader, sims: map[string]string{}}
+	s.stopping, s.stop = context.WithCancel(context.Background())
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -271,6 +278,7 @@ func (s *Server) compile(cfg *Config) (*state, error) {
 		keys:      make(map[[sha256.Size]byte]*caller),
 		upstreams: map[string]*upstream{},
 		routes:    map[string]*upstream{},
+		refused:   &refusals{},
 	}
 	var err error
 	if st.est, err = costmodel.NewEstimator(cfg.costmodel()); err != nil {
@@ -409,18 +417,20 @@ func (s *Server) Ledger() *ledger.Ledger { return s.ledger }
 // Telemetry is the server's telemetry.
 func (s *Server) Telemetry() *telemetry.Telemetry { return s.tel }
 
-// Close stops everything Open started, in reverse order, and waits for
-// the server's goroutines. It flushes the ledger.
 // closeWait bounds how long Close waits for requests still in the pipeline.
 const closeWait = 10 * time.Second
 
+// Close stops everything Open started, in reverse order, and waits for
+// the server's goroutines. It flushes the ledger.
 func (s *Server) Close() error {
-	// Requests still in the pipeline, such as streams whose connections
-	// were cut when a drain timed out, are ending: wait for them (bounded),
+	// Upstream exchanges still running end now (their clients are gone or
+	// their drain timed out), and their requests settle with what was
+	// read. Requests still in the pipeline are ending: wait for them (bounded),
 	// so that they reach their settlement, then for the settlements, which
 	// write to the stores, before the stores close. (Close is called once
 	// the listeners have stopped, so no new request starts; one that was
 	// accepted and starts late finds the ledger closed and is refused.)
+	s.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
 	s.WaitIdle(ctx)
 	cancel()

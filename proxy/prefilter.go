@@ -1,0 +1,137 @@
+package proxy
+
+import (
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/costgate/costgate/weighted"
+)
+
+// refusals remembers the request-count limits known to be spent, so that a
+// caller whose requests are refused costs little: its next requests are
+// refused before their bodies are read and estimated, with the same 429
+// and the same Retry-After as the store would answer.
+//
+// Only limits whose cost does not depend on the request are remembered:
+// unit requests, enforced, not concurrency (a release frees a slot at any
+// time), not keyed by model (the model is in the body). Such a limit's
+// denial says exactly when one unit is free again; until then every
+// request of that key is refused. A reservation cancelled meanwhile (a
+// policy's refusal, a ledger failure) can free a unit earlier than that:
+// the prefilter then refuses for at most the Retry-After it announced.
+// The table is per configuration (a reload starts it anew) and bounded by
+// maxRefusals keys; it is safe for concurrent use.
+type refusals struct {
+	n     atomic.Int64 // entries in m, expired ones included
+	m     sync.Map     // limit name + "\x00" + key -> *refusal
+	sweep sync.Mutex   // one sweeper at a time
+}
+
+type refusal struct {
+	until time.Time
+}
+
+// maxRefusals bounds the keys the prefilter remembers.
+const maxRefusals = 1 << 16
+
+// prefiltered tells whether l's denials can be remembered.
+func (l *compiledLimit) prefiltered() bool {
+	if l.unit != "requests" || l.shadow || l.budget || l.limit.Algorithm == weighted.Concurrency {
+		return false
+	}
+	for _, d := range l.dims {
+		if d == "model" {
+			return false
+		}
+	}
+	return true
+}
+
+// add remembers that l is spent for key until until.
+func (r *refusals) add(l *compiledLimit, key string, until time.Time) {
+	k := l.limit.Name + "\x00" + key
+	if old, ok := r.m.Load(k); ok {
+		if old.(*refusal).until.Before(until) {
+			r.m.Store(k, &refusal{until: until})
+		}
+		return
+	}
+	if r.n.Load() >= maxRefusals && !r.expire(time.Now()) {
+		return
+	}
+	if _, loaded := r.m.LoadOrStore(k, &refusal{until: until}); !loaded {
+		r.n.Add(1)
+	}
+}
+
+// expire drops the entries that have run out and tells whether there is
+// room again.
+func (r *refusals) expire(now time.Time) bool {
+	if !r.sweep.TryLock() {
+		return false
+	}
+	defer r.sweep.Unlock()
+	r.m.Range(func(k, v any) bool {
+		if !v.(*refusal).until.After(now) {
+			r.m.Delete(k)
+			r.n.Add(-1)
+		}
+		return true
+	})
+	return r.n.Load() < maxRefusals
+}
+
+// check returns the first limit of x's caller that is known to be spent,
+// with its key and when it frees; l is nil when none is. It costs one
+// atomic load while nothing is remembered.
+func (r *refusals) check(x *exchange, now time.Time) (l *compiledLimit, key string, until time.Time) {
+	if r.n.Load() == 0 {
+		return nil, "", time.Time{}
+	}
+	for _, cl := range x.st.limits {
+		if !cl.prefiltered() || !cl.appliesTo(x.caller.plan) {
+			continue
+		}
+		k := cl.key(x)
+		v, ok := r.m.Load(cl.limit.Name + "\x00" + k)
+		if !ok {
+			continue
+		}
+		if u := v.(*refusal).until; u.After(now) {
+			return cl, k, u
+		}
+	}
+	return nil, "", time.Time{}
+}
+
+// remember records a denial decided by a limit the prefilter can hold.
+func (s *Server) remember(x *exchange) {
+	if x.degraded {
+		return // the local fallback's state is not the store's
+	}
+	i := x.result.Decider
+	if i < 0 || i >= len(x.limits) || !x.limits[i].prefiltered() {
+		return
+	}
+	x.st.refused.add(x.limits[i], x.items[i].Key, time.Now().Add(x.result.RetryAfter))
+}
+
+// refuseEarly answers a request of a caller whose limit is known to be
+// spent, before its body is read: the 429 the store would give.
+func (s *Server) refuseEarly(w http.ResponseWriter, x *exchange) bool {
+	now := time.Now()
+	l, key, until := x.st.refused.check(x, now)
+	if l == nil {
+		return false
+	}
+	wait := until.Sub(now)
+	x.limits, x.items = append(x.limitsBuf[:0], l), append(x.itemsBuf[:0], weighted.Item{Limit: l.limit, Key: key, Cost: 1})
+	x.result = weighted.Result{Decider: 0, RetryAfter: wait,
+		Items: []weighted.ItemState{{Capacity: l.limit.Capacity(), RetryAfter: wait, ResetAfter: wait}}}
+	s.deny(w, x)
+	// Nothing was debited: there is nothing to return.
+	x.limits, x.items = x.limits[:0], x.items[:0]
+	return true
+}
