@@ -191,7 +191,7 @@ func (r *Redis) runOne(ctx context.Context, keys []string, buf []byte, id string
 func splitReply(v any, n int) ([]any, error) {
 	replies, ok := v.([]any)
 	if !ok || len(replies) != n {
-		return nil, fmt.Errorf("weighted: script returned %T of %d replies, want %d", v, len(replies), n)
+		return nil, fmt.Errorf("%w: script returned %T of %d replies, want %d", errBadReply, v, len(replies), n)
 	}
 	return replies, nil
 }

@@ -422,7 +422,7 @@ func (r *Redis) evalGroup(ctx context.Context, id string, items []Item, ss []spe
 	}
 	reply, ok := v.(string)
 	if !ok || len(reply) != 8*(1+4*len(g.idx)) {
-		return false, fmt.Errorf("weighted: debit returned %T of %d bytes, want %d", v, len(reply), 8*(1+4*len(g.idx)))
+		return false, fmt.Errorf("%w: debit returned %T of %d bytes, want %d", errBadReply, v, len(reply), 8*(1+4*len(g.idx)))
 	}
 	for j, i := range g.idx {
 		o := reply[8+32*j:]

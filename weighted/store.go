@@ -57,6 +57,7 @@ package weighted
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -104,7 +105,7 @@ const DefaultSettleTTL = 10 * time.Minute
 var (
 	errNoID       = errors.New("weighted: empty reservation id")
 	errActualSize = errors.New("weighted: settle needs one actual cost per item")
-	errNegative   = errors.New("weighted: negative actual cost")
+	errNegative   = fmt.Errorf("%w: negative actual cost", ErrInvalidCost)
 )
 
 // checkSettle validates the arguments of Settle.
