@@ -43,6 +43,16 @@ type RedisConfig struct {
 	// requests are batched (see Redis). 0 means DefaultMaxBatch; 1 turns
 	// batching off: one script call per request.
 	MaxBatch int
+	// Generations makes the store detect that Redis lost state (a restart
+	// empty, a FLUSHALL, a failover to a replica that lags, an older
+	// snapshot): every hash tag of the items' keys gets a marker, read and
+	// advanced by the debit script itself (no round trip more), and a
+	// Debit or Peek that finds its tag's marker missing or behind what
+	// this store has seen applies nothing and returns a *StaleError
+	// (ErrStale) until Restore writes a fresh one. Keys without a hash tag
+	// of their own have no marker (see Redis). Off by default: a store
+	// that turns it on finds every tag stale until restored.
+	Generations bool
 }
 
 // Validate reports whether the config is usable.
@@ -174,6 +184,40 @@ func (c RedisConfig) Validate() error {
 // migration: while a slot migrates, a debit that writes a new reservation
 // key there is answered TRYAGAIN until the slot's keys have moved).
 //
+// # Generations
+//
+// With RedisConfig.Generations, each hash tag T of the items' keys (the
+// tag of an item key that has one; see Item.Key) has a marker key
+// <prefix>g:{T}, in T's slot, kept without expiry: a decimal integer, the
+// tag's generation. The debit script reads the markers of its request's
+// tags (GET) and, when one is missing or below the highest value this
+// store has seen for its tag (it remembers up to 65,536 tags, forgetting
+// an arbitrary one for each new one past that), applies nothing and
+// replies stale; Debit and Peek then return a *StaleError naming the
+// tags and items. A debit admitted that writes advances each of its
+// markers by one (INCR) and the store remembers the values replied, so
+// that a Redis that comes back with an older marker (a replica that
+// missed the latest writes, an older snapshot) is caught on the first
+// call that sees it, by every client that saw a later value. Restore
+// raises the counters of a tag to what the caller counted and sets the
+// marker to the largest of the server's time in µs, one more than the
+// marker and one more than the store has seen, in one script call per
+// tag; a restored marker is thus above any value seen before it, and two
+// replicas that both restore a tag settle on the later marker.
+//
+// What it does not cover: keys without a hash tag of their own (global or
+// per-model limits): a loss there admits at most one more window (or one
+// more capacity) of that limit before the counter fills again. Settle,
+// Cancel and Renew neither check nor advance markers: they apply to what
+// the store holds (a refund of a lost counter is clamped at empty), so a
+// rollback that loses only settlements made after this store's last debit
+// on the tag goes unseen (a charge above the estimate lost; the ledger
+// reconciliation covers it). A marker evicted alone reads as a loss (a
+// Restore more); counters evicted under a marker kept are not seen, so
+// run Redis with maxmemory-policy noeviction. The markers cost the debit
+// script a GET per tag, and an INCR per tag when it writes (see
+// bench/README.md).
+//
 // Redis is safe for concurrent use. Use NewRedis to make one.
 type Redis struct {
 	c         Scripter
@@ -189,6 +233,10 @@ type Redis struct {
 	now func() time.Time
 	// scriptCalls counts the script calls of requests, for tests.
 	scriptCalls atomic.Int64
+	// gens is RedisConfig.Generations; seen the highest marker values
+	// replied, by tag.
+	gens bool
+	seen seenGens
 
 	mu         sync.Mutex
 	queue      queue             // the queue, when not sharded
@@ -207,10 +255,13 @@ var (
 	settleLua string
 	//go:embed renew.lua
 	renewLua string
+	//go:embed restore.lua
+	restoreLua string
 	//go:embed batch.lua
 	batchLua string
 
-	batchScript = newScript(libLua + strings.NewReplacer("-- settle.lua\n", settleLua, "-- debit.lua\n", debitLua, "-- renew.lua\n", renewLua).Replace(batchLua))
+	batchScript = newScript(libLua + strings.NewReplacer("-- settle.lua\n", settleLua, "-- debit.lua\n", debitLua,
+		"-- renew.lua\n", renewLua, "-- restore.lua\n", restoreLua).Replace(batchLua))
 	resetScript = newScript("return redis.call('DEL', unpack(KEYS))")
 )
 
@@ -229,7 +280,7 @@ func NewRedis(client Scripter, cfg RedisConfig) *Redis {
 	}
 	r := &Redis{
 		c: client, prefix: cfg.Prefix, settleTTL: DefaultSettleTTL.Milliseconds(), sharded: cfg.Sharded,
-		maxBatch: cmp.Or(cfg.MaxBatch, DefaultMaxBatch), maxInFlight: defaultMaxInFlight,
+		maxBatch: cmp.Or(cfg.MaxBatch, DefaultMaxBatch), maxInFlight: defaultMaxInFlight, gens: cfg.Generations,
 	}
 	if r.prefix == "" {
 		r.prefix = "cg:"
@@ -271,6 +322,11 @@ func (r *Redis) key(it *Item) string {
 		return r.prefix + l.Name + ":" + l.code() + ":{_" + it.Key + "}"
 	}
 	return r.prefix + l.Name + ":" + l.code() + ":{" + it.Key + "}"
+}
+
+// markerKey returns the key of the generation marker of hash tag tag.
+func (r *Redis) markerKey(tag string) string {
+	return r.prefix + "g:{" + tag + "}"
 }
 
 // recordKey returns the key of reservation id among keys with hash tag tag.
@@ -354,16 +410,19 @@ func (g *group) strings(items []Item) int {
 
 // The ops of batch.lua.
 const (
-	opPeek   = 0
-	opDebit  = 1
-	opSettle = 2
-	opRenew  = 3
+	opPeek    = 0
+	opDebit   = 1
+	opSettle  = 2
+	opRenew   = 3
+	opRestore = 4
 )
 
 // header appends the header of a request of batch.lua: the number of items,
 // of keys, the time override, the op, how many of the items (the first
-// ones) are meters or windows, and how long to remember a settled id (ms).
-func (r *Redis) header(buf []byte, n, keys int, op int64, ns int) []byte {
+// ones) are meters or windows, how long to remember a settled id (ms), the
+// number of generation markers (the request's last keys, those of tags)
+// and the highest value seen of each.
+func (r *Redis) header(buf []byte, n, keys int, op int64, ns int, tags []string) []byte {
 	var now int64
 	if r.now != nil {
 		now = r.now().UnixMicro()
@@ -373,7 +432,12 @@ func (r *Redis) header(buf []byte, n, keys int, op int64, ns int) []byte {
 	buf = appendNumber(buf, now)
 	buf = appendNumber(buf, op)
 	buf = appendNumber(buf, int64(ns))
-	return appendNumber(buf, r.settleTTL)
+	buf = appendNumber(buf, r.settleTTL)
+	buf = appendNumber(buf, int64(len(tags)))
+	for _, t := range tags {
+		buf = appendNumber(buf, r.seen.get(t))
+	}
+	return buf
 }
 
 // appendNumber appends v as the scripts read numbers: a little-endian
@@ -410,8 +474,19 @@ func (r *Redis) evalGroup(ctx context.Context, id string, items []Item, ss []spe
 			break
 		}
 	}
+	var tags []string
+	if r.gens {
+		var tbuf [2]string
+		tags = itemTags(items, g.idx, tbuf[:0])
+		if len(tags) > 0 {
+			keys = keys[:len(keys):len(keys)]
+			for _, t := range tags {
+				keys = append(keys, r.markerKey(t))
+			}
+		}
+	}
 	c := getCall(ctx)
-	c.buf = r.header(c.buf, len(g.idx), len(keys), op, g.strings(items))
+	c.buf = r.header(c.buf, len(g.idx), len(keys), op, g.strings(items), tags)
 	for _, i := range g.idx {
 		c.buf = appendItem(c.buf, &ss[i], items[i].Cost)
 	}
@@ -421,8 +496,14 @@ func (r *Redis) evalGroup(ctx context.Context, id string, items []Item, ss []spe
 		return false, err
 	}
 	reply, ok := v.(string)
-	if !ok || len(reply) != 8*(1+4*len(g.idx)) {
-		return false, fmt.Errorf("%w: debit returned %T of %d bytes, want %d", errBadReply, v, len(reply), 8*(1+4*len(g.idx)))
+	if ok && len(tags) > 0 && len(reply) == 8*(1+len(tags)) && replyNumber(reply, 0) == -1 {
+		return false, r.stale(items, tags, reply[8:])
+	}
+	if !ok || len(reply) != 8*(1+4*len(g.idx)+len(tags)) {
+		return false, fmt.Errorf("%w: debit returned %T of %d bytes, want %d", errBadReply, v, len(reply), 8*(1+4*len(g.idx)+len(tags)))
+	}
+	for j, t := range tags {
+		r.seen.saw(t, replyNumber(reply, 1+4*len(g.idx)+j))
 	}
 	for j, i := range g.idx {
 		o := reply[8+32*j:]
@@ -435,6 +516,18 @@ func (r *Redis) evalGroup(ctx context.Context, id string, items []Item, ss []spe
 		}
 	}
 	return replyNumber(reply, 0) == 1, nil
+}
+
+// stale returns the *StaleError of a stale reply: gens holds the values of
+// the markers of tags, 0 for a missing one.
+func (r *Redis) stale(items []Item, tags []string, gens string) error {
+	var stale []string
+	for j, t := range tags {
+		if g := replyNumber(gens, j); g == 0 || g < r.seen.get(t) {
+			stale = append(stale, t)
+		}
+	}
+	return staleError(items, stale)
 }
 
 // replyNumber returns the k-th double of a script's reply, as an integer.
@@ -548,7 +641,7 @@ func (r *Redis) settle(ctx context.Context, id string, items []Item, actual []in
 func (r *Redis) settleGroup(ctx context.Context, id string, items []Item, ss []spec, g *group, actual []int64) error {
 	keys := append(g.keys[:len(g.keys):len(g.keys)], r.recordKey(g.tag, id))
 	c := getCall(ctx)
-	c.buf = r.header(c.buf, len(g.idx), len(keys), opSettle, g.strings(items))
+	c.buf = r.header(c.buf, len(g.idx), len(keys), opSettle, g.strings(items), nil)
 	for _, i := range g.idx {
 		c.buf = appendItem(c.buf, &ss[i], items[i].Cost)
 		c.buf = appendNumber(c.buf, actualCost(items, ss, actual, i))
@@ -577,7 +670,7 @@ func (r *Redis) Renew(ctx context.Context, id string, items []Item) error {
 	var errs []error
 	for _, g := range r.groups(items) {
 		c := getCall(ctx)
-		c.buf = r.header(c.buf, len(g.idx), len(g.keys), opRenew, 0)
+		c.buf = r.header(c.buf, len(g.idx), len(g.keys), opRenew, 0, nil)
 		for _, i := range g.idx {
 			c.buf = appendItem(c.buf, &ss[i], items[i].Cost)
 		}
@@ -587,6 +680,48 @@ func (r *Redis) Renew(ctx context.Context, id string, items []Item) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Restore implements Restorer: one script call per group of items (see
+// Redis Cluster), each atomic, that raises the counters and sets the
+// markers of its tags. It needs no Generations to raise counters, and
+// writes markers only with it.
+func (r *Redis) Restore(ctx context.Context, items []Item, counted []int64) error {
+	var sbuf [4]spec
+	ss, err := checkRestore(items, counted, sbuf[:0])
+	if err != nil || len(items) == 0 {
+		return err
+	}
+	for _, g := range r.groups(items) {
+		keys := g.keys
+		var tags []string
+		if r.gens {
+			tags = itemTags(items, g.idx, nil)
+			keys = keys[:len(keys):len(keys)]
+			for _, t := range tags {
+				keys = append(keys, r.markerKey(t))
+			}
+		}
+		c := getCall(ctx)
+		c.buf = r.header(c.buf, len(g.idx), len(keys), opRestore, g.strings(items), tags)
+		for _, i := range g.idx {
+			c.buf = appendItem(c.buf, &ss[i], 0)
+			c.buf = appendNumber(c.buf, counted[i])
+		}
+		c.keys, c.id = keys, ""
+		v, err := r.exec(c, g.tag)
+		if err != nil {
+			return err
+		}
+		reply, ok := v.(string)
+		if !ok || len(reply) != 8*(1+len(tags)) {
+			return fmt.Errorf("%w: restore returned %T of %d bytes, want %d", errBadReply, v, len(reply), 8*(1+len(tags)))
+		}
+		for j, t := range tags {
+			r.seen.saw(t, replyNumber(reply, 1+j))
+		}
+	}
+	return nil
 }
 
 // Reset implements Store.
