@@ -78,7 +78,7 @@ func BenchmarkRedisDebit(b *testing.B) {
 	for a := Algorithm(0); a < numAlgorithms; a++ {
 		for _, n := range []int{1, 3} {
 			b.Run(fmt.Sprintf("%s/%dkeys", a, n), func(b *testing.B) {
-				r := NewRedis(c, RedisConfig{})
+				r := NewRedis(c, patient(RedisConfig{}))
 				var client atomic.Int64
 				done := redisCPU(b, c)
 				b.SetParallelism(benchClients / runtime.GOMAXPROCS(0))
@@ -207,7 +207,7 @@ func BenchmarkTimeNow(b *testing.B) {
 func BenchmarkRedisCPU(b *testing.B) {
 	c := benchRedis(b)
 	ctx := context.Background()
-	r := NewRedis(c, RedisConfig{})
+	r := NewRedis(c, patient(RedisConfig{}))
 	limiter := redis_rate.NewLimiter(c)
 	limit := redis_rate.Limit{Rate: 100_000, Burst: 100_000, Period: time.Second}
 	items := func(n int) []Item {
@@ -296,7 +296,7 @@ func evalshaUsecPerCall(b *testing.B, c *redis.Client) float64 {
 // BenchmarkRedisBatch measures batching.
 func BenchmarkRedisInterleaved(b *testing.B) {
 	c := benchRedis(b)
-	r := NewRedis(c, RedisConfig{MaxBatch: 1})
+	r := NewRedis(c, patient(RedisConfig{MaxBatch: 1}))
 	limiter := redis_rate.NewLimiter(c)
 	limit := redis_rate.Limit{Rate: 100_000, Burst: 100_000, Period: time.Second}
 	items := func(client, n int) []Item {
@@ -414,12 +414,12 @@ func BenchmarkRedisBatch(b *testing.B) {
 		name string
 		r    *Redis
 	}
-	batched2 := NewRedis(c, RedisConfig{Prefix: "b2:"})
+	batched2 := NewRedis(c, patient(RedisConfig{Prefix: "b2:"}))
 	batched2.maxInFlight = 2
 	variants := []variant{
-		{"batched", NewRedis(c, RedisConfig{Prefix: "b1:"})},
+		{"batched", NewRedis(c, patient(RedisConfig{Prefix: "b1:"}))},
 		{"batched-2inflight", batched2},
-		{"unbatched", NewRedis(c, RedisConfig{Prefix: "u:", MaxBatch: 1})},
+		{"unbatched", NewRedis(c, patient(RedisConfig{Prefix: "u:", MaxBatch: 1}))},
 	}
 	type total struct {
 		decisions int64

@@ -20,7 +20,7 @@ func TestIsStoreFailure(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	defer c.Close()
 	ctx := context.Background()
-	r := NewRedis(c, RedisConfig{Prefix: "e:"})
+	r := NewRedis(c, patient(RedisConfig{Prefix: "e:"}))
 	m := NewMemory(MemoryConfig{})
 	l := Limit{Name: "l", Rate: 10, Period: time.Second}
 	one := []Item{{Limit: l, Key: "{k}", Cost: 1}}
@@ -50,6 +50,7 @@ func TestIsStoreFailure(t *testing.T) {
 		{"invalid limit", debit(ctx, "a", []Item{{Limit: Limit{Name: "bad"}, Key: "{k}"}}), false},
 		{"settle without actual costs", func(s Store) error { return s.Settle(ctx, "a", one, nil) }, false},
 		{"negative actual cost", func(s Store) error { return s.Settle(ctx, "a", one, []int64{-1}) }, false},
+		{"negative counted", func(s Store) error { return s.(Restorer).Restore(ctx, one, []int64{-1}) }, false},
 	}
 	for _, tc := range cases {
 		for _, s := range []namedStore{{"memory", m}, {"redis", r}} {
@@ -75,11 +76,29 @@ func TestIsStoreFailure(t *testing.T) {
 		{"wrong type", debit(ctx, "a", wrongType), true},
 		{"cancelled caller", debit(cancelled, "a", one), false},
 		{"expired caller", debit(expired, "a", one), false},
+		{"stale tag", func(Store) error {
+			_, err := NewRedis(c, patient(RedisConfig{Prefix: "e2:", Generations: true})).Debit(ctx, "a", one)
+			return err
+		}, false},
+		{"stale tag in memory", func(Store) error {
+			_, err := NewMemory(MemoryConfig{Generations: true}).Debit(ctx, "a", one)
+			return err
+		}, false},
+		{"overloaded", func(Store) error { return fmt.Errorf("weighted: run script: %w", ErrOverloaded) }, false},
+		{"overloaded at the caller's deadline", func(Store) error {
+			return fmt.Errorf("weighted: run script: %w: %w", ErrOverloaded, context.DeadlineExceeded)
+		}, false},
+		{"no reply within CallTimeout", func(Store) error {
+			return fmt.Errorf("weighted: run script: no reply within 1s: %w (%w)", ErrUnknownOutcome, errCallTimeout)
+		}, true},
+		{"caller left before the reply", func(Store) error {
+			return fmt.Errorf("weighted: run script: %w: %w", ErrUnknownOutcome, context.Canceled)
+		}, false},
 		{"malformed reply", func(Store) error { return fmt.Errorf("weighted: x: %w", errBadReply) }, true},
 		{"closed client", func(Store) error {
 			cc := redis.NewClient(&redis.Options{Addr: srv.Addr})
 			cc.Close()
-			_, err := NewRedis(cc, RedisConfig{}).Debit(ctx, "a", one)
+			_, err := NewRedis(cc, patient(RedisConfig{})).Debit(ctx, "a", one)
 			return err
 		}, true},
 		// Last: the server goes away.

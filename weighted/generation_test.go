@@ -54,7 +54,7 @@ func TestGenerationsAgree(t *testing.T) {
 			clk := newClock()
 			rng := rand.New(rand.NewPCG(seed, 11))
 			mem := NewMemory(MemoryConfig{Now: clk.Now, Generations: true})
-			rs := NewRedis(c, RedisConfig{Prefix: fmt.Sprintf("ga%d:", seed), Generations: true})
+			rs := NewRedis(c, patient(RedisConfig{Prefix: fmt.Sprintf("ga%d:", seed), Generations: true}))
 			rs.now = clk.Now
 			stores := func() []Store { return []Store{mem, rs} }
 			type reservation struct {
@@ -211,7 +211,7 @@ func TestGenerationsDetectLoss(t *testing.T) {
 				t.Fatal(err)
 			}
 			clk := newClock()
-			r := NewRedis(c, RedisConfig{Prefix: "gl:", Generations: true})
+			r := NewRedis(c, patient(RedisConfig{Prefix: "gl:", Generations: true}))
 			r.now = clk.Now
 			// A fresh store: stale until restored.
 			_, err := r.Debit(ctx, "first", items(10))
@@ -367,7 +367,7 @@ func TestGenerationsCluster(t *testing.T) {
 	cl := redistest.NewCluster(t)
 	cc := cl.Client(t)
 	ctx := context.Background()
-	r := NewRedis(cc, RedisConfig{Prefix: "gc:", Generations: true})
+	r := NewRedis(cc, patient(RedisConfig{Prefix: "gc:", Generations: true}))
 	budget := Limit{Name: "budget", Algorithm: FixedWindow, Rate: 1000, Calendar: Month}
 	global := Limit{Name: "global", Algorithm: FixedWindow, Rate: 5000, Period: time.Hour}
 	request := func(tenant string, cost int64) []Item {

@@ -53,6 +53,24 @@ type RedisConfig struct {
 	// of their own have no marker (see Redis). Off by default: a store
 	// that turns it on finds every tag stale until restored.
 	Generations bool
+	// QueueTimeout bounds how long a request waits in its queue for a
+	// script call of its own (see Batching): one not sent by then returns
+	// ErrOverloaded, and nothing was applied. 0 means DefaultQueueTimeout
+	// (50 ms).
+	QueueTimeout time.Duration
+	// CallTimeout bounds how long a caller waits for the reply of a
+	// request sent: without one by then it returns ErrUnknownOutcome, and
+	// the store keeps waiting for the reply (see ReplyTimeout). 0 means
+	// DefaultCallTimeout (100 ms).
+	CallTimeout time.Duration
+	// ReplyTimeout bounds a script call: the context of the call ends then
+	// (go-redis honours it with ContextTimeoutEnabled; otherwise its
+	// ReadTimeout, 3 s by default, bounds the call). A debit whose caller
+	// left (ErrUnknownOutcome) and whose reply says it was admitted is
+	// cancelled by the store when the reply comes; one with no reply by
+	// then is left to expire with its limits (see RedisStats.LateLost).
+	// 0 means DefaultReplyTimeout (5 s); it must be at least CallTimeout.
+	ReplyTimeout time.Duration
 }
 
 // Validate reports whether the config is usable.
@@ -62,6 +80,12 @@ func (c RedisConfig) Validate() error {
 	}
 	if c.MaxBatch < 0 {
 		return fmt.Errorf("weighted: negative MaxBatch %d", c.MaxBatch)
+	}
+	if c.QueueTimeout < 0 || c.CallTimeout < 0 || c.ReplyTimeout < 0 {
+		return fmt.Errorf("weighted: negative QueueTimeout, CallTimeout or ReplyTimeout")
+	}
+	if cmp.Or(c.ReplyTimeout, DefaultReplyTimeout) < cmp.Or(c.CallTimeout, DefaultCallTimeout) {
+		return fmt.Errorf("weighted: ReplyTimeout %s is shorter than CallTimeout %s", cmp.Or(c.ReplyTimeout, DefaultReplyTimeout), cmp.Or(c.CallTimeout, DefaultCallTimeout))
 	}
 	if strings.Count(c.Prefix, "{") != strings.Count(c.Prefix, "}") {
 		return fmt.Errorf("weighted: prefix %q has an unbalanced hash tag", c.Prefix)
@@ -237,6 +261,10 @@ type Redis struct {
 	// replied, by tag.
 	gens bool
 	seen seenGens
+	// The timeouts of RedisConfig; afterFunc replaces the timers in tests.
+	queueTimeout, callTimeout, replyTimeout time.Duration
+	afterFunc                               func(time.Duration) <-chan time.Time
+	stats                                   redisStats
 
 	mu         sync.Mutex
 	queue      queue             // the queue, when not sharded
@@ -281,6 +309,11 @@ func NewRedis(client Scripter, cfg RedisConfig) *Redis {
 	r := &Redis{
 		c: client, prefix: cfg.Prefix, settleTTL: DefaultSettleTTL.Milliseconds(), sharded: cfg.Sharded,
 		maxBatch: cmp.Or(cfg.MaxBatch, DefaultMaxBatch), maxInFlight: defaultMaxInFlight, gens: cfg.Generations,
+		queueTimeout: cmp.Or(cfg.QueueTimeout, DefaultQueueTimeout), callTimeout: cmp.Or(cfg.CallTimeout, DefaultCallTimeout),
+		replyTimeout: cmp.Or(cfg.ReplyTimeout, DefaultReplyTimeout),
+	}
+	if r.maxBatch == 1 {
+		r.maxInFlight = math.MaxInt
 	}
 	if r.prefix == "" {
 		r.prefix = "cg:"
