@@ -206,6 +206,7 @@ func (r *Redis) wait(c *call, isQueued bool) (any, error) {
 			case queued:
 				r.unqueue(c)
 				r.mu.Unlock()
+				r.stopTimer(c)
 				putCall(c)
 				if err == context.DeadlineExceeded {
 					r.stats.overloaded.Add(1)

@@ -208,6 +208,7 @@ func BenchmarkRedisCPU(b *testing.B) {
 	c := benchRedis(b)
 	ctx := context.Background()
 	r := NewRedis(c, patient(RedisConfig{}))
+	gens := NewRedis(c, patient(RedisConfig{Prefix: "gen:", Generations: true}))
 	limiter := redis_rate.NewLimiter(c)
 	limit := redis_rate.Limit{Rate: 100_000, Burst: 100_000, Period: time.Second}
 	items := func(n int) []Item {
@@ -231,6 +232,11 @@ func BenchmarkRedisCPU(b *testing.B) {
 		{"fixed", func() error { _, err := r.Debit(ctx, "id", fixed); return err }},
 		{"sliding", func() error { _, err := r.Debit(ctx, "id", sliding); return err }},
 		{"month", func() error { _, err := r.Debit(ctx, "id", month); return err }},
+		// One token bucket with generations: a marker read and advanced.
+		{"1key-gen", func() error { _, err := gens.Debit(ctx, "id", one); return err }},
+	}
+	if err := gens.Restore(ctx, one, []int64{0}); err != nil {
+		b.Fatal(err)
 	}
 	best := make([]float64, len(calls))
 	wall := make([]time.Duration, len(calls))
@@ -260,6 +266,8 @@ func BenchmarkRedisCPU(b *testing.B) {
 	}
 	b.ReportMetric(best[1]/best[0], "1key/redis_rate")
 	b.ReportMetric(best[2]/best[0], "3keys/redis_rate")
+	b.ReportMetric(best[6]/best[1], "1key-gen/1key")
+	b.ReportMetric(float64(wall[6])/float64(wall[1]), "1key-gen/1key-round-trip")
 }
 
 func evalshaUsecPerCall(b *testing.B, c *redis.Client) float64 {

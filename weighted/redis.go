@@ -146,8 +146,8 @@ func (c RedisConfig) Validate() error {
 // # Scripts
 //
 // Each call is one EVALSHA (EVAL when the server answers NOSCRIPT) of a Lua
-// script embedded from lib.lua, batch.lua, debit.lua, settle.lua and
-// renew.lua. Time is the server's (TIME), in microseconds; all arithmetic
+// script embedded from lib.lua, batch.lua, debit.lua, settle.lua,
+// renew.lua and restore.lua. Time is the server's (TIME), in microseconds; all arithmetic
 // is on integers, exact below 2^53 (see Limit.Validate). A denial writes
 // nothing. A debit of one token bucket costs Redis about as much CPU as
 // go-redis/redis_rate's AllowN, and one of three limits that share a hash
@@ -177,17 +177,25 @@ func (c RedisConfig) Validate() error {
 // does not affect the others. A script error (Redis unreachable, a key of
 // the wrong type) fails every request of the batch with that error, and
 // the requests of the batch may have run (as a request whose reply is
-// lost may have). A batch's script call is not cancelled by any caller's
-// context: its deadline is the latest of its callers' deadlines (none if
-// one has none). A caller whose context ends while its request waits or
-// runs in a batch returns ctx.Err() (wrapped) at once; its request may
-// still run, and a Debit be admitted, as when a reply is lost. No
-// goroutine runs but the callers' (the caller of one request of a batch
-// sends it), except, for the time of one script call, when that caller
-// leaves as it is chosen. On a sharded store each hash tag has a queue of
-// its own, since one script call must stay on one slot. MaxBatch 1 turns
-// batching off. See BenchmarkRedisBatch in bench/README.md for what it
-// saves.
+// lost may have). See BenchmarkRedisBatch in bench/README.md for what
+// batching saves.
+//
+// Each script call runs in a goroutine of the store's, which ends with the
+// call: no caller's context cancels it, and it is bounded by
+// RedisConfig.ReplyTimeout. A caller waits for its request with bounds of
+// its own: QueueTimeout while it is queued (then ErrOverloaded: it was not
+// sent, nothing was applied) and CallTimeout once it is sent (then
+// ErrUnknownOutcome: it may have run), and never past its context (then
+// the context's error, with ErrOverloaded if its deadline passed while it
+// was queued, or with ErrUnknownOutcome if it was sent). A Debit left with
+// an unknown outcome is the store's to settle: when its reply comes and
+// says it was admitted, the store cancels it (a Cancel in the same queue),
+// and when no reply comes before ReplyTimeout, its reservation stays until
+// its limits refill and its concurrency leases expire (a Period). Stats
+// counts each case. On a sharded store each hash tag has a queue of its
+// own, since one script call must stay on one slot. MaxBatch 1 turns
+// batching off: every request is sent at once, in a script call of its
+// own, with the same bounds.
 //
 // # Redis Cluster
 //
@@ -197,12 +205,16 @@ func (c RedisConfig) Validate() error {
 // after another in the order of their tags. When a group denies, or fails,
 // the groups already debited are cancelled (refunded, their concurrency
 // released) and the denial or error is returned; the groups after it are
-// peeked to fill the result. Consistency across groups is therefore weaker
+// peeked to fill the result (a stale group, see Generations, ends the
+// debit as a failing one does: the groups before it are cancelled and its
+// *StaleError is returned). Consistency across groups is
+// therefore weaker
 // than within one: a request never gets more than every limit allows, but
 // for the moment between a debit and its compensation other requests can
 // see the reservation and be denied. A group whose script fails is not
 // compensated, since it cannot be known whether it ran; its reservation
-// expires as its limits refill. Settle, Cancel, Peek and Reset act group by
+// expires as its limits refill (one whose reply comes late is cancelled
+// by the store, see Batching). Settle, Cancel, Peek and Reset act group by
 // group. MOVED, ASK and TRYAGAIN replies are followed and retried by the
 // go-redis cluster client (give it MaxRedirects to outlast a slot
 // migration: while a slot migrates, a debit that writes a new reservation
