@@ -4,17 +4,23 @@ package weighted
 // EVALSHA. Each queue (the store's one, or a hash tag's on a sharded store)
 // lets maxInFlight script calls run at a time. A request that finds room is
 // sent at once, alone: nothing waits for company, so an idle store adds no
-// latency. Otherwise it queues; when a script call of its queue returns, the
-// caller that sent it hands up to MaxBatch queued requests, as one batch, to
-// one of their callers, which sends it and hands on the next. No goroutine
-// runs but the callers', except when a caller chosen to send a batch has
-// given up: a goroutine then sends the batch for the others.
+// latency. Otherwise it queues; when a script call of its queue returns, up
+// to MaxBatch queued requests go in the next one. Each script call runs in
+// a goroutine of the store's, which ends with it (after ReplyTimeout at
+// most), so that a caller waits for its request with two bounds of its
+// own: QueueTimeout while it is queued (ErrOverloaded: nothing was sent)
+// and CallTimeout once it is sent (ErrUnknownOutcome). A debit whose
+// caller left while it was sent is cancelled by the store when its late
+// reply says it was admitted.
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,8 +31,15 @@ const DefaultMaxBatch = 64
 // defaultMaxInFlight is how many script calls of one queue run at a time
 // while others wait to be batched. One keeps Redis, which runs one script
 // at a time anyway, busy with one batch while the next gathers (see
-// BenchmarkRedisBatch).
+// BenchmarkRedisBatch). Without batching (MaxBatch 1) there is no bound.
 const defaultMaxInFlight = 1
+
+// The defaults of RedisConfig's timeouts.
+const (
+	DefaultQueueTimeout = 50 * time.Millisecond
+	DefaultCallTimeout  = 100 * time.Millisecond
+	DefaultReplyTimeout = 5 * time.Second
+)
 
 // callState is where a call is in its queue.
 type callState uint8
@@ -34,27 +47,28 @@ type callState uint8
 const (
 	queued    callState = iota // waiting in its queue's pending list
 	sent                       // in a batch whose script call runs
-	leading                    // handed a batch (its own) to send
-	done                       // reply or err set
+	done                       // reply or err set, and wake signalled
 	abandoned                  // its caller left while it was sent; the batch's sender frees it
 )
 
-// A call is the script call of one request: a Debit, Peek, Settle or Cancel
-// of one group of items. Calls are pooled.
+// A call is the script call of one request: a Debit, Peek, Settle, Cancel,
+// Renew or Restore of one group of items. Calls are pooled.
 type call struct {
 	ctx  context.Context
 	keys []string
 	buf  []byte // header and items, as batch.lua reads them
 	id   string
+	tag  string // the hash tag of its keys
 	q    *queue
 
 	// Guarded by Redis.mu until the call is done.
-	state callState
-	batch *batch // the batch to send, when leading
-	reply any
-	err   error
-	// wake is signalled, once, when the call becomes leading or done.
-	wake chan struct{}
+	state  callState
+	sentAt time.Time // when its batch was sent, if it was queued first
+	reply  any
+	err    error
+	// wake is signalled, once, when the call is done.
+	wake  chan struct{}
+	timer *time.Timer
 }
 
 // A queue holds the calls that wait for a script call of theirs to run.
@@ -88,8 +102,8 @@ func getCall(ctx context.Context) *call {
 }
 
 func putCall(c *call) {
-	c.ctx, c.keys, c.id, c.q, c.batch, c.reply, c.err = nil, nil, "", nil, nil, nil, nil
-	c.state = queued
+	c.ctx, c.keys, c.id, c.tag, c.q, c.reply, c.err = nil, nil, "", "", nil, nil, nil
+	c.state, c.sentAt = queued, time.Time{}
 	if cap(c.buf) <= 4096 {
 		c.buf = c.buf[:0]
 	} else {
@@ -111,79 +125,168 @@ func putBatch(b *batch) {
 	batchPool.Put(b)
 }
 
-// exec runs c, whose keys share hash tag tag, in a batch of its queue's,
-// and returns its reply. It frees c. A caller whose ctx is done while its
-// call waits or runs in another caller's batch returns ctx's error at once;
-// its request may still run.
-func (r *Redis) exec(c *call, tag string) (any, error) {
-	if r.maxBatch == 1 {
-		reply, err := r.runOne(c.ctx, c.keys, c.buf, c.id)
-		putCall(c)
-		return reply, err
+// RedisStats counts what happened to the requests of a Redis store whose
+// callers did not get a decision from it. Each count only grows.
+type RedisStats struct {
+	// Overloaded counts requests that waited QueueTimeout in their queue
+	// and were not sent (ErrOverloaded).
+	Overloaded int64
+	// UnknownOutcomes counts requests sent whose callers left without a
+	// reply (ErrUnknownOutcome): CallTimeout passed, or their context
+	// ended.
+	UnknownOutcomes int64
+	// LateCancels counts the debits among those whose late reply said
+	// they were admitted, and which the store then cancelled.
+	LateCancels int64
+	// LateLost counts the requests among those that never got a reply
+	// (ReplyTimeout, or a transport error): a debit among them, if it ran,
+	// holds its reservation until its limits refill and its concurrency
+	// leases expire (a Period).
+	LateLost int64
+}
+
+// redisStats are the counters of RedisStats.
+type redisStats struct {
+	overloaded, unknown, lateCancels, lateLost atomic.Int64
+}
+
+// Stats returns the store's counts of requests without a decision.
+func (r *Redis) Stats() RedisStats {
+	return RedisStats{
+		Overloaded:      r.stats.overloaded.Load(),
+		UnknownOutcomes: r.stats.unknown.Load(),
+		LateCancels:     r.stats.lateCancels.Load(),
+		LateLost:        r.stats.lateLost.Load(),
 	}
+}
+
+// exec runs c, whose keys share hash tag tag, in a batch of its queue's,
+// and returns its reply. It frees c. A caller waits at most QueueTimeout
+// for its call to be sent and CallTimeout for its reply, and no longer
+// than its ctx; see wait.
+func (r *Redis) exec(c *call, tag string) (any, error) {
 	r.mu.Lock()
 	q := r.queueOf(tag)
-	c.q = q
+	c.q, c.tag = q, tag
 	if q.inflight < r.maxInFlight {
 		// pending is empty: send c alone, now.
 		q.inflight++
 		b := batchPool.Get().(*batch)
 		b.q = q
 		b.calls = append(b.calls, c)
-		c.state = leading
+		c.state = sent
 		r.mu.Unlock()
-		return r.lead(c, b)
+		go r.send(b)
+		return r.wait(c, false)
 	}
 	q.pending = append(q.pending, c)
 	r.mu.Unlock()
+	return r.wait(c, true)
+}
 
-	select {
-	case <-c.wake:
-	case <-c.ctx.Done():
-		err := fmt.Errorf("weighted: run script: %w", c.ctx.Err())
-		r.mu.Lock()
-		switch c.state {
-		case queued:
-			i := slices.Index(q.pending, c)
-			q.pending = slices.Delete(q.pending, i, i+1)
-			r.mu.Unlock()
-			putCall(c)
-			return nil, err
-		case sent:
-			c.state = abandoned
-			r.mu.Unlock()
-			return nil, err
-		case leading:
-			// Send the batch for the others, without waiting for it.
-			c.state = abandoned
-			b := c.batch
+// wait waits for c's reply and frees c. A call still queued after
+// QueueTimeout leaves its queue (ErrOverloaded); one sent that has no
+// reply CallTimeout after it was sent is abandoned to its batch's sender
+// (ErrUnknownOutcome); and so is one whose caller's ctx ends, with ctx's
+// error.
+func (r *Redis) wait(c *call, isQueued bool) (any, error) {
+	d := r.callTimeout
+	if isQueued {
+		d = r.queueTimeout
+	}
+	expired := r.after(c, d)
+	for {
+		select {
+		case <-c.wake:
+			return r.finish(c)
+		case <-c.ctx.Done():
+			err := c.ctx.Err()
+			r.mu.Lock()
+			switch c.state {
+			case queued:
+				r.unqueue(c)
+				r.mu.Unlock()
+				r.stopTimer(c)
+				putCall(c)
+				if err == context.DeadlineExceeded {
+					r.stats.overloaded.Add(1)
+					return nil, fmt.Errorf("weighted: run script: %w: %w", ErrOverloaded, err)
+				}
+				return nil, fmt.Errorf("weighted: run script: %w", err)
+			case sent:
+				c.state = abandoned
+				r.mu.Unlock()
+				r.stopTimer(c)
+				r.stats.unknown.Add(1)
+				return nil, fmt.Errorf("weighted: run script: %w: %w", ErrUnknownOutcome, err)
+			}
+			r.mu.Unlock() // done: the reply is there
+			<-c.wake
+			return r.finish(c)
+		case <-expired:
+			r.mu.Lock()
+			switch c.state {
+			case queued:
+				r.unqueue(c)
+				r.mu.Unlock()
+				putCall(c)
+				r.stats.overloaded.Add(1)
+				return nil, fmt.Errorf("weighted: run script: not sent within %s: %w", r.queueTimeout, ErrOverloaded)
+			case sent:
+				if isQueued {
+					// Sent after it queued: its reply has CallTimeout from then.
+					isQueued = false
+					left := r.callTimeout - time.Since(c.sentAt)
+					r.mu.Unlock()
+					expired = r.after(c, max(left, 0))
+					continue
+				}
+				c.state = abandoned
+				r.mu.Unlock()
+				r.stopTimer(c)
+				r.stats.unknown.Add(1)
+				return nil, fmt.Errorf("weighted: run script: no reply within %s: %w (%w)", r.callTimeout, ErrUnknownOutcome, errCallTimeout)
+			}
 			r.mu.Unlock()
 			<-c.wake
-			go r.send(b, nil)
-			return nil, err
+			return r.finish(c)
 		}
-		r.mu.Unlock() // done: the reply is there
-		<-c.wake
 	}
-	if c.state == leading {
-		return r.lead(c, c.batch)
-	}
+}
+
+// finish returns the reply of c, which is done, and frees it.
+func (r *Redis) finish(c *call) (any, error) {
+	r.stopTimer(c)
 	reply, err := c.reply, c.err
 	putCall(c)
 	return reply, err
 }
 
-// lead sends b, which holds c, and returns c's reply. It frees c.
-func (r *Redis) lead(c *call, b *batch) (any, error) {
-	r.send(b, c)
-	reply, err := c.reply, c.err
-	putCall(c)
-	return reply, err
+// after returns a channel that receives once d has passed: c's timer, or
+// the test's clock (Redis.afterFunc).
+func (r *Redis) after(c *call, d time.Duration) <-chan time.Time {
+	if r.afterFunc != nil {
+		return r.afterFunc(d)
+	}
+	if c.timer == nil {
+		c.timer = time.NewTimer(d)
+	} else {
+		c.timer.Reset(d)
+	}
+	return c.timer.C
 }
 
-// runOne runs one request in a script call of its own.
-func (r *Redis) runOne(ctx context.Context, keys []string, buf []byte, id string) (any, error) {
-	return r.run(ctx, batchScript, keys, buf, id)
+func (r *Redis) stopTimer(c *call) {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+}
+
+// unqueue removes c, queued, from its queue. r.mu is held.
+func (r *Redis) unqueue(c *call) {
+	q := c.q
+	i := slices.Index(q.pending, c)
+	q.pending = slices.Delete(q.pending, i, i+1)
 }
 
 // splitReply checks that v, the reply of a batch of n > 1 requests, holds
@@ -191,7 +294,7 @@ func (r *Redis) runOne(ctx context.Context, keys []string, buf []byte, id string
 func splitReply(v any, n int) ([]any, error) {
 	replies, ok := v.([]any)
 	if !ok || len(replies) != n {
-		return nil, fmt.Errorf("weighted: script returned %T of %d replies, want %d", v, len(replies), n)
+		return nil, fmt.Errorf("%w: script returned %T of %d replies, want %d", errBadReply, v, len(replies), n)
 	}
 	return replies, nil
 }
@@ -218,21 +321,19 @@ func (r *Redis) queueOf(tag string) *queue {
 	return q
 }
 
-// send runs batch b and hands each call its reply; leader is the call
-// whose caller sends it (nil for none), which is not woken. Then it hands
-// the next batch of b's queue to one of its callers. It frees b, and the
-// calls whose callers left.
-func (r *Redis) send(b *batch, leader *call) {
-	var ctx context.Context
+// send runs batch b and hands each call its reply. Then it starts the next
+// batch of b's queue, if calls wait. A call abandoned by its caller is
+// freed, after its debit is cancelled if the reply says it was admitted.
+// It frees b. The script call's context keeps the values of the first
+// call's and ends after ReplyTimeout, whatever the callers' contexts do.
+func (r *Redis) send(b *batch) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.calls[0].ctx), r.replyTimeout)
+	defer cancel()
 	if len(b.calls) == 1 {
 		c := b.calls[0]
-		ctx = c.ctx
 		b.keys = c.keys
 		b.args = append(b.args, c.buf, c.id)
 	} else {
-		var cancel context.CancelFunc
-		ctx, cancel = batchContext(b.calls)
-		defer cancel()
 		b.args = append(b.args, nil)
 		for _, c := range b.calls {
 			b.keys = append(b.keys, c.keys...)
@@ -249,6 +350,7 @@ func (r *Redis) send(b *batch, leader *call) {
 
 	r.mu.Lock()
 	var free []*call
+	q := b.q
 	for i, c := range b.calls {
 		switch {
 		case err != nil:
@@ -258,17 +360,21 @@ func (r *Redis) send(b *batch, leader *call) {
 		default:
 			c.reply = replies[i]
 		}
-		switch {
-		case c == leader:
-			c.state = done
-		case c.state == abandoned:
-			free = append(free, c)
-		default:
+		if c.state != abandoned {
 			c.state = done
 			c.wake <- struct{}{}
+			continue
+		}
+		free = append(free, c)
+		switch {
+		case err != nil:
+			r.stats.lateLost.Add(1)
+		case admitted(c):
+			// The caller took it for applied; it is not: cancel it.
+			r.stats.lateCancels.Add(1)
+			q.pending = append(q.pending, r.cancelOf(c))
 		}
 	}
-	q := b.q
 	if len(q.pending) > 0 {
 		r.handOn(q)
 	} else {
@@ -289,10 +395,39 @@ func (r *Redis) send(b *batch, leader *call) {
 	putBatch(b)
 }
 
-// handOn makes the first MaxBatch pending calls of q a batch and wakes the
-// caller of the one with the latest deadline (or none) to send it, so that
-// the caller that waits for the batch's script call is the one that would
-// wait longest anyway. r.mu is held.
+// admitted reports whether c is a debit whose reply says it was admitted.
+func admitted(c *call) bool {
+	reply, ok := c.reply.(string)
+	return ok && headerNumber(c.buf, 3) == opDebit && len(reply) >= 8 && replyNumber(reply, 0) == 1
+}
+
+// headerNumber returns the k-th double of a request's buffer.
+func headerNumber(buf []byte, k int) int64 {
+	return int64(math.Float64frombits(binary.LittleEndian.Uint64(buf[8*k:])))
+}
+
+// cancelOf returns a call, abandoned from the start, that cancels the
+// debit of call c: the settle of its items with actual costs of zero.
+func (r *Redis) cancelOf(c *call) *call {
+	n, ng := int(headerNumber(c.buf, 0)), int(headerNumber(c.buf, 6))
+	cc := getCall(context.WithoutCancel(c.ctx))
+	cc.buf = append(cc.buf, c.buf[:8*6]...)
+	binary.LittleEndian.PutUint64(cc.buf[8:], math.Float64bits(float64(n+1)))
+	binary.LittleEndian.PutUint64(cc.buf[24:], math.Float64bits(opSettle))
+	cc.buf = appendNumber(cc.buf, 0) // no markers
+	items := c.buf[8*(7+ng):]
+	for i := range n {
+		cc.buf = append(cc.buf, items[48*i:48*i+48]...)
+		cc.buf = appendNumber(cc.buf, 0)
+	}
+	cc.keys = append(slices.Clip(c.keys[:n]), r.recordKey(c.tag, c.id))
+	cc.id, cc.tag, cc.q = c.id, c.tag, c.q
+	cc.state = abandoned
+	return cc
+}
+
+// handOn makes the first MaxBatch pending calls of q a batch and sends it
+// in a goroutine. r.mu is held.
 func (r *Redis) handOn(q *queue) {
 	n := min(len(q.pending), r.maxBatch)
 	b := batchPool.Get().(*batch)
@@ -301,36 +436,11 @@ func (r *Redis) handOn(q *queue) {
 	rest := copy(q.pending, q.pending[n:])
 	clear(q.pending[rest:])
 	q.pending = q.pending[:rest]
-	lead := b.calls[0]
-	latest, bounded := lead.ctx.Deadline()
+	now := time.Now()
 	for _, c := range b.calls {
-		c.state = sent
-		if !bounded {
-			continue
-		}
-		if d, ok := c.ctx.Deadline(); !ok || d.After(latest) {
-			lead, latest, bounded = c, d, ok
+		if c.state == queued {
+			c.state, c.sentAt = sent, now
 		}
 	}
-	lead.state = leading
-	lead.batch = b
-	lead.wake <- struct{}{}
-}
-
-// batchContext returns the context of a batch's script call: no caller's
-// cancellation ends it, and its deadline is the latest of the callers'
-// deadlines, or none when one of them has none. It keeps the values of
-// the first call's context.
-func batchContext(calls []*call) (context.Context, context.CancelFunc) {
-	var latest time.Time
-	for _, c := range calls {
-		d, ok := c.ctx.Deadline()
-		if !ok {
-			return context.WithoutCancel(calls[0].ctx), func() {}
-		}
-		if d.After(latest) {
-			latest = d
-		}
-	}
-	return context.WithDeadline(context.WithoutCancel(calls[0].ctx), latest)
+	go r.send(b)
 }

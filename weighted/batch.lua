@@ -10,9 +10,12 @@
 -- a script that fails does.
 -- ARGV[1]: the requests, one after another, each a header of doubles n
 -- (items), its number of keys, time override (0: TIME), op (0 peek, 1
--- debit, 2 settle, 3 renew), the number of meters and windows, how long
--- to remember a settled id (ms), then its items as debit, settle or renew
--- reads them.
+-- debit, 2 settle, 3 renew, 4 restore), the number of meters and windows,
+-- how long to remember a settled id (ms), ng, then ng doubles, then its
+-- items as debit, settle, renew or restore reads them. ng is the number
+-- of generation markers, the request's last ng keys (0 when generations
+-- are off, and for settle and renew), and the doubles are the highest
+-- value of each that the client has seen (seen[j], 0 for none).
 -- ARGV[r + 1]: request r's reservation id. KEYS: every request's keys, in
 -- the order of the requests.
 -- The time is read once per batch (TIME), or set by each request's
@@ -27,12 +30,19 @@ if m > 1 then
   C = lib().batch()
 end
 for r = 1, m do
-  local n, nkeys, override, op, ns, remember, pos = sunpack('<dddddd', buf, at)
+  local n, nkeys, override, op, ns, remember, ng, pos = sunpack('<ddddddd', buf, at)
+  local seen = false
+  if ng > 0 then
+    seen = {}
+    for j = 1, ng do
+      seen[j], pos = sunpack('<d', buf, pos)
+    end
+  end
   if r == 1 or override > 0 then
     set_now(override)
   end
   local id, mode = ARGV[r + 1], op
-  if op == 2 then
+  if op == 2 or op == 4 then
     at = pos + 56 * n
   else
     at = pos + 48 * n
@@ -42,8 +52,10 @@ for r = 1, m do
 -- settle.lua
     elseif op < 2 then
 -- debit.lua
-    else
+    elseif op == 3 then
 -- renew.lua
+    else
+-- restore.lua
     end
   until true
   k = k + nkeys

@@ -30,7 +30,7 @@ func (s *countingStore) Debit(ctx context.Context, id string, items []Item) (Res
 // fresh prefix, whose time is clk's.
 func newBatchStore(c Scripter, clk *clock, cfg RedisConfig) *Redis {
 	cfg.Prefix = "b" + strconv.FormatInt(prefixSeq.Add(1), 10) + ":"
-	r := NewRedis(c, cfg)
+	r := NewRedis(c, patient(cfg))
 	r.now = clk.Now
 	return r
 }
@@ -317,12 +317,13 @@ func TestBatchCancelledCaller(t *testing.T) {
 		checkRemaining(t, r, items(0), 3)
 	})
 
-	t.Run("as it is handed a batch", func(t *testing.T) {
-		// The caller without a deadline is chosen to send the batch; its
-		// ctx ends as it is chosen. Either it sends the batch anyway, or it
-		// leaves and the batch is sent without it: the other debit runs.
+	t.Run("as its batch is sent", func(t *testing.T) {
+		// The caller's ctx ends as its batch is sent. Either it gets its
+		// reply, or it leaves with ErrUnknownOutcome and the store cancels
+		// its debit when the reply comes: the other debit runs either way.
 		r := newBatchStore(c, newClock(), RedisConfig{})
 		const rounds = 20
+		var kept int64
 		for i := range rounds {
 			hold(r)
 			ctx, cancel := context.WithCancel(bg)
@@ -350,22 +351,39 @@ func TestBatchCancelledCaller(t *testing.T) {
 			if err := <-other; err != nil {
 				t.Fatalf("round %d: the other debit: %v", i, err)
 			}
-			if err := <-chosen; err != nil && !errors.Is(err, context.Canceled) {
+			switch err := <-chosen; {
+			case err == nil:
+				kept++
+			case !errors.Is(err, context.Canceled) || !errors.Is(err, ErrUnknownOutcome) || IsStoreFailure(err):
 				t.Fatalf("round %d: the chosen caller: %v", i, err)
 			}
-			// Wait for the batch to end, also when sent by a goroutine.
-			for {
-				r.mu.Lock()
-				idle := r.queue.inflight == 0
-				r.mu.Unlock()
-				if idle {
-					break
-				}
-				time.Sleep(time.Millisecond)
-			}
+			// Wait for the batch, and a cancellation, to end.
+			waitIdle(t, r)
 		}
-		checkRemaining(t, r, items(0), 2*rounds)
+		st := r.Stats()
+		if st.UnknownOutcomes != rounds-kept || st.LateCancels != rounds-kept {
+			t.Fatalf("%d kept of %d: stats %+v", kept, rounds, st)
+		}
+		checkRemaining(t, r, items(0), rounds+kept)
 	})
+}
+
+// waitIdle waits until no script call of r's unsharded queue runs or
+// waits.
+func waitIdle(t *testing.T, r *Redis) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		r.mu.Lock()
+		idle := r.queue.inflight == 0 && len(r.queue.pending) == 0
+		r.mu.Unlock()
+		if idle {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the queue stays busy")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func TestMaxBatchValidate(t *testing.T) {

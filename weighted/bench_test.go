@@ -78,7 +78,7 @@ func BenchmarkRedisDebit(b *testing.B) {
 	for a := Algorithm(0); a < numAlgorithms; a++ {
 		for _, n := range []int{1, 3} {
 			b.Run(fmt.Sprintf("%s/%dkeys", a, n), func(b *testing.B) {
-				r := NewRedis(c, RedisConfig{})
+				r := NewRedis(c, patient(RedisConfig{}))
 				var client atomic.Int64
 				done := redisCPU(b, c)
 				b.SetParallelism(benchClients / runtime.GOMAXPROCS(0))
@@ -207,7 +207,8 @@ func BenchmarkTimeNow(b *testing.B) {
 func BenchmarkRedisCPU(b *testing.B) {
 	c := benchRedis(b)
 	ctx := context.Background()
-	r := NewRedis(c, RedisConfig{})
+	r := NewRedis(c, patient(RedisConfig{}))
+	gens := NewRedis(c, patient(RedisConfig{Prefix: "gen:", Generations: true}))
 	limiter := redis_rate.NewLimiter(c)
 	limit := redis_rate.Limit{Rate: 100_000, Burst: 100_000, Period: time.Second}
 	items := func(n int) []Item {
@@ -231,6 +232,11 @@ func BenchmarkRedisCPU(b *testing.B) {
 		{"fixed", func() error { _, err := r.Debit(ctx, "id", fixed); return err }},
 		{"sliding", func() error { _, err := r.Debit(ctx, "id", sliding); return err }},
 		{"month", func() error { _, err := r.Debit(ctx, "id", month); return err }},
+		// One token bucket with generations: a marker read and advanced.
+		{"1key-gen", func() error { _, err := gens.Debit(ctx, "id", one); return err }},
+	}
+	if err := gens.Restore(ctx, one, []int64{0}); err != nil {
+		b.Fatal(err)
 	}
 	best := make([]float64, len(calls))
 	wall := make([]time.Duration, len(calls))
@@ -260,6 +266,8 @@ func BenchmarkRedisCPU(b *testing.B) {
 	}
 	b.ReportMetric(best[1]/best[0], "1key/redis_rate")
 	b.ReportMetric(best[2]/best[0], "3keys/redis_rate")
+	b.ReportMetric(best[6]/best[1], "1key-gen/1key")
+	b.ReportMetric(float64(wall[6])/float64(wall[1]), "1key-gen/1key-round-trip")
 }
 
 func evalshaUsecPerCall(b *testing.B, c *redis.Client) float64 {
@@ -296,7 +304,7 @@ func evalshaUsecPerCall(b *testing.B, c *redis.Client) float64 {
 // BenchmarkRedisBatch measures batching.
 func BenchmarkRedisInterleaved(b *testing.B) {
 	c := benchRedis(b)
-	r := NewRedis(c, RedisConfig{MaxBatch: 1})
+	r := NewRedis(c, patient(RedisConfig{MaxBatch: 1}))
 	limiter := redis_rate.NewLimiter(c)
 	limit := redis_rate.Limit{Rate: 100_000, Burst: 100_000, Period: time.Second}
 	items := func(client, n int) []Item {
@@ -414,12 +422,12 @@ func BenchmarkRedisBatch(b *testing.B) {
 		name string
 		r    *Redis
 	}
-	batched2 := NewRedis(c, RedisConfig{Prefix: "b2:"})
+	batched2 := NewRedis(c, patient(RedisConfig{Prefix: "b2:"}))
 	batched2.maxInFlight = 2
 	variants := []variant{
-		{"batched", NewRedis(c, RedisConfig{Prefix: "b1:"})},
+		{"batched", NewRedis(c, patient(RedisConfig{Prefix: "b1:"}))},
 		{"batched-2inflight", batched2},
-		{"unbatched", NewRedis(c, RedisConfig{Prefix: "u:", MaxBatch: 1})},
+		{"unbatched", NewRedis(c, patient(RedisConfig{Prefix: "u:", MaxBatch: 1}))},
 	}
 	type total struct {
 		decisions int64

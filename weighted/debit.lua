@@ -7,9 +7,27 @@
 -- cost. id is the reservation id. In a batch (C set), it reads and writes
 -- meters and windows through lib's cache (see C there).
 -- Its reply, replies[r], is a string of doubles: allowed, then per item
--- allowed, remaining, retry µs and reset µs. (One string costs Redis less
--- to reply than a table of integers.)
+-- allowed, remaining, retry µs and reset µs, then the values of its ng
+-- generation markers. (One string costs Redis less to reply than a table
+-- of integers.) When a marker is missing (0) or below what the client has
+-- seen, the request is stale: it reads and writes nothing else, and its
+-- reply is -1 then the markers' values. An admitted debit that writes
+-- advances each marker by one (INCR).
 local after = mode == 1
+local gens = false
+if ng > 0 then
+  gens = {}
+  local stale = false
+  for j = 1, ng do
+    local g = tonumber(redis.call('GET', KEYS[k + nkeys - ng + j]) or '0')
+    gens[j] = g
+    if g == 0 or g < seen[j] then stale = true end
+  end
+  if stale then
+    replies[r] = pack('<' .. string.rep('d', ng + 1), -1, unpack(gens, 1, ng))
+    break
+  end
+end
 local vals = {}
 if ns > 0 then
   if not C then
@@ -201,9 +219,13 @@ for i = 1, n do
   local o = 4 * i - 2
   out[o], out[o + 1], out[o + 2], out[o + 3] = ok, rem, retry, reset
 end
-local reply = pack('<' .. string.rep('d', 4 * n + 1), unpack(out, 1, 4 * n + 1))
 if out[1] == 0 or not after then
-  replies[r] = reply
+  local m = 4 * n + 1
+  if gens then
+    for j = 1, ng do out[m + j] = gens[j] end
+    m = m + ng
+  end
+  replies[r] = pack('<' .. string.rep('d', m), unpack(out, 1, m))
   break
 end
 
@@ -234,4 +256,19 @@ end
 if rec_ttl > 0 then
   redis.call('SET', KEYS[k + n + 1], pack('<d', now), 'PX', ceil_div(rec_ttl, 1000) + ttl_pad)
 end
-replies[r] = reply
+local m = 4 * n + 1
+if gens then
+  local wrote = false
+  for i = 1, n do
+    if wp[i] or wm[i] then wrote = true end
+  end
+  for j = 1, ng do
+    if wrote then
+      out[m + j] = redis.call('INCR', KEYS[k + nkeys - ng + j])
+    else
+      out[m + j] = gens[j]
+    end
+  end
+  m = m + ng
+end
+replies[r] = pack('<' .. string.rep('d', m), unpack(out, 1, m))

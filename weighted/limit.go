@@ -360,7 +360,7 @@ func specs(items []Item, buf []spec, checkCost bool) ([]spec, error) {
 			return nil, err
 		}
 		if it.Cost < 0 {
-			return nil, fmt.Errorf("weighted: limit %q: negative cost %d", it.Limit.Name, it.Cost)
+			return nil, fmt.Errorf("%w: limit %q: negative cost %d", ErrInvalidCost, it.Limit.Name, it.Cost)
 		}
 		if checkCost && it.Cost > s.cap {
 			return nil, &CostError{Limit: it.Limit.Name, Cost: it.Cost, Capacity: s.cap}

@@ -3,6 +3,7 @@ package weighted
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -18,6 +19,14 @@ type MemoryConfig struct {
 	// remembered, so that a retried Settle changes nothing. 0 means
 	// DefaultSettleTTL.
 	SettleTTL time.Duration
+	// Generations keeps a generation marker per hash tag, as
+	// RedisConfig.Generations does in Redis: a fresh Memory has none, so
+	// every Debit and Peek of an item whose key has a hash tag returns a
+	// *StaleError until Restore has seeded the tag's counters (for
+	// example from a ledger's spend) and written its marker. Memory loses
+	// no state while it lives, so its markers only start missing. Off by
+	// default.
+	Generations bool
 }
 
 // Memory is a Store that keeps state in process, for a single node. It is
@@ -30,6 +39,7 @@ type MemoryConfig struct {
 type Memory struct {
 	now       func() int64 // µs since the Unix epoch
 	settleTTL int64        // µs
+	gens      bool         // MemoryConfig.Generations
 	seed      maphash.Seed
 	shards    [numShards]shard
 }
@@ -56,7 +66,10 @@ type memKey struct {
 	key  string
 }
 
-const recordAlgo Algorithm = 255
+const (
+	recordAlgo Algorithm = 255
+	markerAlgo Algorithm = 254 // a hash tag's generation marker, in entry.rec
+)
 
 type entry struct {
 	state
@@ -69,7 +82,7 @@ var _ Store = (*Memory)(nil)
 
 // NewMemory returns an empty Memory store.
 func NewMemory(cfg MemoryConfig) *Memory {
-	m := &Memory{settleTTL: int64(DefaultSettleTTL / time.Microsecond), seed: maphash.MakeSeed()}
+	m := &Memory{settleTTL: int64(DefaultSettleTTL / time.Microsecond), seed: maphash.MakeSeed(), gens: cfg.Generations}
 	if now := cfg.Now; now != nil {
 		m.now = func() int64 { return now().UnixMicro() }
 	} else {
@@ -105,11 +118,12 @@ func (b *heldBufs) held() held {
 	return held{keys: b.keys[:], idx: b.idx[:], order: b.order[:]}
 }
 
-// lock locks the shards of the items' keys and, when withRecord is set, of
-// reservation id's record, which comes last in h.keys.
-func (m *Memory) lock(h *held, items []Item, id string, withRecord bool) {
+// lock locks the shards of the items' keys, when withRecord is set of
+// reservation id's record, which comes after them in h.keys, and of the
+// generation markers of tags, which come last.
+func (m *Memory) lock(h *held, items []Item, id string, withRecord bool, tags []string) {
 	h.now = m.now()
-	n := len(items)
+	n := len(items) + len(tags)
 	if withRecord {
 		n++
 	}
@@ -123,7 +137,10 @@ func (m *Memory) lock(h *held, items []Item, id string, withRecord bool) {
 		h.keys[i] = memKey{name: it.Limit.Name, algo: it.Limit.Algorithm, cal: it.Limit.Calendar, key: it.Key}
 	}
 	if withRecord {
-		h.keys[n-1] = memKey{algo: recordAlgo, key: id}
+		h.keys[len(items)] = memKey{algo: recordAlgo, key: id}
+	}
+	for j, t := range tags {
+		h.keys[n-len(tags)+j] = memKey{algo: markerAlgo, key: t}
 	}
 	for i := range h.keys {
 		s := int(maphash.Comparable(m.seed, h.keys[i]) % numShards)
@@ -231,8 +248,16 @@ func (m *Memory) Debit(ctx context.Context, id string, items []Item) (Result, er
 	}
 	var hb heldBufs
 	h := hb.held()
-	m.lock(&h, items, id, record)
+	var tags []string
+	if m.gens {
+		var tbuf [2]string
+		tags = itemTags(items, nil, tbuf[:0])
+	}
+	m.lock(&h, items, id, record, tags)
 	defer m.unlock(&h)
+	if err := m.checkMarkers(&h, items, tags); err != nil {
+		return Result{}, err
+	}
 	res := Result{Items: make([]ItemState, len(items))}
 	allowed := true
 	for i := range items {
@@ -241,11 +266,13 @@ func (m *Memory) Debit(ctx context.Context, id string, items []Item) (Result, er
 	}
 	if allowed {
 		var recTTL int64
+		wrote := false
 		for i := range items {
 			cost := items[i].Cost
 			if cost == 0 {
 				continue
 			}
+			wrote = true
 			e := m.get(&h, i)
 			if e == nil {
 				e = new(entry)
@@ -262,6 +289,11 @@ func (m *Memory) Debit(ctx context.Context, id string, items []Item) (Result, er
 			}
 			e.rec, e.done = h.now, false
 			m.put(&h, len(items), e, recTTL)
+		}
+		if wrote {
+			for j := range tags {
+				m.get(&h, len(h.keys)-len(tags)+j).rec++
+			}
 		}
 	}
 	res.decide()
@@ -293,7 +325,7 @@ func (m *Memory) settle(id string, items []Item, actual []int64) error {
 	}
 	var hb heldBufs
 	h := hb.held()
-	m.lock(&h, items, id, true)
+	m.lock(&h, items, id, true, nil)
 	defer m.unlock(&h)
 	r := len(items)
 	rec := m.get(&h, r)
@@ -343,7 +375,7 @@ func (m *Memory) Renew(ctx context.Context, id string, items []Item) error {
 	}
 	var hb heldBufs
 	h := hb.held()
-	m.lock(&h, items, id, false)
+	m.lock(&h, items, id, false, nil)
 	defer m.unlock(&h)
 	for i := range items {
 		e := m.get(&h, i)
@@ -366,8 +398,15 @@ func (m *Memory) Peek(ctx context.Context, items []Item) (Result, error) {
 	}
 	var hb heldBufs
 	h := hb.held()
-	m.lock(&h, items, "", false)
+	var tags []string
+	if m.gens {
+		tags = itemTags(items, nil, nil)
+	}
+	m.lock(&h, items, "", false, tags)
 	defer m.unlock(&h)
+	if err := m.checkMarkers(&h, items, tags); err != nil {
+		return Result{}, err
+	}
 	res := Result{Items: make([]ItemState, len(items))}
 	for i := range items {
 		res.Items[i] = ss[i].evaluate(stateOf(m.get(&h, i)), h.now, items[i].Cost, false)
@@ -384,10 +423,70 @@ func (m *Memory) Reset(ctx context.Context, items []Item) error {
 	}
 	var hb heldBufs
 	h := hb.held()
-	m.lock(&h, items, "", false)
+	m.lock(&h, items, "", false, nil)
 	defer m.unlock(&h)
 	for i := range items {
 		delete(m.shards[h.idx[i]].m, h.keys[i])
+	}
+	return nil
+}
+
+// checkMarkers returns the *StaleError of the tags, locked last in h, that
+// have no marker, or nil.
+func (m *Memory) checkMarkers(h *held, items []Item, tags []string) error {
+	var stale []string
+	for j, t := range tags {
+		if m.get(h, len(h.keys)-len(tags)+j) == nil {
+			stale = append(stale, t)
+		}
+	}
+	if stale != nil {
+		return staleError(items, stale)
+	}
+	return nil
+}
+
+// Restore implements Restorer, atomically for all the items: it raises
+// the counters and, with Generations, sets the tags' markers to the
+// largest of the clock's time in µs and one more than they held.
+func (m *Memory) Restore(ctx context.Context, items []Item, counted []int64) error {
+	var sbuf [4]spec
+	ss, err := checkRestore(items, counted, sbuf[:0])
+	if err != nil || len(items) == 0 {
+		return err
+	}
+	var tags []string
+	if m.gens {
+		tags = itemTags(items, nil, nil)
+	}
+	var hb heldBufs
+	h := hb.held()
+	m.lock(&h, items, "", false, tags)
+	defer m.unlock(&h)
+	for i := range items {
+		if counted[i] == 0 {
+			continue
+		}
+		e := m.get(&h, i)
+		used := ss[i].cap - ss[i].evaluate(stateOf(e), h.now, 0, false).Remaining
+		if counted[i] <= used {
+			continue
+		}
+		if e == nil {
+			e = new(entry)
+		}
+		m.put(&h, i, e, ss[i].settle(&e.state, h.now, 0, counted[i]-used, -1, ""))
+	}
+	for j := range tags {
+		k := len(h.keys) - len(tags) + j
+		e := m.get(&h, k)
+		if e == nil {
+			e = new(entry)
+		}
+		e.rec = max(h.now, e.rec+1)
+		// A marker never expires: sweep drops entries expired for a while.
+		e.expires = math.MaxInt64 - sweepGrace
+		m.shards[h.idx[k]].m[h.keys[k]] = e
 	}
 	return nil
 }

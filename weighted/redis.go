@@ -43,6 +43,34 @@ type RedisConfig struct {
 	// requests are batched (see Redis). 0 means DefaultMaxBatch; 1 turns
 	// batching off: one script call per request.
 	MaxBatch int
+	// Generations makes the store detect that Redis lost state (a restart
+	// empty, a FLUSHALL, a failover to a replica that lags, an older
+	// snapshot): every hash tag of the items' keys gets a marker, read and
+	// advanced by the debit script itself (no round trip more), and a
+	// Debit or Peek that finds its tag's marker missing or behind what
+	// this store has seen applies nothing and returns a *StaleError
+	// (ErrStale) until Restore writes a fresh one. Keys without a hash tag
+	// of their own have no marker (see Redis). Off by default: a store
+	// that turns it on finds every tag stale until restored.
+	Generations bool
+	// QueueTimeout bounds how long a request waits in its queue for a
+	// script call of its own (see Batching): one not sent by then returns
+	// ErrOverloaded, and nothing was applied. 0 means DefaultQueueTimeout
+	// (50 ms).
+	QueueTimeout time.Duration
+	// CallTimeout bounds how long a caller waits for the reply of a
+	// request sent: without one by then it returns ErrUnknownOutcome, and
+	// the store keeps waiting for the reply (see ReplyTimeout). 0 means
+	// DefaultCallTimeout (100 ms).
+	CallTimeout time.Duration
+	// ReplyTimeout bounds a script call: the context of the call ends then
+	// (go-redis honours it with ContextTimeoutEnabled; otherwise its
+	// ReadTimeout, 3 s by default, bounds the call). A debit whose caller
+	// left (ErrUnknownOutcome) and whose reply says it was admitted is
+	// cancelled by the store when the reply comes; one with no reply by
+	// then is left to expire with its limits (see RedisStats.LateLost).
+	// 0 means DefaultReplyTimeout (5 s); it must be at least CallTimeout.
+	ReplyTimeout time.Duration
 }
 
 // Validate reports whether the config is usable.
@@ -52,6 +80,12 @@ func (c RedisConfig) Validate() error {
 	}
 	if c.MaxBatch < 0 {
 		return fmt.Errorf("weighted: negative MaxBatch %d", c.MaxBatch)
+	}
+	if c.QueueTimeout < 0 || c.CallTimeout < 0 || c.ReplyTimeout < 0 {
+		return fmt.Errorf("weighted: negative QueueTimeout, CallTimeout or ReplyTimeout")
+	}
+	if cmp.Or(c.ReplyTimeout, DefaultReplyTimeout) < cmp.Or(c.CallTimeout, DefaultCallTimeout) {
+		return fmt.Errorf("weighted: ReplyTimeout %s is shorter than CallTimeout %s", cmp.Or(c.ReplyTimeout, DefaultReplyTimeout), cmp.Or(c.CallTimeout, DefaultCallTimeout))
 	}
 	if strings.Count(c.Prefix, "{") != strings.Count(c.Prefix, "}") {
 		return fmt.Errorf("weighted: prefix %q has an unbalanced hash tag", c.Prefix)
@@ -112,8 +146,8 @@ func (c RedisConfig) Validate() error {
 // # Scripts
 //
 // Each call is one EVALSHA (EVAL when the server answers NOSCRIPT) of a Lua
-// script embedded from lib.lua, batch.lua, debit.lua, settle.lua and
-// renew.lua. Time is the server's (TIME), in microseconds; all arithmetic
+// script embedded from lib.lua, batch.lua, debit.lua, settle.lua,
+// renew.lua and restore.lua. Time is the server's (TIME), in microseconds; all arithmetic
 // is on integers, exact below 2^53 (see Limit.Validate). A denial writes
 // nothing. A debit of one token bucket costs Redis about as much CPU as
 // go-redis/redis_rate's AllowN, and one of three limits that share a hash
@@ -143,17 +177,25 @@ func (c RedisConfig) Validate() error {
 // does not affect the others. A script error (Redis unreachable, a key of
 // the wrong type) fails every request of the batch with that error, and
 // the requests of the batch may have run (as a request whose reply is
-// lost may have). A batch's script call is not cancelled by any caller's
-// context: its deadline is the latest of its callers' deadlines (none if
-// one has none). A caller whose context ends while its request waits or
-// runs in a batch returns ctx.Err() (wrapped) at once; its request may
-// still run, and a Debit be admitted, as when a reply is lost. No
-// goroutine runs but the callers' (the caller of one request of a batch
-// sends it), except, for the time of one script call, when that caller
-// leaves as it is chosen. On a sharded store each hash tag has a queue of
-// its own, since one script call must stay on one slot. MaxBatch 1 turns
-// batching off. See BenchmarkRedisBatch in bench/README.md for what it
-// saves.
+// lost may have). See BenchmarkRedisBatch in bench/README.md for what
+// batching saves.
+//
+// Each script call runs in a goroutine of the store's, which ends with the
+// call: no caller's context cancels it, and it is bounded by
+// RedisConfig.ReplyTimeout. A caller waits for its request with bounds of
+// its own: QueueTimeout while it is queued (then ErrOverloaded: it was not
+// sent, nothing was applied) and CallTimeout once it is sent (then
+// ErrUnknownOutcome: it may have run), and never past its context (then
+// the context's error, with ErrOverloaded if its deadline passed while it
+// was queued, or with ErrUnknownOutcome if it was sent). A Debit left with
+// an unknown outcome is the store's to settle: when its reply comes and
+// says it was admitted, the store cancels it (a Cancel in the same queue),
+// and when no reply comes before ReplyTimeout, its reservation stays until
+// its limits refill and its concurrency leases expire (a Period). Stats
+// counts each case. On a sharded store each hash tag has a queue of its
+// own, since one script call must stay on one slot. MaxBatch 1 turns
+// batching off: every request is sent at once, in a script call of its
+// own, with the same bounds.
 //
 // # Redis Cluster
 //
@@ -163,16 +205,54 @@ func (c RedisConfig) Validate() error {
 // after another in the order of their tags. When a group denies, or fails,
 // the groups already debited are cancelled (refunded, their concurrency
 // released) and the denial or error is returned; the groups after it are
-// peeked to fill the result. Consistency across groups is therefore weaker
+// peeked to fill the result (a stale group, see Generations, ends the
+// debit as a failing one does: the groups before it are cancelled and its
+// *StaleError is returned). Consistency across groups is
+// therefore weaker
 // than within one: a request never gets more than every limit allows, but
 // for the moment between a debit and its compensation other requests can
 // see the reservation and be denied. A group whose script fails is not
 // compensated, since it cannot be known whether it ran; its reservation
-// expires as its limits refill. Settle, Cancel, Peek and Reset act group by
+// expires as its limits refill (one whose reply comes late is cancelled
+// by the store, see Batching). Settle, Cancel, Peek and Reset act group by
 // group. MOVED, ASK and TRYAGAIN replies are followed and retried by the
 // go-redis cluster client (give it MaxRedirects to outlast a slot
 // migration: while a slot migrates, a debit that writes a new reservation
 // key there is answered TRYAGAIN until the slot's keys have moved).
+//
+// # Generations
+//
+// With RedisConfig.Generations, each hash tag T of the items' keys (the
+// tag of an item key that has one; see Item.Key) has a marker key
+// <prefix>g:{T}, in T's slot, kept without expiry: a decimal integer, the
+// tag's generation. The debit script reads the markers of its request's
+// tags (GET) and, when one is missing or below the highest value this
+// store has seen for its tag (it remembers up to 65,536 tags, forgetting
+// an arbitrary one for each new one past that), applies nothing and
+// replies stale; Debit and Peek then return a *StaleError naming the
+// tags and items. A debit admitted that writes advances each of its
+// markers by one (INCR) and the store remembers the values replied, so
+// that a Redis that comes back with an older marker (a replica that
+// missed the latest writes, an older snapshot) is caught on the first
+// call that sees it, by every client that saw a later value. Restore
+// raises the counters of a tag to what the caller counted and sets the
+// marker to the largest of the server's time in µs, one more than the
+// marker and one more than the store has seen, in one script call per
+// tag; a restored marker is thus above any value seen before it, and two
+// replicas that both restore a tag settle on the later marker.
+//
+// What it does not cover: keys without a hash tag of their own (global or
+// per-model limits): a loss there admits at most one more window (or one
+// more capacity) of that limit before the counter fills again. Settle,
+// Cancel and Renew neither check nor advance markers: they apply to what
+// the store holds (a refund of a lost counter is clamped at empty), so a
+// rollback that loses only settlements made after this store's last debit
+// on the tag goes unseen (a charge above the estimate lost; the ledger
+// reconciliation covers it). A marker evicted alone reads as a loss (a
+// Restore more); counters evicted under a marker kept are not seen, so
+// run Redis with maxmemory-policy noeviction. The markers cost the debit
+// script a GET per tag, and an INCR per tag when it writes (see
+// bench/README.md).
 //
 // Redis is safe for concurrent use. Use NewRedis to make one.
 type Redis struct {
@@ -189,6 +269,14 @@ type Redis struct {
 	now func() time.Time
 	// scriptCalls counts the script calls of requests, for tests.
 	scriptCalls atomic.Int64
+	// gens is RedisConfig.Generations; seen the highest marker values
+	// replied, by tag.
+	gens bool
+	seen seenGens
+	// The timeouts of RedisConfig; afterFunc replaces the timers in tests.
+	queueTimeout, callTimeout, replyTimeout time.Duration
+	afterFunc                               func(time.Duration) <-chan time.Time
+	stats                                   redisStats
 
 	mu         sync.Mutex
 	queue      queue             // the queue, when not sharded
@@ -207,10 +295,13 @@ var (
 	settleLua string
 	//go:embed renew.lua
 	renewLua string
+	//go:embed restore.lua
+	restoreLua string
 	//go:embed batch.lua
 	batchLua string
 
-	batchScript = newScript(libLua + strings.NewReplacer("-- settle.lua\n", settleLua, "-- debit.lua\n", debitLua, "-- renew.lua\n", renewLua).Replace(batchLua))
+	batchScript = newScript(libLua + strings.NewReplacer("-- settle.lua\n", settleLua, "-- debit.lua\n", debitLua,
+		"-- renew.lua\n", renewLua, "-- restore.lua\n", restoreLua).Replace(batchLua))
 	resetScript = newScript("return redis.call('DEL', unpack(KEYS))")
 )
 
@@ -229,7 +320,12 @@ func NewRedis(client Scripter, cfg RedisConfig) *Redis {
 	}
 	r := &Redis{
 		c: client, prefix: cfg.Prefix, settleTTL: DefaultSettleTTL.Milliseconds(), sharded: cfg.Sharded,
-		maxBatch: cmp.Or(cfg.MaxBatch, DefaultMaxBatch), maxInFlight: defaultMaxInFlight,
+		maxBatch: cmp.Or(cfg.MaxBatch, DefaultMaxBatch), maxInFlight: defaultMaxInFlight, gens: cfg.Generations,
+		queueTimeout: cmp.Or(cfg.QueueTimeout, DefaultQueueTimeout), callTimeout: cmp.Or(cfg.CallTimeout, DefaultCallTimeout),
+		replyTimeout: cmp.Or(cfg.ReplyTimeout, DefaultReplyTimeout),
+	}
+	if r.maxBatch == 1 {
+		r.maxInFlight = math.MaxInt
 	}
 	if r.prefix == "" {
 		r.prefix = "cg:"
@@ -271,6 +367,11 @@ func (r *Redis) key(it *Item) string {
 		return r.prefix + l.Name + ":" + l.code() + ":{_" + it.Key + "}"
 	}
 	return r.prefix + l.Name + ":" + l.code() + ":{" + it.Key + "}"
+}
+
+// markerKey returns the key of the generation marker of hash tag tag.
+func (r *Redis) markerKey(tag string) string {
+	return r.prefix + "g:{" + tag + "}"
 }
 
 // recordKey returns the key of reservation id among keys with hash tag tag.
@@ -354,16 +455,19 @@ func (g *group) strings(items []Item) int {
 
 // The ops of batch.lua.
 const (
-	opPeek   = 0
-	opDebit  = 1
-	opSettle = 2
-	opRenew  = 3
+	opPeek    = 0
+	opDebit   = 1
+	opSettle  = 2
+	opRenew   = 3
+	opRestore = 4
 )
 
 // header appends the header of a request of batch.lua: the number of items,
 // of keys, the time override, the op, how many of the items (the first
-// ones) are meters or windows, and how long to remember a settled id (ms).
-func (r *Redis) header(buf []byte, n, keys int, op int64, ns int) []byte {
+// ones) are meters or windows, how long to remember a settled id (ms), the
+// number of generation markers (the request's last keys, those of tags)
+// and the highest value seen of each.
+func (r *Redis) header(buf []byte, n, keys int, op int64, ns int, tags []string) []byte {
 	var now int64
 	if r.now != nil {
 		now = r.now().UnixMicro()
@@ -373,7 +477,12 @@ func (r *Redis) header(buf []byte, n, keys int, op int64, ns int) []byte {
 	buf = appendNumber(buf, now)
 	buf = appendNumber(buf, op)
 	buf = appendNumber(buf, int64(ns))
-	return appendNumber(buf, r.settleTTL)
+	buf = appendNumber(buf, r.settleTTL)
+	buf = appendNumber(buf, int64(len(tags)))
+	for _, t := range tags {
+		buf = appendNumber(buf, r.seen.get(t))
+	}
+	return buf
 }
 
 // appendNumber appends v as the scripts read numbers: a little-endian
@@ -410,8 +519,19 @@ func (r *Redis) evalGroup(ctx context.Context, id string, items []Item, ss []spe
 			break
 		}
 	}
+	var tags []string
+	if r.gens {
+		var tbuf [2]string
+		tags = itemTags(items, g.idx, tbuf[:0])
+		if len(tags) > 0 {
+			keys = keys[:len(keys):len(keys)]
+			for _, t := range tags {
+				keys = append(keys, r.markerKey(t))
+			}
+		}
+	}
 	c := getCall(ctx)
-	c.buf = r.header(c.buf, len(g.idx), len(keys), op, g.strings(items))
+	c.buf = r.header(c.buf, len(g.idx), len(keys), op, g.strings(items), tags)
 	for _, i := range g.idx {
 		c.buf = appendItem(c.buf, &ss[i], items[i].Cost)
 	}
@@ -421,8 +541,14 @@ func (r *Redis) evalGroup(ctx context.Context, id string, items []Item, ss []spe
 		return false, err
 	}
 	reply, ok := v.(string)
-	if !ok || len(reply) != 8*(1+4*len(g.idx)) {
-		return false, fmt.Errorf("weighted: debit returned %T of %d bytes, want %d", v, len(reply), 8*(1+4*len(g.idx)))
+	if ok && len(tags) > 0 && len(reply) == 8*(1+len(tags)) && replyNumber(reply, 0) == -1 {
+		return false, r.stale(items, tags, reply[8:])
+	}
+	if !ok || len(reply) != 8*(1+4*len(g.idx)+len(tags)) {
+		return false, fmt.Errorf("%w: debit returned %T of %d bytes, want %d", errBadReply, v, len(reply), 8*(1+4*len(g.idx)+len(tags)))
+	}
+	for j, t := range tags {
+		r.seen.saw(t, replyNumber(reply, 1+4*len(g.idx)+j))
 	}
 	for j, i := range g.idx {
 		o := reply[8+32*j:]
@@ -435,6 +561,18 @@ func (r *Redis) evalGroup(ctx context.Context, id string, items []Item, ss []spe
 		}
 	}
 	return replyNumber(reply, 0) == 1, nil
+}
+
+// stale returns the *StaleError of a stale reply: gens holds the values of
+// the markers of tags, 0 for a missing one.
+func (r *Redis) stale(items []Item, tags []string, gens string) error {
+	var stale []string
+	for j, t := range tags {
+		if g := replyNumber(gens, j); g == 0 || g < r.seen.get(t) {
+			stale = append(stale, t)
+		}
+	}
+	return staleError(items, stale)
 }
 
 // replyNumber returns the k-th double of a script's reply, as an integer.
@@ -548,7 +686,7 @@ func (r *Redis) settle(ctx context.Context, id string, items []Item, actual []in
 func (r *Redis) settleGroup(ctx context.Context, id string, items []Item, ss []spec, g *group, actual []int64) error {
 	keys := append(g.keys[:len(g.keys):len(g.keys)], r.recordKey(g.tag, id))
 	c := getCall(ctx)
-	c.buf = r.header(c.buf, len(g.idx), len(keys), opSettle, g.strings(items))
+	c.buf = r.header(c.buf, len(g.idx), len(keys), opSettle, g.strings(items), nil)
 	for _, i := range g.idx {
 		c.buf = appendItem(c.buf, &ss[i], items[i].Cost)
 		c.buf = appendNumber(c.buf, actualCost(items, ss, actual, i))
@@ -577,7 +715,7 @@ func (r *Redis) Renew(ctx context.Context, id string, items []Item) error {
 	var errs []error
 	for _, g := range r.groups(items) {
 		c := getCall(ctx)
-		c.buf = r.header(c.buf, len(g.idx), len(g.keys), opRenew, 0)
+		c.buf = r.header(c.buf, len(g.idx), len(g.keys), opRenew, 0, nil)
 		for _, i := range g.idx {
 			c.buf = appendItem(c.buf, &ss[i], items[i].Cost)
 		}
@@ -587,6 +725,48 @@ func (r *Redis) Renew(ctx context.Context, id string, items []Item) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Restore implements Restorer: one script call per group of items (see
+// Redis Cluster), each atomic, that raises the counters and sets the
+// markers of its tags. It needs no Generations to raise counters, and
+// writes markers only with it.
+func (r *Redis) Restore(ctx context.Context, items []Item, counted []int64) error {
+	var sbuf [4]spec
+	ss, err := checkRestore(items, counted, sbuf[:0])
+	if err != nil || len(items) == 0 {
+		return err
+	}
+	for _, g := range r.groups(items) {
+		keys := g.keys
+		var tags []string
+		if r.gens {
+			tags = itemTags(items, g.idx, nil)
+			keys = keys[:len(keys):len(keys)]
+			for _, t := range tags {
+				keys = append(keys, r.markerKey(t))
+			}
+		}
+		c := getCall(ctx)
+		c.buf = r.header(c.buf, len(g.idx), len(keys), opRestore, g.strings(items), tags)
+		for _, i := range g.idx {
+			c.buf = appendItem(c.buf, &ss[i], 0)
+			c.buf = appendNumber(c.buf, counted[i])
+		}
+		c.keys, c.id = keys, ""
+		v, err := r.exec(c, g.tag)
+		if err != nil {
+			return err
+		}
+		reply, ok := v.(string)
+		if !ok || len(reply) != 8*(1+len(tags)) {
+			return fmt.Errorf("%w: restore returned %T of %d bytes, want %d", errBadReply, v, len(reply), 8*(1+len(tags)))
+		}
+		for j, t := range tags {
+			r.seen.saw(t, replyNumber(reply, 1+j))
+		}
+	}
+	return nil
 }
 
 // Reset implements Store.

@@ -27,6 +27,30 @@
 // tenant: its window starts at 00:00 UTC on the 1st and ends at 00:00 UTC
 // on the 1st of the next month.
 //
+// A store can lose the state it keeps (a Redis restarted empty, flushed,
+// or failed over to a replica that lags). With generations on
+// (RedisConfig.Generations, MemoryConfig.Generations) each hash tag of the
+// items' keys carries a marker of its state's life, checked by the debit
+// itself: a Debit or Peek on a tag whose state was lost applies nothing
+// and returns a *StaleError (ErrStale) until Restore (see Restorer) has
+// raised the tag's counters to what the caller counted (a ledger's spend)
+// and written a fresh marker. The usual loop of a caller:
+//
+//	res, err := store.Debit(ctx, id, items)
+//	var se *weighted.StaleError
+//	if errors.As(err, &se) {
+//		// tagItems: every budget under se.Tags; counted: the ledger's spend of each.
+//		if err = store.(weighted.Restorer).Restore(ctx, tagItems, counted); err == nil {
+//			res, err = store.Debit(ctx, id, items)
+//		}
+//	}
+//
+// Errors are of three kinds: the request's (a *CostError, ErrDuplicateItem,
+// ErrInvalidCost, an invalid limit), the state's (ErrStale) and load
+// shedding (ErrOverloaded), none of which says the store is down; and the
+// store's own failures, for which IsStoreFailure is true: count only
+// those against a circuit breaker.
+//
 // Time is the store's clock: MemoryConfig.Now for Memory, the server's TIME
 // for Redis. A clock that steps back never gives more room: a meter or
 // window is read at its own time (its last write, or the window it counts
@@ -57,6 +81,7 @@ package weighted
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -104,7 +129,7 @@ const DefaultSettleTTL = 10 * time.Minute
 var (
 	errNoID       = errors.New("weighted: empty reservation id")
 	errActualSize = errors.New("weighted: settle needs one actual cost per item")
-	errNegative   = errors.New("weighted: negative actual cost")
+	errNegative   = fmt.Errorf("%w: negative actual cost", ErrInvalidCost)
 )
 
 // checkSettle validates the arguments of Settle.

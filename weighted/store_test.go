@@ -291,7 +291,7 @@ func TestRedisDownIsAnError(t *testing.T) {
 	srv := redistest.New(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	defer c.Close()
-	r := NewRedis(c, RedisConfig{})
+	r := NewRedis(c, patient(RedisConfig{}))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	items := []Item{{Limit: Limit{Name: "l", Rate: 10, Period: time.Second}, Key: "k", Cost: 1}}

@@ -1,6 +1,7 @@
 package weighted
 
 import (
+	"cmp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -68,7 +69,7 @@ func testRedis(t *testing.T) *redis.Client {
 // newRedisStore returns a Redis store on c under a fresh prefix, whose time
 // is clk's (nil: the server's).
 func newRedisStore(c Scripter, clk *clock) *Redis {
-	r := NewRedis(c, RedisConfig{Prefix: "t" + strconv.FormatInt(prefixSeq.Add(1), 10) + ":"})
+	r := NewRedis(c, patient(RedisConfig{Prefix: "t" + strconv.FormatInt(prefixSeq.Add(1), 10) + ":"}))
 	if clk != nil {
 		r.now = clk.Now
 	}
@@ -81,4 +82,15 @@ func bothStores(c *redis.Client, clk *clock) []namedStore {
 		{"memory", NewMemory(MemoryConfig{Now: clk.Now})},
 		{"redis", newRedisStore(c, clk)},
 	}
+}
+
+// patient gives cfg timeouts of a minute where it sets none, so that
+// tests of decisions under a loaded machine (the race detector, other
+// processes) never shed or give up on a request: the timeouts have tests
+// of their own, on a clock of the test's.
+func patient(cfg RedisConfig) RedisConfig {
+	cfg.QueueTimeout = cmp.Or(cfg.QueueTimeout, time.Minute)
+	cfg.CallTimeout = cmp.Or(cfg.CallTimeout, time.Minute)
+	cfg.ReplyTimeout = cmp.Or(cfg.ReplyTimeout, time.Minute)
+	return cfg
 }

@@ -30,6 +30,7 @@ type Server struct {
 	// Addr is host:port.
 	Addr string
 	cmd  *exec.Cmd
+	dir  string // the private server's working directory
 }
 
 // New returns a Redis for t, started privately or taken from REDIS_URL.
@@ -81,11 +82,15 @@ func (s *Server) Stop(t testing.TB) {
 	s.cmd = nil
 }
 
-// Restart starts a stopped private server again on its port, empty.
+// Restart starts a stopped private server again on its port, empty, in
+// the directory of its first start (which lives as long as the test that
+// started it).
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	_, port, _ := splitAddr(s.Addr)
-	cmd, err := run(t, port)
+	// A snapshot a test saved would be loaded: the server starts empty.
+	_ = os.Remove(filepath.Join(s.dir, "dump.rdb"))
+	cmd, err := run(port, s.dir)
 	if err != nil {
 		t.Fatalf("redistest: restart: %v", err)
 	}
@@ -97,7 +102,8 @@ func start(t testing.TB) *Server {
 	var lastErr error
 	for range 5 {
 		port := servicetest.FreePort(t)
-		cmd, err := run(t, port)
+		dir := t.TempDir()
+		cmd, err := run(port, dir)
 		if err != nil {
 			lastErr = err
 			continue
@@ -106,6 +112,7 @@ func start(t testing.TB) *Server {
 			URL:  fmt.Sprintf("redis://127.0.0.1:%d/0", port),
 			Addr: fmt.Sprintf("127.0.0.1:%d", port),
 			cmd:  cmd,
+			dir:  dir,
 		}
 		t.Cleanup(func() {
 			if s.cmd != nil {
@@ -119,15 +126,17 @@ func start(t testing.TB) *Server {
 	return nil
 }
 
-// run starts redis-server on port and waits until it answers PING.
-func run(t testing.TB, port int) (*exec.Cmd, error) {
-	t.Helper()
-	dir := t.TempDir()
+// run starts redis-server on port, in dir, and waits until it answers
+// PING.
+func run(port int, dir string) (*exec.Cmd, error) {
 	cmd := exec.Command("redis-server",
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
+		// DEBUG RELOAD lets a test load an older snapshot, as a failover
+		// to a replica that lags would.
+		"--enable-debug-command", "local",
 		"--dir", dir,
 		"--logfile", filepath.Join(dir, "redis.log"),
 	)

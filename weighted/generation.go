@@ -1,0 +1,181 @@
+package weighted
+
+// Generations: with RedisConfig.Generations (MemoryConfig.Generations), each
+// hash tag of the items' keys has a marker, a key in the tag's slot
+// (<prefix>g:{<tag>}) that holds the tag's generation: a number that
+// Restore sets to at least the store's time in µs and that every debit
+// that writes advances by one. The debit script reads the markers of its
+// request's tags with the limits' keys, in the same script call, and a
+// marker that is missing (the store restarted empty, was flushed, or lost
+// the key) or below the highest value this client has seen for the tag
+// (a failover to a replica that lags, a restore of an older snapshot)
+// makes the request stale: the script applies nothing and the call
+// returns a *StaleError. Restore brings the tag's counters up to what the
+// caller knows was spent (the ledger's spend) and writes a fresh marker,
+// after which the tag's debits run again.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// ErrStale is the sentinel of a *StaleError: the store lost state that its
+// counters held, and a debit or peek on it would decide on a counter that
+// has not been brought up to what was spent. It is not a failure of the
+// store (IsStoreFailure is false): restore the tags it names (Restore)
+// and retry.
+var ErrStale = errors.New("weighted: the store lost the state of a hash tag: restore it")
+
+// StaleError reports a Debit or Peek that found the generation marker of
+// one or more hash tags missing or behind (see RedisConfig.Generations).
+// Nothing was applied. It matches ErrStale under errors.Is.
+type StaleError struct {
+	// Tags are the stale hash tags, sorted: the text between the braces
+	// of the items' keys (for "{acme}:user=bob", "acme").
+	Tags []string
+	// Items are the indexes, in the request, of the items whose keys have
+	// one of those tags, ascending.
+	Items []int
+}
+
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("weighted: stale hash tags %s (items %v): the store lost their state; restore them", strings.Join(e.Tags, ", "), e.Items)
+}
+
+// Unwrap returns ErrStale.
+func (e *StaleError) Unwrap() error { return ErrStale }
+
+// Restorer is a store that keeps generation markers (RedisConfig.Generations,
+// MemoryConfig.Generations). Redis and Memory implement it.
+type Restorer interface {
+	// Restore raises each item's used amount to at least counted[i], its
+	// capacity at most, and writes a fresh generation marker for each
+	// hash tag of the items' keys, all of one tag in one atomic step, so
+	// that the tags' debits run again. Item.Cost is ignored.
+	//
+	// The used amount is the capacity minus the Remaining that Peek
+	// reports: a fixed window's count (calendar or not) becomes
+	// max(count, counted) in the window counted in now; a token bucket's
+	// or GCRA's debt grows so that at most capacity - counted remain; a
+	// sliding window's current count grows until its weighted count is
+	// counted. A counter already at or above counted is left alone, so a
+	// Restore repeated, or made by two replicas, charges nothing twice.
+	// Sliding logs and concurrency limits take counted 0 (their marks are
+	// not restored; leases lost expire on their own); a counted above 0
+	// for them, a negative one, or a counted slice of another length than
+	// items is an error matching ErrInvalidCost, and nothing is sent.
+	//
+	// A marker guards every counter of its tag, so give Restore every
+	// counter of the tag that the caller can count (every budget of the
+	// tenant, for each user and key), the others with counted 0: a counter
+	// left out is trusted as the store holds it.
+	Restore(ctx context.Context, items []Item, counted []int64) error
+}
+
+var (
+	_ Restorer = (*Redis)(nil)
+	_ Restorer = (*Memory)(nil)
+)
+
+// checkRestore validates the arguments of Restore and returns the items'
+// specs.
+func checkRestore(items []Item, counted []int64, buf []spec) ([]spec, error) {
+	if len(counted) != len(items) {
+		return nil, fmt.Errorf("%w: restore needs one counted amount per item", ErrInvalidCost)
+	}
+	ss, err := specs(items, buf, false)
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range counted {
+		switch {
+		case c < 0:
+			return nil, fmt.Errorf("%w: limit %q: negative counted amount %d", ErrInvalidCost, items[i].Limit.Name, c)
+		case c > 0 && (ss[i].algo == SlidingLog || ss[i].algo == Concurrency):
+			return nil, fmt.Errorf("%w: limit %q: a %s is not restored (counted must be 0)", ErrInvalidCost, items[i].Limit.Name, ss[i].algo)
+		}
+	}
+	return ss, nil
+}
+
+// itemTags appends to buf the distinct hash tags, in order of first
+// appearance, of the items idx (all items when idx is nil) whose keys have
+// a hash tag of their own. Untagged keys have no marker.
+func itemTags(items []Item, idx []int, buf []string) []string {
+	add := func(i int) {
+		k := items[i].Key
+		if !hasHashTag(k) {
+			return
+		}
+		t := hashTag(k)
+		for _, s := range buf {
+			if s == t {
+				return
+			}
+		}
+		buf = append(buf, t)
+	}
+	if idx == nil {
+		for i := range items {
+			add(i)
+		}
+	} else {
+		for _, i := range idx {
+			add(i)
+		}
+	}
+	return buf
+}
+
+// staleError returns the *StaleError of the stale tags among items.
+func staleError(items []Item, stale []string) *StaleError {
+	e := &StaleError{Tags: slices.Clone(stale)}
+	slices.Sort(e.Tags)
+	for i := range items {
+		if hasHashTag(items[i].Key) && slices.Contains(stale, hashTag(items[i].Key)) {
+			e.Items = append(e.Items, i)
+		}
+	}
+	return e
+}
+
+// maxSeenTags bounds the tags whose highest generation a Redis store
+// remembers. Past it, an arbitrary tag is forgotten for each new one: a
+// tag forgotten is checked only for a missing marker until its next reply.
+const maxSeenTags = 1 << 16
+
+// seenGens is the highest generation a client has seen per tag.
+type seenGens struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+// get returns the highest generation seen for tag, 0 for none.
+func (s *seenGens) get(tag string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[tag]
+}
+
+// saw records that tag's marker held g.
+func (s *seenGens) saw(tag string, g int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m[tag] >= g {
+		return
+	}
+	if _, ok := s.m[tag]; !ok && len(s.m) >= maxSeenTags {
+		for k := range s.m {
+			delete(s.m, k)
+			break
+		}
+	}
+	if s.m == nil {
+		s.m = make(map[string]int64)
+	}
+	s.m[tag] = g
+}

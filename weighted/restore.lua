@@ -1,0 +1,75 @@
+-- restore.lua: Restore (op 4), request r of a batch, over n items. batch.lua
+-- runs it inside its loop over requests, as a block. Its keys are KEYS[k +
+-- 1] to KEYS[k + n], the items' keys (meters and windows first), then the
+-- ng generation markers (see batch.lua). Its items are in buf from pos on:
+-- per item, doubles algo, cap, rate, period, tick, 0 and counted. Each
+-- item's used amount (its capacity minus what Peek reports remaining) is
+-- raised to counted, capped at the capacity, as Settle charges an extra
+-- cost: a meter's debt grows, a window's current count grows (a sliding
+-- window's only up to full). Sliding logs and concurrency limits take
+-- counted 0 (Redis.Restore checks it) and are left alone. Then every
+-- marker is set to a fresh generation, the largest of now (µs), one more
+-- than it held and one more than the client has seen, so that a marker
+-- restored never reads as behind. Its reply, replies[r], is a string of
+-- the markers' new values.
+local L = lib()
+for i = 1, n do
+  local key = KEYS[k + i]
+  local algo, cap, rate, period, tick, _, counted
+  algo, cap, rate, period, tick, _, counted, pos = sunpack('<ddddddd', buf, pos)
+  local p = period / tick
+  if counted > 0 and algo <= GCRA then
+    local ts, d, exp = L.meter(L.get(key), cap, rate, tick, p)
+    local full = cap * p
+    local rem = full - d
+    local delta = counted - cap + (rem - rem % p) / p
+    if delta > 0 then
+      if delta > cap then delta = cap end
+      d = d + delta * p
+      if d > full then d = full end
+      L.write(key, L.store(ts, d, p, ts + ceil_div(d, rate) * tick - now, exp, period))
+    end
+  elseif counted > 0 and algo == MONTH_WINDOW then
+    local w, _, curr, _, exp, stop = L.window(L.get(key), period, algo)
+    if counted > curr then
+      curr = counted
+      if curr > cap then curr = cap end
+      L.write(key, L.store(w, -1, curr, stop - now, exp, period))
+    end
+  elseif counted > 0 and algo == FIXED_WINDOW then
+    local w, _, curr, start, exp = L.window(L.get(key), period, algo)
+    if counted > curr then
+      curr = counted
+      if curr > cap then curr = cap end
+      L.write(key, L.store(w, period, curr, L.window_reset(algo, 0, curr, start, period), exp, period))
+    end
+  elseif counted > 0 and algo == SLIDING_WINDOW then
+    local w, prev, curr, start, exp = L.window(L.get(key), period, algo)
+    local e = now - start
+    if e < 0 then e = 0 end
+    e = floor(e / tick)
+    local room = cap * p - (curr * p + prev * (p - e))
+    if room < 0 then room = 0 end
+    room = floor(room / p)
+    local delta = counted - cap + room
+    if delta > 0 then
+      if delta > cap then delta = cap end
+      if delta < room then curr = curr + delta else curr = curr + room end
+      L.write(key, L.store(w, prev, curr, L.window_reset(algo, prev, curr, start, period), exp, period, true))
+    end
+  end
+end
+if C then
+  L.flush()
+end
+local gens = {}
+for j = 1, ng do
+  local mk = KEYS[k + nkeys - ng + j]
+  local g = tonumber(redis.call('GET', mk) or '0')
+  local v = now
+  if g + 1 > v then v = g + 1 end
+  if seen[j] + 1 > v then v = seen[j] + 1 end
+  redis.call('SET', mk, string.format('%d', v))
+  gens[j] = v
+end
+replies[r] = pack('<' .. string.rep('d', ng + 1), 1, unpack(gens, 1, ng))
