@@ -235,5 +235,196 @@ func TestSecurityStreamReportsModel(t *testing.T) {
 	}
 }
 
-var _ = math.MaxInt64
-var _ = strings.Repeat
+func TestSecurityOverflow(t *testing.T) {
+	e := estimatorWith(t, Config{})
+	const big = "9223372036854775807"
+	msgs := `"messages":[{"role":"user","content":"hi"}]`
+	cases := []struct {
+		name string
+		kind Kind
+		body string
+	}{
+		{"chat max_tokens", ChatCompletions, `{"model":"gpt-4o",` + msgs + `,"max_tokens":` + big + `}`},
+		{"chat max_completion_tokens", ChatCompletions, `{"model":"gpt-4o",` + msgs + `,"max_completion_tokens":` + big + `}`},
+		{"chat n", ChatCompletions, `{"model":"gpt-4o",` + msgs + `,"n":9223372036854775000}`},
+		{"chat n times max_tokens", ChatCompletions, `{"model":"gpt-4o",` + msgs + `,"n":4294967296,"max_tokens":4294967296}`},
+		{"completions best_of", Completions, `{"model":"gpt-3.5-turbo-instruct","prompt":"x","best_of":` + big + `}`},
+		{"completions prompts times max_tokens", Completions, `{"model":"gpt-3.5-turbo-instruct","prompt":["a","b"],"max_tokens":` + big + `}`},
+		{"responses max_output_tokens", Responses, `{"model":"gpt-4.1","input":"x","max_output_tokens":` + big + `}`},
+		{"anthropic max_tokens", AnthropicMessages, `{"model":"claude-sonnet-4-5",` + msgs + `,"max_tokens":` + big + `}`},
+		{"unknown model cost", ChatCompletions, `{"model":"mystery",` + msgs + `,"max_tokens":100000000000000}`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			est, err := e.Estimate(c.kind, []byte(c.body))
+			var bad *BadRequestError
+			if !errors.Is(err, ErrCostOverflow) || !errors.As(err, &bad) {
+				t.Fatalf("Estimate = %+v, %v; want a *BadRequestError wrapping ErrCostOverflow", est, err)
+			}
+		})
+	}
+	// Representable, if absurd, requests are priced, never wrapped.
+	est, err := e.Estimate(ChatCompletions, []byte(`{"model":"gpt-4o",`+msgs+`,"max_tokens":1000000000000}`))
+	if err != nil || est.Cost <= 0 {
+		t.Errorf("large but representable: %+v, %v", est, err)
+	}
+
+	// Settlement saturates.
+	top := int64(math.MaxInt64)
+	for name, u := range map[string]Usage{
+		"all counts at the top": {InputTokens: top, CachedInputTokens: top, CacheWriteTokens: top, CacheWrite1hTokens: top, AudioInputTokens: top,
+			OutputTokens: top, ReasoningTokens: top, AudioOutputTokens: top, WebSearchRequests: top, Units: top},
+		"output at the top":   {OutputTokens: top},
+		"searches at the top": {WebSearchRequests: top},
+		"negative counts":     {InputTokens: -top, OutputTokens: math.MinInt64, CachedInputTokens: top},
+	} {
+		for _, model := range []string{"o1-pro", "claude-opus-4-6", "mystery"} {
+			if c := e.Cost(model, u); c < 0 {
+				t.Errorf("%s, %s: cost %v", name, model, c)
+			}
+		}
+		if c := (Price{PerCall: math.MaxInt64, PerUnit: math.MaxInt64, Output: math.MaxInt64, PriorityPercent: math.MaxInt64}).Cost(Usage{OutputTokens: top, Units: top, ServiceTier: "priority"}); c != math.MaxInt64 {
+			t.Errorf("%s: saturated price gives %v", name, c)
+		}
+	}
+
+	// Generic rules: units from the request, and the complexity's filters.
+	r := Rule{PerCall: 1, PerUnit: 1000, Units: &Source{Query: "num"}}
+	_, err = r.Estimate(GenericRequest{Query: map[string][]string{"num": {big}}})
+	if !errors.Is(err, ErrCostOverflow) {
+		t.Errorf("rule units %s: %v", big, err)
+	}
+	_, err = r.Estimate(GenericRequest{Query: map[string][]string{"num": {"1e300"}}})
+	if !errors.Is(err, ErrCostOverflow) {
+		t.Errorf("rule units 1e300: %v", err)
+	}
+	cx := Rule{PerUnit: 1, Complexity: &Complexity{Query: Source{Query: "q"}, Filters: Source{Query: "f"}, QueryPrefix: "x_"}}
+	est, err = cx.Estimate(GenericRequest{Query: map[string][]string{"q": {"a"}, "f": {big}, "x_1": {"1"}}})
+	if err == nil && est.Cost < 0 || err != nil && !errors.Is(err, ErrCostOverflow) {
+		t.Errorf("complexity filters at the top: %+v, %v", est, err)
+	}
+}
+
+func TestSecurityPricedFieldSpelling(t *testing.T) {
+	e := estimatorWith(t, Config{})
+	chat := func(extra string) string {
+		return `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]` + extra + `}`
+	}
+	cases := []struct {
+		name  string
+		kind  Kind
+		body  string
+		field string // "" when the body is accepted
+	}{
+		{"model case variant", ChatCompletions, chat(`,"Model":"gpt-5.5-pro"`), "model"},
+		{"model duplicate", ChatCompletions, chat(`,"model":"gpt-5.5-pro"`), "model"},
+		{"model escaped duplicate", ChatCompletions, chat(`,"mod\u0065l":"gpt-5.5-pro"`), "model"},
+		{"model long-s variant", ChatCompletions, `{"model":"gpt-4o-mini","meſſages":[],"messages":[]}`, "messages"},
+		{"messages variant", ChatCompletions, chat(`,"MESSAGES":[]`), "messages"},
+		{"max_tokens variant", ChatCompletions, chat(`,"Max_Tokens":5`), "max_tokens"},
+		{"max_completion_tokens duplicate", ChatCompletions, chat(`,"max_completion_tokens":5,"max_completion_tokens":6`), "max_completion_tokens"},
+		{"n variant", ChatCompletions, chat(`,"N":5`), "n"},
+		{"stream variant", ChatCompletions, chat(`,"Stream":true`), "stream"},
+		{"tools duplicate", ChatCompletions, chat(`,"tools":[],"tools":[]`), "tools"},
+		{"functions variant", ChatCompletions, chat(`,"Functions":[]`), "functions"},
+		{"modalities variant", ChatCompletions, chat(`,"modalities":["text"],"Modalities":["audio"]`), "modalities"},
+		{"service_tier variant", ChatCompletions, chat(`,"Service_Tier":"priority"`), "service_tier"},
+		{"stream_options variant", ChatCompletions, chat(`,"stream":true,"Stream_Options":{"include_usage":true}`), "stream_options"},
+		{"include_usage variant", ChatCompletions, chat(`,"stream":true,"stream_options":{"INCLUDE_USAGE":true}`), "stream_options.include_usage"},
+		{"include_usage duplicate", ChatCompletions, chat(`,"stream":true,"stream_options":{"include_usage":false,"include_usage":true}`), "stream_options.include_usage"},
+		{"message content duplicate", ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"user","content":"a","Content":"a much longer text"}]}`, `"content"`},
+		{"message role duplicate", ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"user","role":"system","content":"a"}]}`, `"role"`},
+		{"content part text duplicate", ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"text","text":"a","TEXT":"b"}]}]}`, `"text"`},
+		{"image_url detail duplicate", ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x","detail":"low","Detail":"high"}}]}]}`, `"detail"`},
+		{"tool arguments keep their own keys", ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"assistant","tool_calls":[{"type":"function","function":{"name":"f","arguments":"{\"a\":1,\"A\":2}"}}]}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"string"},"A":{"type":"string"}}}}}]}`, ""},
+		{"completions prompt variant", Completions, `{"model":"gpt-3.5-turbo-instruct","prompt":"a","Prompt":"b"}`, "prompt"},
+		{"completions best_of variant", Completions, `{"model":"gpt-3.5-turbo-instruct","prompt":"a","Best_Of":5}`, "best_of"},
+		{"embeddings input duplicate", Embeddings, `{"model":"text-embedding-3-small","input":"a","input":"b"}`, "input"},
+		{"responses instructions variant", Responses, `{"model":"gpt-4.1","input":"x","Instructions":"y"}`, "instructions"},
+		{"responses max_output_tokens variant", Responses, `{"model":"gpt-4.1","input":"x","MAX_OUTPUT_TOKENS":1}`, "max_output_tokens"},
+		{"responses item content duplicate", Responses, `{"model":"gpt-4.1","input":[{"role":"user","content":"a","content":"b"}]}`, `"content"`},
+		{"anthropic system variant", AnthropicMessages, `{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[],"System":"s"}`, "system"},
+		{"anthropic thinking variant", AnthropicMessages, `{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[],"Thinking":{"type":"enabled"}}`, "thinking"},
+		{"anthropic block duplicate", AnthropicMessages, `{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"a","Text":"b"}]}]}`, `"text"`},
+		{"anthropic tool input keeps its own keys", AnthropicMessages, `{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"1","name":"f","input":{"a":1,"A":2}}]}]}`, ""},
+		{"unpriced fields may vary", ChatCompletions, chat(`,"user":"a","User":"b","metadata":{"x":1,"X":2}`), ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := e.Estimate(c.kind, []byte(c.body))
+			if c.field == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var bad *BadRequestError
+			if !errors.As(err, &bad) || !strings.Contains(err.Error(), c.field) {
+				t.Fatalf("error %v; want a *BadRequestError naming %s", err, c.field)
+			}
+		})
+	}
+	// A message refused once is refused again (its count is not cached).
+	body := []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"a","Content":"b"}]}`)
+	for range 2 {
+		if _, err := e.Estimate(ChatCompletions, body); err == nil {
+			t.Fatal("duplicate member accepted")
+		}
+	}
+}
+
+func TestSecurityUncounted(t *testing.T) {
+	e := estimatorWith(t, Config{})
+	pdf := strings.Repeat("A", 400_000) // 300,000 bytes decoded
+	cases := []struct {
+		name      string
+		kind      Kind
+		body      string
+		uncounted bool
+		minInput  int64
+		audioIn   int64
+	}{
+		{"plain text", ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`, false, 1, 0},
+		{"file part inline", ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"file","file":{"filename":"a.pdf","file_data":"data:application/pdf;base64,` + pdf + `"}}]}]}`, true, 150_000, 0},
+		{"small file part", ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"file","file":{"file_data":"data:application/pdf;base64,QUJD"}}]}]}`, true, docMinTokens, 0},
+		{"file part by id", ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"file","file":{"file_id":"file-1"}}]}]}`, true, docMaxTokens, 0},
+		{"audio part", ChatCompletions, `{"model":"gpt-4o-audio-preview","messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"` + strings.Repeat("A", 4000) + `","format":"mp3"}}]}]}`, true, 60, 60},
+		{"image by url", ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}]}`, true, 1000, 0},
+		{"low detail image is exact", ChatCompletions, `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/y.png","detail":"low"}}]}]}`, false, 85, 0},
+		{"reasoning model", ChatCompletions, `{"model":"o3-2025-04-16","messages":[{"role":"user","content":"hi"}]}`, true, 1, 0},
+		{"gpt-5 family", Responses, `{"model":"gpt-5","input":"hi"}`, true, 1, 0},
+		{"unknown model", ChatCompletions, `{"model":"mystery","messages":[]}`, true, 1, 0},
+		{"responses previous_response_id", Responses, `{"model":"gpt-4.1","input":"hi","previous_response_id":"resp_1"}`, true, 1, 0},
+		{"responses input_file", Responses, `{"model":"gpt-4.1","input":[{"role":"user","content":[{"type":"input_file","file_id":"f"}]}]}`, true, docMaxTokens, 0},
+		{"responses web search", Responses, `{"model":"gpt-4.1","input":"hi","tools":[{"type":"web_search"}]}`, true, 1, 0},
+		{"anthropic thinking", AnthropicMessages, `{"model":"claude-sonnet-4-5","max_tokens":5,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"hi"}]}`, true, 1, 0},
+		{"anthropic thinking disabled", AnthropicMessages, `{"model":"claude-sonnet-4-5","max_tokens":5,"thinking":{"type":"disabled"},"messages":[{"role":"user","content":"hi"}]}`, false, 1, 0},
+		{"anthropic pdf", AnthropicMessages, `{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"` + pdf + `"}}]}]}`, true, 150_000, 0},
+		{"anthropic text document is exact", AnthropicMessages, `{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"hello"}}]}]}`, false, 1, 0},
+		{"anthropic image by url", AnthropicMessages, `{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"https://x"}}]}]}`, true, anthropicImageMax, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			est, err := e.Estimate(c.kind, []byte(c.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if est.Uncounted != c.uncounted || est.Usage.InputTokens < c.minInput || est.Usage.AudioInputTokens != c.audioIn {
+				t.Errorf("Uncounted %v, input %d, audio %d; want %v, at least %d, %d", est.Uncounted, est.Usage.InputTokens, est.Usage.AudioInputTokens, c.uncounted, c.minInput, c.audioIn)
+			}
+		})
+	}
+	// Audio output is reserved at the audio rate; search tools reserve searches.
+	est, err := e.Estimate(ChatCompletions, []byte(`{"model":"gpt-4o-audio-preview","modalities":["text","audio"],"max_tokens":100,"messages":[]}`))
+	if err != nil || est.Usage.AudioOutputTokens != 100 {
+		t.Errorf("audio output: %+v, %v", est.Usage, err)
+	}
+	est, err = e.Estimate(AnthropicMessages, []byte(`{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[],"tools":[{"type":"web_search_20250305","name":"web_search","max_uses":3}]}`))
+	if err != nil || est.Usage.WebSearchRequests != 3 || !est.Uncounted {
+		t.Errorf("anthropic web search: %+v, %v", est, err)
+	}
+	est, err = e.Estimate(ChatCompletions, []byte(`{"model":"gpt-5","service_tier":"priority","messages":[]}`))
+	if err != nil || est.Usage.ServiceTier != "priority" {
+		t.Errorf("requested tier: %+v, %v", est.Usage, err)
+	}
+}
