@@ -238,17 +238,62 @@ func FuzzPricedFields(f *testing.F) {
 		if err != nil {
 			return
 		}
-		var r struct {
-			Model               string `json:"model"`
-			MaxTokens           int64  `json:"max_tokens"`
-			MaxCompletionTokens int64  `json:"max_completion_tokens"`
-			MaxOutputTokens     int64  `json:"max_output_tokens"`
-			Stream              bool   `json:"stream"`
-			StreamOptions       *struct {
-				IncludeUsage bool `json:"include_usage"`
-			} `json:"stream_options"`
+		type streamOptions struct {
+			IncludeUsage bool `json:"include_usage"`
 		}
-		if err := json.Unmarshal(body, &r); err != nil {
+		// The priced fields of each kind, as a Go upstream decodes them.
+		var r struct {
+			Model               string
+			MaxTokens           int64
+			MaxCompletionTokens int64
+			MaxOutputTokens     int64
+			Stream              bool
+			StreamOptions       *streamOptions
+		}
+		switch kind {
+		case ChatCompletions:
+			var c struct {
+				Model               string         `json:"model"`
+				MaxTokens           int64          `json:"max_tokens"`
+				MaxCompletionTokens int64          `json:"max_completion_tokens"`
+				Stream              bool           `json:"stream"`
+				StreamOptions       *streamOptions `json:"stream_options"`
+			}
+			err = json.Unmarshal(body, &c)
+			r.Model, r.MaxTokens, r.MaxCompletionTokens, r.Stream, r.StreamOptions = c.Model, c.MaxTokens, c.MaxCompletionTokens, c.Stream, c.StreamOptions
+		case Completions:
+			var c struct {
+				Model         string         `json:"model"`
+				MaxTokens     int64          `json:"max_tokens"`
+				Stream        bool           `json:"stream"`
+				StreamOptions *streamOptions `json:"stream_options"`
+			}
+			err = json.Unmarshal(body, &c)
+			r.Model, r.MaxTokens, r.Stream, r.StreamOptions = c.Model, c.MaxTokens, c.Stream, c.StreamOptions
+		case Embeddings:
+			var c struct {
+				Model string `json:"model"`
+			}
+			err = json.Unmarshal(body, &c)
+			r.Model = c.Model
+		case Responses:
+			var c struct {
+				Model           string `json:"model"`
+				MaxOutputTokens int64  `json:"max_output_tokens"`
+				Stream          bool   `json:"stream"`
+			}
+			err = json.Unmarshal(body, &c)
+			r.Model, r.MaxOutputTokens, r.Stream = c.Model, c.MaxOutputTokens, c.Stream
+		case AnthropicMessages:
+			var c struct {
+				Model     string `json:"model"`
+				MaxTokens int64  `json:"max_tokens"`
+				Stream    bool   `json:"stream"`
+			}
+			err = json.Unmarshal(body, &c)
+			r.Model, r.MaxTokens, r.Stream = c.Model, c.MaxTokens, c.Stream
+		}
+		if err != nil {
 			t.Fatalf("%s: accepted a body encoding/json rejects (%v): %q", kind, err, body)
 		}
 		limit := int64(0)

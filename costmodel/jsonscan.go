@@ -524,6 +524,42 @@ func decodeField(kind Kind, body []byte, f *topField, v any) error {
 	return nil
 }
 
+// decodeString, decodeInt and decodeBool are decodeField for one type,
+// without boxing the value (which would move it to the heap).
+func decodeString(kind Kind, body []byte, f *topField) (string, error) {
+	raw := f.raw(body)
+	if raw != nil && raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
+		return string(raw[1 : len(raw)-1]), nil
+	}
+	var v string
+	err := decodeField(kind, body, f, &v)
+	return v, err
+}
+
+func decodeInt(kind Kind, body []byte, f *topField) (int64, error) {
+	raw := f.raw(body)
+	if raw != nil && raw[0] != '"' {
+		if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+			return n, nil
+		}
+	}
+	var v int64
+	err := decodeField(kind, body, f, &v)
+	return v, err
+}
+
+func decodeBool(kind Kind, body []byte, f *topField) (bool, error) {
+	switch raw := f.raw(body); string(raw) {
+	case "true":
+		return true, nil
+	case "false", "":
+		return false, nil
+	}
+	var v bool
+	err := decodeField(kind, body, f, &v)
+	return v, err
+}
+
 func jsonTypeName(v any) string {
 	switch v.(type) {
 	case *string:

@@ -111,37 +111,46 @@ type span struct{ start, end int }
 
 func (e *Estimator) estimateChat(body []byte) (Estimate, error) {
 	const kind = ChatCompletions
-	var (
-		fModel         = topField{name: "model"}
-		fMessages      = topField{name: "messages", collect: true}
-		fTools         = topField{name: "tools"}
-		fFunctions     = topField{name: "functions"}
-		fStreamOptions = topField{name: "stream_options"}
-		fMaxTokens     = topField{name: "max_tokens"}
-		fMaxCompletion = topField{name: "max_completion_tokens"}
-		fN             = topField{name: "n"}
-		fStream        = topField{name: "stream"}
-		fModalities    = topField{name: "modalities"}
-		fServiceTier   = topField{name: "service_tier"}
-		msgBuf         [64]span
-	)
-	fMessages.elems = msgBuf[:0]
-	if err := scanTop(kind, body, &fModel, &fMessages, &fTools, &fFunctions, &fStreamOptions, &fMaxTokens,
-		&fMaxCompletion, &fN, &fStream, &fModalities, &fServiceTier); err != nil {
+	// One allocation for the fields: the scanner's recursion makes
+	// anything it is handed escape.
+	fs := &struct {
+		model, messages, tools, functions, streamOptions, maxTokens, maxCompletion, n, stream, modalities, tier topField
+		msgBuf                                                                                                 [64]span
+	}{
+		model: topField{name: "model"}, messages: topField{name: "messages", collect: true}, tools: topField{name: "tools"},
+		functions: topField{name: "functions"}, streamOptions: topField{name: "stream_options"}, maxTokens: topField{name: "max_tokens"},
+		maxCompletion: topField{name: "max_completion_tokens"}, n: topField{name: "n"}, stream: topField{name: "stream"},
+		modalities: topField{name: "modalities"}, tier: topField{name: "service_tier"},
+	}
+	fModel, fMessages, fTools, fFunctions, fStreamOptions, fModalities := &fs.model, &fs.messages, &fs.tools, &fs.functions, &fs.streamOptions, &fs.modalities
+	fMessages.elems = fs.msgBuf[:0]
+	if err := scanTop(kind, body, fModel, fMessages, fTools, fFunctions, fStreamOptions, &fs.maxTokens,
+		&fs.maxCompletion, &fs.n, &fs.stream, fModalities, &fs.tier); err != nil {
 		return Estimate{}, err
 	}
 	var (
 		modelName, tier             string
 		maxTokens, maxCompletion, n int64
 		stream                      bool
+		err                         error
 	)
-	for _, d := range [...]struct {
-		f *topField
-		v any
-	}{{&fModel, &modelName}, {&fMaxTokens, &maxTokens}, {&fMaxCompletion, &maxCompletion}, {&fN, &n}, {&fStream, &stream}, {&fServiceTier, &tier}} {
-		if err := decodeField(kind, body, d.f, d.v); err != nil {
-			return Estimate{}, err
-		}
+	if modelName, err = decodeString(kind, body, fModel); err != nil {
+		return Estimate{}, err
+	}
+	if tier, err = decodeString(kind, body, &fs.tier); err != nil {
+		return Estimate{}, err
+	}
+	if maxTokens, err = decodeInt(kind, body, &fs.maxTokens); err != nil {
+		return Estimate{}, err
+	}
+	if maxCompletion, err = decodeInt(kind, body, &fs.maxCompletion); err != nil {
+		return Estimate{}, err
+	}
+	if n, err = decodeInt(kind, body, &fs.n); err != nil {
+		return Estimate{}, err
+	}
+	if stream, err = decodeBool(kind, body, &fs.stream); err != nil {
+		return Estimate{}, err
 	}
 	if modelName == "" {
 		return Estimate{}, badRequest(kind, nil, "missing model")
@@ -181,11 +190,11 @@ func (e *Estimator) estimateChat(body []byte) (Estimate, error) {
 		if err := scanFields(kind, "stream_options.", raw, []*topField{&fInclude}); err != nil {
 			return Estimate{}, err
 		}
-		if err := decodeField(kind, raw, &fInclude, &est.StreamUsage); err != nil {
+		if est.StreamUsage, err = decodeBool(kind, raw, &fInclude); err != nil {
 			return Estimate{}, err
 		}
 	}
-	audioOut, err := wantsAudio(kind, body, &fModalities)
+	audioOut, err := wantsAudio(kind, body, fModalities)
 	if err != nil {
 		return Estimate{}, err
 	}
