@@ -115,7 +115,7 @@ func (e *Estimator) estimateChat(body []byte) (Estimate, error) {
 	// anything it is handed escape.
 	fs := &struct {
 		model, messages, tools, functions, streamOptions, maxTokens, maxCompletion, n, stream, modalities, tier topField
-		msgBuf                                                                                                 [64]span
+		msgBuf                                                                                                  [64]span
 	}{
 		model: topField{name: "model"}, messages: topField{name: "messages", collect: true}, tools: topField{name: "tools"},
 		functions: topField{name: "functions"}, streamOptions: topField{name: "stream_options"}, maxTokens: topField{name: "max_tokens"},
