@@ -21,9 +21,12 @@ package costmodel
 //   - images cost (width × height) / 750 tokens after scaling the long edge
 //     to at most 1568 pixels, Anthropic's published rule; when the size is
 //     not in the request (a URL, a file), 1600, the rule's largest value;
-//   - PDF documents are estimated at 3,000 tokens per started 60 KB of file
-//     (a page costs 1,500 to 3,000 tokens of text plus an image); text
-//     documents are counted as text.
+//   - documents other than plain text are estimated by the upper bound of
+//     parts.go; text documents are counted as text;
+//   - a web search tool reserves its max_uses searches (defaultSearches
+//     when it sets none), and marks the estimate Uncounted, as does
+//     extended thinking ("thinking" enabled), whose tokens a stream shows
+//     only as a summary.
 //
 // What is known of the error is stated in bench/README.md (section
 // costmodel) and checked by TestAnthropicApprox. Settlement always uses the
@@ -32,7 +35,6 @@ package costmodel
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -47,8 +49,7 @@ const (
 	anthropicPerSystem  = 1
 	anthropicPerMessage = 3
 	anthropicImageMax   = 1600
-	anthropicPDFChunk   = 60 << 10
-	anthropicPDFTokens  = 3000
+	defaultSearches     = 10 // reserved for a web search tool without max_uses
 )
 
 // anthropicApprox approximates the Claude tokens of text.
@@ -99,6 +100,7 @@ func anthropicToolPrompt(modelName, choice string) int64 {
 
 type anthropicTool struct {
 	Type        string          `json:"type"`
+	MaxUses     int64           `json:"max_uses"`
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	InputSchema json.RawMessage `json:"input_schema"`
@@ -135,8 +137,9 @@ func (e *Estimator) estimateAnthropic(body []byte) (Estimate, error) {
 		fChoice    = &topField{name: "tool_choice"}
 		fMaxTokens = &topField{name: "max_tokens"}
 		fStream    = &topField{name: "stream"}
+		fThinking  = &topField{name: "thinking"}
 	)
-	if err := scanTop(kind, body, fModel, fSystem, fMessages, fTools, fChoice, fMaxTokens, fStream); err != nil {
+	if err := scanTop(kind, body, fModel, fSystem, fMessages, fTools, fChoice, fMaxTokens, fStream, fThinking); err != nil {
 		return Estimate{}, err
 	}
 	var (
@@ -146,11 +149,14 @@ func (e *Estimator) estimateAnthropic(body []byte) (Estimate, error) {
 		choice    struct {
 			Type string `json:"type"`
 		}
+		thinking struct {
+			Type string `json:"type"`
+		}
 	)
 	for _, d := range []struct {
 		f *topField
 		v any
-	}{{fModel, &modelName}, {fMaxTokens, &maxTokens}, {fStream, &stream}, {fChoice, &choice}} {
+	}{{fModel, &modelName}, {fMaxTokens, &maxTokens}, {fStream, &stream}, {fChoice, &choice}, {fThinking, &thinking}} {
 		if err := decodeField(kind, body, d.f, d.v); err != nil {
 			return Estimate{}, err
 		}
@@ -165,34 +171,38 @@ func (e *Estimator) estimateAnthropic(body []byte) (Estimate, error) {
 		return Estimate{}, badRequest(kind, nil, "messages: want an array")
 	}
 	m := e.resolve(modelName)
-	in := int64(anthropicBase)
+	c := tokenCount{n: anthropicBase}
 	if sys := fSystem.raw(body); sys != nil {
-		n, err := anthropicContentTokens(m, sys, 0)
+		sc, err := anthropicContentTokens(m, sys, 0)
 		if err != nil {
 			return Estimate{}, badRequest(kind, err, "system")
 		}
-		in += anthropicPerSystem + n
+		sc.n = addSat(sc.n, anthropicPerSystem)
+		c.add(sc)
 	}
 	for i, sp := range fMessages.elems {
-		n, err := e.anthropicMessageTokens(m, body[sp.start:sp.end])
+		mc, err := e.anthropicMessageTokens(m, body[sp.start:sp.end])
 		if err != nil {
 			return Estimate{}, badRequest(kind, err, "messages[%d]", i)
 		}
-		in += n
+		c.add(mc)
 	}
 	if raw := fTools.raw(body); raw != nil {
-		n, err := e.anthropicToolTokens(m, raw)
+		tc, err := e.anthropicToolTokens(m, raw)
 		if err != nil {
 			return Estimate{}, badRequest(kind, err, "tools")
 		}
-		if n > 0 {
-			in += anthropicToolPrompt(m.name, choice.Type) + n
+		if tc.n > 0 {
+			tc.n = addSat(tc.n, anthropicToolPrompt(m.name, choice.Type))
 		}
+		c.add(tc)
 	}
 	est := Estimate{Stream: stream, StreamUsage: stream}
+	est.Uncounted = c.uncounted || fThinking.raw(body) != nil && thinking.Type != "disabled"
 	limit := max(maxTokens, 0)
 	est.MaxOutputTokens = limit
-	est.Usage.InputTokens = in
+	est.Usage.InputTokens = c.n
+	est.Usage.WebSearchRequests = c.searches
 	est.Usage.OutputTokens = e.reserve(e.outputLimit(m, limit))
 	e.finish(m, &est)
 	return est, nil
@@ -200,60 +210,73 @@ func (e *Estimator) estimateAnthropic(body []byte) (Estimate, error) {
 
 // anthropicToolTokens counts tool definitions (not the tool-use system
 // prompt), through the count cache.
-func (e *Estimator) anthropicToolTokens(m model, raw []byte) (int64, error) {
-	return e.counted(m, fmtTools, raw, func() (int64, error) { return anthropicToolCount(m, raw) })
+func (e *Estimator) anthropicToolTokens(m model, raw []byte) (tokenCount, error) {
+	return e.counted(m, fmtTools, raw, func() (tokenCount, error) { return anthropicToolCount(m, raw) })
 }
 
-func anthropicToolCount(m model, raw []byte) (int64, error) {
+func anthropicToolCount(m model, raw []byte) (tokenCount, error) {
 	var tools []anthropicTool
 	if err := json.Unmarshal(raw, &tools); err != nil {
-		return 0, err
+		return tokenCount{}, err
 	}
-	var n int64
+	var c tokenCount
 	for _, t := range tools {
-		n += m.countText(t.Name) + m.countText(t.Description)
+		c.n += m.countText(t.Name) + m.countText(t.Description)
 		if s := bytes.TrimSpace(t.InputSchema); len(s) > 0 {
-			n += m.countText(string(s))
+			c.n += m.countText(string(s))
+		}
+		if strings.HasPrefix(t.Type, "web_search") {
+			uses := t.MaxUses
+			if uses <= 0 {
+				uses = defaultSearches
+			}
+			c.searches = addSat(c.searches, uses)
+			c.uncounted = true
 		}
 	}
-	return n, nil
+	return c, nil
 }
 
-func (e *Estimator) anthropicMessageTokens(m model, raw json.RawMessage) (int64, error) {
-	return e.counted(m, fmtAnthropicMessage, raw, func() (int64, error) {
+func (e *Estimator) anthropicMessageTokens(m model, raw json.RawMessage) (tokenCount, error) {
+	return e.counted(m, fmtAnthropicMessage, raw, func() (tokenCount, error) {
+		if err := checkMembers(raw); err != nil {
+			return tokenCount{}, err
+		}
 		var msg anthropicMessage
 		if err := json.Unmarshal(raw, &msg); err != nil {
-			return 0, err
+			return tokenCount{}, err
 		}
-		n, err := anthropicContentTokens(m, msg.Content, 0)
+		c, err := anthropicContentTokens(m, msg.Content, 0)
 		if err != nil {
-			return 0, err
+			return tokenCount{}, err
 		}
-		return n + anthropicPerMessage, nil
+		c.n = addSat(c.n, anthropicPerMessage)
+		return c, nil
 	})
 }
 
 // anthropicContentTokens counts a content: a string or an array of blocks.
-func anthropicContentTokens(m model, raw json.RawMessage, depth int) (int64, error) {
+func anthropicContentTokens(m model, raw json.RawMessage, depth int) (tokenCount, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return 0, nil
+		return tokenCount{}, nil
 	}
 	if raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return 0, err
+			return tokenCount{}, err
 		}
-		return m.countText(s), nil
+		return tokenCount{n: m.countText(s)}, nil
 	}
 	if depth > 2 {
-		return 0, fmt.Errorf("content nested too deeply")
+		return tokenCount{}, fmt.Errorf("content nested too deeply")
 	}
 	var blocks []anthropicBlock
 	if err := json.Unmarshal(raw, &blocks); err != nil {
-		return 0, err
+		return tokenCount{}, err
 	}
 	var n int64
+	var c tokenCount
 	for _, b := range blocks {
 		switch b.Type {
 		case "text":
@@ -263,44 +286,45 @@ func anthropicContentTokens(m model, raw json.RawMessage, depth int) (int64, err
 		case "tool_use", "server_tool_use":
 			n += toolCallExtra + m.countText(b.Name) + m.countText(string(bytes.TrimSpace(b.Input)))
 		case "tool_result":
-			c, err := anthropicContentTokens(m, b.Content, depth+1)
+			tc, err := anthropicContentTokens(m, b.Content, depth+1)
 			if err != nil {
-				return 0, err
+				return tokenCount{}, err
 			}
-			n += toolCallExtra + c
+			tc.n = addSat(tc.n, toolCallExtra)
+			c.add(tc)
 		case "image":
-			n += anthropicImageTokens(b.Source)
+			in, exact := anthropicImageTokens(b.Source)
+			c.add(tokenCount{n: in, uncounted: !exact})
 		case "document":
-			n += anthropicDocumentTokens(m, b.Source)
+			c.add(anthropicDocumentTokens(m, b.Source))
 		}
 	}
-	return n, nil
+	c.add(tokenCount{n: n})
+	return c, nil
 }
 
-func anthropicImageTokens(src *anthropicSource) int64 {
+// anthropicImageTokens returns an image's tokens and whether they follow
+// from its size.
+func anthropicImageTokens(src *anthropicSource) (int64, bool) {
 	if src == nil || src.Type != "base64" {
-		return anthropicImageMax
+		return anthropicImageMax, false
 	}
 	w, h, ok := base64ImageSize(src.Data)
 	if !ok {
-		return anthropicImageMax
+		return anthropicImageMax, false
 	}
 	if long := max(w, h); long > 1568 {
 		w, h = w*1568/long, h*1568/long
 	}
-	return min(mulDivCeil(int64(w), int64(h), 750), anthropicImageMax)
+	return min(mulDivCeil(int64(w), int64(h), 750), anthropicImageMax), true
 }
 
-func anthropicDocumentTokens(m model, src *anthropicSource) int64 {
-	if src == nil {
-		return anthropicPDFTokens
+func anthropicDocumentTokens(m model, src *anthropicSource) tokenCount {
+	switch {
+	case src != nil && src.Type == "text":
+		return tokenCount{n: m.countText(src.Data)}
+	case src != nil && src.Type == "base64":
+		return tokenCount{n: documentTokens(src.Data), uncounted: true}
 	}
-	switch src.Type {
-	case "text":
-		return m.countText(src.Data)
-	case "base64":
-		size := int64(base64.StdEncoding.DecodedLen(len(src.Data)))
-		return mulDivCeil(max(size, 1), 1, anthropicPDFChunk) * anthropicPDFTokens
-	}
-	return anthropicPDFTokens
+	return tokenCount{n: docMaxTokens, uncounted: true}
 }

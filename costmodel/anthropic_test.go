@@ -60,7 +60,7 @@ func TestAnthropicImageTokens(t *testing.T) {
 		{"not an image", &anthropicSource{Type: "base64", MediaType: "image/png", Data: "aGVsbG8gd29ybGQ="}, anthropicImageMax},
 	}
 	for _, c := range cases {
-		if got := anthropicImageTokens(c.src); got != c.want {
+		if got, _ := anthropicImageTokens(c.src); got != c.want {
 			t.Errorf("%s: %d tokens, want %d", c.name, got, c.want)
 		}
 	}

@@ -37,14 +37,14 @@ type cacheKey struct {
 
 type cacheShard struct {
 	mu   sync.Mutex
-	cur  map[cacheKey]int64
-	prev map[cacheKey]int64
+	cur  map[cacheKey]tokenCount
+	prev map[cacheKey]tokenCount
 }
 
 func newCountCache(entries int) *countCache {
 	c := &countCache{seed: maphash.MakeSeed(), perShard: max(entries/cacheShards/2, 1)}
 	for i := range c.shards {
-		c.shards[i].cur = make(map[cacheKey]int64)
+		c.shards[i].cur = make(map[cacheKey]tokenCount)
 	}
 	return c
 }
@@ -53,7 +53,7 @@ func (c *countCache) key(format uint32, raw []byte) cacheKey {
 	return cacheKey{hash: maphash.Bytes(c.seed, raw), length: uint32(len(raw)), format: format}
 }
 
-func (c *countCache) get(k cacheKey) (int64, bool) {
+func (c *countCache) get(k cacheKey) (tokenCount, bool) {
 	s := &c.shards[k.hash%cacheShards]
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -64,20 +64,20 @@ func (c *countCache) get(k cacheKey) (int64, bool) {
 		s.putLocked(c.perShard, k, v)
 		return v, true
 	}
-	return 0, false
+	return tokenCount{}, false
 }
 
-func (c *countCache) put(k cacheKey, v int64) {
+func (c *countCache) put(k cacheKey, v tokenCount) {
 	s := &c.shards[k.hash%cacheShards]
 	s.mu.Lock()
 	s.putLocked(c.perShard, k, v)
 	s.mu.Unlock()
 }
 
-func (s *cacheShard) putLocked(limit int, k cacheKey, v int64) {
+func (s *cacheShard) putLocked(limit int, k cacheKey, v tokenCount) {
 	if len(s.cur) >= limit {
 		s.prev = s.cur
-		s.cur = make(map[cacheKey]int64, limit)
+		s.cur = make(map[cacheKey]tokenCount, limit)
 	}
 	s.cur[k] = v
 }
@@ -85,7 +85,7 @@ func (s *cacheShard) putLocked(limit int, k cacheKey, v int64) {
 // counted returns the count of raw, a message or tool list of the given
 // format counted for model m, from the cache, or else from count, caching
 // what count returns without error.
-func (e *Estimator) counted(m model, format uint32, raw []byte, count func() (int64, error)) (int64, error) {
+func (e *Estimator) counted(m model, format uint32, raw []byte, count func() (tokenCount, error)) (tokenCount, error) {
 	if e.cache == nil {
 		return count()
 	}
@@ -95,11 +95,31 @@ func (e *Estimator) counted(m model, format uint32, raw []byte, count func() (in
 	}
 	n, err := count()
 	if err != nil {
-		return 0, err
+		return tokenCount{}, err
 	}
 	e.cache.put(key, n)
 	return n, nil
 }
+
+// tokenCount is the count of a message or a tool list: its tokens, the
+// part of them that is audio, the web searches they allow, and whether it holds parts that costgate
+// cannot count exactly (see parts.go).
+type tokenCount struct {
+	n, audio  int64
+	searches  int64 // web searches reserved (Anthropic's web search tool)
+	uncounted bool
+}
+
+// add adds o to c, saturating.
+func (c *tokenCount) add(o tokenCount) {
+	c.n = addSat(c.n, o.n)
+	c.audio = addSat(c.audio, o.audio)
+	c.searches = addSat(c.searches, o.searches)
+	c.uncounted = c.uncounted || o.uncounted
+}
+
+// plain wraps a count of plain text, exact.
+func plain(n int64, err error) (tokenCount, error) { return tokenCount{n: n}, err }
 
 // len returns the number of entries held, both generations included.
 func (c *countCache) len() int {

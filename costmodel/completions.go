@@ -53,7 +53,7 @@ func (e *Estimator) estimateCompletions(body []byte) (Estimate, error) {
 		prompts = 1 // the API's default prompt is <|endoftext|>
 		in = 1
 	}
-	in += m.countText(suffix) * int64(prompts)
+	in = addSat(in, mulSat(m.countText(suffix), int64(prompts)))
 	est := Estimate{Stream: stream, StreamUsage: options.IncludeUsage}
 	limit := int64(completionsDefaultMaxTokens)
 	if maxTokens > 0 {
@@ -136,7 +136,7 @@ func textInputTokens(m model, body []byte, f *topField) (int64, int, error) {
 		if err != nil {
 			return 0, 0, fmt.Errorf("[%d]: %w", i, err)
 		}
-		total += n
+		total = addSat(total, n)
 	}
 	return total, len(f.elems), nil
 }

@@ -172,11 +172,11 @@ func (c *Complexity) score(req GenericRequest, doc *lazyJSON) (int64, error) {
 	if c.QueryPrefix != "" {
 		for k := range req.Query {
 			if strings.HasPrefix(k, c.QueryPrefix) {
-				filters++
+				filters = addSat(filters, 1)
 			}
 		}
 	}
-	st.Filters += filters
+	st.Filters = addSat(max(st.Filters, 0), filters)
 
 	score := w.Base
 	add := func(n, weight int64) { score = addSat(score, mulSat(n, weight)) }

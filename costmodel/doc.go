@@ -9,14 +9,20 @@
 // reserves the output the request may produce (its max_tokens, else the
 // model's maximum; all of it or a configured share), and prices the result
 // from the price table (an embedded file, prices.yaml, overridden by
-// configuration). Claude has no public tokenizer: its count is a documented
+// configuration). Model names are found exactly or through the table's
+// declared aliases, never by prefix; Estimator.Canonical gives the one name
+// per-model limits should key on. Parts it cannot count exactly, and hidden
+// reasoning, set Estimate.Uncounted. Claude has no public tokenizer: its count is a documented
 // approximation (anthropic.go). Generic metered APIs are priced by a
 // declarative Rule per route: per call, per unit read from the request, or
 // by a search query's complexity (rule.go, complexity.go).
 //
-// After the response, ParseUsage reads the usage from a JSON body and a
-// StreamMeter from a server-sent event stream as it passes (or, when the
-// stream is cut, counts the text it carried), and Estimator.Cost prices it
+// After the response, ParseUsage (ParseResponse, with the model the upstream
+// says it served) reads the usage from a JSON body and a StreamMeter from a
+// server-sent event stream as it passes (or, when the stream is cut, counts
+// the text it carried), and Estimator.Cost prices it, every billed dimension
+// included (long-context tiers, cache lifetimes, service tiers, audio, web
+// searches),
 // with the same table, so that the limiter and the ledger can settle the
 // difference between the reservation and the bill.
 //
@@ -27,6 +33,7 @@
 // conversation costs about as much as its newest message. Figures, and the
 // commands that measure them, are in bench/README.md.
 //
-// Money is NanoUSD, an integer; token counts are int64. An Estimator is
+// Money is NanoUSD, an integer; token counts are int64. Arithmetic
+// saturates, and an estimate that saturates is refused (ErrCostOverflow). An Estimator is
 // safe for concurrent use; a StreamMeter belongs to one response.
 package costmodel

@@ -1,6 +1,9 @@
 package costmodel
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // BadRequestError reports a request or response body that costmodel cannot
 // read: malformed JSON, or a field of the wrong type. The proxy answers a
@@ -23,4 +26,25 @@ func (e *BadRequestError) Unwrap() error { return e.Err }
 
 func badRequest(k Kind, err error, format string, args ...any) error {
 	return &BadRequestError{Kind: k, Msg: fmt.Sprintf(format, args...), Err: err}
+}
+
+// ErrCostOverflow reports a request whose token count or cost does not fit
+// in an int64 (max_tokens near 2^63, n near 2^63, a unit count that large).
+// All of costmodel's arithmetic saturates at math.MaxInt64 instead of
+// wrapping; an estimate (Estimator.Estimate, Rule.Estimate) that reaches
+// that bound in a count or in its cost is refused with a *BadRequestError
+// wrapping ErrCostOverflow, which the proxy answers with 400
+// cost_exceeds_limit. Settlement (Price.Cost of reported usage) cannot
+// refuse: its cost saturates at math.MaxInt64.
+var ErrCostOverflow = errors.New("costmodel: cost exceeds what can be represented")
+
+// overflowed reports whether an estimate reached the saturation bound.
+func overflowed(u Usage, cost NanoUSD) bool {
+	const top = 1<<63 - 1
+	return cost == top || u.InputTokens == top || u.OutputTokens == top || u.Units == top ||
+		u.WebSearchRequests == top || u.AudioInputTokens == top || u.AudioOutputTokens == top
+}
+
+func overflowError(k Kind) error {
+	return badRequest(k, ErrCostOverflow, "the request's cost cannot be represented")
 }

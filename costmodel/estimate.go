@@ -16,6 +16,16 @@ type Estimate struct {
 	Usage           Usage   `json:"usage"`                  // InputTokens counted, OutputTokens reserved
 	Cost            NanoUSD `json:"cost_nano_usd"`          // Price.Cost(Usage)
 	UnknownModel    bool    `json:"unknown_model,omitempty"`
+	// Uncounted is set when the request's real usage may exceed what
+	// costgate can see: it holds parts whose tokens only the provider can
+	// count (documents, audio, images whose size is not in the request:
+	// reserved at the upper bounds of parts.go), server-side state
+	// (Responses' previous_response_id or conversation), a web search tool,
+	// or the model produces hidden reasoning tokens that a stream does not
+	// show (a reasoning model of the table, an unknown model, Claude with
+	// thinking enabled). A stream cut without a usage report must then
+	// never be charged less than this estimate's cost.
+	Uncounted bool `json:"uncounted,omitempty"`
 }
 
 // MarshalJSON encodes e with its cost also written in dollars ("cost_usd"),
@@ -30,7 +40,8 @@ func (e Estimate) MarshalJSON() ([]byte, error) {
 
 // Estimate counts and prices the request body of an API of the given kind.
 // A body that is not valid JSON, or has a field of the wrong type, gives an
-// error matching *BadRequestError. A model missing from the price table is
+// error matching *BadRequestError; so does a request whose token counts or
+// cost cannot be represented (it wraps ErrCostOverflow). A model missing from the price table is
 // priced at the default price, counted by UnknownModels and flagged in the
 // result. Generic requests are estimated by Rule.Estimate instead.
 func (e *Estimator) Estimate(kind Kind, body []byte) (Estimate, error) {
@@ -55,6 +66,9 @@ func (e *Estimator) Estimate(kind Kind, body []byte) (Estimate, error) {
 	if err != nil {
 		return Estimate{Kind: kind}, err
 	}
+	if overflowed(est.Usage, est.Cost) {
+		return Estimate{Kind: kind}, overflowError(kind)
+	}
 	est.Kind = kind
 	return est, nil
 }
@@ -64,6 +78,7 @@ func (e *Estimator) finish(m model, est *Estimate) {
 	est.Model = m.name
 	est.Encoding = m.encName
 	est.UnknownModel = m.unknown
+	est.Uncounted = est.Uncounted || m.reasoning
 	if m.unknown {
 		e.unknown.Add(1)
 	}

@@ -168,7 +168,7 @@ func TestPriceLookup(t *testing.T) {
 		{"gpt-4o-2024-08-06", 1, true, EncodingO200k},
 		{"gpt-4o-mini-2024-07-18", 150_000_000, true, EncodingO200k},
 		{"gpt-4-0613", 30 * Dollar, true, EncodingCl100k},
-		{"ft:gpt-4o-mini-2024-07-18:org::abc", 150_000_000, true, EncodingO200k},
+		{"ft:gpt-4o-mini-2024-07-18:org::abc", 300_000_000, true, EncodingO200k}, // fine-tuned inference rate
 		{"claude-sonnet-4-5-20250929", 3 * Dollar, true, EncodingAnthropic},
 		{"claude-sonnet-4-20250514", 3 * Dollar, true, EncodingAnthropic},
 		{"my-model", 3, true, EncodingO200k},

@@ -16,10 +16,18 @@ import (
 //	output_reserve: 50
 type Config struct {
 	// Prices overrides entries of the embedded built-in table (a whole entry
-	// replaces the built-in one) and adds models to it, keyed by model name.
-	// A name also prices its dated snapshots ("gpt-4o" prices
-	// "gpt-4o-2024-08-06").
+	// replaces the built-in one) and adds models to it, keyed by model name
+	// (case and surrounding space are ignored). A key "ft:BASE" prices the
+	// fine-tuned models of BASE ("ft:BASE:org::id"). A name prices only
+	// itself and its aliases (see Aliases): "gpt-4o" prices
+	// "gpt-4o-2024-08-06" because the built-in alias table says so, never
+	// because one name begins with the other.
 	Prices map[string]Price `yaml:"prices"`
+	// Aliases adds other names of models, keyed by the other name, valued by
+	// a model of Prices or of the built-in table: a dated snapshot resolves
+	// to its model for prices and for Canonical. An alias that is itself a
+	// model name is an error.
+	Aliases map[string]string `yaml:"aliases"`
 	// Encodings names the tokenizer of models added in Prices, keyed by model
 	// name: "o200k_base", "cl100k_base" or "anthropic-approx". A model not
 	// named here is counted with its family's tokenizer (claude-* with
@@ -27,9 +35,11 @@ type Config struct {
 	// with o200k_base).
 	Encodings map[string]string `yaml:"encodings"`
 	// DefaultPrice prices models found neither in Prices nor in the built-in
-	// table. When it is zero and FreeUnknown is false, unknown models are
-	// priced at the highest input and output rates of the table, so that an
-	// unknown model never rides free by accident.
+	// table (their aliases and fine-tuned tables included). When it is zero
+	// and FreeUnknown is false, unknown models are priced at the highest rate
+	// of the table for each dimension (input, output, audio, cache writes,
+	// web searches, long-context tiers included), so that an unknown model
+	// never rides free by accident.
 	DefaultPrice Price `yaml:"default_price"`
 	// FreeUnknown lets unknown models cost nothing when DefaultPrice is zero.
 	FreeUnknown bool `yaml:"free_unknown"`
@@ -58,6 +68,11 @@ func (c Config) Validate() error {
 		}
 		if p.hasNegative() {
 			return fmt.Errorf("costmodel: price of %q has a negative amount", name)
+		}
+	}
+	for alias, name := range c.Aliases {
+		if strings.TrimSpace(alias) == "" || strings.TrimSpace(name) == "" {
+			return fmt.Errorf("costmodel: alias %q of %q: empty model name", alias, name)
 		}
 	}
 	for name, enc := range c.Encodings {
@@ -92,46 +107,66 @@ func NewEstimator(cfg Config) (*Estimator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	base, err := builtinTable()
+	doc, err := builtinTable()
 	if err != nil {
 		return nil, err
 	}
-	merged := make(map[string]tableEntry, len(base)+len(cfg.Prices))
-	var maxIn, maxOut NanoUSD
-	for k, v := range base {
-		merged[k] = v
+	t := &priceTable{
+		models:    make(map[string]tableEntry, len(doc.Models)+len(cfg.Prices)),
+		aliases:   make(map[string]string, len(doc.Aliases)+len(cfg.Aliases)),
+		fineTuned: make(map[string]tableEntry, len(doc.FineTuned)),
+	}
+	for k, v := range doc.Models {
+		t.models[k] = v
+	}
+	for k, v := range doc.Aliases {
+		t.aliases[k] = v
+	}
+	for k, v := range doc.FineTuned {
+		t.fineTuned[k] = v
 	}
 	for k, p := range cfg.Prices {
-		k = strings.ToLower(strings.TrimSpace(k))
+		k = normalName(k)
+		dst := t.models
+		key := k
+		if base, ok := strings.CutPrefix(k, "ft:"); ok && !strings.Contains(base, ":") {
+			dst, key = t.fineTuned, base
+		}
 		enc := cfg.Encodings[k]
+		old, had := dst[key]
 		if enc == "" {
-			if old, ok := base[k]; ok {
+			if had {
 				enc = old.Encoding
 			} else {
-				enc = encodingForModel(k)
+				enc = encodingForModel(key)
 			}
 		}
-		merged[k] = tableEntry{Price: p, Encoding: enc}
+		dst[key] = tableEntry{Price: p, Encoding: enc, Reasoning: had && old.Reasoning}
+		delete(t.aliases, key) // a model of its own now
+	}
+	for alias, name := range cfg.Aliases {
+		alias, name = normalName(alias), normalName(name)
+		if _, ok := t.models[alias]; ok {
+			return nil, fmt.Errorf("costmodel: alias %q is also a model name", alias)
+		}
+		if _, ok := t.models[name]; !ok {
+			return nil, fmt.Errorf("costmodel: alias %q of %q: no such model", alias, name)
+		}
+		t.aliases[alias] = name
 	}
 	for k, enc := range cfg.Encodings {
-		k = strings.ToLower(strings.TrimSpace(k))
-		if e, ok := merged[k]; ok {
+		k = normalName(k)
+		if e, ok := t.models[k]; ok {
 			e.Encoding = enc
-			merged[k] = e
+			t.models[k] = e
 		}
-	}
-	var maxOutTokens int64
-	for _, v := range merged {
-		maxIn = max(maxIn, v.Input)
-		maxOut = max(maxOut, v.Output)
-		maxOutTokens = max(maxOutTokens, v.MaxOutputTokens)
 	}
 	def := cfg.DefaultPrice
 	if def.IsZero() && !cfg.FreeUnknown {
-		def = Price{Input: maxIn, Output: maxOut, MaxOutputTokens: def.MaxOutputTokens}
+		def = highestRates(t, def.MaxOutputTokens)
 	}
 	e := &Estimator{
-		table:         newPriceTable(merged),
+		table:         t,
 		defaultPrice:  def,
 		reservePct:    int64(cfg.OutputReserve),
 		defaultMaxOut: cfg.DefaultMaxOutputTokens,
@@ -153,21 +188,69 @@ func NewEstimator(cfg Config) (*Estimator, error) {
 	return e, nil
 }
 
+// highestRates returns a price whose every rate is the highest of the
+// table's for that dimension, long-context tiers included, with no
+// long-context tier of its own (its base rates are already the highest).
+func highestRates(t *priceTable, maxOutputTokens int64) Price {
+	p := Price{MaxOutputTokens: maxOutputTokens, FlexPercent: 100}
+	for _, m := range []map[string]tableEntry{t.models, t.fineTuned} {
+		for _, v := range m {
+			l := v.LongContext
+			for _, r := range []tokenRates{
+				ratesOf(v.Input, v.CachedInput, v.CacheWrite, v.CacheWrite1h, v.Output, v.AudioInput, v.AudioOutput),
+				ratesOf(l.Input, l.CachedInput, l.CacheWrite, l.CacheWrite1h, l.Output, l.AudioInput, l.AudioOutput),
+			} {
+				p.Input = max(p.Input, NanoUSD(r.input), NanoUSD(r.cached))
+				p.CacheWrite = max(p.CacheWrite, NanoUSD(r.write))
+				p.CacheWrite1h = max(p.CacheWrite1h, NanoUSD(r.write1h))
+				p.Output = max(p.Output, NanoUSD(r.output))
+				p.AudioInput = max(p.AudioInput, NanoUSD(r.audioIn))
+				p.AudioOutput = max(p.AudioOutput, NanoUSD(r.audioOut))
+			}
+			p.PerCall = max(p.PerCall, v.PerCall)
+			p.WebSearch = max(p.WebSearch, v.WebSearch)
+			p.PriorityPercent = max(p.PriorityPercent, v.PriorityPercent, 200)
+		}
+	}
+	p.CachedInput = p.Input
+	p.CacheWrite = max(p.CacheWrite, p.Input)
+	p.AudioInput = max(p.AudioInput, p.Input)
+	p.AudioOutput = max(p.AudioOutput, p.Output)
+	return p
+}
+
 // model is a resolved model: its price and tokenizer.
 type model struct {
-	name    string
-	price   Price
-	enc     *encoder // nil for anthropic-approx, which uses approxEncoder
-	encName string
-	unknown bool
+	name      string // as the client spelled it
+	canonical string // see Estimator.Canonical
+	price     Price
+	enc       *encoder // nil for anthropic-approx, which uses approxEncoder
+	encName   string
+	unknown   bool
+	reasoning bool // hidden reasoning tokens; unknown models count as reasoning
 }
 
 func (e *Estimator) resolve(name string) model {
-	if ent, _, ok := e.table.lookup(name); ok {
-		return model{name: name, price: ent.Price, encName: ent.Encoding, enc: encoderFor(ent.Encoding)}
+	ent, canonical, ok := e.table.lookup(name)
+	if ok {
+		return model{name: name, canonical: canonical, price: ent.Price, encName: ent.Encoding, enc: encoderFor(ent.Encoding), reasoning: ent.Reasoning}
 	}
-	enc := encodingForModel(name)
-	return model{name: name, price: e.defaultPrice, encName: enc, enc: encoderFor(enc), unknown: true}
+	enc := encodingForModel(canonical)
+	return model{name: name, canonical: canonical, price: e.defaultPrice, encName: enc, enc: encoderFor(enc), unknown: true, reasoning: true}
+}
+
+// Canonical returns the name under which model is priced and under which
+// per-model limits should count it, so that the names of one model share
+// one key: the name is trimmed of surrounding space and lowercased (the
+// table ignores case), and an alias in the price table (a dated snapshot
+// such as "gpt-4o-2024-08-06", "claude-sonnet-4-5-20250929") becomes its
+// model's name ("gpt-4o", "claude-sonnet-4-5"). Every fine-tuned model of a
+// priced base becomes "ft:" and the base's name ("ft:gpt-4o-mini"): they
+// share a price and a key. An unknown model is its own trimmed, lowercased
+// name.
+func (e *Estimator) Canonical(model string) string {
+	_, c, _ := e.table.lookup(model)
+	return c
 }
 
 // Price returns the price of model and whether the model is known (in the

@@ -3,6 +3,7 @@ package costmodel
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -204,6 +205,156 @@ func FuzzParseUsageFast(f *testing.F) {
 		want, werr := parseUsage(kind, body)
 		if got != want || (gerr == nil) != (werr == nil) || gerr != nil && gerr.Error() != werr.Error() {
 			t.Fatalf("ParseUsage(%v, %q) = %+v, %v; encoding/json gives %+v, %v", kind, body, got, gerr, want, werr)
+		}
+	})
+}
+
+// FuzzPricedFields checks the request readers against encoding/json, the
+// decoder of Go upstreams (case-insensitive, the last repeated key wins):
+// for every body an Estimator accepts, encoding/json reads the same priced
+// fields (model, output limits, stream, stream_options.include_usage).
+func FuzzPricedFields(f *testing.F) {
+	for _, s := range []struct {
+		k    Kind
+		body string
+	}{
+		{ChatCompletions, `{"model":"gpt-4o-mini","Model":"gpt-5.5-pro","messages":[]}`},
+		{ChatCompletions, `{"model":"gpt-4o-mini","messages":[],"stream":true,"stream_options":{"INCLUDE_USAGE":true}}`},
+		{ChatCompletions, `{"model":"gpt-4o-mini","messages":[],"max_tokens":5,"max_completion_tokens":7,"n":2,"stream":false}`},
+		{ChatCompletions, `{"model":"gpt-4o-mini","messages":[],"mod\u0065l":"o1-pro"}`},
+		{Completions, `{"model":"gpt-3.5-turbo-instruct","prompt":"a","max_tokens":3,"stream":true,"stream_options":{"include_usage":true}}`},
+		{Responses, `{"model":"gpt-4.1","input":"x","max_output_tokens":9,"Max_Output_Tokens":1}`},
+		{AnthropicMessages, `{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[],"stream":true,"Stream":false}`},
+	} {
+		f.Add(uint8(s.k), []byte(s.body))
+	}
+	e, err := NewEstimator(Config{CacheEntries: -1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, k uint8, body []byte) {
+		kind := Kind(k % uint8(Generic))
+		est, err := e.Estimate(kind, body)
+		if err != nil {
+			return
+		}
+		type streamOptions struct {
+			IncludeUsage bool `json:"include_usage"`
+		}
+		// The priced fields of each kind, as a Go upstream decodes them.
+		var r struct {
+			Model               string
+			MaxTokens           int64
+			MaxCompletionTokens int64
+			MaxOutputTokens     int64
+			Stream              bool
+			StreamOptions       *streamOptions
+		}
+		switch kind {
+		case ChatCompletions:
+			var c struct {
+				Model               string         `json:"model"`
+				MaxTokens           int64          `json:"max_tokens"`
+				MaxCompletionTokens int64          `json:"max_completion_tokens"`
+				Stream              bool           `json:"stream"`
+				StreamOptions       *streamOptions `json:"stream_options"`
+			}
+			err = json.Unmarshal(body, &c)
+			r.Model, r.MaxTokens, r.MaxCompletionTokens, r.Stream, r.StreamOptions = c.Model, c.MaxTokens, c.MaxCompletionTokens, c.Stream, c.StreamOptions
+		case Completions:
+			var c struct {
+				Model         string         `json:"model"`
+				MaxTokens     int64          `json:"max_tokens"`
+				Stream        bool           `json:"stream"`
+				StreamOptions *streamOptions `json:"stream_options"`
+			}
+			err = json.Unmarshal(body, &c)
+			r.Model, r.MaxTokens, r.Stream, r.StreamOptions = c.Model, c.MaxTokens, c.Stream, c.StreamOptions
+		case Embeddings:
+			var c struct {
+				Model string `json:"model"`
+			}
+			err = json.Unmarshal(body, &c)
+			r.Model = c.Model
+		case Responses:
+			var c struct {
+				Model           string `json:"model"`
+				MaxOutputTokens int64  `json:"max_output_tokens"`
+				Stream          bool   `json:"stream"`
+			}
+			err = json.Unmarshal(body, &c)
+			r.Model, r.MaxOutputTokens, r.Stream = c.Model, c.MaxOutputTokens, c.Stream
+		case AnthropicMessages:
+			var c struct {
+				Model     string `json:"model"`
+				MaxTokens int64  `json:"max_tokens"`
+				Stream    bool   `json:"stream"`
+			}
+			err = json.Unmarshal(body, &c)
+			r.Model, r.MaxTokens, r.Stream = c.Model, c.MaxTokens, c.Stream
+		}
+		if err != nil {
+			t.Fatalf("%s: accepted a body encoding/json rejects (%v): %q", kind, err, body)
+		}
+		limit := int64(0)
+		switch kind {
+		case ChatCompletions:
+			if r.MaxCompletionTokens > 0 {
+				limit = r.MaxCompletionTokens
+			} else if r.MaxTokens > 0 {
+				limit = r.MaxTokens
+			}
+		case Completions:
+			if r.MaxTokens > 0 {
+				limit = r.MaxTokens
+			}
+		case Responses:
+			limit = max(r.MaxOutputTokens, 0)
+		case AnthropicMessages:
+			limit = max(r.MaxTokens, 0)
+		}
+		usage := r.StreamOptions != nil && r.StreamOptions.IncludeUsage
+		if kind == Responses || kind == AnthropicMessages {
+			usage = r.Stream
+		}
+		if kind == Embeddings {
+			r.Stream, usage = false, false
+		}
+		if est.Model != r.Model || est.MaxOutputTokens != limit || est.Stream != r.Stream || est.StreamUsage != usage {
+			t.Fatalf("%s: costgate read model %q limit %d stream %v usage %v; encoding/json %q %d %v %v, for %q",
+				kind, est.Model, est.MaxOutputTokens, est.Stream, est.StreamUsage, r.Model, limit, r.Stream, usage, body)
+		}
+	})
+}
+
+// FuzzCost prices arbitrary usage with every built-in model and the
+// default price: the cost is never negative, and never below the cost of
+// the same usage without one of its parts.
+func FuzzCost(f *testing.F) {
+	f.Add(int64(1000), int64(10), int64(5), int64(2), int64(7), int64(300), int64(40), int64(3), "flex")
+	f.Add(int64(math.MaxInt64), int64(math.MaxInt64), int64(-1), int64(0), int64(math.MaxInt64), int64(math.MinInt64), int64(1), int64(math.MaxInt64), "priority")
+	f.Add(int64(272_001), int64(0), int64(0), int64(0), int64(0), int64(1), int64(0), int64(0), "")
+	e, err := NewEstimator(Config{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	models := []string{"mystery"}
+	for m := range BuiltinPrices() {
+		models = append(models, m)
+	}
+	f.Fuzz(func(t *testing.T, in, cached, write, write1h, audioIn, out, audioOut, searches int64, tier string) {
+		u := Usage{InputTokens: in, CachedInputTokens: cached, CacheWriteTokens: write, CacheWrite1hTokens: write1h,
+			AudioInputTokens: audioIn, OutputTokens: out, AudioOutputTokens: audioOut, WebSearchRequests: searches, ServiceTier: tier}
+		for _, m := range models {
+			c := e.Cost(m, u)
+			if c < 0 {
+				t.Fatalf("%s: cost %v for %+v", m, c, u)
+			}
+			less := u
+			less.WebSearchRequests = 0
+			if e.Cost(m, less) > c {
+				t.Fatalf("%s: dropping searches raised the cost, %+v", m, u)
+			}
 		}
 	})
 }

@@ -52,8 +52,10 @@ func imageRuleFor(modelName string) imageRule {
 	return imageRule{id: 7, base: 85, tile: 170}
 }
 
-// imageTokens returns the prompt tokens of one image part.
-func imageTokens(modelName, url, detail string) int64 {
+// imageTokens returns the prompt tokens of one image part, and whether
+// they follow from its size (exact is false for the upper bound of an image
+// whose size is not in the request).
+func imageTokens(modelName, url, detail string) (n int64, exact bool) {
 	r := imageRuleFor(modelName)
 	w, h, ok := inlineImageSize(url)
 	if r.patchMul > 0 {
@@ -61,16 +63,16 @@ func imageTokens(modelName, url, detail string) int64 {
 		if ok {
 			patches = imagePatches(w, h)
 		}
-		return mulDivCeil(patches, r.patchMul, 100)
+		return mulDivCeil(patches, r.patchMul, 100), ok
 	}
 	if strings.EqualFold(detail, "low") {
-		return r.base
+		return r.base, true
 	}
 	tiles := int64(8) // 768×2048, the most tiles an image can need
 	if ok {
 		tiles = imageTiles(w, h)
 	}
-	return r.base + r.tile*tiles
+	return r.base + r.tile*tiles, ok
 }
 
 func imageTiles(w, h int) int64 {

@@ -15,12 +15,14 @@ package costmodel
 // backslash or control character.
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math/bits"
 	"strconv"
+	"unicode/utf8"
 )
 
 const maxJSONDepth = 1000
@@ -361,9 +363,9 @@ func (s *jsonScanner) boolValue(field string) (bool, error) {
 	return false, wrongType("%s: want a boolean", field)
 }
 
-// topField is a member of a request's top-level object that an estimator
-// reads: its value's span and, for an array when collect is set, the spans
-// of its elements.
+// topField is a member of a request's object that an estimator reads: its
+// value's span and, for an array when collect is set, the spans of its
+// elements.
 type topField struct {
 	name    string
 	collect bool
@@ -372,9 +374,23 @@ type topField struct {
 	elems   []span
 }
 
-// scanTop validates body as one JSON object and fills in the fields found
-// (the last occurrence of a repeated key wins, as in encoding/json).
+// scanTop validates body as one JSON object and fills in the fields found.
+//
+// The fields are the ones costgate prices by, and an upstream may read them
+// by other rules than costgate's: encoding/json matches keys
+// case-insensitively and keeps the last of repeated ones, other decoders
+// match exactly, and some keep the first. So that every upstream reads
+// what costgate priced, a key that equals a field's name but for case (as
+// encoding/json folds it) is rejected, and so is a field that appears
+// twice: either is a *BadRequestError naming the field. The check is part
+// of the one scan.
 func scanTop(kind Kind, body []byte, fields ...*topField) error {
+	return scanFields(kind, "", body, fields)
+}
+
+// scanFields is scanTop for the object body at the path prefix ("" for the
+// top level, "stream_options." for a nested object).
+func scanFields(kind Kind, prefix string, body []byte, fields []*topField) error {
 	s := jsonScanner{b: body}
 	switch s.peek() {
 	case '{':
@@ -387,6 +403,9 @@ func scanTop(kind Kind, body []byte, fields ...*topField) error {
 		if _, _, err := s.value(0); err != nil {
 			return badRequest(kind, err, "invalid JSON")
 		}
+		if prefix != "" {
+			return badRequest(kind, nil, "%s: want an object", prefix[:len(prefix)-1])
+		}
 		return badRequest(kind, nil, "want a JSON object")
 	}
 	err := s.object(1, func(ks, ke int, esc bool) error {
@@ -394,12 +413,9 @@ func scanTop(kind Kind, body []byte, fields ...*topField) error {
 		if esc {
 			name = []byte(s.key(ks, ke, true))
 		}
-		var f *topField
-		for _, c := range fields {
-			if c.name == string(name) {
-				f = c
-				break
-			}
+		f, err := matchField(prefix, name, fields)
+		if err != nil {
+			return err
 		}
 		if f == nil {
 			_, _, err := s.value(1)
@@ -417,7 +433,6 @@ func scanTop(kind Kind, body []byte, fields ...*topField) error {
 			f.val.end = s.i
 			return err
 		}
-		var err error
 		f.val.start, f.val.end, err = s.value(1)
 		return err
 	})
@@ -425,9 +440,36 @@ func scanTop(kind Kind, body []byte, fields ...*topField) error {
 		err = s.end()
 	}
 	if err != nil {
+		var fe *fieldError
+		if errors.As(err, &fe) {
+			return badRequest(kind, nil, "%s", fe.msg)
+		}
 		return badRequest(kind, err, "invalid JSON")
 	}
 	return nil
+}
+
+// matchField returns the field a key names, nil for a key that names none,
+// or an error for a key that is a case variant of a field, or a field seen
+// before.
+func matchField(prefix string, key []byte, fields []*topField) (*topField, error) {
+	for _, f := range fields {
+		// A case variant is never shorter: the non-ASCII letters that fold
+		// to ASCII ones (U+017F, U+212A) take more bytes.
+		if len(key) < len(f.name) || (len(key) == len(f.name) && key[0]|0x20 != f.name[0]|0x20) {
+			continue
+		}
+		if string(key) == f.name {
+			if f.present {
+				return nil, wrongType("%s%s: the field appears twice", prefix, f.name)
+			}
+			return f, nil
+		}
+		if bytes.EqualFold(key, []byte(f.name)) {
+			return nil, wrongType("%s%s: the field is spelled %q; priced fields must be spelled exactly", prefix, f.name, key)
+		}
+	}
+	return nil, nil
 }
 
 // raw returns the field's value, or nil when absent or null.
@@ -442,12 +484,35 @@ func (f *topField) raw(body []byte) []byte {
 	return v
 }
 
-// decodeField decodes a top-level field into v, reporting a wrong type as
-// a bad request that names the field.
+// decodeField decodes a field into v, reporting a wrong type as a bad
+// request that names the field. Strings, integers and booleans are read by
+// the scanner; anything else, or a value of the wrong type, by
+// encoding/json (for its error).
 func decodeField(kind Kind, body []byte, f *topField, v any) error {
 	raw := f.raw(body)
 	if raw == nil {
 		return nil
+	}
+	switch x := v.(type) {
+	case *string:
+		if raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
+			*x = string(raw[1 : len(raw)-1])
+			return nil
+		}
+	case *int64:
+		if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+			*x = n
+			return nil
+		}
+	case *bool:
+		switch string(raw) {
+		case "true":
+			*x = true
+			return nil
+		case "false":
+			*x = false
+			return nil
+		}
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
 		var te *json.UnmarshalTypeError
@@ -457,6 +522,42 @@ func decodeField(kind Kind, body []byte, f *topField, v any) error {
 		return badRequest(kind, err, "%s", f.name)
 	}
 	return nil
+}
+
+// decodeString, decodeInt and decodeBool are decodeField for one type,
+// without boxing the value (which would move it to the heap).
+func decodeString(kind Kind, body []byte, f *topField) (string, error) {
+	raw := f.raw(body)
+	if raw != nil && raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
+		return string(raw[1 : len(raw)-1]), nil
+	}
+	var v string
+	err := decodeField(kind, body, f, &v)
+	return v, err
+}
+
+func decodeInt(kind Kind, body []byte, f *topField) (int64, error) {
+	raw := f.raw(body)
+	if raw != nil && raw[0] != '"' {
+		if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+			return n, nil
+		}
+	}
+	var v int64
+	err := decodeField(kind, body, f, &v)
+	return v, err
+}
+
+func decodeBool(kind Kind, body []byte, f *topField) (bool, error) {
+	switch raw := f.raw(body); string(raw) {
+	case "true":
+		return true, nil
+	case "false", "":
+		return false, nil
+	}
+	var v bool
+	err := decodeField(kind, body, f, &v)
+	return v, err
 }
 
 func jsonTypeName(v any) string {

@@ -24,7 +24,6 @@ package costmodel
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"strings"
 )
 
@@ -95,118 +94,109 @@ type contentPart struct {
 		URL    string `json:"url"`
 		Detail string `json:"detail"`
 	} `json:"image_url"`
+	InputAudio *inputAudio `json:"input_audio"`
+	File       *struct {
+		FileData string `json:"file_data"`
+		FileID   string `json:"file_id"`
+	} `json:"file"`
+}
+
+// inputAudio is an audio content part's payload.
+type inputAudio struct {
+	Data   string `json:"data"`
+	Format string `json:"format"`
 }
 
 type span struct{ start, end int }
 
 func (e *Estimator) estimateChat(body []byte) (Estimate, error) {
 	const kind = ChatCompletions
-	s := jsonScanner{b: body}
-	if c := s.peek(); c != '{' {
-		if c == 0 {
-			return Estimate{}, badRequest(kind, nil, "empty body")
-		}
-		return Estimate{}, badRequest(kind, nil, "want a JSON object")
+	// One allocation for the fields: the scanner's recursion makes
+	// anything it is handed escape.
+	fs := &struct {
+		model, messages, tools, functions, streamOptions, maxTokens, maxCompletion, n, stream, modalities, tier topField
+		msgBuf                                                                                                  [64]span
+	}{
+		model: topField{name: "model"}, messages: topField{name: "messages", collect: true}, tools: topField{name: "tools"},
+		functions: topField{name: "functions"}, streamOptions: topField{name: "stream_options"}, maxTokens: topField{name: "max_tokens"},
+		maxCompletion: topField{name: "max_completion_tokens"}, n: topField{name: "n"}, stream: topField{name: "stream"},
+		modalities: topField{name: "modalities"}, tier: topField{name: "service_tier"},
+	}
+	fModel, fMessages, fTools, fFunctions, fStreamOptions, fModalities := &fs.model, &fs.messages, &fs.tools, &fs.functions, &fs.streamOptions, &fs.modalities
+	fMessages.elems = fs.msgBuf[:0]
+	if err := scanTop(kind, body, fModel, fMessages, fTools, fFunctions, fStreamOptions, &fs.maxTokens,
+		&fs.maxCompletion, &fs.n, &fs.stream, fModalities, &fs.tier); err != nil {
+		return Estimate{}, err
 	}
 	var (
-		modelName                    string
-		messages                     []span
-		msgBuf                       [64]span
-		sawMessages                  bool
-		tools, functions, streamOpts span
-		maxTokens, maxCompletion, n  int64
-		stream                       bool
+		modelName, tier             string
+		maxTokens, maxCompletion, n int64
+		stream                      bool
+		err                         error
 	)
-	messages = msgBuf[:0]
-	err := s.object(1, func(ks, ke int, esc bool) error {
-		name := s.b[ks:ke]
-		if esc {
-			name = []byte(s.key(ks, ke, true))
-		}
-		var err error
-		switch string(name) {
-		case "model":
-			modelName, _, err = s.stringValue("model")
-		case "messages":
-			switch s.peek() {
-			case '[':
-				sawMessages = true
-				return s.array(2, func() error {
-					if c := s.peek(); c != '{' {
-						if _, _, err := s.value(2); err != nil {
-							return err
-						}
-						return wrongType("messages[%d]: want an object", len(messages))
-					}
-					st, en, err := s.value(2)
-					messages = append(messages, span{st, en})
-					return err
-				})
-			case 'n':
-				return s.literal("null")
-			default:
-				return wrongType("messages: want an array")
-			}
-		case "tools":
-			tools.start, tools.end, err = s.value(1)
-		case "functions":
-			functions.start, functions.end, err = s.value(1)
-		case "stream_options":
-			streamOpts.start, streamOpts.end, err = s.value(1)
-		case "max_tokens":
-			maxTokens, _, err = s.intValue("max_tokens")
-		case "max_completion_tokens":
-			maxCompletion, _, err = s.intValue("max_completion_tokens")
-		case "n":
-			n, _, err = s.intValue("n")
-		case "stream":
-			stream, err = s.boolValue("stream")
-		default:
-			_, _, err = s.value(1)
-		}
-		return err
-	})
-	if err == nil {
-		err = s.end()
+	if modelName, err = decodeString(kind, body, fModel); err != nil {
+		return Estimate{}, err
 	}
-	if err != nil {
-		var fe *fieldError
-		if errors.As(err, &fe) {
-			return Estimate{}, badRequest(kind, nil, "%s", fe.msg)
-		}
-		return Estimate{}, badRequest(kind, err, "invalid JSON")
+	if tier, err = decodeString(kind, body, &fs.tier); err != nil {
+		return Estimate{}, err
+	}
+	if maxTokens, err = decodeInt(kind, body, &fs.maxTokens); err != nil {
+		return Estimate{}, err
+	}
+	if maxCompletion, err = decodeInt(kind, body, &fs.maxCompletion); err != nil {
+		return Estimate{}, err
+	}
+	if n, err = decodeInt(kind, body, &fs.n); err != nil {
+		return Estimate{}, err
+	}
+	if stream, err = decodeBool(kind, body, &fs.stream); err != nil {
+		return Estimate{}, err
 	}
 	if modelName == "" {
 		return Estimate{}, badRequest(kind, nil, "missing model")
 	}
-	if !sawMessages {
+	messages := fMessages.elems
+	switch raw := fMessages.raw(body); {
+	case raw == nil:
 		return Estimate{}, badRequest(kind, nil, "missing messages")
+	case raw[0] != '[':
+		return Estimate{}, badRequest(kind, nil, "messages: want an array")
+	}
+	for i, sp := range messages {
+		if body[sp.start] != '{' {
+			return Estimate{}, badRequest(kind, nil, "messages[%d]: want an object", i)
+		}
 	}
 	m := e.resolve(modelName)
 	f := chatFormatFor(m)
-	in := int64(replyPriming)
+	var c tokenCount
+	c.n = replyPriming
 	for i, sp := range messages {
-		n, err := e.chatMessageTokens(m, f, body[sp.start:sp.end])
+		mc, err := e.chatMessageTokens(m, f, body[sp.start:sp.end])
 		if err != nil {
 			return Estimate{}, badRequest(kind, err, "messages[%d]", i)
 		}
-		in += n
+		c.add(mc)
 	}
-	tn, err := e.chatToolTokens(m, f, body, tools, functions)
+	tn, err := e.chatToolTokens(m, f, body, fTools.val, fFunctions.val)
 	if err != nil {
 		return Estimate{}, badRequest(kind, err, "tools")
 	}
-	in += tn
+	c.n = addSat(c.n, tn)
 
 	est := Estimate{Stream: stream}
-	if streamOpts.end > streamOpts.start {
-		var so struct {
-			IncludeUsage bool `json:"include_usage"`
+	if raw := fStreamOptions.raw(body); raw != nil {
+		fInclude := topField{name: "include_usage"}
+		if err := scanFields(kind, "stream_options.", raw, []*topField{&fInclude}); err != nil {
+			return Estimate{}, err
 		}
-		if err := json.Unmarshal(body[streamOpts.start:streamOpts.end], &so); err != nil {
-			return Estimate{}, badRequest(kind, err, "stream_options")
+		if est.StreamUsage, err = decodeBool(kind, raw, &fInclude); err != nil {
+			return Estimate{}, err
 		}
-		est.StreamUsage = so.IncludeUsage
+	}
+	audioOut, err := wantsAudio(kind, body, fModalities)
+	if err != nil {
+		return Estimate{}, err
 	}
 	limit := int64(0)
 	if maxCompletion > 0 {
@@ -216,10 +206,42 @@ func (e *Estimator) estimateChat(body []byte) (Estimate, error) {
 	}
 	est.MaxOutputTokens = limit
 	choices := max(n, 1)
-	est.Usage.InputTokens = in
+	est.Usage.InputTokens = c.n
+	est.Usage.AudioInputTokens = c.audio
 	est.Usage.OutputTokens = mulSat(e.reserve(e.outputLimit(m, limit)), choices)
+	if audioOut {
+		est.Usage.AudioOutputTokens = est.Usage.OutputTokens
+	}
+	est.Usage.ServiceTier = requestedTier(tier)
+	est.Uncounted = c.uncounted
 	e.finish(m, &est)
 	return est, nil
+}
+
+// wantsAudio reports whether a request's modalities include "audio": its
+// output may be audio, which is reserved at the audio rate.
+func wantsAudio(kind Kind, body []byte, f *topField) (bool, error) {
+	var modalities []string
+	if err := decodeField(kind, body, f, &modalities); err != nil {
+		return false, err
+	}
+	for _, m := range modalities {
+		if m == "audio" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// requestedTier is the service tier an estimate is priced at: the one the
+// request asks for when it is "flex" or "priority", else the standard one
+// (the response says which tier served it; settlement prices that).
+func requestedTier(tier string) string {
+	switch tier {
+	case "flex", "priority":
+		return tier
+	}
+	return ""
 }
 
 // chatToolTokens counts the tools and legacy functions of a chat request,
@@ -263,20 +285,24 @@ func (e *Estimator) chatToolTokens(m model, f chatFormat, body []byte, tools, fu
 	if raw == nil {
 		return count()
 	}
-	return e.counted(m, fmtTools, raw, count)
+	c, err := e.counted(m, fmtTools, raw, func() (tokenCount, error) { return plain(count()) })
+	return c.n, err
 }
 
 // chatMessageTokens counts one message, overhead included, through the
 // per-message cache.
-func (e *Estimator) chatMessageTokens(m model, f chatFormat, raw json.RawMessage) (int64, error) {
-	return e.counted(m, fmtChatMessage, raw, func() (int64, error) { return chatMessageCount(m, f, raw) })
+func (e *Estimator) chatMessageTokens(m model, f chatFormat, raw json.RawMessage) (tokenCount, error) {
+	return e.counted(m, fmtChatMessage, raw, func() (tokenCount, error) { return chatMessageCount(m, f, raw) })
 }
 
 // chatMessageCount counts one message, overhead included.
-func chatMessageCount(m model, f chatFormat, raw json.RawMessage) (int64, error) {
+func chatMessageCount(m model, f chatFormat, raw json.RawMessage) (tokenCount, error) {
+	if err := checkMembers(raw); err != nil {
+		return tokenCount{}, err
+	}
 	var msg chatMessage
 	if err := json.Unmarshal(raw, &msg); err != nil {
-		return 0, err
+		return tokenCount{}, err
 	}
 	n := f.perMessage + m.countText(msg.Role)
 	if msg.Name != nil {
@@ -288,49 +314,55 @@ func chatMessageCount(m model, f chatFormat, raw json.RawMessage) (int64, error)
 	if msg.Refusal != nil {
 		n += m.countText(*msg.Refusal)
 	}
-	cn, err := contentTokens(m, msg.Content)
+	c, err := contentTokens(m, msg.Content)
 	if err != nil {
-		return 0, err
+		return tokenCount{}, err
 	}
-	n += cn
 	for _, tc := range msg.ToolCalls {
 		n += toolCallExtra + m.countText(tc.Function.Name) + m.countText(tc.Function.Arguments)
 	}
 	if fc := msg.FunctionCall; fc != nil {
 		n += toolCallExtra + m.countText(fc.Name) + m.countText(fc.Arguments)
 	}
-	return n, nil
+	c.add(tokenCount{n: n})
+	return c, nil
 }
 
 // contentTokens counts a message content: null, a string, or an array of
-// parts (text, refusal, image_url; other parts such as input_audio and file
-// are not counted).
-func contentTokens(m model, raw json.RawMessage) (int64, error) {
+// parts (text, refusal, image_url, input_audio, file; the last two, and
+// images whose size is not inline, by the upper bounds of parts.go).
+func contentTokens(m model, raw json.RawMessage) (tokenCount, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return 0, nil
+		return tokenCount{}, nil
 	}
 	if raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return 0, err
+			return tokenCount{}, err
 		}
-		return m.countText(s), nil
+		return tokenCount{n: m.countText(s)}, nil
 	}
 	var parts []contentPart
 	if err := json.Unmarshal(raw, &parts); err != nil {
-		return 0, err
+		return tokenCount{}, err
 	}
-	var n int64
+	var c tokenCount
 	for _, p := range parts {
 		switch {
 		case p.ImageURL != nil:
-			n += imageTokens(m.name, p.ImageURL.URL, p.ImageURL.Detail)
+			n, exact := imageTokens(m.name, p.ImageURL.URL, p.ImageURL.Detail)
+			c.add(tokenCount{n: n, uncounted: !exact})
+		case p.InputAudio != nil:
+			n := audioTokens(p.InputAudio.Data, p.InputAudio.Format)
+			c.add(tokenCount{n: n, audio: n, uncounted: true})
+		case p.File != nil:
+			c.add(tokenCount{n: documentTokens(p.File.FileData), uncounted: true})
 		default:
-			n += m.countText(p.Text) + m.countText(p.Refusal)
+			c.add(tokenCount{n: m.countText(p.Text) + m.countText(p.Refusal)})
 		}
 	}
-	return n, nil
+	return c, nil
 }
 
 // toolTokens counts tool definitions by the cookbook's method, extended to

@@ -3,74 +3,195 @@ package costmodel
 import (
 	_ "embed"
 	"fmt"
-	"sort"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
 
 // Usage is the token and unit consumption of one request, estimated before it
-// is served or reported after. The zero value is no usage.
+// is served or reported after. The zero value is no usage. The parts
+// (cached, cache-written, audio, reasoning tokens) are included in their
+// wholes (InputTokens, OutputTokens).
 type Usage struct {
-	InputTokens       int64 `json:"input_tokens"`                  // all prompt tokens, cached and cache-written ones included
-	CachedInputTokens int64 `json:"cached_input_tokens,omitempty"` // part of InputTokens read from a prompt cache
-	CacheWriteTokens  int64 `json:"cache_write_tokens,omitempty"`  // part of InputTokens written to a prompt cache (Anthropic)
-	OutputTokens      int64 `json:"output_tokens"`                 // all completion tokens, reasoning tokens included
-	ReasoningTokens   int64 `json:"reasoning_tokens,omitempty"`    // part of OutputTokens
-	Units             int64 `json:"units,omitempty"`               // generic APIs: units of the route's unit
+	InputTokens        int64 `json:"input_tokens"`                    // all prompt tokens, cached, cache-written and audio ones included
+	CachedInputTokens  int64 `json:"cached_input_tokens,omitempty"`   // part of InputTokens read from a prompt cache
+	CacheWriteTokens   int64 `json:"cache_write_tokens,omitempty"`    // part of InputTokens written to a prompt cache (Anthropic), both lifetimes
+	CacheWrite1hTokens int64 `json:"cache_write_1h_tokens,omitempty"` // part of CacheWriteTokens written to the 1-hour cache; the rest went to the 5-minute one
+	AudioInputTokens   int64 `json:"audio_input_tokens,omitempty"`    // part of the uncached InputTokens that are audio
+	OutputTokens       int64 `json:"output_tokens"`                   // all completion tokens, reasoning and audio tokens included
+	ReasoningTokens    int64 `json:"reasoning_tokens,omitempty"`      // part of OutputTokens
+	AudioOutputTokens  int64 `json:"audio_output_tokens,omitempty"`   // part of OutputTokens that are audio
+	WebSearchRequests  int64 `json:"web_search_requests,omitempty"`   // server-side web searches billed per search
+	Units              int64 `json:"units,omitempty"`                 // generic APIs: units of the route's unit
+	// ServiceTier is the processing tier the response reported (OpenAI's
+	// service_tier: "default", "flex", "priority", "scale"); empty when it
+	// reported none. It changes the token rates; see Price.
+	ServiceTier string `json:"service_tier,omitempty"`
 }
 
-// TotalTokens returns InputTokens + OutputTokens.
-func (u Usage) TotalTokens() int64 { return addSat(u.InputTokens, u.OutputTokens) }
+// TotalTokens returns InputTokens + OutputTokens, saturating.
+func (u Usage) TotalTokens() int64 { return addSat(max(u.InputTokens, 0), max(u.OutputTokens, 0)) }
 
 // Price is what one model or one generic route costs. Token prices are per
 // million tokens. The zero value is free. In YAML each amount is written in
 // dollars, for example `input: 2.50`.
 type Price struct {
-	Input       NanoUSD `yaml:"input" json:"input"`                 // per million uncached input tokens
-	CachedInput NanoUSD `yaml:"cached_input" json:"cached_input"`   // per million input tokens read from cache; 0 means Input
-	CacheWrite  NanoUSD `yaml:"cache_write" json:"cache_write"`     // per million input tokens written to cache; 0 means Input
-	Output      NanoUSD `yaml:"output" json:"output"`               // per million output tokens, reasoning included
-	PerCall     NanoUSD `yaml:"per_call" json:"per_call,omitempty"` // per request
-	PerUnit     NanoUSD `yaml:"per_unit" json:"per_unit,omitempty"` // per unit of Usage.Units
+	Input        NanoUSD          `yaml:"input" json:"input"`                             // per million uncached text input tokens
+	CachedInput  NanoUSD          `yaml:"cached_input" json:"cached_input"`               // per million input tokens read from cache; 0 means Input
+	CacheWrite   NanoUSD          `yaml:"cache_write" json:"cache_write"`                 // per million input tokens written to the 5-minute cache; 0 means Input
+	CacheWrite1h NanoUSD          `yaml:"cache_write_1h" json:"cache_write_1h,omitempty"` // per million input tokens written to the 1-hour cache; 0 means twice Input (Anthropic's ratio)
+	Output       NanoUSD          `yaml:"output" json:"output"`                           // per million text output tokens, reasoning included
+	AudioInput   NanoUSD          `yaml:"audio_input" json:"audio_input,omitempty"`       // per million audio input tokens; 0 means Input
+	AudioOutput  NanoUSD          `yaml:"audio_output" json:"audio_output,omitempty"`     // per million audio output tokens; 0 means Output
+	PerCall      NanoUSD          `yaml:"per_call" json:"per_call,omitempty"`             // per request
+	PerUnit      NanoUSD          `yaml:"per_unit" json:"per_unit,omitempty"`             // per unit of Usage.Units
+	WebSearch    NanoUSD          `yaml:"web_search" json:"web_search,omitempty"`         // per web search (Usage.WebSearchRequests)
+	LongContext  LongContextPrice `yaml:"long_context" json:"long_context,omitzero"`      // higher rates for long prompts; zero means none
+	// FlexPercent is the share, in percent, of the token rates charged for a
+	// response served with service_tier "flex"; 0 means 100.
+	FlexPercent int64 `yaml:"flex_percent" json:"flex_percent,omitempty"`
+	// PriorityPercent is the share, in percent, of the token rates charged
+	// for a response served with service_tier "priority"; 0 means 200, the
+	// highest multiplier published, so that an undeclared tier is not
+	// undercharged.
+	PriorityPercent int64 `yaml:"priority_percent" json:"priority_percent,omitempty"`
 	// MaxOutputTokens is the model's maximum output, reserved when a request
 	// does not say how much it may produce. 0 means unknown.
 	MaxOutputTokens int64 `yaml:"max_output_tokens" json:"max_output_tokens,omitempty"`
 }
 
+// LongContextPrice holds the rates of a request whose input passes
+// Threshold tokens (InputTokens > Threshold, cached and cache-written
+// tokens included, as Anthropic and OpenAI count it): all of its tokens,
+// input and output, are priced at these rates instead of the standard ones.
+// Fields that are 0 fall back as in Price, to this tier's own Input and
+// Output. A zero Threshold means the model has no long-context tier.
+type LongContextPrice struct {
+	Threshold    int64   `yaml:"threshold" json:"threshold"`
+	Input        NanoUSD `yaml:"input" json:"input"`
+	CachedInput  NanoUSD `yaml:"cached_input" json:"cached_input,omitempty"`
+	CacheWrite   NanoUSD `yaml:"cache_write" json:"cache_write,omitempty"`
+	CacheWrite1h NanoUSD `yaml:"cache_write_1h" json:"cache_write_1h,omitempty"`
+	Output       NanoUSD `yaml:"output" json:"output"`
+	AudioInput   NanoUSD `yaml:"audio_input" json:"audio_input,omitempty"`
+	AudioOutput  NanoUSD `yaml:"audio_output" json:"audio_output,omitempty"`
+}
+
 // IsZero reports whether p prices everything at zero.
 func (p Price) IsZero() bool {
-	return p.Input == 0 && p.CachedInput == 0 && p.CacheWrite == 0 && p.Output == 0 && p.PerCall == 0 && p.PerUnit == 0
+	return p.Input == 0 && p.CachedInput == 0 && p.CacheWrite == 0 && p.CacheWrite1h == 0 && p.Output == 0 &&
+		p.AudioInput == 0 && p.AudioOutput == 0 && p.PerCall == 0 && p.PerUnit == 0 && p.WebSearch == 0 &&
+		p.LongContext == (LongContextPrice{})
 }
 
-// hasNegative reports whether an amount or MaxOutputTokens of p is negative.
+// hasNegative reports whether an amount, a percentage or MaxOutputTokens of
+// p is negative.
 func (p Price) hasNegative() bool {
-	return p.Input < 0 || p.CachedInput < 0 || p.CacheWrite < 0 || p.Output < 0 || p.PerCall < 0 || p.PerUnit < 0 || p.MaxOutputTokens < 0
+	l := p.LongContext
+	return p.Input < 0 || p.CachedInput < 0 || p.CacheWrite < 0 || p.CacheWrite1h < 0 || p.Output < 0 ||
+		p.AudioInput < 0 || p.AudioOutput < 0 || p.PerCall < 0 || p.PerUnit < 0 || p.WebSearch < 0 ||
+		p.FlexPercent < 0 || p.PriorityPercent < 0 || p.MaxOutputTokens < 0 ||
+		l.Threshold < 0 || l.Input < 0 || l.CachedInput < 0 || l.CacheWrite < 0 || l.CacheWrite1h < 0 ||
+		l.Output < 0 || l.AudioInput < 0 || l.AudioOutput < 0
 }
 
-// Cost prices u. Each component (uncached input, cached input, cache writes,
-// output, units) is rounded up to a whole nano-dollar separately, then the
-// components and PerCall are added; the result saturates at the largest
-// NanoUSD instead of overflowing. Uncached input is InputTokens minus
-// CachedInputTokens and CacheWriteTokens (never below zero). Negative counts
-// count as zero.
+// tokenRates are the per-million rates that price one request's tokens,
+// fallbacks resolved.
+type tokenRates struct {
+	input, cached, write, write1h, output, audioIn, audioOut int64
+}
+
+func ratesOf(in, cached, write, write1h, out, audioIn, audioOut NanoUSD) tokenRates {
+	r := tokenRates{input: int64(in), cached: int64(cached), write: int64(write), write1h: int64(write1h),
+		output: int64(out), audioIn: int64(audioIn), audioOut: int64(audioOut)}
+	if r.cached == 0 {
+		r.cached = r.input
+	}
+	if r.write == 0 {
+		r.write = r.input
+	}
+	if r.write1h == 0 {
+		r.write1h = mulSat(r.input, 2)
+	}
+	if r.audioIn == 0 {
+		r.audioIn = r.input
+	}
+	if r.audioOut == 0 {
+		r.audioOut = r.output
+	}
+	return r
+}
+
+// rates returns the token rates p charges for usage u: the long-context
+// tier's when u's input passes its threshold, scaled by the service tier.
+func (p Price) rates(u Usage) tokenRates {
+	var r tokenRates
+	if l := p.LongContext; l.Threshold > 0 && u.InputTokens > l.Threshold {
+		r = ratesOf(l.Input, l.CachedInput, l.CacheWrite, l.CacheWrite1h, l.Output, l.AudioInput, l.AudioOutput)
+	} else {
+		r = ratesOf(p.Input, p.CachedInput, p.CacheWrite, p.CacheWrite1h, p.Output, p.AudioInput, p.AudioOutput)
+	}
+	if pct := p.tierPercent(u.ServiceTier); pct != 100 {
+		for _, x := range []*int64{&r.input, &r.cached, &r.write, &r.write1h, &r.output, &r.audioIn, &r.audioOut} {
+			*x = mulDivCeil(*x, pct, 100)
+		}
+	}
+	return r
+}
+
+// tierPercent returns the share of the token rates charged for a service
+// tier as a response reports it: 100 for the standard tiers ("", "default",
+// "auto", "standard", "scale"), FlexPercent for "flex", PriorityPercent for
+// "priority", and the higher of 100 and PriorityPercent for a tier costgate
+// does not know.
+func (p Price) tierPercent(tier string) int64 {
+	priority := p.PriorityPercent
+	if priority == 0 {
+		priority = 200
+	}
+	switch tier {
+	case "", "default", "auto", "standard", "scale":
+		return 100
+	case "flex":
+		if p.FlexPercent == 0 {
+			return 100
+		}
+		return p.FlexPercent
+	case "priority":
+		return priority
+	}
+	return max(priority, 100)
+}
+
+// Cost prices u. Each component (uncached text input, audio input, cached
+// input, 5-minute and 1-hour cache writes, text and audio output, units, web
+// searches) is rounded up to a whole nano-dollar separately, then the
+// components and PerCall are added. Uncached input is InputTokens minus
+// CachedInputTokens and CacheWriteTokens (never below zero); its audio part
+// is priced as audio. A request whose InputTokens pass LongContext.Threshold
+// is priced at the long-context rates; u.ServiceTier scales the token rates
+// (see tierPercent). Negative counts count as zero.
+//
+// Arithmetic saturates: a cost that does not fit in NanoUSD is
+// math.MaxInt64 (see ErrCostOverflow), never a wrapped or negative amount.
 func (p Price) Cost(u Usage) NanoUSD {
 	const million = 1_000_000
-	cachedPrice, writePrice := p.CachedInput, p.CacheWrite
-	if cachedPrice == 0 {
-		cachedPrice = p.Input
-	}
-	if writePrice == 0 {
-		writePrice = p.Input
-	}
-	in, cached, written := max(u.InputTokens, 0), max(u.CachedInputTokens, 0), max(u.CacheWriteTokens, 0)
-	uncached := max(in-cached-written, 0)
+	u = u.clamped()
+	r := p.rates(u)
+	uncached := u.InputTokens - u.CachedInputTokens - u.CacheWriteTokens
+	audioIn := min(u.AudioInputTokens, uncached)
+	write1h := u.CacheWrite1hTokens
+	audioOut := min(u.AudioOutputTokens, u.OutputTokens)
 	total := max(int64(p.PerCall), 0)
-	total = addSat(total, mulDivCeil(uncached, int64(p.Input), million))
-	total = addSat(total, mulDivCeil(cached, int64(cachedPrice), million))
-	total = addSat(total, mulDivCeil(written, int64(writePrice), million))
-	total = addSat(total, mulDivCeil(max(u.OutputTokens, 0), int64(p.Output), million))
-	total = addSat(total, mulDivCeil(max(u.Units, 0), int64(p.PerUnit), 1))
+	total = addSat(total, mulDivCeil(uncached-audioIn, r.input, million))
+	total = addSat(total, mulDivCeil(audioIn, r.audioIn, million))
+	total = addSat(total, mulDivCeil(u.CachedInputTokens, r.cached, million))
+	total = addSat(total, mulDivCeil(u.CacheWriteTokens-write1h, r.write, million))
+	total = addSat(total, mulDivCeil(write1h, r.write1h, million))
+	total = addSat(total, mulDivCeil(u.OutputTokens-audioOut, r.output, million))
+	total = addSat(total, mulDivCeil(audioOut, r.audioOut, million))
+	total = addSat(total, mulSat(u.Units, int64(p.PerUnit)))
+	total = addSat(total, mulSat(u.WebSearchRequests, int64(p.WebSearch)))
 	return NanoUSD(total)
 }
 
@@ -84,89 +205,127 @@ const (
 //go:embed prices.yaml
 var builtinPricesYAML []byte
 
-// tableEntry is one model of the embedded price table.
+// tableEntry is one model of the price table.
 type tableEntry struct {
 	Price    `yaml:",inline"`
 	Encoding string `yaml:"encoding"`
+	// Reasoning marks a model that produces hidden reasoning tokens, which a
+	// stream does not show (see Estimate.Uncounted).
+	Reasoning bool `yaml:"reasoning"`
+}
+
+// priceDoc is the price table as prices.yaml writes it.
+type priceDoc struct {
+	Models map[string]tableEntry `yaml:"models"`
+	// Aliases maps another name of a model (a dated snapshot, a "-latest"
+	// name) to its name in Models.
+	Aliases map[string]string `yaml:"aliases"`
+	// FineTuned prices the fine-tuned models of a base model in Models:
+	// "ft:BASE:org:suffix:id", BASE or an alias of it.
+	FineTuned map[string]tableEntry `yaml:"fine_tuned"`
 }
 
 // builtinTable parses the embedded price table.
-func builtinTable() (map[string]tableEntry, error) {
-	var doc struct {
-		Models map[string]tableEntry `yaml:"models"`
-	}
+func builtinTable() (priceDoc, error) {
+	var doc priceDoc
 	if err := yaml.Unmarshal(builtinPricesYAML, &doc); err != nil {
-		return nil, fmt.Errorf("costmodel: embedded prices.yaml: %w", err)
+		return priceDoc{}, fmt.Errorf("costmodel: embedded prices.yaml: %w", err)
 	}
-	for name, e := range doc.Models {
-		switch e.Encoding {
-		case EncodingO200k, EncodingCl100k, EncodingAnthropic:
-		default:
-			return nil, fmt.Errorf("costmodel: embedded prices.yaml: model %q: unknown encoding %q", name, e.Encoding)
+	for _, m := range []map[string]tableEntry{doc.Models, doc.FineTuned} {
+		for name, e := range m {
+			switch e.Encoding {
+			case EncodingO200k, EncodingCl100k, EncodingAnthropic:
+			default:
+				return priceDoc{}, fmt.Errorf("costmodel: embedded prices.yaml: model %q: unknown encoding %q", name, e.Encoding)
+			}
 		}
 	}
-	return doc.Models, nil
+	for name := range doc.FineTuned {
+		if _, ok := doc.Models[name]; !ok {
+			return priceDoc{}, fmt.Errorf("costmodel: embedded prices.yaml: fine_tuned %q is not a model", name)
+		}
+	}
+	for alias, name := range doc.Aliases {
+		if _, ok := doc.Models[name]; !ok {
+			return priceDoc{}, fmt.Errorf("costmodel: embedded prices.yaml: alias %q of unknown model %q", alias, name)
+		}
+		if _, ok := doc.Models[alias]; ok {
+			return priceDoc{}, fmt.Errorf("costmodel: embedded prices.yaml: alias %q is also a model", alias)
+		}
+	}
+	return doc, nil
 }
 
 // BuiltinPrices returns a copy of the embedded price table, keyed by model
-// name.
+// name. Aliases and fine-tuned prices are not included; see BuiltinAliases.
 func BuiltinPrices() map[string]Price {
 	t, err := builtinTable()
 	if err != nil {
 		panic(err) // the embedded file is tested; it cannot be wrong at run time
 	}
-	out := make(map[string]Price, len(t))
-	for k, v := range t {
+	out := make(map[string]Price, len(t.Models))
+	for k, v := range t.Models {
 		out[k] = v.Price
 	}
 	return out
 }
 
-// priceTable resolves model names to table entries: exactly, then by the
-// longest known name that is a prefix of the model followed by "-", ":" or
-// "@" (so "gpt-4o-2024-08-06" resolves to "gpt-4o" and "gpt-4-0613" to
-// "gpt-4", never to "gpt-4o"). A fine-tuned model "ft:BASE:org::id"
-// resolves as BASE.
-type priceTable struct {
-	exact map[string]tableEntry
-	names []string // sorted longest first
-}
-
-func newPriceTable(m map[string]tableEntry) *priceTable {
-	t := &priceTable{exact: m, names: make([]string, 0, len(m))}
-	for k := range m {
-		t.names = append(t.names, k)
+// BuiltinAliases returns a copy of the embedded alias table: another name of
+// a model (such as a dated snapshot) mapped to the model's name in
+// BuiltinPrices.
+func BuiltinAliases() map[string]string {
+	t, err := builtinTable()
+	if err != nil {
+		panic(err) // the embedded file is tested; it cannot be wrong at run time
 	}
-	sort.Slice(t.names, func(i, j int) bool {
-		if len(t.names[i]) != len(t.names[j]) {
-			return len(t.names[i]) > len(t.names[j])
-		}
-		return t.names[i] < t.names[j]
-	})
-	return t
+	return t.Aliases
 }
 
-func (t *priceTable) lookup(model string) (tableEntry, string, bool) {
-	m := strings.ToLower(strings.TrimSpace(model))
-	if e, ok := t.exact[m]; ok {
+// priceTable resolves model names to table entries. A name is trimmed and
+// lowercased, then found exactly among the models, else in the alias
+// table; "ft:BASE:..." is found in the fine-tuned table by BASE (itself a
+// model or an alias). Nothing is inferred from a prefix: any other name is
+// unknown.
+type priceTable struct {
+	models    map[string]tableEntry
+	aliases   map[string]string
+	fineTuned map[string]tableEntry
+}
+
+// normalName is a model name as the table keys it.
+func normalName(model string) string {
+	m := strings.TrimSpace(model)
+	for i := 0; i < len(m); i++ {
+		if c := m[i]; c >= 'A' && c <= 'Z' || c >= 0x80 {
+			return strings.ToLower(m)
+		}
+	}
+	return m
+}
+
+// lookup returns the entry of model and its canonical name: the model's
+// name in the table, "ft:" and the base's name for a fine-tuned model, or
+// the normalized name of an unknown model (ok false).
+func (t *priceTable) lookup(model string) (e tableEntry, canonical string, ok bool) {
+	m := normalName(model)
+	if e, ok := t.models[m]; ok {
 		return e, m, true
 	}
-	if rest, ok := strings.CutPrefix(m, "ft:"); ok {
+	if name, ok := t.aliases[m]; ok {
+		if e, ok := t.models[name]; ok {
+			return e, name, true
+		}
+	}
+	if rest, isFT := strings.CutPrefix(m, "ft:"); isFT {
 		base, _, _ := strings.Cut(rest, ":")
-		m = base
-		if e, ok := t.exact[m]; ok {
-			return e, m, true
+		if name, ok := t.aliases[base]; ok {
+			base = name
+		}
+		if e, ok := t.fineTuned[base]; ok {
+			return e, "ft:" + base, true
 		}
 	}
-	for _, name := range t.names {
-		if len(m) > len(name) && strings.HasPrefix(m, name) {
-			switch m[len(name)] {
-			case '-', ':', '@':
-				return t.exact[name], name, true
-			}
-		}
-	}
-	return tableEntry{}, "", false
+	return tableEntry{}, m, false
 }
 
 // encodingForModel picks the tokenizer of a model that is not in the table,

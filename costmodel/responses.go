@@ -34,10 +34,12 @@ type responsesItem struct {
 }
 
 type responsesPart struct {
-	Type     string `json:"type"`
-	Text     string `json:"text"`
-	ImageURL string `json:"image_url"`
-	Detail   string `json:"detail"`
+	Type       string      `json:"type"`
+	Text       string      `json:"text"`
+	ImageURL   string      `json:"image_url"`
+	Detail     string      `json:"detail"`
+	FileData   string      `json:"file_data"`
+	InputAudio *inputAudio `json:"input_audio"`
 }
 
 func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
@@ -49,20 +51,23 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 		fTools        = &topField{name: "tools"}
 		fMaxOutput    = &topField{name: "max_output_tokens"}
 		fStream       = &topField{name: "stream"}
+		fPrevious     = &topField{name: "previous_response_id"}
+		fConversation = &topField{name: "conversation"}
+		fServiceTier  = &topField{name: "service_tier"}
 	)
-	if err := scanTop(kind, body, fModel, fInput, fInstructions, fTools, fMaxOutput, fStream); err != nil {
+	if err := scanTop(kind, body, fModel, fInput, fInstructions, fTools, fMaxOutput, fStream, fPrevious, fConversation, fServiceTier); err != nil {
 		return Estimate{}, err
 	}
 	var (
-		modelName, instructions string
-		maxOutput               int64
-		stream                  bool
-		rtools                  []responsesTool
+		modelName, instructions, tier string
+		maxOutput                     int64
+		stream                        bool
+		rtools                        []responsesTool
 	)
 	for _, d := range []struct {
 		f *topField
 		v any
-	}{{fModel, &modelName}, {fInstructions, &instructions}, {fMaxOutput, &maxOutput}, {fStream, &stream}, {fTools, &rtools}} {
+	}{{fModel, &modelName}, {fInstructions, &instructions}, {fMaxOutput, &maxOutput}, {fStream, &stream}, {fTools, &rtools}, {fServiceTier, &tier}} {
 		if err := decodeField(kind, body, d.f, d.v); err != nil {
 			return Estimate{}, err
 		}
@@ -73,6 +78,8 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 	m := e.resolve(modelName)
 	f := chatFormatFor(m)
 	in := int64(replyPriming)
+	var c tokenCount
+	c.uncounted = fPrevious.raw(body) != nil || fConversation.raw(body) != nil
 	if fInstructions.raw(body) != nil {
 		in += f.perMessage + m.countText("developer") + m.countText(instructions)
 	}
@@ -87,72 +94,92 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 		in += f.perMessage + m.countText("user") + m.countText(s)
 	case raw[0] == '[':
 		for i, sp := range fInput.elems {
-			n, err := e.responsesItemTokens(m, f, body[sp.start:sp.end])
+			ic, err := e.responsesItemTokens(m, f, body[sp.start:sp.end])
 			if err != nil {
 				return Estimate{}, badRequest(kind, err, "input[%d]", i)
 			}
-			in += n
+			c.add(ic)
 		}
 	default:
 		return Estimate{}, badRequest(kind, nil, "input: want a string or an array of items")
 	}
 	var tools []functionDef
+	var searches int64
 	for _, t := range rtools {
-		if t.Type == "function" {
+		switch t.Type {
+		case "function":
 			tools = append(tools, functionDef{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+		case "web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11":
+			searches++ // at least one search; more are not foreseeable
+			c.uncounted = true
 		}
 	}
 	tn, err := toolTokens(m, f, tools)
 	if err != nil {
 		return Estimate{}, badRequest(kind, err, "tools")
 	}
-	in += tn
-	est := Estimate{Stream: stream, StreamUsage: stream}
+	in = addSat(in, tn)
+	est := Estimate{Stream: stream, StreamUsage: stream, Uncounted: c.uncounted}
 	limit := max(maxOutput, 0)
 	est.MaxOutputTokens = limit
-	est.Usage.InputTokens = in
+	est.Usage.InputTokens = addSat(in, c.n)
+	est.Usage.AudioInputTokens = c.audio
+	est.Usage.WebSearchRequests = searches
+	est.Usage.ServiceTier = requestedTier(tier)
 	est.Usage.OutputTokens = e.reserve(e.outputLimit(m, limit))
 	e.finish(m, &est)
 	return est, nil
 }
 
-func (e *Estimator) responsesItemTokens(m model, f chatFormat, raw json.RawMessage) (int64, error) {
-	return e.counted(m, fmtResponsesItem, raw, func() (int64, error) { return responsesItemCount(m, f, raw) })
+func (e *Estimator) responsesItemTokens(m model, f chatFormat, raw json.RawMessage) (tokenCount, error) {
+	return e.counted(m, fmtResponsesItem, raw, func() (tokenCount, error) { return responsesItemCount(m, f, raw) })
 }
 
-func responsesItemCount(m model, f chatFormat, raw json.RawMessage) (int64, error) {
+func responsesItemCount(m model, f chatFormat, raw json.RawMessage) (tokenCount, error) {
+	if err := checkMembers(raw); err != nil {
+		return tokenCount{}, err
+	}
 	var it responsesItem
 	if err := json.Unmarshal(raw, &it); err != nil {
-		return 0, err
+		return tokenCount{}, err
 	}
 	var n int64
+	var c tokenCount
 	switch it.Type {
 	case "", "message":
 		n = f.perMessage + m.countText(it.Role)
-		c := bytes.TrimSpace(it.Content)
+		content := bytes.TrimSpace(it.Content)
 		switch {
-		case len(c) == 0 || bytes.Equal(c, []byte("null")):
-		case c[0] == '"':
+		case len(content) == 0 || bytes.Equal(content, []byte("null")):
+		case content[0] == '"':
 			var s string
-			if err := json.Unmarshal(c, &s); err != nil {
-				return 0, err
+			if err := json.Unmarshal(content, &s); err != nil {
+				return tokenCount{}, err
 			}
 			n += m.countText(s)
-		case c[0] == '[':
+		case content[0] == '[':
 			var parts []responsesPart
-			if err := json.Unmarshal(c, &parts); err != nil {
-				return 0, err
+			if err := json.Unmarshal(content, &parts); err != nil {
+				return tokenCount{}, err
 			}
 			for _, p := range parts {
 				switch p.Type {
 				case "input_image":
-					n += imageTokens(m.name, p.ImageURL, p.Detail)
+					in, exact := imageTokens(m.name, p.ImageURL, p.Detail)
+					c.add(tokenCount{n: in, uncounted: !exact})
+				case "input_file":
+					c.add(tokenCount{n: documentTokens(p.FileData), uncounted: true})
+				case "input_audio":
+					if p.InputAudio != nil {
+						a := audioTokens(p.InputAudio.Data, p.InputAudio.Format)
+						c.add(tokenCount{n: a, audio: a, uncounted: true})
+					}
 				default:
 					n += m.countText(p.Text)
 				}
 			}
 		default:
-			return 0, fmt.Errorf("content: want a string or an array of parts")
+			return tokenCount{}, fmt.Errorf("content: want a string or an array of parts")
 		}
 	case "function_call":
 		n = f.perMessage + toolCallExtra + m.countText(it.Name) + m.countText(it.Arguments)
@@ -163,5 +190,6 @@ func responsesItemCount(m model, f chatFormat, raw json.RawMessage) (int64, erro
 		// Reasoning items, built-in tool calls and references carry no text
 		// the client wrote; they are not counted.
 	}
-	return n, nil
+	c.add(tokenCount{n: n})
+	return c, nil
 }

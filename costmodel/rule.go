@@ -122,7 +122,8 @@ func (r Rule) Price() Price { return Price{PerCall: r.PerCall, PerUnit: r.PerUni
 
 // Estimate prices one request. A JSON field named by the rule in a body that
 // is not JSON, or a number that is not a non-negative integer, gives a
-// *BadRequestError.
+// *BadRequestError; so do units or a cost that cannot be represented (it
+// wraps ErrCostOverflow).
 func (r Rule) Estimate(req GenericRequest) (Estimate, error) {
 	doc := lazyJSON{body: req.Body}
 	units := int64(1)
@@ -142,6 +143,9 @@ func (r Rule) Estimate(req GenericRequest) (Estimate, error) {
 	}
 	est := Estimate{Kind: Generic, Usage: Usage{Units: units}}
 	est.Cost = r.Price().Cost(est.Usage)
+	if overflowed(est.Usage, est.Cost) {
+		return Estimate{Kind: Generic}, overflowError(Generic)
+	}
 	return est, nil
 }
 

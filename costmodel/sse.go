@@ -64,7 +64,16 @@ type StreamMeter struct {
 	malformed int   // events whose data was not valid JSON
 	events    int
 	inputEst  int64 // input tokens to report when the stream tells none
+
+	respModel   string // the model the stream says served it
+	serviceTier string // the service tier the stream reports (OpenAI)
+	webSearches int64  // web_search_call items completed (Responses)
 }
+
+// Model returns the model the stream says served the request (the "model"
+// of OpenAI chunks and Responses events, of Anthropic's message_start), or
+// "" when it has named none so far. Settlement should price that model.
+func (m *StreamMeter) Model() string { return m.respModel }
 
 // SetInputTokens sets the input tokens Usage reports for a stream that ends
 // without saying how many it had (an OpenAI stream cut before its usage
@@ -169,11 +178,10 @@ func (m *StreamMeter) dispatch() {
 }
 
 type responsesEvent struct {
-	Type     string `json:"type"`
-	Delta    string `json:"delta"`
-	Response *struct {
-		Usage *openaiUsage `json:"usage"`
-	} `json:"response"`
+	Type     string          `json:"type"`
+	Delta    string          `json:"delta"`
+	Response *openaiResponse `json:"response"`
+	Item     *outputItem     `json:"item"`
 }
 
 func (m *StreamMeter) responsesEvent(data []byte) error {
@@ -185,9 +193,26 @@ func (m *StreamMeter) responsesEvent(data []byte) error {
 	case "response.output_text.delta", "response.refusal.delta", "response.function_call_arguments.delta",
 		"response.reasoning_summary_text.delta", "response.reasoning_text.delta":
 		m.addText(ev.Delta)
+	case "response.output_item.done":
+		if ev.Item != nil && ev.Item.Type == "web_search_call" {
+			m.webSearches++
+		}
+	}
+	if r := ev.Response; r != nil {
+		if r.Model != "" {
+			m.respModel = r.Model
+		}
+		if r.ServiceTier != "" {
+			m.serviceTier = r.ServiceTier
+		}
+	}
+	switch ev.Type {
 	case "response.completed", "response.incomplete", "response.failed":
 		if ev.Response != nil && ev.Response.Usage != nil {
 			if u, ok := ev.Response.Usage.usage(); ok {
+				// The final output lists every search; count them there
+				// when it is given, else keep the items counted so far.
+				u.WebSearchRequests = max(webSearchCalls(ev.Response.Output), m.webSearches)
 				m.usage, m.reported = u, true
 			}
 		}
@@ -199,6 +224,7 @@ type anthropicEvent struct {
 	Type    string `json:"type"`
 	Message *struct {
 		Usage *anthropicUsage `json:"usage"`
+		Model string          `json:"model"`
 	} `json:"message"`
 	Delta        *anthropicDelta      `json:"delta"`
 	ContentBlock *anthropicBlockStart `json:"content_block"`
@@ -225,6 +251,9 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 	}
 	switch ev.Type {
 	case "message_start":
+		if ev.Message != nil && ev.Message.Model != "" {
+			m.respModel = ev.Message.Model
+		}
 		if ev.Message != nil && ev.Message.Usage != nil {
 			m.usage = ev.Message.Usage.usage()
 			m.sawStart = true
@@ -247,9 +276,17 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 			if u.OutputTokens != nil {
 				m.usage.OutputTokens = max(*u.OutputTokens, 0)
 			}
-			if u.InputTokens != nil || u.CacheReadInputTokens != nil || u.CacheCreationInputTokens != nil {
+			if s := u.ServerToolUse; s != nil {
+				m.usage.WebSearchRequests = max(s.WebSearchRequests, 0)
+			}
+			if u.InputTokens != nil || u.CacheReadInputTokens != nil || u.CacheCreationInputTokens != nil || u.CacheCreation != nil {
 				in := Usage{}
-				merged := anthropicUsage{InputTokens: u.InputTokens, CacheReadInputTokens: u.CacheReadInputTokens, CacheCreationInputTokens: u.CacheCreationInputTokens}
+				merged := anthropicUsage{InputTokens: u.InputTokens, CacheReadInputTokens: u.CacheReadInputTokens,
+					CacheCreationInputTokens: u.CacheCreationInputTokens, CacheCreation: u.CacheCreation}
+				if merged.CacheCreation == nil && merged.CacheCreationInputTokens == nil {
+					// Keep message_start's split by lifetime.
+					merged.CacheCreation = &anthropicCacheCreation{Ephemeral5m: m.usage.CacheWriteTokens - m.usage.CacheWrite1hTokens, Ephemeral1h: m.usage.CacheWrite1hTokens}
+				}
 				if merged.InputTokens == nil {
 					v := m.usage.InputTokens - m.usage.CachedInputTokens - m.usage.CacheWriteTokens
 					merged.InputTokens = &v
@@ -264,6 +301,7 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 				}
 				in = merged.usage()
 				in.OutputTokens = m.usage.OutputTokens
+				in.WebSearchRequests = m.usage.WebSearchRequests
 				m.usage = in
 			}
 			m.reported = true
@@ -348,9 +386,13 @@ func isASCIILetter(c byte) bool { return c|0x20 >= 'a' && c|0x20 <= 'z' }
 func (m *StreamMeter) Usage() (u Usage, reported bool) {
 	m.Close()
 	if m.reported {
-		return m.usage, true
+		u = m.usage
+		u.ServiceTier = m.serviceTier
+		return u, true
 	}
 	u = m.usage
+	u.ServiceTier = m.serviceTier
+	u.WebSearchRequests = max(u.WebSearchRequests, m.webSearches)
 	if u.InputTokens == 0 {
 		u.InputTokens = m.inputEst
 	}

@@ -49,9 +49,10 @@ func (m *StreamMeter) openaiChunk(data []byte) error {
 		return err
 	}
 	var (
-		choices  [4]chunkChoice
-		list     = choices[:0]
-		usageRaw []byte
+		choices     [4]chunkChoice
+		list        = choices[:0]
+		usageRaw    []byte
+		model, tier string
 	)
 	err := s.object(1, func(ks, ke int, esc bool) error {
 		switch keyText(&s, ks, ke, esc) {
@@ -75,6 +76,10 @@ func (m *StreamMeter) openaiChunk(data []byte) error {
 			st, en, err := s.value(1)
 			usageRaw = data[st:en]
 			return err
+		case "model":
+			return readStringInto(&s, &model)
+		case "service_tier":
+			return readStringInto(&s, &tier)
 		}
 		_, _, err := s.value(1)
 		return err
@@ -105,6 +110,12 @@ func (m *StreamMeter) openaiChunk(data []byte) error {
 		}
 		m.addSpan(data, c.fcName)
 		m.addSpan(data, c.fcArgs)
+	}
+	if model != "" {
+		m.respModel = model
+	}
+	if tier != "" {
+		m.serviceTier = tier
 	}
 	if usage != nil {
 		if u, ok := usage.usage(); ok {
@@ -269,10 +280,13 @@ func decodeResponsesEvent(data []byte) (responsesEvent, error) {
 			return readStringInto(s, &ev.Type)
 		case "delta":
 			return readStringInto(s, &ev.Delta)
-		case "response":
+		case "response", "item":
 			st, en, err := s.value(1)
 			if err != nil {
 				return err
+			}
+			if key == "item" {
+				return json.Unmarshal(data[st:en], &ev.Item)
 			}
 			return json.Unmarshal(data[st:en], &ev.Response)
 		}

@@ -29,7 +29,9 @@ type chatChunk struct {
 			} `json:"function_call"`
 		} `json:"delta"`
 	} `json:"choices"`
-	Usage *openaiUsage `json:"usage"`
+	Usage       *openaiUsage `json:"usage"`
+	Model       string       `json:"model"`
+	ServiceTier string       `json:"service_tier"`
 }
 
 func (m *StreamMeter) openaiChunkJSON(data []byte) error {
@@ -53,6 +55,12 @@ func (m *StreamMeter) openaiChunkJSON(data []byte) error {
 			m.addText(fc.Name)
 			m.addText(fc.Arguments)
 		}
+	}
+	if c.Model != "" {
+		m.respModel = c.Model
+	}
+	if c.ServiceTier != "" {
+		m.serviceTier = c.ServiceTier
 	}
 	if c.Usage != nil {
 		if u, ok := c.Usage.usage(); ok {

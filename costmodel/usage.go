@@ -17,18 +17,22 @@ type openaiUsage struct {
 	CompletionTokens    int64  `json:"completion_tokens"`
 	PromptTokensDetails *struct {
 		CachedTokens int64 `json:"cached_tokens"`
+		AudioTokens  int64 `json:"audio_tokens"`
 	} `json:"prompt_tokens_details"`
 	CompletionTokensDetails *struct {
 		ReasoningTokens int64 `json:"reasoning_tokens"`
+		AudioTokens     int64 `json:"audio_tokens"`
 	} `json:"completion_tokens_details"`
 
 	InputTokens        *int64 `json:"input_tokens"`
 	OutputTokens       int64  `json:"output_tokens"`
 	InputTokensDetails *struct {
 		CachedTokens int64 `json:"cached_tokens"`
+		AudioTokens  int64 `json:"audio_tokens"`
 	} `json:"input_tokens_details"`
 	OutputTokensDetails *struct {
 		ReasoningTokens int64 `json:"reasoning_tokens"`
+		AudioTokens     int64 `json:"audio_tokens"`
 	} `json:"output_tokens_details"`
 }
 
@@ -40,18 +44,22 @@ func (o *openaiUsage) usage() (Usage, bool) {
 		u.OutputTokens = o.CompletionTokens
 		if d := o.PromptTokensDetails; d != nil {
 			u.CachedInputTokens = d.CachedTokens
+			u.AudioInputTokens = d.AudioTokens
 		}
 		if d := o.CompletionTokensDetails; d != nil {
 			u.ReasoningTokens = d.ReasoningTokens
+			u.AudioOutputTokens = d.AudioTokens
 		}
 	case o.InputTokens != nil:
 		u.InputTokens = *o.InputTokens
 		u.OutputTokens = o.OutputTokens
 		if d := o.InputTokensDetails; d != nil {
 			u.CachedInputTokens = d.CachedTokens
+			u.AudioInputTokens = d.AudioTokens
 		}
 		if d := o.OutputTokensDetails; d != nil {
 			u.ReasoningTokens = d.ReasoningTokens
+			u.AudioOutputTokens = d.AudioTokens
 		}
 	default:
 		return Usage{}, false
@@ -60,21 +68,40 @@ func (o *openaiUsage) usage() (Usage, bool) {
 }
 
 // anthropicUsage is the usage object of Anthropic messages: input_tokens
-// excludes the tokens read from and written to the prompt cache.
+// excludes the tokens read from and written to the prompt cache;
+// cache_creation splits the written ones by cache lifetime.
 type anthropicUsage struct {
-	InputTokens              *int64 `json:"input_tokens"`
-	OutputTokens             *int64 `json:"output_tokens"`
-	CacheCreationInputTokens *int64 `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     *int64 `json:"cache_read_input_tokens"`
+	InputTokens              *int64                  `json:"input_tokens"`
+	OutputTokens             *int64                  `json:"output_tokens"`
+	CacheCreationInputTokens *int64                  `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     *int64                  `json:"cache_read_input_tokens"`
+	CacheCreation            *anthropicCacheCreation `json:"cache_creation"`
+	ServerToolUse            *struct {
+		WebSearchRequests int64 `json:"web_search_requests"`
+	} `json:"server_tool_use"`
+}
+
+// anthropicCacheCreation splits cache writes by cache lifetime.
+type anthropicCacheCreation struct {
+	Ephemeral5m int64 `json:"ephemeral_5m_input_tokens"`
+	Ephemeral1h int64 `json:"ephemeral_1h_input_tokens"`
 }
 
 func (a *anthropicUsage) usage() Usage {
 	var u Usage
-	read, write := deref(a.CacheReadInputTokens), deref(a.CacheCreationInputTokens)
-	u.InputTokens = addSat(addSat(max(deref(a.InputTokens), 0), max(read, 0)), max(write, 0))
+	read, write := max(deref(a.CacheReadInputTokens), 0), max(deref(a.CacheCreationInputTokens), 0)
+	if c := a.CacheCreation; c != nil {
+		// The split is authoritative when it says more than the total.
+		u.CacheWrite1hTokens = max(c.Ephemeral1h, 0)
+		write = max(write, addSat(max(c.Ephemeral5m, 0), u.CacheWrite1hTokens))
+	}
+	u.InputTokens = addSat(addSat(max(deref(a.InputTokens), 0), read), write)
 	u.CachedInputTokens = read
 	u.CacheWriteTokens = write
 	u.OutputTokens = deref(a.OutputTokens)
+	if s := a.ServerToolUse; s != nil {
+		u.WebSearchRequests = s.WebSearchRequests
+	}
 	return u.clamped()
 }
 
@@ -91,120 +118,217 @@ func (u Usage) clamped() Usage {
 	u.InputTokens = max(u.InputTokens, 0)
 	u.CachedInputTokens = min(max(u.CachedInputTokens, 0), u.InputTokens)
 	u.CacheWriteTokens = min(max(u.CacheWriteTokens, 0), u.InputTokens-u.CachedInputTokens)
+	u.CacheWrite1hTokens = min(max(u.CacheWrite1hTokens, 0), u.CacheWriteTokens)
+	u.AudioInputTokens = min(max(u.AudioInputTokens, 0), u.InputTokens-u.CachedInputTokens-u.CacheWriteTokens)
 	u.OutputTokens = max(u.OutputTokens, 0)
 	u.ReasoningTokens = min(max(u.ReasoningTokens, 0), u.OutputTokens)
+	u.AudioOutputTokens = min(max(u.AudioOutputTokens, 0), u.OutputTokens)
+	u.WebSearchRequests = max(u.WebSearchRequests, 0)
 	u.Units = max(u.Units, 0)
 	return u
 }
 
+// outputItem is an element of a Responses API response's output: a
+// message, a reasoning item, a tool call ("web_search_call" is billed per
+// call).
+type outputItem struct {
+	Type string `json:"type"`
+}
+
+// webSearchCalls counts the web_search_call items of a Responses output.
+func webSearchCalls(items []outputItem) int64 {
+	var n int64
+	for _, it := range items {
+		if it.Type == "web_search_call" {
+			n++
+		}
+	}
+	return n
+}
+
+// openaiResponse is the part of an OpenAI response body that prices it.
+type openaiResponse struct {
+	Usage       *openaiUsage `json:"usage"`
+	Model       string       `json:"model"`
+	ServiceTier string       `json:"service_tier"`
+	Output      []outputItem `json:"output"` // Responses API only
+}
+
+// anthropicResponse is the part of an Anthropic response body that prices
+// it. Anthropic's usage.service_tier is not read: its priority tier is
+// priced by contract, not by a published rate.
+type anthropicResponse struct {
+	Usage *anthropicUsage `json:"usage"`
+	Model string          `json:"model"`
+}
+
+func (r *openaiResponse) result(kind Kind) (Usage, string, error) {
+	if r.Usage == nil {
+		return Usage{}, r.Model, ErrNoUsage
+	}
+	u, ok := r.Usage.usage()
+	if !ok {
+		return Usage{}, r.Model, ErrNoUsage
+	}
+	u.ServiceTier = r.ServiceTier
+	if kind == Responses {
+		u.WebSearchRequests = webSearchCalls(r.Output)
+	}
+	return u, r.Model, nil
+}
+
+func (r *anthropicResponse) result() (Usage, string, error) {
+	if r.Usage == nil || r.Usage.InputTokens == nil && r.Usage.OutputTokens == nil {
+		return Usage{}, r.Model, ErrNoUsage
+	}
+	return r.Usage.usage(), r.Model, nil
+}
+
 // ParseUsage reads the usage an API reported in a JSON response body:
-// usage.prompt_tokens and usage.completion_tokens with their cached and
-// reasoning details (chat completions, completions, embeddings),
+// usage.prompt_tokens and usage.completion_tokens with their cached, audio
+// and reasoning details (chat completions, completions, embeddings),
 // usage.input_tokens and usage.output_tokens with their details (Responses),
 // or Anthropic's usage with its cache read and creation tokens (which
-// ParseUsage adds to InputTokens). A body that is not JSON gives a
+// ParseUsage adds to InputTokens), their split by cache lifetime, and its
+// server tool use. For OpenAI kinds it also sets Usage.ServiceTier from the
+// body's service_tier, and for Responses Usage.WebSearchRequests from the
+// web_search_call items of its output. A body that is not JSON gives a
 // *BadRequestError; a body without usage gives ErrNoUsage.
 //
 // It makes one validating pass over the body (jsonScanner) and decodes the
-// usage member alone, instead of encoding/json's two passes over the whole
-// body: the answer is the same (FuzzParseUsageFast checks it), and a long
-// completion costs a fraction.
+// members it needs alone, instead of encoding/json's two passes over the
+// whole body: the answer is the same (FuzzParseUsageFast checks it), and a
+// long completion costs a fraction. Members are matched as encoding/json
+// matches them (case-insensitively; of repeated ones, the last wins).
 func ParseUsage(kind Kind, body []byte) (Usage, error) {
-	if u, ok, err := parseUsageFast(kind, body); ok {
-		return u, err
-	}
-	return parseUsage(kind, body)
+	u, _, err := ParseResponse(kind, body)
+	return u, err
 }
 
-// parseUsageFast is ParseUsage for a body that is one valid JSON object
-// whose usage members decode without error; ok is false for any other
-// body, which parseUsage then reads (to give its errors).
-func parseUsageFast(kind Kind, body []byte) (u Usage, ok bool, err error) {
+// ParseResponse is ParseUsage that also returns the model the response
+// says served the request (its top-level "model"; "" when it names none),
+// even when the body has no usage (err ErrNoUsage). Settlement should price
+// that model (Estimator.Cost) rather than the one the client asked for.
+func ParseResponse(kind Kind, body []byte) (u Usage, model string, err error) {
+	if u, model, ok, err := parseUsageFast(kind, body); ok {
+		return u, model, err
+	}
+	return parseResponse(kind, body)
+}
+
+// responseMembers are the top-level members of a response body that
+// ParseResponse decodes, in this order in parseUsageFast.
+var responseMembers = [...]string{"usage", "model", "service_tier", "output"}
+
+// parseUsageFast is ParseResponse for a body that is one valid JSON object
+// whose members decode without error; ok is false for any other body,
+// which parseResponse then reads (to give its errors).
+func parseUsageFast(kind Kind, body []byte) (u Usage, model string, ok bool, err error) {
 	switch kind {
 	case ChatCompletions, Completions, Embeddings, Responses, AnthropicMessages:
 	default:
-		return Usage{}, false, nil
+		return Usage{}, "", false, nil
 	}
 	s := jsonScanner{b: body}
 	if s.peek() != '{' {
-		return Usage{}, false, nil
+		return Usage{}, "", false, nil
 	}
 	// encoding/json matches a member to the field case-insensitively, and
 	// decodes every match, in order, into the same field.
-	var found [4]span
+	type match struct {
+		field int
+		span
+	}
+	var found [6]match
 	matches := found[:0]
+	fields := len(responseMembers)
+	if kind != Responses {
+		fields-- // no output
+	}
+	if kind == AnthropicMessages {
+		fields = 2 // usage, model
+	}
 	if err := s.object(1, func(ks, ke int, esc bool) error {
 		name := s.b[ks:ke]
 		if esc {
 			name = []byte(s.key(ks, ke, true))
 		}
 		st, en, err := s.value(1)
-		if err == nil && bytes.EqualFold(name, []byte("usage")) {
-			matches = append(matches, span{st, en})
+		if err != nil {
+			return err
 		}
-		return err
-	}); err != nil || s.end() != nil {
-		return Usage{}, false, nil
-	}
-	if kind == AnthropicMessages {
-		var a *anthropicUsage
-		for _, m := range matches {
-			if json.Unmarshal(body[m.start:m.end], &a) != nil {
-				return Usage{}, false, nil
+		for i, f := range responseMembers[:fields] {
+			// A case variant is never shorter: the non-ASCII letters that
+			// fold to ASCII ones (U+017F, U+212A) take more bytes.
+			if len(name) >= len(f) && bytes.EqualFold(name, []byte(f)) {
+				matches = append(matches, match{i, span{st, en}})
+				break
 			}
 		}
-		if a == nil || a.InputTokens == nil && a.OutputTokens == nil {
-			return Usage{}, true, ErrNoUsage
-		}
-		return a.usage(), true, nil
+		return nil
+	}); err != nil || s.end() != nil {
+		return Usage{}, "", false, nil
 	}
-	var o *openaiUsage
+	if kind == AnthropicMessages {
+		var r anthropicResponse
+		for _, m := range matches {
+			var dst any = &r.Usage
+			if m.field == 1 {
+				dst = &r.Model
+			}
+			if json.Unmarshal(body[m.start:m.end], dst) != nil {
+				return Usage{}, "", false, nil
+			}
+		}
+		u, model, err := r.result()
+		return u, model, true, err
+	}
+	var r openaiResponse
 	for _, m := range matches {
-		if json.Unmarshal(body[m.start:m.end], &o) != nil {
-			return Usage{}, false, nil
+		dst := [...]any{&r.Usage, &r.Model, &r.ServiceTier, &r.Output}[m.field]
+		if json.Unmarshal(body[m.start:m.end], dst) != nil {
+			return Usage{}, "", false, nil
 		}
 	}
-	if o == nil {
-		return Usage{}, true, ErrNoUsage
-	}
-	if u, ok := o.usage(); ok {
-		return u, true, nil
-	}
-	return Usage{}, true, ErrNoUsage
+	u, model, err = r.result(kind)
+	return u, model, true, err
 }
 
 // parseUsage is ParseUsage through encoding/json alone.
 func parseUsage(kind Kind, body []byte) (Usage, error) {
+	u, _, err := parseResponse(kind, body)
+	return u, err
+}
+
+// parseResponse is ParseResponse through encoding/json alone.
+func parseResponse(kind Kind, body []byte) (Usage, string, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
-		return Usage{}, ErrNoUsage
+		return Usage{}, "", ErrNoUsage
 	}
 	switch kind {
-	case ChatCompletions, Completions, Embeddings, Responses:
+	case ChatCompletions, Completions, Embeddings:
 		var r struct {
-			Usage *openaiUsage `json:"usage"`
+			Usage       *openaiUsage `json:"usage"`
+			Model       string       `json:"model"`
+			ServiceTier string       `json:"service_tier"`
 		}
 		if err := json.Unmarshal(body, &r); err != nil {
-			return Usage{}, badRequest(kind, err, "invalid JSON response")
+			return Usage{}, "", badRequest(kind, err, "invalid JSON response")
 		}
-		if r.Usage == nil {
-			return Usage{}, ErrNoUsage
+		or := openaiResponse{Usage: r.Usage, Model: r.Model, ServiceTier: r.ServiceTier}
+		return or.result(kind)
+	case Responses:
+		var r openaiResponse
+		if err := json.Unmarshal(body, &r); err != nil {
+			return Usage{}, "", badRequest(kind, err, "invalid JSON response")
 		}
-		u, ok := r.Usage.usage()
-		if !ok {
-			return Usage{}, ErrNoUsage
-		}
-		return u, nil
+		return r.result(kind)
 	case AnthropicMessages:
-		var r struct {
-			Usage *anthropicUsage `json:"usage"`
-		}
+		var r anthropicResponse
 		if err := json.Unmarshal(body, &r); err != nil {
-			return Usage{}, badRequest(kind, err, "invalid JSON response")
+			return Usage{}, "", badRequest(kind, err, "invalid JSON response")
 		}
-		if r.Usage == nil || r.Usage.InputTokens == nil && r.Usage.OutputTokens == nil {
-			return Usage{}, ErrNoUsage
-		}
-		return r.Usage.usage(), nil
+		return r.result()
 	}
-	return Usage{}, badRequest(kind, nil, "no usage format for %s responses", kind)
+	return Usage{}, "", badRequest(kind, nil, "no usage format for %s responses", kind)
 }
