@@ -29,7 +29,10 @@
 // fsynced every Config.SyncInterval (10 ms), so a record survives a crash of
 // the machine after at most that long. With Config.SyncEach, Reserve and
 // Settle wait for a group fsync instead (an fsync of latency, shared by
-// concurrent callers). A torn record at the end of the spool, left by a
+// concurrent callers). SettleDurable always waits for it: the proxy calls
+// it once the upstream has reported its usage and before the client gets
+// the end of the response, so that a request the client saw complete is
+// never recovered at its estimate, even after a crash of the machine. A torn record at the end of the spool, left by a
 // machine crash, is cut off at Open; damage anywhere else stops Open rather
 // than losing records silently. Files: Dir/spool/*.spool (segments, deleted
 // once wholly in the store), Dir/spool/applied (how far the store has it; a
