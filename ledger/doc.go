@@ -88,7 +88,9 @@
 // # Queries and export
 //
 // Entries pages through a tenant's entries by creation time with an opaque
-// cursor. Export writes them as CSV, as a JSON array, or as CloudEvents 1.0
+// cursor; a Query's To is exclusive, and ParseRange reads the range a
+// person gives (dates as whole UTC days, both ends included; RFC 3339 times
+// exact). Export writes them as CSV, as a JSON array, or as CloudEvents 1.0
 // usage events (a JSON batch as OpenMeter ingests; the event id is the
 // request id, so billing systems deduplicate re-exports). A tool that runs
 // beside a serving process opens the ledger with Config.ReadOnly.

@@ -25,7 +25,9 @@ const (
 const CloudEventType = "com.costgate.usage"
 
 // Export writes every entry q selects (q.Limit and q.Cursor are ignored) to w
-// in format:
+// in format. q.From and q.To bound the entries' creation time to [From, To);
+// for a range a person gives (dates as whole UTC days, both included; RFC
+// 3339 times exact), take the bounds from ParseRange. The formats are:
 //
 //   - "csv": a header row, then one row per entry; money both as integer
 //     nano-dollars and as an exact decimal of dollars. A text cell (ids,
