@@ -83,7 +83,9 @@
 // multiples of 15 minutes is exact. A limiter that keeps a spend counter for
 // per-request budget checks reconciles it from Spend or Summary. Both see
 // what is in the store: call Flush first to include what is still in the
-// spool.
+// spool. While the store cannot be reached, Spend answers from what this
+// node knows (its last read of the same query plus its own records spooled
+// since) with a *LocalSpendError that says so.
 //
 // # Queries and export
 //

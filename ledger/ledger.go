@@ -34,6 +34,8 @@ type Ledger struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 
+	spendReads spendCache // Spend's last reads, for its answers while the store fails
+
 	mu       sync.Mutex
 	applied  int64         // spool position in the store
 	caughtUp time.Time     // the latest time at which everything spooled was in the store

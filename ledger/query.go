@@ -172,6 +172,14 @@ func Period(period string, at time.Time, tz *time.Location) (start, end time.Tim
 // entries created in the period (the estimate while reserved, the actual
 // cost once final), as it is in the store. It reads a roll-up of 15-minute
 // buckets, so its cost does not grow with the number of entries.
+//
+// When the store fails (and ctx is not done), a ledger with a spool answers
+// from what this node knows instead: the value and a *LocalSpendError that
+// says how it was made (the last value read for the same query and period
+// plus this node's records spooled since) and wraps the store's error.
+// A caller that can use an estimate takes it with errors.As; one that
+// cannot treats it as any error. The local answer scans the spool from
+// the last read, so its cost grows with the records since.
 func (l *Ledger) Spend(ctx context.Context, q SpendQuery) (costmodel.NanoUSD, error) {
 	if q.Tenant == "" {
 		return 0, fmt.Errorf("%w spend query: tenant is required", ErrInvalid)
@@ -184,7 +192,24 @@ func (l *Ledger) Spend(ctx context.Context, q SpendQuery) (costmodel.NanoUSD, er
 	if err != nil {
 		return 0, err
 	}
-	return l.store.spend(ctx, q.Tenant, q.User, q.KeyID, from.UTC(), to.UTC())
+	k := spendQueryKey{tenant: q.Tenant, user: q.User, key: q.KeyID, from: from.UnixMicro(), to: to.UnixMicro()}
+	var applied int64
+	if l.spool != nil {
+		_, applied = l.spool.positions()
+	}
+	readAt := l.cfg.Now()
+	v, err := l.store.spend(ctx, q.Tenant, q.User, q.KeyID, from.UTC(), to.UTC())
+	if l.spool == nil {
+		return v, err
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, err
+		}
+		return l.localSpend(k, err)
+	}
+	l.spendReads.put(k, spendRead{value: v, pos: applied, at: readAt})
+	return v, nil
 }
 
 // TenantSpend is one tenant's spend over a period.

@@ -281,6 +281,12 @@ func (s *spool) waitSynced(pos int64) error {
 // returns them with the position after the last one. Only the flusher calls
 // it (s.names is not locked).
 func (s *spool) read(from int64, max int, recs []record, buf *[]byte) ([]record, int64, error) {
+	return s.readNames(from, max, recs, buf, &s.names)
+}
+
+// readNames is read with an interner of the caller's, nil for none; any
+// goroutine may call it.
+func (s *spool) readNames(from int64, max int, recs []record, buf *[]byte, names *interner) ([]record, int64, error) {
 	recs = recs[:0]
 	for len(recs) < max {
 		s.mu.Lock()
@@ -317,7 +323,7 @@ func (s *spool) read(from int64, max int, recs []record, buf *[]byte) ([]record,
 		off := 0
 		for off < len(b) && len(recs) < max {
 			recs = append(recs, record{})
-			k, err := readFrame(b[off:], &recs[len(recs)-1], &s.names)
+			k, err := readFrame(b[off:], &recs[len(recs)-1], names)
 			if errors.Is(err, errTorn) && off > 0 {
 				recs = recs[:len(recs)-1]
 				break // the rest of the record is beyond this chunk
@@ -381,6 +387,13 @@ func (s *spool) dropApplied() {
 	for _, g := range drop {
 		os.Remove(filepath.Join(s.dir, segmentName(g.base)))
 	}
+}
+
+// first returns the position of the oldest record still in the spool.
+func (s *spool) first() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.segs[0].base
 }
 
 // positions returns the end of the spool and the applied position.
