@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -239,6 +240,61 @@ func BenchmarkSpend(b *testing.B) {
 						}
 					}
 				})
+			}
+		})
+	}
+}
+
+// BenchmarkSettleDurable measures SettleDurable under 32 concurrent callers
+// (the group commit: callers that arrive during one fsync share the next),
+// against Settle, which does not wait for an fsync. The store cannot be
+// reached, as in BenchmarkReserve. fsyncs/op is the fsyncs per call; p50-ns
+// and p99-ns are the latencies of single calls.
+func BenchmarkSettleDurable(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		durable bool
+	}{{"settle", false}, {"settle-durable", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			l := benchLedger(b, false)
+			var (
+				n   atomic.Int64
+				mu  sync.Mutex
+				lat []time.Duration
+			)
+			const callers = 32
+			b.SetParallelism((callers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+			fsyncs := ledger.Fsyncs(l)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				e := settlement("", 1_234)
+				e.Tenant = "acme"
+				own := make([]time.Duration, 0, 1<<12)
+				for pb.Next() {
+					e.RequestID = "bench-" + strconv.FormatInt(n.Add(1), 10)
+					start := time.Now()
+					var err error
+					if c.durable {
+						err = l.SettleDurable(context.Background(), e)
+					} else {
+						err = l.Settle(context.Background(), e)
+					}
+					own = append(own, time.Since(start))
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				mu.Lock()
+				lat = append(lat, own...)
+				mu.Unlock()
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(ledger.Fsyncs(l)-fsyncs)/float64(b.N), "fsyncs/op")
+			slices.Sort(lat)
+			if len(lat) > 0 {
+				b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+				b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
 			}
 		})
 	}

@@ -44,11 +44,16 @@ func parseCrashID(id string) (prefix string, w, seq int, err error) {
 	return parts[0], w, seq, err
 }
 
-// TestMain runs the test binary as TestCrashSIGKILL's child process when
-// LEDGER_CRASH_CHILD is set, and as the tests otherwise.
+// TestMain runs the test binary as the child process of TestCrashSIGKILL
+// or TestCrashAfterSettleDurable when LEDGER_CRASH_CHILD is set, and as the
+// tests otherwise.
 func TestMain(m *testing.M) {
-	if os.Getenv("LEDGER_CRASH_CHILD") == "1" {
+	switch os.Getenv("LEDGER_CRASH_CHILD") {
+	case "1":
 		crashChild()
+		return
+	case "durable":
+		durableChild()
 		return
 	}
 	os.Exit(m.Run())

@@ -29,7 +29,10 @@
 // fsynced every Config.SyncInterval (10 ms), so a record survives a crash of
 // the machine after at most that long. With Config.SyncEach, Reserve and
 // Settle wait for a group fsync instead (an fsync of latency, shared by
-// concurrent callers). A torn record at the end of the spool, left by a
+// concurrent callers). SettleDurable always waits for it: the proxy calls
+// it once the upstream has reported its usage and before the client gets
+// the end of the response, so that a request the client saw complete is
+// never recovered at its estimate, even after a crash of the machine. A torn record at the end of the spool, left by a
 // machine crash, is cut off at Open; damage anywhere else stops Open rather
 // than losing records silently. Files: Dir/spool/*.spool (segments, deleted
 // once wholly in the store), Dir/spool/applied (how far the store has it; a
@@ -80,12 +83,16 @@
 // multiples of 15 minutes is exact. A limiter that keeps a spend counter for
 // per-request budget checks reconciles it from Spend or Summary. Both see
 // what is in the store: call Flush first to include what is still in the
-// spool.
+// spool. While the store cannot be reached, Spend answers from what this
+// node knows (its last read of the same query plus its own records spooled
+// since) with a *LocalSpendError that says so.
 //
 // # Queries and export
 //
 // Entries pages through a tenant's entries by creation time with an opaque
-// cursor. Export writes them as CSV, as a JSON array, or as CloudEvents 1.0
+// cursor; a Query's To is exclusive, and ParseRange reads the range a
+// person gives (dates as whole UTC days, both ends included; RFC 3339 times
+// exact). Export writes them as CSV, as a JSON array, or as CloudEvents 1.0
 // usage events (a JSON batch as OpenMeter ingests; the event id is the
 // request id, so billing systems deduplicate re-exports). A tool that runs
 // beside a serving process opens the ledger with Config.ReadOnly.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/costgate/costgate/costmodel"
 )
@@ -24,10 +25,22 @@ const (
 const CloudEventType = "com.costgate.usage"
 
 // Export writes every entry q selects (q.Limit and q.Cursor are ignored) to w
-// in format:
+// in format. q.From and q.To bound the entries' creation time to [From, To);
+// for a range a person gives (dates as whole UTC days, both included; RFC
+// 3339 times exact), take the bounds from ParseRange. The formats are:
 //
 //   - "csv": a header row, then one row per entry; money both as integer
-//     nano-dollars and as an exact decimal of dollars;
+//     nano-dollars and as an exact decimal of dollars. A text cell (ids,
+//     names, descriptive fields, status) that a spreadsheet would run as a
+//     formula gets a leading "'" (OWASP's advice on CSV injection): one
+//     whose first character is '=', '+', '-', '@', a tab or a carriage
+//     return, or the full-width '＝' (U+FF1D), '＋' (U+FF0B), '－' (U+FF0D)
+//     or '＠' (U+FF20), and, so that the rule can be undone, one that
+//     starts with "'" itself. A reader gets the value back by stripping
+//     one leading "'" from a text cell that has it.
+//     The columns costgate writes as numbers (tokens, HTTP status,
+//     nano-dollars, dollars, which may start with '-') and the RFC 3339
+//     times are never changed, so they stay numbers in a spreadsheet;
 //   - "json": one JSON array of entries;
 //   - "cloudevents": a JSON array of CloudEvents 1.0 (structured mode, the
 //     application/cloudevents-batch+json body that OpenMeter ingests), one
@@ -105,9 +118,10 @@ func (c *csvExporter) begin() error { return c.w.Write(CSVHeader) }
 
 func (c *csvExporter) entry(e *Entry) error {
 	i := func(v int64) string { return strconv.FormatInt(v, 10) }
+	t := csvText
 	return c.w.Write([]string{
-		e.RequestID, e.Tenant, e.User, e.KeyID, e.Route, e.Upstream, e.Model, e.Region,
-		e.Decision, e.Policy, e.Friction, string(e.Status), strconv.Itoa(e.HTTPStatus),
+		t(e.RequestID), t(e.Tenant), t(e.User), t(e.KeyID), t(e.Route), t(e.Upstream), t(e.Model), t(e.Region),
+		t(e.Decision), t(e.Policy), t(e.Friction), t(string(e.Status)), strconv.Itoa(e.HTTPStatus),
 		i(e.Estimated.InputTokens), i(e.Estimated.CachedInputTokens), i(e.Estimated.CacheWriteTokens),
 		i(e.Estimated.OutputTokens), i(e.Estimated.ReasoningTokens), i(e.Estimated.Units),
 		i(e.Actual.InputTokens), i(e.Actual.CachedInputTokens), i(e.Actual.CacheWriteTokens),
@@ -115,6 +129,34 @@ func (c *csvExporter) entry(e *Entry) error {
 		i(int64(e.EstimatedCost)), i(int64(e.ActualCost)), i(int64(e.Charge())), usd(e.Charge()),
 		timeText(e.CreatedAt), timeText(e.SettledAt),
 	})
+}
+
+// csvText returns s as a CSV text cell: with a leading "'" when a
+// spreadsheet would take it for a formula (see Export).
+func csvText(s string) string {
+	if formulaStart(s) {
+		return "'" + s
+	}
+	return s
+}
+
+// formulaStart reports whether s starts with a character that makes a
+// spreadsheet read the cell as a formula, or with the "'" that marks a
+// neutralised cell.
+func formulaStart(s string) bool {
+	if s == "" {
+		return false
+	}
+	switch s[0] {
+	case '=', '+', '-', '@', '\t', '\r', '\'':
+		return true
+	}
+	r, _ := utf8.DecodeRuneInString(s)
+	switch r {
+	case '\uFF1D', '\uFF0B', '\uFF0D', '\uFF20':
+		return true
+	}
+	return false
 }
 
 func (c *csvExporter) end() error {

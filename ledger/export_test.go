@@ -12,3 +12,10 @@ func SetPGLockTimeout(d time.Duration) (restore func()) {
 
 // ApplyLock is the advisory lock key that serializes batches.
 const ApplyLock = applyLock
+
+// Fsyncs returns how many fsyncs the spool's syncer has done.
+func Fsyncs(l *Ledger) int64 {
+	l.spool.mu.Lock()
+	defer l.spool.mu.Unlock()
+	return l.spool.fsyncs
+}

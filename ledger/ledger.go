@@ -34,6 +34,8 @@ type Ledger struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 
+	spendReads spendCache // Spend's last reads, for its answers while the store fails
+
 	mu       sync.Mutex
 	applied  int64         // spool position in the store
 	caughtUp time.Time     // the latest time at which everything spooled was in the store
@@ -187,7 +189,7 @@ func (l *Ledger) Reserve(ctx context.Context, e Entry) error {
 		e.CreatedAt = l.cfg.Now()
 	}
 	e.CreatedAt, e.SettledAt = micro(e.CreatedAt), time.Time{}
-	return l.append(&record{kind: kindReserve, e: e}, l.cfg.SpoolLimit)
+	return l.append(&record{kind: kindReserve, e: e}, l.cfg.SpoolLimit, l.cfg.SyncEach)
 }
 
 // Settle finalizes e.RequestID with what the upstream reported: e.Actual,
@@ -197,16 +199,49 @@ func (l *Ledger) Reserve(ctx context.Context, e Entry) error {
 // tenant, user and key stay the reservation's. A zero e.SettledAt means now.
 // Settle is idempotent by request id: only the first settlement of a request
 // counts. Settling a request that was never reserved records it whole.
+// Settle returns once the record is in the operating system (it survives
+// the death of the process); SettleDurable waits for an fsync as well.
 func (l *Ledger) Settle(ctx context.Context, e Entry) error {
-	if err := e.check(); err != nil {
+	r, err := l.settlement(e)
+	if err != nil {
 		return err
+	}
+	return l.append(r, 0, l.cfg.SyncEach)
+}
+
+// SettleDurable is Settle that returns only once an fsync covers the
+// settlement, whatever Config.SyncEach says: from then on the entry is
+// settled with e's usage even if the process or the machine dies, and
+// recovery never finalizes it at its estimate. Concurrent callers share one
+// fsync (group commit), so a call costs about the latency of one fsync and
+// little CPU. It is for the moment the upstream's usage is known and the
+// client has not yet received the end of the response: call it then, with
+// the entry Settle would get, before forwarding the last bytes. A later
+// Settle of the same request id changes nothing (the first settlement
+// wins), so the usual Settle after the response may still run. ctx is not
+// used to abandon the wait: the fsync is bounded by the disk. An error
+// other than ErrInvalid or ErrReadOnly means the settlement may not be
+// durable; a failed fsync leaves the spool unusable, and every later
+// Reserve and Settle fails.
+func (l *Ledger) SettleDurable(ctx context.Context, e Entry) error {
+	r, err := l.settlement(e)
+	if err != nil {
+		return err
+	}
+	return l.append(r, 0, true)
+}
+
+// settlement checks e and completes it as Settle documents.
+func (l *Ledger) settlement(e Entry) (*record, error) {
+	if err := e.check(); err != nil {
+		return nil, err
 	}
 	switch e.Status {
 	case "":
 		e.Status = StatusSettled
 	case StatusSettled, StatusFailed:
 	default:
-		return fmt.Errorf("%w settlement %q: status %q", ErrInvalid, e.RequestID, e.Status)
+		return nil, fmt.Errorf("%w settlement %q: status %q", ErrInvalid, e.RequestID, e.Status)
 	}
 	if e.SettledAt.IsZero() {
 		e.SettledAt = l.cfg.Now()
@@ -215,10 +250,13 @@ func (l *Ledger) Settle(ctx context.Context, e Entry) error {
 		e.CreatedAt = e.SettledAt
 	}
 	e.CreatedAt, e.SettledAt = micro(e.CreatedAt), micro(e.SettledAt)
-	return l.append(&record{kind: kindSettle, e: e}, 0)
+	return &record{kind: kindSettle, e: e}, nil
 }
 
-func (l *Ledger) append(r *record, limit int64) error {
+// append writes r to the spool and, with sync, waits for an fsync that
+// covers it: it kicks the syncer, which fsyncs everything appended so far,
+// so that the callers that append while one fsync runs share the next.
+func (l *Ledger) append(r *record, limit int64, sync bool) error {
 	if l.spool == nil {
 		return ErrReadOnly
 	}
@@ -230,7 +268,7 @@ func (l *Ledger) append(r *record, limit int64) error {
 	case l.wake <- struct{}{}:
 	default:
 	}
-	if l.cfg.SyncEach {
+	if sync {
 		select {
 		case l.syncKick <- struct{}{}:
 		default:
@@ -278,7 +316,7 @@ func (l *Ledger) Flush(ctx context.Context) error {
 	}
 }
 
-// ErrReadOnly is returned by Reserve and Settle on a ledger opened with
+// ErrReadOnly is returned by Reserve, Settle and SettleDurable on a ledger opened with
 // Config.ReadOnly or Config.Admin, and by RecoverNode on one opened with
 // Config.ReadOnly.
 var ErrReadOnly = errors.New("ledger: opened read-only")

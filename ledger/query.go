@@ -15,12 +15,61 @@ import (
 type Query struct {
 	// Tenant selects one tenant's entries; empty selects every tenant's.
 	Tenant string
-	// From and To bound CreatedAt to [From, To); a zero bound is open.
+	// From and To bound CreatedAt to [From, To): To is exclusive. A zero
+	// bound is open. ParseRange turns the dates and times a person gives
+	// into these bounds.
 	From, To time.Time
 	// Limit is the most entries of a page: 0 means 100, at most 1000.
 	Limit int
 	// Cursor continues from a previous page's Next.
 	Cursor string
+}
+
+// ParseRange returns the bounds [start, end) of Query.From and Query.To for
+// the range a person gives as from and to, each one of:
+//
+//   - a date, YYYY-MM-DD: a whole day in UTC, included. From 2026-03-01 to
+//     2026-03-31 is all of March: start is 2026-03-01T00:00:00Z and end
+//     2026-04-01T00:00:00Z; from and to the same date is that day;
+//   - a time, RFC 3339 with a zone (2026-03-01T12:00:00+01:00): that exact
+//     instant, to the microsecond; start is included and end is not, as in
+//     Query;
+//   - empty: an open bound (a zero time).
+//
+// It fails with ErrInvalid for any other text, or when the range is
+// empty because to is before from.
+func ParseRange(from, to string) (start, end time.Time, err error) {
+	if start, _, err = parseBound(from); err != nil {
+		return time.Time{}, time.Time{}, fmt.Errorf("%w from: %v", ErrInvalid, err)
+	}
+	end, day, err := parseBound(to)
+	if err != nil {
+		return time.Time{}, time.Time{}, fmt.Errorf("%w to: %v", ErrInvalid, err)
+	}
+	if day {
+		end = end.AddDate(0, 0, 1)
+	}
+	// A day to before from's day ends where from starts.
+	if !start.IsZero() && !end.IsZero() && (end.Before(start) || day && end.Equal(start)) {
+		return time.Time{}, time.Time{}, fmt.Errorf("%w range: to %s is before from %s", ErrInvalid, to, from)
+	}
+	return start, end, nil
+}
+
+// parseBound parses a date (the start of that day in UTC, with day set), an
+// RFC 3339 time, or an empty string (a zero time).
+func parseBound(s string) (t time.Time, day bool, err error) {
+	if s == "" {
+		return time.Time{}, false, nil
+	}
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		return t, true, nil
+	}
+	t, err = time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("%q is neither a date (YYYY-MM-DD) nor an RFC 3339 time", s)
+	}
+	return t.UTC(), false, nil
 }
 
 // Page is one page of entries, ordered by CreatedAt then RequestID. Next is
@@ -123,6 +172,14 @@ func Period(period string, at time.Time, tz *time.Location) (start, end time.Tim
 // entries created in the period (the estimate while reserved, the actual
 // cost once final), as it is in the store. It reads a roll-up of 15-minute
 // buckets, so its cost does not grow with the number of entries.
+//
+// When the store fails (and ctx is not done), a ledger with a spool answers
+// from what this node knows instead: the value and a *LocalSpendError that
+// says how it was made (the last value read for the same query and period
+// plus this node's records spooled since) and wraps the store's error.
+// A caller that can use an estimate takes it with errors.As; one that
+// cannot treats it as any error. The local answer scans the spool from
+// the last read, so its cost grows with the records since.
 func (l *Ledger) Spend(ctx context.Context, q SpendQuery) (costmodel.NanoUSD, error) {
 	if q.Tenant == "" {
 		return 0, fmt.Errorf("%w spend query: tenant is required", ErrInvalid)
@@ -135,7 +192,24 @@ func (l *Ledger) Spend(ctx context.Context, q SpendQuery) (costmodel.NanoUSD, er
 	if err != nil {
 		return 0, err
 	}
-	return l.store.spend(ctx, q.Tenant, q.User, q.KeyID, from.UTC(), to.UTC())
+	k := spendQueryKey{tenant: q.Tenant, user: q.User, key: q.KeyID, from: from.UnixMicro(), to: to.UnixMicro()}
+	var applied int64
+	if l.spool != nil {
+		_, applied = l.spool.positions()
+	}
+	readAt := l.cfg.Now()
+	v, err := l.store.spend(ctx, q.Tenant, q.User, q.KeyID, from.UTC(), to.UTC())
+	if l.spool == nil {
+		return v, err
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, err
+		}
+		return l.localSpend(k, err)
+	}
+	l.spendReads.put(k, spendRead{value: v, pos: applied, at: readAt})
+	return v, nil
 }
 
 // TenantSpend is one tenant's spend over a period.

@@ -58,6 +58,7 @@ type spool struct {
 	hinted  time.Time  // when the "applied" file was last written
 	err     error      // a failed write or fsync; the spool refuses appends after it
 	closed  bool
+	fsyncs  int64 // fsyncs done by sync, for tests and benchmarks
 
 	bufs sync.Pool
 }
@@ -222,31 +223,42 @@ func (s *spool) rotate() error {
 	return nil
 }
 
-// sync fsyncs what has been appended so far.
+// sync fsyncs what has been appended so far. Appenders that wait for it
+// (waitSynced) share the fsync: it covers every record appended before it
+// starts.
 func (s *spool) sync() error {
-	s.mu.Lock()
-	target, f := s.end, s.f
-	if s.syncPos >= target || s.closed {
+	for {
+		s.mu.Lock()
+		target, f := s.end, s.f
+		if s.syncPos >= target || s.closed {
+			s.mu.Unlock()
+			return nil
+		}
 		s.mu.Unlock()
+		err := f.Sync()
+		s.mu.Lock()
+		if errors.Is(err, os.ErrClosed) && !s.closed {
+			// Rotated meanwhile, which synced the old segment; the
+			// records after it are in the new one.
+			s.mu.Unlock()
+			continue
+		}
+		defer s.mu.Unlock()
+		if err != nil {
+			if errors.Is(err, os.ErrClosed) {
+				return nil // closed meanwhile, which synced it
+			}
+			s.err = fmt.Errorf("ledger: spool sync: %w", err)
+			s.synced.Broadcast()
+			return s.err
+		}
+		s.fsyncs++
+		if target > s.syncPos {
+			s.syncPos = target
+		}
+		s.synced.Broadcast()
 		return nil
 	}
-	s.mu.Unlock()
-	err := f.Sync()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err != nil {
-		if errors.Is(err, os.ErrClosed) {
-			return nil // rotated or closed meanwhile, which synced it
-		}
-		s.err = fmt.Errorf("ledger: spool sync: %w", err)
-		s.synced.Broadcast()
-		return s.err
-	}
-	if target > s.syncPos {
-		s.syncPos = target
-	}
-	s.synced.Broadcast()
-	return nil
 }
 
 // waitSynced blocks until pos is fsynced.
@@ -269,6 +281,12 @@ func (s *spool) waitSynced(pos int64) error {
 // returns them with the position after the last one. Only the flusher calls
 // it (s.names is not locked).
 func (s *spool) read(from int64, max int, recs []record, buf *[]byte) ([]record, int64, error) {
+	return s.readNames(from, max, recs, buf, &s.names)
+}
+
+// readNames is read with an interner of the caller's, nil for none; any
+// goroutine may call it.
+func (s *spool) readNames(from int64, max int, recs []record, buf *[]byte, names *interner) ([]record, int64, error) {
 	recs = recs[:0]
 	for len(recs) < max {
 		s.mu.Lock()
@@ -305,7 +323,7 @@ func (s *spool) read(from int64, max int, recs []record, buf *[]byte) ([]record,
 		off := 0
 		for off < len(b) && len(recs) < max {
 			recs = append(recs, record{})
-			k, err := readFrame(b[off:], &recs[len(recs)-1], &s.names)
+			k, err := readFrame(b[off:], &recs[len(recs)-1], names)
 			if errors.Is(err, errTorn) && off > 0 {
 				recs = recs[:len(recs)-1]
 				break // the rest of the record is beyond this chunk
@@ -371,6 +389,13 @@ func (s *spool) dropApplied() {
 	}
 }
 
+// first returns the position of the oldest record still in the spool.
+func (s *spool) first() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.segs[0].base
+}
+
 // positions returns the end of the spool and the applied position.
 func (s *spool) positions() (end, applied int64) {
 	s.mu.Lock()
@@ -385,11 +410,14 @@ func (s *spool) close() error {
 		return nil
 	}
 	s.closed = true
-	s.synced.Broadcast()
 	err := s.writeAppliedHint(s.applied)
-	if serr := s.f.Sync(); err == nil {
+	serr := s.f.Sync()
+	if serr == nil {
+		s.syncPos = s.end // so that waitSynced's callers return nil
+	} else if err == nil {
 		err = serr
 	}
+	s.synced.Broadcast()
 	if cerr := s.f.Close(); err == nil {
 		err = cerr
 	}

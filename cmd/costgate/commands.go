@@ -143,7 +143,10 @@ func policy(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
-const ledgerUsage = `usage: costgate ledger export --tenant T --from DATE --to DATE [--format csv|json|cloudevents]
+const ledgerUsage = `usage: costgate ledger export --tenant T --from WHEN --to WHEN [--format csv|json|cloudevents]
+         WHEN is a date, YYYY-MM-DD, a whole day in UTC with both --from's and
+         --to's days included (--from 2026-03-01 --to 2026-03-01 is that day),
+         or an RFC 3339 time, exact (--from included, --to excluded)
        costgate ledger nodes
        costgate ledger recover --node ID --before TIME`
 
@@ -167,8 +170,8 @@ func ledgerExport(ctx context.Context, args []string, stdout io.Writer) error {
 	var cf configFlags
 	cf.register(fs)
 	tenant := fs.String("tenant", "", "tenant to export (required)")
-	from := fs.String("from", "", "first day or instant, YYYY-MM-DD or RFC 3339 (required)")
-	to := fs.String("to", "", "end, exclusive, YYYY-MM-DD or RFC 3339 (required)")
+	from := fs.String("from", "", "start: a date YYYY-MM-DD (its whole UTC day is included) or an RFC 3339 time (included) (required)")
+	to := fs.String("to", "", "end: a date YYYY-MM-DD (its whole UTC day is included) or an RFC 3339 time (excluded) (required)")
 	format := fs.String("format", "csv", "csv, json or cloudevents")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -176,13 +179,9 @@ func ledgerExport(ctx context.Context, args []string, stdout io.Writer) error {
 	if *tenant == "" || *from == "" || *to == "" {
 		return errors.New("ledger export: --tenant, --from and --to are required")
 	}
-	f, err := parseWhen(*from)
+	f, t, err := ledger.ParseRange(*from, *to)
 	if err != nil {
-		return fmt.Errorf("--from: %w", err)
-	}
-	t, err := parseWhen(*to)
-	if err != nil {
-		return fmt.Errorf("--to: %w", err)
+		return fmt.Errorf("ledger export: %w", err)
 	}
 	cfg, _, err := cf.load()
 	if err != nil {

@@ -1,0 +1,171 @@
+package ledger
+
+// While the store cannot be reached, Spend answers from what this node
+// knows: the last value it read from the store for the same query and
+// period, plus the charge of the records this node has spooled since that
+// read. Each successful Spend remembers its value with the spool position
+// that the store was known to hold before the read; the local answer scans
+// the spool from that position.
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/costgate/costgate/costmodel"
+)
+
+// LocalSpendError is Spend's error while the store cannot be reached: the
+// spend it carries is not the store's but what this node knows, so a caller
+// that must not block (a limiter seeding a fallback budget) can use it and
+// one that needs the exact figure can refuse it. Spend returns the same
+// value as its first result. It unwraps to the store's error.
+//
+// Spend = Stored + Pending. It leaves out what other nodes recorded since
+// the read, so with several nodes it is low by their share; it is high by
+// at most one batch when records reached the store while the read ran
+// (they count in both parts).
+type LocalSpendError struct {
+	// Spend is the estimate: Stored plus Pending, in nano-dollars.
+	Spend costmodel.NanoUSD
+	// Stored is the last value read from the store for the same query and
+	// period since Open, and ReadAt when it was read; both are zero when
+	// none was, and Pending is then only what is not yet in the store.
+	Stored costmodel.NanoUSD
+	ReadAt time.Time
+	// Pending is the charge of this node's records spooled after the read
+	// (or, without one, not yet in the store) that fall in the query: a
+	// reservation counts its estimate until a settlement or failure in the
+	// same records replaces it with the actual cost. A settlement whose
+	// reservation was in the store at the read leaves it at its estimate.
+	Pending costmodel.NanoUSD
+	// Partial reports that some of this node's records of after the read
+	// reached the store and left the spool before the store failed (more
+	// than Config.SegmentSize of records ago); they are not counted.
+	Partial bool
+	// Err is the store's error.
+	Err error
+}
+
+func (e *LocalSpendError) Error() string {
+	read := "no earlier read"
+	if !e.ReadAt.IsZero() {
+		read = "read at " + e.ReadAt.UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("ledger: spend from this node's records (%s, %s stored + %s pending): %v",
+		read, e.Stored, e.Pending, e.Err)
+}
+
+func (e *LocalSpendError) Unwrap() error { return e.Err }
+
+// spendQueryKey names a query and its period.
+type spendQueryKey struct {
+	tenant, user, key string
+	from, to          int64 // Unix microseconds
+}
+
+// spendRead is a value read from the store, with the spool position the
+// store held everything before when the read began.
+type spendRead struct {
+	value costmodel.NanoUSD
+	pos   int64
+	at    time.Time
+}
+
+// spendCache holds the last read of each query, up to maxSpendCache
+// queries; past it, it starts over.
+type spendCache struct {
+	mu sync.Mutex
+	m  map[spendQueryKey]spendRead
+}
+
+const maxSpendCache = 4096
+
+func (c *spendCache) put(k spendQueryKey, r spendRead) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxSpendCache {
+		c.m = make(map[spendQueryKey]spendRead)
+	}
+	c.m[k] = r
+}
+
+func (c *spendCache) get(k spendQueryKey) (spendRead, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.m[k]
+	return r, ok
+}
+
+// localSpend answers k from its last read and the spool after it.
+func (l *Ledger) localSpend(k spendQueryKey, storeErr error) (costmodel.NanoUSD, error) {
+	last, ok := l.spendReads.get(k)
+	if !ok {
+		_, last.pos = l.spool.positions()
+	}
+	from := last.pos
+	partial := false
+	if first := l.spool.first(); first > from {
+		from, partial = first, true
+	}
+	pending, err := l.pendingSpend(k, from)
+	if err != nil {
+		return 0, fmt.Errorf("%w (and the spool: %v)", storeErr, err)
+	}
+	le := &LocalSpendError{
+		Spend: last.value + pending, Stored: last.value, ReadAt: last.at,
+		Pending: pending, Partial: partial && ok, Err: storeErr,
+	}
+	return le.Spend, le
+}
+
+// pendingSpend sums the charge of the spool's records from pos onwards that
+// fall in k.
+func (l *Ledger) pendingSpend(k spendQueryKey, pos int64) (costmodel.NanoUSD, error) {
+	end, _ := l.spool.positions()
+	var (
+		sum  costmodel.NanoUSD
+		open = map[string]costmodel.NanoUSD{} // reserved in these records: id → estimate
+		done = map[string]bool{}              // finalized in these records
+		recs []record
+		buf  []byte
+		err  error
+	)
+	for pos < end {
+		var next int64
+		recs, next, err = l.spool.readNames(pos, 4096, recs, &buf, nil)
+		if err != nil {
+			return 0, err
+		}
+		if next == pos {
+			break
+		}
+		pos = next
+		for i := range recs {
+			e := &recs[i].e
+			switch recs[i].kind {
+			case kindReserve:
+				if _, seen := open[e.RequestID]; seen || done[e.RequestID] || !k.match(e) {
+					continue
+				}
+				open[e.RequestID] = e.EstimatedCost
+				sum += e.EstimatedCost
+			case kindSettle:
+				est, reserved := open[e.RequestID]
+				if !reserved {
+					continue // reserved before pos (in the store at its estimate) or not in k
+				}
+				delete(open, e.RequestID)
+				done[e.RequestID] = true
+				sum += e.ActualCost - est
+			}
+		}
+	}
+	return sum, nil
+}
+
+func (k spendQueryKey) match(e *Entry) bool {
+	at := e.CreatedAt.UnixMicro()
+	return e.Tenant == k.tenant && (k.user == "" || e.User == k.user) && (k.key == "" || e.KeyID == k.key) &&
+		at >= k.from && at < k.to
+}

@@ -1,0 +1,109 @@
+package ledger_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/internal/pgtest"
+	"github.com/costgate/costgate/ledger"
+)
+
+// TestSpendWhileTheStoreIsDown stops PostgreSQL after a read of the spend:
+// Spend then answers that read plus this node's records since, says so with
+// a *LocalSpendError, and answers from the store again once it is back.
+func TestSpendWhileTheStoreIsDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("outage test in -short mode")
+	}
+	t.Parallel()
+	pg := pgtest.NewPrivate(t)
+	now := t0.Add(time.Hour)
+	l := open(t, ledger.Config{Dir: t.TempDir(), DSN: pg.URL(), RetryMax: 100 * time.Millisecond,
+		SegmentSize: 64 << 10, Now: func() time.Time { return now }})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	reserve := func(id, user string, est costmodel.NanoUSD) {
+		t.Helper()
+		e := reservation(id, t0)
+		e.User, e.EstimatedCost = user, est
+		if err := l.Reserve(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settle := func(id string, cost costmodel.NanoUSD) {
+		t.Helper()
+		if err := l.Settle(ctx, settlement(id, cost)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	month := ledger.SpendQuery{Tenant: "acme", Period: "month", At: t0}
+	ann := ledger.SpendQuery{Tenant: "acme", User: "ann", Period: "month", At: t0}
+
+	reserve("a1", "ann", 5_000)
+	settle("a1", 1_000)
+	reserve("a2", "ann", 3_000) // stays open into the outage
+	flush(t, l)
+	if sp, err := l.Spend(ctx, month); err != nil || sp != 4_000 {
+		t.Fatalf("Spend before the outage = %d, %v; want 4000", sp, err)
+	}
+
+	// Another tenant's records fill more than a segment, which reaches
+	// the store and leaves the spool: the answer below is partial.
+	for i := range 1000 {
+		e := reservation(fmt.Sprintf("g%d", i), t0)
+		e.Tenant = "globex"
+		if err := l.Reserve(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush(t, l)
+
+	pg.Stop()
+	reserve("b1", "bob", 5_000)
+	settle("b1", 2_000)         // reserved and settled in the spool: its actual cost
+	reserve("b2", "ann", 7_000) // open: its estimate
+	settle("a2", 500)           // reserved in the store: stays at its estimate
+	e := reservation("c1", t0)
+	e.Tenant = "globex" // another tenant's
+	if err := l.Reserve(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	e = reservation("d1", t0.AddDate(0, -1, 0)) // last month's
+	if err := l.Reserve(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct {
+		name string
+		q    ledger.SpendQuery
+		want ledger.LocalSpendError
+	}{
+		{"read before", month, ledger.LocalSpendError{Spend: 13_000, Stored: 4_000, ReadAt: now, Pending: 9_000, Partial: true}},
+		{"never read: only what the store lacks", ann, ledger.LocalSpendError{Spend: 7_000, Pending: 7_000}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sp, err := l.Spend(ctx, c.q)
+			var le *ledger.LocalSpendError
+			if !errors.As(err, &le) {
+				t.Fatalf("Spend = %d, %v; want a *LocalSpendError", sp, err)
+			}
+			if le.Err == nil || errors.Unwrap(err) != le.Err {
+				t.Fatalf("the error does not wrap the store's: %v", err)
+			}
+			le.Err = nil
+			if sp != c.want.Spend || *le != c.want {
+				t.Fatalf("Spend = %d, %+v; want %+v", sp, *le, c.want)
+			}
+		})
+	}
+
+	pg.Start()
+	flush(t, l)
+	if sp, err := l.Spend(ctx, month); err != nil || sp != 1_000+500+2_000+7_000 {
+		t.Fatalf("Spend after the outage = %d, %v; want 10500", sp, err)
+	}
+}
