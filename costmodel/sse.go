@@ -70,6 +70,9 @@ type StreamMeter struct {
 	webSearches int64  // web_search_call items completed (Responses)
 }
 
+// Reported tells whether the stream has carried its final usage report.
+func (m *StreamMeter) Reported() bool { return m.reported }
+
 // Model returns the model the stream says served the request (the "model"
 // of OpenAI chunks and Responses events, of Anthropic's message_start), or
 // "" when it has named none so far. Settlement should price that model.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/costgate/costgate/weighted"
@@ -28,7 +29,12 @@ type breaker struct {
 	streak   int
 	openedAt time.Time
 	probing  bool
+	closes   atomic.Uint64 // times it closed again after it had opened
 }
+
+// recoveries is how many outages have ended: the store failure that follows
+// one starts a new outage.
+func (b *breaker) recoveries() uint64 { return b.closes.Load() }
 
 func newBreaker(failures int, cooldown time.Duration, now func() time.Time) *breaker {
 	return &breaker{failures: failures, cooldown: cooldown, now: now, state: "closed"}
@@ -60,6 +66,9 @@ func (b *breaker) done(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err == nil {
+		if b.state != "closed" {
+			b.closes.Add(1)
+		}
 		b.state, b.streak, b.probing = "closed", 0, false
 		return
 	}
@@ -79,34 +88,46 @@ func (b *breaker) State() string {
 // breaker in front of it, so that a dead store costs a request at most the
 // timeout, and nothing once the breaker has opened.
 type guardedStore struct {
-	store   weighted.Store
-	breaker *breaker
-	timeout time.Duration
-	tel     interface {
+	store    weighted.Store
+	restorer weighted.Restorer // the same store
+	breaker  *breaker
+	timeout  time.Duration
+	tel      interface {
 		StoreOp(op string, d time.Duration, err error)
 	}
 }
 
-var _ weighted.Store = (*guardedStore)(nil)
+var (
+	_ weighted.Store    = (*guardedStore)(nil)
+	_ weighted.Restorer = (*guardedStore)(nil)
+)
 
 func (g *guardedStore) call(ctx context.Context, op string, f func(context.Context) error) error {
 	if !g.breaker.allow() {
 		return errBreakerOpen
 	}
+	// The store bounds the wait for a batch and the Redis call itself
+	// (QueueTimeout, CallTimeout); this bound only backs them up.
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	start := time.Now()
 	err := f(ctx)
 	cancel()
 	g.tel.StoreOp(op, time.Since(start), err)
-	// A decision error (a cost larger than a limit) is the caller's, not
-	// the store's: it does not count against the store's health.
-	var ce *weighted.CostError
-	if errors.As(err, &ce) || errors.Is(err, weighted.ErrDuplicateItem) {
-		g.breaker.done(nil)
-	} else {
+	// Only a failing store counts against its health: an allow-list of
+	// transport errors, Redis errors and unanswered calls. A decision error
+	// (a cost larger than a limit, an invalid cost), a busy queue or a
+	// store that must first be restored do not.
+	if weighted.IsStoreFailure(err) {
 		g.breaker.done(err)
+	} else {
+		g.breaker.done(nil)
 	}
 	return err
+}
+
+// Restore restores the items' tags (see weighted.Restorer).
+func (g *guardedStore) Restore(ctx context.Context, items []weighted.Item, counted []int64) error {
+	return g.call(ctx, "restore", func(ctx context.Context) error { return g.restorer.Restore(ctx, items, counted) })
 }
 
 func (g *guardedStore) Debit(ctx context.Context, id string, items []weighted.Item) (res weighted.Result, err error) {

@@ -80,7 +80,7 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 	}
 	if o.store == "" {
 		// Slow CI machines under -race must not look like a store outage.
-		o.store = "  timeout: 2s"
+		o.store = "  timeout: 2s\n  queue_timeout: 2s"
 	}
 	if o.upstreamTimeout == 0 {
 		o.upstreamTimeout = 10 * time.Minute

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -31,11 +32,14 @@ const maxDrain = 64 << 20
 // removes the "usage":null member the upstream then adds to every chunk.
 // Events are forwarded as soon as they are complete; nothing else waits.
 type meteredBody struct {
+	x        *exchange
 	rc       io.ReadCloser
 	kind     costmodel.Kind
 	stream   *costmodel.StreamMeter // set for text/event-stream
-	captured []byte                 // the JSON body so far, for a plain response
-	overflow bool                   // captured exceeded maxCapture
+	captured []byte                 // the body so far, for a plain response
+	overflow bool                   // the body is larger than maxCapture: captured holds its start
+	filled   bool                   // a plain response has been read up to its end or maxCapture
+	sent     int                    // bytes of captured passed to the client
 
 	hideUsage bool
 	buf       []byte // read from upstream, not yet split into events
@@ -45,7 +49,7 @@ type meteredBody struct {
 }
 
 func (x *exchange) meter(resp *http.Response) io.ReadCloser {
-	m := &meteredBody{rc: resp.Body, kind: x.kind}
+	m := &meteredBody{x: x, rc: resp.Body, kind: x.kind}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		m.stream = x.st.est.NewStreamMeter(x.kind, x.est.Model)
 		// A stream cut before its usage report never states its input;
@@ -61,6 +65,9 @@ func (m *meteredBody) Read(p []byte) (int, error) {
 	if m.hideUsage {
 		return m.readEvents(p)
 	}
+	if m.stream == nil {
+		return m.readWhole(p)
+	}
 	n, err := m.rc.Read(p)
 	if n > 0 {
 		m.observe(p[:n])
@@ -71,20 +78,63 @@ func (m *meteredBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// observe feeds bytes from the upstream to the meter or the capture.
+// observe feeds bytes from the upstream to the meter or the capture. Once
+// a stream has carried its usage report, the request is settled in the
+// ledger, before these bytes go on to the client.
 func (m *meteredBody) observe(b []byte) {
 	if m.stream != nil {
 		m.stream.Write(b)
+		if m.x != nil && m.stream.Reported() {
+			m.x.settleEarly()
+		}
 		return
 	}
+	if !m.overflow {
+		m.captured = append(m.captured, b...)
+		m.overflow = len(m.captured) > maxCapture
+	}
+}
+
+// readWhole passes on a plain (not streamed) answer. It reads the answer
+// whole first, up to maxCapture, and settles the request from it before
+// the client has any of it: an upstream writes such an answer at once, so
+// the client waits no longer, and a crash after the client has its answer
+// bills the usage in it. A larger answer passes through once its first
+// maxCapture bytes have, charged at the estimate.
+func (m *meteredBody) readWhole(p []byte) (int, error) {
+	if !m.filled {
+		m.filled = true
+		bp := buffers.Get().(*[]byte)
+		for !m.overflow && m.err == nil {
+			n, err := m.rc.Read(*bp)
+			m.observe((*bp)[:n])
+			m.err = err
+		}
+		buffers.Put(bp)
+		if m.x != nil && errors.Is(m.err, io.EOF) {
+			m.x.settleEarly()
+		}
+	}
+	if m.sent < len(m.captured) {
+		n := copy(p, m.captured[m.sent:])
+		m.sent += n
+		return n, nil
+	}
+	if m.err != nil {
+		return 0, m.err
+	}
+	n, err := m.rc.Read(p)
+	m.err = err
+	return n, err
+}
+
+// whole is the plain answer's body, or nil when it was larger than
+// maxCapture.
+func (m *meteredBody) whole() []byte {
 	if m.overflow {
-		return
+		return nil
 	}
-	if len(m.captured)+len(b) > maxCapture {
-		m.overflow, m.captured = true, nil
-		return
-	}
-	m.captured = append(m.captured, b...)
+	return m.captured
 }
 
 // readEvents forwards whole events, filtered.
@@ -203,16 +253,17 @@ func (m *meteredBody) drain() {
 }
 
 // usage is what the upstream reported, or, for a stream that ended without
-// a report, what was counted from the content seen. ok is false when
-// nothing could be read.
-func (m *meteredBody) usage() (u costmodel.Usage, ok bool) {
+// a report, what was counted from the content seen (reported false); model
+// is the model the answer says served it. ok is false when nothing could be
+// read.
+func (m *meteredBody) usage() (u costmodel.Usage, model string, reported, ok bool) {
 	if m.stream != nil {
-		u, _ = m.stream.Usage()
-		return u, true
+		u, reported = m.stream.Usage()
+		return u, m.stream.Model(), reported, true
 	}
 	if m.overflow || len(m.captured) == 0 {
-		return costmodel.Usage{}, false
+		return costmodel.Usage{}, "", false, false
 	}
-	u, err := costmodel.ParseUsage(m.kind, m.captured)
-	return u, err == nil
+	u, model, err := costmodel.ParseResponse(m.kind, m.captured)
+	return u, model, err == nil, err == nil
 }

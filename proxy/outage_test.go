@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/costgate/costgate/internal/redistest"
 	"github.com/costgate/costgate/proxy"
@@ -333,6 +335,70 @@ budgets:
 	}
 	if again := served(); again > 1 {
 		t.Errorf("after Redis lost its counters, %d more requests were served on a spent budget", again)
+	}
+}
+
+// TestBudgetsHoldAcrossDataLoss: a Redis that loses its data while
+// costgate runs (restarted empty, flushed) is noticed by the first request
+// that touches the tenant, which is decided on counters restored from the
+// ledger, not on fresh ones; and the local fallback during an outage starts
+// from the ledger's spend too. No reconciliation is run by hand.
+func TestBudgetsHoldAcrossDataLoss(t *testing.T) {
+	for _, loss := range []string{"restart", "flushall", "outage"} {
+		t.Run(loss, func(t *testing.T) {
+			rs := redistest.New(t)
+			s := newStackWith(t, stackOptions{redisURL: rs.URL, policies: allowAll, store: `
+  timeout: 2s
+  queue_timeout: 2s
+  breaker_failures: 1
+  breaker_cooldown: 1h`, extra: roomyLimits + `
+budgets:
+  - name: acme-daily
+    scope: tenant
+    amount: "0.00005"
+`})
+			client := s.client("cg-test-acme")
+			served := func() (n int, last error) {
+				for range 50 {
+					if _, err := client.Chat.Completions.New(context.Background(), chatParams("spend it", 16)); err != nil {
+						return n, err
+					}
+					n++
+				}
+				return n, nil
+			}
+			if first, err := served(); first == 0 || err == nil {
+				t.Fatalf("served %d before the budget ran out (%v)", first, err)
+			}
+			if err := s.srv.WaitIdle(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			switch loss {
+			case "restart":
+				rs.Stop(t)
+				rs.Restart(t)
+			case "flushall":
+				opt, err := redis.ParseURL(rs.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := redis.NewClient(opt)
+				if err := c.FlushAll(context.Background()).Err(); err != nil {
+					t.Fatal(err)
+				}
+				c.Close()
+			case "outage":
+				rs.Stop(t)
+			}
+			again, err := served()
+			var apiErr *openai.Error
+			if again > 0 || !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusPaymentRequired {
+				t.Errorf("after %s, %d more requests were served on a spent budget; then %v", loss, again, err)
+			}
+			if loss == "outage" && apiErr != nil && apiErr.Response.Header.Get("Costgate-Degraded") != "fail-open" {
+				t.Errorf("the refusal during the outage did not come from the fallback: %v", apiErr.Response.Header)
+			}
+		})
 	}
 }
 

@@ -67,8 +67,13 @@ type exchange struct {
 	rule          *costmodel.Rule // a generic upstream's cost rule; nil for LLM routes
 	respHeader    http.Header     // the upstream's response header
 	page          int64           // the result page a paginated generic request asks for; 0: none
-	degraded      bool            // the store failed; the reservation is in the local fallback
+	degraded      bool            // the store failed; the reservation is in the local fallback fb
+	fb            *freshStore     // the local fallback that holds the reservation, when degraded
+	model         string          // the canonical model, which model limits are keyed by
 	leased        bool            // registered with the renewer (see renewer.remove)
+	settled       bool            // fin is worked out (see final)
+	fin           settlement
+	ledgerSettled bool // the ledger entry is final
 
 	ctx     context.Context // carries the request's span
 	span    trace.Span
@@ -175,7 +180,7 @@ func (x *exchange) dimension(d string) string {
 	case "ip":
 		return x.ip
 	case "model":
-		return x.est.Model
+		return x.model
 	case "route":
 		return x.path
 	case "upstream":
@@ -289,12 +294,22 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 		x.est, err = x.st.est.Estimate(kind, body)
 	}
 	t.end()
+	if errors.Is(err, costmodel.ErrCostOverflow) {
+		writeError(w, path, http.StatusBadRequest, apiError{
+			Type: "invalid_request_error", Code: "cost_exceeds_limit",
+			Message: "this request's cost cannot be represented: " + err.Error() + "; lower max_tokens, n or the prompt",
+		})
+		return
+	}
 	if err != nil {
 		writeError(w, path, http.StatusBadRequest, apiError{
 			Type: "invalid_request_error", Code: "invalid_body", Message: err.Error(),
 		})
 		return
 	}
+	// Model limits are keyed by the model's canonical name, so that its
+	// dated aliases share one allowance.
+	x.model = x.st.est.Canonical(x.est.Model)
 
 	// 3. Debit every applicable limit, all or nothing.
 	x.outcome = "allow"
@@ -440,6 +455,17 @@ func (s *Server) debitItems(w http.ResponseWriter, ctx context.Context, x *excha
 				tooBig.Cost, x.limitFor(tooBig.Limit).unit, tooBig.Limit, tooBig.Capacity),
 		})
 		return false
+	case errors.Is(err, weighted.ErrOverloaded), errors.Is(err, weighted.ErrStale):
+		// A busy store, or one whose counters could not be brought up to
+		// the ledger: no decision can be taken, and admitting past a limit
+		// is not an answer. The request is shed, and may come back.
+		x.outcome, x.answer = "hard", http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "1")
+		writeError(w, x.path, http.StatusServiceUnavailable, apiError{
+			Type: "service_unavailable", Code: "overloaded",
+			Message: "costgate's limiter cannot take a decision now; retry in 1 s",
+		})
+		return false
 	case err != nil:
 		return s.storeFailed(w, ctx, x, err)
 	}
@@ -523,12 +549,23 @@ func (s *Server) storeFailed(w http.ResponseWriter, ctx context.Context, x *exch
 	for _, l := range x.limits {
 		s.tel.FailOpen(l.limit.Name)
 	}
-	x.degraded = true
+	x.degraded, x.fb = true, s.fallbackStore()
 	x.items = fallbackItems(x.items, x.st.cfg.Store.FallbackReplicas)
-	res, err := s.fallback.Debit(ctx, x.resID, x.items)
+	res, err := x.fb.Debit(ctx, x.resID, x.items)
+	if err != nil && !errors.As(err, new(*weighted.CostError)) {
+		// The fallback could not be brought up to the ledger's spend.
+		x.outcome, x.answer = "hard", http.StatusServiceUnavailable
+		x.items = x.items[:0]
+		w.Header().Set("Retry-After", "1")
+		writeError(w, x.path, http.StatusServiceUnavailable, apiError{
+			Type: "service_unavailable", Code: "limiter_unavailable",
+			Message: "the limiter store is unavailable and the local budgets cannot be restored; retry in 1 s",
+		})
+		return false
+	}
 	if err != nil {
-		// Only a cost larger than the fallback's capacity fails here: the
-		// request cannot fit this replica's share while the store is out.
+		// A cost larger than the fallback's capacity: the request cannot
+		// fit this replica's share while the store is out.
 		x.result = weighted.Result{Decider: 0, Items: make([]weighted.ItemState, len(x.items)), RetryAfter: time.Second}
 		for i := range x.items {
 			x.result.Items[i] = weighted.ItemState{Capacity: x.items[i].Limit.Capacity()}
@@ -548,7 +585,7 @@ func (s *Server) storeFailed(w http.ResponseWriter, ctx context.Context, x *exch
 // the local fallback when the store failed.
 func (x *exchange) store() weighted.Store {
 	if x.degraded {
-		return x.s.fallback
+		return x.fb
 	}
 	return x.s.store
 }
@@ -775,16 +812,12 @@ func (s *Server) settle(x *exchange) {
 	defer t.end()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	usage, status := x.actualUsage()
-	cost := x.cost(usage)
-	if status == ledger.StatusFailed && x.rule != nil {
-		cost = 0 // a failed call to a generic API is not charged per call
-	}
+	f := x.final()
 	if len(x.items) > 0 {
 		actual := make([]int64, len(x.items))
 		reached := x.reachedUpstream()
 		for i, l := range x.limits {
-			actual[i] = l.cost(usage, cost)
+			actual[i] = l.cost(f.usage, f.cost)
 			if l.unit == "requests" && !reached {
 				actual[i] = 0
 			}
@@ -793,13 +826,68 @@ func (s *Server) settle(x *exchange) {
 			s.log.Warn("limiter settle failed", "request_id", x.id, "err", err)
 		}
 	}
-	s.tel.Usage(x.caller.tenant, x.est.Model, usage.InputTokens, usage.OutputTokens, int64(cost))
-	e := x.entry(status)
-	e.Actual, e.ActualCost = usage, cost
-	e.SettledAt = time.Now()
-	if err := s.ledger.Settle(ctx, e); err != nil {
-		s.log.Error("ledger settle failed", "request_id", x.id, "err", err)
+	s.tel.Usage(x.caller.tenant, f.model, f.usage.InputTokens, f.usage.OutputTokens, int64(f.cost))
+	if !x.ledgerSettled {
+		x.settleLedger(ctx, false)
 	}
+}
+
+// settlement is what a request is charged.
+type settlement struct {
+	usage  costmodel.Usage
+	cost   costmodel.NanoUSD
+	status ledger.Status
+	model  string // the model priced: the one the upstream says it served, else the one asked for
+}
+
+// final works out, once, what the request is charged; later calls return
+// the same answer.
+func (x *exchange) final() settlement {
+	if x.settled {
+		return x.fin
+	}
+	f := settlement{model: x.est.Model}
+	var served string
+	f.usage, served, f.status = x.actualUsage()
+	if served != "" && x.rule == nil {
+		f.model = served
+	}
+	f.cost = x.cost(f.model, f.usage)
+	if f.status == ledger.StatusFailed && x.rule != nil {
+		f.cost = 0 // a failed call to a generic API is not charged per call
+	}
+	x.fin, x.settled = f, true
+	return f
+}
+
+// settleEarly records the request's settlement in the ledger as soon as
+// the upstream's answer says what it costs: before the end of the answer
+// reaches the client, so that a crash after a completed answer bills the
+// upstream's usage, not the estimate. It runs on the request's goroutine.
+func (x *exchange) settleEarly() {
+	if x.ledgerSettled {
+		return
+	}
+	x.settleLedger(x.ctx, x.st.cfg.Ledger.DurableSettle)
+}
+
+// settleLedger finalizes the request's ledger entry; durable waits for the
+// fsync that covers it.
+func (x *exchange) settleLedger(ctx context.Context, durable bool) {
+	f := x.final()
+	e := x.entry(f.status)
+	e.Model = f.model
+	e.Actual, e.ActualCost = f.usage, f.cost
+	e.SettledAt = time.Now()
+	settle := x.s.ledger.Settle
+	if durable {
+		settle = x.s.ledger.SettleDurable
+	}
+	if err := settle(context.WithoutCancel(ctx), e); err != nil {
+		x.s.log.Error("ledger settle failed", "request_id", x.id, "err", err)
+		return
+	}
+	x.ledgerSettled = true
 }
 
 // reachedUpstream tells whether the request reached the upstream: it
@@ -816,35 +904,40 @@ func (x *exchange) reachedUpstream() bool {
 }
 
 // cost prices usage: by the model's price, or by a generic route's rule.
-func (x *exchange) cost(u costmodel.Usage) costmodel.NanoUSD {
+func (x *exchange) cost(model string, u costmodel.Usage) costmodel.NanoUSD {
 	if x.rule != nil {
 		return x.rule.Price().Cost(u)
 	}
-	return x.st.est.Cost(x.est.Model, u)
+	return x.st.est.Cost(model, u)
 }
 
-// actualUsage is the usage to charge: what the upstream reported, what a
-// cut stream produced, nothing for an upstream that gave no answer, and the
+// actualUsage is the usage to charge and the model the upstream says it
+// served (empty when it said none): what the upstream reported; what a
+// cut stream produced, but never less than the reservation when the
+// request holds what costgate cannot count (hidden reasoning, audio,
+// files, images); nothing for an upstream that gave no answer; and the
 // estimate for a success whose usage cannot be read.
-func (x *exchange) actualUsage() (costmodel.Usage, ledger.Status) {
+func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 	if x.upstreamErr != nil || x.body == nil {
-		return costmodel.Usage{}, ledger.StatusFailed
+		return costmodel.Usage{}, "", ledger.StatusFailed
 	}
 	if x.rule != nil {
 		// A generic upstream reports units where its rule says, if
 		// anywhere; otherwise the estimate is the price. An upstream error
 		// is not charged.
 		if x.status >= 400 {
-			return costmodel.Usage{}, ledger.StatusFailed
+			return costmodel.Usage{}, "", ledger.StatusFailed
 		}
 		u := x.est.Usage
-		if au, ok, err := x.rule.Settle(x.respHeader, x.body.captured); err == nil && ok {
+		if au, ok, err := x.rule.Settle(x.respHeader, x.body.whole()); err == nil && ok {
 			u = au
 		}
-		return u, ledger.StatusSettled
+		return u, "", ledger.StatusSettled
 	}
-	u, ok := x.body.usage()
+	u, model, reported, ok := x.body.usage()
 	switch {
+	case ok && !reported && x.est.Uncounted && x.status < 400:
+		u = atLeast(u, x.est.Usage)
 	case ok:
 	case x.status >= 400:
 		u = costmodel.Usage{}
@@ -853,9 +946,25 @@ func (x *exchange) actualUsage() (costmodel.Usage, ledger.Status) {
 		u = x.est.Usage
 	}
 	if x.status >= 400 {
-		return u, ledger.StatusFailed
+		return u, model, ledger.StatusFailed
 	}
-	return u, ledger.StatusSettled
+	return u, model, ledger.StatusSettled
+}
+
+// atLeast is u with each count raised to floor's where it is lower.
+func atLeast(u, floor costmodel.Usage) costmodel.Usage {
+	u.InputTokens = max(u.InputTokens, floor.InputTokens)
+	u.OutputTokens = max(u.OutputTokens, floor.OutputTokens)
+	u.CacheWriteTokens = max(u.CacheWriteTokens, floor.CacheWriteTokens)
+	u.CacheWrite1hTokens = max(u.CacheWrite1hTokens, floor.CacheWrite1hTokens)
+	u.ReasoningTokens = max(u.ReasoningTokens, floor.ReasoningTokens)
+	u.AudioInputTokens = max(u.AudioInputTokens, floor.AudioInputTokens)
+	u.AudioOutputTokens = max(u.AudioOutputTokens, floor.AudioOutputTokens)
+	u.WebSearchRequests = max(u.WebSearchRequests, floor.WebSearchRequests)
+	if u.ServiceTier == "" {
+		u.ServiceTier = floor.ServiceTier
+	}
+	return u
 }
 
 func (x *exchange) entry(status ledger.Status) ledger.Entry {

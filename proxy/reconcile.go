@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/costgate/costgate/ledger"
-	"github.com/costgate/costgate/weighted"
 )
 
 // ReconcileBudgets brings each budget's counter in the limiter store up to
@@ -16,12 +13,15 @@ import (
 // same settled cost), but the limiter store can lose them: Redis restarted
 // without persistence, a key evicted, requests admitted on the local
 // fallback while Redis was out. The ledger is the source of truth, so a
-// counter below the ledger's spend is debited the difference; a counter
-// above it (reservations of requests still in flight) is left alone.
+// counter below the ledger's spend is raised to it; a counter above it
+// (reservations of requests still in flight) is left alone. A store that
+// lost its data is restored the same way at the first request that finds
+// it (see freshStore); this catches what that cannot see, such as spend
+// recorded by a replica on its local fallback.
 //
 // It runs when the server opens, every ReconcileInterval, and when the
-// store's circuit breaker closes again. It returns the first error; the
-// other budgets are still reconciled.
+// store's circuit breaker closes again. It returns every tenant's error,
+// joined; the other tenants are still reconciled.
 func (s *Server) ReconcileBudgets(ctx context.Context) error {
 	st := s.state.Load()
 	if err := s.ledger.Stats().StoreErr; err != nil {
@@ -30,63 +30,13 @@ func (s *Server) ReconcileBudgets(ctx context.Context) error {
 	if err := s.ledger.Flush(ctx); err != nil {
 		return fmt.Errorf("proxy: reconcile: %w", err)
 	}
-	seen := map[string]bool{}
 	var errs []error
 	for _, t := range st.cfg.Tenants {
-		for _, k := range t.Keys {
-			c := &caller{tenant: t.Name, user: k.User, keyID: k.id(), plan: t.Plan}
-			for _, l := range st.limits {
-				if !l.budget || !l.appliesTo(t.Plan) {
-					continue
-				}
-				key := l.callerKey(c)
-				if seen[l.limit.Name+"\x00"+key] {
-					continue
-				}
-				seen[l.limit.Name+"\x00"+key] = true
-				q := ledger.SpendQuery{Tenant: t.Name, Period: l.period}
-				switch l.dims[0] {
-				case "user":
-					q.User = c.user
-				case "api_key":
-					q.KeyID = c.keyID
-				}
-				if err := s.reconcile(ctx, l, key, q); err != nil {
-					errs = append(errs, err)
-				}
-			}
+		if err := s.store.restore(ctx, t.Name, nil); err != nil {
+			errs = append(errs, fmt.Errorf("proxy: reconcile %s: %w", t.Name, err))
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func (s *Server) reconcile(ctx context.Context, l *compiledLimit, key string, q ledger.SpendQuery) error {
-	spent, err := s.ledger.Spend(ctx, q)
-	if err != nil {
-		return fmt.Errorf("proxy: reconcile %s: %w", l.limit.Name, err)
-	}
-	items := []weighted.Item{{Limit: l.limit, Key: key}}
-	res, err := s.store.Peek(ctx, items)
-	if err != nil {
-		return fmt.Errorf("proxy: reconcile %s: %w", l.limit.Name, err)
-	}
-	st := res.Items[0]
-	counted := st.Capacity - st.Remaining
-	missing := min(int64(spent)-counted, st.Remaining)
-	if missing <= 0 {
-		return nil
-	}
-	items[0].Cost = missing
-	id := "reconcile:" + newRequestID()
-	if _, err := s.store.Debit(ctx, id, items); err != nil {
-		return fmt.Errorf("proxy: reconcile %s: %w", l.limit.Name, err)
-	}
-	if err := s.store.Settle(ctx, id, items, []int64{missing}); err != nil {
-		return fmt.Errorf("proxy: reconcile %s: %w", l.limit.Name, err)
-	}
-	s.log.Info("budget counter reconciled from the ledger", "limit", l.limit.Name, "key", key,
-		"ledger_nano_usd", int64(spent), "counter_was_nano_usd", counted)
-	return nil
 }
 
 // reconcileLoop reconciles the budgets every interval, and as soon as the

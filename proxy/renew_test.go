@@ -41,7 +41,7 @@ func TestRenewEvery(t *testing.T) {
 
 // renewCounter is a Store that counts renewals.
 type renewCounter struct {
-	weighted.Store
+	store
 	n atomic.Int64
 }
 
@@ -55,7 +55,8 @@ func (c *renewCounter) Renew(ctx context.Context, id string, items []weighted.It
 // and ignores what is added after.
 func TestRenewerStops(t *testing.T) {
 	store := &renewCounter{}
-	s := &Server{log: slog.New(slog.DiscardHandler), store: store}
+	s := &Server{log: slog.New(slog.DiscardHandler)}
+	s.store = s.fresh(store, 1)
 	r := newRenewer(s)
 	s.renewer = r
 	r.start()

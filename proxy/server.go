@@ -35,9 +35,9 @@ import (
 type Server struct {
 	log      *slog.Logger
 	tel      *telemetry.Telemetry
-	store    weighted.Store   // the limiter store (Redis behind a breaker, or memory)
-	fallback *weighted.Memory // the local fallback budgets while the store is out
-	breaker  *breaker         // nil for the in-memory store
+	store    *freshStore              // the limiter store (Redis behind a breaker, or memory)
+	fallback atomic.Pointer[fallback] // the local fallback budgets while the store is out
+	breaker  *breaker                 // nil for the in-memory store
 	ledger   *ledger.Ledger
 	loader   func() (*Config, error)
 	ping     func(context.Context) error // checks the limiter store; nil for memory
@@ -133,7 +133,7 @@ func (s *Server) open(ctx context.Context, cfg *Config) error {
 		return err
 	}
 	s.store = store
-	s.fallback = weighted.NewMemory(weighted.MemoryConfig{})
+	s.fallback.Store(&fallback{freshStore: s.fresh(weighted.NewMemory(weighted.MemoryConfig{Generations: true}), cfg.Store.FallbackReplicas)})
 	// Closed before the stores, which closed earlier in open.
 	s.renewer = newRenewer(s)
 	s.renewer.start()
@@ -169,9 +169,9 @@ func (s *Server) open(ctx context.Context, cfg *Config) error {
 	return nil
 }
 
-func (s *Server) openStore(ctx context.Context, cfg *Config) (weighted.Store, error) {
+func (s *Server) openStore(ctx context.Context, cfg *Config) (*freshStore, error) {
 	if cfg.Store.Redis == "" {
-		return weighted.NewMemory(weighted.MemoryConfig{}), nil
+		return s.fresh(weighted.NewMemory(weighted.MemoryConfig{Generations: true}), 1), nil
 	}
 	c, err := redisClient(cfg.Store.Redis)
 	if err != nil {
@@ -188,7 +188,15 @@ func (s *Server) openStore(ctx context.Context, cfg *Config) (weighted.Store, er
 	}
 	s.breaker = newBreaker(cfg.Store.BreakerFailures, cfg.Store.BreakerCooldown, time.Now)
 	s.tel.ObserveBreaker(s.breaker.State)
-	return &guardedStore{store: weighted.NewRedis(c, weighted.RedisConfig{MaxBatch: cfg.Store.MaxBatch}), breaker: s.breaker, timeout: cfg.Store.Timeout, tel: s.tel}, nil
+	r := weighted.NewRedis(c, weighted.RedisConfig{
+		MaxBatch: cfg.Store.MaxBatch, Generations: true,
+		QueueTimeout: cfg.Store.QueueTimeout, CallTimeout: cfg.Store.Timeout,
+		ReplyTimeout: max(weighted.DefaultReplyTimeout, cfg.Store.Timeout),
+	})
+	// The guard's own bound backs up the store's two (the queue and the
+	// call) without cutting them short.
+	g := &guardedStore{store: r, restorer: r, breaker: s.breaker, timeout: cfg.Store.QueueTimeout + cfg.Store.Timeout + 50*time.Millisecond, tel: s.tel}
+	return s.fresh(g, 1), nil
 }
 
 // redisClient connects to one Redis (redis:// or rediss://) or to a Redis
@@ -471,7 +479,7 @@ func (s *Server) dataHandler() http.Handler {
 }
 
 func (c *Config) costmodel() costmodel.Config {
-	cc := costmodel.Config{FreeUnknown: c.Costs.FreeUnknown, OutputReserve: c.Costs.OutputReserve}
+	cc := costmodel.Config{FreeUnknown: c.Costs.FreeUnknown, OutputReserve: c.Costs.OutputReserve, Aliases: c.Costs.Aliases}
 	conv := func(p PriceConfig) costmodel.Price {
 		return costmodel.Price{
 			Input: costmodel.NanoUSD(p.Input), CachedInput: costmodel.NanoUSD(p.CachedInput),

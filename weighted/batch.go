@@ -60,6 +60,7 @@ type call struct {
 	id   string
 	tag  string // the hash tag of its keys
 	q    *queue
+	b    *batch // its batch, once sent
 
 	// Guarded by Redis.mu until the call is done.
 	state  callState
@@ -83,11 +84,14 @@ type queue struct {
 
 // A batch is the calls of one script call, and its arguments.
 type batch struct {
-	q     *queue
-	calls []*call
-	keys  []string
-	args  []any
-	buf   []byte
+	q *queue
+	// detached: a call of the batch got no reply within CallTimeout, and
+	// the batch gave its place in q back (see detach).
+	detached bool
+	calls    []*call
+	keys     []string
+	args     []any
+	buf      []byte
 }
 
 var (
@@ -102,7 +106,7 @@ func getCall(ctx context.Context) *call {
 }
 
 func putCall(c *call) {
-	c.ctx, c.keys, c.id, c.tag, c.q, c.reply, c.err = nil, nil, "", "", nil, nil, nil
+	c.ctx, c.keys, c.id, c.tag, c.q, c.b, c.reply, c.err = nil, nil, "", "", nil, nil, nil, nil
 	c.state, c.sentAt = queued, time.Time{}
 	if cap(c.buf) <= 4096 {
 		c.buf = c.buf[:0]
@@ -116,7 +120,7 @@ func putBatch(b *batch) {
 	clear(b.calls)
 	clear(b.keys)
 	clear(b.args)
-	b.q, b.calls, b.keys, b.args = nil, b.calls[:0], b.keys[:0], b.args[:0]
+	b.q, b.detached, b.calls, b.keys, b.args = nil, false, b.calls[:0], b.keys[:0], b.args[:0]
 	if cap(b.buf) <= 64<<10 {
 		b.buf = b.buf[:0]
 	} else {
@@ -174,7 +178,7 @@ func (r *Redis) exec(c *call, tag string) (any, error) {
 		b := batchPool.Get().(*batch)
 		b.q = q
 		b.calls = append(b.calls, c)
-		c.state = sent
+		c.state, c.b = sent, b
 		r.mu.Unlock()
 		go r.send(b)
 		return r.wait(c, false)
@@ -242,6 +246,7 @@ func (r *Redis) wait(c *call, isQueued bool) (any, error) {
 					continue
 				}
 				c.state = abandoned
+				r.detach(c.b)
 				r.mu.Unlock()
 				r.stopTimer(c)
 				r.stats.unknown.Add(1)
@@ -375,11 +380,17 @@ func (r *Redis) send(b *batch) {
 			q.pending = append(q.pending, r.cancelOf(c))
 		}
 	}
-	if len(q.pending) > 0 {
+	switch {
+	case len(q.pending) > 0:
+		if b.detached {
+			q.inflight++ // the place b gave back is another's now
+		}
 		r.handOn(q)
-	} else {
+	case !b.detached:
 		q.inflight--
-		if r.sharded && q.inflight == 0 {
+		fallthrough
+	default:
+		if r.sharded && q.inflight == 0 && q.tag != "" {
 			delete(r.queues, q.tag)
 			q.tag = ""
 			r.freeQueues = append(r.freeQueues, q)
@@ -393,6 +404,25 @@ func (r *Redis) send(b *batch) {
 		b.keys = nil // c's, not the batch's
 	}
 	putBatch(b)
+}
+
+// detach gives b's place in its queue back before b's reply comes: a call of
+// b got no reply within CallTimeout, so Redis may be hung, and the calls
+// queued behind b must not wait for b's ReplyTimeout. They are sent at once
+// (and, if Redis is hung, time out as store failures too, which is what
+// opens the caller's breaker) instead of waiting to be shed as
+// overloaded. r.mu is held.
+func (r *Redis) detach(b *batch) {
+	if b.detached {
+		return
+	}
+	b.detached = true
+	q := b.q
+	if len(q.pending) > 0 {
+		r.handOn(q)
+		return
+	}
+	q.inflight--
 }
 
 // admitted reports whether c is a debit whose reply says it was admitted.
@@ -438,6 +468,7 @@ func (r *Redis) handOn(q *queue) {
 	q.pending = q.pending[:rest]
 	now := time.Now()
 	for _, c := range b.calls {
+		c.b = b
 		if c.state == queued {
 			c.state, c.sentAt = sent, now
 		}

@@ -164,3 +164,36 @@ func waitStats(t *testing.T, r *Redis, want RedisStats) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestHungCallFreesItsQueue: a call that got no reply within CallTimeout
+// gives its place in the queue back, so that the calls behind it are sent
+// (and fail as the store's failures, which open a breaker) instead of
+// waiting for its ReplyTimeout and being shed as overloaded.
+func TestHungCallFreesItsQueue(t *testing.T) {
+	c := testRedis(t)
+	ctx := context.Background()
+	items := []Item{{Limit: Limit{Name: "fw", Algorithm: FixedWindow, Rate: 100, Period: time.Hour}, Key: "{k}", Cost: 1}}
+	for _, sharded := range []bool{false, true} {
+		g := &gatedScripter{Scripter: c, entered: make(chan struct{}, 4), gate: make(chan struct{}), fail: errors.New("i/o timeout")}
+		r := newBatchStore(g, newClock(), RedisConfig{Sharded: sharded})
+		timers := testTimers(r)
+		g.held.Store(2)
+		errc := make(chan error, 2)
+		go func() { _, err := r.Debit(ctx, "first", items); errc <- err }()
+		<-g.entered
+		(<-timers) <- time.Time{} // the first call's CallTimeout
+		if err := <-errc; !errors.Is(err, ErrUnknownOutcome) {
+			t.Fatalf("sharded=%v: first: %v, want ErrUnknownOutcome", sharded, err)
+		}
+		// Redis is still hung: the next call is sent nonetheless.
+		go func() { _, err := r.Debit(ctx, "second", items); errc <- err }()
+		<-g.entered
+		(<-timers) <- time.Time{}
+		if err := <-errc; !errors.Is(err, ErrUnknownOutcome) || !IsStoreFailure(err) {
+			t.Fatalf("sharded=%v: second: %v, want a store failure, not ErrOverloaded", sharded, err)
+		}
+		close(g.gate)
+		r.afterFunc = nil
+		waitStats(t, r, RedisStats{UnknownOutcomes: 2, LateLost: 2})
+	}
+}

@@ -1,0 +1,221 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/costgate/costgate/ledger"
+	"github.com/costgate/costgate/weighted"
+)
+
+// store is what a freshStore wraps: a limiter store that keeps generation
+// markers, and so reports a tenant's counters stale (weighted.ErrStale)
+// until they are restored.
+type store interface {
+	weighted.Store
+	weighted.Restorer
+}
+
+// freshStore is a limiter store whose counters are never used before they
+// are brought up to the ledger. Its store keeps a generation marker per
+// tenant (the keys' hash tag): a store that starts empty, a Redis that
+// restarted empty, was flushed or failed over to a replica that lags, or
+// the local fallback taking over, answers the first call that touches a
+// tenant with weighted.ErrStale and changes nothing. The freshStore then
+// restores that tenant, in one atomic call, from the ledger's spend
+// (every budget of every key of the tenant raised to what the ledger
+// says was spent this period, divided by share for the fallback) and
+// retries the call. So no request is charged against a counter that has
+// not been brought up to the ledger's spend, and a restart, a data loss
+// and a failover all give the same answer. Rate limits other than budgets
+// are not restored: they come back empty, which admits at most one more
+// window of each.
+//
+// It is safe for concurrent use: concurrent calls that find one tenant
+// stale share one restore.
+type freshStore struct {
+	store
+	s     *Server
+	share int64 // the counters are the ledger's spend divided by share
+	group singleflight.Group
+}
+
+var _ weighted.Store = (*freshStore)(nil)
+
+func (s *Server) fresh(st store, share int64) *freshStore {
+	return &freshStore{store: st, s: s, share: max(share, 1)}
+}
+
+// maxRestores bounds the restores one call may need: on Redis Cluster a
+// stale answer names one tag at a time.
+const maxRestores = 4
+
+func (f *freshStore) Debit(ctx context.Context, id string, items []weighted.Item) (res weighted.Result, err error) {
+	for range maxRestores {
+		res, err = f.store.Debit(ctx, id, items)
+		if !f.restored(ctx, items, err) {
+			return res, err
+		}
+	}
+	return f.store.Debit(ctx, id, items)
+}
+
+func (f *freshStore) Peek(ctx context.Context, items []weighted.Item) (res weighted.Result, err error) {
+	for range maxRestores {
+		res, err = f.store.Peek(ctx, items)
+		if !f.restored(ctx, items, err) {
+			return res, err
+		}
+	}
+	return f.store.Peek(ctx, items)
+}
+
+// restored restores the tags err names stale, and tells whether the call
+// should be tried again. A restore that fails leaves err as it was: the
+// caller sees the stale answer, which is no store failure (the breaker
+// does not count it) and no decision.
+func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err error) bool {
+	var se *weighted.StaleError
+	if !errors.As(err, &se) {
+		return false
+	}
+	for _, tag := range se.Tags {
+		var mine []weighted.Item
+		for _, i := range se.Items {
+			if i >= 0 && i < len(items) {
+				mine = append(mine, items[i])
+			}
+		}
+		_, rerr, _ := f.group.Do(tag, func() (any, error) { return nil, f.restore(ctx, tag, mine) })
+		if rerr != nil {
+			f.s.log.Warn("limiter counters could not be restored from the ledger", "tenant", tag, "err", rerr)
+			return false
+		}
+	}
+	return true
+}
+
+// restore brings tenant's counters up to the ledger's spend; extra are
+// more items under its tag, restored as they are (so that a tenant without
+// budgets is marked fresh too).
+func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighted.Item) error {
+	items, counted, err := f.s.budgetCounters(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	seen := make(map[string]bool, len(items))
+	for _, it := range items {
+		seen[it.Limit.Name+"\x00"+it.Key] = true
+	}
+	for _, it := range extra {
+		if !seen[it.Limit.Name+"\x00"+it.Key] {
+			seen[it.Limit.Name+"\x00"+it.Key] = true
+			it.Cost = 0
+			items, counted = append(items, it), append(counted, 0)
+		}
+	}
+	if f.share > 1 {
+		items = fallbackItems(items, f.share)
+		for i := range counted {
+			counted[i] /= f.share
+		}
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	if err := f.store.Restore(ctx, items, counted); err != nil {
+		return fmt.Errorf("proxy: restore %s: %w", tenant, err)
+	}
+	for i, it := range items {
+		if counted[i] > 0 {
+			f.s.log.Info("budget counter restored from the ledger", "limit", it.Limit.Name, "key", it.Key,
+				"ledger_nano_usd", counted[i], "share", f.share)
+		}
+	}
+	return nil
+}
+
+// budgetCounters returns an item for every budget of every key of tenant
+// under the active configuration, and what the ledger says each has spent
+// this period. While the ledger's database is out, the spend is what this
+// node knows (its last read plus what it recorded since).
+func (s *Server) budgetCounters(ctx context.Context, tenant string) ([]weighted.Item, []int64, error) {
+	st := s.state.Load()
+	if s.ledger.Stats().StoreErr == nil {
+		if err := s.ledger.Flush(ctx); err != nil {
+			s.log.Warn("ledger flush before a restore failed", "err", err)
+		}
+	}
+	var (
+		items   []weighted.Item
+		counted []int64
+	)
+	seen := map[string]bool{}
+	for _, t := range st.cfg.Tenants {
+		if t.Name != tenant {
+			continue
+		}
+		for _, k := range t.Keys {
+			c := &caller{tenant: t.Name, user: k.User, keyID: k.id(), plan: t.Plan}
+			for _, l := range st.limits {
+				if !l.budget || !l.appliesTo(t.Plan) {
+					continue
+				}
+				key := l.callerKey(c)
+				if seen[l.limit.Name+"\x00"+key] {
+					continue
+				}
+				seen[l.limit.Name+"\x00"+key] = true
+				q := ledger.SpendQuery{Tenant: t.Name, Period: l.period}
+				switch l.dims[0] {
+				case "user":
+					q.User = c.user
+				case "api_key":
+					q.KeyID = c.keyID
+				}
+				spent, err := s.ledger.Spend(ctx, q)
+				if err != nil {
+					var local *ledger.LocalSpendError
+					if !errors.As(err, &local) {
+						return nil, nil, fmt.Errorf("proxy: spend of %s for %s: %w", tenant, l.limit.Name, err)
+					}
+					spent = local.Spend
+				}
+				items = append(items, weighted.Item{Limit: l.limit, Key: key})
+				counted = append(counted, max(int64(spent), 0))
+			}
+		}
+	}
+	return items, counted, nil
+}
+
+// fallback is the local fallback store of one outage of the limiter store
+// (from its first failure to the breaker closing again): a new one, empty
+// and so restored from the ledger at its first use, for each outage, so
+// that an outage starts from what the ledger says was spent, not from what
+// an earlier outage left, and rate limits get one fallback burst per
+// outage.
+type fallback struct {
+	*freshStore
+	outage uint64 // the breaker's recoveries when it was made
+}
+
+// fallbackStore returns the fallback of the current outage.
+func (s *Server) fallbackStore() *freshStore {
+	fb := s.fallback.Load()
+	if s.breaker == nil {
+		return fb.freshStore
+	}
+	n := s.breaker.recoveries()
+	for fb.outage != n {
+		next := &fallback{freshStore: s.fresh(weighted.NewMemory(weighted.MemoryConfig{Generations: true}), s.state.Load().cfg.Store.FallbackReplicas), outage: n}
+		if s.fallback.CompareAndSwap(fb, next) {
+			return next.freshStore
+		}
+		fb = s.fallback.Load()
+	}
+	return fb.freshStore
+}
