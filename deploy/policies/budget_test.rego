@@ -11,17 +11,17 @@ spent(n, model) := {
 	"time": {"unix": 0, "hour": 0, "weekday": 0},
 }
 
-test_allow_below_80 if budget.decision.outcome == "allow" with input as spent(799, "gpt-4o")
+test_allow_below_half if budget.decision.outcome == "allow" with input as spent(499, "gpt-4o")
 
-test_cap_past_80 if {
-	d := budget.decision with input as spent(800, "gpt-4o")
+test_cap_past_half if {
+	d := budget.decision with input as spent(500, "gpt-4o")
 	d.outcome == "soft"
 	d.friction.cap_max_tokens == 64
 	not d.friction.downgrade_model
 }
 
-test_downgrade_past_90 if {
-	d := budget.decision with input as spent(900, "gpt-4o")
+test_downgrade_past_three_quarters if {
+	d := budget.decision with input as spent(750, "gpt-4o")
 	d.friction.downgrade_model == "gpt-4o-mini"
 }
 
