@@ -85,6 +85,92 @@ func TestPromtool(t *testing.T) {
 	}
 }
 
+// TestPrometheusConfig checks prometheus.yml with promtool (its rule file
+// taken from here rather than the container's path) and that it scrapes
+// every costgate replica of compose.yaml on the admin port of
+// costgate.yaml, with the admin token's secret that compose mounts.
+func TestPrometheusConfig(t *testing.T) {
+	promtool := tool(t, "promtool")
+	b, err := os.ReadFile("prometheus/prometheus.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := filepath.Abs("prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const inContainer = "/etc/prometheus/alerts.yml"
+	if !bytes.Contains(b, []byte(inContainer)) {
+		t.Fatalf("prometheus.yml does not load %s", inContainer)
+	}
+	// promtool also wants the token's file: the secrets' folder is a
+	// temporary one holding a token.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "costgate_admin_token"), []byte("token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.ReplaceAll(b, []byte(inContainer), []byte(rules))
+	b = bytes.ReplaceAll(b, []byte("/run/secrets/"), []byte(dir+"/"))
+	local := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(local, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(promtool, "check", "config", local).CombinedOutput(); err != nil {
+		t.Errorf("promtool check config: %v\n%s", err, out)
+	}
+
+	var prom struct {
+		ScrapeConfigs []struct {
+			JobName       string `yaml:"job_name"`
+			Authorization struct {
+				CredentialsFile string `yaml:"credentials_file"`
+			} `yaml:"authorization"`
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	readYAML(t, "prometheus/prometheus.yml", &prom)
+	var cg struct {
+		AdminListen string `yaml:"admin_listen"`
+	}
+	readYAML(t, "costgate.yaml", &cg)
+	_, adminPort, _ := strings.Cut(cg.AdminListen, ":")
+	var compose struct {
+		Services map[string]struct {
+			Secrets []string `yaml:"secrets"`
+		} `yaml:"services"`
+	}
+	readYAML(t, "compose.yaml", &compose)
+
+	var replicas []string
+	for name := range compose.Services {
+		if strings.HasPrefix(name, "costgate-") {
+			replicas = append(replicas, name+":"+adminPort)
+		}
+	}
+	slices.Sort(replicas)
+	for _, sc := range prom.ScrapeConfigs {
+		if sc.JobName != "costgate" {
+			continue
+		}
+		var targets []string
+		for _, s := range sc.StaticConfigs {
+			targets = append(targets, s.Targets...)
+		}
+		slices.Sort(targets)
+		if !slices.Equal(targets, replicas) {
+			t.Errorf("job costgate scrapes %v, want the replicas' admin listeners %v", targets, replicas)
+		}
+		secret, ok := strings.CutPrefix(sc.Authorization.CredentialsFile, "/run/secrets/")
+		if !ok || !slices.Contains(compose.Services["prometheus"].Secrets, secret) {
+			t.Errorf("job costgate's credentials_file %q is not a secret compose mounts into prometheus", sc.Authorization.CredentialsFile)
+		}
+		return
+	}
+	t.Error("prometheus.yml has no job costgate")
+}
+
 // TestAlertTestsCoverEveryAlert requires alerts_test.yml to make every
 // alert fire (a case expecting it) and stay quiet (a case expecting none).
 func TestAlertTestsCoverEveryAlert(t *testing.T) {
