@@ -36,7 +36,13 @@ func TestStackQueries(t *testing.T) {
 
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "costgate")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/costgate")
+	// Built with the test's own -race setting: under `go test -race ./...`
+	// the packages are then already compiled, as the other tests' are.
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, "./cmd/costgate")...)
 	build.Dir = ".."
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/costgate: %v\n%s", err, out)
@@ -59,12 +65,17 @@ func TestStackQueries(t *testing.T) {
 	writeFile(t, tokenFile, adminToken)
 	promAddr := freeAddr(t)
 	promConfig := filepath.Join(dir, "prometheus.yml")
+	alerts, err := filepath.Abs("prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	writeFile(t, promConfig, fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
+rule_files: [%q]
 scrape_configs:
   - job_name: costgate
     authorization: {type: Bearer, credentials_file: %q}
     static_configs: [{targets: [%q]}]
-`, tokenFile, admin))
+`, alerts, tokenFile, admin))
 	prom := exec.Command(prometheus, "--config.file="+promConfig, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
 		"--web.listen-address="+promAddr)
 	promLog := &logFile{path: filepath.Join(dir, "prometheus.log")}
@@ -122,6 +133,17 @@ scrape_configs:
 	}
 	for q := range empty {
 		t.Errorf("no series for %s", q)
+	}
+	// The alert rules ran on the real series without an evaluation error
+	// (a many-to-many match, say, that synthetic test series miss).
+	states := ruleHealth(t, "http://"+promAddr)
+	if len(states) != len(alertRules(t)) {
+		t.Errorf("Prometheus loaded %d rules, alerts.yml has %d", len(states), len(alertRules(t)))
+	}
+	for _, r := range states {
+		if r.Health != "ok" {
+			t.Errorf("alert %s: health %q after evaluation: %s", r.Name, r.Health, r.LastError)
+		}
 	}
 	t.Logf("%d queries checked in %v", len(queries), time.Since(start).Round(time.Millisecond))
 	if t.Failed() {
@@ -284,6 +306,52 @@ func seriesCount(prom, query string) (int, error) {
 		return 0, fmt.Errorf("a scalar, not series")
 	}
 	return len(r.Data.Result), nil
+}
+
+type ruleState struct {
+	Name      string `json:"name"`
+	Health    string `json:"health"`
+	LastError string `json:"lastError"`
+}
+
+// ruleHealth returns the state of every rule Prometheus has loaded, once
+// each has been evaluated.
+func ruleHealth(t *testing.T, prom string) []ruleState {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(prom + "/api/v1/rules")
+		if err != nil {
+			t.Fatalf("rules: %v", err)
+		}
+		var r struct {
+			Data struct {
+				Groups []struct {
+					Rules []ruleState `json:"rules"`
+				} `json:"groups"`
+			} `json:"data"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&r)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("rules: %v", err)
+		}
+		var rules []ruleState
+		evaluated := true
+		for _, g := range r.Data.Groups {
+			for _, rule := range g.Rules {
+				evaluated = evaluated && rule.Health != "unknown"
+				rules = append(rules, rule)
+			}
+		}
+		if len(rules) > 0 && evaluated || time.Now().After(deadline) {
+			if len(rules) == 0 {
+				t.Fatal("Prometheus loaded no alert rule")
+			}
+			return rules
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // cleanEnv is the test's environment without what would change the
