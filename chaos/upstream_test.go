@@ -47,8 +47,13 @@ type upstream struct {
 	srv *httptest.Server
 	est *costmodel.Estimator
 
-	// tokenInterval is the pause before each streamed word.
+	// tokenInterval is the pause before each streamed word, unless the
+	// request has the header X-Chaos-Burst.
 	tokenInterval time.Duration
+	// tail is how long a stream stays open after its last event ([DONE]
+	// or message_stop) before the handler returns, as a real upstream may
+	// take to close.
+	tail time.Duration
 	// hold, when set, is called before the answer; it may block (a slow
 	// upstream). It must return when the request's context ends.
 	hold func(r *http.Request)
@@ -264,8 +269,9 @@ func (u *upstream) stream(w http.ResponseWriter, r *http.Request, kind costmodel
 		flusher.Flush()
 		return r.Context().Err() == nil
 	}
+	burst := r.Header.Get("X-Chaos-Burst") != "" // no pause between words
 	pause := func() bool {
-		if u.tokenInterval <= 0 {
+		if u.tokenInterval <= 0 || burst {
 			return r.Context().Err() == nil
 		}
 		tm := time.NewTimer(u.tokenInterval)
@@ -320,6 +326,7 @@ func (u *upstream) stream(w http.ResponseWriter, r *http.Request, kind costmodel
 			b.Reported = true
 			u.mu.Unlock()
 		}
+		u.closeLate(r)
 		return
 	}
 	if !send("", chunk(id, req.Model, "", "stop")) {
@@ -341,6 +348,21 @@ func (u *upstream) stream(w http.ResponseWriter, r *http.Request, kind costmodel
 	b.Reported = ok && r.Context().Err() == nil
 	b.Cut = !b.Reported
 	u.mu.Unlock()
+	u.closeLate(r)
+}
+
+// closeLate waits tail, or until the request ends, before a stream's
+// handler returns.
+func (u *upstream) closeLate(r *http.Request) {
+	if u.tail <= 0 {
+		return
+	}
+	tm := time.NewTimer(u.tail)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+	case <-r.Context().Done():
+	}
 }
 
 func chunk(id, model, delta string, finish any) map[string]any {
