@@ -151,7 +151,7 @@ func ledgerCheck(t *testing.T, p *process, up *upstream, tenant string, results 
 			}
 		}
 	}
-	t.Logf("client: %d requests %v, %d complete; upstream: %d requests; ledger: %d entries %v; lost %d, doubled %d, entries never forwarded %d; completed but not billed their usage: %d (%d recovered at the estimate, difference %d nUSD)",
+	t.Logf("client: %d requests %v, %d complete; upstream: %d requests; ledger: %d entries %v; lost %d, doubled %d, entries never forwarded %d; completed but not billed their usage: %d (%d recovered at the estimate; billed - charged = %d nUSD)",
 		len(results), clientStatus, complete, len(bills), len(es), statuses, lost, doubled, orphan, unbilled, recovered, missing)
 	if unbilled > 0 {
 		t.Errorf("%d of %d requests that completed at the client are not billed their upstream usage", unbilled, complete)
