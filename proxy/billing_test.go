@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/internal/redistest"
 	"github.com/costgate/costgate/ledger"
 )
 
@@ -312,5 +313,104 @@ limits:
 	t.Logf("a refused request: %v, %d allocs, %d B", per, res.AllocsPerOp(), res.AllocedBytesPerOp())
 	if per > bound {
 		t.Errorf("a refused request costs %v, bound %v", per, bound)
+	}
+}
+
+// TestOneTenantCannotOpenTheBreaker: requests whose cost cannot be
+// represented are the sender's error (400 cost_exceeds_limit), never a
+// store failure: however many a tenant sends, the breaker stays closed and
+// another tenant's fail-closed limit keeps answering from Redis.
+func TestOneTenantCannotOpenTheBreaker(t *testing.T) {
+	rs := redistest.New(t)
+	s := newStackWith(t, stackOptions{redisURL: rs.URL, policies: allowAll, store: `
+  timeout: 2s
+  queue_timeout: 2s
+  breaker_failures: 2`, extra: `
+limits:
+  - name: acme-tokens
+    dimensions: [tenant]
+    unit: tokens
+    rate: 100000
+    period: 1m
+  - name: globex-requests
+    plans: [strict]
+    dimensions: [tenant]
+    unit: requests
+    rate: 1000
+    period: 1m
+    on_store_failure: fail_closed
+`})
+	for _, body := range []string{
+		`{"model":"gpt-4o-mini","max_tokens":9223372036854775807,"messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"gpt-4o-mini","max_tokens":100,"n":9223372036854775000,"messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"gpt-4o-mini","max_completion_tokens":4611686018427387904,"n":4,"messages":[{"role":"user","content":"hi"}]}`,
+	} {
+		for range 5 {
+			resp := s.post(t, context.Background(), "/v1/chat/completions", body)
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "cost_exceeds_limit") {
+				t.Fatalf("%s: %d %s, want 400 cost_exceeds_limit", body, resp.StatusCode, b)
+			}
+		}
+	}
+	req, _ := http.NewRequest(http.MethodPost, s.url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Authorization", "Bearer cg-test-globex")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Costgate-Degraded") != "" {
+		t.Errorf("globex after acme's overflows: %d, degraded %q", resp.StatusCode, resp.Header.Get("Costgate-Degraded"))
+	}
+}
+
+// TestPricedFieldsHaveOneSpelling: an upstream that reads JSON without
+// regard to case would serve the second spelling while costgate priced
+// the first; such a body is refused.
+func TestPricedFieldsHaveOneSpelling(t *testing.T) {
+	var hits atomic.Int64
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) })
+	s := newStackWith(t, stackOptions{extra: roomyLimits, upstream: up})
+	for _, body := range []string{
+		`{"model":"gpt-4o-mini","Model":"gpt-5.5-pro","messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"gpt-4o-mini","model":"gpt-5.5-pro","messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"gpt-4o-mini","max_tokens":5,"MAX_TOKENS":100000,"messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":false,"INCLUDE_USAGE":true},"messages":[{"role":"user","content":"hi"}]}`,
+	} {
+		resp := s.post(t, context.Background(), "/v1/chat/completions", body)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", body, resp.StatusCode, b)
+		}
+	}
+	if hits.Load() != 0 {
+		t.Errorf("%d refused bodies reached the upstream", hits.Load())
+	}
+}
+
+// TestModelLimitsUseTheCanonicalModel: rotating a model's dated aliases
+// gives no fresh allowance on a per-model limit.
+func TestModelLimitsUseTheCanonicalModel(t *testing.T) {
+	s := newStackWith(t, stackOptions{policies: allowAll, extra: `
+limits:
+  - name: per-model
+    dimensions: [tenant, model]
+    unit: requests
+    rate: 2
+    period: 1h
+`})
+	codes := []int{}
+	for _, m := range []string{"gpt-4o", "gpt-4o-2024-08-06", "gpt-4o-2024-11-20", "GPT-4o"} {
+		resp := s.post(t, context.Background(), "/v1/chat/completions", `{"model":"`+m+`","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+	}
+	if fmt.Sprint(codes) != "[200 200 429 429]" {
+		t.Errorf("answers %v, want [200 200 429 429]: the aliases are one model", codes)
 	}
 }
