@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,7 +25,8 @@ import (
 // by field in the README. Load reads and validates it; the zero value of each
 // optional field is replaced by the default named in its comment.
 type Config struct {
-	// Listen is the data plane's address. Default ":8080".
+	// Listen is the data plane's address. Default "127.0.0.1:8080"
+	// (loopback); a deployment sets ":8080" explicitly.
 	Listen string `yaml:"listen"`
 	// AdminListen is the admin plane's address. Default "127.0.0.1:9090".
 	AdminListen string `yaml:"admin_listen"`
@@ -181,7 +183,19 @@ type UpstreamConfig struct {
 	// required for kind generic. Paths price some paths differently.
 	Cost  *costmodel.Rule `yaml:"cost"`
 	Paths []PathCost      `yaml:"paths"`
+	// Methods are the HTTP methods forwarded to a generic upstream; a
+	// request with another is answered 405 with an Allow header. Default
+	// GET, HEAD, POST, PUT, PATCH, DELETE. TRACE and CONNECT are never
+	// forwarded (an upstream that echoes a TRACE would show the client the
+	// injected credential).
+	Methods []string `yaml:"methods"`
 }
+
+// defaultMethods are a generic upstream's methods when it names none.
+var defaultMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"}
+
+// forwardableMethods are the methods a generic upstream may be given.
+var forwardableMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 
 // PathCost prices the requests under one path prefix of a generic
 // upstream; the longest matching prefix wins over the upstream's Cost.
@@ -287,7 +301,9 @@ func parse(b []byte, dir string) (*Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
+	if err := dec.Decode(&c); errors.Is(err, io.EOF) {
+		return nil, errors.New("the config is empty: it needs at least admin_token, upstreams and tenants (see examples/quickstart/costgate.yaml)")
+	} else if err != nil {
 		return nil, fmt.Errorf("parse: %w", err)
 	}
 	c.dir = dir
@@ -332,7 +348,7 @@ func (c *Config) applyDefaults() {
 			*s = v
 		}
 	}
-	def(&c.Listen, ":8080")
+	def(&c.Listen, "127.0.0.1:8080")
 	def(&c.AdminListen, "127.0.0.1:9090")
 	def(&c.AdminToken, os.Getenv("COSTGATE_ADMIN_TOKEN"))
 	def(&c.DataDir, "./costgate-data")
@@ -367,6 +383,12 @@ func (c *Config) applyDefaults() {
 		def(&u.Simulate, "never")
 		if u.Timeout == 0 {
 			u.Timeout = 10 * time.Minute
+		}
+		if u.Kind == "generic" && len(u.Methods) == 0 {
+			u.Methods = slices.Clone(defaultMethods)
+		}
+		for j, m := range u.Methods {
+			u.Methods[j] = strings.ToUpper(m)
 		}
 	}
 	for i := range c.Limits {
@@ -412,6 +434,9 @@ func (c *Config) Validate() error {
 	if c.AdminToken == "" {
 		bad("admin_token", "required (or set COSTGATE_ADMIN_TOKEN)")
 	}
+	if publicSecrets[c.AdminToken] && !loopback(c.AdminListen) {
+		bad("admin_token", "%q is the published demo token: set your own (or COSTGATE_ADMIN_TOKEN) to listen on %q, which is not a loopback address", c.AdminToken, c.AdminListen)
+	}
 	if c.Store.MaxBatch < 0 || c.Store.MaxBatch > 1024 {
 		bad("store.max_batch", "must be between 1 and 1024")
 	}
@@ -443,22 +468,38 @@ func (c *Config) Validate() error {
 			} else if err := u.Cost.Validate(); err != nil {
 				bad(p+".cost", "%v", err)
 			}
+			for j, m := range u.Methods {
+				switch {
+				case m == "TRACE" || m == "CONNECT":
+					bad(fmt.Sprintf("%s.methods[%d]", p, j), "%s is never forwarded: an upstream that echoes the request would show the client the injected credential", m)
+				case !slices.Contains(forwardableMethods, m):
+					bad(fmt.Sprintf("%s.methods[%d]", p, j), "unknown method %q (want some of %s)", m, strings.Join(forwardableMethods, ", "))
+				}
+			}
 			for j, pc := range u.Paths {
-				if !strings.HasPrefix(pc.Prefix, "/") {
+				switch {
+				case !strings.HasPrefix(pc.Prefix, "/"):
 					bad(fmt.Sprintf("%s.paths[%d].prefix", p, j), "must start with /")
+				case cleanPrefix(pc.Prefix) != pc.Prefix:
+					bad(fmt.Sprintf("%s.paths[%d].prefix", p, j), "must be a clean path (%q): requests are matched after their dot-segments and empty segments are removed", cleanPrefix(pc.Prefix))
 				}
 				if err := pc.Cost.Validate(); err != nil {
 					bad(fmt.Sprintf("%s.paths[%d].cost", p, j), "%v", err)
 				}
 			}
-		} else if u.Cost != nil || len(u.Paths) > 0 {
-			bad(p+".cost", "only a generic upstream takes a cost rule; %s upstreams are priced by model", u.Kind)
+		} else {
+			if u.Cost != nil || len(u.Paths) > 0 {
+				bad(p+".cost", "only a generic upstream takes a cost rule; %s upstreams are priced by model", u.Kind)
+			}
+			if len(u.Methods) > 0 {
+				bad(p+".methods", "only a generic upstream takes methods; %s upstreams serve their API's routes", u.Kind)
+			}
 		}
 		if u.AuthHeader != "" && u.AuthQuery != "" {
 			bad(p, "set auth_header or auth_query, not both")
 		}
 		if u.Simulate != "always" && !strings.HasPrefix(u.BaseURL, "http://") && !strings.HasPrefix(u.BaseURL, "https://") {
-			bad(p+".base_url", "must be an http:// or https:// URL, not %q", u.BaseURL)
+			bad(p+".base_url", "must be an http:// or https:// URL, not %q", RedactURL(u.BaseURL))
 		}
 	}
 	for i, r := range c.Routes {
@@ -472,9 +513,23 @@ func (c *Config) Validate() error {
 	}
 	keys := map[string]bool{}
 	tenants := map[string]bool{}
+	plans := map[string]bool{} // the plans some tenant has
+	// knownPlans reports a limit's or budget's plan that no tenant has: a
+	// misspelt plan would otherwise apply to nobody, silently.
+	knownPlans := func(p string, names []string) {
+		for j, plan := range names {
+			if !plans[plan] {
+				bad(fmt.Sprintf("%s.plans[%d]", p, j), "no tenant has plan %q", plan)
+			}
+		}
+	}
 	for i, t := range c.Tenants {
 		p := fmt.Sprintf("tenants[%d]", i)
 		unique(tenants, p+".name", "tenant", t.Name)
+		if t.Plan == "" {
+			bad(p+".plan", "required: limits and budgets apply by plan")
+		}
+		plans[t.Plan] = true
 		for j, k := range t.Keys {
 			kp := fmt.Sprintf("%s.keys[%d]", p, j)
 			secret := k.secret()
@@ -495,6 +550,8 @@ func (c *Config) Validate() error {
 				bad(kp+".key", "required")
 			case keys[secret]:
 				bad(kp+".key", "the same key is given twice")
+			case publicSecrets[secret] && !loopback(c.Listen):
+				bad(kp+".key", "%q is a published demo key: give the tenant a key of its own to listen on %q, which is not a loopback address", secret, c.Listen)
 			}
 			keys[secret] = true
 		}
@@ -503,6 +560,7 @@ func (c *Config) Validate() error {
 	for i, l := range c.Limits {
 		p := fmt.Sprintf("limits[%d]", i)
 		unique(names, p+".name", "limit", l.Name)
+		knownPlans(p, l.Plans)
 		for _, d := range l.Dimensions {
 			if !slices.Contains(dimensions, d) {
 				bad(p+".dimensions", "unknown dimension %q (want one of %s)", d, strings.Join(dimensions, ", "))
@@ -520,6 +578,9 @@ func (c *Config) Validate() error {
 		if l.Unit == "usd" && l.Rate != 0 {
 			bad(p+".rate", "a usd limit takes rate_usd, in dollars")
 		}
+		if l.Unit != "usd" && l.RateUSD != 0 {
+			bad(p+".rate_usd", "only a usd limit takes rate_usd; a %s limit takes rate, in %s", l.Unit, l.Unit)
+		}
 		if _, err := l.weighted(); err != nil {
 			bad(p, "%v", err)
 		}
@@ -527,6 +588,7 @@ func (c *Config) Validate() error {
 	for i, b := range c.Budgets {
 		p := fmt.Sprintf("budgets[%d]", i)
 		unique(names, p+".name", "limit or budget", b.Name)
+		knownPlans(p, b.Plans)
 		if !slices.Contains([]string{"tenant", "user", "api_key"}, b.Scope) {
 			bad(p+".scope", "must be tenant, user or api_key, not %q", b.Scope)
 		}
@@ -538,6 +600,29 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// publicSecrets are the API keys and the admin token published with the
+// quickstart and the demo: anyone may know them, so a config that uses one
+// is served on loopback addresses only.
+var publicSecrets = map[string]bool{
+	"cg-demo-admin": true, "cg-demo-free": true, "cg-demo-pro": true,
+	"cg-demo-acme": true, "cg-demo-globex": true, "cg-demo-initech": true,
+}
+
+// loopback tells whether a listen address ("127.0.0.1:8080",
+// "localhost:8080", "[::1]:8080") accepts connections from this machine
+// only. ":8080" and "0.0.0.0:8080" listen on every interface.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // dimensions are the request attributes a limit may be keyed by.

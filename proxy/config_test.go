@@ -33,6 +33,18 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"bad budget period", base + "budgets: [{name: b, period: week, amount: '1'}]\n", "budgets[0].period"},
 		{"negative batch", base + "store: {max_batch: -1}\n", "store.max_batch"},
 		{"huge batch", base + "store: {max_batch: 100000}\n", "store.max_batch"},
+		{"empty file", "", "the config is empty"},
+		{"tenant without plan", base + "tenants: [{name: t, keys: [{key: a}]}]\n", "tenants[0].plan: required"},
+		{"limit plan nobody has", base + "tenants: [{name: t, plan: free, keys: [{key: a}]}]\nlimits: [{name: a, plans: [free, gold], rate: 1, period: 1s}]\n", `limits[0].plans[1]: no tenant has plan "gold"`},
+		{"budget plan nobody has", base + "tenants: [{name: t, plan: free, keys: [{key: a}]}]\nbudgets: [{name: b, plans: [pro], amount: '1'}]\n", `budgets[0].plans[0]: no tenant has plan "pro"`},
+		{"rate_usd on requests", base + "limits: [{name: a, rate: 1, rate_usd: '1', period: 1s}]\n", "limits[0].rate_usd: only a usd limit takes rate_usd"},
+		{"TRACE forwarded", "admin_token: x\nupstreams: [{name: s, kind: generic, base_url: 'http://127.0.0.1:1', cost: {per_call: '0.01'}, methods: [GET, trace]}]\n", "upstreams[0].methods[1]: TRACE is never forwarded"},
+		{"CONNECT forwarded", "admin_token: x\nupstreams: [{name: s, kind: generic, base_url: 'http://127.0.0.1:1', cost: {per_call: '0.01'}, methods: [CONNECT]}]\n", "upstreams[0].methods[0]: CONNECT is never forwarded"},
+		{"unknown method", "admin_token: x\nupstreams: [{name: s, kind: generic, base_url: 'http://127.0.0.1:1', cost: {per_call: '0.01'}, methods: [FETCH]}]\n", "upstreams[0].methods[0]: unknown method"},
+		{"methods on an LLM upstream", "admin_token: x\nupstreams: [{name: o, kind: openai, base_url: 'http://127.0.0.1:1', methods: [GET]}]\n", "upstreams[0].methods: only a generic upstream"},
+		{"unclean path prefix", "admin_token: x\nupstreams: [{name: s, kind: generic, base_url: 'http://127.0.0.1:1', cost: {per_call: '0.01'}, paths: [{prefix: /a/../b, cost: {per_call: '1'}}]}]\n", "upstreams[0].paths[0].prefix: must be a clean path"},
+		{"demo key in public", base + "listen: ':8080'\ntenants: [{name: t, plan: p, keys: [{key: cg-demo-free}]}]\n", "tenants[0].keys[0].key: \"cg-demo-free\" is a published demo key"},
+		{"demo admin token in public", "admin_token: cg-demo-admin\nadmin_listen: '0.0.0.0:9090'\n", "admin_token: \"cg-demo-admin\" is the published demo token"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -42,6 +54,22 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a base_url's secrets are not repeated", func(t *testing.T) {
+		_, err := proxy.Parse([]byte("admin_token: x\nupstreams: [{name: o, kind: openai, base_url: 'ftp://user:hunter2@h/?key=qsecret'}]\n"))
+		if err == nil || !strings.Contains(err.Error(), "upstreams[0].base_url") {
+			t.Fatalf("got %v, want an error naming upstreams[0].base_url", err)
+		}
+		if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "qsecret") {
+			t.Errorf("the error repeats a secret: %v", err)
+		}
+	})
+	t.Run("demo keys on loopback", func(t *testing.T) {
+		for _, listen := range []string{"127.0.0.1:8080", "localhost:0", "[::1]:8080"} {
+			if _, err := proxy.Parse([]byte("admin_token: cg-demo-admin\nlisten: '" + listen + "'\ntenants: [{name: t, plan: p, keys: [{key: cg-demo-free}]}]\n")); err != nil {
+				t.Errorf("listen %s: %v", listen, err)
+			}
+		}
+	})
 	var fe *proxy.FieldError
 	_, err := proxy.Parse([]byte(base + "limits: [{name: a, unit: bananas, rate: 1, period: 1s}]\n"))
 	if !errors.As(err, &fe) || fe.Path != "limits[0].unit" {

@@ -65,6 +65,7 @@ type exchange struct {
 
 	injectedUsage bool            // costgate asked the upstream for a stream usage report
 	rule          *costmodel.Rule // a generic upstream's cost rule; nil for LLM routes
+	subpath       string          // a generic request's path after /u/NAME, read once (see genericPath)
 	respHeader    http.Header     // the upstream's response header
 	page          int64           // the result page a paginated generic request asks for; 0: none
 	degraded      bool            // the store failed; the reservation is in the local fallback fb
@@ -231,7 +232,6 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	if generic != "" {
 		if u := x.st.upstreams[generic]; u != nil && u.kind == "generic" {
 			x.upstream = u
-			x.rule = u.rule(strings.TrimPrefix(r.URL.Path, u.strip))
 		}
 	} else {
 		x.upstream = x.st.routes[path]
@@ -242,6 +242,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 			Message: "no upstream is configured for " + path,
 		})
 		return
+	}
+	if generic != "" {
+		var ref *refusal
+		if x.subpath, ref = x.upstream.admit(r); ref != nil {
+			ref.write(w, path)
+			return
+		}
+		x.rule = x.upstream.rule(x.subpath)
 	}
 	defer x.record()
 	x.ip, _, _ = net.SplitHostPort(r.RemoteAddr)
@@ -286,7 +294,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	if x.rule != nil {
 		q := r.URL.Query()
 		x.est, err = x.rule.Estimate(costmodel.GenericRequest{
-			Method: r.Method, Path: strings.TrimPrefix(r.URL.Path, x.upstream.strip),
+			Method: r.Method, Path: x.subpath,
 			Query: q, Header: r.Header, Body: body,
 		})
 		x.page = requestPage(x.rule, q)

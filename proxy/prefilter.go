@@ -25,11 +25,11 @@ import (
 // maxRefusals keys; it is safe for concurrent use.
 type refusals struct {
 	n     atomic.Int64 // entries in m, expired ones included
-	m     sync.Map     // limit name + "\x00" + key -> *refusal
+	m     sync.Map     // limit name + "\x00" + key -> *spent
 	sweep sync.Mutex   // one sweeper at a time
 }
 
-type refusal struct {
+type spent struct {
 	until time.Time
 }
 
@@ -53,15 +53,15 @@ func (l *compiledLimit) prefiltered() bool {
 func (r *refusals) add(l *compiledLimit, key string, until time.Time) {
 	k := l.limit.Name + "\x00" + key
 	if old, ok := r.m.Load(k); ok {
-		if old.(*refusal).until.Before(until) {
-			r.m.Store(k, &refusal{until: until})
+		if old.(*spent).until.Before(until) {
+			r.m.Store(k, &spent{until: until})
 		}
 		return
 	}
 	if r.n.Load() >= maxRefusals && !r.expire(time.Now()) {
 		return
 	}
-	if _, loaded := r.m.LoadOrStore(k, &refusal{until: until}); !loaded {
+	if _, loaded := r.m.LoadOrStore(k, &spent{until: until}); !loaded {
 		r.n.Add(1)
 	}
 }
@@ -74,7 +74,7 @@ func (r *refusals) expire(now time.Time) bool {
 	}
 	defer r.sweep.Unlock()
 	r.m.Range(func(k, v any) bool {
-		if !v.(*refusal).until.After(now) {
+		if !v.(*spent).until.After(now) {
 			r.m.Delete(k)
 			r.n.Add(-1)
 		}
@@ -99,7 +99,7 @@ func (r *refusals) check(x *exchange, now time.Time) (l *compiledLimit, key stri
 		if !ok {
 			continue
 		}
-		if u := v.(*refusal).until; u.After(now) {
+		if u := v.(*spent).until; u.After(now) {
 			return cl, k, u
 		}
 	}

@@ -467,8 +467,26 @@ func (s *Server) dataHandler() http.Handler {
 		r.POST(path, s.serveLLM(path, kind))
 	}
 	r.GET("/v1/models", s.serveModels)
-	r.Any("/u/:upstream/*path", s.serveGeneric)
+	// Only the methods a generic upstream may be given are routed; each
+	// upstream's own list is checked in the pipeline (upstream.admit).
+	for _, m := range forwardableMethods {
+		r.Handle(m, "/u/:upstream/*path", s.serveGeneric)
+	}
 	r.GET("/v1/costgate/usage", func(c *gin.Context) { s.serveUsage(c.Writer, c.Request) })
+	r.NoMethod(func(c *gin.Context) {
+		// gin has set Allow to the methods routed for the path; a generic
+		// upstream's own list is narrower.
+		if name, ok := strings.CutPrefix(c.Request.URL.Path, "/u/"); ok {
+			name, _, _ = strings.Cut(name, "/")
+			if u := s.state.Load().upstreams[name]; u != nil && u.kind == "generic" {
+				c.Writer.Header().Set("Allow", strings.Join(u.methods, ", "))
+			}
+		}
+		writeError(c.Writer, c.Request.URL.Path, http.StatusMethodNotAllowed, apiError{
+			Type: "invalid_request_error", Code: "method_not_allowed",
+			Message: "costgate does not serve " + c.Request.Method + " " + c.Request.URL.Path + " (allowed: " + c.Writer.Header().Get("Allow") + ")",
+		})
+	})
 	r.NoRoute(func(c *gin.Context) {
 		writeError(c.Writer, c.Request.URL.Path, http.StatusNotFound, apiError{
 			Type: "invalid_request_error", Code: "unknown_route",
@@ -513,7 +531,7 @@ func (s *Server) Describe() []string {
 	}
 	lines := []string{store, led}
 	for _, u := range st.cfg.Upstreams {
-		where := u.BaseURL
+		where := RedactURL(u.BaseURL)
 		if u.simulated() {
 			where = "the built-in simulator at " + st.upstreams[u.Name].target.String()
 			if u.Simulate == "auto" && u.APIKeyEnv != "" {

@@ -23,9 +23,10 @@ type upstream struct {
 	kind       string
 	target     *url.URL
 	credential string
-	authHeader string // generic: the credential's header, as is
-	authQuery  string // generic: the credential's query parameter
-	strip      string // the path prefix that names the upstream (/u/NAME), removed when forwarding
+	authHeader string   // generic: the credential's header, as is
+	authQuery  string   // generic: the credential's query parameter
+	strip      string   // the path prefix that names the upstream (/u/NAME), removed when forwarding
+	methods    []string // generic: the methods forwarded; others are 405
 	timeout    time.Duration
 	rp         *httputil.ReverseProxy
 
@@ -62,12 +63,16 @@ var transport = &http.Transport{
 func newUpstream(cfg UpstreamConfig, base string) (*upstream, error) {
 	target, err := url.Parse(strings.TrimSuffix(base, "/"))
 	if err != nil {
-		return nil, fmt.Errorf("proxy: upstream %s: base_url: %w", cfg.Name, err)
+		return nil, fmt.Errorf("proxy: upstream %s: base_url: %w", cfg.Name, redactErr(err))
 	}
 	u := &upstream{name: cfg.Name, kind: cfg.Kind, target: target, credential: cfg.credential(), timeout: cfg.Timeout,
 		authHeader: cfg.AuthHeader, authQuery: cfg.AuthQuery, cost: cfg.Cost}
+	if cfg.simulated() {
+		u.credential = "" // the simulator is no place for a real key
+	}
 	if cfg.Kind == "generic" {
 		u.strip = "/u/" + cfg.Name
+		u.methods = slices.Clone(cfg.Methods)
 		u.paths = slices.Clone(cfg.Paths)
 		slices.SortStableFunc(u.paths, func(a, b PathCost) int { return len(b.Prefix) - len(a.Prefix) })
 	}
@@ -91,7 +96,16 @@ func (u *upstream) rewrite(pr *httputil.ProxyRequest) {
 	out := pr.Out
 	out.URL.Scheme = u.target.Scheme
 	out.URL.Host = u.target.Host
-	out.URL.Path = u.target.Path + strings.TrimPrefix(pr.In.URL.Path, u.strip)
+	x := exchangeFrom(pr.In.Context())
+	switch {
+	case u.kind != "generic":
+		out.URL.Path = u.target.Path + pr.In.URL.Path
+	case x != nil:
+		// The path price rules saw (see genericPath), never the raw one.
+		out.URL.Path = u.forwardPath(x.subpath)
+	default:
+		out.URL.Path = u.target.Path + "/"
+	}
 	out.URL.RawPath = ""
 	out.Host = u.target.Host
 	out.Header.Del("Authorization")
@@ -119,7 +133,7 @@ func (u *upstream) rewrite(pr *httputil.ProxyRequest) {
 			out.Header.Set("Authorization", "Bearer "+u.credential)
 		}
 	}
-	if x := exchangeFrom(pr.In.Context()); x != nil {
+	if x != nil {
 		out.Header.Set("X-Request-Id", x.id)
 	}
 }
@@ -143,24 +157,33 @@ func modifyResponse(resp *http.Response) error {
 }
 
 // errorHandler answers when the upstream could not be reached or did not
-// answer in time. The request is not charged.
+// answer in time. The request is not charged. The error's detail names the
+// upstream's address (and, for a query credential, its URL): it is logged
+// with the request id, redacted, and never shown to the client.
 func errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	x := exchangeFrom(r.Context())
 	status, code := http.StatusBadGateway, "upstream_unreachable"
+	msg := "costgate could not reach the upstream"
 	if errors.Is(err, context.DeadlineExceeded) {
 		status, code = http.StatusGatewayTimeout, "upstream_timeout"
+		msg = "the upstream did not answer in time"
 	}
+	gone := r.Context().Err() != nil && !errors.Is(err, context.DeadlineExceeded)
 	if x != nil {
 		x.upstreamErr = err
 		x.status = status
 		x.setRateLimitHeaders(w.Header())
+		msg += " " + x.upstream.name
+		if !gone {
+			x.s.log.Warn("upstream request failed", "request_id", x.id, "upstream", x.upstream.name, "status", status, "err", redactErr(err))
+		}
 	}
-	if r.Context().Err() != nil && !errors.Is(err, context.DeadlineExceeded) {
+	if gone {
 		return // the client went away; nobody reads an answer
 	}
 	writeError(w, r.URL.Path, status, apiError{
 		Type: "upstream_error", Code: code,
-		Message: "costgate could not get an answer from the upstream: " + err.Error(),
+		Message: msg + "; the request is not charged (X-Request-Id names it in costgate's log)",
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -45,32 +46,40 @@ func (f *configFlags) load() (*proxy.Config, string, error) {
 	}
 	var cfg *proxy.Config
 	var err error
-	source := path
-	if path != "" {
-		cfg, err = proxy.Load(path)
-	} else {
-		source = "the embedded quickstart"
-		if os.Getenv("COSTGATE_ADMIN_TOKEN") == "" {
-			os.Setenv("COSTGATE_ADMIN_TOKEN", "cg-demo-admin")
-		}
-		cfg, err = proxy.Parse(examples.QuickstartConfig())
-		if err == nil {
-			cfg.WithPolicyFS(examples.QuickstartPolicies())
-		}
-	}
-	if err != nil {
-		return nil, "", err
-	}
 	set := func(dst *string, v string) {
 		if v != "" {
 			*dst = v
 		}
+	}
+	source := path
+	if path != "" {
+		if _, statErr := os.Stat(path); errors.Is(statErr, fs.ErrNotExist) {
+			return nil, "", fmt.Errorf("config file %s does not exist: costgate needs your own config there, with your tenants' keys and admin token (in a container, mount it: -v ./costgate.yaml:%s:ro); see examples/quickstart/costgate.yaml", path, path)
+		}
+		cfg, err = proxy.Load(path)
+	} else {
+		// The quickstart: simulated upstreams, published demo keys, and
+		// loopback addresses (see examples/quickstart/costgate.yaml).
+		source = "the embedded quickstart"
+		cfg, err = proxy.Parse(examples.QuickstartConfig())
+		if err == nil {
+			cfg.WithPolicyFS(examples.QuickstartPolicies())
+			set(&cfg.AdminToken, os.Getenv("COSTGATE_ADMIN_TOKEN"))
+		}
+	}
+	if err != nil {
+		return nil, "", err
 	}
 	set(&cfg.Listen, f.listen)
 	set(&cfg.AdminListen, f.adminListen)
 	set(&cfg.Store.Redis, f.redis)
 	set(&cfg.Ledger.DSN, f.ledger)
 	set(&cfg.DataDir, f.dataDir)
+	// The flags may have moved a published demo key or token onto a public
+	// address: the config is checked again as it will run.
+	if err := cfg.Validate(); err != nil {
+		return nil, "", fmt.Errorf("config %s with the command line's flags: %w", source, err)
+	}
 	return cfg, source, nil
 }
 

@@ -1,0 +1,185 @@
+package proxy
+
+// A request to a generic upstream, /u/NAME/REST, is read once: REST is
+// percent-decoded and its dot-segments removed by genericPath, and that one
+// result is what the upstream's price rules match, what the estimate sees
+// as GenericRequest.Path and what the upstream receives after its
+// base_url's path. A spelling that could be read two ways (an encoded
+// slash or backslash, a control character, a double encoding, a
+// dot-segment that climbs above /u/NAME) is refused instead of guessed.
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"path"
+	"slices"
+	"strings"
+)
+
+// refusal is an answer costgate gives itself instead of forwarding a
+// request: its status, the error body, and for a 405 the Allow header.
+type refusal struct {
+	status int
+	allow  string
+	err    apiError
+}
+
+// write answers the client with the refusal; path is the route's name,
+// which chooses the body's shape.
+func (f *refusal) write(w http.ResponseWriter, path string) {
+	if f.allow != "" {
+		w.Header().Set("Allow", f.allow)
+	}
+	writeError(w, path, f.status, f.err)
+}
+
+// admit checks a request to the generic upstream u: its method must be one
+// of u's, and its path must read one way (see genericPath). It returns the
+// path after /u/NAME, decoded and cleaned, or why the request is refused.
+func (u *upstream) admit(r *http.Request) (string, *refusal) {
+	if !slices.Contains(u.methods, r.Method) {
+		return "", &refusal{status: http.StatusMethodNotAllowed, allow: strings.Join(u.methods, ", "), err: apiError{
+			Type: "invalid_request_error", Code: "method_not_allowed",
+			Message: fmt.Sprintf("upstream %s does not take %s requests through costgate (allowed: %s)",
+				u.name, r.Method, strings.Join(u.methods, ", ")),
+		}}
+	}
+	p, err := genericPath(requestPath(r), u.name)
+	if err != nil {
+		return "", &refusal{status: http.StatusBadRequest, err: apiError{
+			Type: "invalid_request_error", Code: "invalid_path", Message: err.Error(),
+		}}
+	}
+	return p, nil
+}
+
+// requestPath is the request's path as the client sent it, still escaped:
+// the request line's target without its query. Go has already decoded
+// r.URL.Path, and its EscapedPath re-encodes a path that held characters a
+// path may not hold, so it could hide an encoded slash; the request line
+// cannot.
+func requestPath(r *http.Request) string {
+	u := r.RequestURI
+	if u == "" { // a request that did not come from a server
+		return r.URL.EscapedPath()
+	}
+	if !strings.HasPrefix(u, "/") {
+		// The absolute form, http://host/path: drop the scheme and host.
+		if i := strings.Index(u, "://"); i >= 0 {
+			u = u[i+3:]
+		}
+		if i := strings.IndexByte(u, '/'); i >= 0 {
+			u = u[i:]
+		} else {
+			u = "/"
+		}
+	}
+	if i := strings.IndexByte(u, '?'); i >= 0 {
+		u = u[:i]
+	}
+	return u
+}
+
+// genericPath reads the escaped path of a request to the generic upstream
+// name, /u/NAME/REST, and returns REST percent-decoded, its "." segments
+// and empty segments dropped and each ".." removing the segment before it:
+// "/x/../expensive", "//expensive" and "/./expensive" all read
+// "/expensive". A trailing slash is kept ("/a/" stays "/a/"); an empty
+// REST reads "/".
+//
+// It refuses a path that holds an encoded slash or backslash (%2F, %5C), a
+// raw backslash, a NUL or other control character, an invalid or double
+// percent-encoding (%252e), a dot-segment with parameters ("..;x"), or a
+// ".." that would climb above /u/NAME: each is read differently by
+// different servers, and the upstream's own credential goes with the
+// request.
+func genericPath(raw, name string) (string, error) {
+	segs := strings.Split(raw, "/")
+	// segs[0] is empty (raw starts with /), segs[1] is "u", segs[2] NAME.
+	if len(segs) < 3 || segs[0] != "" {
+		return "", fmt.Errorf("the path %q is not /u/%s/...", raw, name)
+	}
+	for i, want := range []string{"u", name} {
+		if d, err := url.PathUnescape(segs[1+i]); err != nil || d != want {
+			return "", fmt.Errorf("the path %q is not /u/%s/...", raw, name)
+		}
+	}
+	segs = segs[3:]
+	out := make([]string, 0, len(segs))
+	trailing := false
+	for i, seg := range segs {
+		d, err := decodeSegment(seg)
+		if err != nil {
+			return "", fmt.Errorf("the path after /u/%s is refused: %w", name, err)
+		}
+		last := i == len(segs)-1
+		switch d {
+		case "", ".":
+			trailing = last
+		case "..":
+			if len(out) == 0 {
+				return "", fmt.Errorf("the path after /u/%s is refused: a .. segment climbs above /u/%s", name, name)
+			}
+			out = out[:len(out)-1]
+			trailing = last
+		default:
+			out = append(out, d)
+			trailing = false
+		}
+	}
+	p := "/" + strings.Join(out, "/")
+	if trailing && len(out) > 0 {
+		p += "/"
+	}
+	return p, nil
+}
+
+// decodeSegment percent-decodes one path segment, and refuses the
+// spellings genericPath does.
+func decodeSegment(seg string) (string, error) {
+	if strings.IndexByte(seg, '\\') >= 0 {
+		return "", fmt.Errorf("a backslash is not allowed in a path")
+	}
+	lower := strings.ToLower(seg)
+	switch {
+	case strings.Contains(lower, "%2f"):
+		return "", fmt.Errorf("an encoded slash (%%2F) is not allowed in a path")
+	case strings.Contains(lower, "%5c"):
+		return "", fmt.Errorf("an encoded backslash (%%5C) is not allowed in a path")
+	}
+	d, err := url.PathUnescape(seg)
+	if err != nil {
+		return "", fmt.Errorf("invalid percent-encoding in %q", seg)
+	}
+	for i := 0; i < len(d); i++ {
+		if c := d[i]; c < 0x20 || c == 0x7f {
+			return "", fmt.Errorf("a control character (%#02x) is not allowed in a path", c)
+		}
+	}
+	dl := strings.ToLower(d)
+	if strings.Contains(dl, "%2e") || strings.Contains(dl, "%2f") || strings.Contains(dl, "%5c") {
+		return "", fmt.Errorf("a double percent-encoding (%q) is not allowed in a path", seg)
+	}
+	if i := strings.IndexByte(d, ';'); i >= 0 && (d[:i] == "." || d[:i] == "..") {
+		return "", fmt.Errorf("a dot-segment with parameters (%q) is not allowed in a path", d)
+	}
+	return d, nil
+}
+
+// forwardPath is the path the upstream receives: its base_url's path, then
+// the cleaned path after /u/NAME. It never leaves the base path.
+func (u *upstream) forwardPath(clean string) string {
+	return u.target.Path + clean
+}
+
+// cleanPrefix is p with its dot-segments and empty segments removed and
+// its trailing slash kept: the form genericPath gives a request's path, so
+// the form a price rule's prefix must have to match it.
+func cleanPrefix(p string) string {
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
+}
