@@ -276,7 +276,6 @@ func TestRedisDataLoss(t *testing.T) {
 	up := newUpstream(t, 7)
 	p := startCostgate(t, fmt.Sprintf(`store:
   redis: %q
-  timeout: 2s
   breaker_failures: 3
   breaker_cooldown: 200ms
 `, rs.URL)+upstreamsYAML(up)+pricesYAML+"  output_reserve: 50\n"+tenantsYAML("lossy")+`budgets:
