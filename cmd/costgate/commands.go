@@ -181,7 +181,7 @@ func ledgerExport(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	f, t, err := ledger.ParseRange(*from, *to)
 	if err != nil {
-		return fmt.Errorf("ledger export: %w", err)
+		return fmt.Errorf("ledger export: --from %q, --to %q: %w", *from, *to, err)
 	}
 	cfg, _, err := cf.load()
 	if err != nil {
