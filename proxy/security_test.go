@@ -344,6 +344,25 @@ tenants:
 	}
 }
 
+// TestStoreURLErrorIsRedacted: a Redis URL that does not parse is
+// reported without its password.
+func TestStoreURLErrorIsRedacted(t *testing.T) {
+	cfg, err := proxy.Parse([]byte("admin_token: t\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DataDir = t.TempDir()
+	cfg.Store.Redis, cfg.Ledger.DSN = "redis://user:hunter2@127.0.0.1:6379/%zz", ""
+	srv, err := proxy.Open(t.Context(), cfg, proxy.Options{})
+	if err == nil {
+		srv.Close()
+		t.Fatal("a Redis URL that does not parse was accepted")
+	}
+	if !strings.Contains(err.Error(), "store.redis") || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("error %q: want it to name store.redis and not the password", err)
+	}
+}
+
 // lockedWriter serializes writes to a buffer shared with the test.
 type lockedWriter struct {
 	b  *bytes.Buffer

@@ -175,7 +175,7 @@ func (s *Server) openStore(ctx context.Context, cfg *Config) (*freshStore, error
 	}
 	c, err := redisClient(cfg.Store.Redis)
 	if err != nil {
-		return nil, fmt.Errorf("proxy: store.redis: %w", err)
+		return nil, fmt.Errorf("proxy: store.redis: %w", redactErr(err))
 	}
 	// go-redis prints every failed dial to stderr; during an outage that
 	// is thousands of lines. The breaker's state and the metrics say it.

@@ -25,7 +25,6 @@ type upstream struct {
 	credential string
 	authHeader string   // generic: the credential's header, as is
 	authQuery  string   // generic: the credential's query parameter
-	strip      string   // the path prefix that names the upstream (/u/NAME), removed when forwarding
 	methods    []string // generic: the methods forwarded; others are 405
 	timeout    time.Duration
 	rp         *httputil.ReverseProxy
@@ -34,8 +33,8 @@ type upstream struct {
 	paths []PathCost      // generic: per-prefix rules, longest prefix first
 }
 
-// rule returns the cost rule of a generic upstream for a path (the part
-// after /u/NAME).
+// rule returns the cost rule of a generic upstream for a path: the part
+// after /u/NAME as genericPath reads it, which is also what is forwarded.
 func (u *upstream) rule(path string) *costmodel.Rule {
 	for i := range u.paths {
 		if strings.HasPrefix(path, u.paths[i].Prefix) {
@@ -71,7 +70,6 @@ func newUpstream(cfg UpstreamConfig, base string) (*upstream, error) {
 		u.credential = "" // the simulator is no place for a real key
 	}
 	if cfg.Kind == "generic" {
-		u.strip = "/u/" + cfg.Name
 		u.methods = slices.Clone(cfg.Methods)
 		u.paths = slices.Clone(cfg.Paths)
 		slices.SortStableFunc(u.paths, func(a, b PathCost) int { return len(b.Prefix) - len(a.Prefix) })
