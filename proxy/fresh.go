@@ -79,13 +79,15 @@ func (f *freshStore) Peek(ctx context.Context, items []weighted.Item) (res weigh
 // does not count it) and no decision.
 func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err error) bool {
 	var se *weighted.StaleError
-	if !errors.As(err, &se) {
+	if err == nil || !errors.As(err, &se) {
 		return false
 	}
 	for _, tag := range se.Tags {
+		// The stale items under this tag: restoring a tag writes its
+		// marker, so another tag's items must not ride along.
 		var mine []weighted.Item
 		for _, i := range se.Items {
-			if i >= 0 && i < len(items) {
+			if i >= 0 && i < len(items) && weighted.HashTag(items[i].Key) == tag {
 				mine = append(mine, items[i])
 			}
 		}

@@ -75,6 +75,7 @@ type exchange struct {
 	settled       bool            // fin is worked out (see final)
 	fin           settlement
 	ledgerSettled bool // the ledger entry is final
+	earlyTried    bool // settleEarly ran
 
 	ctx     context.Context // carries the request's span
 	span    trace.Span
@@ -873,9 +874,10 @@ func (x *exchange) final() settlement {
 // reaches the client, so that a crash after a completed answer bills the
 // upstream's usage, not the estimate. It runs on the request's goroutine.
 func (x *exchange) settleEarly() {
-	if x.ledgerSettled {
+	if x.earlyTried {
 		return
 	}
+	x.earlyTried = true // once: a failing ledger is retried by settle, not by every chunk
 	x.settleLedger(x.ctx, x.st.cfg.Ledger.DurableSettle)
 }
 

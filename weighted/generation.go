@@ -111,7 +111,7 @@ func itemTags(items []Item, idx []int, buf []string) []string {
 		if !hasHashTag(k) {
 			return
 		}
-		t := hashTag(k)
+		t := HashTag(k)
 		for _, s := range buf {
 			if s == t {
 				return
@@ -136,7 +136,7 @@ func staleError(items []Item, stale []string) *StaleError {
 	e := &StaleError{Tags: slices.Clone(stale)}
 	slices.Sort(e.Tags)
 	for i := range items {
-		if hasHashTag(items[i].Key) && slices.Contains(stale, hashTag(items[i].Key)) {
+		if hasHashTag(items[i].Key) && slices.Contains(stale, HashTag(items[i].Key)) {
 			e.Items = append(e.Items, i)
 		}
 	}

@@ -387,7 +387,7 @@ func hasHashTag(key string) bool {
 }
 
 // hashTag returns the part of key that Redis Cluster hashes.
-func hashTag(key string) string {
+func HashTag(key string) string {
 	if s := strings.IndexByte(key, '{'); s >= 0 {
 		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
 			return key[s+1 : s+1+e]
@@ -417,7 +417,7 @@ func (r *Redis) groups(items []Item) []group {
 				}
 			}
 		}
-		g.tag = hashTag(g.keys[0])
+		g.tag = HashTag(g.keys[0])
 		return []group{g}
 	}
 	var gs []group
@@ -427,7 +427,7 @@ func (r *Redis) groups(items []Item) []group {
 				continue
 			}
 			k := r.key(&items[i])
-			t := hashTag(k)
+			t := HashTag(k)
 			j := slices.IndexFunc(gs, func(g group) bool { return g.tag == t })
 			if j < 0 {
 				gs = append(gs, group{tag: t})
