@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/costgate/costgate/telemetry"
 )
 
 // ReconcileBudgets brings each budget's counter in the limiter store up to
@@ -53,7 +55,7 @@ func (s *Server) reconcileLoop(ctx context.Context, interval time.Duration) {
 			return
 		case <-tick.C:
 		case <-poll.C:
-			open := s.breaker != nil && s.breaker.State() != "closed"
+			open := s.breaker != nil && s.breaker.State() != telemetry.BreakerClosed
 			recovered := wasOpen && !open
 			wasOpen = open
 			if !recovered {

@@ -51,11 +51,15 @@
 // standard go_* and process_* collectors and target_info with the resource
 // (service.name is Config.ServiceName unless OTEL_SERVICE_NAME is set).
 //
-// Outcomes are "allow", "soft" (served with friction) and "hard" (refused;
+// Outcomes (the Outcome constants) are "allow", "soft" (served with
+// friction) and "hard" (refused;
 // costgate.decisions.blocked and the top-throttled keys leave out hard
 // decisions answered 503, which are store outages, not throttling);
 // stages are identify, estimate, debit, policy, ledger, upstream, settle and
-// total; store ops are debit, settle, cancel and peek. Unknown values of
+// total; store ops (the StoreOp constants) are debit, settle, cancel, peek,
+// renew (a concurrency lease), reset and restore (budget counters brought
+// up to the ledger); breaker states are the BreakerState constants. Unknown
+// values of
 // these closed sets are recorded as "other", an empty label value as "none".
 //
 // # Traces

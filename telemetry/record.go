@@ -21,7 +21,7 @@ type Decision struct {
 	Policy    string // the deciding policy, "" when none decided
 	Limit     string // the deciding (most constraining) limit, "" when none
 	Dimension string // the limit's key dimension that fired (tenant, user, ip, ...)
-	Outcome   string // "allow", "soft" (friction) or "hard" (refused)
+	Outcome   Outcome
 	Status    int    // HTTP status answered: 200, 429, 402, 403, 503 (fail-closed store outage), ...
 	Key       string // the limit key that throttled, for TopThrottled (cut at MaxKeyLen bytes); never a metric label
 	// Shadow marks the verdict of a shadow-mode limit or policy: it was not
@@ -69,28 +69,31 @@ func stageID(s string) int {
 	return numStages - 1
 }
 
-// Limiter store operations, for StoreOp.
+// StoreOp is a limiter store operation, the op label of
+// costgate.store.duration. The set is closed: any other value is recorded
+// as "other".
+type StoreOp string
+
+// Limiter store operations, for Telemetry.StoreOp.
 const (
-	StoreDebit  = "debit"
-	StoreSettle = "settle"
-	StoreCancel = "cancel"
-	StorePeek   = "peek"
+	StoreDebit   StoreOp = "debit"   // reserve a request's estimate
+	StoreSettle  StoreOp = "settle"  // charge or refund the actual cost
+	StoreCancel  StoreOp = "cancel"  // return a whole reservation
+	StorePeek    StoreOp = "peek"    // read limits without debiting
+	StoreRenew   StoreOp = "renew"   // extend a concurrency lease
+	StoreReset   StoreOp = "reset"   // empty limits (an operator's reset)
+	StoreRestore StoreOp = "restore" // bring budget counters up to the ledger
 )
 
-var storeOpNames = [...]string{StoreDebit, StoreSettle, StoreCancel, StorePeek, Other}
+var storeOps = [...]StoreOp{StoreDebit, StoreSettle, StoreCancel, StorePeek, StoreRenew, StoreReset, StoreRestore, Other}
 
-const numStoreOps = len(storeOpNames)
+const numStoreOps = len(storeOps)
 
-func storeOpID(s string) int {
-	switch s {
-	case StoreDebit:
-		return 0
-	case StoreSettle:
-		return 1
-	case StoreCancel:
-		return 2
-	case StorePeek:
-		return 3
+func storeOpID(op StoreOp) int {
+	for i, o := range storeOps[:numStoreOps-1] {
+		if o == op {
+			return i
+		}
 	}
 	return numStoreOps - 1
 }
@@ -99,8 +102,18 @@ var storeResultNames = [...]string{"ok", "error", "timeout"}
 
 const numStoreResults = len(storeResultNames)
 
+// BreakerState is the state of the limiter store's circuit breaker, the
+// state label of costgate.store.breaker.state.
+type BreakerState string
+
 // Breaker states, for ObserveBreaker.
-var breakerStates = [...]string{"closed", "open", "half_open"}
+const (
+	BreakerClosed   BreakerState = "closed"    // calls go through
+	BreakerOpen     BreakerState = "open"      // calls fail at once
+	BreakerHalfOpen BreakerState = "half_open" // one probe call at a time
+)
+
+var breakerStates = [...]BreakerState{BreakerClosed, BreakerOpen, BreakerHalfOpen}
 
 type reqKey struct{ policy, outcome, status, route int }
 type blockKey struct{ policy, limit, dim, status int }
@@ -192,9 +205,9 @@ func (t *Telemetry) cells(p *producer) {
 	for i, s := range stageNames {
 		t.stageCells[i] = decisionDur.cell(attrStage.String(s))
 	}
-	for i, op := range storeOpNames {
+	for i, op := range storeOps {
 		for j, r := range storeResultNames {
-			t.storeCells[i][j] = storeDur.cell(attrOp.String(op), attrResult.String(r))
+			t.storeCells[i][j] = storeDur.cell(attrOp.String(string(op)), attrResult.String(r))
 		}
 	}
 	t.reloadCells[0] = reloads.cell(attrResult.String("failure"))
@@ -223,7 +236,7 @@ func (t *Telemetry) gauges() error {
 	}
 	var breakerAttrs [len(breakerStates)]metric.ObserveOption
 	for i, s := range breakerStates {
-		breakerAttrs[i] = metric.WithAttributeSet(attribute.NewSet(attrState.String(s)))
+		breakerAttrs[i] = metric.WithAttributeSet(attribute.NewSet(attrState.String(string(s))))
 	}
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		if f := t.ledgerFn.Load(); f != nil {
@@ -268,7 +281,7 @@ func (t *Telemetry) Decision(ctx context.Context, d Decision) {
 			attribute.String("costgate.policy", cleanLabel(d.Policy)),
 			attribute.String("costgate.limit", cleanLabel(d.Limit)),
 			attribute.String("costgate.dimension", cleanLabel(d.Dimension)),
-			attribute.String("costgate.outcome", cleanLabel(d.Outcome)),
+			attribute.String("costgate.outcome", cleanLabel(string(d.Outcome))),
 			attribute.Bool("costgate.shadow", d.Shadow),
 			attribute.Int("http.response.status_code", d.Status),
 		)
@@ -305,7 +318,7 @@ func (t *Telemetry) Stage(stage string, d time.Duration) {
 // Store* constants) and its result: ok when err is nil, timeout when err is
 // or wraps context.DeadlineExceeded or os.ErrDeadlineExceeded, else error. A
 // negative d is recorded as 0.
-func (t *Telemetry) StoreOp(op string, d time.Duration, err error) {
+func (t *Telemetry) StoreOp(op StoreOp, d time.Duration, err error) {
 	result := 0
 	if err != nil {
 		result = 1
@@ -380,10 +393,10 @@ func (t *Telemetry) ObserveLedger(f func() (lagSeconds float64, spoolBytes int64
 }
 
 // ObserveBreaker sets the function read at each collection for
-// costgate.store.breaker.state; it returns "closed", "open" or "half_open"
-// (any other value reports 0 for all three). It replaces any earlier
-// function; nil stops the observations.
-func (t *Telemetry) ObserveBreaker(f func() (state string)) {
+// costgate.store.breaker.state: 1 for the state it returns, 0 for the
+// others (a value outside the Breaker* constants reports 0 for all three).
+// It replaces any earlier function; nil stops the observations.
+func (t *Telemetry) ObserveBreaker(f func() BreakerState) {
 	if f == nil {
 		t.breakerFn.Store(nil)
 		return

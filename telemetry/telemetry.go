@@ -134,7 +134,7 @@ type Telemetry struct {
 	failOpenTotal atomic.Int64
 
 	ledgerFn  atomic.Pointer[func() (float64, int64)]
-	breakerFn atomic.Pointer[func() string]
+	breakerFn atomic.Pointer[func() BreakerState]
 
 	top            *topK
 	shadow         *shadowState

@@ -40,6 +40,10 @@ func TestMetricsScrape(t *testing.T) {
 	tm.StoreOp(StoreDebit, time.Millisecond, nil)
 	tm.StoreOp(StoreDebit, 5*time.Millisecond, fmt.Errorf("redis: %w", context.DeadlineExceeded))
 	tm.StoreOp(StoreSettle, time.Millisecond, errors.New("connection refused"))
+	tm.StoreOp(StoreRenew, time.Millisecond, nil)
+	tm.StoreOp(StoreReset, time.Millisecond, nil)
+	tm.StoreOp(StoreRestore, time.Millisecond, nil)
+	tm.StoreOp("bogus", time.Millisecond, nil)
 	tm.FailOpen("rpm")
 	tm.FailOpen("rpm")
 	tm.Usage("acme", "gpt-4o", 1000, 200, 3_500_000)
@@ -48,7 +52,7 @@ func TestMetricsScrape(t *testing.T) {
 	tm.Reload(true)
 	tm.Reload(false)
 	tm.ObserveLedger(func() (float64, int64) { return 0.25, 4096 })
-	tm.ObserveBreaker(func() string { return "half_open" })
+	tm.ObserveBreaker(func() BreakerState { return BreakerHalfOpen })
 
 	if got := tm.FailOpenTotal(); got != 2 {
 		t.Errorf("FailOpenTotal() = %d, want 2", got)
@@ -73,6 +77,10 @@ func TestMetricsScrape(t *testing.T) {
 		{"costgate_store_duration_seconds", L{"op": "debit", "result": "ok"}, 1},
 		{"costgate_store_duration_seconds", L{"op": "debit", "result": "timeout"}, 1},
 		{"costgate_store_duration_seconds", L{"op": "settle", "result": "error"}, 1},
+		{"costgate_store_duration_seconds", L{"op": "renew", "result": "ok"}, 1},
+		{"costgate_store_duration_seconds", L{"op": "reset", "result": "ok"}, 1},
+		{"costgate_store_duration_seconds", L{"op": "restore", "result": "ok"}, 1},
+		{"costgate_store_duration_seconds", L{"op": "other", "result": "ok"}, 1},
 		{"costgate_failopen_total", L{"limit": "rpm"}, 2},
 		{"gen_ai_client_token_usage", L{"gen_ai_token_type": "input", "gen_ai_request_model": "gpt-4o"}, 2},
 		{"gen_ai_client_token_usage", L{"gen_ai_token_type": "output", "gen_ai_request_model": "gpt-4o"}, 1},
@@ -155,7 +163,7 @@ func TestGaugesAbsentUntilSet(t *testing.T) {
 			t.Errorf("%s present before anything was reported: %s", name, describe(f))
 		}
 	}
-	tm.ObserveBreaker(func() string { return "closed" })
+	tm.ObserveBreaker(func() BreakerState { return BreakerClosed })
 	tm.ObserveBreaker(nil)
 	if f := scrape(t, tm)["costgate_store_breaker_state"]; f != nil && len(f.GetMetric()) > 0 {
 		t.Errorf("breaker state still observed after ObserveBreaker(nil)")
@@ -213,7 +221,7 @@ func TestConcurrentRecording(t *testing.T) {
 			ctx := context.Background()
 			for i := range perWorker {
 				tenant := fmt.Sprintf("t%d", (w+i)%8)
-				outcome := []string{"allow", "soft", "hard"}[i%3]
+				outcome := []Outcome{OutcomeAllow, OutcomeSoft, OutcomeHard}[i%3]
 				tm.Decision(ctx, Decision{Tenant: tenant, Policy: fmt.Sprintf("p%d", i%2), Limit: "l", Outcome: outcome, Status: 200, Key: "k" + tenant})
 				tm.Stage(StageTotal, time.Millisecond)
 				tm.StoreOp(StoreDebit, time.Microsecond, nil)
@@ -438,7 +446,7 @@ func TestDocTable(t *testing.T) {
 	tm.Usage("a", "m", 1, 1, 1)
 	tm.Reload(true)
 	tm.ObserveLedger(func() (float64, int64) { return 1, 1 })
-	tm.ObserveBreaker(func() string { return "closed" })
+	tm.ObserveBreaker(func() BreakerState { return BreakerClosed })
 	scraped := map[string]bool{}
 	for name, f := range scrape(t, tm) {
 		if !strings.HasPrefix(name, "go_") && !strings.HasPrefix(name, "process_") && name != "target_info" && len(f.GetMetric()) > 0 {
