@@ -30,6 +30,7 @@
 //	OpenTelemetry name                   unit       Prometheus name                            attributes
 //	costgate.requests                    {request}  costgate_requests_total                    policy, outcome, status, route
 //	costgate.decisions.blocked           {request}  costgate_decisions_blocked_total           policy, limit, dimension, status
+//	costgate.decisions.allowed           {request}  costgate_decisions_allowed_total           policy, limit, dimension, outcome (allow, soft)
 //	costgate.decision.duration           s          costgate_decision_duration_seconds         stage
 //	costgate.store.duration              s          costgate_store_duration_seconds            op, result (ok, error, timeout)
 //	costgate.failopen                    {request}  costgate_failopen_total                    limit
@@ -42,6 +43,18 @@
 //	costgate.store.breaker.state                    costgate_store_breaker_state               state (closed, open, half_open); 1 for the current state
 //	costgate.config.reloads              {reload}   costgate_config_reloads_total              result (success, failure)
 //	costgate.config.last_reload_success             costgate_config_last_reload_success        (gauge, 1 or 0)
+//
+// The decision counters are bounded by the configuration, not by traffic:
+// policy, limit, route and dimension values are names from the config file
+// (a policy's package, a limit's or budget's name, a route path, a limit's
+// dimensions joined by "+"), never values taken from a request, and each is
+// capped at MaxLabelValues; outcome and status are small closed sets.
+// costgate.decisions.allowed and .blocked name the limit that decided (for
+// an admitted request the most constraining one, "none" when no limit
+// applies) and that limit's dimension, so their series are at most the
+// policies times the limits, by outcome or status. Tenant is a label only
+// on the per-tenant series (shadow would-blocks, spend, tokens), capped at
+// MaxTenants; a limit's key (a user, an IP) is never a label.
 //
 // Histograms have the buckets _bucket{le=...}, _sum and _count. Durations
 // are in seconds with buckets from 5 µs to 60 s; token usage uses the

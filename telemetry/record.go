@@ -117,6 +117,7 @@ var breakerStates = [...]BreakerState{BreakerClosed, BreakerOpen, BreakerHalfOpe
 
 type reqKey struct{ policy, outcome, status, route int }
 type blockKey struct{ policy, limit, dim, status int }
+type allowKey struct{ policy, limit, dim, outcome int }
 type shadowAttrKey struct{ policy, limit, tenant int }
 
 // Attribute keys.
@@ -163,6 +164,7 @@ func (t *Telemetry) cells(p *producer) {
 	}
 	requests := sum("costgate.requests", "{request}", "Enforced decisions, by policy, outcome, HTTP status and route.")
 	blocked := sum("costgate.decisions.blocked", "{request}", "Requests refused (outcome hard), by deciding policy, limit, key dimension and status.")
+	allowed := sum("costgate.decisions.allowed", "{request}", "Requests admitted (outcome allow or soft), by deciding policy, most constraining limit, its key dimension and outcome.")
 	failOpen := sum("costgate.failopen", "{request}", "Decisions admitted without the limiter store because a fail-open limit could not reach it, by limit.")
 	shadow := sum("costgate.shadow.would_block", "{request}", "Decisions a shadow-mode policy or limit would have refused or slowed, by policy, limit and tenant.")
 	spend := sum("costgate.spend", "nano_usd", "Spend settled, in nano-US-dollars, by tenant.")
@@ -179,6 +181,10 @@ func (t *Telemetry) cells(p *producer) {
 	t.blockCells = newCache(func(k blockKey) *sumCell {
 		return blocked.cell(attrPolicy.String(t.policies.name(k.policy)), attrLimit.String(t.limits.name(k.limit)),
 			attrDimension.String(t.dims.name(k.dim)), attrStatus.String(statusName(k.status)))
+	})
+	t.allowCells = newCache(func(k allowKey) *sumCell {
+		return allowed.cell(attrPolicy.String(t.policies.name(k.policy)), attrLimit.String(t.limits.name(k.limit)),
+			attrDimension.String(t.dims.name(k.dim)), attrOutcome.String(outcomeNames[k.outcome]))
 	})
 	t.shadowCells = newCache(func(k shadowAttrKey) *sumCell {
 		return shadow.cell(attrPolicy.String(t.policies.name(k.policy)), attrLimit.String(t.limits.name(k.limit)),
@@ -263,9 +269,11 @@ func (t *Telemetry) gauges() error {
 }
 
 // Decision records one decision. An enforced one (Shadow false) counts in
-// costgate.requests and the dashboard series; when its Outcome is "hard" it
-// also counts in costgate.decisions.blocked and, if Key is set, in the
-// top-throttled keys, unless its Status is 503: a fail-closed refusal
+// costgate.requests and the dashboard series; when its Outcome is "allow" or
+// "soft" it also counts in costgate.decisions.allowed, under its Limit (the
+// most constraining one) and Dimension; when it is "hard" it also counts in
+// costgate.decisions.blocked and, if Key is set, in the top-throttled
+// keys, unless its Status is 503: a fail-closed refusal
 // because the limiter store is unreachable is an outage, not throttling, and
 // shows as costgate.requests{outcome="hard",status="503"} only. A shadow
 // Decision counts as ShadowWouldBlock does. When ctx holds a recording span,
@@ -298,7 +306,10 @@ func (t *Telemetry) Decision(ctx context.Context, d Decision) {
 	t.reqCells.get(reqKey{policy, outcome, statusID(d.Status), t.routes.id(d.Route)}).add(1)
 	t.tenantRequests[tenant].Add(1)
 	t.series.decision(now, tenant, policy, outcome)
-	if outcome == outcomeHard && d.Status != http.StatusServiceUnavailable {
+	switch {
+	case outcome == outcomeAllow || outcome == outcomeSoft:
+		t.allowCells.get(allowKey{policy, t.limits.id(d.Limit), t.dims.id(d.Dimension), outcome}).add(1)
+	case outcome == outcomeHard && d.Status != http.StatusServiceUnavailable:
 		limit := t.limits.id(d.Limit)
 		t.blockCells.get(blockKey{policy, limit, t.dims.id(d.Dimension), statusID(d.Status)}).add(1)
 		if d.Key != "" {

@@ -122,6 +122,7 @@ type Telemetry struct {
 	// Cells of the counters and histograms (see cells.go), by label ids.
 	reqCells    *cache[reqKey, *sumCell]
 	blockCells  *cache[blockKey, *sumCell]
+	allowCells  *cache[allowKey, *sumCell]
 	shadowCells *cache[shadowAttrKey, *sumCell]
 	failCells   *lazy[sumCell]     // by limit id
 	tenantCells *lazy[tenantCells] // by tenant id

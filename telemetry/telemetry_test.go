@@ -70,6 +70,8 @@ func TestMetricsScrape(t *testing.T) {
 		{"costgate_requests_total", L{"policy": "plans", "outcome": "hard", "status": "503", "route": "chat"}, 1},
 		{"costgate_decisions_blocked_total", L{"policy": "plans", "limit": "rpm", "dimension": "tenant", "status": "429"}, 1},
 		{"costgate_decisions_blocked_total", L{"policy": "budget", "limit": "daily", "dimension": "tenant", "status": "402"}, 1},
+		{"costgate_decisions_allowed_total", L{"policy": "plans", "limit": "none", "dimension": "none", "outcome": "allow"}, 3},
+		{"costgate_decisions_allowed_total", L{"policy": "plans", "limit": "tpm", "dimension": "user", "outcome": "soft"}, 1},
 		{"costgate_shadow_would_block_total", L{"policy": "abuse", "limit": "per-ip", "tenant": "beta"}, 2},
 		{"costgate_decision_duration_seconds", L{"stage": "debit"}, 2},
 		{"costgate_decision_duration_seconds", L{"stage": "total"}, 2},
@@ -439,6 +441,7 @@ func TestDocTable(t *testing.T) {
 	tm := newTelemetry(t, Config{})
 	ctx := context.Background()
 	tm.Decision(ctx, Decision{Tenant: "a", Policy: "p", Limit: "l", Outcome: "hard", Status: 429})
+	tm.Decision(ctx, Decision{Tenant: "a", Policy: "p", Limit: "l", Outcome: "allow", Status: 200})
 	tm.Stage(StageTotal, time.Millisecond)
 	tm.StoreOp(StoreDebit, time.Millisecond, nil)
 	tm.FailOpen("l")
@@ -463,8 +466,8 @@ func TestDocTable(t *testing.T) {
 			t.Errorf("scraped %s is not in the doc table", name)
 		}
 	}
-	if len(documented) != 14 {
-		t.Errorf("parsed %d documented names, want 14: %v", len(documented), documented)
+	if len(documented) != 15 {
+		t.Errorf("parsed %d documented names, want 15: %v", len(documented), documented)
 	}
 }
 
