@@ -803,22 +803,28 @@ func (s *Server) cancel(x *exchange) {
 	}
 }
 
-// settle prices what the upstream reported, charges or refunds the limits
-// and finalizes the ledger entry.
+// settleLater settles the request on a goroutine of the server's. Its
+// stage span starts here, on the request's goroutine, while the request's
+// span still records: a span started after its parent ended would not be
+// recorded (see telemetry's unsampledTracer), so settle would vanish from
+// the trace. The settle span ends when settle returns, after the request's
+// span, as its child.
 func (s *Server) settleLater(x *exchange) {
 	s.renewer.remove(x)
 	s.inflight.Add(1)
 	s.settles.Add(1)
+	t := x.begin(telemetry.StageSettle)
 	go func() {
 		defer s.inflight.Add(-1)
 		defer s.settles.Done()
+		defer t.end()
 		s.settle(x)
 	}()
 }
 
+// settle prices what the upstream reported, charges or refunds the limits
+// and finalizes the ledger entry.
 func (s *Server) settle(x *exchange) {
-	t := x.begin(telemetry.StageSettle)
-	defer t.end()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	f := x.final()
