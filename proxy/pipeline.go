@@ -603,9 +603,8 @@ func (x *exchange) store() weighted.Store {
 func (s *Server) deny(w http.ResponseWriter, x *exchange) {
 	res := x.result
 	l := x.limits[res.Decider]
-	x.setRateLimitHeaders(w.Header())
 	retry := retryAfterSeconds(res.RetryAfter)
-	w.Header().Set("Retry-After", fmt.Sprint(retry))
+	x.setRetryAfter(w.Header(), retry)
 	status, typ := http.StatusTooManyRequests, "rate_limit_exceeded"
 	msg := fmt.Sprintf("limit %q is exhausted for this %s; retry in %d s", l.limit.Name, l.dimension, retry)
 	if l.budget {
@@ -618,6 +617,10 @@ func (s *Server) deny(w http.ResponseWriter, x *exchange) {
 		RetryAfterMS: res.RetryAfter.Milliseconds(),
 	})
 }
+
+// policyRetryAfter is the Retry-After, in seconds, of a policy's 429 or
+// 402: a policy states no time at which it would decide otherwise.
+const policyRetryAfter = 60
 
 func retryAfterSeconds(d time.Duration) int64 {
 	s := int64((d + time.Second - 1) / time.Second)
@@ -657,9 +660,10 @@ func (s *Server) decide(w http.ResponseWriter, ctx context.Context, x *exchange,
 			typ = "permission_denied"
 		}
 		x.outcome, x.answer = telemetry.OutcomeHard, status
-		x.setRateLimitHeaders(w.Header())
-		if status != http.StatusForbidden {
-			w.Header().Set("Retry-After", "60")
+		if status == http.StatusForbidden {
+			x.setRateLimitHeaders(w.Header())
+		} else {
+			x.setRetryAfter(w.Header(), policyRetryAfter)
 		}
 		writeError(w, x.path, status, apiError{Type: typ, Code: d.Policy, Message: d.Reason, Policy: d.Policy})
 		return false
