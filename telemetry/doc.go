@@ -43,6 +43,12 @@
 //	costgate.store.breaker.state                    costgate_store_breaker_state               state (closed, open, half_open); 1 for the current state
 //	costgate.config.reloads              {reload}   costgate_config_reloads_total              result (success, failure)
 //	costgate.config.last_reload_success             costgate_config_last_reload_success        (gauge, 1 or 0)
+//	costgate.budget.reconcile            {reconcile} costgate_budget_reconcile_total          trigger (reconcile, stale), result (success, failure)
+//	costgate.budget.remaining                       costgate_budget_remaining                  limit, tenant (gauge, 0 to 1)
+//	costgate.store.overloaded            {call}     costgate_store_overloaded_total            (observed from the Redis store)
+//	costgate.store.unknown_outcomes      {call}     costgate_store_unknown_outcomes_total      (observed from the Redis store)
+//	costgate.store.late_cancels          {call}     costgate_store_late_cancels_total          (observed from the Redis store)
+//	costgate.store.late_lost             {call}     costgate_store_late_lost_total             (observed from the Redis store)
 //
 // The decision counters are bounded by the configuration, not by traffic:
 // policy, limit, route and dimension values are names from the config file
@@ -55,6 +61,17 @@
 // policies times the limits, by outcome or status. Tenant is a label only
 // on the per-tenant series (shadow would-blocks, spend, tokens), capped at
 // MaxTenants; a limit's key (a user, an IP) is never a label.
+//
+// costgate.budget.reconcile counts each tenant's restore of its budget
+// counters from the ledger (trigger reconcile: the proxy's periodic
+// reconciliation; stale: counters the store found stale), and a
+// reconciliation that could not start as one failure; every series exists
+// from the start at 0. costgate.budget.remaining is each budget's share
+// left for each configured tenant, for the tenant's most spent key, as the
+// ledger said at the last reconciliation (so up to
+// store.reconcile_interval old); budget and tenant names come from the
+// configuration. The costgate.store.* counters are weighted.RedisStats,
+// present only with a Redis store: calls that got no decision.
 //
 // Histograms have the buckets _bucket{le=...}, _sum and _count. Durations
 // are in seconds with buckets from 5 µs to 60 s; token usage uses the

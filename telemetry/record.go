@@ -115,6 +115,33 @@ const (
 
 var breakerStates = [...]BreakerState{BreakerClosed, BreakerOpen, BreakerHalfOpen}
 
+// ReconcileTrigger is why a tenant's budget counters were brought up to
+// the ledger, the trigger label of costgate.budget.reconcile.
+type ReconcileTrigger string
+
+// Reconcile triggers, for Reconcile.
+const (
+	// ReconcileScheduled is the proxy's reconciliation: at start, every
+	// store.reconcile_interval and when the store's breaker closes.
+	ReconcileScheduled ReconcileTrigger = "reconcile"
+	// ReconcileStale is a restore of counters the store found stale (a
+	// Redis that lost its data, a new local fallback).
+	ReconcileStale ReconcileTrigger = "stale"
+)
+
+var reconcileTriggers = [...]ReconcileTrigger{ReconcileScheduled, ReconcileStale}
+
+// StoreStats are the limiter store's own counts of calls that got no
+// decision, since it started (see weighted.RedisStats).
+type StoreStats struct {
+	Overloaded      int64 // calls not sent: they waited their queue's timeout
+	UnknownOutcomes int64 // calls sent whose callers left without a reply
+	LateCancels     int64 // of those, debits admitted late and then cancelled
+	LateLost        int64 // of those, calls that never got a reply
+}
+
+type budgetKey struct{ limit, tenant int }
+
 type reqKey struct{ policy, outcome, status, route int }
 type blockKey struct{ policy, limit, dim, status int }
 type allowKey struct{ policy, limit, dim, outcome int }
@@ -133,6 +160,7 @@ const (
 	attrOp        = attribute.Key("op")
 	attrResult    = attribute.Key("result")
 	attrState     = attribute.Key("state")
+	attrTrigger   = attribute.Key("trigger")
 	attrTokenType = attribute.Key("gen_ai.token.type")
 	attrModel     = attribute.Key("gen_ai.request.model")
 )
@@ -170,6 +198,7 @@ func (t *Telemetry) cells(p *producer) {
 	spend := sum("costgate.spend", "nano_usd", "Spend settled, in nano-US-dollars, by tenant.")
 	tokens := sum("costgate.tokens", "{token}", "Tokens settled, by tenant and gen_ai.token.type.")
 	reloads := sum("costgate.config.reloads", "{reload}", "Configuration reload attempts, by result.")
+	reconciles := sum("costgate.budget.reconcile", "{reconcile}", "Restores of a tenant's budget counters from the ledger, by trigger and result.")
 	usage := hist("gen_ai.client.token.usage", "{token}", "Number of input and output tokens used per request.", tokenBounds, 1)
 	decisionDur := hist("costgate.decision.duration", "s", "Time spent in each stage of a request; total is the whole request, upstream included.", durationBounds, 1e-9)
 	storeDur := hist("costgate.store.duration", "s", "Limiter store operation latency, by op and result.", durationBounds, 1e-9)
@@ -216,6 +245,12 @@ func (t *Telemetry) cells(p *producer) {
 			t.storeCells[i][j] = storeDur.cell(attrOp.String(string(op)), attrResult.String(r))
 		}
 	}
+	// Every combination exists from the start, at 0, so that an alert on
+	// failures has a series to watch before the first one.
+	for i, tr := range reconcileTriggers {
+		t.reconcileCells[i][0] = reconciles.cell(attrTrigger.String(string(tr)), attrResult.String("failure"))
+		t.reconcileCells[i][1] = reconciles.cell(attrTrigger.String(string(tr)), attrResult.String("success"))
+	}
 	t.reloadCells[0] = reloads.cell(attrResult.String("failure"))
 	t.reloadCells[1] = reloads.cell(attrResult.String("success"))
 }
@@ -237,6 +272,19 @@ func (t *Telemetry) gauges() error {
 	breaker, err := m.Int64ObservableGauge("costgate.store.breaker.state", // no unit: the exporter would add _ratio
 		metric.WithDescription("1 for the limiter store circuit breaker's current state, 0 for the others."))
 	errs = append(errs, err)
+	remaining, err := m.Float64ObservableGauge("costgate.budget.remaining", // no unit: the exporter would add _ratio
+		metric.WithDescription("Share of each budget left for each tenant (its most spent key), from the ledger's spend at the last reconciliation: 1 unspent, 0 spent."))
+	errs = append(errs, err)
+	storeCounters := make([]metric.Int64ObservableCounter, 4)
+	for i, c := range []struct{ name, desc string }{
+		{"costgate.store.overloaded", "Limiter store calls not sent because they waited their queue's timeout (no decision)."},
+		{"costgate.store.unknown_outcomes", "Limiter store calls sent whose callers left without a reply (no decision)."},
+		{"costgate.store.late_cancels", "Of the calls without a reply, debits whose late reply admitted them, then cancelled."},
+		{"costgate.store.late_lost", "Of the calls without a reply, those that never got one: a debit among them holds its reservation until it refills."},
+	} {
+		storeCounters[i], err = m.Int64ObservableCounter(c.name, metric.WithUnit("{call}"), metric.WithDescription(c.desc))
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("telemetry: instruments: %w", err)
 	}
@@ -260,8 +308,20 @@ func (t *Telemetry) gauges() error {
 				o.ObserveInt64(breaker, v, breakerAttrs[i])
 			}
 		}
+		t.budgetMu.Lock()
+		for k, v := range t.budgets {
+			o.ObserveFloat64(remaining, v, metric.WithAttributeSet(attribute.NewSet(
+				attrLimit.String(t.limits.name(k.limit)), attrTenant.String(t.tenants.name(k.tenant)))))
+		}
+		t.budgetMu.Unlock()
+		if f := t.storeFn.Load(); f != nil {
+			st := (*f)()
+			for i, v := range []int64{st.Overloaded, st.UnknownOutcomes, st.LateCancels, st.LateLost} {
+				o.ObserveInt64(storeCounters[i], v)
+			}
+		}
 		return nil
-	}, lag, spool, breaker)
+	}, append([]metric.Observable{lag, spool, breaker, remaining}, observables(storeCounters)...)...)
 	if err != nil {
 		return fmt.Errorf("telemetry: register callback: %w", err)
 	}
@@ -413,6 +473,54 @@ func (t *Telemetry) ObserveBreaker(f func() BreakerState) {
 		return
 	}
 	t.breakerFn.Store(&f)
+}
+
+// Reconcile counts one restore of a tenant's budget counters from the
+// ledger, or one reconciliation that could not start (the ledger failing),
+// as a success when err is nil and a failure otherwise.
+func (t *Telemetry) Reconcile(trigger ReconcileTrigger, err error) {
+	i := 0
+	if trigger == ReconcileStale {
+		i = 1
+	}
+	ok := 0
+	if err == nil {
+		ok = 1
+	}
+	t.reconcileCells[i][ok].add(1)
+}
+
+// BudgetRemaining sets costgate.budget.remaining for budget and tenant:
+// the share of the budget left, clamped to [0, 1]. Both names come from
+// the configuration, so the series are at most the budgets times the
+// tenants (each set bounded as the labels are); a series stays until the
+// process ends.
+func (t *Telemetry) BudgetRemaining(budget, tenant string, ratio float64) {
+	k := budgetKey{t.limits.id(budget), t.tenants.id(tenant)}
+	t.budgetMu.Lock()
+	t.budgets[k] = min(max(ratio, 0), 1)
+	t.budgetMu.Unlock()
+}
+
+// ObserveStore sets the function read at each collection for the limiter
+// store's own counters (costgate.store.overloaded, .unknown_outcomes,
+// .late_cancels and .late_lost), replacing any earlier one. f must be safe
+// for concurrent use, fast, and return counts that never decrease; nil
+// stops the observations.
+func (t *Telemetry) ObserveStore(f func() StoreStats) {
+	if f == nil {
+		t.storeFn.Store(nil)
+		return
+	}
+	t.storeFn.Store(&f)
+}
+
+func observables(cs []metric.Int64ObservableCounter) []metric.Observable {
+	out := make([]metric.Observable, len(cs))
+	for i, c := range cs {
+		out[i] = c
+	}
+	return out
 }
 
 // FailOpenTotal returns the number of FailOpen calls since New, over all

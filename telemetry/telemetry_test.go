@@ -53,6 +53,13 @@ func TestMetricsScrape(t *testing.T) {
 	tm.Reload(false)
 	tm.ObserveLedger(func() (float64, int64) { return 0.25, 4096 })
 	tm.ObserveBreaker(func() BreakerState { return BreakerHalfOpen })
+	tm.Reconcile(ReconcileScheduled, nil)
+	tm.Reconcile(ReconcileScheduled, nil)
+	tm.Reconcile(ReconcileStale, errors.New("ledger down"))
+	tm.BudgetRemaining("daily", "acme", 0.25)
+	tm.BudgetRemaining("daily", "acme", 0.125) // the last value wins
+	tm.BudgetRemaining("daily", "beta", 1.5)   // clamped
+	tm.ObserveStore(func() StoreStats { return StoreStats{Overloaded: 3, UnknownOutcomes: 2, LateCancels: 1, LateLost: 1} })
 
 	if got := tm.FailOpenTotal(); got != 2 {
 		t.Errorf("FailOpenTotal() = %d, want 2", got)
@@ -99,6 +106,16 @@ func TestMetricsScrape(t *testing.T) {
 		{"costgate_store_breaker_state", L{"state": "half_open"}, 1},
 		{"costgate_store_breaker_state", L{"state": "open"}, 0},
 		{"costgate_store_breaker_state", L{"state": "closed"}, 0},
+		{"costgate_budget_reconcile_total", L{"trigger": "reconcile", "result": "success"}, 2},
+		{"costgate_budget_reconcile_total", L{"trigger": "reconcile", "result": "failure"}, 0},
+		{"costgate_budget_reconcile_total", L{"trigger": "stale", "result": "failure"}, 1},
+		{"costgate_budget_reconcile_total", L{"trigger": "stale", "result": "success"}, 0},
+		{"costgate_budget_remaining", L{"limit": "daily", "tenant": "acme"}, 0.125},
+		{"costgate_budget_remaining", L{"limit": "daily", "tenant": "beta"}, 1},
+		{"costgate_store_overloaded_total", L{}, 3},
+		{"costgate_store_unknown_outcomes_total", L{}, 2},
+		{"costgate_store_late_cancels_total", L{}, 1},
+		{"costgate_store_late_lost_total", L{}, 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name+describeLabels(tc.labels), func(t *testing.T) {
@@ -450,6 +467,8 @@ func TestDocTable(t *testing.T) {
 	tm.Reload(true)
 	tm.ObserveLedger(func() (float64, int64) { return 1, 1 })
 	tm.ObserveBreaker(func() BreakerState { return BreakerClosed })
+	tm.BudgetRemaining("b", "a", 1)
+	tm.ObserveStore(func() StoreStats { return StoreStats{} })
 	scraped := map[string]bool{}
 	for name, f := range scrape(t, tm) {
 		if !strings.HasPrefix(name, "go_") && !strings.HasPrefix(name, "process_") && name != "target_info" && len(f.GetMetric()) > 0 {
@@ -466,8 +485,8 @@ func TestDocTable(t *testing.T) {
 			t.Errorf("scraped %s is not in the doc table", name)
 		}
 	}
-	if len(documented) != 15 {
-		t.Errorf("parsed %d documented names, want 15: %v", len(documented), documented)
+	if len(documented) != 21 {
+		t.Errorf("parsed %d documented names, want 21: %v", len(documented), documented)
 	}
 }
 
