@@ -95,7 +95,8 @@
 // # Traces
 //
 // Tracer returns the tracer for the proxy's spans (one per request, a child
-// per stage). Decision sets the deciding tenant, route, model, policy,
+// per stage; the settle stage's child starts before the request's span ends
+// and ends after it, once the request is settled on another goroutine). Decision sets the deciding tenant, route, model, policy,
 // limit, dimension, outcome and status on the span in its context. Spans
 // are exported over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, sampled per
