@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/costgate/costgate/telemetry"
 	"github.com/costgate/costgate/weighted"
 )
 
@@ -25,7 +26,7 @@ type breaker struct {
 	now      func() time.Time
 
 	mu       sync.Mutex
-	state    string // "closed", "open", "half_open"
+	state    telemetry.BreakerState
 	streak   int
 	openedAt time.Time
 	probing  bool
@@ -37,7 +38,7 @@ type breaker struct {
 func (b *breaker) recoveries() uint64 { return b.closes.Load() }
 
 func newBreaker(failures int, cooldown time.Duration, now func() time.Time) *breaker {
-	return &breaker{failures: failures, cooldown: cooldown, now: now, state: "closed"}
+	return &breaker{failures: failures, cooldown: cooldown, now: now, state: telemetry.BreakerClosed}
 }
 
 // allow tells whether a call may go to the store; a true answer must be
@@ -46,13 +47,13 @@ func (b *breaker) allow() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.state {
-	case "open":
+	case telemetry.BreakerOpen:
 		if b.now().Sub(b.openedAt) < b.cooldown {
 			return false
 		}
-		b.state, b.probing = "half_open", true
+		b.state, b.probing = telemetry.BreakerHalfOpen, true
 		return true
-	case "half_open":
+	case telemetry.BreakerHalfOpen:
 		if b.probing {
 			return false
 		}
@@ -66,19 +67,20 @@ func (b *breaker) done(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err == nil {
-		if b.state != "closed" {
+		if b.state != telemetry.BreakerClosed {
 			b.closes.Add(1)
 		}
-		b.state, b.streak, b.probing = "closed", 0, false
+		b.state, b.streak, b.probing = telemetry.BreakerClosed, 0, false
 		return
 	}
 	b.streak++
-	if b.state == "half_open" || b.streak >= b.failures {
-		b.state, b.openedAt, b.probing = "open", b.now(), false
+	if b.state == telemetry.BreakerHalfOpen || b.streak >= b.failures {
+		b.state, b.openedAt, b.probing = telemetry.BreakerOpen, b.now(), false
 	}
 }
 
-func (b *breaker) State() string {
+// State is the breaker's current state.
+func (b *breaker) State() telemetry.BreakerState {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.state
@@ -93,7 +95,7 @@ type guardedStore struct {
 	breaker  *breaker
 	timeout  time.Duration
 	tel      interface {
-		StoreOp(op string, d time.Duration, err error)
+		StoreOp(op telemetry.StoreOp, d time.Duration, err error)
 	}
 }
 
@@ -102,7 +104,7 @@ var (
 	_ weighted.Restorer = (*guardedStore)(nil)
 )
 
-func (g *guardedStore) call(ctx context.Context, op string, f func(context.Context) error) error {
+func (g *guardedStore) call(ctx context.Context, op telemetry.StoreOp, f func(context.Context) error) error {
 	if !g.breaker.allow() {
 		return errBreakerOpen
 	}
@@ -127,11 +129,11 @@ func (g *guardedStore) call(ctx context.Context, op string, f func(context.Conte
 
 // Restore restores the items' tags (see weighted.Restorer).
 func (g *guardedStore) Restore(ctx context.Context, items []weighted.Item, counted []int64) error {
-	return g.call(ctx, "restore", func(ctx context.Context) error { return g.restorer.Restore(ctx, items, counted) })
+	return g.call(ctx, telemetry.StoreRestore, func(ctx context.Context) error { return g.restorer.Restore(ctx, items, counted) })
 }
 
 func (g *guardedStore) Debit(ctx context.Context, id string, items []weighted.Item) (res weighted.Result, err error) {
-	err = g.call(ctx, "debit", func(ctx context.Context) error {
+	err = g.call(ctx, telemetry.StoreDebit, func(ctx context.Context) error {
 		res, err = g.store.Debit(ctx, id, items)
 		return err
 	})
@@ -139,19 +141,19 @@ func (g *guardedStore) Debit(ctx context.Context, id string, items []weighted.It
 }
 
 func (g *guardedStore) Settle(ctx context.Context, id string, items []weighted.Item, actual []int64) error {
-	return g.call(ctx, "settle", func(ctx context.Context) error { return g.store.Settle(ctx, id, items, actual) })
+	return g.call(ctx, telemetry.StoreSettle, func(ctx context.Context) error { return g.store.Settle(ctx, id, items, actual) })
 }
 
 func (g *guardedStore) Cancel(ctx context.Context, id string, items []weighted.Item) error {
-	return g.call(ctx, "cancel", func(ctx context.Context) error { return g.store.Cancel(ctx, id, items) })
+	return g.call(ctx, telemetry.StoreCancel, func(ctx context.Context) error { return g.store.Cancel(ctx, id, items) })
 }
 
 func (g *guardedStore) Renew(ctx context.Context, id string, items []weighted.Item) error {
-	return g.call(ctx, "renew", func(ctx context.Context) error { return g.store.Renew(ctx, id, items) })
+	return g.call(ctx, telemetry.StoreRenew, func(ctx context.Context) error { return g.store.Renew(ctx, id, items) })
 }
 
 func (g *guardedStore) Peek(ctx context.Context, items []weighted.Item) (res weighted.Result, err error) {
-	err = g.call(ctx, "peek", func(ctx context.Context) error {
+	err = g.call(ctx, telemetry.StorePeek, func(ctx context.Context) error {
 		res, err = g.store.Peek(ctx, items)
 		return err
 	})
@@ -159,7 +161,7 @@ func (g *guardedStore) Peek(ctx context.Context, items []weighted.Item) (res wei
 }
 
 func (g *guardedStore) Reset(ctx context.Context, items []weighted.Item) error {
-	return g.call(ctx, "reset", func(ctx context.Context) error { return g.store.Reset(ctx, items) })
+	return g.call(ctx, telemetry.StoreReset, func(ctx context.Context) error { return g.store.Reset(ctx, items) })
 }
 
 // fallbackItems scales items down to the local fallback budget: each

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/costgate/costgate/dashboard"
+	"github.com/costgate/costgate/telemetry"
 )
 
 // dashboardData fills the dashboard from the telemetry of this replica.
@@ -13,12 +14,12 @@ func (s *Server) dashboardData(ctx context.Context) (dashboard.Data, error) {
 	series := s.tel.Series()
 	d := dashboard.Data{GeneratedAt: time.Now().UTC()}
 
-	d.Store = dashboard.StoreHealth{Kind: "memory", Healthy: true, Breaker: "closed"}
+	d.Store = dashboard.StoreHealth{Kind: "memory", Healthy: true, Breaker: string(telemetry.BreakerClosed)}
 	if st.cfg.Store.Redis != "" {
 		d.Store.Kind = "redis"
 	}
 	if s.breaker != nil {
-		d.Store.Breaker = s.breaker.State()
+		d.Store.Breaker = string(s.breaker.State())
 	}
 	if s.ping != nil {
 		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)

@@ -22,6 +22,7 @@ import (
 	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/proxy"
 	"github.com/costgate/costgate/simulator"
+	"github.com/costgate/costgate/telemetry"
 )
 
 // stack is costgate in front of the simulator, both on loopback.
@@ -46,6 +47,8 @@ type stackOptions struct {
 	ledgerDSN string
 	// upstreamTimeout bounds an upstream exchange; default 10m.
 	upstreamTimeout time.Duration
+	// telemetry is the server's; nil: one with defaults.
+	telemetry *telemetry.Telemetry
 }
 
 // newStack starts the simulator and costgate with the given limits YAML;
@@ -127,7 +130,7 @@ tenants:
 		o.policies = examples.QuickstartPolicies()
 	}
 	cfg.WithPolicyFS(o.policies)
-	srv, err := proxy.Open(context.Background(), cfg, proxy.Options{})
+	srv, err := proxy.Open(context.Background(), cfg, proxy.Options{Telemetry: o.telemetry})
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/costgate/costgate/ledger"
+	"github.com/costgate/costgate/telemetry"
 	"github.com/costgate/costgate/weighted"
 )
 
@@ -91,7 +92,11 @@ func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err er
 				mine = append(mine, items[i])
 			}
 		}
-		_, rerr, _ := f.group.Do(tag, func() (any, error) { return nil, f.restore(ctx, tag, mine) })
+		_, rerr, _ := f.group.Do(tag, func() (any, error) {
+			err := f.restore(ctx, tag, mine)
+			f.s.tel.Reconcile(telemetry.ReconcileStale, err)
+			return nil, err
+		})
 		if rerr != nil {
 			f.s.log.Warn("limiter counters could not be restored from the ledger", "tenant", tag, "err", rerr)
 			return false
@@ -108,6 +113,7 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 	if err != nil {
 		return err
 	}
+	budgets := len(items) // the items after these are extra
 	seen := make(map[string]bool, len(items))
 	for _, it := range items {
 		seen[it.Limit.Name+"\x00"+it.Key] = true
@@ -131,6 +137,9 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 	if err := f.store.Restore(ctx, items, counted); err != nil {
 		return fmt.Errorf("proxy: restore %s: %w", tenant, err)
 	}
+	if f == f.s.store {
+		f.s.budgetRemaining(tenant, items[:budgets], counted[:budgets])
+	}
 	for i, it := range items {
 		if counted[i] > 0 {
 			f.s.log.Info("budget counter restored from the ledger", "limit", it.Limit.Name, "key", it.Key,
@@ -138,6 +147,25 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 		}
 	}
 	return nil
+}
+
+// budgetRemaining sets costgate.budget.remaining for each budget of
+// tenant from the ledger's spend: the share left of its most spent key.
+func (s *Server) budgetRemaining(tenant string, items []weighted.Item, spent []int64) {
+	least := map[string]float64{}
+	for i, it := range items {
+		c := it.Limit.Capacity()
+		if c <= 0 {
+			continue
+		}
+		r := float64(c-spent[i]) / float64(c)
+		if old, ok := least[it.Limit.Name]; !ok || r < old {
+			least[it.Limit.Name] = r
+		}
+	}
+	for name, r := range least {
+		s.tel.BudgetRemaining(name, tenant, r)
+	}
 }
 
 // budgetCounters returns an item for every budget of every key of tenant

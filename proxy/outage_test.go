@@ -116,6 +116,13 @@ limits:
 	if !strings.Contains(metrics, `costgate_store_breaker_state{state="open"} 1`) {
 		t.Errorf("the breaker did not open:\n%s", grep(metrics, "breaker"))
 	}
+	// The Redis store's own counters are observed (their values depend on
+	// how the calls failed).
+	for _, name := range []string{"costgate_store_overloaded_total", "costgate_store_unknown_outcomes_total", "costgate_store_late_cancels_total", "costgate_store_late_lost_total"} {
+		if !strings.Contains(metrics, "\n"+name+" ") {
+			t.Errorf("%s is not exposed:\n%s", name, grep(metrics, "costgate_store_"))
+		}
+	}
 	if !strings.Contains(metrics, `costgate_failopen_total{limit="acme-requests"} 12`) {
 		t.Errorf("fail-open decisions not counted:\n%s", grep(metrics, "failopen"))
 	}

@@ -79,9 +79,9 @@ type exchange struct {
 
 	ctx     context.Context // carries the request's span
 	span    trace.Span
-	outcome string         // allow, soft or hard, for telemetry; empty: no decision was made
-	answer  int            // the status costgate answered with itself (blocked, failed closed)
-	blocked *compiledLimit // the limit that refused the request, if one did
+	outcome telemetry.Outcome // for telemetry; OutcomeNone: no decision was made
+	answer  int               // the status costgate answered with itself (blocked, failed closed)
+	blocked *compiledLimit    // the limit that refused the request, if one did
 }
 
 // stageTimer times one stage of a request, as a metric and a child span.
@@ -105,7 +105,7 @@ func (t stageTimer) end() {
 // record reports the request's decision to telemetry and logs it: a
 // refused request at info level, a served one at debug level.
 func (x *exchange) record() {
-	if x.outcome == "" {
+	if x.outcome == telemetry.OutcomeNone {
 		return
 	}
 	d := telemetry.Decision{Tenant: x.caller.tenant, Route: x.path, Model: x.est.Model, Policy: x.decision.Policy, Outcome: x.outcome}
@@ -122,7 +122,7 @@ func (x *exchange) record() {
 		d.Dimension = x.limits[i].dimension
 	}
 	x.s.tel.Decision(x.ctx, d)
-	if x.outcome == "hard" {
+	if x.outcome == telemetry.OutcomeHard {
 		x.s.log.Info("request refused", "request_id", x.id, "tenant", x.caller.tenant, "user", x.caller.user,
 			"route", x.path, "model", x.est.Model, "status", d.Status, "limit", d.Limit, "dimension", d.Dimension, "policy", d.Policy)
 	} else if x.s.log.Enabled(x.ctx, slog.LevelDebug) {
@@ -321,7 +321,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	x.model = x.st.est.Canonical(x.est.Model)
 
 	// 3. Debit every applicable limit, all or nothing.
-	x.outcome = "allow"
+	x.outcome = telemetry.OutcomeAllow
 	t = x.begin(telemetry.StageDebit)
 	ok := s.debit(w, r.Context(), x)
 	t.end()
@@ -350,7 +350,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	if errors.Is(err, ledger.ErrInvalid) {
 		// Text the ledger cannot store (a NUL in the model name, a field
 		// over its size): the request itself is at fault.
-		x.outcome, x.answer = "", http.StatusBadRequest
+		x.outcome, x.answer = telemetry.OutcomeNone, http.StatusBadRequest
 		s.cancel(x)
 		writeError(w, path, http.StatusBadRequest, apiError{
 			Type: "invalid_request_error", Code: "invalid_body", Message: err.Error(),
@@ -358,7 +358,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 		return
 	}
 	if err != nil {
-		x.outcome, x.answer = "hard", http.StatusServiceUnavailable
+		x.outcome, x.answer = telemetry.OutcomeHard, http.StatusServiceUnavailable
 		s.cancel(x)
 		s.log.Error("ledger reserve failed", "request_id", x.id, "err", err)
 		writeError(w, path, http.StatusServiceUnavailable, apiError{
@@ -457,7 +457,7 @@ func (s *Server) debitItems(w http.ResponseWriter, ctx context.Context, x *excha
 	var tooBig *weighted.CostError
 	switch {
 	case errors.As(err, &tooBig):
-		x.outcome, x.answer = "", http.StatusBadRequest
+		x.outcome, x.answer = telemetry.OutcomeNone, http.StatusBadRequest
 		writeError(w, x.path, http.StatusBadRequest, apiError{
 			Type: "invalid_request_error", Code: "cost_exceeds_limit",
 			Message: fmt.Sprintf("this request's estimated cost (%d %s) is larger than limit %q can ever admit (%d); lower max_tokens or shorten the prompt",
@@ -468,7 +468,7 @@ func (s *Server) debitItems(w http.ResponseWriter, ctx context.Context, x *excha
 		// A busy store, or one whose counters could not be brought up to
 		// the ledger: no decision can be taken, and admitting past a limit
 		// is not an answer. The request is shed, and may come back.
-		x.outcome, x.answer = "hard", http.StatusServiceUnavailable
+		x.outcome, x.answer = telemetry.OutcomeHard, http.StatusServiceUnavailable
 		w.Header().Set("Retry-After", "1")
 		writeError(w, x.path, http.StatusServiceUnavailable, apiError{
 			Type: "service_unavailable", Code: "overloaded",
@@ -542,7 +542,7 @@ func (s *Server) storeFailed(w http.ResponseWriter, ctx context.Context, x *exch
 	}
 	for _, l := range x.limits {
 		if l.failClosed && !l.shadow { // a shadow limit never refuses
-			x.outcome, x.answer, x.blocked = "hard", http.StatusServiceUnavailable, l
+			x.outcome, x.answer, x.blocked = telemetry.OutcomeHard, http.StatusServiceUnavailable, l
 			w.Header().Set("Retry-After", "1")
 			writeError(w, x.path, http.StatusServiceUnavailable, apiError{
 				Type: "service_unavailable", Code: l.limit.Name,
@@ -563,7 +563,7 @@ func (s *Server) storeFailed(w http.ResponseWriter, ctx context.Context, x *exch
 	res, err := x.fb.Debit(ctx, x.resID, x.items)
 	if err != nil && !errors.As(err, new(*weighted.CostError)) {
 		// The fallback could not be brought up to the ledger's spend.
-		x.outcome, x.answer = "hard", http.StatusServiceUnavailable
+		x.outcome, x.answer = telemetry.OutcomeHard, http.StatusServiceUnavailable
 		x.items = x.items[:0]
 		w.Header().Set("Retry-After", "1")
 		writeError(w, x.path, http.StatusServiceUnavailable, apiError{
@@ -603,21 +603,24 @@ func (x *exchange) store() weighted.Store {
 func (s *Server) deny(w http.ResponseWriter, x *exchange) {
 	res := x.result
 	l := x.limits[res.Decider]
-	x.setRateLimitHeaders(w.Header())
 	retry := retryAfterSeconds(res.RetryAfter)
-	w.Header().Set("Retry-After", fmt.Sprint(retry))
+	x.setRetryAfter(w.Header(), retry)
 	status, typ := http.StatusTooManyRequests, "rate_limit_exceeded"
 	msg := fmt.Sprintf("limit %q is exhausted for this %s; retry in %d s", l.limit.Name, l.dimension, retry)
 	if l.budget {
 		status, typ = http.StatusPaymentRequired, "budget_exceeded"
 		msg = fmt.Sprintf("budget %q is spent for this period; it resets in %d s", l.limit.Name, retry)
 	}
-	x.outcome, x.answer, x.blocked = "hard", status, l
+	x.outcome, x.answer, x.blocked = telemetry.OutcomeHard, status, l
 	writeError(w, x.path, status, apiError{
 		Type: typ, Code: l.limit.Name, Message: msg, Policy: l.limit.Name,
 		RetryAfterMS: res.RetryAfter.Milliseconds(),
 	})
 }
+
+// policyRetryAfter is the Retry-After, in seconds, of a policy's 429 or
+// 402: a policy states no time at which it would decide otherwise.
+const policyRetryAfter = 60
 
 func retryAfterSeconds(d time.Duration) int64 {
 	s := int64((d + time.Second - 1) / time.Second)
@@ -656,15 +659,16 @@ func (s *Server) decide(w http.ResponseWriter, ctx context.Context, x *exchange,
 			status = http.StatusForbidden
 			typ = "permission_denied"
 		}
-		x.outcome, x.answer = "hard", status
-		x.setRateLimitHeaders(w.Header())
-		if status != http.StatusForbidden {
-			w.Header().Set("Retry-After", "60")
+		x.outcome, x.answer = telemetry.OutcomeHard, status
+		if status == http.StatusForbidden {
+			x.setRateLimitHeaders(w.Header())
+		} else {
+			x.setRetryAfter(w.Header(), policyRetryAfter)
 		}
 		writeError(w, x.path, status, apiError{Type: typ, Code: d.Policy, Message: d.Reason, Policy: d.Policy})
 		return false
 	case policies.Soft:
-		x.outcome = "soft"
+		x.outcome = telemetry.OutcomeSoft
 		return s.applyFriction(w, ctx, x, body)
 	}
 	return true
@@ -803,22 +807,28 @@ func (s *Server) cancel(x *exchange) {
 	}
 }
 
-// settle prices what the upstream reported, charges or refunds the limits
-// and finalizes the ledger entry.
+// settleLater settles the request on a goroutine of the server's. Its
+// stage span starts here, on the request's goroutine, while the request's
+// span still records: a span started after its parent ended would not be
+// recorded (see telemetry's unsampledTracer), so settle would vanish from
+// the trace. The settle span ends when settle returns, after the request's
+// span, as its child.
 func (s *Server) settleLater(x *exchange) {
 	s.renewer.remove(x)
 	s.inflight.Add(1)
 	s.settles.Add(1)
+	t := x.begin(telemetry.StageSettle)
 	go func() {
 		defer s.inflight.Add(-1)
 		defer s.settles.Done()
+		defer t.end()
 		s.settle(x)
 	}()
 }
 
+// settle prices what the upstream reported, charges or refunds the limits
+// and finalizes the ledger entry.
 func (s *Server) settle(x *exchange) {
-	t := x.begin(telemetry.StageSettle)
-	defer t.end()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	f := x.final()

@@ -393,3 +393,22 @@ func TestUpstreamFailures(t *testing.T) {
 		}
 	})
 }
+
+// TestPolicyRefusalRateLimit: a policy's 429 states its Retry-After, and
+// the RateLimit field's t names the same time.
+func TestPolicyRefusalRateLimit(t *testing.T) {
+	pols := fstest.MapFS{"stop.rego": {Data: []byte(`package costgate.policies.stop
+
+decision := {"outcome": "hard", "status": 429, "reason": "stop"}
+`)}}
+	s := newStackWith(t, stackOptions{policies: pols, extra: roomyLimits})
+	var resp *http.Response
+	_, err := s.client("cg-test-acme").Chat.Completions.New(context.Background(), chatParams("Hi", 5), option.WithResponseInto(&resp))
+	if err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("want a 429, got %v", err)
+	}
+	ra := resp.Header.Get("Retry-After")
+	if rl := resp.Header.Get("RateLimit"); ra == "" || !strings.HasSuffix(rl, ";t="+ra) {
+		t.Errorf("Retry-After %q, RateLimit %q: t differs", ra, rl)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/costgate/costgate/telemetry"
 )
 
 // ReconcileBudgets brings each budget's counter in the limiter store up to
@@ -20,19 +22,25 @@ import (
 // recorded by a replica on its local fallback.
 //
 // It runs when the server opens, every ReconcileInterval, and when the
-// store's circuit breaker closes again. It returns every tenant's error,
+// store's circuit breaker closes again. Each tenant's restore counts in
+// costgate.budget.reconcile, as does a reconciliation that cannot start;
+// a successful one sets costgate.budget.remaining (see restore). It returns every tenant's error,
 // joined; the other tenants are still reconciled.
 func (s *Server) ReconcileBudgets(ctx context.Context) error {
 	st := s.state.Load()
 	if err := s.ledger.Stats().StoreErr; err != nil {
+		s.tel.Reconcile(telemetry.ReconcileScheduled, err)
 		return fmt.Errorf("proxy: reconcile: the ledger's store is failing: %w", err)
 	}
 	if err := s.ledger.Flush(ctx); err != nil {
+		s.tel.Reconcile(telemetry.ReconcileScheduled, err)
 		return fmt.Errorf("proxy: reconcile: %w", err)
 	}
 	var errs []error
 	for _, t := range st.cfg.Tenants {
-		if err := s.store.restore(ctx, t.Name, nil); err != nil {
+		err := s.store.restore(ctx, t.Name, nil)
+		s.tel.Reconcile(telemetry.ReconcileScheduled, err)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("proxy: reconcile %s: %w", t.Name, err))
 		}
 	}
@@ -53,7 +61,7 @@ func (s *Server) reconcileLoop(ctx context.Context, interval time.Duration) {
 			return
 		case <-tick.C:
 		case <-poll.C:
-			open := s.breaker != nil && s.breaker.State() != "closed"
+			open := s.breaker != nil && s.breaker.State() != telemetry.BreakerClosed
 			recovered := wasOpen && !open
 			wasOpen = open
 			if !recovered {

@@ -193,6 +193,11 @@ func (s *Server) openStore(ctx context.Context, cfg *Config) (*freshStore, error
 		QueueTimeout: cfg.Store.QueueTimeout, CallTimeout: cfg.Store.Timeout,
 		ReplyTimeout: max(weighted.DefaultReplyTimeout, cfg.Store.Timeout),
 	})
+	s.tel.ObserveStore(func() telemetry.StoreStats {
+		st := r.Stats()
+		return telemetry.StoreStats{Overloaded: st.Overloaded, UnknownOutcomes: st.UnknownOutcomes, LateCancels: st.LateCancels, LateLost: st.LateLost}
+	})
+	s.closers = append(s.closers, func() error { s.tel.ObserveStore(nil); return nil })
 	// The guard's own bound backs up the store's two (the queue and the
 	// call) without cutting them short.
 	g := &guardedStore{store: r, restorer: r, breaker: s.breaker, timeout: cfg.Store.QueueTimeout + cfg.Store.Timeout + 50*time.Millisecond, tel: s.tel}

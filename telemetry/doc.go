@@ -30,6 +30,7 @@
 //	OpenTelemetry name                   unit       Prometheus name                            attributes
 //	costgate.requests                    {request}  costgate_requests_total                    policy, outcome, status, route
 //	costgate.decisions.blocked           {request}  costgate_decisions_blocked_total           policy, limit, dimension, status
+//	costgate.decisions.allowed           {request}  costgate_decisions_allowed_total           policy, limit, dimension, outcome (allow, soft)
 //	costgate.decision.duration           s          costgate_decision_duration_seconds         stage
 //	costgate.store.duration              s          costgate_store_duration_seconds            op, result (ok, error, timeout)
 //	costgate.failopen                    {request}  costgate_failopen_total                    limit
@@ -42,6 +43,35 @@
 //	costgate.store.breaker.state                    costgate_store_breaker_state               state (closed, open, half_open); 1 for the current state
 //	costgate.config.reloads              {reload}   costgate_config_reloads_total              result (success, failure)
 //	costgate.config.last_reload_success             costgate_config_last_reload_success        (gauge, 1 or 0)
+//	costgate.budget.reconcile            {reconcile} costgate_budget_reconcile_total          trigger (reconcile, stale), result (success, failure)
+//	costgate.budget.remaining                       costgate_budget_remaining                  limit, tenant (gauge, 0 to 1)
+//	costgate.store.overloaded            {call}     costgate_store_overloaded_total            (observed from the Redis store)
+//	costgate.store.unknown_outcomes      {call}     costgate_store_unknown_outcomes_total      (observed from the Redis store)
+//	costgate.store.late_cancels          {call}     costgate_store_late_cancels_total          (observed from the Redis store)
+//	costgate.store.late_lost             {call}     costgate_store_late_lost_total             (observed from the Redis store)
+//
+// The decision counters are bounded by the configuration, not by traffic:
+// policy, limit, route and dimension values are names from the config file
+// (a policy's package, a limit's or budget's name, a route path, a limit's
+// dimensions joined by "+"), never values taken from a request, and each is
+// capped at MaxLabelValues; outcome and status are small closed sets.
+// costgate.decisions.allowed and .blocked name the limit that decided (for
+// an admitted request the most constraining one, "none" when no limit
+// applies) and that limit's dimension, so their series are at most the
+// policies times the limits, by outcome or status. Tenant is a label only
+// on the per-tenant series (shadow would-blocks, spend, tokens), capped at
+// MaxTenants; a limit's key (a user, an IP) is never a label.
+//
+// costgate.budget.reconcile counts each tenant's restore of its budget
+// counters from the ledger (trigger reconcile: the proxy's periodic
+// reconciliation; stale: counters the store found stale), and a
+// reconciliation that could not start as one failure; every series exists
+// from the start at 0. costgate.budget.remaining is each budget's share
+// left for each configured tenant, for the tenant's most spent key, as the
+// ledger said at the last reconciliation (so up to
+// store.reconcile_interval old); budget and tenant names come from the
+// configuration. The costgate.store.* counters are weighted.RedisStats,
+// present only with a Redis store: calls that got no decision.
 //
 // Histograms have the buckets _bucket{le=...}, _sum and _count. Durations
 // are in seconds with buckets from 5 µs to 60 s; token usage uses the
@@ -51,17 +81,22 @@
 // standard go_* and process_* collectors and target_info with the resource
 // (service.name is Config.ServiceName unless OTEL_SERVICE_NAME is set).
 //
-// Outcomes are "allow", "soft" (served with friction) and "hard" (refused;
+// Outcomes (the Outcome constants) are "allow", "soft" (served with
+// friction) and "hard" (refused;
 // costgate.decisions.blocked and the top-throttled keys leave out hard
 // decisions answered 503, which are store outages, not throttling);
 // stages are identify, estimate, debit, policy, ledger, upstream, settle and
-// total; store ops are debit, settle, cancel and peek. Unknown values of
+// total; store ops (the StoreOp constants) are debit, settle, cancel, peek,
+// renew (a concurrency lease), reset and restore (budget counters brought
+// up to the ledger); breaker states are the BreakerState constants. Unknown
+// values of
 // these closed sets are recorded as "other", an empty label value as "none".
 //
 // # Traces
 //
 // Tracer returns the tracer for the proxy's spans (one per request, a child
-// per stage). Decision sets the deciding tenant, route, model, policy,
+// per stage; the settle stage's child starts before the request's span ends
+// and ends after it, once the request is settled on another goroutine). Decision sets the deciding tenant, route, model, policy,
 // limit, dimension, outcome and status on the span in its context. Spans
 // are exported over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, sampled per

@@ -161,6 +161,22 @@ func (c *cache[K, V]) get(k K) V {
 	return v
 }
 
+// Outcome is what a decision did to a request, the outcome label of
+// costgate.requests. The set is closed: any other value is recorded as
+// "other".
+type Outcome string
+
+// Outcomes of a decision.
+const (
+	// OutcomeNone means no decision was taken (the request was refused
+	// before its limits were debited, or for a fault of its own); the
+	// proxy records nothing for it.
+	OutcomeNone  Outcome = ""
+	OutcomeAllow Outcome = "allow" // served as asked
+	OutcomeSoft  Outcome = "soft"  // served with friction
+	OutcomeHard  Outcome = "hard"  // refused
+)
+
 // Outcomes, by id.
 const (
 	outcomeAllow = iota
@@ -174,15 +190,15 @@ const (
 	numSeriesOutcomes = numOutcomes + 1
 )
 
-var outcomeNames = [numSeriesOutcomes]string{"allow", "soft", "hard", Other, "shadow"}
+var outcomeNames = [numSeriesOutcomes]string{string(OutcomeAllow), string(OutcomeSoft), string(OutcomeHard), Other, "shadow"}
 
-func outcomeID(s string) int {
-	switch s {
-	case "allow":
+func outcomeID(o Outcome) int {
+	switch o {
+	case OutcomeAllow:
 		return outcomeAllow
-	case "soft":
+	case OutcomeSoft:
 		return outcomeSoft
-	case "hard":
+	case OutcomeHard:
 		return outcomeHard
 	}
 	return outcomeOther
@@ -193,7 +209,7 @@ func seriesOutcomeID(s string) int {
 	if s == "shadow" {
 		return seriesShadow
 	}
-	return outcomeID(s)
+	return outcomeID(Outcome(s))
 }
 
 // statusID folds an HTTP status into [0, 600): 0 stands for anything outside

@@ -21,7 +21,7 @@ type Decision struct {
 	Policy    string // the deciding policy, "" when none decided
 	Limit     string // the deciding (most constraining) limit, "" when none
 	Dimension string // the limit's key dimension that fired (tenant, user, ip, ...)
-	Outcome   string // "allow", "soft" (friction) or "hard" (refused)
+	Outcome   Outcome
 	Status    int    // HTTP status answered: 200, 429, 402, 403, 503 (fail-closed store outage), ...
 	Key       string // the limit key that throttled, for TopThrottled (cut at MaxKeyLen bytes); never a metric label
 	// Shadow marks the verdict of a shadow-mode limit or policy: it was not
@@ -69,28 +69,31 @@ func stageID(s string) int {
 	return numStages - 1
 }
 
-// Limiter store operations, for StoreOp.
+// StoreOp is a limiter store operation, the op label of
+// costgate.store.duration. The set is closed: any other value is recorded
+// as "other".
+type StoreOp string
+
+// Limiter store operations, for Telemetry.StoreOp.
 const (
-	StoreDebit  = "debit"
-	StoreSettle = "settle"
-	StoreCancel = "cancel"
-	StorePeek   = "peek"
+	StoreDebit   StoreOp = "debit"   // reserve a request's estimate
+	StoreSettle  StoreOp = "settle"  // charge or refund the actual cost
+	StoreCancel  StoreOp = "cancel"  // return a whole reservation
+	StorePeek    StoreOp = "peek"    // read limits without debiting
+	StoreRenew   StoreOp = "renew"   // extend a concurrency lease
+	StoreReset   StoreOp = "reset"   // empty limits (an operator's reset)
+	StoreRestore StoreOp = "restore" // bring budget counters up to the ledger
 )
 
-var storeOpNames = [...]string{StoreDebit, StoreSettle, StoreCancel, StorePeek, Other}
+var storeOps = [...]StoreOp{StoreDebit, StoreSettle, StoreCancel, StorePeek, StoreRenew, StoreReset, StoreRestore, Other}
 
-const numStoreOps = len(storeOpNames)
+const numStoreOps = len(storeOps)
 
-func storeOpID(s string) int {
-	switch s {
-	case StoreDebit:
-		return 0
-	case StoreSettle:
-		return 1
-	case StoreCancel:
-		return 2
-	case StorePeek:
-		return 3
+func storeOpID(op StoreOp) int {
+	for i, o := range storeOps[:numStoreOps-1] {
+		if o == op {
+			return i
+		}
 	}
 	return numStoreOps - 1
 }
@@ -99,11 +102,49 @@ var storeResultNames = [...]string{"ok", "error", "timeout"}
 
 const numStoreResults = len(storeResultNames)
 
+// BreakerState is the state of the limiter store's circuit breaker, the
+// state label of costgate.store.breaker.state.
+type BreakerState string
+
 // Breaker states, for ObserveBreaker.
-var breakerStates = [...]string{"closed", "open", "half_open"}
+const (
+	BreakerClosed   BreakerState = "closed"    // calls go through
+	BreakerOpen     BreakerState = "open"      // calls fail at once
+	BreakerHalfOpen BreakerState = "half_open" // one probe call at a time
+)
+
+var breakerStates = [...]BreakerState{BreakerClosed, BreakerOpen, BreakerHalfOpen}
+
+// ReconcileTrigger is why a tenant's budget counters were brought up to
+// the ledger, the trigger label of costgate.budget.reconcile.
+type ReconcileTrigger string
+
+// Reconcile triggers, for Reconcile.
+const (
+	// ReconcileScheduled is the proxy's reconciliation: at start, every
+	// store.reconcile_interval and when the store's breaker closes.
+	ReconcileScheduled ReconcileTrigger = "reconcile"
+	// ReconcileStale is a restore of counters the store found stale (a
+	// Redis that lost its data, a new local fallback).
+	ReconcileStale ReconcileTrigger = "stale"
+)
+
+var reconcileTriggers = [...]ReconcileTrigger{ReconcileScheduled, ReconcileStale}
+
+// StoreStats are the limiter store's own counts of calls that got no
+// decision, since it started (see weighted.RedisStats).
+type StoreStats struct {
+	Overloaded      int64 // calls not sent: they waited their queue's timeout
+	UnknownOutcomes int64 // calls sent whose callers left without a reply
+	LateCancels     int64 // of those, debits admitted late and then cancelled
+	LateLost        int64 // of those, calls that never got a reply
+}
+
+type budgetKey struct{ limit, tenant int }
 
 type reqKey struct{ policy, outcome, status, route int }
 type blockKey struct{ policy, limit, dim, status int }
+type allowKey struct{ policy, limit, dim, outcome int }
 type shadowAttrKey struct{ policy, limit, tenant int }
 
 // Attribute keys.
@@ -119,6 +160,7 @@ const (
 	attrOp        = attribute.Key("op")
 	attrResult    = attribute.Key("result")
 	attrState     = attribute.Key("state")
+	attrTrigger   = attribute.Key("trigger")
 	attrTokenType = attribute.Key("gen_ai.token.type")
 	attrModel     = attribute.Key("gen_ai.request.model")
 )
@@ -150,11 +192,13 @@ func (t *Telemetry) cells(p *producer) {
 	}
 	requests := sum("costgate.requests", "{request}", "Enforced decisions, by policy, outcome, HTTP status and route.")
 	blocked := sum("costgate.decisions.blocked", "{request}", "Requests refused (outcome hard), by deciding policy, limit, key dimension and status.")
+	allowed := sum("costgate.decisions.allowed", "{request}", "Requests admitted (outcome allow or soft), by deciding policy, most constraining limit, its key dimension and outcome.")
 	failOpen := sum("costgate.failopen", "{request}", "Decisions admitted without the limiter store because a fail-open limit could not reach it, by limit.")
 	shadow := sum("costgate.shadow.would_block", "{request}", "Decisions a shadow-mode policy or limit would have refused or slowed, by policy, limit and tenant.")
 	spend := sum("costgate.spend", "nano_usd", "Spend settled, in nano-US-dollars, by tenant.")
 	tokens := sum("costgate.tokens", "{token}", "Tokens settled, by tenant and gen_ai.token.type.")
 	reloads := sum("costgate.config.reloads", "{reload}", "Configuration reload attempts, by result.")
+	reconciles := sum("costgate.budget.reconcile", "{reconcile}", "Restores of a tenant's budget counters from the ledger, by trigger and result.")
 	usage := hist("gen_ai.client.token.usage", "{token}", "Number of input and output tokens used per request.", tokenBounds, 1)
 	decisionDur := hist("costgate.decision.duration", "s", "Time spent in each stage of a request; total is the whole request, upstream included.", durationBounds, 1e-9)
 	storeDur := hist("costgate.store.duration", "s", "Limiter store operation latency, by op and result.", durationBounds, 1e-9)
@@ -166,6 +210,10 @@ func (t *Telemetry) cells(p *producer) {
 	t.blockCells = newCache(func(k blockKey) *sumCell {
 		return blocked.cell(attrPolicy.String(t.policies.name(k.policy)), attrLimit.String(t.limits.name(k.limit)),
 			attrDimension.String(t.dims.name(k.dim)), attrStatus.String(statusName(k.status)))
+	})
+	t.allowCells = newCache(func(k allowKey) *sumCell {
+		return allowed.cell(attrPolicy.String(t.policies.name(k.policy)), attrLimit.String(t.limits.name(k.limit)),
+			attrDimension.String(t.dims.name(k.dim)), attrOutcome.String(outcomeNames[k.outcome]))
 	})
 	t.shadowCells = newCache(func(k shadowAttrKey) *sumCell {
 		return shadow.cell(attrPolicy.String(t.policies.name(k.policy)), attrLimit.String(t.limits.name(k.limit)),
@@ -192,10 +240,16 @@ func (t *Telemetry) cells(p *producer) {
 	for i, s := range stageNames {
 		t.stageCells[i] = decisionDur.cell(attrStage.String(s))
 	}
-	for i, op := range storeOpNames {
+	for i, op := range storeOps {
 		for j, r := range storeResultNames {
-			t.storeCells[i][j] = storeDur.cell(attrOp.String(op), attrResult.String(r))
+			t.storeCells[i][j] = storeDur.cell(attrOp.String(string(op)), attrResult.String(r))
 		}
+	}
+	// Every combination exists from the start, at 0, so that an alert on
+	// failures has a series to watch before the first one.
+	for i, tr := range reconcileTriggers {
+		t.reconcileCells[i][0] = reconciles.cell(attrTrigger.String(string(tr)), attrResult.String("failure"))
+		t.reconcileCells[i][1] = reconciles.cell(attrTrigger.String(string(tr)), attrResult.String("success"))
 	}
 	t.reloadCells[0] = reloads.cell(attrResult.String("failure"))
 	t.reloadCells[1] = reloads.cell(attrResult.String("success"))
@@ -218,12 +272,25 @@ func (t *Telemetry) gauges() error {
 	breaker, err := m.Int64ObservableGauge("costgate.store.breaker.state", // no unit: the exporter would add _ratio
 		metric.WithDescription("1 for the limiter store circuit breaker's current state, 0 for the others."))
 	errs = append(errs, err)
+	remaining, err := m.Float64ObservableGauge("costgate.budget.remaining", // no unit: the exporter would add _ratio
+		metric.WithDescription("Share of each budget left for each tenant (its most spent key), from the ledger's spend at the last reconciliation: 1 unspent, 0 spent."))
+	errs = append(errs, err)
+	storeCounters := make([]metric.Int64ObservableCounter, 4)
+	for i, c := range []struct{ name, desc string }{
+		{"costgate.store.overloaded", "Limiter store calls not sent because they waited their queue's timeout (no decision)."},
+		{"costgate.store.unknown_outcomes", "Limiter store calls sent whose callers left without a reply (no decision)."},
+		{"costgate.store.late_cancels", "Of the calls without a reply, debits whose late reply admitted them, then cancelled."},
+		{"costgate.store.late_lost", "Of the calls without a reply, those that never got one: a debit among them holds its reservation until it refills."},
+	} {
+		storeCounters[i], err = m.Int64ObservableCounter(c.name, metric.WithUnit("{call}"), metric.WithDescription(c.desc))
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("telemetry: instruments: %w", err)
 	}
 	var breakerAttrs [len(breakerStates)]metric.ObserveOption
 	for i, s := range breakerStates {
-		breakerAttrs[i] = metric.WithAttributeSet(attribute.NewSet(attrState.String(s)))
+		breakerAttrs[i] = metric.WithAttributeSet(attribute.NewSet(attrState.String(string(s))))
 	}
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		if f := t.ledgerFn.Load(); f != nil {
@@ -241,8 +308,20 @@ func (t *Telemetry) gauges() error {
 				o.ObserveInt64(breaker, v, breakerAttrs[i])
 			}
 		}
+		t.budgetMu.Lock()
+		for k, v := range t.budgets {
+			o.ObserveFloat64(remaining, v, metric.WithAttributeSet(attribute.NewSet(
+				attrLimit.String(t.limits.name(k.limit)), attrTenant.String(t.tenants.name(k.tenant)))))
+		}
+		t.budgetMu.Unlock()
+		if f := t.storeFn.Load(); f != nil {
+			st := (*f)()
+			for i, v := range []int64{st.Overloaded, st.UnknownOutcomes, st.LateCancels, st.LateLost} {
+				o.ObserveInt64(storeCounters[i], v)
+			}
+		}
 		return nil
-	}, lag, spool, breaker)
+	}, append([]metric.Observable{lag, spool, breaker, remaining}, observables(storeCounters)...)...)
 	if err != nil {
 		return fmt.Errorf("telemetry: register callback: %w", err)
 	}
@@ -250,9 +329,11 @@ func (t *Telemetry) gauges() error {
 }
 
 // Decision records one decision. An enforced one (Shadow false) counts in
-// costgate.requests and the dashboard series; when its Outcome is "hard" it
-// also counts in costgate.decisions.blocked and, if Key is set, in the
-// top-throttled keys, unless its Status is 503: a fail-closed refusal
+// costgate.requests and the dashboard series; when its Outcome is "allow" or
+// "soft" it also counts in costgate.decisions.allowed, under its Limit (the
+// most constraining one) and Dimension; when it is "hard" it also counts in
+// costgate.decisions.blocked and, if Key is set, in the top-throttled
+// keys, unless its Status is 503: a fail-closed refusal
 // because the limiter store is unreachable is an outage, not throttling, and
 // shows as costgate.requests{outcome="hard",status="503"} only. A shadow
 // Decision counts as ShadowWouldBlock does. When ctx holds a recording span,
@@ -268,7 +349,7 @@ func (t *Telemetry) Decision(ctx context.Context, d Decision) {
 			attribute.String("costgate.policy", cleanLabel(d.Policy)),
 			attribute.String("costgate.limit", cleanLabel(d.Limit)),
 			attribute.String("costgate.dimension", cleanLabel(d.Dimension)),
-			attribute.String("costgate.outcome", cleanLabel(d.Outcome)),
+			attribute.String("costgate.outcome", cleanLabel(string(d.Outcome))),
 			attribute.Bool("costgate.shadow", d.Shadow),
 			attribute.Int("http.response.status_code", d.Status),
 		)
@@ -285,7 +366,10 @@ func (t *Telemetry) Decision(ctx context.Context, d Decision) {
 	t.reqCells.get(reqKey{policy, outcome, statusID(d.Status), t.routes.id(d.Route)}).add(1)
 	t.tenantRequests[tenant].Add(1)
 	t.series.decision(now, tenant, policy, outcome)
-	if outcome == outcomeHard && d.Status != http.StatusServiceUnavailable {
+	switch {
+	case outcome == outcomeAllow || outcome == outcomeSoft:
+		t.allowCells.get(allowKey{policy, t.limits.id(d.Limit), t.dims.id(d.Dimension), outcome}).add(1)
+	case outcome == outcomeHard && d.Status != http.StatusServiceUnavailable:
 		limit := t.limits.id(d.Limit)
 		t.blockCells.get(blockKey{policy, limit, t.dims.id(d.Dimension), statusID(d.Status)}).add(1)
 		if d.Key != "" {
@@ -305,7 +389,7 @@ func (t *Telemetry) Stage(stage string, d time.Duration) {
 // Store* constants) and its result: ok when err is nil, timeout when err is
 // or wraps context.DeadlineExceeded or os.ErrDeadlineExceeded, else error. A
 // negative d is recorded as 0.
-func (t *Telemetry) StoreOp(op string, d time.Duration, err error) {
+func (t *Telemetry) StoreOp(op StoreOp, d time.Duration, err error) {
 	result := 0
 	if err != nil {
 		result = 1
@@ -380,15 +464,63 @@ func (t *Telemetry) ObserveLedger(f func() (lagSeconds float64, spoolBytes int64
 }
 
 // ObserveBreaker sets the function read at each collection for
-// costgate.store.breaker.state; it returns "closed", "open" or "half_open"
-// (any other value reports 0 for all three). It replaces any earlier
-// function; nil stops the observations.
-func (t *Telemetry) ObserveBreaker(f func() (state string)) {
+// costgate.store.breaker.state: 1 for the state it returns, 0 for the
+// others (a value outside the Breaker* constants reports 0 for all three).
+// It replaces any earlier function; nil stops the observations.
+func (t *Telemetry) ObserveBreaker(f func() BreakerState) {
 	if f == nil {
 		t.breakerFn.Store(nil)
 		return
 	}
 	t.breakerFn.Store(&f)
+}
+
+// Reconcile counts one restore of a tenant's budget counters from the
+// ledger, or one reconciliation that could not start (the ledger failing),
+// as a success when err is nil and a failure otherwise.
+func (t *Telemetry) Reconcile(trigger ReconcileTrigger, err error) {
+	i := 0
+	if trigger == ReconcileStale {
+		i = 1
+	}
+	ok := 0
+	if err == nil {
+		ok = 1
+	}
+	t.reconcileCells[i][ok].add(1)
+}
+
+// BudgetRemaining sets costgate.budget.remaining for budget and tenant:
+// the share of the budget left, clamped to [0, 1]. Both names come from
+// the configuration, so the series are at most the budgets times the
+// tenants (each set bounded as the labels are); a series stays until the
+// process ends.
+func (t *Telemetry) BudgetRemaining(budget, tenant string, ratio float64) {
+	k := budgetKey{t.limits.id(budget), t.tenants.id(tenant)}
+	t.budgetMu.Lock()
+	t.budgets[k] = min(max(ratio, 0), 1)
+	t.budgetMu.Unlock()
+}
+
+// ObserveStore sets the function read at each collection for the limiter
+// store's own counters (costgate.store.overloaded, .unknown_outcomes,
+// .late_cancels and .late_lost), replacing any earlier one. f must be safe
+// for concurrent use, fast, and return counts that never decrease; nil
+// stops the observations.
+func (t *Telemetry) ObserveStore(f func() StoreStats) {
+	if f == nil {
+		t.storeFn.Store(nil)
+		return
+	}
+	t.storeFn.Store(&f)
+}
+
+func observables(cs []metric.Int64ObservableCounter) []metric.Observable {
+	out := make([]metric.Observable, len(cs))
+	for i, c := range cs {
+		out[i] = c
+	}
+	return out
 }
 
 // FailOpenTotal returns the number of FailOpen calls since New, over all

@@ -12,7 +12,7 @@ func TestSeriesBuckets(t *testing.T) {
 	tm := newTelemetry(t, Config{Now: clock.Now})
 	ctx := context.Background()
 	decide := func(tenant, policy, outcome string) {
-		tm.Decision(ctx, Decision{Tenant: tenant, Policy: policy, Outcome: outcome, Status: 200})
+		tm.Decision(ctx, Decision{Tenant: tenant, Policy: policy, Outcome: Outcome(outcome), Status: 200})
 	}
 
 	decide("acme", "plans", "allow")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -122,6 +123,7 @@ type Telemetry struct {
 	// Cells of the counters and histograms (see cells.go), by label ids.
 	reqCells    *cache[reqKey, *sumCell]
 	blockCells  *cache[blockKey, *sumCell]
+	allowCells  *cache[allowKey, *sumCell]
 	shadowCells *cache[shadowAttrKey, *sumCell]
 	failCells   *lazy[sumCell]     // by limit id
 	tenantCells *lazy[tenantCells] // by tenant id
@@ -129,12 +131,18 @@ type Telemetry struct {
 	stageCells  [numStages]*histCell
 	storeCells  [numStoreOps][numStoreResults]*histCell
 	reloadCells [2]*sumCell // failure, success
-	reloadOK    metric.Int64Gauge
+	// by trigger (scheduled, stale), then failure, success
+	reconcileCells [len(reconcileTriggers)][2]*sumCell
+	reloadOK       metric.Int64Gauge
 
 	failOpenTotal atomic.Int64
 
 	ledgerFn  atomic.Pointer[func() (float64, int64)]
-	breakerFn atomic.Pointer[func() string]
+	breakerFn atomic.Pointer[func() BreakerState]
+	storeFn   atomic.Pointer[func() StoreStats]
+
+	budgetMu sync.Mutex
+	budgets  map[budgetKey]float64 // costgate.budget.remaining
 
 	top            *topK
 	shadow         *shadowState
@@ -175,6 +183,7 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 		shadow:         newShadowState(cfg.Window),
 		series:         newSeries(cfg.MaxTenants+1, cfg.MaxLabelValues+1),
 		tenantRequests: make([]atomic.Int64, cfg.MaxTenants+1),
+		budgets:        map[budgetKey]float64{},
 	}
 	ok := false
 	defer func() {

@@ -40,6 +40,10 @@ func TestMetricsScrape(t *testing.T) {
 	tm.StoreOp(StoreDebit, time.Millisecond, nil)
 	tm.StoreOp(StoreDebit, 5*time.Millisecond, fmt.Errorf("redis: %w", context.DeadlineExceeded))
 	tm.StoreOp(StoreSettle, time.Millisecond, errors.New("connection refused"))
+	tm.StoreOp(StoreRenew, time.Millisecond, nil)
+	tm.StoreOp(StoreReset, time.Millisecond, nil)
+	tm.StoreOp(StoreRestore, time.Millisecond, nil)
+	tm.StoreOp("bogus", time.Millisecond, nil)
 	tm.FailOpen("rpm")
 	tm.FailOpen("rpm")
 	tm.Usage("acme", "gpt-4o", 1000, 200, 3_500_000)
@@ -48,7 +52,14 @@ func TestMetricsScrape(t *testing.T) {
 	tm.Reload(true)
 	tm.Reload(false)
 	tm.ObserveLedger(func() (float64, int64) { return 0.25, 4096 })
-	tm.ObserveBreaker(func() string { return "half_open" })
+	tm.ObserveBreaker(func() BreakerState { return BreakerHalfOpen })
+	tm.Reconcile(ReconcileScheduled, nil)
+	tm.Reconcile(ReconcileScheduled, nil)
+	tm.Reconcile(ReconcileStale, errors.New("ledger down"))
+	tm.BudgetRemaining("daily", "acme", 0.25)
+	tm.BudgetRemaining("daily", "acme", 0.125) // the last value wins
+	tm.BudgetRemaining("daily", "beta", 1.5)   // clamped
+	tm.ObserveStore(func() StoreStats { return StoreStats{Overloaded: 3, UnknownOutcomes: 2, LateCancels: 1, LateLost: 1} })
 
 	if got := tm.FailOpenTotal(); got != 2 {
 		t.Errorf("FailOpenTotal() = %d, want 2", got)
@@ -66,6 +77,8 @@ func TestMetricsScrape(t *testing.T) {
 		{"costgate_requests_total", L{"policy": "plans", "outcome": "hard", "status": "503", "route": "chat"}, 1},
 		{"costgate_decisions_blocked_total", L{"policy": "plans", "limit": "rpm", "dimension": "tenant", "status": "429"}, 1},
 		{"costgate_decisions_blocked_total", L{"policy": "budget", "limit": "daily", "dimension": "tenant", "status": "402"}, 1},
+		{"costgate_decisions_allowed_total", L{"policy": "plans", "limit": "none", "dimension": "none", "outcome": "allow"}, 3},
+		{"costgate_decisions_allowed_total", L{"policy": "plans", "limit": "tpm", "dimension": "user", "outcome": "soft"}, 1},
 		{"costgate_shadow_would_block_total", L{"policy": "abuse", "limit": "per-ip", "tenant": "beta"}, 2},
 		{"costgate_decision_duration_seconds", L{"stage": "debit"}, 2},
 		{"costgate_decision_duration_seconds", L{"stage": "total"}, 2},
@@ -73,6 +86,10 @@ func TestMetricsScrape(t *testing.T) {
 		{"costgate_store_duration_seconds", L{"op": "debit", "result": "ok"}, 1},
 		{"costgate_store_duration_seconds", L{"op": "debit", "result": "timeout"}, 1},
 		{"costgate_store_duration_seconds", L{"op": "settle", "result": "error"}, 1},
+		{"costgate_store_duration_seconds", L{"op": "renew", "result": "ok"}, 1},
+		{"costgate_store_duration_seconds", L{"op": "reset", "result": "ok"}, 1},
+		{"costgate_store_duration_seconds", L{"op": "restore", "result": "ok"}, 1},
+		{"costgate_store_duration_seconds", L{"op": "other", "result": "ok"}, 1},
 		{"costgate_failopen_total", L{"limit": "rpm"}, 2},
 		{"gen_ai_client_token_usage", L{"gen_ai_token_type": "input", "gen_ai_request_model": "gpt-4o"}, 2},
 		{"gen_ai_client_token_usage", L{"gen_ai_token_type": "output", "gen_ai_request_model": "gpt-4o"}, 1},
@@ -89,6 +106,16 @@ func TestMetricsScrape(t *testing.T) {
 		{"costgate_store_breaker_state", L{"state": "half_open"}, 1},
 		{"costgate_store_breaker_state", L{"state": "open"}, 0},
 		{"costgate_store_breaker_state", L{"state": "closed"}, 0},
+		{"costgate_budget_reconcile_total", L{"trigger": "reconcile", "result": "success"}, 2},
+		{"costgate_budget_reconcile_total", L{"trigger": "reconcile", "result": "failure"}, 0},
+		{"costgate_budget_reconcile_total", L{"trigger": "stale", "result": "failure"}, 1},
+		{"costgate_budget_reconcile_total", L{"trigger": "stale", "result": "success"}, 0},
+		{"costgate_budget_remaining", L{"limit": "daily", "tenant": "acme"}, 0.125},
+		{"costgate_budget_remaining", L{"limit": "daily", "tenant": "beta"}, 1},
+		{"costgate_store_overloaded_total", L{}, 3},
+		{"costgate_store_unknown_outcomes_total", L{}, 2},
+		{"costgate_store_late_cancels_total", L{}, 1},
+		{"costgate_store_late_lost_total", L{}, 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name+describeLabels(tc.labels), func(t *testing.T) {
@@ -155,7 +182,7 @@ func TestGaugesAbsentUntilSet(t *testing.T) {
 			t.Errorf("%s present before anything was reported: %s", name, describe(f))
 		}
 	}
-	tm.ObserveBreaker(func() string { return "closed" })
+	tm.ObserveBreaker(func() BreakerState { return BreakerClosed })
 	tm.ObserveBreaker(nil)
 	if f := scrape(t, tm)["costgate_store_breaker_state"]; f != nil && len(f.GetMetric()) > 0 {
 		t.Errorf("breaker state still observed after ObserveBreaker(nil)")
@@ -213,7 +240,7 @@ func TestConcurrentRecording(t *testing.T) {
 			ctx := context.Background()
 			for i := range perWorker {
 				tenant := fmt.Sprintf("t%d", (w+i)%8)
-				outcome := []string{"allow", "soft", "hard"}[i%3]
+				outcome := []Outcome{OutcomeAllow, OutcomeSoft, OutcomeHard}[i%3]
 				tm.Decision(ctx, Decision{Tenant: tenant, Policy: fmt.Sprintf("p%d", i%2), Limit: "l", Outcome: outcome, Status: 200, Key: "k" + tenant})
 				tm.Stage(StageTotal, time.Millisecond)
 				tm.StoreOp(StoreDebit, time.Microsecond, nil)
@@ -431,6 +458,7 @@ func TestDocTable(t *testing.T) {
 	tm := newTelemetry(t, Config{})
 	ctx := context.Background()
 	tm.Decision(ctx, Decision{Tenant: "a", Policy: "p", Limit: "l", Outcome: "hard", Status: 429})
+	tm.Decision(ctx, Decision{Tenant: "a", Policy: "p", Limit: "l", Outcome: "allow", Status: 200})
 	tm.Stage(StageTotal, time.Millisecond)
 	tm.StoreOp(StoreDebit, time.Millisecond, nil)
 	tm.FailOpen("l")
@@ -438,7 +466,9 @@ func TestDocTable(t *testing.T) {
 	tm.Usage("a", "m", 1, 1, 1)
 	tm.Reload(true)
 	tm.ObserveLedger(func() (float64, int64) { return 1, 1 })
-	tm.ObserveBreaker(func() string { return "closed" })
+	tm.ObserveBreaker(func() BreakerState { return BreakerClosed })
+	tm.BudgetRemaining("b", "a", 1)
+	tm.ObserveStore(func() StoreStats { return StoreStats{} })
 	scraped := map[string]bool{}
 	for name, f := range scrape(t, tm) {
 		if !strings.HasPrefix(name, "go_") && !strings.HasPrefix(name, "process_") && name != "target_info" && len(f.GetMetric()) > 0 {
@@ -455,8 +485,8 @@ func TestDocTable(t *testing.T) {
 			t.Errorf("scraped %s is not in the doc table", name)
 		}
 	}
-	if len(documented) != 14 {
-		t.Errorf("parsed %d documented names, want 14: %v", len(documented), documented)
+	if len(documented) != 21 {
+		t.Errorf("parsed %d documented names, want 21: %v", len(documented), documented)
 	}
 }
 
