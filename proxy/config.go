@@ -581,9 +581,7 @@ func (c *Config) Validate() error {
 		if l.Unit != "usd" && l.RateUSD != 0 {
 			bad(p+".rate_usd", "only a usd limit takes rate_usd; a %s limit takes rate, in %s", l.Unit, l.Unit)
 		}
-		if _, err := l.weighted(); err != nil {
-			bad(p, "%v", err)
-		}
+		l.validateLimit(p, bad)
 	}
 	for i, b := range c.Budgets {
 		p := fmt.Sprintf("budgets[%d]", i)
@@ -650,6 +648,43 @@ func (l LimitConfig) weighted() (weighted.Limit, error) {
 	}
 	wl := weighted.Limit{Name: l.Name, Algorithm: alg, Rate: rate, Period: l.Period, Burst: l.Burst}
 	return wl, wl.Validate()
+}
+
+// validateLimit reports the limiter's objections to l at the field they
+// concern ("limits[0].algorithm: unknown algorithm ..."); p is the limit's
+// path. What only weighted.Limit.Validate can tell is reported at p.
+func (l LimitConfig) validateLimit(p string, bad func(path, format string, args ...any)) {
+	alg, err := weighted.ParseAlgorithm(l.Algorithm)
+	if err != nil {
+		bad(p+".algorithm", "%s", strings.TrimPrefix(err.Error(), "weighted: "))
+	}
+	if strings.ContainsAny(l.Name, ":{}") {
+		bad(p+".name", "must not contain ':', '{' or '}' (they delimit the limiter's keys)")
+	}
+	rateField, rate := "rate", l.Rate
+	if l.Unit == "usd" {
+		rateField, rate = "rate_usd", int64(l.RateUSD)
+	}
+	switch {
+	case rate < 1:
+		bad(p+"."+rateField, "required: a positive number of %s per period", l.Unit)
+	case l.Period <= 0:
+		bad(p+".period", "required: a positive duration such as 1m or 24h")
+	case l.Period > weighted.MaxPeriod:
+		bad(p+".period", "%s is longer than the longest period, %s", l.Period, weighted.MaxPeriod)
+	case l.Burst < 0:
+		bad(p+".burst", "must not be negative")
+	case err == nil && alg != weighted.TokenBucket && alg != weighted.GCRA && l.Burst != 0 && l.Burst != rate:
+		bad(p+".burst", "does not apply to %s (leave it out: the capacity is the rate)", alg)
+	case err == nil:
+		if _, err := l.weighted(); err != nil {
+			reason := err.Error()
+			if _, r, ok := strings.Cut(reason, fmt.Sprintf("limit %q: ", l.Name)); ok {
+				reason = r
+			}
+			bad(p, "%s", reason)
+		}
+	}
 }
 
 // id is the key's name in the ledger and the logs: its configured id, or

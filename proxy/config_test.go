@@ -19,7 +19,13 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		name, yaml, want string
 	}{
 		{"unknown field", base + "limitz: []\n", "field limitz not found"},
-		{"bad algorithm", base + "limits: [{name: a, algorithm: leaky, rate: 1, period: 1s}]\n", "limits[0]"},
+		{"bad algorithm", base + "limits: [{name: a, algorithm: leaky, rate: 1, period: 1s}]\n", `limits[0].algorithm: unknown algorithm "leaky"`},
+		{"no rate", base + "limits: [{name: a, period: 1s}]\n", "limits[0].rate: required"},
+		{"no usd rate", base + "limits: [{name: a, unit: usd, period: 1s}]\n", "limits[0].rate_usd: required"},
+		{"no period", base + "limits: [{name: a, rate: 1}]\n", "limits[0].period: required"},
+		{"negative burst", base + "limits: [{name: a, rate: 1, period: 1s, burst: -1}]\n", "limits[0].burst: must not be negative"},
+		{"burst on a window", base + "limits: [{name: a, algorithm: fixed_window, rate: 1, period: 1s, burst: 5}]\n", "limits[0].burst: does not apply to fixed_window"},
+		{"key delimiter in a name", base + "limits: [{name: 'a:b', rate: 1, period: 1s}]\n", "limits[0].name: must not contain"},
 		{"bad unit", base + "limits: [{name: a, unit: bananas, rate: 1, period: 1s}]\n", "limits[0].unit"},
 		{"bad dimension", base + "limits: [{name: a, dimensions: [moon], rate: 1, period: 1s}]\n", "limits[0].dimensions"},
 		{"duplicate limit", base + "limits: [{name: a, rate: 1, period: 1s}, {name: a, rate: 1, period: 1s}]\n", "limits[1].name"},
