@@ -181,10 +181,11 @@ func (s *Server) adminSpend(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) adminLedger(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	from, err1 := parseTime(q.Get("from"))
-	to, err2 := parseTime(q.Get("to"))
-	if err := errors.Join(err1, err2); err != nil {
-		writeAdminError(w, http.StatusBadRequest, err.Error())
+	// As costgate ledger export reads them: a date is a whole UTC day,
+	// included at both ends; an RFC 3339 time is exact, to excluded.
+	from, to, err := ledger.ParseRange(q.Get("from"), q.Get("to"))
+	if err != nil {
+		writeAdminErr(w, err)
 		return
 	}
 	format := q.Get("format")
@@ -308,20 +309,6 @@ func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"tenant": c.tenant, "plan": c.plan, "spend": spends, "limits": limits})
-}
-
-func parseTime(s string) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	if t, err := time.Parse(time.DateOnly, s); err == nil {
-		return t, nil
-	}
-	t, err := time.Parse(time.RFC3339, s)
-	if err != nil {
-		return t, errors.New("a time is YYYY-MM-DD or RFC 3339, not " + strconv.Quote(s))
-	}
-	return t, nil
 }
 
 func writeAdminErr(w http.ResponseWriter, err error) {
