@@ -52,7 +52,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	cmd, rest := args[0], args[1:]
 	switch cmd {
 	case "serve":
-		return serve(ctx, rest, stdout, stderr)
+		return serve(ctx, rest, stderr)
 	case "simulate":
 		return simulate(ctx, rest, stderr)
 	case "demo":

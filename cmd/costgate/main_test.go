@@ -306,12 +306,26 @@ func serveOnce(t *testing.T, args ...string) served {
 			t.Fatalf("serve returned %v before it served; stderr:\n%s", err, stderr.String())
 		default:
 		}
-		m := announce.FindStringSubmatch(stdout.String())
+		m := announce.FindStringSubmatch(stderr.String())
 		if m != nil {
 			data, admin = m[1], m[2]
 		}
 		return m != nil
 	})
+	// Startup lines and logs are one stream, stderr, of JSON records:
+	// `2>serve.log` keeps them all.
+	waitFor(t, "serve logs what it runs on", 5*time.Second, func() bool {
+		return strings.Contains(stderr.String(), `"msg":"costgate: limiter store:`)
+	})
+	if out := stdout.String(); out != "" {
+		t.Errorf("serve wrote to stdout: %q", out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+		var rec struct{ Level, Msg string }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec.Level == "" || rec.Msg == "" {
+			t.Errorf("a stderr line is not a log record: %q", line)
+		}
+	}
 	client := &http.Client{Timeout: 10 * time.Second}
 	resp, err := client.Get("http://" + admin + "/healthz")
 	if err != nil {
@@ -512,7 +526,7 @@ func TestServeCutsStreamsAfterTheDrain(t *testing.T) {
 	announce := regexp.MustCompile(`serving .* on (127\.0\.0\.1:\d+) \(admin`)
 	var data string
 	waitFor(t, "serve announces its address", 20*time.Second, func() bool {
-		if m := announce.FindStringSubmatch(stdout.String()); m != nil {
+		if m := announce.FindStringSubmatch(stderr.String()); m != nil {
 			data = m[1]
 		}
 		return data != ""

@@ -83,7 +83,9 @@ func (f *configFlags) load() (*proxy.Config, string, error) {
 	return cfg, source, nil
 }
 
-func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// serve runs the proxy until ctx ends. Its startup lines and its logs are
+// one stream: JSON log records (log/slog) on stderr.
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cf configFlags
@@ -141,9 +143,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	errc := make(chan error, 2)
 	go func() { errc <- dataSrv.Serve(data) }()
 	go func() { errc <- adminSrv.Serve(admin) }()
-	fmt.Fprintf(stdout, "costgate: serving %s on %s (admin on %s)\n", source, data.Addr(), admin.Addr())
+	// Tools find the addresses in this line's message ("serving ... on ADDR
+	// (admin on ADDR)") as well as in its attributes.
+	log.Info(fmt.Sprintf("costgate: serving %s on %s (admin on %s)", source, data.Addr(), admin.Addr()),
+		"config", source, "listen", data.Addr().String(), "admin_listen", admin.Addr().String())
 	for _, line := range srv.Describe() {
-		fmt.Fprintln(stdout, "costgate:", line)
+		log.Info("costgate: " + line)
 	}
 
 	select {
