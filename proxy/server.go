@@ -138,7 +138,7 @@ func (s *Server) open(ctx context.Context, cfg *Config) error {
 	s.renewer = newRenewer(s)
 	s.renewer.start()
 	s.closers = append(s.closers, s.renewer.close)
-	if s.ledger, err = ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: cfg.dataDir()}); err != nil {
+	if s.ledger, err = ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: cfg.dataDir(), Logf: ledgerLogf(s.log)}); err != nil {
 		return fmt.Errorf("proxy: ledger: %w", err)
 	}
 	s.closers = append(s.closers, s.ledger.Close)
