@@ -326,3 +326,37 @@ func TestWatchPolicyConfigMapLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestParseIsPure: parsing reads the YAML and the Defaults it is given,
+// never the environment; the file's values win over the Defaults.
+func TestParseIsPure(t *testing.T) {
+	t.Setenv("COSTGATE_ADMIN_TOKEN", "from-env")
+	t.Setenv("REDIS_URL", "redis://from-env:6379")
+	t.Setenv("DATABASE_URL", "postgres://from-env/db")
+	const noToken = "upstreams: [{name: openai, kind: openai, simulate: always}]\n"
+	if _, err := proxy.Parse([]byte(noToken)); err == nil || !strings.Contains(err.Error(), "admin_token: required") {
+		t.Fatalf("Parse of a config without admin_token = %v, want admin_token: required (the environment is not read)", err)
+	}
+	cfg, err := proxy.Parse([]byte("admin_token: t\n" + noToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AdminToken != "t" || cfg.Store.Redis != "" || cfg.Ledger.DSN != "" {
+		t.Errorf("Parse took %q, %q, %q; want t and no store or ledger URL", cfg.AdminToken, cfg.Store.Redis, cfg.Ledger.DSN)
+	}
+	d := proxy.Defaults{AdminToken: "default-token", Redis: "redis://default:6379", LedgerDSN: "postgres://default/db"}
+	cfg, err = proxy.ParseWith([]byte(noToken), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AdminToken != d.AdminToken || cfg.Store.Redis != d.Redis || cfg.Ledger.DSN != d.LedgerDSN {
+		t.Errorf("ParseWith took %q, %q, %q; want the defaults", cfg.AdminToken, cfg.Store.Redis, cfg.Ledger.DSN)
+	}
+	cfg, err = proxy.ParseWith([]byte("admin_token: file\nstore: {redis: 'redis://file:6379'}\nledger: {dsn: 'postgres://file/db'}\n"+noToken), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AdminToken != "file" || cfg.Store.Redis != "redis://file:6379" || cfg.Ledger.DSN != "postgres://file/db" {
+		t.Errorf("ParseWith took %q, %q, %q; want the file's values over the defaults", cfg.AdminToken, cfg.Store.Redis, cfg.Ledger.DSN)
+	}
+}

@@ -45,6 +45,9 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	// Parsed without the environment's defaults: the demo is
+	// self-contained (in-memory store, embedded ledger), whatever REDIS_URL
+	// and DATABASE_URL say.
 	cfg, err := proxy.Parse(examples.DemoConfig())
 	if err != nil {
 		return fmt.Errorf("demo config: %w", err)
@@ -56,7 +59,6 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer os.RemoveAll(dir)
 	cfg.DataDir = dir
-	cfg.Store.Redis, cfg.Ledger.DSN = "", "" // the demo is self-contained, whatever the environment says
 
 	srv, err := proxy.Open(ctx, cfg, proxy.Options{})
 	if err != nil {
