@@ -18,7 +18,7 @@ const usage = `costgate: a cost-aware rate limiter and proxy for LLM and metered
 Usage:
   costgate serve [--config FILE] [--listen ADDR] [--admin-listen ADDR] [--redis URL] [--ledger DSN] [--data-dir DIR]
   costgate simulate [--listen ADDR] [--latency D] [--token-interval D] [--error-rate F]
-  costgate demo [--duration D]
+  costgate demo [--duration D] [--exit]
   costgate estimate --route R [--model M] [--method M] [--config FILE] < body.json
   costgate policy check DIR
   costgate policy test DIR
