@@ -157,6 +157,37 @@ limits:
 		t.Errorf("costgate_decisions_blocked_total for acme-requests = %v, want 3", blocked)
 	}
 
+	// The dashboard shows the three refusals under the limit that decided
+	// them, not under the policy "none".
+	code, data := adminDo(t, h, "GET", "/admin/data.json", "test-admin")
+	if code != 200 {
+		t.Fatalf("/admin/data.json: %d %s", code, data)
+	}
+	var dash struct {
+		Decisions []struct {
+			Policy            string
+			Allow, Soft, Hard int64
+			Points            []struct{ Count int64 }
+		}
+	}
+	if err := json.Unmarshal([]byte(data), &dash); err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]int64{}
+	for _, d := range dash.Decisions {
+		rows[d.Policy] = d.Hard
+		var points int64
+		for _, p := range d.Points {
+			points += p.Count
+		}
+		if points != d.Hard {
+			t.Errorf("dashboard row %q: %d hard, but its points add up to %d", d.Policy, d.Hard, points)
+		}
+	}
+	if rows["limit acme-requests"] != 3 || rows["none"] != 0 {
+		t.Errorf("dashboard decisions %+v: want 3 refusals under \"limit acme-requests\" and none under \"none\"", dash.Decisions)
+	}
+
 	_, top := adminDo(t, h, "GET", "/admin/v1/top-throttled?n=5", "test-admin")
 	if !strings.Contains(top, `acme-requests`) || !strings.Contains(top, `tenant=acme`) {
 		t.Errorf("top-throttled does not name the throttled key: %s", top)

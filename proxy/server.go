@@ -41,6 +41,7 @@ type Server struct {
 	ledger   *ledger.Ledger
 	loader   func() (*Config, error)
 	ping     func(context.Context) error // checks the limiter store; nil for memory
+	refusals limitRefusals               // refusals by limit, for the dashboard (dashboard.go)
 
 	// stopping ends when Close starts: upstream exchanges still running
 	// then end (see upstreamContext).
