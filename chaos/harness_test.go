@@ -120,7 +120,8 @@ func startCostgate(t *testing.T, cfg string) *process {
 	return p
 }
 
-var servingLine = regexp.MustCompile(`serving .* on (\S+) \(admin on (\S+)\)`)
+// servingLine is serve's startup log record (on stderr, with its logs).
+var servingLine = regexp.MustCompile(`serving .* on ([^\s)"]+) \(admin on ([^\s)"]+)\)`)
 
 // Start runs costgate and returns once it serves and /readyz answers 200.
 func (p *process) Start() {
@@ -129,29 +130,40 @@ func (p *process) Start() {
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	defer logf.Close()
 	cmd := exec.Command(p.bin, "serve", "--config", p.config)
 	cmd.Env = cleanEnv()
-	cmd.Stderr = logf
-	stdout, err := cmd.StdoutPipe()
+	stderr, err := cmd.StderrPipe()
 	if err != nil {
+		logf.Close()
 		p.t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
+		logf.Close()
 		p.t.Fatal(err)
 	}
 	exited := make(chan struct{})
+	copied := make(chan struct{})
 	addrs := make(chan []string, 1)
+	// The log is copied line by line to the log file, and the serving line
+	// picked out on the way.
 	go func() {
-		sc := bufio.NewScanner(stdout)
+		defer close(copied)
+		defer logf.Close()
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
+			logf.Write(append(sc.Bytes(), '\n'))
 			if m := servingLine.FindStringSubmatch(sc.Text()); m != nil {
-				addrs <- m[1:]
+				select {
+				case addrs <- m[1:]:
+				default:
+				}
 			}
 		}
-		io.Copy(io.Discard, stdout)
+		io.Copy(logf, stderr)
 	}()
 	go func() {
+		<-copied // Wait closes the pipe: read it all first
 		cmd.Wait()
 		close(exited)
 	}()

@@ -266,6 +266,46 @@ func TestBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("long names keep their start", func(t *testing.T) {
+		t.Parallel()
+		const limit = "enterprise-tier-output-tokens-per-minute-eu-west"
+		const policy = "limit " + limit
+		long := httptest.NewServer(mount(Handler(func() string { return testToken }, func(context.Context) (Data, error) {
+			d := Data{GeneratedAt: sampleNow, Store: StoreHealth{Kind: "memory", Healthy: true, Breaker: "closed"}}
+			d.Decisions = []PolicyDecisions{{Policy: policy, Hard: 7, Points: []CountPoint{{T: sampleNow.Add(-time.Minute), Count: 7}}}}
+			d.TopThrottled = []Throttled{{Key: "{acme}:tenant=acme", Limit: limit, Tenant: "acme", Count: 7}}
+			return d, nil
+		})))
+		defer long.Close()
+		ctx := tab(t, bctx)
+		do(t, ctx, "load", chromedp.Navigate(long.URL+"/admin/#token="+testToken), chromedp.WaitReady(loaded))
+		type cell struct{ Text, Full string }
+		cells, err := chromedp.Run(ctx, chromedp.Evaluate[[]cell](`[...document.querySelectorAll('#decisions-table tbody th.name, #throttled-table tbody td.name, #decisions-chart text.label')].map(c => ({text: c.firstChild ? c.firstChild.textContent : '', full: (c.dataset && c.dataset.full) || ''}))`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sawLimit, sawPolicy bool
+		for _, c := range cells {
+			full := c.Full
+			if full == "" {
+				full = c.Text
+			}
+			if full != limit && full != policy && !strings.Contains(c.Text, "…") {
+				continue
+			}
+			if strings.Contains(c.Text, "…") {
+				if !strings.HasPrefix(full, strings.SplitN(c.Text, "…", 2)[0]) || len(strings.SplitN(c.Text, "…", 2)[0]) < 8 {
+					t.Errorf("%q is shown as %q: its start is cut", full, c.Text)
+				}
+			}
+			sawLimit = sawLimit || strings.HasPrefix(c.Text, "enterprise-t")
+			sawPolicy = sawPolicy || strings.HasPrefix(c.Text, "limit enterprise")
+		}
+		if !sawLimit || !sawPolicy {
+			t.Errorf("the long limit's name is not shown from its start in both tables: %+v", cells)
+		}
+	})
+
 	t.Run("empty data", func(t *testing.T) {
 		empty := httptest.NewServer(mount(Handler(func() string { return testToken }, func(context.Context) (Data, error) {
 			return Data{GeneratedAt: sampleNow, Store: StoreHealth{Kind: "memory", Healthy: true, Breaker: "closed"}}, nil

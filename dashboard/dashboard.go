@@ -283,8 +283,33 @@ func orEmpty[T any](s []T) []T {
 	return s
 }
 
+// writeError answers with the admin listener's one error shape,
+// {"error":{"type":"not_found","message":"..."}}, the type named after the
+// status (see ErrorType).
 func writeError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]map[string]string{"error": {"message": msg}})
+	json.NewEncoder(w).Encode(map[string]map[string]string{"error": {"type": ErrorType(status), "message": msg}})
+}
+
+// ErrorType names an HTTP error status in the admin listener's error bodies:
+// "invalid_request" (400), "unauthorized" (401), "not_found" (404),
+// "method_not_allowed" (405), "unavailable" (503), "internal_error" (other
+// 5xx) and "error" for any other status.
+func ErrorType(status int) string {
+	switch {
+	case status == http.StatusBadRequest:
+		return "invalid_request"
+	case status == http.StatusUnauthorized:
+		return "unauthorized"
+	case status == http.StatusNotFound:
+		return "not_found"
+	case status == http.StatusMethodNotAllowed:
+		return "method_not_allowed"
+	case status == http.StatusServiceUnavailable:
+		return "unavailable"
+	case status >= 500:
+		return "internal_error"
+	}
+	return "error"
 }

@@ -75,8 +75,9 @@
 // Load (or LoadDir) parses every .rego file, compiles and type-checks the
 // policies, prepares each decision rule once, compiles the fast path (below)
 // and runs the Rego tests; a Set is immutable. An Engine holds the active
-// Set atomically: Reload, ReloadDir and Watch (fsnotify) swap in a new Set
-// only when it loads completely, and keep the last good one otherwise.
+// Set atomically: Reload and ReloadDir swap in a new Set only when it loads
+// completely, and keep the last good one otherwise. (The server watches the
+// policy directory, subdirectories included, with proxy.Server.Watch.)
 // Check and Test back `costgate policy check` and `costgate policy test`.
 //
 // # Performance

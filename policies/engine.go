@@ -2,16 +2,9 @@ package policies
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync/atomic"
-	"time"
-
-	"github.com/fsnotify/fsnotify"
 )
 
 // Engine holds the active Set and swaps it atomically on reload. Decisions in
@@ -78,83 +71,4 @@ func (e *Engine) Status() (reloads, failures int64, lastErr error) {
 		lastErr = b.err
 	}
 	return e.reloads.Load(), e.failures.Load(), lastErr
-}
-
-// watchDebounce is how long Watch waits after the last change before
-// reloading, so that an editor's write-rename-chmod burst or a checkout of
-// many files causes one reload.
-const watchDebounce = 150 * time.Millisecond
-
-// Watch reloads the policies of dir (and its subdirectories) whenever a .rego
-// file in it changes. It watches synchronously, so that a change made after
-// Watch returns is seen, and reloads in a goroutine it owns, which stops when
-// ctx is done. onReload, when not nil, is called from that goroutine after
-// every reload attempt with its result (nil on success); on error the last
-// good set stays active. Watch returns an error only when dir cannot be
-// watched.
-func (e *Engine) Watch(ctx context.Context, dir string, onReload func(error)) error {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("policies: watch: %w", err)
-	}
-	if err := addTree(w, dir); err != nil {
-		w.Close()
-		return fmt.Errorf("policies: watch %s: %w", dir, err)
-	}
-	go e.watch(ctx, w, dir, onReload)
-	return nil
-}
-
-func addTree(w *fsnotify.Watcher, dir string) error {
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if p != dir && strings.HasPrefix(d.Name(), ".") {
-				return filepath.SkipDir
-			}
-			return w.Add(p)
-		}
-		return nil
-	})
-}
-
-func (e *Engine) watch(ctx context.Context, w *fsnotify.Watcher, dir string, onReload func(error)) {
-	defer w.Close()
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev, ok := <-w.Events:
-			if !ok {
-				return
-			}
-			if ev.Has(fsnotify.Create) {
-				if fi, err := os.Stat(ev.Name); err == nil && fi.IsDir() {
-					_ = addTree(w, ev.Name) // a new subdirectory; its files count too
-				}
-			}
-			if filepath.Ext(ev.Name) == ".rego" || ev.Has(fsnotify.Create) || ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
-				timer.Reset(watchDebounce)
-			}
-		case err, ok := <-w.Errors:
-			if !ok {
-				return
-			}
-			if onReload != nil && !errors.Is(err, fsnotify.ErrEventOverflow) {
-				onReload(fmt.Errorf("policies: watch %s: %w", dir, err))
-				continue
-			}
-			timer.Reset(watchDebounce) // events were lost: reload to be safe
-		case <-timer.C:
-			err := e.reload(ctx, os.DirFS(dir), dir)
-			if onReload != nil {
-				onReload(err)
-			}
-		}
-	}
 }

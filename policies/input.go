@@ -86,8 +86,9 @@ type Spend struct {
 	BudgetNanoUSD int64  `json:"budget_nano_usd"`
 }
 
-// Time is when the request arrived. Hour (0-23) and Weekday (0 is Sunday) are
-// in UTC unless the proxy is configured with another zone.
+// Time is when the request arrived. The proxy gives Hour (0-23) and Weekday
+// (0 is Sunday) in UTC, always: no setting changes the zone. (TimeOf gives
+// them in its argument's location, for tests and tools.)
 type Time struct {
 	Unix    int64 `json:"unix"`
 	Hour    int   `json:"hour"`

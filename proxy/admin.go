@@ -36,7 +36,7 @@ func (s *Server) adminHandler() http.Handler {
 	})
 	auth.HandleFunc("POST /admin/v1/reload", func(w http.ResponseWriter, _ *http.Request) {
 		if err := s.Reload(); err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"status": "rejected", "error": err.Error()})
+			writeAdminError(w, http.StatusBadRequest, "the config is rejected, the last good one stays: "+err.Error())
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "reloaded"})
@@ -45,7 +45,73 @@ func (s *Server) adminHandler() http.Handler {
 		func() string { return s.state.Load().cfg.AdminToken }, s.dashboardData)))
 	mux.Handle("/admin/v1/", s.requireAdmin(auth))
 	mux.Handle("/metrics", s.requireAdmin(auth))
-	return mux
+	return jsonErrors(mux)
+}
+
+// adminError is the admin listener's one error shape:
+// {"error":{"type":"unauthorized","message":"..."}}, as the dashboard's
+// errors are; the type is dashboard.ErrorType of the status.
+type adminError struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+func writeAdminError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]adminError{"error": {Type: dashboard.ErrorType(status), Message: msg}})
+}
+
+// jsonErrors answers in the admin error shape the plain-text errors that
+// http.ServeMux and http.Error write (404 for an unknown path, 405 with an
+// Allow header for a known path and another method).
+func jsonErrors(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(&plainErrorWriter{ResponseWriter: w}, r)
+	})
+}
+
+// plainErrorWriter replaces a text/plain error response with its JSON form;
+// any other response passes through untouched.
+type plainErrorWriter struct {
+	http.ResponseWriter
+	wrote, swallow bool
+}
+
+func (p *plainErrorWriter) WriteHeader(status int) {
+	if p.wrote {
+		return
+	}
+	p.wrote = true
+	if status >= 400 && strings.HasPrefix(p.Header().Get("Content-Type"), "text/plain") {
+		p.swallow = true
+		msg := strings.ToLower(http.StatusText(status))
+		if status == http.StatusMethodNotAllowed {
+			msg += "; allowed: " + p.Header().Get("Allow")
+		}
+		writeAdminError(p.ResponseWriter, status, msg)
+		return
+	}
+	p.ResponseWriter.WriteHeader(status)
+}
+
+func (p *plainErrorWriter) Write(b []byte) (int, error) {
+	if !p.wrote {
+		p.WriteHeader(http.StatusOK)
+	}
+	if p.swallow {
+		return len(b), nil
+	}
+	return p.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (a long ledger
+// export flushes and extends its write deadline).
+func (p *plainErrorWriter) Unwrap() http.ResponseWriter { return p.ResponseWriter }
+
+// Flush passes a flush on, as a handler that streams expects.
+func (p *plainErrorWriter) Flush() {
+	if f, ok := p.ResponseWriter.(http.Flusher); ok && !p.swallow {
+		f.Flush()
+	}
 }
 
 // requireAdmin checks the bearer token in constant time.
@@ -55,7 +121,7 @@ func (s *Server) requireAdmin(next http.Handler) http.Handler {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || want == "" || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="costgate-admin"`)
-			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "the admin API needs 'Authorization: Bearer <admin token>'"})
+			writeAdminError(w, http.StatusUnauthorized, "the admin API needs 'Authorization: Bearer <admin token>'")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -115,10 +181,11 @@ func (s *Server) adminSpend(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) adminLedger(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	from, err1 := parseTime(q.Get("from"))
-	to, err2 := parseTime(q.Get("to"))
-	if err := errors.Join(err1, err2); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+	// As costgate ledger export reads them: a date is a whole UTC day,
+	// included at both ends; an RFC 3339 time is exact, to excluded.
+	from, to, err := ledger.ParseRange(q.Get("from"), q.Get("to"))
+	if err != nil {
+		writeAdminErr(w, err)
 		return
 	}
 	format := q.Get("format")
@@ -126,6 +193,12 @@ func (s *Server) adminLedger(w http.ResponseWriter, r *http.Request) {
 		format = "json"
 	}
 	lq := ledger.Query{Tenant: q.Get("tenant"), From: from, To: to}
+	// What this node has spooled (settlements of requests that just ended)
+	// is exported too. The wait is bounded: a store that does not take the
+	// spool leaves the export as the store has it.
+	fctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	_ = s.ledger.Flush(fctx)
+	cancel()
 	switch format {
 	case "csv":
 		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
@@ -186,7 +259,7 @@ func (s *Server) adminTopThrottled(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("n"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > 1000 {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "n must be a whole number from 1 to 1000"})
+			writeAdminError(w, http.StatusBadRequest, "n must be a whole number from 1 to 1000")
 			return
 		}
 	}
@@ -244,26 +317,12 @@ func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"tenant": c.tenant, "plan": c.plan, "spend": spends, "limits": limits})
 }
 
-func parseTime(s string) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	if t, err := time.Parse(time.DateOnly, s); err == nil {
-		return t, nil
-	}
-	t, err := time.Parse(time.RFC3339, s)
-	if err != nil {
-		return t, errors.New("a time is YYYY-MM-DD or RFC 3339, not " + strconv.Quote(s))
-	}
-	return t, nil
-}
-
 func writeAdminErr(w http.ResponseWriter, err error) {
 	status := http.StatusInternalServerError
 	if errors.Is(err, ledger.ErrInvalid) {
 		status = http.StatusBadRequest
 	}
-	writeJSON(w, status, map[string]string{"error": err.Error()})
+	writeAdminError(w, status, err.Error())
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

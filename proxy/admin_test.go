@@ -48,6 +48,66 @@ func TestAdminAuth(t *testing.T) {
 	}
 }
 
+// TestAdminErrorsOneShape: on the admin listener every 401, 404 and 405,
+// of every route family (health, metrics, the admin API, the dashboard), is
+// one JSON shape, {"error":{"type":...,"message":...}}.
+func TestAdminErrorsOneShape(t *testing.T) {
+	s := newStack(t, "", roomyLimits)
+	h := s.srv.AdminHandler()
+	cases := []struct {
+		name, method, path, token string
+		status                    int
+	}{
+		{"metrics without a token", "GET", "/metrics", "", 401},
+		{"admin API without a token", "GET", "/admin/v1/shadow", "", 401},
+		{"admin API with a wrong token", "GET", "/admin/v1/tenants/acme/spend", "wrong", 401},
+		{"reload without a token", "POST", "/admin/v1/reload", "", 401},
+		{"dashboard data without a token", "GET", "/admin/data.json", "", 401},
+		{"unknown top path", "GET", "/nope", "", 404},
+		{"unknown admin API path", "GET", "/admin/v1/nope", "test-admin", 404},
+		{"unknown dashboard file", "GET", "/admin/nope.css", "", 404},
+		{"health with POST", "POST", "/healthz", "", 405},
+		{"readiness with DELETE", "DELETE", "/readyz", "", 405},
+		{"metrics with POST", "POST", "/metrics", "test-admin", 405},
+		{"admin API with DELETE", "DELETE", "/admin/v1/shadow", "test-admin", 405},
+		{"reload with GET", "GET", "/admin/v1/reload", "test-admin", 405},
+		{"dashboard with POST", "POST", "/admin/", "", 405},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req := httptest.NewRequest(c.method, c.path, nil)
+			if c.token != "" {
+				req.Header.Set("Authorization", "Bearer "+c.token)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != c.status {
+				t.Fatalf("status %d, want %d: %s", rec.Code, c.status, rec.Body)
+			}
+			if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+				t.Errorf("Content-Type %q, want application/json", ct)
+			}
+			var body map[string]map[string]string
+			dec := json.NewDecoder(rec.Body)
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&body); err != nil {
+				t.Fatalf("not the error shape: %v", err)
+			}
+			e, ok := body["error"]
+			if len(body) != 1 || !ok || len(e) != 2 || e["message"] == "" {
+				t.Fatalf("body %v, want exactly {\"error\":{\"type\":...,\"message\":...}}", body)
+			}
+			want := map[int]string{401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}[c.status]
+			if e["type"] != want {
+				t.Errorf("type %q, want %q", e["type"], want)
+			}
+			if c.status == 405 && rec.Header().Get("Allow") == "" {
+				t.Errorf("a 405 without an Allow header")
+			}
+		})
+	}
+}
+
 // TestOperatorViews: after traffic that hits a limit, the metrics, the
 // top-throttled keys, the spend and the tenant's own usage say so.
 func TestOperatorViews(t *testing.T) {
@@ -95,6 +155,37 @@ limits:
 	}
 	if blocked != 3 {
 		t.Errorf("costgate_decisions_blocked_total for acme-requests = %v, want 3", blocked)
+	}
+
+	// The dashboard shows the three refusals under the limit that decided
+	// them, not under the policy "none".
+	code, data := adminDo(t, h, "GET", "/admin/data.json", "test-admin")
+	if code != 200 {
+		t.Fatalf("/admin/data.json: %d %s", code, data)
+	}
+	var dash struct {
+		Decisions []struct {
+			Policy            string
+			Allow, Soft, Hard int64
+			Points            []struct{ Count int64 }
+		}
+	}
+	if err := json.Unmarshal([]byte(data), &dash); err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]int64{}
+	for _, d := range dash.Decisions {
+		rows[d.Policy] = d.Hard
+		var points int64
+		for _, p := range d.Points {
+			points += p.Count
+		}
+		if points != d.Hard {
+			t.Errorf("dashboard row %q: %d hard, but its points add up to %d", d.Policy, d.Hard, points)
+		}
+	}
+	if rows["limit acme-requests"] != 3 || rows["none"] != 0 {
+		t.Errorf("dashboard decisions %+v: want 3 refusals under \"limit acme-requests\" and none under \"none\"", dash.Decisions)
 	}
 
 	_, top := adminDo(t, h, "GET", "/admin/v1/top-throttled?n=5", "test-admin")

@@ -30,8 +30,9 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	// AdminListen is the admin plane's address. Default "127.0.0.1:9090".
 	AdminListen string `yaml:"admin_listen"`
-	// AdminToken is the admin plane's bearer token. Default: the
-	// COSTGATE_ADMIN_TOKEN environment variable. Required.
+	// AdminToken is the admin plane's bearer token. Default:
+	// Defaults.AdminToken (costgate serve: the COSTGATE_ADMIN_TOKEN
+	// environment variable). Required.
 	AdminToken string `yaml:"admin_token"`
 	// DataDir holds the embedded ledger and its spool. Default "./costgate-data".
 	DataDir string `yaml:"data_dir"`
@@ -62,7 +63,8 @@ type Config struct {
 // StoreConfig chooses the limiter store.
 type StoreConfig struct {
 	// Redis is a redis:// or rediss:// URL. Empty means the in-memory store
-	// (single node). Default: the REDIS_URL environment variable.
+	// (single node). Default: Defaults.Redis (costgate serve: the REDIS_URL
+	// environment variable).
 	Redis string `yaml:"redis"`
 	// Timeout bounds each Redis call, from the moment it is sent to its
 	// reply; a slower call counts as a store failure and the limits'
@@ -98,7 +100,8 @@ type StoreConfig struct {
 // LedgerConfig chooses the ledger's database.
 type LedgerConfig struct {
 	// DSN is a postgres:// URL. Empty means the embedded ledger under
-	// DataDir. Default: the DATABASE_URL environment variable.
+	// DataDir. Default: Defaults.LedgerDSN (costgate serve: the DATABASE_URL
+	// environment variable).
 	DSN string `yaml:"dsn"`
 	// DurableSettle makes the settlement of a request durable on disk
 	// (fsync'd, shared by concurrent requests) before the last byte of its
@@ -275,8 +278,22 @@ type BudgetConfig struct {
 	Amount USD    `yaml:"amount"`
 }
 
-// Load reads, defaults and validates the config file at path.
-func Load(path string) (*Config, error) {
+// Defaults are the values a config takes where its file leaves the field
+// empty; the file wins over them. Parsing never reads the environment:
+// costgate serve fills Defaults from it (COSTGATE_ADMIN_TOKEN, REDIS_URL,
+// DATABASE_URL), and its flags win over the file.
+type Defaults struct {
+	AdminToken string // admin_token
+	Redis      string // store.redis
+	LedgerDSN  string // ledger.dsn
+}
+
+// Load reads, defaults and validates the config file at path, with no
+// Defaults.
+func Load(path string) (*Config, error) { return LoadWith(path, Defaults{}) }
+
+// LoadWith is Load with the defaults d under the file's values.
+func LoadWith(path string, d Defaults) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -285,7 +302,7 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	c, err := parse(b, abs)
+	c, err := parse(b, abs, d)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -294,10 +311,15 @@ func Load(path string) (*Config, error) {
 
 // Parse reads, defaults and validates a config from YAML; relative paths
 // in it are relative to the working directory. Unknown fields are errors,
-// so that a misspelt field is not silently ignored.
-func Parse(b []byte) (*Config, error) { return parse(b, "") }
+// so that a misspelt field is not silently ignored. Parse depends on b
+// alone, never on the environment (but for the secrets a key_env or
+// api_key_env names).
+func Parse(b []byte) (*Config, error) { return parse(b, "", Defaults{}) }
 
-func parse(b []byte, dir string) (*Config, error) {
+// ParseWith is Parse with the defaults d under the file's values.
+func ParseWith(b []byte, d Defaults) (*Config, error) { return parse(b, "", d) }
+
+func parse(b []byte, dir string, d Defaults) (*Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
@@ -307,7 +329,7 @@ func parse(b []byte, dir string) (*Config, error) {
 		return nil, fmt.Errorf("parse: %w", err)
 	}
 	c.dir = dir
-	c.applyDefaults()
+	c.applyDefaults(d)
 	c.readKeyFiles()
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -342,7 +364,7 @@ func (c *Config) WithPolicyFS(fsys fs.FS) *Config {
 	return c
 }
 
-func (c *Config) applyDefaults() {
+func (c *Config) applyDefaults(d Defaults) {
 	def := func(s *string, v string) {
 		if *s == "" {
 			*s = v
@@ -350,10 +372,10 @@ func (c *Config) applyDefaults() {
 	}
 	def(&c.Listen, "127.0.0.1:8080")
 	def(&c.AdminListen, "127.0.0.1:9090")
-	def(&c.AdminToken, os.Getenv("COSTGATE_ADMIN_TOKEN"))
+	def(&c.AdminToken, d.AdminToken)
 	def(&c.DataDir, "./costgate-data")
-	def(&c.Store.Redis, os.Getenv("REDIS_URL"))
-	def(&c.Ledger.DSN, os.Getenv("DATABASE_URL"))
+	def(&c.Store.Redis, d.Redis)
+	def(&c.Ledger.DSN, d.LedgerDSN)
 	if c.Store.Timeout == 0 {
 		c.Store.Timeout = 100 * time.Millisecond
 	}
@@ -581,9 +603,7 @@ func (c *Config) Validate() error {
 		if l.Unit != "usd" && l.RateUSD != 0 {
 			bad(p+".rate_usd", "only a usd limit takes rate_usd; a %s limit takes rate, in %s", l.Unit, l.Unit)
 		}
-		if _, err := l.weighted(); err != nil {
-			bad(p, "%v", err)
-		}
+		l.validateLimit(p, bad)
 	}
 	for i, b := range c.Budgets {
 		p := fmt.Sprintf("budgets[%d]", i)
@@ -650,6 +670,43 @@ func (l LimitConfig) weighted() (weighted.Limit, error) {
 	}
 	wl := weighted.Limit{Name: l.Name, Algorithm: alg, Rate: rate, Period: l.Period, Burst: l.Burst}
 	return wl, wl.Validate()
+}
+
+// validateLimit reports the limiter's objections to l at the field they
+// concern ("limits[0].algorithm: unknown algorithm ..."); p is the limit's
+// path. What only weighted.Limit.Validate can tell is reported at p.
+func (l LimitConfig) validateLimit(p string, bad func(path, format string, args ...any)) {
+	alg, err := weighted.ParseAlgorithm(l.Algorithm)
+	if err != nil {
+		bad(p+".algorithm", "%s", strings.TrimPrefix(err.Error(), "weighted: "))
+	}
+	if strings.ContainsAny(l.Name, ":{}") {
+		bad(p+".name", "must not contain ':', '{' or '}' (they delimit the limiter's keys)")
+	}
+	rateField, rate := "rate", l.Rate
+	if l.Unit == "usd" {
+		rateField, rate = "rate_usd", int64(l.RateUSD)
+	}
+	switch {
+	case rate < 1:
+		bad(p+"."+rateField, "required: a positive number of %s per period", l.Unit)
+	case l.Period <= 0:
+		bad(p+".period", "required: a positive duration such as 1m or 24h")
+	case l.Period > weighted.MaxPeriod:
+		bad(p+".period", "%s is longer than the longest period, %s", l.Period, weighted.MaxPeriod)
+	case l.Burst < 0:
+		bad(p+".burst", "must not be negative")
+	case err == nil && alg != weighted.TokenBucket && alg != weighted.GCRA && l.Burst != 0 && l.Burst != rate:
+		bad(p+".burst", "does not apply to %s (leave it out: the capacity is the rate)", alg)
+	case err == nil:
+		if _, err := l.weighted(); err != nil {
+			reason := err.Error()
+			if _, r, ok := strings.Cut(reason, fmt.Sprintf("limit %q: ", l.Name)); ok {
+				reason = r
+			}
+			bad(p, "%s", reason)
+		}
+	}
 }
 
 // id is the key's name in the ledger and the logs: its configured id, or

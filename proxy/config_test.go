@@ -19,7 +19,13 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		name, yaml, want string
 	}{
 		{"unknown field", base + "limitz: []\n", "field limitz not found"},
-		{"bad algorithm", base + "limits: [{name: a, algorithm: leaky, rate: 1, period: 1s}]\n", "limits[0]"},
+		{"bad algorithm", base + "limits: [{name: a, algorithm: leaky, rate: 1, period: 1s}]\n", `limits[0].algorithm: unknown algorithm "leaky"`},
+		{"no rate", base + "limits: [{name: a, period: 1s}]\n", "limits[0].rate: required"},
+		{"no usd rate", base + "limits: [{name: a, unit: usd, period: 1s}]\n", "limits[0].rate_usd: required"},
+		{"no period", base + "limits: [{name: a, rate: 1}]\n", "limits[0].period: required"},
+		{"negative burst", base + "limits: [{name: a, rate: 1, period: 1s, burst: -1}]\n", "limits[0].burst: must not be negative"},
+		{"burst on a window", base + "limits: [{name: a, algorithm: fixed_window, rate: 1, period: 1s, burst: 5}]\n", "limits[0].burst: does not apply to fixed_window"},
+		{"key delimiter in a name", base + "limits: [{name: 'a:b', rate: 1, period: 1s}]\n", "limits[0].name: must not contain"},
 		{"bad unit", base + "limits: [{name: a, unit: bananas, rate: 1, period: 1s}]\n", "limits[0].unit"},
 		{"bad dimension", base + "limits: [{name: a, dimensions: [moon], rate: 1, period: 1s}]\n", "limits[0].dimensions"},
 		{"duplicate limit", base + "limits: [{name: a, rate: 1, period: 1s}, {name: a, rate: 1, period: 1s}]\n", "limits[1].name"},
@@ -167,5 +173,190 @@ func TestWatchReloadsOnFileChange(t *testing.T) {
 	}
 	if status("cg-two") != 200 || status("cg-three") != 401 {
 		t.Error("a broken config replaced the last good one")
+	}
+}
+
+// TestWatchReloadsOnPolicySubfolderEdit: a policy in a subfolder of the
+// policy directory (policies/lib/*.rego) is loaded, and editing it, or adding
+// one in a subfolder made after Watch started, reloads the config.
+func TestWatchReloadsOnPolicySubfolderEdit(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, src string) {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// Write and rename, as editors do.
+		if err := os.WriteFile(p+".tmp", []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(p+".tmp", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	policy := func(pkg, outcome string) string {
+		if outcome == "allow" {
+			return "package costgate.policies." + pkg + "\n\ndecision := {\"outcome\": \"allow\"}\n"
+		}
+		return "package costgate.policies." + pkg + "\n\ndecision := {\"outcome\": \"hard\", \"status\": 403, \"reason\": \"" + pkg + " says no\"}\n"
+	}
+	path := filepath.Join(dir, "costgate.yaml")
+	write("costgate.yaml", "admin_token: x\ndata_dir: data\npolicies: {dir: policies}\nupstreams: [{name: openai, kind: openai, simulate: always}]\ntenants: [{name: acme, plan: p, keys: [{key: cg-one}]}]\n")
+	write("policies/main.rego", policy("main", "allow"))
+	write("policies/lib/lib.rego", policy("lib", "allow"))
+	load := func() (*proxy.Config, error) {
+		c, err := proxy.Load(path)
+		if err == nil {
+			c.Store.Redis, c.Ledger.DSN = "", ""
+		}
+		return c, err
+	}
+	cfg, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := proxy.Open(context.Background(), cfg, proxy.Options{Loader: load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := srv.Watch(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	status := func() int {
+		req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Authorization", "Bearer cg-one")
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, req)
+		return rec.Code
+	}
+	waitFor := func(what string, want int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); status() != want; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: status %d, want %d", what, status(), want)
+			}
+		}
+	}
+	if got := status(); got != 200 {
+		t.Fatalf("before any edit: status %d, want 200", got)
+	}
+	write("policies/lib/lib.rego", policy("lib", "hard"))
+	waitFor("after policies/lib/lib.rego was edited to refuse", 403)
+	write("policies/lib/lib.rego", policy("lib", "allow"))
+	waitFor("after policies/lib/lib.rego was edited back", 200)
+	write("policies/lib/more/deep.rego", policy("deep", "hard"))
+	waitFor("after a policy was added in a new subfolder", 403)
+}
+
+// TestWatchPolicyConfigMapLayout follows a Kubernetes ConfigMap volume as
+// the policy directory: its files are symlinks into a hidden ..data
+// directory, itself a symlink swapped atomically on update; the swap reloads.
+func TestWatchPolicyConfigMapLayout(t *testing.T) {
+	dir := t.TempDir()
+	pdir := filepath.Join(dir, "policies")
+	if err := os.Mkdir(pdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	version := func(name, outcome string) {
+		t.Helper()
+		if err := os.Mkdir(filepath.Join(pdir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		src := "package costgate.policies.p\n\ndecision := {\"outcome\": \"allow\"}\n"
+		if outcome == "hard" {
+			src = "package costgate.policies.p\n\ndecision := {\"outcome\": \"hard\", \"status\": 403, \"reason\": \"no\"}\n"
+		}
+		if err := os.WriteFile(filepath.Join(pdir, name, "p.rego"), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(pdir, "..data_tmp")
+		if err := os.Symlink(name, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(pdir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("..v1", "allow")
+	if err := os.Symlink(filepath.Join("..data", "p.rego"), filepath.Join(pdir, "p.rego")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "costgate.yaml")
+	if err := os.WriteFile(path, []byte("admin_token: x\ndata_dir: data\npolicies: {dir: policies}\nupstreams: [{name: openai, kind: openai, simulate: always}]\ntenants: [{name: acme, plan: p, keys: [{key: cg-one}]}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	load := func() (*proxy.Config, error) {
+		c, err := proxy.Load(path)
+		if err == nil {
+			c.Store.Redis, c.Ledger.DSN = "", ""
+		}
+		return c, err
+	}
+	cfg, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := proxy.Open(context.Background(), cfg, proxy.Options{Loader: load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if err := srv.Watch(t.Context(), path); err != nil {
+		t.Fatal(err)
+	}
+	status := func() int {
+		req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Authorization", "Bearer cg-one")
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if got := status(); got != 200 {
+		t.Fatalf("before the swap: status %d, want 200", got)
+	}
+	version("..v2", "hard")
+	for deadline := time.Now().Add(10 * time.Second); status() != 403; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the ConfigMap swap: status %d, want 403", status())
+		}
+	}
+}
+
+// TestParseIsPure: parsing reads the YAML and the Defaults it is given,
+// never the environment; the file's values win over the Defaults.
+func TestParseIsPure(t *testing.T) {
+	t.Setenv("COSTGATE_ADMIN_TOKEN", "from-env")
+	t.Setenv("REDIS_URL", "redis://from-env:6379")
+	t.Setenv("DATABASE_URL", "postgres://from-env/db")
+	const noToken = "upstreams: [{name: openai, kind: openai, simulate: always}]\n"
+	if _, err := proxy.Parse([]byte(noToken)); err == nil || !strings.Contains(err.Error(), "admin_token: required") {
+		t.Fatalf("Parse of a config without admin_token = %v, want admin_token: required (the environment is not read)", err)
+	}
+	cfg, err := proxy.Parse([]byte("admin_token: t\n" + noToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AdminToken != "t" || cfg.Store.Redis != "" || cfg.Ledger.DSN != "" {
+		t.Errorf("Parse took %q, %q, %q; want t and no store or ledger URL", cfg.AdminToken, cfg.Store.Redis, cfg.Ledger.DSN)
+	}
+	d := proxy.Defaults{AdminToken: "default-token", Redis: "redis://default:6379", LedgerDSN: "postgres://default/db"}
+	cfg, err = proxy.ParseWith([]byte(noToken), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AdminToken != d.AdminToken || cfg.Store.Redis != d.Redis || cfg.Ledger.DSN != d.LedgerDSN {
+		t.Errorf("ParseWith took %q, %q, %q; want the defaults", cfg.AdminToken, cfg.Store.Redis, cfg.Ledger.DSN)
+	}
+	cfg, err = proxy.ParseWith([]byte("admin_token: file\nstore: {redis: 'redis://file:6379'}\nledger: {dsn: 'postgres://file/db'}\n"+noToken), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AdminToken != "file" || cfg.Store.Redis != "redis://file:6379" || cfg.Ledger.DSN != "postgres://file/db" {
+		t.Errorf("ParseWith took %q, %q, %q; want the file's values over the defaults", cfg.AdminToken, cfg.Store.Redis, cfg.Ledger.DSN)
 	}
 }

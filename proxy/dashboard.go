@@ -2,11 +2,73 @@ package proxy
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/costgate/costgate/dashboard"
 	"github.com/costgate/costgate/telemetry"
 )
+
+// limitRefusals counts, per minute of the last hour, the requests each limit
+// or budget refused when no policy decided: the dashboard shows them under
+// the limit's name ("limit free-requests") rather than under the policy
+// "none" that the telemetry series files them under. Its zero value is
+// ready; it is safe for concurrent use.
+type limitRefusals struct {
+	mu      sync.Mutex
+	minutes map[int64]map[string]int64 // Unix minute -> limit name -> refusals
+}
+
+// record counts d, the decision of a request, when blocked (the limit that
+// refused it) decided it without a policy.
+func (r *limitRefusals) record(d telemetry.Decision, blocked *compiledLimit) {
+	if blocked == nil || d.Shadow || d.Outcome != "hard" || d.Policy != "" {
+		return
+	}
+	r.add(time.Now(), blocked.limit.Name)
+}
+
+func (r *limitRefusals) add(now time.Time, limit string) {
+	m := now.Unix() / 60
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.minutes == nil {
+		r.minutes = map[int64]map[string]int64{}
+	}
+	byLimit := r.minutes[m]
+	if byLimit == nil {
+		byLimit = map[string]int64{}
+		r.minutes[m] = byLimit
+		for old := range r.minutes {
+			if old <= m-telemetry.SeriesMinutes {
+				delete(r.minutes, old)
+			}
+		}
+	}
+	byLimit[limit]++
+}
+
+// counts returns the refusals of each limit in the n minutes from start.
+func (r *limitRefusals) counts(start time.Time, n int) map[string][]int64 {
+	first := start.Unix() / 60
+	out := map[string][]int64{}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for m, byLimit := range r.minutes {
+		i := m - first
+		if i < 0 || i >= int64(n) {
+			continue
+		}
+		for limit, c := range byLimit {
+			if out[limit] == nil {
+				out[limit] = make([]int64, n)
+			}
+			out[limit][i] += c
+		}
+	}
+	return out
+}
 
 // dashboardData fills the dashboard from the telemetry of this replica.
 func (s *Server) dashboardData(ctx context.Context) (dashboard.Data, error) {
@@ -39,13 +101,18 @@ func (s *Server) dashboardData(ctx context.Context) (dashboard.Data, error) {
 
 	byPolicy := map[string]*dashboard.PolicyDecisions{}
 	var order []string
-	for _, ds := range series.Decisions {
-		pd := byPolicy[ds.Policy]
+	row := func(name string) *dashboard.PolicyDecisions {
+		pd := byPolicy[name]
 		if pd == nil {
-			pd = &dashboard.PolicyDecisions{Policy: ds.Policy}
-			byPolicy[ds.Policy] = pd
-			order = append(order, ds.Policy)
+			pd = &dashboard.PolicyDecisions{Policy: name}
+			byPolicy[name] = pd
+			order = append(order, name)
 		}
+		return pd
+	}
+	hard := map[string][]int64{} // per minute, by row
+	for _, ds := range series.Decisions {
+		pd := row(ds.Policy)
 		var total int64
 		for _, c := range ds.Counts {
 			total += c
@@ -59,9 +126,52 @@ func (s *Server) dashboardData(ctx context.Context) (dashboard.Data, error) {
 			pd.Shadow += total
 		case "hard":
 			pd.Hard += total
-			for i, c := range ds.Counts {
-				pd.Points = append(pd.Points, dashboard.CountPoint{T: minute(i), Count: c})
+			hard[ds.Policy] = ds.Counts
+		}
+	}
+	// A request a limit refused, no policy deciding, is the series' policy
+	// "none": it is shown under its limit's name instead.
+	refused := s.refusals.counts(series.Start, len(series.Requests))
+	limits := make([]string, 0, len(refused))
+	for l := range refused {
+		limits = append(limits, l)
+	}
+	slices.Sort(limits)
+	for _, l := range limits {
+		none := hard[telemetry.None]
+		counts := refused[l]
+		var total int64
+		for i, c := range counts {
+			if i < len(none) {
+				// The series and this count take their minute a moment
+				// apart: the "none" row never goes below zero.
+				c = min(c, none[i])
+				none[i] -= c
+				counts[i] = c
 			}
+			total += c
+		}
+		if total == 0 {
+			continue
+		}
+		if pd := byPolicy[telemetry.None]; pd != nil {
+			pd.Hard -= total
+		}
+		name := "limit " + l
+		row(name).Hard += total
+		hard[name] = counts
+	}
+	if pd := byPolicy[telemetry.None]; pd != nil && pd.Allow+pd.Soft+pd.Shadow+pd.Hard == 0 {
+		delete(byPolicy, telemetry.None)
+		order = slices.DeleteFunc(order, func(p string) bool { return p == telemetry.None })
+	}
+	for name, counts := range hard {
+		pd := byPolicy[name]
+		if pd == nil || pd.Hard == 0 {
+			continue
+		}
+		for i, c := range counts {
+			pd.Points = append(pd.Points, dashboard.CountPoint{T: minute(i), Count: c})
 		}
 	}
 	shadow := s.tel.Shadow()
@@ -70,12 +180,7 @@ func (s *Server) dashboardData(ctx context.Context) (dashboard.Data, error) {
 		if name == "" {
 			name = "limit " + sc.Limit
 		}
-		pd := byPolicy[name]
-		if pd == nil {
-			pd = &dashboard.PolicyDecisions{Policy: name}
-			byPolicy[name] = pd
-			order = append(order, name)
-		}
+		pd := row(name)
 		if sc.Policy == "" {
 			// Shadow limits are not in the policy series; show them here.
 			pd.Shadow += sc.WouldBlockRecent

@@ -9,9 +9,12 @@
 //     the request may produce and prices them;
 //  3. debit: every limit and budget that applies is debited by the
 //     estimate in one atomic call, all or nothing (weighted);
-//  4. decide: the Rego policies see the caller, the estimate and the state
-//     of every limit after the debit, and answer allow, soft (friction) or
-//     hard; a hard answer returns the reservation;
+//  4. decide: only a request every limit admitted reaches the policies (a
+//     request a limit or budget denies is answered 429 or 402 at step 3).
+//     The Rego policies see the caller, the estimate and each limit's and
+//     budget's state as it was before this request's debit (the debit's
+//     reply with this request's cost added back), and answer allow, soft
+//     (friction) or hard; a hard answer cancels the reservation;
 //  5. record: the ledger makes the reservation durable;
 //  6. forward: httputil.ReverseProxy sends the request, with friction
 //     applied, to the upstream with the upstream's own credential; while

@@ -98,7 +98,7 @@ func FuzzParseConfig(f *testing.F) {
 			t.Errorf("a parsed config does not validate again: %v", err)
 		}
 		again := *c
-		again.applyDefaults()
+		again.applyDefaults(Defaults{})
 		if !reflect.DeepEqual(&again, c) {
 			t.Errorf("applying the defaults twice changed the config:\n%+v\n%+v", c, &again)
 		}

@@ -122,6 +122,7 @@ func (x *exchange) record() {
 		d.Dimension = x.limits[i].dimension
 	}
 	x.s.tel.Decision(x.ctx, d)
+	x.s.refusals.record(d, x.blocked)
 	if x.outcome == telemetry.OutcomeHard {
 		x.s.log.Info("request refused", "request_id", x.id, "tenant", x.caller.tenant, "user", x.caller.user,
 			"route", x.path, "model", x.est.Model, "status", d.Status, "limit", d.Limit, "dimension", d.Dimension, "policy", d.Policy)

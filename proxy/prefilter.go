@@ -9,7 +9,7 @@ import (
 	"github.com/costgate/costgate/weighted"
 )
 
-// refusals remembers the request-count limits known to be spent, so that a
+// prefilter remembers the request-count limits known to be spent, so that a
 // caller whose requests are refused costs little: its next requests are
 // refused before their bodies are read and estimated, with the same 429
 // and the same Retry-After as the store would answer.
@@ -23,7 +23,7 @@ import (
 // the prefilter then refuses for at most the Retry-After it announced.
 // The table is per configuration (a reload starts it anew) and bounded by
 // maxRefusals keys; it is safe for concurrent use.
-type refusals struct {
+type prefilter struct {
 	n     atomic.Int64 // entries in m, expired ones included
 	m     sync.Map     // limit name + "\x00" + key -> *spent
 	sweep sync.Mutex   // one sweeper at a time
@@ -50,7 +50,7 @@ func (l *compiledLimit) prefiltered() bool {
 }
 
 // add remembers that l is spent for key until until.
-func (r *refusals) add(l *compiledLimit, key string, until time.Time) {
+func (r *prefilter) add(l *compiledLimit, key string, until time.Time) {
 	k := l.limit.Name + "\x00" + key
 	if old, ok := r.m.Load(k); ok {
 		if old.(*spent).until.Before(until) {
@@ -68,7 +68,7 @@ func (r *refusals) add(l *compiledLimit, key string, until time.Time) {
 
 // expire drops the entries that have run out and tells whether there is
 // room again.
-func (r *refusals) expire(now time.Time) bool {
+func (r *prefilter) expire(now time.Time) bool {
 	if !r.sweep.TryLock() {
 		return false
 	}
@@ -86,7 +86,7 @@ func (r *refusals) expire(now time.Time) bool {
 // check returns the first limit of x's caller that is known to be spent,
 // with its key and when it frees; l is nil when none is. It costs one
 // atomic load while nothing is remembered.
-func (r *refusals) check(x *exchange, now time.Time) (l *compiledLimit, key string, until time.Time) {
+func (r *prefilter) check(x *exchange, now time.Time) (l *compiledLimit, key string, until time.Time) {
 	if r.n.Load() == 0 {
 		return nil, "", time.Time{}
 	}
@@ -115,14 +115,14 @@ func (s *Server) remember(x *exchange) {
 	if i < 0 || i >= len(x.limits) || !x.limits[i].prefiltered() {
 		return
 	}
-	x.st.refused.add(x.limits[i], x.items[i].Key, time.Now().Add(x.result.RetryAfter))
+	x.st.prefilter.add(x.limits[i], x.items[i].Key, time.Now().Add(x.result.RetryAfter))
 }
 
 // refuseEarly answers a request of a caller whose limit is known to be
 // spent, before its body is read: the 429 the store would give.
 func (s *Server) refuseEarly(w http.ResponseWriter, x *exchange) bool {
 	now := time.Now()
-	l, key, until := x.st.refused.check(x, now)
+	l, key, until := x.st.prefilter.check(x, now)
 	if l == nil {
 		return false
 	}

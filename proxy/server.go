@@ -41,6 +41,7 @@ type Server struct {
 	ledger   *ledger.Ledger
 	loader   func() (*Config, error)
 	ping     func(context.Context) error // checks the limiter store; nil for memory
+	refusals limitRefusals               // refusals by limit, for the dashboard (dashboard.go)
 
 	// stopping ends when Close starts: upstream exchanges still running
 	// then end (see upstreamContext).
@@ -89,7 +90,7 @@ type state struct {
 	upstreams map[string]*upstream
 	routes    map[string]*upstream // by API path
 	models    []string             // priced models, sorted, for GET /v1/models
-	refused   *refusals            // request-count limits known to be spent
+	prefilter *prefilter           // request-count limits known to be spent
 }
 
 // caller is who a key belongs to.
@@ -138,7 +139,7 @@ func (s *Server) open(ctx context.Context, cfg *Config) error {
 	s.renewer = newRenewer(s)
 	s.renewer.start()
 	s.closers = append(s.closers, s.renewer.close)
-	if s.ledger, err = ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: cfg.dataDir()}); err != nil {
+	if s.ledger, err = ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: cfg.dataDir(), Logf: ledgerLogf(s.log)}); err != nil {
 		return fmt.Errorf("proxy: ledger: %w", err)
 	}
 	s.closers = append(s.closers, s.ledger.Close)
@@ -291,7 +292,7 @@ func (s *Server) compile(cfg *Config) (*state, error) {
 		keys:      make(map[[sha256.Size]byte]*caller),
 		upstreams: map[string]*upstream{},
 		routes:    map[string]*upstream{},
-		refused:   &refusals{},
+		prefilter: &prefilter{},
 	}
 	var err error
 	if st.est, err = costmodel.NewEstimator(cfg.costmodel()); err != nil {

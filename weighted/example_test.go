@@ -47,7 +47,9 @@ func Example() {
 	// weighted: limit "tenant-tokens": cost 5000 exceeds capacity 1000
 }
 
-// A budget of $500 (in micro-dollars) per tenant per UTC calendar month:
+// A budget of $500 per tenant per UTC calendar month, counted in
+// nano-dollars (costgate's unit of money, costmodel.NanoUSD: $1 is
+// 1_000_000_000):
 // the window ends at 00:00 UTC on the 1st of the next month, whatever the
 // month's length.
 func ExampleCalendar() {
@@ -55,10 +57,10 @@ func ExampleCalendar() {
 	now := time.Date(2028, 2, 28, 18, 0, 0, 0, time.UTC)
 	store := weighted.NewMemory(weighted.MemoryConfig{Now: func() time.Time { return now }})
 
-	budget := weighted.Limit{Name: "budget", Algorithm: weighted.FixedWindow, Rate: 500_000_000, Calendar: weighted.Month}
+	budget := weighted.Limit{Name: "budget", Algorithm: weighted.FixedWindow, Rate: 500_000_000_000, Calendar: weighted.Month}
 	fmt.Println(budget)
-	spend := func(id string, microDollars int64) {
-		res, err := store.Debit(ctx, id, []weighted.Item{{Limit: budget, Key: "{acme}", Cost: microDollars}})
+	spend := func(id string, nanoDollars int64) {
+		res, err := store.Debit(ctx, id, []weighted.Item{{Limit: budget, Key: "{acme}", Cost: nanoDollars}})
 		if err != nil {
 			fmt.Println(err)
 			return
@@ -66,13 +68,13 @@ func ExampleCalendar() {
 		fmt.Println(id, "allowed:", res.Allowed, "left:", res.Items[0].Remaining, "retry after:", res.RetryAfter)
 	}
 
-	spend("req-1", 450_000_000)
-	spend("req-2", 100_000_000) // February 2028 has 29 days
-	now = time.Date(2028, 3, 1, 0, 0, 0, 0, time.UTC)
-	spend("req-3", 100_000_000)
+	spend("req-1", 450_000_000_000)                   // $450
+	spend("req-2", 100_000_000_000)                   // $100; February 2028 has 29 days
+	now = time.Date(2028, 3, 1, 0, 0, 0, 0, time.UTC) // a new month
+	spend("req-3", 100_000_000_000)
 	// Output:
-	// budget: fixed_window 500000000/month
-	// req-1 allowed: true left: 50000000 retry after: 0s
-	// req-2 allowed: false left: 50000000 retry after: 30h0m0s
-	// req-3 allowed: true left: 400000000 retry after: 0s
+	// budget: fixed_window 500000000000/month
+	// req-1 allowed: true left: 50000000000 retry after: 0s
+	// req-2 allowed: false left: 50000000000 retry after: 30h0m0s
+	// req-3 allowed: true left: 400000000000 retry after: 0s
 }

@@ -80,15 +80,17 @@ func simulate(ctx context.Context, args []string, stderr io.Writer) error {
 	return srv.Shutdown(shutdown)
 }
 
-func estimate(args []string, stdin io.Reader, stdout io.Writer) error {
+// estimate prints what costgate would reserve for one request, priced under
+// the config as serve would price it, and why.
+func estimate(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("estimate", flag.ContinueOnError)
-	route := fs.String("route", "/v1/chat/completions", "API path or kind of the request (chat_completions, completions, embeddings, responses, anthropic_messages)")
+	fs.SetOutput(stderr)
+	var cf configFlags
+	cf.register(fs)
+	route := fs.String("route", "/v1/chat/completions", "API path of the request (/v1/chat/completions, /v1/messages, ...), a generic upstream's /u/NAME/PATH[?QUERY], or a kind (chat_completions, completions, embeddings, responses, anthropic_messages)")
 	model := fs.String("model", "", "model, overriding the body's")
+	method := fs.String("method", "POST", "HTTP method of a generic route's request")
 	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	kind, err := costmodel.ParseKind(*route)
-	if err != nil {
 		return err
 	}
 	body, err := io.ReadAll(io.LimitReader(stdin, 64<<20))
@@ -103,17 +105,37 @@ func estimate(args []string, stdin io.Reader, stdout io.Writer) error {
 		m["model"], _ = json.Marshal(*model)
 		body, _ = json.Marshal(m)
 	}
-	est, err := costmodel.NewEstimator(costmodel.Config{})
+	cfg, _, err := cf.load()
 	if err != nil {
 		return err
 	}
-	e, err := est.Estimate(kind, body)
+	header := http.Header{}
+	if len(body) > 0 {
+		header.Set("Content-Type", "application/json")
+	}
+	q, err := cfg.Quote(strings.ToUpper(*method), *route, header, body)
 	if err != nil {
 		return err
 	}
+	// The estimate's own fields, then what is reserved and why.
+	b, err := json.Marshal(q.Estimate)
+	if err != nil {
+		return err
+	}
+	var out map[string]any
+	if err := json.Unmarshal(b, &out); err != nil {
+		return err
+	}
+	out["route"] = q.Route
+	if q.Upstream != "" {
+		out["upstream"] = q.Upstream
+	} else {
+		out["reserved_output_tokens"] = q.Estimate.Usage.OutputTokens
+	}
+	out["why"] = q.Why
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
-	return enc.Encode(e)
+	return enc.Encode(out)
 }
 
 func policy(ctx context.Context, args []string, stdout io.Writer) error {

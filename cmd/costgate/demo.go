@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/examples"
+	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/proxy"
 )
 
@@ -35,16 +37,21 @@ type demoTally struct {
 }
 
 // demo runs costgate and the simulator in process, drives traffic from
-// three tenants and prints a live table.
+// three tenants and prints a live table; then it keeps the proxy and the
+// dashboard serving until ctx ends (Ctrl-C), unless --exit.
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	duration := fs.Duration("duration", 20*time.Second, "how long to drive traffic")
 	listen := fs.String("listen", "", "data plane address (default: the demo config's, or a free port)")
 	adminListen := fs.String("admin-listen", "", "admin address (default: the demo config's, or a free port)")
+	exit := fs.Bool("exit", false, "exit when the traffic ends, instead of serving the proxy and the dashboard until Ctrl-C")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	// Parsed without the environment's defaults: the demo is
+	// self-contained (in-memory store, embedded ledger), whatever REDIS_URL
+	// and DATABASE_URL say.
 	cfg, err := proxy.Parse(examples.DemoConfig())
 	if err != nil {
 		return fmt.Errorf("demo config: %w", err)
@@ -56,7 +63,6 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer os.RemoveAll(dir)
 	cfg.DataDir = dir
-	cfg.Store.Redis, cfg.Ledger.DSN = "", "" // the demo is self-contained, whatever the environment says
 
 	srv, err := proxy.Open(ctx, cfg, proxy.Options{})
 	if err != nil {
@@ -81,7 +87,12 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	base := "http://" + data.Addr().String()
 	fmt.Fprintf(stdout, "costgate demo: proxy on %s, simulator upstream in process\n", base)
-	fmt.Fprintf(stdout, "dashboard: http://%s/admin/#token=%s\n\n", admin.Addr(), cfg.AdminToken)
+	until := "until you press Ctrl-C"
+	if *exit {
+		until = "until the traffic ends"
+	}
+	fmt.Fprintf(stdout, "dashboard: http://%s/admin/#token=%s (serves %s)\n\n", admin.Addr(), cfg.AdminToken, until)
+	fmt.Fprint(stdout, demoLegend)
 
 	clients := []demoClient{
 		{tenant: "acme", key: "cg-demo-acme", perSecond: 3, models: []string{"gpt-4o-mini", "gpt-4o"}, maxTokens: 128},
@@ -152,9 +163,22 @@ loop:
 	wg.Wait()
 	_ = srv.WaitIdle(ctx)
 	show()
+	if !*exit && ctx.Err() == nil {
+		fmt.Fprintf(stdout, "The traffic has stopped. The proxy (%s) and the dashboard (http://%s/admin/#token=%s) keep serving until you press Ctrl-C.\n",
+			base, admin.Addr(), cfg.AdminToken)
+		<-ctx.Done()
+	}
 	fmt.Fprintf(stdout, "\nThe demo's ledger was in %s (removed now). Run `costgate serve` to keep going with the quickstart.\n", dir)
 	return nil
 }
+
+// demoLegend says what the table's columns count.
+const demoLegend = `admitted: served without friction; friction: served with friction applied (not counted in admitted);
+429 limited, 402 budget: refused; other: any other answer.
+settled: today's cost of the finished requests, as billed; reserved: the estimates that requests in flight
+hold, settled (usually lower) to their actual cost when they end. Their sum is what budgets see.
+
+`
 
 // demoRequest sends one chat completion; status 0 means the demo ended.
 func demoRequest(ctx context.Context, c *http.Client, base string, dc demoClient, i int) (status int, friction bool) {
@@ -184,7 +208,7 @@ func demoRequest(ctx context.Context, c *http.Client, base string, dc demoClient
 func printDemoTable(ctx context.Context, w io.Writer, c *http.Client, admin, token string, clients []demoClient, tallies map[string]demoTally) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "%s\n", time.Now().Format("15:04:05"))
-	fmt.Fprintln(tw, "tenant\tadmitted\tfriction\t429 limited\t402 budget\tother\tspend today\t")
+	fmt.Fprintln(tw, "tenant\tadmitted\tfriction\t429 limited\t402 budget\tother\tsettled today\treserved\t")
 	names := make([]string, 0, len(clients))
 	for _, cl := range clients {
 		names = append(names, cl.tenant)
@@ -192,29 +216,39 @@ func printDemoTable(ctx context.Context, w io.Writer, c *http.Client, admin, tok
 	sort.Strings(names)
 	for _, n := range names {
 		t := tallies[n]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t\n", n, t.admitted, t.friction, t.limited, t.budget, t.other, demoSpend(ctx, c, admin, token, n))
+		settled, reserved := demoSpend(ctx, c, admin, token, n)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", n, t.admitted, t.friction, t.limited, t.budget, t.other, settled, reserved)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
 }
 
-// demoSpend asks the admin API for a tenant's spend today, as an operator
-// would.
-func demoSpend(ctx context.Context, c *http.Client, admin, token, tenant string) string {
-	req, _ := http.NewRequestWithContext(ctx, "GET", admin+"/admin/v1/tenants/"+tenant+"/spend?period=day", nil)
+// demoSpend asks the admin API for a tenant's ledger entries of today, as
+// an operator would, and sums apart the actual cost of the finished ones
+// and the estimates that the ones in flight hold.
+func demoSpend(ctx context.Context, c *http.Client, admin, token, tenant string) (settled, reserved string) {
+	today := time.Now().UTC().Format(time.DateOnly)
+	q := url.Values{"tenant": {tenant}, "from": {today}, "to": {today}, "format": {"json"}}
+	req, _ := http.NewRequestWithContext(ctx, "GET", admin+"/admin/v1/ledger?"+q.Encode(), nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := c.Do(req)
 	if err != nil {
-		return "?"
+		return "?", "?"
 	}
 	defer resp.Body.Close()
-	var sp struct {
-		Spent costmodel.NanoUSD `json:"spent_nano_usd"`
+	var entries []ledger.Entry
+	if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&entries) != nil {
+		return "?", "?"
 	}
-	if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&sp) != nil {
-		return "?"
+	var s, r costmodel.NanoUSD
+	for _, e := range entries {
+		if e.Status == ledger.StatusReserved {
+			r += e.EstimatedCost
+		} else {
+			s += e.Charge()
+		}
 	}
-	return sp.Spent.String()
+	return s.String(), r.String()
 }
 
 // listenOr listens on addr, or on preferred, or on a free loopback port

@@ -18,8 +18,8 @@ const usage = `costgate: a cost-aware rate limiter and proxy for LLM and metered
 Usage:
   costgate serve [--config FILE] [--listen ADDR] [--admin-listen ADDR] [--redis URL] [--ledger DSN] [--data-dir DIR]
   costgate simulate [--listen ADDR] [--latency D] [--token-interval D] [--error-rate F]
-  costgate demo [--duration D]
-  costgate estimate --route R [--model M] < body.json
+  costgate demo [--duration D] [--exit]
+  costgate estimate --route R [--model M] [--method M] [--config FILE] < body.json
   costgate policy check DIR
   costgate policy test DIR
   costgate ledger export --tenant T --from DATE --to DATE [--format csv|json|cloudevents] [--config FILE | --ledger DSN | --data-dir DIR]
@@ -52,13 +52,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	cmd, rest := args[0], args[1:]
 	switch cmd {
 	case "serve":
-		return serve(ctx, rest, stdout, stderr)
+		return serve(ctx, rest, stderr)
 	case "simulate":
 		return simulate(ctx, rest, stderr)
 	case "demo":
 		return demo(ctx, rest, stdout, stderr)
 	case "estimate":
-		return estimate(rest, stdin, stdout)
+		return estimate(rest, stdin, stdout, stderr)
 	case "policy":
 		return policy(ctx, rest, stdout)
 	case "ledger":

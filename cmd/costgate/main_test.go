@@ -306,12 +306,26 @@ func serveOnce(t *testing.T, args ...string) served {
 			t.Fatalf("serve returned %v before it served; stderr:\n%s", err, stderr.String())
 		default:
 		}
-		m := announce.FindStringSubmatch(stdout.String())
+		m := announce.FindStringSubmatch(stderr.String())
 		if m != nil {
 			data, admin = m[1], m[2]
 		}
 		return m != nil
 	})
+	// Startup lines and logs are one stream, stderr, of JSON records:
+	// `2>serve.log` keeps them all.
+	waitFor(t, "serve logs what it runs on", 5*time.Second, func() bool {
+		return strings.Contains(stderr.String(), `"msg":"costgate: limiter store:`)
+	})
+	if out := stdout.String(); out != "" {
+		t.Errorf("serve wrote to stdout: %q", out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+		var rec struct{ Level, Msg string }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec.Level == "" || rec.Msg == "" {
+			t.Errorf("a stderr line is not a log record: %q", line)
+		}
+	}
 	client := &http.Client{Timeout: 10 * time.Second}
 	resp, err := client.Get("http://" + admin + "/healthz")
 	if err != nil {
@@ -512,7 +526,7 @@ func TestServeCutsStreamsAfterTheDrain(t *testing.T) {
 	announce := regexp.MustCompile(`serving .* on (127\.0\.0\.1:\d+) \(admin`)
 	var data string
 	waitFor(t, "serve announces its address", 20*time.Second, func() bool {
-		if m := announce.FindStringSubmatch(stdout.String()); m != nil {
+		if m := announce.FindStringSubmatch(stderr.String()); m != nil {
 			data = m[1]
 		}
 		return data != ""
@@ -549,5 +563,104 @@ func TestServeCutsStreamsAfterTheDrain(t *testing.T) {
 	}
 	if !strings.Contains(out, `"status":"settled"`) {
 		t.Fatalf("the cut stream is not settled in the ledger: %s", out)
+	}
+}
+
+// TestEstimateExplains: estimate prices what serve would, under the config:
+// a generic route by its upstream's cost rule, and an LLM request without an
+// output limit at the model's maximum output, saying so.
+func TestEstimateExplains(t *testing.T) {
+	t.Setenv("COSTGATE_CONFIG", "")
+	dir := t.TempDir()
+	config := filepath.Join(dir, "costgate.yaml")
+	if err := os.WriteFile(config, []byte(`
+admin_token: t
+costs: {output_reserve: 50}
+upstreams:
+  - name: openai
+    kind: openai
+    simulate: always
+  - name: search
+    kind: generic
+    base_url: http://127.0.0.1:1
+    cost: {unit: results, per_call: "0.001", per_unit: "0.0001", units: {query: count, default: 10}}
+    paths:
+      - prefix: /images
+        cost: {per_call: "0.01"}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	type output struct {
+		Kind            string   `json:"kind"`
+		MaxOutputTokens *int64   `json:"max_output_tokens"`
+		Reserved        *int64   `json:"reserved_output_tokens"`
+		Upstream        string   `json:"upstream"`
+		Cost            int64    `json:"cost_nano_usd"`
+		Why             []string `json:"why"`
+		Usage           struct {
+			OutputTokens int64 `json:"output_tokens"`
+			Units        int64 `json:"units"`
+		} `json:"usage"`
+	}
+	estimate := func(body string, args ...string) output {
+		t.Helper()
+		out, stderr, err := runCmd(t, body, append([]string{"estimate"}, args...)...)
+		if err != nil {
+			t.Fatalf("estimate %v: %v\n%s", args, err, stderr)
+		}
+		var o output
+		if err := json.Unmarshal([]byte(out), &o); err != nil {
+			t.Fatalf("output is not JSON: %v\n%s", err, out)
+		}
+		return o
+	}
+
+	t.Run("no output limit", func(t *testing.T) {
+		o := estimate(`{"model":"gpt-4o","messages":[{"role":"user","content":"Hello"}]}`)
+		if o.MaxOutputTokens == nil || *o.MaxOutputTokens != 0 || o.Reserved == nil || *o.Reserved != 16384 || o.Usage.OutputTokens != 16384 {
+			t.Fatalf("max_output_tokens %v, reserved_output_tokens %v, usage.output_tokens %d; want 0, 16384, 16384", o.MaxOutputTokens, o.Reserved, o.Usage.OutputTokens)
+		}
+		why := strings.Join(o.Why, " ")
+		if !strings.Contains(why, "sets no output limit") || !strings.Contains(why, "maximum output, 16384 tokens") {
+			t.Errorf("why does not say the model's maximum is reserved: %q", why)
+		}
+	})
+	t.Run("the config's output_reserve", func(t *testing.T) {
+		o := estimate(`{"model":"gpt-4o","max_tokens":100,"messages":[{"role":"user","content":"Hello"}]}`, "--config", config)
+		if *o.MaxOutputTokens != 100 || *o.Reserved != 50 {
+			t.Fatalf("max_output_tokens %d, reserved %d; want 100 and 50 (output_reserve 50%%)", *o.MaxOutputTokens, *o.Reserved)
+		}
+		if why := strings.Join(o.Why, " "); !strings.Contains(why, "output_reserve 50%") {
+			t.Errorf("why does not name the output reserve: %q", why)
+		}
+	})
+	for _, c := range []struct {
+		name, route string
+		units, cost int64
+		why         string
+	}{
+		{"generic route", "/u/search/v1/web?q=go&count=20", 20, 1_000_000 + 20*100_000, "upstream search's cost rule: per call $0.001000000, plus 20 results at $0.000100000 each"},
+		{"generic route, default units", "/u/search/v1/web?q=go", 10, 1_000_000 + 10*100_000, "plus 10 results"},
+		{"generic route, path rule", "/u/search/images/x", 1, 10_000_000, "for paths under /images"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := estimate("", "--config", config, "--method", "GET", "--route", c.route)
+			if o.Kind != "generic" || o.Upstream != "search" || o.Usage.Units != c.units || o.Cost != c.cost {
+				t.Fatalf("kind %q upstream %q units %d cost %d; want generic, search, %d, %d", o.Kind, o.Upstream, o.Usage.Units, o.Cost, c.units, c.cost)
+			}
+			if why := strings.Join(o.Why, " "); !strings.Contains(why, c.why) {
+				t.Errorf("why %q, want it to say %q", why, c.why)
+			}
+		})
+	}
+	for _, c := range []struct{ name, route, want string }{
+		{"unknown upstream", "/u/nope/x", `no upstream named "nope"`},
+		{"not a generic upstream", "/u/openai/v1/chat/completions", "not generic"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, _, err := runCmd(t, "", "estimate", "--config", config, "--route", c.route); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one saying %q", err, c.want)
+			}
+		})
 	}
 }

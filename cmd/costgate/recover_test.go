@@ -123,3 +123,29 @@ func TestLedgerNodesAndRecover(t *testing.T) {
 		t.Errorf("dead node after recovery %q, want 1 open since 2026-03-14T17:00:00Z", f)
 	}
 }
+
+// TestServeLogsLedgerRecovery: the ledger's own reports reach serve's log.
+// A previous run left two reservations open; serve finalizes them at their
+// estimate and says so on stderr, as a log record.
+func TestServeLogsLedgerRecovery(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("REDIS_URL", "")
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	config := writeConfig(t, dir, data)
+	reserveAndClose(t, data, map[string]time.Time{"one": time.Now().Add(-time.Minute), "two": time.Now().Add(-time.Minute)})
+
+	ctx, cancel := context.WithCancel(t.Context())
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--config", config}, strings.NewReader(""), &stdout, &stderr)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitFor(t, "serve logs the ledger's recovery", 20*time.Second, func() bool {
+		return strings.Contains(stderr.String(), `"msg":"ledger: recovered 2 reservations of a previous run at their estimate","component":"ledger"`)
+	})
+}

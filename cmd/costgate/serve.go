@@ -37,13 +37,24 @@ func (f *configFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dataDir, "data-dir", "", "data directory for the embedded ledger (overrides data_dir)")
 }
 
-// load reads the config the flags name and applies the overrides. It
-// reports which config it read.
+// envDefaults are the config's defaults from the environment: the config
+// file wins over them, and the flags over the file.
+func envDefaults() proxy.Defaults {
+	return proxy.Defaults{
+		AdminToken: os.Getenv("COSTGATE_ADMIN_TOKEN"),
+		Redis:      os.Getenv("REDIS_URL"),
+		LedgerDSN:  os.Getenv("DATABASE_URL"),
+	}
+}
+
+// load reads the config the flags name, under the environment's defaults,
+// and applies the flags' overrides. It reports which config it read.
 func (f *configFlags) load() (*proxy.Config, string, error) {
 	path := f.config
 	if path == "" {
 		path = os.Getenv("COSTGATE_CONFIG")
 	}
+	env := envDefaults()
 	var cfg *proxy.Config
 	var err error
 	set := func(dst *string, v string) {
@@ -56,15 +67,17 @@ func (f *configFlags) load() (*proxy.Config, string, error) {
 		if _, statErr := os.Stat(path); errors.Is(statErr, fs.ErrNotExist) {
 			return nil, "", fmt.Errorf("config file %s does not exist: costgate needs your own config there, with your tenants' keys and admin token (in a container, mount it: -v ./costgate.yaml:%s:ro); see examples/quickstart/costgate.yaml", path, path)
 		}
-		cfg, err = proxy.Load(path)
+		cfg, err = proxy.LoadWith(path, env)
 	} else {
 		// The quickstart: simulated upstreams, published demo keys, and
 		// loopback addresses (see examples/quickstart/costgate.yaml).
 		source = "the embedded quickstart"
-		cfg, err = proxy.Parse(examples.QuickstartConfig())
+		cfg, err = proxy.ParseWith(examples.QuickstartConfig(), env)
 		if err == nil {
 			cfg.WithPolicyFS(examples.QuickstartPolicies())
-			set(&cfg.AdminToken, os.Getenv("COSTGATE_ADMIN_TOKEN"))
+			// The quickstart's published token gives way to the
+			// operator's own.
+			set(&cfg.AdminToken, env.AdminToken)
 		}
 	}
 	if err != nil {
@@ -83,7 +96,9 @@ func (f *configFlags) load() (*proxy.Config, string, error) {
 	return cfg, source, nil
 }
 
-func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// serve runs the proxy until ctx ends. Its startup lines and its logs are
+// one stream: JSON log records (log/slog) on stderr.
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cf configFlags
@@ -141,9 +156,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	errc := make(chan error, 2)
 	go func() { errc <- dataSrv.Serve(data) }()
 	go func() { errc <- adminSrv.Serve(admin) }()
-	fmt.Fprintf(stdout, "costgate: serving %s on %s (admin on %s)\n", source, data.Addr(), admin.Addr())
+	// Tools find the addresses in this line's message ("serving ... on ADDR
+	// (admin on ADDR)") as well as in its attributes.
+	log.Info(fmt.Sprintf("costgate: serving %s on %s (admin on %s)", source, data.Addr(), admin.Addr()),
+		"config", source, "listen", data.Addr().String(), "admin_listen", admin.Addr().String())
 	for _, line := range srv.Describe() {
-		fmt.Fprintln(stdout, "costgate:", line)
+		log.Info("costgate: " + line)
 	}
 
 	select {

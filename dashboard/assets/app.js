@@ -377,7 +377,7 @@
     list.forEach((p, i) => {
       const yy = T + i * (rowH + gap);
       const g = svg('g', { class: 'bar' });
-      g.append(svg('text', { x: L - 8, y: yy + rowH / 2 + 4, 'text-anchor': 'end', class: 'label', text: clipStart(p.name, maxChars) }, title(p.name)));
+      g.append(svg('text', { x: L - 8, y: yy + rowH / 2 + 4, 'text-anchor': 'end', class: 'label', text: clipName(p.name, maxChars) }, title(p.name)));
       g.append(svg('rect', { x: L, y: yy, width: pw, height: rowH, class: 'track' }));
       let xx = L;
       for (const k of KINDS) {
@@ -396,17 +396,21 @@
     box.replaceChildren(legend, chart);
   }
 
-  // clipStart shortens s to n characters by cutting its start, where names
-  // such as policy ids share a prefix and differ at the end.
-  function clipStart(s, n) {
-    return s.length > n ? '…' + s.slice(s.length - n + 1) : s;
+  // clipName shortens s to n characters by cutting its middle: the start,
+  // which a reader looks for, stays, and so does the end, where names such
+  // as policy ids that share a prefix differ.
+  function clipName(s, n) {
+    if (s.length <= n) return s;
+    const tail = Math.min(8, Math.floor((n - 1) / 3));
+    const head = n - 1 - tail;
+    return s.slice(0, head) + '…' + (tail > 0 ? s.slice(s.length - tail) : '');
   }
 
-  // nameCell is a cell for a name that may be long: shortened by its start,
+  // nameCell is a cell for a name that may be long: shortened in its middle,
   // whole in its title.
   function nameCell(tag, s, n, props) {
     s = String(s || '');
-    const c = el(tag, Object.assign({ class: 'name', text: clipStart(s, n) }, props || {}));
+    const c = el(tag, Object.assign({ class: 'name', text: clipName(s, n) }, props || {}));
     if (s.length > n) {
       c.title = s;
       c.dataset.full = s;
