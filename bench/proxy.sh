@@ -123,14 +123,15 @@ ${PROXY_BENCH_GOGC:+env GOGC=$PROXY_BENCH_GOGC} "$tmp/costgate" serve --config "
 pids+=($!)
 costgate_pid=$!
 for i in $(seq 100); do
-	grep -q 'serving' "$tmp/costgate.out" 2>/dev/null && break
+	grep -q 'costgate: serving' "$tmp/costgate.log" 2>/dev/null && break
 	kill -0 "$costgate_pid" 2>/dev/null || { echo "proxy.sh: costgate exited" >&2; cat "$tmp/costgate.log" >&2; exit 1; }
 	[ "$i" = 100 ] && { echo "proxy.sh: costgate did not start" >&2; exit 1; }
 	sleep 0.1
 done
-costgate=$(sed -n 's/.* on \([0-9.:]*\) (admin on \([0-9.:]*\)).*/\1/p' "$tmp/costgate.out")
-admin=$(sed -n 's/.* on \([0-9.:]*\) (admin on \([0-9.:]*\)).*/\2/p' "$tmp/costgate.out")
-sed 's/^/# /' "$tmp/costgate.out"
+# The startup lines are log records on stderr, beside the logs.
+costgate=$(sed -n 's/.*costgate: serving .* on \([0-9.:]*\) (admin on \([0-9.:]*\)).*/\1/p' "$tmp/costgate.log" | head -1)
+admin=$(sed -n 's/.*costgate: serving .* on \([0-9.:]*\) (admin on \([0-9.:]*\)).*/\2/p' "$tmp/costgate.log" | head -1)
+grep -o '"msg":"costgate: [^"]*"' "$tmp/costgate.log" | sed 's/^"msg":"\(.*\)"$/# \1/'
 
 check "http://$upstream"
 check "http://$bare"
