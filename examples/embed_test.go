@@ -5,9 +5,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/examples"
 	"github.com/costgate/costgate/policies"
-	"github.com/costgate/costgate/proxy"
 )
 
 // TestEmbedded: the embedded configs parse and their policies load (which
@@ -23,7 +23,7 @@ func TestEmbedded(t *testing.T) {
 		{"demo", examples.DemoConfig(), examples.DemoPolicies()},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if _, err := proxy.Parse(c.yaml); err != nil {
+			if _, err := config.Parse(c.yaml); err != nil {
 				t.Fatalf("config: %v", err)
 			}
 			if _, err := policies.Load(c.pols); err != nil {
@@ -38,7 +38,7 @@ func TestOnDisk(t *testing.T) {
 	for _, path := range []string{"quickstart/costgate.yaml", "teams/costgate.yaml", "search-guard/costgate.yaml", "demo/costgate.yaml"} {
 		t.Run(path, func(t *testing.T) {
 			t.Setenv("COSTGATE_ADMIN_TOKEN", "x")
-			cfg, err := proxy.Load(path)
+			cfg, err := config.Load(path)
 			if err != nil {
 				t.Fatal(err)
 			}

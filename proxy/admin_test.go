@@ -11,7 +11,7 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/costgate/costgate/proxy"
+	"github.com/costgate/costgate/config"
 )
 
 // adminGet calls the admin plane with the test's admin token.
@@ -238,10 +238,10 @@ limits:
 func TestReloadKeepsTheLastGoodConfig(t *testing.T) {
 	s := newStack(t, "", roomyLimits)
 	base := s.srv.Config()
-	next := func() (*proxy.Config, error) {
+	next := func() (*config.Config, error) {
 		return nil, errors.New("limits[0].algorithm: unknown algorithm \"leaky\"")
 	}
-	s.srv.SetLoader(func() (*proxy.Config, error) { return next() })
+	s.srv.SetLoader(func() (*config.Config, error) { return next() })
 	h := s.srv.AdminHandler()
 
 	code, body := adminDo(t, h, "POST", "/admin/v1/reload", "test-admin")
@@ -254,10 +254,10 @@ func TestReloadKeepsTheLastGoodConfig(t *testing.T) {
 
 	// A new key, added by reload.
 	added := *base
-	added.Tenants = append(append([]proxy.TenantConfig(nil), base.Tenants...), proxy.TenantConfig{
-		Name: "initech", Plan: "free", Keys: []proxy.KeyConfig{{ID: "initech-key", Key: "cg-test-initech"}},
+	added.Tenants = append(append([]config.TenantConfig(nil), base.Tenants...), config.TenantConfig{
+		Name: "initech", Plan: "free", Keys: []config.KeyConfig{{ID: "initech-key", Key: "cg-test-initech"}},
 	})
-	next = func() (*proxy.Config, error) { return &added, nil }
+	next = func() (*config.Config, error) { return &added, nil }
 	if code, body := adminDo(t, h, "POST", "/admin/v1/reload", "test-admin"); code != 200 {
 		t.Fatalf("good reload: %d %s", code, body)
 	}

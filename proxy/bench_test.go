@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/internal/redistest"
 	"github.com/costgate/costgate/proxy"
 )
@@ -78,7 +79,7 @@ func benchCostgate(b *testing.B, upstream, redisURL string) string {
 		b.Fatal(err)
 	}
 	yaml := strings.NewReplacer("http://@UPSTREAM@", upstream, "@POLICIES@", "../bench/proxy/policies").Replace(string(tmpl))
-	cfg, err := proxy.Parse([]byte(yaml))
+	cfg, err := config.Parse([]byte(yaml))
 	if err != nil {
 		b.Fatal(err)
 	}

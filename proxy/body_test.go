@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/costgate/costgate/config"
 )
 
 // TestSlowBodyTimesOut: a client that sends its headers and then stalls in
@@ -18,7 +20,7 @@ import (
 func TestSlowBodyTimesOut(t *testing.T) {
 	defer func(d time.Duration) { bodyReadTimeout = d }(bodyReadTimeout)
 	bodyReadTimeout = 300 * time.Millisecond
-	cfg, err := Parse([]byte(`admin_token: x
+	cfg, err := config.Parse([]byte(`admin_token: x
 data_dir: ` + t.TempDir() + `
 upstreams: [{name: openai, kind: openai, simulate: always}]
 tenants: [{name: acme, plan: p, keys: [{key: cg-acme}]}]

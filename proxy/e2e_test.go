@@ -15,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/examples"
 	"github.com/costgate/costgate/internal/pgtest"
@@ -119,7 +120,7 @@ tenants:
       - id: globex-key
         key: cg-test-globex
 %s`, t.TempDir(), redisURL, o.store, upURL, o.upstreamTimeout, upURL, upstreams, limits)
-	cfg, err := proxy.Parse([]byte(yaml))
+	cfg, err := config.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
 )
 
@@ -23,24 +24,24 @@ type Quote struct {
 	Why []string
 }
 
-// Quote prices one request as a server running c would: method and target
+// QuoteRequest prices one request as a server running c would: method and target
 // (a path, with its query) as the client sends them. An LLM route (a path
 // such as /v1/chat/completions, or a kind such as chat_completions) is
 // priced by the model's price under c's costs; a generic route,
 // /u/NAME/..., by the cost rule of c's upstream NAME for that path.
-func (c *Config) Quote(method, target string, header http.Header, body []byte) (Quote, error) {
+func QuoteRequest(c *config.Config, method, target string, header http.Header, body []byte) (Quote, error) {
 	path, _, _ := strings.Cut(target, "?")
 	if strings.HasPrefix(path, "/u/") {
-		return c.quoteGeneric(method, target, header, body)
+		return quoteGeneric(c, method, target, header, body)
 	}
-	kind, ok := routeKinds[path]
+	kind, ok := config.RouteKinds[path]
 	if !ok {
 		var err error
 		if kind, err = costmodel.ParseKind(path); err != nil || kind == costmodel.Generic {
 			return Quote{}, fmt.Errorf("unknown route %q: want an API path (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses, /v1/messages), a generic upstream's /u/NAME/..., or a kind (chat_completions, ...)", path)
 		}
 	}
-	est, err := costmodel.NewEstimator(c.costmodel())
+	est, err := costmodel.NewEstimator(c.CostModel())
 	if err != nil {
 		return Quote{}, err
 	}
@@ -77,10 +78,10 @@ func (c *Config) Quote(method, target string, header http.Header, body []byte) (
 }
 
 // quoteGeneric prices a request to a generic upstream with its cost rule.
-func (c *Config) quoteGeneric(method, target string, header http.Header, body []byte) (Quote, error) {
+func quoteGeneric(c *config.Config, method, target string, header http.Header, body []byte) (Quote, error) {
 	path, _, _ := strings.Cut(target, "?")
 	name, _, _ := strings.Cut(strings.TrimPrefix(path, "/u/"), "/")
-	var cfg *UpstreamConfig
+	var cfg *config.UpstreamConfig
 	for i := range c.Upstreams {
 		if c.Upstreams[i].Name == name {
 			cfg = &c.Upstreams[i]

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/proxy"
 )
 
@@ -20,7 +21,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	cfg, err := proxy.Parse([]byte(`
+	cfg, err := config.Parse([]byte(`
 admin_token: example-admin
 data_dir: ` + dir + `
 upstreams: [{name: openai, kind: openai, simulate: always}]

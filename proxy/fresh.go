@@ -189,7 +189,7 @@ func (s *Server) budgetCounters(ctx context.Context, tenant string) ([]weighted.
 			continue
 		}
 		for _, k := range t.Keys {
-			c := &caller{tenant: t.Name, user: k.User, keyID: k.id(), plan: t.Plan}
+			c := &caller{tenant: t.Name, user: k.User, keyID: k.KeyID(), plan: t.Plan}
 			for _, l := range st.limits {
 				if !l.budget || !l.appliesTo(t.Plan) {
 					continue

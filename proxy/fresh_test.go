@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/weighted"
@@ -15,7 +16,7 @@ import (
 // tenants restores each from its own ledger spend; one tenant's restore
 // does not mark the other's counters fresh while they are still empty.
 func TestRestoreEachTagFromItsOwnSpend(t *testing.T) {
-	cfg, err := Parse([]byte(fmt.Sprintf(`
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`
 admin_token: t
 data_dir: %q
 upstreams: [{name: openai, kind: openai, simulate: always}]

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/weighted"
 )
 
@@ -18,20 +19,20 @@ func TestRateLimitAgreesWithRetryAfter(t *testing.T) {
 	now := time.Date(2026, 1, 1, 10, 0, 30, 0, time.UTC) // 30 s into a minute
 	tests := []struct {
 		name      string
-		limit     LimitConfig
+		limit     config.LimitConfig
 		admitted  int    // requests admitted before the refusal
 		wantAllow string // RateLimit on the first admitted request
 		wantDeny  string // RateLimit on the refusal
 		retry     string // its Retry-After
 	}{
 		// 5 a minute: one unit back every 12 s, full again in 60 s.
-		{"token bucket", LimitConfig{Name: "tb", Algorithm: "token_bucket", Unit: "requests", Rate: 5, Period: time.Minute},
+		{"token bucket", config.LimitConfig{Name: "tb", Algorithm: "token_bucket", Unit: "requests", Rate: 5, Period: time.Minute},
 			5, `"tb";r=4;t=12`, `"tb";r=0;t=12`, "12"},
 		// The window ends at the minute, 30 s away, for both.
-		{"fixed window", LimitConfig{Name: "fw", Algorithm: "fixed_window", Unit: "requests", Rate: 2, Period: time.Minute},
+		{"fixed window", config.LimitConfig{Name: "fw", Algorithm: "fixed_window", Unit: "requests", Rate: 2, Period: time.Minute},
 			2, `"fw";r=1;t=30`, `"fw";r=0;t=30`, "30"},
 		// One slot; a lease runs a minute unless renewed.
-		{"concurrency", LimitConfig{Name: "cc", Algorithm: "concurrency", Unit: "requests", Rate: 1, Period: time.Minute},
+		{"concurrency", config.LimitConfig{Name: "cc", Algorithm: "concurrency", Unit: "requests", Rate: 1, Period: time.Minute},
 			1, `"cc";r=0;t=60`, `"cc";r=0;t=60`, "60"},
 	}
 	for _, tc := range tests {

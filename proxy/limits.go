@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/weighted"
 )
@@ -24,15 +25,15 @@ type compiledLimit struct {
 	tagged     bool // the key carries the tenant as its hash tag
 }
 
-func compileLimit(l LimitConfig) (*compiledLimit, error) {
-	wl, err := l.weighted()
+func compileLimit(l config.LimitConfig) (*compiledLimit, error) {
+	wl, err := l.Weighted()
 	if err != nil {
 		return nil, err
 	}
 	return &compiledLimit{
 		limit:      wl,
 		unit:       l.Unit,
-		cost:       units[l.Unit],
+		cost:       config.Units[l.Unit],
 		plans:      l.Plans,
 		dims:       l.Dimensions,
 		dimension:  strings.Join(l.Dimensions, "+"),
@@ -45,7 +46,7 @@ func compileLimit(l LimitConfig) (*compiledLimit, error) {
 // compileBudget makes a budget a fixed-window limit in nano-dollars whose
 // window is the budget's period: a day from UTC midnight, or a UTC calendar
 // month.
-func compileBudget(b BudgetConfig) *compiledLimit {
+func compileBudget(b config.BudgetConfig) *compiledLimit {
 	l := weighted.Limit{Name: b.Name, Algorithm: weighted.FixedWindow, Rate: int64(b.Amount), Period: 24 * time.Hour}
 	if b.Period == "month" {
 		l.Period, l.Calendar = 0, weighted.Month
@@ -53,7 +54,7 @@ func compileBudget(b BudgetConfig) *compiledLimit {
 	return &compiledLimit{
 		limit:     l,
 		unit:      "usd",
-		cost:      units["usd"],
+		cost:      config.Units["usd"],
 		plans:     b.Plans,
 		dims:      []string{b.Scope},
 		dimension: b.Scope,

@@ -16,6 +16,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/internal/redistest"
 	"github.com/costgate/costgate/proxy"
 )
@@ -427,7 +428,7 @@ budgets: [{name: budget, scope: tenant, period: ` + period + `, amount: "0.00005
 `
 	open := func() (*proxy.Server, *openai.Client) {
 		t.Helper()
-		cfg, err := proxy.Parse([]byte(yaml))
+		cfg, err := config.Parse([]byte(yaml))
 		if err != nil {
 			t.Fatal(err)
 		}

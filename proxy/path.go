@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"path"
 	"slices"
 	"strings"
 )
@@ -171,15 +170,4 @@ func decodeSegment(seg string) (string, error) {
 // the cleaned path after /u/NAME. It never leaves the base path.
 func (u *upstream) forwardPath(clean string) string {
 	return u.target.Path + clean
-}
-
-// cleanPrefix is p with its dot-segments and empty segments removed and
-// its trailing slash kept: the form genericPath gives a request's path, so
-// the form a price rule's prefix must have to match it.
-func cleanPrefix(p string) string {
-	c := path.Clean(p)
-	if strings.HasSuffix(p, "/") && c != "/" {
-		c += "/"
-	}
-	return c
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
 )
 
@@ -71,8 +72,8 @@ func FuzzGenericPath(f *testing.F) {
 	}
 	cost := costmodel.Rule{PerCall: costmodel.NanoUSD(1)}
 	expensive := costmodel.Rule{PerCall: costmodel.NanoUSD(1000)}
-	cfg := UpstreamConfig{Name: "gen", Kind: "generic", Cost: &cost, Methods: defaultMethods,
-		Paths: []PathCost{{Prefix: "/expensive", Cost: expensive}}}
+	cfg := config.UpstreamConfig{Name: "gen", Kind: "generic", Cost: &cost, Methods: []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"},
+		Paths: []config.PathCost{{Prefix: "/expensive", Cost: expensive}}}
 	u, err := newUpstream(cfg, "http://up.example/base")
 	if err != nil {
 		f.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/proxy"
 )
@@ -288,7 +289,7 @@ func TestNoLeaks(t *testing.T) {
 
 	var logs bytes.Buffer
 	var logMu sync.Mutex
-	cfg, err := proxy.Parse([]byte(fmt.Sprintf(`
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`
 admin_token: test-admin
 data_dir: %q
 upstreams:
@@ -347,7 +348,7 @@ tenants:
 // TestStoreURLErrorIsRedacted: a Redis URL that does not parse is
 // reported without its password.
 func TestStoreURLErrorIsRedacted(t *testing.T) {
-	cfg, err := proxy.Parse([]byte("admin_token: t\n"))
+	cfg, err := config.Parse([]byte("admin_token: t\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,12 +5,9 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +17,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/policies"
@@ -39,7 +37,7 @@ type Server struct {
 	fallback atomic.Pointer[fallback] // the local fallback budgets while the store is out
 	breaker  *breaker                 // nil for the in-memory store
 	ledger   *ledger.Ledger
-	loader   func() (*Config, error)
+	loader   func() (*config.Config, error)
 	ping     func(context.Context) error // checks the limiter store; nil for memory
 	refusals limitRefusals               // refusals by limit, for the dashboard (dashboard.go)
 
@@ -76,13 +74,13 @@ type Options struct {
 	// Loader reads the configuration again for a reload (SIGHUP, a file
 	// change, POST /admin/v1/reload). Nil means reloads re-apply the config
 	// given to Open.
-	Loader func() (*Config, error)
+	Loader func() (*config.Config, error)
 }
 
 // state is one configuration, compiled for the request path. It is
 // immutable once built.
 type state struct {
-	cfg       *Config
+	cfg       *config.Config
 	est       *costmodel.Estimator
 	policy    *policies.Set // nil when no policy is configured
 	keys      map[[sha256.Size]byte]*caller
@@ -104,14 +102,14 @@ type caller struct {
 // Open builds a Server from cfg: it connects the limiter store and the
 // ledger, compiles the configuration and the policies, and starts
 // in-process simulators for the upstreams that use them.
-func Open(ctx context.Context, cfg *Config, opts Options) (*Server, error) {
+func Open(ctx context.Context, cfg *config.Config, opts Options) (*Server, error) {
 	s := &Server{log: opts.Logger, tel: opts.Telemetry, loader: opts.Loader, sims: map[string]string{}}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.loader == nil {
-		s.loader = func() (*Config, error) { return cfg, nil }
+		s.loader = func() (*config.Config, error) { return cfg, nil }
 	}
 	if err := s.open(ctx, cfg); err != nil {
 		s.Close()
@@ -120,7 +118,7 @@ func Open(ctx context.Context, cfg *Config, opts Options) (*Server, error) {
 	return s, nil
 }
 
-func (s *Server) open(ctx context.Context, cfg *Config) error {
+func (s *Server) open(ctx context.Context, cfg *config.Config) error {
 	if s.tel == nil {
 		tel, err := telemetry.New(ctx, telemetry.Config{})
 		if err != nil {
@@ -139,7 +137,7 @@ func (s *Server) open(ctx context.Context, cfg *Config) error {
 	s.renewer = newRenewer(s)
 	s.renewer.start()
 	s.closers = append(s.closers, s.renewer.close)
-	if s.ledger, err = ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: cfg.dataDir(), Logf: ledgerLogf(s.log)}); err != nil {
+	if s.ledger, err = ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: cfg.DataDirPath(), Logf: ledgerLogf(s.log)}); err != nil {
 		return fmt.Errorf("proxy: ledger: %w", err)
 	}
 	s.closers = append(s.closers, s.ledger.Close)
@@ -170,13 +168,13 @@ func (s *Server) open(ctx context.Context, cfg *Config) error {
 	return nil
 }
 
-func (s *Server) openStore(ctx context.Context, cfg *Config) (*freshStore, error) {
+func (s *Server) openStore(ctx context.Context, cfg *config.Config) (*freshStore, error) {
 	if cfg.Store.Redis == "" {
 		return s.fresh(weighted.NewMemory(weighted.MemoryConfig{Generations: true}), 1), nil
 	}
 	c, err := redisClient(cfg.Store.Redis)
 	if err != nil {
-		return nil, fmt.Errorf("proxy: store.redis: %w", redactErr(err))
+		return nil, fmt.Errorf("proxy: store.redis: %w", config.RedactErr(err))
 	}
 	// go-redis prints every failed dial to stderr; during an outage that
 	// is thousands of lines. The breaker's state and the metrics say it.
@@ -255,38 +253,8 @@ func redisClient(u string) (redis.UniversalClient, error) {
 	return redis.NewClusterClient(opt), nil
 }
 
-// DataDirPath is where the embedded ledger and the spool live: data_dir,
-// resolved against the config file's directory.
-func (c *Config) DataDirPath() string { return c.dataDir() }
-
-// dataDir is where the embedded ledger lives, relative to the config file.
-func (c *Config) dataDir() string {
-	if c.dir != "" && !filepath.IsAbs(c.DataDir) {
-		return filepath.Join(c.dir, c.DataDir)
-	}
-	return c.DataDir
-}
-
-// policyFS is the policies' directory, or nil for none.
-func (c *Config) policies() fs.FS {
-	if c.policyFS != nil {
-		return c.policyFS
-	}
-	if c.Policies.Dir == "" {
-		return nil
-	}
-	return os.DirFS(c.policyDir())
-}
-
-func (c *Config) policyDir() string {
-	if c.dir != "" && !filepath.IsAbs(c.Policies.Dir) {
-		return filepath.Join(c.dir, c.Policies.Dir)
-	}
-	return c.Policies.Dir
-}
-
 // compile turns a config into the lookup structures the request path uses.
-func (s *Server) compile(cfg *Config) (*state, error) {
+func (s *Server) compile(cfg *config.Config) (*state, error) {
 	st := &state{
 		cfg:       cfg,
 		keys:      make(map[[sha256.Size]byte]*caller),
@@ -295,17 +263,17 @@ func (s *Server) compile(cfg *Config) (*state, error) {
 		prefilter: &prefilter{},
 	}
 	var err error
-	if st.est, err = costmodel.NewEstimator(cfg.costmodel()); err != nil {
+	if st.est, err = costmodel.NewEstimator(cfg.CostModel()); err != nil {
 		return nil, fmt.Errorf("proxy: cost model: %w", err)
 	}
-	if fsys := cfg.policies(); fsys != nil {
+	if fsys := cfg.PolicyFS(); fsys != nil {
 		if st.policy, err = policies.Load(fsys); err != nil {
 			return nil, fmt.Errorf("proxy: policies: %w", err)
 		}
 	}
 	for _, t := range cfg.Tenants {
 		for _, k := range t.Keys {
-			st.keys[sha256.Sum256([]byte(k.secret()))] = &caller{tenant: t.Name, user: k.User, keyID: k.id(), plan: t.Plan}
+			st.keys[sha256.Sum256([]byte(k.Secret()))] = &caller{tenant: t.Name, user: k.User, keyID: k.KeyID(), plan: t.Plan}
 		}
 	}
 	for _, l := range cfg.Limits {
@@ -320,7 +288,7 @@ func (s *Server) compile(cfg *Config) (*state, error) {
 	}
 	for _, u := range cfg.Upstreams {
 		base := u.BaseURL
-		if u.simulated() {
+		if u.Simulated() {
 			if base, err = s.simulator(u.Name, st.est); err != nil {
 				return nil, err
 			}
@@ -340,13 +308,13 @@ func (s *Server) compile(cfg *Config) (*state, error) {
 		}
 	}
 	slices.Sort(st.models)
-	for path := range routeKinds {
-		i := slices.IndexFunc(cfg.Routes, func(r RouteConfig) bool { return r.Path == path })
+	for path := range config.RouteKinds {
+		i := slices.IndexFunc(cfg.Routes, func(r config.RouteConfig) bool { return r.Path == path })
 		if i >= 0 {
 			st.routes[path] = st.upstreams[cfg.Routes[i].Upstream]
 			continue
 		}
-		want := upstreamKindFor(path)
+		want := config.UpstreamKindFor(path)
 		for _, u := range cfg.Upstreams {
 			if u.Kind == want {
 				st.routes[path] = st.upstreams[u.Name]
@@ -405,7 +373,7 @@ func (s *Server) reload() error {
 	switch {
 	case cfg.Store.Redis != old.Store.Redis:
 		return errors.New("store.redis changed: restart costgate to change the limiter store")
-	case cfg.Ledger.DSN != old.Ledger.DSN || cfg.dataDir() != old.dataDir():
+	case cfg.Ledger.DSN != old.Ledger.DSN || cfg.DataDirPath() != old.DataDirPath():
 		return errors.New("ledger.dsn or data_dir changed: restart costgate to change the ledger")
 	case cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen:
 		return errors.New("listen or admin_listen changed: restart costgate to change its addresses")
@@ -469,13 +437,13 @@ func init() {
 func (s *Server) dataHandler() http.Handler {
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
-	for path, kind := range routeKinds {
+	for path, kind := range config.RouteKinds {
 		r.POST(path, s.serveLLM(path, kind))
 	}
 	r.GET("/v1/models", s.serveModels)
 	// Only the methods a generic upstream may be given are routed; each
 	// upstream's own list is checked in the pipeline (upstream.admit).
-	for _, m := range forwardableMethods {
+	for _, m := range config.ForwardableMethods {
 		r.Handle(m, "/u/:upstream/*path", s.serveGeneric)
 	}
 	r.GET("/v1/costgate/usage", func(c *gin.Context) { s.serveUsage(c.Writer, c.Request) })
@@ -502,27 +470,6 @@ func (s *Server) dataHandler() http.Handler {
 	return r
 }
 
-func (c *Config) costmodel() costmodel.Config {
-	cc := costmodel.Config{FreeUnknown: c.Costs.FreeUnknown, OutputReserve: c.Costs.OutputReserve, Aliases: c.Costs.Aliases}
-	conv := func(p PriceConfig) costmodel.Price {
-		return costmodel.Price{
-			Input: costmodel.NanoUSD(p.Input), CachedInput: costmodel.NanoUSD(p.CachedInput),
-			CacheWrite: costmodel.NanoUSD(p.CacheWrite), Output: costmodel.NanoUSD(p.Output),
-			MaxOutputTokens: p.MaxOutputTokens,
-		}
-	}
-	if len(c.Costs.Prices) > 0 {
-		cc.Prices = make(map[string]costmodel.Price, len(c.Costs.Prices))
-		for m, p := range c.Costs.Prices {
-			cc.Prices[m] = conv(p)
-		}
-	}
-	if c.Costs.DefaultPrice != nil {
-		cc.DefaultPrice = conv(*c.Costs.DefaultPrice)
-	}
-	return cc
-}
-
 // Describe says in a few lines what the server runs on: its store, its
 // ledger, and where each upstream's requests go.
 func (s *Server) Describe() []string {
@@ -531,14 +478,14 @@ func (s *Server) Describe() []string {
 	if st.cfg.Store.Redis != "" {
 		store = "limiter store: Redis"
 	}
-	led := "ledger: embedded, under " + st.cfg.dataDir()
+	led := "ledger: embedded, under " + st.cfg.DataDirPath()
 	if st.cfg.Ledger.DSN != "" {
 		led = "ledger: PostgreSQL"
 	}
 	lines := []string{store, led}
 	for _, u := range st.cfg.Upstreams {
-		where := RedactURL(u.BaseURL)
-		if u.simulated() {
+		where := config.RedactURL(u.BaseURL)
+		if u.Simulated() {
 			where = "the built-in simulator at " + st.upstreams[u.Name].target.String()
 			if u.Simulate == "auto" && u.APIKeyEnv != "" {
 				where += " (" + u.APIKeyEnv + " is unset)"
@@ -550,10 +497,10 @@ func (s *Server) Describe() []string {
 }
 
 // Config is the active configuration. It must not be modified.
-func (s *Server) Config() *Config { return s.state.Load().cfg }
+func (s *Server) Config() *config.Config { return s.state.Load().cfg }
 
 // SetLoader replaces the function Reload reads the configuration with.
-func (s *Server) SetLoader(f func() (*Config, error)) {
+func (s *Server) SetLoader(f func() (*config.Config, error)) {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
 	s.loader = f

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
 )
 
@@ -29,8 +30,8 @@ type upstream struct {
 	timeout    time.Duration
 	rp         *httputil.ReverseProxy
 
-	cost  *costmodel.Rule // generic: the default rule
-	paths []PathCost      // generic: per-prefix rules, longest prefix first
+	cost  *costmodel.Rule   // generic: the default rule
+	paths []config.PathCost // generic: per-prefix rules, longest prefix first
 }
 
 // rule returns the cost rule of a generic upstream for a path: the part
@@ -59,20 +60,20 @@ var transport = &http.Transport{
 
 // newUpstream makes the reverse proxy to base, the upstream's URL (its
 // own, or its simulator's).
-func newUpstream(cfg UpstreamConfig, base string) (*upstream, error) {
+func newUpstream(cfg config.UpstreamConfig, base string) (*upstream, error) {
 	target, err := url.Parse(strings.TrimSuffix(base, "/"))
 	if err != nil {
-		return nil, fmt.Errorf("proxy: upstream %s: base_url: %w", cfg.Name, redactErr(err))
+		return nil, fmt.Errorf("proxy: upstream %s: base_url: %w", cfg.Name, config.RedactErr(err))
 	}
-	u := &upstream{name: cfg.Name, kind: cfg.Kind, target: target, credential: cfg.credential(), timeout: cfg.Timeout,
+	u := &upstream{name: cfg.Name, kind: cfg.Kind, target: target, credential: cfg.Credential(), timeout: cfg.Timeout,
 		authHeader: cfg.AuthHeader, authQuery: cfg.AuthQuery, cost: cfg.Cost}
-	if cfg.simulated() {
+	if cfg.Simulated() {
 		u.credential = "" // the simulator is no place for a real key
 	}
 	if cfg.Kind == "generic" {
 		u.methods = slices.Clone(cfg.Methods)
 		u.paths = slices.Clone(cfg.Paths)
-		slices.SortStableFunc(u.paths, func(a, b PathCost) int { return len(b.Prefix) - len(a.Prefix) })
+		slices.SortStableFunc(u.paths, func(a, b config.PathCost) int { return len(b.Prefix) - len(a.Prefix) })
 	}
 	u.rp = &httputil.ReverseProxy{
 		Rewrite:    u.rewrite,
@@ -173,7 +174,7 @@ func errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 		x.setRateLimitHeaders(w.Header())
 		msg += " " + x.upstream.name
 		if !gone {
-			x.s.log.Warn("upstream request failed", "request_id", x.id, "upstream", x.upstream.name, "status", status, "err", redactErr(err))
+			x.s.log.Warn("upstream request failed", "request_id", x.id, "upstream", x.upstream.name, "status", status, "err", config.RedactErr(err))
 		}
 	}
 	if gone {

@@ -31,7 +31,7 @@ func (s *Server) Watch(ctx context.Context, path string) error {
 		return err
 	}
 	policyDir := ""
-	if pd := s.state.Load().cfg.policyDir(); pd != "" && s.state.Load().cfg.policyFS == nil {
+	if pd := s.state.Load().cfg.PolicyDir(); pd != "" && !s.state.Load().cfg.EmbeddedPolicies() {
 		policyDir = filepath.Clean(pd)
 		if err := addTree(w, policyDir); err != nil {
 			w.Close()

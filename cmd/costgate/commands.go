@@ -20,6 +20,7 @@ import (
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/policies"
+	"github.com/costgate/costgate/proxy"
 	"github.com/costgate/costgate/simulator"
 )
 
@@ -113,7 +114,7 @@ func estimate(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(body) > 0 {
 		header.Set("Content-Type", "application/json")
 	}
-	q, err := cfg.Quote(strings.ToUpper(*method), *route, header, body)
+	q, err := proxy.QuoteRequest(cfg, strings.ToUpper(*method), *route, header, body)
 	if err != nil {
 		return err
 	}

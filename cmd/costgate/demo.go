@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/examples"
 	"github.com/costgate/costgate/ledger"
@@ -52,7 +53,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Parsed without the environment's defaults: the demo is
 	// self-contained (in-memory store, embedded ledger), whatever REDIS_URL
 	// and DATABASE_URL say.
-	cfg, err := proxy.Parse(examples.DemoConfig())
+	cfg, err := config.Parse(examples.DemoConfig())
 	if err != nil {
 		return fmt.Errorf("demo config: %w", err)
 	}

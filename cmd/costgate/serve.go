@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/examples"
 	"github.com/costgate/costgate/proxy"
 )
@@ -39,8 +40,8 @@ func (f *configFlags) register(fs *flag.FlagSet) {
 
 // envDefaults are the config's defaults from the environment: the config
 // file wins over them, and the flags over the file.
-func envDefaults() proxy.Defaults {
-	return proxy.Defaults{
+func envDefaults() config.Defaults {
+	return config.Defaults{
 		AdminToken: os.Getenv("COSTGATE_ADMIN_TOKEN"),
 		Redis:      os.Getenv("REDIS_URL"),
 		LedgerDSN:  os.Getenv("DATABASE_URL"),
@@ -49,13 +50,13 @@ func envDefaults() proxy.Defaults {
 
 // load reads the config the flags name, under the environment's defaults,
 // and applies the flags' overrides. It reports which config it read.
-func (f *configFlags) load() (*proxy.Config, string, error) {
+func (f *configFlags) load() (*config.Config, string, error) {
 	path := f.config
 	if path == "" {
 		path = os.Getenv("COSTGATE_CONFIG")
 	}
 	env := envDefaults()
-	var cfg *proxy.Config
+	var cfg *config.Config
 	var err error
 	set := func(dst *string, v string) {
 		if v != "" {
@@ -67,12 +68,12 @@ func (f *configFlags) load() (*proxy.Config, string, error) {
 		if _, statErr := os.Stat(path); errors.Is(statErr, fs.ErrNotExist) {
 			return nil, "", fmt.Errorf("config file %s does not exist: costgate needs your own config there, with your tenants' keys and admin token (in a container, mount it: -v ./costgate.yaml:%s:ro); see examples/quickstart/costgate.yaml", path, path)
 		}
-		cfg, err = proxy.LoadWith(path, env)
+		cfg, err = config.LoadWith(path, env)
 	} else {
 		// The quickstart: simulated upstreams, published demo keys, and
 		// loopback addresses (see examples/quickstart/costgate.yaml).
 		source = "the embedded quickstart"
-		cfg, err = proxy.ParseWith(examples.QuickstartConfig(), env)
+		cfg, err = config.ParseWith(examples.QuickstartConfig(), env)
 		if err == nil {
 			cfg.WithPolicyFS(examples.QuickstartPolicies())
 			// The quickstart's published token gives way to the
@@ -111,7 +112,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
-	loader := func() (*proxy.Config, error) {
+	loader := func() (*config.Config, error) {
 		c, _, err := cf.load()
 		return c, err
 	}

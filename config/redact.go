@@ -1,4 +1,4 @@
-package proxy
+package config
 
 import (
 	"errors"
@@ -50,11 +50,11 @@ func RedactURL(s string) string {
 	return u.String()
 }
 
-// redactErr returns err with the URL of the *url.Error in its chain
+// RedactErr returns err with the URL of the *url.Error in its chain
 // redacted in its message (a transport error names the URL it called,
 // query credential included; a parse error names the URL it could not
 // parse). The result unwraps to err.
-func redactErr(err error) error {
+func RedactErr(err error) error {
 	var ue *url.Error
 	if err == nil || !errors.As(err, &ue) || ue.URL == "" {
 		return err

@@ -1,4 +1,4 @@
-package proxy
+package config
 
 import (
 	"bytes"
@@ -197,8 +197,8 @@ type UpstreamConfig struct {
 // defaultMethods are a generic upstream's methods when it names none.
 var defaultMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"}
 
-// forwardableMethods are the methods a generic upstream may be given.
-var forwardableMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+// ForwardableMethods are the methods a generic upstream may be given.
+var ForwardableMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 
 // PathCost prices the requests under one path prefix of a generic
 // upstream; the longest matching prefix wins over the upstream's Cost.
@@ -494,16 +494,16 @@ func (c *Config) Validate() error {
 				switch {
 				case m == "TRACE" || m == "CONNECT":
 					bad(fmt.Sprintf("%s.methods[%d]", p, j), "%s is never forwarded: an upstream that echoes the request would show the client the injected credential", m)
-				case !slices.Contains(forwardableMethods, m):
-					bad(fmt.Sprintf("%s.methods[%d]", p, j), "unknown method %q (want some of %s)", m, strings.Join(forwardableMethods, ", "))
+				case !slices.Contains(ForwardableMethods, m):
+					bad(fmt.Sprintf("%s.methods[%d]", p, j), "unknown method %q (want some of %s)", m, strings.Join(ForwardableMethods, ", "))
 				}
 			}
 			for j, pc := range u.Paths {
 				switch {
 				case !strings.HasPrefix(pc.Prefix, "/"):
 					bad(fmt.Sprintf("%s.paths[%d].prefix", p, j), "must start with /")
-				case cleanPrefix(pc.Prefix) != pc.Prefix:
-					bad(fmt.Sprintf("%s.paths[%d].prefix", p, j), "must be a clean path (%q): requests are matched after their dot-segments and empty segments are removed", cleanPrefix(pc.Prefix))
+				case CleanPrefix(pc.Prefix) != pc.Prefix:
+					bad(fmt.Sprintf("%s.paths[%d].prefix", p, j), "must be a clean path (%q): requests are matched after their dot-segments and empty segments are removed", CleanPrefix(pc.Prefix))
 				}
 				if err := pc.Cost.Validate(); err != nil {
 					bad(fmt.Sprintf("%s.paths[%d].cost", p, j), "%v", err)
@@ -526,7 +526,7 @@ func (c *Config) Validate() error {
 	}
 	for i, r := range c.Routes {
 		p := fmt.Sprintf("routes[%d]", i)
-		if _, ok := routeKinds[r.Path]; !ok {
+		if _, ok := RouteKinds[r.Path]; !ok {
 			bad(p+".path", "unknown API path %q", r.Path)
 		}
 		if !upstreams[r.Upstream] {
@@ -554,7 +554,7 @@ func (c *Config) Validate() error {
 		plans[t.Plan] = true
 		for j, k := range t.Keys {
 			kp := fmt.Sprintf("%s.keys[%d]", p, j)
-			secret := k.secret()
+			secret := k.Secret()
 			set := 0
 			for _, v := range []string{k.Key, k.KeyEnv, k.KeyFile} {
 				if v != "" {
@@ -588,7 +588,7 @@ func (c *Config) Validate() error {
 				bad(p+".dimensions", "unknown dimension %q (want one of %s)", d, strings.Join(dimensions, ", "))
 			}
 		}
-		if _, ok := units[l.Unit]; !ok {
+		if _, ok := Units[l.Unit]; !ok {
 			bad(p+".unit", "unknown unit %q (want requests, tokens, input_tokens, output_tokens or usd)", l.Unit)
 		}
 		if l.OnStoreFailure != "fail_open" && l.OnStoreFailure != "fail_closed" {
@@ -648,9 +648,9 @@ func loopback(addr string) bool {
 // dimensions are the request attributes a limit may be keyed by.
 var dimensions = []string{"tenant", "user", "api_key", "ip", "model", "route", "upstream", "region"}
 
-// units are the limit units; the value tells how a request's cost is taken
+// Units are the limit units; the value tells how a request's cost is taken
 // from its estimate or usage.
-var units = map[string]func(costmodel.Usage, costmodel.NanoUSD) int64{
+var Units = map[string]func(costmodel.Usage, costmodel.NanoUSD) int64{
 	"requests":      func(costmodel.Usage, costmodel.NanoUSD) int64 { return 1 },
 	"tokens":        func(u costmodel.Usage, _ costmodel.NanoUSD) int64 { return u.InputTokens + u.OutputTokens },
 	"input_tokens":  func(u costmodel.Usage, _ costmodel.NanoUSD) int64 { return u.InputTokens },
@@ -658,8 +658,8 @@ var units = map[string]func(costmodel.Usage, costmodel.NanoUSD) int64{
 	"usd":           func(_ costmodel.Usage, c costmodel.NanoUSD) int64 { return int64(c) },
 }
 
-// weighted converts the limit to the limiter's form.
-func (l LimitConfig) weighted() (weighted.Limit, error) {
+// Weighted converts the limit to the limiter's form.
+func (l LimitConfig) Weighted() (weighted.Limit, error) {
 	alg, err := weighted.ParseAlgorithm(l.Algorithm)
 	if err != nil {
 		return weighted.Limit{}, err
@@ -699,7 +699,7 @@ func (l LimitConfig) validateLimit(p string, bad func(path, format string, args 
 	case err == nil && alg != weighted.TokenBucket && alg != weighted.GCRA && l.Burst != 0 && l.Burst != rate:
 		bad(p+".burst", "does not apply to %s (leave it out: the capacity is the rate)", alg)
 	case err == nil:
-		if _, err := l.weighted(); err != nil {
+		if _, err := l.Weighted(); err != nil {
 			reason := err.Error()
 			if _, r, ok := strings.Cut(reason, fmt.Sprintf("limit %q: ", l.Name)); ok {
 				reason = r
@@ -709,17 +709,18 @@ func (l LimitConfig) validateLimit(p string, bad func(path, format string, args 
 	}
 }
 
-// id is the key's name in the ledger and the logs: its configured id, or
+// KeyID is the key's name in the ledger and the logs: its configured id, or
 // the first bytes of its hash.
-func (k KeyConfig) id() string {
+func (k KeyConfig) KeyID() string {
 	if k.ID != "" {
 		return k.ID
 	}
-	h := sha256.Sum256([]byte(k.secret()))
+	h := sha256.Sum256([]byte(k.Secret()))
 	return "key-" + hex.EncodeToString(h[:4])
 }
 
-func (k KeyConfig) secret() string {
+// Secret is the key itself, from the file, its environment variable or a file.
+func (k KeyConfig) Secret() string {
 	switch {
 	case k.KeyEnv != "":
 		return os.Getenv(k.KeyEnv)
@@ -729,16 +730,17 @@ func (k KeyConfig) secret() string {
 	return k.Key
 }
 
-func (u UpstreamConfig) credential() string {
+// Credential is the key costgate sends the upstream.
+func (u UpstreamConfig) Credential() string {
 	if u.APIKeyEnv != "" {
 		return os.Getenv(u.APIKeyEnv)
 	}
 	return u.APIKey
 }
 
-// simulated tells whether the built-in simulator serves the upstream.
-func (u UpstreamConfig) simulated() bool {
-	return u.Simulate == "always" || (u.Simulate == "auto" && u.credential() == "")
+// Simulated tells whether the built-in simulator serves the upstream.
+func (u UpstreamConfig) Simulated() bool {
+	return u.Simulate == "always" || (u.Simulate == "auto" && u.Credential() == "")
 }
 
 // readSmallFile reads a regular file of at most max bytes: a key file that
@@ -758,3 +760,61 @@ func readSmallFile(path string, max int64) ([]byte, error) {
 	}
 	return io.ReadAll(io.LimitReader(f, max))
 }
+
+// DataDirPath is where the embedded ledger and the spool live: data_dir,
+// resolved against the config file's directory.
+func (c *Config) DataDirPath() string { return c.dataDir() }
+
+// dataDir is where the embedded ledger lives, relative to the config file.
+func (c *Config) dataDir() string {
+	if c.dir != "" && !filepath.IsAbs(c.DataDir) {
+		return filepath.Join(c.dir, c.DataDir)
+	}
+	return c.DataDir
+}
+
+// PolicyFS is the policies' directory, or nil for none.
+func (c *Config) PolicyFS() fs.FS {
+	if c.policyFS != nil {
+		return c.policyFS
+	}
+	if c.Policies.Dir == "" {
+		return nil
+	}
+	return os.DirFS(c.PolicyDir())
+}
+
+func (c *Config) PolicyDir() string {
+	if c.dir != "" && !filepath.IsAbs(c.Policies.Dir) {
+		return filepath.Join(c.dir, c.Policies.Dir)
+	}
+	return c.Policies.Dir
+}
+
+// CostModel is the cost model's configuration: the prices, aliases and
+// output reserve the file sets.
+func (c *Config) CostModel() costmodel.Config {
+	cc := costmodel.Config{FreeUnknown: c.Costs.FreeUnknown, OutputReserve: c.Costs.OutputReserve, Aliases: c.Costs.Aliases}
+	conv := func(p PriceConfig) costmodel.Price {
+		return costmodel.Price{
+			Input: costmodel.NanoUSD(p.Input), CachedInput: costmodel.NanoUSD(p.CachedInput),
+			CacheWrite: costmodel.NanoUSD(p.CacheWrite), Output: costmodel.NanoUSD(p.Output),
+			MaxOutputTokens: p.MaxOutputTokens,
+		}
+	}
+	if len(c.Costs.Prices) > 0 {
+		cc.Prices = make(map[string]costmodel.Price, len(c.Costs.Prices))
+		for m, p := range c.Costs.Prices {
+			cc.Prices[m] = conv(p)
+		}
+	}
+	if c.Costs.DefaultPrice != nil {
+		cc.DefaultPrice = conv(*c.Costs.DefaultPrice)
+	}
+	return cc
+}
+
+// EmbeddedPolicies tells whether the policies come from a file system
+// given with WithPolicyFS (the embedded quickstart's) rather than a
+// directory on disk.
+func (c *Config) EmbeddedPolicies() bool { return c.policyFS != nil }
