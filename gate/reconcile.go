@@ -1,4 +1,4 @@
-package proxy
+package gate
 
 import (
 	"context"
@@ -26,22 +26,22 @@ import (
 // costgate.budget.reconcile, as does a reconciliation that cannot start;
 // a successful one sets costgate.budget.remaining (see restore). It returns every tenant's error,
 // joined; the other tenants are still reconciled.
-func (s *Server) ReconcileBudgets(ctx context.Context) error {
-	st := s.state.Load()
-	if err := s.ledger.Stats().StoreErr; err != nil {
-		s.tel.Reconcile(telemetry.ReconcileScheduled, err)
-		return fmt.Errorf("proxy: reconcile: the ledger's store is failing: %w", err)
+func (g *Gate) ReconcileBudgets(ctx context.Context) error {
+	st := g.state.Load()
+	if err := g.ledger.Stats().StoreErr; err != nil {
+		g.tel.Reconcile(telemetry.ReconcileScheduled, err)
+		return fmt.Errorf("gate: reconcile: the ledger's store is failing: %w", err)
 	}
-	if err := s.ledger.Flush(ctx); err != nil {
-		s.tel.Reconcile(telemetry.ReconcileScheduled, err)
-		return fmt.Errorf("proxy: reconcile: %w", err)
+	if err := g.ledger.Flush(ctx); err != nil {
+		g.tel.Reconcile(telemetry.ReconcileScheduled, err)
+		return fmt.Errorf("gate: reconcile: %w", err)
 	}
 	var errs []error
 	for _, t := range st.cfg.Tenants {
-		err := s.store.restore(ctx, t.Name, nil)
-		s.tel.Reconcile(telemetry.ReconcileScheduled, err)
+		err := g.store.restore(ctx, t.Name, nil)
+		g.tel.Reconcile(telemetry.ReconcileScheduled, err)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("proxy: reconcile %s: %w", t.Name, err))
+			errs = append(errs, fmt.Errorf("gate: reconcile %s: %w", t.Name, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -49,7 +49,7 @@ func (s *Server) ReconcileBudgets(ctx context.Context) error {
 
 // reconcileLoop reconciles the budgets every interval, and as soon as the
 // store's breaker has closed after an outage. The server owns it.
-func (s *Server) reconcileLoop(ctx context.Context, interval time.Duration) {
+func (g *Gate) reconcileLoop(ctx context.Context, interval time.Duration) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	poll := time.NewTicker(time.Second)
@@ -61,7 +61,7 @@ func (s *Server) reconcileLoop(ctx context.Context, interval time.Duration) {
 			return
 		case <-tick.C:
 		case <-poll.C:
-			open := s.breaker != nil && s.breaker.State() != telemetry.BreakerClosed
+			open := g.breaker != nil && g.breaker.State() != telemetry.BreakerClosed
 			recovered := wasOpen && !open
 			wasOpen = open
 			if !recovered {
@@ -69,8 +69,8 @@ func (s *Server) reconcileLoop(ctx context.Context, interval time.Duration) {
 			}
 		}
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		if err := s.ReconcileBudgets(rctx); err != nil {
-			s.log.Warn("budget reconciliation failed", "err", err)
+		if err := g.ReconcileBudgets(rctx); err != nil {
+			g.log.Warn("budget reconciliation failed", "err", err)
 		}
 		cancel()
 	}

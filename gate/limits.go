@@ -1,4 +1,4 @@
-package proxy
+package gate
 
 import (
 	"slices"
@@ -14,8 +14,8 @@ import (
 type compiledLimit struct {
 	limit      weighted.Limit
 	unit       string
-	cost       func(costmodel.Usage, costmodel.NanoUSD) int64
-	plans      []string // empty: every plan
+	cost       func(costmodel.Usage, costmodel.NanoUSD) int64 // nil for requests and extra limits
+	plans      []string                                       // empty: every plan
 	dims       []string
 	dimension  string // dims joined by "+", as telemetry and messages name them
 	budget     bool   // a denial is 402 budget_exceeded rather than 429
@@ -23,6 +23,16 @@ type compiledLimit struct {
 	shadow     bool   // a denial is recorded, never enforced
 	failClosed bool
 	tagged     bool // the key carries the tenant as its hash tag
+	extra      int  // 1 + the index of a request's extra limit; 0 for a configured one
+}
+
+// costOf is the limit's cost of a request that counts for requests
+// requests and uses u, which costs c.
+func (l *compiledLimit) costOf(requests int64, u costmodel.Usage, c costmodel.NanoUSD) int64 {
+	if l.unit == "requests" {
+		return requests
+	}
+	return l.cost(u, c)
 }
 
 func compileLimit(l config.LimitConfig) (*compiledLimit, error) {
@@ -82,19 +92,19 @@ func (l *compiledLimit) appliesTo(plan string) bool {
 // key builds the limit's key from the request's attributes. Keys that carry
 // a tenant put it in a hash tag, so that all of one tenant's limits live in
 // one Redis Cluster slot and are debited by one script call.
-func (l *compiledLimit) key(x *exchange) string {
+func (l *compiledLimit) key(r *Reservation) string {
 	var b strings.Builder
 	b.Grow(64)
 	if l.tagged {
 		b.WriteString("{")
-		b.WriteString(x.caller.tenant)
+		b.WriteString(r.req.Caller.Tenant)
 		b.WriteString("}")
 	}
 	for _, d := range l.dims {
 		b.WriteByte(':')
 		b.WriteString(d)
 		b.WriteByte('=')
-		b.WriteString(x.dimension(d))
+		b.WriteString(r.dimension(d))
 	}
 	return b.String()
 }
@@ -113,8 +123,8 @@ func (l *compiledLimit) callerScoped() bool {
 
 // callerKey is the key of a caller-scoped limit for caller c, outside any
 // request (the usage view, budget reconciliation).
-func (l *compiledLimit) callerKey(c *caller) string {
-	return l.key(&exchange{caller: c})
+func (l *compiledLimit) callerKey(c *Caller) string {
+	return l.key(&Reservation{req: Request{Caller: c}})
 }
 
 // callerDims tells whether any dimension names the caller, which puts the

@@ -1,4 +1,4 @@
-package proxy
+package gate
 
 import (
 	"context"
@@ -39,15 +39,15 @@ type store interface {
 // stale share one restore.
 type freshStore struct {
 	store
-	s     *Server
+	g     *Gate
 	share int64 // the counters are the ledger's spend divided by share
 	group singleflight.Group
 }
 
 var _ weighted.Store = (*freshStore)(nil)
 
-func (s *Server) fresh(st store, share int64) *freshStore {
-	return &freshStore{store: st, s: s, share: max(share, 1)}
+func (g *Gate) fresh(st store, share int64) *freshStore {
+	return &freshStore{store: st, g: g, share: max(share, 1)}
 }
 
 // maxRestores bounds the restores one call may need: on Redis Cluster a
@@ -94,11 +94,11 @@ func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err er
 		}
 		_, rerr, _ := f.group.Do(tag, func() (any, error) {
 			err := f.restore(ctx, tag, mine)
-			f.s.tel.Reconcile(telemetry.ReconcileStale, err)
+			f.g.tel.Reconcile(telemetry.ReconcileStale, err)
 			return nil, err
 		})
 		if rerr != nil {
-			f.s.log.Warn("limiter counters could not be restored from the ledger", "tenant", tag, "err", rerr)
+			f.g.log.Warn("limiter counters could not be restored from the ledger", "tenant", tag, "err", rerr)
 			return false
 		}
 	}
@@ -109,7 +109,7 @@ func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err er
 // more items under its tag, restored as they are (so that a tenant without
 // budgets is marked fresh too).
 func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighted.Item) error {
-	items, counted, err := f.s.budgetCounters(ctx, tenant)
+	items, counted, err := f.g.budgetCounters(ctx, tenant)
 	if err != nil {
 		return err
 	}
@@ -135,14 +135,14 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 		return nil
 	}
 	if err := f.store.Restore(ctx, items, counted); err != nil {
-		return fmt.Errorf("proxy: restore %s: %w", tenant, err)
+		return fmt.Errorf("gate: restore %s: %w", tenant, err)
 	}
-	if f == f.s.store {
-		f.s.budgetRemaining(tenant, items[:budgets], counted[:budgets])
+	if f == f.g.store {
+		f.g.budgetRemaining(tenant, items[:budgets], counted[:budgets])
 	}
 	for i, it := range items {
 		if counted[i] > 0 {
-			f.s.log.Info("budget counter restored from the ledger", "limit", it.Limit.Name, "key", it.Key,
+			f.g.log.Info("budget counter restored from the ledger", "limit", it.Limit.Name, "key", it.Key,
 				"ledger_nano_usd", counted[i], "share", f.share)
 		}
 	}
@@ -151,7 +151,7 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 
 // budgetRemaining sets costgate.budget.remaining for each budget of
 // tenant from the ledger's spend: the share left of its most spent key.
-func (s *Server) budgetRemaining(tenant string, items []weighted.Item, spent []int64) {
+func (g *Gate) budgetRemaining(tenant string, items []weighted.Item, spent []int64) {
 	least := map[string]float64{}
 	for i, it := range items {
 		c := it.Limit.Capacity()
@@ -164,7 +164,7 @@ func (s *Server) budgetRemaining(tenant string, items []weighted.Item, spent []i
 		}
 	}
 	for name, r := range least {
-		s.tel.BudgetRemaining(name, tenant, r)
+		g.tel.BudgetRemaining(name, tenant, r)
 	}
 }
 
@@ -172,11 +172,11 @@ func (s *Server) budgetRemaining(tenant string, items []weighted.Item, spent []i
 // under the active configuration, and what the ledger says each has spent
 // this period. While the ledger's database is out, the spend is what this
 // node knows (its last read plus what it recorded since).
-func (s *Server) budgetCounters(ctx context.Context, tenant string) ([]weighted.Item, []int64, error) {
-	st := s.state.Load()
-	if s.ledger.Stats().StoreErr == nil {
-		if err := s.ledger.Flush(ctx); err != nil {
-			s.log.Warn("ledger flush before a restore failed", "err", err)
+func (g *Gate) budgetCounters(ctx context.Context, tenant string) ([]weighted.Item, []int64, error) {
+	st := g.state.Load()
+	if g.ledger.Stats().StoreErr == nil {
+		if err := g.ledger.Flush(ctx); err != nil {
+			g.log.Warn("ledger flush before a restore failed", "err", err)
 		}
 	}
 	var (
@@ -189,7 +189,7 @@ func (s *Server) budgetCounters(ctx context.Context, tenant string) ([]weighted.
 			continue
 		}
 		for _, k := range t.Keys {
-			c := &caller{tenant: t.Name, user: k.User, keyID: k.KeyID(), plan: t.Plan}
+			c := &Caller{Tenant: t.Name, User: k.User, KeyID: k.KeyID(), Plan: t.Plan, st: st}
 			for _, l := range st.limits {
 				if !l.budget || !l.appliesTo(t.Plan) {
 					continue
@@ -202,15 +202,15 @@ func (s *Server) budgetCounters(ctx context.Context, tenant string) ([]weighted.
 				q := ledger.SpendQuery{Tenant: t.Name, Period: l.period}
 				switch l.dims[0] {
 				case "user":
-					q.User = c.user
+					q.User = c.User
 				case "api_key":
-					q.KeyID = c.keyID
+					q.KeyID = c.KeyID
 				}
-				spent, err := s.ledger.Spend(ctx, q)
+				spent, err := g.ledger.Spend(ctx, q)
 				if err != nil {
 					var local *ledger.LocalSpendError
 					if !errors.As(err, &local) {
-						return nil, nil, fmt.Errorf("proxy: spend of %s for %s: %w", tenant, l.limit.Name, err)
+						return nil, nil, fmt.Errorf("gate: spend of %s for %s: %w", tenant, l.limit.Name, err)
 					}
 					spent = local.Spend
 				}
@@ -234,18 +234,18 @@ type fallback struct {
 }
 
 // fallbackStore returns the fallback of the current outage.
-func (s *Server) fallbackStore() *freshStore {
-	fb := s.fallback.Load()
-	if s.breaker == nil {
+func (g *Gate) fallbackStore() *freshStore {
+	fb := g.fallback.Load()
+	if g.breaker == nil {
 		return fb.freshStore
 	}
-	n := s.breaker.recoveries()
+	n := g.breaker.recoveries()
 	for fb.outage != n {
-		next := &fallback{freshStore: s.fresh(weighted.NewMemory(weighted.MemoryConfig{Generations: true}), s.state.Load().cfg.Store.FallbackReplicas), outage: n}
-		if s.fallback.CompareAndSwap(fb, next) {
+		next := &fallback{freshStore: g.fresh(weighted.NewMemory(weighted.MemoryConfig{Generations: true}), g.state.Load().cfg.Store.FallbackReplicas), outage: n}
+		if g.fallback.CompareAndSwap(fb, next) {
 			return next.freshStore
 		}
-		fb = s.fallback.Load()
+		fb = g.fallback.Load()
 	}
 	return fb.freshStore
 }

@@ -1,4 +1,4 @@
-package proxy
+package gate
 
 import (
 	"context"
@@ -20,4 +20,12 @@ func ledgerLogf(log *slog.Logger) func(format string, args ...any) {
 		}
 		log.Log(context.Background(), level, fmt.Sprintf(format, args...), "component", "ledger")
 	}
+}
+
+// redisLog sends go-redis's own log lines to the server's logger at debug
+// level.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
 }

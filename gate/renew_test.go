@@ -1,4 +1,4 @@
-package proxy
+package gate
 
 import (
 	"context"
@@ -55,12 +55,12 @@ func (c *renewCounter) Renew(ctx context.Context, id string, items []weighted.It
 // and ignores what is added after.
 func TestRenewerStops(t *testing.T) {
 	store := &renewCounter{}
-	s := &Server{log: slog.New(slog.DiscardHandler)}
-	s.store = s.fresh(store, 1)
-	r := newRenewer(s)
-	s.renewer = r
+	g := &Gate{log: slog.New(slog.DiscardHandler)}
+	g.store = g.fresh(store, 1)
+	r := newRenewer(g)
+	g.renewer = r
 	r.start()
-	x := &exchange{s: s, id: "a", items: []weighted.Item{{Limit: weighted.Limit{Name: "c", Algorithm: weighted.Concurrency, Rate: 1, Period: 200 * time.Millisecond}, Cost: 1}}}
+	x := &Reservation{g: g, req: Request{ID: "a"}, resID: "a", items: []weighted.Item{{Limit: weighted.Limit{Name: "c", Algorithm: weighted.Concurrency, Rate: 1, Period: 200 * time.Millisecond}, Cost: 1}}}
 	r.add(x)
 	for deadline := time.Now().Add(10 * time.Second); store.n.Load() < 2; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {

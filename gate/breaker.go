@@ -1,4 +1,4 @@
-package proxy
+package gate
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 // errBreakerOpen is what a guarded store answers, at once, while its
 // breaker is open.
-var errBreakerOpen = errors.New("proxy: limiter store circuit breaker is open")
+var errBreakerOpen = errors.New("gate: limiter store circuit breaker is open")
 
 // breaker is a circuit breaker around the limiter store. Closed, it lets
 // every call through and counts consecutive failures; at Failures in a row

@@ -1,4 +1,4 @@
-package proxy
+package gate
 
 // Lease renewal: a concurrency limit holds a request's units until the
 // request settles, or until its lease (the limit's Period) expires. A
@@ -33,12 +33,12 @@ const (
 // methods are safe for concurrent use; start starts its goroutine, and
 // close stops it, cancels the renewals under way and waits for them.
 type renewer struct {
-	s      *Server
+	g      *Gate
 	ctx    context.Context // the renewals'; cancelled by close
 	cancel context.CancelFunc
 
 	mu     sync.Mutex
-	leases map[*exchange]*lease
+	leases map[*Reservation]*lease
 	closed bool
 
 	wake chan struct{} // signalled when a lease is added to an empty set
@@ -54,11 +54,11 @@ type lease struct {
 	busy  bool // a renewal runs: the next waits for it
 }
 
-func newRenewer(s *Server) *renewer {
+func newRenewer(g *Gate) *renewer {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &renewer{
-		s: s, ctx: ctx, cancel: cancel,
-		leases: map[*exchange]*lease{}, wake: make(chan struct{}, 1), stop: make(chan struct{}),
+		g: g, ctx: ctx, cancel: cancel,
+		leases: map[*Reservation]*lease{}, wake: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 }
 
@@ -79,7 +79,7 @@ func renewEvery(items []weighted.Item) (time.Duration, bool) {
 
 // add registers x, whose debit was admitted, when it holds a lease. x's
 // items and store must not change while it is registered.
-func (r *renewer) add(x *exchange) {
+func (r *renewer) add(x *Reservation) {
 	every, ok := renewEvery(x.items)
 	if !ok {
 		return
@@ -103,7 +103,7 @@ func (r *renewer) add(x *exchange) {
 // may be called more than once, and for a request never added, which costs
 // nothing (most requests hold no lease). add and remove run on the
 // request's goroutine, which alone reads x.leased.
-func (r *renewer) remove(x *exchange) {
+func (r *renewer) remove(x *Reservation) {
 	if !x.leased {
 		return
 	}
@@ -175,7 +175,7 @@ func (r *renewer) renewDue(now time.Time) {
 			cancel()
 			if err != nil {
 				// guardedStore counts it among the store's failed ops.
-				r.s.log.Debug("limiter renew failed", "request_id", x.id, "err", err)
+				r.g.log.Debug("limiter renew failed", "request_id", x.req.ID, "err", err)
 			}
 			r.mu.Lock()
 			l.busy = false

@@ -1,7 +1,7 @@
-package proxy
+package gate
 
 import (
-	"net/http"
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,19 +83,19 @@ func (r *prefilter) expire(now time.Time) bool {
 	return r.n.Load() < maxRefusals
 }
 
-// check returns the first limit of x's caller that is known to be spent,
+// check returns the first limit of r's caller that is known to be spent,
 // with its key and when it frees; l is nil when none is. It costs one
 // atomic load while nothing is remembered.
-func (r *prefilter) check(x *exchange, now time.Time) (l *compiledLimit, key string, until time.Time) {
-	if r.n.Load() == 0 {
+func (p *prefilter) check(r *Reservation, now time.Time) (l *compiledLimit, key string, until time.Time) {
+	if p.n.Load() == 0 {
 		return nil, "", time.Time{}
 	}
-	for _, cl := range x.st.limits {
-		if !cl.prefiltered() || !cl.appliesTo(x.caller.plan) {
+	for _, cl := range r.st.limits {
+		if !cl.prefiltered() || !cl.appliesTo(r.req.Caller.Plan) {
 			continue
 		}
-		k := cl.key(x)
-		v, ok := r.m.Load(cl.limit.Name + "\x00" + k)
+		k := cl.key(r)
+		v, ok := p.m.Load(cl.limit.Name + "\x00" + k)
 		if !ok {
 			continue
 		}
@@ -107,31 +107,33 @@ func (r *prefilter) check(x *exchange, now time.Time) (l *compiledLimit, key str
 }
 
 // remember records a denial decided by a limit the prefilter can hold.
-func (s *Server) remember(x *exchange) {
-	if x.degraded {
+func (r *Reservation) remember() {
+	if r.degraded {
 		return // the local fallback's state is not the store's
 	}
-	i := x.result.Decider
-	if i < 0 || i >= len(x.limits) || !x.limits[i].prefiltered() {
+	i := r.result.Decider
+	if i < 0 || i >= len(r.limits) || !r.limits[i].prefiltered() {
 		return
 	}
-	x.st.prefilter.add(x.limits[i], x.items[i].Key, time.Now().Add(x.result.RetryAfter))
+	r.st.prefilter.add(r.limits[i], r.items[i].Key, time.Now().Add(r.result.RetryAfter))
 }
 
-// refuseEarly answers a request of a caller whose limit is known to be
-// spent, before its body is read: the 429 the store would give.
-func (s *Server) refuseEarly(w http.ResponseWriter, x *exchange) bool {
+// Prefilter refuses, before its body is read and estimated, a request
+// whose caller has a request-count limit known to be spent: the 429 the
+// store would give, without asking it. ok is false when the request may
+// go on. req needs its Caller, Route, Upstream and IP.
+func (g *Gate) Prefilter(req *Request) (d Decision, refused bool) {
 	now := time.Now()
-	l, key, until := x.st.prefilter.check(x, now)
+	r := &Reservation{g: g, st: req.Caller.st, req: *req, ctx: context.Background()}
+	l, key, until := r.st.prefilter.check(r, now)
 	if l == nil {
-		return false
+		return Decision{}, false
 	}
 	wait := until.Sub(now)
-	x.limits, x.items = append(x.limitsBuf[:0], l), append(x.itemsBuf[:0], weighted.Item{Limit: l.limit, Key: key, Cost: 1})
-	x.result = weighted.Result{Decider: 0, RetryAfter: wait,
+	r.limits, r.items = append(r.limitsBuf[:0], l), append(r.itemsBuf[:0], weighted.Item{Limit: l.limit, Key: key, Cost: 1})
+	r.result = weighted.Result{Decider: 0, RetryAfter: wait,
 		Items: []weighted.ItemState{{Capacity: l.limit.Capacity(), RetryAfter: wait, ResetAfter: wait}}}
-	s.deny(w, x)
-	// Nothing was debited: there is nothing to return.
-	x.limits, x.items = x.limits[:0], x.items[:0]
-	return true
+	d = r.deny()
+	r.record(d.Status)
+	return d, true
 }

@@ -1,4 +1,4 @@
-package proxy
+package gate
 
 import (
 	"context"

@@ -1,0 +1,360 @@
+package gate
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/costgate/costgate/config"
+	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/ledger"
+	"github.com/costgate/costgate/policies"
+	"github.com/costgate/costgate/telemetry"
+	"github.com/costgate/costgate/weighted"
+)
+
+// Gate is the decision pipeline on the active configuration: the limiter
+// store (Redis behind a circuit breaker, or memory), its local fallback,
+// the ledger, the policies and the cost model. Open starts it; Close stops
+// what Open started, also after a partial start. A Gate is safe for
+// concurrent use.
+type Gate struct {
+	log      *slog.Logger
+	tel      *telemetry.Telemetry
+	store    *freshStore              // the limiter store (Redis behind a breaker, or memory)
+	fallback atomic.Pointer[fallback] // the local fallback budgets while the store is out
+	breaker  *breaker                 // nil for the in-memory store
+	ledger   *ledger.Ledger
+	ping     func(context.Context) error // checks the limiter store; nil for memory
+	renewer  *renewer                    // renews the concurrency leases of reservations held
+	refusals Refusals                    // refusals by limit, for the dashboard
+
+	// state is the active configuration, compiled; Apply swaps it whole,
+	// and a request keeps the state its caller was identified under.
+	state atomic.Pointer[state]
+
+	settles sync.WaitGroup // settlements under way; Close waits for them
+	closers []func() error
+	wg      sync.WaitGroup
+}
+
+// Options are a Gate's optional collaborators.
+type Options struct {
+	// Logger receives the structured logs; nil logs nowhere.
+	Logger *slog.Logger
+	// Telemetry records metrics and traces; nil makes one with defaults.
+	Telemetry *telemetry.Telemetry
+}
+
+// state is one configuration, compiled for the request path. It is
+// immutable once built.
+type state struct {
+	cfg       *config.Config
+	est       *costmodel.Estimator
+	policy    *policies.Set // nil when no policy is configured
+	keys      map[[sha256.Size]byte]*Caller
+	tenants   map[string]string // tenant -> plan
+	limits    []*compiledLimit
+	prefilter *prefilter // request-count limits known to be spent
+}
+
+// Caller is who a request comes from: a tenant, one of its users and the
+// key it used, and the tenant's plan. A Caller also holds the
+// configuration it was identified under, which the rest of its request
+// uses. Callers come from Identify and Trusted; they are immutable.
+type Caller struct {
+	Tenant string
+	User   string
+	KeyID  string
+	Plan   string
+
+	st *state
+}
+
+// Estimator is the cost model of the caller's configuration.
+func (c *Caller) Estimator() *costmodel.Estimator { return c.st.est }
+
+// Config is the configuration the caller was identified under. It must not
+// be modified.
+func (c *Caller) Config() *config.Config { return c.st.cfg }
+
+// Open builds a Gate from cfg: it connects the limiter store and the
+// ledger, compiles the configuration and the policies, and brings the
+// budgets' counters up to the ledger.
+func Open(ctx context.Context, cfg *config.Config, opts Options) (*Gate, error) {
+	g := &Gate{log: opts.Logger, tel: opts.Telemetry}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	if err := g.open(ctx, cfg); err != nil {
+		g.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+func (g *Gate) open(ctx context.Context, cfg *config.Config) error {
+	if g.tel == nil {
+		tel, err := telemetry.New(ctx, telemetry.Config{})
+		if err != nil {
+			return fmt.Errorf("gate: telemetry: %w", err)
+		}
+		g.tel = tel
+		g.closers = append(g.closers, func() error { return tel.Shutdown(context.Background()) })
+	}
+	store, err := g.openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	g.store = store
+	g.fallback.Store(&fallback{freshStore: g.fresh(weighted.NewMemory(weighted.MemoryConfig{Generations: true}), cfg.Store.FallbackReplicas)})
+	// Closed before the stores, which closed earlier in open.
+	g.renewer = newRenewer(g)
+	g.renewer.start()
+	g.closers = append(g.closers, g.renewer.close)
+	if g.ledger, err = ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: cfg.DataDirPath(), Logf: ledgerLogf(g.log)}); err != nil {
+		return fmt.Errorf("gate: ledger: %w", err)
+	}
+	g.closers = append(g.closers, g.ledger.Close)
+	st, err := compile(cfg)
+	if err != nil {
+		return err
+	}
+	g.state.Store(st)
+	g.tel.ObserveLedger(func() (float64, int64) {
+		st := g.ledger.Stats()
+		return st.Lag.Seconds(), st.Pending
+	})
+	g.closers = append(g.closers, func() error { g.tel.ObserveLedger(nil); return nil })
+
+	// Budgets start from the ledger: a restart (or a Redis that lost its
+	// data) must not give every tenant a fresh budget.
+	start, cancelStart := context.WithTimeout(ctx, 10*time.Second)
+	if err := g.ReconcileBudgets(start); err != nil {
+		g.log.Warn("budget reconciliation at start failed; it is retried", "err", err)
+	}
+	cancelStart()
+	rctx, cancel := context.WithCancel(context.Background())
+	g.closers = append(g.closers, func() error { cancel(); return nil })
+	g.wg.Go(func() { g.reconcileLoop(rctx, cfg.Store.ReconcileInterval) })
+	return nil
+}
+
+func (g *Gate) openStore(ctx context.Context, cfg *config.Config) (*freshStore, error) {
+	if cfg.Store.Redis == "" {
+		return g.fresh(weighted.NewMemory(weighted.MemoryConfig{Generations: true}), 1), nil
+	}
+	c, err := redisClient(cfg.Store.Redis)
+	if err != nil {
+		return nil, fmt.Errorf("gate: store.redis: %w", config.RedactErr(err))
+	}
+	// go-redis prints every failed dial to stderr; during an outage that
+	// is thousands of lines. The breaker's state and the metrics say it.
+	redis.SetLogger(redisLog{g.log})
+	g.closers = append(g.closers, c.Close)
+	g.ping = func(ctx context.Context) error { return c.Ping(ctx).Err() }
+	if err := c.Ping(ctx).Err(); err != nil {
+		// Redis may come back; the limits' failure posture applies meanwhile.
+		g.log.Warn("limiter store unreachable at start", "err", err)
+	}
+	g.breaker = newBreaker(cfg.Store.BreakerFailures, cfg.Store.BreakerCooldown, time.Now)
+	g.tel.ObserveBreaker(g.breaker.State)
+	r := weighted.NewRedis(c, weighted.RedisConfig{
+		MaxBatch: cfg.Store.MaxBatch, Generations: true,
+		QueueTimeout: cfg.Store.QueueTimeout, CallTimeout: cfg.Store.Timeout,
+		ReplyTimeout: max(weighted.DefaultReplyTimeout, cfg.Store.Timeout),
+	})
+	g.tel.ObserveStore(func() telemetry.StoreStats {
+		st := r.Stats()
+		return telemetry.StoreStats{Overloaded: st.Overloaded, UnknownOutcomes: st.UnknownOutcomes, LateCancels: st.LateCancels, LateLost: st.LateLost}
+	})
+	// The guard's own bound backs up the store's two (the queue and the
+	// call) without cutting them short.
+	gs := &guardedStore{store: r, restorer: r, breaker: g.breaker, timeout: cfg.Store.QueueTimeout + cfg.Store.Timeout + 50*time.Millisecond, tel: g.tel}
+	return g.fresh(gs, 1), nil
+}
+
+// redisClient connects to one Redis (redis:// or rediss://) or to a Redis
+// Cluster: redis+cluster://host:port[,host:port...] or a comma list of
+// redis:// URLs naming some of its nodes (credentials and TLS from the
+// first).
+//
+// A limiter call is sent once: go-redis would resend a script whose reply
+// was lost (a connection reset after the write), and a resent debit counts
+// twice on meters and windows, a whole batch of requests' worth when
+// concurrent calls share the script call. A failed call is a store failure
+// instead, which the limits' posture and the breaker handle. A URL's own
+// max_retries still wins. (A Cluster client still follows MOVED, ASK and
+// TRYAGAIN, which are answered before the script runs.)
+func redisClient(u string) (redis.UniversalClient, error) {
+	rest, cluster := strings.CutPrefix(u, "redis+cluster://")
+	if !cluster && !strings.Contains(u, ",") {
+		opt, err := redis.ParseURL(u)
+		if err != nil {
+			return nil, err
+		}
+		if !strings.Contains(u, "max_retries=") {
+			opt.MaxRetries = -1
+		}
+		return redis.NewClient(opt), nil
+	}
+	if cluster {
+		u = "redis://" + rest
+	}
+	parts := strings.Split(u, ",")
+	first, err := redis.ParseURL(strings.TrimSpace(parts[0]))
+	if err != nil {
+		return nil, err
+	}
+	opt := &redis.ClusterOptions{
+		Addrs: []string{first.Addr}, Username: first.Username, Password: first.Password,
+		TLSConfig: first.TLSConfig, MaxRedirects: 16, MaxRetries: -1,
+	}
+	for _, p := range parts[1:] {
+		p = strings.TrimSpace(p)
+		if !strings.Contains(p, "://") {
+			p = "redis://" + p
+		}
+		o, err := redis.ParseURL(p)
+		if err != nil {
+			return nil, err
+		}
+		opt.Addrs = append(opt.Addrs, o.Addr)
+	}
+	return redis.NewClusterClient(opt), nil
+}
+
+// compile turns a config into the lookup structures the pipeline uses.
+func compile(cfg *config.Config) (*state, error) {
+	st := &state{
+		cfg:       cfg,
+		keys:      make(map[[sha256.Size]byte]*Caller),
+		tenants:   map[string]string{},
+		prefilter: &prefilter{},
+	}
+	var err error
+	if st.est, err = costmodel.NewEstimator(cfg.CostModel()); err != nil {
+		return nil, fmt.Errorf("gate: cost model: %w", err)
+	}
+	if fsys := cfg.PolicyFS(); fsys != nil {
+		if st.policy, err = policies.Load(fsys); err != nil {
+			return nil, fmt.Errorf("gate: policies: %w", err)
+		}
+	}
+	for _, t := range cfg.Tenants {
+		st.tenants[t.Name] = t.Plan
+		for _, k := range t.Keys {
+			st.keys[sha256.Sum256([]byte(k.Secret()))] = &Caller{Tenant: t.Name, User: k.User, KeyID: k.KeyID(), Plan: t.Plan, st: st}
+		}
+	}
+	for _, l := range cfg.Limits {
+		cl, err := compileLimit(l)
+		if err != nil {
+			return nil, fmt.Errorf("gate: limit %s: %w", l.Name, err)
+		}
+		st.limits = append(st.limits, cl)
+	}
+	for _, b := range cfg.Budgets {
+		st.limits = append(st.limits, compileBudget(b))
+	}
+	return st, nil
+}
+
+// Apply makes cfg the active configuration once it compiles (its policies
+// included). The stores cannot change without a restart: a cfg that
+// changes store.redis, ledger.dsn or data_dir is refused, and the active
+// configuration stays.
+func (g *Gate) Apply(cfg *config.Config) error {
+	old := g.state.Load().cfg
+	switch {
+	case cfg.Store.Redis != old.Store.Redis:
+		return errors.New("store.redis changed: restart costgate to change the limiter store")
+	case cfg.Ledger.DSN != old.Ledger.DSN || cfg.DataDirPath() != old.DataDirPath():
+		return errors.New("ledger.dsn or data_dir changed: restart costgate to change the ledger")
+	}
+	st, err := compile(cfg)
+	if err != nil {
+		return err
+	}
+	g.state.Store(st)
+	return nil
+}
+
+// Config is the active configuration. It must not be modified.
+func (g *Gate) Config() *config.Config { return g.state.Load().cfg }
+
+// Estimator is the active configuration's cost model.
+func (g *Gate) Estimator() *costmodel.Estimator { return g.state.Load().est }
+
+// Ledger is the gate's ledger.
+func (g *Gate) Ledger() *ledger.Ledger { return g.ledger }
+
+// Telemetry is the gate's telemetry.
+func (g *Gate) Telemetry() *telemetry.Telemetry { return g.tel }
+
+// Refusals are the refusals recorded by limit, for the dashboard.
+func (g *Gate) Refusals() *Refusals { return &g.refusals }
+
+// Ready checks that the limiter store answers; an in-memory store always
+// does.
+func (g *Gate) Ready(ctx context.Context) error {
+	if g.ping == nil {
+		return nil
+	}
+	return g.ping(ctx)
+}
+
+// Identify returns the caller an API key belongs to under the active
+// configuration, or nil for an empty or unknown key. It compares hashes,
+// in constant time per lookup.
+func (g *Gate) Identify(key string) *Caller {
+	if key == "" {
+		return nil
+	}
+	return g.state.Load().keys[sha256.Sum256([]byte(key))]
+}
+
+// Trusted returns a caller for a front door that authenticates its
+// requests by other means than a costgate key (the RLS server trusts
+// Envoy): tenant with the plan the configuration gives it, or plan when
+// the configuration does not name the tenant. user and keyID may be
+// empty.
+func (g *Gate) Trusted(tenant, user, keyID, plan string) *Caller {
+	st := g.state.Load()
+	if p, ok := st.tenants[tenant]; ok {
+		plan = p
+	}
+	return &Caller{Tenant: tenant, User: user, KeyID: keyID, Plan: plan, st: st}
+}
+
+// closeWait bounds how long Close waits for settlements.
+const closeWait = 10 * time.Second
+
+// Close stops everything Open started, in reverse order, after the
+// settlements under way have finished; it flushes the ledger.
+func (g *Gate) Close() error {
+	done := make(chan struct{})
+	go func() { g.settles.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(closeWait):
+		g.log.Warn("settlements still running at close")
+	}
+	var errs []error
+	for i := len(g.closers) - 1; i >= 0; i-- {
+		if err := g.closers[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	g.closers = nil
+	g.wg.Wait()
+	return errors.Join(errs...)
+}

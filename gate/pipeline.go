@@ -1,0 +1,826 @@
+package gate
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/ledger"
+	"github.com/costgate/costgate/policies"
+	"github.com/costgate/costgate/telemetry"
+	"github.com/costgate/costgate/weighted"
+)
+
+// Request is what a front door asks the gate to admit: who, which route
+// and upstream, and what it is estimated to cost.
+type Request struct {
+	// ID is the request id, the ledger's idempotency key; empty makes a
+	// new one (see NewID).
+	ID string
+	// Caller is who sends the request (Identify, Trusted). Required.
+	Caller *Caller
+	// Route names the API the request uses, as limits and policies see it:
+	// an API path (/v1/chat/completions), /u/NAME for a generic upstream,
+	// /v1/costgate/reserve, or rls:DOMAIN.
+	Route    string
+	Upstream string
+	// Estimate is the request's estimated usage and cost; Model in it is
+	// the model asked for (model limits use its canonical name).
+	Estimate costmodel.Estimate
+	IP       string
+	// Page is the result page a paginated generic request asks for, for
+	// the policies; 0 for none.
+	Page int64
+	// Requests is how many requests the request counts for on limits in
+	// requests; 0 means 1.
+	Requests int64
+	// Extra are limits the front door adds to the configured ones (the RLS
+	// server's descriptor limits), debited in the same atomic call.
+	Extra []Extra
+	// Check asks only whether every limit has room for the request (a
+	// cost of zero asks for one unit), and debits nothing: the decision
+	// has no reservation.
+	Check bool
+	// NoPolicy skips the policies.
+	NoPolicy bool
+}
+
+// Extra is a limit a front door adds to a request.
+type Extra struct {
+	Limit weighted.Limit
+	// Unit names what Cost counts (requests, tokens, usd, ...), for the
+	// RateLimit fields.
+	Unit string
+	// Key is the limit's key. A key that starts with the tenant's hash
+	// tag ({tenant}) lives in the tenant's Redis Cluster slot, which an
+	// atomic debit with the tenant's other limits needs.
+	Key  string
+	Cost int64
+	// Dimension names what the key is made of, for telemetry.
+	Dimension  string
+	Shadow     bool
+	FailClosed bool
+}
+
+// NewID returns "req_" and 128 bits in hex: 48 bits of Unix milliseconds,
+// then 80 random bits. The time prefix keeps ids in the order requests
+// arrived, so that the ledger, which keys entries by id, appends to its
+// index instead of writing all over it.
+func NewID() string {
+	var b [16]byte
+	ms := uint64(time.Now().UnixMilli())
+	for i := range 6 {
+		b[i] = byte(ms >> (8 * (5 - i)))
+	}
+	r1, r2 := rand.Uint64(), rand.Uint64()
+	for i := range 8 {
+		b[6+i] = byte(r1 >> (8 * i))
+	}
+	b[14], b[15] = byte(r2), byte(r2>>8)
+	return "req_" + hex.EncodeToString(b[:])
+}
+
+// Reservation is an admitted request's hold on its limits and its ledger
+// entry: Record writes the entry, and Settle (or Cancel) ends it. One
+// goroutine at a time owns it.
+type Reservation struct {
+	g   *Gate
+	st  *state
+	req Request
+	// resID names the reservation in the limiter: the request id, or,
+	// after a shadow limit's denial, another one for the second debit (on
+	// Redis Cluster a denial's compensation closes the first id).
+	resID string
+	start time.Time
+	model string // the canonical model, which model limits are keyed by
+
+	limits    []*compiledLimit // the limits that apply, parallel to items
+	items     []weighted.Item
+	limitsBuf [4]*compiledLimit
+	itemsBuf  [4]weighted.Item
+	result    weighted.Result
+	decision  policies.Decision
+	friction  string // the friction a front door applied (Costgate-Friction)
+	degraded  bool   // the store failed; the reservation is in the local fallback fb
+	fb        *freshStore
+	leased    bool // registered with the renewer (see renewer.remove)
+
+	outcome  telemetry.Outcome
+	answer   int            // the status costgate answered with itself
+	blocked  *compiledLimit // the limit that refused the request, if one did
+	recorded bool           // the ledger holds the reservation
+	billed   bool           // the ledger entry is final
+	ended    bool           // settled or cancelled in the limiter
+	ctx      context.Context
+}
+
+// ID is the request id.
+func (r *Reservation) ID() string { return r.req.ID }
+
+// Request is the request as admitted.
+func (r *Reservation) Request() *Request { return &r.req }
+
+// Model is the model the limits were keyed by: the canonical name of the
+// model asked for.
+func (r *Reservation) Model() string { return r.model }
+
+// Degraded tells that the reservation is in the local fallback budgets.
+func (r *Reservation) Degraded() bool { return r.degraded }
+
+// stage times one stage of a request, as a metric and a child span.
+type stage struct {
+	g     *Gate
+	name  string
+	start time.Time
+	span  trace.Span
+}
+
+func (g *Gate) begin(ctx context.Context, name string) stage {
+	_, sp := g.tel.Tracer().Start(ctx, name)
+	return stage{g: g, name: name, start: time.Now(), span: sp}
+}
+
+func (t stage) end() {
+	t.span.End()
+	t.g.tel.Stage(t.name, time.Since(t.start))
+}
+
+// Reserve runs the pipeline for req: it debits every limit and budget that
+// applies, all or nothing, then asks the policies. An admitted request
+// gets a Reservation, which the front door records (Record) before it
+// acts and settles (Settle) or cancels (Cancel) after; a refused one gets
+// none. A request with Check set gets no reservation either way.
+func (g *Gate) Reserve(ctx context.Context, req *Request) (*Reservation, Decision) {
+	r := &Reservation{g: g, st: req.Caller.st, req: *req, start: time.Now(), ctx: ctx}
+	if r.req.ID == "" {
+		r.req.ID = NewID()
+	}
+	if r.req.Requests <= 0 {
+		r.req.Requests = 1
+	}
+	r.resID = r.req.ID
+	// Model limits are keyed by the model's canonical name, so that its
+	// dated aliases share one allowance.
+	r.model = r.st.est.Canonical(r.req.Estimate.Model)
+	r.outcome = telemetry.OutcomeAllow
+
+	t := g.begin(ctx, telemetry.StageDebit)
+	r.collect()
+	var d Decision
+	if r.req.Check {
+		d = r.check(ctx)
+	} else {
+		d = r.debit(ctx)
+	}
+	t.end()
+	if !d.Allowed() || r.req.Check {
+		r.record(d.Status)
+		return nil, d
+	}
+	// A concurrency limit's lease is renewed until settlement starts (see
+	// renewer), or until the reservation ends otherwise.
+	g.renewer.add(r)
+	if r.st.policy != nil && !r.req.NoPolicy {
+		t = g.begin(ctx, telemetry.StagePolicy)
+		d = r.decide(ctx, d)
+		t.end()
+		if !d.Allowed() {
+			r.record(d.Status)
+			return nil, d
+		}
+	}
+	return r, d
+}
+
+// collect lists the limits that apply to the request and its items.
+func (r *Reservation) collect() {
+	r.limits, r.items = r.limitsBuf[:0], r.itemsBuf[:0]
+	for _, l := range r.st.limits {
+		if !l.appliesTo(r.req.Caller.Plan) {
+			continue
+		}
+		r.limits = append(r.limits, l)
+		r.items = append(r.items, weighted.Item{Limit: l.limit, Key: l.key(r), Cost: l.costOf(r.req.Requests, r.req.Estimate.Usage, r.req.Estimate.Cost)})
+	}
+	for i, e := range r.req.Extra {
+		r.limits = append(r.limits, &compiledLimit{limit: e.Limit, unit: e.Unit, dimension: e.Dimension,
+			shadow: e.Shadow, failClosed: e.FailClosed, extra: i + 1})
+		r.items = append(r.items, weighted.Item{Limit: e.Limit, Key: e.Key, Cost: e.Cost})
+	}
+}
+
+// check answers a Check request with the store's Peek: each limit must
+// have room for the request's cost, at least one unit.
+func (r *Reservation) check(ctx context.Context) Decision {
+	if len(r.items) == 0 {
+		return Decision{Outcome: telemetry.OutcomeAllow}
+	}
+	probe := make([]weighted.Item, len(r.items))
+	copy(probe, r.items)
+	for i := range probe {
+		probe[i].Cost = max(probe[i].Cost, 1)
+	}
+	r.items = probe
+	res, err := r.g.store.Peek(ctx, r.items)
+	var tooBig *weighted.CostError
+	switch {
+	case errors.As(err, &tooBig):
+		return r.costTooBig(tooBig)
+	case errors.Is(err, weighted.ErrOverloaded), errors.Is(err, weighted.ErrStale):
+		return r.overloaded()
+	case err != nil:
+		if d, closed := r.failClosed(err); closed {
+			return d
+		}
+		r.dropShadow()
+		d := Decision{Outcome: telemetry.OutcomeAllow, Degraded: true}
+		for _, l := range r.limits {
+			r.g.tel.FailOpen(l.limit.Name)
+		}
+		return d
+	}
+	r.result = res
+	if res.Allowed || r.deniedOnlyByShadow() {
+		r.shadowWouldBlock()
+		return r.admitted()
+	}
+	return r.deny()
+}
+
+// debit reserves the estimate on every limit that applies, all or
+// nothing. A denial by shadow limits alone is recorded and not enforced:
+// the others are debited again alone.
+func (r *Reservation) debit(ctx context.Context) Decision {
+	if len(r.items) == 0 {
+		return Decision{Outcome: telemetry.OutcomeAllow}
+	}
+	res, err := r.g.store.Debit(ctx, r.resID, r.items)
+	var tooBig *weighted.CostError
+	switch {
+	case errors.As(err, &tooBig):
+		return r.costTooBig(tooBig)
+	case errors.Is(err, weighted.ErrOverloaded), errors.Is(err, weighted.ErrStale):
+		// A busy store, or one whose counters could not be brought up to
+		// the ledger: no decision can be taken, and admitting past a limit
+		// is not an answer. The request is shed, and may come back.
+		return r.overloaded()
+	case err != nil:
+		return r.storeFailed(ctx, err)
+	}
+	r.result = res
+	if res.Allowed {
+		return r.admitted()
+	}
+	if r.deniedOnlyByShadow() {
+		r.shadowWouldBlock()
+		r.dropShadow()
+		// On Redis Cluster the denial's compensation closed the first
+		// reservation id: the second debit reserves under another.
+		r.resID = r.req.ID + ":2"
+		return r.debit(ctx)
+	}
+	d := r.deny()
+	r.remember()
+	return d
+}
+
+func (r *Reservation) costTooBig(tooBig *weighted.CostError) Decision {
+	r.outcome, r.answer = telemetry.OutcomeNone, http.StatusBadRequest
+	r.items = r.items[:0]
+	return refusal(telemetry.OutcomeNone, http.StatusBadRequest, Error{
+		Type: "invalid_request_error", Code: "cost_exceeds_limit",
+		Message: fmt.Sprintf("this request's estimated cost (%d %s) is larger than limit %q can ever admit (%d); lower max_tokens or shorten the prompt",
+			tooBig.Cost, r.limitFor(tooBig.Limit).unit, tooBig.Limit, tooBig.Capacity),
+	})
+}
+
+func (r *Reservation) overloaded() Decision {
+	r.outcome, r.answer = telemetry.OutcomeHard, http.StatusServiceUnavailable
+	r.items = r.items[:0]
+	d := refusal(telemetry.OutcomeHard, http.StatusServiceUnavailable, Error{
+		Type: "service_unavailable", Code: "overloaded",
+		Message: "costgate's limiter cannot take a decision now; retry in 1 s",
+	})
+	d.RetryAfter = 1
+	return d
+}
+
+func (r *Reservation) shadowWouldBlock() {
+	for i, st := range r.result.Items {
+		if !st.Allowed && i < len(r.limits) && r.limits[i].shadow {
+			r.g.tel.ShadowWouldBlock("", r.limits[i].limit.Name, r.req.Caller.Tenant)
+			r.g.log.Info("shadow limit would block", "request_id", r.req.ID, "limit", r.limits[i].limit.Name, "tenant", r.req.Caller.Tenant)
+		}
+	}
+}
+
+func (r *Reservation) limitFor(name string) *compiledLimit {
+	for _, l := range r.limits {
+		if l.limit.Name == name {
+			return l
+		}
+	}
+	return &compiledLimit{}
+}
+
+// deniedOnlyByShadow tells whether every limit that denied the debit is a
+// shadow limit, and at least one did.
+func (r *Reservation) deniedOnlyByShadow() bool {
+	shadow := false
+	for i, st := range r.result.Items {
+		if !st.Allowed && !r.limits[i].shadow {
+			return false
+		}
+		shadow = shadow || !st.Allowed
+	}
+	return shadow
+}
+
+func (r *Reservation) dropShadow() {
+	limits, items := r.limits[:0], r.items[:0]
+	for i, l := range r.limits {
+		if !l.shadow {
+			limits = append(limits, l)
+			items = append(items, r.items[i])
+		}
+	}
+	r.limits, r.items = limits, items
+}
+
+// failClosed returns the refusal of the first enforced fail-closed limit,
+// if any, for a store that failed with err.
+func (r *Reservation) failClosed(err error) (Decision, bool) {
+	if !errors.Is(err, errBreakerOpen) {
+		r.g.log.Warn("limiter store failed", "request_id", r.req.ID, "err", err)
+	}
+	for _, l := range r.limits {
+		if l.failClosed && !l.shadow { // a shadow limit never refuses
+			r.outcome, r.answer, r.blocked = telemetry.OutcomeHard, http.StatusServiceUnavailable, l
+			r.items = r.items[:0]
+			d := refusal(telemetry.OutcomeHard, http.StatusServiceUnavailable, Error{
+				Type: "service_unavailable", Code: l.limit.Name,
+				Message: "the limiter store is unavailable and limit " + l.limit.Name + " fails closed",
+			})
+			d.RetryAfter = 1
+			return d, true
+		}
+	}
+	return Decision{}, false
+}
+
+// storeFailed applies the limits' posture when the store cannot answer: a
+// fail-closed limit refuses with 503; otherwise the request goes on within
+// the local fallback budget and says so.
+func (r *Reservation) storeFailed(ctx context.Context, err error) Decision {
+	if d, closed := r.failClosed(err); closed {
+		return d
+	}
+	// Fail open, within the local fallback budget: the enforced limits,
+	// scaled down to this replica's share, in process memory.
+	r.dropShadow()
+	for _, l := range r.limits {
+		r.g.tel.FailOpen(l.limit.Name)
+	}
+	r.degraded, r.fb = true, r.g.fallbackStore()
+	r.items = fallbackItems(r.items, r.st.cfg.Store.FallbackReplicas)
+	res, err := r.fb.Debit(ctx, r.resID, r.items)
+	if err != nil && !errors.As(err, new(*weighted.CostError)) {
+		// The fallback could not be brought up to the ledger's spend.
+		r.outcome, r.answer = telemetry.OutcomeHard, http.StatusServiceUnavailable
+		r.items = r.items[:0]
+		d := refusal(telemetry.OutcomeHard, http.StatusServiceUnavailable, Error{
+			Type: "service_unavailable", Code: "limiter_unavailable",
+			Message: "the limiter store is unavailable and the local budgets cannot be restored; retry in 1 s",
+		})
+		d.RetryAfter, d.Degraded = 1, true
+		return d
+	}
+	if err != nil {
+		// A cost larger than the fallback's capacity: the request cannot
+		// fit this replica's share while the store is out.
+		r.result = weighted.Result{Decider: 0, Items: make([]weighted.ItemState, len(r.items)), RetryAfter: time.Second}
+		for i := range r.items {
+			r.result.Items[i] = weighted.ItemState{Capacity: r.items[i].Limit.Capacity()}
+		}
+		d := r.deny()
+		d.Degraded = true
+		return d
+	}
+	r.result = res
+	var d Decision
+	if res.Allowed {
+		d = r.admitted()
+	} else {
+		d = r.deny()
+	}
+	d.Degraded = true
+	return d
+}
+
+// store is where the reservation lives: the limiter store, or the local
+// fallback when the store failed.
+func (r *Reservation) store() weighted.Store {
+	if r.degraded {
+		return r.fb
+	}
+	return r.g.store
+}
+
+// admitted is the decision of a request the limits admitted.
+func (r *Reservation) admitted() Decision {
+	d := Decision{Outcome: telemetry.OutcomeAllow, Limits: r.states()}
+	if i, ok := r.decider(); ok {
+		d.RateLimit = r.rateLimit(i, ceilSeconds(r.result.Items[i].ResetAfter))
+	}
+	return d
+}
+
+// deny is the refusal of a denied debit: 402 when a budget decided, else
+// 429.
+func (r *Reservation) deny() Decision {
+	res := r.result
+	l := r.limits[res.Decider]
+	retry := retryAfterSeconds(res.RetryAfter)
+	status, typ := http.StatusTooManyRequests, "rate_limit_exceeded"
+	msg := fmt.Sprintf("limit %q is exhausted for this %s; retry in %d s", l.limit.Name, l.dimension, retry)
+	if l.budget {
+		status, typ = http.StatusPaymentRequired, "budget_exceeded"
+		msg = fmt.Sprintf("budget %q is spent for this period; it resets in %d s", l.limit.Name, retry)
+	}
+	r.outcome, r.answer, r.blocked = telemetry.OutcomeHard, status, l
+	d := refusal(telemetry.OutcomeHard, status, Error{
+		Type: typ, Code: l.limit.Name, Message: msg, Policy: l.limit.Name,
+		RetryAfterMS: res.RetryAfter.Milliseconds(),
+	})
+	d.RetryAfter = retry
+	d.RateLimit = r.rateLimit(res.Decider, retry)
+	d.Limits = r.states()
+	return d
+}
+
+// decider is the index of the limit that decided the request, if any.
+func (r *Reservation) decider() (int, bool) {
+	i := r.result.Decider
+	return i, len(r.items) > 0 && i >= 0 && i < len(r.result.Items) && i < len(r.limits)
+}
+
+// rateLimit is limit i's RateLimit fields with t seconds.
+func (r *Reservation) rateLimit(i int, t int64) *RateLimit {
+	l, st := r.limits[i], r.result.Items[i]
+	return &RateLimit{Name: l.limit.Name, Quota: st.Capacity, Window: int64(l.window(time.Now()) / time.Second),
+		Unit: l.unit, Remaining: st.Remaining, Reset: t}
+}
+
+// states lists every limit's state after the decision.
+func (r *Reservation) states() []LimitState {
+	if len(r.result.Items) != len(r.limits) {
+		return nil
+	}
+	out := make([]LimitState, len(r.limits))
+	now := time.Now()
+	for i, l := range r.limits {
+		st := r.result.Items[i]
+		out[i] = LimitState{Name: l.limit.Name, Unit: l.unit, Dimension: l.dimension, Key: r.items[i].Key,
+			Allowed: st.Allowed, Capacity: st.Capacity, Remaining: st.Remaining,
+			Window: l.window(now), ResetAfter: st.ResetAfter, RetryAfter: st.RetryAfter,
+			Shadow: l.shadow, Budget: l.budget}
+	}
+	return out
+}
+
+// decide evaluates the policies on an admitted request whose limits
+// decided d: a hard decision cancels the reservation and refuses; a soft
+// one adds its friction to d.
+func (r *Reservation) decide(ctx context.Context, d Decision) Decision {
+	in := r.policyInput()
+	pd, err := r.st.policy.Decide(ctx, in)
+	if err != nil {
+		// A broken policy must not take the API down: allow, loudly.
+		r.g.log.Error("policy evaluation failed; allowing", "request_id", r.req.ID, "err", err)
+		return d
+	}
+	r.decision = pd
+	for _, sh := range pd.Shadow {
+		if sh.Outcome != policies.Allow {
+			r.g.tel.ShadowWouldBlock(sh.Policy, "", r.req.Caller.Tenant)
+			r.g.log.Info("shadow policy would act", "request_id", r.req.ID, "tenant", r.req.Caller.Tenant, "policy", sh.Policy, "outcome", sh.Outcome, "status", sh.Status)
+		}
+	}
+	switch pd.Outcome {
+	case policies.Hard:
+		r.Cancel(context.WithoutCancel(ctx))
+		status := pd.Status
+		typ := "rate_limit_exceeded"
+		switch status {
+		case http.StatusPaymentRequired:
+			typ = "budget_exceeded"
+		case http.StatusForbidden:
+			typ = "permission_denied"
+		case http.StatusTooManyRequests:
+		default:
+			status = http.StatusForbidden
+			typ = "permission_denied"
+		}
+		r.outcome, r.answer = telemetry.OutcomeHard, status
+		out := refusal(telemetry.OutcomeHard, status, Error{Type: typ, Code: pd.Policy, Message: pd.Reason, Policy: pd.Policy})
+		out.Policy, out.Limits, out.Degraded = pd.Policy, d.Limits, d.Degraded
+		// A 403 has no time at which it would decide otherwise: it carries
+		// the deciding limit's fields as they stand.
+		out.RateLimit = d.RateLimit
+		if status != http.StatusForbidden {
+			out.RetryAfter = policyRetryAfter
+			if out.RateLimit != nil {
+				rl := *out.RateLimit
+				rl.Reset = policyRetryAfter
+				out.RateLimit = &rl
+			}
+		}
+		return out
+	case policies.Soft:
+		r.outcome = telemetry.OutcomeSoft
+		d.Outcome = telemetry.OutcomeSoft
+		d.Policy, d.Friction, d.Sources = pd.Policy, pd.Friction, pd.Sources
+	}
+	return d
+}
+
+func (r *Reservation) policyInput() *policies.Input {
+	now := time.Now().UTC()
+	c, est := r.req.Caller, r.req.Estimate
+	in := &policies.Input{
+		Caller: policies.Caller{Tenant: c.Tenant, User: c.User, KeyID: c.KeyID, Plan: c.Plan, IP: r.req.IP, Region: r.st.cfg.Region},
+		Request: policies.Request{Route: r.req.Route, Upstream: r.req.Upstream, Model: est.Model, Stream: est.Stream,
+			MaxOutputTokens: est.MaxOutputTokens, Page: r.req.Page},
+		Estimate: policies.Estimate{InputTokens: est.Usage.InputTokens, OutputTokens: est.Usage.OutputTokens, CostNanoUSD: int64(est.Cost)},
+		Time:     policies.Time{Unix: now.Unix(), Hour: now.Hour(), Weekday: int(now.Weekday())},
+	}
+	// The limiter has already taken this request's cost (one round trip
+	// instead of two); the policy sees each limit as it was before.
+	for i, l := range r.limits {
+		if i >= len(r.result.Items) {
+			break
+		}
+		st := r.result.Items[i]
+		st.Remaining = min(st.Remaining+r.items[i].Cost, st.Capacity)
+		if l.budget {
+			scope := l.dims[0]
+			if scope == "api_key" {
+				scope = "key"
+			}
+			in.Spend = append(in.Spend, policies.Spend{Scope: scope, Period: l.period,
+				SpentNanoUSD: st.Capacity - st.Remaining, BudgetNanoUSD: st.Capacity})
+			continue
+		}
+		in.Limits = append(in.Limits, policies.Limit{Name: l.limit.Name, Unit: l.unit, Limit: st.Capacity,
+			Remaining: st.Remaining, ResetSeconds: int64(st.ResetAfter / time.Second)})
+	}
+	return in
+}
+
+// Applied records what the front door did of the decision's friction: the
+// Costgate-Friction value, and the model a downgrade switched to (empty
+// for none). The ledger entry carries both.
+func (r *Reservation) Applied(friction, model string) {
+	r.friction = friction
+	if model != "" {
+		r.req.Estimate.Model = model
+	}
+}
+
+// Record writes the reservation's ledger entry, before the front door
+// acts on it. When the ledger refuses, the reservation is cancelled and
+// the refusal is returned: 400 for text the ledger cannot store (the
+// request is at fault), 503 when the ledger is unavailable.
+func (r *Reservation) Record(ctx context.Context) (Decision, bool) {
+	t := r.g.begin(ctx, telemetry.StageLedger)
+	err := r.g.ledger.Reserve(ctx, r.entry(ledger.StatusReserved))
+	t.end()
+	if err == nil {
+		r.recorded = true
+		return Decision{}, true
+	}
+	r.Cancel(context.WithoutCancel(ctx))
+	if errors.Is(err, ledger.ErrInvalid) {
+		r.outcome, r.answer = telemetry.OutcomeNone, http.StatusBadRequest
+		return refusal(telemetry.OutcomeNone, http.StatusBadRequest, Error{
+			Type: "invalid_request_error", Code: "invalid_body", Message: err.Error(),
+		}), false
+	}
+	r.outcome, r.answer = telemetry.OutcomeHard, http.StatusServiceUnavailable
+	r.g.log.Error("ledger reserve failed", "request_id", r.req.ID, "err", err)
+	r.record(http.StatusServiceUnavailable)
+	return refusal(telemetry.OutcomeHard, http.StatusServiceUnavailable, Error{
+		Type: "service_unavailable", Code: "ledger_unavailable",
+		Message: "costgate cannot record the request in its ledger; try again",
+	}), false
+}
+
+// Cancel returns the whole reservation to the limits. A reservation
+// already recorded in the ledger is settled there as failed, at no cost.
+// Cancel after Settle, or twice, does nothing.
+func (r *Reservation) Cancel(ctx context.Context) {
+	r.g.renewer.remove(r)
+	if r.ended {
+		return
+	}
+	r.ended = true
+	if len(r.items) > 0 {
+		if err := r.store().Cancel(ctx, r.resID, r.items); err != nil {
+			r.g.log.Warn("limiter cancel failed", "request_id", r.req.ID, "err", err)
+		}
+	}
+	if r.recorded && !r.billed {
+		r.Bill(ctx, Charge{Status: ledger.StatusFailed}, false)
+	}
+}
+
+// Charge is what a request turned out to cost.
+type Charge struct {
+	Usage costmodel.Usage
+	Cost  costmodel.NanoUSD
+	// Model is the model priced (the one the upstream says it served);
+	// empty keeps the one asked for.
+	Model string
+	// Status is ledger.StatusSettled (the default) or StatusFailed.
+	Status     ledger.Status
+	HTTPStatus int
+	// Unreached tells that the request never reached the upstream (its
+	// connection failed): its request units are returned. A request that
+	// reached the upstream spends them, whatever it answered.
+	Unreached bool
+	// Extra holds the actual cost of each of the request's extra limits;
+	// nil keeps their reserved costs.
+	Extra []int64
+}
+
+// Bill finalizes the reservation's ledger entry with c, once: a later Bill
+// or Settle leaves the entry as it is. durable waits for the fsync that
+// covers it (see ledger.SettleDurable). It is for a front door that knows
+// the cost before the end of its answer reaches the client.
+func (r *Reservation) Bill(ctx context.Context, c Charge, durable bool) error {
+	if r.billed {
+		return nil
+	}
+	e := r.entry(c.Status)
+	if e.Status == "" || e.Status == ledger.StatusReserved {
+		e.Status = ledger.StatusSettled
+	}
+	if c.Model != "" {
+		e.Model = c.Model
+	}
+	e.HTTPStatus = c.HTTPStatus
+	e.Actual, e.ActualCost = c.Usage, c.Cost
+	e.SettledAt = time.Now()
+	settle := r.g.ledger.Settle
+	if durable {
+		settle = r.g.ledger.SettleDurable
+	}
+	if err := settle(context.WithoutCancel(ctx), e); err != nil {
+		r.g.log.Error("ledger settle failed", "request_id", r.req.ID, "err", err)
+		return err
+	}
+	r.billed = true
+	return nil
+}
+
+// Settle charges or refunds each limit the difference between its
+// reserved and its actual cost, and bills the ledger entry (unless Bill
+// did). It records the request's decision in the telemetry. Settle after
+// Cancel, or twice, charges nothing more.
+func (r *Reservation) Settle(ctx context.Context, c Charge) {
+	r.g.renewer.remove(r)
+	if !r.ended && len(r.items) > 0 {
+		r.ended = true
+		actual := make([]int64, len(r.items))
+		for i, l := range r.limits {
+			switch {
+			case l.extra > 0:
+				actual[i] = r.items[i].Cost
+				if j := l.extra - 1; j < len(c.Extra) {
+					actual[i] = max(c.Extra[j], 0)
+				}
+			case l.unit == "requests" && c.Unreached:
+				actual[i] = 0
+			default:
+				actual[i] = l.costOf(r.req.Requests, c.Usage, c.Cost)
+			}
+		}
+		if err := r.store().Settle(ctx, r.resID, r.items, actual); err != nil {
+			r.g.log.Warn("limiter settle failed", "request_id", r.req.ID, "err", err)
+		}
+	}
+	r.ended = true
+	model := c.Model
+	if model == "" {
+		model = r.req.Estimate.Model
+	}
+	r.g.tel.Usage(r.req.Caller.Tenant, model, c.Usage.InputTokens, c.Usage.OutputTokens, int64(c.Cost))
+	if r.recorded && !r.billed {
+		r.Bill(ctx, c, false)
+	}
+	r.record(c.HTTPStatus)
+}
+
+// SettleLater settles on a goroutine the gate owns, so that the front
+// door's caller is free at once; Close waits for it. done runs after the
+// settlement, on that goroutine.
+func (r *Reservation) SettleLater(c func() Charge, done func()) {
+	r.g.renewer.remove(r)
+	r.g.settles.Add(1)
+	t := r.g.begin(r.ctx, telemetry.StageSettle)
+	go func() {
+		defer r.g.settles.Done()
+		defer t.end()
+		if done != nil {
+			defer done()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r.Settle(ctx, c())
+	}()
+}
+
+// Price is what usage costs at model's price in the reservation's
+// configuration.
+func (r *Reservation) Price(model string, u costmodel.Usage) costmodel.NanoUSD {
+	return r.st.est.Cost(model, u)
+}
+
+// record reports the request's decision to telemetry and logs it: a
+// refused request at info level, a served one at debug level. status is
+// the status the request was answered with.
+func (r *Reservation) record(status int) {
+	if r.outcome == telemetry.OutcomeNone {
+		return
+	}
+	c := r.req.Caller
+	d := telemetry.Decision{Tenant: c.Tenant, Route: r.req.Route, Model: r.req.Estimate.Model, Policy: r.decision.Policy, Outcome: r.outcome}
+	d.Status = r.answer
+	if d.Status == 0 {
+		d.Status = status
+	}
+	if r.blocked != nil {
+		d.Limit = r.blocked.limit.Name
+		d.Dimension = r.blocked.dimension
+		d.Key = r.blocked.key(r)
+	} else if i := r.result.Decider; i >= 0 && i < len(r.limits) {
+		d.Limit = r.limits[i].limit.Name
+		d.Dimension = r.limits[i].dimension
+	}
+	r.g.tel.Decision(r.ctx, d)
+	r.g.refusals.record(d, r.blocked)
+	if r.outcome == telemetry.OutcomeHard {
+		r.g.log.Info("request refused", "request_id", r.req.ID, "tenant", c.Tenant, "user", c.User,
+			"route", r.req.Route, "model", r.req.Estimate.Model, "status", d.Status, "limit", d.Limit, "dimension", d.Dimension, "policy", d.Policy)
+	} else if r.g.log.Enabled(r.ctx, slog.LevelDebug) {
+		r.g.log.Debug("request served", "request_id", r.req.ID, "tenant", c.Tenant, "route", r.req.Route, "model", r.req.Estimate.Model,
+			"status", d.Status, "outcome", r.outcome, "limit", d.Limit, "policy", d.Policy)
+	}
+}
+
+func (r *Reservation) entry(status ledger.Status) ledger.Entry {
+	decision := "allow"
+	if r.decision.Outcome != "" {
+		decision = string(r.decision.Outcome)
+	}
+	c := r.req.Caller
+	return ledger.Entry{
+		RequestID: r.req.ID, Tenant: c.Tenant, User: c.User, KeyID: c.KeyID,
+		Route: r.req.Route, Upstream: r.req.Upstream, Model: r.req.Estimate.Model, Region: r.st.cfg.Region,
+		Decision: decision, Policy: r.decision.Policy, Friction: r.friction,
+		Status:    status,
+		Estimated: r.req.Estimate.Usage, EstimatedCost: r.req.Estimate.Cost,
+		CreatedAt: r.start,
+	}
+}
+
+// dimension is the request's value of dimension d.
+func (r *Reservation) dimension(d string) string {
+	switch d {
+	case "tenant":
+		return r.req.Caller.Tenant
+	case "user":
+		return r.req.Caller.User
+	case "api_key":
+		return r.req.Caller.KeyID
+	case "ip":
+		return r.req.IP
+	case "model":
+		return r.model
+	case "route":
+		return r.req.Route
+	case "upstream":
+		return r.req.Upstream
+	case "region":
+		return r.st.cfg.Region
+	}
+	return ""
+}
