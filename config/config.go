@@ -41,6 +41,12 @@ type Config struct {
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// Region names this replica's region, recorded in the ledger.
 	Region string `yaml:"region"`
+	// RLSListen is the address of Envoy's rate limit service (gRPC,
+	// envoy.service.ratelimit.v3). Empty (the default) serves none.
+	RLSListen string `yaml:"rls_listen"`
+	// RLS maps Envoy's rate limit domains and descriptors to tenants,
+	// limits and budgets (see RLSConfig).
+	RLS RLSConfig `yaml:"rls"`
 
 	Store    StoreConfig    `yaml:"store"`
 	Ledger   LedgerConfig   `yaml:"ledger"`
@@ -425,6 +431,7 @@ func (c *Config) applyDefaults(d Defaults) {
 		def(&b.Scope, "tenant")
 		def(&b.Period, "day")
 	}
+	c.RLS.applyDefaults()
 }
 
 // FieldError is a config error at a field path, such as
@@ -619,6 +626,7 @@ func (c *Config) Validate() error {
 			bad(p+".amount", "must be a positive dollar amount")
 		}
 	}
+	c.validateRLS(names, bad)
 	return errors.Join(errs...)
 }
 

@@ -1,0 +1,362 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/costgate/costgate/weighted"
+)
+
+// RLSConfig maps the requests of Envoy's rate limit service (a domain and
+// its descriptors) to costgate's tenants, limits and budgets. Its shape
+// follows envoyproxy/ratelimit's descriptor configuration: nested
+// descriptors, each with a key, an optional value (exact, or a prefix
+// ending in "*"), an optional rate_limit, shadow_mode and unlimited. It
+// adds what costgate knows and Envoy does not: which entry names the
+// tenant, the user or the model, what a hit counts (requests or tokens),
+// and what a hit costs.
+//
+// A descriptor of a request matches the node reached by its entries one
+// level each: at each level the entry's key must be a node's key, and its
+// value the node's exact value, else the longest wildcard prefix that
+// matches it, else any value (a node without a value). A descriptor with
+// more or fewer entries than the path to a node does not match it. The
+// node reached decides the descriptor's limit; the nodes on the way may
+// name the tenant, the user and the model.
+type RLSConfig struct {
+	// Reflection turns on the gRPC reflection service on rls_listen, for
+	// tools such as grpcurl. It is read when the listener starts. Default
+	// false.
+	Reflection bool `yaml:"reflection"`
+	// Domains are the rate limit domains served. A request for a domain
+	// not listed is answered OK with no limit, as envoyproxy/ratelimit
+	// does.
+	Domains []RLSDomain `yaml:"domains"`
+}
+
+// RLSDomain is one rate limit domain: the descriptors Envoy sends with it.
+type RLSDomain struct {
+	// Domain is the name Envoy's rate limit filter sends. Required.
+	Domain      string          `yaml:"domain"`
+	Descriptors []RLSDescriptor `yaml:"descriptors"`
+}
+
+// RLSDescriptor is one node of a domain's descriptor tree.
+type RLSDescriptor struct {
+	// Key is the descriptor entry's key. Required.
+	Key string `yaml:"key"`
+	// Value is the entry's value: empty matches any value (each value
+	// counting on its own), "prefix*" any value that starts with prefix
+	// (each value counting on its own), anything else exactly that value.
+	Value string `yaml:"value"`
+
+	// As says what the entry's value is to costgate: "tenant" (a tenant:
+	// its plan's limits and budgets apply to the request), "user" (the
+	// tenant's user, for limits and budgets by user), "model" (the model
+	// token hits are priced and model limits keyed by). Empty: nothing.
+	As string `yaml:"as"`
+	// Tenant names the tenant a request matching this node comes from,
+	// whatever the entry's value; it conflicts with as: tenant.
+	Tenant string `yaml:"tenant"`
+	// Plan is the plan of a tenant named here that the configuration does
+	// not list (tenants listed keep their own plan). Empty: no plan, and
+	// only the limits and budgets for every plan apply.
+	Plan string `yaml:"plan"`
+	// Model names the model of a request matching this node; it conflicts
+	// with as: model.
+	Model string `yaml:"model"`
+
+	// Hits is what a hit of a descriptor ending here counts: requests
+	// (default), or tokens, input_tokens or output_tokens. A descriptor
+	// in tokens is the two-phase pattern: a hits_addend of 0 checks that
+	// its limits have room left and debits nothing, and a positive one is
+	// the actual usage of a request already served (Envoy's
+	// apply_on_stream_done), debited whatever the limits say.
+	Hits string `yaml:"hits"`
+	// PricePerHit is what one hit costs, in dollars, debited from the
+	// tenant's usd limits and budgets and written to the ledger. Only for
+	// hits in requests: token hits are priced by their model.
+	PricePerHit USD `yaml:"price_per_hit"`
+
+	// RateLimit is the limit of a descriptor ending here; none means the
+	// descriptor is limited only by its tenant's limits and budgets.
+	RateLimit *RLSRateLimit `yaml:"rate_limit"`
+	// ShadowMode records the limit's denials and never enforces them.
+	ShadowMode bool `yaml:"shadow_mode"`
+	// OnStoreFailure is the limit's posture when the limiter store fails:
+	// fail_open (default, within the local fallback budget) or
+	// fail_closed (OVER_LIMIT).
+	OnStoreFailure string `yaml:"on_store_failure"`
+
+	// Descriptors are the nodes one level down.
+	Descriptors []RLSDescriptor `yaml:"descriptors"`
+}
+
+// RLSRateLimit is a descriptor's limit, as envoyproxy/ratelimit writes it:
+// requests_per_unit hits per unit of time.
+type RLSRateLimit struct {
+	// Name names the limit in the RateLimit fields, the telemetry and the
+	// limiter's keys. Default: the domain and the path of keys and values,
+	// joined with dots ("costgate.tenant.generic_key_search"). Names are
+	// unique among all limits and budgets.
+	Name string `yaml:"name"`
+	// Unit is second, minute, hour, day, week, month (30 days) or year
+	// (365 days), as in Envoy.
+	Unit string `yaml:"unit"`
+	// UnitMultiplier makes the period UnitMultiplier units. Default 1.
+	UnitMultiplier int64 `yaml:"unit_multiplier"`
+	// RequestsPerUnit is the number of hits (in Hits) admitted per period.
+	// 0 refuses every request that matches (a block list).
+	RequestsPerUnit int64 `yaml:"requests_per_unit"`
+	// Unlimited answers OK without counting, with limit_remaining at its
+	// largest.
+	Unlimited bool `yaml:"unlimited"`
+	// Algorithm counts the hits: fixed_window (default, as
+	// envoyproxy/ratelimit), token_bucket, gcra, sliding_window or
+	// sliding_log.
+	Algorithm string `yaml:"algorithm"`
+	// Burst is a token bucket's or GCRA's capacity; default
+	// RequestsPerUnit.
+	Burst int64 `yaml:"burst"`
+}
+
+// RLSUnits are the rate limit units of time, as Envoy names them.
+var RLSUnits = map[string]time.Duration{
+	"second": time.Second,
+	"minute": time.Minute,
+	"hour":   time.Hour,
+	"day":    24 * time.Hour,
+	"week":   7 * 24 * time.Hour,
+	"month":  30 * 24 * time.Hour,
+	"year":   365 * 24 * time.Hour,
+}
+
+// RLSHits are what a descriptor's hits may count.
+var RLSHits = []string{"requests", "tokens", "input_tokens", "output_tokens"}
+
+// Period is the limit's period: its unit times its multiplier.
+func (r *RLSRateLimit) Period() time.Duration {
+	return RLSUnits[r.Unit] * time.Duration(max(r.UnitMultiplier, 1))
+}
+
+// Weighted converts the limit to the limiter's form; it is valid when the
+// configuration is, and the limit is neither unlimited nor a block
+// (RequestsPerUnit 0).
+func (r *RLSRateLimit) Weighted() (weighted.Limit, error) {
+	alg, err := weighted.ParseAlgorithm(r.Algorithm)
+	if err != nil {
+		return weighted.Limit{}, err
+	}
+	l := weighted.Limit{Name: r.Name, Algorithm: alg, Rate: r.RequestsPerUnit, Period: r.Period(), Burst: r.Burst}
+	return l, l.Validate()
+}
+
+func (c *RLSConfig) applyDefaults() {
+	for i := range c.Domains {
+		d := &c.Domains[i]
+		for j := range d.Descriptors {
+			d.Descriptors[j].applyDefaults(d.Domain, "")
+		}
+	}
+}
+
+func (n *RLSDescriptor) applyDefaults(domain, parent string) {
+	if n.Hits == "" {
+		n.Hits = "requests"
+	}
+	if n.OnStoreFailure == "" {
+		n.OnStoreFailure = "fail_open"
+	}
+	path := parent + "." + n.Key
+	if n.Value != "" {
+		path += "_" + n.Value
+	}
+	if r := n.RateLimit; r != nil && !r.Unlimited {
+		if r.Algorithm == "" {
+			r.Algorithm = "fixed_window"
+		}
+		if r.UnitMultiplier == 0 {
+			r.UnitMultiplier = 1
+		}
+		if r.Name == "" {
+			r.Name = limitName(domain + path)
+		}
+	}
+	for i := range n.Descriptors {
+		n.Descriptors[i].applyDefaults(domain, path)
+	}
+}
+
+// limitName makes s fit to name a limit: ':', '{' and '}' delimit the
+// limiter's keys, and become '_'.
+func limitName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == ':' || r == '{' || r == '}' {
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+// validateRLS checks rls_listen and the rls section; names holds the
+// names of the limits and budgets, which the RLS limits must not reuse.
+func (c *Config) validateRLS(names map[string]bool, bad func(path, format string, args ...any)) {
+	if c.RLSListen != "" {
+		if _, _, err := net.SplitHostPort(c.RLSListen); err != nil {
+			bad("rls_listen", "must be host:port, such as 127.0.0.1:8081 (%v)", err)
+		} else if !loopback(c.RLSListen) && c.publishedSecrets() {
+			bad("rls_listen", "this configuration holds published demo keys: serve the rate limit service on a loopback address, not %q, or give the tenants keys and an admin token of your own", c.RLSListen)
+		}
+	}
+	domains := map[string]bool{}
+	for i, d := range c.RLS.Domains {
+		p := fmt.Sprintf("rls.domains[%d]", i)
+		switch {
+		case d.Domain == "":
+			bad(p+".domain", "required: the domain Envoy's rate limit filter sends")
+		case domains[d.Domain]:
+			bad(p+".domain", "duplicate domain %q", d.Domain)
+		}
+		domains[d.Domain] = true
+		validateRLSLevel(d.Descriptors, p, rlsPath{}, names, bad)
+	}
+}
+
+// rlsPath is what the nodes above a node name.
+type rlsPath struct {
+	tenant bool // as: tenant or tenant
+	model  bool // as: model or model
+}
+
+func validateRLSLevel(nodes []RLSDescriptor, p string, up rlsPath, names map[string]bool, bad func(path, format string, args ...any)) {
+	seen := map[[2]string]bool{}
+	for j, n := range nodes {
+		np := fmt.Sprintf("%s.descriptors[%d]", p, j)
+		if n.Key == "" {
+			bad(np+".key", "required: the descriptor entry's key")
+		}
+		switch k := [2]string{n.Key, n.Value}; {
+		case seen[k] && n.Value == "":
+			bad(np, "duplicate descriptor key %q with any value", n.Key)
+		case seen[k]:
+			bad(np+".value", "duplicate descriptor key %q with value %q", n.Key, n.Value)
+		default:
+			seen[k] = true
+		}
+		if n.Value == "*" {
+			bad(np+".value", "leave the value out to match any value")
+		} else if i := strings.IndexByte(n.Value, '*'); i >= 0 && i != len(n.Value)-1 {
+			bad(np+".value", "only a trailing * is a wildcard (%q)", n.Value)
+		}
+		if !slices.Contains([]string{"", "tenant", "user", "model"}, n.As) {
+			bad(np+".as", "must be tenant, user or model, not %q", n.As)
+		}
+		if n.Tenant != "" && n.As == "tenant" {
+			bad(np+".tenant", "set tenant or as: tenant, not both")
+		}
+		if n.Model != "" && n.As == "model" {
+			bad(np+".model", "set model or as: model, not both")
+		}
+		if strings.ContainsAny(n.Tenant, "{}") {
+			bad(np+".tenant", "must not contain '{' or '}' (they delimit the limiter's hash tags)")
+		}
+		here := rlsPath{
+			tenant: up.tenant || n.Tenant != "" || n.As == "tenant",
+			model:  up.model || n.Model != "" || n.As == "model",
+		}
+		if n.Plan != "" && n.Tenant == "" && n.As != "tenant" {
+			bad(np+".plan", "a plan is for the tenant this node names: set tenant or as: tenant")
+		}
+		if !slices.Contains(RLSHits, n.Hits) {
+			bad(np+".hits", "must be one of %s, not %q", strings.Join(RLSHits, ", "), n.Hits)
+		}
+		if n.PricePerHit < 0 {
+			bad(np+".price_per_hit", "must not be negative")
+		}
+		if n.PricePerHit != 0 && n.Hits != "requests" {
+			bad(np+".price_per_hit", "only hits in requests take a price; %s are priced by their model (model or as: model)", n.Hits)
+		}
+		if n.Hits == "tokens" && here.model {
+			bad(np+".hits", "tokens in total cannot be priced by a model: count input_tokens or output_tokens")
+		}
+		if n.OnStoreFailure != "fail_open" && n.OnStoreFailure != "fail_closed" {
+			bad(np+".on_store_failure", "must be fail_open or fail_closed, not %q", n.OnStoreFailure)
+		}
+		if r := n.RateLimit; r != nil {
+			validateRLSLimit(r, np+".rate_limit", names, bad)
+		}
+		validateRLSLevel(n.Descriptors, np, here, names, bad)
+	}
+}
+
+func validateRLSLimit(r *RLSRateLimit, p string, names map[string]bool, bad func(path, format string, args ...any)) {
+	if r.Unlimited {
+		if r.Unit != "" || r.RequestsPerUnit != 0 || r.Algorithm != "" || r.Burst != 0 || r.Name != "" || r.UnitMultiplier != 0 {
+			bad(p+".unlimited", "an unlimited descriptor takes no other rate_limit field")
+		}
+		return
+	}
+	switch {
+	case names[r.Name]:
+		bad(p+".name", "duplicate limit or budget name %q (the default name is the domain and the descriptor's path: set a name)", r.Name)
+	case strings.ContainsAny(r.Name, ":{}"):
+		bad(p+".name", "must not contain ':', '{' or '}' (they delimit the limiter's keys)")
+	}
+	names[r.Name] = true
+	if _, ok := RLSUnits[r.Unit]; !ok {
+		bad(p+".unit", "must be second, minute, hour, day, week, month or year, not %q", r.Unit)
+		return
+	}
+	alg, err := weighted.ParseAlgorithm(r.Algorithm)
+	switch {
+	case err != nil:
+		bad(p+".algorithm", "%s", strings.TrimPrefix(err.Error(), "weighted: "))
+		return
+	case alg == weighted.Concurrency:
+		bad(p+".algorithm", "concurrency needs a release that Envoy never sends")
+		return
+	}
+	switch {
+	case r.RequestsPerUnit < 0:
+		bad(p+".requests_per_unit", "must not be negative")
+	case r.UnitMultiplier < 1:
+		bad(p+".unit_multiplier", "must be positive")
+	case r.Period() > weighted.MaxPeriod || r.Period()/RLSUnits[r.Unit] != time.Duration(r.UnitMultiplier):
+		bad(p+".unit_multiplier", "the period is longer than the longest, %s", weighted.MaxPeriod)
+	case r.Burst < 0:
+		bad(p+".burst", "must not be negative")
+	case r.RequestsPerUnit == 0:
+		if r.Burst != 0 {
+			bad(p+".burst", "a limit of 0 refuses everything and takes no burst")
+		}
+	case alg != weighted.TokenBucket && alg != weighted.GCRA && r.Burst != 0 && r.Burst != r.RequestsPerUnit:
+		bad(p+".burst", "does not apply to %s (leave it out: the capacity is requests_per_unit)", alg)
+	default:
+		if _, err := r.Weighted(); err != nil {
+			reason := err.Error()
+			if _, rest, ok := strings.Cut(reason, fmt.Sprintf("limit %q: ", r.Name)); ok {
+				reason = rest
+			}
+			bad(p, "%s", reason)
+		}
+	}
+}
+
+// publishedSecrets tells whether the configuration uses a published demo
+// key or admin token.
+func (c *Config) publishedSecrets() bool {
+	if publicSecrets[c.AdminToken] {
+		return true
+	}
+	for _, t := range c.Tenants {
+		for _, k := range t.Keys {
+			if publicSecrets[k.Secret()] {
+				return true
+			}
+		}
+	}
+	return false
+}

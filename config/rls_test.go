@@ -1,0 +1,118 @@
+package config_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/costgate/costgate/config"
+	"github.com/costgate/costgate/weighted"
+)
+
+// rlsBase is a config whose rls section a test adds.
+const rlsBase = "admin_token: x\nlimits: [{name: free-requests, dimensions: [tenant], rate: 5, period: 1m}]\n"
+
+func TestRLSErrorsNameTheField(t *testing.T) {
+	cases := []struct {
+		name, yaml, want string
+	}{
+		{"domain required", "rls: {domains: [{descriptors: [{key: a}]}]}", "rls.domains[0].domain: required"},
+		{"duplicate domain", "rls: {domains: [{domain: d}, {domain: d}]}", `rls.domains[1].domain: duplicate domain "d"`},
+		{"key required", "rls: {domains: [{domain: d, descriptors: [{value: v}]}]}", "rls.domains[0].descriptors[0].key: required"},
+		{"duplicate any value", "rls: {domains: [{domain: d, descriptors: [{key: a}, {key: a}]}]}", `rls.domains[0].descriptors[1]: duplicate descriptor key "a" with any value`},
+		{"duplicate value", "rls: {domains: [{domain: d, descriptors: [{key: a, value: v}, {key: a, value: v}]}]}", `rls.domains[0].descriptors[1].value: duplicate`},
+		{"star alone", "rls: {domains: [{domain: d, descriptors: [{key: a, value: '*'}]}]}", "rls.domains[0].descriptors[0].value: leave the value out"},
+		{"star inside", "rls: {domains: [{domain: d, descriptors: [{key: a, value: 'a*b'}]}]}", "rls.domains[0].descriptors[0].value: only a trailing *"},
+		{"bad role", "rls: {domains: [{domain: d, descriptors: [{key: a, as: team}]}]}", `rls.domains[0].descriptors[0].as: must be tenant, user or model, not "team"`},
+		{"tenant twice", "rls: {domains: [{domain: d, descriptors: [{key: a, as: tenant, tenant: acme}]}]}", "rls.domains[0].descriptors[0].tenant: set tenant or as: tenant"},
+		{"model twice", "rls: {domains: [{domain: d, descriptors: [{key: a, as: model, model: gpt-4o}]}]}", "rls.domains[0].descriptors[0].model: set model or as: model"},
+		{"tenant with a hash tag", "rls: {domains: [{domain: d, descriptors: [{key: a, tenant: 'a{b}'}]}]}", "rls.domains[0].descriptors[0].tenant: must not contain"},
+		{"plan without tenant", "rls: {domains: [{domain: d, descriptors: [{key: a, plan: free}]}]}", "rls.domains[0].descriptors[0].plan: a plan is for the tenant"},
+		{"bad hits", "rls: {domains: [{domain: d, descriptors: [{key: a, hits: bytes}]}]}", `rls.domains[0].descriptors[0].hits: must be one of requests, tokens, input_tokens, output_tokens, not "bytes"`},
+		{"price on tokens", "rls: {domains: [{domain: d, descriptors: [{key: a, hits: output_tokens, price_per_hit: '0.01'}]}]}", "rls.domains[0].descriptors[0].price_per_hit: only hits in requests take a price"},
+		{"negative price", "rls: {domains: [{domain: d, descriptors: [{key: a, price_per_hit: '-0.01'}]}]}", "rls.domains[0].descriptors[0].price_per_hit: must not be negative"},
+		{"total tokens priced", "rls: {domains: [{domain: d, descriptors: [{key: m, as: model, descriptors: [{key: t, hits: tokens}]}]}]}", "rls.domains[0].descriptors[0].descriptors[0].hits: tokens in total cannot be priced"},
+		{"bad posture", "rls: {domains: [{domain: d, descriptors: [{key: a, on_store_failure: maybe}]}]}", "rls.domains[0].descriptors[0].on_store_failure"},
+		{"bad unit", "rls: {domains: [{domain: d, descriptors: [{key: a, descriptors: [{key: b, rate_limit: {unit: fortnight, requests_per_unit: 1}}]}]}]}", `rls.domains[0].descriptors[0].descriptors[0].rate_limit.unit: must be second, minute, hour, day, week, month or year, not "fortnight"`},
+		{"no unit", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {requests_per_unit: 1}}]}]}", "rls.domains[0].descriptors[0].rate_limit.unit"},
+		{"bad algorithm", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {unit: second, requests_per_unit: 1, algorithm: leaky}}]}]}", `rls.domains[0].descriptors[0].rate_limit.algorithm: unknown algorithm "leaky"`},
+		{"concurrency", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {unit: second, requests_per_unit: 1, algorithm: concurrency}}]}]}", "rls.domains[0].descriptors[0].rate_limit.algorithm: concurrency needs a release"},
+		{"negative rate", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {unit: second, requests_per_unit: -1}}]}]}", "rls.domains[0].descriptors[0].rate_limit.requests_per_unit: must not be negative"},
+		{"negative multiplier", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {unit: second, requests_per_unit: 1, unit_multiplier: -2}}]}]}", "rls.domains[0].descriptors[0].rate_limit.unit_multiplier: must be positive"},
+		{"period too long", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {unit: year, requests_per_unit: 1, unit_multiplier: 2}}]}]}", "rls.domains[0].descriptors[0].rate_limit.unit_multiplier: the period is longer"},
+		{"period overflows", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {unit: year, requests_per_unit: 1, unit_multiplier: 9223372036854775807}}]}]}", "rls.domains[0].descriptors[0].rate_limit.unit_multiplier"},
+		{"burst on a window", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {unit: second, requests_per_unit: 1, burst: 5}}]}]}", "rls.domains[0].descriptors[0].rate_limit.burst: does not apply to fixed_window"},
+		{"burst on a block", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {unit: second, requests_per_unit: 0, algorithm: token_bucket, burst: 5}}]}]}", "rls.domains[0].descriptors[0].rate_limit.burst: a limit of 0"},
+		{"rate too large", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {unit: second, requests_per_unit: 9223372036854775807}}]}]}", "rls.domains[0].descriptors[0].rate_limit: rate"},
+		{"unlimited with a rate", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {unlimited: true, unit: second}}]}]}", "rls.domains[0].descriptors[0].rate_limit.unlimited: an unlimited descriptor takes no other"},
+		{"name of a configured limit", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {name: free-requests, unit: second, requests_per_unit: 1}}]}]}", `rls.domains[0].descriptors[0].rate_limit.name: duplicate limit or budget name "free-requests"`},
+		{"names collide", "rls: {domains: [{domain: d, descriptors: [{key: a, value: 'x:y', rate_limit: {unit: second, requests_per_unit: 1}}, {key: a, value: 'x_y', rate_limit: {unit: second, requests_per_unit: 1}}]}]}", `rls.domains[0].descriptors[1].rate_limit.name: duplicate limit or budget name "d.a_x_y"`},
+		{"key delimiter in a name", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {name: 'a{b', unit: second, requests_per_unit: 1}}]}]}", "rls.domains[0].descriptors[0].rate_limit.name: must not contain"},
+		{"unknown field", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {replaces: [{name: x}]}}]}]}", "field replaces not found"},
+		{"bad listen", "rls_listen: nowhere\n", "rls_listen: must be host:port"},
+		{"demo keys in public", "rls_listen: ':8081'\ntenants: [{name: demo, plan: free, keys: [{key: cg-demo-free}]}]\n", "rls_listen: this configuration holds published demo keys"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := config.Parse([]byte(rlsBase + c.yaml + "\n"))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an error naming %q", err, c.want)
+			}
+		})
+	}
+	var fe *config.FieldError
+	_, err := config.Parse([]byte(rlsBase + "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {unit: eon, requests_per_unit: 1}}]}]}\n"))
+	if !errors.As(err, &fe) || fe.Path != "rls.domains[0].descriptors[0].rate_limit.unit" {
+		t.Errorf("want a *FieldError at rls.domains[0].descriptors[0].rate_limit.unit, got %#v", err)
+	}
+}
+
+func TestRLSDefaults(t *testing.T) {
+	cfg, err := config.Parse([]byte(rlsBase + `
+tenants: [{name: acme, plan: free, keys: [{key: k1}]}]
+rls_listen: 127.0.0.1:8081
+rls:
+  domains:
+    - domain: edge
+      descriptors:
+        - key: remote_address
+          rate_limit: {unit: minute, requests_per_unit: 60}
+        - key: tenant
+          as: tenant
+          descriptors:
+            - key: generic_key
+              value: search
+              price_per_hit: "0.005"
+              rate_limit: {unit: second, unit_multiplier: 10, requests_per_unit: 3, algorithm: token_bucket, burst: 6}
+        - key: internal
+          rate_limit: {unlimited: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RLS.Reflection {
+		t.Error("reflection is on by default")
+	}
+	d := cfg.RLS.Domains[0].Descriptors
+	ip := d[0]
+	if ip.Hits != "requests" || ip.OnStoreFailure != "fail_open" || ip.RateLimit.Algorithm != "fixed_window" ||
+		ip.RateLimit.Name != "edge.remote_address" || ip.RateLimit.Period() != time.Minute {
+		t.Errorf("defaults: %+v %+v", ip, *ip.RateLimit)
+	}
+	search := d[1].Descriptors[0]
+	if search.RateLimit.Name != "edge.tenant.generic_key_search" || search.RateLimit.Period() != 10*time.Second {
+		t.Errorf("nested: %+v", *search.RateLimit)
+	}
+	l, err := search.RateLimit.Weighted()
+	if err != nil || l.Algorithm != weighted.TokenBucket || l.Rate != 3 || l.Burst != 6 || l.Period != 10*time.Second {
+		t.Errorf("Weighted = %v, %v", l, err)
+	}
+	if u := d[2].RateLimit; !u.Unlimited || u.Name != "" || u.Algorithm != "" {
+		t.Errorf("an unlimited limit took defaults: %+v", *u)
+	}
+	// Demo keys are fine on a loopback RLS listener.
+	if _, err := config.Parse([]byte("admin_token: cg-demo-admin\nrls_listen: '[::1]:8081'\n")); err != nil {
+		t.Errorf("demo token with a loopback rls_listen: %v", err)
+	}
+}
