@@ -40,8 +40,15 @@ type Request struct {
 	// the policies; 0 for none.
 	Page int64
 	// Requests is how many requests the request counts for on limits in
-	// requests; 0 means 1.
+	// requests; 0 means 1, unless NoRequests is set.
 	Requests int64
+	// NoRequests makes a Requests of 0 count for no request: the request
+	// is a charge for usage already served (the RLS server's debit of a
+	// stream's actual tokens), not a request of its own.
+	NoRequests bool
+	// ExtraOnly applies the Extra limits alone: the configured limits and
+	// budgets do not apply (an RLS request that names no tenant).
+	ExtraOnly bool
 	// Extra are limits the front door adds to the configured ones (the RLS
 	// server's descriptor limits), debited in the same atomic call.
 	Extra []Extra
@@ -165,6 +172,9 @@ func (g *Gate) Reserve(ctx context.Context, req *Request) (*Reservation, Decisio
 	}
 	if r.req.Requests <= 0 {
 		r.req.Requests = 1
+		if r.req.NoRequests {
+			r.req.Requests = 0
+		}
 	}
 	r.resID = r.req.ID
 	// Model limits are keyed by the model's canonical name, so that its
@@ -204,7 +214,7 @@ func (g *Gate) Reserve(ctx context.Context, req *Request) (*Reservation, Decisio
 func (r *Reservation) collect() {
 	r.limits, r.items = r.limitsBuf[:0], r.itemsBuf[:0]
 	for _, l := range r.st.limits {
-		if !l.appliesTo(r.req.Caller.Plan) {
+		if r.req.ExtraOnly || !l.appliesTo(r.req.Caller.Plan) {
 			continue
 		}
 		r.limits = append(r.limits, l)
