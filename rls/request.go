@@ -1,0 +1,320 @@
+package rls
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"strings"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/gate"
+)
+
+// Bounds on a request, past which it is refused as invalid.
+const (
+	maxDescriptors = 64
+	maxEntries     = 16
+	maxEntryLen    = 1024 // bytes of an entry's key or value
+	// maxHits bounds a hits_addend: larger than any limit can hold, it is
+	// refused as such (OVER_LIMIT) rather than overflow a price.
+	maxHits = 1 << 50
+)
+
+// errInvalid marks a request that is not a valid RateLimitRequest.
+var errInvalid = errors.New("rls: invalid request")
+
+// kind is the gate request a descriptor joins.
+type kind uint8
+
+const (
+	// kindNone: the descriptor matched nothing, is unlimited, is a block
+	// in shadow mode or asks to refill; the gate is not asked.
+	kindNone kind = iota
+	// kindCharge: hits in tokens above 0 are the usage of a request
+	// already served (the second phase); they are charged whatever the
+	// limits say.
+	kindCharge
+	// kindCheck: hits of 0 ask whether the limits have room left, and
+	// debit nothing (the first phase).
+	kindCheck
+	// kindDebit: hits in requests are debited all or nothing.
+	kindDebit
+
+	numKinds
+)
+
+// call is one RateLimitRequest converted for the gate: the caller its
+// descriptors name, and its descriptors sorted into the gate requests they
+// make, at most one of each kind. It is reused between requests (see
+// Server.calls); a request's call is its own until the response is built.
+type call struct {
+	dom    *domain
+	tenant string // the caller: the first tenant a descriptor names; empty for none
+	plan   string
+	user   string
+	model  string
+	block  int // the first descriptor whose limit refuses everything; -1 for none
+	descs  []desc
+	groups [numKinds]group
+	key    []byte // scratch for building keys
+}
+
+// desc is one descriptor of the request.
+type desc struct {
+	n     *node // the node matched; nil for none
+	kind  kind
+	hits  int64
+	named bool // it names the caller's tenant: the tenant's limits show in its status
+	extra int  // its limit's index in its group's extras; -1 for none
+}
+
+// group is the gate request of one kind.
+type group struct {
+	n      int // descriptors of the kind
+	named  bool
+	extras []gate.Extra
+	actual []int64 // a charge's hits per extra
+	// requests, usage and cost are what the descriptors that name the
+	// caller's tenant count on the tenant's own limits and budgets: the
+	// largest hits of each unit among them (Envoy sends one request's
+	// hits to each), and the sum of their prices.
+	requests int64
+	usage    costmodel.Usage
+	cost     costmodel.NanoUSD // a charge's: its usage priced, once asked
+}
+
+func (c *call) reset(dom *domain) {
+	c.dom, c.tenant, c.plan, c.user, c.model, c.block = dom, "", "", "", "", -1
+	c.descs = c.descs[:0]
+	for i := range c.groups {
+		g := &c.groups[i]
+		clear(g.extras) // drop the keys of the last request
+		g.n, g.named, g.extras, g.actual = 0, false, g.extras[:0], g.actual[:0]
+		g.requests, g.usage, g.cost = 0, costmodel.Usage{}, 0
+	}
+}
+
+// path is what the nodes of one descriptor's path name.
+type path struct {
+	tenant, plan, user, model string
+}
+
+// convert fills c from req against dom. It fails with errInvalid for a
+// request that is not valid; it never asks the gate anything.
+func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
+	c.reset(dom)
+	ds := req.GetDescriptors()
+	switch {
+	case len(ds) == 0:
+		return fmt.Errorf("%w: no descriptors", errInvalid)
+	case len(ds) > maxDescriptors:
+		return fmt.Errorf("%w: %d descriptors (at most %d)", errInvalid, len(ds), maxDescriptors)
+	}
+	reqHits := int64(req.GetHitsAddend())
+	if reqHits == 0 {
+		reqHits = 1 // Envoy: unset means 1
+	}
+	var paths [8]path
+	ps := paths[:0]
+	for i, d := range ds {
+		es := d.GetEntries()
+		if len(es) == 0 || len(es) > maxEntries {
+			return fmt.Errorf("%w: descriptor %d has %d entries (1 to %d)", errInvalid, i, len(es), maxEntries)
+		}
+		var p path
+		var n *node
+		lv := dom.root
+		for _, e := range es {
+			k, v := e.GetKey(), e.GetValue()
+			if len(k) > maxEntryLen || len(v) > maxEntryLen {
+				return fmt.Errorf("%w: descriptor %d has an entry longer than %d bytes", errInvalid, i, maxEntryLen)
+			}
+			n = nil
+			if ch := lv[k]; ch != nil {
+				n = ch.find(v)
+			}
+			if n == nil {
+				break
+			}
+			switch n.as {
+			case roleTenant:
+				if strings.ContainsAny(v, "{}") {
+					return fmt.Errorf("%w: descriptor %d: a tenant must not contain '{' or '}'", errInvalid, i)
+				}
+				if v != "" {
+					p.tenant, p.plan = v, n.plan
+				}
+			case roleUser:
+				p.user = v
+			case roleModel:
+				p.model = v
+			}
+			if n.tenant != "" {
+				p.tenant, p.plan = n.tenant, n.plan
+			}
+			if n.model != "" {
+				p.model = n.model
+			}
+			lv = n.next
+		}
+		hits := reqHits
+		if h := d.GetHitsAddend(); h != nil {
+			hits = int64(min(h.GetValue(), maxHits))
+		}
+		dc := desc{n: n, hits: hits, extra: -1}
+		switch l := nodeLimit(n); {
+		case n == nil, d.GetIsNegativeHits(), l != nil && l.unlimited:
+		case l != nil && l.block:
+			if !l.shadow && c.block < 0 {
+				c.block = i
+			}
+		case hits == 0:
+			dc.kind = kindCheck
+		case n.hits == hitRequests:
+			dc.kind = kindDebit
+		default:
+			dc.kind = kindCharge
+		}
+		if dc.kind == kindNone {
+			p = path{}
+		}
+		if c.tenant == "" && p.tenant != "" {
+			c.tenant, c.plan = p.tenant, p.plan
+		}
+		if c.user == "" {
+			c.user = p.user
+		}
+		if c.model == "" {
+			c.model = p.model
+		}
+		c.descs = append(c.descs, dc)
+		ps = append(ps, p)
+	}
+	for i := range c.descs {
+		dc := &c.descs[i]
+		if dc.kind == kindNone {
+			continue
+		}
+		g := &c.groups[dc.kind]
+		g.n++
+		dc.named = c.tenant != "" && ps[i].tenant == c.tenant
+		if dc.named {
+			g.named = true
+			c.count(g, dc)
+		}
+		if l := dc.n.limit; l != nil {
+			dc.extra = c.addExtra(g, dc, ps[i].tenant, ds[i])
+		}
+	}
+	return nil
+}
+
+func nodeLimit(n *node) *limit {
+	if n == nil {
+		return nil
+	}
+	return n.limit
+}
+
+// count adds a descriptor that names the caller's tenant to what its
+// group counts on the tenant's limits.
+func (c *call) count(g *group, d *desc) {
+	switch d.kind {
+	case kindDebit:
+		g.requests = max(g.requests, d.hits)
+		g.cost = addSat(g.cost, mulSat(d.n.price, d.hits))
+	case kindCharge:
+		switch d.n.hits {
+		case hitTokens, hitInputTokens:
+			g.usage.InputTokens = max(g.usage.InputTokens, d.hits)
+		case hitOutputTokens:
+			g.usage.OutputTokens = max(g.usage.OutputTokens, d.hits)
+		}
+	}
+}
+
+// addExtra adds the descriptor's own limit to its group and returns its
+// index: the same limit and key twice in one request is one item, which
+// counts the hits of both.
+//
+// The key is the descriptor's values under a hash tag: the tenant the
+// descriptor names, so that it lives in the tenant's Redis Cluster slot
+// with the tenant's limits and budgets, else the domain's. A counter's key
+// depends on its descriptor alone, never on the other descriptors of the
+// request.
+func (c *call) addExtra(g *group, d *desc, tenant string, rd *commonv3.RateLimitDescriptor) int {
+	var b []byte
+	if tenant != "" {
+		b = append(append(append(c.key[:0], '{'), tenant...), '}')
+	} else {
+		b = append(c.key[:0], c.dom.tag...)
+	}
+	for _, e := range rd.GetEntries() {
+		b = append(b, ':')
+		b = appendEscaped(b, e.GetValue())
+	}
+	c.key = b
+	l := d.n.limit
+	for i := range g.extras {
+		if g.extras[i].Limit.Name == l.w.Name && g.extras[i].Key == string(b) {
+			if d.kind == kindDebit {
+				g.extras[i].Cost = min(g.extras[i].Cost+d.hits, maxHits)
+			} else if d.kind == kindCharge {
+				g.actual[i] = min(g.actual[i]+d.hits, maxHits)
+			}
+			return i
+		}
+	}
+	e := gate.Extra{Limit: l.w, Unit: hitNames[d.n.hits], Key: string(b), Dimension: d.n.dim, Shadow: l.shadow, FailClosed: l.failClosed}
+	var actual int64
+	switch d.kind {
+	case kindDebit:
+		e.Cost = d.hits
+	case kindCharge:
+		actual = d.hits
+	}
+	g.extras = append(g.extras, e)
+	g.actual = append(g.actual, actual)
+	return len(g.extras) - 1
+}
+
+// appendEscaped appends v with '%' and ':' escaped, so that the values of
+// a key's entries cannot run into each other.
+func appendEscaped(b []byte, v string) []byte {
+	if !strings.ContainsAny(v, "%:") {
+		return append(b, v...)
+	}
+	for i := 0; i < len(v); i++ {
+		switch v[i] {
+		case '%':
+			b = append(b, "%25"...)
+		case ':':
+			b = append(b, "%3A"...)
+		default:
+			b = append(b, v[i])
+		}
+	}
+	return b
+}
+
+func mulSat(p costmodel.NanoUSD, n int64) costmodel.NanoUSD {
+	if p <= 0 || n <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(p), uint64(n))
+	if hi != 0 || lo > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return costmodel.NanoUSD(lo)
+}
+
+func addSat(a, b costmodel.NanoUSD) costmodel.NanoUSD {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxInt64
+}

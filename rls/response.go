@@ -1,0 +1,227 @@
+package rls
+
+import (
+	"math"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/costgate/costgate/config"
+	"github.com/costgate/costgate/gate"
+)
+
+const (
+	codeOK   = rlsv3.RateLimitResponse_OK
+	codeOver = rlsv3.RateLimitResponse_OVER_LIMIT
+)
+
+// respond builds the answer to c from the gate's decisions.
+func respond(t *tree, c *call, out *[numKinds]outcome) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{OverallCode: codeOK}
+	sts := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(c.descs))
+	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(c.descs))
+	for i := range c.descs {
+		sts[i].Code = codeOK
+		resp.Statuses[i] = &sts[i]
+	}
+	// The decision that speaks for the request: a refusal, else the
+	// debit's, else the check's, else the charge's.
+	var decider *gate.Decision
+	for _, k := range [...]kind{kindDebit, kindCheck, kindCharge} {
+		o := &out[k]
+		if !o.ran {
+			continue
+		}
+		if decider == nil || (!o.d.Allowed() && decider.Allowed()) {
+			decider = &o.d
+		}
+	}
+	degraded := false
+	for k := range out {
+		o := &out[k]
+		if !o.ran {
+			continue
+		}
+		degraded = degraded || o.d.Degraded
+		over := false
+		for i := range c.descs {
+			dc := &c.descs[i]
+			if dc.kind == kind(k) {
+				over = describe(t, c, dc, &o.d, &sts[i]) || over
+			}
+		}
+		if !o.d.Allowed() && kind(k) != kindCharge {
+			resp.OverallCode = codeOver
+			if !over {
+				// No state explains the refusal (a fail-closed limit, a
+				// cost no limit can hold): every descriptor of the group
+				// carries it.
+				for i := range c.descs {
+					if c.descs[i].kind == kind(k) {
+						sts[i].Code = codeOver
+					}
+				}
+			}
+		}
+	}
+	for i := range c.descs {
+		if n := c.descs[i].n; n != nil && n.limit != nil && n.limit.unlimited {
+			sts[i].LimitRemaining = math.MaxUint32
+		}
+	}
+	var hs []*corev3.HeaderValue
+	if decider != nil && decider.RateLimit != nil {
+		hs = append(hs, header("RateLimit-Policy", decider.RateLimit.PolicyField()), header("RateLimit", decider.RateLimit.Field()))
+	}
+	if degraded {
+		hs = append(hs, header("Costgate-Degraded", "fail-open"))
+	}
+	if resp.OverallCode == codeOver && decider != nil {
+		if decider.RetryAfter > 0 {
+			hs = append(hs, header("Retry-After", itoa(decider.RetryAfter)))
+		}
+		if decider.Status == 503 {
+			hs = append(hs, header("Costgate-Degraded", "fail-closed"))
+		}
+		if decider.Error != nil {
+			resp.RawBody = errorBody(decider.Error)
+			hs = append(hs, header("Content-Type", "application/json"))
+		}
+	}
+	resp.ResponseHeadersToAdd = hs
+	return resp
+}
+
+// describe fills st, the status of descriptor dc from decision d, and
+// tells whether it is OVER_LIMIT. A descriptor shows its own limit and,
+// when it names the caller's tenant, the tenant's limits and budgets: the
+// one that refused it (the longest wait), else the most spent.
+func describe(t *tree, c *call, dc *desc, d *gate.Decision, st *rlsv3.RateLimitResponse_DescriptorStatus) bool {
+	g := &c.groups[dc.kind]
+	var own *limitInfo
+	key := ""
+	if dc.extra >= 0 {
+		own, key = dc.n.limit.info, g.extras[dc.extra].Key
+	}
+	var best *gate.LimitState
+	var bestInfo *limitInfo
+	for i := range d.Limits {
+		ls := &d.Limits[i]
+		info := t.limits[ls.Name]
+		switch {
+		case info == nil:
+			continue
+		case info.rls:
+			if info != own || ls.Key != key {
+				continue
+			}
+		case !dc.named || !g.named:
+			continue
+		}
+		switch {
+		case dc.kind == kindCharge:
+			// The states are the debit's, of zero: the charge came after.
+			charged := *ls
+			charged.Remaining = max(ls.Remaining-costOf(g, dc, info, ls), 0)
+			ls = &charged
+		case dc.kind == kindDebit && !d.Allowed() && ls.Allowed:
+			// A refused debit shows what the others would have left; nothing
+			// was debited.
+			kept := *ls
+			kept.Remaining = min(ls.Remaining+costOf(g, dc, info, ls), ls.Capacity)
+			ls = &kept
+		}
+		if best == nil || constrains(ls, best) {
+			best, bestInfo = ls, info
+		}
+	}
+	st.Code = codeOK
+	if best == nil {
+		if own != nil {
+			st.CurrentLimit = own.current
+		}
+		if d.Error != nil && own != nil && d.Error.Code == own.current.Name {
+			st.Code = codeOver // its fail-closed limit refused
+			return true
+		}
+		return false
+	}
+	st.CurrentLimit = bestInfo.current
+	st.LimitRemaining = clamp32(best.Remaining)
+	reset := best.ResetAfter
+	over := !d.Allowed() && !best.Allowed && !best.Shadow
+	if over {
+		st.Code = codeOver
+		reset = max(reset, best.RetryAfter)
+	}
+	if reset > 0 {
+		st.DurationUntilReset = durationpb.New(reset.Round(time.Millisecond))
+	}
+	return over
+}
+
+// costOf is what the group of dc costs the limit in state ls: a debit's
+// reserved cost, a charge's actual one.
+func costOf(g *group, dc *desc, info *limitInfo, ls *gate.LimitState) int64 {
+	switch {
+	case info.rls && dc.kind == kindCharge:
+		return g.actual[dc.extra]
+	case info.rls:
+		return g.extras[dc.extra].Cost
+	case ls.Unit == "requests":
+		return g.requests
+	}
+	if f := config.Units[ls.Unit]; f != nil {
+		return f(g.usage, g.cost)
+	}
+	return 0
+}
+
+// constrains tells whether a constrains the request more than b: it
+// refused it and b did not, or both refused and a waits longer, or both
+// admitted and a has less of its capacity left.
+func constrains(a, b *gate.LimitState) bool {
+	ad, bd := !a.Allowed && !a.Shadow, !b.Allowed && !b.Shadow
+	switch {
+	case ad != bd:
+		return ad
+	case ad:
+		return a.RetryAfter > b.RetryAfter
+	}
+	return float64(a.Remaining)*float64(max(b.Capacity, 1)) < float64(b.Remaining)*float64(max(a.Capacity, 1))
+}
+
+// blocked answers a request one of whose descriptors matches a limit of 0:
+// it is refused and nothing is debited.
+func blocked(c *call) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{OverallCode: codeOver}
+	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(c.descs))
+	for i := range c.descs {
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: codeOK}
+		if l := nodeLimit(c.descs[i].n); l != nil && l.block {
+			st.CurrentLimit = l.info.current
+			if !l.shadow {
+				st.Code = codeOver
+			}
+		}
+		resp.Statuses[i] = st
+	}
+	name := c.descs[c.block].n.limit.info.current.Name
+	resp.RawBody = errorBody(&gate.Error{Type: "rate_limit_exceeded", Code: name, Policy: name,
+		Message: "limit " + name + " admits no request"})
+	resp.ResponseHeadersToAdd = []*corev3.HeaderValue{header("Content-Type", "application/json")}
+	return resp
+}
+
+// unlimited answers n descriptors that no limit applies to.
+func unlimited(n int) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{OverallCode: codeOK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
+	sts := make([]rlsv3.RateLimitResponse_DescriptorStatus, n)
+	for i := range resp.Statuses {
+		sts[i].Code = codeOK
+		resp.Statuses[i] = &sts[i]
+	}
+	return resp
+}

@@ -1,0 +1,288 @@
+// Package rls is costgate's front door for Envoy: the rate limit service
+// of Envoy's global rate limiting (envoy.service.ratelimit.v3, the
+// ShouldRateLimit call) on a gRPC listener of its own.
+//
+// Envoy is trusted: a request names its tenant, user and model in its
+// descriptors (the config's rls section says which entries do), and the
+// tenant's plan applies with its configured limits and budgets, beside
+// the descriptors' own limits. All the descriptors of a request are
+// debited in one call of the gate, all or nothing: a denied request leaves
+// no partial debit behind (envoyproxy/ratelimit debits them one by one and
+// keeps the debits of a denied request). The answer carries overall_code,
+// a status per descriptor (current_limit, limit_remaining,
+// duration_until_reset), and in response_headers_to_add the RateLimit and
+// RateLimit-Policy fields of the limit that decided, and Retry-After on
+// OVER_LIMIT.
+//
+// A descriptor's hits (its hits_addend, else the request's, else 1) count
+// requests or tokens. Hits of 0 check that the limits have room left and
+// debit nothing; hits in tokens above 0 are the usage of a request already
+// served, charged whatever the limits say, so that the next check refuses
+// once the limits are spent: the two phases of LLM token limiting behind
+// Envoy (a check when the request arrives, the actual tokens when its
+// stream ends, as apply_on_stream_done sends them).
+//
+// Outcomes map onto Envoy's answers so that an outage is never reported
+// as throttling: a limit or budget spent, a hits_addend no limit can hold,
+// a descriptor whose limit is 0, and a fail-closed limit whose store is
+// down are OVER_LIMIT; a limiter that cannot decide (overloaded, or its
+// counters not yet restored) and a ledger that cannot record a priced
+// request are the gRPC error UNAVAILABLE, which Envoy's failure_mode_deny
+// turns into an answer.
+package rls
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/gate"
+)
+
+// Options are a Server's optional settings.
+type Options struct {
+	// Logger receives the server's logs; nil logs nowhere.
+	Logger *slog.Logger
+	// Reflection registers the gRPC reflection service (costgate serve
+	// sets it from rls.reflection). Default false.
+	Reflection bool
+	// GRPC are more options for the gRPC server.
+	GRPC []grpc.ServerOption
+}
+
+// Server is the rate limit service on a gate. It reads the gate's active
+// configuration on every request, so that a reload applies at once. It is
+// safe for concurrent use.
+type Server struct {
+	g      *gate.Gate
+	log    *slog.Logger
+	grpc   *grpc.Server
+	health *health.Server
+	tree   atomic.Pointer[tree] // the rls section of the last configuration seen, compiled
+	calls  sync.Pool            // *call
+}
+
+// New returns a Server that decides on g; Serve starts it.
+func New(g *gate.Gate, opts Options) *Server {
+	s := &Server{g: g, log: opts.Logger, grpc: grpc.NewServer(opts.GRPC...), health: health.NewServer()}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.calls.New = func() any { return new(call) }
+	rlsv3.RegisterRateLimitServiceServer(s.grpc, service{s: s})
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	if opts.Reflection {
+		reflection.Register(s.grpc)
+	}
+	return s
+}
+
+// Serve answers on ln until GracefulStop or Close; it returns nil after
+// them.
+func (s *Server) Serve(ln net.Listener) error {
+	err := s.grpc.Serve(ln)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// GracefulStop reports NOT_SERVING, stops accepting and waits for the
+// calls under way.
+func (s *Server) GracefulStop() {
+	s.health.Shutdown()
+	s.grpc.GracefulStop()
+}
+
+// Close stops the server at once, cancelling the calls under way. It
+// works before Serve and after a partial start.
+func (s *Server) Close() error {
+	s.health.Shutdown()
+	s.grpc.Stop()
+	return nil
+}
+
+// service is the RateLimitService on a Server.
+type service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	s *Server
+}
+
+var _ rlsv3.RateLimitServiceServer = service{}
+
+func (sv service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return sv.s.ShouldRateLimit(ctx, req)
+}
+
+// ShouldRateLimit decides req. It is the gRPC method, callable without a
+// listener.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	t, err := s.current()
+	if err != nil {
+		s.log.Error("rls: the configuration does not compile", "err", err)
+		return nil, status.Error(codes.Internal, "costgate: the rls configuration does not compile")
+	}
+	dom := t.domains[req.GetDomain()]
+	if dom == nil {
+		// As envoyproxy/ratelimit: no limit applies to an unknown domain.
+		if n := len(req.GetDescriptors()); n == 0 || n > maxDescriptors {
+			return nil, status.Error(codes.InvalidArgument, "a request needs 1 to 64 descriptors")
+		}
+		return unlimited(len(req.GetDescriptors())), nil
+	}
+	c := s.calls.Get().(*call)
+	defer s.calls.Put(c)
+	if err := c.convert(dom, req); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return s.decide(ctx, t, c)
+}
+
+// current returns the tree of the gate's active configuration, compiling
+// it the first time it is seen.
+func (s *Server) current() (*tree, error) {
+	cfg := s.g.Config()
+	if t := s.tree.Load(); t != nil && t.cfg == cfg {
+		return t, nil
+	}
+	t, err := compile(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.tree.Store(t)
+	return t, nil
+}
+
+// outcome is what the gate answered one group.
+type outcome struct {
+	ran bool
+	d   gate.Decision
+}
+
+// decide asks the gate for each group of c, charges first (they are
+// facts), then checks, then debits, and stops at the first refusal.
+func (s *Server) decide(ctx context.Context, t *tree, c *call) (*rlsv3.RateLimitResponse, error) {
+	if c.block >= 0 {
+		return blocked(c), nil
+	}
+	caller := s.g.Trusted(c.tenant, c.user, "", c.plan)
+	var out [numKinds]outcome
+	for _, k := range [...]kind{kindCharge, kindCheck, kindDebit} {
+		g := &c.groups[k]
+		if g.n == 0 {
+			continue
+		}
+		o := &out[k]
+		o.ran = true
+		o.d = s.ask(ctx, caller, c, k)
+		if !o.d.Allowed() {
+			if unavailable(o.d) {
+				s.log.Warn("rls: costgate cannot decide", "domain", c.dom.name, "tenant", c.tenant, "code", o.d.Error.Code)
+				return nil, status.Error(codes.Unavailable, o.d.Error.Message)
+			}
+			if k != kindCharge {
+				break
+			}
+		}
+	}
+	return respond(t, c, &out), nil
+}
+
+// ask runs the gate request of c's group of kind k.
+func (s *Server) ask(ctx context.Context, caller *gate.Caller, c *call, k kind) gate.Decision {
+	g := &c.groups[k]
+	req := gate.Request{
+		Caller: caller, Route: c.dom.route, Estimate: costmodel.Estimate{Model: c.model},
+		Extra: g.extras, ExtraOnly: !g.named, NoPolicy: true, NoRequests: true,
+	}
+	switch k {
+	case kindCheck:
+		req.Check = true
+		_, d := s.g.Reserve(ctx, &req)
+		return d
+	case kindDebit:
+		req.Requests = g.requests
+		req.Estimate.Cost = g.cost
+		res, d := s.g.Reserve(ctx, &req)
+		if res == nil {
+			return d
+		}
+		return s.settle(ctx, res, c, gate.Charge{Cost: g.cost, Model: c.model, HTTPStatus: 200}, d)
+	default: // kindCharge
+		res, d := s.g.Reserve(ctx, &req)
+		if res == nil {
+			return d
+		}
+		ch := gate.Charge{Usage: g.usage, Model: c.model, HTTPStatus: 200, Extra: g.actual}
+		if c.model != "" && g.named {
+			ch.Cost = res.Price(c.model, g.usage)
+			g.cost = ch.Cost
+		}
+		return s.settle(ctx, res, c, ch, d)
+	}
+}
+
+// settle ends an admitted reservation at once: an RLS decision is final.
+// A request that spends money is recorded in the ledger first; one that
+// counts only requests or unpriced tokens spends nothing and is not.
+func (s *Server) settle(ctx context.Context, res *gate.Reservation, c *call, ch gate.Charge, d gate.Decision) gate.Decision {
+	ctx = context.WithoutCancel(ctx)
+	if ch.Cost > 0 && c.tenant != "" {
+		if refused, ok := res.Record(ctx); !ok {
+			return refused
+		}
+	}
+	res.Settle(ctx, ch)
+	return d
+}
+
+// unavailable tells whether a refusal says that costgate cannot decide
+// (the limiter is overloaded or its counters are not restored, the ledger
+// cannot record), as opposed to a decision: a fail-closed limit's 503
+// names its limit.
+func unavailable(d gate.Decision) bool {
+	if d.Status != 503 || d.Error == nil {
+		return false
+	}
+	switch d.Error.Code {
+	case "overloaded", "limiter_unavailable", "ledger_unavailable":
+		return true
+	}
+	return false
+}
+
+// errorBody is the raw_body of an OVER_LIMIT answer: the refusal as the
+// proxy's OpenAI-shaped error.
+func errorBody(e *gate.Error) []byte {
+	b, err := json.Marshal(struct {
+		Error *gate.Error `json:"error"`
+	}{e})
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+func header(k, v string) *corev3.HeaderValue { return &corev3.HeaderValue{Key: k, Value: v} }
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }

@@ -1,0 +1,557 @@
+package rls_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/costgate/costgate/config"
+	"github.com/costgate/costgate/gate"
+	"github.com/costgate/costgate/internal/redistest"
+	"github.com/costgate/costgate/ledger"
+	"github.com/costgate/costgate/rls"
+)
+
+const (
+	OK   = rlsv3.RateLimitResponse_OK
+	OVER = rlsv3.RateLimitResponse_OVER_LIMIT
+)
+
+// testConfig is the configuration most tests run with: two tenants on
+// plans with limits and a budget, and a domain of descriptors.
+const testConfig = `
+admin_token: t
+upstreams: [{name: openai, kind: openai, simulate: always}]
+tenants:
+  - {name: acme, plan: free, keys: [{key: k-acme}]}
+  - {name: globex, plan: pro, keys: [{key: k-globex}]}
+limits:
+  - {name: free-requests, plans: [free], dimensions: [tenant], unit: requests, rate: 3, period: 1m}
+  - {name: free-tokens, plans: [free], dimensions: [tenant], unit: tokens, rate: 1000, period: 1m}
+  - {name: pro-requests, plans: [pro], dimensions: [tenant], unit: requests, rate: 100, period: 1m}
+budgets:
+  - {name: free-daily, plans: [free], amount: "1.00"}
+costs:
+  prices:
+    test-model: {input: "1.00", output: "10.00"}
+rls:
+  domains:
+    - domain: edge
+      descriptors:
+        - key: tenant
+          as: tenant
+          descriptors:
+            - key: generic_key
+              value: search
+              price_per_hit: "0.01"
+              rate_limit: {name: search, unit: minute, requests_per_unit: 2}
+            - key: model
+              as: model
+              descriptors:
+                - {key: tokens, value: input, hits: input_tokens}
+                - {key: tokens, value: output, hits: output_tokens}
+        - key: remote_address
+          rate_limit: {name: per-ip, unit: minute, requests_per_unit: 4}
+        - key: remote_address
+          value: 192.0.2.66
+          rate_limit: {name: banned, unit: second, requests_per_unit: 0}
+        - key: route
+          value: /v1/*
+          rate_limit: {name: api-routes, unit: minute, requests_per_unit: 10}
+        - key: route
+          value: /v1/chat*
+          rate_limit: {name: chat-routes, unit: minute, requests_per_unit: 5}
+        - key: route
+          value: /v1/chat/completions
+          rate_limit: {name: chat-completions, unit: minute, requests_per_unit: 2}
+        - key: route
+          rate_limit: {name: any-route, unit: minute, requests_per_unit: 1}
+        - key: probe
+          rate_limit: {unlimited: true}
+        - key: shadowed
+          shadow_mode: true
+          rate_limit: {name: shadowed, unit: minute, requests_per_unit: 1}
+        - key: closed
+          on_store_failure: fail_closed
+          rate_limit: {name: closed, unit: minute, requests_per_unit: 100}
+        - key: open
+          rate_limit: {name: open, unit: minute, requests_per_unit: 100}
+        - key: user
+          as: user
+          tenant: acme
+          descriptors:
+            - key: quota
+              rate_limit: {name: user-quota, unit: hour, requests_per_unit: 2, algorithm: token_bucket}
+        - key: tok
+          hits: tokens
+          rate_limit: {name: tok, unit: minute, requests_per_unit: 100, algorithm: token_bucket}
+`
+
+// env is a gate with the RLS server on a loopback listener, and a client
+// of it built from go-control-plane's generated code.
+type env struct {
+	g      *gate.Gate
+	srv    *rls.Server
+	conn   *grpc.ClientConn
+	client rlsv3.RateLimitServiceClient
+	redis  *redistest.Server // nil for the memory store
+}
+
+// stores runs f once with the in-memory store and once with Redis.
+func stores(t *testing.T, f func(t *testing.T, redis bool)) {
+	t.Run("memory", func(t *testing.T) { f(t, false) })
+	t.Run("redis", func(t *testing.T) { f(t, true) })
+}
+
+func newEnv(t testing.TB, yaml string, withRedis bool, opts rls.Options) *env {
+	t.Helper()
+	e := &env{}
+	yaml += "\ndata_dir: " + t.TempDir() + "\n"
+	if withRedis {
+		e.redis = redistest.New(t)
+		yaml += "store: {redis: '" + e.redis.URL + "', breaker_failures: 1}\n"
+	}
+	cfg, err := config.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.open(t, cfg, opts)
+	return e
+}
+
+func (e *env) open(t testing.TB, cfg *config.Config, opts rls.Options) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	g, err := gate.Open(ctx, cfg, gate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	e.g = g
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv = rls.New(g, opts)
+	done := make(chan error, 1)
+	go func() { done <- e.srv.Serve(ln) }()
+	t.Cleanup(func() {
+		e.srv.GracefulStop()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	e.conn, err = grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.conn.Close() })
+	e.client = rlsv3.NewRateLimitServiceClient(e.conn)
+}
+
+// d is a descriptor of key, value pairs.
+func d(kv ...string) *commonv3.RateLimitDescriptor {
+	out := &commonv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out.Entries = append(out.Entries, &commonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return out
+}
+
+// hits sets a descriptor's own hits_addend.
+func hits(n uint64, desc *commonv3.RateLimitDescriptor) *commonv3.RateLimitDescriptor {
+	desc.HitsAddend = wrapperspb.UInt64(n)
+	return desc
+}
+
+func (e *env) ask(t testing.TB, domain string, hitsAddend uint32, ds ...*commonv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := e.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds, HitsAddend: hitsAddend})
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	if len(resp.GetStatuses()) != len(ds) {
+		t.Fatalf("%d statuses for %d descriptors", len(resp.GetStatuses()), len(ds))
+	}
+	return resp
+}
+
+func headerOf(resp *rlsv3.RateLimitResponse, key string) string {
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		if strings.EqualFold(h.GetKey(), key) {
+			return h.GetValue()
+		}
+	}
+	return ""
+}
+
+func codes_(resp *rlsv3.RateLimitResponse) string {
+	var b strings.Builder
+	b.WriteString(resp.GetOverallCode().String())
+	for _, s := range resp.GetStatuses() {
+		b.WriteString(" " + s.GetCode().String())
+	}
+	return b.String()
+}
+
+func TestDescriptorMatching(t *testing.T) {
+	e := newEnv(t, testConfig, false, rls.Options{})
+	for _, tc := range []struct {
+		name  string
+		desc  *commonv3.RateLimitDescriptor
+		limit string // the current_limit's name; empty for none
+	}{
+		{"any value", d("remote_address", "198.51.100.1"), "per-ip"},
+		{"exact value before any value", d("route", "/v1/chat/completions"), "chat-completions"},
+		{"longest wildcard", d("route", "/v1/chat/other"), "chat-routes"},
+		{"shorter wildcard", d("route", "/v1/embeddings"), "api-routes"},
+		{"no wildcard matches", d("route", "/admin"), "any-route"},
+		{"unknown key", d("nothing", "x"), ""},
+		{"too deep", d("remote_address", "198.51.100.2", "extra", "x"), ""},
+		{"too shallow", d("tenant", "globex"), "pro-requests"},
+		{"nested", d("tenant", "globex", "generic_key", "search"), "search"},
+		{"nested miss", d("tenant", "globex", "generic_key", "other"), ""},
+		{"fixed tenant", d("user", "alice", "quota", "x"), "user-quota"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := e.ask(t, "edge", 0, tc.desc)
+			if got := resp.GetStatuses()[0].GetCurrentLimit().GetName(); got != tc.limit {
+				t.Errorf("current_limit %q, want %q", got, tc.limit)
+			}
+			if resp.GetOverallCode() != OK {
+				t.Errorf("overall %s", resp.GetOverallCode())
+			}
+		})
+	}
+	t.Run("each value counts on its own", func(t *testing.T) {
+		for range 2 {
+			e.ask(t, "edge", 0, d("route", "/v1/x1"))
+		}
+		resp := e.ask(t, "edge", 0, d("route", "/v1/x2"))
+		if got := resp.GetStatuses()[0].GetLimitRemaining(); got != 9 {
+			t.Errorf("another value of a wildcard: remaining %d, want 9", got)
+		}
+	})
+	t.Run("unknown domain", func(t *testing.T) {
+		resp := e.ask(t, "nowhere", 0, d("tenant", "acme"))
+		if resp.GetOverallCode() != OK || resp.GetStatuses()[0].GetCurrentLimit() != nil {
+			t.Errorf("unknown domain: %v", resp)
+		}
+	})
+}
+
+func TestAllOrNothing(t *testing.T) {
+	stores(t, func(t *testing.T, redis bool) {
+		e := newEnv(t, testConfig, redis, rls.Options{})
+		// per-ip admits 4 a minute and search 2: two requests pass, the
+		// third is refused by search alone.
+		both := []*commonv3.RateLimitDescriptor{d("remote_address", "198.51.100.7"), d("tenant", "globex", "generic_key", "search")}
+		for i := range 2 {
+			if resp := e.ask(t, "edge", 0, both...); resp.GetOverallCode() != OK {
+				t.Fatalf("request %d: %s", i, codes_(resp))
+			}
+		}
+		resp := e.ask(t, "edge", 0, both...)
+		if got, want := codes_(resp), "OVER_LIMIT OK OVER_LIMIT"; got != want {
+			t.Fatalf("third request: %s, want %s", got, want)
+		}
+		if got := resp.GetStatuses()[0].GetLimitRemaining(); got != 2 {
+			t.Errorf("per-ip in the refusal: remaining %d, want 2 (before the debit)", got)
+		}
+		// The refusal left per-ip and the tenant's plan as they were.
+		resp = e.ask(t, "edge", 0, d("remote_address", "198.51.100.7"))
+		if got := resp.GetStatuses()[0].GetLimitRemaining(); got != 1 {
+			t.Errorf("per-ip after a refused request: remaining %d, want 1", got)
+		}
+		resp = e.ask(t, "edge", 0, d("tenant", "globex"))
+		if st := resp.GetStatuses()[0]; st.GetCurrentLimit().GetName() != "pro-requests" || st.GetLimitRemaining() != 97 {
+			t.Errorf("the tenant's plan after a refused request: %v, want pro-requests with 97 left", st)
+		}
+	})
+}
+
+func TestHitsAddend(t *testing.T) {
+	stores(t, func(t *testing.T, redis bool) {
+		e := newEnv(t, testConfig, redis, rls.Options{})
+		ip := func() *commonv3.RateLimitDescriptor { return d("remote_address", "198.51.100.9") }
+		remaining := func(resp *rlsv3.RateLimitResponse) uint32 { return resp.GetStatuses()[0].GetLimitRemaining() }
+		if got := remaining(e.ask(t, "edge", 0, ip())); got != 3 {
+			t.Errorf("hits_addend unset counts 1: remaining %d, want 3", got)
+		}
+		if got := remaining(e.ask(t, "edge", 2, ip())); got != 1 {
+			t.Errorf("request hits_addend 2: remaining %d, want 1", got)
+		}
+		if got := remaining(e.ask(t, "edge", 2, hits(0, ip()))); got != 1 {
+			t.Errorf("a descriptor's hits_addend 0 only checks: remaining %d, want 1", got)
+		}
+		resp := e.ask(t, "edge", 3, hits(2, ip()))
+		if resp.GetOverallCode() != OVER || remaining(resp) != 1 {
+			t.Errorf("a descriptor's hits_addend 2 over the request's 3, 1 left: %s remaining %d, want OVER_LIMIT 1", codes_(resp), remaining(resp))
+		}
+		if got := remaining(e.ask(t, "edge", 3, hits(1, ip()))); got != 0 {
+			t.Errorf("a descriptor's hits_addend 1: remaining %d, want 0", got)
+		}
+		if resp := e.ask(t, "edge", 0, hits(0, ip())); resp.GetOverallCode() != OVER {
+			t.Errorf("a check on a spent limit: %s, want OVER_LIMIT", codes_(resp))
+		}
+		// The tenant's plan counts one request however many descriptors
+		// name it.
+		e.ask(t, "edge", 0, d("tenant", "acme"), d("tenant", "acme", "generic_key", "search"))
+		resp = e.ask(t, "edge", 0, hits(0, d("tenant", "acme")))
+		if st := resp.GetStatuses()[0]; st.GetCurrentLimit().GetName() != "free-requests" || st.GetLimitRemaining() != 2 {
+			t.Errorf("the plan after one request of two descriptors: %v, want free-requests with 2 left", st)
+		}
+	})
+}
+
+func TestShadowUnlimitedAndBlock(t *testing.T) {
+	stores(t, func(t *testing.T, redis bool) {
+		e := newEnv(t, testConfig, redis, rls.Options{})
+		for i := range 3 {
+			resp := e.ask(t, "edge", 0, d("shadowed", "x"), d("remote_address", "198.51.100.10"))
+			if resp.GetOverallCode() != OK || resp.GetStatuses()[0].GetCode() != OK {
+				t.Fatalf("request %d over a shadow limit: %s", i, codes_(resp))
+			}
+		}
+		resp := e.ask(t, "edge", 0, d("remote_address", "198.51.100.10"))
+		if got := resp.GetStatuses()[0].GetLimitRemaining(); got != 0 {
+			t.Errorf("the enforced limit beside a shadow one: remaining %d, want 0 (debited 4 times)", got)
+		}
+		resp = e.ask(t, "edge", 0, d("probe", "x"), d("tenant", "globex"))
+		if st := resp.GetStatuses()[0]; st.GetCode() != OK || st.GetLimitRemaining() != 1<<32-1 {
+			t.Errorf("unlimited: %v", st)
+		}
+		resp = e.ask(t, "edge", 0, d("tenant", "globex"), d("remote_address", "192.0.2.66"))
+		if got, want := codes_(resp), "OVER_LIMIT OK OVER_LIMIT"; got != want {
+			t.Errorf("a blocked address: %s, want %s", got, want)
+		}
+		if !strings.Contains(string(resp.GetRawBody()), `"code":"banned"`) {
+			t.Errorf("raw body %s", resp.GetRawBody())
+		}
+		resp = e.ask(t, "edge", 0, hits(0, d("tenant", "globex")))
+		if st := resp.GetStatuses()[0]; st.GetLimitRemaining() != 99 {
+			t.Errorf("a blocked request debited its other descriptors: %v (want 99 left: one request, by the unlimited call)", st)
+		}
+	})
+}
+
+func TestHeaders(t *testing.T) {
+	e := newEnv(t, testConfig, false, rls.Options{})
+	resp := e.ask(t, "edge", 0, d("tenant", "acme"))
+	if got, want := headerOf(resp, "RateLimit-Policy"), `"free-requests";q=3;w=60;qu="requests"`; got != want {
+		t.Errorf("RateLimit-Policy %q, want %q", got, want)
+	}
+	if got := headerOf(resp, "RateLimit"); !strings.HasPrefix(got, `"free-requests";r=2;t=`) {
+		t.Errorf("RateLimit %q", got)
+	}
+	if headerOf(resp, "Retry-After") != "" || resp.GetRawBody() != nil {
+		t.Errorf("an admitted request carries Retry-After or a body: %v", resp)
+	}
+	e.ask(t, "edge", 0, d("tenant", "acme"))
+	e.ask(t, "edge", 0, d("tenant", "acme"))
+	resp = e.ask(t, "edge", 0, d("tenant", "acme"))
+	if resp.GetOverallCode() != OVER {
+		t.Fatalf("fourth request: %s", codes_(resp))
+	}
+	ra := headerOf(resp, "Retry-After")
+	if ra == "" || ra == "0" {
+		t.Errorf("Retry-After %q", ra)
+	}
+	if got := headerOf(resp, "RateLimit"); !strings.HasPrefix(got, `"free-requests";r=0;t=`+ra) {
+		t.Errorf("RateLimit %q on a refusal, want t=%s", got, ra)
+	}
+	st := resp.GetStatuses()[0]
+	if st.GetDurationUntilReset().AsDuration() < time.Duration(0) || st.GetDurationUntilReset() == nil {
+		t.Errorf("duration_until_reset %v", st.GetDurationUntilReset())
+	}
+	if c := st.GetCurrentLimit(); c.GetRequestsPerUnit() != 3 || c.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE {
+		t.Errorf("current_limit %v, want 3 a minute", c)
+	}
+	var body struct {
+		Error gate.Error `json:"error"`
+	}
+	if err := json.Unmarshal(resp.GetRawBody(), &body); err != nil || body.Error.Type != "rate_limit_exceeded" || body.Error.Code != "free-requests" {
+		t.Errorf("raw body %s: %v", resp.GetRawBody(), err)
+	}
+	if headerOf(resp, "Content-Type") != "application/json" {
+		t.Errorf("no content type for the body")
+	}
+}
+
+func TestFailOpenAndClosed(t *testing.T) {
+	e := newEnv(t, testConfig, true, rls.Options{})
+	if resp := e.ask(t, "edge", 0, d("open", "a"), d("closed", "b")); resp.GetOverallCode() != OK {
+		t.Fatalf("with Redis up: %s", codes_(resp))
+	}
+	e.redis.Stop(t)
+	resp := e.ask(t, "edge", 0, d("open", "a"))
+	if resp.GetOverallCode() != OK || headerOf(resp, "Costgate-Degraded") != "fail-open" {
+		t.Errorf("a fail-open limit with Redis down: %s %v", codes_(resp), resp.GetResponseHeadersToAdd())
+	}
+	resp = e.ask(t, "edge", 0, d("open", "a"), d("closed", "b"))
+	if got, want := codes_(resp), "OVER_LIMIT OK OVER_LIMIT"; got != want {
+		t.Errorf("a fail-closed limit with Redis down: %s, want %s", got, want)
+	}
+	if headerOf(resp, "Retry-After") != "1" || headerOf(resp, "Costgate-Degraded") != "fail-closed" {
+		t.Errorf("fail-closed headers: %v", resp.GetResponseHeadersToAdd())
+	}
+	if !strings.Contains(string(resp.GetRawBody()), "service_unavailable") {
+		t.Errorf("fail-closed body: %s", resp.GetRawBody())
+	}
+	e.redis.Restart(t)
+}
+
+func TestTwoPhaseTokens(t *testing.T) {
+	stores(t, func(t *testing.T, redis bool) {
+		e := newEnv(t, testConfig, redis, rls.Options{})
+		in := func(n uint64) *commonv3.RateLimitDescriptor {
+			return hits(n, d("tenant", "acme", "model", "test-model", "tokens", "input"))
+		}
+		out := func(n uint64) *commonv3.RateLimitDescriptor {
+			return hits(n, d("tenant", "acme", "model", "test-model", "tokens", "output"))
+		}
+		// Phase 1: the request arrives, and its tokens are checked.
+		if resp := e.ask(t, "edge", 0, in(0), out(0)); resp.GetOverallCode() != OK {
+			t.Fatalf("phase 1: %s", codes_(resp))
+		}
+		// Phase 2: the stream ended, with 200 input and 900 output tokens,
+		// more than free-tokens' 1000 a minute: it is debited all the same.
+		resp := e.ask(t, "edge", 0, in(200), out(900))
+		if resp.GetOverallCode() != OK {
+			t.Fatalf("phase 2: %s", codes_(resp))
+		}
+		if st := resp.GetStatuses()[0]; st.GetCurrentLimit().GetName() != "free-tokens" || st.GetLimitRemaining() != 0 {
+			t.Errorf("phase 2 status: %v, want free-tokens spent", st)
+		}
+		// The next request's phase 1 is refused.
+		resp = e.ask(t, "edge", 0, in(0), out(0))
+		if resp.GetOverallCode() != OVER {
+			t.Fatalf("phase 1 after the limit is spent: %s", codes_(resp))
+		}
+		if st := resp.GetStatuses()[0]; st.GetCurrentLimit().GetName() != "free-tokens" || st.GetDurationUntilReset() == nil {
+			t.Errorf("refused check: %v", st)
+		}
+		// The tokens were priced at test-model's price into the ledger:
+		// 200 × $1/M + 900 × $10/M = $0.0092.
+		ctx := context.Background()
+		if err := e.g.Ledger().Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		spent, err := e.g.Ledger().Spend(ctx, ledger.SpendQuery{Tenant: "acme", Period: "day"})
+		if err != nil || spent != 9_200_000 {
+			t.Errorf("the ledger has %d nano-dollars for acme (%v), want 9200000", spent, err)
+		}
+		page, err := e.g.Ledger().Entries(ctx, ledger.Query{Tenant: "acme"})
+		if err != nil || len(page.Entries) != 1 {
+			t.Fatalf("ledger entries: %v, %v", page.Entries, err)
+		}
+		if en := page.Entries[0]; en.Route != "rls:edge" || en.Model != "test-model" || en.Actual.InputTokens != 200 || en.Actual.OutputTokens != 900 {
+			t.Errorf("ledger entry %+v", en)
+		}
+	})
+}
+
+func TestPriceLandsInTheLedger(t *testing.T) {
+	e := newEnv(t, testConfig, false, rls.Options{})
+	e.ask(t, "edge", 0, d("tenant", "acme", "generic_key", "search"))
+	e.ask(t, "edge", 0, d("tenant", "acme")) // requests only: no ledger entry
+	ctx := context.Background()
+	if err := e.g.Ledger().Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	page, err := e.g.Ledger().Entries(ctx, ledger.Query{Tenant: "acme"})
+	if err != nil || len(page.Entries) != 1 || page.Entries[0].ActualCost != 10_000_000 {
+		t.Errorf("ledger: %+v, %v; want one entry of $0.01", page.Entries, err)
+	}
+}
+
+func TestInvalidRequests(t *testing.T) {
+	e := newEnv(t, testConfig, false, rls.Options{})
+	long := strings.Repeat("x", 2000)
+	for _, tc := range []struct {
+		name string
+		req  *rlsv3.RateLimitRequest
+	}{
+		{"no domain", &rlsv3.RateLimitRequest{Descriptors: []*commonv3.RateLimitDescriptor{d("a", "b")}}},
+		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "edge"}},
+		{"empty descriptor", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{{}}}},
+		{"long value", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{d("route", long)}}},
+		{"hash tag in a tenant", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{d("tenant", "a}b")}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.client.ShouldRateLimit(context.Background(), tc.req)
+			if status.Code(err) != codes.InvalidArgument {
+				t.Errorf("got %v, want InvalidArgument", err)
+			}
+		})
+	}
+}
+
+func TestHealthAndReflection(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprint("reflection ", on), func(t *testing.T) {
+			e := newEnv(t, testConfig, false, rls.Options{Reflection: on})
+			ctx := context.Background()
+			for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
+				hr, err := healthpb.NewHealthClient(e.conn).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+				if err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+					t.Errorf("health of %q: %v, %v", svc, hr, err)
+				}
+			}
+			stream, err := reflectionpb.NewServerReflectionClient(e.conn).ServerReflectionInfo(ctx)
+			if err == nil {
+				err = stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}})
+			}
+			var list *reflectionpb.ServerReflectionResponse
+			if err == nil {
+				list, err = stream.Recv()
+			}
+			switch {
+			case on && err != nil:
+				t.Errorf("reflection on: %v", err)
+			case on && !strings.Contains(list.String(), "envoy.service.ratelimit.v3.RateLimitService"):
+				t.Errorf("reflection lists %v", list)
+			case !on && status.Code(err) != codes.Unimplemented:
+				t.Errorf("reflection off: %v, want Unimplemented", err)
+			}
+		})
+	}
+}
+
+func TestReload(t *testing.T) {
+	e := newEnv(t, testConfig, false, rls.Options{})
+	if resp := e.ask(t, "edge", 0, d("added", "x")); resp.GetStatuses()[0].GetCurrentLimit() != nil {
+		t.Fatalf("before the reload: %v", resp)
+	}
+	cfg, err := config.Parse([]byte(testConfig + `
+    - domain: more
+      descriptors: [{key: added, rate_limit: {name: added, unit: minute, requests_per_unit: 1}}]
+data_dir: ` + e.g.Config().DataDir + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.g.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	e.ask(t, "more", 0, d("added", "x"))
+	if resp := e.ask(t, "more", 0, d("added", "x")); resp.GetOverallCode() != OVER {
+		t.Errorf("after the reload: %s", codes_(resp))
+	}
+}
