@@ -20,7 +20,8 @@ type caller interface {
 
 // loadConfig is one run's shape.
 type loadConfig struct {
-	Concurrency int           // workers, each with one call in flight (gRPC streams)
+	Concurrency int           // workers, each with at most one call in flight (gRPC streams)
+	Rate        float64       // decisions per second offered, spread over the workers; 0: closed loop
 	Keys        int           // distinct key indexes, spread over the calls
 	Warmup      time.Duration // calls before the measured window, not counted
 	Duration    time.Duration // the measured window
@@ -34,6 +35,7 @@ type Result struct {
 	Target      string  `json:"target"`
 	Descriptors int     `json:"descriptors"`
 	Concurrency int     `json:"conc"`
+	Rate        float64 `json:"rate,omitempty"` // offered decisions/s; 0: closed loop
 	Conns       int     `json:"conns"`
 	Keys        int     `json:"keys"`
 	Decisions   uint64  `json:"decisions"`  // calls answered, allowed or refused
@@ -70,17 +72,20 @@ const (
 	phaseDone
 )
 
-// drive runs the load: cfg.Concurrency workers call c in a closed loop,
-// worker w's n-th call on key index (n*Concurrency + w) % Keys, for
-// cfg.Warmup and then cfg.Duration, and measures the second window: calls
-// answered in it, their latency (from the call to its answer), and the CPU
-// time the server, store and this process used. A call is counted in the
-// window in which it was answered. It returns an error only when the load
-// could not be run, or when no call in the window got an answer.
+// drive runs the load: cfg.Concurrency workers call c, in a closed loop
+// (each calls again as soon as it has its answer) or, with cfg.Rate, each
+// at its share of the rate; worker w's n-th call is on key index
+// (n*Concurrency + w) % Keys. It runs for cfg.Warmup and then cfg.Duration,
+// and measures the second window: calls answered in it, their latency
+// (from the call, or from when it was due, to its answer), and the CPU time
+// the server, store and this process used. A call is counted in the window
+// in which it was answered. It returns an error only when the load could
+// not be run, or when no call in the window got an answer.
 func drive(ctx context.Context, cfg loadConfig, c caller) (Result, error) {
 	var res Result
-	if cfg.Concurrency < 1 || cfg.Keys < 1 || cfg.Duration <= 0 {
-		return res, fmt.Errorf("load: concurrency %d, keys %d, duration %v: want all positive", cfg.Concurrency, cfg.Keys, cfg.Duration)
+	if cfg.Concurrency < 1 || cfg.Keys < 1 || cfg.Duration <= 0 || cfg.Rate < 0 {
+		return res, fmt.Errorf("load: concurrency %d, keys %d, duration %v, rate %v: want all positive (rate 0: closed loop)",
+			cfg.Concurrency, cfg.Keys, cfg.Duration, cfg.Rate)
 	}
 	// One call first: a server that is not there is an error, not a run of
 	// failures.
@@ -102,12 +107,35 @@ func drive(ctx context.Context, cfg loadConfig, c caller) (Result, error) {
 		wg.Go(func() {
 			key := w % cfg.Keys
 			step := cfg.Concurrency % cfg.Keys
+			// With a rate, worker w's calls are due every interval, the
+			// workers' schedules staggered; a call's latency counts from
+			// when it was due, so a server that falls behind is charged
+			// for the wait (no coordinated omission).
+			var interval time.Duration
+			var due time.Time
+			if cfg.Rate > 0 {
+				interval = time.Duration(float64(cfg.Concurrency) / cfg.Rate * float64(time.Second))
+				due = time.Now().Add(interval * time.Duration(w) / time.Duration(cfg.Concurrency))
+			}
 			for {
+				start := time.Now()
+				if interval > 0 {
+					if wait := time.Until(due); wait > 0 {
+						t := time.NewTimer(wait)
+						select {
+						case <-t.C:
+						case <-callCtx.Done():
+							t.Stop()
+							return
+						}
+					}
+					start = due
+					due = due.Add(interval)
+				}
 				cctx, cancel := callCtx, context.CancelFunc(nil)
 				if cfg.CallTimeout > 0 {
 					cctx, cancel = context.WithTimeout(callCtx, cfg.CallTimeout)
 				}
-				start := time.Now()
 				over, err := c.call(cctx, w, key)
 				d := time.Since(start)
 				if cancel != nil {
@@ -201,6 +229,7 @@ func drive(ctx context.Context, cfg loadConfig, c caller) (Result, error) {
 		}
 	}
 	res.Concurrency = cfg.Concurrency
+	res.Rate = cfg.Rate
 	res.Keys = cfg.Keys
 	res.Decisions = h.n
 	res.Seconds = elapsed.Seconds()

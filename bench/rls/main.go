@@ -70,6 +70,7 @@ type options struct {
 	limit           int64
 	limitDuration   time.Duration
 	concurrency     int
+	rate            float64
 	conns           int
 	duration        time.Duration
 	warmup          time.Duration
@@ -97,7 +98,8 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.IntVar(&o.hits, "hits", 1, "hits per descriptor (RLS hits_addend, gubernator hits)")
 	fs.Int64Var(&o.limit, "limit", 1_000_000_000, "gubernator: token bucket limit of each descriptor, hits per -limit-duration")
 	fs.DurationVar(&o.limitDuration, "limit-duration", time.Minute, "gubernator: the limit's duration")
-	fs.IntVar(&o.concurrency, "concurrency", 64, "calls in flight (workers in a closed loop, one gRPC stream each)")
+	fs.IntVar(&o.concurrency, "concurrency", 64, "workers, each with at most one call in flight (one gRPC stream each)")
+	fs.Float64Var(&o.rate, "rate", 0, "decisions per second offered, spread over the workers, latency counted from each call's due time (0: closed loop, each worker calls again on its answer)")
 	fs.IntVar(&o.conns, "conns", 2, "gRPC connections the workers share (as Envoy opens about one per worker thread)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured window")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "load before the measured window, not counted")
@@ -162,6 +164,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	p := o.pattern
 	cfg := loadConfig{
 		Concurrency: o.concurrency,
+		Rate:        o.rate,
 		Keys:        o.keys,
 		Warmup:      o.warmup,
 		Duration:    o.duration,
@@ -227,10 +230,15 @@ func printResult(w io.Writer, res Result, asJSON bool) error {
 		}
 		return f(*v, 2)
 	}
+	rate := "closed"
+	if res.Rate > 0 {
+		rate = f(res.Rate, 0)
+	}
 	fields := []string{
 		"target=" + res.Target,
 		"descriptors=" + strconv.Itoa(res.Descriptors),
 		"conc=" + strconv.Itoa(res.Concurrency),
+		"rate=" + rate,
 		"conns=" + strconv.Itoa(res.Conns),
 		"keys=" + strconv.Itoa(res.Keys),
 		"decisions=" + strconv.FormatUint(res.Decisions, 10),

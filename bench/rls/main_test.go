@@ -146,6 +146,23 @@ func TestRunJSON(t *testing.T) {
 	}
 }
 
+// TestRunRate checks that -rate offers about the rate asked for.
+func TestRunRate(t *testing.T) {
+	_, addr := startOKServer(t)
+	var out bytes.Buffer
+	args := []string{"-addr", addr, "-rate", "400", "-concurrency", "8", "-warmup", "200ms", "-duration", "1s", "-json"}
+	if err := run(t.Context(), args, &out); err != nil {
+		t.Fatal(err)
+	}
+	var res Result
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("%v: %q", err, out.String())
+	}
+	if res.Rate != 400 || res.PerSecond < 300 || res.PerSecond > 440 {
+		t.Errorf("rate %v, decisions/s %v: want about 400", res.Rate, res.PerSecond)
+	}
+}
+
 // TestUnreachable checks that a server that is not there is one clear
 // error, not a run of failed calls.
 func TestUnreachable(t *testing.T) {
