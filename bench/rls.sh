@@ -269,13 +269,13 @@ awk '
 		total = (server == "-") ? "-" : server + ((store == "-") ? 0 : store)
 		if (f["target"] == "gubernator") { gs[key] = server; gt[key] = total }
 		n++
-		row[n] = sprintf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |",
+		row[n] = sprintf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |",
 			f["target"], f["descriptors"], (f["rate"] == "closed") ? "closed, " f["conc"] " in flight" : f["rate"] "/s over " f["conc"], f["round"], val("decisions/s"), server, store,
 			(total == "-") ? "-" : sprintf("%.2f", total),
-			ratio(server, gs[key]), ratio(total, gt[key]), val("p50_ms"), val("p99_ms"), val("errors"))
+			ratio(server, gs[key]), ratio(total, gt[key]), val("p50_ms"), val("p99_ms"), val("errors"), val("load1"))
 	}
 	END {
-		print "| target | descriptors | load | round | decisions/s | server CPU µs/decision | Redis CPU µs/decision | server + Redis | server vs gubernator | server + Redis vs gubernator | p50 ms | p99 ms | errors |"
-		print "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+		print "| target | descriptors | load | round | decisions/s | server CPU µs/decision | Redis CPU µs/decision | server + Redis | server vs gubernator | server + Redis vs gubernator | p50 ms | p99 ms | errors | load |"
+		print "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 		for (i = 1; i <= n; i++) print row[i]
 	}' "$results"

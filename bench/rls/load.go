@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,7 +56,10 @@ type Result struct {
 	P90           float64  `json:"p90_ms"`
 	P99           float64  `json:"p99_ms"`
 	Max           float64  `json:"max_ms"`
-	FirstError    string   `json:"first_error,omitempty"`
+	// Load1 is the 1-minute load average at the end of the window (from
+	// /proc/loadavg; this run's own processes count in it).
+	Load1      string `json:"load1"`
+	FirstError string `json:"first_error,omitempty"`
 }
 
 // A worker's counts, kept apart so that workers share no cache line.
@@ -209,6 +213,11 @@ func drive(ctx context.Context, cfg loadConfig, c caller) (Result, error) {
 			if after[i], cpuErr = readCPU(pid); cpuErr != nil {
 				break
 			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			res.Load1 = f[0]
 		}
 	}
 	finish()

@@ -253,6 +253,7 @@ func printResult(w io.Writer, res Result, asJSON bool) error {
 		"max_ms=" + f(res.Max, 3),
 		"over_limit=" + strconv.FormatUint(res.OverLimit, 10),
 		"errors=" + strconv.FormatUint(res.Errors, 10),
+		"load1=" + res.Load1,
 	}
 	if res.FirstError != "" {
 		fields = append(fields, "first_error="+strconv.Quote(res.FirstError))
