@@ -213,7 +213,7 @@ func (s *Server) ask(ctx context.Context, caller *gate.Caller, c *call, k kind) 
 	g := &c.groups[k]
 	req := gate.Request{
 		Caller: caller, Route: c.dom.route, Estimate: costmodel.Estimate{Model: c.model},
-		Extra: g.extras, ExtraOnly: !g.named, NoPolicy: true, NoRequests: true,
+		Extra: g.extras, ExtraOnly: !g.named, NoPolicy: true, NoRequests: true, States: true,
 	}
 	switch k {
 	case kindCheck:
