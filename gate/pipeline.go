@@ -728,8 +728,10 @@ func (r *Reservation) Settle(ctx context.Context, c Charge) {
 				actual[i] = l.costOf(r.req.Requests, c.Usage, c.Cost)
 			}
 		}
-		if err := r.store().Settle(ctx, r.resID, r.items, actual); err != nil {
-			r.g.log.Warn("limiter settle failed", "request_id", r.req.ID, "err", err)
+		if !unchanged(r.items, actual) {
+			if err := r.store().Settle(ctx, r.resID, r.items, actual); err != nil {
+				r.g.log.Warn("limiter settle failed", "request_id", r.req.ID, "err", err)
+			}
 		}
 	}
 	r.ended = true
@@ -754,6 +756,26 @@ func (r *Reservation) Report(status int) {
 	}
 	r.reported = true
 	r.record(status)
+}
+
+// unchanged tells whether settling items at actual costs changes nothing
+// in the store, so that the call is not made: every actual cost is the
+// reserved one, and no item holds a concurrency unit or a window's
+// reservation record, which a settlement releases. (An RLS decision,
+// final at once, is settled so.)
+func unchanged(items []weighted.Item, actual []int64) bool {
+	for i, it := range items {
+		if actual[i] != it.Cost {
+			return false
+		}
+		switch it.Limit.Algorithm {
+		case weighted.Concurrency, weighted.FixedWindow, weighted.SlidingWindow:
+			if it.Cost > 0 {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // SettleLater settles on a goroutine the gate owns, so that the front
