@@ -114,9 +114,11 @@ type RLSRateLimit struct {
 	// Unlimited answers OK without counting, with limit_remaining at its
 	// largest.
 	Unlimited bool `yaml:"unlimited"`
-	// Algorithm counts the hits: fixed_window (default, as
-	// envoyproxy/ratelimit), token_bucket, gcra, sliding_window or
-	// sliding_log.
+	// Algorithm counts the hits: token_bucket (default, as costgate's
+	// limits: RequestsPerUnit a period, a burst of RequestsPerUnit),
+	// fixed_window (as envoyproxy/ratelimit counts), gcra, sliding_window
+	// or sliding_log. A window algorithm costs each request a second
+	// limiter call, which settles its reservation.
 	Algorithm string `yaml:"algorithm"`
 	// Burst is a token bucket's or GCRA's capacity; default
 	// RequestsPerUnit.
@@ -176,7 +178,7 @@ func (n *RLSDescriptor) applyDefaults(domain, parent string) {
 	}
 	if r := n.RateLimit; r != nil && !r.Unlimited {
 		if r.Algorithm == "" {
-			r.Algorithm = "fixed_window"
+			r.Algorithm = "token_bucket"
 		}
 		if r.UnitMultiplier == 0 {
 			r.UnitMultiplier = 1

@@ -42,7 +42,7 @@ func TestRLSErrorsNameTheField(t *testing.T) {
 		{"negative multiplier", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {unit: second, requests_per_unit: 1, unit_multiplier: -2}}]}]}", "rls.domains[0].descriptors[0].rate_limit.unit_multiplier: must be positive"},
 		{"period too long", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {unit: year, requests_per_unit: 1, unit_multiplier: 2}}]}]}", "rls.domains[0].descriptors[0].rate_limit.unit_multiplier: the period is longer"},
 		{"period overflows", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {unit: year, requests_per_unit: 1, unit_multiplier: 9223372036854775807}}]}]}", "rls.domains[0].descriptors[0].rate_limit.unit_multiplier"},
-		{"burst on a window", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {unit: second, requests_per_unit: 1, burst: 5}}]}]}", "rls.domains[0].descriptors[0].rate_limit.burst: does not apply to fixed_window"},
+		{"burst on a window", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {unit: second, requests_per_unit: 1, burst: 5, algorithm: fixed_window}}]}]}", "rls.domains[0].descriptors[0].rate_limit.burst: does not apply to fixed_window"},
 		{"burst on a block", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {unit: second, requests_per_unit: 0, algorithm: token_bucket, burst: 5}}]}]}", "rls.domains[0].descriptors[0].rate_limit.burst: a limit of 0"},
 		{"rate too large", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {unit: second, requests_per_unit: 9223372036854775807}}]}]}", "rls.domains[0].descriptors[0].rate_limit: rate"},
 		{"unlimited with a rate", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {unlimited: true, unit: second}}]}]}", "rls.domains[0].descriptors[0].rate_limit.unlimited: an unlimited descriptor takes no other"},
@@ -96,7 +96,7 @@ rls:
 	}
 	d := cfg.RLS.Domains[0].Descriptors
 	ip := d[0]
-	if ip.Hits != "requests" || ip.OnStoreFailure != "fail_open" || ip.RateLimit.Algorithm != "fixed_window" ||
+	if ip.Hits != "requests" || ip.OnStoreFailure != "fail_open" || ip.RateLimit.Algorithm != "token_bucket" ||
 		ip.RateLimit.Name != "edge.remote_address" || ip.RateLimit.Period() != time.Minute {
 		t.Errorf("defaults: %+v %+v", ip, *ip.RateLimit)
 	}

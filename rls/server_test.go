@@ -65,7 +65,7 @@ rls:
                 - {key: tokens, value: input, hits: input_tokens}
                 - {key: tokens, value: output, hits: output_tokens}
         - key: remote_address
-          rate_limit: {name: per-ip, unit: minute, requests_per_unit: 4}
+          rate_limit: {name: per-ip, unit: minute, requests_per_unit: 4, algorithm: fixed_window}
         - key: remote_address
           value: 192.0.2.66
           rate_limit: {name: banned, unit: second, requests_per_unit: 0}

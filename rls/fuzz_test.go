@@ -1,0 +1,209 @@
+package rls
+
+import (
+	"strings"
+	"testing"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/costgate/costgate/config"
+	"github.com/costgate/costgate/weighted"
+)
+
+// fuzzConfig has nodes of every kind: exact, wildcard and any values,
+// nesting, roles, hits in tokens, blocks and unlimited.
+const fuzzConfig = `
+admin_token: t
+tenants: [{name: acme, plan: free, keys: [{key: k}]}]
+limits: [{name: free-requests, plans: [free], dimensions: [tenant], rate: 3, period: 1m}]
+rls:
+  domains:
+    - domain: d
+      descriptors:
+        - key: tenant
+          as: tenant
+          descriptors:
+            - {key: generic_key, value: search, price_per_hit: "0.01", rate_limit: {unit: minute, requests_per_unit: 2}}
+            - key: model
+              as: model
+              descriptors:
+                - {key: tokens, value: input, hits: input_tokens, rate_limit: {unit: minute, requests_per_unit: 1000}}
+                - {key: tokens, value: output, hits: output_tokens}
+        - {key: tenant, value: "b*", as: tenant, plan: bench, rate_limit: {unit: second, requests_per_unit: 5}}
+        - {key: tenant, value: "bench-*", as: tenant, rate_limit: {unit: second, requests_per_unit: 9}}
+        - {key: tenant, value: acme, as: tenant}
+        - {key: ip, rate_limit: {unit: second, requests_per_unit: 4}}
+        - {key: ip, value: "10.*", rate_limit: {unit: second, requests_per_unit: 0}}
+        - {key: ip, value: "10.1*", shadow_mode: true, rate_limit: {unit: second, requests_per_unit: 0}}
+        - {key: free, rate_limit: {unlimited: true}}
+        - key: user
+          as: user
+          tenant: acme
+          descriptors:
+            - {key: q, hits: tokens, rate_limit: {unit: hour, requests_per_unit: 7, algorithm: token_bucket}}
+`
+
+// FuzzConvert checks the conversion of a request for the gate on
+// arbitrary descriptors: it never panics, each descriptor matches the
+// node that a direct reading of the configuration finds (refMatch), and
+// what it hands the gate is well formed.
+func FuzzConvert(f *testing.F) {
+	cfg, err := config.Parse([]byte(fuzzConfig))
+	if err != nil {
+		f.Fatal(err)
+	}
+	tr, err := compile(cfg)
+	if err != nil {
+		f.Fatal(err)
+	}
+	dom := tr.domains["d"]
+	for _, s := range []string{
+		"tenant=acme",
+		"tenant=acme;generic_key=search|ip=10.0.0.1",
+		"tenant=bench-3|tenant=bench-3;generic_key=search|ip=192.0.2.1",
+		"tenant=bx;model=m;tokens=input|tenant=acme;model=m;tokens=output",
+		"user=u;q=x|free=1|ip=10.1.2.3",
+		"tenant=a}b",
+		"tenant=;generic_key=search",
+		"ip=a:b%c|ip=a:b%c",
+		"",
+		"|",
+		"nothing=x;more=y",
+	} {
+		f.Add(s, uint32(0), int64(-1), false)
+		f.Add(s, uint32(3), int64(0), false)
+		f.Add(s, uint32(1), int64(1<<62), true)
+	}
+	c := new(call)
+	f.Fuzz(func(t *testing.T, s string, reqHits uint32, dHits int64, negative bool) {
+		req := &rlsv3.RateLimitRequest{Domain: "d", HitsAddend: reqHits}
+		for part := range strings.SplitSeq(s, "|") {
+			d := &commonv3.RateLimitDescriptor{IsNegativeHits: negative}
+			if dHits >= 0 {
+				d.HitsAddend = wrapperspb.UInt64(uint64(dHits))
+			}
+			for kv := range strings.SplitSeq(part, ";") {
+				if kv == "" {
+					continue
+				}
+				k, v, _ := strings.Cut(kv, "=")
+				d.Entries = append(d.Entries, &commonv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+			}
+			req.Descriptors = append(req.Descriptors, d)
+		}
+		if err := c.convert(dom, req); err != nil {
+			return
+		}
+		if len(c.descs) != len(req.Descriptors) {
+			t.Fatalf("%d descriptors, %d converted", len(req.Descriptors), len(c.descs))
+		}
+		var n [numKinds]int
+		for i, dc := range c.descs {
+			want := refMatch(cfg.RLS.Domains[0].Descriptors, req.Descriptors[i].Entries)
+			if got := dc.n != nil; got != (want != nil) {
+				t.Fatalf("descriptor %d matched %v, the configuration says %v", i, got, want != nil)
+			}
+			if want != nil && limitName(want) != nodeName(dc.n) {
+				t.Fatalf("descriptor %d matched limit %q, the configuration says %q", i, nodeName(dc.n), limitName(want))
+			}
+			n[dc.kind]++
+			if dc.kind == kindNone {
+				if dc.extra >= 0 || dc.named {
+					t.Fatalf("descriptor %d asks nothing but has an item or names the caller", i)
+				}
+				continue
+			}
+			if dc.hits < 0 || dc.hits > maxHits {
+				t.Fatalf("descriptor %d: hits %d", i, dc.hits)
+			}
+			g := &c.groups[dc.kind]
+			if dc.extra >= len(g.extras) || (dc.n.limit != nil) != (dc.extra >= 0) {
+				t.Fatalf("descriptor %d: item %d of %d", i, dc.extra, len(g.extras))
+			}
+		}
+		for k := range c.groups {
+			g := &c.groups[k]
+			if kind(k) == kindNone {
+				continue
+			}
+			if g.n != n[k] || len(g.actual) != len(g.extras) {
+				t.Fatalf("group %d: %d descriptors counted, %d seen; %d items, %d actual costs", k, g.n, n[k], len(g.extras), len(g.actual))
+			}
+			if g.named && c.tenant == "" {
+				t.Fatalf("group %d names a caller, and the request none", k)
+			}
+			for i, e := range g.extras {
+				if !strings.HasPrefix(e.Key, "{") || weighted.HashTag(e.Key) == e.Key || e.Cost < 0 || e.Cost > maxHits || g.actual[i] < 0 || g.actual[i] > maxHits {
+					t.Fatalf("group %d item %d: %+v, actual %d", k, i, e, g.actual[i])
+				}
+				if kind(k) != kindDebit && e.Cost != 0 {
+					t.Fatalf("a %d item costs %d", k, e.Cost)
+				}
+				for j := range i {
+					if g.extras[j].Key == e.Key && g.extras[j].Limit.Name == e.Limit.Name {
+						t.Fatalf("group %d: item %d repeats item %d", k, i, j)
+					}
+				}
+			}
+		}
+		if c.block >= 0 && nodeLimit(c.descs[c.block].n) == nil {
+			t.Fatalf("block %d has no limit", c.block)
+		}
+		if strings.ContainsAny(c.tenant, "{}") {
+			t.Fatalf("tenant %q", c.tenant)
+		}
+	})
+}
+
+// refMatch finds the configured node that entries reach, by the
+// definition: at each level, among the nodes of the entry's key, the one
+// of its exact value, else the longest wildcard prefix of it, else the one
+// of any value.
+func refMatch(nodes []config.RLSDescriptor, entries []*commonv3.RateLimitDescriptor_Entry) *config.RLSDescriptor {
+	var found *config.RLSDescriptor
+	for _, e := range entries {
+		found = nil
+		best := -1
+		for i := range nodes {
+			n := &nodes[i]
+			if n.Key != e.GetKey() {
+				continue
+			}
+			switch p, wild := strings.CutSuffix(n.Value, "*"); {
+			case n.Value == e.GetValue() && !wild:
+				found, best = n, 1<<30
+			case n.Value == "" && best < 0:
+				found = n
+			case wild && strings.HasPrefix(e.GetValue(), p) && len(p) > best:
+				found, best = n, len(p)
+			}
+		}
+		if found == nil {
+			return nil
+		}
+		nodes = found.Descriptors
+	}
+	return found
+}
+
+func limitName(n *config.RLSDescriptor) string {
+	if n.RateLimit == nil {
+		return ""
+	}
+	if n.RateLimit.Unlimited {
+		return "unlimited"
+	}
+	return n.RateLimit.Name
+}
+
+func nodeName(n *node) string {
+	switch {
+	case n.limit == nil:
+		return ""
+	case n.limit.unlimited:
+		return "unlimited"
+	}
+	return n.limit.info.current.Name
+}
