@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
 
 	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/internal/redistest"
@@ -20,10 +22,14 @@ import (
 // generic_key], [remote_address]) on examples/envoy/costgate.yaml's
 // limits, spread over 1000 tenants; every decision is allowed. The
 // client's CPU is in the figure too.
+//
+// The direct/ runs call the Server's method in process, without gRPC: the
+// decision alone.
 func BenchmarkShouldRateLimit(b *testing.B) {
-	for _, store := range []string{"memory", "redis"} {
+	for _, mode := range []string{"memory", "redis", "direct/memory", "direct/redis"} {
+		store, direct := strings.CutPrefix(mode, "direct/")
 		for _, n := range []int{1, 3} {
-			b.Run(fmt.Sprintf("%s/%d", store, n), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/%d", mode, n), func(b *testing.B) {
 				cfg, err := config.Load(filepath.Join(exampleDir, "costgate.yaml"))
 				if err != nil {
 					b.Fatal(err)
@@ -51,7 +57,13 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 				b.RunParallel(func(pb *testing.PB) {
 					ctx := context.Background()
 					for pb.Next() {
-						resp, err := e.client.ShouldRateLimit(ctx, reqs[next.Add(1)%keys])
+						call := e.client.ShouldRateLimit
+						if direct {
+							call = func(ctx context.Context, req *rlsv3.RateLimitRequest, _ ...grpc.CallOption) (*rlsv3.RateLimitResponse, error) {
+								return e.srv.ShouldRateLimit(ctx, req)
+							}
+						}
+						resp, err := call(ctx, reqs[next.Add(1)%keys])
 						if err != nil || resp.GetOverallCode() != OK {
 							b.Errorf("%v %v", resp, err)
 							return

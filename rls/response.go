@@ -2,6 +2,7 @@ package rls
 
 import (
 	"math"
+	"strconv"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -21,6 +22,7 @@ const (
 func respond(t *tree, c *call, out *[numKinds]outcome) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{OverallCode: codeOK}
 	sts := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(c.descs))
+	durs := make([]durationpb.Duration, len(c.descs))
 	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(c.descs))
 	for i := range c.descs {
 		sts[i].Code = codeOK
@@ -49,7 +51,7 @@ func respond(t *tree, c *call, out *[numKinds]outcome) *rlsv3.RateLimitResponse 
 		for i := range c.descs {
 			dc := &c.descs[i]
 			if dc.kind == kind(k) {
-				over = describe(t, c, dc, &o.d, &sts[i]) || over
+				over = describe(t, c, dc, &o.d, &sts[i], &durs[i]) || over
 			}
 		}
 		if !o.d.Allowed() && kind(k) != kindCharge {
@@ -71,34 +73,68 @@ func respond(t *tree, c *call, out *[numKinds]outcome) *rlsv3.RateLimitResponse 
 			sts[i].LimitRemaining = math.MaxUint32
 		}
 	}
-	var hs []*corev3.HeaderValue
+	var hs headers
 	if decider != nil && decider.RateLimit != nil {
-		hs = append(hs, header("RateLimit-Policy", decider.RateLimit.PolicyField()), header("RateLimit", decider.RateLimit.Field()))
+		rl := decider.RateLimit
+		if info := t.limits[rl.Name]; info != nil {
+			hs.add("RateLimit-Policy", info.policyField(rl))
+			hs.add("RateLimit", info.field(rl))
+		} else {
+			hs.add("RateLimit-Policy", rl.PolicyField())
+			hs.add("RateLimit", rl.Field())
+		}
 	}
 	if degraded {
-		hs = append(hs, header("Costgate-Degraded", "fail-open"))
+		hs.add("Costgate-Degraded", "fail-open")
 	}
 	if resp.OverallCode == codeOver && decider != nil {
 		if decider.RetryAfter > 0 {
-			hs = append(hs, header("Retry-After", itoa(decider.RetryAfter)))
+			hs.add("Retry-After", strconv.FormatInt(decider.RetryAfter, 10))
 		}
 		if decider.Status == 503 {
-			hs = append(hs, header("Costgate-Degraded", "fail-closed"))
+			hs.add("Costgate-Degraded", "fail-closed")
 		}
 		if decider.Error != nil {
 			resp.RawBody = errorBody(decider.Error)
-			hs = append(hs, header("Content-Type", "application/json"))
+			hs.add("Content-Type", "application/json")
 		}
 	}
-	resp.ResponseHeadersToAdd = hs
+	resp.ResponseHeadersToAdd = hs.list()
 	return resp
+}
+
+// headers collects the headers of an answer, at most maxHeaders, in two
+// allocations.
+type headers struct {
+	n  int
+	hv [maxHeaders]corev3.HeaderValue
+}
+
+const maxHeaders = 6
+
+func (h *headers) add(k, v string) {
+	h.hv[h.n].Key, h.hv[h.n].Value = k, v
+	h.n++
+}
+
+func (h *headers) list() []*corev3.HeaderValue {
+	if h.n == 0 {
+		return nil
+	}
+	hv := make([]corev3.HeaderValue, h.n)
+	out := make([]*corev3.HeaderValue, h.n)
+	for i := range out {
+		hv[i].Key, hv[i].Value = h.hv[i].Key, h.hv[i].Value
+		out[i] = &hv[i]
+	}
+	return out
 }
 
 // describe fills st, the status of descriptor dc from decision d, and
 // tells whether it is OVER_LIMIT. A descriptor shows its own limit and,
 // when it names the caller's tenant, the tenant's limits and budgets: the
 // one that refused it (the longest wait), else the most spent.
-func describe(t *tree, c *call, dc *desc, d *gate.Decision, st *rlsv3.RateLimitResponse_DescriptorStatus) bool {
+func describe(t *tree, c *call, dc *desc, d *gate.Decision, st *rlsv3.RateLimitResponse_DescriptorStatus, dur *durationpb.Duration) bool {
 	g := &c.groups[dc.kind]
 	var own *limitInfo
 	key := ""
@@ -156,8 +192,9 @@ func describe(t *tree, c *call, dc *desc, d *gate.Decision, st *rlsv3.RateLimitR
 		st.Code = codeOver
 		reset = max(reset, best.RetryAfter)
 	}
-	if reset > 0 {
-		st.DurationUntilReset = durationpb.New(reset.Round(time.Millisecond))
+	if reset = reset.Round(time.Millisecond); reset > 0 {
+		dur.Seconds, dur.Nanos = int64(reset/time.Second), int32(reset%time.Second)
+		st.DurationUntilReset = dur
 	}
 	return over
 }
@@ -211,7 +248,9 @@ func blocked(c *call) *rlsv3.RateLimitResponse {
 	name := c.descs[c.block].n.limit.info.current.Name
 	resp.RawBody = errorBody(&gate.Error{Type: "rate_limit_exceeded", Code: name, Policy: name,
 		Message: "limit " + name + " admits no request"})
-	resp.ResponseHeadersToAdd = []*corev3.HeaderValue{header("Content-Type", "application/json")}
+	var hs headers
+	hs.add("Content-Type", "application/json")
+	resp.ResponseHeadersToAdd = hs.list()
 	return resp
 }
 

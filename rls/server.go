@@ -37,11 +37,9 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -65,6 +63,10 @@ type Options struct {
 	GRPC []grpc.ServerOption
 }
 
+// streamWorkers is the number of goroutines that serve calls: Envoy keeps
+// a few connections with many concurrent streams each.
+const streamWorkers = 64
+
 // Server is the rate limit service on a gate. It reads the gate's active
 // configuration on every request, so that a reload applies at once. It is
 // safe for concurrent use.
@@ -79,7 +81,11 @@ type Server struct {
 
 // New returns a Server that decides on g; Serve starts it.
 func New(g *gate.Gate, opts Options) *Server {
-	s := &Server{g: g, log: opts.Logger, grpc: grpc.NewServer(opts.GRPC...), health: health.NewServer()}
+	// Stream workers keep their goroutines, and the stacks they have grown,
+	// from call to call: a new goroutine per call would grow its stack
+	// through the gate again each time. Calls past the workers get one.
+	gopts := append([]grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers)}, opts.GRPC...)
+	s := &Server{g: g, log: opts.Logger, grpc: grpc.NewServer(gopts...), health: health.NewServer()}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -282,7 +288,3 @@ func errorBody(e *gate.Error) []byte {
 	}
 	return b
 }
-
-func header(k, v string) *corev3.HeaderValue { return &corev3.HeaderValue{Key: k, Value: v} }
-
-func itoa(v int64) string { return strconv.FormatInt(v, 10) }

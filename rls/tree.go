@@ -3,7 +3,9 @@ package rls
 import (
 	"math"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/gate"
 	"github.com/costgate/costgate/weighted"
 )
 
@@ -92,10 +95,46 @@ type limit struct {
 	info       *limitInfo
 }
 
-// limitInfo is a limit as a descriptor status shows it.
+// limitInfo is a limit as a descriptor status and the RateLimit fields
+// show it.
 type limitInfo struct {
 	current *rlsv3.RateLimitResponse_RateLimit // shared by every response: never modified
 	rls     bool                               // a descriptor's own limit, not a configured one
+	quoted  string                             // the name as the RateLimit fields quote it
+	policy  atomic.Pointer[policyField]        // the last RateLimit-Policy field made
+}
+
+// policyField is a RateLimit-Policy field's value and what it was made
+// of: a limit's field changes only when its capacity does (a reload, the
+// local fallback's share while the store is out).
+type policyField struct {
+	quota, window int64
+	unit, value   string
+}
+
+func newInfo(cur *rlsv3.RateLimitResponse_RateLimit, rls bool) *limitInfo {
+	return &limitInfo{current: cur, rls: rls, quoted: strconv.Quote(cur.Name)}
+}
+
+// policyField is rl's RateLimit-Policy field, made once per capacity.
+func (li *limitInfo) policyField(rl *gate.RateLimit) string {
+	if p := li.policy.Load(); p != nil && p.quota == rl.Quota && p.window == rl.Window && p.unit == rl.Unit {
+		return p.value
+	}
+	v := rl.PolicyField()
+	li.policy.Store(&policyField{quota: rl.Quota, window: rl.Window, unit: rl.Unit, value: v})
+	return v
+}
+
+// field is rl's RateLimit field.
+func (li *limitInfo) field(rl *gate.RateLimit) string {
+	b := make([]byte, 0, len(li.quoted)+32)
+	b = append(b, li.quoted...)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, max(rl.Remaining, 0), 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, rl.Reset, 10)
+	return string(b)
 }
 
 // compile builds cfg's tree. cfg has been validated, so that every limit
@@ -107,14 +146,14 @@ func compile(cfg *config.Config) (*tree, error) {
 		if l.Unit == "usd" {
 			rate = int64(l.RateUSD)
 		}
-		t.limits[l.Name] = &limitInfo{current: currentLimit(l.Name, rate, l.Period)}
+		t.limits[l.Name] = newInfo(currentLimit(l.Name, rate, l.Period), false)
 	}
 	for _, b := range cfg.Budgets {
 		cur := currentLimit(b.Name, int64(b.Amount), 24*time.Hour)
 		if b.Period == "month" {
 			cur.Unit, cur.UnitMultiplier = rlsv3.RateLimitResponse_RateLimit_MONTH, nil
 		}
-		t.limits[b.Name] = &limitInfo{current: cur}
+		t.limits[b.Name] = newInfo(cur, false)
 	}
 	for _, d := range cfg.RLS.Domains {
 		dom := &domain{name: d.Domain, route: "rls:" + d.Domain, tag: "{rls:" + d.Domain + "}"}
@@ -154,7 +193,7 @@ func (t *tree) level(nodes []config.RLSDescriptor, dim string) (level, error) {
 			case r.Unlimited:
 			case r.RequestsPerUnit == 0:
 				l.block = true
-				l.info = &limitInfo{rls: true, current: &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, Unit: rlsUnits[r.Unit]}}
+				l.info = newInfo(&rlsv3.RateLimitResponse_RateLimit{Name: r.Name, Unit: rlsUnits[r.Unit]}, true)
 			default:
 				w, err := r.Weighted()
 				if err != nil {
@@ -165,7 +204,7 @@ func (t *tree) level(nodes []config.RLSDescriptor, dim string) (level, error) {
 				if r.UnitMultiplier > 1 {
 					cur.UnitMultiplier = wrapperspb.UInt32(clamp32(r.UnitMultiplier))
 				}
-				l.info = &limitInfo{rls: true, current: cur}
+				l.info = newInfo(cur, true)
 			}
 			if l.info != nil {
 				t.limits[r.Name] = l.info
