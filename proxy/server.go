@@ -296,6 +296,9 @@ func (s *Server) dataHandler() http.Handler {
 		r.Handle(m, "/u/:upstream/*path", s.serveGeneric)
 	}
 	r.GET("/v1/costgate/usage", func(c *gin.Context) { s.serveUsage(c.Writer, c.Request) })
+	r.POST("/v1/costgate/reserve", func(c *gin.Context) { s.serveReserve(c.Writer, c.Request) })
+	r.POST("/v1/costgate/settle", func(c *gin.Context) { s.serveSettle(c.Writer, c.Request) })
+	r.POST("/v1/costgate/release", func(c *gin.Context) { s.serveRelease(c.Writer, c.Request) })
 	r.NoMethod(func(c *gin.Context) {
 		// gin has set Allow to the methods routed for the path; a generic
 		// upstream's own list is narrower.
