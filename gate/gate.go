@@ -34,6 +34,7 @@ type Gate struct {
 	breaker  *breaker                 // nil for the in-memory store
 	ledger   *ledger.Ledger
 	ping     func(context.Context) error // checks the limiter store; nil for memory
+	redis    redis.UniversalClient       // the limiter store's Redis; nil for memory
 	renewer  *renewer                    // renews the concurrency leases of reservations held
 	refusals Refusals                    // refusals by limit, for the dashboard
 	secret   []byte                      // signs held reservations' ids (see Hold)
@@ -167,6 +168,7 @@ func (g *Gate) openStore(ctx context.Context, cfg *config.Config) (*freshStore, 
 	// is thousands of lines. The breaker's state and the metrics say it.
 	redis.SetLogger(redisLog{g.log})
 	g.closers = append(g.closers, c.Close)
+	g.redis = c
 	g.ping = func(ctx context.Context) error { return c.Ping(ctx).Err() }
 	if err := c.Ping(ctx).Err(); err != nil {
 		// Redis may come back; the limits' failure posture applies meanwhile.

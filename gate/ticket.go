@@ -163,6 +163,7 @@ func (r *Reservation) Hold(ttl time.Duration) (string, time.Time) {
 	payload, _ := json.Marshal(t)
 	id := ticketPrefix + base64.RawURLEncoding.EncodeToString(payload) + "." + base64.RawURLEncoding.EncodeToString(r.g.sign(payload))
 	r.g.renewer.remove(r)
+	r.expires = exp
 	r.g.holds.mu.Lock()
 	r.g.holds.m[r.req.ID] = &hold{res: r, expires: exp}
 	r.g.holds.mu.Unlock()
@@ -191,7 +192,7 @@ func (g *Gate) Resume(c *Caller, id string) (res *Reservation, expires time.Time
 	}
 	// Made by another replica (or before a restart): rebuild it.
 	st := c.st
-	r := &Reservation{g: g, st: st, resID: t.ID, start: time.UnixMicro(t.Created), ctx: context.Background(),
+	r := &Reservation{g: g, st: st, resID: t.ID, start: time.UnixMicro(t.Created), ctx: context.Background(), expires: expires,
 		recorded: true, degraded: t.Degraded, outcome: telemetry.OutcomeAllow}
 	if t.ResID != "" {
 		r.resID = t.ResID
@@ -243,25 +244,26 @@ func (g *Gate) parseTicket(id string) (ticket, error) {
 	return t, nil
 }
 
-// SettleHeld settles a held reservation with c. On the replica that holds
-// it, a second settlement changes nothing and returns the first one's
-// charge with again true; elsewhere the limiter and the ledger, which are
-// idempotent by reservation id, make a second settlement change nothing.
+// SettleHeld settles a held reservation with c, once: a second
+// settlement changes nothing and returns the first one's charge with again
+// true. With a Redis store, the first settlement, release or expiry of a
+// reservation is claimed there, so that replicas agree on which one
+// counts; without one (a single node) this replica's memory decides.
 func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge, again bool, err error) {
 	h := r.g.hold(r.req.ID)
+	if out, again, err, done := r.g.ended(h); done {
+		return out, again, err
+	}
+	if won, prior, perr := r.g.claim(ctx, r, claim{state: holdSettled, cost: c.Cost, status: c.Status}); perr == nil && !won {
+		r.g.adopt(h, prior)
+		return prior.answer()
+	}
 	if h != nil {
 		r.g.holds.mu.Lock()
-		switch h.state {
-		case holdSettled:
-			out := h.result
+		if h.state != holdOpen {
 			r.g.holds.mu.Unlock()
-			return out, true, nil
-		case holdReleased:
-			r.g.holds.mu.Unlock()
-			return Charge{}, false, ErrReleased
-		case holdExpired:
-			r.g.holds.mu.Unlock()
-			return Charge{}, false, ErrExpired
+			out, again, err, _ := r.g.ended(h)
+			return out, again, err
 		}
 		h.state, h.result = holdSettled, c
 		r.g.holds.mu.Unlock()
@@ -275,25 +277,141 @@ func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge,
 // twice is no error; releasing a settled reservation is ErrSettled.
 func (r *Reservation) Release(ctx context.Context) error {
 	h := r.g.hold(r.req.ID)
-	if h != nil {
-		r.g.holds.mu.Lock()
-		switch h.state {
-		case holdSettled:
-			r.g.holds.mu.Unlock()
+	if _, again, err, done := r.g.ended(h); done {
+		if again {
 			return ErrSettled
-		case holdReleased:
-			r.g.holds.mu.Unlock()
+		}
+		if errors.Is(err, ErrReleased) {
 			return nil
+		}
+		return err
+	}
+	if won, prior, perr := r.g.claim(ctx, r, claim{state: holdReleased}); perr == nil && !won {
+		r.g.adopt(h, prior)
+		switch prior.state {
+		case holdSettled:
+			return ErrSettled
 		case holdExpired:
-			r.g.holds.mu.Unlock()
 			return ErrExpired
 		}
-		h.state = holdReleased
+		return nil
+	}
+	if h != nil {
+		r.g.holds.mu.Lock()
+		if h.state == holdOpen {
+			h.state = holdReleased
+		}
+		st := h.state
 		r.g.holds.mu.Unlock()
+		if st != holdReleased {
+			return r.Release(ctx)
+		}
 	}
 	r.Cancel(ctx)
 	return nil
 }
+
+// ended answers for a reservation this replica knows has ended: the first
+// settlement's charge (again), or why it cannot be settled. done is false
+// while it is open, or when this replica does not hold it.
+func (g *Gate) ended(h *hold) (out Charge, again bool, err error, done bool) {
+	if h == nil {
+		return Charge{}, false, nil, false
+	}
+	g.holds.mu.Lock()
+	defer g.holds.mu.Unlock()
+	switch h.state {
+	case holdSettled:
+		return h.result, true, nil, true
+	case holdReleased:
+		return Charge{}, false, ErrReleased, true
+	case holdExpired:
+		return Charge{}, false, ErrExpired, true
+	}
+	return Charge{}, false, nil, false
+}
+
+// adopt records on this replica's hold how another replica ended it.
+func (g *Gate) adopt(h *hold, c claim) {
+	if h == nil {
+		return
+	}
+	g.holds.mu.Lock()
+	if h.state == holdOpen {
+		h.state, h.result = c.state, Charge{Cost: c.cost, Status: c.status}
+	}
+	g.holds.mu.Unlock()
+}
+
+// claim is how a held reservation ended, as replicas record it in Redis.
+type claim struct {
+	state  holdState
+	cost   costmodel.NanoUSD
+	status ledger.Status
+}
+
+func (c claim) encode() string {
+	return fmt.Sprintf("%d %d %s", c.state, c.cost, c.status)
+}
+
+func decodeClaim(v string) (claim, bool) {
+	var c claim
+	var st uint8
+	var status string
+	if n, _ := fmt.Sscanf(v, "%d %d %s", &st, &c.cost, &status); n < 2 || st == 0 || st > uint8(holdExpired) {
+		return claim{}, false
+	}
+	c.state, c.status = holdState(st), ledger.Status(status)
+	return c, true
+}
+
+func (c claim) answer() (Charge, bool, error) {
+	switch c.state {
+	case holdReleased:
+		return Charge{}, false, ErrReleased
+	case holdExpired:
+		return Charge{}, false, ErrExpired
+	}
+	return Charge{Cost: c.cost, Status: c.status}, true, nil
+}
+
+// claimGrace is how long a claim outlives its reservation's expiry.
+const claimGrace = 10 * time.Minute
+
+// claim records c as how r ends, unless another replica recorded its end
+// first: won is false then, with that end. An error (no Redis, or Redis
+// failing) means no claim was made: this replica decides alone.
+func (g *Gate) claim(ctx context.Context, r *Reservation, c claim) (won bool, prior claim, err error) {
+	if g.redis == nil {
+		return true, claim{}, errNoArbiter
+	}
+	key := "{" + r.req.Caller.Tenant + "}:costgate:held:" + r.req.ID
+	ttl := time.Until(r.expires) + claimGrace
+	if r.expires.IsZero() || ttl <= claimGrace {
+		ttl = claimGrace
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	ok, err := g.redis.SetNX(cctx, key, c.encode(), ttl).Result()
+	if err != nil {
+		g.log.Warn("held reservation: the claim in Redis failed; this replica decides alone", "request_id", r.req.ID, "err", err)
+		return true, claim{}, err
+	}
+	if ok {
+		return true, claim{}, nil
+	}
+	v, err := g.redis.Get(cctx, key).Result()
+	if err != nil {
+		return true, claim{}, err
+	}
+	p, valid := decodeClaim(v)
+	if !valid {
+		return true, claim{}, fmt.Errorf("gate: held reservation %s: unreadable claim %q", r.req.ID, v)
+	}
+	return false, p, nil
+}
+
+var errNoArbiter = errors.New("gate: no shared store to claim held reservations in")
 
 func (g *Gate) hold(id string) *hold {
 	g.holds.mu.Lock()
@@ -322,6 +440,10 @@ func (g *Gate) expireHolds(now time.Time) {
 		r := h.res
 		est := r.req.Estimate
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if won, _, err := g.claim(ctx, r, claim{state: holdExpired}); err == nil && !won {
+			cancel()
+			continue // settled or released on another replica
+		}
 		r.Settle(ctx, Charge{Usage: est.Usage, Cost: est.Cost, Status: ledger.StatusExpired, HTTPStatus: 0, Extra: nil})
 		cancel()
 		g.log.Info("reservation expired; settled at its estimate", "request_id", r.req.ID, "tenant", r.req.Caller.Tenant)

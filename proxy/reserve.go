@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -288,9 +289,21 @@ func (s *Server) reserveRequest(w http.ResponseWriter, c *gate.Caller, in *reser
 	if !priced {
 		cost = priceUsage(c, u, in.Model, usage)
 	}
+	if overflows(usage, cost) {
+		badRequest(w, path, "cost_exceeds_limit", "this reservation's cost cannot be represented; lower its amounts")
+		return nil, false
+	}
 	req.Requests = a.requests()
 	req.Estimate = costmodel.Estimate{Model: in.Model, Usage: usage, Cost: cost}
 	return req, true
+}
+
+// overflows tells whether an amount reached costmodel's saturation bound,
+// where a count or a cost no longer says what it is.
+func overflows(u costmodel.Usage, cost costmodel.NanoUSD) bool {
+	const top = math.MaxInt64
+	return cost >= top || u.InputTokens >= top || u.OutputTokens >= top || u.Units >= top ||
+		u.InputTokens+u.OutputTokens < 0
 }
 
 // priceUsage prices usage that came without a dollar amount: by a generic
@@ -411,29 +424,16 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		ch.Usage, ch.Cost, priced = u, cost, p
-	default:
+	case ch.Status != ledger.StatusFailed:
 		badRequest(w, path, "invalid_body", "usage, or kind and response, is required")
 		return
 	}
 	if !priced {
-		model := ch.Model
-		if model == "" {
-			model = req.Estimate.Model
-		}
-		var u *upstream
-		if req.Upstream != "" {
-			u = s.state.Load().upstreams[req.Upstream]
-		}
-		switch {
-		case u != nil && u.kind == "generic" && u.cost != nil, model != "":
-			ch.Cost = priceUsage(req.Caller, u, model, ch.Usage)
-		default:
-			// Nothing prices the usage: the reservation's dollars stand.
-			ch.Cost = req.Estimate.Cost
-		}
+		ch.Cost = s.settlementCost(req, ch)
 	}
-	if ch.Status == ledger.StatusFailed && in.Usage == nil && len(in.Response) == 0 {
-		ch.Cost = 0
+	if overflows(ch.Usage, ch.Cost) {
+		badRequest(w, path, "cost_exceeds_limit", "this usage's cost cannot be represented")
+		return
 	}
 	got, again, err := res.SettleHeld(r.Context(), ch)
 	if err != nil {
@@ -448,6 +448,32 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 		"reservation_id": in.ReservationID, "request_id": res.ID(), "status": status,
 		"cost_usd": usdText(got.Cost), "cost_nanousd": got.Cost, "already_settled": again,
 	})
+}
+
+// settlementCost prices a settlement that names no dollar amount. A failed
+// call is charged what its usage costs at the model's price (an LLM
+// upstream reports what it billed for an error), never per call. A call
+// that succeeded is priced by the upstream's cost rule or the model's
+// price; with neither, the reservation's dollars stand.
+func (s *Server) settlementCost(req *gate.Request, ch gate.Charge) costmodel.NanoUSD {
+	model := ch.Model
+	if model == "" {
+		model = req.Estimate.Model
+	}
+	var u *upstream
+	if req.Upstream != "" {
+		u = s.state.Load().upstreams[req.Upstream]
+	}
+	generic := u != nil && u.kind == "generic" && u.cost != nil
+	switch {
+	case ch.Status == ledger.StatusFailed && model != "" && !generic:
+		return req.Caller.Estimator().Cost(model, ch.Usage)
+	case ch.Status == ledger.StatusFailed:
+		return 0
+	case generic || model != "":
+		return priceUsage(req.Caller, u, model, ch.Usage)
+	}
+	return req.Estimate.Cost
 }
 
 // serveRelease is POST /v1/costgate/release.
