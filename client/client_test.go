@@ -115,6 +115,13 @@ func TestAnswers(t *testing.T) {
 			want:   want{is: []error{client.ErrUnknownReservation}, isNot: []error{client.ErrNotJSON}},
 		},
 		{
+			name:   "a route costgate does not serve is no unknown reservation",
+			status: 404,
+			header: jsonCT,
+			body:   `{"error":{"type":"invalid_request_error","code":"unknown_route","message":"costgate does not serve POST /v1/costgate/reserve"}}`,
+			want:   want{isNot: []error{client.ErrUnknownReservation, client.ErrNotJSON}, contains: "404 invalid_request_error (unknown_route)"},
+		},
+		{
 			name:   "expired",
 			status: 410,
 			header: jsonCT,

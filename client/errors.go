@@ -26,17 +26,19 @@ var (
 	// accept the request (negative or overflowing amounts, unknown fields,
 	// a TTL out of range).
 	ErrInvalidRequest = errors.New("client: invalid request")
-	// ErrUnknownReservation is an answer 404: the id names no reservation
-	// of this tenant (another tenant's reservations are unknown too).
+	// ErrUnknownReservation is an answer 404 unknown_reservation: the id
+	// names no reservation of this tenant (another tenant's reservations
+	// are unknown too).
 	ErrUnknownReservation = errors.New("client: unknown reservation")
-	// ErrReservationExpired is an answer 410: the reservation's TTL ran
-	// out before it was settled; costgate charged its estimate.
+	// ErrReservationExpired is an answer 410 reservation_expired: the
+	// reservation's TTL ran out before it was settled; costgate charged
+	// its estimate.
 	ErrReservationExpired = errors.New("client: reservation expired")
-	// ErrReservationReleased is an answer 409 to a settlement of a
-	// released reservation.
+	// ErrReservationReleased is an answer 409 reservation_released to a
+	// settlement of a released reservation.
 	ErrReservationReleased = errors.New("client: reservation released")
-	// ErrReservationSettled is an answer 409 to a release of a settled
-	// reservation.
+	// ErrReservationSettled is an answer 409 reservation_settled to a
+	// release of a settled reservation.
 	ErrReservationSettled = errors.New("client: reservation settled")
 	// ErrNotJSON is an answer that is not costgate's JSON: a base URL that
 	// names another server, or a proxy's error page in between.
@@ -154,9 +156,11 @@ func (e *APIError) Is(target error) bool {
 	case ErrInvalidRequest:
 		return e.Status == http.StatusBadRequest
 	case ErrUnknownReservation:
-		return e.Status == http.StatusNotFound
+		// A 404 of another kind (a route this costgate does not serve)
+		// says nothing of the reservation.
+		return e.Status == http.StatusNotFound && e.names("unknown_reservation")
 	case ErrReservationExpired:
-		return e.Status == http.StatusGone
+		return e.Status == http.StatusGone && e.names("reservation_expired")
 	case ErrReservationReleased:
 		return e.Status == http.StatusConflict && e.names("reservation_released")
 	case ErrReservationSettled:
