@@ -31,7 +31,8 @@ type Decision struct {
 	// the most constraining one; nil when no limit applies.
 	RateLimit *RateLimit
 	// Limits is the state of every limit checked, in order: the configured
-	// limits and budgets that apply, then the request's extra limits.
+	// limits and budgets that apply, then the request's extra limits. Only
+	// a Request with States set gets them.
 	Limits []LimitState
 	// Policy is the policy that decided (a hard refusal or the first soft
 	// one); empty when none did.

@@ -36,6 +36,8 @@ type Gate struct {
 	ping     func(context.Context) error // checks the limiter store; nil for memory
 	renewer  *renewer                    // renews the concurrency leases of reservations held
 	refusals Refusals                    // refusals by limit, for the dashboard
+	secret   []byte                      // signs held reservations' ids (see Hold)
+	holds    holds                       // the reservations this replica holds
 
 	// state is the active configuration, compiled; Apply swaps it whole,
 	// and a request keeps the state its caller was identified under.
@@ -129,6 +131,10 @@ func (g *Gate) open(ctx context.Context, cfg *config.Config) error {
 		return err
 	}
 	g.state.Store(st)
+	if g.secret, err = reservationSecret(cfg); err != nil {
+		return err
+	}
+	g.holds.m = map[string]*hold{}
 	g.tel.ObserveLedger(func() (float64, int64) {
 		st := g.ledger.Stats()
 		return st.Lag.Seconds(), st.Pending
@@ -145,6 +151,7 @@ func (g *Gate) open(ctx context.Context, cfg *config.Config) error {
 	rctx, cancel := context.WithCancel(context.Background())
 	g.closers = append(g.closers, func() error { cancel(); return nil })
 	g.wg.Go(func() { g.reconcileLoop(rctx, cfg.Store.ReconcileInterval) })
+	g.wg.Go(func() { g.expireLoop(rctx) })
 	return nil
 }
 

@@ -51,6 +51,8 @@ type Request struct {
 	Check bool
 	// NoPolicy skips the policies.
 	NoPolicy bool
+	// States asks for Decision.Limits, the state of every limit checked.
+	States bool
 }
 
 // Extra is a limit a front door adds to a request.
@@ -116,6 +118,7 @@ type Reservation struct {
 	outcome  telemetry.Outcome
 	answer   int            // the status costgate answered with itself
 	blocked  *compiledLimit // the limit that refused the request, if one did
+	reported bool           // the decision went to telemetry (see Report)
 	recorded bool           // the ledger holds the reservation
 	billed   bool           // the ledger entry is final
 	ended    bool           // settled or cancelled in the limiter
@@ -462,7 +465,9 @@ func (r *Reservation) deny() Decision {
 	})
 	d.RetryAfter = retry
 	d.RateLimit = r.rateLimit(res.Decider, retry)
-	d.Limits = r.states()
+	if r.req.States {
+		d.Limits = r.states()
+	}
 	return d
 }
 
@@ -481,7 +486,7 @@ func (r *Reservation) rateLimit(i int, t int64) *RateLimit {
 
 // states lists every limit's state after the decision.
 func (r *Reservation) states() []LimitState {
-	if len(r.result.Items) != len(r.limits) {
+	if !r.req.States || len(r.result.Items) != len(r.limits) {
 		return nil
 	}
 	out := make([]LimitState, len(r.limits))
@@ -616,7 +621,7 @@ func (r *Reservation) Record(ctx context.Context) (Decision, bool) {
 	}
 	r.outcome, r.answer = telemetry.OutcomeHard, http.StatusServiceUnavailable
 	r.g.log.Error("ledger reserve failed", "request_id", r.req.ID, "err", err)
-	r.record(http.StatusServiceUnavailable)
+	r.Report(http.StatusServiceUnavailable)
 	return refusal(telemetry.OutcomeHard, http.StatusServiceUnavailable, Error{
 		Type: "service_unavailable", Code: "ledger_unavailable",
 		Message: "costgate cannot record the request in its ledger; try again",
@@ -726,7 +731,19 @@ func (r *Reservation) Settle(ctx context.Context, c Charge) {
 	if r.recorded && !r.billed {
 		r.Bill(ctx, c, false)
 	}
-	r.record(c.HTTPStatus)
+	r.Report(c.HTTPStatus)
+}
+
+// Report records the admitted request's decision in the telemetry, with
+// status, the status it was answered with, on the span of the context
+// Reserve was given: a front door calls it before that span ends. Settle
+// reports a request that was not reported. Only the first call counts.
+func (r *Reservation) Report(status int) {
+	if r.reported {
+		return
+	}
+	r.reported = true
+	r.record(status)
 }
 
 // SettleLater settles on a goroutine the gate owns, so that the front

@@ -13,7 +13,6 @@ import (
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/dashboard"
 	"github.com/costgate/costgate/ledger"
-	"github.com/costgate/costgate/weighted"
 )
 
 // adminHandler serves the admin plane. Everything but /healthz, /readyz
@@ -136,10 +135,8 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
-	if s.ping != nil {
-		if err := s.ping(ctx); err != nil {
-			problems["store"] = err.Error()
-		}
+	if err := s.gate.Ready(ctx); err != nil {
+		problems["store"] = err.Error()
 	}
 	if len(problems) > 0 {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "problems": problems})
@@ -214,7 +211,6 @@ func (s *Server) adminLedger(w http.ResponseWriter, r *http.Request) {
 // top-throttled and the logs name keys ("{acme}:tenant=acme").
 func (s *Server) adminLimits(w http.ResponseWriter, r *http.Request) {
 	key := r.URL.Query().Get("key")
-	st := s.state.Load()
 	type limitJSON struct {
 		Name      string `json:"name"`
 		Algorithm string `json:"algorithm"`
@@ -228,25 +224,18 @@ func (s *Server) adminLimits(w http.ResponseWriter, r *http.Request) {
 		Shadow    bool   `json:"shadow,omitempty"`
 		Dims      string `json:"dimensions"`
 	}
-	out := make([]limitJSON, 0, len(st.limits))
-	items := make([]weighted.Item, 0, len(st.limits))
-	for _, l := range st.limits {
-		items = append(items, weighted.Item{Limit: l.limit, Key: key})
+	limits, err := s.gate.Limits(r.Context(), key)
+	if err != nil {
+		writeAdminErr(w, err)
+		return
 	}
-	var res weighted.Result
-	if key != "" && len(items) > 0 {
-		var err error
-		if res, err = s.store.Peek(r.Context(), items); err != nil {
-			writeAdminErr(w, err)
-			return
-		}
-	}
-	for i, l := range st.limits {
-		lj := limitJSON{Name: l.limit.Name, Algorithm: l.limit.Algorithm.String(), Unit: l.unit, Rate: l.limit.Rate,
-			PeriodS: int64(l.window(time.Now()) / time.Second), Capacity: l.limit.Capacity(), Budget: l.budget, Shadow: l.shadow,
-			Dims: l.dimension}
-		if i < len(res.Items) {
-			rem, reset := res.Items[i].Remaining, int64(res.Items[i].ResetAfter/time.Second)
+	out := make([]limitJSON, 0, len(limits))
+	for _, l := range limits {
+		lj := limitJSON{Name: l.Name, Algorithm: l.Algorithm, Unit: l.Unit, Rate: l.Rate,
+			PeriodS: int64(l.Window / time.Second), Capacity: l.Capacity, Budget: l.Budget, Shadow: l.Shadow,
+			Dims: l.Dimension}
+		if l.State != nil {
+			rem, reset := l.State.Remaining, int64(l.State.ResetAfter/time.Second)
 			lj.Remaining, lj.ResetS = &rem, &reset
 		}
 		out = append(out, lj)
@@ -269,15 +258,14 @@ func (s *Server) adminTopThrottled(w http.ResponseWriter, r *http.Request) {
 // serveUsage is GET /v1/costgate/usage: the calling tenant's own spend and
 // limits, never another's.
 func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) {
-	st := s.state.Load()
-	c := st.identify(r)
+	c := s.gate.Identify(apiKey(r))
 	if c == nil {
 		writeError(w, r.URL.Path, http.StatusUnauthorized, apiError{Type: "authentication_error", Code: "invalid_api_key", Message: "missing or unknown API key"})
 		return
 	}
 	var spends []spendJSON
 	for _, p := range []string{"day", "month"} {
-		sp, err := s.spend(r.Context(), ledger.SpendQuery{Tenant: c.tenant, Period: p})
+		sp, err := s.spend(r.Context(), ledger.SpendQuery{Tenant: c.Tenant, Period: p})
 		if err != nil {
 			writeAdminErr(w, err)
 			return
@@ -291,30 +279,17 @@ func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) {
 		Remaining int64  `json:"remaining"`
 		ResetS    int64  `json:"reset_seconds"`
 	}
-	var items []weighted.Item
-	var names []*compiledLimit
-	for _, l := range st.limits {
-		// Limits keyed by request attributes (model, route, ip) have no
-		// single state for a tenant; the tenant-, user- and key-wide ones do.
-		if !l.appliesTo(c.plan) || !l.callerScoped() {
-			continue
-		}
-		items = append(items, weighted.Item{Limit: l.limit, Key: l.callerKey(c)})
-		names = append(names, l)
+	states, err := s.gate.CallerLimits(r.Context(), c)
+	if err != nil {
+		writeAdminErr(w, err)
+		return
 	}
 	limits := []limitJSON{}
-	if len(items) > 0 {
-		res, err := s.store.Peek(r.Context(), items)
-		if err != nil {
-			writeAdminErr(w, err)
-			return
-		}
-		for i, l := range names {
-			limits = append(limits, limitJSON{Name: l.limit.Name, Unit: l.unit, Capacity: res.Items[i].Capacity,
-				Remaining: res.Items[i].Remaining, ResetS: int64(res.Items[i].ResetAfter / time.Second)})
-		}
+	for _, l := range states {
+		limits = append(limits, limitJSON{Name: l.Name, Unit: l.Unit, Capacity: l.Capacity,
+			Remaining: l.Remaining, ResetS: int64(l.ResetAfter / time.Second)})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tenant": c.tenant, "plan": c.plan, "spend": spends, "limits": limits})
+	writeJSON(w, http.StatusOK, map[string]any{"tenant": c.Tenant, "plan": c.Plan, "spend": spends, "limits": limits})
 }
 
 func writeAdminErr(w http.ResponseWriter, err error) {

@@ -3,72 +3,11 @@ package proxy
 import (
 	"context"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/costgate/costgate/dashboard"
 	"github.com/costgate/costgate/telemetry"
 )
-
-// limitRefusals counts, per minute of the last hour, the requests each limit
-// or budget refused when no policy decided: the dashboard shows them under
-// the limit's name ("limit free-requests") rather than under the policy
-// "none" that the telemetry series files them under. Its zero value is
-// ready; it is safe for concurrent use.
-type limitRefusals struct {
-	mu      sync.Mutex
-	minutes map[int64]map[string]int64 // Unix minute -> limit name -> refusals
-}
-
-// record counts d, the decision of a request, when blocked (the limit that
-// refused it) decided it without a policy.
-func (r *limitRefusals) record(d telemetry.Decision, blocked *compiledLimit) {
-	if blocked == nil || d.Shadow || d.Outcome != "hard" || d.Policy != "" {
-		return
-	}
-	r.add(time.Now(), blocked.limit.Name)
-}
-
-func (r *limitRefusals) add(now time.Time, limit string) {
-	m := now.Unix() / 60
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.minutes == nil {
-		r.minutes = map[int64]map[string]int64{}
-	}
-	byLimit := r.minutes[m]
-	if byLimit == nil {
-		byLimit = map[string]int64{}
-		r.minutes[m] = byLimit
-		for old := range r.minutes {
-			if old <= m-telemetry.SeriesMinutes {
-				delete(r.minutes, old)
-			}
-		}
-	}
-	byLimit[limit]++
-}
-
-// counts returns the refusals of each limit in the n minutes from start.
-func (r *limitRefusals) counts(start time.Time, n int) map[string][]int64 {
-	first := start.Unix() / 60
-	out := map[string][]int64{}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for m, byLimit := range r.minutes {
-		i := m - first
-		if i < 0 || i >= int64(n) {
-			continue
-		}
-		for limit, c := range byLimit {
-			if out[limit] == nil {
-				out[limit] = make([]int64, n)
-			}
-			out[limit][i] += c
-		}
-	}
-	return out
-}
 
 // dashboardData fills the dashboard from the telemetry of this replica.
 func (s *Server) dashboardData(ctx context.Context) (dashboard.Data, error) {
@@ -80,14 +19,12 @@ func (s *Server) dashboardData(ctx context.Context) (dashboard.Data, error) {
 	if st.cfg.Store.Redis != "" {
 		d.Store.Kind = "redis"
 	}
-	if s.breaker != nil {
-		d.Store.Breaker = string(s.breaker.State())
+	if b := s.gate.Breaker(); b != "" {
+		d.Store.Breaker = b
 	}
-	if s.ping != nil {
-		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		d.Store.Healthy = s.ping(pctx) == nil
-		cancel()
-	}
+	pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	d.Store.Healthy = s.gate.Ready(pctx) == nil
+	cancel()
 	d.Store.FailOpenTotal = s.tel.FailOpenTotal()
 
 	minute := func(i int) time.Time { return series.Start.Add(time.Duration(i) * time.Minute) }
@@ -131,7 +68,7 @@ func (s *Server) dashboardData(ctx context.Context) (dashboard.Data, error) {
 	}
 	// A request a limit refused, no policy deciding, is the series' policy
 	// "none": it is shown under its limit's name instead.
-	refused := s.refusals.counts(series.Start, len(series.Requests))
+	refused := s.gate.Refusals().Counts(series.Start, len(series.Requests))
 	limits := make([]string, 0, len(refused))
 	for l := range refused {
 		limits = append(limits, l)

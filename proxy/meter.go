@@ -51,7 +51,7 @@ type meteredBody struct {
 func (x *exchange) meter(resp *http.Response) io.ReadCloser {
 	m := &meteredBody{x: x, rc: resp.Body, kind: x.kind}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		m.stream = x.st.est.NewStreamMeter(x.kind, x.est.Model)
+		m.stream = x.caller.Estimator().NewStreamMeter(x.kind, x.est.Model)
 		// A stream cut before its usage report never states its input;
 		// the estimate's count of it is exact for the OpenAI encodings.
 		m.stream.SetInputTokens(x.est.Usage.InputTokens)

@@ -57,7 +57,7 @@ budgets:
 	if err := s.srv.WaitIdle(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.srv.ReconcileBudgets(ctx); err != nil {
+	if err := s.srv.Gate().ReconcileBudgets(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := metric(t, s, ok); got != 4 {

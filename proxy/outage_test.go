@@ -338,7 +338,7 @@ budgets:
 	if err := s.srv.WaitIdle(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.srv.ReconcileBudgets(context.Background()); err != nil {
+	if err := s.srv.Gate().ReconcileBudgets(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if again := served(); again > 1 {

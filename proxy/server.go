@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,43 +14,35 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/gate"
 	"github.com/costgate/costgate/ledger"
-	"github.com/costgate/costgate/policies"
 	"github.com/costgate/costgate/simulator"
 	"github.com/costgate/costgate/telemetry"
-	"github.com/costgate/costgate/weighted"
 )
 
-// Server is a running costgate: its stores, its telemetry, the active
-// configuration and its two HTTP handlers. Open starts it; Close stops what
-// Open started, also after a partial start. A Server is safe for concurrent
-// use.
+// Server is a running costgate data plane and admin plane: the gate (the
+// decision pipeline, its stores and its ledger), the upstreams, and the
+// two HTTP handlers. Open starts it; Close stops what Open started, also
+// after a partial start. A Server is safe for concurrent use.
 type Server struct {
-	log      *slog.Logger
-	tel      *telemetry.Telemetry
-	store    *freshStore              // the limiter store (Redis behind a breaker, or memory)
-	fallback atomic.Pointer[fallback] // the local fallback budgets while the store is out
-	breaker  *breaker                 // nil for the in-memory store
-	ledger   *ledger.Ledger
-	loader   func() (*config.Config, error)
-	ping     func(context.Context) error // checks the limiter store; nil for memory
-	refusals limitRefusals               // refusals by limit, for the dashboard (dashboard.go)
+	log    *slog.Logger
+	tel    *telemetry.Telemetry
+	gate   *gate.Gate
+	ledger *ledger.Ledger
+	loader func() (*config.Config, error)
 
 	// stopping ends when Close starts: upstream exchanges still running
 	// then end (see upstreamContext).
 	stopping context.Context
 	stop     context.CancelFunc
 
-	inflight atomic.Int64   // requests in the pipeline, settlement included
-	settles  sync.WaitGroup // settlements under way; Close waits for them
-	renewer  *renewer       // renews the concurrency leases of requests in flight
+	inflight atomic.Int64 // requests in the pipeline, settlement included
 
-	// state is the active configuration, compiled; a reload swaps it whole,
-	// and a request keeps the state it started with.
+	// state is the proxy's part of the active configuration, compiled; a
+	// reload swaps it whole, and a request keeps the state it started with.
 	state    atomic.Pointer[state]
 	reloadMu sync.Mutex
 
@@ -77,31 +68,18 @@ type Options struct {
 	Loader func() (*config.Config, error)
 }
 
-// state is one configuration, compiled for the request path. It is
-// immutable once built.
+// state is the proxy's part of one configuration: its upstreams and
+// routes. It is immutable once built.
 type state struct {
 	cfg       *config.Config
-	est       *costmodel.Estimator
-	policy    *policies.Set // nil when no policy is configured
-	keys      map[[sha256.Size]byte]*caller
-	limits    []*compiledLimit
 	upstreams map[string]*upstream
 	routes    map[string]*upstream // by API path
 	models    []string             // priced models, sorted, for GET /v1/models
-	prefilter *prefilter           // request-count limits known to be spent
 }
 
-// caller is who a key belongs to.
-type caller struct {
-	tenant string
-	user   string
-	keyID  string
-	plan   string
-}
-
-// Open builds a Server from cfg: it connects the limiter store and the
-// ledger, compiles the configuration and the policies, and starts
-// in-process simulators for the upstreams that use them.
+// Open builds a Server from cfg: it opens the gate (the limiter store, the
+// ledger, the policies), and starts in-process simulators for the
+// upstreams that use them.
 func Open(ctx context.Context, cfg *config.Config, opts Options) (*Server, error) {
 	s := &Server{log: opts.Logger, tel: opts.Telemetry, loader: opts.Loader, sims: map[string]string{}}
 	s.stopping, s.stop = context.WithCancel(context.Background())
@@ -127,169 +105,35 @@ func (s *Server) open(ctx context.Context, cfg *config.Config) error {
 		s.tel = tel
 		s.closers = append(s.closers, func() error { return tel.Shutdown(context.Background()) })
 	}
-	store, err := s.openStore(ctx, cfg)
+	g, err := gate.Open(ctx, cfg, gate.Options{Logger: s.log, Telemetry: s.tel})
 	if err != nil {
 		return err
 	}
-	s.store = store
-	s.fallback.Store(&fallback{freshStore: s.fresh(weighted.NewMemory(weighted.MemoryConfig{Generations: true}), cfg.Store.FallbackReplicas)})
-	// Closed before the stores, which closed earlier in open.
-	s.renewer = newRenewer(s)
-	s.renewer.start()
-	s.closers = append(s.closers, s.renewer.close)
-	if s.ledger, err = ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: cfg.DataDirPath(), Logf: ledgerLogf(s.log)}); err != nil {
-		return fmt.Errorf("proxy: ledger: %w", err)
-	}
-	s.closers = append(s.closers, s.ledger.Close)
-	st, err := s.compile(cfg)
+	s.gate, s.ledger = g, g.Ledger()
+	s.closers = append(s.closers, g.Close)
+	st, err := s.compile(cfg, g.Estimator())
 	if err != nil {
 		return err
 	}
 	s.state.Store(st)
 	s.tel.Reload(true) // the first load counts, so the gauge says the config is good
-	s.tel.ObserveLedger(func() (float64, int64) {
-		st := s.ledger.Stats()
-		return st.Lag.Seconds(), st.Pending
-	})
-	s.closers = append(s.closers, func() error { s.tel.ObserveLedger(nil); return nil })
 	s.data = s.dataHandler()
 	s.admin = s.adminHandler()
-
-	// Budgets start from the ledger: a restart (or a Redis that lost its
-	// data) must not give every tenant a fresh budget.
-	start, cancelStart := context.WithTimeout(ctx, 10*time.Second)
-	if err := s.ReconcileBudgets(start); err != nil {
-		s.log.Warn("budget reconciliation at start failed; it is retried", "err", err)
-	}
-	cancelStart()
-	rctx, cancel := context.WithCancel(context.Background())
-	s.closers = append(s.closers, func() error { cancel(); return nil })
-	s.wg.Go(func() { s.reconcileLoop(rctx, cfg.Store.ReconcileInterval) })
 	return nil
 }
 
-func (s *Server) openStore(ctx context.Context, cfg *config.Config) (*freshStore, error) {
-	if cfg.Store.Redis == "" {
-		return s.fresh(weighted.NewMemory(weighted.MemoryConfig{Generations: true}), 1), nil
-	}
-	c, err := redisClient(cfg.Store.Redis)
-	if err != nil {
-		return nil, fmt.Errorf("proxy: store.redis: %w", config.RedactErr(err))
-	}
-	// go-redis prints every failed dial to stderr; during an outage that
-	// is thousands of lines. The breaker's state and the metrics say it.
-	redis.SetLogger(redisLog{s.log})
-	s.closers = append(s.closers, c.Close)
-	s.ping = func(ctx context.Context) error { return c.Ping(ctx).Err() }
-	if err := c.Ping(ctx).Err(); err != nil {
-		// Redis may come back; the limits' failure posture applies meanwhile.
-		s.log.Warn("limiter store unreachable at start", "err", err)
-	}
-	s.breaker = newBreaker(cfg.Store.BreakerFailures, cfg.Store.BreakerCooldown, time.Now)
-	s.tel.ObserveBreaker(s.breaker.State)
-	r := weighted.NewRedis(c, weighted.RedisConfig{
-		MaxBatch: cfg.Store.MaxBatch, Generations: true,
-		QueueTimeout: cfg.Store.QueueTimeout, CallTimeout: cfg.Store.Timeout,
-		ReplyTimeout: max(weighted.DefaultReplyTimeout, cfg.Store.Timeout),
-	})
-	s.tel.ObserveStore(func() telemetry.StoreStats {
-		st := r.Stats()
-		return telemetry.StoreStats{Overloaded: st.Overloaded, UnknownOutcomes: st.UnknownOutcomes, LateCancels: st.LateCancels, LateLost: st.LateLost}
-	})
-	s.closers = append(s.closers, func() error { s.tel.ObserveStore(nil); return nil })
-	// The guard's own bound backs up the store's two (the queue and the
-	// call) without cutting them short.
-	g := &guardedStore{store: r, restorer: r, breaker: s.breaker, timeout: cfg.Store.QueueTimeout + cfg.Store.Timeout + 50*time.Millisecond, tel: s.tel}
-	return s.fresh(g, 1), nil
-}
-
-// redisClient connects to one Redis (redis:// or rediss://) or to a Redis
-// Cluster: redis+cluster://host:port[,host:port...] or a comma list of
-// redis:// URLs naming some of its nodes (credentials and TLS from the
-// first).
-//
-// A limiter call is sent once: go-redis would resend a script whose reply
-// was lost (a connection reset after the write), and a resent debit counts
-// twice on meters and windows, a whole batch of requests' worth when
-// concurrent calls share the script call. A failed call is a store failure
-// instead, which the limits' posture and the breaker handle. A URL's own
-// max_retries still wins. (A Cluster client still follows MOVED, ASK and
-// TRYAGAIN, which are answered before the script runs.)
-func redisClient(u string) (redis.UniversalClient, error) {
-	rest, cluster := strings.CutPrefix(u, "redis+cluster://")
-	if !cluster && !strings.Contains(u, ",") {
-		opt, err := redis.ParseURL(u)
-		if err != nil {
-			return nil, err
-		}
-		if !strings.Contains(u, "max_retries=") {
-			opt.MaxRetries = -1
-		}
-		return redis.NewClient(opt), nil
-	}
-	if cluster {
-		u = "redis://" + rest
-	}
-	parts := strings.Split(u, ",")
-	first, err := redis.ParseURL(strings.TrimSpace(parts[0]))
-	if err != nil {
-		return nil, err
-	}
-	opt := &redis.ClusterOptions{
-		Addrs: []string{first.Addr}, Username: first.Username, Password: first.Password,
-		TLSConfig: first.TLSConfig, MaxRedirects: 16, MaxRetries: -1,
-	}
-	for _, p := range parts[1:] {
-		p = strings.TrimSpace(p)
-		if !strings.Contains(p, "://") {
-			p = "redis://" + p
-		}
-		o, err := redis.ParseURL(p)
-		if err != nil {
-			return nil, err
-		}
-		opt.Addrs = append(opt.Addrs, o.Addr)
-	}
-	return redis.NewClusterClient(opt), nil
-}
-
-// compile turns a config into the lookup structures the request path uses.
-func (s *Server) compile(cfg *config.Config) (*state, error) {
+// compile builds the proxy's state of cfg: its upstreams and routes.
+func (s *Server) compile(cfg *config.Config, est *costmodel.Estimator) (*state, error) {
 	st := &state{
 		cfg:       cfg,
-		keys:      make(map[[sha256.Size]byte]*caller),
 		upstreams: map[string]*upstream{},
 		routes:    map[string]*upstream{},
-		prefilter: &prefilter{},
 	}
 	var err error
-	if st.est, err = costmodel.NewEstimator(cfg.CostModel()); err != nil {
-		return nil, fmt.Errorf("proxy: cost model: %w", err)
-	}
-	if fsys := cfg.PolicyFS(); fsys != nil {
-		if st.policy, err = policies.Load(fsys); err != nil {
-			return nil, fmt.Errorf("proxy: policies: %w", err)
-		}
-	}
-	for _, t := range cfg.Tenants {
-		for _, k := range t.Keys {
-			st.keys[sha256.Sum256([]byte(k.Secret()))] = &caller{tenant: t.Name, user: k.User, keyID: k.KeyID(), plan: t.Plan}
-		}
-	}
-	for _, l := range cfg.Limits {
-		cl, err := compileLimit(l)
-		if err != nil {
-			return nil, fmt.Errorf("proxy: limit %s: %w", l.Name, err)
-		}
-		st.limits = append(st.limits, cl)
-	}
-	for _, b := range cfg.Budgets {
-		st.limits = append(st.limits, compileBudget(b))
-	}
 	for _, u := range cfg.Upstreams {
 		base := u.BaseURL
 		if u.Simulated() {
-			if base, err = s.simulator(u.Name, st.est); err != nil {
+			if base, err = s.simulator(u.Name, est); err != nil {
 				return nil, err
 			}
 		}
@@ -370,16 +214,18 @@ func (s *Server) reload() error {
 		return err
 	}
 	old := s.state.Load().cfg
-	switch {
-	case cfg.Store.Redis != old.Store.Redis:
-		return errors.New("store.redis changed: restart costgate to change the limiter store")
-	case cfg.Ledger.DSN != old.Ledger.DSN || cfg.DataDirPath() != old.DataDirPath():
-		return errors.New("ledger.dsn or data_dir changed: restart costgate to change the ledger")
-	case cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen:
+	if cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen {
 		return errors.New("listen or admin_listen changed: restart costgate to change its addresses")
 	}
-	st, err := s.compile(cfg)
+	est, err := costmodel.NewEstimator(cfg.CostModel())
 	if err != nil {
+		return err
+	}
+	st, err := s.compile(cfg, est)
+	if err != nil {
+		return err
+	}
+	if err := s.gate.Apply(cfg); err != nil {
 		return err
 	}
 	s.state.Store(st)
@@ -392,6 +238,10 @@ func (s *Server) Handler() http.Handler { return s.data }
 // AdminHandler is the admin plane: health, metrics, the admin API and the
 // dashboard.
 func (s *Server) AdminHandler() http.Handler { return s.admin }
+
+// Gate is the server's decision pipeline, which the other front doors
+// (the RLS server) share.
+func (s *Server) Gate() *gate.Gate { return s.gate }
 
 // Ledger is the server's ledger, for operator commands and tests.
 func (s *Server) Ledger() *ledger.Ledger { return s.ledger }
@@ -416,7 +266,6 @@ func (s *Server) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
 	s.WaitIdle(ctx)
 	cancel()
-	s.settles.Wait()
 	var errs []error
 	for i := len(s.closers) - 1; i >= 0; i-- {
 		if err := s.closers[i](); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -447,6 +296,9 @@ func (s *Server) dataHandler() http.Handler {
 		r.Handle(m, "/u/:upstream/*path", s.serveGeneric)
 	}
 	r.GET("/v1/costgate/usage", func(c *gin.Context) { s.serveUsage(c.Writer, c.Request) })
+	r.POST("/v1/costgate/reserve", func(c *gin.Context) { s.serveReserve(c.Writer, c.Request) })
+	r.POST("/v1/costgate/settle", func(c *gin.Context) { s.serveSettle(c.Writer, c.Request) })
+	r.POST("/v1/costgate/release", func(c *gin.Context) { s.serveRelease(c.Writer, c.Request) })
 	r.NoMethod(func(c *gin.Context) {
 		// gin has set Allow to the methods routed for the path; a generic
 		// upstream's own list is narrower.
@@ -519,12 +371,4 @@ func (s *Server) WaitIdle(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// redisLog sends go-redis's own log lines to the server's logger at debug
-// level.
-type redisLog struct{ log *slog.Logger }
-
-func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
-	l.log.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
 }

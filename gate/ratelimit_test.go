@@ -1,9 +1,8 @@
-package proxy
+package gate
 
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -44,7 +43,7 @@ func TestRateLimitAgreesWithRetryAfter(t *testing.T) {
 			}
 			store := weighted.NewMemory(weighted.MemoryConfig{Now: func() time.Time { return now }})
 			items := []weighted.Item{{Limit: l.limit, Key: "{acme}:tenant=acme", Cost: 1}}
-			x := &exchange{path: "/v1/chat/completions", limits: []*compiledLimit{l}, items: items}
+			x := &Reservation{limits: []*compiledLimit{l}, items: items}
 			for i := range tc.admitted + 1 {
 				x.result, err = store.Debit(ctx, fmt.Sprint("r", i), items)
 				if err != nil {
@@ -54,21 +53,17 @@ func TestRateLimitAgreesWithRetryAfter(t *testing.T) {
 					t.Fatalf("debit %d: allowed %v", i, x.result.Allowed)
 				}
 				if i == 0 {
-					rec := httptest.NewRecorder()
-					x.setRateLimitHeaders(rec.Header())
-					if got := rec.Header().Get("RateLimit"); got != tc.wantAllow {
+					if got := x.admitted().RateLimit.Field(); got != tc.wantAllow {
 						t.Errorf("admitted: RateLimit = %q, want %q", got, tc.wantAllow)
 					}
 				}
 			}
-			rec := httptest.NewRecorder()
-			(&Server{}).deny(rec, x)
-			h := rec.Header()
-			if rec.Code != 429 || h.Get("Retry-After") != tc.retry || h.Get("RateLimit") != tc.wantDeny {
-				t.Errorf("refused: %d, Retry-After %q, RateLimit %q; want 429, %q, %q", rec.Code, h.Get("Retry-After"), h.Get("RateLimit"), tc.retry, tc.wantDeny)
+			d := x.deny()
+			if retry := fmt.Sprint(d.RetryAfter); d.Status != 429 || retry != tc.retry || d.RateLimit.Field() != tc.wantDeny {
+				t.Errorf("refused: %d, Retry-After %q, RateLimit %q; want 429, %q, %q", d.Status, retry, d.RateLimit.Field(), tc.retry, tc.wantDeny)
 			}
-			if want := fmt.Sprintf(`"%s";q=%d;w=60;qu="requests"`, tc.limit.Name, tc.limit.Rate); h.Get("RateLimit-Policy") != want {
-				t.Errorf("RateLimit-Policy = %q, want %q", h.Get("RateLimit-Policy"), want)
+			if want := fmt.Sprintf(`"%s";q=%d;w=60;qu="requests"`, tc.limit.Name, tc.limit.Rate); d.RateLimit.PolicyField() != want {
+				t.Errorf("RateLimit-Policy = %q, want %q", d.RateLimit.PolicyField(), want)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package proxy
+package gate
 
 import (
 	"context"
@@ -54,7 +54,7 @@ budgets:
 	var items []weighted.Item
 	for _, tenant := range []string{"a", "b"} {
 		l := st.limits[0]
-		items = append(items, weighted.Item{Limit: l.limit, Key: l.callerKey(&caller{tenant: tenant, plan: "p"})})
+		items = append(items, weighted.Item{Limit: l.limit, Key: l.callerKey(&Caller{Tenant: tenant, Plan: "p", st: st})})
 	}
 	res, err := s.store.Peek(ctx, items)
 	if err != nil {
