@@ -272,9 +272,13 @@ func TestWire(t *testing.T) {
 		want string
 	}{
 		{"usage", func() error {
-			_, err := c.Settle(ctx, "rsv_x", client.Usage{Requests: 1, InputTokens: 3, OutputTokens: 4, Units: 2, USD: costmodel.Dollar + 1})
+			_, err := c.Settle(ctx, "rsv_x", client.Usage{InputTokens: 3, OutputTokens: 4, Units: 2, USD: costmodel.Dollar + 1})
 			return err
-		}, `{"reservation_id":"rsv_x","usage":{"requests":1,"input_tokens":3,"output_tokens":4,"units":2,"usd":"1.000000001"}}`},
+		}, `{"reservation_id":"rsv_x","usage":{"input_tokens":3,"output_tokens":4,"units":2,"usd":"1.000000001"}}`},
+		{"free", func() error {
+			_, err := c.Settle(ctx, "rsv_x", client.Usage{Units: 2, Free: true})
+			return err
+		}, `{"reservation_id":"rsv_x","usage":{"units":2,"usd":"0"}}`},
 		{"failed with a model", func() error {
 			_, err := c.Settle(ctx, "rsv_x", client.Usage{}, client.Failed(), client.ServedModel("gpt-4o"))
 			return err
@@ -302,6 +306,9 @@ func TestWire(t *testing.T) {
 		})
 	}
 
+	if _, err := c.Settle(ctx, "rsv_x", client.Usage{USD: 1, Free: true}); err == nil || !strings.Contains(err.Error(), "Free") {
+		t.Errorf("a free usage with dollars: %v", err)
+	}
 	if _, err := c.SettleResponse(ctx, "rsv_x", "chat_completions", []byte(`{"usage":`)); err == nil {
 		t.Error("SettleResponse sent a response that is not JSON")
 	}
@@ -317,14 +324,14 @@ func TestSettleAndRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := r.Settle(ctx, client.Usage{Requests: 1})
+	s, err := r.Settle(ctx, client.Usage{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := (client.Settlement{ReservationID: r.ID, RequestID: r.RequestID, Status: "settled", Cost: 123_000}); *s != want {
 		t.Errorf("settlement %+v, want %+v", *s, want)
 	}
-	if s, err = r.Settle(ctx, client.Usage{Requests: 1}); err != nil || !s.AlreadySettled {
+	if s, err = r.Settle(ctx, client.Usage{}); err != nil || !s.AlreadySettled {
 		t.Errorf("second settle: %+v %v", s, err)
 	}
 	if err := r.Release(ctx); !errors.Is(err, client.ErrReservationSettled) {

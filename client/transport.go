@@ -29,12 +29,12 @@ const settleTimeout = 10 * time.Second
 // A refused reservation is returned as the *RefusedError (http.Client
 // wraps it in a *url.Error; errors.As finds it) and the API is not called.
 // A call that fails before any response releases its reservation. An
-// answer with status 400 or more is settled as failed with no units, which
-// costgate does not charge (as the proxy does not charge a generic
-// upstream's errors). Otherwise the units the response reports where
-// Rule.Actual says (header or JSON body) are settled, or the estimate when
-// it reports none. A friction delay asked by costgate's policies is
-// waited before the call.
+// answer with status 400 or more is settled as failed and free, as the
+// proxy charges nothing for a generic upstream's errors (the request
+// itself counts against request limits all the same). Otherwise the units
+// the response reports where Rule.Actual says (header or JSON body) are
+// settled, or the estimate when it reports none. (A friction delay that
+// costgate's policies ask for, costgate waits before it admits the call.)
 //
 // To read the units, RoundTrip reads the response body before it returns:
 // up to MaxBody bytes, which the caller then reads from memory. A longer
@@ -113,13 +113,6 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(out)
 		return nil, err
 	}
-	if f := res.Friction; f != nil && f.Delay > 0 {
-		if err := sleep(ctx, f.Delay); err != nil {
-			closeBody(out)
-			t.release(ctx, req, res)
-			return nil, err
-		}
-	}
 	resp, err := t.base().RoundTrip(out)
 	if err != nil {
 		t.release(ctx, req, res)
@@ -135,9 +128,10 @@ func (t *Transport) settle(ctx context.Context, req *http.Request, res *Reservat
 	buf, readErr := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	whole := readErr == nil && int64(len(buf)) <= limit
 
-	u := Usage{Requests: 1}
+	var u Usage
 	var opts []SettleOption
 	if resp.StatusCode >= 400 {
+		u.Free = true // as the proxy charges nothing for a generic upstream's error
 		opts = append(opts, Failed())
 	} else {
 		read := buf
@@ -231,18 +225,6 @@ func readBounded(r io.Reader, limit int64) ([]byte, error) {
 func closeBody(r *http.Request) {
 	if r.Body != nil {
 		r.Body.Close()
-	}
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 

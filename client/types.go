@@ -16,7 +16,7 @@ import (
 // budgets count: any subset of them. A zero field is not sent; costgate
 // reads an absent count as zero.
 type Cost struct {
-	// Requests is the number of requests, usually 1.
+	// Requests is the number of requests; 0 means costgate's default, 1.
 	Requests int64
 	// Tokens is input and output tokens together, for a caller that does
 	// not split them; InputTokens and OutputTokens split them.
@@ -51,18 +51,25 @@ func (c Cost) MarshalJSON() ([]byte, error) {
 }
 
 // Usage is what a reserved call actually used, as the settle call takes
-// it. A zero field is not sent; costgate reads an absent count as zero.
+// it. A zero count is not sent; costgate reads an absent count as zero.
+// The reserved request itself is spent and is not part of the usage.
+//
+// The dollars charged are USD when it is set (or Free), else the counts
+// priced by the reservation's generic upstream rule or model, else the
+// reservation's estimate.
 type Usage struct {
-	Requests     int64
 	InputTokens  int64
 	OutputTokens int64
 	Units        int64
-	// USD is money spent, in nano-dollars, for a call priced by the caller.
+	// USD is money spent, in nano-dollars, for a call priced by the caller;
+	// zero means not stated.
 	USD costmodel.NanoUSD
+	// Free states that the call cost nothing in dollars, whatever its
+	// counts would be priced at; USD must then be zero.
+	Free bool
 }
 
 type usageWire struct {
-	Requests     int64  `json:"requests,omitempty"`
 	InputTokens  int64  `json:"input_tokens,omitempty"`
 	OutputTokens int64  `json:"output_tokens,omitempty"`
 	Units        int64  `json:"units,omitempty"`
@@ -71,10 +78,14 @@ type usageWire struct {
 
 // MarshalJSON writes u as the settle call's "usage" object.
 func (u Usage) MarshalJSON() ([]byte, error) {
-	return json.Marshal(usageWire{
-		Requests: u.Requests, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
-		Units: u.Units, USD: formatUSD(u.USD),
-	})
+	if u.Free && u.USD != 0 {
+		return nil, fmt.Errorf("usage is Free but states USD %v", u.USD)
+	}
+	w := usageWire{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, Units: u.Units, USD: formatUSD(u.USD)}
+	if u.Free {
+		w.USD = "0"
+	}
+	return json.Marshal(w)
 }
 
 // formatUSD writes n as an exact decimal dollar amount without trailing
@@ -152,7 +163,8 @@ type Reservation struct {
 	// Estimate is what costgate reserved.
 	Estimate Estimate
 	// Friction is what costgate's policies ask of the call; nil when none.
-	// The client applies none of it; a Transport applies its Delay.
+	// costgate has waited its Delay before it answered; the cap and the
+	// downgrade are the caller's to apply.
 	Friction *Friction
 	// Degraded tells that costgate's limiter store was out and the
 	// reservation was admitted on its fallback budgets.
@@ -190,7 +202,7 @@ type Estimate struct {
 
 // Friction is what costgate's policies ask of an admitted call.
 type Friction struct {
-	// Delay is how long to wait before the call.
+	// Delay is the delay costgate waited before it admitted the call.
 	Delay time.Duration
 	// CapMaxTokens caps an LLM request's max_tokens; 0 means no cap.
 	CapMaxTokens int64
@@ -204,7 +216,7 @@ type Friction struct {
 type Settlement struct {
 	ReservationID string
 	RequestID     string
-	// Status is "settled".
+	// Status is "settled", or "failed" for a settlement with Failed.
 	Status string
 	// Cost is what the ledger charged, in nano-dollars.
 	Cost costmodel.NanoUSD
@@ -223,10 +235,11 @@ type money struct {
 func (m money) amount() (costmodel.NanoUSD, error) {
 	if m.NanoUSD != nil {
 		n := costmodel.NanoUSD(*m.NanoUSD)
-		if m.USD != "" {
-			if v, err := costmodel.ParseUSD(m.USD); err != nil || v != n {
-				return 0, fmt.Errorf("cost_usd %q and cost_nanousd %d disagree", m.USD, *m.NanoUSD)
-			}
+		// costmodel.ParseUSD reads amounts up to about 9.2 billion dollars,
+		// a little less than NanoUSD holds: an amount it cannot read is
+		// not checked.
+		if v, err := costmodel.ParseUSD(m.USD); m.USD != "" && err == nil && v != n {
+			return 0, fmt.Errorf("cost_usd %q and cost_nanousd %d disagree", m.USD, *m.NanoUSD)
 		}
 		return n, nil
 	}
