@@ -20,6 +20,8 @@ import (
 
 	"github.com/costgate/costgate/client"
 	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/internal/pgtest"
+	"github.com/costgate/costgate/internal/redistest"
 	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/simulator"
 )
@@ -97,6 +99,14 @@ func estimator(t *testing.T) *costmodel.Estimator {
 
 func final(e ledger.Entry) bool { return e.Status.Final() }
 
+// show is a settlement without its ids, which are long.
+func show(st *client.Settlement) string {
+	if st == nil {
+		return "no settlement"
+	}
+	return fmt.Sprintf("{%s %v already_settled=%v}", st.Status, st.Cost, st.AlreadySettled)
+}
+
 // forStores runs test on each store.
 func forStores(t *testing.T, test func(t *testing.T, store string)) {
 	for _, store := range stores {
@@ -125,7 +135,7 @@ func TestReserveSettle(t *testing.T) {
 			t.Errorf("expires at %v, want 5 minutes from now", r.ExpiresAt)
 		}
 		if r.Estimate.Cost != 10*milli || r.Estimate.Requests != 1 || r.Friction != nil || r.Degraded {
-			t.Errorf("reservation %+v", r)
+			t.Errorf("reservation estimate %+v friction %+v degraded %v", r.Estimate, r.Friction, r.Degraded)
 		}
 		st, err := r.Settle(ctx, client.Usage{USD: 4 * milli})
 		if err != nil {
@@ -133,12 +143,12 @@ func TestReserveSettle(t *testing.T) {
 		}
 		want := client.Settlement{ReservationID: r.ID, RequestID: r.RequestID, Status: "settled", Cost: 4 * milli}
 		if *st != want {
-			t.Errorf("settlement %+v, want %+v", *st, want)
+			t.Errorf("settlement %s, want %s", show(st), show(&want))
 		}
 		st, err = r.Settle(ctx, client.Usage{USD: 9 * milli})
 		want.AlreadySettled = true
 		if err != nil || *st != want {
-			t.Errorf("second settlement %+v %v, want %+v", st, err, want)
+			t.Errorf("second settlement %s %v, want %s", show(st), err, show(&want))
 		}
 		e := s.entry(t, "acme", r.RequestID, final)
 		if e.ActualCost != 4*milli || e.EstimatedCost != 10*milli || e.Status != ledger.StatusSettled || e.Route != "/v1/costgate/reserve" {
@@ -154,7 +164,7 @@ func TestReserveSettle(t *testing.T) {
 			t.Errorf("estimate %+v, want 20 units at $0.003", r.Estimate)
 		}
 		if st, err = r.Settle(ctx, client.Usage{Units: 7}); err != nil || st.Cost != 17*milli/10 {
-			t.Errorf("settlement %+v %v, want $0.0017", st, err)
+			t.Errorf("settlement %s %v, want $0.0017", show(st), err)
 		}
 		e = s.entry(t, "acme", r.RequestID, final)
 		if e.Upstream != "search" || e.Route != "search.web" || e.Actual.Units != 7 || e.ActualCost != 17*milli/10 {
@@ -338,7 +348,7 @@ func TestBadInput(t *testing.T) {
 		} {
 			st, err := c.res.Settle(ctx, c.u)
 			if err != nil || st.AlreadySettled || st.Cost != c.want {
-				t.Errorf("settling %s after the bad input: %+v %v, want %v", c.res.ID, st, err, c.want)
+				t.Errorf("settling after the bad input: %s %v, want %v", show(st), err, c.want)
 			}
 		}
 	})
@@ -566,7 +576,7 @@ budgets:
 			t.Fatalf("reserving the %v left: %v", rest, err)
 		}
 		if st, err := r.Settle(ctx, client.Usage{USD: rest}); err != nil || st.Cost != rest {
-			t.Fatalf("settling %v: %+v %v", rest, st, err)
+			t.Fatalf("settling %v: %s %v", rest, show(st), err)
 		}
 
 		// The budget is spent for both.
@@ -581,4 +591,65 @@ budgets:
 			t.Errorf("ledger total %v, want %v", got, budget)
 		}
 	})
+}
+
+// TestSettleOnAnotherReplica: two replicas share Redis, PostgreSQL and the
+// reservation secret; a reservation made on one settles on the other, and
+// a second settlement there repeats the first.
+func TestSettleOnAnotherReplica(t *testing.T) {
+	redisURL := redistest.New(t).URL
+	dsn := pgtest.New(t)
+	sim := httptest.NewServer(simulator.New(simulator.Config{Estimator: estimator(t)}))
+	t.Cleanup(sim.Close)
+	api := newSearchAPI(t)
+	yaml := fmt.Sprintf(baseYAML, sim.URL, api.url) + `
+reservations:
+  secret: a-secret-both-replicas-share
+budgets:
+  - name: acme-daily
+    scope: tenant
+    amount: "0.01"
+`
+	var replicas [2]*costgate
+	for i := range replicas {
+		c, err := openCostgate(yaml, redisURL, dsn, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		replicas[i] = c
+	}
+	ctx := context.Background()
+	r, err := client.New(replicas[0].url, "cg-test-acme").Reserve(ctx, client.ReserveRequest{Cost: client.Cost{Requests: 1, USD: 10 * milli}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := client.New(replicas[1].url, "cg-test-acme")
+	st, err := other.Settle(ctx, r.ID, client.Usage{USD: 4 * milli})
+	if err != nil || st.Cost != 4*milli || st.AlreadySettled {
+		t.Fatalf("settle on the other replica: %s %v", show(st), err)
+	}
+	st, err = other.Settle(ctx, r.ID, client.Usage{USD: 9 * milli})
+	if err != nil || st.Cost != 4*milli || !st.AlreadySettled {
+		t.Errorf("second settle on the other replica: %s %v, want $0.004 already settled", show(st), err)
+	}
+	e := replicas[1].entry(t, "acme", r.RequestID, final)
+	if e.ActualCost != 4*milli {
+		t.Errorf("ledger entry charged %v, want $0.004", e.ActualCost)
+	}
+	// The replica that made it refuses a release of it too.
+	if err := client.New(replicas[0].url, "cg-test-acme").Release(ctx, r.ID); !errors.Is(err, client.ErrReservationSettled) {
+		t.Errorf("release on the first replica after a settle on the other: %v, want 409 reservation_settled", err)
+	}
+	// Whatever the answers, the $0.004 stays charged: $0.006 is left.
+	for i, c := range replicas {
+		e := c.entry(t, "acme", r.RequestID, final)
+		if e.ActualCost != 4*milli || e.Status != ledger.StatusSettled {
+			t.Errorf("replica %d's ledger entry: %v %s, want $0.004 settled", i, e.ActualCost, e.Status)
+		}
+	}
+	acme := client.New(replicas[1].url, "cg-test-acme")
+	if _, err := acme.Reserve(ctx, client.ReserveRequest{Cost: client.Cost{Requests: 1, USD: 6*milli + 1}}); !errors.Is(err, client.ErrBudgetExceeded) {
+		t.Errorf("reserving $0.006000001 of the $0.006 left: %v, want 402", err)
+	}
 }

@@ -310,3 +310,29 @@ type closeCounter struct {
 }
 
 func (c *closeCounter) Close() error { c.closed.Add(1); return nil }
+
+// BenchmarkTransport is a gated call on loopback: reserve, the call, and
+// settle, against the fake costgate, in parallel.
+func BenchmarkTransport(b *testing.B) {
+	f := &fakeCostgate{state: map[string]string{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/costgate/reserve", f.reserve)
+	mux.HandleFunc("POST /v1/costgate/settle", f.settle)
+	cg := httptest.NewServer(mux)
+	defer cg.Close()
+	api := &searchAPI{started: make(chan struct{}, 1)}
+	srv := httptest.NewServer(http.HandlerFunc(api.serve))
+	defer srv.Close()
+	hc := &http.Client{Transport: &client.Transport{Client: client.New(cg.URL, "cg-key"), Rule: searchRule, Upstream: "search"}}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := hc.Get(srv.URL + "/search?q=go&count=5")
+			if err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
+}
