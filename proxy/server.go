@@ -15,6 +15,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/costgate/costgate/admin"
 	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/gate"
@@ -118,7 +119,7 @@ func (s *Server) open(ctx context.Context, cfg *config.Config) error {
 	s.state.Store(st)
 	s.tel.Reload(true) // the first load counts, so the gauge says the config is good
 	s.data = s.dataHandler()
-	s.admin = s.adminHandler()
+	s.admin = admin.New(s.gate, admin.Options{Reload: s.Reload})
 	return nil
 }
 
