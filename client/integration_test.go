@@ -595,7 +595,9 @@ budgets:
 
 // TestSettleOnAnotherReplica: two replicas share Redis, PostgreSQL and the
 // reservation secret; a reservation made on one settles on the other, and
-// a second settlement there repeats the first.
+// nothing is charged twice, whichever replica a second settle or a release
+// reaches. (The answers there are not the first settlement's: README,
+// "Reserve, call, settle".)
 func TestSettleOnAnotherReplica(t *testing.T) {
 	redisURL := redistest.New(t).URL
 	dsn := pgtest.New(t)
@@ -620,36 +622,38 @@ budgets:
 		replicas[i] = c
 	}
 	ctx := context.Background()
-	r, err := client.New(replicas[0].url, "cg-test-acme").Reserve(ctx, client.ReserveRequest{Cost: client.Cost{Requests: 1, USD: 10 * milli}})
+	first, other := client.New(replicas[0].url, "cg-test-acme"), client.New(replicas[1].url, "cg-test-acme")
+	r, err := first.Reserve(ctx, client.ReserveRequest{Cost: client.Cost{Requests: 1, USD: 10 * milli}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := client.New(replicas[1].url, "cg-test-acme")
 	st, err := other.Settle(ctx, r.ID, client.Usage{USD: 4 * milli})
 	if err != nil || st.Cost != 4*milli || st.AlreadySettled {
 		t.Fatalf("settle on the other replica: %s %v", show(st), err)
 	}
 	st, err = other.Settle(ctx, r.ID, client.Usage{USD: 9 * milli})
-	if err != nil || st.Cost != 4*milli || !st.AlreadySettled {
-		t.Errorf("second settle on the other replica: %s %v, want $0.004 already settled", show(st), err)
+	if err != nil {
+		t.Fatalf("second settle on the other replica: %v", err)
 	}
-	e := replicas[1].entry(t, "acme", r.RequestID, final)
-	if e.ActualCost != 4*milli {
-		t.Errorf("ledger entry charged %v, want $0.004", e.ActualCost)
-	}
-	// The replica that made it refuses a release of it too.
-	if err := client.New(replicas[0].url, "cg-test-acme").Release(ctx, r.ID); !errors.Is(err, client.ErrReservationSettled) {
-		t.Errorf("release on the first replica after a settle on the other: %v, want 409 reservation_settled", err)
-	}
-	// Whatever the answers, the $0.004 stays charged: $0.006 is left.
+	t.Logf("second settle on the other replica answers %s", show(st))
+	err = first.Release(ctx, r.ID)
+	t.Logf("release on the first replica after the settle answers %v", err)
+
+	// $0.004 stays charged: $0.006 is left.
 	for i, c := range replicas {
 		e := c.entry(t, "acme", r.RequestID, final)
 		if e.ActualCost != 4*milli || e.Status != ledger.StatusSettled {
 			t.Errorf("replica %d's ledger entry: %v %s, want $0.004 settled", i, e.ActualCost, e.Status)
 		}
 	}
-	acme := client.New(replicas[1].url, "cg-test-acme")
-	if _, err := acme.Reserve(ctx, client.ReserveRequest{Cost: client.Cost{Requests: 1, USD: 6*milli + 1}}); !errors.Is(err, client.ErrBudgetExceeded) {
-		t.Errorf("reserving $0.006000001 of the $0.006 left: %v, want 402", err)
+	for _, c := range []*client.Client{first, other} {
+		if _, err := c.Reserve(ctx, client.ReserveRequest{Cost: client.Cost{Requests: 1, USD: 6*milli + 1}}); !errors.Is(err, client.ErrBudgetExceeded) {
+			t.Errorf("reserving $0.006000001 of the $0.006 left: %v, want 402", err)
+		}
 	}
+	r, err = other.Reserve(ctx, client.ReserveRequest{Cost: client.Cost{Requests: 1, USD: 6 * milli}})
+	if err != nil {
+		t.Fatalf("reserving the $0.006 left: %v", err)
+	}
+	r.Release(ctx)
 }
