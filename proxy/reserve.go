@@ -96,6 +96,24 @@ type estimateJSON struct {
 	CostNanoUSD  costmodel.NanoUSD `json:"cost_nanousd"`
 }
 
+type reserveAnswer struct {
+	ReservationID string        `json:"reservation_id"`
+	RequestID     string        `json:"request_id"`
+	ExpiresAt     string        `json:"expires_at"`
+	Estimate      estimateJSON  `json:"estimate"`
+	Friction      *frictionJSON `json:"friction,omitempty"`
+	Degraded      bool          `json:"degraded"`
+}
+
+type settleAnswer struct {
+	ReservationID  string            `json:"reservation_id"`
+	RequestID      string            `json:"request_id"`
+	Status         string            `json:"status"`
+	CostUSD        string            `json:"cost_usd"`
+	CostNanoUSD    costmodel.NanoUSD `json:"cost_nanousd"`
+	AlreadySettled bool              `json:"already_settled"`
+}
+
 type frictionJSON struct {
 	DelayMS        int64  `json:"delay_ms,omitempty"`
 	CapMaxTokens   int64  `json:"cap_max_tokens,omitempty"`
@@ -215,14 +233,15 @@ func (s *Server) serveReserve(w http.ResponseWriter, r *http.Request) {
 	res.Report(http.StatusOK)
 	setRateLimit(w.Header(), d.RateLimit)
 	est := req.Estimate
-	out := map[string]any{
-		"reservation_id": id, "request_id": res.ID(), "expires_at": exp.UTC().Format(time.RFC3339Nano),
-		"estimate": estimateJSON{Requests: req.Requests, InputTokens: est.Usage.InputTokens, OutputTokens: est.Usage.OutputTokens,
+	out := reserveAnswer{
+		ReservationID: id, RequestID: res.ID(), ExpiresAt: exp.UTC().Format(time.RFC3339Nano),
+		Estimate: estimateJSON{Requests: req.Requests, InputTokens: est.Usage.InputTokens, OutputTokens: est.Usage.OutputTokens,
 			Units: est.Usage.Units, CostUSD: usdText(est.Cost), CostNanoUSD: est.Cost},
-		"degraded": d.Degraded,
+		Degraded: d.Degraded,
 	}
 	if !f.IsZero() {
-		out["friction"] = frictionJSON(f)
+		fj := frictionJSON(f)
+		out.Friction = &fj
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -444,10 +463,8 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 	if got.Status == ledger.StatusFailed {
 		status = "failed"
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"reservation_id": in.ReservationID, "request_id": res.ID(), "status": status,
-		"cost_usd": usdText(got.Cost), "cost_nanousd": got.Cost, "already_settled": again,
-	})
+	writeJSON(w, http.StatusOK, settleAnswer{ReservationID: in.ReservationID, RequestID: res.ID(), Status: status,
+		CostUSD: usdText(got.Cost), CostNanoUSD: got.Cost, AlreadySettled: again})
 }
 
 // settlementCost prices a settlement that names no dollar amount. A failed
