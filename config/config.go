@@ -59,6 +59,8 @@ type Config struct {
 	Limits    []LimitConfig    `yaml:"limits"`
 	Budgets   []BudgetConfig   `yaml:"budgets"`
 
+	Reservations ReservationsConfig `yaml:"reservations"`
+
 	// dir is the directory relative paths in the file are resolved against.
 	dir string
 	// policyFS, when set, holds the policies instead of Policies.Dir: the
@@ -382,6 +384,7 @@ func (c *Config) applyDefaults(d Defaults) {
 	def(&c.DataDir, "./costgate-data")
 	def(&c.Store.Redis, d.Redis)
 	def(&c.Ledger.DSN, d.LedgerDSN)
+	c.Reservations.applyDefaults()
 	if c.Store.Timeout == 0 {
 		c.Store.Timeout = 100 * time.Millisecond
 	}
@@ -626,6 +629,7 @@ func (c *Config) Validate() error {
 			bad(p+".amount", "must be a positive dollar amount")
 		}
 	}
+	c.Reservations.validate(bad)
 	c.validateRLS(names, bad)
 	return errors.Join(errs...)
 }

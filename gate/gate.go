@@ -34,8 +34,11 @@ type Gate struct {
 	breaker  *breaker                 // nil for the in-memory store
 	ledger   *ledger.Ledger
 	ping     func(context.Context) error // checks the limiter store; nil for memory
+	redis    redis.UniversalClient       // the limiter store's Redis; nil for memory
 	renewer  *renewer                    // renews the concurrency leases of reservations held
 	refusals Refusals                    // refusals by limit, for the dashboard
+	secret   []byte                      // signs held reservations' ids (see Hold)
+	holds    holds                       // the reservations this replica holds
 
 	// state is the active configuration, compiled; Apply swaps it whole,
 	// and a request keeps the state its caller was identified under.
@@ -129,6 +132,10 @@ func (g *Gate) open(ctx context.Context, cfg *config.Config) error {
 		return err
 	}
 	g.state.Store(st)
+	if g.secret, err = reservationSecret(cfg); err != nil {
+		return err
+	}
+	g.holds.m = map[string]*hold{}
 	g.tel.ObserveLedger(func() (float64, int64) {
 		st := g.ledger.Stats()
 		return st.Lag.Seconds(), st.Pending
@@ -145,6 +152,7 @@ func (g *Gate) open(ctx context.Context, cfg *config.Config) error {
 	rctx, cancel := context.WithCancel(context.Background())
 	g.closers = append(g.closers, func() error { cancel(); return nil })
 	g.wg.Go(func() { g.reconcileLoop(rctx, cfg.Store.ReconcileInterval) })
+	g.wg.Go(func() { g.expireLoop(rctx) })
 	return nil
 }
 
@@ -160,6 +168,7 @@ func (g *Gate) openStore(ctx context.Context, cfg *config.Config) (*freshStore, 
 	// is thousands of lines. The breaker's state and the metrics say it.
 	redis.SetLogger(redisLog{g.log})
 	g.closers = append(g.closers, c.Close)
+	g.redis = c
 	g.ping = func(ctx context.Context) error { return c.Ping(ctx).Err() }
 	if err := c.Ping(ctx).Err(); err != nil {
 		// Redis may come back; the limits' failure posture applies meanwhile.

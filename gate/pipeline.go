@@ -129,6 +129,7 @@ type Reservation struct {
 	recorded bool           // the ledger holds the reservation
 	billed   bool           // the ledger entry is final
 	ended    bool           // settled or cancelled in the limiter
+	expires  time.Time      // a held reservation's expiry (see Hold)
 	ctx      context.Context
 }
 

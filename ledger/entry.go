@@ -27,11 +27,15 @@ const (
 	// StatusFailed is a request the upstream answered with an error; it is
 	// charged what the upstream reported, usually zero.
 	StatusFailed Status = "failed"
+	// StatusExpired is a reservation taken through the reserve/settle API
+	// that was neither settled nor released before it expired; it is
+	// charged at its estimate (Actual = Estimated).
+	StatusExpired Status = "expired"
 )
 
 // Final reports whether s is a terminal status.
 func (s Status) Final() bool {
-	return s == StatusSettled || s == StatusRecovered || s == StatusFailed
+	return s == StatusSettled || s == StatusRecovered || s == StatusFailed || s == StatusExpired
 }
 
 func (s Status) valid() bool {

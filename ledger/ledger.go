@@ -194,7 +194,7 @@ func (l *Ledger) Reserve(ctx context.Context, e Entry) error {
 
 // Settle finalizes e.RequestID with what the upstream reported: e.Actual,
 // e.ActualCost and e.HTTPStatus, and e.Status, which is StatusSettled (the
-// default) or StatusFailed. Non-empty descriptive fields (model, route,
+// default), StatusFailed or StatusExpired. Non-empty descriptive fields (model, route,
 // upstream, region, decision, policy, friction) replace the reservation's;
 // tenant, user and key stay the reservation's. A zero e.SettledAt means now.
 // Settle is idempotent by request id: only the first settlement of a request
@@ -239,7 +239,7 @@ func (l *Ledger) settlement(e Entry) (*record, error) {
 	switch e.Status {
 	case "":
 		e.Status = StatusSettled
-	case StatusSettled, StatusFailed:
+	case StatusSettled, StatusFailed, StatusExpired:
 	default:
 		return nil, fmt.Errorf("%w settlement %q: status %q", ErrInvalid, e.RequestID, e.Status)
 	}

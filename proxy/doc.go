@@ -1,29 +1,30 @@
-// Package proxy is costgate's data plane: it wires the cost model, the
-// policies, the weighted limiter and the ledger around a reverse proxy.
+// Package proxy is costgate's HTTP front door: the OpenAI- and
+// Anthropic-compatible routes, the generic /u/{upstream}/... routes, the
+// reserve/settle API and the tenant's usage view, on the gate (package
+// gate), which takes every decision.
 //
-// Every request on a priced route goes through the same stages, in order:
+// A proxied request goes through these stages:
 //
-//  1. identify: the API key (Bearer or x-api-key) names the tenant, user
-//     and plan; the path names the route and its upstream;
+//  1. identify (gate): the API key (Bearer or x-api-key) names the tenant,
+//     user and plan; the path names the route and its upstream;
 //  2. estimate: costmodel counts the prompt tokens, adds the output tokens
-//     the request may produce and prices them;
-//  3. debit: every limit and budget that applies is debited by the
-//     estimate in one atomic call, all or nothing (weighted);
-//  4. decide: only a request every limit admitted reaches the policies (a
-//     request a limit or budget denies is answered 429 or 402 at step 3).
-//     The Rego policies see the caller, the estimate and each limit's and
-//     budget's state as it was before this request's debit (the debit's
-//     reply with this request's cost added back), and answer allow, soft
-//     (friction) or hard; a hard answer cancels the reservation;
-//  5. record: the ledger makes the reservation durable;
-//  6. forward: httputil.ReverseProxy sends the request, with friction
-//     applied, to the upstream with the upstream's own credential; while
-//     it runs, the leases of its concurrency limits are renewed every half
-//     Period (see weighted.Store.Renew), so that a long stream keeps its
-//     slot;
-//  7. settle: the usage the upstream reports is priced; the limiter is
-//     charged or refunded the difference and the ledger entry finalized.
+//     the request may produce and prices them; a generic upstream's cost
+//     rule prices the rest;
+//  3. debit and decide (gate.Reserve): every limit and budget that applies
+//     is debited by the estimate in one atomic call, all or nothing; only
+//     a request every limit admitted reaches the Rego policies, which
+//     answer allow, soft (friction, applied here to the body) or hard;
+//  4. record (gate.Reservation.Record): the ledger makes the reservation
+//     durable;
+//  5. forward: httputil.ReverseProxy sends the request to the upstream
+//     with the upstream's own credential, and the answer is metered as it
+//     passes (streams included);
+//  6. settle (gate.Reservation.Bill and Settle): the usage the upstream
+//     reports is priced; the ledger entry is finalized as soon as the
+//     answer says what it cost, and the limits are charged or refunded
+//     the difference.
 //
-// The debit comes before the policy so that the policy sees each limit's
-// remaining quota without a second round trip to the store.
+// The front door writes every answer; the gate returns decisions as
+// values (gate.Decision), which writeDecision turns into the OpenAI- or
+// Anthropic-shaped error, Retry-After and the RateLimit fields.
 package proxy

@@ -54,12 +54,12 @@ type stackOptions struct {
 
 // newStack starts the simulator and costgate with the given limits YAML;
 // redisURL empty means the in-memory store.
-func newStack(t *testing.T, redisURL, limits string) *stack {
+func newStack(t testing.TB, redisURL, limits string) *stack {
 	t.Helper()
 	return newStackWith(t, stackOptions{redisURL: redisURL, extra: limits})
 }
 
-func newStackWith(t *testing.T, o stackOptions) *stack {
+func newStackWith(t testing.TB, o stackOptions) *stack {
 	t.Helper()
 	est, err := costmodel.NewEstimator(costmodel.Config{})
 	if err != nil {

@@ -573,6 +573,7 @@ func (s *Server) applyFriction(w http.ResponseWriter, ctx context.Context, x *ex
 // settleLater settles the request on a goroutine the gate owns, once the
 // answer is done.
 func (s *Server) settleLater(x *exchange) {
+	x.res.Report(x.status) // here, before the settlement's goroutine starts
 	s.inflight.Add(1)
 	x.res.SettleLater(x.charge, func() { s.inflight.Add(-1) })
 }

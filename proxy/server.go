@@ -15,6 +15,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/costgate/costgate/admin"
 	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/gate"
@@ -118,7 +119,7 @@ func (s *Server) open(ctx context.Context, cfg *config.Config) error {
 	s.state.Store(st)
 	s.tel.Reload(true) // the first load counts, so the gauge says the config is good
 	s.data = s.dataHandler()
-	s.admin = s.adminHandler()
+	s.admin = admin.New(s.gate, admin.Options{Reload: s.Reload})
 	return nil
 }
 
@@ -296,6 +297,9 @@ func (s *Server) dataHandler() http.Handler {
 		r.Handle(m, "/u/:upstream/*path", s.serveGeneric)
 	}
 	r.GET("/v1/costgate/usage", func(c *gin.Context) { s.serveUsage(c.Writer, c.Request) })
+	r.POST("/v1/costgate/reserve", func(c *gin.Context) { s.serveReserve(c.Writer, c.Request) })
+	r.POST("/v1/costgate/settle", func(c *gin.Context) { s.serveSettle(c.Writer, c.Request) })
+	r.POST("/v1/costgate/release", func(c *gin.Context) { s.serveRelease(c.Writer, c.Request) })
 	r.NoMethod(func(c *gin.Context) {
 		// gin has set Allow to the methods routed for the path; a generic
 		// upstream's own list is narrower.

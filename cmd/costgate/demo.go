@@ -94,6 +94,10 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "dashboard: http://%s/admin/#token=%s (serves %s)\n\n", admin.Addr(), cfg.AdminToken, until)
 	fmt.Fprint(stdout, demoLegend)
+	httpc := &http.Client{Timeout: 10 * time.Second}
+	if err := demoReserve(ctx, stdout, httpc, base, "cg-demo-acme"); err != nil {
+		return err
+	}
 
 	clients := []demoClient{
 		{tenant: "acme", key: "cg-demo-acme", perSecond: 3, models: []string{"gpt-4o-mini", "gpt-4o"}, maxTokens: 128},
@@ -108,7 +112,6 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	runCtx, cancel := context.WithTimeout(ctx, *duration)
 	defer cancel()
 	var wg sync.WaitGroup
-	httpc := &http.Client{Timeout: 10 * time.Second}
 	for _, c := range clients {
 		wg.Go(func() {
 			tick := time.NewTicker(time.Duration(float64(time.Second) / c.perSecond))
@@ -170,6 +173,42 @@ loop:
 		<-ctx.Done()
 	}
 	fmt.Fprintf(stdout, "\nThe demo's ledger was in %s (removed now). Run `costgate serve` to keep going with the quickstart.\n", dir)
+	return nil
+}
+
+// demoReserve shows the reserve/settle API: a caller that costgate does
+// not proxy reserves an estimate, calls its API itself, and settles what
+// it used, from the same budget as the tenant's proxied requests.
+func demoReserve(ctx context.Context, w io.Writer, c *http.Client, base, key string) error {
+	call := func(path, body string) (map[string]any, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, strings.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := c.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("demo: %s answered %d: %v", path, resp.StatusCode, out)
+		}
+		return out, nil
+	}
+	fmt.Fprintln(w, "The reserve/settle API, for calls costgate does not proxy (same limits, budgets and ledger):")
+	r, err := call("/v1/costgate/reserve", `{"cost":{"tokens":2000},"model":"gpt-4o-mini","route":"demo.batch"}`)
+	if err != nil {
+		return err
+	}
+	est, _ := r["estimate"].(map[string]any)
+	fmt.Fprintf(w, "  POST /v1/costgate/reserve  2000 tokens of gpt-4o-mini  -> reserved $%v\n", est["cost_usd"])
+	st, err := call("/v1/costgate/settle", fmt.Sprintf(`{"reservation_id":%q,"usage":{"input_tokens":1200,"output_tokens":300}}`, r["reservation_id"]))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "  POST /v1/costgate/settle   1200 in, 300 out             -> charged  $%v\n\n", st["cost_usd"])
 	return nil
 }
 

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"context"
@@ -12,13 +12,45 @@ import (
 
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/dashboard"
+	"github.com/costgate/costgate/gate"
 	"github.com/costgate/costgate/ledger"
+	"github.com/costgate/costgate/telemetry"
 )
 
-// adminHandler serves the admin plane. Everything but /healthz, /readyz
-// and the dashboard's static page needs the admin token as a bearer token
-// (the page asks for it and sends it with its data requests).
-func (s *Server) adminHandler() http.Handler {
+// Plane is the admin plane on a gate: health, readiness, metrics, the
+// admin API and the dashboard. It is safe for concurrent use.
+type Plane struct {
+	gate   *gate.Gate
+	tel    *telemetry.Telemetry
+	ledger *ledger.Ledger
+	reload func() error
+	h      http.Handler
+}
+
+// Options are the admin plane's collaborators besides the gate.
+type Options struct {
+	// Reload reads and applies the configuration again, for POST
+	// /admin/v1/reload; nil answers that a reload is not available.
+	Reload func() error
+}
+
+// New returns the admin plane of g.
+func New(g *gate.Gate, opts Options) *Plane {
+	p := &Plane{gate: g, tel: g.Telemetry(), ledger: g.Ledger(), reload: opts.Reload}
+	if p.reload == nil {
+		p.reload = func() error { return errors.New("this server cannot reload its configuration") }
+	}
+	p.h = p.handler()
+	return p
+}
+
+// ServeHTTP serves the admin listener.
+func (s *Plane) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.h.ServeHTTP(w, r) }
+
+// handler serves the admin plane. Everything but /healthz, /readyz and the
+// dashboard's static page needs the admin token as a bearer token (the
+// page asks for it and sends it with its data requests).
+func (s *Plane) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
@@ -31,17 +63,17 @@ func (s *Server) adminHandler() http.Handler {
 	auth.HandleFunc("GET /admin/v1/limits", s.adminLimits)
 	auth.HandleFunc("GET /admin/v1/top-throttled", s.adminTopThrottled)
 	auth.HandleFunc("GET /admin/v1/shadow", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"shadow": s.tel.Shadow()})
+		WriteJSON(w, http.StatusOK, map[string]any{"shadow": s.tel.Shadow()})
 	})
 	auth.HandleFunc("POST /admin/v1/reload", func(w http.ResponseWriter, _ *http.Request) {
-		if err := s.Reload(); err != nil {
+		if err := s.reload(); err != nil {
 			writeAdminError(w, http.StatusBadRequest, "the config is rejected, the last good one stays: "+err.Error())
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "reloaded"})
+		WriteJSON(w, http.StatusOK, map[string]string{"status": "reloaded"})
 	})
 	mux.Handle("/admin/", http.StripPrefix("/admin", dashboard.Handler(
-		func() string { return s.state.Load().cfg.AdminToken }, s.dashboardData)))
+		func() string { return s.gate.Config().AdminToken }, s.dashboardData)))
 	mux.Handle("/admin/v1/", s.requireAdmin(auth))
 	mux.Handle("/metrics", s.requireAdmin(auth))
 	return jsonErrors(mux)
@@ -56,7 +88,7 @@ type adminError struct {
 }
 
 func writeAdminError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]adminError{"error": {Type: dashboard.ErrorType(status), Message: msg}})
+	WriteJSON(w, status, map[string]adminError{"error": {Type: dashboard.ErrorType(status), Message: msg}})
 }
 
 // jsonErrors answers in the admin error shape the plain-text errors that
@@ -114,9 +146,9 @@ func (p *plainErrorWriter) Flush() {
 }
 
 // requireAdmin checks the bearer token in constant time.
-func (s *Server) requireAdmin(next http.Handler) http.Handler {
+func (s *Plane) requireAdmin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		want := s.state.Load().cfg.AdminToken
+		want := s.gate.Config().AdminToken
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || want == "" || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="costgate-admin"`)
@@ -128,7 +160,7 @@ func (s *Server) requireAdmin(next http.Handler) http.Handler {
 }
 
 // ready answers 200 when the ledger's store and the limiter store answer.
-func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+func (s *Plane) ready(w http.ResponseWriter, r *http.Request) {
 	problems := map[string]string{}
 	if err := s.ledger.Stats().StoreErr; err != nil {
 		problems["ledger"] = err.Error()
@@ -139,13 +171,14 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		problems["store"] = err.Error()
 	}
 	if len(problems) > 0 {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "problems": problems})
+		WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "problems": problems})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ready": true})
+	WriteJSON(w, http.StatusOK, map[string]any{"ready": true})
 }
 
-type spendJSON struct {
+// SpendJSON is one spend figure as the admin API and the usage view show it.
+type SpendJSON struct {
 	Tenant  string            `json:"tenant"`
 	User    string            `json:"user,omitempty"`
 	KeyID   string            `json:"key_id,omitempty"`
@@ -154,35 +187,36 @@ type spendJSON struct {
 	SpentUS string            `json:"spent_usd"`
 }
 
-func (s *Server) spend(ctx context.Context, q ledger.SpendQuery) (spendJSON, error) {
-	n, err := s.ledger.Spend(ctx, q)
+// Spend reads one spend figure from l.
+func Spend(ctx context.Context, l *ledger.Ledger, q ledger.SpendQuery) (SpendJSON, error) {
+	n, err := l.Spend(ctx, q)
 	if err != nil {
-		return spendJSON{}, err
+		return SpendJSON{}, err
 	}
-	return spendJSON{Tenant: q.Tenant, User: q.User, KeyID: q.KeyID, Period: q.Period, Spent: n, SpentUS: n.String()}, nil
+	return SpendJSON{Tenant: q.Tenant, User: q.User, KeyID: q.KeyID, Period: q.Period, Spent: n, SpentUS: n.String()}, nil
 }
 
-func (s *Server) adminSpend(w http.ResponseWriter, r *http.Request) {
+func (s *Plane) adminSpend(w http.ResponseWriter, r *http.Request) {
 	period := r.URL.Query().Get("period")
 	if period == "" {
 		period = "day"
 	}
 	q := ledger.SpendQuery{Tenant: r.PathValue("tenant"), User: r.URL.Query().Get("user"), KeyID: r.URL.Query().Get("key_id"), Period: period}
-	sp, err := s.spend(r.Context(), q)
+	sp, err := Spend(r.Context(), s.ledger, q)
 	if err != nil {
-		writeAdminErr(w, err)
+		WriteErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sp)
+	WriteJSON(w, http.StatusOK, sp)
 }
 
-func (s *Server) adminLedger(w http.ResponseWriter, r *http.Request) {
+func (s *Plane) adminLedger(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	// As costgate ledger export reads them: a date is a whole UTC day,
 	// included at both ends; an RFC 3339 time is exact, to excluded.
 	from, to, err := ledger.ParseRange(q.Get("from"), q.Get("to"))
 	if err != nil {
-		writeAdminErr(w, err)
+		WriteErr(w, err)
 		return
 	}
 	format := q.Get("format")
@@ -203,13 +237,13 @@ func (s *Server) adminLedger(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 	}
 	if err := s.ledger.Export(r.Context(), w, lq, format); err != nil {
-		writeAdminErr(w, err)
+		WriteErr(w, err)
 	}
 }
 
 // adminLimits shows the state of every configured limit under one key, as
 // top-throttled and the logs name keys ("{acme}:tenant=acme").
-func (s *Server) adminLimits(w http.ResponseWriter, r *http.Request) {
+func (s *Plane) adminLimits(w http.ResponseWriter, r *http.Request) {
 	key := r.URL.Query().Get("key")
 	type limitJSON struct {
 		Name      string `json:"name"`
@@ -226,7 +260,7 @@ func (s *Server) adminLimits(w http.ResponseWriter, r *http.Request) {
 	}
 	limits, err := s.gate.Limits(r.Context(), key)
 	if err != nil {
-		writeAdminErr(w, err)
+		WriteErr(w, err)
 		return
 	}
 	out := make([]limitJSON, 0, len(limits))
@@ -240,10 +274,10 @@ func (s *Server) adminLimits(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, lj)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"key": key, "limits": out})
+	WriteJSON(w, http.StatusOK, map[string]any{"key": key, "limits": out})
 }
 
-func (s *Server) adminTopThrottled(w http.ResponseWriter, r *http.Request) {
+func (s *Plane) adminTopThrottled(w http.ResponseWriter, r *http.Request) {
 	n := 10
 	if v := r.URL.Query().Get("n"); v != "" {
 		var err error
@@ -252,47 +286,12 @@ func (s *Server) adminTopThrottled(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"top_throttled": s.tel.TopThrottled(n)})
+	WriteJSON(w, http.StatusOK, map[string]any{"top_throttled": s.tel.TopThrottled(n)})
 }
 
-// serveUsage is GET /v1/costgate/usage: the calling tenant's own spend and
-// limits, never another's.
-func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) {
-	c := s.gate.Identify(apiKey(r))
-	if c == nil {
-		writeError(w, r.URL.Path, http.StatusUnauthorized, apiError{Type: "authentication_error", Code: "invalid_api_key", Message: "missing or unknown API key"})
-		return
-	}
-	var spends []spendJSON
-	for _, p := range []string{"day", "month"} {
-		sp, err := s.spend(r.Context(), ledger.SpendQuery{Tenant: c.Tenant, Period: p})
-		if err != nil {
-			writeAdminErr(w, err)
-			return
-		}
-		spends = append(spends, sp)
-	}
-	type limitJSON struct {
-		Name      string `json:"name"`
-		Unit      string `json:"unit"`
-		Capacity  int64  `json:"capacity"`
-		Remaining int64  `json:"remaining"`
-		ResetS    int64  `json:"reset_seconds"`
-	}
-	states, err := s.gate.CallerLimits(r.Context(), c)
-	if err != nil {
-		writeAdminErr(w, err)
-		return
-	}
-	limits := []limitJSON{}
-	for _, l := range states {
-		limits = append(limits, limitJSON{Name: l.Name, Unit: l.Unit, Capacity: l.Capacity,
-			Remaining: l.Remaining, ResetS: int64(l.ResetAfter / time.Second)})
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"tenant": c.Tenant, "plan": c.Plan, "spend": spends, "limits": limits})
-}
-
-func writeAdminErr(w http.ResponseWriter, err error) {
+// WriteErr answers err in the admin error shape: 400 for what the ledger
+// calls invalid, 500 otherwise.
+func WriteErr(w http.ResponseWriter, err error) {
 	status := http.StatusInternalServerError
 	if errors.Is(err, ledger.ErrInvalid) {
 		status = http.StatusBadRequest
@@ -300,7 +299,8 @@ func writeAdminErr(w http.ResponseWriter, err error) {
 	writeAdminError(w, status, err.Error())
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// WriteJSON answers v as JSON with status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"context"
@@ -10,13 +10,13 @@ import (
 )
 
 // dashboardData fills the dashboard from the telemetry of this replica.
-func (s *Server) dashboardData(ctx context.Context) (dashboard.Data, error) {
-	st := s.state.Load()
+func (s *Plane) dashboardData(ctx context.Context) (dashboard.Data, error) {
+	cfg := s.gate.Config()
 	series := s.tel.Series()
 	d := dashboard.Data{GeneratedAt: time.Now().UTC()}
 
 	d.Store = dashboard.StoreHealth{Kind: "memory", Healthy: true, Breaker: string(telemetry.BreakerClosed)}
-	if st.cfg.Store.Redis != "" {
+	if cfg.Store.Redis != "" {
 		d.Store.Kind = "redis"
 	}
 	if b := s.gate.Breaker(); b != "" {

@@ -1,0 +1,238 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/costgate/costgate/costmodel"
+)
+
+// DefaultMaxBody is a Transport's default bound on the request and
+// response bodies it reads: 8 MiB.
+const DefaultMaxBody = 8 << 20
+
+// settleTimeout bounds a Transport's settle or release call, which runs
+// even when the caller's context has ended: the metered call was made.
+const settleTimeout = 10 * time.Second
+
+// Transport is an http.RoundTripper that gates each call to a metered API
+// with costgate: it reserves the units Rule reads from the outgoing request
+// before the call, and settles the units Rule reads from the response
+// after it, so that the calls draw on the tenant's limits and budgets as
+// the proxy's /u/{upstream}/ routes do.
+//
+// A refused reservation is returned as the *RefusedError (http.Client
+// wraps it in a *url.Error; errors.As finds it) and the API is not called.
+// A call that fails before any response releases its reservation. An
+// answer with status 400 or more is settled as failed and free, as the
+// proxy charges nothing for a generic upstream's errors (the request
+// itself counts against request limits all the same). Otherwise the units
+// the response reports where Rule.Actual says (header or JSON body) are
+// settled, or the estimate when it reports none. (A friction delay that
+// costgate's policies ask for, costgate waits before it admits the call.)
+//
+// To read the units, RoundTrip reads the response body before it returns:
+// up to MaxBody bytes, which the caller then reads from memory. A longer
+// body is settled by its header or the estimate and passed on unread
+// beyond the bound. The request body is read only when Rule reads it (a
+// JSON source or a complexity score), likewise bounded.
+//
+// RoundTrip does not modify the request. A Transport is safe for
+// concurrent use; its fields must not change once it is in use.
+type Transport struct {
+	// Base sends the calls; nil means http.DefaultTransport.
+	Base http.RoundTripper
+	// Client reserves and settles, with the tenant's key. Required.
+	Client *Client
+	// Rule reads the units from the request (Units, Complexity) and from
+	// the response (Actual), as a generic upstream's cost rule in
+	// costgate's configuration does (the same YAML shape). With Upstream
+	// set, costgate prices the units by that upstream's configured rule
+	// and this Rule's prices may be zero; without it, the cost is priced
+	// here by this Rule and reserved and settled in dollars.
+	Rule costmodel.Rule
+	// Upstream names the generic upstream in costgate's configuration
+	// whose cost rule prices the units. Optional.
+	Upstream string
+	// Route is the name costgate's policies see as request.route.
+	// Optional.
+	Route string
+	// TTL is each reservation's TTL; 0 means costgate's default.
+	TTL time.Duration
+	// MaxBody bounds the request and response bodies read, in bytes;
+	// 0 means DefaultMaxBody.
+	MaxBody int64
+	// Settled, when set, is called once for each call that was reserved,
+	// after its reservation was settled (s) or released (s nil), with the
+	// error of that settle or release call. An unsettled reservation
+	// expires and is charged its estimate. It runs on the caller's
+	// goroutine before RoundTrip returns.
+	Settled func(req *http.Request, s *Settlement, err error)
+}
+
+var _ http.RoundTripper = (*Transport)(nil)
+
+// RoundTrip reserves, sends req with Base, and settles.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	rule, err := t.rule()
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	out := req.Clone(ctx)
+	var body []byte
+	if needsBody(rule) && req.Body != nil && req.Body != http.NoBody {
+		body, err = readBounded(req.Body, t.maxBody())
+		req.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("client: transport: request body: %w", err)
+		}
+		out.Body = io.NopCloser(bytes.NewReader(body))
+		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		out.ContentLength = int64(len(body))
+	}
+	est, err := rule.Estimate(costmodel.GenericRequest{
+		Method: req.Method, Path: req.URL.Path, Query: req.URL.Query(), Header: req.Header, Body: body,
+	})
+	if err != nil {
+		closeBody(out)
+		return nil, fmt.Errorf("client: transport: %w", err)
+	}
+	cost := Cost{Requests: 1, Units: est.Usage.Units}
+	if t.Upstream == "" {
+		cost.USD = est.Cost
+	}
+	res, err := t.Client.Reserve(ctx, ReserveRequest{Cost: cost, Upstream: t.Upstream, Route: t.Route, TTL: t.TTL})
+	if err != nil {
+		closeBody(out)
+		return nil, err
+	}
+	resp, err := t.base().RoundTrip(out)
+	if err != nil {
+		t.release(ctx, req, res)
+		return nil, err
+	}
+	return t.settle(ctx, req, res, rule, est.Usage.Units, resp)
+}
+
+// settle reads resp's body up to the bound, settles what the response
+// reports, and returns resp with a body that reads what was read first.
+func (t *Transport) settle(ctx context.Context, req *http.Request, res *Reservation, rule costmodel.Rule, estimated int64, resp *http.Response) (*http.Response, error) {
+	limit := t.maxBody()
+	buf, readErr := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	whole := readErr == nil && int64(len(buf)) <= limit
+
+	var u Usage
+	var opts []SettleOption
+	if resp.StatusCode >= 400 {
+		u.Free = true // as the proxy charges nothing for a generic upstream's error
+		opts = append(opts, Failed())
+	} else {
+		read := buf
+		if !whole {
+			read = nil // a cut body says nothing; the header still may
+		}
+		u.Units = estimated
+		if actual, ok, err := rule.Settle(resp.Header, read); err == nil && ok {
+			u.Units = actual.Units
+		}
+		if t.Upstream == "" {
+			u.USD = rule.Price().Cost(costmodel.Usage{Units: u.Units})
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	s, err := t.Client.Settle(sctx, res.ID, u, opts...)
+	cancel()
+	if t.Settled != nil {
+		t.Settled(req, s, err)
+	}
+
+	switch {
+	case readErr != nil:
+		resp.Body.Close()
+		return nil, fmt.Errorf("client: transport: read response: %w", readErr)
+	case whole:
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(buf))
+	default:
+		resp.Body = &joinedBody{Reader: io.MultiReader(bytes.NewReader(buf), resp.Body), rest: resp.Body}
+	}
+	return resp, nil
+}
+
+// release releases res after a call that got no response.
+func (t *Transport) release(ctx context.Context, req *http.Request, res *Reservation) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	err := t.Client.Release(rctx, res.ID)
+	cancel()
+	if t.Settled != nil {
+		t.Settled(req, nil, err)
+	}
+}
+
+// rule is the Rule to price with, checked.
+func (t *Transport) rule() (costmodel.Rule, error) {
+	if t.Client == nil {
+		return costmodel.Rule{}, errors.New("client: transport: no Client")
+	}
+	r := t.Rule
+	if t.Upstream != "" && r.PerCall == 0 && r.PerUnit == 0 {
+		r.Free = true // costgate prices the units
+	}
+	if err := r.Validate(); err != nil {
+		return costmodel.Rule{}, fmt.Errorf("client: transport: %w", err)
+	}
+	return r, nil
+}
+
+func (t *Transport) base() http.RoundTripper {
+	if t.Base != nil {
+		return t.Base
+	}
+	return http.DefaultTransport
+}
+
+func (t *Transport) maxBody() int64 {
+	if t.MaxBody > 0 {
+		return t.MaxBody
+	}
+	return DefaultMaxBody
+}
+
+// needsBody tells whether r reads the request body.
+func needsBody(r costmodel.Rule) bool {
+	return (r.Units != nil && r.Units.JSON != "") || r.Complexity != nil
+}
+
+// readBounded reads all of r, failing when it holds more than limit bytes.
+func readBounded(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("over %d bytes", limit)
+	}
+	return b, nil
+}
+
+func closeBody(r *http.Request) {
+	if r.Body != nil {
+		r.Body.Close()
+	}
+}
+
+// joinedBody reads the buffered start of a body, then the rest; Close
+// closes the rest.
+type joinedBody struct {
+	io.Reader
+	rest io.Closer
+}
+
+func (b *joinedBody) Close() error { return b.rest.Close() }

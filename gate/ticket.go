@@ -1,0 +1,475 @@
+package gate
+
+// Held reservations: the reserve/settle API reserves in one HTTP call and
+// settles in another, perhaps on another replica. The reservation's id is
+// a ticket that carries the reservation itself (its caller, its estimate
+// and its items), signed with the replicas' shared secret, so that any
+// replica can settle or release it without a lookup. The replica that
+// reserved it also keeps it until it expires, to answer a second settle
+// with the first one's figures and to settle it at its estimate (ledger
+// status expired) when nobody did.
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/costgate/costgate/config"
+	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/ledger"
+	"github.com/costgate/costgate/policies"
+	"github.com/costgate/costgate/telemetry"
+	"github.com/costgate/costgate/weighted"
+)
+
+var (
+	// ErrUnknownReservation is a reservation id that is not a valid
+	// reservation of the caller: malformed, signed with another secret, or
+	// another tenant's.
+	ErrUnknownReservation = errors.New("gate: unknown reservation")
+	// ErrExpired is a reservation past its expiry.
+	ErrExpired = errors.New("gate: reservation expired")
+	// ErrReleased is a reservation that was released.
+	ErrReleased = errors.New("gate: reservation released")
+	// ErrSettled is a reservation that was settled, which cannot be
+	// released.
+	ErrSettled = errors.New("gate: reservation settled")
+)
+
+// ticketPrefix starts every reservation id.
+const ticketPrefix = "rsv_"
+
+// ticket is a held reservation, as its id carries it.
+type ticket struct {
+	ID       string          `json:"i"`
+	ResID    string          `json:"ri,omitempty"` // the limiter's id, when not ID
+	Tenant   string          `json:"t"`
+	User     string          `json:"us,omitempty"`
+	KeyID    string          `json:"k,omitempty"`
+	Plan     string          `json:"p,omitempty"`
+	Route    string          `json:"r"`
+	Upstream string          `json:"up,omitempty"`
+	Model    string          `json:"m,omitempty"`
+	Usage    costmodel.Usage `json:"u"`
+	Cost     int64           `json:"c"`
+	Requests int64           `json:"n"`
+	Items    []ticketItem    `json:"it,omitempty"`
+	Created  int64           `json:"cr"` // Unix microseconds
+	Expires  int64           `json:"ex"` // Unix microseconds
+	Degraded bool            `json:"d,omitempty"`
+	Decision string          `json:"de,omitempty"`
+	Policy   string          `json:"po,omitempty"`
+	Friction string          `json:"f,omitempty"`
+}
+
+type ticketItem struct {
+	Name string `json:"n"`
+	Key  string `json:"k"`
+	Cost int64  `json:"c"`
+}
+
+// holds are the reservations this replica handed out, until they expire.
+type holds struct {
+	mu sync.Mutex
+	m  map[string]*hold
+}
+
+// hold is one held reservation's state on the replica that made it.
+type hold struct {
+	res     *Reservation
+	expires time.Time
+	state   holdState
+	result  Charge // the settlement, once settled
+}
+
+type holdState uint8
+
+const (
+	holdOpen holdState = iota
+	holdSettled
+	holdReleased
+	holdExpired
+)
+
+// secret is the key that signs tickets: the configured one, or one kept in
+// the data directory.
+func reservationSecret(cfg *config.Config) ([]byte, error) {
+	if s := cfg.Reservations.SigningSecret(); s != "" {
+		return []byte(s), nil
+	}
+	path := filepath.Join(cfg.DataDirPath(), "reservation.key")
+	if b, err := os.ReadFile(path); err == nil {
+		k, err := hex.DecodeString(strings.TrimSpace(string(b)))
+		if err == nil && len(k) >= config.MinSecretLen {
+			return k, nil
+		}
+		return nil, fmt.Errorf("gate: %s does not hold a key; remove it to make a new one", path)
+	}
+	k := make([]byte, 32)
+	rand.Read(k)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("gate: reservation key: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return reservationSecret(cfg) // another process made it first
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gate: reservation key: %w", err)
+	}
+	_, werr := f.WriteString(hex.EncodeToString(k) + "\n")
+	if err := errors.Join(werr, f.Sync(), f.Close()); err != nil {
+		return nil, fmt.Errorf("gate: reservation key: %w", err)
+	}
+	return k, nil
+}
+
+func (g *Gate) sign(payload []byte) []byte {
+	m := hmac.New(sha256.New, g.secret)
+	m.Write(payload)
+	return m.Sum(nil)[:16]
+}
+
+// Hold makes a recorded reservation outlive the request that made it: it
+// returns the reservation's id, which any replica sharing the secret can
+// Resume until it expires ttl from now, and the expiry. A reservation
+// neither settled nor released by then is settled at its estimate, with
+// ledger status expired, by the replica that holds it.
+func (r *Reservation) Hold(ttl time.Duration) (string, time.Time) {
+	now := time.Now()
+	exp := now.Add(ttl)
+	t := ticket{ID: r.req.ID, Tenant: r.req.Caller.Tenant, User: r.req.Caller.User, KeyID: r.req.Caller.KeyID,
+		Plan: r.req.Caller.Plan, Route: r.req.Route, Upstream: r.req.Upstream, Model: r.req.Estimate.Model,
+		Usage: r.req.Estimate.Usage, Cost: int64(r.req.Estimate.Cost), Requests: r.req.Requests,
+		Created: r.start.UnixMicro(), Expires: exp.UnixMicro(), Degraded: r.degraded,
+		Decision: string(r.decision.Outcome), Policy: r.decision.Policy, Friction: r.friction}
+	if r.resID != r.req.ID {
+		t.ResID = r.resID
+	}
+	for _, it := range r.items {
+		t.Items = append(t.Items, ticketItem{Name: it.Limit.Name, Key: it.Key, Cost: it.Cost})
+	}
+	payload, _ := json.Marshal(t)
+	id := ticketPrefix + base64.RawURLEncoding.EncodeToString(payload) + "." + base64.RawURLEncoding.EncodeToString(r.g.sign(payload))
+	r.g.renewer.remove(r)
+	r.expires = exp
+	r.g.holds.mu.Lock()
+	r.g.holds.m[r.req.ID] = &hold{res: r, expires: exp}
+	r.g.holds.mu.Unlock()
+	return id, exp
+}
+
+// Resume returns the held reservation id for caller c, with its expiry.
+// It fails with ErrUnknownReservation for an id that is not one of c's
+// tenant's reservations, ErrExpired past its expiry, ErrReleased after a
+// release on this replica. A reservation this replica settled already
+// comes back with settled true and the charge it was settled with.
+func (g *Gate) Resume(c *Caller, id string) (res *Reservation, expires time.Time, err error) {
+	t, err := g.parseTicket(id)
+	if err != nil || t.Tenant != c.Tenant {
+		return nil, time.Time{}, ErrUnknownReservation
+	}
+	expires = time.UnixMicro(t.Expires)
+	if !time.Now().Before(expires) {
+		return nil, expires, ErrExpired
+	}
+	g.holds.mu.Lock()
+	h := g.holds.m[t.ID]
+	g.holds.mu.Unlock()
+	if h != nil {
+		return h.res, expires, nil
+	}
+	// Made by another replica (or before a restart): rebuild it.
+	st := c.st
+	r := &Reservation{g: g, st: st, resID: t.ID, start: time.UnixMicro(t.Created), ctx: context.Background(), expires: expires,
+		recorded: true, degraded: t.Degraded, outcome: telemetry.OutcomeAllow}
+	if t.ResID != "" {
+		r.resID = t.ResID
+	}
+	r.req = Request{ID: t.ID, Caller: &Caller{Tenant: t.Tenant, User: t.User, KeyID: t.KeyID, Plan: t.Plan, st: st},
+		Route: t.Route, Upstream: t.Upstream, Requests: t.Requests,
+		Estimate: costmodel.Estimate{Model: t.Model, Usage: t.Usage, Cost: costmodel.NanoUSD(t.Cost)}}
+	r.model = st.est.Canonical(t.Model)
+	r.friction = t.Friction
+	r.decision.Policy = t.Policy
+	if t.Decision == string(policies.Soft) {
+		r.outcome, r.decision.Outcome = telemetry.OutcomeSoft, policies.Soft
+	}
+	if r.degraded {
+		r.fb = g.fallbackStore()
+	}
+	for _, it := range t.Items {
+		l := st.limitNamed(it.Name)
+		if l == nil {
+			continue // gone from the configuration: nothing to settle
+		}
+		r.limits = append(r.limits, l)
+		r.items = append(r.items, weighted.Item{Limit: l.limit, Key: it.Key, Cost: it.Cost})
+	}
+	if r.degraded {
+		r.items = fallbackItems(r.items, st.cfg.Store.FallbackReplicas)
+	}
+	return r, expires, nil
+}
+
+func (g *Gate) parseTicket(id string) (ticket, error) {
+	var t ticket
+	body, ok := strings.CutPrefix(id, ticketPrefix)
+	if !ok || len(id) > 16<<10 {
+		return t, ErrUnknownReservation
+	}
+	p64, s64, ok := strings.Cut(body, ".")
+	if !ok {
+		return t, ErrUnknownReservation
+	}
+	payload, err1 := base64.RawURLEncoding.DecodeString(p64)
+	sig, err2 := base64.RawURLEncoding.DecodeString(s64)
+	if err1 != nil || err2 != nil || !hmac.Equal(sig, g.sign(payload)) {
+		return t, ErrUnknownReservation
+	}
+	if err := json.Unmarshal(payload, &t); err != nil || t.ID == "" {
+		return t, ErrUnknownReservation
+	}
+	return t, nil
+}
+
+// SettleHeld settles a held reservation with c, once: a second
+// settlement changes nothing and returns the first one's charge with again
+// true. With a Redis store, the first settlement, release or expiry of a
+// reservation is claimed there, so that replicas agree on which one
+// counts; without one (a single node) this replica's memory decides.
+func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge, again bool, err error) {
+	h := r.g.hold(r.req.ID)
+	if out, again, err, done := r.g.ended(h); done {
+		return out, again, err
+	}
+	if won, prior, perr := r.g.claim(ctx, r, claim{state: holdSettled, cost: c.Cost, status: c.Status}); perr == nil && !won {
+		r.g.adopt(h, prior)
+		return prior.answer()
+	}
+	if h != nil {
+		r.g.holds.mu.Lock()
+		if h.state != holdOpen {
+			r.g.holds.mu.Unlock()
+			out, again, err, _ := r.g.ended(h)
+			return out, again, err
+		}
+		h.state, h.result = holdSettled, c
+		r.g.holds.mu.Unlock()
+	}
+	r.Settle(ctx, c)
+	return c, false, nil
+}
+
+// Release cancels a held reservation: its limits get their reserved cost
+// back and its ledger entry is settled as failed, at no cost. Releasing
+// twice is no error; releasing a settled reservation is ErrSettled.
+func (r *Reservation) Release(ctx context.Context) error {
+	h := r.g.hold(r.req.ID)
+	if _, again, err, done := r.g.ended(h); done {
+		if again {
+			return ErrSettled
+		}
+		if errors.Is(err, ErrReleased) {
+			return nil
+		}
+		return err
+	}
+	if won, prior, perr := r.g.claim(ctx, r, claim{state: holdReleased}); perr == nil && !won {
+		r.g.adopt(h, prior)
+		switch prior.state {
+		case holdSettled:
+			return ErrSettled
+		case holdExpired:
+			return ErrExpired
+		}
+		return nil
+	}
+	if h != nil {
+		r.g.holds.mu.Lock()
+		if h.state == holdOpen {
+			h.state = holdReleased
+		}
+		st := h.state
+		r.g.holds.mu.Unlock()
+		if st != holdReleased {
+			return r.Release(ctx)
+		}
+	}
+	r.Cancel(ctx)
+	return nil
+}
+
+// ended answers for a reservation this replica knows has ended: the first
+// settlement's charge (again), or why it cannot be settled. done is false
+// while it is open, or when this replica does not hold it.
+func (g *Gate) ended(h *hold) (out Charge, again bool, err error, done bool) {
+	if h == nil {
+		return Charge{}, false, nil, false
+	}
+	g.holds.mu.Lock()
+	defer g.holds.mu.Unlock()
+	switch h.state {
+	case holdSettled:
+		return h.result, true, nil, true
+	case holdReleased:
+		return Charge{}, false, ErrReleased, true
+	case holdExpired:
+		return Charge{}, false, ErrExpired, true
+	}
+	return Charge{}, false, nil, false
+}
+
+// adopt records on this replica's hold how another replica ended it.
+func (g *Gate) adopt(h *hold, c claim) {
+	if h == nil {
+		return
+	}
+	g.holds.mu.Lock()
+	if h.state == holdOpen {
+		h.state, h.result = c.state, Charge{Cost: c.cost, Status: c.status}
+	}
+	g.holds.mu.Unlock()
+}
+
+// claim is how a held reservation ended, as replicas record it in Redis.
+type claim struct {
+	state  holdState
+	cost   costmodel.NanoUSD
+	status ledger.Status
+}
+
+func (c claim) encode() string {
+	return fmt.Sprintf("%d %d %s", c.state, c.cost, c.status)
+}
+
+func decodeClaim(v string) (claim, bool) {
+	var c claim
+	var st uint8
+	var status string
+	if n, _ := fmt.Sscanf(v, "%d %d %s", &st, &c.cost, &status); n < 2 || st == 0 || st > uint8(holdExpired) {
+		return claim{}, false
+	}
+	c.state, c.status = holdState(st), ledger.Status(status)
+	return c, true
+}
+
+func (c claim) answer() (Charge, bool, error) {
+	switch c.state {
+	case holdReleased:
+		return Charge{}, false, ErrReleased
+	case holdExpired:
+		return Charge{}, false, ErrExpired
+	}
+	return Charge{Cost: c.cost, Status: c.status}, true, nil
+}
+
+// claimGrace is how long a claim outlives its reservation's expiry.
+const claimGrace = 10 * time.Minute
+
+// claim records c as how r ends, unless another replica recorded its end
+// first: won is false then, with that end. An error (no Redis, or Redis
+// failing) means no claim was made: this replica decides alone.
+func (g *Gate) claim(ctx context.Context, r *Reservation, c claim) (won bool, prior claim, err error) {
+	if g.redis == nil {
+		return true, claim{}, errNoArbiter
+	}
+	key := "{" + r.req.Caller.Tenant + "}:costgate:held:" + r.req.ID
+	ttl := time.Until(r.expires) + claimGrace
+	if r.expires.IsZero() || ttl <= claimGrace {
+		ttl = claimGrace
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	ok, err := g.redis.SetNX(cctx, key, c.encode(), ttl).Result()
+	if err != nil {
+		g.log.Warn("held reservation: the claim in Redis failed; this replica decides alone", "request_id", r.req.ID, "err", err)
+		return true, claim{}, err
+	}
+	if ok {
+		return true, claim{}, nil
+	}
+	v, err := g.redis.Get(cctx, key).Result()
+	if err != nil {
+		return true, claim{}, err
+	}
+	p, valid := decodeClaim(v)
+	if !valid {
+		return true, claim{}, fmt.Errorf("gate: held reservation %s: unreadable claim %q", r.req.ID, v)
+	}
+	return false, p, nil
+}
+
+var errNoArbiter = errors.New("gate: no shared store to claim held reservations in")
+
+func (g *Gate) hold(id string) *hold {
+	g.holds.mu.Lock()
+	defer g.holds.mu.Unlock()
+	return g.holds.m[id]
+}
+
+// expireHolds settles at their estimate the open reservations past their
+// expiry, and forgets every reservation past it. The gate runs it every
+// second.
+func (g *Gate) expireHolds(now time.Time) {
+	var due []*hold
+	g.holds.mu.Lock()
+	for id, h := range g.holds.m {
+		if now.Before(h.expires) {
+			continue
+		}
+		if h.state == holdOpen {
+			h.state = holdExpired
+			due = append(due, h)
+		}
+		delete(g.holds.m, id)
+	}
+	g.holds.mu.Unlock()
+	for _, h := range due {
+		r := h.res
+		est := r.req.Estimate
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if won, _, err := g.claim(ctx, r, claim{state: holdExpired}); err == nil && !won {
+			cancel()
+			continue // settled or released on another replica
+		}
+		r.Settle(ctx, Charge{Usage: est.Usage, Cost: est.Cost, Status: ledger.StatusExpired, HTTPStatus: 0, Extra: nil})
+		cancel()
+		g.log.Info("reservation expired; settled at its estimate", "request_id", r.req.ID, "tenant", r.req.Caller.Tenant)
+	}
+}
+
+// expireLoop runs expireHolds every second until ctx ends.
+func (g *Gate) expireLoop(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			g.expireHolds(now)
+		}
+	}
+}
+
+// limitNamed is the configured limit or budget named name, or nil.
+func (st *state) limitNamed(name string) *compiledLimit {
+	for _, l := range st.limits {
+		if l.limit.Name == name {
+			return l
+		}
+	}
+	return nil
+}

@@ -1,0 +1,527 @@
+package proxy
+
+// The reserve/settle API: the gate's decisions for callers that are not
+// proxied (an SDK that cannot be pointed at a proxy, a batch job that asks
+// "may I spend this?" first). POST /v1/costgate/reserve debits the limits
+// and budgets as a proxied request would and answers with a reservation
+// id; /settle charges or refunds the difference from the actual usage;
+// /release returns an unused reservation. The key is the tenant's, as on
+// every data-plane route, and the answers are the proxy's: the same 429
+// and 402 bodies, Retry-After and RateLimit fields.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/gate"
+	"github.com/costgate/costgate/ledger"
+)
+
+// reserveRoute is the route reservations are recorded under when their
+// request names none.
+const reserveRoute = "/v1/costgate/reserve"
+
+// maxReserveBody bounds a reserve, settle or release request's body.
+const maxReserveBody = 1 << 20
+
+// amounts is a cost or a usage in the API's units. Requests is a pointer
+// so that an explicit 0 differs from none (1).
+type amounts struct {
+	Requests     *int64 `json:"requests"`
+	Tokens       int64  `json:"tokens"`
+	InputTokens  int64  `json:"input_tokens"`
+	OutputTokens int64  `json:"output_tokens"`
+	Units        int64  `json:"units"`
+	USD          string `json:"usd"`
+}
+
+// usage reads the amounts: tokens counts as input tokens, and may not be
+// given with input_tokens or output_tokens; usd, when set, is the cost.
+func (a *amounts) usage() (u costmodel.Usage, cost costmodel.NanoUSD, priced bool, err error) {
+	switch {
+	case a.Tokens < 0 || a.InputTokens < 0 || a.OutputTokens < 0 || a.Units < 0 || (a.Requests != nil && *a.Requests < 0):
+		return u, 0, false, errors.New("amounts must not be negative")
+	case a.Tokens > 0 && (a.InputTokens > 0 || a.OutputTokens > 0):
+		return u, 0, false, errors.New("give tokens, or input_tokens and output_tokens, not both")
+	}
+	u.InputTokens = a.InputTokens + a.Tokens
+	u.OutputTokens, u.Units = a.OutputTokens, a.Units
+	if a.USD != "" {
+		if cost, err = costmodel.ParseUSD(a.USD); err != nil {
+			return u, 0, false, fmt.Errorf("usd: %w", err)
+		}
+		if cost < 0 {
+			return u, 0, false, errors.New("usd must not be negative")
+		}
+		priced = true
+	}
+	return u, cost, priced, nil
+}
+
+func (a *amounts) requests() int64 {
+	if a == nil || a.Requests == nil {
+		return 1
+	}
+	return *a.Requests
+}
+
+type reserveRequest struct {
+	Cost     *amounts        `json:"cost"`
+	Kind     string          `json:"kind"`
+	Body     json.RawMessage `json:"body"`
+	Upstream string          `json:"upstream"`
+	Model    string          `json:"model"`
+	Route    string          `json:"route"`
+	TTL      string          `json:"ttl"`
+}
+
+type estimateJSON struct {
+	Requests     int64             `json:"requests"`
+	InputTokens  int64             `json:"input_tokens"`
+	OutputTokens int64             `json:"output_tokens"`
+	Units        int64             `json:"units"`
+	CostUSD      string            `json:"cost_usd"`
+	CostNanoUSD  costmodel.NanoUSD `json:"cost_nanousd"`
+}
+
+type reserveAnswer struct {
+	ReservationID string        `json:"reservation_id"`
+	RequestID     string        `json:"request_id"`
+	ExpiresAt     string        `json:"expires_at"`
+	Estimate      estimateJSON  `json:"estimate"`
+	Friction      *frictionJSON `json:"friction,omitempty"`
+	Degraded      bool          `json:"degraded"`
+}
+
+type settleAnswer struct {
+	ReservationID  string            `json:"reservation_id"`
+	RequestID      string            `json:"request_id"`
+	Status         string            `json:"status"`
+	CostUSD        string            `json:"cost_usd"`
+	CostNanoUSD    costmodel.NanoUSD `json:"cost_nanousd"`
+	AlreadySettled bool              `json:"already_settled"`
+}
+
+type frictionJSON struct {
+	DelayMS        int64  `json:"delay_ms,omitempty"`
+	CapMaxTokens   int64  `json:"cap_max_tokens,omitempty"`
+	DowngradeModel string `json:"downgrade_model,omitempty"`
+	Warning        string `json:"warning,omitempty"`
+}
+
+// decodeStrict reads one JSON object of at most maxReserveBody bytes with
+// no unknown field into v.
+func decodeStrict(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxReserveBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("reading the JSON body: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("reading the JSON body: more than one JSON value")
+	}
+	return nil
+}
+
+func badRequest(w http.ResponseWriter, path, code, msg string) {
+	writeError(w, path, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: code, Message: msg})
+}
+
+// validName tells whether s may name a route or a model: printable, at
+// most 200 bytes.
+func validName(s string) bool {
+	if len(s) > 200 {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// serveReserve is POST /v1/costgate/reserve.
+func (s *Server) serveReserve(w http.ResponseWriter, r *http.Request) {
+	const path = "/v1/costgate/reserve"
+	s.inflight.Add(1)
+	defer s.inflight.Add(-1)
+	ctx, span := s.tel.Tracer().Start(r.Context(), "costgate "+path)
+	defer span.End()
+	c := s.gate.Identify(apiKey(r))
+	if c == nil {
+		writeError(w, path, http.StatusUnauthorized, errUnauthorized)
+		return
+	}
+	var in reserveRequest
+	if err := decodeStrict(w, r, &in); err != nil {
+		badRequest(w, path, "invalid_body", err.Error())
+		return
+	}
+	req, ok := s.reserveRequest(w, c, &in)
+	if !ok {
+		return
+	}
+	req.IP, _, _ = net.SplitHostPort(r.RemoteAddr)
+	ttl := c.Config().Reservations.DefaultTTL
+	if in.TTL != "" {
+		d, err := time.ParseDuration(in.TTL)
+		if err != nil || d < time.Second || d > c.Config().Reservations.MaxTTL {
+			badRequest(w, path, "invalid_ttl", fmt.Sprintf("ttl must be a duration from 1s to %s, such as 30s or 5m", c.Config().Reservations.MaxTTL))
+			return
+		}
+		ttl = d
+	}
+	if d, refused := s.gate.Prefilter(req); refused {
+		writeDecision(w, path, d)
+		return
+	}
+	res, d := s.gate.Reserve(ctx, req)
+	if d.Degraded {
+		w.Header().Set("Costgate-Degraded", "fail-open")
+	}
+	if res == nil {
+		writeDecision(w, path, d)
+		return
+	}
+	// Friction costgate can apply itself (a delay, a warning) it applies;
+	// the rest (a max_tokens cap, a downgrade) is the caller's to apply.
+	f := d.Friction
+	var applied []string
+	if f.DelayMS > 0 {
+		t := time.NewTimer(min(time.Duration(f.DelayMS)*time.Millisecond, 30*time.Second))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			res.Cancel(context.WithoutCancel(ctx))
+			return
+		}
+		applied = append(applied, "delay; policy="+strconv.Quote(d.Sources.DelayMS))
+	}
+	if f.Warning != "" {
+		w.Header().Set("Costgate-Warning", f.Warning)
+		applied = append(applied, "warn; policy="+strconv.Quote(d.Policy))
+	}
+	if f.CapMaxTokens > 0 {
+		applied = append(applied, "cap_max_tokens; policy="+strconv.Quote(d.Sources.CapMaxTokens))
+	}
+	if f.DowngradeModel != "" {
+		applied = append(applied, "downgrade_model; policy="+strconv.Quote(d.Sources.DowngradeModel))
+	}
+	if len(applied) > 0 {
+		res.Applied(strings.Join(applied, ", "), "")
+		w.Header().Set("Costgate-Friction", strings.Join(applied, ", "))
+	}
+	if d, ok := res.Record(ctx); !ok {
+		writeDecision(w, path, d)
+		return
+	}
+	id, exp := res.Hold(ttl)
+	res.Report(http.StatusOK)
+	setRateLimit(w.Header(), d.RateLimit)
+	est := req.Estimate
+	out := reserveAnswer{
+		ReservationID: id, RequestID: res.ID(), ExpiresAt: exp.UTC().Format(time.RFC3339Nano),
+		Estimate: estimateJSON{Requests: req.Requests, InputTokens: est.Usage.InputTokens, OutputTokens: est.Usage.OutputTokens,
+			Units: est.Usage.Units, CostUSD: usdText(est.Cost), CostNanoUSD: est.Cost},
+		Degraded: d.Degraded,
+	}
+	if !f.IsZero() {
+		fj := frictionJSON(f)
+		out.Friction = &fj
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// reserveRequest turns a reserve body into the gate's request: its cost
+// from the amounts given, or an LLM body estimated as the proxy would. It
+// answers the client and returns false on bad input.
+func (s *Server) reserveRequest(w http.ResponseWriter, c *gate.Caller, in *reserveRequest) (*gate.Request, bool) {
+	const path = "/v1/costgate/reserve"
+	req := &gate.Request{Caller: c, Route: reserveRoute, Upstream: in.Upstream}
+	if in.Route != "" {
+		if !validName(in.Route) {
+			badRequest(w, path, "invalid_route", "route must be printable text of at most 200 bytes")
+			return nil, false
+		}
+		req.Route = in.Route
+	}
+	if !validName(in.Model) {
+		badRequest(w, path, "invalid_model", "model must be printable text of at most 200 bytes")
+		return nil, false
+	}
+	st := s.state.Load()
+	var u *upstream
+	if in.Upstream != "" {
+		if u = st.upstreams[in.Upstream]; u == nil {
+			badRequest(w, path, "unknown_upstream", fmt.Sprintf("no upstream is configured under the name %q", in.Upstream))
+			return nil, false
+		}
+	}
+	switch {
+	case in.Cost != nil && len(in.Body) > 0:
+		badRequest(w, path, "invalid_body", "give cost, or kind and body to estimate, not both")
+		return nil, false
+	case len(in.Body) > 0:
+		kind, err := costmodel.ParseKind(in.Kind)
+		if err != nil || kind == costmodel.Generic {
+			badRequest(w, path, "invalid_kind", "kind must name an LLM API: chat_completions, completions, embeddings, responses or anthropic_messages")
+			return nil, false
+		}
+		est, err := c.Estimator().Estimate(kind, in.Body)
+		if errors.Is(err, costmodel.ErrCostOverflow) {
+			badRequest(w, path, "cost_exceeds_limit", "this request's cost cannot be represented: "+err.Error())
+			return nil, false
+		}
+		if err != nil {
+			badRequest(w, path, "invalid_body", "body: "+err.Error())
+			return nil, false
+		}
+		req.Estimate, req.Requests = est, 1
+		return req, true
+	case in.Kind != "":
+		badRequest(w, path, "invalid_body", "kind needs a body to estimate")
+		return nil, false
+	}
+	a := in.Cost
+	if a == nil {
+		a = &amounts{}
+	}
+	usage, cost, priced, err := a.usage()
+	if err != nil {
+		badRequest(w, path, "invalid_cost", "cost: "+err.Error())
+		return nil, false
+	}
+	if !priced {
+		cost = priceUsage(c, u, in.Model, usage)
+	}
+	if overflows(usage, cost) {
+		badRequest(w, path, "cost_exceeds_limit", "this reservation's cost cannot be represented; lower its amounts")
+		return nil, false
+	}
+	req.Requests = a.requests()
+	req.Estimate = costmodel.Estimate{Model: in.Model, Usage: usage, Cost: cost}
+	return req, true
+}
+
+// overflows tells whether an amount reached costmodel's saturation bound,
+// where a count or a cost no longer says what it is.
+func overflows(u costmodel.Usage, cost costmodel.NanoUSD) bool {
+	const top = math.MaxInt64
+	return cost >= top || u.InputTokens >= top || u.OutputTokens >= top || u.Units >= top ||
+		u.InputTokens+u.OutputTokens < 0
+}
+
+// priceUsage prices usage that came without a dollar amount: by a generic
+// upstream's cost rule, or by model's price when a model is named; else
+// it costs nothing in dollars.
+func priceUsage(c *gate.Caller, u *upstream, model string, usage costmodel.Usage) costmodel.NanoUSD {
+	switch {
+	case u != nil && u.kind == "generic" && u.cost != nil:
+		return u.cost.Price().Cost(usage)
+	case model != "":
+		return c.Estimator().Cost(model, usage)
+	}
+	return 0
+}
+
+type settleRequest struct {
+	ReservationID string          `json:"reservation_id"`
+	Usage         *amounts        `json:"usage"`
+	Response      json.RawMessage `json:"response"`
+	Kind          string          `json:"kind"`
+	Status        string          `json:"status"`
+	Model         string          `json:"model"`
+}
+
+// resume finds the reservation a settle or release names, answering the
+// client when it cannot.
+func (s *Server) resume(w http.ResponseWriter, path string, c *gate.Caller, id string) (*gate.Reservation, bool) {
+	if id == "" {
+		badRequest(w, path, "invalid_body", "reservation_id is required")
+		return nil, false
+	}
+	res, _, err := s.gate.Resume(c, id)
+	if err != nil {
+		writeReservationError(w, path, err)
+		return nil, false
+	}
+	return res, true
+}
+
+func writeReservationError(w http.ResponseWriter, path string, err error) {
+	switch {
+	case errors.Is(err, gate.ErrExpired):
+		writeError(w, path, http.StatusGone, apiError{Type: "invalid_request_error", Code: "reservation_expired",
+			Message: "the reservation expired; it was settled at its estimate"})
+	case errors.Is(err, gate.ErrReleased):
+		writeError(w, path, http.StatusConflict, apiError{Type: "invalid_request_error", Code: "reservation_released",
+			Message: "the reservation was released"})
+	case errors.Is(err, gate.ErrSettled):
+		writeError(w, path, http.StatusConflict, apiError{Type: "invalid_request_error", Code: "reservation_settled",
+			Message: "the reservation was settled; it cannot be released"})
+	default:
+		writeError(w, path, http.StatusNotFound, apiError{Type: "invalid_request_error", Code: "unknown_reservation",
+			Message: "no reservation of this tenant has that id"})
+	}
+}
+
+// serveSettle is POST /v1/costgate/settle.
+func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
+	const path = "/v1/costgate/settle"
+	s.inflight.Add(1)
+	defer s.inflight.Add(-1)
+	c := s.gate.Identify(apiKey(r))
+	if c == nil {
+		writeError(w, path, http.StatusUnauthorized, errUnauthorized)
+		return
+	}
+	var in settleRequest
+	if err := decodeStrict(w, r, &in); err != nil {
+		badRequest(w, path, "invalid_body", err.Error())
+		return
+	}
+	res, ok := s.resume(w, path, c, in.ReservationID)
+	if !ok {
+		return
+	}
+	if !validName(in.Model) {
+		badRequest(w, path, "invalid_model", "model must be printable text of at most 200 bytes")
+		return
+	}
+	ch := gate.Charge{Status: ledger.StatusSettled, HTTPStatus: http.StatusOK, Model: in.Model}
+	switch in.Status {
+	case "", "settled":
+	case "failed":
+		ch.Status, ch.HTTPStatus = ledger.StatusFailed, http.StatusBadGateway
+	default:
+		badRequest(w, path, "invalid_status", `status must be "settled" or "failed"`)
+		return
+	}
+	req := res.Request()
+	priced := false
+	switch {
+	case in.Usage != nil && len(in.Response) > 0:
+		badRequest(w, path, "invalid_body", "give usage, or kind and response, not both")
+		return
+	case len(in.Response) > 0:
+		kind, err := costmodel.ParseKind(in.Kind)
+		if err != nil || kind == costmodel.Generic {
+			badRequest(w, path, "invalid_kind", "kind must name the LLM API that answered: chat_completions, completions, embeddings, responses or anthropic_messages")
+			return
+		}
+		u, served, err := costmodel.ParseResponse(kind, bytes.TrimSpace(in.Response))
+		if err != nil {
+			badRequest(w, path, "invalid_response", "response: "+err.Error())
+			return
+		}
+		ch.Usage = u
+		if ch.Model == "" {
+			ch.Model = served
+		}
+	case in.Usage != nil:
+		if in.Usage.Requests != nil {
+			badRequest(w, path, "invalid_usage", "usage: requests cannot be settled: a reserved request is spent")
+			return
+		}
+		u, cost, p, err := in.Usage.usage()
+		if err != nil {
+			badRequest(w, path, "invalid_usage", "usage: "+err.Error())
+			return
+		}
+		ch.Usage, ch.Cost, priced = u, cost, p
+	case ch.Status != ledger.StatusFailed:
+		badRequest(w, path, "invalid_body", "usage, or kind and response, is required")
+		return
+	}
+	if !priced {
+		ch.Cost = s.settlementCost(req, ch)
+	}
+	if overflows(ch.Usage, ch.Cost) {
+		badRequest(w, path, "cost_exceeds_limit", "this usage's cost cannot be represented")
+		return
+	}
+	got, again, err := res.SettleHeld(r.Context(), ch)
+	if err != nil {
+		writeReservationError(w, path, err)
+		return
+	}
+	status := "settled"
+	if got.Status == ledger.StatusFailed {
+		status = "failed"
+	}
+	writeJSON(w, http.StatusOK, settleAnswer{ReservationID: in.ReservationID, RequestID: res.ID(), Status: status,
+		CostUSD: usdText(got.Cost), CostNanoUSD: got.Cost, AlreadySettled: again})
+}
+
+// settlementCost prices a settlement that names no dollar amount. A failed
+// call is charged what its usage costs at the model's price (an LLM
+// upstream reports what it billed for an error), never per call. A call
+// that succeeded is priced by the upstream's cost rule or the model's
+// price; with neither, the reservation's dollars stand.
+func (s *Server) settlementCost(req *gate.Request, ch gate.Charge) costmodel.NanoUSD {
+	model := ch.Model
+	if model == "" {
+		model = req.Estimate.Model
+	}
+	var u *upstream
+	if req.Upstream != "" {
+		u = s.state.Load().upstreams[req.Upstream]
+	}
+	generic := u != nil && u.kind == "generic" && u.cost != nil
+	switch {
+	case ch.Status == ledger.StatusFailed && model != "" && !generic:
+		return req.Caller.Estimator().Cost(model, ch.Usage)
+	case ch.Status == ledger.StatusFailed:
+		return 0
+	case generic || model != "":
+		return priceUsage(req.Caller, u, model, ch.Usage)
+	}
+	return req.Estimate.Cost
+}
+
+// serveRelease is POST /v1/costgate/release.
+func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) {
+	const path = "/v1/costgate/release"
+	s.inflight.Add(1)
+	defer s.inflight.Add(-1)
+	c := s.gate.Identify(apiKey(r))
+	if c == nil {
+		writeError(w, path, http.StatusUnauthorized, errUnauthorized)
+		return
+	}
+	var in struct {
+		ReservationID string `json:"reservation_id"`
+	}
+	if err := decodeStrict(w, r, &in); err != nil {
+		badRequest(w, path, "invalid_body", err.Error())
+		return
+	}
+	res, ok := s.resume(w, path, c, in.ReservationID)
+	if !ok {
+		return
+	}
+	if err := res.Release(r.Context()); err != nil {
+		writeReservationError(w, path, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"reservation_id": in.ReservationID, "request_id": res.ID(), "status": "released"})
+}
+
+// usdText is n as a decimal dollar amount without a sign or symbol.
+func usdText(n costmodel.NanoUSD) string {
+	return strings.TrimPrefix(n.String(), "$")
+}

@@ -1,0 +1,178 @@
+package proxy_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/gate"
+	"github.com/costgate/costgate/ledger"
+)
+
+// reserveCall posts body to path with key on handler h and returns the
+// status and the decoded answer.
+func reserveCall(t testing.TB, h http.Handler, key, path, body string) (int, map[string]any) {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	var out map[string]any
+	json.Unmarshal(w.Body.Bytes(), &out)
+	return w.Code, out
+}
+
+func errCode(out map[string]any) string {
+	e, _ := out["error"].(map[string]any)
+	c, _ := e["code"].(string)
+	return c
+}
+
+// TestReserveAttacks: a tenant that wants to pay less or spend another's
+// reservation gets a clear 4xx, and nothing is charged or refunded for it.
+func TestReserveAttacks(t *testing.T) {
+	s := newStack(t, "", `
+budgets:
+  - {name: daily, scope: tenant, amount: "1.00"}
+`)
+	h := s.srv.Handler()
+	const acme, globex = "cg-test-acme", "cg-test-globex"
+	code, r := reserveCall(t, h, acme, "/v1/costgate/reserve", `{"cost":{"usd":"0.40"}}`)
+	if code != 200 {
+		t.Fatalf("reserve: %d %v", code, r)
+	}
+	id, _ := r["reservation_id"].(string)
+	cases := []struct {
+		name, key, path, body string
+		status                int
+		code                  string
+	}{
+		{"unknown field", acme, "/v1/costgate/reserve", `{"cost":{"usd":"0.1"},"discount":1}`, 400, "invalid_body"},
+		{"negative tokens", acme, "/v1/costgate/reserve", `{"cost":{"tokens":-5}}`, 400, "invalid_cost"},
+		{"negative dollars", acme, "/v1/costgate/reserve", `{"cost":{"usd":"-0.5"}}`, 400, "invalid_cost"},
+		{"dollars with ten decimals", acme, "/v1/costgate/reserve", `{"cost":{"usd":"0.0000000001"}}`, 400, "invalid_cost"},
+		{"tokens twice", acme, "/v1/costgate/reserve", `{"cost":{"tokens":5,"input_tokens":5}}`, 400, "invalid_cost"},
+		{"overflowing tokens", acme, "/v1/costgate/reserve", `{"cost":{"tokens":99999999999999999999}}`, 400, "invalid_body"},
+		{"cost and body", acme, "/v1/costgate/reserve", `{"cost":{"tokens":5},"kind":"chat","body":{}}`, 400, "invalid_body"},
+		{"unknown upstream", acme, "/v1/costgate/reserve", `{"upstream":"nope"}`, 400, "unknown_upstream"},
+		{"ttl too long", acme, "/v1/costgate/reserve", `{"ttl":"100h"}`, 400, "invalid_ttl"},
+		{"two values", acme, "/v1/costgate/reserve", `{} {}`, 400, "invalid_body"},
+		{"no key", "", "/v1/costgate/reserve", `{}`, 401, "invalid_api_key"},
+		{"another tenant settles", globex, "/v1/costgate/settle", `{"reservation_id":"` + id + `","usage":{"usd":"0"}}`, 404, "unknown_reservation"},
+		{"another tenant releases", globex, "/v1/costgate/release", `{"reservation_id":"` + id + `"}`, 404, "unknown_reservation"},
+		{"forged id", acme, "/v1/costgate/settle", `{"reservation_id":"rsv_eyJpIjoieCJ9.AAAA","usage":{"usd":"0"}}`, 404, "unknown_reservation"},
+		{"negative usage", acme, "/v1/costgate/settle", `{"reservation_id":"` + id + `","usage":{"output_tokens":-1}}`, 400, "invalid_usage"},
+		{"requests settled", acme, "/v1/costgate/settle", `{"reservation_id":"` + id + `","usage":{"requests":0}}`, 400, "invalid_usage"},
+		{"no usage", acme, "/v1/costgate/settle", `{"reservation_id":"` + id + `"}`, 400, "invalid_body"},
+		{"bad status", acme, "/v1/costgate/settle", `{"reservation_id":"` + id + `","usage":{},"status":"free"}`, 400, "invalid_status"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := reserveCall(t, h, tc.key, tc.path, tc.body)
+			if code != tc.status || errCode(out) != tc.code {
+				t.Errorf("%d %v; want %d %s", code, out, tc.status, tc.code)
+			}
+		})
+	}
+	// The reservation survived every attack: the owner settles it once.
+	code, out := reserveCall(t, h, acme, "/v1/costgate/settle", `{"reservation_id":"`+id+`","usage":{"usd":"0.30"}}`)
+	if code != 200 || out["cost_usd"] != "0.300000000" || out["already_settled"] != false {
+		t.Fatalf("settle: %d %v", code, out)
+	}
+	code, out = reserveCall(t, h, acme, "/v1/costgate/settle", `{"reservation_id":"`+id+`","usage":{"usd":"0.01"}}`)
+	if code != 200 || out["cost_usd"] != "0.300000000" || out["already_settled"] != true {
+		t.Fatalf("second settle: %d %v; want the first's $0.30", code, out)
+	}
+	// $0.30 of $1.00 spent: 0.70 fits, 0.71 does not.
+	if code, out := reserveCall(t, h, acme, "/v1/costgate/reserve", `{"cost":{"usd":"0.71"}}`); code != 402 {
+		t.Errorf("over the budget: %d %v", code, out)
+	}
+	if code, out := reserveCall(t, h, acme, "/v1/costgate/reserve", `{"cost":{"usd":"0.70"}}`); code != 200 {
+		t.Errorf("the rest of the budget: %d %v", code, out)
+	}
+	s.srv.WaitIdle(context.Background())
+	if err := s.srv.Ledger().Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	spent, err := s.srv.Ledger().Spend(context.Background(), ledger.SpendQuery{Tenant: "acme", Period: "day"})
+	if err != nil || spent != 1_000_000_000 {
+		t.Errorf("ledger spend %v (%v), want $1.00: $0.30 settled and $0.70 reserved", spent, err)
+	}
+}
+
+// FuzzReserveBody: no reserve or settle body crashes or hangs the API, and
+// each gets an answer with a status the API documents.
+func FuzzReserveBody(f *testing.F) {
+	for _, seed := range []string{
+		`{}`, `{"cost":{"requests":2,"tokens":10,"usd":"0.01"}}`, `{"kind":"chat","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}}`,
+		`{"cost":{"usd":"1e9"}}`, `{"ttl":"-1s"}`, `{"route":"\u0000"}`, `[]`, `null`, `{"cost":null}`, `{"reservation_id":"rsv_.","usage":{}}`,
+	} {
+		f.Add(seed)
+	}
+	s := newStack(f, "", "")
+	h := s.srv.Handler()
+	ok := map[int]bool{200: true, 400: true, 402: true, 403: true, 404: true, 409: true, 410: true, 413: true, 429: true, 503: true}
+	f.Fuzz(func(t *testing.T, body string) {
+		for _, path := range []string{"/v1/costgate/reserve", "/v1/costgate/settle", "/v1/costgate/release"} {
+			done := make(chan int, 1)
+			go func() {
+				code, _ := reserveCall(t, h, "cg-test-acme", path, body)
+				done <- code
+			}()
+			select {
+			case code := <-done:
+				if !ok[code] {
+					t.Errorf("%s %q: status %d", path, body, code)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s %q: no answer in 10 s", path, body)
+			}
+		}
+	})
+}
+
+// BenchmarkReservePair compares, in one run, the CPU of a reserve/settle
+// pair over HTTP (handler, JSON, signed id) with the limiter and ledger
+// stages of one proxied request (gate.Reserve, Record, Settle).
+func BenchmarkReservePair(b *testing.B) {
+	s := newStack(b, "", `
+limits:
+  - {name: rpm, dimensions: [tenant], unit: requests, rate: 1000000000, period: 1m}
+  - {name: tpm, dimensions: [tenant, model], unit: tokens, rate: 1000000000, period: 1m}
+budgets:
+  - {name: daily, scope: tenant, amount: "1000000"}
+`)
+	h := s.srv.Handler()
+	b.Run("http_pair", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, r := reserveCall(b, h, "cg-test-acme", "/v1/costgate/reserve", `{"cost":{"tokens":100},"model":"gpt-4o-mini"}`)
+			id, _ := r["reservation_id"].(string)
+			if code, out := reserveCall(b, h, "cg-test-acme", "/v1/costgate/settle", `{"reservation_id":"`+id+`","usage":{"input_tokens":80,"output_tokens":10}}`); code != 200 {
+				b.Fatalf("settle: %d %v", code, out)
+			}
+		}
+	})
+	b.Run("proxy_stages", func(b *testing.B) {
+		b.ReportAllocs()
+		g := s.srv.Gate()
+		c := g.Identify("cg-test-acme")
+		ctx := context.Background()
+		for b.Loop() {
+			res, d := g.Reserve(ctx, &gate.Request{Caller: c, Route: "/v1/chat/completions", Upstream: "openai",
+				Estimate: costmodel.Estimate{Model: "gpt-4o-mini", Usage: costmodel.Usage{InputTokens: 100}, Cost: 15000}})
+			if res == nil {
+				b.Fatalf("refused: %+v", d)
+			}
+			if d, ok := res.Record(ctx); !ok {
+				b.Fatal(d)
+			}
+			res.Settle(ctx, gate.Charge{Usage: costmodel.Usage{InputTokens: 80, OutputTokens: 10}, Cost: 18000, HTTPStatus: 200})
+		}
+	})
+}
