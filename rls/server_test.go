@@ -96,6 +96,9 @@ rls:
           descriptors:
             - key: quota
               rate_limit: {name: user-quota, unit: hour, requests_per_unit: 2, algorithm: token_bucket}
+        - key: partner
+          as: tenant
+          plan: pro
         - key: tok
           hits: tokens
           rate_limit: {name: tok, unit: minute, requests_per_unit: 100, algorithm: token_bucket}
@@ -229,6 +232,8 @@ func TestDescriptorMatching(t *testing.T) {
 		{"nested", d("tenant", "globex", "generic_key", "search"), "search"},
 		{"nested miss", d("tenant", "globex", "generic_key", "other"), ""},
 		{"fixed tenant", d("user", "alice", "quota", "x"), "user-quota"},
+		{"the plan of a tenant not listed", d("partner", "newco"), "pro-requests"},
+		{"a listed tenant keeps its plan", d("partner", "acme"), "free-requests"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp := e.ask(t, "edge", 0, tc.desc)
