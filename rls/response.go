@@ -69,9 +69,7 @@ func respond(t *tree, c *call, out *[numKinds]outcome) *rlsv3.RateLimitResponse 
 		}
 	}
 	for i := range c.descs {
-		if n := c.descs[i].n; n != nil && n.limit != nil && n.limit.unlimited {
-			sts[i].LimitRemaining = math.MaxUint32
-		}
+		offLimits(c.descs[i].n, &sts[i])
 	}
 	var hs headers
 	if decider != nil && decider.RateLimit != nil {
@@ -237,11 +235,9 @@ func blocked(c *call) *rlsv3.RateLimitResponse {
 	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(c.descs))
 	for i := range c.descs {
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: codeOK}
-		if l := nodeLimit(c.descs[i].n); l != nil && l.block {
-			st.CurrentLimit = l.info.current
-			if !l.shadow {
-				st.Code = codeOver
-			}
+		offLimits(c.descs[i].n, st)
+		if i == c.block {
+			st.Code = codeOver
 		}
 		resp.Statuses[i] = st
 	}
@@ -252,6 +248,18 @@ func blocked(c *call) *rlsv3.RateLimitResponse {
 	hs.add("Content-Type", "application/json")
 	resp.ResponseHeadersToAdd = hs.list()
 	return resp
+}
+
+// offLimits fills the status of a descriptor the gate was not asked
+// about: an unlimited one has all it could want left, a limit of 0 none.
+func offLimits(n *node, st *rlsv3.RateLimitResponse_DescriptorStatus) {
+	switch l := nodeLimit(n); {
+	case l == nil:
+	case l.unlimited:
+		st.LimitRemaining = math.MaxUint32
+	case l.block:
+		st.CurrentLimit = l.info.current
+	}
 }
 
 // unlimited answers n descriptors that no limit applies to.

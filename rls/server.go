@@ -188,6 +188,11 @@ type outcome struct {
 // decide asks the gate for each group of c, charges first (they are
 // facts), then checks, then debits, and stops at the first refusal.
 func (s *Server) decide(ctx context.Context, t *tree, c *call) (*rlsv3.RateLimitResponse, error) {
+	for i := range c.descs {
+		if l := nodeLimit(c.descs[i].n); l != nil && l.block && l.shadow {
+			s.g.Telemetry().ShadowWouldBlock("", l.info.current.Name, c.tenant)
+		}
+	}
 	if c.block >= 0 {
 		return blocked(c), nil
 	}

@@ -69,6 +69,10 @@ rls:
         - key: remote_address
           value: 192.0.2.66
           rate_limit: {name: banned, unit: second, requests_per_unit: 0}
+        - key: remote_address
+          value: 192.0.2.77
+          shadow_mode: true
+          rate_limit: {name: watched, unit: second, requests_per_unit: 0}
         - key: route
           value: /v1/*
           rate_limit: {name: api-routes, unit: minute, requests_per_unit: 10}
@@ -349,6 +353,10 @@ func TestShadowUnlimitedAndBlock(t *testing.T) {
 		}
 		if !strings.Contains(string(resp.GetRawBody()), `"code":"banned"`) {
 			t.Errorf("raw body %s", resp.GetRawBody())
+		}
+		resp = e.ask(t, "edge", 0, d("remote_address", "192.0.2.77"))
+		if st := resp.GetStatuses()[0]; resp.GetOverallCode() != OK || st.GetCurrentLimit().GetName() != "watched" {
+			t.Errorf("a block in shadow mode: %s %v", codes_(resp), st)
 		}
 		resp = e.ask(t, "edge", 0, hits(0, d("tenant", "globex")))
 		if st := resp.GetStatuses()[0]; st.GetLimitRemaining() != 99 {
