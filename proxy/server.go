@@ -215,8 +215,8 @@ func (s *Server) reload() error {
 		return err
 	}
 	old := s.state.Load().cfg
-	if cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen {
-		return errors.New("listen or admin_listen changed: restart costgate to change its addresses")
+	if cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen || cfg.RLSListen != old.RLSListen {
+		return errors.New("listen, admin_listen or rls_listen changed: restart costgate to change its addresses")
 	}
 	est, err := costmodel.NewEstimator(cfg.CostModel())
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/examples"
 	"github.com/costgate/costgate/proxy"
+	"github.com/costgate/costgate/rls"
 )
 
 // drainTimeout is how long serve waits, when it stops, for requests in
@@ -154,7 +155,19 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	dataSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	adminSrv := &http.Server{Handler: srv.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
+	var rlsSrv *rls.Server
+	if cfg.RLSListen != "" {
+		rln, err := net.Listen("tcp", cfg.RLSListen)
+		if err != nil {
+			data.Close()
+			admin.Close()
+			return fmt.Errorf("rls listen: %w", err)
+		}
+		rlsSrv = rls.New(srv.Gate(), rls.Options{Logger: log, Reflection: cfg.RLS.Reflection})
+		go func() { errc <- rlsSrv.Serve(rln) }()
+		log.Info("costgate: Envoy rate limit service (gRPC) on "+rln.Addr().String(), "rls_listen", rln.Addr().String())
+	}
 	go func() { errc <- dataSrv.Serve(data) }()
 	go func() { errc <- adminSrv.Serve(admin) }()
 	// Tools find the addresses in this line's message ("serving ... on ADDR
@@ -180,6 +193,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		// this, Close would wait for their settlements as long as the
 		// streams last.
 		dataSrv.Close()
+	}
+	if rlsSrv != nil {
+		rlsSrv.GracefulStop()
 	}
 	e2 := adminSrv.Shutdown(shutdown)
 	e3 := srv.Close()
