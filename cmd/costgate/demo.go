@@ -17,11 +17,17 @@ import (
 	"text/tabwriter"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/examples"
 	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/proxy"
+	"github.com/costgate/costgate/rls"
 )
 
 // demoClient is one tenant's traffic in the demo.
@@ -96,6 +102,9 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprint(stdout, demoLegend)
 	httpc := &http.Client{Timeout: 10 * time.Second}
 	if err := demoReserve(ctx, stdout, httpc, base, "cg-demo-acme"); err != nil {
+		return err
+	}
+	if err := demoRLS(ctx, stdout, srv); err != nil {
 		return err
 	}
 
@@ -209,6 +218,37 @@ func demoReserve(ctx context.Context, w io.Writer, c *http.Client, base, key str
 		return err
 	}
 	fmt.Fprintf(w, "  POST /v1/costgate/settle   1200 in, 300 out             -> charged  $%v\n\n", st["cost_usd"])
+	return nil
+}
+
+// demoRLS shows Envoy's rate limit service on the same gate: one
+// metered search call of acme, priced per hit into the same budget and
+// ledger.
+func demoRLS(ctx context.Context, w io.Writer, srv *proxy.Server) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	rs := rls.New(srv.Gate(), rls.Options{})
+	go rs.Serve(ln)
+	defer rs.GracefulStop()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{
+		Domain: "costgate", HitsAddend: 1,
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{
+			{Key: "tenant", Value: "acme"}, {Key: "generic_key", Value: "search"}}}},
+	})
+	if err != nil {
+		return fmt.Errorf("demo: rate limit service: %w", err)
+	}
+	fmt.Fprintln(w, "Envoy's rate limit service (gRPC), on the same gate:")
+	fmt.Fprintf(w, "  ShouldRateLimit domain=costgate [tenant=acme, generic_key=search] hits 1 -> %s, $0.005 into acme's budget\n\n", resp.GetOverallCode())
 	return nil
 }
 
