@@ -30,7 +30,11 @@ type Request struct {
 	// Route names the API the request uses, as limits and policies see it:
 	// an API path (/v1/chat/completions), /u/NAME for a generic upstream,
 	// /v1/costgate/reserve, or rls:DOMAIN.
-	Route    string
+	Route string
+	// Name is what the policies and the ledger see as the route when it is
+	// not Route: a name the caller gives the request (the reserve API's
+	// route), which limits are never keyed by.
+	Name     string
 	Upstream string
 	// Estimate is the request's estimated usage and cost; Model in it is
 	// the model asked for (model limits use its canonical name).
@@ -573,7 +577,7 @@ func (r *Reservation) policyInput() *policies.Input {
 	c, est := r.req.Caller, r.req.Estimate
 	in := &policies.Input{
 		Caller: policies.Caller{Tenant: c.Tenant, User: c.User, KeyID: c.KeyID, Plan: c.Plan, IP: r.req.IP, Region: r.st.cfg.Region},
-		Request: policies.Request{Route: r.req.Route, Upstream: r.req.Upstream, Model: est.Model, Stream: est.Stream,
+		Request: policies.Request{Route: r.policyRoute(), Upstream: r.req.Upstream, Model: est.Model, Stream: est.Stream,
 			MaxOutputTokens: est.MaxOutputTokens, Page: r.req.Page},
 		Estimate: policies.Estimate{InputTokens: est.Usage.InputTokens, OutputTokens: est.Usage.OutputTokens, CostNanoUSD: int64(est.Cost)},
 		Time:     policies.Time{Unix: now.Unix(), Hour: now.Hour(), Weekday: int(now.Weekday())},
@@ -599,6 +603,14 @@ func (r *Reservation) policyInput() *policies.Input {
 			Remaining: st.Remaining, ResetSeconds: int64(st.ResetAfter / time.Second)})
 	}
 	return in
+}
+
+// policyRoute is the route the policies see.
+func (r *Reservation) policyRoute() string {
+	if r.req.Name != "" {
+		return r.req.Name
+	}
+	return r.req.Route
 }
 
 // Applied records what the front door did of the decision's friction: the
@@ -844,7 +856,7 @@ func (r *Reservation) entry(status ledger.Status) ledger.Entry {
 	c := r.req.Caller
 	return ledger.Entry{
 		RequestID: r.req.ID, Tenant: c.Tenant, User: c.User, KeyID: c.KeyID,
-		Route: r.req.Route, Upstream: r.req.Upstream, Model: r.req.Estimate.Model, Region: r.st.cfg.Region,
+		Route: r.policyRoute(), Upstream: r.req.Upstream, Model: r.req.Estimate.Model, Region: r.st.cfg.Region,
 		Decision: decision, Policy: r.decision.Policy, Friction: r.friction,
 		Status:    status,
 		Estimated: r.req.Estimate.Usage, EstimatedCost: r.req.Estimate.Cost,

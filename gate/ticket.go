@@ -59,6 +59,7 @@ type ticket struct {
 	KeyID    string          `json:"k,omitempty"`
 	Plan     string          `json:"p,omitempty"`
 	Route    string          `json:"r"`
+	Name     string          `json:"na,omitempty"`
 	Upstream string          `json:"up,omitempty"`
 	Model    string          `json:"m,omitempty"`
 	Usage    costmodel.Usage `json:"u"`
@@ -150,7 +151,7 @@ func (r *Reservation) Hold(ttl time.Duration) (string, time.Time) {
 	now := time.Now()
 	exp := now.Add(ttl)
 	t := ticket{ID: r.req.ID, Tenant: r.req.Caller.Tenant, User: r.req.Caller.User, KeyID: r.req.Caller.KeyID,
-		Plan: r.req.Caller.Plan, Route: r.req.Route, Upstream: r.req.Upstream, Model: r.req.Estimate.Model,
+		Plan: r.req.Caller.Plan, Route: r.req.Route, Name: r.req.Name, Upstream: r.req.Upstream, Model: r.req.Estimate.Model,
 		Usage: r.req.Estimate.Usage, Cost: int64(r.req.Estimate.Cost), Requests: r.req.Requests,
 		Created: r.start.UnixMicro(), Expires: exp.UnixMicro(), Degraded: r.degraded,
 		Decision: string(r.decision.Outcome), Policy: r.decision.Policy, Friction: r.friction}
@@ -198,7 +199,7 @@ func (g *Gate) Resume(c *Caller, id string) (res *Reservation, expires time.Time
 		r.resID = t.ResID
 	}
 	r.req = Request{ID: t.ID, Caller: &Caller{Tenant: t.Tenant, User: t.User, KeyID: t.KeyID, Plan: t.Plan, st: st},
-		Route: t.Route, Upstream: t.Upstream, Requests: t.Requests,
+		Route: t.Route, Name: t.Name, Upstream: t.Upstream, Requests: t.Requests,
 		Estimate: costmodel.Estimate{Model: t.Model, Usage: t.Usage, Cost: costmodel.NanoUSD(t.Cost)}}
 	r.model = st.est.Canonical(t.Model)
 	r.friction = t.Friction

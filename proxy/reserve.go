@@ -24,6 +24,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/gate"
 	"github.com/costgate/costgate/ledger"
@@ -252,22 +253,32 @@ func (s *Server) serveReserve(w http.ResponseWriter, r *http.Request) {
 func (s *Server) reserveRequest(w http.ResponseWriter, c *gate.Caller, in *reserveRequest) (*gate.Request, bool) {
 	const path = "/v1/costgate/reserve"
 	req := &gate.Request{Caller: c, Route: reserveRoute, Upstream: in.Upstream}
-	if in.Route != "" {
-		if !validName(in.Route) {
-			badRequest(w, path, "invalid_route", "route must be printable text of at most 200 bytes")
-			return nil, false
-		}
-		req.Route = in.Route
-	}
-	if !validName(in.Model) {
-		badRequest(w, path, "invalid_model", "model must be printable text of at most 200 bytes")
-		return nil, false
-	}
 	st := s.state.Load()
 	var u *upstream
 	if in.Upstream != "" {
 		if u = st.upstreams[in.Upstream]; u == nil {
 			badRequest(w, path, "unknown_upstream", fmt.Sprintf("no upstream is configured under the name %q", in.Upstream))
+			return nil, false
+		}
+	}
+	// Limits may be keyed by route and model: a name the caller makes up
+	// must not be a fresh allowance each time. The policies see the route
+	// the caller names; limits and the ledger see it only when it is one
+	// costgate serves (an API path, /u/UPSTREAM), else the reserve API's
+	// own. A model must be one the price table knows.
+	if in.Route != "" {
+		if !validName(in.Route) {
+			badRequest(w, path, "invalid_route", "route must be printable text of at most 200 bytes")
+			return nil, false
+		}
+		req.Name = in.Route
+		if knownRoute(st, in.Route) {
+			req.Route = in.Route
+		}
+	}
+	if in.Model != "" {
+		if _, known := c.Estimator().Price(in.Model); !known && !c.Config().Costs.FreeUnknown {
+			badRequest(w, path, "unknown_model", fmt.Sprintf("model %q is not in the price table; name a priced model or an alias (costs.prices, costs.aliases)", in.Model))
 			return nil, false
 		}
 	}
@@ -315,6 +326,20 @@ func (s *Server) reserveRequest(w http.ResponseWriter, c *gate.Caller, in *reser
 	req.Requests = a.requests()
 	req.Estimate = costmodel.Estimate{Model: in.Model, Usage: usage, Cost: cost}
 	return req, true
+}
+
+// knownRoute tells whether route is one costgate serves: an API path, or
+// /u/NAME of a configured generic upstream.
+func knownRoute(st *state, route string) bool {
+	if _, ok := config.RouteKinds[route]; ok {
+		return true
+	}
+	name, ok := strings.CutPrefix(route, "/u/")
+	if !ok {
+		return false
+	}
+	u := st.upstreams[name]
+	return u != nil && u.kind == "generic"
 }
 
 // overflows tells whether an amount reached costmodel's saturation bound,

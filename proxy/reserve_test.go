@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -175,4 +176,32 @@ budgets:
 			res.Settle(ctx, gate.Charge{Usage: costmodel.Usage{InputTokens: 80, OutputTokens: 10}, Cost: 18000, HTTPStatus: 200})
 		}
 	})
+}
+
+// TestReserveNamesAreNoFreshAllowance: limits keyed by route or model
+// cannot be dodged through the reserve API by naming a new route or a
+// made-up model each time.
+func TestReserveNamesAreNoFreshAllowance(t *testing.T) {
+	s := newStack(t, "", `
+limits:
+  - {name: per-route, dimensions: [tenant, route], unit: requests, rate: 2, period: 1h}
+  - {name: per-model, dimensions: [tenant, model], unit: requests, rate: 3, period: 1h}
+`)
+	h := s.srv.Handler()
+	for i, want := range []int{200, 200, 429} {
+		body := fmt.Sprintf(`{"route":"made-up-%d"}`, i)
+		if code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", body); code != want {
+			t.Errorf("route made-up-%d: %d %v; want %d", i, code, out, want)
+		}
+	}
+	if code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"model":"gpt-4o-mini-made-up"}`); code != 400 || errCode(out) != "unknown_model" {
+		t.Errorf("a made-up model: %d %v; want 400 unknown_model", code, out)
+	}
+	// A route costgate serves is its own allowance, as on the proxy.
+	for i, want := range []int{200, 200, 429} {
+		code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"route":"/v1/embeddings","model":"gpt-4o-mini"}`)
+		if code != want {
+			t.Errorf("embeddings %d: %d %v; want %d", i, code, out, want)
+		}
+	}
 }

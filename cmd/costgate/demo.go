@@ -207,7 +207,7 @@ func demoReserve(ctx context.Context, w io.Writer, c *http.Client, base, key str
 		return out, nil
 	}
 	fmt.Fprintln(w, "The reserve/settle API, for calls costgate does not proxy (same limits, budgets and ledger):")
-	r, err := call("/v1/costgate/reserve", `{"cost":{"tokens":2000},"model":"gpt-4o-mini","route":"demo.batch"}`)
+	r, err := call("/v1/costgate/reserve", `{"cost":{"tokens":2000},"model":"gpt-4o-mini"}`)
 	if err != nil {
 		return err
 	}
