@@ -423,9 +423,11 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if !validName(in.Model) {
-		badRequest(w, path, "invalid_model", "model must be printable text of at most 200 bytes")
-		return
+	if in.Model != "" {
+		if _, known := c.Estimator().Price(in.Model); !known && !c.Config().Costs.FreeUnknown {
+			badRequest(w, path, "unknown_model", fmt.Sprintf("model %q is not in the price table", in.Model))
+			return
+		}
 	}
 	ch := gate.Charge{Status: ledger.StatusSettled, HTTPStatus: http.StatusOK, Model: in.Model}
 	switch in.Status {
