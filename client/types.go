@@ -119,9 +119,14 @@ type ReserveRequest struct {
 	Upstream string
 	// Model prices tokens. Optional.
 	Model string
-	// Route is the name policies see as request.route. Optional; costgate's
-	// default is "/v1/costgate/reserve".
+	// Route is the name policies and the ledger see as the route.
+	// Optional; costgate's default is "/v1/costgate/reserve". Limits keyed
+	// by route see it only when it is a route costgate serves.
 	Route string
+	// Attributes are custom attributes (at most 16; names of a-z, 0-9, _
+	// and -): limits keyed by attr.NAME and the policies
+	// (input.request.attributes) see them. Optional.
+	Attributes map[string]string
 	// TTL is how long the reservation holds before it expires and is
 	// charged its estimate. 0 means costgate's default, 5 minutes; at most
 	// an hour.
@@ -136,10 +141,12 @@ type reserveWire struct {
 	Model    string          `json:"model,omitempty"`
 	Route    string          `json:"route,omitempty"`
 	TTL      string          `json:"ttl,omitempty"`
+
+	Attributes map[string]string `json:"attributes,omitempty"`
 }
 
 func (r ReserveRequest) wire() reserveWire {
-	w := reserveWire{Kind: r.Kind, Body: r.Body, Upstream: r.Upstream, Model: r.Model, Route: r.Route}
+	w := reserveWire{Kind: r.Kind, Body: r.Body, Upstream: r.Upstream, Model: r.Model, Route: r.Route, Attributes: r.Attributes}
 	if !r.Cost.IsZero() || r.Kind == "" {
 		w.Cost = &r.Cost
 	}

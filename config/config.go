@@ -594,8 +594,14 @@ func (c *Config) Validate() error {
 		unique(names, p+".name", "limit", l.Name)
 		knownPlans(p, l.Plans)
 		for _, d := range l.Dimensions {
+			if name, ok := strings.CutPrefix(d, AttributePrefix); ok {
+				if !ValidAttributeName(name) {
+					bad(p+".dimensions", "attribute dimension %q: the name after %q must be 1 to 64 of a-z, 0-9, _ and -", d, AttributePrefix)
+				}
+				continue
+			}
 			if !slices.Contains(dimensions, d) {
-				bad(p+".dimensions", "unknown dimension %q (want one of %s)", d, strings.Join(dimensions, ", "))
+				bad(p+".dimensions", "unknown dimension %q (want one of %s, or %sNAME for a request attribute)", d, strings.Join(dimensions, ", "), AttributePrefix)
 			}
 		}
 		if _, ok := Units[l.Unit]; !ok {
@@ -655,6 +661,24 @@ func loopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// AttributePrefix starts a limit dimension that names a request's custom
+// attribute (attr.job): the reserve API's attributes.
+const AttributePrefix = "attr."
+
+// ValidAttributeName tells whether name may name a custom attribute: 1 to
+// 64 of a-z, 0-9, _ and -.
+func ValidAttributeName(name string) bool {
+	if len(name) == 0 || len(name) > 64 {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // dimensions are the request attributes a limit may be keyed by.

@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/policies"
@@ -43,6 +45,10 @@ type Request struct {
 	// Page is the result page a paginated generic request asks for, for
 	// the policies; 0 for none.
 	Page int64
+	// Attributes are custom attributes the caller gives the request (the
+	// reserve API's): limits keyed by attr.NAME use them, and the policies
+	// see them as request.attributes. The gate does not copy the map.
+	Attributes map[string]string
 	// Requests is how many requests the request counts for on limits in
 	// requests; 0 means 1, unless NoRequests is set.
 	Requests int64
@@ -578,7 +584,7 @@ func (r *Reservation) policyInput() *policies.Input {
 	in := &policies.Input{
 		Caller: policies.Caller{Tenant: c.Tenant, User: c.User, KeyID: c.KeyID, Plan: c.Plan, IP: r.req.IP, Region: r.st.cfg.Region},
 		Request: policies.Request{Route: r.policyRoute(), Upstream: r.req.Upstream, Model: est.Model, Stream: est.Stream,
-			MaxOutputTokens: est.MaxOutputTokens, Page: r.req.Page},
+			MaxOutputTokens: est.MaxOutputTokens, Page: r.req.Page, Attributes: r.req.Attributes},
 		Estimate: policies.Estimate{InputTokens: est.Usage.InputTokens, OutputTokens: est.Usage.OutputTokens, CostNanoUSD: int64(est.Cost)},
 		Time:     policies.Time{Unix: now.Unix(), Hour: now.Hour(), Weekday: int(now.Weekday())},
 	}
@@ -883,6 +889,9 @@ func (r *Reservation) dimension(d string) string {
 		return r.req.Upstream
 	case "region":
 		return r.st.cfg.Region
+	}
+	if name, ok := strings.CutPrefix(d, config.AttributePrefix); ok {
+		return r.req.Attributes[name]
 	}
 	return ""
 }

@@ -56,6 +56,9 @@ type Request struct {
 	// Page is the 1-based result page a paginated API (such as a search API)
 	// is asked for; 0 when the request is not paginated.
 	Page int64 `json:"page"`
+	// Attributes are the custom attributes the caller gave the request
+	// (the reserve API's attributes); empty for proxied requests.
+	Attributes map[string]string `json:"attributes,omitempty"`
 }
 
 // Estimate is the cost model's estimate of the request before it is sent.
@@ -196,6 +199,7 @@ func (in *Input) Value() ast.Value {
 			ast.Item(ast.InternedTerm("stream"), ast.InternedTerm(r.Stream)),
 			ast.Item(ast.InternedTerm("max_output_tokens"), ast.InternedTerm(r.MaxOutputTokens)),
 			ast.Item(ast.InternedTerm("page"), ast.InternedTerm(r.Page)),
+			ast.Item(ast.InternedTerm("attributes"), attributesTerm(r.Attributes)),
 		)),
 		ast.Item(ast.InternedTerm("estimate"), ast.ObjectTerm(
 			ast.Item(ast.InternedTerm("input_tokens"), ast.InternedTerm(e.InputTokens)),
@@ -210,4 +214,13 @@ func (in *Input) Value() ast.Value {
 			ast.Item(ast.InternedTerm("weekday"), ast.InternedTerm(in.Time.Weekday)),
 		)),
 	)
+}
+
+// attributesTerm is a request's custom attributes as a Rego object.
+func attributesTerm(attrs map[string]string) *ast.Term {
+	items := make([][2]*ast.Term, 0, len(attrs))
+	for k, v := range attrs {
+		items = append(items, ast.Item(ast.StringTerm(k), ast.StringTerm(v)))
+	}
+	return ast.ObjectTerm(items...)
 }

@@ -81,12 +81,24 @@ func TestInputSchemaMatchesInput(t *testing.T) {
 			if s["type"] != "integer" {
 				t.Errorf("%s: schema type %v, want integer", path, s["type"])
 			}
+		case reflect.Map:
+			add, _ := s["additionalProperties"].(map[string]any)
+			if s["type"] != "object" || typ.Key().Kind() != reflect.String || add == nil {
+				t.Errorf("%s: schema %v for a map, want an object of additionalProperties", path, s)
+			}
+			walk(path+"{}", add, typ.Elem())
+			return
 		default:
 			t.Errorf("%s: Go type %v has no schema mapping", path, typ)
 		}
 		// The fast path reads every scalar leaf of input, limits and spend.
 		switch {
 		case typ.Kind() == reflect.Struct || typ.Kind() == reflect.Slice:
+		case strings.Contains(path, "{}"):
+			// A map's values: the fast path leaves the map to OPA (inputObjects).
+			if !inputObjects[strings.Split(path, "{}")[0]] {
+				t.Errorf("fast path: %s is neither read nor left to OPA", path)
+			}
 		case strings.HasPrefix(path, "limits[]."):
 			if limitField(&Limit{}, strings.TrimPrefix(path, "limits[].")).k == kUndef {
 				t.Errorf("fast path: limitField does not know %s", path)

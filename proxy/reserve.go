@@ -86,6 +86,31 @@ type reserveRequest struct {
 	Model    string          `json:"model"`
 	Route    string          `json:"route"`
 	TTL      string          `json:"ttl"`
+	// Attributes are custom attributes: limits keyed by attr.NAME and
+	// the policies (request.attributes) see them.
+	Attributes map[string]string `json:"attributes"`
+}
+
+// maxAttributes bounds the custom attributes of a reservation.
+const maxAttributes = 16
+
+// checkAttributes tells what is wrong with a reservation's attributes:
+// at most maxAttributes, names as limits name them (config.ValidAttributeName),
+// values printable, at most 200 bytes, without the characters that
+// delimit the limiter's keys.
+func checkAttributes(attrs map[string]string) error {
+	if len(attrs) > maxAttributes {
+		return fmt.Errorf("at most %d attributes", maxAttributes)
+	}
+	for k, v := range attrs {
+		if !config.ValidAttributeName(k) {
+			return fmt.Errorf("attribute name %q: 1 to 64 of a-z, 0-9, _ and -", k)
+		}
+		if !validName(v) || strings.ContainsAny(v, ":{}=") {
+			return fmt.Errorf("attribute %s: a value is printable text of at most 200 bytes without ':', '{', '}' or '='", k)
+		}
+	}
+	return nil
 }
 
 type estimateJSON struct {
@@ -253,6 +278,11 @@ func (s *Server) serveReserve(w http.ResponseWriter, r *http.Request) {
 func (s *Server) reserveRequest(w http.ResponseWriter, c *gate.Caller, in *reserveRequest) (*gate.Request, bool) {
 	const path = "/v1/costgate/reserve"
 	req := &gate.Request{Caller: c, Route: reserveRoute, Upstream: in.Upstream}
+	if err := checkAttributes(in.Attributes); err != nil {
+		badRequest(w, path, "invalid_attributes", err.Error())
+		return nil, false
+	}
+	req.Attributes = in.Attributes
 	st := s.state.Load()
 	var u *upstream
 	if in.Upstream != "" {

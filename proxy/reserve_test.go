@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/costgate/costgate/costmodel"
@@ -202,6 +203,46 @@ limits:
 		code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"route":"/v1/embeddings","model":"gpt-4o-mini"}`)
 		if code != want {
 			t.Errorf("embeddings %d: %d %v; want %d", i, code, out, want)
+		}
+	}
+}
+
+// TestReserveAttributes: a reservation's custom attributes key the limits
+// that name them and reach the policies; bad ones are 400.
+func TestReserveAttributes(t *testing.T) {
+	s := newStackWith(t, stackOptions{extra: `
+limits:
+  - {name: per-job, dimensions: [tenant, attr.job], unit: requests, rate: 1, period: 1h}
+`, policies: fstest.MapFS{"jobs.rego": {Data: []byte(`package costgate.policies.jobs
+
+import rego.v1
+
+default decision := {"outcome": "allow"}
+
+decision := {"outcome": "hard", "status": 403, "reason": "job nightly-export is switched off"} if {
+	input.request.attributes.job == "nightly-export"
+}
+`)}}})
+	h := s.srv.Handler()
+	reserve := func(attrs string) (int, string) {
+		code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"attributes":`+attrs+`}`)
+		return code, errCode(out)
+	}
+	for _, tc := range []struct {
+		attrs string
+		code  int
+		err   string
+	}{
+		{`{"job":"a"}`, 200, ""},
+		{`{"job":"a"}`, 429, "per-job"},
+		{`{"job":"b"}`, 200, ""},
+		{`{"job":"nightly-export"}`, 403, "jobs"},
+		{`{"Job":"a"}`, 400, "invalid_attributes"},
+		{`{"job":"x:attr.job=y"}`, 400, "invalid_attributes"},
+		{`{"job":"` + strings.Repeat("x", 201) + `"}`, 400, "invalid_attributes"},
+	} {
+		if code, err := reserve(tc.attrs); code != tc.code || (tc.err != "" && err != tc.err) {
+			t.Errorf("attributes %s: %d %s; want %d %s", tc.attrs, code, err, tc.code, tc.err)
 		}
 	}
 }
