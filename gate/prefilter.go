@@ -123,6 +123,9 @@ func (r *Reservation) remember() {
 // store would give, without asking it. ok is false when the request may
 // go on. req needs its Caller, Route, Upstream and IP.
 func (g *Gate) Prefilter(req *Request) (d Decision, refused bool) {
+	if req.Caller.st.prefilter.n.Load() == 0 {
+		return Decision{}, false // nothing remembered: the common case, free
+	}
 	now := time.Now()
 	r := &Reservation{g: g, st: req.Caller.st, req: *req, ctx: context.Background()}
 	l, key, until := r.st.prefilter.check(r, now)
