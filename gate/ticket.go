@@ -86,7 +86,9 @@ type holds struct {
 	m  map[string]*hold
 }
 
-// hold is one held reservation's state on the replica that made it.
+// hold is one held reservation's state on the replica that made it; res
+// is dropped once it has ended, so that a settled hold weighs little
+// until it expires.
 type hold struct {
 	res     *Reservation
 	expires time.Time
@@ -188,7 +190,7 @@ func (g *Gate) Resume(c *Caller, id string) (res *Reservation, expires time.Time
 	g.holds.mu.Lock()
 	h := g.holds.m[t.ID]
 	g.holds.mu.Unlock()
-	if h != nil {
+	if h != nil && h.res != nil {
 		return h.res, expires, nil
 	}
 	// Made by another replica (or before a restart): rebuild it.
@@ -266,7 +268,7 @@ func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge,
 			out, again, err, _ := r.g.ended(h)
 			return out, again, err
 		}
-		h.state, h.result = holdSettled, c
+		h.state, h.result, h.res = holdSettled, c, nil // the state is all a settled hold needs
 		r.g.holds.mu.Unlock()
 	}
 	r.Settle(ctx, c)
@@ -300,7 +302,7 @@ func (r *Reservation) Release(ctx context.Context) error {
 	if h != nil {
 		r.g.holds.mu.Lock()
 		if h.state == holdOpen {
-			h.state = holdReleased
+			h.state, h.res = holdReleased, nil
 		}
 		st := h.state
 		r.g.holds.mu.Unlock()
@@ -339,7 +341,7 @@ func (g *Gate) adopt(h *hold, c claim) {
 	}
 	g.holds.mu.Lock()
 	if h.state == holdOpen {
-		h.state, h.result = c.state, Charge{Cost: c.cost, Status: c.status}
+		h.state, h.result, h.res = c.state, Charge{Cost: c.cost, Status: c.status}, nil
 	}
 	g.holds.mu.Unlock()
 }
