@@ -122,7 +122,7 @@ type ReadStats struct {
 const maxLine = 1 << 20
 
 // ReadFile reads the capture file path and calls fn with each record, in
-// the order they were written; fn must not keep rec past its call. A
+// the order they were written; each record is new, fn may keep it. A
 // foreign header is an error wrapping ErrVersion; a malformed line is a
 // *FileError naming it; an error of fn stops the read and is returned.
 func ReadFile(path string, fn func(rec *Record, line int) error) (ReadStats, error) {
