@@ -82,3 +82,76 @@ func BenchmarkCapture(b *testing.B) {
 		}
 	})
 }
+
+// benchRecords are n varied records: plans, models, output caps, limits
+// and spend the example policies branch on.
+func benchRecords(n int) []*Record {
+	plans := []string{"free", "pro", "enterprise", "gold"}
+	models := []string{"gpt-4o", "gpt-4o-mini", ""}
+	out := make([]*Record, n)
+	for i := range out {
+		in := benchInput()
+		in.Caller.Tenant = plans[i%4] + "-" + string(rune('a'+i%7))
+		in.Caller.Plan = plans[i%4]
+		in.Request.Model = models[i%3]
+		in.Request.MaxOutputTokens = int64(i%5) * 700
+		in.Limits[0].Remaining = int64(i%11) * 100
+		in.Spend[0].SpentNanoUSD = int64(i%10) * 6e8
+		out[i] = &Record{RequestID: "req", Input: in, Decision: Taken{Outcome: policies.Allow}, Cost: 5_370_000}
+	}
+	return out
+}
+
+// BenchmarkReplay is replay's throughput on the example policies, in
+// captured inputs per second on one goroutine: fast is the fast path
+// alone, differential adds OPA's evaluator (what Run does), and
+// read_fast adds reading the capture file (decoding each record).
+func BenchmarkReplay(b *testing.B) {
+	set, err := policies.LoadDir("../examples/policies")
+	if err != nil {
+		b.Fatal(err)
+	}
+	recs := benchRecords(1000)
+	ctx := b.Context()
+	run := func(b *testing.B, noRego bool) {
+		rp := newReplayer(set, Options{})
+		rp.noRego = noRego
+		i := 0
+		for b.Loop() {
+			if err := rp.add(ctx, recs[i%len(recs)], "bench", i); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "inputs/s")
+	}
+	b.Run("fast", func(b *testing.B) { run(b, true) })
+	b.Run("differential", func(b *testing.B) { run(b, false) })
+	b.Run("read_fast", func(b *testing.B) {
+		dir := b.TempDir()
+		w, err := Open(WriterConfig{Dir: dir, MaxBytes: 1 << 30, Queue: len(recs)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		allow := policies.Decision{Outcome: policies.Allow}
+		for _, r := range recs {
+			w.Capture(r.RequestID, r.Input, &allow)
+		}
+		if err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
+		files, err := Files(dir)
+		if err != nil || len(files) != 1 {
+			b.Fatal(files, err)
+		}
+		rp := newReplayer(set, Options{})
+		rp.noRego = true
+		n := 0
+		for b.Loop() {
+			if _, err := ReadFile(files[0], func(rec *Record, line int) error { n++; return rp.add(ctx, rec, files[0], line) }); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "inputs/s")
+	})
+}
