@@ -510,3 +510,35 @@ func (r *rule) evalRego(ctx context.Context, input ast.Value) (verdict, bool, er
 	}
 	return v, true, nil
 }
+
+// InputPaths lists the input fields that the set's modules (policies and
+// libraries) read, as the dotted constant prefix of each reference:
+// input.caller.plan is "caller.plan", input.limits[_].unit is "limits" (a
+// field of a list element, or one read through a variable, is not listed;
+// a reference to input as a whole is ""). Sorted, without duplicates.
+func (s *Set) InputPaths() []string {
+	seen := map[string]bool{}
+	for _, m := range s.compiler.Modules {
+		ast.WalkRefs(m, func(r ast.Ref) bool {
+			if !r[0].Equal(ast.InputRootDocument) {
+				return false
+			}
+			var parts []string
+			for _, t := range r[1:] {
+				str, ok := t.Value.(ast.String)
+				if !ok {
+					break
+				}
+				parts = append(parts, string(str))
+			}
+			seen[strings.Join(parts, ".")] = true
+			return false
+		})
+	}
+	out := make([]string, 0, len(seen))
+	for p := range seen {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
