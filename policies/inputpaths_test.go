@@ -50,14 +50,4 @@ night if input.time.hour < 6`, []string{"time.hour"}},
 	}
 }
 
-func splitModules(s string) []string {
-	var out []string
-	for {
-		i := strings.Index(s, "\n-- lib --\n")
-		if i < 0 {
-			return append(out, s)
-		}
-		out = append(out, s[:i])
-		s = s[i+len("\n-- lib --\n"):]
-	}
-}
+func splitModules(s string) []string { return strings.Split(s, "\n-- lib --\n") }

@@ -199,3 +199,46 @@ func checkHeader(b []byte) error {
 	}
 	return nil
 }
+
+// Fields lists the input fields the first record of the capture file path
+// holds, as dotted paths of object keys (caller, caller.plan, limits, ...);
+// nil for a file without records. request.attributes, written only when
+// not empty, is always listed.
+func Fields(path string) (map[string]bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(f, 64<<10)
+	first, err := br.ReadSlice('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, &FileError{File: path, Line: 1, Err: err}
+	}
+	if err := checkHeader(first); err != nil {
+		return nil, &FileError{File: path, Line: 1, Err: err}
+	}
+	b, err := br.ReadBytes('\n')
+	if err != nil {
+		return nil, nil // no complete record
+	}
+	var rec struct {
+		Input map[string]any `json:"input"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, &FileError{File: path, Line: 2, Err: fmt.Errorf("malformed record: %w", err)}
+	}
+	out := map[string]bool{"request.attributes": true}
+	var walk func(prefix string, obj map[string]any)
+	walk = func(prefix string, obj map[string]any) {
+		for k, v := range obj {
+			p := prefix + k
+			out[p] = true
+			if o, ok := v.(map[string]any); ok {
+				walk(p+".", o)
+			}
+		}
+	}
+	walk("", rec.Input)
+	return out, nil
+}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"reflect"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/costgate/costgate/costmodel"
@@ -124,9 +125,11 @@ func (e *EvalError) Unwrap() error { return e.Err }
 // replay. The capture files are read as they are: Run may run beside a
 // costgate that writes them.
 //
-// Run does not check which input fields the candidate reads against what
-// the capture holds: a version 1 capture holds every field of
-// policies.Input.
+// Before it evaluates anything, Run refuses (a *MissingFieldError) a
+// candidate that reads an input field a capture file's records lack (a
+// capture written by an older costgate, before the field existed): its
+// decisions would be made on a zero value. It checks the fields of
+// objects (input.caller.plan), not those of list elements.
 func Run(ctx context.Context, policiesFS fs.FS, captureDir string, opts Options) (*Report, error) {
 	set, err := policies.Load(policiesFS)
 	if err != nil {
@@ -134,6 +137,9 @@ func Run(ctx context.Context, policiesFS fs.FS, captureDir string, opts Options)
 	}
 	files, err := Files(captureDir)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkFields(set, files); err != nil {
 		return nil, err
 	}
 	rp := newReplayer(set, opts)
@@ -152,6 +158,44 @@ func Run(ctx context.Context, policiesFS fs.FS, captureDir string, opts Options)
 		}
 	}
 	return rp.finish(), nil
+}
+
+// MissingFieldError is returned by Run for a candidate policy set that
+// reads an input field the records of a capture file lack.
+type MissingFieldError struct {
+	Field string // e.g. "caller.region"
+	File  string
+}
+
+func (e *MissingFieldError) Error() string {
+	return fmt.Sprintf("replay: the candidate policies read input.%s, which the records of %s lack; they would decide on a zero value", e.Field, e.File)
+}
+
+// checkFields refuses a set that reads a field the files lack.
+func checkFields(set *policies.Set, files []string) error {
+	paths := set.InputPaths()
+	for _, f := range files {
+		have, err := Fields(f)
+		if err != nil {
+			return err
+		}
+		if have == nil {
+			continue
+		}
+		for _, p := range paths {
+			if p == "" {
+				continue
+			}
+			// Only object fields are listed; request.attributes.NAME is a
+			// key of a map, present or not per request.
+			parts := strings.SplitN(p, ".", 3)
+			field := strings.Join(parts[:min(2, len(parts))], ".")
+			if !have[field] {
+				return &MissingFieldError{Field: field, File: f}
+			}
+		}
+	}
+	return nil
 }
 
 // replayer accumulates a Report.

@@ -334,7 +334,7 @@ func TestBadCaptureFiles(t *testing.T) {
 		{"foreign version", `{"costgate_capture":2}` + "\n" + strings.Join(lines[1:], ""), "the file is version 2; this costgate reads version 1", true},
 		{"not a capture", `{"hello":"world"}` + "\n", "not a capture header", true},
 		{"empty", "", "not a capture header", true},
-		{"unknown field", lines[0] + `{"request_id":"x","input":{},"bogus":1}` + "\n", `unknown field "bogus"`, false},
+		{"unknown field", lines[0] + lines[1] + `{"request_id":"x","input":{},"bogus":1}` + "\n", `.jsonl:3: malformed record: json: unknown field "bogus"`, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -345,6 +345,19 @@ func TestBadCaptureFiles(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a field the capture lacks", func(t *testing.T) {
+		// A capture written before caller.region existed; the example
+		// policies read it.
+		if !strings.Contains(string(good), `,"region":""`) {
+			t.Fatal("the capture has no caller.region to remove")
+		}
+		old := strings.ReplaceAll(string(good), `,"region":""`, "")
+		_, err := replay.Run(context.Background(), candidate, write(t, old), replay.Options{})
+		var mf *replay.MissingFieldError
+		if !errors.As(err, &mf) || mf.Field != "caller.region" || !strings.Contains(err.Error(), "read input.caller.region") {
+			t.Errorf("error %v; want a *MissingFieldError for caller.region", err)
+		}
+	})
 	t.Run("a missing directory", func(t *testing.T) {
 		_, err := replay.Run(context.Background(), candidate, filepath.Join(t.TempDir(), "nope"), replay.Options{})
 		if err == nil || !strings.Contains(err.Error(), "capture directory") {
