@@ -2,13 +2,13 @@ package replay
 
 // The capture writer. The request path hands a record to a buffered channel
 // and returns: it never encodes, writes or waits. When the channel is full,
-// the record is dropped and counted. One goroutine encodes the records,
-// writes them to the current file, flushes after each burst, and rotates
-// files at MaxBytes, keeping MaxFiles.
+// the record is dropped and counted. One goroutine encodes the records
+// (encode.go), writes them to the current file through a 64 KiB buffer,
+// flushed when full, every second and at Close, and rotates files at
+// MaxBytes, keeping MaxFiles.
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -17,7 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/policies"
 )
 
@@ -57,7 +56,8 @@ type Writer struct {
 	bw   *bufio.Writer
 	size int64
 	seq  int
-	err  error // the last write error, returned by Close
+	line []byte // the record being written
+	err  error  // the last write error, returned by Close
 }
 
 // pending is a record on its way to the writer: the input is encoded
@@ -135,13 +135,19 @@ func (w *Writer) Close() error {
 	return w.err
 }
 
+// flushEvery is how often the writer flushes what it buffered: a crash
+// loses at most this much of the capture.
+const flushEvery = time.Second
+
 func (w *Writer) loop() {
 	defer close(w.stopped)
+	tick := time.NewTicker(flushEvery)
+	defer tick.Stop()
 	for {
 		select {
 		case p := <-w.ch:
 			w.write(p)
-			w.drain()
+		case <-tick.C:
 			w.flush()
 		case <-w.done:
 			w.drain()
@@ -169,13 +175,8 @@ func (w *Writer) drain() {
 }
 
 func (w *Writer) write(p pending) {
-	b, err := json.Marshal(Record{RequestID: p.id, Input: p.in, Decision: p.d, Cost: costmodel.NanoUSD(p.in.Estimate.CostNanoUSD)})
-	if err != nil {
-		w.dropped.Add(1)
-		w.fail(err)
-		return
-	}
-	b = append(b, '\n')
+	b := append(appendRecord(w.line[:0], p.id, p.in, &p.d), '\n')
+	w.line = b
 	if w.f == nil || w.size+int64(len(b)) > w.cfg.MaxBytes && w.size > int64(len(header)) {
 		if err := w.rotate(); err != nil {
 			w.dropped.Add(1)
