@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"os"
 	"runtime"
 	"testing"
 
@@ -104,8 +105,9 @@ func benchRecords(n int) []*Record {
 
 // BenchmarkReplay is replay's throughput on the example policies, in
 // captured inputs per second on one goroutine: fast is the fast path
-// alone, differential adds OPA's evaluator (what Run does), and
-// read_fast adds reading the capture file (decoding each record).
+// alone, differential adds OPA's evaluator, and read_fast adds reading the
+// capture file (decoding each record). run is Run itself, reading,
+// evaluating on both paths on GOMAXPROCS goroutines, and reporting.
 func BenchmarkReplay(b *testing.B) {
 	set, err := policies.LoadDir("../examples/policies")
 	if err != nil {
@@ -151,6 +153,29 @@ func BenchmarkReplay(b *testing.B) {
 			if _, err := ReadFile(files[0], func(rec *Record, line int) error { n++; return rp.add(ctx, rec, files[0], line) }); err != nil {
 				b.Fatal(err)
 			}
+		}
+		b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "inputs/s")
+	})
+	b.Run("run", func(b *testing.B) {
+		dir := b.TempDir()
+		w, err := Open(WriterConfig{Dir: dir, MaxBytes: 1 << 30, Queue: len(recs)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		allow := policies.Decision{Outcome: policies.Allow}
+		for _, r := range recs {
+			w.Capture(r.RequestID, r.Input, &allow)
+		}
+		if err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
+		n := 0
+		for b.Loop() {
+			rep, err := Run(ctx, os.DirFS("../examples/policies"), dir, Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			n += rep.Replayed
 		}
 		b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "inputs/s")
 	})

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io/fs"
 	"reflect"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/costgate/costgate/costmodel"
@@ -23,6 +26,9 @@ type Options struct {
 	Tenant string
 	// Now is the end of the Since window; zero means time.Now().
 	Now time.Time
+	// Workers is how many goroutines evaluate the inputs; 0 means
+	// GOMAXPROCS. The report does not depend on it.
+	Workers int
 }
 
 // Report is what a candidate policy set would have changed on the captured
@@ -143,12 +149,26 @@ func Run(ctx context.Context, policiesFS fs.FS, captureDir string, opts Options)
 		return nil, err
 	}
 	rp := newReplayer(set, opts)
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	batch := make([]item, 0, batchSize)
 	for _, f := range files {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		st, err := ReadFile(f, func(rec *Record, line int) error {
-			return rp.add(ctx, rec, f, line)
+			if !rp.keep(rec) {
+				return nil
+			}
+			batch = append(batch, item{rec: rec, file: f, line: line})
+			if len(batch) < batchSize {
+				return nil
+			}
+			err := rp.run(ctx, batch, workers)
+			batch = batch[:0]
+			return err
 		})
 		rp.report.Files++
 		rp.report.Records += st.Records
@@ -157,7 +177,35 @@ func Run(ctx context.Context, policiesFS fs.FS, captureDir string, opts Options)
 			return nil, err
 		}
 	}
+	if err := rp.run(ctx, batch, workers); err != nil {
+		return nil, err
+	}
 	return rp.finish(), nil
+}
+
+// batchSize is how many records are evaluated in parallel, then accounted
+// in order.
+const batchSize = 1024
+
+// run evaluates batch on workers goroutines, then accounts it in capture
+// order: the error returned is the first record's to fail.
+func (rp *replayer) run(ctx context.Context, batch []item, workers int) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(workers, len(batch)) {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(batch)); i = next.Add(1) - 1 {
+				rp.eval(ctx, &batch[i])
+			}
+		})
+	}
+	wg.Wait()
+	for i := range batch {
+		if err := rp.account(&batch[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // MissingFieldError is returned by Run for a candidate policy set that
@@ -229,24 +277,60 @@ const samplesPerKind = 3
 // topTenants bounds Report.Tenants.
 const topTenants = 10
 
-func (rp *replayer) add(ctx context.Context, rec *Record, file string, line int) error {
+// item is one record on its way through a replay.
+type item struct {
+	rec  *Record
+	file string
+	line int
+	d    policies.Decision
+	err  error // a *DisagreeError or an *EvalError
+}
+
+// keep reports whether the filters keep rec.
+func (rp *replayer) keep(rec *Record) bool {
 	in := rec.Input
-	if rp.tenant != "" && in.Caller.Tenant != rp.tenant || in.Time.Unix < rp.since {
-		return nil
-	}
-	rp.report.Replayed++
-	d, err := rp.set.Decide(ctx, in)
+	return (rp.tenant == "" || in.Caller.Tenant == rp.tenant) && in.Time.Unix >= rp.since
+}
+
+// eval decides it.rec on the fast path and, unless noRego, on OPA's
+// evaluator. It is safe for concurrent use.
+func (rp *replayer) eval(ctx context.Context, it *item) {
+	rec := it.rec
+	d, err := rp.set.Decide(ctx, rec.Input)
 	if !rp.noRego {
-		ref, refErr := rp.set.DecideRego(ctx, in)
+		ref, refErr := rp.set.DecideRego(ctx, rec.Input)
 		if fmt.Sprint(err) != fmt.Sprint(refErr) || !reflect.DeepEqual(d, ref) {
-			return &DisagreeError{File: file, Line: line, RequestID: rec.RequestID, Input: in,
+			it.err = &DisagreeError{File: it.file, Line: it.line, RequestID: rec.RequestID, Input: rec.Input,
 				Fast: outcomeOf(d, err), Rego: outcomeOf(ref, refErr)}
+			return
 		}
 	}
 	if err != nil {
-		return &EvalError{File: file, Line: line, RequestID: rec.RequestID, Err: err}
+		it.err = &EvalError{File: it.file, Line: it.line, RequestID: rec.RequestID, Err: err}
+		return
 	}
-	now := TakenOf(&d)
+	it.d = d
+}
+
+// add evaluates and accounts one record, on the calling goroutine.
+func (rp *replayer) add(ctx context.Context, rec *Record, file string, line int) error {
+	if !rp.keep(rec) {
+		return nil
+	}
+	it := item{rec: rec, file: file, line: line}
+	rp.eval(ctx, &it)
+	return rp.account(&it)
+}
+
+// account adds an evaluated record to the report. Records are accounted
+// in capture order.
+func (rp *replayer) account(it *item) error {
+	if it.err != nil {
+		return it.err
+	}
+	rp.report.Replayed++
+	rec, in, d := it.rec, it.rec.Input, &it.d
+	now := TakenOf(d)
 	old := rec.Decision
 	if now == old {
 		return nil

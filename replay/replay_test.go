@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -217,6 +218,15 @@ func TestReplayCountsTheChanges(t *testing.T) {
 		}
 	}
 
+	t.Run("the same report on one worker", func(t *testing.T) {
+		one, err := replay.Run(context.Background(), os.DirFS(copyPolicies(t, 256)), dir, replay.Options{Workers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(one, rep) {
+			t.Errorf("one worker:\n%+v\nGOMAXPROCS workers:\n%+v", one, rep)
+		}
+	})
 	t.Run("the policies that took the decisions change nothing", func(t *testing.T) {
 		rep, err := replay.Run(context.Background(), os.DirFS(copyPolicies(t, 1024)), dir, replay.Options{})
 		if err != nil {
