@@ -11,11 +11,11 @@ import (
 // transition, policy and tenant, then the samples.
 func (r *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "replayed %d of %d captured requests from %d files", r.Replayed, r.Records, r.Files)
+	fmt.Fprintf(tw, "replayed %d of %d captured requests from %d capture files", r.Replayed, r.Records, r.Files)
 	if r.Truncated > 0 {
 		fmt.Fprintf(tw, " (%d truncated records skipped)", r.Truncated)
 	}
-	fmt.Fprintf(tw, "\n%d change decision, estimated cost %s\n", r.Changed, r.ChangedCost)
+	fmt.Fprintf(tw, "\n%d would be decided differently, estimated cost %s\n", r.Changed, r.ChangedCost)
 	if r.Changed == 0 {
 		return tw.Flush()
 	}

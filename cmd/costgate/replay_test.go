@@ -65,7 +65,7 @@ decision := {"outcome": "hard", "status": 429, "reason": "too dear for free"} if
 	}
 
 	text, _, err := runCmd(t, "", "policy", "replay", "--policies", pol, "--capture", capDir, "--tenant", "pro-co")
-	if err != nil || !strings.Contains(text, "replayed 1 of 4") || !strings.Contains(text, "0 change decision") {
+	if err != nil || !strings.Contains(text, "replayed 1 of 4") || !strings.Contains(text, "0 would be decided differently") {
 		t.Errorf("text for pro-co: %v\n%s", err, text)
 	}
 	for _, args := range [][]string{
