@@ -137,7 +137,13 @@ func (g *Gate) open(ctx context.Context, cfg *config.Config) error {
 			}}); err != nil {
 			return fmt.Errorf("gate: capture: %w", err)
 		}
-		g.closers = append(g.closers, g.capture.Close)
+		g.closers = append(g.closers, func() error {
+			err := g.capture.Close()
+			if written, dropped := g.capture.Stats(); dropped > 0 {
+				g.log.Warn("capture dropped records: its queue was full", "written", written, "dropped", dropped)
+			}
+			return err
+		})
 	}
 	st, err := compile(cfg)
 	if err != nil {
