@@ -60,6 +60,7 @@ type Config struct {
 	Budgets   []BudgetConfig   `yaml:"budgets"`
 
 	Reservations ReservationsConfig `yaml:"reservations"`
+	Capture      CaptureConfig      `yaml:"capture"`
 
 	// dir is the directory relative paths in the file are resolved against.
 	dir string
@@ -385,6 +386,7 @@ func (c *Config) applyDefaults(d Defaults) {
 	def(&c.Store.Redis, d.Redis)
 	def(&c.Ledger.DSN, d.LedgerDSN)
 	c.Reservations.applyDefaults()
+	c.Capture.applyDefaults()
 	if c.Store.Timeout == 0 {
 		c.Store.Timeout = 100 * time.Millisecond
 	}
@@ -636,6 +638,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.Reservations.validate(bad)
+	c.Capture.validate(bad)
 	c.validateRLS(names, bad)
 	return errors.Join(errs...)
 }

@@ -47,6 +47,10 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"methods on an LLM upstream", "admin_token: x\nupstreams: [{name: o, kind: openai, base_url: 'http://127.0.0.1:1', methods: [GET]}]\n", "upstreams[0].methods: only a generic upstream"},
 		{"unclean path prefix", "admin_token: x\nupstreams: [{name: s, kind: generic, base_url: 'http://127.0.0.1:1', cost: {per_call: '0.01'}, paths: [{prefix: /a/../b, cost: {per_call: '1'}}]}]\n", "upstreams[0].paths[0].prefix: must be a clean path"},
 		{"demo key in public", base + "listen: ':8080'\ntenants: [{name: t, plan: p, keys: [{key: cg-demo-free}]}]\n", "tenants[0].keys[0].key: \"cg-demo-free\" is a published demo key"},
+		{"capture sample above 1", base + "capture: {enabled: true, sample: 1.5}\n", "capture.sample: must be in (0, 1]"},
+		{"capture negative sample", base + "capture: {enabled: true, sample: -0.1}\n", "capture.sample"},
+		{"capture tiny files", base + "capture: {enabled: true, max_bytes: 10}\n", "capture.max_bytes"},
+		{"capture no files", base + "capture: {enabled: true, max_files: -1}\n", "capture.max_files"},
 		{"demo admin token in public", "admin_token: cg-demo-admin\nadmin_listen: '0.0.0.0:9090'\n", "admin_token: \"cg-demo-admin\" is the published demo token"},
 	}
 	for _, c := range cases {
@@ -126,5 +130,28 @@ func TestParseIsPure(t *testing.T) {
 	}
 	if cfg.AdminToken != "file" || cfg.Store.Redis != "redis://file:6379" || cfg.Ledger.DSN != "postgres://file/db" {
 		t.Errorf("ParseWith took %q, %q, %q; want the file's values over the defaults", cfg.AdminToken, cfg.Store.Redis, cfg.Ledger.DSN)
+	}
+}
+
+// Capture is off by default; on, it samples every request into
+// data_dir/capture, 8 files of 64 MiB.
+func TestCaptureDefaults(t *testing.T) {
+	cfg, err := config.Parse([]byte("admin_token: x\ndata_dir: /var/cg\ncapture: {enabled: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cfg.Capture
+	if !c.Enabled || c.Sample != 1 || c.MaxBytes != 64<<20 || c.MaxFiles != 8 {
+		t.Errorf("capture %+v", c)
+	}
+	if got := cfg.CaptureDir(); got != filepath.Join("/var/cg", "capture") {
+		t.Errorf("capture dir %q", got)
+	}
+	off, err := config.Parse([]byte("admin_token: x\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off.Capture.Enabled {
+		t.Error("capture is on by default")
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/policies"
+	"github.com/costgate/costgate/replay"
 	"github.com/costgate/costgate/telemetry"
 	"github.com/costgate/costgate/weighted"
 )
@@ -39,6 +40,7 @@ type Gate struct {
 	refusals Refusals                    // refusals by limit, for the dashboard
 	secret   []byte                      // signs held reservations' ids (see Hold)
 	holds    holds                       // the reservations this replica holds
+	capture  *replay.Writer              // records the policies' inputs; nil when capture is off
 
 	// state is the active configuration, compiled; Apply swaps it whole,
 	// and a request keeps the state its caller was identified under.
@@ -127,6 +129,22 @@ func (g *Gate) open(ctx context.Context, cfg *config.Config) error {
 		return fmt.Errorf("gate: ledger: %w", err)
 	}
 	g.closers = append(g.closers, g.ledger.Close)
+	if c := cfg.Capture; c.Enabled {
+		// Started at Open and kept across Apply: changing it needs a restart.
+		if g.capture, err = replay.Open(replay.WriterConfig{Dir: cfg.CaptureDir(), Sample: c.Sample,
+			MaxBytes: c.MaxBytes, MaxFiles: c.MaxFiles, Logf: func(format string, args ...any) {
+				g.log.Warn(fmt.Sprintf(format, args...), "component", "capture")
+			}}); err != nil {
+			return fmt.Errorf("gate: capture: %w", err)
+		}
+		g.closers = append(g.closers, func() error {
+			err := g.capture.Close()
+			if written, dropped := g.capture.Stats(); dropped > 0 {
+				g.log.Warn("capture dropped records: its queue was full", "written", written, "dropped", dropped)
+			}
+			return err
+		})
+	}
 	st, err := compile(cfg)
 	if err != nil {
 		return err

@@ -534,6 +534,9 @@ func (r *Reservation) decide(ctx context.Context, d Decision) Decision {
 		return d
 	}
 	r.decision = pd
+	if r.g.capture != nil {
+		r.g.capture.Capture(r.req.ID, in, &pd)
+	}
 	for _, sh := range pd.Shadow {
 		if sh.Outcome != policies.Allow {
 			r.g.tel.ShadowWouldBlock(sh.Policy, "", r.req.Caller.Tenant)

@@ -128,7 +128,7 @@ func BenchmarkDecide(b *testing.B) {
 		})
 		b.Run(name+"/rego.Eval-ast-input", func(b *testing.B) {
 			runDecisions(b, ins, func(in *Input) error {
-				_, err := s.decideRego(ctx, in)
+				_, err := s.DecideRego(ctx, in)
 				return err
 			})
 		})

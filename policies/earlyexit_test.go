@@ -50,7 +50,7 @@ decision := {"outcome": "hard", "status": 429, "reason": sprintf("%d", [input.re
 			}
 			for _, in := range inputs {
 				got, err1 := s.Decide(context.Background(), in)
-				want, err2 := s.decideRego(context.Background(), in)
+				want, err2 := s.DecideRego(context.Background(), in)
 				if fmt.Sprint(err1) != fmt.Sprint(err2) || !reflect.DeepEqual(got, want) {
 					t.Errorf("page %d tokens %d limits %v:\nfast %+v %v\nrego %+v %v", in.Request.Page, in.Estimate.InputTokens, in.Limits, got, err1, want, err2)
 				}

@@ -36,7 +36,7 @@ func TestFastPathEqualsRego(t *testing.T) {
 				in := randomInput(r)
 				bails += countBails(s, in, why)
 				got, gotErr := s.Decide(ctx, in)
-				want, wantErr := s.decideRego(ctx, in)
+				want, wantErr := s.DecideRego(ctx, in)
 				if (gotErr != nil) != (wantErr != nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {
 					t.Fatalf("input %d %+v:\nfast error %v\nrego error %v", i, in, gotErr, wantErr)
 				}
@@ -128,7 +128,7 @@ decision := {"outcome": "hard", "status": 403, "reason": "x"} if regex.match("^1
 			for range 200 {
 				in := randomInput(r)
 				got, err1 := s.Decide(context.Background(), in)
-				want, err2 := s.decideRego(context.Background(), in)
+				want, err2 := s.DecideRego(context.Background(), in)
 				if fmt.Sprint(err1) != fmt.Sprint(err2) || !reflect.DeepEqual(got, want) {
 					t.Fatalf("Decide = %+v, %v; general evaluator %+v, %v", got, err1, want, err2)
 				}

@@ -145,7 +145,7 @@ func FuzzFastPathEqualsRego(f *testing.F) {
 			return
 		}
 		got, err1 := s.Decide(context.Background(), in)
-		want, err2 := s.decideRego(context.Background(), in)
+		want, err2 := s.DecideRego(context.Background(), in)
 		if fastPanics.Load() != 0 {
 			t.Fatalf("the fast path panicked on %s", data)
 		}

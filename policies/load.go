@@ -441,9 +441,12 @@ func (s *Set) Decide(ctx context.Context, in *Input) (Decision, error) {
 	return s.decide(ctx, in, true)
 }
 
-// decideRego is Decide on the general Rego evaluator only. The tests use it
-// as the reference the fast path must equal.
-func (s *Set) decideRego(ctx context.Context, in *Input) (Decision, error) {
+// DecideRego is Decide on OPA's general Rego evaluator alone, without the
+// fast path. It is the reference the fast path must equal: the tests and
+// `costgate policy replay` compare both on the same inputs. It is 20 to 100
+// times slower than Decide; it is safe for concurrent use and does not
+// modify in.
+func (s *Set) DecideRego(ctx context.Context, in *Input) (Decision, error) {
 	return s.decide(ctx, in, false)
 }
 
@@ -506,4 +509,36 @@ func (r *rule) evalRego(ctx context.Context, input ast.Value) (verdict, bool, er
 		return verdict{}, false, err
 	}
 	return v, true, nil
+}
+
+// InputPaths lists the input fields that the set's modules (policies and
+// libraries) read, as the dotted constant prefix of each reference:
+// input.caller.plan is "caller.plan", input.limits[_].unit is "limits" (a
+// field of a list element, or one read through a variable, is not listed;
+// a reference to input as a whole is ""). Sorted, without duplicates.
+func (s *Set) InputPaths() []string {
+	seen := map[string]bool{}
+	for _, m := range s.compiler.Modules {
+		ast.WalkRefs(m, func(r ast.Ref) bool {
+			if !r[0].Equal(ast.InputRootDocument) {
+				return false
+			}
+			var parts []string
+			for _, t := range r[1:] {
+				str, ok := t.Value.(ast.String)
+				if !ok {
+					break
+				}
+				parts = append(parts, string(str))
+			}
+			seen[strings.Join(parts, ".")] = true
+			return false
+		})
+	}
+	out := make([]string, 0, len(seen))
+	for p := range seen {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
 }

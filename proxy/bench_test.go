@@ -66,13 +66,15 @@ func BenchmarkPipeline(b *testing.B) {
 	defer bare.Close()
 
 	b.Run("bare", func(b *testing.B) { benchLoad(b, bare.URL) })
-	b.Run("costgate-memory", func(b *testing.B) { benchLoad(b, benchCostgate(b, stub.URL, "")) })
-	b.Run("costgate-redis", func(b *testing.B) { benchLoad(b, benchCostgate(b, stub.URL, redistest.New(b).URL)) })
+	b.Run("costgate-memory", func(b *testing.B) { benchLoad(b, benchCostgate(b, stub.URL, "", false)) })
+	b.Run("costgate-memory-capture", func(b *testing.B) { benchLoad(b, benchCostgate(b, stub.URL, "", true)) })
+	b.Run("costgate-redis", func(b *testing.B) { benchLoad(b, benchCostgate(b, stub.URL, redistest.New(b).URL, false)) })
 }
 
 // benchCostgate starts costgate with the benchmark's config in front of
-// upstream and returns its URL.
-func benchCostgate(b *testing.B, upstream, redisURL string) string {
+// upstream, capturing every request's policy input when capture is set,
+// and returns its URL.
+func benchCostgate(b *testing.B, upstream, redisURL string, capture bool) string {
 	b.Helper()
 	tmpl, err := os.ReadFile("../bench/proxy/costgate.yaml")
 	if err != nil {
@@ -84,6 +86,7 @@ func benchCostgate(b *testing.B, upstream, redisURL string) string {
 		b.Fatal(err)
 	}
 	cfg.DataDir, cfg.Store.Redis, cfg.Ledger.DSN = b.TempDir(), redisURL, ""
+	cfg.Capture.Enabled = capture
 	srv, err := proxy.Open(context.Background(), cfg, proxy.Options{})
 	if err != nil {
 		b.Fatal(err)

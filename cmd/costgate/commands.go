@@ -21,6 +21,7 @@ import (
 	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/policies"
 	"github.com/costgate/costgate/proxy"
+	"github.com/costgate/costgate/replay"
 	"github.com/costgate/costgate/simulator"
 )
 
@@ -139,9 +140,14 @@ func estimate(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	return enc.Encode(out)
 }
 
+const policyUsage = "usage: costgate policy check DIR | costgate policy test DIR | costgate policy replay --policies DIR [--since 24h] [--tenant T] [--format text|json] [--capture DIR] [--config FILE]"
+
 func policy(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) > 0 && args[0] == "replay" {
+		return policyReplay(ctx, args[1:], stdout)
+	}
 	if len(args) != 2 || (args[0] != "check" && args[0] != "test") {
-		return errors.New("usage: costgate policy check DIR | costgate policy test DIR")
+		return errors.New(policyUsage)
 	}
 	dir := args[1]
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
@@ -307,4 +313,50 @@ func parseWhen(s string) (time.Time, error) {
 		return t, nil
 	}
 	return time.Parse(time.RFC3339, s)
+}
+
+// policyReplay evaluates a candidate policy directory against the
+// captured requests and prints what would change (see package replay).
+func policyReplay(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("policy replay", flag.ContinueOnError)
+	var cf configFlags
+	cf.register(fs)
+	dir := fs.String("policies", "", "candidate policy directory (required)")
+	since := fs.Duration("since", 0, "replay the requests of this last period only, e.g. 24h (default: all captured)")
+	tenant := fs.String("tenant", "", "replay one tenant's requests only")
+	format := fs.String("format", "text", "text or json")
+	capture := fs.String("capture", "", "capture directory (default: the config's capture.dir, else data_dir/capture)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *dir == "" {
+		return errors.New("policy replay: --policies is required")
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("policy replay: unexpected argument %q", fs.Arg(0))
+	}
+	if *format != "text" && *format != "json" {
+		return fmt.Errorf("policy replay: --format must be text or json, not %q", *format)
+	}
+	if st, err := os.Stat(*dir); err != nil || !st.IsDir() {
+		return fmt.Errorf("policy directory %q: not a directory", *dir)
+	}
+	capDir := *capture
+	if capDir == "" {
+		cfg, _, err := cf.load()
+		if err != nil {
+			return err
+		}
+		capDir = cfg.CaptureDir()
+	}
+	rep, err := replay.Run(ctx, os.DirFS(*dir), capDir, replay.Options{Since: *since, Tenant: *tenant})
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return rep.WriteText(stdout)
 }

@@ -22,6 +22,7 @@ Usage:
   costgate estimate --route R [--model M] [--method M] [--config FILE] < body.json
   costgate policy check DIR
   costgate policy test DIR
+  costgate policy replay --policies DIR [--since 24h] [--tenant T] [--format text|json] [--capture DIR] [--config FILE]
   costgate ledger export --tenant T --from DATE --to DATE [--format csv|json|cloudevents] [--config FILE | --ledger DSN | --data-dir DIR]
   costgate ledger nodes [--config FILE | --ledger DSN | --data-dir DIR]
   costgate ledger recover --node ID --before TIME [--config FILE | --ledger DSN | --data-dir DIR]
