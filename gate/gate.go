@@ -220,7 +220,9 @@ func (g *Gate) openStore(ctx context.Context, cfg *config.Config) (*freshStore, 
 // concurrent calls share the script call. A failed call is a store failure
 // instead, which the limits' posture and the breaker handle. A URL's own
 // max_retries still wins. (A Cluster client still follows MOVED, ASK and
-// TRYAGAIN, which are answered before the script runs.)
+// TRYAGAIN, which are answered before the script runs.) The client speaks
+// RESP2 unless the URL says protocol=3: costgate uses no RESP3 push
+// notification, and their handling costs every call.
 func redisClient(u string) (redis.UniversalClient, error) {
 	rest, cluster := strings.CutPrefix(u, "redis+cluster://")
 	if !cluster && !strings.Contains(u, ",") {
@@ -230,6 +232,9 @@ func redisClient(u string) (redis.UniversalClient, error) {
 		}
 		if !strings.Contains(u, "max_retries=") {
 			opt.MaxRetries = -1
+		}
+		if !strings.Contains(u, "protocol=") {
+			opt.Protocol = 2 // RESP3's push notifications are not used: their checks cost every call
 		}
 		return redis.NewClient(opt), nil
 	}
@@ -243,7 +248,7 @@ func redisClient(u string) (redis.UniversalClient, error) {
 	}
 	opt := &redis.ClusterOptions{
 		Addrs: []string{first.Addr}, Username: first.Username, Password: first.Password,
-		TLSConfig: first.TLSConfig, MaxRedirects: 16, MaxRetries: -1,
+		TLSConfig: first.TLSConfig, MaxRedirects: 16, MaxRetries: -1, Protocol: 2,
 	}
 	for _, p := range parts[1:] {
 		p = strings.TrimSpace(p)
