@@ -65,6 +65,7 @@ func (s *Plane) handler() http.Handler {
 	auth.HandleFunc("GET /admin/v1/shadow", func(w http.ResponseWriter, _ *http.Request) {
 		WriteJSON(w, http.StatusOK, map[string]any{"shadow": s.tel.Shadow()})
 	})
+	auth.HandleFunc("POST /admin/v1/policies/replay", s.adminReplay)
 	auth.HandleFunc("POST /admin/v1/reload", func(w http.ResponseWriter, _ *http.Request) {
 		if err := s.reload(); err != nil {
 			writeAdminError(w, http.StatusBadRequest, "the config is rejected, the last good one stays: "+err.Error())
