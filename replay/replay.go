@@ -381,41 +381,28 @@ func outcomeOf(d policies.Decision, err error) string {
 // finish sorts the report: most changes first, then by name.
 func (rp *replayer) finish() *Report {
 	r := &rp.report
-	r.Transitions = make([]Transition, 0, len(rp.trans))
-	for _, t := range rp.trans {
-		r.Transitions = append(r.Transitions, *t)
-	}
-	sort.Slice(r.Transitions, func(i, j int) bool {
-		a, b := &r.Transitions[i], &r.Transitions[j]
-		if a.Count != b.Count {
-			return a.Count > b.Count
-		}
-		return a.Name() < b.Name()
-	})
-	r.Policies = make([]PolicyChanges, 0, len(rp.pols))
-	for _, p := range rp.pols {
-		r.Policies = append(r.Policies, *p)
-	}
-	sort.Slice(r.Policies, func(i, j int) bool {
-		a, b := &r.Policies[i], &r.Policies[j]
-		if a.Count != b.Count {
-			return a.Count > b.Count
-		}
-		return a.Policy < b.Policy
-	})
-	r.Tenants = make([]TenantChanges, 0, len(rp.tenants))
-	for _, t := range rp.tenants {
-		r.Tenants = append(r.Tenants, *t)
-	}
-	sort.Slice(r.Tenants, func(i, j int) bool {
-		a, b := &r.Tenants[i], &r.Tenants[j]
-		if a.Count != b.Count {
-			return a.Count > b.Count
-		}
-		return a.Tenant < b.Tenant
-	})
+	r.Transitions = byCount(rp.trans, func(t *Transition) (int, string) { return t.Count, t.Name() })
+	r.Policies = byCount(rp.pols, func(p *PolicyChanges) (int, string) { return p.Count, p.Policy })
+	r.Tenants = byCount(rp.tenants, func(t *TenantChanges) (int, string) { return t.Count, t.Tenant })
 	if len(r.Tenants) > topTenants {
 		r.Tenants = r.Tenants[:topTenants]
 	}
 	return r
+}
+
+// byCount is m's values, most counted first, then by name.
+func byCount[K comparable, T any](m map[K]*T, key func(*T) (count int, name string)) []T {
+	out := make([]T, 0, len(m))
+	for _, v := range m {
+		out = append(out, *v)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		ci, ni := key(&out[i])
+		cj, nj := key(&out[j])
+		if ci != cj {
+			return ci > cj
+		}
+		return ni < nj
+	})
+	return out
 }
