@@ -179,6 +179,28 @@ func validName(s string) bool {
 	return true
 }
 
+// apiCall identifies the caller of a reserve/settle API call and reads its
+// body into in, answering the client and returning nil when it cannot.
+func (s *Server) apiCall(w http.ResponseWriter, r *http.Request, path string, in any) *gate.Caller {
+	c := s.gate.Identify(apiKey(r))
+	if c == nil {
+		writeError(w, path, http.StatusUnauthorized, errUnauthorized)
+		return nil
+	}
+	if err := decodeStrict(w, r, in); err != nil {
+		badRequest(w, path, "invalid_body", err.Error())
+		return nil
+	}
+	return c
+}
+
+// knownModel tells whether c's price table knows model, or prices
+// unknown models at all (costs.free_unknown).
+func knownModel(c *gate.Caller, model string) bool {
+	_, known := c.Estimator().Price(model)
+	return known || c.Config().Costs.FreeUnknown
+}
+
 // serveReserve is POST /v1/costgate/reserve.
 func (s *Server) serveReserve(w http.ResponseWriter, r *http.Request) {
 	const path = "/v1/costgate/reserve"
@@ -186,14 +208,9 @@ func (s *Server) serveReserve(w http.ResponseWriter, r *http.Request) {
 	defer s.inflight.Add(-1)
 	ctx, span := s.tel.Tracer().Start(r.Context(), "costgate "+path)
 	defer span.End()
-	c := s.gate.Identify(apiKey(r))
-	if c == nil {
-		writeError(w, path, http.StatusUnauthorized, errUnauthorized)
-		return
-	}
 	var in reserveRequest
-	if err := decodeStrict(w, r, &in); err != nil {
-		badRequest(w, path, "invalid_body", err.Error())
+	c := s.apiCall(w, r, path, &in)
+	if c == nil {
 		return
 	}
 	req, ok := s.reserveRequest(w, c, &in)
@@ -306,11 +323,9 @@ func (s *Server) reserveRequest(w http.ResponseWriter, c *gate.Caller, in *reser
 			req.Route = in.Route
 		}
 	}
-	if in.Model != "" {
-		if _, known := c.Estimator().Price(in.Model); !known && !c.Config().Costs.FreeUnknown {
-			badRequest(w, path, "unknown_model", fmt.Sprintf("model %q is not in the price table; name a priced model or an alias (costs.prices, costs.aliases)", in.Model))
-			return nil, false
-		}
+	if in.Model != "" && !knownModel(c, in.Model) {
+		badRequest(w, path, "unknown_model", fmt.Sprintf("model %q is not in the price table; name a priced model or an alias (costs.prices, costs.aliases)", in.Model))
+		return nil, false
 	}
 	switch {
 	case in.Cost != nil && len(in.Body) > 0:
@@ -439,25 +454,18 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 	const path = "/v1/costgate/settle"
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
-	c := s.gate.Identify(apiKey(r))
-	if c == nil {
-		writeError(w, path, http.StatusUnauthorized, errUnauthorized)
-		return
-	}
 	var in settleRequest
-	if err := decodeStrict(w, r, &in); err != nil {
-		badRequest(w, path, "invalid_body", err.Error())
+	c := s.apiCall(w, r, path, &in)
+	if c == nil {
 		return
 	}
 	res, ok := s.resume(w, path, c, in.ReservationID)
 	if !ok {
 		return
 	}
-	if in.Model != "" {
-		if _, known := c.Estimator().Price(in.Model); !known && !c.Config().Costs.FreeUnknown {
-			badRequest(w, path, "unknown_model", fmt.Sprintf("model %q is not in the price table", in.Model))
-			return
-		}
+	if in.Model != "" && !knownModel(c, in.Model) {
+		badRequest(w, path, "unknown_model", fmt.Sprintf("model %q is not in the price table", in.Model))
+		return
 	}
 	ch := gate.Charge{Status: ledger.StatusSettled, HTTPStatus: http.StatusOK, Model: in.Model}
 	switch in.Status {
@@ -555,16 +563,11 @@ func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) {
 	const path = "/v1/costgate/release"
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
-	c := s.gate.Identify(apiKey(r))
-	if c == nil {
-		writeError(w, path, http.StatusUnauthorized, errUnauthorized)
-		return
-	}
 	var in struct {
 		ReservationID string `json:"reservation_id"`
 	}
-	if err := decodeStrict(w, r, &in); err != nil {
-		badRequest(w, path, "invalid_body", err.Error())
+	c := s.apiCall(w, r, path, &in)
+	if c == nil {
 		return
 	}
 	res, ok := s.resume(w, path, c, in.ReservationID)
