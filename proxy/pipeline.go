@@ -127,7 +127,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	x.ip, _, _ = net.SplitHostPort(r.RemoteAddr)
 	// A caller whose request-count limit is known to be spent is refused
 	// before its body is read and estimated.
-	if d, refused := s.gate.Prefilter(x.request()); refused {
+	req := x.request() // the gate's one view of the request; the estimate joins it below
+	if d, refused := s.gate.Prefilter(req); refused {
 		writeDecision(w, path, d)
 		return
 	}
@@ -142,7 +143,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	}
 
 	// 3. Debit every applicable limit, all or nothing, and 4. decide.
-	res, d := s.gate.Reserve(x.ctx, x.request())
+	req.Estimate, req.Page = x.est, x.page
+	res, d := s.gate.Reserve(x.ctx, req)
 	x.decision = d
 	if d.Degraded {
 		w.Header().Set("Costgate-Degraded", "fail-open")
