@@ -247,29 +247,22 @@ func (r *Reservation) check(ctx context.Context) Decision {
 	if len(r.items) == 0 {
 		return Decision{Outcome: telemetry.OutcomeAllow}
 	}
-	probe := make([]weighted.Item, len(r.items))
-	copy(probe, r.items)
-	for i := range probe {
-		probe[i].Cost = max(probe[i].Cost, 1)
+	for i := range r.items { // a check reserves nothing: its items are its own
+		r.items[i].Cost = max(r.items[i].Cost, 1)
 	}
-	r.items = probe
 	res, err := r.g.store.Peek(ctx, r.items)
-	var tooBig *weighted.CostError
-	switch {
-	case errors.As(err, &tooBig):
-		return r.costTooBig(tooBig)
-	case errors.Is(err, weighted.ErrOverloaded), errors.Is(err, weighted.ErrStale):
-		return r.overloaded()
-	case err != nil:
+	if d, undecided := r.undecided(err); undecided {
+		return d
+	}
+	if err != nil {
 		if d, closed := r.failClosed(err); closed {
 			return d
 		}
 		r.dropShadow()
-		d := Decision{Outcome: telemetry.OutcomeAllow, Degraded: true}
 		for _, l := range r.limits {
 			r.g.tel.FailOpen(l.limit.Name)
 		}
-		return d
+		return Decision{Outcome: telemetry.OutcomeAllow, Degraded: true}
 	}
 	r.result = res
 	if res.Allowed || r.deniedOnlyByShadow() {
@@ -287,16 +280,10 @@ func (r *Reservation) debit(ctx context.Context) Decision {
 		return Decision{Outcome: telemetry.OutcomeAllow}
 	}
 	res, err := r.g.store.Debit(ctx, r.resID, r.items)
-	var tooBig *weighted.CostError
-	switch {
-	case errors.As(err, &tooBig):
-		return r.costTooBig(tooBig)
-	case errors.Is(err, weighted.ErrOverloaded), errors.Is(err, weighted.ErrStale):
-		// A busy store, or one whose counters could not be brought up to
-		// the ledger: no decision can be taken, and admitting past a limit
-		// is not an answer. The request is shed, and may come back.
-		return r.overloaded()
-	case err != nil:
+	if d, undecided := r.undecided(err); undecided {
+		return d
+	}
+	if err != nil {
 		return r.storeFailed(ctx, err)
 	}
 	r.result = res
@@ -314,6 +301,23 @@ func (r *Reservation) debit(ctx context.Context) Decision {
 	d := r.deny()
 	r.remember()
 	return d
+}
+
+// undecided answers a store's error that is no outage: a cost larger than
+// a limit can ever admit (400), or a busy store, or one whose counters
+// could not be brought up to the ledger (503 overloaded: admitting past a
+// limit is not an answer; the request is shed, and may come back).
+// undecided is false for no error and for a store failure, which the
+// limits' posture answers.
+func (r *Reservation) undecided(err error) (Decision, bool) {
+	var tooBig *weighted.CostError
+	switch {
+	case errors.As(err, &tooBig):
+		return r.costTooBig(tooBig), true
+	case errors.Is(err, weighted.ErrOverloaded), errors.Is(err, weighted.ErrStale):
+		return r.overloaded(), true
+	}
+	return Decision{}, false
 }
 
 func (r *Reservation) costTooBig(tooBig *weighted.CostError) Decision {
