@@ -18,7 +18,7 @@ type fileDoc struct {
 	Version int `json:"version"`
 	// RelativeError is the sketch's α: counts of another α are buckets of
 	// other bounds.
-	RelativeError float64    `json:"relative_error"`
+	RelativeError float64   `json:"relative_error"`
 	Keys          []fileKey `json:"keys"`
 }
 
