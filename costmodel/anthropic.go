@@ -204,6 +204,8 @@ func (e *Estimator) estimateAnthropic(body []byte) (Estimate, error) {
 	est.Usage.InputTokens = c.n
 	est.Usage.WebSearchRequests = c.searches
 	est.Usage.OutputTokens = e.reserve(e.outputLimit(m, limit))
+	est.OutputCap, est.Outputs = e.outputLimit(m, limit), 1
+	est.Tools = fTools.raw(body) != nil
 	e.finish(m, &est)
 	return est, nil
 }

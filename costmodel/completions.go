@@ -63,6 +63,8 @@ func (e *Estimator) estimateCompletions(body []byte) (Estimate, error) {
 	choices := max(n, bestOf, 1)
 	est.Usage.InputTokens = in
 	est.Usage.OutputTokens = mulSat(mulSat(e.reserve(limit), choices), int64(max(prompts, 1)))
+	est.Outputs = mulSat(choices, int64(max(prompts, 1)))
+	est.OutputCap = mulSat(limit, est.Outputs)
 	e.finish(m, &est)
 	return est, nil
 }

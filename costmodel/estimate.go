@@ -26,6 +26,16 @@ type Estimate struct {
 	// thinking enabled). A stream cut without a usage report must then
 	// never be charged less than this estimate's cost.
 	Uncounted bool `json:"uncounted,omitempty"`
+	// OutputCap is the most output tokens the request may produce: its
+	// output limit (or the model's maximum, or the default) times Outputs,
+	// before output_reserve. A learned reservation is capped by it (see
+	// WithOutput); 0 for a request without output (embeddings, generic).
+	OutputCap int64 `json:"output_cap,omitempty"`
+	// Outputs is how many completions the request asks for (n, best_of,
+	// times the prompts of a completions request); 0 without output.
+	Outputs int64 `json:"outputs,omitempty"`
+	// Tools tells that the request offers tools or functions.
+	Tools bool `json:"tools,omitempty"`
 }
 
 // MarshalJSON encodes e with its cost also written in dollars ("cost_usd"),

@@ -209,6 +209,8 @@ func (e *Estimator) estimateChat(body []byte) (Estimate, error) {
 	est.Usage.InputTokens = c.n
 	est.Usage.AudioInputTokens = c.audio
 	est.Usage.OutputTokens = mulSat(e.reserve(e.outputLimit(m, limit)), choices)
+	est.OutputCap, est.Outputs = mulSat(e.outputLimit(m, limit), choices), choices
+	est.Tools = fTools.val.end > fTools.val.start || fFunctions.val.end > fFunctions.val.start
 	if audioOut {
 		est.Usage.AudioOutputTokens = est.Usage.OutputTokens
 	}

@@ -127,6 +127,8 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 	est.Usage.WebSearchRequests = searches
 	est.Usage.ServiceTier = requestedTier(tier)
 	est.Usage.OutputTokens = e.reserve(e.outputLimit(m, limit))
+	est.OutputCap, est.Outputs = e.outputLimit(m, limit), 1
+	est.Tools = len(rtools) > 0
 	e.finish(m, &est)
 	return est, nil
 }
