@@ -137,9 +137,12 @@ type CostsConfig struct {
 	DefaultPrice *PriceConfig `yaml:"default_price"`
 	// FreeUnknown lets unknown models ride free. Default false.
 	FreeUnknown bool `yaml:"free_unknown"`
-	// OutputReserve is the percentage of the output estimate reserved before
-	// the response, 1 to 100. Default 100.
-	OutputReserve int `yaml:"output_reserve"`
+	// OutputReserve is the share of the output limit reserved before the
+	// response: a percentage, 1 to 100, or a learned quantile such as p95
+	// (see Reserve). Default 100.
+	OutputReserve Reserve `yaml:"output_reserve"`
+	// Learned tunes the learned output estimates (output_reserve: pNN).
+	Learned LearnedConfig `yaml:"learned"`
 	// Aliases add to the built-in alias table: another name (a dated
 	// snapshot) of a priced model, priced and limited as that model.
 	Aliases map[string]string `yaml:"aliases"`
@@ -480,9 +483,7 @@ func (c *Config) Validate() error {
 	if c.MaxBodyBytes < 0 {
 		bad("max_body_bytes", "must be positive")
 	}
-	if c.Costs.OutputReserve < 0 || c.Costs.OutputReserve > 100 {
-		bad("costs.output_reserve", "must be a percentage from 1 to 100")
-	}
+	c.Costs.validateLearned(bad)
 	upstreams := map[string]bool{}
 	for i, u := range c.Upstreams {
 		p := fmt.Sprintf("upstreams[%d]", i)
@@ -833,7 +834,7 @@ func (c *Config) PolicyDir() string {
 // CostModel is the cost model's configuration: the prices, aliases and
 // output reserve the file sets.
 func (c *Config) CostModel() costmodel.Config {
-	cc := costmodel.Config{FreeUnknown: c.Costs.FreeUnknown, OutputReserve: c.Costs.OutputReserve, Aliases: c.Costs.Aliases}
+	cc := costmodel.Config{FreeUnknown: c.Costs.FreeUnknown, OutputReserve: c.Costs.OutputReserve.FallbackPercent(), Aliases: c.Costs.Aliases}
 	conv := func(p PriceConfig) costmodel.Price {
 		return costmodel.Price{
 			Input: costmodel.NanoUSD(p.Input), CachedInput: costmodel.NanoUSD(p.CachedInput),

@@ -41,6 +41,7 @@ type Gate struct {
 	secret   []byte                      // signs held reservations' ids (see Hold)
 	holds    holds                       // the reservations this replica holds
 	capture  *replay.Writer              // records the policies' inputs; nil when capture is off
+	learned  *learning                   // the learned output estimates; nil unless output_reserve is a quantile
 
 	// state is the active configuration, compiled; Apply swaps it whole,
 	// and a request keeps the state its caller was identified under.
@@ -150,6 +151,9 @@ func (g *Gate) open(ctx context.Context, cfg *config.Config) error {
 		return err
 	}
 	g.state.Store(st)
+	if err := g.openLearned(ctx, cfg); err != nil {
+		return fmt.Errorf("gate: learned estimates: %w", err)
+	}
 	if g.secret, err = reservationSecret(cfg); err != nil {
 		return err
 	}
@@ -311,6 +315,8 @@ func (g *Gate) Apply(cfg *config.Config) error {
 		return errors.New("store.redis changed: restart costgate to change the limiter store")
 	case cfg.Ledger.DSN != old.Ledger.DSN || cfg.DataDirPath() != old.DataDirPath():
 		return errors.New("ledger.dsn or data_dir changed: restart costgate to change the ledger")
+	case cfg.Costs.OutputReserve.Quantile > 0 && g.learned == nil:
+		return errors.New("costs.output_reserve: a learned quantile needs a restart when costgate started with a percentage")
 	}
 	st, err := compile(cfg)
 	if err != nil {

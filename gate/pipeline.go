@@ -131,6 +131,7 @@ type Reservation struct {
 	degraded  bool   // the store failed; the reservation is in the local fallback fb
 	fb        *freshStore
 	leased    bool // registered with the renewer (see renewer.remove)
+	learnt    learnedOutput
 
 	outcome  telemetry.Outcome
 	answer   int            // the status costgate answered with itself
@@ -195,6 +196,7 @@ func (g *Gate) Reserve(ctx context.Context, req *Request) (*Reservation, Decisio
 	// dated aliases share one allowance.
 	r.model = r.st.est.Canonical(r.req.Estimate.Model)
 	r.outcome = telemetry.OutcomeAllow
+	r.learn()
 
 	t := g.begin(ctx, telemetry.StageDebit)
 	r.collect()
@@ -595,6 +597,7 @@ func (r *Reservation) policyInput() *policies.Input {
 		Estimate: policies.Estimate{InputTokens: est.Usage.InputTokens, OutputTokens: est.Usage.OutputTokens, CostNanoUSD: int64(est.Cost)},
 		Time:     policies.Time{Unix: now.Unix(), Hour: now.Hour(), Weekday: int(now.Weekday())},
 	}
+	r.estimateInput(&in.Estimate)
 	// The limiter has already taken this request's cost (one round trip
 	// instead of two); the policy sees each limit as it was before.
 	for i, l := range r.limits {
@@ -738,6 +741,9 @@ func (r *Reservation) Bill(ctx context.Context, c Charge, durable bool) error {
 // Cancel, or twice, charges nothing more.
 func (r *Reservation) Settle(ctx context.Context, c Charge) {
 	r.g.renewer.remove(r)
+	if !r.ended {
+		r.observe(c)
+	}
 	if !r.ended && len(r.items) > 0 {
 		r.ended = true
 		actual := make([]int64, len(r.items))

@@ -66,6 +66,17 @@ type Estimate struct {
 	InputTokens  int64 `json:"input_tokens"`
 	OutputTokens int64 `json:"output_tokens"`
 	CostNanoUSD  int64 `json:"cost_nano_usd"`
+	// OutputBasis is "learned" when OutputTokens is the learned quantile
+	// of the output of the tenant's requests like this one
+	// (output_reserve: pNN), "limit" when it is the request's output limit
+	// times output_reserve (or the request has no output).
+	OutputBasis string `json:"output_basis"`
+	// OutputQuantile is the learned quantile output_reserve asks for
+	// ("p95"), empty under a percentage; OutputSamples is how many settled
+	// requests the learned estimate rests on (fewer than
+	// costs.learned.min_samples: the basis is "limit").
+	OutputQuantile string `json:"output_quantile"`
+	OutputSamples  int64  `json:"output_samples"`
 }
 
 // Limit is the state of one configured limit for this request, before the
@@ -205,6 +216,9 @@ func (in *Input) Value() ast.Value {
 			ast.Item(ast.InternedTerm("input_tokens"), ast.InternedTerm(e.InputTokens)),
 			ast.Item(ast.InternedTerm("output_tokens"), ast.InternedTerm(e.OutputTokens)),
 			ast.Item(ast.InternedTerm("cost_nano_usd"), ast.InternedTerm(e.CostNanoUSD)),
+			ast.Item(ast.InternedTerm("output_basis"), ast.StringTerm(e.OutputBasis)),
+			ast.Item(ast.InternedTerm("output_quantile"), ast.StringTerm(e.OutputQuantile)),
+			ast.Item(ast.InternedTerm("output_samples"), ast.InternedTerm(e.OutputSamples)),
 		)),
 		ast.Item(ast.InternedTerm("limits"), ast.ArrayTerm(limits...)),
 		ast.Item(ast.InternedTerm("spend"), ast.ArrayTerm(spend...)),

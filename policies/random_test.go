@@ -55,9 +55,12 @@ func randomInput(r *rand.Rand) *Input {
 			Page:            pick(r, []int64{0, 1, 5, 6, 7, 24, 25, 26, 99, 100, 101, 5000}),
 		},
 		Estimate: Estimate{
-			InputTokens:  randInt(r, 5000),
-			OutputTokens: randInt(r, 5000),
-			CostNanoUSD:  randInt(r, 50_000_000),
+			InputTokens:    randInt(r, 5000),
+			OutputTokens:   randInt(r, 5000),
+			CostNanoUSD:    randInt(r, 50_000_000),
+			OutputBasis:    pick(r, []string{"learned", "limit", ""}),
+			OutputQuantile: pick(r, []string{"", "p95", "p99", "p50"}),
+			OutputSamples:  pick(r, []int64{0, 1, 99, 100, 101, 5000}),
 		},
 		Time: Time{Unix: 1764500000 + r.Int64N(86400*30), Hour: r.IntN(24), Weekday: r.IntN(7)},
 	}

@@ -54,7 +54,7 @@ func QuoteRequest(c *config.Config, method, target string, header http.Header, b
 		q.Why = append(q.Why, fmt.Sprintf("%d input tokens counted; an embedding has no output", e.Usage.InputTokens))
 		return q, nil
 	}
-	reserve := c.Costs.OutputReserve
+	reserve := c.Costs.OutputReserve.FallbackPercent()
 	if reserve == 0 {
 		reserve = 100
 	}

@@ -55,6 +55,12 @@ func appendRecord(b []byte, id string, in *policies.Input, d *Taken) []byte {
 	b = strconv.AppendInt(b, e.OutputTokens, 10)
 	b = append(b, `,"cost_nano_usd":`...)
 	b = strconv.AppendInt(b, e.CostNanoUSD, 10)
+	b = append(b, `,"output_basis":`...)
+	b = appendString(b, e.OutputBasis)
+	b = append(b, `,"output_quantile":`...)
+	b = appendString(b, e.OutputQuantile)
+	b = append(b, `,"output_samples":`...)
+	b = strconv.AppendInt(b, e.OutputSamples, 10)
 	b = append(b, `},"limits":[`...)
 	for i, l := range in.Limits {
 		if i > 0 {

@@ -1,0 +1,166 @@
+package gate
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/costgate/costgate/config"
+	"github.com/costgate/costgate/learned"
+	"github.com/costgate/costgate/ledger"
+	"github.com/costgate/costgate/policies"
+)
+
+// unknownModel is the one name every model the price table does not know
+// is learned under: names a client makes up add no keys.
+const unknownModel = "(unknown)"
+
+// learning is the gate's learned output estimates (output_reserve: pNN).
+type learning struct {
+	table *learned.Table
+	// reservations counts output reservations by basis: the learned
+	// quantile, or the fallback for a key with too few observations.
+	reservations metric.Int64Counter
+	// overruns counts answers whose output exceeded a learned reservation,
+	// and overrunTokens the output tokens beyond it, which settlement
+	// charges.
+	overruns, overrunTokens metric.Int64Counter
+}
+
+var (
+	basisLearned  = metric.WithAttributeSet(attribute.NewSet(attribute.String("basis", "learned")))
+	basisFallback = metric.WithAttributeSet(attribute.NewSet(attribute.String("basis", "fallback")))
+)
+
+// openLearned opens the learned output estimates when cfg reserves a
+// learned quantile: in Redis when the limiter store is Redis, else in
+// data_dir/learned.json.
+func (g *Gate) openLearned(ctx context.Context, cfg *config.Config) error {
+	if cfg.Costs.OutputReserve.Quantile == 0 {
+		return nil
+	}
+	lc := cfg.Costs.Learned
+	c := learned.Config{MinSamples: lc.MinSamples, MaxKeys: lc.MaxKeys, MaxKeysPerTenant: lc.MaxKeysPerTenant, Interval: lc.Interval,
+		Logf: func(format string, args ...any) { g.log.Warn(fmt.Sprintf(format, args...), "component", "learned") }}
+	if g.redis != nil {
+		c.Redis = g.redis
+	} else {
+		c.File = filepath.Join(cfg.DataDirPath(), "learned.json")
+	}
+	t, err := learned.Open(ctx, c)
+	if err != nil {
+		return err
+	}
+	l := &learning{table: t}
+	m := g.tel.Meter("github.com/costgate/costgate/gate")
+	if l.reservations, err = m.Int64Counter("costgate.learned.reservations",
+		metric.WithDescription("LLM requests reserved under output_reserve: pNN, by basis: learned (the quantile) or fallback (too few observations)")); err != nil {
+		t.Close()
+		return err
+	}
+	if l.overruns, err = m.Int64Counter("costgate.learned.overruns",
+		metric.WithDescription("answers whose output exceeded their learned reservation; settlement charged the difference")); err != nil {
+		t.Close()
+		return err
+	}
+	if l.overrunTokens, err = m.Int64Counter("costgate.learned.overrun.tokens",
+		metric.WithDescription("output tokens beyond learned reservations, charged at settlement")); err != nil {
+		t.Close()
+		return err
+	}
+	g.learned = l
+	g.closers = append(g.closers, t.Close)
+	return nil
+}
+
+// Learned is the gate's learned output estimates; nil unless costgate
+// started with output_reserve: pNN.
+func (g *Gate) Learned() *learned.Table {
+	if g.learned == nil {
+		return nil
+	}
+	return g.learned.table
+}
+
+// learnedOutput is a reservation's learned output estimate.
+type learnedOutput struct {
+	key      learned.Key
+	on       bool // the request's output is learned at settlement
+	quantile float64
+	est      learned.Estimate
+	applied  bool // the output reserved is est.Tokens
+}
+
+// LearnedKey is the key a request's output is learned under, and whether
+// it is learned at all: an LLM request with output, no audio output, and
+// not a stream costgate could not fully count. A model the price table
+// does not know is learned under one name for all.
+func LearnedKey(c *Caller, route string, req *Request) (learned.Key, bool) {
+	est := &req.Estimate
+	if !est.Learnable() {
+		return learned.Key{}, false
+	}
+	model := unknownModel
+	if !est.UnknownModel {
+		model = c.st.est.Canonical(est.Model)
+	}
+	return learned.Key{Tenant: c.Tenant, Model: model, Route: route, Shape: learned.ShapeOf(est.MaxOutputTokens, est.Tools, est.Outputs)}, true
+}
+
+// learn reserves the learned quantile of the request's output when
+// output_reserve is one and its key has observations enough; otherwise
+// the estimate stays what the configured rule gave.
+func (r *Reservation) learn() {
+	l := r.g.learned
+	if l == nil || r.req.Check || r.req.ExtraOnly {
+		return
+	}
+	key, ok := LearnedKey(r.req.Caller, r.req.Route, &r.req)
+	if !ok {
+		return
+	}
+	r.learnt = learnedOutput{key: key, on: true}
+	q := r.st.cfg.Costs.OutputReserve.Quantile
+	if q == 0 {
+		return // learned, not reserved
+	}
+	r.learnt.quantile = q
+	r.learnt.est = l.table.Estimate(key, q)
+	if !r.learnt.est.OK {
+		l.reservations.Add(r.ctx, 1, basisFallback)
+		return
+	}
+	r.req.Estimate = r.st.est.WithOutput(r.req.Estimate, r.learnt.est.Tokens)
+	r.learnt.applied = true
+	l.reservations.Add(r.ctx, 1, basisLearned)
+}
+
+// observe learns the output of a settled request, and counts an answer
+// that produced more than its learned reservation. An answer that failed,
+// or never reached the upstream, teaches nothing.
+func (r *Reservation) observe(c Charge) {
+	if !r.learnt.on || c.Status == ledger.StatusFailed || c.Unreached || c.HTTPStatus >= 400 {
+		return
+	}
+	out := c.Usage.OutputTokens
+	r.g.learned.table.Observe(r.learnt.key, out)
+	if reserved := r.req.Estimate.Usage.OutputTokens; r.learnt.applied && out > reserved {
+		r.g.learned.overruns.Add(r.ctx, 1)
+		r.g.learned.overrunTokens.Add(r.ctx, out-reserved)
+	}
+}
+
+// estimateInput adds the learned estimate to the policies' input.
+func (r *Reservation) estimateInput(e *policies.Estimate) {
+	e.OutputBasis = "limit"
+	if r.learnt.quantile > 0 {
+		e.OutputQuantile = config.Reserve{Quantile: r.learnt.quantile}.String()
+		e.OutputSamples = int64(min(r.learnt.est.Samples, 1<<62))
+	}
+	if r.learnt.applied {
+		e.OutputBasis = "learned"
+	}
+}
