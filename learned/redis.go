@@ -76,7 +76,7 @@ func (t *Table) syncRedis(ctx context.Context) error {
 	}
 	var flushes []flush
 	var reads []Key
-	var readEntries []*entry
+	cur := t.gen.Add(1) - 1
 	p := t.cfg.Redis.Pipeline()
 	t.each(func(k Key, e *entry) {
 		e.mu.Lock()
@@ -91,9 +91,8 @@ func (t *Table) syncRedis(ctx context.Context) error {
 		} else {
 			e.mu.Unlock()
 		}
-		if e.used.Swap(false) {
+		if s := e.seen.Load(); s+1 >= cur {
 			reads = append(reads, k)
-			readEntries = append(readEntries, e)
 		}
 	})
 	if len(flushes) > 0 {
@@ -106,9 +105,6 @@ func (t *Table) syncRedis(ctx context.Context) error {
 				f.e.mu.Lock()
 				f.e.pending.Merge(f.s)
 				f.e.mu.Unlock()
-			}
-			for _, e := range readEntries {
-				e.used.Store(true)
 			}
 			return fmt.Errorf("learned: add observations to Redis: %w", err)
 		}
@@ -134,13 +130,6 @@ func (t *Table) read(ctx context.Context, keys []Key) error {
 			cmds[i] = p.HGetAll(ctx, k.encode())
 		}
 		if _, err := p.Exec(ctx); err != nil && !replyErrors(cmdsOf(cmds)) {
-			for _, k := range keys {
-				t.mu.RLock()
-				if e := t.m[k]; e != nil {
-					e.used.Store(true)
-				}
-				t.mu.RUnlock()
-			}
 			return fmt.Errorf("learned: read estimates from Redis: %w", err)
 		}
 		for i, k := range keys[:n] {

@@ -89,6 +89,7 @@ type Table struct {
 	m         map[Key]*entry
 	perTenant map[string]int
 
+	gen     atomic.Uint64 // counts syncs with Redis (see entry.seen)
 	dirty   atomic.Bool   // changed since the file was written
 	dropped atomic.Uint64 // keys not learned: a bound was reached
 	bad     atomic.Uint64 // stored buckets, keys or files left out
@@ -99,7 +100,10 @@ type Table struct {
 
 // entry is one key's sketch.
 type entry struct {
-	used atomic.Bool // looked up or observed since the last read from Redis
+	// seen is the sync generation in which the key was last looked up or
+	// observed: a sync reads back the keys seen in its interval or the
+	// one before.
+	seen atomic.Uint64
 
 	mu      sync.Mutex
 	view    sketch.Sketch // what Estimate reads: Redis's merged counts and pending
@@ -197,9 +201,7 @@ func (t *Table) Observe(k Key, tokens int64) {
 	}
 	e.version++
 	e.mu.Unlock()
-	if !e.used.Load() {
-		e.used.Store(true)
-	}
+	t.see(e)
 	t.dirty.Store(true)
 }
 
@@ -213,14 +215,12 @@ func (t *Table) Estimate(k Key, q float64) Estimate {
 		if t.cfg.Redis != nil {
 			// Another replica may have learned it: read it at the next Sync.
 			if e = t.entry(k); e != nil {
-				e.used.Store(true)
+				t.see(e)
 			}
 		}
 		return Estimate{}
 	}
-	if !e.used.Load() {
-		e.used.Store(true)
-	}
+	t.see(e)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	n := e.view.Count()
@@ -231,6 +231,13 @@ func (t *Table) Estimate(k Key, q float64) Estimate {
 		e.cacheT, e.cacheQ, e.cacheV = e.view.Quantile(q), q, e.version
 	}
 	return Estimate{Tokens: e.cacheT, Samples: n, OK: true}
+}
+
+// see marks e as used in the current sync generation.
+func (t *Table) see(e *entry) {
+	if g := t.gen.Load(); e.seen.Load() != g {
+		e.seen.Store(g)
+	}
 }
 
 // entry returns k's entry, made if a bound allows it; nil if not.
@@ -251,6 +258,7 @@ func (t *Table) entry(k Key) *entry {
 		return nil
 	}
 	e = &entry{version: 1}
+	e.seen.Store(t.gen.Load())
 	t.m[k] = e
 	t.perTenant[k.Tenant]++
 	return e
