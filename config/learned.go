@@ -85,6 +85,16 @@ type LearnedConfig struct {
 	// and reads back the merged estimates (or, without Redis, writes them
 	// to data_dir/learned.json). Default 10s.
 	Interval time.Duration `yaml:"interval"`
+	// MaxExposure bounds, per tenant and replica, what the learned
+	// reservations in flight leave unreserved: the sum over them of the
+	// cost of their whole output limit less the cost reserved, in dollars,
+	// and MaxExposureTokens the same in output tokens. A request that would
+	// pass either bound reserves its whole output limit instead. So an
+	// answer longer than its learned estimate can exceed a budget by no
+	// more than MaxExposure per replica, or a token limit by no more than
+	// MaxExposureTokens. Default "1.00" and 100000.
+	MaxExposure       USD   `yaml:"max_exposure"`
+	MaxExposureTokens int64 `yaml:"max_exposure_tokens"`
 }
 
 // validateLearned reports the problems of the output reserve and the
@@ -94,8 +104,8 @@ func (c *CostsConfig) validateLearned(bad func(path, format string, args ...any)
 		bad("costs.output_reserve", "must be a percentage from 1 to 100, or a learned quantile such as p95")
 	}
 	l := c.Learned
-	if l.MinSamples < 0 || l.MaxKeys < 0 || l.MaxKeysPerTenant < 0 || l.Interval < 0 {
-		bad("costs.learned", "min_samples, max_keys, max_keys_per_tenant and interval must not be negative")
+	if l.MinSamples < 0 || l.MaxKeys < 0 || l.MaxKeysPerTenant < 0 || l.Interval < 0 || l.MaxExposure < 0 || l.MaxExposureTokens < 0 {
+		bad("costs.learned", "min_samples, max_keys, max_keys_per_tenant, interval, max_exposure and max_exposure_tokens must not be negative")
 	}
 	if l.Interval > 0 && l.Interval < 100*time.Millisecond {
 		bad("costs.learned.interval", "must be at least 100ms")

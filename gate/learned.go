@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -28,6 +29,37 @@ type learning struct {
 	// and overrunTokens the output tokens beyond it, which settlement
 	// charges.
 	overruns, overrunTokens metric.Int64Counter
+	// exposure is, per tenant, what its learned reservations in flight
+	// leave unreserved (see config.LearnedConfig.MaxExposure).
+	exposure          sync.Map // tenant -> *exposure
+	maxUSD, maxTokens int64
+	exposed           metric.Int64Counter
+}
+
+// exposure is what one tenant's learned reservations in flight leave
+// unreserved, in nano-dollars and output tokens.
+type exposure struct {
+	mu          sync.Mutex
+	usd, tokens int64
+}
+
+// take adds usd and tokens if both stay within their bounds.
+func (x *exposure) take(usd, tokens, maxUSD, maxTokens int64) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if usd > maxUSD-x.usd || tokens > maxTokens-x.tokens {
+		return false
+	}
+	x.usd += usd
+	x.tokens += tokens
+	return true
+}
+
+func (x *exposure) give(usd, tokens int64) {
+	x.mu.Lock()
+	x.usd -= usd
+	x.tokens -= tokens
+	x.mu.Unlock()
 }
 
 var (
@@ -54,7 +86,13 @@ func (g *Gate) openLearned(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	l := &learning{table: t}
+	l := &learning{table: t, maxUSD: int64(lc.MaxExposure), maxTokens: lc.MaxExposureTokens}
+	if l.maxUSD == 0 {
+		l.maxUSD = 1_000_000_000 // $1
+	}
+	if l.maxTokens == 0 {
+		l.maxTokens = 100_000
+	}
 	m := g.tel.Meter("github.com/costgate/costgate/gate")
 	if l.reservations, err = m.Int64Counter("costgate.learned.reservations",
 		metric.WithDescription("LLM requests reserved under output_reserve: pNN, by basis: learned (the quantile) or fallback (too few observations)")); err != nil {
@@ -68,6 +106,11 @@ func (g *Gate) openLearned(ctx context.Context, cfg *config.Config) error {
 	}
 	if l.overrunTokens, err = m.Int64Counter("costgate.learned.overrun.tokens",
 		metric.WithDescription("output tokens beyond learned reservations, charged at settlement")); err != nil {
+		t.Close()
+		return err
+	}
+	if l.exposed, err = m.Int64Counter("costgate.learned.exposure.fallbacks",
+		metric.WithDescription("requests that reserved their whole output limit because the tenant's learned reservations in flight reached costs.learned.max_exposure")); err != nil {
 		t.Close()
 		return err
 	}
@@ -92,6 +135,10 @@ type learnedOutput struct {
 	quantile float64
 	est      learned.Estimate
 	applied  bool // the output reserved is est.Tokens
+	// exposed is what the reservation leaves unreserved, held in x until
+	// the reservation ends.
+	x                    *exposure
+	exposedUSD, exposedT int64
 }
 
 // LearnedKey is the key a request's output is learned under, and whether
@@ -133,9 +180,32 @@ func (r *Reservation) learn() {
 		l.reservations.Add(r.ctx, 1, basisFallback)
 		return
 	}
-	r.req.Estimate = r.st.est.WithOutput(r.req.Estimate, r.learnt.est.Tokens)
+	full := r.req.Estimate
+	est := r.st.est.WithOutput(full, r.learnt.est.Tokens)
+	usd, tokens := int64(full.Cost-est.Cost), full.Usage.OutputTokens-est.Usage.OutputTokens
+	v, _ := l.exposure.Load(r.req.Caller.Tenant)
+	if v == nil {
+		v, _ = l.exposure.LoadOrStore(r.req.Caller.Tenant, &exposure{})
+	}
+	x := v.(*exposure)
+	if !x.take(usd, tokens, l.maxUSD, l.maxTokens) {
+		l.exposed.Add(r.ctx, 1)
+		l.reservations.Add(r.ctx, 1, basisFallback)
+		return
+	}
+	r.learnt.x, r.learnt.exposedUSD, r.learnt.exposedT = x, usd, tokens
+	r.req.Estimate = est
 	r.learnt.applied = true
 	l.reservations.Add(r.ctx, 1, basisLearned)
+}
+
+// unexpose gives back what the reservation left unreserved, once: its
+// answer is settled, or it is cancelled or refused.
+func (r *Reservation) unexpose() {
+	if x := r.learnt.x; x != nil {
+		r.learnt.x = nil
+		x.give(r.learnt.exposedUSD, r.learnt.exposedT)
+	}
 }
 
 // observe learns the output of a settled request, and counts an answer

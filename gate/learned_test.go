@@ -25,6 +25,12 @@ decision := {"outcome": "soft", "reason": "shown", "friction": {"warning": sprin
 // costs $1 per million input tokens and $10 per million output tokens.
 func openLearnedGate(t *testing.T, dir, redisURL, extra string) *gate.Gate {
 	t.Helper()
+	return openReserveGate(t, dir, redisURL, "p95", extra)
+}
+
+// openReserveGate is openLearnedGate with output_reserve reserve.
+func openReserveGate(t *testing.T, dir, redisURL, reserve, extra string) *gate.Gate {
+	t.Helper()
 	pol := filepath.Join(dir, "policies")
 	if err := os.MkdirAll(pol, 0o700); err != nil {
 		t.Fatal(err)
@@ -41,13 +47,13 @@ admin_token: t
 data_dir: %q
 %spolicies: {dir: %q}
 costs:
-  output_reserve: p95
+  output_reserve: %s
   learned: {min_samples: 20, interval: 1h}
   prices: {m1: {input: "1.00", output: "10.00", max_output_tokens: 4096}}
 tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
   - {name: globex, plan: small, keys: [{id: globex-key, key: cg-globex}]}
-%s`, dir, store, pol, extra)))
+%s`, dir, store, pol, reserve, extra)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -209,6 +209,7 @@ func (g *Gate) Reserve(ctx context.Context, req *Request) (*Reservation, Decisio
 	t.end()
 	if !d.Allowed() || r.req.Check {
 		r.record(d.Status)
+		r.unexpose()
 		return nil, d
 	}
 	// A concurrency limit's lease is renewed until settlement starts (see
@@ -672,6 +673,7 @@ func (r *Reservation) Record(ctx context.Context) (Decision, bool) {
 // Cancel after Settle, or twice, does nothing.
 func (r *Reservation) Cancel(ctx context.Context) {
 	r.g.renewer.remove(r)
+	r.unexpose()
 	if r.ended {
 		return
 	}
@@ -767,6 +769,7 @@ func (r *Reservation) Settle(ctx context.Context, c Charge) {
 		}
 	}
 	r.ended = true
+	r.unexpose() // after the store charged what the answer took beyond it
 	model := c.Model
 	if model == "" {
 		model = r.req.Estimate.Model
