@@ -188,3 +188,71 @@ budgets:
 		t.Errorf("the learned rule overspent beyond max_exposure: %+v", learnedRow)
 	}
 }
+
+// TestLearnedOverspendIsBounded: a tenant teaches its key short answers,
+// then holds as many requests in flight as it is admitted and makes every
+// answer as long as max_tokens allows. Settlement charges the difference,
+// and the budget is exceeded by at most costs.learned.max_exposure (one
+// replica), after which the tenant is refused. Without the bound (a huge
+// max_exposure) the same attack exceeds the budget many times over.
+func TestLearnedOverspendIsBounded(t *testing.T) {
+	const budget = 0.05
+	for _, c := range []struct {
+		exposure string
+		bound    float64
+	}{{"0.02", 0.02}, {"0.012", 0.012}, {"1000", math.Inf(1)}} {
+		t.Run("max_exposure "+c.exposure, func(t *testing.T) {
+			g := openReserveGate(t, t.TempDir(), "", "p95", fmt.Sprintf("budgets:\n  - {name: daily, scope: tenant, amount: %q}\n", fmt.Sprint(budget)),
+				fmt.Sprintf("max_exposure: %q", c.exposure), "max_exposure_tokens: 1000000000")
+			ctx := context.Background()
+			var spent costmodel.NanoUSD
+			charge := func(res *gate.Reservation, out int64) {
+				u := costmodel.Usage{InputTokens: res.Request().Estimate.Usage.InputTokens, OutputTokens: out}
+				cost := res.Price("m1", u)
+				res.Settle(ctx, gate.Charge{Usage: u, Cost: cost, HTTPStatus: 200})
+				spent += cost
+			}
+			for range 40 { // short answers: the key's p95 is 10 tokens
+				res, d := g.Reserve(ctx, chatRequest(t, g, "cg-acme", 1000))
+				if res == nil {
+					t.Fatalf("training refused: %+v", d)
+				}
+				charge(res, 10)
+			}
+			var held []*gate.Reservation
+			learnedN := 0
+			for {
+				res, d := g.Reserve(ctx, chatRequest(t, g, "cg-acme", 1000))
+				if res == nil {
+					if d.Status != 402 {
+						t.Fatalf("refused with %d, want 402: %+v", d.Status, d.Error)
+					}
+					break
+				}
+				if res.Request().Estimate.Usage.OutputTokens < 1000 {
+					learnedN++
+				}
+				held = append(held, res)
+			}
+			for _, res := range held {
+				charge(res, 1000) // every answer as long as max_tokens
+			}
+			over := float64(spent)/1e9 - budget
+			t.Logf("max_exposure $%s: %d requests in flight, %d of them learned; spent $%.6f of $%.2f: overspend $%.6f",
+				c.exposure, len(held), learnedN, float64(spent)/1e9, budget, over)
+			if over > c.bound {
+				t.Fatalf("overspend $%.6f beyond max_exposure $%v", over, c.bound)
+			}
+			if math.IsInf(c.bound, 1) && over < 50*budget {
+				t.Fatalf("without a bound the attack overspent only $%.6f: the test does not attack", over)
+			}
+			if !math.IsInf(c.bound, 1) && learnedN == 0 {
+				t.Fatal("no learned reservation: the bound was not tested")
+			}
+			// In debt, the tenant is refused until the period resets.
+			if res, d := g.Reserve(ctx, chatRequest(t, g, "cg-acme", 10)); res != nil || d.Status != 402 {
+				t.Fatalf("after the overspend: %+v", d)
+			}
+		})
+	}
+}

@@ -29,7 +29,7 @@ func openLearnedGate(t *testing.T, dir, redisURL, extra string) *gate.Gate {
 }
 
 // openReserveGate is openLearnedGate with output_reserve reserve.
-func openReserveGate(t *testing.T, dir, redisURL, reserve, extra string) *gate.Gate {
+func openReserveGate(t *testing.T, dir, redisURL, reserve, extra string, learnedKnobs ...string) *gate.Gate {
 	t.Helper()
 	pol := filepath.Join(dir, "policies")
 	if err := os.MkdirAll(pol, 0o700); err != nil {
@@ -48,12 +48,12 @@ data_dir: %q
 %spolicies: {dir: %q}
 costs:
   output_reserve: %s
-  learned: {min_samples: 20, interval: 1h}
+  learned: {min_samples: 20, interval: 1h%s}
   prices: {m1: {input: "1.00", output: "10.00", max_output_tokens: 4096}}
 tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
   - {name: globex, plan: small, keys: [{id: globex-key, key: cg-globex}]}
-%s`, dir, store, pol, reserve, extra)))
+%s`, dir, store, pol, reserve, strings.Join(append([]string{""}, learnedKnobs...), ", "), extra)))
 	if err != nil {
 		t.Fatal(err)
 	}
