@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -27,11 +28,17 @@ type Reserve struct {
 func (r *Reserve) UnmarshalYAML(n *yaml.Node) error {
 	v := strings.TrimSpace(n.Value)
 	if q, ok := strings.CutPrefix(v, "p"); ok {
-		f, err := strconv.ParseFloat(q, 64)
-		if err != nil || f < 50 || f > 99.9 || strings.ContainsAny(q, "eE+-_xXpP") || q != strings.TrimSpace(q) {
+		whole, tenth, dotted := strings.Cut(q, ".")
+		w, err1 := strconv.Atoi(whole)
+		d, err2 := 0, error(nil)
+		if dotted {
+			d, err2 = strconv.Atoi(tenth)
+		}
+		permille := w*10 + d
+		if err1 != nil || err2 != nil || !digits(whole) || (dotted && (len(tenth) != 1 || !digits(tenth))) || permille < 500 || permille > 999 {
 			return fmt.Errorf("output_reserve %q: a quantile is written p50 to p99.9", n.Value)
 		}
-		*r = Reserve{Quantile: f / 100}
+		*r = Reserve{Quantile: float64(permille) / 1000}
 		return nil
 	}
 	p, err := strconv.Atoi(v)
@@ -53,7 +60,7 @@ func (r Reserve) MarshalYAML() (any, error) {
 // String is "p95" for a quantile, "50%" for a percentage.
 func (r Reserve) String() string {
 	if r.Quantile > 0 {
-		return "p" + strconv.FormatFloat(r.Quantile*100, 'f', -1, 64)
+		return "p" + strconv.FormatFloat(math.Round(r.Quantile*1000)/10, 'f', -1, 64)
 	}
 	p := r.Percent
 	if p == 0 {
@@ -110,4 +117,17 @@ func (c *CostsConfig) validateLearned(bad func(path, format string, args ...any)
 	if l.Interval > 0 && l.Interval < 100*time.Millisecond {
 		bad("costs.learned.interval", "must be at least 100ms")
 	}
+}
+
+// digits tells whether s is one or more ASCII digits.
+func digits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
