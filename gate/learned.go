@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -14,10 +15,6 @@ import (
 	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/policies"
 )
-
-// unknownModel is the one name every model the price table does not know
-// is learned under: names a client makes up add no keys.
-const unknownModel = "(unknown)"
 
 // learning is the gate's learned output estimates (output_reserve: pNN).
 type learning struct {
@@ -75,8 +72,7 @@ func (g *Gate) openLearned(ctx context.Context, cfg *config.Config) error {
 		return nil
 	}
 	lc := cfg.Costs.Learned
-	c := learned.Config{MinSamples: lc.MinSamples, MaxKeys: lc.MaxKeys, MaxKeysPerTenant: lc.MaxKeysPerTenant, Interval: lc.Interval,
-		Logf: func(format string, args ...any) { g.log.Warn(fmt.Sprintf(format, args...), "component", "learned") }}
+	c := learnedConfig(cfg, func(format string, args ...any) { g.log.Warn(fmt.Sprintf(format, args...), "component", "learned") })
 	if g.redis != nil {
 		c.Redis = g.redis
 	} else {
@@ -141,20 +137,41 @@ type learnedOutput struct {
 	exposedUSD, exposedT int64
 }
 
-// LearnedKey is the key a request's output is learned under, and whether
-// it is learned at all: an LLM request with output, no audio output, and
-// not a stream costgate could not fully count. A model the price table
-// does not know is learned under one name for all.
+// LearnedKey is the key a request's output is learned under (see
+// learned.KeyOf), and whether it is learned at all.
 func LearnedKey(c *Caller, route string, req *Request) (learned.Key, bool) {
-	est := &req.Estimate
-	if !est.Learnable() {
-		return learned.Key{}, false
+	return learned.KeyOf(c.Tenant, route, c.st.est.Canonical(req.Estimate.Model), &req.Estimate)
+}
+
+// learnedConfig is the learned estimates' configuration in cfg, without
+// their store.
+func learnedConfig(cfg *config.Config, logf func(format string, args ...any)) learned.Config {
+	lc := cfg.Costs.Learned
+	return learned.Config{MinSamples: lc.MinSamples, MaxKeys: lc.MaxKeys, MaxKeysPerTenant: lc.MaxKeysPerTenant, Interval: lc.Interval, Logf: logf}
+}
+
+// OpenLearned opens the learned output estimates that a server running
+// cfg keeps (in cfg's Redis, or in its data directory), for a command
+// that reads them beside it; its Close writes nothing a reader did not
+// change.
+func OpenLearned(ctx context.Context, cfg *config.Config, logf func(format string, args ...any)) (*learned.Table, func() error, error) {
+	c := learnedConfig(cfg, logf)
+	closeAll := func() error { return nil }
+	if cfg.Store.Redis != "" {
+		rc, err := redisClient(cfg.Store.Redis)
+		if err != nil {
+			return nil, nil, fmt.Errorf("store.redis: %w", config.RedactErr(err))
+		}
+		c.Redis, closeAll = rc, rc.Close
+	} else {
+		c.File = filepath.Join(cfg.DataDirPath(), "learned.json")
 	}
-	model := unknownModel
-	if !est.UnknownModel {
-		model = c.st.est.Canonical(est.Model)
+	t, err := learned.Open(ctx, c)
+	if err != nil {
+		closeAll()
+		return nil, nil, err
 	}
-	return learned.Key{Tenant: c.Tenant, Model: model, Route: route, Shape: learned.ShapeOf(est.MaxOutputTokens, est.Tools, est.Outputs)}, true
+	return t, func() error { return errors.Join(t.Close(), closeAll()) }, nil
 }
 
 // learn reserves the learned quantile of the request's output when

@@ -2,6 +2,7 @@ package learned
 
 import (
 	"fmt"
+	"github.com/costgate/costgate/costmodel"
 	"math/bits"
 	"net/url"
 	"strconv"
@@ -103,4 +104,21 @@ func decodeKey(name string) (Key, error) {
 		return Key{}, fmt.Errorf("learned: key %q: empty tenant", name)
 	}
 	return k, nil
+}
+
+// UnknownModel is the one name every model the price table does not know
+// is learned under: names a client makes up add no keys.
+const UnknownModel = "(unknown)"
+
+// KeyOf is the key the output of est, a request of tenant on route (an
+// API path) for canonical, its model's canonical name, is learned under;
+// false when its output is not learned (see costmodel.Estimate.Learnable).
+func KeyOf(tenant, route, canonical string, est *costmodel.Estimate) (Key, bool) {
+	if !est.Learnable() {
+		return Key{}, false
+	}
+	if est.UnknownModel {
+		canonical = UnknownModel
+	}
+	return Key{Tenant: tenant, Model: canonical, Route: route, Shape: ShapeOf(est.MaxOutputTokens, est.Tools, est.Outputs)}, true
 }

@@ -92,6 +92,7 @@ func estimate(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	route := fs.String("route", "/v1/chat/completions", "API path of the request (/v1/chat/completions, /v1/messages, ...), a generic upstream's /u/NAME/PATH[?QUERY], or a kind (chat_completions, completions, embeddings, responses, anthropic_messages)")
 	model := fs.String("model", "", "model, overriding the body's")
 	method := fs.String("method", "POST", "HTTP method of a generic route's request")
+	tenant := fs.String("tenant", "", "tenant whose learned output estimate applies (output_reserve: pNN)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -128,13 +129,19 @@ func estimate(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err := json.Unmarshal(b, &out); err != nil {
 		return err
 	}
+	out["why"] = q.Why
 	out["route"] = q.Route
 	if q.Upstream != "" {
 		out["upstream"] = q.Upstream
 	} else {
 		out["reserved_output_tokens"] = q.Estimate.Usage.OutputTokens
 	}
-	out["why"] = q.Why
+	if *tenant != "" {
+		if err := learnedQuote(cfg, *tenant, q, out, stderr); err != nil {
+			return err
+		}
+	}
+	out["why"] = out["why"].([]string)
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)

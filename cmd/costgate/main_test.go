@@ -130,7 +130,7 @@ func TestEstimate(t *testing.T) {
 		{name: "malformed body with a model override", args: []string{"--model", "gpt-4o"}, body: `[1,2`,
 			wantErr: "not a JSON object"},
 		{name: "unknown route", args: []string{"--route", "/v1/nope"}, body: chat, wantErr: "nope"},
-		{name: "unknown flag", args: []string{"--tenant", "x"}, body: chat, wantErr: "tenant"},
+		{name: "unknown flag", args: []string{"--bogus", "x"}, body: chat, wantErr: "bogus"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
