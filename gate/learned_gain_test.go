@@ -31,7 +31,10 @@ type simRequest struct {
 // simPrompt is every request's prompt, about 500 tokens.
 var simPrompt = strings.Repeat("hello ", 495)
 
-// workload generates n requests: Poisson arrivals (10 a second), half of
+// simRate is the workload's requests per second.
+const simRate = 50
+
+// workload generates n requests: Poisson arrivals (simRate a second), half of
 // them with max_tokens 1024 and half 4096, output lengths log-normal
 // (median 245 tokens, σ 1.0) capped at max_tokens, 0.5 s plus 20 ms per
 // output token long.
@@ -40,7 +43,7 @@ func workload(seed uint64, n int) []simRequest {
 	reqs := make([]simRequest, n)
 	t := 0.0
 	for i := range reqs {
-		t += rng.ExpFloat64() / 10
+		t += rng.ExpFloat64() / simRate
 		mt := int64(1024)
 		if rng.IntN(2) == 1 {
 			mt = 4096
@@ -74,8 +77,9 @@ func (f *flights) Pop() any {
 // simulate replays reqs through g for tenant acme, whose daily budget is
 // budget dollars and whose daily token limit is tokenLimit, and counts
 // the refusals that the request could have afforded: its real cost, with
-// what was settled and what the requests in flight really cost, fit the
-// budget and the token limit.
+// what was settled, what the requests in flight really cost, and what the
+// refusals counted before it really cost, fits the budget and the token
+// limit (so the requests counted could all have been served together).
 func simulate(t *testing.T, g *gate.Gate, rule string, reqs []simRequest, budget float64, tokenLimit int64) gainRow {
 	t.Helper()
 	ctx := context.Background()
@@ -85,6 +89,10 @@ func simulate(t *testing.T, g *gate.Gate, rule string, reqs []simRequest, budget
 	var fl flights
 	var settledUSD, flightUSD float64
 	var settledTok, flightTok int64
+	// extra is what the refusals counted affordable so far really cost:
+	// they are counted only while all of them together fit.
+	var extraUSD float64
+	var extraTok int64
 	settle := func(until float64) {
 		for fl.Len() > 0 && fl[0].end <= until {
 			f := heap.Pop(&fl).(inflight)
@@ -113,8 +121,10 @@ func simulate(t *testing.T, g *gate.Gate, rule string, reqs []simRequest, budget
 			if d.Status != 402 && d.Status != 429 {
 				t.Fatalf("refused with %d: %+v", d.Status, d.Error)
 			}
-			if settledUSD+flightUSD+cost <= budget && settledTok+flightTok+tok <= tokenLimit {
+			if settledUSD+flightUSD+extraUSD+cost <= budget && settledTok+flightTok+extraTok+tok <= tokenLimit {
 				row.affordable++
+				extraUSD += cost
+				extraTok += tok
 			}
 			continue
 		}
@@ -148,13 +158,20 @@ budgets:
   - {name: daily, scope: tenant, amount: "%v"}
 `, tokenLimit, budget)
 	var rows []gainRow
-	for _, rule := range []string{"today 100%", "today 50%", "learned p95"} {
-		reserve := "p95"
-		if pct, ok := strings.CutPrefix(rule, "today "); ok {
-			reserve = strings.TrimSuffix(pct, "%")
+	for _, r := range []struct{ rule, reserve, exposure string }{
+		{"today: output_reserve 100", "100", ""},
+		{"today: output_reserve 50", "50", ""},
+		{"learned p95, max_exposure $1 (default)", "p95", ""},
+		{"learned p95, max_exposure $5", "p95", `max_exposure: "5", max_exposure_tokens: 1000000`},
+		{"learned p90, max_exposure $5", "p90", `max_exposure: "5", max_exposure_tokens: 1000000`},
+	} {
+		rule := r.rule
+		var knobs []string
+		if r.exposure != "" {
+			knobs = append(knobs, r.exposure)
 		}
-		g := openReserveGate(t, t.TempDir(), "", reserve, limits)
-		if rule == "learned p95" {
+		g := openReserveGate(t, t.TempDir(), "", r.reserve, limits, knobs...)
+		if strings.HasPrefix(rule, "learned") {
 			c := g.Identify("cg-acme")
 			for _, h := range history {
 				req := &gate.Request{Caller: c, Route: "/v1/chat/completions", Estimate: costmodel.Estimate{
@@ -176,16 +193,16 @@ budgets:
 			100*float64(r.affordable)/float64(n), r.spent, r.overspend, r.tokens, r.tokenOverrun)
 	}
 	t.Log(b.String())
-	today, learnedRow := rows[0], rows[2]
-	if learnedRow.affordable*4 >= today.affordable {
-		t.Errorf("the learned rule refuses %d affordable requests, today's %d: less than 4 times fewer", learnedRow.affordable, today.affordable)
+	today, learnedRow, wide := rows[0], rows[2], rows[3]
+	if learnedRow.affordable >= today.affordable || wide.affordable*2 >= today.affordable {
+		t.Errorf("the learned rule refuses %d (max_exposure $5: %d) affordable requests, today's %d", learnedRow.affordable, wide.affordable, today.affordable)
 	}
 	if today.overspend != 0 || today.tokenOverrun != 0 {
 		t.Errorf("today's whole reservation overspent: %+v", today)
 	}
 	// The default max_exposure is $1 and 100000 tokens per tenant and replica.
-	if learnedRow.overspend > 1 || learnedRow.tokenOverrun > 100_000 {
-		t.Errorf("the learned rule overspent beyond max_exposure: %+v", learnedRow)
+	if learnedRow.overspend > 1 || learnedRow.tokenOverrun > 100_000 || wide.overspend > 5 || rows[4].overspend > 5 {
+		t.Errorf("a learned rule overspent beyond max_exposure: %+v", rows[2:])
 	}
 }
 
