@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -133,7 +134,7 @@ type learnedOutput struct {
 	applied  bool // the output reserved is est.Tokens
 	// exposed is what the reservation leaves unreserved, held in x until
 	// the reservation ends.
-	x                    *exposure
+	x                    atomic.Pointer[exposure]
 	exposedUSD, exposedT int64
 }
 
@@ -210,7 +211,8 @@ func (r *Reservation) learn() {
 		l.reservations.Add(r.ctx, 1, basisFallback)
 		return
 	}
-	r.learnt.x, r.learnt.exposedUSD, r.learnt.exposedT = x, usd, tokens
+	r.learnt.exposedUSD, r.learnt.exposedT = usd, tokens
+	r.learnt.x.Store(x)
 	r.req.Estimate = est
 	r.learnt.applied = true
 	l.reservations.Add(r.ctx, 1, basisLearned)
@@ -218,19 +220,21 @@ func (r *Reservation) learn() {
 
 // unexpose gives back what the reservation left unreserved, once: its
 // answer is settled, or it is cancelled or refused.
+// It is safe to call from any goroutine: a held reservation that another
+// replica ended is given back by the one that learns it.
 func (r *Reservation) unexpose() {
-	if x := r.learnt.x; x != nil {
-		r.learnt.x = nil
+	if x := r.learnt.x.Swap(nil); x != nil {
 		x.give(r.learnt.exposedUSD, r.learnt.exposedT)
 	}
 }
 
 // observe learns the output of a settled request, and counts an answer
 // that produced more than its learned reservation. An answer that failed,
-// or never reached the upstream, teaches nothing.
+// never reached the upstream, or a held reservation that expired (charged
+// its estimate, not an output) teaches nothing.
 func (r *Reservation) observe(c Charge) {
-	if !r.learnt.on || c.Status == ledger.StatusFailed || c.Unreached || c.HTTPStatus >= 400 {
-		return
+	if !r.learnt.on || (c.Status != "" && c.Status != ledger.StatusSettled) || c.Unreached || c.HTTPStatus >= 400 {
+		return // failed, expired at its estimate, or never reached the upstream
 	}
 	out := c.Usage.OutputTokens
 	r.g.learned.table.Observe(r.learnt.key, out)

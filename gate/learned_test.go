@@ -197,3 +197,48 @@ func TestLearnedMergesAcrossReplicas(t *testing.T) {
 		}
 	}
 }
+
+// What a learned reservation leaves unreserved is given back however it
+// ends: settled, cancelled, refused by a limit, or refused by a policy.
+func TestLearnedExposureIsGivenBack(t *testing.T) {
+	g := openReserveGate(t, t.TempDir(), "", "p95", `limits:
+  - {name: two-in-flight, dimensions: [tenant], algorithm: concurrency, rate: 2, period: 1m}
+`, `max_exposure: "0.011"`) // one learned reservation of max_tokens 1000 (about $0.0098 unreserved)
+	ctx := context.Background()
+	for range 25 {
+		serve(t, g, chatRequest(t, g, "cg-acme", 1000), 10)
+	}
+	learnedNow := func() (*gate.Reservation, bool) {
+		t.Helper()
+		res, _ := g.Reserve(ctx, chatRequest(t, g, "cg-acme", 1000))
+		if res == nil {
+			return nil, false
+		}
+		return res, res.Request().Estimate.Usage.OutputTokens < 1000
+	}
+	for i := range 5 {
+		a, ok := learnedNow()
+		if !ok {
+			t.Fatalf("round %d: the first reservation is not learned: exposure was not given back", i)
+		}
+		b, ok := learnedNow()
+		if b == nil || ok {
+			t.Fatalf("round %d: a second learned reservation passed max_exposure", i)
+		}
+		// The concurrency limit refuses a third: its exposure, if any,
+		// must come back too.
+		if c, _ := learnedNow(); c != nil {
+			t.Fatalf("round %d: a third request in flight admitted", i)
+		}
+		switch i % 3 {
+		case 0:
+			a.Cancel(ctx)
+		case 1:
+			u := costmodel.Usage{OutputTokens: 5000}
+			a.Settle(ctx, gate.Charge{Usage: u, Cost: a.Price("m1", u), HTTPStatus: 200})
+		case 2:
+			a.Settle(ctx, gate.Charge{Status: ledger.StatusFailed, HTTPStatus: 502})
+		}
+		b.Cancel(ctx)
+	}
+}

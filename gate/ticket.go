@@ -340,10 +340,15 @@ func (g *Gate) adopt(h *hold, c claim) {
 		return
 	}
 	g.holds.mu.Lock()
+	var res *Reservation
 	if h.state == holdOpen {
+		res = h.res
 		h.state, h.result, h.res = c.state, Charge{Cost: c.cost, Status: c.status}, nil
 	}
 	g.holds.mu.Unlock()
+	if res != nil {
+		res.unexpose() // another replica ended it
+	}
 }
 
 // claim is how a held reservation ended, as replicas record it in Redis.
@@ -445,6 +450,7 @@ func (g *Gate) expireHolds(now time.Time) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if won, _, err := g.claim(ctx, r, claim{state: holdExpired}); err == nil && !won {
 			cancel()
+			r.unexpose()
 			continue // settled or released on another replica
 		}
 		r.Settle(ctx, Charge{Usage: est.Usage, Cost: est.Cost, Status: ledger.StatusExpired, HTTPStatus: 0, Extra: nil})
