@@ -275,7 +275,7 @@ func (s *Server) serveReserve(w http.ResponseWriter, r *http.Request) {
 	id, exp := res.Hold(ttl)
 	res.Report(http.StatusOK)
 	setRateLimit(w.Header(), d.RateLimit)
-	est := req.Estimate
+	est := res.Request().Estimate // what the gate reserved (a learned output estimate, under output_reserve: pNN)
 	out := reserveAnswer{
 		ReservationID: id, RequestID: res.ID(), ExpiresAt: exp.UTC().Format(time.RFC3339Nano),
 		Estimate: estimateJSON{Requests: req.Requests, InputTokens: est.Usage.InputTokens, OutputTokens: est.Usage.OutputTokens,
