@@ -2,6 +2,7 @@ package learned
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -409,4 +410,32 @@ func BenchmarkObserve(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// On Redis Cluster, keys spread over the nodes are all found at Open and
+// merged as on one Redis.
+func TestRedisCluster(t *testing.T) {
+	cl := redistest.NewCluster(t)
+	a := open(t, Config{Redis: cl.Client(t), MinSamples: 1})
+	ctx := context.Background()
+	var keys []Key
+	for i := range 30 {
+		k := Key{Tenant: fmt.Sprintf("t%d", i), Model: "m", Route: "/r", Shape: ShapeOf(int64(i+1), false, 1)}
+		keys = append(keys, k)
+		for j := range i + 1 {
+			a.Observe(k, int64(j))
+		}
+	}
+	if err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := open(t, Config{Redis: cl.Client(t), MinSamples: 1})
+	if st := b.Stats(); st.Keys != len(keys) || st.Bad != 0 {
+		t.Fatalf("read %+v at Open, want %d keys", st, len(keys))
+	}
+	for i, k := range keys {
+		if e := b.Estimate(k, 1); e.Samples != uint64(i+1) {
+			t.Fatalf("%v: %+v, want %d samples", k, e, i+1)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -146,7 +147,10 @@ func (t *Table) read(ctx context.Context, keys []Key) error {
 
 // loadRedis reads every learned key in Redis, up to MaxKeys.
 func (t *Table) loadRedis(ctx context.Context) error {
-	var keys []Key
+	var (
+		mu   sync.Mutex // a Cluster's nodes are scanned at once
+		keys []Key
+	)
 	scan := func(ctx context.Context, c Redis) error {
 		var cursor uint64
 		for {
@@ -160,9 +164,11 @@ func (t *Table) loadRedis(ctx context.Context) error {
 					t.badData("%v; left out", err)
 					continue
 				}
+				mu.Lock()
 				if len(keys) < t.cfg.MaxKeys {
 					keys = append(keys, k)
 				}
+				mu.Unlock()
 			}
 			if cursor = next; cursor == 0 {
 				return nil
