@@ -3,6 +3,7 @@ package learned
 import (
 	"context"
 	"fmt"
+	"github.com/costgate/costgate/costmodel"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -436,6 +437,31 @@ func TestRedisCluster(t *testing.T) {
 	for i, k := range keys {
 		if e := b.Estimate(k, 1); e.Samples != uint64(i+1) {
 			t.Fatalf("%v: %+v, want %d samples", k, e, i+1)
+		}
+	}
+}
+
+func TestKeyOf(t *testing.T) {
+	est := costmodel.Estimate{Model: "gpt-4o-2024-08-06", MaxOutputTokens: 700, OutputCap: 1400, Outputs: 2, Tools: true}
+	k, ok := KeyOf("acme", "/v1/chat/completions", "gpt-4o", &est)
+	want := Key{Tenant: "acme", Model: "gpt-4o", Route: "/v1/chat/completions", Shape: Shape{MaxTokens: 1024, Tools: true, Multi: true}}
+	if !ok || k != want {
+		t.Fatalf("KeyOf: %+v %v, want %+v", k, ok, want)
+	}
+	// Every model the price table does not know shares one key.
+	for _, name := range []string{"made-up-1", "made-up-2"} {
+		u := costmodel.Estimate{Model: name, UnknownModel: true, OutputCap: 100, Outputs: 1}
+		if k, _ := KeyOf("acme", "/r", name, &u); k.Model != UnknownModel {
+			t.Fatalf("unknown model %q keyed as %q", name, k.Model)
+		}
+	}
+	for _, e := range []costmodel.Estimate{
+		{OutputCap: 0},
+		{OutputCap: 100, Usage: costmodel.Usage{AudioOutputTokens: 100}},
+		{OutputCap: 100, Stream: true, Uncounted: true},
+	} {
+		if _, ok := KeyOf("acme", "/r", "m", &e); ok {
+			t.Errorf("%+v is learned", e)
 		}
 	}
 }
