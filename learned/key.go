@@ -2,11 +2,12 @@ package learned
 
 import (
 	"fmt"
-	"github.com/costgate/costgate/costmodel"
 	"math/bits"
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/costgate/costgate/costmodel"
 )
 
 // Shape is what of a request's form predicts its output: its own output

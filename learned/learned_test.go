@@ -3,7 +3,6 @@ package learned
 import (
 	"context"
 	"fmt"
-	"github.com/costgate/costgate/costmodel"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/costmodel/sketch"
 	"github.com/costgate/costgate/internal/redistest"
 )
