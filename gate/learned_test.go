@@ -3,6 +3,8 @@ package gate_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -240,5 +242,33 @@ func TestLearnedExposureIsGivenBack(t *testing.T) {
 			a.Settle(ctx, gate.Charge{Status: ledger.StatusFailed, HTTPStatus: 502})
 		}
 		b.Cancel(ctx)
+	}
+}
+
+// The learned reservations and their overruns are counted in /metrics.
+func TestLearnedMetrics(t *testing.T) {
+	g := openLearnedGate(t, t.TempDir(), "", "")
+	for range 20 {
+		serve(t, g, chatRequest(t, g, "cg-acme", 1000), 100)
+	}
+	reserved, _ := serve(t, g, chatRequest(t, g, "cg-acme", 1000), 900) // beyond the learned p95, about 100
+	rec := httptest.NewRecorder()
+	g.Telemetry().MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{
+		`costgate_learned_reservations_total{basis="fallback"`, `costgate_learned_reservations_total{basis="learned"`,
+		"costgate_learned_overruns_total", "costgate_learned_overrun_tokens_total",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if want := fmt.Sprintf(" %d", 900-reserved); strings.HasPrefix(line, "costgate_learned_overrun_tokens_total") && !strings.HasSuffix(line, want) {
+			t.Errorf("overrun tokens: %q, want%s (900 less the %d reserved)", line, want, reserved)
+		}
+		if strings.HasPrefix(line, "costgate_learned_overruns_total") && !strings.HasSuffix(line, " 1") {
+			t.Errorf("overruns: %q, want 1", line)
+		}
 	}
 }
