@@ -49,10 +49,6 @@
 //	costgate.store.unknown_outcomes      {call}     costgate_store_unknown_outcomes_total      (observed from the Redis store)
 //	costgate.store.late_cancels          {call}     costgate_store_late_cancels_total          (observed from the Redis store)
 //	costgate.store.late_lost             {call}     costgate_store_late_lost_total             (observed from the Redis store)
-//	costgate.learned.reservations                   costgate_learned_reservations_total        basis (learned, fallback); output_reserve: pNN only
-//	costgate.learned.overruns                       costgate_learned_overruns_total            answers longer than their learned reservation
-//	costgate.learned.overrun.tokens                 costgate_learned_overrun_tokens_total      output tokens beyond learned reservations
-//	costgate.learned.exposure.fallbacks             costgate_learned_exposure_fallbacks_total  requests that reserved their whole limit at max_exposure
 //
 // The decision counters are bounded by the configuration, not by traffic:
 // policy, limit, route and dimension values are names from the config file
