@@ -12,9 +12,9 @@
 // them through Redis with HINCRBY.
 //
 // With α = 1% and values clamped to 0..MaxValue there are at most
-// MaxIndex+2 buckets (the zero bucket and 0..MaxIndex): a Sketch never
-// holds more than about 8 KiB of counts, and one of output lengths that
-// span two orders of magnitude holds about 230 buckets.
+// MaxIndex+2 = 1,042 buckets (the zero bucket and 0..MaxIndex): a Sketch
+// never holds more than 8,336 bytes of counts, and one of output lengths
+// that span two orders of magnitude holds ⌈ln 100 / ln γ⌉ = 231 buckets.
 package sketch
 
 import (

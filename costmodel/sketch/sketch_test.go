@@ -136,6 +136,7 @@ func TestBounded(t *testing.T) {
 	if len(s.counts) > MaxIndex+1 {
 		t.Fatalf("%d buckets, more than MaxIndex+1 = %d", len(s.counts), MaxIndex+1)
 	}
+	t.Logf("MaxIndex %d: %d buckets at most", MaxIndex, MaxIndex+2)
 	if MaxIndex > 1100 {
 		t.Fatalf("MaxIndex %d: more buckets than the package documents", MaxIndex)
 	}
