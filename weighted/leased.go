@@ -151,16 +151,16 @@ type LeaseInfo struct {
 // Leased is safe for concurrent use. NewLeased starts its sweeper; Close
 // stops it and returns the leases held.
 type Leased struct {
-	store    Store
-	now      func() time.Time
-	sweep    time.Duration
-	maxKeys  int
-	prefix   string
-	seq      atomic.Uint64
-	stats    leaseStats
-	stop     chan struct{}
-	stopped  sync.Once
-	wg       sync.WaitGroup
+	store   Store
+	now     func() time.Time
+	sweep   time.Duration
+	maxKeys int
+	prefix  string
+	seq     atomic.Uint64
+	stats   leaseStats
+	stop    chan struct{}
+	stopped sync.Once
+	wg      sync.WaitGroup
 	// inline takes a lease that renews one before it runs out in the
 	// request that notices, not in the background: tests use it to be
 	// deterministic.
