@@ -535,9 +535,10 @@ func (st *leaseState) saw(is ItemState, cost int64, now time.Time) {
 }
 
 // acquire takes a lease of size units for st in one Debit of the store
-// and reports whether it got it. When the store has less left but at
-// least twice need, a second Debit takes what is left. When it has less
-// than that, the key is known spent for costs of need or more until the
+// and reports whether it got it. When the store has less left, but at
+// least twice need (and, for a meter or log, which refill, at least half
+// the size), a second Debit takes what is left. When it has less than
+// that, the key is known spent for costs of need or more until the
 // store's RetryAfter for the lease (a hot key at its limit waits for a
 // lease's worth, at most Lease.Max / Rate of a Period more than one
 // request's worth). need 0 is a renewal ahead of time, which marks
@@ -583,7 +584,13 @@ func (l *Leased) acquire(ctx context.Context, st *leaseState, s *spec, size, nee
 			st.mu.Unlock()
 			return false, nil
 		}
-		if attempt == 0 && got.Remaining >= 2*need && got.Remaining < size {
+		// A window never refills: take what is left of it. A meter or log
+		// does: wait for half a lease rather than chase what trickles in.
+		enough := 2 * need
+		if s.algo != FixedWindow && s.algo != SlidingWindow {
+			enough = max(enough, size/2)
+		}
+		if attempt == 0 && got.Remaining >= enough && got.Remaining < size {
 			size = got.Remaining
 			st.mu.Unlock()
 			continue
@@ -603,10 +610,14 @@ func windowEnd(s *spec, got ItemState, sent time.Time) time.Time {
 	return sent.Add(got.ResetAfter)
 }
 
-// expire moves the leases past their time to ended. The caller holds mu.
+// expire moves the leases past their time to ended, and forgets those
+// spent whole but the newest (a refund's place). The caller holds mu.
 func (st *leaseState) expire(now time.Time) {
 	n := 0
-	for _, h := range st.leases {
+	for i, h := range st.leases {
+		if h.used >= h.granted && i < len(st.leases)-1 {
+			continue
+		}
 		if now.Before(h.expires) {
 			st.leases[n] = h
 			n++
