@@ -535,13 +535,13 @@ func (st *leaseState) saw(is ItemState, cost int64, now time.Time) {
 }
 
 // acquire takes a lease of size units for st in one Debit of the store
-// and reports whether it got it. When the store has less left, but at
-// least twice need (and, for a meter or log, which refill, at least half
-// the size), a second Debit takes what is left. When it has less than
-// that, the key is known spent for costs of need or more until the
-// store's RetryAfter for the lease (a hot key at its limit waits for a
-// lease's worth, at most Lease.Max / Rate of a Period more than one
-// request's worth). need 0 is a renewal ahead of time, which marks
+// and reports whether it got it. When the store has less left, a second
+// Debit takes what is left, or need alone when less than need is left,
+// whose refusal marks the key known spent for costs of need or more
+// until the store's RetryAfter. A meter or log that refills the lease
+// within a quarter of its TTL is instead known spent until then, once
+// less than half the lease is left: a hot key at its limit waits for a
+// lease's worth, at most a quarter TTL. need 0 is a renewal ahead of time, which marks
 // nothing. The caller has set st.fetching, which acquire closes.
 func (l *Leased) acquire(ctx context.Context, st *leaseState, s *spec, size, need int64) (bool, error) {
 	defer func() {
@@ -584,16 +584,22 @@ func (l *Leased) acquire(ctx context.Context, st *leaseState, s *spec, size, nee
 			st.mu.Unlock()
 			return false, nil
 		}
-		// A window never refills: take what is left of it. A meter or log
-		// does: wait for half a lease rather than chase what trickles in.
-		enough := 2 * need
-		if s.algo != FixedWindow && s.algo != SlidingWindow {
-			enough = max(enough, size/2)
-		}
-		if attempt == 0 && got.Remaining >= enough && got.Remaining < size {
-			size = got.Remaining
-			st.mu.Unlock()
-			continue
+		// A meter or log that refills a lease's worth soon: wait for half a
+		// lease rather than chase what trickles in. Otherwise take what is
+		// left, or, when that is less than need, ask for need alone, whose
+		// answer is the exact refusal.
+		fast := s.algo != FixedWindow && s.algo != SlidingWindow && got.RetryAfter <= st.item.Limit.Lease.ttl()/4
+		if attempt == 0 && !(fast && got.Remaining < size/2) {
+			switch {
+			case got.Remaining >= need:
+				size = min(got.Remaining, size)
+				st.mu.Unlock()
+				continue
+			case !fast:
+				size = need
+				st.mu.Unlock()
+				continue
+			}
 		}
 		st.spentCost, st.spentUntil, st.spentState = need, sent.Add(got.RetryAfter), got
 		st.mu.Unlock()

@@ -80,7 +80,7 @@ func playLeases(t *testing.T, seed uint64, lim Limit, n int, kill bool, stores f
 	}
 	open := make([][]held, n)
 	dead := make([]bool, n)
-	const steps = 2500
+	const steps = 2000
 	for step := range steps {
 		clk.Advance(time.Duration(rng.IntN(1500)) * time.Microsecond)
 		r := rng.IntN(n)
@@ -202,14 +202,14 @@ func TestLeasedBound(t *testing.T) {
 					if pol.share > 0 {
 						lim.Lease = Lease{Max: lim.Capacity() / pol.share, TTL: pol.ttl}
 					}
-					for seed := range uint64(3) {
+					for seed := range uint64(2) {
 						clk := newClock()
 						mem := NewMemory(MemoryConfig{Now: clk.Now})
 						memRun := playLeases(t, seed, lim, n, kill, func(int) Store { return mem }, clk)
 						prefix := fmt.Sprintf("lb%d:", prefixSeq.Add(1))
 						clk = newClock()
 						redisRun := playLeases(t, seed, lim, n, kill, func(int) Store {
-							r := NewRedis(c, RedisConfig{Prefix: prefix})
+							r := NewRedis(c, patient(RedisConfig{Prefix: prefix}))
 							r.now = clk.Now
 							return r
 						}, clk)
@@ -252,7 +252,7 @@ func TestLeasedExact(t *testing.T) {
 					clk := newClock()
 					prefix := fmt.Sprintf("lx%d:", prefixSeq.Add(1))
 					newStore := func() Store {
-						r := NewRedis(c, RedisConfig{Prefix: prefix})
+						r := NewRedis(c, patient(RedisConfig{Prefix: prefix}))
 						r.now = clk.Now
 						return r
 					}
@@ -322,7 +322,7 @@ func TestLeasedConcurrent(t *testing.T) {
 	prefix := fmt.Sprintf("lc%d:", prefixSeq.Add(1))
 	var reps []*Leased
 	for range 4 {
-		reps = append(reps, NewLeased(NewRedis(c, RedisConfig{Prefix: prefix, QueueTimeout: 5 * time.Second, CallTimeout: 5 * time.Second}), LeasedConfig{}))
+		reps = append(reps, NewLeased(NewRedis(c, patient(RedisConfig{Prefix: prefix})), LeasedConfig{}))
 	}
 	defer func() {
 		for _, l := range reps[1:] {
