@@ -38,6 +38,7 @@ type Gate struct {
 	redis    redis.UniversalClient       // the limiter store's Redis; nil for memory
 	renewer  *renewer                    // renews the concurrency leases of reservations held
 	leases   *weighted.Leased            // leased limits' leases; nil for memory
+	regions  *Regions                    // this region's caps of global budgets; nil without regions
 	refusals Refusals                    // refusals by limit, for the dashboard
 	secret   []byte                      // signs held reservations' ids (see Hold)
 	holds    holds                       // the reservations this replica holds

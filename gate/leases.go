@@ -74,3 +74,12 @@ func cmpTTL(d time.Duration) time.Duration {
 	}
 	return d
 }
+
+// Regions is the last reconciliation of this region's caps of the global
+// budgets; empty when the config names no regions.
+func (g *Gate) Regions() []RegionInfo {
+	if g.regions == nil {
+		return []RegionInfo{}
+	}
+	return []RegionInfo{g.regions.Info()}
+}
