@@ -61,6 +61,7 @@ type Config struct {
 
 	Reservations ReservationsConfig `yaml:"reservations"`
 	Capture      CaptureConfig      `yaml:"capture"`
+	Regions      *RegionsConfig     `yaml:"regions"`
 
 	// dir is the directory relative paths in the file are resolved against.
 	dir string
@@ -645,6 +646,7 @@ func (c *Config) Validate() error {
 	}
 	c.Reservations.validate(bad)
 	c.Capture.validate(bad)
+	c.Regions.validate(c, bad)
 	c.validateRLS(names, bad)
 	return errors.Join(errs...)
 }

@@ -162,6 +162,9 @@ func (g *Gate) open(ctx context.Context, cfg *config.Config) error {
 	})
 	g.closers = append(g.closers, func() error { g.tel.ObserveLedger(nil); return nil })
 
+	if err := g.openRegions(ctx, cfg); err != nil {
+		return err
+	}
 	// Budgets start from the ledger: a restart (or a Redis that lost its
 	// data) must not give every tenant a fresh budget.
 	start, cancelStart := context.WithTimeout(ctx, 10*time.Second)

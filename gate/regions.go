@@ -88,6 +88,7 @@ type capKey struct {
 }
 
 type regionCap struct {
+	first sync.Mutex     // held while the cap is read the first time
 	limit weighted.Limit // the budget, Rate = B
 	cap   int64          // this region's cap; known once read
 	known bool
@@ -142,14 +143,37 @@ func periodName(l weighted.Limit, now time.Time) string {
 // that a region that never reached PostgreSQL spends nothing of the
 // budget. The key is rebalanced from then on.
 func (g *Regions) Limit(l weighted.Limit, key string) weighted.Limit {
-	k := capKey{budget: l.Name, key: key, period: periodName(l, g.cfg.Now())}
+	return g.LimitContext(context.Background(), l, key)
+}
+
+// LimitContext is Limit, which reads a key's cap on its first use in a
+// period: that request waits for one rebalance of the key (bounded by ctx
+// and 2 s), and concurrent ones for the same.
+func (g *Regions) LimitContext(ctx context.Context, l weighted.Limit, key string) weighted.Limit {
+	now := g.cfg.Now()
+	k := capKey{budget: l.Name, key: key, period: periodName(l, now)}
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	c := g.caps[k]
 	if c == nil {
 		c = &regionCap{limit: l}
 		g.caps[k] = c
 	}
+	known := c.known
+	g.mu.Unlock()
+	if !known {
+		c.first.Lock()
+		g.mu.Lock()
+		known = c.known
+		g.mu.Unlock()
+		if !known {
+			fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_ = g.rebalance(fctx, k, now)
+			cancel()
+		}
+		c.first.Unlock()
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	out := l
 	out.Rate = 1
 	if c.known {
