@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/costgate/costgate/config"
+	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/gate"
 	"github.com/costgate/costgate/internal/pgtest"
 	"github.com/costgate/costgate/internal/redistest"
@@ -200,5 +202,81 @@ func (p *cutProxy) cut(down bool) {
 			c.Close()
 		}
 		p.conns = nil
+	}
+}
+
+// Two gates, regions eu and us, each on its own Redis, share a budget of
+// ten requests' cost through the ledger's PostgreSQL: eu, whose demand is
+// the larger, ends up spending more than half of it once us has
+// released what it does not use, and the two together never more than
+// all of it; past its cap, eu answers 402.
+func TestRegionsThroughTheGate(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.New(t)
+	open := func(region string) *gate.Gate {
+		cfg, err := config.Parse([]byte(fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+region: %s
+regions: {names: [eu, us], interval: 50ms}
+store: {redis: %q}
+ledger: {dsn: %q}
+tenants:
+  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
+budgets:
+  - {name: daily, scope: tenant, amount: "0.01"}
+`, t.TempDir(), region, redistest.New(t).URL, dsn)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := gate.Open(ctx, cfg, gate.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { g.Close() })
+		return g
+	}
+	eu, us := open("eu"), open("us")
+	spend := func(g *gate.Gate) (admitted int, last gate.Decision) {
+		c := g.Identify("cg-acme")
+		for {
+			res, d := g.Reserve(ctx, &gate.Request{Caller: c, Route: "/x", Estimate: costmodel.Estimate{Cost: usd("0.001")}})
+			if res == nil {
+				return admitted, d
+			}
+			res.Settle(ctx, gate.Charge{Cost: usd("0.001"), HTTPStatus: 200})
+			admitted++
+		}
+	}
+	first, d := spend(eu)
+	if d.Status != 402 || first < 1 || first > 10 {
+		t.Fatalf("eu admitted %d, then %+v", first, d)
+	}
+	// us serves one request: it reads its cap, about half of what is
+	// left, and then has no demand.
+	usFirst := 0
+	if res, d := us.Reserve(ctx, &gate.Request{Caller: us.Identify("cg-acme"), Route: "/x", Estimate: costmodel.Estimate{Cost: usd("0.001")}}); res != nil {
+		res.Settle(ctx, gate.Charge{Cost: usd("0.001"), HTTPStatus: 200})
+		usFirst = 1
+	} else {
+		t.Fatalf("us refused: %+v", d)
+	}
+	more := 0
+	deadline := time.Now().Add(20 * time.Second)
+	for first+more+usFirst < 9 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond) // the regions rebalance every 50 ms, on the system clock
+		n, _ := spend(eu)
+		more += n
+	}
+	total := first + more + usFirst
+	t.Logf("eu admitted %d, then %d more after rebalancing; us %d; %d of 10 in all", first, more, usFirst, total)
+	if total > 10 {
+		t.Fatalf("the regions admitted %d requests of a budget of 10", total)
+	}
+	if more == 0 {
+		t.Fatal("eu got nothing more after rebalancing")
+	}
+	if r := eu.Regions(); len(r) != 1 || r[0].Region != "eu" || r[0].LastOK.IsZero() {
+		t.Fatalf("eu's regions view: %+v", r)
 	}
 }

@@ -468,7 +468,7 @@ func (l *Leased) take(ctx context.Context, st *leaseState, it *Item, s *spec) (i
 			if size > 0 {
 				sp, ttl := *s, it.Limit.Lease.ttl()
 				if l.inline {
-					_, _ = l.acquire(ctx, st, &sp, size, 0)
+					_, _ = l.acquire(context.WithoutCancel(ctx), st, &sp, size, 0)
 					return is, true, nil
 				}
 				l.wg.Go(func() {
@@ -496,7 +496,9 @@ func (l *Leased) take(ctx context.Context, st *leaseState, it *Item, s *spec) (i
 		}
 		st.fetching = make(chan struct{})
 		st.mu.Unlock()
-		if _, err := l.acquire(ctx, st, s, size, need); err != nil {
+		// The lease is every waiter's: a caller that leaves (a client that
+		// hangs up) does not cut it short; the store's own bounds do.
+		if _, err := l.acquire(context.WithoutCancel(ctx), st, s, size, need); err != nil {
 			return ItemState{}, false, err
 		}
 		// Held, or refused and the key marked spent: the loop's next turn

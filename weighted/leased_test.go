@@ -556,3 +556,46 @@ func (failing) Cancel(context.Context, string, []Item) error          { return e
 func (failing) Renew(context.Context, string, []Item) error           { return errDown }
 func (failing) Peek(context.Context, []Item) (Result, error)          { return Result{}, errDown }
 func (failing) Reset(context.Context, []Item) error                   { return errDown }
+
+// Attacks on a leased key: a cost above the lease's maximum is debited
+// strictly and exactly; a huge cost is a *CostError, as strictly; a
+// caller that leaves while its request takes the key's lease leaves the
+// lease to the others.
+func TestLeasedAttacks(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock()
+	mem := NewMemory(MemoryConfig{Now: clk.Now})
+	lim := Limit{Name: "t", Algorithm: FixedWindow, Rate: 1000, Period: time.Hour, Lease: Lease{Max: 50, TTL: time.Minute}}
+	l := NewLeased(mem, LeasedConfig{Now: clk.Now, Sweep: time.Hour})
+	l.inline = true
+	defer l.Close(ctx)
+	st := l.state(&Item{Limit: lim, Key: "k"})
+	st.rate = 1e9 // hot
+	if res, err := l.Debit(ctx, "big", []Item{{Limit: lim, Key: "k", Cost: 400}}); err != nil || !res.Allowed {
+		t.Fatal(res, err)
+	}
+	if res, err := mem.Peek(ctx, []Item{{Limit: lim, Key: "k"}}); err != nil || res.Items[0].Remaining != 600 {
+		t.Fatalf("after a cost of 400 above the lease's 50: %+v %v", res, err)
+	}
+	var ce *CostError
+	if _, err := l.Debit(ctx, "huge", []Item{{Limit: lim, Key: "k", Cost: 1 << 62}}); !errors.As(err, &ce) {
+		t.Fatalf("a cost of 2^62: %v", err)
+	}
+	if _, err := l.Debit(ctx, "neg", []Item{{Limit: lim, Key: "k", Cost: -1}}); !errors.Is(err, ErrInvalidCost) {
+		t.Fatalf("a negative cost: %v", err)
+	}
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := l.Debit(gone, "left", []Item{{Limit: lim, Key: "k", Cost: 1}}); err != nil {
+		t.Fatalf("a caller that left: %v", err)
+	}
+	st.mu.Lock()
+	held := st.avail()
+	st.mu.Unlock()
+	if held != 49 {
+		t.Fatalf("the lease taken for a caller that left holds %d unspent, want 49", held)
+	}
+	if res, err := l.Debit(ctx, "next", []Item{{Limit: lim, Key: "k", Cost: 1}}); err != nil || !res.Allowed || l.Stats().Acquired != 1 {
+		t.Fatalf("the next request: %+v %v %+v", res, err, l.Stats())
+	}
+}
