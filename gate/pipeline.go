@@ -314,6 +314,9 @@ func (r *Reservation) undecided(err error) (Decision, bool) {
 	var tooBig *weighted.CostError
 	switch {
 	case errors.As(err, &tooBig):
+		if d, ok := r.regionalTooBig(tooBig); ok {
+			return d, true
+		}
 		return r.costTooBig(tooBig), true
 	case errors.Is(err, weighted.ErrOverloaded), errors.Is(err, weighted.ErrStale):
 		return r.overloaded(), true

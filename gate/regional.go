@@ -60,3 +60,28 @@ func (g *Regions) spent(l weighted.Limit, key string) int64 {
 	}
 	return 0
 }
+
+// regionalTooBig answers a cost above this region's cap of a budget, but
+// within the budget, as the budget spent here (402), not as a cost no
+// state could admit (400): the cap may grow at the next rebalance, which
+// is the Retry-After. Nothing was debited.
+func (r *Reservation) regionalTooBig(tooBig *weighted.CostError) (Decision, bool) {
+	if r.g.regions == nil {
+		return Decision{}, false
+	}
+	for i, l := range r.limits {
+		if !l.budget || l.limit.Name != tooBig.Limit || tooBig.Cost > l.limit.Capacity() || i >= len(r.items) {
+			continue
+		}
+		wait := r.g.regions.cfg.Interval
+		items := make([]weighted.ItemState, len(r.items))
+		for j := range items {
+			c := r.items[j].Limit.Capacity()
+			items[j] = weighted.ItemState{Allowed: true, Remaining: c, Capacity: c}
+		}
+		items[i] = weighted.ItemState{Capacity: tooBig.Capacity, RetryAfter: wait, ResetAfter: wait}
+		r.result = weighted.Result{Decider: i, RetryAfter: wait, ResetAfter: wait, Items: items}
+		return r.deny(), true
+	}
+	return Decision{}, false
+}
