@@ -48,7 +48,7 @@ func (g *Gate) Leases() ([]LimitLeases, weighted.LeaseStats) {
 	byName := map[string]int{}
 	for _, l := range st.limits {
 		ll := LimitLeases{Name: l.limit.Name, Mode: "strict", Budget: l.budget, Keys: []weighted.LeaseInfo{}}
-		if p := l.limit.Lease; p.On() {
+		if p := l.limit.Lease; p.On() && g.leases != nil { // the in-memory store takes no leases
 			ll.Mode, ll.MaxUnits, ll.TTL = "leased", p.Max, cmpTTL(p.TTL)
 		}
 		byName[ll.Name] = len(out)
