@@ -16,6 +16,14 @@ import (
 // that leases matter to the outcome.
 const leaseYAML = "lease: {max_share: 0.2, ttl: 1m}"
 
+// leasedStoreYAML is the store section of the leased drills: Redis with a
+// call timeout long enough that a machine loaded by the race detector and
+// parallel drills never turns a slow call into a fail-closed 503 (the
+// timeouts have drills of their own).
+func leasedStoreYAML(redisURL string) string {
+	return fmt.Sprintf("store:\n  redis: %q\n  timeout: 5s\n", redisURL)
+}
+
 // TestRacersExactLimitsLeased (drill 1, leased) is drill 1 with every
 // algorithm but concurrency leased, on Redis: 200 racers at once against
 // 50 requests per 24 h.
@@ -28,7 +36,7 @@ func TestRacersExactLimitsLeased(t *testing.T) {
 	leased := []string{"token_bucket", "gcra", "sliding_window", "fixed_window", "sliding_log"}
 	up := newUpstream(t, 1)
 	var cfg strings.Builder
-	cfg.WriteString(storeYAML(redistest.New(t).URL) + upstreamsYAML(up) + pricesYAML + tenantsYAML(leased...) + "limits:\n")
+	cfg.WriteString(leasedStoreYAML(redistest.New(t).URL) + upstreamsYAML(up) + pricesYAML + tenantsYAML(leased...) + "limits:\n")
 	for _, a := range leased {
 		fmt.Fprintf(&cfg, "  - {name: exact-%s, plans: [%s], dimensions: [tenant], algorithm: %s, unit: requests, rate: %d, period: 24h, on_store_failure: fail_closed, %s}\n",
 			a, a, a, limit, leaseYAML)
@@ -89,7 +97,7 @@ func race(p *process, key string, n int) map[int]int {
 func TestLeasedReplicaKilled(t *testing.T) {
 	const limit, share = 100, 50
 	up := newUpstream(t, 1)
-	cfg := storeYAML(redistest.New(t).URL) + upstreamsYAML(up) + pricesYAML + tenantsYAML("hot") +
+	cfg := leasedStoreYAML(redistest.New(t).URL) + upstreamsYAML(up) + pricesYAML + tenantsYAML("hot") +
 		"limits:\n  - {name: hot, plans: [hot], dimensions: [tenant], algorithm: fixed_window, unit: requests, rate: 100, period: 24h, lease: {max_share: 0.5, ttl: 1m}}\n"
 	a := startCostgate(t, cfg)
 	b := startCostgate(t, cfg)
@@ -140,7 +148,7 @@ func TestBudgetUntil402Leased(t *testing.T) {
 	const clients = 8
 	const budget = int64(20_000_000)
 	up := newUpstream(t, 3)
-	p := startCostgate(t, storeYAML(redistest.New(t).URL)+upstreamsYAML(up)+pricesYAML+"  output_reserve: 50\n"+tenantsYAML("spender")+`budgets:
+	p := startCostgate(t, leasedStoreYAML(redistest.New(t).URL)+upstreamsYAML(up)+pricesYAML+"  output_reserve: 50\n"+tenantsYAML("spender")+`budgets:
   - {name: spender-daily, plans: [spender], scope: tenant, period: day, amount: "0.02", lease: {max_share: 0.1, ttl: 2s}}
 `)
 	statuses := budgetRun(t, p, "cg-spender", clients, 2000, func(n int) string {
