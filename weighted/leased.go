@@ -142,6 +142,10 @@ type LeaseInfo struct {
 //     TTL, it is charged to the store as a strict Settle charges it,
 //     clamped at full). So settlements add nothing to the bound beyond
 //     what they add strictly.
+//   - A reservation is settled against the leases of the replica that
+//     debited it, once. Settled again, or on another replica, its leased
+//     items are charged what exceeds their estimate and never refunded,
+//     so that no settle gives back twice.
 //   - A replica that dies admits nothing more: it held at most Lease.Max
 //     unspent units per key, which the store counts spent. They come back
 //     to the others as the store refills a meter (Lease.Max / Rate of a
@@ -700,14 +704,7 @@ func (l *Leased) Cancel(ctx context.Context, id string, items []Item) error {
 func (l *Leased) settle(ctx context.Context, id string, items []Item, actual []int64) error {
 	local, ok := l.unpend(id)
 	if !ok || len(items) > maxLeasedItems {
-		// No leased unit of this id was spent here: the store holds it
-		// all (it was debited strictly, or on another replica, whose
-		// lease the store counts spent: a refund goes back to the store).
-		l.stats.calls.Add(1)
-		if actual == nil {
-			return l.store.Cancel(ctx, id, items)
-		}
-		return l.store.Settle(ctx, id, items, actual)
+		return l.settleUnknown(ctx, id, items, actual)
 	}
 	var ibuf [4]Item
 	var abuf [4]int64
@@ -753,6 +750,50 @@ func (l *Leased) settle(ctx context.Context, id string, items []Item, actual []i
 		return l.store.Cancel(ctx, id, strict)
 	}
 	return l.store.Settle(ctx, id, strict, sact)
+}
+
+// settleUnknown settles a reservation this replica holds no leased units
+// of: settled already, debited on another replica, or strictly. The store
+// settles its items; a leased item, which may have been spent from a
+// lease (and so has no reservation in the store to refund, or was
+// refunded once already), is charged what its actual cost exceeds its
+// estimate, never refunded: a second settle, here or on another replica,
+// cannot give back twice.
+func (l *Leased) settleUnknown(ctx context.Context, id string, items []Item, actual []int64) error {
+	nl := 0
+	for i := range items {
+		if items[i].Limit.Lease.On() {
+			nl++
+		}
+	}
+	l.stats.calls.Add(1)
+	if nl == 0 {
+		if actual == nil {
+			return l.store.Cancel(ctx, id, items)
+		}
+		return l.store.Settle(ctx, id, items, actual)
+	}
+	if actual == nil {
+		var ibuf [4]Item
+		rest := ibuf[:0]
+		for i := range items {
+			if !items[i].Limit.Lease.On() {
+				rest = append(rest, items[i])
+			}
+		}
+		if len(rest) == 0 {
+			return nil
+		}
+		return l.store.Cancel(ctx, id, rest)
+	}
+	a := make([]int64, len(items))
+	for i := range items {
+		a[i] = actual[i]
+		if items[i].Limit.Lease.On() {
+			a[i] = max(actual[i], items[i].Cost)
+		}
+	}
+	return l.store.Settle(ctx, id, items, a)
 }
 
 // pending remembers, until they are settled or cancelled, the

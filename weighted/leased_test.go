@@ -441,6 +441,28 @@ func TestLeasedSettle(t *testing.T) {
 	if got := peek(); got != storeBefore-30 {
 		t.Fatalf("store remaining %d after the debt was charged, want %d", got, storeBefore-30)
 	}
+	// A leased reservation settled again, here or on another replica,
+	// refunds nothing more.
+	if res, err := l.Debit(ctx, "d", []Item{it}); err != nil || !res.Allowed {
+		t.Fatal(res, err)
+	}
+	if err := l.Settle(ctx, "d", []Item{it}, []int64{10}); err != nil {
+		t.Fatal(err)
+	}
+	storeNow, heldNow := peek(), unspent()
+	other0 := NewLeased(mem, LeasedConfig{Now: clk.Now, Sweep: time.Hour})
+	defer other0.Close(ctx)
+	for _, r := range []*Leased{l, other0} {
+		if err := r.Settle(ctx, "d", []Item{it}, []int64{0}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Cancel(ctx, "d", []Item{it}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if peek() != storeNow || unspent() != heldNow {
+		t.Fatalf("a second settle gave back: store %d then %d, lease %d then %d", storeNow, peek(), heldNow, unspent())
+	}
 	// Another replica settles a reservation it did not make: the store
 	// settles it (a strict one here), once.
 	other := NewLeased(mem, LeasedConfig{Now: clk.Now, Sweep: time.Hour})
