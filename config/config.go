@@ -61,6 +61,9 @@ type Config struct {
 
 	Reservations ReservationsConfig `yaml:"reservations"`
 	Capture      CaptureConfig      `yaml:"capture"`
+	// StreamGuardAll debits streams' output in increments as it passes
+	// (see StreamGuardConfig); an upstream may set its own.
+	StreamGuardAll StreamGuardConfig `yaml:"stream_guard"`
 
 	// dir is the directory relative paths in the file are resolved against.
 	dir string
@@ -201,6 +204,9 @@ type UpstreamConfig struct {
 	// forwarded (an upstream that echoes a TRACE would show the client the
 	// injected credential).
 	Methods []string `yaml:"methods"`
+	// StreamGuard replaces the config's stream_guard for this upstream;
+	// nil keeps it.
+	StreamGuard *StreamGuardConfig `yaml:"stream_guard"`
 }
 
 // defaultMethods are a generic upstream's methods when it names none.
@@ -387,6 +393,7 @@ func (c *Config) applyDefaults(d Defaults) {
 	def(&c.Ledger.DSN, d.LedgerDSN)
 	c.Reservations.applyDefaults()
 	c.Capture.applyDefaults()
+	c.guardDefaults()
 	if c.Store.Timeout == 0 {
 		c.Store.Timeout = 100 * time.Millisecond
 	}
@@ -639,6 +646,7 @@ func (c *Config) Validate() error {
 	}
 	c.Reservations.validate(bad)
 	c.Capture.validate(bad)
+	c.validateGuards(bad)
 	c.validateRLS(names, bad)
 	return errors.Join(errs...)
 }

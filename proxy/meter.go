@@ -46,6 +46,9 @@ type meteredBody struct {
 	out       []byte // events ready for the client
 	err       error  // the upstream's read error (io.EOF at the end), returned once out is drained
 	drained   int64  // bytes read by Close after the client stopped reading
+
+	guard   *streamGuard // debits the stream's output as it passes; nil when off
+	stopped bool         // the guard stopped the stream
 }
 
 func (x *exchange) meter(resp *http.Response) io.ReadCloser {
@@ -56,13 +59,14 @@ func (x *exchange) meter(resp *http.Response) io.ReadCloser {
 		// the estimate's count of it is exact for the OpenAI encodings.
 		m.stream.SetInputTokens(x.est.Usage.InputTokens)
 		m.hideUsage = x.injectedUsage
+		m.guard = x.guardFor()
 	}
 	x.body = m
 	return m
 }
 
 func (m *meteredBody) Read(p []byte) (int, error) {
-	if m.hideUsage {
+	if m.hideUsage || m.guard != nil {
 		return m.readEvents(p)
 	}
 	if m.stream == nil {
@@ -149,19 +153,21 @@ func (m *meteredBody) readEvents(p []byte) (int, error) {
 		// p is scratch space until the events are copied into it.
 		n, err := m.rc.Read(p)
 		if n > 0 {
-			m.observe(p[:n])
+			if m.guard == nil {
+				m.observe(p[:n])
+			}
 			m.buf = append(m.buf, p[:n]...)
 			m.split()
 			if len(m.buf) > maxEvent {
 				// Not an event stream as OpenAI writes one: pass it on as
 				// it is rather than hold it.
-				m.out = append(m.out, m.buf...)
+				m.pass(m.buf)
 				m.buf = m.buf[:0]
 			}
 		}
-		if err != nil {
+		if err != nil && !m.stopped {
 			// An event cut by the end of the stream goes on as it is.
-			m.out = append(m.out, m.buf...)
+			m.pass(m.buf)
 			m.buf = nil
 			m.err = err
 		}
@@ -171,9 +177,11 @@ func (m *meteredBody) readEvents(p []byte) (int, error) {
 	return n, nil
 }
 
-// split moves the complete events of buf to out, dropping usage reports.
+// split moves the complete events of buf to out, dropping usage reports
+// when they are hidden. A guarded stream's events are metered one by one
+// here, and the guard may end the stream after one of them (see guard.go).
 func (m *meteredBody) split() {
-	for {
+	for !m.stopped {
 		end, sep := bytes.Index(m.buf, []byte("\n\n")), 2
 		if crlf := bytes.Index(m.buf, []byte("\r\n\r\n")); crlf >= 0 && (end < 0 || crlf < end) {
 			end, sep = crlf, 4
@@ -181,22 +189,36 @@ func (m *meteredBody) split() {
 		if end < 0 {
 			return
 		}
-		// Strip the "usage":null members into out first: an ordinary
-		// chunk then has no "usage" left, and needs no JSON parse to tell
-		// it from the report.
-		start, ev := len(m.out), m.buf[:end+sep]
-		for {
-			before, after, found := bytes.Cut(ev, nullUsage)
-			m.out = append(m.out, before...)
-			if !found {
-				break
-			}
-			ev = after
-		}
-		if isUsageReport(m.out[start:]) {
-			m.out = m.out[:start]
-		}
+		ev := m.buf[:end+sep]
 		m.buf = m.buf[end+sep:]
+		stop := m.guard != nil && !m.guarded(ev)
+		if !m.hideUsage {
+			m.out = append(m.out, ev...)
+		} else {
+			m.hide(ev)
+		}
+		if stop {
+			m.stop()
+		}
+	}
+}
+
+// hide moves one event to out without the usage report costgate asked for.
+func (m *meteredBody) hide(ev []byte) {
+	// Strip the "usage":null members into out first: an ordinary chunk
+	// then has no "usage" left, and needs no JSON parse to tell it from
+	// the report.
+	start := len(m.out)
+	for {
+		before, after, found := bytes.Cut(ev, nullUsage)
+		m.out = append(m.out, before...)
+		if !found {
+			break
+		}
+		ev = after
+	}
+	if isUsageReport(m.out[start:]) {
+		m.out = m.out[:start]
 	}
 }
 
@@ -229,7 +251,7 @@ func isUsageReport(ev []byte) bool {
 // that cuts a stream after its first chunk pays what the upstream charged,
 // hidden reasoning tokens included.
 func (m *meteredBody) Close() error {
-	if m.err == nil {
+	if m.err == nil && !m.stopped {
 		m.drain()
 	}
 	return m.rc.Close()
@@ -244,6 +266,10 @@ func (m *meteredBody) drain() {
 		if n > 0 {
 			m.observe(buf[:n])
 			m.drained += int64(n)
+			if m.guard != nil && !m.stream.Reported() && !m.guard.allow(m.stream) {
+				m.stopped = true // no one reads: the upstream is closed, and nothing more is charged
+				return
+			}
 		}
 		if err != nil {
 			m.err = err
