@@ -1,9 +1,12 @@
 package proxy_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -255,6 +258,87 @@ func TestStreamGuardConcurrentOverspend(t *testing.T) {
 			}
 			t.Logf("%d streams: %d stopped, %d refused at admission; spent %v of %v: over by %v (bound %v)",
 				streams, stopped, refused, spent, budget, over, streams*bound)
+		})
+	}
+}
+
+// endless is an upstream that streams chat chunks of one word, in pieces
+// of frag bytes with CRLF line ends, until its client goes away.
+type endless struct {
+	frag   int
+	closed chan struct{} // closed when the client went away
+	once   sync.Once
+}
+
+func (u *endless) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	defer u.once.Do(func() { close(u.closed) })
+	w.Header().Set("Content-Type", "text/event-stream")
+	f := w.(http.Flusher)
+	ev := []byte(`data: {"id":"c","object":"chat.completion.chunk","model":"gpt-4o-mini","choices":[{"index":0,"delta":{"content":" word"}}]}` + "\r\n\r\n")
+	for i := 0; i < 1_000_000 && r.Context().Err() == nil; i++ {
+		for b := ev; len(b) > 0; {
+			n := min(u.frag, len(b))
+			if _, err := w.Write(b[:n]); err != nil {
+				return
+			}
+			f.Flush()
+			b = b[n:]
+		}
+	}
+}
+
+// TestStreamGuardAttacks: an upstream that never ends, written in pieces
+// that cut events anywhere; a client that reads on, and one that hangs up
+// at once so that costgate drains the stream alone. Either way the stream
+// stops at the budget, the upstream's connection is closed, and the ledger
+// bills the output counted.
+func TestStreamGuardAttacks(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		frag   int
+		hangUp bool
+	}{
+		{"events cut in pieces", 7, false},
+		{"whole events", 1 << 10, false},
+		{"client hangs up", 64, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			up := &endless{frag: c.frag, closed: make(chan struct{})}
+			s := newStackWith(t, stackOptions{policies: allowAll, extra: guardConfig("0.0001", 16), upstream: up})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			resp := s.post(t, ctx, "/v1/chat/completions", `{"model":"gpt-4o-mini","max_tokens":10000,"stream":true,"messages":[{"role":"user","content":"go on"}]}`)
+			var body []byte
+			if c.hangUp {
+				resp.Body.Close()
+			} else {
+				var err error
+				body, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.HasSuffix(body, []byte("data: [DONE]\n\n")) || !bytes.Contains(body, []byte(`"finish_reason":"length"`)) ||
+					!bytes.Contains(body, []byte(`"error":{"type":"budget_exceeded","code":"acme-daily"`)) {
+					t.Errorf("the stream does not end with the budget's error: ...%s", body[max(len(body)-400, 0):])
+				}
+			}
+			select {
+			case <-up.closed:
+			case <-ctx.Done():
+				t.Fatal("the upstream's connection was never closed")
+			}
+			e := s.settled(t, 1)[0]
+			if e.ActualCost > 100_000+estimator(t).Cost("gpt-4o-mini", costmodel.Usage{OutputTokens: 16}) || e.Actual.OutputTokens < 100 {
+				t.Errorf("billed %v for %d output tokens against a $0.0001 budget", e.ActualCost, e.Actual.OutputTokens)
+			}
+			if !c.hangUp {
+				words := int64(bytes.Count(body, []byte(`"content":" word"`)))
+				if e.Actual.OutputTokens != words {
+					t.Errorf("billed %d output tokens; the client got %d", e.Actual.OutputTokens, words)
+				}
+			}
 		})
 	}
 }
