@@ -1,5 +1,7 @@
 package costmodel
 
+import "unicode/utf8"
+
 // Counting a stream's output while it runs, for a guard that debits it in
 // increments: OutputAbove is called after every event, so it must cost
 // next to nothing until the output may have passed the guard's mark.
@@ -19,6 +21,10 @@ const (
 	// guardSlack covers the tokens by which the text since the last count
 	// can change the count of the word it continues.
 	guardSlack = 2
+	// guardHardLimit is the most text the guard holds uncounted: past it,
+	// text with no safe split is split anyway (at a rune's start), which
+	// can add a token to the guard's count, never to Usage's.
+	guardHardLimit = 64
 )
 
 // guardCount is the guard's own count of a stream's output.
@@ -28,15 +34,16 @@ type guardCount struct {
 	raw      int64  // the tokenizer's count (cl100k for the Anthropic approximation) of the text before it
 	nonASCII int64  // bytes >= 0x80 of that text
 	length   int64  // bytes of that text
-	known    int64  // output tokens at the last count
-	at       int64  // StreamMeter.textBytes at the last count
+	known    int64  // output tokens of the text before text, at the last count
+	at       int64  // StreamMeter.textBytes where text starts, at the last count
 }
 
 // OutputAbove tells whether the output the stream has carried so far is
-// more than n tokens, and, when it is, how many it is. It counts nothing
-// until a cheap upper bound of the output passes n. Reasoning tokens a
-// stream does not show are not seen. Like Write, it is for the meter's one
-// goroutine.
+// more than n tokens, and, when it is, how many it is at most: the text up
+// to its last safe split is counted exactly, each byte once; the rest, a
+// word or so, is taken at its upper bound. It counts nothing until a cheap
+// upper bound of the output passes n. Reasoning tokens a stream does not
+// show are not seen. Like Write, it is for the meter's one goroutine.
 func (m *StreamMeter) OutputAbove(n int64) (int64, bool) {
 	g := &m.guard
 	if !g.on {
@@ -46,19 +53,26 @@ func (m *StreamMeter) OutputAbove(n int64) (int64, bool) {
 		m.guardBase = m.counted
 		g.known, g.at = m.counted, m.textBytes-int64(len(m.pending))
 	}
-	if g.known+m.textPerByte()*(m.textBytes-g.at)+guardSlack <= n && m.usage.OutputTokens <= n {
+	perByte := m.textPerByte()
+	if g.known+perByte*(m.textBytes-g.at)+guardSlack <= n && m.usage.OutputTokens <= n {
 		return 0, false
 	}
-	if cut := safeSplit(g.text); cut > 0 {
+	cut := safeSplit(g.text)
+	if cut <= 0 && len(g.text) > guardHardLimit {
+		cut = len(g.text) - 1
+		for cut > 0 && !utf8.RuneStart(g.text[cut]) {
+			cut--
+		}
+	}
+	if cut > 0 {
 		g.raw += m.rawCount(g.text[:cut])
 		g.nonASCII += nonASCII(g.text[:cut])
 		g.length += int64(cut)
 		g.text = g.text[:copy(g.text, g.text[cut:])]
 	}
-	raw := g.raw + m.rawCount(g.text)
-	out := m.guardBase + m.scale(raw, g.nonASCII+nonASCII(g.text), g.length+int64(len(g.text)))
-	out = max(out, m.usage.OutputTokens)
-	g.known, g.at = out, m.textBytes
+	counted := m.guardBase + m.scale(g.raw, g.nonASCII, g.length)
+	out := max(counted+perByte*int64(len(g.text)), m.usage.OutputTokens)
+	g.known, g.at = counted, m.textBytes-int64(len(g.text))
 	return out, out > n
 }
 

@@ -163,3 +163,70 @@ func (m *meteredBody) stop() {
 	m.err = io.EOF
 	m.rc.Close()
 }
+
+// readGuarded passes a guarded stream on whole events at a time, in place:
+// the upstream's bytes are read into p after the event the last read cut,
+// each whole event is metered and checked, and p goes to the client up to
+// the last whole event (or up to the event after which the guard stopped
+// the stream, then the stream's end).
+func (m *meteredBody) readGuarded(p []byte) (int, error) {
+	if len(m.out) > 0 {
+		n := copy(p, m.out)
+		m.out = m.out[n:]
+		return n, nil
+	}
+	if m.err != nil {
+		return 0, m.err
+	}
+	if len(m.buf) >= len(p)/2 {
+		// A cut event as long as half of p: not an event stream as the
+		// APIs write one; pass it on as it is.
+		m.pass(m.buf)
+		m.buf = m.buf[:0]
+		n := copy(p, m.out)
+		m.out = m.out[n:]
+		return n, nil
+	}
+	have := copy(p, m.buf)
+	m.buf = m.buf[:0]
+	for {
+		n, err := m.rc.Read(p[have:])
+		have += n
+		sent := 0
+		for !m.stopped {
+			end := eventEnd(p[sent:have])
+			if end < 0 {
+				break
+			}
+			ev := p[sent : sent+end]
+			sent += end
+			if !m.guarded(ev) {
+				m.stop()
+			}
+		}
+		if m.stopped {
+			n := copy(p[sent:], m.out)
+			m.out = m.out[n:]
+			return sent + n, nil
+		}
+		if err != nil {
+			// An event cut by the end of the stream goes on as it is.
+			if have > sent {
+				m.observe(p[sent:have])
+			}
+			m.err = err
+			if have == 0 {
+				return 0, err
+			}
+			return have, nil
+		}
+		if sent > 0 || have == len(p) {
+			if sent == 0 { // p is full and holds no whole event
+				m.observe(p[:have])
+				return have, nil
+			}
+			m.buf = append(m.buf, p[sent:have]...)
+			return sent, nil
+		}
+	}
+}

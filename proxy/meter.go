@@ -44,6 +44,7 @@ type meteredBody struct {
 	hideUsage bool
 	buf       []byte // read from upstream, not yet split into events
 	out       []byte // events ready for the client
+	outBase   []byte // out's space, from its start
 	err       error  // the upstream's read error (io.EOF at the end), returned once out is drained
 	drained   int64  // bytes read by Close after the client stopped reading
 
@@ -66,8 +67,11 @@ func (x *exchange) meter(resp *http.Response) io.ReadCloser {
 }
 
 func (m *meteredBody) Read(p []byte) (int, error) {
-	if m.hideUsage || m.guard != nil {
+	if m.hideUsage {
 		return m.readEvents(p)
+	}
+	if m.guard != nil {
+		return m.readGuarded(p)
 	}
 	if m.stream == nil {
 		return m.readWhole(p)
@@ -146,6 +150,9 @@ func (m *meteredBody) readEvents(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	if len(m.out) == 0 {
+		m.out = m.outBase[:0] // out's space is reused once it is sent
+	}
 	for len(m.out) == 0 {
 		if m.err != nil {
 			return 0, m.err
@@ -171,6 +178,7 @@ func (m *meteredBody) readEvents(p []byte) (int, error) {
 			m.buf = nil
 			m.err = err
 		}
+		m.outBase = m.out[:0]
 	}
 	n := copy(p, m.out)
 	m.out = m.out[n:]
@@ -181,16 +189,18 @@ func (m *meteredBody) readEvents(p []byte) (int, error) {
 // when they are hidden. A guarded stream's events are metered one by one
 // here, and the guard may end the stream after one of them (see guard.go).
 func (m *meteredBody) split() {
+	rest := m.buf
+	defer func() {
+		// Keep the cut event at the front: buf's space is reused.
+		m.buf = m.buf[:copy(m.buf, rest)]
+	}()
 	for !m.stopped {
-		end, sep := bytes.Index(m.buf, []byte("\n\n")), 2
-		if crlf := bytes.Index(m.buf, []byte("\r\n\r\n")); crlf >= 0 && (end < 0 || crlf < end) {
-			end, sep = crlf, 4
-		}
+		end := eventEnd(rest)
 		if end < 0 {
 			return
 		}
-		ev := m.buf[:end+sep]
-		m.buf = m.buf[end+sep:]
+		ev := rest[:end]
+		rest = rest[end:]
 		stop := m.guard != nil && !m.guarded(ev)
 		if !m.hideUsage {
 			m.out = append(m.out, ev...)
@@ -200,6 +210,26 @@ func (m *meteredBody) split() {
 		if stop {
 			m.stop()
 		}
+	}
+}
+
+// eventEnd is the length of the first event of b with the blank line
+// that ends it ("\n\n", "\r\n\r\n", or a mix), or -1 when b holds no
+// whole event. It reads each byte once.
+func eventEnd(b []byte) int {
+	for i := 0; ; {
+		j := bytes.IndexByte(b[i:], '\n')
+		if j < 0 {
+			return -1
+		}
+		k := i + j + 1 // after the line's '\n'
+		switch {
+		case k < len(b) && b[k] == '\n':
+			return k + 1
+		case k+1 < len(b) && b[k] == '\r' && b[k+1] == '\n':
+			return k + 2
+		}
+		i = k
 	}
 }
 
