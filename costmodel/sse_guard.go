@@ -24,7 +24,7 @@ const (
 	// guardHardLimit is the most text the guard holds uncounted: past it,
 	// text with no safe split is split anyway (at a rune's start), which
 	// can add a token to the guard's count, never to Usage's.
-	guardHardLimit = 64
+	guardHardLimit = 256
 )
 
 // guardCount is the guard's own count of a stream's output.
@@ -39,9 +39,9 @@ type guardCount struct {
 }
 
 // OutputAbove tells whether the output the stream has carried so far is
-// more than n tokens, and, when it is, how many it is at most: the text up
-// to its last safe split is counted exactly, each byte once; the rest, a
-// word or so, is taken at its upper bound. It counts nothing until a cheap
+// more than n tokens, and, when it is, how many it is: the text up to its
+// last safe split is counted once, and the rest (a word or so) again at
+// each call that finds the output near n. It counts nothing until a cheap
 // upper bound of the output passes n. Reasoning tokens a stream does not
 // show are not seen. Like Write, it is for the meter's one goroutine.
 func (m *StreamMeter) OutputAbove(n int64) (int64, bool) {
@@ -71,8 +71,14 @@ func (m *StreamMeter) OutputAbove(n int64) (int64, bool) {
 		g.text = g.text[:copy(g.text, g.text[cut:])]
 	}
 	counted := m.guardBase + m.scale(g.raw, g.nonASCII, g.length)
-	out := max(counted+perByte*int64(len(g.text)), m.usage.OutputTokens)
 	g.known, g.at = counted, m.textBytes-int64(len(g.text))
+	out := counted + perByte*int64(len(g.text))
+	if out > n && len(g.text) > 0 {
+		// Near the mark: count the rest too (a word or so, at most
+		// guardHardLimit bytes).
+		out = m.guardBase + m.scale(g.raw+m.rawCount(g.text), g.nonASCII+nonASCII(g.text), g.length+int64(len(g.text)))
+	}
+	out = max(out, m.usage.OutputTokens)
 	return out, out > n
 }
 
