@@ -144,3 +144,58 @@ func TestExtendSettlesExactly(t *testing.T) {
 		})
 	}
 }
+
+// TestExtendWhenTheStoreFails: an increment asked while Redis is down
+// follows the limits' posture, as a debit does: fail-open limits are
+// debited on the local fallback budget (and settled there), a fail-closed
+// limit stops the stream with a 503 that names it.
+func TestExtendWhenTheStoreFails(t *testing.T) {
+	ctx := context.Background()
+	est, err := costmodel.NewEstimator(costmodel.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := costmodel.Usage{InputTokens: 50, OutputTokens: 10}
+	estimate := costmodel.Estimate{Model: "gpt-4o-mini", Stream: true, Usage: u, Cost: est.Cost("gpt-4o-mini", u)}
+	for _, c := range []struct {
+		name, posture string
+		want          int // the increment's status: 0 for debited
+	}{
+		{"fail open", "fail_open", 0},
+		{"fail closed", "fail_closed", 503},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rs := redistest.New(t)
+			cfg, err := config.Parse([]byte(fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+store: {redis: %q, timeout: 200ms, queue_timeout: 2s, breaker_failures: 1}
+tenants:
+  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
+limits:
+  - {name: tokens, dimensions: [tenant], unit: tokens, rate: 5000, period: 24h, algorithm: fixed_window, on_store_failure: %s}
+`, t.TempDir(), rs.URL, c.posture)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := gate.Open(ctx, cfg, gate.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			res, d := g.Reserve(ctx, &gate.Request{Caller: g.Identify("cg-acme"), Route: "/v1/chat/completions", Estimate: estimate})
+			if res == nil {
+				t.Fatalf("refused: %+v", d)
+			}
+			rs.Stop(t)
+			d, ok := res.Extend(ctx, costmodel.Usage{OutputTokens: 100})
+			switch {
+			case c.want == 0 && !ok:
+				t.Fatalf("a fail-open increment was refused: %+v", d.Error)
+			case c.want != 0 && (ok || d.Status != c.want || d.Error.Code != "tokens"):
+				t.Fatalf("want %d naming limit tokens, got %v %+v", c.want, ok, d.Error)
+			}
+			res.Settle(ctx, gate.Charge{Usage: costmodel.Usage{InputTokens: 50, OutputTokens: 80}, HTTPStatus: 200})
+		})
+	}
+}
