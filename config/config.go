@@ -47,6 +47,9 @@ type Config struct {
 	// RLS maps Envoy's rate limit domains and descriptors to tenants,
 	// limits and budgets (see RLSConfig).
 	RLS RLSConfig `yaml:"rls"`
+	// StreamGuardAll debits streams' output in increments as it passes
+	// (see StreamGuardConfig); an upstream may set its own.
+	StreamGuardAll StreamGuardConfig `yaml:"stream_guard"`
 
 	Store    StoreConfig    `yaml:"store"`
 	Ledger   LedgerConfig   `yaml:"ledger"`
@@ -61,9 +64,6 @@ type Config struct {
 
 	Reservations ReservationsConfig `yaml:"reservations"`
 	Capture      CaptureConfig      `yaml:"capture"`
-	// StreamGuardAll debits streams' output in increments as it passes
-	// (see StreamGuardConfig); an upstream may set its own.
-	StreamGuardAll StreamGuardConfig `yaml:"stream_guard"`
 
 	// dir is the directory relative paths in the file are resolved against.
 	dir string
@@ -393,7 +393,6 @@ func (c *Config) applyDefaults(d Defaults) {
 	def(&c.Ledger.DSN, d.LedgerDSN)
 	c.Reservations.applyDefaults()
 	c.Capture.applyDefaults()
-	c.guardDefaults()
 	if c.Store.Timeout == 0 {
 		c.Store.Timeout = 100 * time.Millisecond
 	}
@@ -443,6 +442,7 @@ func (c *Config) applyDefaults(d Defaults) {
 		def(&b.Scope, "tenant")
 		def(&b.Period, "day")
 	}
+	c.guardDefaults()
 	c.RLS.applyDefaults()
 }
 
@@ -490,6 +490,7 @@ func (c *Config) Validate() error {
 	if c.Costs.OutputReserve < 0 || c.Costs.OutputReserve > 100 {
 		bad("costs.output_reserve", "must be a percentage from 1 to 100")
 	}
+	c.validateGuards(bad)
 	upstreams := map[string]bool{}
 	for i, u := range c.Upstreams {
 		p := fmt.Sprintf("upstreams[%d]", i)
@@ -646,7 +647,6 @@ func (c *Config) Validate() error {
 	}
 	c.Reservations.validate(bad)
 	c.Capture.validate(bad)
-	c.validateGuards(bad)
 	c.validateRLS(names, bad)
 	return errors.Join(errs...)
 }
