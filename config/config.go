@@ -490,7 +490,6 @@ func (c *Config) Validate() error {
 	if c.Costs.OutputReserve < 0 || c.Costs.OutputReserve > 100 {
 		bad("costs.output_reserve", "must be a percentage from 1 to 100")
 	}
-	c.validateGuards(bad)
 	upstreams := map[string]bool{}
 	for i, u := range c.Upstreams {
 		p := fmt.Sprintf("upstreams[%d]", i)
@@ -645,6 +644,7 @@ func (c *Config) Validate() error {
 			bad(p+".amount", "must be a positive dollar amount")
 		}
 	}
+	c.validateGuards(bad)
 	c.Reservations.validate(bad)
 	c.Capture.validate(bad)
 	c.validateRLS(names, bad)
