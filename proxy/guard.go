@@ -230,3 +230,41 @@ func (m *meteredBody) readGuarded(p []byte) (int, error) {
 		}
 	}
 }
+
+// drainGuarded reads on a guarded stream whose client stopped reading, up
+// to maxDrain bytes, event by event, so that the guard stops it where it
+// would have stopped it for the client. buf is scratch space.
+func (m *meteredBody) drainGuarded(buf []byte) {
+	carry := append([]byte(nil), m.buf...) // the cut event the client never got
+	m.buf = nil
+	for m.drained < maxDrain {
+		n, err := m.rc.Read(buf)
+		m.drained += int64(n)
+		carry = append(carry, buf[:n]...)
+		done := 0
+		for {
+			end := eventEnd(carry[done:])
+			if end < 0 {
+				break
+			}
+			ev := carry[done : done+end]
+			done += end
+			if !m.guarded(ev) {
+				m.stopped = true // Close closes the upstream: nothing more is produced or charged
+				return
+			}
+		}
+		carry = carry[:copy(carry, carry[done:])]
+		if len(carry) > maxEvent {
+			m.observe(carry)
+			carry = carry[:0]
+		}
+		if err != nil {
+			if len(carry) > 0 {
+				m.observe(carry)
+			}
+			m.err = err
+			return
+		}
+	}
+}

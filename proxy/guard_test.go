@@ -298,17 +298,25 @@ func TestStreamGuardAttacks(t *testing.T) {
 		name   string
 		frag   int
 		hangUp bool
+		usage  bool // the client asks for the usage report: the stream passes in place, not filtered
 	}{
-		{"events cut in pieces", 7, false},
-		{"whole events", 1 << 10, false},
-		{"client hangs up", 64, true},
+		{"events cut in pieces", 7, false, false},
+		{"whole events", 1 << 10, false, false},
+		{"client hangs up", 64, true, false},
+		{"in place, events cut in pieces", 7, false, true},
+		{"in place, whole events", 1 << 10, false, true},
+		{"in place, client hangs up", 64, true, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			up := &endless{frag: c.frag, closed: make(chan struct{})}
 			s := newStackWith(t, stackOptions{policies: allowAll, extra: guardConfig("0.0001", 16), upstream: up})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			resp := s.post(t, ctx, "/v1/chat/completions", `{"model":"gpt-4o-mini","max_tokens":10000,"stream":true,"messages":[{"role":"user","content":"go on"}]}`)
+			opts := ""
+			if c.usage {
+				opts = `"stream_options":{"include_usage":true},`
+			}
+			resp := s.post(t, ctx, "/v1/chat/completions", `{"model":"gpt-4o-mini","max_tokens":10000,"stream":true,`+opts+`"messages":[{"role":"user","content":"go on"}]}`)
 			var body []byte
 			if c.hangUp {
 				resp.Body.Close()

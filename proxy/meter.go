@@ -291,15 +291,15 @@ func (m *meteredBody) drain() {
 	bp := buffers.Get().(*[]byte)
 	defer buffers.Put(bp)
 	buf := *bp
+	if m.guard != nil {
+		m.drainGuarded(buf)
+		return
+	}
 	for m.drained < maxDrain {
 		n, err := m.rc.Read(buf)
 		if n > 0 {
 			m.observe(buf[:n])
 			m.drained += int64(n)
-			if m.guard != nil && !m.stream.Reported() && !m.guard.allow(m.stream) {
-				m.stopped = true // no one reads: the upstream is closed, and nothing more is charged
-				return
-			}
 		}
 		if err != nil {
 			m.err = err
