@@ -47,6 +47,9 @@ type Config struct {
 	// RLS maps Envoy's rate limit domains and descriptors to tenants,
 	// limits and budgets (see RLSConfig).
 	RLS RLSConfig `yaml:"rls"`
+	// StreamGuardAll debits streams' output in increments as it passes
+	// (see StreamGuardConfig); an upstream may set its own.
+	StreamGuardAll StreamGuardConfig `yaml:"stream_guard"`
 
 	Store    StoreConfig    `yaml:"store"`
 	Ledger   LedgerConfig   `yaml:"ledger"`
@@ -205,6 +208,9 @@ type UpstreamConfig struct {
 	// forwarded (an upstream that echoes a TRACE would show the client the
 	// injected credential).
 	Methods []string `yaml:"methods"`
+	// StreamGuard replaces the config's stream_guard for this upstream;
+	// nil keeps it.
+	StreamGuard *StreamGuardConfig `yaml:"stream_guard"`
 }
 
 // defaultMethods are a generic upstream's methods when it names none.
@@ -444,6 +450,7 @@ func (c *Config) applyDefaults(d Defaults) {
 		def(&b.Scope, "tenant")
 		def(&b.Period, "day")
 	}
+	c.guardDefaults()
 	c.RLS.applyDefaults()
 }
 
@@ -645,6 +652,7 @@ func (c *Config) Validate() error {
 		}
 		b.Lease.validate(p+".lease", false, bad)
 	}
+	c.validateGuards(bad)
 	c.Reservations.validate(bad)
 	c.Capture.validate(bad)
 	c.Regions.validate(c, bad)

@@ -65,6 +65,10 @@ type StreamMeter struct {
 	events    int
 	inputEst  int64 // input tokens to report when the stream tells none
 
+	textBytes int64      // bytes of text added so far
+	guard     guardCount // OutputAbove's count
+	guardBase int64      // the meter's count of the text before OutputAbove's first call
+
 	respModel   string // the model the stream says served it
 	serviceTier string // the service tier the stream reports (OpenAI)
 	webSearches int64  // web_search_call items completed (Responses)
@@ -319,6 +323,10 @@ func (m *StreamMeter) addText(s string) {
 		return
 	}
 	m.pending = append(m.pending, s...)
+	m.textBytes += int64(len(s))
+	if m.guard.on {
+		m.guard.text = append(m.guard.text, s...)
+	}
 	if len(m.pending) >= min(max(countChunk, m.retryAt), countHardLimit) {
 		m.flush(false)
 	}

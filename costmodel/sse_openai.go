@@ -261,6 +261,10 @@ func (m *StreamMeter) addSpan(data []byte, t textSpan) {
 		return
 	}
 	m.pending = append(m.pending, data[t.start:t.end]...)
+	m.textBytes += int64(t.end - t.start)
+	if m.guard.on {
+		m.guard.text = append(m.guard.text, data[t.start:t.end]...)
+	}
 	if len(m.pending) >= min(max(countChunk, m.retryAt), countHardLimit) {
 		m.flush(false)
 	}

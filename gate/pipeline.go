@@ -141,6 +141,7 @@ type Reservation struct {
 	billed   bool           // the ledger entry is final
 	ended    bool           // settled or cancelled in the limiter
 	expires  time.Time      // a held reservation's expiry (see Hold)
+	ext      *extensions    // the increments debited beyond the reservation (see Extend)
 	ctx      context.Context
 }
 
@@ -687,6 +688,7 @@ func (r *Reservation) Cancel(ctx context.Context) {
 			r.g.log.Warn("limiter cancel failed", "request_id", r.req.ID, "err", err)
 		}
 	}
+	r.cancelExtended(ctx)
 	if r.recorded && !r.billed {
 		r.Bill(ctx, Charge{Status: ledger.StatusFailed}, false)
 	}
@@ -766,7 +768,9 @@ func (r *Reservation) Settle(ctx context.Context, c Charge) {
 				actual[i] = l.costOf(r.req.Requests, c.Usage, c.Cost)
 			}
 		}
-		if !unchanged(r.items, actual) {
+		if r.ext != nil {
+			r.settleExtended(ctx, actual)
+		} else if !unchanged(r.items, actual) {
 			if err := r.store().Settle(ctx, r.resID, r.items, actual); err != nil {
 				r.g.log.Warn("limiter settle failed", "request_id", r.req.ID, "err", err)
 			}

@@ -44,8 +44,12 @@ type meteredBody struct {
 	hideUsage bool
 	buf       []byte // read from upstream, not yet split into events
 	out       []byte // events ready for the client
+	outBase   []byte // out's space, from its start
 	err       error  // the upstream's read error (io.EOF at the end), returned once out is drained
 	drained   int64  // bytes read by Close after the client stopped reading
+
+	guard   *streamGuard // debits the stream's output as it passes; nil when off
+	stopped bool         // the guard stopped the stream
 }
 
 func (x *exchange) meter(resp *http.Response) io.ReadCloser {
@@ -56,6 +60,7 @@ func (x *exchange) meter(resp *http.Response) io.ReadCloser {
 		// the estimate's count of it is exact for the OpenAI encodings.
 		m.stream.SetInputTokens(x.est.Usage.InputTokens)
 		m.hideUsage = x.injectedUsage
+		m.guard = x.guardFor()
 	}
 	x.body = m
 	return m
@@ -64,6 +69,9 @@ func (x *exchange) meter(resp *http.Response) io.ReadCloser {
 func (m *meteredBody) Read(p []byte) (int, error) {
 	if m.hideUsage {
 		return m.readEvents(p)
+	}
+	if m.guard != nil {
+		return m.readGuarded(p)
 	}
 	if m.stream == nil {
 		return m.readWhole(p)
@@ -142,6 +150,9 @@ func (m *meteredBody) readEvents(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	if len(m.out) == 0 {
+		m.out = m.outBase[:0] // out's space is reused once it is sent
+	}
 	for len(m.out) == 0 {
 		if m.err != nil {
 			return 0, m.err
@@ -149,54 +160,95 @@ func (m *meteredBody) readEvents(p []byte) (int, error) {
 		// p is scratch space until the events are copied into it.
 		n, err := m.rc.Read(p)
 		if n > 0 {
-			m.observe(p[:n])
+			if m.guard == nil {
+				m.observe(p[:n])
+			}
 			m.buf = append(m.buf, p[:n]...)
 			m.split()
 			if len(m.buf) > maxEvent {
 				// Not an event stream as OpenAI writes one: pass it on as
 				// it is rather than hold it.
-				m.out = append(m.out, m.buf...)
+				m.pass(m.buf)
 				m.buf = m.buf[:0]
 			}
 		}
-		if err != nil {
+		if err != nil && !m.stopped {
 			// An event cut by the end of the stream goes on as it is.
-			m.out = append(m.out, m.buf...)
+			m.pass(m.buf)
 			m.buf = nil
 			m.err = err
 		}
+		m.outBase = m.out[:0]
 	}
 	n := copy(p, m.out)
 	m.out = m.out[n:]
 	return n, nil
 }
 
-// split moves the complete events of buf to out, dropping usage reports.
+// split moves the complete events of buf to out, dropping usage reports
+// when they are hidden. A guarded stream's events are metered one by one
+// here, and the guard may end the stream after one of them (see guard.go).
 func (m *meteredBody) split() {
-	for {
-		end, sep := bytes.Index(m.buf, []byte("\n\n")), 2
-		if crlf := bytes.Index(m.buf, []byte("\r\n\r\n")); crlf >= 0 && (end < 0 || crlf < end) {
-			end, sep = crlf, 4
-		}
+	rest := m.buf
+	defer func() {
+		// Keep the cut event at the front: buf's space is reused.
+		m.buf = m.buf[:copy(m.buf, rest)]
+	}()
+	for !m.stopped {
+		end := eventEnd(rest)
 		if end < 0 {
 			return
 		}
-		// Strip the "usage":null members into out first: an ordinary
-		// chunk then has no "usage" left, and needs no JSON parse to tell
-		// it from the report.
-		start, ev := len(m.out), m.buf[:end+sep]
-		for {
-			before, after, found := bytes.Cut(ev, nullUsage)
-			m.out = append(m.out, before...)
-			if !found {
-				break
-			}
-			ev = after
+		ev := rest[:end]
+		rest = rest[end:]
+		stop := m.guard != nil && !m.guarded(ev)
+		if !m.hideUsage {
+			m.out = append(m.out, ev...)
+		} else {
+			m.hide(ev)
 		}
-		if isUsageReport(m.out[start:]) {
-			m.out = m.out[:start]
+		if stop {
+			m.stop()
 		}
-		m.buf = m.buf[end+sep:]
+	}
+}
+
+// eventEnd is the length of the first event of b with the blank line
+// that ends it ("\n\n", "\r\n\r\n", or a mix), or -1 when b holds no
+// whole event. It reads each byte once.
+func eventEnd(b []byte) int {
+	for i := 0; ; {
+		j := bytes.IndexByte(b[i:], '\n')
+		if j < 0 {
+			return -1
+		}
+		k := i + j + 1 // after the line's '\n'
+		switch {
+		case k < len(b) && b[k] == '\n':
+			return k + 1
+		case k+1 < len(b) && b[k] == '\r' && b[k+1] == '\n':
+			return k + 2
+		}
+		i = k
+	}
+}
+
+// hide moves one event to out without the usage report costgate asked for.
+func (m *meteredBody) hide(ev []byte) {
+	// Strip the "usage":null members into out first: an ordinary chunk
+	// then has no "usage" left, and needs no JSON parse to tell it from
+	// the report.
+	start := len(m.out)
+	for {
+		before, after, found := bytes.Cut(ev, nullUsage)
+		m.out = append(m.out, before...)
+		if !found {
+			break
+		}
+		ev = after
+	}
+	if isUsageReport(m.out[start:]) {
+		m.out = m.out[:start]
 	}
 }
 
@@ -229,7 +281,7 @@ func isUsageReport(ev []byte) bool {
 // that cuts a stream after its first chunk pays what the upstream charged,
 // hidden reasoning tokens included.
 func (m *meteredBody) Close() error {
-	if m.err == nil {
+	if m.err == nil && !m.stopped {
 		m.drain()
 	}
 	return m.rc.Close()
@@ -239,6 +291,10 @@ func (m *meteredBody) drain() {
 	bp := buffers.Get().(*[]byte)
 	defer buffers.Put(bp)
 	buf := *bp
+	if m.guard != nil {
+		m.drainGuarded(buf)
+		return
+	}
 	for m.drained < maxDrain {
 		n, err := m.rc.Read(buf)
 		if n > 0 {
