@@ -61,6 +61,7 @@ type Config struct {
 
 	Reservations ReservationsConfig `yaml:"reservations"`
 	Capture      CaptureConfig      `yaml:"capture"`
+	Control      ControlConfig      `yaml:"control"`
 
 	// dir is the directory relative paths in the file are resolved against.
 	dir string
@@ -387,6 +388,7 @@ func (c *Config) applyDefaults(d Defaults) {
 	def(&c.Ledger.DSN, d.LedgerDSN)
 	c.Reservations.applyDefaults()
 	c.Capture.applyDefaults()
+	c.Control.applyDefaults()
 	if c.Store.Timeout == 0 {
 		c.Store.Timeout = 100 * time.Millisecond
 	}
@@ -639,6 +641,7 @@ func (c *Config) Validate() error {
 	}
 	c.Reservations.validate(bad)
 	c.Capture.validate(bad)
+	c.Control.validate(bad)
 	c.validateRLS(names, bad)
 	return errors.Join(errs...)
 }

@@ -302,6 +302,10 @@ func ErrorType(status int) string {
 		return "invalid_request"
 	case status == http.StatusUnauthorized:
 		return "unauthorized"
+	case status == http.StatusForbidden:
+		return "forbidden"
+	case status == http.StatusConflict:
+		return "conflict"
 	case status == http.StatusNotFound:
 		return "not_found"
 	case status == http.StatusMethodNotAllowed:

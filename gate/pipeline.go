@@ -196,6 +196,10 @@ func (g *Gate) Reserve(ctx context.Context, req *Request) (*Reservation, Decisio
 	r.model = r.st.est.Canonical(r.req.Estimate.Model)
 	r.outcome = telemetry.OutcomeAllow
 
+	if d, refused := r.levelRefusal(); refused {
+		r.record(d.Status)
+		return nil, d
+	}
 	t := g.begin(ctx, telemetry.StageDebit)
 	r.collect()
 	var d Decision
@@ -203,6 +207,7 @@ func (g *Gate) Reserve(ctx context.Context, req *Request) (*Reservation, Decisio
 		d = r.check(ctx)
 	} else {
 		d = r.debit(ctx)
+		r.observeLevels(d)
 	}
 	t.end()
 	if !d.Allowed() || r.req.Check {
@@ -234,6 +239,7 @@ func (r *Reservation) collect() {
 		r.limits = append(r.limits, l)
 		r.items = append(r.items, weighted.Item{Limit: l.limit, Key: l.key(r), Cost: l.costOf(r.req.Requests, r.req.Estimate.Usage, r.req.Estimate.Cost)})
 	}
+	r.collectLevels()
 	for i, e := range r.req.Extra {
 		r.limits = append(r.limits, &compiledLimit{limit: e.Limit, unit: e.Unit, dimension: e.Dimension,
 			shadow: e.Shadow, failClosed: e.FailClosed, extra: i + 1})
