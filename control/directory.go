@@ -31,10 +31,18 @@ func (n *node) usable(now time.Time) bool {
 // slot holds an entity's current node; nil until the entity is known.
 type slot struct{ p atomic.Pointer[node] }
 
+// keyRec is one key: its node, where its user, team and tenant are, and
+// the hashes of its secrets in the key table.
+type keyRec struct {
+	slot
+	id, tenant, team, user string
+	usr, tm, ten           *slot
+	hashes                 [2][sha256.Size]byte // current and old; zero for none
+}
+
 // keyEntry is one secret's hash in the key table.
 type keyEntry struct {
-	id, tenant, team, user string
-	key, usr, tm, ten      *slot
+	*keyRec
 	// until ends an old secret's grace period; zero for the current one.
 	until time.Time
 }
@@ -44,27 +52,26 @@ type keyEntry struct {
 type Directory struct {
 	mu    sync.RWMutex
 	keys  map[[sha256.Size]byte]*keyEntry
-	byKey map[string][2][sha256.Size]byte // key id -> its hashes in keys (current, old)
+	byKey map[string]*keyRec // by key id
 
 	slotMu sync.Mutex
-	slots  map[string]*slot // kind/tenant/name -> slot
+	slots  map[string]*slot  // the tenants', teams' and users', by kind/tenant/name
+	names  map[string]string // one copy of each tenant, team and user name
 
 	seq      atomic.Int64 // the version the directory holds
 	loadedAt atomic.Int64 // Unix nanoseconds of the last successful poll
 	expiryMu sync.Mutex
 	expiring map[string]time.Time // key id -> expiry, for the expiry alerts
-	entityMu sync.RWMutex
-	levels   map[string]*gate.Level // entity id -> level, for the admin API's views
 }
 
 // NewDirectory returns an empty directory.
 func NewDirectory() *Directory {
 	return &Directory{
 		keys:     map[[sha256.Size]byte]*keyEntry{},
-		byKey:    map[string][2][sha256.Size]byte{},
+		byKey:    map[string]*keyRec{},
 		slots:    map[string]*slot{},
+		names:    map[string]string{},
 		expiring: map[string]time.Time{},
-		levels:   map[string]*gate.Level{},
 	}
 }
 
@@ -93,7 +100,7 @@ func (d *Directory) Lookup(sum [sha256.Size]byte, now time.Time) (gate.Principal
 		return gate.Principal{}, false
 	}
 	p := gate.Principal{Tenant: e.tenant, Team: e.team, User: e.user, KeyID: e.id}
-	kn := e.key.p.Load()
+	kn := e.p.Load()
 	if kn == nil || !kn.usable(now) {
 		return gate.Principal{}, false
 	}
@@ -129,59 +136,46 @@ func (d *Directory) Apply(ents []*Entity, seq int64) {
 		if e.ExpiresAt != nil {
 			n.expires = *e.ExpiresAt
 		}
-		d.entityMu.Lock()
-		if lv != nil {
-			d.levels[e.ID] = lv
-		} else {
-			delete(d.levels, e.ID)
-		}
-		d.entityMu.Unlock()
 		switch e.Kind {
 		case KindTenant:
 			d.slot(KindTenant, e.Tenant, e.Tenant).p.Store(n)
 		case KindTeam, KindUser:
 			d.slot(e.Kind, e.Tenant, e.Name).p.Store(n)
 		case KindKey:
-			d.slot(KindKey, e.Tenant, e.ID).p.Store(n)
-			d.applyKey(e)
+			d.applyKey(e, n)
 		}
 	}
 	d.seq.Store(seq)
 }
 
-func (d *Directory) applyKey(e *Entity) {
-	base := keyEntry{id: e.ID, tenant: e.Tenant, team: e.Team, user: e.User,
-		key: d.slot(KindKey, e.Tenant, e.ID), ten: d.slot(KindTenant, e.Tenant, e.Tenant)}
-	if e.Team != "" {
-		base.tm = d.slot(KindTeam, e.Tenant, e.Team)
-	}
-	if e.User != "" {
-		base.usr = d.slot(KindUser, e.Tenant, e.User)
-	}
-	var hashes [2][sha256.Size]byte
-	cur, okCur := decodeHash(e.hash)
-	old, okOld := decodeHash(e.oldHash)
+func (d *Directory) applyKey(e *Entity, n *node) {
 	d.mu.Lock()
-	if prev, ok := d.byKey[e.ID]; ok {
-		for _, h := range prev {
-			if k := d.keys[h]; k != nil && k.id == e.ID {
-				delete(d.keys, h)
-			}
+	rec := d.byKey[e.ID]
+	if rec == nil {
+		rec = &keyRec{id: e.ID, tenant: d.intern(e.Tenant), team: d.intern(e.Team), user: d.intern(e.User),
+			ten: d.slot(KindTenant, e.Tenant, e.Tenant)}
+		if e.Team != "" {
+			rec.tm = d.slot(KindTeam, e.Tenant, e.Team)
+		}
+		if e.User != "" {
+			rec.usr = d.slot(KindUser, e.Tenant, e.User)
+		}
+		d.byKey[e.ID] = rec
+	}
+	rec.p.Store(n)
+	for _, h := range rec.hashes {
+		if k := d.keys[h]; k != nil && k.keyRec == rec {
+			delete(d.keys, h)
 		}
 	}
+	rec.hashes = [2][sha256.Size]byte{}
 	if e.RevokedAt == nil {
-		if okCur {
-			ce := base
-			d.keys[cur], hashes[0] = &ce, cur
+		if cur, ok := decodeHash(e.hash); ok {
+			d.keys[cur], rec.hashes[0] = &keyEntry{keyRec: rec}, cur
 		}
-		if okOld && e.oldUntil.After(time.Now()) {
-			oe := base
-			oe.until = e.oldUntil
-			d.keys[old], hashes[1] = &oe, old
+		if old, ok := decodeHash(e.oldHash); ok && e.oldUntil.After(time.Now()) {
+			d.keys[old], rec.hashes[1] = &keyEntry{keyRec: rec, until: e.oldUntil}, old
 		}
-		d.byKey[e.ID] = hashes
-	} else {
-		delete(d.byKey, e.ID)
 	}
 	d.mu.Unlock()
 	d.expiryMu.Lock()
@@ -191,6 +185,21 @@ func (d *Directory) applyKey(e *Entity) {
 		delete(d.expiring, e.ID)
 	}
 	d.expiryMu.Unlock()
+}
+
+// intern returns the directory's copy of a name, so that a tenant's
+// keys share one.
+func (d *Directory) intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	d.slotMu.Lock()
+	defer d.slotMu.Unlock()
+	if c, ok := d.names[s]; ok {
+		return c
+	}
+	d.names[s] = s
+	return s
 }
 
 func decodeHash(s string) ([sha256.Size]byte, bool) {
@@ -212,11 +221,28 @@ func (d *Directory) Len() int {
 	return len(d.keys)
 }
 
-// Level is an entity's compiled level, nil for none.
-func (d *Directory) Level(id string) *gate.Level {
-	d.entityMu.RLock()
-	defer d.entityMu.RUnlock()
-	return d.levels[id]
+// Level is an entity's compiled level, nil for none: a key by its id, a
+// tenant by its name, a team or user by tenant and name.
+func (d *Directory) Level(kind Kind, tenant, name string) *gate.Level {
+	var s *slot
+	if kind == KindKey {
+		d.mu.RLock()
+		if rec := d.byKey[name]; rec != nil {
+			s = &rec.slot
+		}
+		d.mu.RUnlock()
+	} else {
+		d.slotMu.Lock()
+		s = d.slots[string(kind)+"\x00"+tenant+"\x00"+name]
+		d.slotMu.Unlock()
+	}
+	if s == nil {
+		return nil
+	}
+	if n := s.p.Load(); n != nil {
+		return n.level
+	}
+	return nil
 }
 
 // expired returns the keys whose expiry lies in (after, now].

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -423,4 +424,35 @@ func openDB(t *testing.T, dsn string) *sql.DB {
 	}
 	t.Cleanup(func() { db.Close() })
 	return db
+}
+
+// TestPropagation measures how long a key created through one replica
+// takes to be identified by another (both polling every 100 ms): p99
+// must be under a second.
+func TestPropagation(t *testing.T) {
+	dsn := pgtest.New(t)
+	up := simulatorURL(t)
+	a := newReplica(t, up, replicaOptions{dsn: dsn})
+	b := newReplica(t, up, replicaOptions{dsn: dsn})
+	a.must(t, 201, "POST", "/admin/v1/tenants", `{"name":"t1"}`, nil)
+	const n = 100
+	took := make([]time.Duration, 0, n)
+	for range n {
+		var k created
+		a.must(t, 201, "POST", "/admin/v1/keys", `{"tenant":"t1","budgets":[{"amount_usd":"1"}]}`, &k)
+		start := time.Now()
+		for b.srv.Gate().Identify(k.Key) == nil {
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("key %s not identified by the other replica within 5s", k.ID)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	p50, p99 := took[n/2], took[n*99/100]
+	t.Logf("propagation of %d keys to another replica: p50 %s, p99 %s, max %s", n, p50, p99, took[n-1])
+	if p99 >= time.Second {
+		t.Fatalf("propagation p99 %s, want under 1s", p99)
+	}
 }

@@ -230,48 +230,35 @@ type LevelState struct {
 // under (key, user, team, tenant), with the one closest to refusing
 // marked.
 func (p *Plane) KeyLevels(ctx context.Context, e *Entity) ([]LevelState, error) {
-	ids := []struct {
-		kind Kind
-		id   string
-	}{{KindKey, e.ID}}
-	if e.User != "" {
-		if u, err := p.store.byName(ctx, p.store.db, KindUser, e.Tenant, e.User); err == nil {
-			ids = append(ids, struct {
-				kind Kind
-				id   string
-			}{KindUser, u.ID})
+	var (
+		lls   []*gate.LevelLimit
+		kinds []Kind
+	)
+	add := func(kind Kind, name string) {
+		if lv := p.dir.Level(kind, e.Tenant, name); lv != nil {
+			for _, ll := range lv.Limits {
+				lls, kinds = append(lls, ll), append(kinds, kind)
+			}
 		}
+	}
+	add(KindKey, e.ID)
+	if e.User != "" {
+		add(KindUser, e.User)
 	}
 	if e.Team != "" {
-		if t, err := p.store.byName(ctx, p.store.db, KindTeam, e.Tenant, e.Team); err == nil {
-			ids = append(ids, struct {
-				kind Kind
-				id   string
-			}{KindTeam, t.ID})
-		}
+		add(KindTeam, e.Team)
 	}
-	ids = append(ids, struct {
-		kind Kind
-		id   string
-	}{KindTenant, e.Tenant})
-	var lls []*gate.LevelLimit
-	var kinds []Kind
-	for _, x := range ids {
-		lv := p.dir.Level(x.id)
-		if lv == nil {
-			continue
-		}
-		for _, ll := range lv.Limits {
-			lls = append(lls, ll)
-			kinds = append(kinds, x.kind)
-		}
-	}
+	add(KindTenant, e.Tenant)
 	return p.states(ctx, lls, kinds)
 }
 
 // EntityLevels is the state of one entity's own budgets and limits.
 func (p *Plane) EntityLevels(ctx context.Context, e *Entity) ([]LevelState, error) {
-	lv := p.dir.Level(e.ID)
+	name := e.Name
+	if e.Kind == KindKey {
+		name = e.ID
+	}
+	lv := p.dir.Level(e.Kind, e.Tenant, name)
 	if lv == nil {
 		return []LevelState{}, nil
 	}
