@@ -33,6 +33,7 @@ type replica struct {
 type replicaOptions struct {
 	dsn, redis string // empty: the embedded ledger / the in-memory store
 	alertURL   string
+	format     string // the alerts' format; empty: cloudevents
 	extra      string // more YAML at the end
 }
 
@@ -48,6 +49,9 @@ func newReplica(t *testing.T, upstream string, o replicaOptions) *replica {
     secret: %s
     backoff: 50ms
     timeout: 2s`, o.alertURL, alertSecret)
+		if o.format != "" {
+			alerts += "\n    format: " + o.format
+		}
 	}
 	yaml := fmt.Sprintf(`
 admin_token: test-admin
@@ -288,6 +292,27 @@ func TestTwoReplicas(t *testing.T) {
 			if l.Closest != (l.Level == "team") {
 				t.Fatalf("closest: %+v", lv.Levels)
 			}
+		}
+		// The dashboard shows the team's budget spent.
+		var dash struct {
+			Budgets []struct {
+				Kind, Name    string
+				SpentNanoUSD  int64 `json:"spent_nano_usd,string"`
+				AmountNanoUSD int64 `json:"amount_nano_usd,string"`
+			} `json:"budgets"`
+		}
+		_, raw := b.call(t, "test-admin", "GET", "/admin/data.json", "", nil)
+		if err := json.Unmarshal([]byte(raw), &dash); err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, r := range dash.Budgets {
+			if r.Kind == "team" && r.Name == "research" {
+				found = r.AmountNanoUSD == 100_000 && r.SpentNanoUSD > 50_000
+			}
+		}
+		if !found {
+			t.Fatalf("the dashboard does not show the team's spent budget: %s", raw)
 		}
 		// The key sees its own budgets at every level.
 		req, _ := http.NewRequest("GET", b.data+"/v1/costgate/usage", nil)

@@ -60,6 +60,16 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
+	var doc struct {
+		OpenAPI string         `json:"openapi"`
+		Paths   map[string]any `json:"paths"`
+	}
+	r.must(t, 200, "GET", "/admin/v1/openapi.json", "", &doc)
+	for _, p := range []string{"/admin/v1/tenants", "/admin/v1/keys", "/admin/v1/keys/{id}", "/admin/v1/keys/{id}/rotate", "/admin/v1/teams/{id}/budgets/{budget}/raise", "/admin/v1/audit"} {
+		if doc.OpenAPI != "3.1.0" || doc.Paths[p] == nil {
+			t.Fatalf("openapi.json (%s) does not document %s", doc.OpenAPI, p)
+		}
+	}
 	if st, _ := r.call(t, "wrong-token", "GET", "/admin/v1/keys", "", nil); st != 401 {
 		t.Fatalf("a wrong token: %d", st)
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/costgate/costgate/dashboard"
 	"github.com/costgate/costgate/gate"
 )
 
@@ -302,3 +303,52 @@ func (p *Plane) states(ctx context.Context, lls []*gate.LevelLimit, kinds []Kind
 
 // IsStoreDown tells whether err is the database's failure.
 func IsStoreDown(err error) bool { return errors.Is(err, ErrStoreDown) }
+
+// BudgetRows lists the budgets of up to limit teams and limit keys (in id
+// order) with their spend in the current period, for the dashboard. A
+// key's row carries its own budgets; the levels above it are the team's
+// and tenant's rows, and the key's page (KeyLevels) puts them together.
+func (p *Plane) BudgetRows(ctx context.Context, limit int) ([]dashboard.BudgetRow, error) {
+	var (
+		rows []dashboard.BudgetRow
+		lls  []*gate.LevelLimit
+	)
+	for _, kind := range []Kind{KindTeam, KindKey} {
+		es, err := p.store.List(ctx, Query{Kind: kind, Limit: limit})
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range es {
+			name := e.Name
+			if kind == KindKey {
+				name = e.ID
+				if e.RevokedAt != nil {
+					continue
+				}
+			}
+			lv := p.dir.Level(kind, e.Tenant, name)
+			if lv == nil {
+				continue
+			}
+			for _, ll := range lv.Limits {
+				if !ll.Budget {
+					continue
+				}
+				rows = append(rows, dashboard.BudgetRow{Kind: string(kind), ID: e.ID, Name: name, Tenant: e.Tenant, Team: e.Team,
+					Budget: ll.ID, Limit: ll.Name(), Period: ll.Period})
+				lls = append(lls, ll)
+			}
+		}
+	}
+	if len(lls) == 0 {
+		return rows, nil
+	}
+	sts, err := p.gate.PeekLevel(ctx, lls)
+	if err != nil {
+		return nil, fmt.Errorf("control: limiter store: %w", err)
+	}
+	for i, st := range sts {
+		rows[i].AmountNanoUSD, rows[i].SpentNanoUSD = st.Capacity, st.Capacity-st.Remaining
+	}
+	return rows, nil
+}
