@@ -3,6 +3,7 @@ package control_test
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -114,6 +115,57 @@ func TestBadInput(t *testing.T) {
 		r.must(t, 200, "PATCH", "/admin/v1/tenants/t2", `{"active":true}`, nil)
 		if st, _ := r.chat(t, k.Key); st != 200 {
 			t.Fatalf("key of a tenant turned on again: %d", st)
+		}
+	})
+
+	t.Run("revoking a rotated key ends its old secret too", func(t *testing.T) {
+		var k, rot created
+		r.must(t, 201, "POST", "/admin/v1/keys", `{"tenant":"t1"}`, &k)
+		r.must(t, 200, "POST", "/admin/v1/keys/"+k.ID+"/rotate", `{"grace":"1h"}`, &rot)
+		if st, _ := r.chat(t, k.Key); st != 200 {
+			t.Fatalf("old secret in its grace period: %d", st)
+		}
+		r.must(t, 200, "DELETE", "/admin/v1/keys/"+k.ID, "", nil)
+		for _, s := range []string{k.Key, rot.Key} {
+			if st, _ := r.chat(t, s); st != 401 {
+				t.Fatalf("a secret of a revoked key: %d", st)
+			}
+		}
+	})
+
+	t.Run("concurrent requests never spend more than a budget", func(t *testing.T) {
+		r.must(t, 201, "POST", "/admin/v1/teams", `{"tenant":"t1","name":"burst","budgets":[{"amount_usd":"0.0002"}]}`, nil)
+		var k1, k2 created
+		r.must(t, 201, "POST", "/admin/v1/keys", `{"tenant":"t1","team":"burst"}`, &k1)
+		r.must(t, 201, "POST", "/admin/v1/keys", `{"tenant":"t1","team":"burst"}`, &k2)
+		var wg sync.WaitGroup
+		statuses := make([]int, 40)
+		for i := range statuses {
+			wg.Go(func() {
+				key := k1.Key
+				if i%2 == 1 {
+					key = k2.Key
+				}
+				statuses[i], _ = r.chat(t, key)
+			})
+		}
+		wg.Wait()
+		ok := 0
+		for _, st := range statuses {
+			switch st {
+			case 200:
+				ok++
+			case 402:
+			default:
+				t.Fatalf("status %d", st)
+			}
+		}
+		var lv struct {
+			Levels []control.LevelState `json:"levels"`
+		}
+		r.must(t, 200, "GET", "/admin/v1/keys/"+k1.ID+"/levels", "", &lv)
+		if len(lv.Levels) != 1 || lv.Levels[0].Remaining < 0 || lv.Levels[0].Capacity != 200_000 || ok == 0 || ok == len(statuses) {
+			t.Fatalf("%d admitted; team budget %+v", ok, lv.Levels)
 		}
 	})
 
