@@ -2,6 +2,8 @@ package control_test
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +16,14 @@ import (
 // TestBadInput: every input the admin API refuses gets a clear 4xx that
 // says why, on the embedded store.
 func TestBadInput(t *testing.T) {
-	r := newReplica(t, simulatorURL(t), replicaOptions{})
+	r := newReplica(t, simulatorURL(t), replicaOptions{extra: `
+limits:
+  - name: free-per-key
+    plans: [free]
+    dimensions: [api_key]
+    rate: 1000
+    period: 1m
+`})
 	r.must(t, 201, "POST", "/admin/v1/tenants", `{"name":"t1","plan":"pro"}`, nil)
 	r.must(t, 201, "POST", "/admin/v1/tenants", `{"name":"t2"}`, nil)
 	r.must(t, 201, "POST", "/admin/v1/teams", `{"tenant":"t2","name":"ops"}`, nil)
@@ -185,6 +194,18 @@ func TestBadInput(t *testing.T) {
 		}
 		if st != 402 || !strings.Contains(body, fmt.Sprintf("key/%s/day", k.ID)) {
 			t.Fatalf("the key's budget: %d %s", st, body)
+		}
+		// The config tenant's plan applies to the API's key.
+		req, _ := http.NewRequest("GET", r.data+"/v1/costgate/usage", nil)
+		req.Header.Set("Authorization", "Bearer "+k.Key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		usage, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(usage), `"plan":"free"`) || !strings.Contains(string(usage), "free-per-key") {
+			t.Fatalf("usage of a key of a config tenant: %s", usage)
 		}
 		if st, body := r.chat(t, "cg-test-yaml"); st != 200 {
 			t.Fatalf("the config file's own key: %d %s", st, body)

@@ -49,7 +49,9 @@ func Open(ctx context.Context, g *gate.Gate, opts Options) (*Plane, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	st, err := OpenStore(ctx, cfg.Ledger.DSN, cfg.DataDirPath())
+	octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	st, err := OpenStore(octx, cfg.Ledger.DSN, cfg.DataDirPath())
+	cancel()
 	if err != nil {
 		return nil, err
 	}

@@ -260,6 +260,9 @@ func (g *Gate) lookup(st *state, sum [sha256.Size]byte) *Caller {
 	if !ok {
 		return nil
 	}
+	if p.Plan == "" {
+		p.Plan = st.tenants[p.Tenant] // a tenant the configuration declares
+	}
 	return &Caller{Tenant: p.Tenant, User: p.User, KeyID: p.KeyID, Plan: p.Plan, Team: p.Team, levels: p.Levels, st: st}
 }
 
