@@ -67,6 +67,7 @@ func (s *Plane) handler() http.Handler {
 	auth.HandleFunc("GET /admin/v1/tenants/{tenant}/spend", s.adminSpend)
 	auth.HandleFunc("GET /admin/v1/ledger", s.adminLedger)
 	auth.HandleFunc("GET /admin/v1/limits", s.adminLimits)
+	auth.HandleFunc("GET /admin/v1/leases", s.adminLeases)
 	auth.HandleFunc("GET /admin/v1/top-throttled", s.adminTopThrottled)
 	auth.HandleFunc("GET /admin/v1/shadow", func(w http.ResponseWriter, _ *http.Request) {
 		WriteJSON(w, http.StatusOK, map[string]any{"shadow": s.tel.Shadow()})

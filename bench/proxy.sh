@@ -20,6 +20,11 @@
 # loop): there the added p50 is what the pipeline adds to a request, not
 # the queueing that saturation brings.
 #
+# With PROXY_BENCH_LEASED (1), a second costgate runs the same config with
+# every limit leased (lease: {max_share: 0.01, ttl: 2s}, on Redis database
+# 1), measured as "leased", "leased-c1" and "leased-rate" in each round
+# beside the others.
+#
 # Knobs (environment): PROXY_BENCH_ROUNDS (5), PROXY_BENCH_DURATION (4s),
 # PROXY_BENCH_WARMUP (1s), PROXY_BENCH_CONNS (32), PROXY_BENCH_RATE (2000),
 # PROXY_BENCH_PERF (1), PROXY_BENCH_GOGC (GOGC for costgate alone; unset:
@@ -34,6 +39,7 @@ WARMUP=${PROXY_BENCH_WARMUP:-1s}
 CONNS=${PROXY_BENCH_CONNS:-32}
 RATE=${PROXY_BENCH_RATE:-2000}
 PERF=${PROXY_BENCH_PERF:-1}
+LEASED=${PROXY_BENCH_LEASED:-1}
 ADMIN_TOKEN=bench-admin
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -133,11 +139,30 @@ costgate=$(sed -n 's/.*costgate: serving .* on \([0-9.:]*\) (admin on \([0-9.:]*
 admin=$(sed -n 's/.*costgate: serving .* on \([0-9.:]*\) (admin on \([0-9.:]*\)).*/\2/p' "$tmp/costgate.log" | head -1)
 grep -o '"msg":"costgate: [^"]*"' "$tmp/costgate.log" | sed 's/^"msg":"\(.*\)"$/# \1/'
 
+leased_pid=
+if [ "$LEASED" != 0 ]; then
+	mkdir -p "$tmp/data-leased" "$tmp/cfg-leased"
+	sed -e 's|^\(    period: .*\)$|\1\n    lease: {max_share: 0.01, ttl: 2s}|' "$tmp/cfg/costgate.yaml" >"$tmp/cfg-leased/costgate.yaml"
+	${PROXY_BENCH_GOGC:+env GOGC=$PROXY_BENCH_GOGC} "$tmp/costgate" serve --config "$tmp/cfg-leased/costgate.yaml" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+		--redis "redis://127.0.0.1:$port/1" --data-dir "$tmp/data-leased" >"$tmp/leased.out" 2>"$tmp/leased.log" &
+	pids+=($!)
+	leased_pid=$!
+	for i in $(seq 100); do
+		grep -q 'costgate: serving' "$tmp/leased.log" 2>/dev/null && break
+		kill -0 "$leased_pid" 2>/dev/null || { echo "proxy.sh: leased costgate exited" >&2; cat "$tmp/leased.log" >&2; exit 1; }
+		[ "$i" = 100 ] && { echo "proxy.sh: leased costgate did not start" >&2; exit 1; }
+		sleep 0.1
+	done
+	leased=$(sed -n 's/.*costgate: serving .* on \([0-9.:]*\) (admin on \([0-9.:]*\)).*/\1/p' "$tmp/leased.log" | head -1)
+	leased_admin=$(sed -n 's/.*costgate: serving .* on \([0-9.:]*\) (admin on \([0-9.:]*\)).*/\2/p' "$tmp/leased.log" | head -1)
+fi
+
 check "http://$upstream"
 check "http://$bare"
 check "http://$costgate"
+[ -z "$leased_pid" ] || check "http://$leased"
 
-common=(-c "$CONNS" -d "$DUR" -warmup "$WARMUP" -pids "upstream=$upstream_pid,bare=$bare_pid,costgate=$costgate_pid,redis=$redis_pid")
+common=(-c "$CONNS" -d "$DUR" -warmup "$WARMUP" -pids "upstream=$upstream_pid,bare=$bare_pid,costgate=$costgate_pid,redis=$redis_pid${leased_pid:+,leased=$leased_pid}")
 results=$tmp/results.jsonl
 bound=$((${DUR%s} + ${WARMUP%s} + 30))
 for r in $(seq "$ROUNDS"); do
@@ -153,7 +178,20 @@ for r in $(seq "$ROUNDS"); do
 	timeout "$bound" "$pl" load "${common[@]}" -rate "$RATE" -round "$r" -label bare-rate -url "http://$bare" | tee -a "$results"
 	timeout "$bound" "$pl" load "${common[@]}" -rate "$RATE" -round "$r" -label costgate-rate -url "http://$costgate" \
 		-metrics "http://$admin/metrics" -admin-token "$ADMIN_TOKEN" | tee -a "$results"
+	if [ -n "$leased_pid" ]; then
+		for mode in "" "-c1" "-rate"; do
+			extra=()
+			[ "$mode" = -c1 ] && extra=(-c 1)
+			[ "$mode" = -rate ] && extra=(-rate "$RATE")
+			timeout "$bound" "$pl" load "${common[@]}" "${extra[@]}" -round "$r" -label "leased$mode" -url "http://$leased" \
+				-metrics "http://$leased_admin/metrics" -admin-token "$ADMIN_TOKEN" | tee -a "$results"
+		done
+	fi
 done
+if [ -n "$leased_pid" ]; then
+	curl -s -m 5 -H "Authorization: Bearer $ADMIN_TOKEN" "http://$leased_admin/admin/v1/leases" |
+		grep -o '"store":{[^}]*}' | sed 's/^/# leased costgate: /' || true
+fi
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 curl -s -m 5 -H "Authorization: Bearer $ADMIN_TOKEN" "http://$admin/metrics" |
 	awk '/^go_memstats_heap_inuse_bytes / { h = $2 } /^process_resident_memory_bytes / { r = $2 } /^go_gc_duration_seconds_count / { g = $2 }

@@ -62,6 +62,7 @@ type Config struct {
 	Reservations ReservationsConfig `yaml:"reservations"`
 	Capture      CaptureConfig      `yaml:"capture"`
 	Control      ControlConfig      `yaml:"control"`
+	Regions      *RegionsConfig     `yaml:"regions"`
 
 	// dir is the directory relative paths in the file are resolved against.
 	dir string
@@ -273,6 +274,8 @@ type LimitConfig struct {
 	OnStoreFailure string `yaml:"on_store_failure"`
 	// Mode: enforce (default) or shadow.
 	Mode string `yaml:"mode"`
+	// Lease makes the limit leased (see LeaseConfig); nil is strict.
+	Lease *LeaseConfig `yaml:"lease"`
 }
 
 // BudgetConfig is a spend cap in dollars per period.
@@ -286,6 +289,8 @@ type BudgetConfig struct {
 	// month, a UTC calendar month.
 	Period string `yaml:"period"`
 	Amount USD    `yaml:"amount"`
+	// Lease makes the budget leased (see LeaseConfig); nil is strict.
+	Lease *LeaseConfig `yaml:"lease"`
 }
 
 // Defaults are the values a config takes where its file leaves the field
@@ -623,6 +628,7 @@ func (c *Config) Validate() error {
 		if l.Unit != "usd" && l.RateUSD != 0 {
 			bad(p+".rate_usd", "only a usd limit takes rate_usd; a %s limit takes rate, in %s", l.Unit, l.Unit)
 		}
+		l.Lease.validate(p+".lease", l.Algorithm == "concurrency", bad)
 		l.validateLimit(p, bad)
 	}
 	for i, b := range c.Budgets {
@@ -638,10 +644,12 @@ func (c *Config) Validate() error {
 		if b.Amount <= 0 {
 			bad(p+".amount", "must be a positive dollar amount")
 		}
+		b.Lease.validate(p+".lease", false, bad)
 	}
 	c.Reservations.validate(bad)
 	c.Capture.validate(bad)
 	c.Control.validate(bad)
+	c.Regions.validate(c, bad)
 	c.validateRLS(names, bad)
 	return errors.Join(errs...)
 }
@@ -711,6 +719,7 @@ func (l LimitConfig) Weighted() (weighted.Limit, error) {
 		rate = int64(l.RateUSD)
 	}
 	wl := weighted.Limit{Name: l.Name, Algorithm: alg, Rate: rate, Period: l.Period, Burst: l.Burst}
+	wl.Lease = l.Lease.Weighted(wl.Capacity())
 	return wl, wl.Validate()
 }
 

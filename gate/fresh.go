@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/telemetry"
 	"github.com/costgate/costgate/weighted"
@@ -213,6 +214,9 @@ func (g *Gate) budgetCounters(ctx context.Context, tenant string) ([]weighted.It
 						return nil, nil, fmt.Errorf("gate: spend of %s for %s: %w", tenant, l.limit.Name, err)
 					}
 					spent = local.Spend
+				}
+				if g.regions != nil {
+					spent = costmodel.NanoUSD(g.regions.spent(l.limit, key)) // the ledger's spend is every region's
 				}
 				items = append(items, weighted.Item{Limit: l.limit, Key: key})
 				counted = append(counted, max(int64(spent), 0))

@@ -37,6 +37,8 @@ type Gate struct {
 	ping     func(context.Context) error // checks the limiter store; nil for memory
 	redis    redis.UniversalClient       // the limiter store's Redis; nil for memory
 	renewer  *renewer                    // renews the concurrency leases of reservations held
+	leases   *weighted.Leased            // leased limits' leases; nil for memory
+	regions  *Regions                    // this region's caps of global budgets; nil without regions
 	refusals Refusals                    // refusals by limit, for the dashboard
 	secret   []byte                      // signs held reservations' ids (see Hold)
 	holds    holds                       // the reservations this replica holds
@@ -164,6 +166,9 @@ func (g *Gate) open(ctx context.Context, cfg *config.Config) error {
 	})
 	g.closers = append(g.closers, func() error { g.tel.ObserveLedger(nil); return nil })
 
+	if err := g.openRegions(ctx, cfg); err != nil {
+		return err
+	}
 	// Budgets start from the ledger: a restart (or a Redis that lost its
 	// data) must not give every tenant a fresh budget.
 	start, cancelStart := context.WithTimeout(ctx, 10*time.Second)
@@ -210,7 +215,7 @@ func (g *Gate) openStore(ctx context.Context, cfg *config.Config) (*freshStore, 
 	// The guard's own bound backs up the store's two (the queue and the
 	// call) without cutting them short.
 	gs := &guardedStore{store: r, restorer: r, breaker: g.breaker, timeout: cfg.Store.QueueTimeout + cfg.Store.Timeout + 50*time.Millisecond, tel: g.tel}
-	return g.fresh(gs, 1), nil
+	return g.fresh(g.leased(gs), 1), nil
 }
 
 // redisClient connects to one Redis (redis:// or rediss://) or to a Redis

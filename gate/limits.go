@@ -63,6 +63,7 @@ func compileBudget(b config.BudgetConfig) *compiledLimit {
 	if b.Period == "month" {
 		l.Period, l.Calendar = 0, weighted.Month
 	}
+	l.Lease = b.Lease.Weighted(l.Rate)
 	return &compiledLimit{
 		limit:     l,
 		unit:      "usd",

@@ -237,7 +237,8 @@ func (r *Reservation) collect() {
 			continue
 		}
 		r.limits = append(r.limits, l)
-		r.items = append(r.items, weighted.Item{Limit: l.limit, Key: l.key(r), Cost: l.costOf(r.req.Requests, r.req.Estimate.Usage, r.req.Estimate.Cost)})
+		k := l.key(r)
+		r.items = append(r.items, weighted.Item{Limit: r.g.regional(r.ctx, l, k), Key: k, Cost: l.costOf(r.req.Requests, r.req.Estimate.Usage, r.req.Estimate.Cost)})
 	}
 	r.collectLevels()
 	for i, e := range r.req.Extra {
@@ -319,6 +320,9 @@ func (r *Reservation) undecided(err error) (Decision, bool) {
 	var tooBig *weighted.CostError
 	switch {
 	case errors.As(err, &tooBig):
+		if d, ok := r.regionalTooBig(tooBig); ok {
+			return d, true
+		}
 		return r.costTooBig(tooBig), true
 	case errors.Is(err, weighted.ErrOverloaded), errors.Is(err, weighted.ErrStale):
 		return r.overloaded(), true

@@ -163,6 +163,10 @@ type Limit struct {
 	// its own, so that a limit switched between a Period and a Calendar
 	// starts from empty windows. Only FixedWindow takes a Calendar.
 	Calendar Calendar
+	// Lease, when its Max is positive, lets a Leased store spend slices of
+	// this limit's allowance in process (see Leased). The zero value is
+	// strict: every debit goes to the store. Other stores ignore it.
+	Lease Lease
 }
 
 // MaxPeriod is the longest Period a limit may have.
@@ -249,6 +253,9 @@ func (l Limit) spec() (spec, error) {
 		return bad("burst %d exceeds 2^50", l.Burst)
 	}
 	s := spec{algo: l.Algorithm, cap: l.Capacity(), rate: l.Rate, period: l.Period.Microseconds()}
+	if err := l.Lease.check(l.Algorithm, s.cap); err != nil {
+		return bad("%v", err)
+	}
 	if l.Algorithm != TokenBucket && l.Algorithm != GCRA && l.Burst != 0 && l.Burst != l.Rate {
 		return bad("burst %d does not apply to %s (leave it 0; the capacity is the rate)", l.Burst, l.Algorithm)
 	}
@@ -287,6 +294,9 @@ func (l Limit) calendarSpec(bad func(string, ...any) (spec, error)) (spec, error
 		return bad("burst %d is negative", l.Burst)
 	case l.Burst != 0 && l.Burst != l.Rate:
 		return bad("burst %d does not apply to %s (leave it 0; the capacity is the rate)", l.Burst, l.Algorithm)
+	}
+	if err := l.Lease.check(l.Algorithm, l.Rate); err != nil {
+		return bad("%v", err)
 	}
 	return spec{algo: FixedWindow, cal: l.Calendar, cap: l.Rate, rate: l.Rate, period: maxMonth, tick: maxMonth, p: 1}, nil
 }

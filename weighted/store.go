@@ -21,6 +21,10 @@
 // its units while it renews at least once a Period, and the units of one
 // that stops (a crashed replica) return a Period after its last renewal.
 //
+// Leased is a Store over another that spends the allowance of leased
+// limits (Limit.Lease) in process, from slices it takes from the inner
+// store, and states what that can over-admit.
+//
 // Six algorithms are available (see Algorithm); Limit documents what rate,
 // period and burst mean for each. A fixed window may also count in UTC
 // calendar months (Limit.Calendar), for budgets such as $500 a month per

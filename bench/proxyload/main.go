@@ -468,7 +468,7 @@ func scrape(u, token string) (map[string]hist, error) {
 }
 
 // runReport prints the medians of each label's runs and the ratios of the
-// "costgate" label to the "bare" label.
+// "costgate" and "leased" labels to the "bare" label.
 func runReport(args []string) error {
 	if len(args) != 1 {
 		return errors.New("usage: proxyload report FILE")
@@ -568,8 +568,9 @@ func runReport(args []string) error {
 		}
 		fmt.Println()
 	}
-	for _, suffix := range []string{"", "-c1", "-rate"} {
-		bl, cl := "bare"+suffix, "costgate"+suffix
+	for _, pair := range [][2]string{{"", "costgate"}, {"-c1", "costgate"}, {"-rate", "costgate"}, {"", "leased"}, {"-c1", "leased"}, {"-rate", "leased"}} {
+		suffix, proc := pair[0], pair[1]
+		bl, cl := "bare"+suffix, proc+suffix
 		if len(runs[bl]) == 0 || len(runs[cl]) == 0 {
 			continue
 		}
@@ -577,7 +578,7 @@ func runReport(args []string) error {
 		p50 := func(r Run) float64 { return r.P50us }
 		fmt.Printf("%s / %s: throughput %.2fx, p50 added %.0f µs, CPU per request %.1fx\n", cl, bl,
 			med(cl, rps)/med(bl, rps), med(cl, p50)-med(bl, p50),
-			med(cl, func(r Run) float64 { return r.CPUus["costgate"] })/med(bl, func(r Run) float64 { return r.CPUus["bare"] }))
+			med(cl, func(r Run) float64 { return r.CPUus[proc] })/med(bl, func(r Run) float64 { return r.CPUus["bare"] }))
 		// Ratios round by round show how noisy the machine was.
 		var pr []string
 		for _, cr := range runs[cl] {

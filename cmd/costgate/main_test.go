@@ -481,6 +481,29 @@ func TestServeRelativeDataDir(t *testing.T) {
 	checkExport(t, out, s)
 }
 
+// TestServeDataDirFlag: a relative -data-dir is the working directory's,
+// as any path on a command line is, not the config file's.
+func TestServeDataDirFlag(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("COSTGATE_CONFIG", "")
+	config := writeConfig(t, t.TempDir(), "./data")
+	wd := t.TempDir()
+	t.Chdir(wd)
+	s := serveOnce(t, "--config", config, "--data-dir", "flagdata")
+	if _, err := os.Stat(filepath.Join(wd, "flagdata", "ledger.db")); err != nil {
+		t.Fatalf("no ledger under the working directory's flagdata: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(config), "flagdata")); err == nil {
+		t.Fatal("the flag's relative data directory was put beside the config")
+	}
+	out, _, err := runCmd(t, "", append([]string{"ledger", "export", "--config", config, "--data-dir", "flagdata", "--tenant", "acme"}, exportDays()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkExport(t, out, s)
+}
+
 // TestServeCutsStreamsAfterTheDrain: a stream that outlasts the drain is cut
 // when serve stops, and serve returns with its settlement in the ledger,
 // instead of waiting for the stream to end.

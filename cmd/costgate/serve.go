@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -89,7 +90,15 @@ func (f *configFlags) load() (*config.Config, string, error) {
 	set(&cfg.AdminListen, f.adminListen)
 	set(&cfg.Store.Redis, f.redis)
 	set(&cfg.Ledger.DSN, f.ledger)
-	set(&cfg.DataDir, f.dataDir)
+	if f.dataDir != "" {
+		// A flag's relative path is the working directory's, not the
+		// config file's (as data_dir in the file is).
+		dir, err := filepath.Abs(f.dataDir)
+		if err != nil {
+			return nil, "", fmt.Errorf("-data-dir %s: %w", f.dataDir, err)
+		}
+		cfg.DataDir = dir
+	}
 	// The flags may have moved a published demo key or token onto a public
 	// address: the config is checked again as it will run.
 	if err := cfg.Validate(); err != nil {

@@ -1,0 +1,117 @@
+package gate_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/costgate/costgate/config"
+	"github.com/costgate/costgate/gate"
+	"github.com/costgate/costgate/internal/redistest"
+)
+
+// openRedisGate opens a gate on redisURL with one tenant and limits.
+func openRedisGate(t *testing.T, redisURL, limits string) *gate.Gate {
+	t.Helper()
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+store: {redis: %q}
+tenants:
+  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
+  - {name: other, plan: none, keys: [{id: other-key, key: cg-other}]}
+limits:
+%s`, t.TempDir(), redisURL, limits)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gate.Open(context.Background(), cfg, gate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return g
+}
+
+// A leased limit admits exactly its capacity from one replica, with far
+// fewer Redis calls than requests, refuses past it with the window's
+// Retry-After, and a second replica sees the allowance spent. The admin
+// view names its mode and the keys leased.
+func TestLeasedLimitThroughTheGate(t *testing.T) {
+	ctx := context.Background()
+	url := redistest.New(t).URL
+	const limits = `  - {name: hot, dimensions: [tenant], unit: requests, algorithm: fixed_window, rate: 300, period: 1h, lease: {max_share: 0.2, ttl: 1m}}
+  - {name: plain, plans: [none], dimensions: [tenant], unit: requests, rate: 100000, period: 1h}`
+	a := openRedisGate(t, url, limits)
+	c := a.Identify("cg-acme")
+	admitted := 0
+	var last gate.Decision
+	for range 400 {
+		res, d := a.Reserve(ctx, &gate.Request{Caller: c, Route: "/x"})
+		if !d.Allowed() {
+			last = d
+			continue
+		}
+		admitted++
+		res.Settle(ctx, gate.Charge{HTTPStatus: 200})
+	}
+	if admitted != 300 {
+		t.Fatalf("admitted %d, want exactly 300", admitted)
+	}
+	if last.Status != 429 || last.Error.Code != "hot" || last.RetryAfter < 1 {
+		t.Fatalf("refusal: %+v", last)
+	}
+	ls, stats := a.Leases()
+	if stats.Acquired == 0 || stats.Calls > 40 {
+		t.Fatalf("lease stats %+v for 400 decisions", stats)
+	}
+	modes := map[string]string{}
+	for _, l := range ls {
+		modes[l.Name] = l.Mode
+	}
+	if modes["hot"] != "leased" || modes["plain"] != "strict" || ls[0].MaxUnits != 60 {
+		t.Fatalf("leases view: %+v", ls)
+	}
+	b := openRedisGate(t, url, limits)
+	if _, d := b.Reserve(ctx, &gate.Request{Caller: b.Identify("cg-acme"), Route: "/x"}); d.Allowed() || d.Status != 429 {
+		t.Fatalf("second replica: %+v", d)
+	}
+}
+
+// Leases held by a replica that closes go back: another replica then
+// admits the rest, and the two together admit exactly the capacity.
+func TestLeasesReturnAtClose(t *testing.T) {
+	ctx := context.Background()
+	url := redistest.New(t).URL
+	const limits = `  - {name: hot, dimensions: [tenant], unit: requests, algorithm: token_bucket, rate: 200, period: 24h, lease: {max_share: 0.5, ttl: 1m}}`
+	a := openRedisGate(t, url, limits)
+	c := a.Identify("cg-acme")
+	n := 0
+	for range 50 {
+		res, d := a.Reserve(ctx, &gate.Request{Caller: c, Route: "/x"})
+		if !d.Allowed() {
+			t.Fatalf("refused: %+v", d)
+		}
+		res.Settle(ctx, gate.Charge{HTTPStatus: 200})
+		n++
+	}
+	if _, st := a.Leases(); st.Acquired == 0 {
+		t.Fatalf("no lease taken: %+v", st)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := openRedisGate(t, url, limits)
+	cb := b.Identify("cg-acme")
+	for {
+		res, d := b.Reserve(ctx, &gate.Request{Caller: cb, Route: "/x"})
+		if !d.Allowed() {
+			break
+		}
+		res.Settle(ctx, gate.Charge{HTTPStatus: 200})
+		n++
+	}
+	if n != 200 {
+		t.Fatalf("admitted %d in all, want 200", n)
+	}
+}

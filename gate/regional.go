@@ -1,0 +1,87 @@
+package gate
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/costgate/costgate/config"
+	"github.com/costgate/costgate/weighted"
+)
+
+// openRegions starts this region's share of the budgets when the config
+// names regions: its caps live beside the ledger in PostgreSQL and are
+// rebalanced every regions.interval until Close.
+func (g *Gate) openRegions(ctx context.Context, cfg *config.Config) error {
+	rc := cfg.Regions
+	if rc == nil {
+		return nil
+	}
+	pool, err := pgxpool.New(ctx, cfg.Ledger.DSN)
+	if err != nil {
+		return fmt.Errorf("gate: regions: %w", config.RedactErr(err))
+	}
+	g.closers = append(g.closers, func() error { pool.Close(); return nil })
+	rg, err := NewRegions(pool, g.store, RegionsConfig{Region: cfg.Region, Regions: rc.Names, Interval: rc.Interval, MinShare: rc.MinShare})
+	if err != nil {
+		return err
+	}
+	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := rg.Migrate(mctx); err != nil {
+		return err
+	}
+	g.regions = rg
+	rctx, stop := context.WithCancel(context.Background())
+	g.closers = append(g.closers, func() error { stop(); return nil })
+	g.wg.Go(func() { rg.Run(rctx) })
+	return nil
+}
+
+// regional is l as this request debits it under key: a budget's amount
+// is this region's cap when regions share it.
+func (g *Gate) regional(ctx context.Context, l *compiledLimit, key string) weighted.Limit {
+	if g.regions == nil || !l.budget {
+		return l.limit
+	}
+	return g.regions.LimitContext(ctx, l.limit, key)
+}
+
+// spent is what this region last reported spent of budget l for key, the
+// count its Redis is restored to after losing its data; 0 before its
+// first rebalance.
+func (g *Regions) spent(l weighted.Limit, key string) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c := g.caps[capKey{budget: l.Name, key: key, period: periodName(l, g.cfg.Now())}]; c != nil && c.known {
+		return c.used
+	}
+	return 0
+}
+
+// regionalTooBig answers a cost above this region's cap of a budget, but
+// within the budget, as the budget spent here (402), not as a cost no
+// state could admit (400): the cap may grow at the next rebalance, which
+// is the Retry-After. Nothing was debited.
+func (r *Reservation) regionalTooBig(tooBig *weighted.CostError) (Decision, bool) {
+	if r.g.regions == nil {
+		return Decision{}, false
+	}
+	for i, l := range r.limits {
+		if !l.budget || l.limit.Name != tooBig.Limit || tooBig.Cost > l.limit.Capacity() || i >= len(r.items) {
+			continue
+		}
+		wait := r.g.regions.cfg.Interval
+		items := make([]weighted.ItemState, len(r.items))
+		for j := range items {
+			c := r.items[j].Limit.Capacity()
+			items[j] = weighted.ItemState{Allowed: true, Remaining: c, Capacity: c}
+		}
+		items[i] = weighted.ItemState{Capacity: tooBig.Capacity, RetryAfter: wait, ResetAfter: wait}
+		r.result = weighted.Result{Decider: i, RetryAfter: wait, ResetAfter: wait, Items: items}
+		return r.deny(), true
+	}
+	return Decision{}, false
+}

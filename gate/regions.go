@@ -1,0 +1,371 @@
+package gate
+
+// Multi-region budgets. Each region runs its own Redis; a budget of B
+// units per tenant per period is split into regional caps C_r, one row
+// per region in a table of the shared PostgreSQL, whose sum never exceeds
+// B. A region debits its budget counters in its own Redis against its own
+// cap, so the regions together never spend more than B (beyond what a
+// strict budget lets requests in flight overrun). Every interval each
+// region rebalances its own cap, in one transaction that locks the
+// budget's rows: it reports what it has spent and its recent demand,
+// and moves its cap toward its demand's share of what is left of B,
+// lowering it (never below its own spend) or raising it by at most the
+// part of B no region holds. A region changes only its own row, so a
+// region cut off from PostgreSQL keeps its cap: it serves up to it and
+// stops there, and the others share what it does not hold. A cap is
+// lowered in process before the row, and raised in the row before in
+// process, so a failure between the two leaves the region below its row.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/costgate/costgate/weighted"
+)
+
+// RegionsConfig configures a region's share of global budgets.
+type RegionsConfig struct {
+	// Region is this region's name; Regions every region's, this one
+	// included.
+	Region  string
+	Regions []string
+	// Interval is how often the region rebalances its caps; default 10s.
+	Interval time.Duration
+	// MinShare is the least share of what is left that a region's demand
+	// weighs, so that an idle region keeps some; default 0.05.
+	MinShare float64
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Validate reports whether the config is usable.
+func (c RegionsConfig) Validate() error {
+	switch {
+	case c.Region == "":
+		return errors.New("gate: regions: this region has no name")
+	case len(c.Regions) < 1:
+		return errors.New("gate: regions: no regions")
+	case c.Interval < 0:
+		return errors.New("gate: regions: negative interval")
+	case c.MinShare < 0 || c.MinShare > 1 || math.IsNaN(c.MinShare):
+		return fmt.Errorf("gate: regions: min_share %v is not in [0, 1]", c.MinShare)
+	}
+	for _, r := range c.Regions {
+		if r == c.Region {
+			return nil
+		}
+	}
+	return fmt.Errorf("gate: regions: %q is not one of the regions %v", c.Region, c.Regions)
+}
+
+// Regions keeps this region's caps of global budgets. It is safe for
+// concurrent use.
+type Regions struct {
+	db    *pgxpool.Pool
+	store weighted.Store
+	cfg   RegionsConfig
+
+	mu       sync.Mutex
+	caps     map[capKey]*regionCap
+	lastOK   time.Time
+	lastErr  error
+	lastTry  time.Time
+	attempts int64
+}
+
+type capKey struct {
+	budget string
+	key    string
+	period string // the window's name, such as "day:20423" or "month:2026-12"
+}
+
+type regionCap struct {
+	first sync.Mutex     // held while the cap is read the first time
+	limit weighted.Limit // the budget, Rate = B
+	cap   int64          // this region's cap; known once read
+	known bool
+	used  int64 // at the last rebalance
+	rate  float64
+	at    time.Time
+}
+
+// NewRegions returns the caps of region cfg.Region, kept in db and
+// debited in store. Call Migrate once before Rebalance.
+func NewRegions(db *pgxpool.Pool, store weighted.Store, cfg RegionsConfig) (*Regions, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = 10 * time.Second
+	}
+	if cfg.MinShare == 0 {
+		cfg.MinShare = 0.05
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Regions{db: db, store: store, cfg: cfg, caps: map[capKey]*regionCap{}}, nil
+}
+
+// Migrate creates the table of regional caps.
+func (g *Regions) Migrate(ctx context.Context) error {
+	_, err := g.db.Exec(ctx, `CREATE TABLE IF NOT EXISTS costgate_region_caps (
+	budget text NOT NULL, key text NOT NULL, period text NOT NULL, region text NOT NULL,
+	cap bigint NOT NULL, used bigint NOT NULL, rate double precision NOT NULL,
+	updated_at timestamptz NOT NULL,
+	PRIMARY KEY (budget, key, period, region))`)
+	if err != nil {
+		return fmt.Errorf("gate: regions: migrate: %w", err)
+	}
+	return nil
+}
+
+// periodName names the window of budget l that holds now.
+func periodName(l weighted.Limit, now time.Time) string {
+	now = now.UTC()
+	if l.Calendar == weighted.Month {
+		return now.Format("month:2006-01")
+	}
+	return fmt.Sprintf("p%d:%d", l.Period.Microseconds(), now.UnixMicro()/max(l.Period.Microseconds(), 1))
+}
+
+// Limit returns budget l (its Rate the global amount) as this region
+// enforces it for key now: its Rate is the region's cap, 1 at least (a
+// weighted limit's least rate); 1 too while the cap is not read yet, so
+// that a region that never reached PostgreSQL spends nothing of the
+// budget. The key is rebalanced from then on.
+func (g *Regions) Limit(l weighted.Limit, key string) weighted.Limit {
+	return g.LimitContext(context.Background(), l, key)
+}
+
+// LimitContext is Limit, which reads a key's cap on its first use in a
+// period: that request waits for one rebalance of the key (bounded by ctx
+// and 2 s), and concurrent ones for the same.
+func (g *Regions) LimitContext(ctx context.Context, l weighted.Limit, key string) weighted.Limit {
+	now := g.cfg.Now()
+	k := capKey{budget: l.Name, key: key, period: periodName(l, now)}
+	g.mu.Lock()
+	c := g.caps[k]
+	if c == nil {
+		c = &regionCap{limit: l}
+		g.caps[k] = c
+	}
+	known := c.known
+	g.mu.Unlock()
+	if !known {
+		c.first.Lock()
+		g.mu.Lock()
+		known = c.known
+		g.mu.Unlock()
+		if !known {
+			fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_ = g.rebalance(fctx, k, now)
+			cancel()
+		}
+		c.first.Unlock()
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := l
+	out.Rate = 1
+	if c.known {
+		out.Rate = max(c.cap, 1)
+	}
+	out.Lease = weighted.Lease{} // a regional cap is strict
+	return out
+}
+
+// RegionInfo is what the admin plane shows of a region's reconciliation.
+type RegionInfo struct {
+	Region    string    `json:"region"`
+	Regions   []string  `json:"regions"`
+	LastOK    time.Time `json:"last_reconciliation"`
+	LastTry   time.Time `json:"last_attempt"`
+	LastError string    `json:"last_error,omitempty"`
+	Budgets   int       `json:"budgets"`
+}
+
+// Info returns the region's last reconciliation.
+func (g *Regions) Info() RegionInfo {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	i := RegionInfo{Region: g.cfg.Region, Regions: g.cfg.Regions, LastOK: g.lastOK, LastTry: g.lastTry, Budgets: len(g.caps)}
+	if g.lastErr != nil {
+		i.LastError = g.lastErr.Error()
+	}
+	return i
+}
+
+// Cap returns this region's cap of budget name for key in the current
+// period, and whether it is known.
+func (g *Regions) Cap(l weighted.Limit, key string) (int64, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c := g.caps[capKey{budget: l.Name, key: key, period: periodName(l, g.cfg.Now())}]
+	if c == nil || !c.known {
+		return 0, false
+	}
+	return c.cap, true
+}
+
+// Run rebalances every interval until ctx ends.
+func (g *Regions) Run(ctx context.Context) {
+	t := time.NewTicker(g.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = g.Rebalance(ctx)
+		}
+	}
+}
+
+// Rebalance rebalances every budget key this region has enforced in the
+// current period, each in a transaction of its own.
+func (g *Regions) Rebalance(ctx context.Context) error {
+	now := g.cfg.Now()
+	g.mu.Lock()
+	keys := make([]capKey, 0, len(g.caps))
+	for k := range g.caps {
+		if k.period != periodName(g.caps[k].limit, now) {
+			delete(g.caps, k) // a past period
+			continue
+		}
+		keys = append(keys, k)
+	}
+	g.lastTry = now
+	g.mu.Unlock()
+	var errs []error
+	for _, k := range keys {
+		if err := g.rebalance(ctx, k, now); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	err := errors.Join(errs...)
+	g.mu.Lock()
+	g.lastErr = err
+	if err == nil {
+		g.lastOK = now
+	}
+	g.mu.Unlock()
+	return err
+}
+
+func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error {
+	g.mu.Lock()
+	c := g.caps[k]
+	lim := c.limit
+	g.mu.Unlock()
+	total := lim.Rate
+	// What this region has spent: its counter, peeked at the budget's
+	// whole amount, which no regional count exceeds.
+	peek := lim
+	peek.Lease = weighted.Lease{}
+	res, err := g.store.Peek(ctx, []weighted.Item{{Limit: peek, Key: k.key}})
+	if err != nil {
+		return fmt.Errorf("gate: regions: %s %s: %w", k.budget, k.key, err)
+	}
+	used := total - res.Items[0].Remaining
+
+	tx, err := g.db.BeginTx(ctx, pgx.TxOptions{})
+	if err != nil {
+		return fmt.Errorf("gate: regions: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	h := fnv.New64a()
+	h.Write([]byte(k.budget + "\x00" + k.key + "\x00" + k.period))
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(h.Sum64())); err != nil {
+		return fmt.Errorf("gate: regions: lock: %w", err)
+	}
+	rows, err := tx.Query(ctx, `SELECT region, cap, used, rate FROM costgate_region_caps WHERE budget = $1 AND key = $2 AND period = $3`,
+		k.budget, k.key, k.period)
+	if err != nil {
+		return fmt.Errorf("gate: regions: read: %w", err)
+	}
+	type row struct {
+		cap, used int64
+		rate      float64
+	}
+	all := map[string]row{}
+	for rows.Next() {
+		var name string
+		var r row
+		if err := rows.Scan(&name, &r.cap, &r.used, &r.rate); err != nil {
+			rows.Close()
+			return fmt.Errorf("gate: regions: read: %w", err)
+		}
+		all[name] = r
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("gate: regions: read: %w", err)
+	}
+	// A region without a row has taken nothing: it spends nothing until
+	// it writes one, here, under the lock.
+	mine, had := all[g.cfg.Region]
+	rate := 0.0
+	g.mu.Lock()
+	if c.known && now.After(c.at) {
+		rate = float64(used-c.used) / now.Sub(c.at).Seconds()
+		if c.rate > 0 {
+			rate = (rate + c.rate) / 2
+		}
+	}
+	g.mu.Unlock()
+	mine.used, mine.rate = used, max(rate, 0)
+	all[g.cfg.Region] = mine
+	var held, spent int64
+	var rates float64
+	for _, r := range all {
+		held += r.cap
+		spent += r.used
+		rates += r.rate
+	}
+	free := total - held
+	left := max(total-spent, 0)
+	share := 1.0 / float64(len(g.cfg.Regions))
+	if rates > 0 {
+		share = mine.rate / rates
+	}
+	share = max(share, g.cfg.MinShare)
+	target := used + int64(math.Floor(share*float64(left)))
+	// Never below what it spent, never more than its row and what no
+	// region holds (a region that spent past its row, by a settlement
+	// above the estimate, keeps its row and takes what is free).
+	next := max(min(max(target, used), mine.cap+free), 0)
+	lower := had && next < mine.cap
+	if lower {
+		g.setCap(k, next, used, mine.rate, now) // in process first
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO costgate_region_caps (budget, key, period, region, cap, used, rate, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		ON CONFLICT (budget, key, period, region) DO UPDATE SET cap = $5, used = $6, rate = $7, updated_at = $8`,
+		k.budget, k.key, k.period, g.cfg.Region, next, used, mine.rate, now); err != nil {
+		return fmt.Errorf("gate: regions: write: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("gate: regions: commit: %w", err)
+	}
+	if !lower {
+		g.setCap(k, next, used, mine.rate, now)
+	}
+	return nil
+}
+
+func (g *Regions) setCap(k capKey, cp, used int64, rate float64, now time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c := g.caps[k]; c != nil {
+		c.cap, c.known, c.used, c.rate, c.at = cp, true, used, rate, now
+	}
+}

@@ -1,0 +1,965 @@
+package weighted
+
+// A lease is a slice of a key's allowance that one replica takes from the
+// store in one Debit, under an id of its own, and then spends in process.
+// The store counts the lease's units as spent when it is taken, so the
+// replicas together never spend more than the store admitted; what a
+// replica has not spent when the lease ends goes back with one Settle of
+// the lease (actual = what was spent). A replica that dies returns
+// nothing: its leases' units come back as the store refills them (a
+// meter), when their window ends (a window), or when their marks leave
+// the log (a sliding log), exactly as if they had been spent when leased.
+//
+// The over-admission this allows comes only from the delay between
+// taking a unit and spending it: see Leased for the bound.
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math/bits"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Lease is a limit's lease policy. The zero value is strict: no leases.
+type Lease struct {
+	// Max is the most units of the limit one replica holds unspent for
+	// one key at any time, its leases together: a lease is never larger.
+	// It is at most the limit's capacity; 0 means no leases.
+	Max int64
+	// TTL is how long a lease lives before its unspent units go back to
+	// the store. 0 means DefaultLeaseTTL. A lease on a window also ends
+	// with the window it was taken in.
+	TTL time.Duration
+}
+
+// DefaultLeaseTTL is a lease's life when Lease.TTL is 0.
+const DefaultLeaseTTL = 2 * time.Second
+
+// On reports whether the policy takes leases.
+func (l Lease) On() bool { return l.Max > 0 }
+
+func (l Lease) ttl() time.Duration { return cmp.Or(l.TTL, DefaultLeaseTTL) }
+
+func (l Lease) check(a Algorithm, capacity int64) error {
+	switch {
+	case l.Max < 0:
+		return fmt.Errorf("lease max %d is negative", l.Max)
+	case l.TTL < 0:
+		return fmt.Errorf("lease ttl %s is negative", l.TTL)
+	case l.Max == 0:
+		return nil
+	case a == Concurrency:
+		return errors.New("a concurrency limit cannot be leased (its units are held, not spent)")
+	case l.Max > capacity:
+		return fmt.Errorf("lease max %d exceeds the capacity %d", l.Max, capacity)
+	case l.TTL > time.Hour:
+		return fmt.Errorf("lease ttl %s exceeds 1h", l.TTL)
+	}
+	return nil
+}
+
+// LeasedConfig configures a Leased store. The zero value is ready to use.
+type LeasedConfig struct {
+	// Now is the replica's clock; nil means time.Now. Leases are timed by
+	// it from when their Debit is sent, so a lease ends no later, by the
+	// store's clock, than the store said it may.
+	Now func() time.Time
+	// Sweep is how often leases past their TTL are returned and idle keys
+	// forgotten. 0 means 100ms.
+	Sweep time.Duration
+	// MaxKeys bounds the keys whose leases and demand are remembered; a
+	// key past it is debited strictly. 0 means 65,536.
+	MaxKeys int
+}
+
+// LeaseStats counts what a Leased store did since it was made.
+type LeaseStats struct {
+	Local    int64 // leased items decided in process, admitted or refused
+	Refused  int64 // of Local, refused because the key is known spent
+	Acquired int64 // Debits of the store that took a lease
+	Returned int64 // Settles of the store that returned a lease's unspent units
+	Strict   int64 // Debits of the store for a leased item's own cost (a cold key)
+	Calls    int64 // every call made to the store: Debit, Settle, Cancel, Renew, Peek
+}
+
+// LeaseInfo is the state of one leased key on this replica.
+type LeaseInfo struct {
+	Limit       string
+	Key         string
+	Leases      int   // leases held
+	Unspent     int64 // their units not yet spent
+	Debt        int64 // settled costs beyond the estimates, paid from the next lease
+	RatePerSec  int64 // the replica's recent demand, units per second
+	SpentUntil  time.Time
+	LastAcquire time.Time
+}
+
+// Leased is a Store that decides the items of leased limits (Limit.Lease)
+// in process, from leases taken from its inner store, and passes every
+// other item to the inner store. A Debit whose items are all leased and
+// covered by leases held touches no store; a key without enough leased
+// units takes a new lease (one Debit of the store, shared by the
+// concurrent requests that wait for it), or, while its demand on this
+// replica is too low to be worth a lease, debits the request's own cost
+// as a strict store would. A key whose lease was refused is refused in
+// process, with the store's RetryAfter, until then (for costs at least as
+// large as the one refused).
+//
+// # Lease size
+//
+// A key's demand on this replica is measured between leases, in units per
+// second. A lease is sized to last half its TTL at that demand, at least
+// the request's cost, at most what keeps the replica's unspent units of
+// the key within Lease.Max, and, once the store has said how much was
+// left, at most half of that: a hot key gets large leases, a cold one
+// none. A lease is renewed in the background when its unspent units fall
+// below a quarter of its size.
+//
+// # The bound
+//
+// The store debits a lease when it is taken; the replica spends it later,
+// within its TTL. With R replicas holding leases on a key:
+//   - TokenBucket, GCRA and SlidingLog: over any interval, the units
+//     admitted are at most what the strict limit admits over it (Burst +
+//     Rate × length for a meter; Rate for a log over one Period) plus the
+//     units leased before the interval and unspent at its start: at most
+//     R × Lease.Max. Counted from a state the store has not leased from,
+//     nothing more is admitted than strictly.
+//   - FixedWindow (by period or calendar month) and SlidingWindow: a lease
+//     ends with the window it was taken in, so each window admits at most
+//     its capacity, as strictly; a sliding window's weighted count sees a
+//     unit when it was leased, up to one TTL before it was spent.
+//   - Settlements: a cost settled above its estimate is charged to the
+//     replica's leases (a debt the next lease pays first; unpaid after a
+//     TTL, it is charged to the store as a strict Settle charges it,
+//     clamped at full). So settlements add nothing to the bound beyond
+//     what they add strictly.
+//   - A reservation is settled against the leases of the replica that
+//     debited it, once. Settled again, or on another replica, its leased
+//     items are charged what exceeds their estimate and never refunded,
+//     so that no settle gives back twice.
+//   - A replica that dies admits nothing more: it held at most Lease.Max
+//     unspent units per key, which the store counts spent. They come back
+//     to the others as the store refills a meter (Lease.Max / Rate of a
+//     Period at most), when a log's marks leave it, or when their window
+//     ends; they are never admitted twice.
+//
+// Leased is safe for concurrent use. NewLeased starts its sweeper; Close
+// stops it and returns the leases held.
+type Leased struct {
+	store   Store
+	now     func() time.Time
+	sweep   time.Duration
+	maxKeys int
+	prefix  string
+	seq     atomic.Uint64
+	stats   leaseStats
+	stop    chan struct{}
+	stopped sync.Once
+	wg      sync.WaitGroup
+	// inline takes a lease that renews one before it runs out in the
+	// request that notices, not in the background: tests use it to be
+	// deterministic.
+	inline bool
+
+	mu   sync.RWMutex
+	keys map[leaseKey]*leaseState
+
+	seed  maphash.Seed
+	pends [16]pending
+}
+
+var _ Store = (*Leased)(nil)
+
+type leaseStats struct {
+	local, refused, acquired, returned, strict, calls atomic.Int64
+}
+
+type leaseKey struct {
+	name string
+	algo Algorithm
+	cal  Calendar
+	key  string
+}
+
+// leaseState is one key's leases on this replica.
+type leaseState struct {
+	mu      sync.Mutex
+	item    Item // the key's item, Cost 0, for the store
+	leases  []heldLease
+	ended   []heldLease // past their TTL, to return
+	debt    int64
+	debtAge time.Time // when the debt first went unpaid
+
+	// demand
+	taken int64
+	since time.Time
+	rate  float64 // units per second
+	size  int64   // the last lease's size
+
+	// the store's last answer
+	remaining  int64
+	known      bool
+	resetAt    time.Time
+	spentCost  int64
+	spentUntil time.Time
+	spentState ItemState
+
+	fetching chan struct{} // open while a lease is being taken
+	lastUsed time.Time
+	lastAcq  time.Time
+}
+
+type heldLease struct {
+	id      string
+	granted int64
+	used    int64
+	expires time.Time
+	window  bool // ends with its window: nothing to return after
+}
+
+// NewLeased returns a Leased store over inner and starts its sweeper.
+func NewLeased(inner Store, cfg LeasedConfig) *Leased {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	l := &Leased{
+		store: inner, now: cfg.Now, sweep: cmp.Or(cfg.Sweep, 100*time.Millisecond),
+		maxKeys: cmp.Or(cfg.MaxKeys, 1<<16), prefix: "lease-" + hex.EncodeToString(b[:]) + "-",
+		stop: make(chan struct{}), keys: map[leaseKey]*leaseState{}, seed: maphash.MakeSeed(),
+	}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	l.wg.Go(l.sweeper)
+	return l
+}
+
+// Inner returns the store the leases are taken from.
+func (l *Leased) Inner() Store { return l.store }
+
+// Stats returns the store's counts.
+func (l *Leased) Stats() LeaseStats {
+	s := &l.stats
+	return LeaseStats{Local: s.local.Load(), Refused: s.refused.Load(), Acquired: s.acquired.Load(),
+		Returned: s.returned.Load(), Strict: s.strict.Load(), Calls: s.calls.Load()}
+}
+
+// Leases returns the state of every leased key this replica holds leases
+// for or remembers as spent, for the admin API.
+func (l *Leased) Leases() []LeaseInfo {
+	now := l.now()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	out := make([]LeaseInfo, 0, len(l.keys))
+	for k, st := range l.keys {
+		st.mu.Lock()
+		st.expire(now)
+		info := LeaseInfo{Limit: k.name, Key: k.key, Leases: len(st.leases), Unspent: st.avail(),
+			Debt: st.debt, RatePerSec: int64(st.rate), LastAcquire: st.lastAcq}
+		if st.spentUntil.After(now) {
+			info.SpentUntil = st.spentUntil
+		}
+		st.mu.Unlock()
+		if info.Leases > 0 || info.Debt > 0 || !info.SpentUntil.IsZero() {
+			out = append(out, info)
+		}
+	}
+	return out
+}
+
+// Close stops the sweeper and returns every lease held. The store stays
+// usable, strictly: a Debit after Close takes no lease.
+func (l *Leased) Close(ctx context.Context) error {
+	l.stopped.Do(func() { close(l.stop) })
+	l.wg.Wait()
+	l.mu.Lock()
+	states := make([]*leaseState, 0, len(l.keys))
+	for _, st := range l.keys {
+		states = append(states, st)
+	}
+	l.mu.Unlock()
+	var errs []error
+	for _, st := range states {
+		st.mu.Lock()
+		st.ended = append(st.ended, st.leases...)
+		st.leases = st.leases[:0]
+		st.mu.Unlock()
+		if err := l.returnEnded(ctx, st, true); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (l *Leased) closed() bool {
+	select {
+	case <-l.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// Debit implements Store.
+func (l *Leased) Debit(ctx context.Context, id string, items []Item) (Result, error) {
+	if id == "" {
+		return Result{}, errNoID
+	}
+	nl := 0
+	for i := range items {
+		if items[i].Limit.Lease.On() {
+			nl++
+		}
+	}
+	if nl == 0 || l.closed() || len(items) > maxLeasedItems {
+		l.stats.calls.Add(1)
+		return l.store.Debit(ctx, id, items)
+	}
+	var sbuf [4]spec
+	ss, err := specs(items, sbuf[:0], true)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Items: make([]ItemState, len(items))}
+	// Leased items first: a key known spent costs no store call at all.
+	var states [maxLeasedItems]*leaseState
+	var local uint64 // items spent from leases
+	undo := func() {
+		now := l.now()
+		for i := range items {
+			if local&(1<<i) != 0 {
+				states[i].give(items[i].Cost, now)
+			}
+		}
+	}
+	for i := range items {
+		if !items[i].Limit.Lease.On() {
+			continue
+		}
+		if states[i] = l.state(&items[i]); states[i] == nil {
+			continue // too many keys: strict
+		}
+		is, spent, err := l.take(ctx, states[i], &items[i], &ss[i])
+		if err != nil {
+			undo()
+			return Result{}, err
+		}
+		if !spent {
+			continue
+		}
+		res.Items[i] = is
+		if !is.Allowed {
+			undo()
+			for j := range items {
+				if res.Items[j].Capacity == 0 {
+					// Not evaluated: reported at its capacity.
+					res.Items[j] = ItemState{Allowed: true, Remaining: ss[j].cap, Capacity: ss[j].cap}
+				}
+			}
+			res.decide()
+			return res, nil
+		}
+		local |= 1 << i
+	}
+	// The rest, strict, in one Debit of the store.
+	if n := len(items) - bits.OnesCount64(local); n > 0 {
+		var ibuf [4]Item
+		var idx [maxLeasedItems]int
+		strict := ibuf[:0]
+		for i := range items {
+			if local&(1<<i) == 0 {
+				idx[len(strict)] = i
+				strict = append(strict, items[i])
+			}
+		}
+		l.stats.calls.Add(1)
+		sr, err := l.store.Debit(ctx, id, strict)
+		if err != nil {
+			undo()
+			return Result{}, err
+		}
+		now := l.now()
+		for j, is := range sr.Items {
+			i := idx[j]
+			res.Items[i] = is
+			if st := states[i]; st != nil {
+				st.saw(is, items[i].Cost, now)
+			}
+		}
+		if !sr.Allowed {
+			undo()
+			res.decide()
+			return res, nil
+		}
+	}
+	if local != 0 {
+		l.pend(id, local)
+	}
+	res.decide()
+	return res, nil
+}
+
+// maxLeasedItems is the most items a request with leased items may have;
+// a larger one is debited strictly.
+const maxLeasedItems = 64
+
+// state returns the key's state, made on first use; nil when the store
+// remembers too many keys already.
+func (l *Leased) state(it *Item) *leaseState {
+	k := leaseKey{name: it.Limit.Name, algo: it.Limit.Algorithm, cal: it.Limit.Calendar, key: it.Key}
+	l.mu.RLock()
+	st := l.keys[k]
+	l.mu.RUnlock()
+	if st != nil {
+		return st
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if st = l.keys[k]; st != nil {
+		return st
+	}
+	if len(l.keys) >= l.maxKeys {
+		return nil
+	}
+	st = &leaseState{item: Item{Limit: it.Limit, Key: it.Key}, since: l.now()}
+	l.keys[k] = st
+	return st
+}
+
+// take spends cost from the key's leases, taking a new lease when they
+// hold too little and the key's demand is worth one. spent reports
+// whether the item was decided here: admitted from a lease, or refused
+// because the key is known spent; otherwise the caller debits it from
+// the store.
+func (l *Leased) take(ctx context.Context, st *leaseState, it *Item, s *spec) (is ItemState, spent bool, err error) {
+	cost := it.Cost
+	for {
+		now := l.now()
+		st.mu.Lock()
+		st.lastUsed = now
+		st.expire(now)
+		if now.Before(st.spentUntil) && cost >= st.spentCost {
+			is := st.spentState
+			is.RetryAfter = st.spentUntil.Sub(now)
+			is.ResetAfter = max(is.ResetAfter, is.RetryAfter)
+			st.mu.Unlock()
+			l.stats.local.Add(1)
+			l.stats.refused.Add(1)
+			return is, true, nil
+		}
+		need := cost + st.debt
+		if st.avail() >= need {
+			st.spend(need)
+			st.debt = 0
+			st.taken += cost
+			is := st.view(s, now)
+			var size int64
+			if st.fetching == nil && st.size > 0 && st.avail() < st.size/4 && !l.closed() {
+				if size = st.leaseSize(0, now); size > 0 {
+					st.fetching = make(chan struct{})
+				}
+			}
+			st.mu.Unlock()
+			l.stats.local.Add(1)
+			if size > 0 {
+				sp, ttl := *s, it.Limit.Lease.ttl()
+				if l.inline {
+					_, _ = l.acquire(context.WithoutCancel(ctx), st, &sp, size, 0)
+					return is, true, nil
+				}
+				l.wg.Go(func() {
+					pctx, cancel := context.WithTimeout(context.Background(), ttl)
+					defer cancel()
+					_, _ = l.acquire(pctx, st, &sp, size, 0)
+				})
+			}
+			return is, true, nil
+		}
+		if ch := st.fetching; ch != nil {
+			st.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return ItemState{}, false, ctx.Err()
+			}
+		}
+		size := st.leaseSize(need, now)
+		if size < 2*need {
+			st.taken += cost
+			st.mu.Unlock()
+			return ItemState{}, false, nil // cold: strict
+		}
+		st.fetching = make(chan struct{})
+		st.mu.Unlock()
+		// The lease is every waiter's: a caller that leaves (a client that
+		// hangs up) does not cut it short; the store's own bounds do.
+		if _, err := l.acquire(context.WithoutCancel(ctx), st, s, size, need); err != nil {
+			return ItemState{}, false, err
+		}
+		// Held, or refused and the key marked spent: the loop's next turn
+		// says which.
+	}
+}
+
+// leaseSize measures the key's demand and returns the size of its next
+// lease: half a TTL of demand, at most what keeps the unspent units within
+// Lease.Max and half of what the store last said was left. The caller
+// holds mu.
+func (st *leaseState) leaseSize(need int64, now time.Time) int64 {
+	pol := st.item.Limit.Lease
+	if el := now.Sub(st.since); el >= time.Millisecond {
+		inst := float64(st.taken) / el.Seconds()
+		if st.rate == 0 {
+			st.rate = inst
+		} else {
+			st.rate = (st.rate + inst) / 2
+		}
+		st.taken, st.since = 0, now
+	}
+	size := int64(min(st.rate*pol.ttl().Seconds()/2, float64(pol.Max)))
+	return min(size, pol.Max-st.avail())
+}
+
+// saw records the store's answer to a strict debit of cost on the key.
+func (st *leaseState) saw(is ItemState, cost int64, now time.Time) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.remaining, st.known = is.Remaining, true
+	st.resetAt = now.Add(is.ResetAfter)
+	if !is.Allowed && is.RetryAfter > 0 {
+		st.spentCost, st.spentUntil, st.spentState = cost, now.Add(is.RetryAfter), is
+	}
+}
+
+// acquire takes a lease of size units for st in one Debit of the store
+// and reports whether it got it. When the store has less left, a second
+// Debit takes what is left, or need alone when less than need is left,
+// whose refusal marks the key known spent for costs of need or more
+// until the store's RetryAfter. A meter or log that refills the lease
+// within a quarter of its TTL is instead known spent until then, once
+// less than half the lease is left: a hot key at its limit waits for a
+// lease's worth, at most a quarter TTL. need 0 is a renewal ahead of time, which marks
+// nothing. The caller has set st.fetching, which acquire closes.
+func (l *Leased) acquire(ctx context.Context, st *leaseState, s *spec, size, need int64) (bool, error) {
+	defer func() {
+		st.mu.Lock()
+		close(st.fetching)
+		st.fetching = nil
+		st.mu.Unlock()
+	}()
+	size = min(size, s.cap)
+	for attempt := 0; ; attempt++ {
+		id := l.prefix + strconv.FormatUint(l.seq.Add(1), 36)
+		sent := l.now()
+		l.stats.calls.Add(1)
+		one := [1]Item{st.item}
+		one[0].Cost = size
+		r, err := l.store.Debit(ctx, id, one[:])
+		if err != nil {
+			return false, err
+		}
+		got := r.Items[0]
+		st.mu.Lock()
+		st.remaining, st.known = got.Remaining, true
+		st.resetAt = sent.Add(got.ResetAfter)
+		if got.Allowed {
+			st.spentUntil = time.Time{}
+			st.lastAcq = sent
+			expires, window := sent.Add(st.item.Limit.Lease.ttl()), false
+			if s.algo == FixedWindow || s.algo == SlidingWindow {
+				if end := windowEnd(s, got, sent); end.Before(expires) {
+					expires, window = end, true
+				}
+			}
+			st.leases = append(st.leases, heldLease{id: id, granted: size, expires: expires, window: window})
+			st.size = size
+			st.mu.Unlock()
+			l.stats.acquired.Add(1)
+			return true, nil
+		}
+		if need == 0 {
+			st.mu.Unlock()
+			return false, nil
+		}
+		// A meter or log that refills a lease's worth soon: wait for half a
+		// lease rather than chase what trickles in. Otherwise take what is
+		// left, or, when that is less than need, ask for need alone, whose
+		// answer is the exact refusal.
+		fast := s.algo != FixedWindow && s.algo != SlidingWindow && got.RetryAfter <= st.item.Limit.Lease.ttl()/4
+		if attempt == 0 && !(fast && got.Remaining < size/2) {
+			switch {
+			case got.Remaining >= need:
+				size = min(got.Remaining, size)
+				st.mu.Unlock()
+				continue
+			case !fast:
+				size = need
+				st.mu.Unlock()
+				continue
+			}
+		}
+		st.spentCost, st.spentUntil, st.spentState = need, sent.Add(got.RetryAfter), got
+		st.mu.Unlock()
+		return false, nil
+	}
+}
+
+// windowEnd is when the window a debit of s just counted in ends, from
+// its answer, by the replica's clock from when the debit was sent.
+func windowEnd(s *spec, got ItemState, sent time.Time) time.Time {
+	if s.algo == SlidingWindow {
+		return sent.Add(got.ResetAfter - micros(s.period))
+	}
+	return sent.Add(got.ResetAfter)
+}
+
+// expire moves the leases past their time to ended, and forgets those
+// spent whole but the newest (a refund's place). The caller holds mu.
+func (st *leaseState) expire(now time.Time) {
+	n := 0
+	for i, h := range st.leases {
+		if h.used >= h.granted && i < len(st.leases)-1 {
+			continue
+		}
+		if now.Before(h.expires) {
+			st.leases[n] = h
+			n++
+		} else if !h.window && h.used < h.granted {
+			st.ended = append(st.ended, h)
+		}
+	}
+	clear(st.leases[n:])
+	st.leases = st.leases[:n]
+}
+
+// avail is the leases' unspent units. The caller holds mu.
+func (st *leaseState) avail() int64 {
+	var a int64
+	for _, h := range st.leases {
+		a += h.granted - h.used
+	}
+	return a
+}
+
+// spend takes n units from the oldest leases first. The caller holds mu
+// and has checked avail.
+func (st *leaseState) spend(n int64) {
+	for i := range st.leases {
+		h := &st.leases[i]
+		r := min(n, h.granted-h.used)
+		h.used += r
+		n -= r
+		if n == 0 {
+			return
+		}
+	}
+}
+
+// give returns n units to the newest leases still held; what they cannot
+// take back is dropped (the store counts it spent).
+func (st *leaseState) give(n int64, now time.Time) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.expire(now)
+	for i := len(st.leases) - 1; i >= 0 && n > 0; i-- {
+		h := &st.leases[i]
+		r := min(n, h.used)
+		h.used -= r
+		n -= r
+	}
+}
+
+// view is an admitted item's state from the leases. The caller holds mu.
+func (st *leaseState) view(s *spec, now time.Time) ItemState {
+	rem := min(st.remaining+st.avail(), s.cap)
+	return ItemState{Allowed: true, Remaining: rem, Capacity: s.cap, ResetAfter: max(0, st.resetAt.Sub(now))}
+}
+
+// Settle implements Store: leased items are settled against this
+// replica's leases of their keys, the others by the store.
+func (l *Leased) Settle(ctx context.Context, id string, items []Item, actual []int64) error {
+	if err := checkSettle(id, items, actual); err != nil {
+		return err
+	}
+	return l.settle(ctx, id, items, actual)
+}
+
+// Cancel implements Store.
+func (l *Leased) Cancel(ctx context.Context, id string, items []Item) error {
+	if id == "" {
+		return errNoID
+	}
+	return l.settle(ctx, id, items, nil)
+}
+
+func (l *Leased) settle(ctx context.Context, id string, items []Item, actual []int64) error {
+	local, ok := l.unpend(id)
+	if !ok || len(items) > maxLeasedItems {
+		return l.settleUnknown(ctx, id, items, actual)
+	}
+	var ibuf [4]Item
+	var abuf [4]int64
+	strict, sact := ibuf[:0], abuf[:0]
+	now := l.now()
+	for i := range items {
+		if local&(1<<i) == 0 {
+			strict = append(strict, items[i])
+			if actual != nil {
+				sact = append(sact, actual[i])
+			}
+			continue
+		}
+		st := l.state(&items[i])
+		if st == nil {
+			continue
+		}
+		var a int64
+		if actual != nil {
+			a = min(actual[i], items[i].Cost+items[i].Limit.Capacity())
+		}
+		if d := a - items[i].Cost; d < 0 {
+			st.give(-d, now)
+		} else if d > 0 {
+			st.mu.Lock()
+			st.expire(now)
+			r := min(st.avail(), d)
+			st.spend(r)
+			if d > r {
+				if st.debt == 0 {
+					st.debtAge = now
+				}
+				st.debt += d - r
+			}
+			st.mu.Unlock()
+		}
+	}
+	if len(strict) == 0 {
+		return nil
+	}
+	l.stats.calls.Add(1)
+	if actual == nil {
+		return l.store.Cancel(ctx, id, strict)
+	}
+	return l.store.Settle(ctx, id, strict, sact)
+}
+
+// settleUnknown settles a reservation this replica holds no leased units
+// of: settled already, debited on another replica, or strictly. The store
+// settles its items; a leased item, which may have been spent from a
+// lease (and so has no reservation in the store to refund, or was
+// refunded once already), is charged what its actual cost exceeds its
+// estimate, never refunded: a second settle, here or on another replica,
+// cannot give back twice.
+func (l *Leased) settleUnknown(ctx context.Context, id string, items []Item, actual []int64) error {
+	nl := 0
+	for i := range items {
+		if items[i].Limit.Lease.On() {
+			nl++
+		}
+	}
+	l.stats.calls.Add(1)
+	if nl == 0 {
+		if actual == nil {
+			return l.store.Cancel(ctx, id, items)
+		}
+		return l.store.Settle(ctx, id, items, actual)
+	}
+	if actual == nil {
+		var ibuf [4]Item
+		rest := ibuf[:0]
+		for i := range items {
+			if !items[i].Limit.Lease.On() {
+				rest = append(rest, items[i])
+			}
+		}
+		if len(rest) == 0 {
+			return nil
+		}
+		return l.store.Cancel(ctx, id, rest)
+	}
+	a := make([]int64, len(items))
+	for i := range items {
+		a[i] = actual[i]
+		if items[i].Limit.Lease.On() {
+			a[i] = max(actual[i], items[i].Cost)
+		}
+	}
+	return l.store.Settle(ctx, id, items, a)
+}
+
+// pending remembers, until they are settled or cancelled, the
+// reservations that spent leased units here, and which of their items did.
+type pending struct {
+	mu sync.Mutex
+	m  map[string]pendingReq
+}
+
+type pendingReq struct {
+	local uint64 // items spent from leases
+	at    time.Time
+}
+
+// maxPending is how long a reservation that spent leased units is
+// remembered unsettled: past it, its Settle goes to the store alone.
+const maxPending = 2 * time.Hour
+
+func (l *Leased) shard(id string) *pending {
+	return &l.pends[maphash.String(l.seed, id)%uint64(len(l.pends))]
+}
+
+func (l *Leased) pend(id string, local uint64) {
+	p := l.shard(id)
+	p.mu.Lock()
+	if p.m == nil {
+		p.m = map[string]pendingReq{}
+	}
+	p.m[id] = pendingReq{local: local, at: l.now()}
+	p.mu.Unlock()
+}
+
+func (l *Leased) unpend(id string) (uint64, bool) {
+	p := l.shard(id)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r, ok := p.m[id]
+	if ok {
+		delete(p.m, id)
+	}
+	return r.local, ok
+}
+
+// Renew implements Store: leased items hold nothing to renew.
+func (l *Leased) Renew(ctx context.Context, id string, items []Item) error {
+	l.stats.calls.Add(1)
+	return l.store.Renew(ctx, id, items)
+}
+
+// Peek implements Store. It asks the store: the units leased by the
+// replicas are spent there.
+func (l *Leased) Peek(ctx context.Context, items []Item) (Result, error) {
+	l.stats.calls.Add(1)
+	return l.store.Peek(ctx, items)
+}
+
+// Reset implements Store: it forgets this replica's leases of the items'
+// keys and empties the limits in the store.
+func (l *Leased) Reset(ctx context.Context, items []Item) error {
+	l.mu.Lock()
+	for i := range items {
+		it := &items[i]
+		delete(l.keys, leaseKey{name: it.Limit.Name, algo: it.Limit.Algorithm, cal: it.Limit.Calendar, key: it.Key})
+	}
+	l.mu.Unlock()
+	l.stats.calls.Add(1)
+	return l.store.Reset(ctx, items)
+}
+
+// Restore implements Restorer when the inner store does.
+func (l *Leased) Restore(ctx context.Context, items []Item, counted []int64) error {
+	r, ok := l.store.(Restorer)
+	if !ok {
+		return fmt.Errorf("weighted: %T keeps no generations to restore", l.store)
+	}
+	l.stats.calls.Add(1)
+	return r.Restore(ctx, items, counted)
+}
+
+// sweeper returns the leases past their TTL, charges debts left unpaid
+// and forgets idle keys, every l.sweep, until Close.
+func (l *Leased) sweeper() {
+	t := time.NewTicker(l.sweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+			l.sweepOnce(context.Background())
+		}
+	}
+}
+
+func (l *Leased) sweepOnce(ctx context.Context) {
+	now := l.now()
+	l.mu.RLock()
+	states := make([]*leaseState, 0, len(l.keys))
+	for _, st := range l.keys {
+		states = append(states, st)
+	}
+	l.mu.RUnlock()
+	for _, st := range states {
+		st.mu.Lock()
+		st.expire(now)
+		ttl := st.item.Limit.Lease.ttl()
+		idle := len(st.leases) == 0 && len(st.ended) == 0 && st.debt == 0 && st.fetching == nil &&
+			now.Sub(st.lastUsed) > 10*ttl && !now.Before(st.spentUntil)
+		debt := int64(0)
+		if st.debt > 0 && len(st.leases) == 0 && now.Sub(st.debtAge) > ttl {
+			debt, st.debt = st.debt, 0
+		}
+		st.mu.Unlock()
+		if debt > 0 {
+			// Charged as a strict Settle charges what exceeds an estimate:
+			// clamped at full.
+			l.stats.calls.Add(1)
+			_ = l.store.Settle(ctx, l.prefix+"debt-"+strconv.FormatUint(l.seq.Add(1), 36), []Item{st.item}, []int64{debt})
+		}
+		_ = l.returnEnded(ctx, st, false)
+		if idle {
+			l.mu.Lock()
+			k := leaseKey{name: st.item.Limit.Name, algo: st.item.Limit.Algorithm, cal: st.item.Limit.Calendar, key: st.item.Key}
+			if l.keys[k] == st {
+				st.mu.Lock()
+				if len(st.leases) == 0 && len(st.ended) == 0 && st.fetching == nil && st.debt == 0 {
+					delete(l.keys, k)
+				}
+				st.mu.Unlock()
+			}
+			l.mu.Unlock()
+		}
+	}
+	for i := range l.pends {
+		p := &l.pends[i]
+		p.mu.Lock()
+		for id, r := range p.m {
+			if now.Sub(r.at) > maxPending {
+				delete(p.m, id)
+			}
+		}
+		p.mu.Unlock()
+	}
+}
+
+// returnEnded settles st's ended leases: each gives back what it did not
+// spend. A lease whose window has ended has nothing to give back, unless
+// all is set (Close), when every lease held goes back.
+func (l *Leased) returnEnded(ctx context.Context, st *leaseState, all bool) error {
+	st.mu.Lock()
+	ended := st.ended
+	st.ended = nil
+	st.mu.Unlock()
+	var errs []error
+	for _, h := range ended {
+		if h.used >= h.granted || (h.window && !all && !l.now().Before(h.expires)) {
+			continue
+		}
+		it := st.item
+		it.Cost = h.granted
+		l.stats.calls.Add(1)
+		if err := l.store.Settle(ctx, h.id, []Item{it}, []int64{h.used}); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		l.stats.returned.Add(1)
+	}
+	return errors.Join(errs...)
+}
