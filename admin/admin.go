@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/costgate/costgate/control"
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/dashboard"
 	"github.com/costgate/costgate/gate"
@@ -25,6 +26,8 @@ type Plane struct {
 	ledger *ledger.Ledger
 	reload func() error
 	h      http.Handler
+	// control is the control plane's; nil when it is off.
+	control *control.Plane
 }
 
 // Options are the admin plane's collaborators besides the gate.
@@ -32,11 +35,14 @@ type Options struct {
 	// Reload reads and applies the configuration again, for POST
 	// /admin/v1/reload; nil answers that a reload is not available.
 	Reload func() error
+	// Control is the control plane (tenants, teams, users, keys); nil
+	// answers its routes 404.
+	Control *control.Plane
 }
 
 // New returns the admin plane of g.
 func New(g *gate.Gate, opts Options) *Plane {
-	p := &Plane{gate: g, tel: g.Telemetry(), ledger: g.Ledger(), reload: opts.Reload}
+	p := &Plane{gate: g, tel: g.Telemetry(), ledger: g.Ledger(), reload: opts.Reload, control: opts.Control}
 	if p.reload == nil {
 		p.reload = func() error { return errors.New("this server cannot reload its configuration") }
 	}
@@ -67,6 +73,7 @@ func (s *Plane) handler() http.Handler {
 		WriteJSON(w, http.StatusOK, map[string]any{"shadow": s.tel.Shadow()})
 	})
 	auth.HandleFunc("POST /admin/v1/policies/replay", s.adminReplay)
+	s.controlRoutes(auth)
 	auth.HandleFunc("POST /admin/v1/reload", func(w http.ResponseWriter, _ *http.Request) {
 		if err := s.reload(); err != nil {
 			writeAdminError(w, http.StatusBadRequest, "the config is rejected, the last good one stays: "+err.Error())
@@ -147,17 +154,27 @@ func (p *plainErrorWriter) Flush() {
 	}
 }
 
-// requireAdmin checks the bearer token in constant time.
+// requireAdmin checks the bearer token in constant time: the admin token
+// may do everything, the read-only token (control.read_token) only GET
+// (its other requests are 403).
 func (s *Plane) requireAdmin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		want := s.gate.Config().AdminToken
+		cfg := s.gate.Config()
+		want, read := cfg.AdminToken, cfg.Control.ReadOnlyToken()
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || want == "" || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+		admin := ok && want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+		reader := ok && read != "" && subtle.ConstantTimeCompare([]byte(got), []byte(read)) == 1
+		switch {
+		case admin:
+			next.ServeHTTP(w, r)
+		case reader && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey{}, "read-only")))
+		case reader:
+			writeAdminError(w, http.StatusForbidden, "the read-only token may not change anything: use the admin token")
+		default:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="costgate-admin"`)
 			writeAdminError(w, http.StatusUnauthorized, "the admin API needs 'Authorization: Bearer <admin token>'")
-			return
 		}
-		next.ServeHTTP(w, r)
 	})
 }
 

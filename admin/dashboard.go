@@ -26,6 +26,14 @@ func (s *Plane) dashboardData(ctx context.Context) (dashboard.Data, error) {
 	d.Store.Healthy = s.gate.Ready(pctx) == nil
 	cancel()
 	d.Store.FailOpenTotal = s.tel.FailOpenTotal()
+	if s.control != nil {
+		// The database down leaves the table empty, not the dashboard.
+		bctx, cancel := context.WithTimeout(ctx, time.Second)
+		if rows, err := s.control.BudgetRows(bctx, 200); err == nil {
+			d.Budgets = rows
+		}
+		cancel()
+	}
 
 	minute := func(i int) time.Time { return series.Start.Add(time.Duration(i) * time.Minute) }
 	for tenant, pts := range series.SpendNanoUSD {

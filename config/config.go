@@ -64,6 +64,7 @@ type Config struct {
 
 	Reservations ReservationsConfig `yaml:"reservations"`
 	Capture      CaptureConfig      `yaml:"capture"`
+	Control      ControlConfig      `yaml:"control"`
 	Regions      *RegionsConfig     `yaml:"regions"`
 
 	// dir is the directory relative paths in the file are resolved against.
@@ -401,6 +402,7 @@ func (c *Config) applyDefaults(d Defaults) {
 	def(&c.Ledger.DSN, d.LedgerDSN)
 	c.Reservations.applyDefaults()
 	c.Capture.applyDefaults()
+	c.Control.applyDefaults()
 	if c.Store.Timeout == 0 {
 		c.Store.Timeout = 100 * time.Millisecond
 	}
@@ -655,6 +657,7 @@ func (c *Config) Validate() error {
 	c.validateGuards(bad)
 	c.Reservations.validate(bad)
 	c.Capture.validate(bad)
+	c.Control.validate(bad)
 	c.Regions.validate(c, bad)
 	c.validateRLS(names, bad)
 	return errors.Join(errs...)

@@ -43,6 +43,31 @@ type Data struct {
 	TopThrottled []Throttled `json:"top_throttled"`
 	// Shadow are the would-blocks of policies and limits in shadow mode.
 	Shadow []ShadowCount `json:"shadow"`
+	// Budgets are the control plane's teams' and keys' budgets, with their
+	// spend in the current period.
+	Budgets []BudgetRow `json:"budgets"`
+}
+
+// BudgetRow is one budget of a control-plane team or key and its spend in
+// the current period (estimates of requests in flight included).
+type BudgetRow struct {
+	// Kind is team or key; ID the entity's id, Name its name (a key's is
+	// its id).
+	Kind   string `json:"kind"`
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Tenant string `json:"tenant"`
+	// Team is a key's team, empty for none.
+	Team string `json:"team,omitempty"`
+	// Budget is the budget's id (day, month, ...), Limit its name as
+	// refusals give it (team/research/day).
+	Budget string `json:"budget"`
+	Limit  string `json:"limit"`
+	Period string `json:"period"`
+	// SpentNanoUSD and AmountNanoUSD are in nano-dollars, as decimal
+	// strings.
+	SpentNanoUSD  int64 `json:"spent_nano_usd,string"`
+	AmountNanoUSD int64 `json:"amount_nano_usd,string"`
 }
 
 // StoreHealth is the state of the limiter store and its circuit breaker.
@@ -273,6 +298,7 @@ func normalize(d Data) Data {
 	d.Decisions = decisions
 	d.TopThrottled = orEmpty(d.TopThrottled)
 	d.Shadow = orEmpty(d.Shadow)
+	d.Budgets = orEmpty(d.Budgets)
 	return d
 }
 
@@ -302,6 +328,10 @@ func ErrorType(status int) string {
 		return "invalid_request"
 	case status == http.StatusUnauthorized:
 		return "unauthorized"
+	case status == http.StatusForbidden:
+		return "forbidden"
+	case status == http.StatusConflict:
+		return "conflict"
 	case status == http.StatusNotFound:
 		return "not_found"
 	case status == http.StatusMethodNotAllowed:

@@ -44,6 +44,7 @@ type Gate struct {
 	holds    holds                       // the reservations this replica holds
 	capture  *replay.Writer              // records the policies' inputs; nil when capture is off
 	learned  *learning                   // the learned output estimates; nil unless output_reserve is a quantile
+	dir      directory                   // the control plane's keys and budget observer
 
 	// state is the active configuration, compiled; Apply swaps it whole,
 	// and a request keeps the state its caller was identified under.
@@ -83,8 +84,11 @@ type Caller struct {
 	User   string
 	KeyID  string
 	Plan   string
+	// Team is the control-plane team the key belongs to; empty for none.
+	Team string
 
-	st *state
+	levels [4]*Level // the control plane's levels (see Directory)
+	st     *state
 }
 
 // Estimator is the cost model of the caller's configuration.
@@ -362,7 +366,12 @@ func (g *Gate) Identify(key string) *Caller {
 	if key == "" {
 		return nil
 	}
-	return g.state.Load().keys[sha256.Sum256([]byte(key))]
+	st := g.state.Load()
+	sum := sha256.Sum256([]byte(key))
+	if c := st.keys[sum]; c != nil {
+		return c
+	}
+	return g.lookup(st, sum)
 }
 
 // Trusted returns a caller for a front door that authenticates its

@@ -72,6 +72,7 @@ func (g *Gate) CallerLimits(ctx context.Context, c *Caller) ([]LimitState, error
 		items = append(items, weighted.Item{Limit: l.limit, Key: l.callerKey(c)})
 		ls = append(ls, l)
 	}
+	items, ls = c.levelItems(time.Now(), items, ls)
 	out := []LimitState{}
 	if len(items) == 0 {
 		return out, nil

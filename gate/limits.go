@@ -22,8 +22,10 @@ type compiledLimit struct {
 	period     string // a budget's period: day or month
 	shadow     bool   // a denial is recorded, never enforced
 	failClosed bool
-	tagged     bool // the key carries the tenant as its hash tag
-	extra      int  // 1 + the index of a request's extra limit; 0 for a configured one
+	tagged     bool        // the key carries the tenant as its hash tag
+	extra      int         // 1 + the index of a request's extra limit; 0 for a configured one
+	fixedKey   string      // a control-plane level's limit: its key, whatever the request
+	level      *LevelLimit // a control-plane level's limit, nil for a configured one
 }
 
 // costOf is the limit's cost of a request that counts for requests
@@ -94,6 +96,9 @@ func (l *compiledLimit) appliesTo(plan string) bool {
 // a tenant put it in a hash tag, so that all of one tenant's limits live in
 // one Redis Cluster slot and are debited by one script call.
 func (l *compiledLimit) key(r *Reservation) string {
+	if l.fixedKey != "" {
+		return l.fixedKey
+	}
 	var b strings.Builder
 	b.Grow(64)
 	if l.tagged {

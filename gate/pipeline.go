@@ -199,6 +199,10 @@ func (g *Gate) Reserve(ctx context.Context, req *Request) (*Reservation, Decisio
 	r.outcome = telemetry.OutcomeAllow
 	r.learn()
 
+	if d, refused := r.levelRefusal(); refused {
+		r.record(d.Status)
+		return nil, d
+	}
 	t := g.begin(ctx, telemetry.StageDebit)
 	r.collect()
 	var d Decision
@@ -206,6 +210,7 @@ func (g *Gate) Reserve(ctx context.Context, req *Request) (*Reservation, Decisio
 		d = r.check(ctx)
 	} else {
 		d = r.debit(ctx)
+		r.observeLevels(d)
 	}
 	t.end()
 	if !d.Allowed() || r.req.Check {
@@ -239,6 +244,7 @@ func (r *Reservation) collect() {
 		k := l.key(r)
 		r.items = append(r.items, weighted.Item{Limit: r.g.regional(r.ctx, l, k), Key: k, Cost: l.costOf(r.req.Requests, r.req.Estimate.Usage, r.req.Estimate.Cost)})
 	}
+	r.collectLevels()
 	for i, e := range r.req.Extra {
 		r.limits = append(r.limits, &compiledLimit{limit: e.Limit, unit: e.Unit, dimension: e.Dimension,
 			shadow: e.Shadow, failClosed: e.FailClosed, extra: i + 1})

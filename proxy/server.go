@@ -119,7 +119,11 @@ func (s *Server) open(ctx context.Context, cfg *config.Config) error {
 	s.state.Store(st)
 	s.tel.Reload(true) // the first load counts, so the gauge says the config is good
 	s.data = s.dataHandler()
-	s.admin = admin.New(s.gate, admin.Options{Reload: s.Reload})
+	ctl, err := s.openControl(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	s.admin = admin.New(s.gate, admin.Options{Reload: s.Reload, Control: ctl})
 	return nil
 }
 

@@ -26,6 +26,10 @@ Usage:
   costgate ledger export --tenant T --from DATE --to DATE [--format csv|json|cloudevents] [--config FILE | --ledger DSN | --data-dir DIR]
   costgate ledger nodes [--config FILE | --ledger DSN | --data-dir DIR]
   costgate ledger recover --node ID --before TIME [--config FILE | --ledger DSN | --data-dir DIR]
+  costgate keys create|list|get|levels|rotate|revoke ...   (the control plane, through the admin API)
+  costgate tenants|teams|users create|list|get ...
+  costgate budgets reset|raise|show ...
+  costgate audit [--entity ID] [--tenant T]
   costgate version
 
 With no --config, serve runs COSTGATE_CONFIG, else the quickstart embedded in the binary.
@@ -64,6 +68,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return policy(ctx, rest, stdout)
 	case "ledger":
 		return ledgerCmd(ctx, rest, stdout)
+	case "keys", "tenants", "teams", "users", "budgets":
+		return controlCmd(ctx, cmd, rest, stdout)
+	case "audit":
+		return controlCmd(ctx, cmd, append([]string{"list"}, rest...), stdout)
 	case "version":
 		return version(stdout)
 	case "help", "-h", "--help":

@@ -500,6 +500,66 @@
     }), MAX_ROWS);
   }
 
+  // ---- budgets of teams and keys, and a key's levels ----
+
+  function keyFromFragment() {
+    const m = /(?:^|&)key=([^&]*)/.exec(location.hash.slice(1));
+    return m ? decodeURIComponent(m[1]) : '';
+  }
+
+  function renderBudgets(budgets) {
+    const list = [...(budgets || [])].map((b) => {
+      const amount = nano(b.amount_nano_usd);
+      const spent = nano(b.spent_nano_usd);
+      return { ...b, amount, spent, used: amount > 0n ? Number((spent * 10000n) / amount) / 10000 : 0 };
+    });
+    list.sort((a, b) => b.used - a.used);
+    $('budgets-empty').hidden = list.length > 0;
+    fillTable('budgets-table', list.map((b) => {
+      const name = b.kind === 'key'
+        ? el('a', { href: '#key=' + encodeURIComponent(b.id), text: 'key ' + b.name })
+        : document.createTextNode('team ' + b.name);
+      const tone = b.used >= 1 ? 'hard' : b.used >= 0.8 ? 'soft' : 'allow';
+      return el('tr', {},
+        el('th', { scope: 'row' }, name),
+        nameCell('td', b.tenant, 14), nameCell('td', b.budget + ' (' + b.period + ')', 18),
+        cell(money(b.spent), 'num'), cell(money(b.amount), 'num'),
+        el('td', { class: 'share' }, meter(b.used, tone, percent(b.used))));
+    }), 50);
+  }
+
+  async function renderKey(token) {
+    const id = keyFromFragment();
+    $('key-card').hidden = !id;
+    if (!id) return;
+    $('key-id').textContent = id;
+    const err = $('key-error');
+    try {
+      const res = await fetch('v1/keys/' + encodeURIComponent(id) + '/levels', { headers: { Authorization: 'Bearer ' + token }, cache: 'no-store' });
+      const body = await res.json();
+      if (!res.ok) throw new Error((body.error && body.error.message) || res.status);
+      err.hidden = true;
+      const levels = body.levels || [];
+      if (levels.length === 0) {
+        err.hidden = false;
+        err.textContent = 'No level of this key has a budget or limit.';
+      }
+      fillTable('key-table', levels.map((l) => {
+        const used = (Number(l.used_percent) || 0) / 100;
+        const unit = l.budget ? 'usd' : l.unit;
+        const fmt = (v) => (l.budget ? money(nano(v)) : count(v) + ' ' + unit);
+        return el('tr', l.closest ? { class: 'high' } : {},
+          el('th', { scope: 'row', text: l.level + (l.closest ? ' (closest to refusing)' : '') }),
+          nameCell('td', l.name, 30), cell(fmt(l.remaining), 'num'), cell(fmt(l.capacity), 'num'),
+          el('td', { class: 'share' }, meter(used, used >= 1 ? 'hard' : l.closest ? 'soft' : 'allow', percent(used))));
+      }));
+    } catch (e) {
+      err.hidden = false;
+      err.textContent = 'Could not load the key: ' + e.message;
+      $('key-table').hidden = true;
+    }
+  }
+
   // ---- loading ----
 
   function render(d) {
@@ -511,6 +571,7 @@
     renderDecisions(d.decisions, end);
     renderThrottled(d.top_throttled);
     renderShadow(d.shadow);
+    renderBudgets(d.budgets);
     document.documentElement.dataset.loaded = String(end);
   }
 
@@ -576,6 +637,7 @@
       const d = await res.json();
       last = d;
       render(d);
+      await renderKey(token);
       showError('');
     } catch (e) {
       showError('Could not load data: ' + e.message + (last ? '. Showing the last data received.' : '.') + ' Retrying every 5 s.');

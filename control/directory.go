@@ -1,0 +1,259 @@
+package control
+
+// The directory is each replica's copy of the control plane, in memory:
+// the key table the gate identifies callers by (no database call on the
+// request path), and each entity's compiled level. An entity's level sits
+// in a slot that its keys point to, so that a change to a tenant is one
+// pointer swap, not a rebuild of its keys.
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/costgate/costgate/gate"
+)
+
+// node is one entity as the request path needs it.
+type node struct {
+	level   *gate.Level // nil when the entity carries no budget, limit or list
+	active  bool
+	expires time.Time // zero for never
+	plan    string    // a tenant's plan
+}
+
+func (n *node) usable(now time.Time) bool {
+	return n.active && (n.expires.IsZero() || now.Before(n.expires))
+}
+
+// slot holds an entity's current node; nil until the entity is known.
+type slot struct{ p atomic.Pointer[node] }
+
+// keyRec is one key: its node, where its user, team and tenant are, and
+// the hashes of its secrets in the key table.
+type keyRec struct {
+	slot
+	id, tenant, team, user string
+	usr, tm, ten           *slot
+	hashes                 [2][sha256.Size]byte // current and old; zero for none
+}
+
+// keyEntry is one secret's hash in the key table.
+type keyEntry struct {
+	*keyRec
+	// until ends an old secret's grace period; zero for the current one.
+	until time.Time
+}
+
+// Directory is the in-memory key table and levels. It is safe for
+// concurrent use: Lookup takes a read lock on the key table only.
+type Directory struct {
+	mu    sync.RWMutex
+	keys  map[[sha256.Size]byte]*keyEntry
+	byKey map[string]*keyRec // by key id
+
+	slotMu sync.Mutex
+	slots  map[string]*slot  // the tenants', teams' and users', by kind/tenant/name
+	names  map[string]string // one copy of each tenant, team and user name
+
+	seq      atomic.Int64 // the version the directory holds
+	loadedAt atomic.Int64 // Unix nanoseconds of the last successful poll
+	expiryMu sync.Mutex
+	expiring map[string]time.Time // key id -> expiry, for the expiry alerts
+}
+
+// NewDirectory returns an empty directory.
+func NewDirectory() *Directory {
+	return &Directory{
+		keys:     map[[sha256.Size]byte]*keyEntry{},
+		byKey:    map[string]*keyRec{},
+		slots:    map[string]*slot{},
+		names:    map[string]string{},
+		expiring: map[string]time.Time{},
+	}
+}
+
+var _ gate.Directory = (*Directory)(nil)
+
+func (d *Directory) slot(kind Kind, tenant, name string) *slot {
+	k := string(kind) + "\x00" + tenant + "\x00" + name
+	d.slotMu.Lock()
+	defer d.slotMu.Unlock()
+	s := d.slots[k]
+	if s == nil {
+		s = &slot{}
+		d.slots[k] = s
+	}
+	return s
+}
+
+// Lookup implements gate.Directory: the key must be known and usable, and
+// so must its user, team and tenant where it has them (a tenant the config
+// file declares has no node, and is usable).
+func (d *Directory) Lookup(sum [sha256.Size]byte, now time.Time) (gate.Principal, bool) {
+	d.mu.RLock()
+	e := d.keys[sum]
+	d.mu.RUnlock()
+	if e == nil || (!e.until.IsZero() && !now.Before(e.until)) {
+		return gate.Principal{}, false
+	}
+	p := gate.Principal{Tenant: e.tenant, Team: e.team, User: e.user, KeyID: e.id}
+	kn := e.p.Load()
+	if kn == nil || !kn.usable(now) {
+		return gate.Principal{}, false
+	}
+	p.Levels[0] = kn.level
+	if e.usr != nil {
+		n := e.usr.p.Load()
+		if n == nil || !n.usable(now) {
+			return gate.Principal{}, false
+		}
+		p.Levels[1] = n.level
+	}
+	if e.tm != nil {
+		n := e.tm.p.Load()
+		if n == nil || !n.usable(now) {
+			return gate.Principal{}, false
+		}
+		p.Levels[2] = n.level
+	}
+	if n := e.ten.p.Load(); n != nil {
+		if !n.usable(now) {
+			return gate.Principal{}, false
+		}
+		p.Levels[3], p.Plan = n.level, n.plan
+	}
+	return p, true
+}
+
+// Apply brings the directory up to entities, read at version seq.
+func (d *Directory) Apply(ents []*Entity, seq int64) {
+	for _, e := range ents {
+		lv, _ := e.level() // what is stored was validated when it was written
+		n := &node{level: lv, active: e.Active && e.RevokedAt == nil, plan: e.Plan}
+		if e.ExpiresAt != nil {
+			n.expires = *e.ExpiresAt
+		}
+		switch e.Kind {
+		case KindTenant:
+			d.slot(KindTenant, e.Tenant, e.Tenant).p.Store(n)
+		case KindTeam, KindUser:
+			d.slot(e.Kind, e.Tenant, e.Name).p.Store(n)
+		case KindKey:
+			d.applyKey(e, n)
+		}
+	}
+	d.seq.Store(seq)
+}
+
+func (d *Directory) applyKey(e *Entity, n *node) {
+	d.mu.Lock()
+	rec := d.byKey[e.ID]
+	if rec == nil {
+		rec = &keyRec{id: e.ID, tenant: d.intern(e.Tenant), team: d.intern(e.Team), user: d.intern(e.User),
+			ten: d.slot(KindTenant, e.Tenant, e.Tenant)}
+		if e.Team != "" {
+			rec.tm = d.slot(KindTeam, e.Tenant, e.Team)
+		}
+		if e.User != "" {
+			rec.usr = d.slot(KindUser, e.Tenant, e.User)
+		}
+		d.byKey[e.ID] = rec
+	}
+	rec.p.Store(n)
+	for _, h := range rec.hashes {
+		if k := d.keys[h]; k != nil && k.keyRec == rec {
+			delete(d.keys, h)
+		}
+	}
+	rec.hashes = [2][sha256.Size]byte{}
+	if e.RevokedAt == nil {
+		if cur, ok := decodeHash(e.hash); ok {
+			d.keys[cur], rec.hashes[0] = &keyEntry{keyRec: rec}, cur
+		}
+		if old, ok := decodeHash(e.oldHash); ok && e.oldUntil.After(time.Now()) {
+			d.keys[old], rec.hashes[1] = &keyEntry{keyRec: rec, until: e.oldUntil}, old
+		}
+	}
+	d.mu.Unlock()
+	d.expiryMu.Lock()
+	if e.ExpiresAt != nil && e.RevokedAt == nil {
+		d.expiring[e.ID] = *e.ExpiresAt
+	} else {
+		delete(d.expiring, e.ID)
+	}
+	d.expiryMu.Unlock()
+}
+
+// intern returns the directory's copy of a name, so that a tenant's
+// keys share one.
+func (d *Directory) intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	d.slotMu.Lock()
+	defer d.slotMu.Unlock()
+	if c, ok := d.names[s]; ok {
+		return c
+	}
+	d.names[s] = s
+	return s
+}
+
+func decodeHash(s string) ([sha256.Size]byte, bool) {
+	var h [sha256.Size]byte
+	if len(s) != 2*sha256.Size {
+		return h, false
+	}
+	_, err := hex.Decode(h[:], []byte(s))
+	return h, err == nil
+}
+
+// Version is the version of the data the directory holds.
+func (d *Directory) Version() int64 { return d.seq.Load() }
+
+// Len is the number of secrets in the key table.
+func (d *Directory) Len() int {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return len(d.keys)
+}
+
+// Level is an entity's compiled level, nil for none: a key by its id, a
+// tenant by its name, a team or user by tenant and name.
+func (d *Directory) Level(kind Kind, tenant, name string) *gate.Level {
+	var s *slot
+	if kind == KindKey {
+		d.mu.RLock()
+		if rec := d.byKey[name]; rec != nil {
+			s = &rec.slot
+		}
+		d.mu.RUnlock()
+	} else {
+		d.slotMu.Lock()
+		s = d.slots[string(kind)+"\x00"+tenant+"\x00"+name]
+		d.slotMu.Unlock()
+	}
+	if s == nil {
+		return nil
+	}
+	if n := s.p.Load(); n != nil {
+		return n.level
+	}
+	return nil
+}
+
+// expired returns the keys whose expiry lies in (after, now].
+func (d *Directory) expired(after, now time.Time) []string {
+	d.expiryMu.Lock()
+	defer d.expiryMu.Unlock()
+	var out []string
+	for id, at := range d.expiring {
+		if at.After(after) && !at.After(now) {
+			out = append(out, id)
+		}
+	}
+	return out
+}

@@ -1,0 +1,380 @@
+package gate
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/costgate/costgate/config"
+	"github.com/costgate/costgate/telemetry"
+	"github.com/costgate/costgate/weighted"
+)
+
+// Directory resolves the API keys the configuration file does not declare:
+// the control plane's keys, managed through the admin API. Identify asks
+// it for a key the configuration does not know, on the request path, so
+// Lookup must answer from memory. Implementations must be safe for
+// concurrent use.
+type Directory interface {
+	// Lookup returns the principal whose key hashes to sum and is usable
+	// at now (active, not expired, not revoked, at every level), and
+	// whether there is one.
+	Lookup(sum [sha256.Size]byte, now time.Time) (Principal, bool)
+}
+
+// Principal is who a control-plane key belongs to, with the levels it
+// falls under: its key, its user, its team and its tenant, each of which
+// may carry budgets, limits and allowed models and routes.
+type Principal struct {
+	Tenant, Team, User, KeyID string
+	// Plan is the tenant's plan: the configured limits of that plan apply
+	// too.
+	Plan string
+	// Levels are the key's, the user's, the team's and the tenant's, in
+	// that order; a nil entry is a level the key does not have.
+	Levels [4]*Level
+}
+
+// Level is one entity's part of a request's limits (a key, a user, a team
+// or a tenant of the control plane). It is immutable once built.
+type Level struct {
+	// Kind is key, user, team or tenant.
+	Kind string
+	// Name names the entity (a key's id, a user's, team's or tenant's
+	// name).
+	Name string
+	// Models and Routes restrict what the level may use; empty allows
+	// everything. A route matches itself and the paths under it.
+	Models []string
+	Routes []string
+	// Limits are debited with the request's configured limits, in the
+	// same atomic call.
+	Limits []*LevelLimit
+}
+
+// LevelLimit is a budget or limit of a level, compiled for the request
+// path by CompileLevelLimit.
+type LevelLimit struct {
+	// Entity is the id of the entity the limit belongs to, and ID the
+	// limit's own id within it.
+	Entity, ID string
+	// Budget tells a spend cap (402 when spent) from a rate limit (429).
+	Budget bool
+	// SoftPercent is a budget's soft threshold (an alert), 0 for none.
+	SoftPercent int
+	// Period is a budget's period (day, week, month, or a rolling
+	// duration such as 72h).
+	Period string
+	// Key is the limiter key, under the tenant's hash tag.
+	Key string
+	// Raised is a temporary amount in force until RaisedUntil, nil for
+	// none.
+	Raised      *LevelLimit
+	RaisedUntil time.Time
+
+	cl *compiledLimit
+}
+
+// Name is the limit's name as refusals and the usage view show it:
+// level/entity/limit ("team/research/day").
+func (l *LevelLimit) Name() string { return l.cl.limit.Name }
+
+// Capacity is what the limit holds: nano-dollars for a budget.
+func (l *LevelLimit) Capacity() int64 { return l.cl.limit.Capacity() }
+
+// Window is the limit's window that holds at now.
+func (l *LevelLimit) Window(now time.Time) time.Duration { return l.cl.window(now) }
+
+// WindowStart is the start of the window that holds at now: the period
+// a budget alert belongs to.
+func (l *LevelLimit) WindowStart(now time.Time) time.Time {
+	now = now.UTC()
+	if l.cl.limit.Calendar == weighted.Month {
+		return time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	}
+	p := l.cl.limit.Period
+	return time.Unix(0, now.UnixNano()-now.UnixNano()%int64(p)).UTC()
+}
+
+// at is the limit in force at now.
+func (l *LevelLimit) at(now time.Time) *LevelLimit {
+	if l.Raised != nil && now.Before(l.RaisedUntil) {
+		return l.Raised
+	}
+	return l
+}
+
+// LevelLimitSpec describes a level's budget or limit.
+type LevelLimitSpec struct {
+	// Name is level/entity/limit; it must not contain '{' or '}'.
+	Name string
+	// Tenant puts the limiter key under the tenant's hash tag, so that the
+	// level's limits are debited with the tenant's others.
+	Tenant string
+	// Entity and ID name the entity and the limit (see LevelLimit).
+	Entity, ID string
+	// KeySuffix tells the level's counters apart (the entity, and a
+	// generation that a reset advances).
+	KeySuffix string
+	// Budget: AmountNano per Period (day, week, month, or a Go duration
+	// for a rolling window).
+	Budget      bool
+	AmountNano  int64
+	Period      string
+	SoftPercent int
+	// Limit: as a configured limit (algorithm, unit, rate, period, burst).
+	Limit config.LimitConfig
+}
+
+// budgetPeriods are the fixed periods of a budget; any other is a rolling
+// duration.
+var budgetPeriods = map[string]time.Duration{"day": 24 * time.Hour, "week": 7 * 24 * time.Hour}
+
+// ParseBudgetPeriod checks a budget's period: day, week, month, or a
+// rolling duration from 1m to weighted.MaxPeriod.
+func ParseBudgetPeriod(p string) (period time.Duration, calendar bool, err error) {
+	if p == "month" {
+		return 0, true, nil
+	}
+	if d, ok := budgetPeriods[p]; ok {
+		return d, false, nil
+	}
+	d, err := time.ParseDuration(p)
+	if err != nil || d < time.Minute || d > weighted.MaxPeriod {
+		return 0, false, fmt.Errorf("period %q: want day, week, month or a duration from 1m to %s", p, weighted.MaxPeriod)
+	}
+	return d, false, nil
+}
+
+// CompileLevelLimit builds a level's budget or limit for the request path.
+// A budget of a fixed period is a fixed window in nano-dollars (a day from
+// UTC midnight, a week of 7 days as the Unix epoch aligns them, a UTC
+// calendar month); one of a rolling duration is a sliding window.
+func CompileLevelLimit(s LevelLimitSpec) (*LevelLimit, error) {
+	if strings.ContainsAny(s.Name, "{}") || strings.ContainsAny(s.KeySuffix, "{}") {
+		return nil, fmt.Errorf("gate: level limit %q: '{' and '}' are not allowed", s.Name)
+	}
+	key := "{" + s.Tenant + "}:cg:" + s.KeySuffix
+	if s.Budget {
+		if s.AmountNano <= 0 {
+			return nil, fmt.Errorf("gate: budget %q: the amount must be positive", s.Name)
+		}
+		period, calendar, err := ParseBudgetPeriod(s.Period)
+		if err != nil {
+			return nil, fmt.Errorf("gate: budget %q: %w", s.Name, err)
+		}
+		wl := weighted.Limit{Name: s.Name, Algorithm: weighted.FixedWindow, Rate: s.AmountNano, Period: period}
+		switch {
+		case calendar:
+			wl.Calendar = weighted.Month
+		case budgetPeriods[s.Period] == 0:
+			wl.Algorithm = weighted.SlidingWindow
+		}
+		if err := wl.Validate(); err != nil {
+			return nil, fmt.Errorf("gate: budget %q: %w", s.Name, err)
+		}
+		cl := &compiledLimit{limit: wl, unit: "usd", cost: config.Units["usd"], dimension: levelKind(s.Name),
+			budget: true, period: s.Period, tagged: true, fixedKey: key}
+		ll := &LevelLimit{Entity: s.Entity, ID: s.ID, Budget: true, SoftPercent: s.SoftPercent, Period: s.Period, Key: key, cl: cl}
+		cl.level = ll
+		return ll, nil
+	}
+	l := s.Limit
+	l.Name = s.Name
+	if l.Unit == "" {
+		l.Unit = "requests"
+	}
+	cost, ok := config.Units[l.Unit]
+	if !ok {
+		return nil, fmt.Errorf("gate: limit %q: unknown unit %q", s.Name, l.Unit)
+	}
+	wl, err := l.Weighted()
+	if err != nil {
+		return nil, fmt.Errorf("gate: limit %q: %w", s.Name, err)
+	}
+	cl := &compiledLimit{limit: wl, unit: l.Unit, cost: cost, dimension: levelKind(s.Name),
+		shadow: l.Mode == "shadow", failClosed: l.OnStoreFailure == "fail_closed", tagged: true, fixedKey: key}
+	ll := &LevelLimit{Entity: s.Entity, ID: s.ID, Key: key, cl: cl}
+	cl.level = ll
+	return ll, nil
+}
+
+// levelKind is the level a limit's name starts with (key, user, team,
+// tenant), which telemetry shows as its dimension.
+func levelKind(name string) string {
+	k, _, _ := strings.Cut(name, "/")
+	return k
+}
+
+// BudgetUse is a level budget's state after a request's debit, for the
+// budget alerts.
+type BudgetUse struct {
+	Tenant string
+	Limit  *LevelLimit
+	// Spent and Capacity are in nano-dollars; Spent includes the
+	// estimates of requests in flight.
+	Spent, Capacity int64
+	// Refused tells that this budget refused the request.
+	Refused bool
+	At      time.Time
+}
+
+// directory holds the gate's Directory and budget observer.
+type directory struct {
+	dir     atomic.Pointer[Directory]
+	observe atomic.Pointer[func(BudgetUse)]
+}
+
+// SetDirectory makes d resolve the keys the configuration does not
+// declare; nil removes it.
+func (g *Gate) SetDirectory(d Directory) {
+	if d == nil {
+		g.dir.dir.Store(nil)
+		return
+	}
+	g.dir.dir.Store(&d)
+}
+
+// ObserveBudgets makes f see every level budget's state after each debit
+// that includes it (f must not block); nil stops it.
+func (g *Gate) ObserveBudgets(f func(BudgetUse)) {
+	if f == nil {
+		g.dir.observe.Store(nil)
+		return
+	}
+	g.dir.observe.Store(&f)
+}
+
+// lookup resolves a key the configuration does not declare.
+func (g *Gate) lookup(st *state, sum [sha256.Size]byte) *Caller {
+	d := g.dir.dir.Load()
+	if d == nil {
+		return nil
+	}
+	p, ok := (*d).Lookup(sum, time.Now())
+	if !ok {
+		return nil
+	}
+	if p.Plan == "" {
+		p.Plan = st.tenants[p.Tenant] // a tenant the configuration declares
+	}
+	return &Caller{Tenant: p.Tenant, User: p.User, KeyID: p.KeyID, Plan: p.Plan, Team: p.Team, levels: p.Levels, st: st}
+}
+
+// Levels are the caller's control-plane levels (key, user, team, tenant;
+// nil where it has none).
+func (c *Caller) Levels() [4]*Level { return c.levels }
+
+// levelRefusal refuses a request for a model or route one of its caller's
+// levels does not allow (403).
+func (r *Reservation) levelRefusal() (Decision, bool) {
+	for _, lv := range r.req.Caller.levels {
+		if lv == nil {
+			continue
+		}
+		if m := r.req.Estimate.Model; len(lv.Models) > 0 && m != "" && !slices.Contains(lv.Models, m) && !slices.Contains(lv.Models, r.model) {
+			return r.forbidden(fmt.Sprintf("the %s %q may not use model %q", lv.Kind, lv.Name, m)), true
+		}
+		if len(lv.Routes) > 0 && !slices.ContainsFunc(lv.Routes, func(p string) bool { return routeUnder(r.req.Route, p) }) {
+			return r.forbidden(fmt.Sprintf("the %s %q may not use route %q", lv.Kind, lv.Name, r.req.Route)), true
+		}
+	}
+	return Decision{}, false
+}
+
+// routeUnder tells whether route is prefix or a path under it.
+func routeUnder(route, prefix string) bool {
+	prefix = strings.TrimSuffix(prefix, "/")
+	return route == prefix || strings.HasPrefix(route, prefix+"/")
+}
+
+func (r *Reservation) forbidden(msg string) Decision {
+	r.outcome, r.answer = telemetry.OutcomeHard, http.StatusForbidden
+	return refusal(telemetry.OutcomeHard, http.StatusForbidden, Error{Type: "permission_denied", Code: "not_allowed", Message: msg})
+}
+
+// collectLevels adds the caller's level limits to the request's items.
+func (r *Reservation) collectLevels() {
+	if r.req.ExtraOnly {
+		return
+	}
+	now := r.start
+	for _, lv := range r.req.Caller.levels {
+		if lv == nil {
+			continue
+		}
+		for _, ll := range lv.Limits {
+			l := ll.at(now).cl
+			r.limits = append(r.limits, l)
+			r.items = append(r.items, weighted.Item{Limit: l.limit, Key: l.fixedKey, Cost: l.costOf(r.req.Requests, r.req.Estimate.Usage, r.req.Estimate.Cost)})
+		}
+	}
+}
+
+// observeLevels shows the level budgets' states after the debit to the
+// budget observer.
+func (r *Reservation) observeLevels(d Decision) {
+	f := r.g.dir.observe.Load()
+	if f == nil || len(r.result.Items) != len(r.limits) {
+		return
+	}
+	for i, l := range r.limits {
+		if l.level == nil || !l.budget {
+			continue
+		}
+		st := r.result.Items[i]
+		spent := st.Capacity - st.Remaining
+		refused := !d.Allowed() && r.blocked == l
+		if refused {
+			spent = st.Capacity
+		}
+		(*f)(BudgetUse{Tenant: r.req.Caller.Tenant, Limit: l.level, Spent: spent, Capacity: st.Capacity, Refused: refused, At: r.start})
+	}
+}
+
+// levelStates appends the caller's level limits to a usage view's items.
+func (c *Caller) levelItems(now time.Time, items []weighted.Item, ls []*compiledLimit) ([]weighted.Item, []*compiledLimit) {
+	for _, lv := range c.levels {
+		if lv == nil {
+			continue
+		}
+		for _, ll := range lv.Limits {
+			l := ll.at(now).cl
+			items = append(items, weighted.Item{Limit: l.limit, Key: l.fixedKey})
+			ls = append(ls, l)
+		}
+	}
+	return items, ls
+}
+
+// PeekLevel is the state of one level limit, changing nothing: for the
+// admin API and the dashboard.
+func (g *Gate) PeekLevel(ctx context.Context, lls []*LevelLimit) ([]LimitState, error) {
+	if len(lls) == 0 {
+		return nil, nil
+	}
+	now := time.Now()
+	items := make([]weighted.Item, len(lls))
+	for i, ll := range lls {
+		l := ll.at(now).cl
+		items[i] = weighted.Item{Limit: l.limit, Key: l.fixedKey}
+	}
+	res, err := g.store.Peek(ctx, items)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]LimitState, len(lls))
+	for i, ll := range lls {
+		l := ll.at(now).cl
+		it := res.Items[i]
+		out[i] = LimitState{Name: l.limit.Name, Unit: l.unit, Dimension: l.dimension, Key: l.fixedKey,
+			Allowed: it.Allowed, Capacity: it.Capacity, Remaining: it.Remaining, Window: l.window(now),
+			ResetAfter: it.ResetAfter, Budget: l.budget, Shadow: l.shadow}
+	}
+	return out, nil
+}
