@@ -151,12 +151,7 @@ func (r *Reservation) extendFailClosed(e extension, err error) (Decision, bool) 
 	}
 	for _, i := range e.index {
 		if l := r.limits[i]; l.failClosed {
-			d := refusal(telemetry.OutcomeHard, http.StatusServiceUnavailable, Error{
-				Type: "service_unavailable", Code: l.limit.Name,
-				Message: "the limiter store is unavailable and limit " + l.limit.Name + " fails closed",
-			})
-			d.RetryAfter = 1
-			return d, true
+			return l.storeDown(), true
 		}
 	}
 	return Decision{}, false

@@ -16,7 +16,7 @@ import (
 // the store at redisURL (empty: memory).
 func openExtendGate(t *testing.T, redisURL string) *gate.Gate {
 	t.Helper()
-	cfg, err := config.Parse([]byte(fmt.Sprintf(`
+	return openYAML(t, fmt.Sprintf(`
 admin_token: t
 data_dir: %q
 store: {redis: %q, timeout: 2s, queue_timeout: 2s}
@@ -29,16 +29,7 @@ limits:
   - {name: input, dimensions: [tenant], unit: input_tokens, rate: 3000, period: 24h, algorithm: fixed_window}
 budgets:
   - {name: daily, scope: tenant, amount: "0.001"}
-`, t.TempDir(), redisURL)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := gate.Open(context.Background(), cfg, gate.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	return g
+`, t.TempDir(), redisURL))
 }
 
 // used returns how much of each limit is spent, by name.

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/gate"
 	"github.com/costgate/costgate/ledger"
@@ -19,7 +18,7 @@ import (
 // a temporary directory: no socket.
 func openGate(t *testing.T, extra string) *gate.Gate {
 	t.Helper()
-	cfg, err := config.Parse([]byte(fmt.Sprintf(`
+	return openYAML(t, fmt.Sprintf(`
 admin_token: t
 data_dir: %q
 tenants:
@@ -29,15 +28,18 @@ limits:
   - {name: per-tenant, dimensions: [tenant], unit: requests, rate: 3, period: 1h}
 budgets:
   - {name: daily, scope: tenant, amount: "0.01"}
-%s`, t.TempDir(), extra)))
+%s`, t.TempDir(), extra))
+}
+
+// openYAML opens a gate on the configuration yaml, closed when the test
+// ends.
+func openYAML(tb testing.TB, yaml string) *gate.Gate {
+	tb.Helper()
+	g, err := gate.Open(context.Background(), mustParse(tb, yaml), gate.Options{})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	g, err := gate.Open(context.Background(), cfg, gate.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	tb.Cleanup(func() { g.Close() })
 	return g
 }
 

@@ -52,7 +52,7 @@ func BenchmarkLearned(b *testing.B) {
 // pipeline and the learned estimate.
 func benchGate(b *testing.B, reserve string) *gate.Gate {
 	b.Helper()
-	cfg := mustParse(b, `
+	return openYAML(b, `
 admin_token: t
 data_dir: `+b.TempDir()+`
 costs:
@@ -62,12 +62,6 @@ costs:
 tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
 `)
-	g, err := gate.Open(context.Background(), cfg, gate.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { g.Close() })
-	return g
 }
 
 func mustParse(tb testing.TB, yaml string) *config.Config {

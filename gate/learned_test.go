@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/gate"
 	"github.com/costgate/costgate/internal/redistest"
@@ -44,7 +43,7 @@ func openReserveGate(t *testing.T, dir, redisURL, reserve, extra string, learned
 	if redisURL != "" {
 		store = fmt.Sprintf("store: {redis: %q}\n", redisURL)
 	}
-	cfg, err := config.Parse([]byte(fmt.Sprintf(`
+	return openYAML(t, fmt.Sprintf(`
 admin_token: t
 data_dir: %q
 %spolicies: {dir: %q}
@@ -55,16 +54,7 @@ costs:
 tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
   - {name: globex, plan: small, keys: [{id: globex-key, key: cg-globex}]}
-%s`, dir, store, pol, reserve, strings.Join(append([]string{""}, learnedKnobs...), ", "), extra)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := gate.Open(context.Background(), cfg, gate.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	return g
+%s`, dir, store, pol, reserve, strings.Join(append([]string{""}, learnedKnobs...), ", "), extra))
 }
 
 // chatRequest is a chat request of tenant key with max_tokens maxTokens.

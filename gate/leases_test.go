@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/gate"
 	"github.com/costgate/costgate/internal/redistest"
 )
@@ -13,7 +12,7 @@ import (
 // openRedisGate opens a gate on redisURL with one tenant and limits.
 func openRedisGate(t *testing.T, redisURL, limits string) *gate.Gate {
 	t.Helper()
-	cfg, err := config.Parse([]byte(fmt.Sprintf(`
+	return openYAML(t, fmt.Sprintf(`
 admin_token: t
 data_dir: %q
 store: {redis: %q}
@@ -21,16 +20,7 @@ tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
   - {name: other, plan: none, keys: [{id: other-key, key: cg-other}]}
 limits:
-%s`, t.TempDir(), redisURL, limits)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := gate.Open(context.Background(), cfg, gate.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	return g
+%s`, t.TempDir(), redisURL, limits))
 }
 
 // A leased limit admits exactly its capacity from one replica, with far

@@ -407,15 +407,21 @@ func (r *Reservation) failClosed(err error) (Decision, bool) {
 		if l.failClosed && !l.shadow { // a shadow limit never refuses
 			r.outcome, r.answer, r.blocked = telemetry.OutcomeHard, http.StatusServiceUnavailable, l
 			r.items = r.items[:0]
-			d := refusal(telemetry.OutcomeHard, http.StatusServiceUnavailable, Error{
-				Type: "service_unavailable", Code: l.limit.Name,
-				Message: "the limiter store is unavailable and limit " + l.limit.Name + " fails closed",
-			})
-			d.RetryAfter = 1
-			return d, true
+			return l.storeDown(), true
 		}
 	}
 	return Decision{}, false
+}
+
+// storeDown is the refusal of fail-closed limit l while the limiter store
+// is unavailable.
+func (l *compiledLimit) storeDown() Decision {
+	d := refusal(telemetry.OutcomeHard, http.StatusServiceUnavailable, Error{
+		Type: "service_unavailable", Code: l.limit.Name,
+		Message: "the limiter store is unavailable and limit " + l.limit.Name + " fails closed",
+	})
+	d.RetryAfter = 1
+	return d
 }
 
 // storeFailed applies the limits' posture when the store cannot answer: a
