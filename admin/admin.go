@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/costgate/costgate/control"
@@ -28,6 +29,9 @@ type Plane struct {
 	h      http.Handler
 	// control is the control plane's; nil when it is off.
 	control *control.Plane
+	// lastReplay is the summary of the last replay run here, for the
+	// dashboard.
+	lastReplay atomic.Pointer[dashboard.ReplaySummary]
 }
 
 // Options are the admin plane's collaborators besides the gate.

@@ -26,6 +26,7 @@ func (s *Plane) dashboardData(ctx context.Context) (dashboard.Data, error) {
 	d.Store.Healthy = s.gate.Ready(pctx) == nil
 	cancel()
 	d.Store.FailOpenTotal = s.tel.FailOpenTotal()
+	d.Replay = s.lastReplay.Load()
 	if s.control != nil {
 		// The database down leaves the table empty, not the dashboard.
 		bctx, cancel := context.WithTimeout(ctx, time.Second)

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"testing/fstest"
 	"time"
 
+	"github.com/costgate/costgate/dashboard"
 	"github.com/costgate/costgate/replay"
 )
 
@@ -72,8 +75,29 @@ func (s *Plane) adminReplay(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeAdminError(w, http.StatusBadRequest, "the candidate policies or the capture are refused: "+err.Error())
 	default:
+		s.lastReplay.Store(summarize(rep, in, time.Now().UTC()))
 		WriteJSON(w, http.StatusOK, rep)
 	}
+}
+
+// maxReplayRows bounds each list of the dashboard's replay summary.
+const maxReplayRows = 5
+
+// summarize is the dashboard's view of a replay's report.
+func summarize(rep *replay.Report, in replayRequest, at time.Time) *dashboard.ReplaySummary {
+	sum := &dashboard.ReplaySummary{At: at, Since: in.Since, Tenant: in.Tenant,
+		Replayed: rep.Replayed, Changed: rep.Changed, ChangedNanoUSD: int64(rep.ChangedCost)}
+	sum.Files = slices.Sorted(maps.Keys(in.Policies))
+	for _, t := range rep.Transitions[:min(len(rep.Transitions), maxReplayRows)] {
+		sum.Transitions = append(sum.Transitions, dashboard.ReplayCount{Name: t.Name(), Count: t.Count, NanoUSD: int64(t.Cost)})
+	}
+	for _, p := range rep.Policies[:min(len(rep.Policies), maxReplayRows)] {
+		sum.Policies = append(sum.Policies, dashboard.ReplayCount{Name: p.Policy, Count: p.Count, NanoUSD: int64(p.Cost)})
+	}
+	for _, t := range rep.Tenants[:min(len(rep.Tenants), maxReplayRows)] {
+		sum.Tenants = append(sum.Tenants, dashboard.ReplayCount{Name: t.Tenant, Count: t.Count, NanoUSD: int64(t.Cost)})
+	}
+	return sum
 }
 
 // bundle makes a file system of a policy bundle: Rego files (and their

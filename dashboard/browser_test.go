@@ -144,6 +144,8 @@ type page struct {
 	Login      bool                `json:"login"`
 	Tables     map[string]bool     `json:"tables"`
 	Extra      map[string][]string `json:"extra"`
+	Replay     [][]string          `json:"replay"`
+	ReplayText string              `json:"replayText"`
 }
 
 const readPage = `(() => {
@@ -160,6 +162,8 @@ const readPage = `(() => {
     throttled: rows('#throttled-table tbody tr'),
     shadow: rows('#shadow-table tbody tr'),
     highShadow: rows('#shadow-table tbody tr.high'),
+    replay: rows('#replay-table tbody tr'),
+    replayText: shown('replay-summary') ? text('replay-summary') : '',
     alert: shown('shadow-alert') ? text('shadow-alert') : '',
     charts: [...document.querySelectorAll('svg[role=img]')].map(s => s.getAttribute('aria-label') || (s.querySelector('title') || {}).textContent || ''),
     paths: document.querySelectorAll('#spend-chart path.series').length,
@@ -381,6 +385,12 @@ func checkRealistic(t *testing.T, p page) {
 
 	if strings.Contains(p.URL, "token") {
 		t.Errorf("the token stays in the address bar: %s", p.URL)
+	}
+	if want := "Candidate plans.rego, run 2026-11-30T10:35:30.000Z: 312 of 12,480 captured requests over the last 24h would be decided otherwise ($4.21 of estimated spend)."; p.ReplayText != want {
+		t.Errorf("replay summary %q, want %q", p.ReplayText, want)
+	}
+	if len(p.Replay) != 4 || !hasRow(p.Replay, "change", "allow->hard", "300", "$4.00") || !hasRow(p.Replay, "tenant", shadowTenant, "312", "$4.21") {
+		t.Errorf("replay rows %q, want the 2 changes, the policy and the tenant", p.Replay)
 	}
 	wantHeader := map[string]string{"kind": "redis", "healthy": "healthy", "breaker": "half-open", "failopen": "1,742", "updated": "Data at 10:45:30 UTC"}
 	for k, v := range wantHeader {

@@ -46,6 +46,36 @@ type Data struct {
 	// Budgets are the control plane's teams' and keys' budgets, with their
 	// spend in the current period.
 	Budgets []BudgetRow `json:"budgets"`
+	// Replay is the last policy replay run on this replica through the
+	// admin API (POST /admin/v1/policies/replay); absent before the first.
+	Replay *ReplaySummary `json:"replay,omitempty"`
+}
+
+// ReplaySummary is what a candidate policy bundle would have changed in
+// the traffic this replica captured.
+type ReplaySummary struct {
+	At time.Time `json:"at"`
+	// Files are the candidate bundle's file names, sorted.
+	Files  []string `json:"files"`
+	Since  string   `json:"since,omitempty"`
+	Tenant string   `json:"tenant,omitempty"`
+	// Replayed requests were evaluated; Changed of them would have been
+	// decided otherwise, for an estimated ChangedNanoUSD.
+	Replayed       int   `json:"replayed"`
+	Changed        int   `json:"changed"`
+	ChangedNanoUSD int64 `json:"changed_nano_usd,string"`
+	// Transitions ("allow->hard"), Policies and Tenants count the changed
+	// requests, most first, at most 5 of each.
+	Transitions []ReplayCount `json:"transitions"`
+	Policies    []ReplayCount `json:"policies"`
+	Tenants     []ReplayCount `json:"tenants"`
+}
+
+// ReplayCount is a number of changed requests and their estimated cost.
+type ReplayCount struct {
+	Name    string `json:"name"`
+	Count   int    `json:"count"`
+	NanoUSD int64  `json:"nano_usd,string"`
 }
 
 // BudgetRow is one budget of a control-plane team or key and its spend in

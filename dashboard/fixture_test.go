@@ -74,6 +74,13 @@ func sampleData(now time.Time) Data {
 			{Policy: shadowPolicy, Limit: shadowLimit, Tenant: "acme", WouldBlock: 41, Share: 0.0016},
 			{Policy: shadowPolicy, Limit: shadowLimit, Tenant: shadowTenant, WouldBlock: shadowBlocked, Share: shadowShare},
 		},
+		Replay: &ReplaySummary{
+			At: now.Add(-10 * time.Minute), Files: []string{"plans.rego"}, Since: "24h",
+			Replayed: 12_480, Changed: 312, ChangedNanoUSD: 4_210_000_000,
+			Transitions: []ReplayCount{{Name: "allow->hard", Count: 300, NanoUSD: 4_000_000_000}, {Name: "soft->hard", Count: 12, NanoUSD: 210_000_000}},
+			Policies:    []ReplayCount{{Name: "costgate.policies.plans", Count: 312, NanoUSD: 4_210_000_000}},
+			Tenants:     []ReplayCount{{Name: shadowTenant, Count: 312, NanoUSD: 4_210_000_000}},
+		},
 	}
 }
 

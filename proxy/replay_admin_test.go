@@ -50,6 +50,26 @@ decision := {"outcome": "hard", "status": 403, "reason": "closed"}
 	if code != 200 || out["replayed"] != float64(1) || out["changed"] != float64(1) {
 		t.Fatalf("replay: %d %v; want the one captured request replayed and changed", code, out)
 	}
+	// The dashboard shows the last replay's summary.
+	code, data := adminDo(t, h, "GET", "/admin/data.json", "test-admin")
+	var d struct {
+		Replay *struct {
+			Files       []string `json:"files"`
+			Replayed    int      `json:"replayed"`
+			Changed     int      `json:"changed"`
+			Transitions []struct {
+				Name  string `json:"name"`
+				Count int    `json:"count"`
+			} `json:"transitions"`
+		} `json:"replay"`
+	}
+	if err := json.Unmarshal([]byte(data), &d); code != 200 || err != nil || d.Replay == nil {
+		t.Fatalf("/admin/data.json: %d %v %s; want the last replay's summary", code, err, data)
+	}
+	if r := d.Replay; len(r.Files) != 1 || r.Files[0] != "no.rego" || r.Replayed != 1 || r.Changed != 1 ||
+		len(r.Transitions) != 1 || r.Transitions[0].Name != "allow->hard" || r.Transitions[0].Count != 1 {
+		t.Errorf("the dashboard's replay summary: %+v; want no.rego, 1 replayed, 1 changed allow->hard", *r)
+	}
 	for _, tc := range []struct {
 		name, body string
 		status     int

@@ -500,6 +500,30 @@
     }), MAX_ROWS);
   }
 
+  // ---- the last policy replay ----
+
+  function renderReplay(r) {
+    $('replay-empty').hidden = !!r;
+    $('replay-summary').hidden = !r;
+    $('replay-table').hidden = !r;
+    if (!r) return;
+    const files = (r.files || []).join(', ') || '(none)';
+    const scope = (r.tenant ? ` of tenant ${r.tenant}` : '') + (r.since ? ` over the last ${r.since}` : '');
+    const at = parseTime(r.at);
+    const when = Number.isFinite(at) ? new Date(at).toISOString() : '(time unknown)';
+    $('replay-summary').textContent = `Candidate ${files}, run ${when}: ` +
+      `${count(r.changed)} of ${count(r.replayed)} captured requests${scope} would be decided otherwise ` +
+      `(${money(nano(r.changed_nano_usd))} of estimated spend).`;
+    const rows = [];
+    for (const [kind, list] of [['change', r.transitions], ['policy', r.policies], ['tenant', r.tenants]]) {
+      for (const c of list || []) {
+        rows.push(el('tr', {}, cell(kind), nameCell('th', c.name, 30, { scope: 'row' }),
+          cell(count(c.count), 'num'), cell(money(nano(c.nano_usd)), 'num')));
+      }
+    }
+    fillTable('replay-table', rows, MAX_ROWS);
+  }
+
   // ---- budgets of teams and keys, and a key's levels ----
 
   function keyFromFragment() {
@@ -572,6 +596,7 @@
     renderThrottled(d.top_throttled);
     renderShadow(d.shadow);
     renderBudgets(d.budgets);
+    renderReplay(d.replay);
     document.documentElement.dataset.loaded = String(end);
   }
 
