@@ -27,6 +27,18 @@ func (s *Plane) dashboardData(ctx context.Context) (dashboard.Data, error) {
 	cancel()
 	d.Store.FailOpenTotal = s.tel.FailOpenTotal()
 	d.Replay = s.lastReplay.Load()
+	modes, _ := s.gate.Leases()
+	for _, l := range modes {
+		lm := dashboard.LimitMode{Name: l.Name, Mode: l.Mode, Budget: l.Budget, Keys: len(l.Keys)}
+		for _, k := range l.Keys {
+			lm.Leases += k.Leases
+			lm.Unspent += k.Unspent
+		}
+		d.Limits = append(d.Limits, lm)
+	}
+	if rs := s.gate.Regions(); len(rs) > 0 {
+		d.Region = &dashboard.RegionState{Region: rs[0].Region, Regions: rs[0].Regions, LastOK: rs[0].LastOK, LastError: rs[0].LastError}
+	}
 	if s.control != nil {
 		// The database down leaves the table empty, not the dashboard.
 		bctx, cancel := context.WithTimeout(ctx, time.Second)

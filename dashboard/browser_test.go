@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -146,6 +147,8 @@ type page struct {
 	Extra      map[string][]string `json:"extra"`
 	Replay     [][]string          `json:"replay"`
 	ReplayText string              `json:"replayText"`
+	Limits     [][]string          `json:"limits"`
+	RegionText string              `json:"regionText"`
 }
 
 const readPage = `(() => {
@@ -163,6 +166,8 @@ const readPage = `(() => {
     shadow: rows('#shadow-table tbody tr'),
     highShadow: rows('#shadow-table tbody tr.high'),
     replay: rows('#replay-table tbody tr'),
+    limits: rows('#limits-table tbody tr'),
+    regionText: shown('region') ? text('region') : '',
     replayText: shown('replay-summary') ? text('replay-summary') : '',
     alert: shown('shadow-alert') ? text('shadow-alert') : '',
     charts: [...document.querySelectorAll('svg[role=img]')].map(s => s.getAttribute('aria-label') || (s.querySelector('title') || {}).textContent || ''),
@@ -385,6 +390,12 @@ func checkRealistic(t *testing.T, p page) {
 
 	if strings.Contains(p.URL, "token") {
 		t.Errorf("the token stays in the address bar: %s", p.URL)
+	}
+	if len(p.Limits) != 3 || !reflect.DeepEqual(p.Limits[0], []string{"global-tokens", "leased", "2", "3", "4,200"}) || !hasRow(p.Limits, "daily", "strict budget") {
+		t.Errorf("limits rows %q, want global-tokens (leased, 2 keys, 3 leases, 4,200 unspent) first, and the daily budget", p.Limits)
+	}
+	if want := "Region eu of eu, us: last reconciliation 2026-11-30T10:45:25.000Z; last error: dial tcp: connection refused"; p.RegionText != want {
+		t.Errorf("region %q, want %q", p.RegionText, want)
 	}
 	if want := "Candidate plans.rego, run 2026-11-30T10:35:30.000Z: 312 of 12,480 captured requests over the last 24h would be decided otherwise ($4.21 of estimated spend)."; p.ReplayText != want {
 		t.Errorf("replay summary %q, want %q", p.ReplayText, want)

@@ -49,6 +49,33 @@ type Data struct {
 	// Replay is the last policy replay run on this replica through the
 	// admin API (POST /admin/v1/policies/replay); absent before the first.
 	Replay *ReplaySummary `json:"replay,omitempty"`
+	// Limits are the limits and budgets of the active configuration with
+	// their mode and the leases this replica holds.
+	Limits []LimitMode `json:"limits"`
+	// Region is this replica's region and its last reconciliation; absent
+	// without regions.
+	Region *RegionState `json:"region,omitempty"`
+}
+
+// LimitMode is a limit or budget, its mode (strict or leased) and the
+// leases of its keys that this replica holds.
+type LimitMode struct {
+	Name   string `json:"name"`
+	Mode   string `json:"mode"`
+	Budget bool   `json:"budget"`
+	// Keys are the keys holding leases; Leases and Unspent their leases and
+	// units not yet spent, together.
+	Keys    int   `json:"keys"`
+	Leases  int   `json:"leases"`
+	Unspent int64 `json:"unspent"`
+}
+
+// RegionState is a region's last reconciliation of its budget caps.
+type RegionState struct {
+	Region    string    `json:"region"`
+	Regions   []string  `json:"regions"`
+	LastOK    time.Time `json:"last_reconciliation"`
+	LastError string    `json:"last_error,omitempty"`
 }
 
 // ReplaySummary is what a candidate policy bundle would have changed in

@@ -74,6 +74,12 @@ func sampleData(now time.Time) Data {
 			{Policy: shadowPolicy, Limit: shadowLimit, Tenant: "acme", WouldBlock: 41, Share: 0.0016},
 			{Policy: shadowPolicy, Limit: shadowLimit, Tenant: shadowTenant, WouldBlock: shadowBlocked, Share: shadowShare},
 		},
+		Limits: []LimitMode{
+			{Name: "free-requests", Mode: "strict"},
+			{Name: "global-tokens", Mode: "leased", Keys: 2, Leases: 3, Unspent: 4_200},
+			{Name: "daily", Mode: "strict", Budget: true},
+		},
+		Region: &RegionState{Region: "eu", Regions: []string{"eu", "us"}, LastOK: now.Add(-5 * time.Second), LastError: "dial tcp: connection refused"},
 		Replay: &ReplaySummary{
 			At: now.Add(-10 * time.Minute), Files: []string{"plans.rego"}, Since: "24h",
 			Replayed: 12_480, Changed: 312, ChangedNanoUSD: 4_210_000_000,

@@ -169,9 +169,19 @@ limits:
 			Allow, Soft, Hard int64
 			Points            []struct{ Count int64 }
 		}
+		Limits []struct{ Name, Mode string }
 	}
 	if err := json.Unmarshal([]byte(data), &dash); err != nil {
 		t.Fatal(err)
+	}
+	// Every limit of the config is listed with its mode (the in-memory
+	// store leases nothing).
+	modes := map[string]string{}
+	for _, l := range dash.Limits {
+		modes[l.Name] = l.Mode
+	}
+	if modes["acme-requests"] != "strict" {
+		t.Errorf("dashboard limits %v: want acme-requests, strict", dash.Limits)
 	}
 	rows := map[string]int64{}
 	for _, d := range dash.Decisions {

@@ -524,6 +524,25 @@
     fillTable('replay-table', rows, MAX_ROWS);
   }
 
+  // ---- limits: mode and leases; the region ----
+
+  function renderLimits(limits, region) {
+    const list = [...(limits || [])];
+    list.sort((a, b) => (b.leases || 0) - (a.leases || 0) || String(a.name).localeCompare(String(b.name)));
+    $('limits-empty').hidden = list.length > 0;
+    fillTable('limits-table', list.map((l) => el('tr', {},
+      nameCell('th', l.name, 30, { scope: 'row' }),
+      cell((l.mode || 'strict') + (l.budget ? ' budget' : '')),
+      cell(count(l.keys), 'num'), cell(count(l.leases), 'num'), cell(count(l.unspent), 'num'))), MAX_ROWS);
+    const r = $('region');
+    r.hidden = !region;
+    if (!region) return;
+    const ok = parseTime(region.last_reconciliation);
+    const when = Number.isFinite(ok) && ok > 0 ? new Date(ok).toISOString() : 'never';
+    r.textContent = `Region ${region.region} of ${(region.regions || []).join(', ')}: last reconciliation ${when}` +
+      (region.last_error ? `; last error: ${region.last_error}` : '.');
+  }
+
   // ---- budgets of teams and keys, and a key's levels ----
 
   function keyFromFragment() {
@@ -597,6 +616,7 @@
     renderShadow(d.shadow);
     renderBudgets(d.budgets);
     renderReplay(d.replay);
+    renderLimits(d.limits, d.region);
     document.documentElement.dataset.loaded = String(end);
   }
 
