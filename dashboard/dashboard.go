@@ -356,6 +356,7 @@ func normalize(d Data) Data {
 	d.TopThrottled = orEmpty(d.TopThrottled)
 	d.Shadow = orEmpty(d.Shadow)
 	d.Budgets = orEmpty(d.Budgets)
+	d.Limits = orEmpty(d.Limits)
 	return d
 }
 

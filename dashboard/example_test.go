@@ -46,5 +46,5 @@ func ExampleHandler() {
 	// page: 200 text/html; charset=utf-8
 	// data without a token: 401
 	// data with the token: 200
-	// {"generated_at":"2026-11-30T10:45:00Z","store":{"kind":"memory","healthy":true,"breaker":"closed","fail_open_total":0},"spend":[{"tenant":"acme","points":[{"t":"2026-11-30T10:44:00Z","nano_usd":"1250000000"}]}],"decisions":[],"top_throttled":[],"shadow":[],"budgets":[]}
+	// {"generated_at":"2026-11-30T10:45:00Z","store":{"kind":"memory","healthy":true,"breaker":"closed","fail_open_total":0},"spend":[{"tenant":"acme","points":[{"t":"2026-11-30T10:44:00Z","nano_usd":"1250000000"}]}],"decisions":[],"top_throttled":[],"shadow":[],"budgets":[],"limits":[]}
 }
