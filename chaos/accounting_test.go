@@ -74,44 +74,53 @@ func budgetRun(t *testing.T, p *process, key string, clients, maxRequests int, b
 // cost) of one ledger entry. It also holds that the spend equals the sum
 // of the ledger's entries and the sum the upstream billed.
 func TestBudgetUntil402(t *testing.T) {
+	stores(t, func(t *testing.T, redisURL string) {
+		budgetUntil402(t, storeYAML(redisURL), "")
+	})
+}
+
+// budgetUntil402 is drill 3 on the store section store, with lease (a
+// budget's lease, "" for none) on the tenant's budget.
+func budgetUntil402(t *testing.T, store, lease string) {
 	const clients = 8
 	const budget = int64(20_000_000) // $0.02 in nano-dollars
-	stores(t, func(t *testing.T, redisURL string) {
-		up := newUpstream(t, 3)
-		p := startCostgate(t, storeYAML(redisURL)+upstreamsYAML(up)+pricesYAML+"  output_reserve: 50\n"+tenantsYAML("spender")+`budgets:
-  - {name: spender-daily, plans: [spender], scope: tenant, period: day, amount: "0.02"}
+	if lease != "" {
+		lease = ", lease: " + lease
+	}
+	up := newUpstream(t, 3)
+	p := startCostgate(t, store+upstreamsYAML(up)+pricesYAML+"  output_reserve: 50\n"+tenantsYAML("spender")+`budgets:
+  - {name: spender-daily, plans: [spender], scope: tenant, period: day, amount: "0.02"`+lease+`}
 `)
-		statuses := budgetRun(t, p, "cg-spender", clients, 2000, func(n int) string {
-			return chatBody("gpt-4o-mini", 100, false, prompt(n, 150))
-		})
-		up.waitDone(t, 30*time.Second)
-		bills, _ := up.snapshot()
-		es := p.finalLedger(t, "spender", statuses[200])
-		var sum, billed, over int64
-		for _, e := range es {
-			sum += e.charge()
-			over = max(over, e.ActualCost-e.EstimatedCost)
-			if b, ok := bills[e.RequestID]; ok {
-				billed += billCost(b)
-			}
-		}
-		spent, err := p.spend("spender")
-		if err != nil {
-			t.Fatal(err)
-		}
-		bound := budget + clients*max(over, 0)
-		t.Logf("budget %d nUSD, %d clients: statuses %v; spend %d nUSD (%.3f of the budget), ledger sum %d over %d entries, upstream billed %d; largest overshoot %d; bound %d",
-			budget, clients, statuses, spent, float64(spent)/float64(budget), sum, len(es), billed, over, bound)
-		if spent > bound {
-			t.Errorf("spend %d nUSD exceeds budget %d + %d x largest overshoot %d = %d", spent, budget, clients, over, bound)
-		}
-		if statuses[402] == 0 {
-			t.Errorf("no request was refused with 402")
-		}
-		if spent != sum || sum != billed {
-			t.Errorf("spend %d, ledger sum %d and upstream billed %d differ", spent, sum, billed)
-		}
+	statuses := budgetRun(t, p, "cg-spender", clients, 2000, func(n int) string {
+		return chatBody("gpt-4o-mini", 100, false, prompt(n, 150))
 	})
+	up.waitDone(t, 30*time.Second)
+	bills, _ := up.snapshot()
+	es := p.finalLedger(t, "spender", statuses[200])
+	var sum, billed, over int64
+	for _, e := range es {
+		sum += e.charge()
+		over = max(over, e.ActualCost-e.EstimatedCost)
+		if b, ok := bills[e.RequestID]; ok {
+			billed += billCost(b)
+		}
+	}
+	spent, err := p.spend("spender")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := budget + clients*max(over, 0)
+	t.Logf("budget %d nUSD%s, %d clients: statuses %v; spend %d nUSD (%.3f of the budget), ledger sum %d over %d entries, upstream billed %d; largest overshoot %d; bound %d",
+		budget, lease, clients, statuses, spent, float64(spent)/float64(budget), sum, len(es), billed, over, bound)
+	if spent > bound {
+		t.Errorf("spend %d nUSD exceeds budget %d + %d x largest overshoot %d = %d", spent, budget, clients, over, bound)
+	}
+	if statuses[402] == 0 {
+		t.Errorf("no request was refused with 402")
+	}
+	if spent != sum || sum != billed {
+		t.Errorf("spend %d, ledger sum %d and upstream billed %d differ", spent, sum, billed)
+	}
 }
 
 // mixCase is one kind of request of the mixed-accounting drill.

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/costgate/costgate/internal/redistest"
 )
@@ -15,14 +14,6 @@ import (
 // leaseYAML is the lease policy of the leased drills: a large share, so
 // that leases matter to the outcome.
 const leaseYAML = "lease: {max_share: 0.2, ttl: 1m}"
-
-// leasedStoreYAML is the store section of the leased drills: Redis with a
-// call timeout long enough that a machine loaded by the race detector and
-// parallel drills never turns a slow call into a fail-closed 503 (the
-// timeouts have drills of their own).
-func leasedStoreYAML(redisURL string) string {
-	return fmt.Sprintf("store:\n  redis: %q\n  timeout: 5s\n", redisURL)
-}
 
 // TestRacersExactLimitsLeased (drill 1, leased) is drill 1 with every
 // algorithm but concurrency leased, on Redis: 200 racers at once against
@@ -36,7 +27,7 @@ func TestRacersExactLimitsLeased(t *testing.T) {
 	leased := []string{"token_bucket", "gcra", "sliding_window", "fixed_window", "sliding_log"}
 	up := newUpstream(t, 1)
 	var cfg strings.Builder
-	cfg.WriteString(leasedStoreYAML(redistest.New(t).URL) + upstreamsYAML(up) + pricesYAML + tenantsYAML(leased...) + "limits:\n")
+	cfg.WriteString(patientStoreYAML(redistest.New(t).URL) + upstreamsYAML(up) + pricesYAML + tenantsYAML(leased...) + "limits:\n")
 	for _, a := range leased {
 		fmt.Fprintf(&cfg, "  - {name: exact-%s, plans: [%s], dimensions: [tenant], algorithm: %s, unit: requests, rate: %d, period: 24h, on_store_failure: fail_closed, %s}\n",
 			a, a, a, limit, leaseYAML)
@@ -45,10 +36,10 @@ func TestRacersExactLimitsLeased(t *testing.T) {
 	for _, algo := range leased {
 		t.Run(algo, func(t *testing.T) {
 			t.Parallel()
-			day := time.Now().UTC().Truncate(24 * time.Hour)
+			day := clearOfMidnight(t)
 			statuses := race(p, "cg-"+algo, racers)
-			if algo == "fixed_window" && !time.Now().UTC().Truncate(24*time.Hour).Equal(day) {
-				t.Skip("the fixed window's boundary passed during the drill")
+			if algo == "fixed_window" {
+				sameDay(t, day)
 			}
 			t.Logf("%s leased: %d racers, limit %d: admitted %d, 429 %d, other %v", algo, racers, limit, statuses[200], statuses[429], statuses)
 			if statuses[200] != limit || statuses[429] != racers-limit {
@@ -97,11 +88,11 @@ func race(p *process, key string, n int) map[int]int {
 func TestLeasedReplicaKilled(t *testing.T) {
 	const limit, share = 100, 50
 	up := newUpstream(t, 1)
-	cfg := leasedStoreYAML(redistest.New(t).URL) + upstreamsYAML(up) + pricesYAML + tenantsYAML("hot") +
+	cfg := patientStoreYAML(redistest.New(t).URL) + upstreamsYAML(up) + pricesYAML + tenantsYAML("hot") +
 		"limits:\n  - {name: hot, plans: [hot], dimensions: [tenant], algorithm: fixed_window, unit: requests, rate: 100, period: 24h, lease: {max_share: 0.5, ttl: 1m}}\n"
 	a := startCostgate(t, cfg)
 	b := startCostgate(t, cfg)
-	day := time.Now().UTC().Truncate(24 * time.Hour)
+	day := clearOfMidnight(t)
 	first := race(a, "cg-hot", 40)
 	a.Kill()
 	var admitted atomic.Int64
@@ -116,9 +107,7 @@ func TestLeasedReplicaKilled(t *testing.T) {
 			break
 		}
 	}
-	if !time.Now().UTC().Truncate(24 * time.Hour).Equal(day) {
-		t.Skip("the fixed window's boundary passed during the drill")
-	}
+	sameDay(t, day)
 	var view struct {
 		Limits []struct {
 			Name string `json:"name"`
@@ -145,39 +134,5 @@ func TestLeasedReplicaKilled(t *testing.T) {
 // Bound: as drill 3's: spend at most budget + C x O; spend, ledger and
 // upstream bill agree.
 func TestBudgetUntil402Leased(t *testing.T) {
-	const clients = 8
-	const budget = int64(20_000_000)
-	up := newUpstream(t, 3)
-	p := startCostgate(t, leasedStoreYAML(redistest.New(t).URL)+upstreamsYAML(up)+pricesYAML+"  output_reserve: 50\n"+tenantsYAML("spender")+`budgets:
-  - {name: spender-daily, plans: [spender], scope: tenant, period: day, amount: "0.02", lease: {max_share: 0.1, ttl: 2s}}
-`)
-	statuses := budgetRun(t, p, "cg-spender", clients, 2000, func(n int) string {
-		return chatBody("gpt-4o-mini", 100, false, prompt(n, 150))
-	})
-	up.waitDone(t, 30*time.Second)
-	bills, _ := up.snapshot()
-	es := p.finalLedger(t, "spender", statuses[200])
-	var sum, billed, over int64
-	for _, e := range es {
-		sum += e.charge()
-		over = max(over, e.ActualCost-e.EstimatedCost)
-		if b, ok := bills[e.RequestID]; ok {
-			billed += billCost(b)
-		}
-	}
-	spent, err := p.spend("spender")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bound := budget + clients*max(over, 0)
-	t.Logf("leased budget %d nUSD, %d clients: statuses %v; spend %d nUSD (%.3f of the budget); bound %d", budget, clients, statuses, spent, float64(spent)/float64(budget), bound)
-	if spent > bound {
-		t.Errorf("spend %d nUSD exceeds the bound %d", spent, bound)
-	}
-	if statuses[402] == 0 {
-		t.Errorf("no request was refused with 402")
-	}
-	if spent != sum || sum != billed {
-		t.Errorf("spend %d, ledger sum %d and upstream billed %d differ", spent, sum, billed)
-	}
+	budgetUntil402(t, patientStoreYAML(redistest.New(t).URL), "{max_share: 0.1, ttl: 2s}")
 }
