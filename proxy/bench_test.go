@@ -87,6 +87,13 @@ func benchCostgate(b *testing.B, upstream, redisURL string, capture bool) string
 	}
 	cfg.DataDir, cfg.Store.Redis, cfg.Ledger.DSN = b.TempDir(), redisURL, ""
 	cfg.Capture.Enabled = capture
+	return serveBench(b, cfg)
+}
+
+// serveBench serves a proxy on cfg on loopback for the benchmark and
+// returns its URL.
+func serveBench(b *testing.B, cfg *config.Config) string {
+	b.Helper()
 	srv, err := proxy.Open(context.Background(), cfg, proxy.Options{})
 	if err != nil {
 		b.Fatal(err)

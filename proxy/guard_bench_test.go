@@ -2,7 +2,6 @@ package proxy_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,7 +16,6 @@ import (
 	"time"
 
 	"github.com/costgate/costgate/config"
-	"github.com/costgate/costgate/proxy"
 )
 
 // guardBenchTokens is the length of the benchmark's streamed answer: one
@@ -82,14 +80,7 @@ func guardCostgate(b *testing.B, upstream string, guard bool) string {
 		b.Fatal(err)
 	}
 	cfg.DataDir, cfg.Store.Redis, cfg.Ledger.DSN = b.TempDir(), "", ""
-	srv, err := proxy.Open(context.Background(), cfg, proxy.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { srv.Close() })
-	ts := httptest.NewServer(srv.Handler())
-	b.Cleanup(ts.Close)
-	return ts.URL
+	return serveBench(b, cfg)
 }
 
 // benchStream streams the benchmark's answer b.N times from 8 clients and
