@@ -275,8 +275,10 @@ budgets:
 	if total > 10 {
 		t.Fatalf("the regions admitted %d requests of a budget of 10", total)
 	}
-	if more == 0 {
-		t.Fatal("eu got nothing more after rebalancing")
+	// eu's first cap can be the whole budget (us had shown no demand when
+	// eu read it); only what it was not given can come back to it.
+	if more == 0 && first+usFirst < 9 {
+		t.Fatalf("eu got nothing more after rebalancing, with %d of 10 unspent", 10-first-usFirst)
 	}
 	if r := eu.Regions(); len(r) != 1 || r[0].Region != "eu" || r[0].LastOK.IsZero() {
 		t.Fatalf("eu's regions view: %+v", r)
