@@ -9,6 +9,7 @@ package control
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,9 +51,10 @@ type keyEntry struct {
 // Directory is the in-memory key table and levels. It is safe for
 // concurrent use: Lookup takes a read lock on the key table only.
 type Directory struct {
-	mu    sync.RWMutex
-	keys  map[[sha256.Size]byte]*keyEntry
-	byKey map[string]*keyRec // by key id
+	mu       sync.RWMutex
+	keys     map[[sha256.Size]byte]*keyEntry
+	byKey    map[string]*keyRec   // by key id
+	byTenant map[string][]*keyRec // every key of each tenant, revoked ones too
 
 	slotMu sync.Mutex
 	slots  map[string]*slot  // the tenants', teams' and users', by kind/tenant/name
@@ -69,6 +71,7 @@ func NewDirectory() *Directory {
 	return &Directory{
 		keys:     map[[sha256.Size]byte]*keyEntry{},
 		byKey:    map[string]*keyRec{},
+		byTenant: map[string][]*keyRec{},
 		slots:    map[string]*slot{},
 		names:    map[string]string{},
 		expiring: map[string]time.Time{},
@@ -161,6 +164,7 @@ func (d *Directory) applyKey(e *Entity, n *node) {
 			rec.usr = d.slot(KindUser, e.Tenant, e.User)
 		}
 		d.byKey[e.ID] = rec
+		d.byTenant[rec.tenant] = append(d.byTenant[rec.tenant], rec)
 	}
 	rec.p.Store(n)
 	for _, h := range rec.hashes {
@@ -185,6 +189,64 @@ func (d *Directory) applyKey(e *Entity, n *node) {
 		delete(d.expiring, e.ID)
 	}
 	d.expiryMu.Unlock()
+}
+
+// Budgets implements gate.Directory: the budgets of tenant's own level
+// and of the levels of its keys (each key's, and each of its teams' and
+// users' with the keys under it). A team or user without keys spends
+// nothing and is left out.
+func (d *Directory) Budgets(tenant string) []gate.LevelBudget {
+	d.mu.RLock()
+	recs := slices.Clone(d.byTenant[tenant])
+	d.mu.RUnlock()
+	var out []gate.LevelBudget
+	add := func(s *slot, keyIDs []string) {
+		n := s.p.Load()
+		if n == nil || n.level == nil {
+			return
+		}
+		for _, ll := range n.level.Limits {
+			if ll.Budget {
+				out = append(out, gate.LevelBudget{Limit: ll, KeyIDs: keyIDs})
+			}
+		}
+	}
+	d.slotMu.Lock()
+	ten := d.slots[string(KindTenant)+"\x00"+tenant+"\x00"+tenant]
+	d.slotMu.Unlock()
+	if ten != nil {
+		add(ten, nil)
+	}
+	var groups []*slot
+	members := map[*slot][]string{}
+	for _, r := range recs {
+		add(&r.slot, []string{r.id})
+		for _, s := range []*slot{r.tm, r.usr} {
+			if s == nil {
+				continue
+			}
+			if _, ok := members[s]; !ok {
+				groups = append(groups, s)
+			}
+			members[s] = append(members[s], r.id)
+		}
+	}
+	for _, s := range groups {
+		add(s, members[s])
+	}
+	return out
+}
+
+// BudgetTenants implements gate.Directory: the tenants with keys.
+func (d *Directory) BudgetTenants() []string {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := make([]string, 0, len(d.byTenant))
+	for t := range d.byTenant {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // intern returns the directory's copy of a name, so that a tenant's

@@ -32,6 +32,7 @@ type replica struct {
 
 type replicaOptions struct {
 	dsn, redis string // empty: the embedded ledger / the in-memory store
+	dir        string // the data directory; empty: a new one
 	alertURL   string
 	format     string // the alerts' format; empty: cloudevents
 	extra      string // more YAML at the end
@@ -53,6 +54,9 @@ func newReplica(t *testing.T, upstream string, o replicaOptions) *replica {
 			alerts += "\n    format: " + o.format
 		}
 	}
+	if o.dir == "" {
+		o.dir = t.TempDir()
+	}
 	yaml := fmt.Sprintf(`
 admin_token: test-admin
 data_dir: %q
@@ -73,7 +77,7 @@ tenants:
     keys:
       - id: yaml-key
         key: cg-test-yaml
-%s`, t.TempDir(), alerts, upstream, o.extra)
+%s`, o.dir, alerts, upstream, o.extra)
 	cfg, err := config.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatalf("config: %v", err)

@@ -54,6 +54,10 @@ type Budget struct {
 	// Generation is advanced by a reset: the budget's counter starts
 	// anew. Read-only.
 	Generation int `json:"generation"`
+	// ResetAt is when the budget was last reset, nil for never: after a
+	// loss of the limiter store's data, its counter is restored from the
+	// ledger's spend since then. Read-only.
+	ResetAt *time.Time `json:"reset_at,omitempty"`
 	// RaisedUSD replaces AmountUSD until RaisedUntil (a temporary raise).
 	RaisedUSD   string     `json:"raised_amount_usd,omitempty"`
 	RaisedUntil *time.Time `json:"raised_until,omitempty"`
@@ -240,6 +244,9 @@ func (e *Entity) level() (*gate.Level, error) {
 		spec := gate.LevelLimitSpec{Name: prefix + b.ID, Tenant: e.Tenant, Entity: e.ID, ID: b.ID,
 			KeySuffix: fmt.Sprintf("%s=%s:b=%s:g%d", e.Kind, e.ID, b.ID, b.Generation),
 			Budget:    true, AmountNano: int64(amount), Period: b.Period, SoftPercent: b.SoftPercent}
+		if b.ResetAt != nil {
+			spec.Since = *b.ResetAt
+		}
 		ll, err := gate.CompileLevelLimit(spec)
 		if err != nil {
 			return nil, invalid("budget %q: %v", b.ID, err)

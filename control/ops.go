@@ -148,7 +148,7 @@ func (p *Plane) prepare(e *Entity) error {
 		e.Limits = []Limit{}
 	}
 	for i := range e.Budgets {
-		e.Budgets[i].Generation = 0
+		e.Budgets[i].Generation, e.Budgets[i].ResetAt = 0, nil
 		e.Budgets[i].RaisedUSD, e.Budgets[i].RaisedUntil = "", nil
 	}
 	if e.Tenant != "" {
@@ -208,7 +208,7 @@ func (p *Plane) Update(ctx context.Context, actor string, kind Kind, id string, 
 			e.Budgets = *patch.Budgets
 			for i := range e.Budgets {
 				b := &e.Budgets[i]
-				b.Generation, b.RaisedUSD, b.RaisedUntil = 0, "", nil
+				b.Generation, b.ResetAt, b.RaisedUSD, b.RaisedUntil = 0, nil, "", nil
 				id := b.ID
 				if id == "" {
 					id = b.Period
@@ -218,7 +218,7 @@ func (p *Plane) Update(ctx context.Context, actor string, kind Kind, id string, 
 				}
 				for _, o := range old {
 					if o.ID == id {
-						b.Generation, b.RaisedUSD, b.RaisedUntil = o.Generation, o.RaisedUSD, o.RaisedUntil
+						b.Generation, b.ResetAt, b.RaisedUSD, b.RaisedUntil = o.Generation, o.ResetAt, o.RaisedUSD, o.RaisedUntil
 					}
 				}
 			}
@@ -313,7 +313,8 @@ func (p *Plane) ResetBudget(ctx context.Context, actor string, kind Kind, id, bu
 		if b == nil {
 			return fmt.Errorf("%w: %s %q has no budget %q", ErrNotFound, kind, id, budget)
 		}
-		b.Generation++
+		now := time.Now().UTC()
+		b.Generation, b.ResetAt = b.Generation+1, &now
 		return nil
 	})
 }

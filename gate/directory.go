@@ -25,6 +25,22 @@ type Directory interface {
 	// at now (active, not expired, not revoked, at every level), and
 	// whether there is one.
 	Lookup(sum [sha256.Size]byte, now time.Time) (Principal, bool)
+	// Budgets returns every budget of the levels under tenant (the
+	// tenant's own, its teams', users' and keys', usable or not), so that
+	// the limiter store's counters of all of them are restored from the
+	// ledger together.
+	Budgets(tenant string) []LevelBudget
+	// BudgetTenants returns the tenants that Budgets may answer for.
+	BudgetTenants() []string
+}
+
+// LevelBudget is a level's budget with the ledger entries it counts.
+type LevelBudget struct {
+	Limit *LevelLimit
+	// KeyIDs are the keys whose spend the budget counts (a key's own,
+	// its user's or its team's keys); nil counts every entry of the
+	// tenant (a tenant's budget).
+	KeyIDs []string
 }
 
 // Principal is who a control-plane key belongs to, with the levels it
@@ -76,6 +92,10 @@ type LevelLimit struct {
 	// none.
 	Raised      *LevelLimit
 	RaisedUntil time.Time
+	// Since is when a budget was last reset (its counter started anew),
+	// zero for never: a restore from the ledger counts the spend from
+	// then on.
+	Since time.Time
 
 	cl *compiledLimit
 }
@@ -101,6 +121,30 @@ func (l *LevelLimit) WindowStart(now time.Time) time.Time {
 	return time.Unix(0, now.UnixNano()-now.UnixNano()%int64(p)).UTC()
 }
 
+// spendRange is the span of the ledger whose spend the budget's counter
+// holds at now: its window (a rolling budget's last period), from its last
+// reset on.
+func (l *LevelLimit) spendRange(now time.Time) (from, to time.Time) {
+	wl := l.cl.limit
+	switch {
+	case wl.Algorithm == weighted.SlidingWindow:
+		from, to = now.Add(-wl.Period), now.Add(time.Nanosecond)
+	case wl.Calendar == weighted.Month:
+		from = l.WindowStart(now)
+		to = from.AddDate(0, 1, 0)
+	default:
+		from = l.WindowStart(now)
+		to = from.Add(wl.Period)
+	}
+	if l.Since.After(from) {
+		from = l.Since
+	}
+	if !from.Before(to) { // a reset stamped ahead of this clock
+		from = to.Add(-time.Nanosecond)
+	}
+	return from, to
+}
+
 // at is the limit in force at now.
 func (l *LevelLimit) at(now time.Time) *LevelLimit {
 	if l.Raised != nil && now.Before(l.RaisedUntil) {
@@ -122,11 +166,13 @@ type LevelLimitSpec struct {
 	// generation that a reset advances).
 	KeySuffix string
 	// Budget: AmountNano per Period (day, week, month, or a Go duration
-	// for a rolling window).
+	// for a rolling window), counted from Since (its last reset; zero for
+	// never).
 	Budget      bool
 	AmountNano  int64
 	Period      string
 	SoftPercent int
+	Since       time.Time
 	// Limit: as a configured limit (algorithm, unit, rate, period, burst).
 	Limit config.LimitConfig
 }
@@ -180,7 +226,8 @@ func CompileLevelLimit(s LevelLimitSpec) (*LevelLimit, error) {
 		}
 		cl := &compiledLimit{limit: wl, unit: "usd", cost: config.Units["usd"], dimension: levelKind(s.Name),
 			budget: true, period: s.Period, tagged: true, fixedKey: key}
-		ll := &LevelLimit{Entity: s.Entity, ID: s.ID, Budget: true, SoftPercent: s.SoftPercent, Period: s.Period, Key: key, cl: cl}
+		ll := &LevelLimit{Entity: s.Entity, ID: s.ID, Budget: true, SoftPercent: s.SoftPercent, Period: s.Period, Key: key,
+			Since: s.Since, cl: cl}
 		cl.level = ll
 		return ll, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"golang.org/x/sync/singleflight"
 
@@ -114,10 +115,13 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 	if err != nil {
 		return err
 	}
-	budgets := len(items) // the items after these are extra
+	budgets := len(items) // the configured budgets; the items after these are the levels' and extra
 	seen := make(map[string]bool, len(items))
 	for _, it := range items {
 		seen[it.Limit.Name+"\x00"+it.Key] = true
+	}
+	if items, counted, err = f.g.levelCounters(ctx, tenant, items, counted, seen); err != nil {
+		return err
 	}
 	for _, it := range extra {
 		if !seen[it.Limit.Name+"\x00"+it.Key] {
@@ -141,7 +145,7 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 	if f == f.g.store {
 		f.g.budgetRemaining(tenant, items[:budgets], counted[:budgets])
 	}
-	for i, it := range items {
+	for i, it := range items[:budgets] {
 		if counted[i] > 0 {
 			f.g.log.Info("budget counter restored from the ledger", "limit", it.Limit.Name, "key", it.Key,
 				"ledger_nano_usd", counted[i], "share", f.share)
@@ -222,6 +226,64 @@ func (g *Gate) budgetCounters(ctx context.Context, tenant string) ([]weighted.It
 				counted = append(counted, max(int64(spent), 0))
 			}
 		}
+	}
+	return items, counted, nil
+}
+
+// levelCounters appends to items an item for every budget of the control
+// plane's levels under tenant, and to counted what the ledger says each
+// has spent in its window since its last reset, skipping those seen (and
+// marking the rest). A team's, user's or key's budget counts its keys'
+// spend, one read of the ledger per distinct window; a tenant's counts
+// the tenant's. While the ledger's database is out, the spend is what
+// this node knows.
+func (g *Gate) levelCounters(ctx context.Context, tenant string, items []weighted.Item, counted []int64,
+	seen map[string]bool) ([]weighted.Item, []int64, error) {
+	d := g.dir.dir.Load()
+	if d == nil {
+		return items, counted, nil
+	}
+	type span struct{ from, to time.Time }
+	keys := map[span]map[string]costmodel.NanoUSD{}
+	spend := func(lb LevelBudget, from, to time.Time) (costmodel.NanoUSD, error) {
+		var local *ledger.LocalSpendError
+		if lb.KeyIDs == nil {
+			v, err := g.ledger.Spend(ctx, ledger.SpendQuery{Tenant: tenant, From: from, To: to})
+			if err != nil && errors.As(err, &local) {
+				err = nil
+			}
+			return v, err
+		}
+		byKey, ok := keys[span{from, to}]
+		if !ok {
+			var err error
+			byKey, err = g.ledger.KeySpend(ctx, tenant, from, to)
+			if err != nil && !errors.As(err, &local) {
+				return 0, err
+			}
+			keys[span{from, to}] = byKey
+		}
+		var v costmodel.NanoUSD
+		for _, id := range lb.KeyIDs {
+			v += byKey[id]
+		}
+		return v, nil
+	}
+	now := time.Now()
+	for _, lb := range (*d).Budgets(tenant) {
+		ll := lb.Limit.at(now)
+		l := ll.cl
+		if !l.budget || seen[l.limit.Name+"\x00"+l.fixedKey] {
+			continue
+		}
+		seen[l.limit.Name+"\x00"+l.fixedKey] = true
+		from, to := ll.spendRange(now)
+		v, err := spend(lb, from, to)
+		if err != nil {
+			return nil, nil, fmt.Errorf("gate: spend of %s for %s: %w", tenant, l.limit.Name, err)
+		}
+		items = append(items, weighted.Item{Limit: l.limit, Key: l.fixedKey})
+		counted = append(counted, max(int64(v), 0))
 	}
 	return items, counted, nil
 }

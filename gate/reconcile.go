@@ -21,7 +21,8 @@ import (
 // it (see freshStore); this catches what that cannot see, such as spend
 // recorded by a replica on its local fallback.
 //
-// It runs when the server opens, every ReconcileInterval, and when the
+// The tenants are the configuration's and those with budgets in the
+// control plane's directory. It runs when the server opens, every ReconcileInterval, and when the
 // store's circuit breaker closes again. Each tenant's restore counts in
 // costgate.budget.reconcile, as does a reconciliation that cannot start;
 // a successful one sets costgate.budget.remaining (see restore). It returns every tenant's error,
@@ -36,12 +37,23 @@ func (g *Gate) ReconcileBudgets(ctx context.Context) error {
 		g.tel.Reconcile(telemetry.ReconcileScheduled, err)
 		return fmt.Errorf("gate: reconcile: %w", err)
 	}
-	var errs []error
+	tenants := make([]string, 0, len(st.cfg.Tenants))
 	for _, t := range st.cfg.Tenants {
-		err := g.store.restore(ctx, t.Name, nil)
+		tenants = append(tenants, t.Name)
+	}
+	if d := g.dir.dir.Load(); d != nil {
+		for _, t := range (*d).BudgetTenants() {
+			if _, declared := st.tenants[t]; !declared {
+				tenants = append(tenants, t)
+			}
+		}
+	}
+	var errs []error
+	for _, t := range tenants {
+		err := g.store.restore(ctx, t, nil)
 		g.tel.Reconcile(telemetry.ReconcileScheduled, err)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("gate: reconcile %s: %w", t.Name, err))
+			errs = append(errs, fmt.Errorf("gate: reconcile %s: %w", t, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -34,7 +34,8 @@ type Ledger struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 
-	spendReads spendCache // Spend's last reads, for its answers while the store fails
+	spendReads spendCache    // Spend's last reads, for its answers while the store fails
+	keyReads   keySpendCache // KeySpend's, likewise
 
 	mu       sync.Mutex
 	applied  int64         // spool position in the store
@@ -52,6 +53,12 @@ type store interface {
 	entries(ctx context.Context, q Query, after *cursor, limit int) ([]Entry, error)
 	spend(ctx context.Context, tenant, user, key string, from, to time.Time) (costmodel.NanoUSD, error)
 	summary(ctx context.Context, from, to time.Time) ([]TenantSpend, error)
+	// keySpend returns the spend of each key of tenant over [from, to).
+	keySpend(ctx context.Context, tenant string, from, to time.Time) (map[string]costmodel.NanoUSD, error)
+	// headSpend returns the charge of tenant's entries created in
+	// [from, to), by user and key, read from the entries (a range shorter
+	// than a roll-up bucket).
+	headSpend(ctx context.Context, tenant string, from, to time.Time) ([]headCharge, error)
 	nodes(ctx context.Context) ([]NodeState, error)
 	close() error
 }

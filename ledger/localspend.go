@@ -122,11 +122,24 @@ func (l *Ledger) localSpend(k spendQueryKey, storeErr error) (costmodel.NanoUSD,
 // pendingSpend sums the charge of the spool's records from pos onwards that
 // fall in k.
 func (l *Ledger) pendingSpend(k spendQueryKey, pos int64) (costmodel.NanoUSD, error) {
+	var sum costmodel.NanoUSD
+	err := l.pendingEach(pos, k.match, func(_ string, d costmodel.NanoUSD) { sum += d })
+	return sum, err
+}
+
+// pendingEach calls add with the key id and the charge of each of the
+// spool's records from pos onwards that match selects: a reservation's
+// estimate, and a settlement's difference from the estimate of a
+// reservation in the same records.
+func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(keyID string, d costmodel.NanoUSD)) error {
+	type held struct {
+		estimate costmodel.NanoUSD
+		keyID    string
+	}
 	end, _ := l.spool.positions()
 	var (
-		sum  costmodel.NanoUSD
-		open = map[string]costmodel.NanoUSD{} // reserved in these records: id → estimate
-		done = map[string]bool{}              // finalized in these records
+		open = map[string]held{} // reserved in these records, by request id
+		done = map[string]bool{} // finalized in these records
 		recs []record
 		buf  []byte
 		err  error
@@ -135,7 +148,7 @@ func (l *Ledger) pendingSpend(k spendQueryKey, pos int64) (costmodel.NanoUSD, er
 		var next int64
 		recs, next, err = l.spool.readNames(pos, 4096, recs, &buf, nil)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		if next == pos {
 			break
@@ -145,23 +158,23 @@ func (l *Ledger) pendingSpend(k spendQueryKey, pos int64) (costmodel.NanoUSD, er
 			e := &recs[i].e
 			switch recs[i].kind {
 			case kindReserve:
-				if _, seen := open[e.RequestID]; seen || done[e.RequestID] || !k.match(e) {
+				if _, seen := open[e.RequestID]; seen || done[e.RequestID] || !match(e) {
 					continue
 				}
-				open[e.RequestID] = e.EstimatedCost
-				sum += e.EstimatedCost
+				open[e.RequestID] = held{e.EstimatedCost, e.KeyID}
+				add(e.KeyID, e.EstimatedCost)
 			case kindSettle:
-				est, reserved := open[e.RequestID]
+				h, reserved := open[e.RequestID]
 				if !reserved {
-					continue // reserved before pos (in the store at its estimate) or not in k
+					continue // reserved before pos (in the store at its estimate) or not matched
 				}
 				delete(open, e.RequestID)
 				done[e.RequestID] = true
-				sum += e.ActualCost - est
+				add(h.keyID, e.ActualCost-h.estimate)
 			}
 		}
 	}
-	return sum, nil
+	return nil
 }
 
 func (k spendQueryKey) match(e *Entry) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func TestSpendWhileTheStoreIsDown(t *testing.T) {
 	reserve := func(id, user string, est costmodel.NanoUSD) {
 		t.Helper()
 		e := reservation(id, t0)
-		e.User, e.EstimatedCost = user, est
+		e.User, e.KeyID, e.EstimatedCost = user, "k-"+user, est
 		if err := l.Reserve(ctx, e); err != nil {
 			t.Fatal(err)
 		}
@@ -49,6 +50,13 @@ func TestSpendWhileTheStoreIsDown(t *testing.T) {
 	flush(t, l)
 	if sp, err := l.Spend(ctx, month); err != nil || sp != 4_000 {
 		t.Fatalf("Spend before the outage = %d, %v; want 4000", sp, err)
+	}
+	from, to, err := ledger.Period("month", t0, time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ks, err := l.KeySpend(ctx, "acme", from, to); err != nil || !maps.Equal(ks, map[string]costmodel.NanoUSD{"k-ann": 4_000}) {
+		t.Fatalf("KeySpend before the outage = %v, %v; want k-ann 4000", ks, err)
 	}
 
 	// Another tenant's records fill more than a segment, which reaches
@@ -100,6 +108,19 @@ func TestSpendWhileTheStoreIsDown(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("each key", func(t *testing.T) {
+		ks, err := l.KeySpend(ctx, "acme", from, to)
+		var le *ledger.LocalSpendError
+		if !errors.As(err, &le) {
+			t.Fatalf("KeySpend = %v, %v; want a *LocalSpendError", ks, err)
+		}
+		le.Err = nil
+		want := ledger.LocalSpendError{Spend: 13_000, Stored: 4_000, ReadAt: now, Pending: 9_000, Partial: true}
+		if !maps.Equal(ks, map[string]costmodel.NanoUSD{"k-ann": 11_000, "k-bob": 2_000}) || *le != want {
+			t.Fatalf("KeySpend = %v, %+v; want k-ann 11000, k-bob 2000, %+v", ks, *le, want)
+		}
+	})
 
 	pg.Start()
 	flush(t, l)

@@ -58,7 +58,7 @@ func scopeOf(user, key string, hasUser, hasKey bool) string {
 	case hasUser:
 		return "u:" + user
 	case hasKey:
-		return "k:" + key
+		return keyScope + key
 	}
 	return ""
 }

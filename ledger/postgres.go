@@ -523,6 +523,59 @@ func (s *pgStore) spend(ctx context.Context, tenant, user, key string, from, to 
 	return costmodel.NanoUSD(v), nil
 }
 
+func (s *pgStore) keySpend(ctx context.Context, tenant string, from, to time.Time) (map[string]costmodel.NanoUSD, error) {
+	d0, d1, _, _ := spendRanges(from, to)
+	rows, err := s.pool.Query(ctx, `SELECT scope, SUM(cost)::bigint FROM ledger_spend
+		WHERE tenant = $1 AND starts_with(scope, $2) AND `+pgPeriod(3)+` GROUP BY scope`,
+		tenant, keyScope, d0, d1, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: postgres key spend: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]costmodel.NanoUSD{}
+	for rows.Next() {
+		var (
+			scope string
+			cost  int64
+		)
+		if err := rows.Scan(&scope, &cost); err != nil {
+			return nil, fmt.Errorf("ledger: postgres key spend: %w", err)
+		}
+		if err := keysOf(scope, cost, out); err != nil {
+			return nil, err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: postgres key spend: %w", err)
+	}
+	return out, nil
+}
+
+func (s *pgStore) headSpend(ctx context.Context, tenant string, from, to time.Time) ([]headCharge, error) {
+	rows, err := s.pool.Query(ctx, `SELECT user_id, key_id, SUM(cost)::bigint FROM ledger_entries
+		WHERE tenant = $1 AND created_at >= $2 AND created_at < $3 GROUP BY user_id, key_id`, tenant, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: postgres head spend: %w", err)
+	}
+	defer rows.Close()
+	var out []headCharge
+	for rows.Next() {
+		var (
+			c    headCharge
+			cost int64
+		)
+		if err := rows.Scan(&c.user, &c.key, &cost); err != nil {
+			return nil, fmt.Errorf("ledger: postgres head spend: %w", err)
+		}
+		c.cost = costmodel.NanoUSD(cost)
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: postgres head spend: %w", err)
+	}
+	return out, nil
+}
+
 func (s *pgStore) summary(ctx context.Context, from, to time.Time) ([]TenantSpend, error) {
 	d0, d1, _, _ := spendRanges(from, to)
 	rows, err := s.pool.Query(ctx, `SELECT tenant, SUM(cost)::bigint, SUM(entries)::bigint FROM ledger_spend

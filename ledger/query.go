@@ -149,6 +149,28 @@ type SpendQuery struct {
 	Period string
 	// At is a time inside the period; zero means now.
 	At time.Time
+	// From and To, when To is set, select [From, To) instead of a
+	// period. To should be a 15-minute boundary or a time after the last
+	// entry: the roll-up counts whole buckets from there on.
+	From, To time.Time
+}
+
+// rangeOf returns the bounds of q's range: [From, To) with From rounded
+// down to a bucket, or its period.
+func (q SpendQuery) rangeOf(now time.Time, tz *time.Location) (from, to time.Time, err error) {
+	if q.To.IsZero() {
+		at := q.At
+		if at.IsZero() {
+			at = now
+		}
+		return Period(q.Period, at, tz)
+	}
+	from = q.From.UTC()
+	if !from.Before(q.To) {
+		return time.Time{}, time.Time{}, fmt.Errorf("%w spend query: from %s is not before to %s", ErrInvalid,
+			q.From.UTC().Format(time.RFC3339), q.To.UTC().Format(time.RFC3339))
+	}
+	return from, q.To.UTC(), nil
 }
 
 // Period returns the bounds [start, end) of the period named period ("day"
@@ -184,11 +206,7 @@ func (l *Ledger) Spend(ctx context.Context, q SpendQuery) (costmodel.NanoUSD, er
 	if q.Tenant == "" {
 		return 0, fmt.Errorf("%w spend query: tenant is required", ErrInvalid)
 	}
-	at := q.At
-	if at.IsZero() {
-		at = l.cfg.Now()
-	}
-	from, to, err := Period(q.Period, at, l.cfg.TimeZone)
+	from, to, err := q.rangeOf(l.cfg.Now(), l.cfg.TimeZone)
 	if err != nil {
 		return 0, err
 	}
@@ -198,7 +216,7 @@ func (l *Ledger) Spend(ctx context.Context, q SpendQuery) (costmodel.NanoUSD, er
 		_, applied = l.spool.positions()
 	}
 	readAt := l.cfg.Now()
-	v, err := l.store.spend(ctx, q.Tenant, q.User, q.KeyID, from.UTC(), to.UTC())
+	v, err := l.rangeSpend(ctx, q.Tenant, q.User, q.KeyID, from.UTC(), to.UTC())
 	if l.spool == nil {
 		return v, err
 	}
@@ -210,6 +228,50 @@ func (l *Ledger) Spend(ctx context.Context, q SpendQuery) (costmodel.NanoUSD, er
 	}
 	l.spendReads.put(k, spendRead{value: v, pos: applied, at: readAt})
 	return v, nil
+}
+
+// rangeSpend is the store's spend over [from, to): the entries of a
+// bucket that from cuts, then the roll-up's buckets.
+func (l *Ledger) rangeSpend(ctx context.Context, tenant, user, key string, from, to time.Time) (costmodel.NanoUSD, error) {
+	head, from := splitHead(from, to)
+	var v costmodel.NanoUSD
+	if !head.IsZero() {
+		cs, err := l.store.headSpend(ctx, tenant, head, from)
+		if err != nil {
+			return 0, err
+		}
+		for _, c := range cs {
+			if (user == "" || c.user == user) && (key == "" || c.key == key) {
+				v += c.cost
+			}
+		}
+	}
+	if !from.Before(to) {
+		return v, nil
+	}
+	rest, err := l.store.spend(ctx, tenant, user, key, from, to)
+	return v + rest, err
+}
+
+// splitHead splits [from, to) where from cuts a roll-up bucket: head is
+// from, and rest the next bucket's start (or to); head is zero when from
+// is a bucket's start.
+func splitHead(from, to time.Time) (head, rest time.Time) {
+	start := from.Truncate(bucketSize)
+	if start.Equal(from) {
+		return time.Time{}, from
+	}
+	next := start.Add(bucketSize)
+	if to.Before(next) {
+		next = to
+	}
+	return from, next
+}
+
+// headCharge is the charge of a tenant's entries of one user and key.
+type headCharge struct {
+	user, key string
+	cost      costmodel.NanoUSD
 }
 
 // TenantSpend is one tenant's spend over a period.

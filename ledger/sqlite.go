@@ -438,6 +438,58 @@ func (s *sqliteStore) spend(ctx context.Context, tenant, user, key string, from,
 	return costmodel.NanoUSD(v), nil
 }
 
+func (s *sqliteStore) keySpend(ctx context.Context, tenant string, from, to time.Time) (map[string]costmodel.NanoUSD, error) {
+	args := append([]any{tenant, keyScope}, sqlitePeriodArgs(from, to)...)
+	rows, err := s.db.QueryContext(ctx, `SELECT scope, SUM(cost) FROM ledger_spend
+		WHERE tenant = ? AND substr(scope, 1, 2) = ? AND `+sqlitePeriod+` GROUP BY scope`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: sqlite key spend: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]costmodel.NanoUSD{}
+	for rows.Next() {
+		var (
+			scope string
+			cost  int64
+		)
+		if err := rows.Scan(&scope, &cost); err != nil {
+			return nil, fmt.Errorf("ledger: sqlite key spend: %w", err)
+		}
+		if err := keysOf(scope, cost, out); err != nil {
+			return nil, err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: sqlite key spend: %w", err)
+	}
+	return out, nil
+}
+
+func (s *sqliteStore) headSpend(ctx context.Context, tenant string, from, to time.Time) ([]headCharge, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT user_id, key_id, SUM(cost) FROM ledger_entries
+		WHERE tenant = ? AND created_at >= ? AND created_at < ? GROUP BY user_id, key_id`, tenant, from.UnixMicro(), to.UnixMicro())
+	if err != nil {
+		return nil, fmt.Errorf("ledger: sqlite head spend: %w", err)
+	}
+	defer rows.Close()
+	var out []headCharge
+	for rows.Next() {
+		var (
+			c    headCharge
+			cost int64
+		)
+		if err := rows.Scan(&c.user, &c.key, &cost); err != nil {
+			return nil, fmt.Errorf("ledger: sqlite head spend: %w", err)
+		}
+		c.cost = costmodel.NanoUSD(cost)
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: sqlite head spend: %w", err)
+	}
+	return out, nil
+}
+
 func (s *sqliteStore) summary(ctx context.Context, from, to time.Time) ([]TenantSpend, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT tenant, SUM(cost), SUM(entries) FROM ledger_spend
 		WHERE scope = '' AND `+sqlitePeriod+` GROUP BY tenant ORDER BY tenant`, sqlitePeriodArgs(from, to)...)

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -800,6 +801,43 @@ func TestSpendMatchesEntries(t *testing.T) {
 			if got != want {
 				t.Fatalf("%s: Spend(%+v) = %d, want %d", z, q, got, want)
 			}
+		}
+		// Ranges from any time to a 15-minute boundary: each key's spend,
+		// and the tenant's.
+		for range 100 {
+			from := start.Add(time.Duration(rng.Int64N(int64(60 * 24 * time.Hour))))
+			to := from.Add(time.Duration(1 + rng.Int64N(int64(10*24*time.Hour))))
+			to = to.Truncate(15 * time.Minute) // entries fall anywhere: to must be a bucket's edge to be exact
+			if !to.After(from) {
+				to = from.Truncate(15 * time.Minute).Add(15 * time.Minute)
+			}
+			want := map[string]costmodel.NanoUSD{}
+			var total costmodel.NanoUSD
+			for _, e := range es {
+				if !e.CreatedAt.Before(from) && e.CreatedAt.Before(to) {
+					want[e.KeyID] += e.Charge()
+					total += e.Charge()
+				}
+			}
+			for k, v := range want {
+				if v == 0 {
+					delete(want, k)
+				}
+			}
+			got, err := readers[0].KeySpend(ctx, "acme", from, to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(got, want) {
+				t.Fatalf("KeySpend(%s, %s) = %v, want %v", from, to, got, want)
+			}
+			sp, err := readers[0].Spend(ctx, ledger.SpendQuery{Tenant: "acme", From: from, To: to})
+			if err != nil || sp != total {
+				t.Fatalf("Spend over [%s, %s) = %d, %v; want %d", from, to, sp, err, total)
+			}
+		}
+		if _, err := l.KeySpend(ctx, "acme", start, start); !errors.Is(err, ledger.ErrInvalid) {
+			t.Fatalf("KeySpend over an empty range: %v, want ErrInvalid", err)
 		}
 	})
 }

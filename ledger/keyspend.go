@@ -1,0 +1,148 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/costgate/costgate/costmodel"
+)
+
+// KeySpend returns the spend of each key of tenant, by key id, over
+// [from, to): the charge of its entries created in the range, as it is in
+// the store, in one read of the roll-up; keys without spend are absent.
+// To should be a 15-minute boundary or a time after the last entry (see
+// SpendQuery). A limiter sums it over the keys of a team, a user or one
+// key.
+//
+// When the store fails (and ctx is not done), a ledger with a spool answers
+// as Spend does: the last values read for the same tenant and range plus
+// this node's records spooled since, with a *LocalSpendError whose Spend
+// is their sum.
+func (l *Ledger) KeySpend(ctx context.Context, tenant string, from, to time.Time) (map[string]costmodel.NanoUSD, error) {
+	if tenant == "" {
+		return nil, fmt.Errorf("%w key spend query: tenant is required", ErrInvalid)
+	}
+	from, to, err := SpendQuery{From: from, To: to}.rangeOf(time.Time{}, time.UTC)
+	if err != nil {
+		return nil, err
+	}
+	k := spendQueryKey{tenant: tenant, key: "\x00each", from: from.UnixMicro(), to: to.UnixMicro()}
+	var applied int64
+	if l.spool != nil {
+		_, applied = l.spool.positions()
+	}
+	readAt := l.cfg.Now()
+	v, err := l.rangeKeySpend(ctx, tenant, from, to)
+	if l.spool == nil {
+		return v, err
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return l.localKeySpend(k, err)
+	}
+	l.keyReads.put(k, keySpendRead{values: v, pos: applied, at: readAt})
+	return v, nil
+}
+
+// rangeKeySpend is KeySpend's read of the store: the entries of a bucket
+// that from cuts, then the roll-up's buckets.
+func (l *Ledger) rangeKeySpend(ctx context.Context, tenant string, from, to time.Time) (map[string]costmodel.NanoUSD, error) {
+	head, from := splitHead(from, to)
+	out := map[string]costmodel.NanoUSD{}
+	if from.Before(to) {
+		var err error
+		if out, err = l.store.keySpend(ctx, tenant, from, to); err != nil {
+			return nil, err
+		}
+	}
+	if !head.IsZero() {
+		cs, err := l.store.headSpend(ctx, tenant, head, from)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range cs {
+			if c.key != "" {
+				out[c.key] += c.cost
+			}
+		}
+	}
+	return out, nil
+}
+
+// keySpendRead is KeySpend's last read of a tenant and range.
+type keySpendRead struct {
+	values map[string]costmodel.NanoUSD
+	pos    int64
+	at     time.Time
+}
+
+// keySpendCache holds KeySpend's last reads, up to maxSpendCache; past it,
+// it starts over.
+type keySpendCache struct {
+	mu sync.Mutex
+	m  map[spendQueryKey]keySpendRead
+}
+
+func (c *keySpendCache) put(k spendQueryKey, r keySpendRead) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxSpendCache {
+		c.m = make(map[spendQueryKey]keySpendRead)
+	}
+	c.m[k] = r
+}
+
+func (c *keySpendCache) get(k spendQueryKey) (keySpendRead, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.m[k]
+	return r, ok
+}
+
+// localKeySpend answers k from its last read and the spool after it.
+func (l *Ledger) localKeySpend(k spendQueryKey, storeErr error) (map[string]costmodel.NanoUSD, error) {
+	last, ok := l.keyReads.get(k)
+	if !ok {
+		_, last.pos = l.spool.positions()
+	}
+	from := last.pos
+	partial := false
+	if first := l.spool.first(); first > from {
+		from, partial = first, true
+	}
+	out := make(map[string]costmodel.NanoUSD, len(last.values))
+	le := &LocalSpendError{ReadAt: last.at, Partial: partial && ok, Err: storeErr}
+	for id, v := range last.values {
+		out[id] = v
+		le.Stored += v
+	}
+	whole := spendQueryKey{tenant: k.tenant, from: k.from, to: k.to}
+	err := l.pendingEach(from, whole.match, func(keyID string, d costmodel.NanoUSD) {
+		out[keyID] += d
+		le.Pending += d
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w (and the spool: %v)", storeErr, err)
+	}
+	le.Spend = le.Stored + le.Pending
+	return out, le
+}
+
+// keyScope is the roll-up's scope prefix of one key's spend.
+const keyScope = "k:"
+
+// keysOf turns roll-up rows of key scopes into spend by key id.
+func keysOf(scope string, cost int64, out map[string]costmodel.NanoUSD) error {
+	id, ok := strings.CutPrefix(scope, keyScope)
+	if !ok {
+		return errors.New("ledger: key spend: a row of another scope")
+	}
+	out[id] += costmodel.NanoUSD(cost)
+	return nil
+}
