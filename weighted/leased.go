@@ -156,6 +156,7 @@ type LeaseInfo struct {
 // stops it and returns the leases held.
 type Leased struct {
 	store   Store
+	ls      LeaseStore // store, when it keeps leases
 	now     func() time.Time
 	sweep   time.Duration
 	maxKeys int
@@ -216,14 +217,19 @@ type leaseState struct {
 	fetching chan struct{} // open while a lease is being taken
 	lastUsed time.Time
 	lastAcq  time.Time
+	// keep is set when the store keeps leases (a LeaseStore): every
+	// lease, spent whole or not, ends with a report that it is done.
+	keep bool
 }
 
 type heldLease struct {
-	id      string
-	granted int64
-	used    int64
-	expires time.Time
-	window  bool // ends with its window: nothing to return after
+	id       string
+	seq      uint64 // its number, in a LeaseStore
+	granted  int64
+	used     int64
+	reported int64 // used, as the LeaseStore last heard
+	expires  time.Time
+	window   bool // ends with its window: nothing to return after
 }
 
 // NewLeased returns a Leased store over inner and starts its sweeper.
@@ -238,6 +244,7 @@ func NewLeased(inner Store, cfg LeasedConfig) *Leased {
 	if l.now == nil {
 		l.now = time.Now
 	}
+	l.ls, _ = inner.(LeaseStore)
 	l.wg.Go(l.sweeper)
 	return l
 }
@@ -429,7 +436,7 @@ func (l *Leased) state(it *Item) *leaseState {
 	if len(l.keys) >= l.maxKeys {
 		return nil
 	}
-	st = &leaseState{item: Item{Limit: it.Limit, Key: it.Key}, since: l.now()}
+	st = &leaseState{item: Item{Limit: it.Limit, Key: it.Key}, since: l.now(), keep: l.ls != nil}
 	l.keys[k] = st
 	return st
 }
@@ -557,30 +564,54 @@ func (l *Leased) acquire(ctx context.Context, st *leaseState, s *spec, size, nee
 		st.mu.Unlock()
 	}()
 	size = min(size, s.cap)
+	ttl := st.item.Limit.Lease.ttl()
 	for attempt := 0; ; attempt++ {
-		id := l.prefix + strconv.FormatUint(l.seq.Add(1), 36)
+		seq := l.seq.Add(1)
+		id := l.prefix + strconv.FormatUint(seq, 36)
 		sent := l.now()
 		l.stats.calls.Add(1)
 		one := [1]Item{st.item}
 		one[0].Cost = size
-		r, err := l.store.Debit(ctx, id, one[:])
-		if err != nil {
-			return false, err
+		var got ItemState
+		if l.ls != nil {
+			id = l.prefix + strconv.FormatUint(seq, 10)
+			var rbuf [8]LeaseReport
+			var reps []LeaseReport
+			if attempt == 0 {
+				reps = st.reports(rbuf[:0])
+			}
+			var err error
+			got, err = l.ls.Lease(ctx, one[0], LeaseCall{Prefix: l.prefix, Seq: seq, TTL: ttl, Reports: reps})
+			if err != nil {
+				st.unreport(reps)
+				return false, err
+			}
+		} else {
+			r, err := l.store.Debit(ctx, id, one[:])
+			if err != nil {
+				return false, err
+			}
+			got = r.Items[0]
 		}
-		got := r.Items[0]
 		st.mu.Lock()
 		st.remaining, st.known = got.Remaining, true
 		st.resetAt = sent.Add(got.ResetAfter)
 		if got.Allowed {
 			st.spentUntil = time.Time{}
 			st.lastAcq = sent
-			expires, window := sent.Add(st.item.Limit.Lease.ttl()), false
+			life := ttl
+			if st.keep {
+				// The other half is for its report to reach the store
+				// before the store gives it back.
+				life = ttl / 2
+			}
+			expires, window := sent.Add(life), false
 			if s.algo == FixedWindow || s.algo == SlidingWindow {
 				if end := windowEnd(s, got, sent); end.Before(expires) {
 					expires, window = end, true
 				}
 			}
-			st.leases = append(st.leases, heldLease{id: id, granted: size, expires: expires, window: window})
+			st.leases = append(st.leases, heldLease{id: id, seq: seq, granted: size, expires: expires, window: window})
 			st.size = size
 			st.mu.Unlock()
 			l.stats.acquired.Add(1)
@@ -628,12 +659,15 @@ func (st *leaseState) expire(now time.Time) {
 	n := 0
 	for i, h := range st.leases {
 		if h.used >= h.granted && i < len(st.leases)-1 {
+			if st.keep {
+				st.ended = append(st.ended, h)
+			}
 			continue
 		}
 		if now.Before(h.expires) {
 			st.leases[n] = h
 			n++
-		} else if !h.window && h.used < h.granted {
+		} else if st.keep || !h.window && h.used < h.granted {
 			st.ended = append(st.ended, h)
 		}
 	}
@@ -943,6 +977,9 @@ func (l *Leased) sweepOnce(ctx context.Context) {
 // spend. A lease whose window has ended has nothing to give back, unless
 // all is set (Close), when every lease held goes back.
 func (l *Leased) returnEnded(ctx context.Context, st *leaseState, all bool) error {
+	if st.keep {
+		return l.reportEnded(ctx, st, all)
+	}
 	st.mu.Lock()
 	ended := st.ended
 	st.ended = nil
@@ -962,4 +999,78 @@ func (l *Leased) returnEnded(ctx context.Context, st *leaseState, all bool) erro
 		l.stats.returned.Add(1)
 	}
 	return errors.Join(errs...)
+}
+
+// reports returns, for a LeaseStore, the reports a call on st's key
+// carries: the leases ended, done, which it takes from st.ended, and
+// what was spent of those held since the store last heard. unreport puts
+// them back when the call fails.
+func (st *leaseState) reports(buf []LeaseReport) []LeaseReport {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, h := range st.ended {
+		buf = append(buf, LeaseReport{Seq: h.seq, Used: h.used, Done: true})
+	}
+	st.ended = st.ended[:0]
+	for i := range st.leases {
+		h := &st.leases[i]
+		if h.used > h.reported {
+			buf = append(buf, LeaseReport{Seq: h.seq, Used: h.used})
+			h.reported = h.used
+		}
+	}
+	return buf
+}
+
+func (st *leaseState) unreport(reps []LeaseReport) {
+	if len(reps) == 0 {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, r := range reps {
+		if r.Done {
+			st.ended = append(st.ended, heldLease{seq: r.Seq, granted: r.Used, used: r.Used, reported: -1})
+			continue
+		}
+		for i := range st.leases {
+			if st.leases[i].seq == r.Seq {
+				st.leases[i].reported = 0
+			}
+		}
+	}
+}
+
+// reportEnded reports st's ended leases done to the LeaseStore, in one
+// call that takes no lease, once one of them has reached its end (a lease
+// spent whole waits there for the next lease's call to carry its report),
+// or at once when all is set (Close).
+func (l *Leased) reportEnded(ctx context.Context, st *leaseState, all bool) error {
+	now := l.now()
+	st.mu.Lock()
+	due := all
+	for _, h := range st.ended {
+		due = due || !now.Before(h.expires)
+	}
+	st.mu.Unlock()
+	if !due {
+		return nil
+	}
+	reps := st.reports(nil)
+	if len(reps) == 0 {
+		return nil
+	}
+	it := st.item
+	it.Cost = 0
+	l.stats.calls.Add(1)
+	if _, err := l.ls.Lease(ctx, it, LeaseCall{Prefix: l.prefix, TTL: it.Limit.Lease.ttl(), Reports: reps}); err != nil {
+		st.unreport(reps)
+		return err
+	}
+	for _, r := range reps {
+		if r.Done {
+			l.stats.returned.Add(1)
+		}
+	}
+	return nil
 }
