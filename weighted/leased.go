@@ -4,14 +4,19 @@ package weighted
 // store in one Debit, under an id of its own, and then spends in process.
 // The store counts the lease's units as spent when it is taken, so the
 // replicas together never spend more than the store admitted; what a
-// replica has not spent when the lease ends goes back with one Settle of
-// the lease (actual = what was spent). A replica that dies returns
-// nothing: its leases' units come back as the store refills them (a
-// meter), when their window ends (a window), or when their marks leave
-// the log (a sliding log), exactly as if they had been spent when leased.
+// replica has not spent when the lease ends goes back to the store. In a
+// LeaseStore (Memory, Redis), the store also keeps the lease with its TTL
+// and what the replica reported spent of it (with each lease it takes of
+// the key), and gives back, once the TTL passes without the lease ended,
+// what was not reported spent: a replica that dies has its leases given
+// back a TTL after it took them. In another store, a lease ends with one
+// Settle (actual = what was spent), and a dead replica's leases come back
+// only as the store refills them, their window ends or their marks leave
+// the log.
 //
-// The over-admission this allows comes only from the delay between
-// taking a unit and spending it: see Leased for the bound.
+// The over-admission this allows comes from the delay between taking a
+// unit and spending it, and from what a dead replica spent unreported:
+// see Leased for the bound.
 
 import (
 	"cmp"
@@ -111,7 +116,7 @@ type LeaseInfo struct {
 // replica is too low to be worth a lease, debits the request's own cost
 // as a strict store would. A key whose lease was refused is refused in
 // process, with the store's RetryAfter, until then (for costs at least as
-// large as the one refused).
+// large as the one refused), or, in a LeaseStore, for at most a TTL.
 //
 // # Lease size
 //
@@ -121,7 +126,9 @@ type LeaseInfo struct {
 // the key within Lease.Max, and, once the store has said how much was
 // left, at most half of that: a hot key gets large leases, a cold one
 // none. A lease is renewed in the background when its unspent units fall
-// below a quarter of its size.
+// below a quarter of its size. In a LeaseStore a lease is spent for half
+// its TTL (the other half is for its end to reach the store); otherwise
+// for its TTL.
 //
 // # The bound
 //
@@ -146,11 +153,19 @@ type LeaseInfo struct {
 //     debited it, once. Settled again, or on another replica, its leased
 //     items are charged what exceeds their estimate and never refunded,
 //     so that no settle gives back twice.
-//   - A replica that dies admits nothing more: it held at most Lease.Max
-//     unspent units per key, which the store counts spent. They come back
-//     to the others as the store refills a meter (Lease.Max / Rate of a
-//     Period at most), when a log's marks leave it, or when their window
-//     ends; they are never admitted twice.
+//   - A replica that dies admits nothing more. In a LeaseStore, its
+//     leases come back a TTL after they were taken: the store gives back
+//     their units less what the replica reported spent. What it spent
+//     since its last report was unspent then or is the lease that report
+//     came with, at most Lease.Max in all: so with D replicas dead
+//     holding leases on a key, add D × Lease.Max to the bound above, over
+//     any interval for meters and logs, and per window for windows. (A
+//     replica whose end of a lease reaches the store more than half a
+//     TTL late counts as dead until it does, when the store charges what
+//     it spent beyond what the store kept.) In another store, it loses
+//     what it held unspent, at most Lease.Max per key, which the store
+//     counts spent until it refills a meter, a log's marks leave it or
+//     their window ends; nothing is admitted twice.
 //
 // Leased is safe for concurrent use. NewLeased starts its sweeper; Close
 // stops it and returns the leases held.
@@ -212,6 +227,7 @@ type leaseState struct {
 	resetAt    time.Time
 	spentCost  int64
 	spentUntil time.Time
+	spentCheck time.Time // when to ask the store again: spentUntil, or a TTL, sooner, in a LeaseStore
 	spentState ItemState
 
 	fetching chan struct{} // open while a lease is being taken
@@ -453,7 +469,7 @@ func (l *Leased) take(ctx context.Context, st *leaseState, it *Item, s *spec) (i
 		st.mu.Lock()
 		st.lastUsed = now
 		st.expire(now)
-		if now.Before(st.spentUntil) && cost >= st.spentCost {
+		if now.Before(st.spentUntil) && now.Before(st.spentCheck) && cost >= st.spentCost {
 			is := st.spentState
 			is.RetryAfter = st.spentUntil.Sub(now)
 			is.ResetAfter = max(is.ResetAfter, is.RetryAfter)
@@ -544,6 +560,7 @@ func (st *leaseState) saw(is ItemState, cost int64, now time.Time) {
 	st.resetAt = now.Add(is.ResetAfter)
 	if !is.Allowed && is.RetryAfter > 0 {
 		st.spentCost, st.spentUntil, st.spentState = cost, now.Add(is.RetryAfter), is
+		st.spentCheck = st.recheck(now)
 	}
 }
 
@@ -639,9 +656,22 @@ func (l *Leased) acquire(ctx context.Context, st *leaseState, s *spec, size, nee
 			}
 		}
 		st.spentCost, st.spentUntil, st.spentState = need, sent.Add(got.RetryAfter), got
+		st.spentCheck = st.recheck(sent)
 		st.mu.Unlock()
 		return false, nil
 	}
+}
+
+// recheck is when a key found spent at t is asked of the store again: when
+// it frees, or, in a LeaseStore, a lease's TTL later, when the leases of a
+// replica that died are given back. The caller holds mu.
+func (st *leaseState) recheck(t time.Time) time.Time {
+	if st.keep {
+		if c := t.Add(st.item.Limit.Lease.ttl()); c.Before(st.spentUntil) {
+			return c
+		}
+	}
+	return st.spentUntil
 }
 
 // windowEnd is when the window a debit of s just counted in ends, from
@@ -877,8 +907,9 @@ func (l *Leased) Renew(ctx context.Context, id string, items []Item) error {
 	return l.store.Renew(ctx, id, items)
 }
 
-// Peek implements Store. It asks the store: the units leased by the
-// replicas are spent there.
+// Peek implements Store. It asks the store, where the units leased by the
+// replicas count as spent until their leases end or expire: Remaining
+// does not include what replicas hold unspent (see Leases).
 func (l *Leased) Peek(ctx context.Context, items []Item) (Result, error) {
 	l.stats.calls.Add(1)
 	return l.store.Peek(ctx, items)
