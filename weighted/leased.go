@@ -90,7 +90,7 @@ type LeaseStats struct {
 	Local    int64 // leased items decided in process, admitted or refused
 	Refused  int64 // of Local, refused because the key is known spent
 	Acquired int64 // Debits of the store that took a lease
-	Returned int64 // Settles of the store that returned a lease's unspent units
+	Returned int64 // leases ended in the store: Settles of their unspent units, or, in a LeaseStore, reported done
 	Strict   int64 // Debits of the store for a leased item's own cost (a cold key)
 	Calls    int64 // every call made to the store: Debit, Settle, Cancel, Renew, Peek
 }
