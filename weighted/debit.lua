@@ -1,8 +1,10 @@
 -- debit.lua: Debit (mode 1), Peek (mode 0) and Lease (op 5, mode 1, one
--- item) of request r of a batch, n items, all or nothing. batch.lua runs it inside its loop over requests,
--- as a block that may break. Its keys are KEYS[k + 1] to KEYS[k + n]: the
--- items' keys, meters and windows (ns of them) first, then, when a window
--- item is debited, the reservation's record key KEYS[k + n + 1]. Its items
+-- item) of request r of a batch, n items, all or nothing. batch.lua runs
+-- it inside its loop over requests, as a block that may break. Its keys
+-- are KEYS[k + 1] to KEYS[k + n]: the items' keys, meters and windows (ns
+-- of them) first, then, when a window item is debited, the reservation's
+-- record key KEYS[k + n + 1], then its ng generation markers, then the
+-- lease indexes of its nl leased items (li, see batch.lua). Its items
 -- are in buf from pos on: per item, doubles algo, cap, rate, period, tick,
 -- cost. id is the reservation id. In a batch (C set), it reads and writes
 -- meters and windows through lib's cache (see C there).
