@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/costgate/costgate/internal/redistest"
 )
@@ -79,33 +80,60 @@ func race(p *process, key string, n int) map[int]int {
 
 // TestLeasedReplicaKilled runs two costgate processes on one Redis against
 // a leased fixed window of 100 requests per 24 h (at most 50 leased per
-// replica), kills one with SIGKILL while it holds leases, and drains the
-// limit from the other.
+// replica, for 2 s), kills one with SIGKILL while it holds leases, and
+// drains the limit from the other; then, once the killed one's leases are
+// past their TTL, drains again what Redis gave back.
 //
-// Bound: the two together admit at most 100 (a dead replica's leases are
-// spent in Redis, never admitted twice), and at least 100 less what the
-// killed one held unspent, at most its 50.
+// Bound: before the TTL, the two together admit at most 100, and at least
+// 100 less what the killed one held unspent, at most its 50. After it,
+// Redis gives back what the killed one had not reported spent, so the two
+// together admit at least 100 and at most 100 plus what it spent
+// unreported, at most its 50.
 func TestLeasedReplicaKilled(t *testing.T) {
 	const limit, share = 100, 50
+	const ttl = 2 * time.Second
 	up := newUpstream(t, 1)
 	cfg := patientStoreYAML(redistest.New(t).URL) + upstreamsYAML(up) + pricesYAML + tenantsYAML("hot") +
-		"limits:\n  - {name: hot, plans: [hot], dimensions: [tenant], algorithm: fixed_window, unit: requests, rate: 100, period: 24h, lease: {max_share: 0.5, ttl: 1m}}\n"
+		"limits:\n  - {name: hot, plans: [hot], dimensions: [tenant], algorithm: fixed_window, unit: requests, rate: 100, period: 24h, lease: {max_share: 0.5, ttl: 2s}}\n"
 	a := startCostgate(t, cfg)
 	b := startCostgate(t, cfg)
 	day := clearOfMidnight(t)
 	first := race(a, "cg-hot", 40)
+	killed := time.Now()
 	a.Kill()
 	var admitted atomic.Int64
 	admitted.Add(int64(first[200]))
-	for {
-		s := race(b, "cg-hot", 20)
+	drain := func() {
+		for {
+			s := race(b, "cg-hot", 20)
+			admitted.Add(int64(s[200]))
+			if s[200] == 0 {
+				if s[429] != 20 {
+					t.Fatalf("the survivor answered %v", s)
+				}
+				return
+			}
+		}
+	}
+	drain()
+	before := admitted.Load()
+	if time.Since(killed) < ttl && (before > limit || before < limit-share) {
+		t.Fatalf("before the TTL: admitted %d in all, want between %d and %d", before, limit-share, limit)
+	}
+	// The survivor asks Redis again at most a TTL after a refusal; Redis
+	// gives the killed one's leases back at their TTL.
+	deadline := time.Now().Add(4 * ttl)
+	for admitted.Load() < limit {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d admitted %v after the kill, less than the limit %d: the killed replica's leases did not come back", admitted.Load(), time.Since(killed), limit)
+		}
+		s := race(b, "cg-hot", 1)
 		admitted.Add(int64(s[200]))
 		if s[200] == 0 {
-			if s[429] != 20 {
-				t.Fatalf("the survivor answered %v", s)
-			}
-			break
+			time.Sleep(100 * time.Millisecond) // real processes on the real clock
+			continue
 		}
+		drain()
 	}
 	sameDay(t, day)
 	var view struct {
@@ -122,9 +150,10 @@ func TestLeasedReplicaKilled(t *testing.T) {
 		t.Fatalf("the survivor's leases: %+v", view)
 	}
 	got := admitted.Load()
-	t.Logf("killed replica admitted %d of 40 (statuses %v); both together %d of %d", first[200], first, got, limit)
-	if got > limit || got < limit-share {
-		t.Fatalf("admitted %d in all, want between %d and %d", got, limit-share, limit)
+	t.Logf("killed replica admitted %d of 40 (statuses %v); %d admitted before its leases' TTL, %d in all of %d, %v after the kill",
+		first[200], first, before, got, limit, time.Since(killed))
+	if got < limit || got > limit+share {
+		t.Fatalf("admitted %d in all, want between %d and %d", got, limit, limit+share)
 	}
 }
 

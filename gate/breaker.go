@@ -3,6 +3,7 @@ package gate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,8 +101,9 @@ type guardedStore struct {
 }
 
 var (
-	_ weighted.Store    = (*guardedStore)(nil)
-	_ weighted.Restorer = (*guardedStore)(nil)
+	_ weighted.Store      = (*guardedStore)(nil)
+	_ weighted.Restorer   = (*guardedStore)(nil)
+	_ weighted.LeaseStore = (*guardedStore)(nil)
 )
 
 func (g *guardedStore) call(ctx context.Context, op telemetry.StoreOp, f func(context.Context) error) error {
@@ -138,6 +140,20 @@ func (g *guardedStore) Debit(ctx context.Context, id string, items []weighted.It
 		return err
 	})
 	return res, err
+}
+
+// Lease takes or reports a lease (see weighted.LeaseStore), counted as a
+// debit; the store must be a weighted.LeaseStore.
+func (g *guardedStore) Lease(ctx context.Context, it weighted.Item, c weighted.LeaseCall) (st weighted.ItemState, err error) {
+	ls, ok := g.store.(weighted.LeaseStore)
+	if !ok {
+		return weighted.ItemState{}, fmt.Errorf("gate: %T keeps no leases", g.store)
+	}
+	err = g.call(ctx, telemetry.StoreDebit, func(ctx context.Context) error {
+		st, err = ls.Lease(ctx, it, c)
+		return err
+	})
+	return st, err
 }
 
 func (g *guardedStore) Settle(ctx context.Context, id string, items []weighted.Item, actual []int64) error {

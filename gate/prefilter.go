@@ -21,6 +21,9 @@ import (
 // request of that key is refused. A reservation cancelled meanwhile (a
 // policy's refusal, a ledger failure) can free a unit earlier than that:
 // the prefilter then refuses for at most the Retry-After it announced.
+// A leased limit's denial is remembered for at most its lease TTL, with
+// the store's Retry-After: a replica that died holding leases of the key
+// has them given back by the store within a TTL.
 // The table is per configuration (a reload starts it anew) and bounded by
 // maxRefusals keys; it is safe for concurrent use.
 type prefilter struct {
@@ -30,7 +33,8 @@ type prefilter struct {
 }
 
 type spent struct {
-	until time.Time
+	until time.Time // when the limit frees, as the store said
+	check time.Time // when to ask the store again: until, or sooner
 }
 
 // maxRefusals bounds the keys the prefilter remembers.
@@ -49,19 +53,23 @@ func (l *compiledLimit) prefiltered() bool {
 	return true
 }
 
-// add remembers that l is spent for key until until.
-func (r *prefilter) add(l *compiledLimit, key string, until time.Time) {
+// add remembers that l is spent for key until until, and no longer than
+// check.
+func (r *prefilter) add(l *compiledLimit, key string, until, check time.Time) {
 	k := l.limit.Name + "\x00" + key
+	if until.Before(check) {
+		check = until
+	}
 	if old, ok := r.m.Load(k); ok {
-		if old.(*spent).until.Before(until) {
-			r.m.Store(k, &spent{until: until})
+		if old.(*spent).check.Before(check) {
+			r.m.Store(k, &spent{until: until, check: check})
 		}
 		return
 	}
 	if r.n.Load() >= maxRefusals && !r.expire(time.Now()) {
 		return
 	}
-	if _, loaded := r.m.LoadOrStore(k, &spent{until: until}); !loaded {
+	if _, loaded := r.m.LoadOrStore(k, &spent{until: until, check: check}); !loaded {
 		r.n.Add(1)
 	}
 }
@@ -74,7 +82,7 @@ func (r *prefilter) expire(now time.Time) bool {
 	}
 	defer r.sweep.Unlock()
 	r.m.Range(func(k, v any) bool {
-		if !v.(*spent).until.After(now) {
+		if !v.(*spent).check.After(now) {
 			r.m.Delete(k)
 			r.n.Add(-1)
 		}
@@ -99,8 +107,8 @@ func (p *prefilter) check(r *Reservation, now time.Time) (l *compiledLimit, key 
 		if !ok {
 			continue
 		}
-		if u := v.(*spent).until; u.After(now) {
-			return cl, k, u
+		if s := v.(*spent); s.check.After(now) {
+			return cl, k, s.until
 		}
 	}
 	return nil, "", time.Time{}
@@ -115,7 +123,12 @@ func (r *Reservation) remember() {
 	if i < 0 || i >= len(r.limits) || !r.limits[i].prefiltered() {
 		return
 	}
-	r.st.prefilter.add(r.limits[i], r.items[i].Key, time.Now().Add(r.result.RetryAfter))
+	now := time.Now()
+	until, check := now.Add(r.result.RetryAfter), now.Add(r.result.RetryAfter)
+	if p := r.limits[i].limit.Lease; p.On() {
+		check = now.Add(cmpTTL(p.TTL))
+	}
+	r.st.prefilter.add(r.limits[i], r.items[i].Key, until, check)
 }
 
 // Prefilter refuses, before its body is read and estimated, a request

@@ -439,13 +439,14 @@ func headerNumber(buf []byte, k int) int64 {
 // cancelOf returns a call, abandoned from the start, that cancels the
 // debit of call c: the settle of its items with actual costs of zero.
 func (r *Redis) cancelOf(c *call) *call {
-	n, ng := int(headerNumber(c.buf, 0)), int(headerNumber(c.buf, 6))
+	n, ng, nl := int(headerNumber(c.buf, 0)), int(headerNumber(c.buf, 6)), int(headerNumber(c.buf, 7))
 	cc := getCall(context.WithoutCancel(c.ctx))
 	cc.buf = append(cc.buf, c.buf[:8*6]...)
 	binary.LittleEndian.PutUint64(cc.buf[8:], math.Float64bits(float64(n+1)))
 	binary.LittleEndian.PutUint64(cc.buf[24:], math.Float64bits(opSettle))
 	cc.buf = appendNumber(cc.buf, 0) // no markers
-	items := c.buf[8*(7+ng):]
+	cc.buf = appendNumber(cc.buf, 0) // no lease indexes
+	items := c.buf[8*(8+ng+nl):]
 	for i := range n {
 		cc.buf = append(cc.buf, items[48*i:48*i+48]...)
 		cc.buf = appendNumber(cc.buf, 0)

@@ -10,12 +10,17 @@
 -- a script that fails does.
 -- ARGV[1]: the requests, one after another, each a header of doubles n
 -- (items), its number of keys, time override (0: TIME), op (0 peek, 1
--- debit, 2 settle, 3 renew, 4 restore), the number of meters and windows,
--- how long to remember a settled id (ms), ng, then ng doubles, then its
--- items as debit, settle, renew or restore reads them. ng is the number
--- of generation markers, the request's last ng keys (0 when generations
--- are off, and for settle and renew), and the doubles are the highest
--- value of each that the client has seen (seen[j], 0 for none).
+-- debit, 2 settle, 3 renew, 4 restore, 5 lease), the number of meters
+-- and windows, how long to remember a settled id (ms), ng, nl, then ng
+-- doubles, then nl doubles (and for a lease its TTL in µs, the number of
+-- its reports and three doubles per report: the lease's sequence number,
+-- its units spent, 1 if done), then its items as debit, settle, renew or
+-- restore reads them (a lease as debit). ng is the number of generation
+-- markers, the request's keys before the nl lease indexes, which come
+-- last (0 when generations are off, and for settle and renew), and the
+-- doubles are the highest value of each that the client has seen
+-- (seen[j], 0 for none). A lease's id ends in its sequence number; the
+-- leases its reports name are its id's prefix and their numbers.
 -- ARGV[r + 1]: request r's reservation id. KEYS: every request's keys, in
 -- the order of the requests.
 -- The time is read once per batch (TIME), or set by each request's
@@ -30,7 +35,7 @@ if m > 1 then
   C = lib().batch()
 end
 for r = 1, m do
-  local n, nkeys, override, op, ns, remember, ng, pos = sunpack('<ddddddd', buf, at)
+  local n, nkeys, override, op, ns, remember, ng, nl, pos = sunpack('<dddddddd', buf, at)
   local seen = false
   if ng > 0 then
     seen = {}
@@ -38,10 +43,34 @@ for r = 1, m do
       seen[j], pos = sunpack('<d', buf, pos)
     end
   end
+  -- Lease indexes (see lib's lease_reports): li[j] is the item, 1 to n,
+  -- whose index is the request's key nkeys - nl + j; a Lease (op 5) has
+  -- one, and its TTL (µs) and reports follow.
+  local li, lttl, reps = false, 0, false
+  if nl > 0 then
+    li = {}
+    for j = 1, nl do
+      li[j], pos = sunpack('<d', buf, pos)
+    end
+    if op == 5 then
+      local nrep
+      lttl, nrep, pos = sunpack('<dd', buf, pos)
+      reps = {}
+      local base = string.match(ARGV[r + 1], '^(.-)%d+$')
+      for j = 1, 3 * nrep, 3 do
+        local seq
+        seq, reps[j + 1], reps[j + 2], pos = sunpack('<ddd', buf, pos)
+        reps[j] = base .. string.format('%d', seq)
+      end
+    end
+  end
   if r == 1 or override > 0 then
     set_now(override)
   end
   local id, mode = ARGV[r + 1], op
+  if op == 5 then
+    mode = 1
+  end
   if op == 2 or op == 4 then
     at = pos + 56 * n
   else
@@ -50,7 +79,7 @@ for r = 1, m do
   repeat
     if op == 2 then
 -- settle.lua
-    elseif op < 2 then
+    elseif mode < 2 then
 -- debit.lua
     elseif op == 3 then
 -- renew.lua

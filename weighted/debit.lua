@@ -1,8 +1,10 @@
--- debit.lua: Debit (mode 1) and Peek (mode 0) of request r of a batch, n
--- items, all or nothing. batch.lua runs it inside its loop over requests,
--- as a block that may break. Its keys are KEYS[k + 1] to KEYS[k + n]: the
--- items' keys, meters and windows (ns of them) first, then, when a window
--- item is debited, the reservation's record key KEYS[k + n + 1]. Its items
+-- debit.lua: Debit (mode 1), Peek (mode 0) and Lease (op 5, mode 1, one
+-- item) of request r of a batch, n items, all or nothing. batch.lua runs
+-- it inside its loop over requests, as a block that may break. Its keys
+-- are KEYS[k + 1] to KEYS[k + n]: the items' keys, meters and windows (ns
+-- of them) first, then, when a window item is debited, the reservation's
+-- record key KEYS[k + n + 1], then its ng generation markers, then the
+-- lease indexes of its nl leased items (li, see batch.lua). Its items
 -- are in buf from pos on: per item, doubles algo, cap, rate, period, tick,
 -- cost. id is the reservation id. In a batch (C set), it reads and writes
 -- meters and windows through lib's cache (see C there).
@@ -19,13 +21,28 @@ if ng > 0 then
   gens = {}
   local stale = false
   for j = 1, ng do
-    local g = tonumber(redis.call('GET', KEYS[k + nkeys - ng + j]) or '0')
+    local g = tonumber(redis.call('GET', KEYS[k + nkeys - nl - ng + j]) or '0')
     gens[j] = g
     if g == 0 or g < seen[j] then stale = true end
   end
   if stale then
     replies[r] = pack('<' .. string.rep('d', ng + 1), -1, unpack(gens, 1, ng))
     break
+  end
+end
+-- Leases first: the reports of a Lease (op 5), then every lease of the
+-- leased items' keys past its expiry gives back what its replica did not
+-- report spent (see lib's lease_reports and lease_expire).
+local pos0 = pos
+if nl > 0 then
+  local L = lib()
+  if C then L.flush() end
+  for j = 1, nl do
+    local i = li[j]
+    local ia, ic, ir, ip, it = sunpack('<ddddd', buf, pos0 + 48 * (i - 1))
+    local key, idx = KEYS[k + i], KEYS[k + nkeys - nl + j]
+    if reps then L.lease_reports(key, idx, ia, ic, ir, ip, it, reps) end
+    L.lease_expire(key, idx, ia, ic, ir, ip, it)
   end
 end
 local vals = {}
@@ -256,6 +273,20 @@ end
 if rec_ttl > 0 then
   redis.call('SET', KEYS[k + n + 1], pack('<d', now), 'PX', ceil_div(rec_ttl, 1000) + ttl_pad)
 end
+if op == 5 then
+  -- A lease taken: its record, until it is given back (a TTL) and a TTL
+  -- more; the index lives a period more, so that no lease a replica dies
+  -- holding is forgotten before its limit would have refilled it.
+  local _, _, _, period, _, cost = sunpack('<dddddd', buf, pos0 + 48 * (li[1] - 1))
+  if cost > 0 then
+    local idx = KEYS[k + nkeys]
+    redis.call('HSET', idx, id, pack('<dddd', cost, 0, now + lttl, now))
+    local px = ceil_div(2 * lttl + period, 1000) + ttl_pad
+    if redis.call('PTTL', idx) < px then
+      redis.call('PEXPIRE', idx, px)
+    end
+  end
+end
 local m = 4 * n + 1
 if gens then
   local wrote = false
@@ -264,7 +295,7 @@ if gens then
   end
   for j = 1, ng do
     if wrote then
-      out[m + j] = redis.call('INCR', KEYS[k + nkeys - ng + j])
+      out[m + j] = redis.call('INCR', KEYS[k + nkeys - nl - ng + j])
     else
       out[m + j] = gens[j]
     end

@@ -4,14 +4,19 @@ package weighted
 // store in one Debit, under an id of its own, and then spends in process.
 // The store counts the lease's units as spent when it is taken, so the
 // replicas together never spend more than the store admitted; what a
-// replica has not spent when the lease ends goes back with one Settle of
-// the lease (actual = what was spent). A replica that dies returns
-// nothing: its leases' units come back as the store refills them (a
-// meter), when their window ends (a window), or when their marks leave
-// the log (a sliding log), exactly as if they had been spent when leased.
+// replica has not spent when the lease ends goes back to the store. In a
+// LeaseStore (Memory, Redis), the store also keeps the lease with its TTL
+// and what the replica reported spent of it (with each lease it takes of
+// the key), and gives back, once the TTL passes without the lease ended,
+// what was not reported spent: a replica that dies has its leases given
+// back a TTL after it took them. In another store, a lease ends with one
+// Settle (actual = what was spent), and a dead replica's leases come back
+// only as the store refills them, their window ends or their marks leave
+// the log.
 //
-// The over-admission this allows comes only from the delay between
-// taking a unit and spending it: see Leased for the bound.
+// The over-admission this allows comes from the delay between taking a
+// unit and spending it, and from what a dead replica spent unreported:
+// see Leased for the bound.
 
 import (
 	"cmp"
@@ -85,7 +90,7 @@ type LeaseStats struct {
 	Local    int64 // leased items decided in process, admitted or refused
 	Refused  int64 // of Local, refused because the key is known spent
 	Acquired int64 // Debits of the store that took a lease
-	Returned int64 // Settles of the store that returned a lease's unspent units
+	Returned int64 // leases ended in the store: Settles of their unspent units, or, in a LeaseStore, reported done
 	Strict   int64 // Debits of the store for a leased item's own cost (a cold key)
 	Calls    int64 // every call made to the store: Debit, Settle, Cancel, Renew, Peek
 }
@@ -111,7 +116,7 @@ type LeaseInfo struct {
 // replica is too low to be worth a lease, debits the request's own cost
 // as a strict store would. A key whose lease was refused is refused in
 // process, with the store's RetryAfter, until then (for costs at least as
-// large as the one refused).
+// large as the one refused), or, in a LeaseStore, for at most a TTL.
 //
 // # Lease size
 //
@@ -121,7 +126,9 @@ type LeaseInfo struct {
 // the key within Lease.Max, and, once the store has said how much was
 // left, at most half of that: a hot key gets large leases, a cold one
 // none. A lease is renewed in the background when its unspent units fall
-// below a quarter of its size.
+// below a quarter of its size. In a LeaseStore a lease is spent for half
+// its TTL (the other half is for its end to reach the store); otherwise
+// for its TTL.
 //
 // # The bound
 //
@@ -146,16 +153,25 @@ type LeaseInfo struct {
 //     debited it, once. Settled again, or on another replica, its leased
 //     items are charged what exceeds their estimate and never refunded,
 //     so that no settle gives back twice.
-//   - A replica that dies admits nothing more: it held at most Lease.Max
-//     unspent units per key, which the store counts spent. They come back
-//     to the others as the store refills a meter (Lease.Max / Rate of a
-//     Period at most), when a log's marks leave it, or when their window
-//     ends; they are never admitted twice.
+//   - A replica that dies admits nothing more. In a LeaseStore, its
+//     leases come back a TTL after they were taken: the store gives back
+//     their units less what the replica reported spent. What it spent
+//     since its last report was unspent then or is the lease that report
+//     came with, at most Lease.Max in all: so with D replicas dead
+//     holding leases on a key, add D × Lease.Max to the bound above, over
+//     any interval for meters and logs, and per window for windows. (A
+//     replica whose end of a lease reaches the store more than half a
+//     TTL late counts as dead until it does, when the store charges what
+//     it spent beyond what the store kept.) In another store, it loses
+//     what it held unspent, at most Lease.Max per key, which the store
+//     counts spent until it refills a meter, a log's marks leave it or
+//     their window ends; nothing is admitted twice.
 //
 // Leased is safe for concurrent use. NewLeased starts its sweeper; Close
 // stops it and returns the leases held.
 type Leased struct {
 	store   Store
+	ls      LeaseStore // store, when it keeps leases
 	now     func() time.Time
 	sweep   time.Duration
 	maxKeys int
@@ -211,19 +227,25 @@ type leaseState struct {
 	resetAt    time.Time
 	spentCost  int64
 	spentUntil time.Time
+	spentCheck time.Time // when to ask the store again: spentUntil, or a TTL, sooner, in a LeaseStore
 	spentState ItemState
 
 	fetching chan struct{} // open while a lease is being taken
 	lastUsed time.Time
 	lastAcq  time.Time
+	// keep is set when the store keeps leases (a LeaseStore): every
+	// lease, spent whole or not, ends with a report that it is done.
+	keep bool
 }
 
 type heldLease struct {
-	id      string
-	granted int64
-	used    int64
-	expires time.Time
-	window  bool // ends with its window: nothing to return after
+	id       string
+	seq      uint64 // its number, in a LeaseStore
+	granted  int64
+	used     int64
+	reported int64 // used, as the LeaseStore last heard
+	expires  time.Time
+	window   bool // ends with its window: nothing to return after
 }
 
 // NewLeased returns a Leased store over inner and starts its sweeper.
@@ -238,6 +260,7 @@ func NewLeased(inner Store, cfg LeasedConfig) *Leased {
 	if l.now == nil {
 		l.now = time.Now
 	}
+	l.ls, _ = inner.(LeaseStore)
 	l.wg.Go(l.sweeper)
 	return l
 }
@@ -429,7 +452,7 @@ func (l *Leased) state(it *Item) *leaseState {
 	if len(l.keys) >= l.maxKeys {
 		return nil
 	}
-	st = &leaseState{item: Item{Limit: it.Limit, Key: it.Key}, since: l.now()}
+	st = &leaseState{item: Item{Limit: it.Limit, Key: it.Key}, since: l.now(), keep: l.ls != nil}
 	l.keys[k] = st
 	return st
 }
@@ -446,7 +469,7 @@ func (l *Leased) take(ctx context.Context, st *leaseState, it *Item, s *spec) (i
 		st.mu.Lock()
 		st.lastUsed = now
 		st.expire(now)
-		if now.Before(st.spentUntil) && cost >= st.spentCost {
+		if now.Before(st.spentUntil) && now.Before(st.spentCheck) && cost >= st.spentCost {
 			is := st.spentState
 			is.RetryAfter = st.spentUntil.Sub(now)
 			is.ResetAfter = max(is.ResetAfter, is.RetryAfter)
@@ -537,6 +560,7 @@ func (st *leaseState) saw(is ItemState, cost int64, now time.Time) {
 	st.resetAt = now.Add(is.ResetAfter)
 	if !is.Allowed && is.RetryAfter > 0 {
 		st.spentCost, st.spentUntil, st.spentState = cost, now.Add(is.RetryAfter), is
+		st.spentCheck = st.recheck(now)
 	}
 }
 
@@ -557,30 +581,54 @@ func (l *Leased) acquire(ctx context.Context, st *leaseState, s *spec, size, nee
 		st.mu.Unlock()
 	}()
 	size = min(size, s.cap)
+	ttl := st.item.Limit.Lease.ttl()
 	for attempt := 0; ; attempt++ {
-		id := l.prefix + strconv.FormatUint(l.seq.Add(1), 36)
+		seq := l.seq.Add(1)
+		id := l.prefix + strconv.FormatUint(seq, 36)
 		sent := l.now()
 		l.stats.calls.Add(1)
 		one := [1]Item{st.item}
 		one[0].Cost = size
-		r, err := l.store.Debit(ctx, id, one[:])
-		if err != nil {
-			return false, err
+		var got ItemState
+		if l.ls != nil {
+			id = l.prefix + strconv.FormatUint(seq, 10)
+			var rbuf [8]LeaseReport
+			var reps []LeaseReport
+			if attempt == 0 {
+				reps = st.reports(rbuf[:0])
+			}
+			var err error
+			got, err = l.ls.Lease(ctx, one[0], LeaseCall{Prefix: l.prefix, Seq: seq, TTL: ttl, Reports: reps})
+			if err != nil {
+				st.unreport(reps)
+				return false, err
+			}
+		} else {
+			r, err := l.store.Debit(ctx, id, one[:])
+			if err != nil {
+				return false, err
+			}
+			got = r.Items[0]
 		}
-		got := r.Items[0]
 		st.mu.Lock()
 		st.remaining, st.known = got.Remaining, true
 		st.resetAt = sent.Add(got.ResetAfter)
 		if got.Allowed {
 			st.spentUntil = time.Time{}
 			st.lastAcq = sent
-			expires, window := sent.Add(st.item.Limit.Lease.ttl()), false
+			life := ttl
+			if st.keep {
+				// The other half is for its report to reach the store
+				// before the store gives it back.
+				life = ttl / 2
+			}
+			expires, window := sent.Add(life), false
 			if s.algo == FixedWindow || s.algo == SlidingWindow {
 				if end := windowEnd(s, got, sent); end.Before(expires) {
 					expires, window = end, true
 				}
 			}
-			st.leases = append(st.leases, heldLease{id: id, granted: size, expires: expires, window: window})
+			st.leases = append(st.leases, heldLease{id: id, seq: seq, granted: size, expires: expires, window: window})
 			st.size = size
 			st.mu.Unlock()
 			l.stats.acquired.Add(1)
@@ -608,9 +656,22 @@ func (l *Leased) acquire(ctx context.Context, st *leaseState, s *spec, size, nee
 			}
 		}
 		st.spentCost, st.spentUntil, st.spentState = need, sent.Add(got.RetryAfter), got
+		st.spentCheck = st.recheck(sent)
 		st.mu.Unlock()
 		return false, nil
 	}
+}
+
+// recheck is when a key found spent at t is asked of the store again: when
+// it frees, or, in a LeaseStore, a lease's TTL later, when the leases of a
+// replica that died are given back. The caller holds mu.
+func (st *leaseState) recheck(t time.Time) time.Time {
+	if st.keep {
+		if c := t.Add(st.item.Limit.Lease.ttl()); c.Before(st.spentUntil) {
+			return c
+		}
+	}
+	return st.spentUntil
 }
 
 // windowEnd is when the window a debit of s just counted in ends, from
@@ -628,12 +689,15 @@ func (st *leaseState) expire(now time.Time) {
 	n := 0
 	for i, h := range st.leases {
 		if h.used >= h.granted && i < len(st.leases)-1 {
+			if st.keep {
+				st.ended = append(st.ended, h)
+			}
 			continue
 		}
 		if now.Before(h.expires) {
 			st.leases[n] = h
 			n++
-		} else if !h.window && h.used < h.granted {
+		} else if st.keep || !h.window && h.used < h.granted {
 			st.ended = append(st.ended, h)
 		}
 	}
@@ -843,8 +907,9 @@ func (l *Leased) Renew(ctx context.Context, id string, items []Item) error {
 	return l.store.Renew(ctx, id, items)
 }
 
-// Peek implements Store. It asks the store: the units leased by the
-// replicas are spent there.
+// Peek implements Store. It asks the store, where the units leased by the
+// replicas count as spent until their leases end or expire: Remaining
+// does not include what replicas hold unspent (see Leases).
 func (l *Leased) Peek(ctx context.Context, items []Item) (Result, error) {
 	l.stats.calls.Add(1)
 	return l.store.Peek(ctx, items)
@@ -943,6 +1008,9 @@ func (l *Leased) sweepOnce(ctx context.Context) {
 // spend. A lease whose window has ended has nothing to give back, unless
 // all is set (Close), when every lease held goes back.
 func (l *Leased) returnEnded(ctx context.Context, st *leaseState, all bool) error {
+	if st.keep {
+		return l.reportEnded(ctx, st, all)
+	}
 	st.mu.Lock()
 	ended := st.ended
 	st.ended = nil
@@ -962,4 +1030,78 @@ func (l *Leased) returnEnded(ctx context.Context, st *leaseState, all bool) erro
 		l.stats.returned.Add(1)
 	}
 	return errors.Join(errs...)
+}
+
+// reports returns, for a LeaseStore, the reports a call on st's key
+// carries: the leases ended, done, which it takes from st.ended, and
+// what was spent of those held since the store last heard. unreport puts
+// them back when the call fails.
+func (st *leaseState) reports(buf []LeaseReport) []LeaseReport {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, h := range st.ended {
+		buf = append(buf, LeaseReport{Seq: h.seq, Used: h.used, Done: true})
+	}
+	st.ended = st.ended[:0]
+	for i := range st.leases {
+		h := &st.leases[i]
+		if h.used > h.reported {
+			buf = append(buf, LeaseReport{Seq: h.seq, Used: h.used})
+			h.reported = h.used
+		}
+	}
+	return buf
+}
+
+func (st *leaseState) unreport(reps []LeaseReport) {
+	if len(reps) == 0 {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, r := range reps {
+		if r.Done {
+			st.ended = append(st.ended, heldLease{seq: r.Seq, granted: r.Used, used: r.Used, reported: -1})
+			continue
+		}
+		for i := range st.leases {
+			if st.leases[i].seq == r.Seq {
+				st.leases[i].reported = 0
+			}
+		}
+	}
+}
+
+// reportEnded reports st's ended leases done to the LeaseStore, in one
+// call that takes no lease, once one of them has reached its end (a lease
+// spent whole waits there for the next lease's call to carry its report),
+// or at once when all is set (Close).
+func (l *Leased) reportEnded(ctx context.Context, st *leaseState, all bool) error {
+	now := l.now()
+	st.mu.Lock()
+	due := all
+	for _, h := range st.ended {
+		due = due || !now.Before(h.expires)
+	}
+	st.mu.Unlock()
+	if !due {
+		return nil
+	}
+	reps := st.reports(nil)
+	if len(reps) == 0 {
+		return nil
+	}
+	it := st.item
+	it.Cost = 0
+	l.stats.calls.Add(1)
+	if _, err := l.ls.Lease(ctx, it, LeaseCall{Prefix: l.prefix, TTL: it.Limit.Lease.ttl(), Reports: reps}); err != nil {
+		st.unreport(reps)
+		return err
+	}
+	for _, r := range reps {
+		if r.Done {
+			l.stats.returned.Add(1)
+		}
+	}
+	return nil
 }

@@ -49,8 +49,11 @@ type leaseRun struct {
 	decisions []bool
 	admitted  []admission
 	killed    int64 // unspent units of the replica killed, when it died
-	replicas  []*Leased
-	stats     LeaseStats
+	// unreported is what the replica killed had spent and not reported:
+	// what the store gives back at its leases' TTL beyond their unspent.
+	unreported int64
+	replicas   []*Leased
+	stats      LeaseStats
 }
 
 // playLeases plays seed's pattern: steps of a random advance of the clock,
@@ -93,6 +96,9 @@ func playLeases(t *testing.T, seed uint64, lim Limit, n int, kill bool, stores f
 				st.mu.Lock()
 				st.expire(clk.Now())
 				run.killed += st.avail()
+				for _, h := range append(st.leases, st.ended...) {
+					run.unreported += h.used - h.reported
+				}
 				st.mu.Unlock()
 			}
 			if r == 0 {
@@ -134,10 +140,11 @@ func playLeases(t *testing.T, seed uint64, lim Limit, n int, kill bool, stores f
 	return run
 }
 
-// checkBound checks what run admitted against the limit and slack, the
-// over-admission bound Leased states: n replicas times Lease.Max for
-// meters and logs over any interval, nothing for windows.
-func checkBound(t *testing.T, lim Limit, run leaseRun, slack int64) {
+// checkBound checks what run admitted against the limit and the
+// over-admission bound Leased states: slack over any interval for meters
+// and logs (n replicas times Lease.Max, and Lease.Max more per replica
+// killed), dead per window (Lease.Max per replica killed).
+func checkBound(t *testing.T, lim Limit, run leaseRun, slack, dead int64) {
 	t.Helper()
 	adm := run.admitted
 	if len(adm) == 0 {
@@ -154,7 +161,7 @@ func checkBound(t *testing.T, lim Limit, run leaseRun, slack int64) {
 			refill := (int64(end.Sub(adm[i].t))*lim.Rate + int64(lim.Period) - 1) / int64(lim.Period)
 			allow := lim.Capacity() + refill
 			if i == 0 {
-				slack = 0 // from the start, nothing was leased before
+				slack = dead // from the start, nothing was leased before
 			}
 			if sum > allow+slack {
 				t.Fatalf("admitted %d in [%s, end], strictly %d, bound %d", sum, adm[i].t.Sub(start), allow, allow+slack)
@@ -178,8 +185,8 @@ func checkBound(t *testing.T, lim Limit, run leaseRun, slack int64) {
 				w = a.t.UnixMicro() / lim.Period.Microseconds()
 			}
 			per[w] += a.cost
-			if per[w] > lim.Rate {
-				t.Fatalf("window %d admitted %d, capacity %d", w, per[w], lim.Rate)
+			if per[w] > lim.Rate+dead {
+				t.Fatalf("window %d admitted %d, capacity %d, bound %d", w, per[w], lim.Rate, lim.Rate+dead)
 			}
 		}
 	}
@@ -216,12 +223,19 @@ func TestLeasedBound(t *testing.T) {
 						if !slices.Equal(memRun.decisions, redisRun.decisions) {
 							t.Fatalf("seed %d: Memory and Redis decide differently", seed)
 						}
-						checkBound(t, lim, redisRun, n*lim.Lease.Max)
+						var dead int64
+						if kill {
+							dead = lim.Lease.Max
+						}
+						checkBound(t, lim, redisRun, n*lim.Lease.Max+dead, dead)
 						if lim.Lease.On() && redisRun.stats.Local == 0 {
 							t.Fatalf("seed %d: no decision was taken in process: %+v", seed, redisRun.stats)
 						}
 						if kill && lim.Lease.On() && redisRun.killed > lim.Lease.Max {
 							t.Fatalf("the killed replica held %d unspent, more than Lease.Max %d", redisRun.killed, lim.Lease.Max)
+						}
+						if redisRun.unreported > lim.Lease.Max {
+							t.Fatalf("the killed replica spent %d unreported, more than Lease.Max %d", redisRun.unreported, lim.Lease.Max)
 						}
 					}
 				})
@@ -230,14 +244,18 @@ func TestLeasedBound(t *testing.T) {
 	}
 }
 
-// TestLeasedExact drains a limit that does not refill, within one window: strictly, exactly
-// its capacity is admitted; with leases, never more, and once the
-// replicas return their leases (Close), a last replica gets the rest, so
-// that the total is again exactly the capacity. With a replica killed
-// instead, what it held unspent is what is missing.
+// TestLeasedExact drains a limit that does not refill, within one window,
+// on Memory and on a real Redis at the same times: strictly, exactly its
+// capacity is admitted; with leases, never more, and once the replicas
+// return their leases (Close), a last replica gets the rest, so that the
+// total is again exactly the capacity. With a replica killed instead,
+// what it held unspent is missing until its leases' TTL; then the store
+// gives back what it had not reported spent, and the total is the
+// capacity plus what the killed replica spent unreported, at most
+// Lease.Max.
 func TestLeasedExact(t *testing.T) {
 	c := testRedis(t)
-	ctx := context.Background()
+	const ttl = 100 * time.Millisecond
 	for _, base := range leaseLimits() {
 		for _, pol := range leasePolicies {
 			for _, kill := range []bool{false, true} {
@@ -247,68 +265,119 @@ func TestLeasedExact(t *testing.T) {
 						lim.Rate, lim.Period = 1, time.Hour
 					}
 					if pol.share > 0 {
-						lim.Lease = Lease{Max: lim.Capacity() / pol.share, TTL: time.Hour}
+						lim.Lease = Lease{Max: lim.Capacity() / pol.share, TTL: ttl}
 					}
 					clk := newClock()
+					mem := NewMemory(MemoryConfig{Now: clk.Now})
+					memTotal := drainExact(t, lim, kill, clk, func() Store { return mem })
+					clk = newClock()
 					prefix := fmt.Sprintf("lx%d:", prefixSeq.Add(1))
-					newStore := func() Store {
+					redisTotal := drainExact(t, lim, kill, clk, func() Store {
 						r := NewRedis(c, patient(RedisConfig{Prefix: prefix}))
 						r.now = clk.Now
 						return r
-					}
-					var reps []*Leased
-					for range 3 {
-						l := NewLeased(newStore(), LeasedConfig{Now: clk.Now, Sweep: time.Hour})
-						l.inline = true
-						reps = append(reps, l)
-					}
-					var admitted, seq int64
-					debit := func(l *Leased) bool {
-						seq++
-						res, err := l.Debit(ctx, fmt.Sprint("x", seq), []Item{{Limit: lim, Key: "k", Cost: 1}})
-						if err != nil {
-							t.Fatal(err)
-						}
-						if res.Allowed {
-							admitted++
-						}
-						return res.Allowed
-					}
-					// Drain from all three, 20µs apart: within one window,
-					// and no meter refills.
-					for i := range 4 * lim.Capacity() {
-						clk.Advance(20 * time.Microsecond)
-						debit(reps[i%3])
-					}
-					if admitted > lim.Capacity() {
-						t.Fatalf("admitted %d, capacity %d", admitted, lim.Capacity())
-					}
-					if !lim.Lease.On() && admitted != lim.Capacity() {
-						t.Fatalf("strict: admitted %d, want exactly %d", admitted, lim.Capacity())
-					}
-					var lost int64
-					if kill {
-						for _, st := range reps[0].keys {
-							lost += st.avail()
-						}
-						reps = reps[1:]
-					}
-					for _, l := range reps {
-						if err := l.Close(ctx); err != nil {
-							t.Fatal(err)
-						}
-					}
-					last := NewLeased(newStore(), LeasedConfig{Now: clk.Now, Sweep: time.Hour})
-					defer last.Close(ctx)
-					for debit(last) {
-					}
-					if admitted != lim.Capacity()-lost {
-						t.Fatalf("admitted %d in all, want the capacity %d less %d held by the killed replica", admitted, lim.Capacity(), lost)
+					})
+					if memTotal != redisTotal {
+						t.Fatalf("Memory admitted %d in all, Redis %d", memTotal, redisTotal)
 					}
 				})
 			}
 		}
 	}
+}
+
+// drainExact is TestLeasedExact on one store, and returns the total
+// admitted.
+func drainExact(t *testing.T, lim Limit, kill bool, clk *clock, newStore func() Store) int64 {
+	t.Helper()
+	ctx := context.Background()
+	var reps []*Leased
+	for range 3 {
+		l := NewLeased(newStore(), LeasedConfig{Now: clk.Now, Sweep: time.Hour})
+		l.inline = true
+		reps = append(reps, l)
+	}
+	var admitted, seq int64
+	debit := func(l *Leased) bool {
+		seq++
+		res, err := l.Debit(ctx, fmt.Sprint("x", seq), []Item{{Limit: lim, Key: "k", Cost: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Allowed {
+			admitted++
+		}
+		return res.Allowed
+	}
+	// Drain from all three, 20µs apart: within one window, and no meter
+	// refills; the killed replica dies two thirds of the way, holding leases.
+	// lost is what it held unspent; unreported what it spent that the
+	// store had not heard of.
+	var lost, unreported int64
+	live := reps
+	step := 20 * time.Microsecond
+	if lim.Capacity() > 1000 {
+		step = 2 * time.Microsecond // a month: within a TTL all the same
+	}
+	for i := range 4 * lim.Capacity() {
+		if kill && i == lim.Capacity()*2/3 {
+			t.Logf("at the kill: %+v", reps[0].Stats())
+			for _, st := range reps[0].keys {
+				st.expire(clk.Now())
+				lost += st.avail()
+				for _, h := range append(st.leases, st.ended...) {
+					unreported += h.used - h.reported
+				}
+			}
+			if unreported > lim.Lease.Max {
+				t.Fatalf("the killed replica spent %d unreported, more than Lease.Max %d", unreported, lim.Lease.Max)
+			}
+			live = reps[1:]
+		}
+		clk.Advance(step)
+		debit(live[i%int64(len(live))])
+	}
+	reps = live
+	if admitted > lim.Capacity() {
+		t.Fatalf("admitted %d, capacity %d", admitted, lim.Capacity())
+	}
+	if !lim.Lease.On() && admitted != lim.Capacity() {
+		t.Fatalf("strict: admitted %d, want exactly %d", admitted, lim.Capacity())
+	}
+	for _, l := range reps {
+		if err := l.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drain := func() {
+		last := NewLeased(newStore(), LeasedConfig{Now: clk.Now, Sweep: time.Hour})
+		for debit(last) {
+		}
+		if err := last.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drain()
+	if admitted != lim.Capacity()-lost {
+		t.Fatalf("admitted %d in all, want the capacity %d less %d held by the killed replica", admitted, lim.Capacity(), lost)
+	}
+	if !kill || !lim.Lease.On() {
+		return admitted
+	}
+	// One µs before the killed replica's leases' TTL, nothing came back;
+	// at it, the store gives back what was not reported spent.
+	clk.Advance(lim.Lease.TTL - time.Duration(4*lim.Capacity())*step - time.Microsecond)
+	drain()
+	if admitted != lim.Capacity()-lost {
+		t.Fatalf("before the TTL: admitted %d in all, want %d", admitted, lim.Capacity()-lost)
+	}
+	clk.Advance(time.Duration(4*lim.Capacity())*step + time.Microsecond)
+	drain()
+	if want := lim.Capacity() + unreported; admitted != want {
+		t.Fatalf("after the TTL: admitted %d in all, want the capacity %d and %d spent unreported by the killed replica (lost %d)", admitted, lim.Capacity(), unreported, lost)
+	}
+	t.Logf("killed replica: %d held unspent, %d spent unreported; %d admitted in all", lost, unreported, admitted)
+	return admitted
 }
 
 // TestLeasedConcurrent drives a leased token bucket from 4 replicas of 16

@@ -454,11 +454,172 @@ local function lib()
     return ok, cap - sum, retry, reset, sum0, gone, newest
   end
 
+  -- adjust charges or refunds actual - reserved on key, an item of
+  -- reservation id debited at debited µs (-1: unknown), as Settle does
+  -- (see settle.lua and spec.settle).
+  local function adjust(key, algo, cap, rate, period, tick, reserved, actual, id, debited)
+    local p = period / tick
+    local delta = actual - reserved
+    if delta > cap then delta = cap elseif delta < -cap then delta = -cap end
+    if C and (algo == SLIDING_LOG or algo == 5) then
+      flush()
+    end
+    if algo == 5 then
+      if redis.call('ZREM', key, member(reserved, id)) == 1 then
+        local all = -tonumber(redis.call('ZSCORE', key, '')) - reserved
+        if all > 0 then
+          redis.call('ZADD', key, -all, '')
+        else
+          redis.call('DEL', key)
+        end
+      end
+    elseif delta ~= 0 and algo == SLIDING_LOG then
+      local lo = now - period
+      local sum, gone = marks_sum(key, lo)
+      if gone > 0 then
+        redis.call('ZREMRANGEBYSCORE', key, '(0', lo)
+      end
+      local m = member(reserved, id)
+      local score = redis.call('ZSCORE', key, m)
+      if score then
+        local c = reserved + delta
+        if c < 0 then c = 0 end
+        if c > reserved + cap - sum then c = reserved + cap - sum end
+        redis.call('ZREM', key, m)
+        if c > 0 then redis.call('ZADD', key, score, member(c, id)) end
+        sum = sum - reserved + c
+      else
+        local c = delta
+        if c > cap - sum then c = cap - sum end
+        if c > 0 then
+          redis.call('ZADD', key, now, member(c, id))
+          sum = sum + c
+        end
+      end
+      if sum > 0 then
+        redis.call('ZADD', key, -sum, '')
+      else
+        redis.call('ZREM', key, '')
+      end
+      marks_ttl(algo, period, key)
+    elseif delta ~= 0 then
+      local v = get(key)
+      if v or delta > 0 then
+        if algo <= 1 then
+          local ts, d, exp = meter(v, cap, rate, tick, p)
+          d = d + delta * p
+          if d < 0 then d = 0 elseif d > cap * p then d = cap * p end
+          local reset = 0
+          if d > 0 then reset = ts + ceil_div(d, rate) * tick - now end
+          write(key, store(ts, d, p, reset, exp, period))
+        elseif algo == 6 then
+          -- As a fixed window: a refund only into the month debited.
+          local w, _, curr, _, exp, stop, _, rw = window(v, period, algo, debited >= 0 and debited)
+          if delta > 0 then
+            curr = curr + delta
+            if curr > cap then curr = cap end
+          elseif rw == w then
+            curr = curr + delta
+            if curr < 0 then curr = 0 end
+          end
+          local reset = 0
+          if curr > 0 then reset = stop - now end
+          write(key, store(w, -1, curr, reset, exp, period))
+        else
+          local w, prev, curr, start, exp = window(v, period, algo)
+          if algo == FIXED_WINDOW then prev = 0 end
+          local rw = -2
+          if debited >= 0 then rw = floor(debited / period) end
+          if delta > 0 and algo == SLIDING_WINDOW then
+            -- Up to full: the weighted count stays at most the capacity.
+            local e = now - start
+            if e < 0 then e = 0 end
+            e = floor(e / tick)
+            local room = cap * p - (curr * p + prev * (p - e))
+            if room < 0 then room = 0 end
+            room = floor(room / p)
+            if delta < room then curr = curr + delta else curr = curr + room end
+          elseif delta > 0 then
+            curr = curr + delta
+            if curr > cap then curr = cap end
+          elseif rw == w then
+            curr = curr + delta
+            if curr < 0 then curr = 0 end
+          elseif rw == w - 1 and algo == SLIDING_WINDOW then
+            prev = prev + delta
+            if prev < 0 then prev = 0 end
+          end
+          local reset = window_reset(algo, prev, curr, start, period)
+          if algo == FIXED_WINDOW then
+            write(key, store(w, period, curr, reset, exp, period))
+          else
+            write(key, store(w, prev, curr, reset, exp, period, true))
+          end
+        end
+      end
+    end
+  end
+
+  -- A leased item's key K has a lease index, KEYS in its request after
+  -- the generation markers: a hash of the leases taken on K (see
+  -- Redis.Lease), field the lease's id, value four doubles: count, the
+  -- units the key counts for the lease; reported, the units its replica
+  -- has reported spent; expires, when the store gives back count -
+  -- reported (µs), or, once it has, minus when the record goes; and
+  -- debited, when the lease was taken (µs).
+
+  -- lease_reports applies the reports of a Lease call to the leases of
+  -- index idx on key (its spec algo to tick): reps holds per report the
+  -- lease's id, the units spent and 1 when the lease is done. A lease
+  -- still open records what was spent; one done is settled (actual = what
+  -- was spent) and dropped. A lease the store gave back already is
+  -- charged what was spent beyond what it kept counted, then dropped when
+  -- done. A lease the index does not hold is ignored.
+  local function lease_reports(key, idx, algo, cap, rate, period, tick, reps)
+    for j = 1, #reps, 3 do
+      local rid, used, done = reps[j], reps[j + 1], reps[j + 2]
+      local v = redis.call('HGET', idx, rid)
+      if v then
+        local count, reported, exp, deb = sunpack('<dddd', v)
+        if used > count and exp > 0 then used = count end
+        if used < reported then used = reported end
+        if exp < 0 and used > count then
+          adjust(key, algo, cap, rate, period, tick, count, used, rid, deb)
+          count = used
+        end
+        if done == 1 then
+          if exp > 0 then
+            adjust(key, algo, cap, rate, period, tick, count, used, rid, deb)
+          end
+          redis.call('HDEL', idx, rid)
+        elseif used ~= reported then
+          redis.call('HSET', idx, rid, pack('<dddd', count, used, exp, deb))
+        end
+      end
+    end
+  end
+
+  -- lease_expire gives back, for every lease of index idx past its
+  -- expiry, what its replica has not reported spent, and drops the
+  -- records given back a TTL ago.
+  local function lease_expire(key, idx, algo, cap, rate, period, tick)
+    local recs = redis.call('HGETALL', idx)
+    for j = 1, #recs, 2 do
+      local count, reported, exp, deb = sunpack('<dddd', recs[j + 1])
+      if exp > 0 and exp <= now then
+        adjust(key, algo, cap, rate, period, tick, count, reported, recs[j], deb)
+        redis.call('HSET', idx, recs[j], pack('<dddd', reported, reported, -(now + exp - deb), deb))
+      elseif exp < 0 and -exp <= now then
+        redis.call('HDEL', idx, recs[j])
+      end
+    end
+  end
+
   L = {
     store = store, batch = batch, flush = flush, write = write, checked = checked, mget = mget, get = get,
     meter = meter, window = window, window_reset = window_reset, member = member,
     mark_cost = mark_cost, marks_sum = marks_sum, marks_ttl = marks_ttl, marks_set = marks_set,
-    marks = marks,
+    marks = marks, adjust = adjust, lease_reports = lease_reports, lease_expire = lease_expire,
   }
   return L
 end

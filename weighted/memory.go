@@ -76,6 +76,8 @@ type entry struct {
 	expires int64 // µs; the entry is empty from then on
 	rec     int64 // reservations: when debited (µs), -1 if unknown
 	done    bool  // reservations: settled or cancelled
+	// leases is a lease index (leaseAlgo): its leases by id.
+	leases map[string]leaseRec
 }
 
 var _ Store = (*Memory)(nil)
@@ -119,14 +121,24 @@ func (b *heldBufs) held() held {
 }
 
 // lock locks the shards of the items' keys, when withRecord is set of
-// reservation id's record, which comes after them in h.keys, and of the
-// generation markers of tags, which come last.
-func (m *Memory) lock(h *held, items []Item, id string, withRecord bool, tags []string) {
+// reservation id's record, which comes after them in h.keys, then, when
+// leased is set, of the lease indexes of the items with a lease policy,
+// and of the generation markers of tags, which come last.
+func (m *Memory) lock(h *held, items []Item, id string, withRecord, leased bool, tags []string) {
 	h.now = m.now()
 	n := len(items) + len(tags)
 	if withRecord {
 		n++
 	}
+	nl := 0
+	if leased {
+		for i := range items {
+			if items[i].Limit.Lease.On() {
+				nl++
+			}
+		}
+	}
+	n += nl
 	if n <= len(h.keys) {
 		h.keys, h.idx, h.order = h.keys[:n], h.idx[:n], h.order[:n]
 	} else {
@@ -138,6 +150,15 @@ func (m *Memory) lock(h *held, items []Item, id string, withRecord bool, tags []
 	}
 	if withRecord {
 		h.keys[len(items)] = memKey{algo: recordAlgo, key: id}
+	}
+	if nl > 0 {
+		j := n - len(tags) - nl
+		for i := range items {
+			if items[i].Limit.Lease.On() {
+				h.keys[j] = leaseKeyOf(&items[i])
+				j++
+			}
+		}
 	}
 	for j, t := range tags {
 		h.keys[n-len(tags)+j] = memKey{algo: markerAlgo, key: t}
@@ -242,6 +263,13 @@ func (m *Memory) Debit(ctx context.Context, id string, items []Item) (Result, er
 	if err != nil {
 		return Result{}, err
 	}
+	return m.debit(id, items, ss, nil)
+}
+
+// debit debits items, after applying the lease reports of c and giving
+// back the expired leases of the leased items' keys; with c (a Lease), it
+// records the lease its one item takes.
+func (m *Memory) debit(id string, items []Item, ss []spec, c *LeaseCall) (Result, error) {
 	record := false
 	for i := range ss {
 		record = record || (ss[i].hasRecord() && items[i].Cost > 0)
@@ -253,11 +281,20 @@ func (m *Memory) Debit(ctx context.Context, id string, items []Item) (Result, er
 		var tbuf [2]string
 		tags = itemTags(items, nil, tbuf[:0])
 	}
-	m.lock(&h, items, id, record, tags)
+	m.lock(&h, items, id, record, true, tags)
 	defer m.unlock(&h)
 	if err := m.checkMarkers(&h, items, tags); err != nil {
 		return Result{}, err
 	}
+	first := len(items)
+	if record {
+		first++
+	}
+	var prefix string
+	if c != nil {
+		prefix = c.Prefix
+	}
+	m.leases(&h, items, ss, first, c, prefix)
 	res := Result{Items: make([]ItemState, len(items))}
 	allowed := true
 	for i := range items {
@@ -295,6 +332,9 @@ func (m *Memory) Debit(ctx context.Context, id string, items []Item) (Result, er
 				m.get(&h, len(h.keys)-len(tags)+j).rec++
 			}
 		}
+		if c != nil && items[0].Cost > 0 {
+			m.addLease(&h, first, id, items[0].Cost, c.TTL.Microseconds(), ss[0].period)
+		}
 	}
 	res.decide()
 	return res, nil
@@ -325,7 +365,7 @@ func (m *Memory) settle(id string, items []Item, actual []int64) error {
 	}
 	var hb heldBufs
 	h := hb.held()
-	m.lock(&h, items, id, true, nil)
+	m.lock(&h, items, id, true, false, nil)
 	defer m.unlock(&h)
 	r := len(items)
 	rec := m.get(&h, r)
@@ -375,7 +415,7 @@ func (m *Memory) Renew(ctx context.Context, id string, items []Item) error {
 	}
 	var hb heldBufs
 	h := hb.held()
-	m.lock(&h, items, id, false, nil)
+	m.lock(&h, items, id, false, false, nil)
 	defer m.unlock(&h)
 	for i := range items {
 		e := m.get(&h, i)
@@ -402,11 +442,12 @@ func (m *Memory) Peek(ctx context.Context, items []Item) (Result, error) {
 	if m.gens {
 		tags = itemTags(items, nil, nil)
 	}
-	m.lock(&h, items, "", false, tags)
+	m.lock(&h, items, "", false, true, tags)
 	defer m.unlock(&h)
 	if err := m.checkMarkers(&h, items, tags); err != nil {
 		return Result{}, err
 	}
+	m.leases(&h, items, ss, len(items), nil, "")
 	res := Result{Items: make([]ItemState, len(items))}
 	for i := range items {
 		res.Items[i] = ss[i].evaluate(stateOf(m.get(&h, i)), h.now, items[i].Cost, false)
@@ -423,9 +464,9 @@ func (m *Memory) Reset(ctx context.Context, items []Item) error {
 	}
 	var hb heldBufs
 	h := hb.held()
-	m.lock(&h, items, "", false, nil)
+	m.lock(&h, items, "", false, true, nil)
 	defer m.unlock(&h)
-	for i := range items {
+	for i := range h.keys {
 		delete(m.shards[h.idx[i]].m, h.keys[i])
 	}
 	return nil
@@ -461,7 +502,7 @@ func (m *Memory) Restore(ctx context.Context, items []Item, counted []int64) err
 	}
 	var hb heldBufs
 	h := hb.held()
-	m.lock(&h, items, "", false, tags)
+	m.lock(&h, items, "", false, false, tags)
 	defer m.unlock(&h)
 	for i := range items {
 		if counted[i] == 0 {

@@ -369,6 +369,12 @@ func (r *Redis) key(it *Item) string {
 	return r.prefix + l.Name + ":" + l.code() + ":{" + it.Key + "}"
 }
 
+// leaseKey returns the key of the lease index of an item's key, in its
+// slot.
+func (r *Redis) leaseKey(it *Item) string {
+	return r.key(it) + ":leases"
+}
+
 // markerKey returns the key of the generation marker of hash tag tag.
 func (r *Redis) markerKey(tag string) string {
 	return r.prefix + "g:{" + tag + "}"
@@ -460,6 +466,7 @@ const (
 	opSettle  = 2
 	opRenew   = 3
 	opRestore = 4
+	opLease   = 5
 )
 
 // header appends the header of a request of batch.lua: the number of items,
@@ -468,6 +475,13 @@ const (
 // number of generation markers (the request's last keys, those of tags)
 // and the highest value seen of each.
 func (r *Redis) header(buf []byte, n, keys int, op int64, ns int, tags []string) []byte {
+	return r.leaseHeader(buf, n, keys, op, ns, tags, nil, nil)
+}
+
+// leaseHeader is header with the lease indexes of a request: li holds the
+// positions in the request, from 1, of its leased items, whose indexes are
+// its last keys, and lc the lease a Lease takes (opLease).
+func (r *Redis) leaseHeader(buf []byte, n, keys int, op int64, ns int, tags []string, li []int, lc *LeaseCall) []byte {
 	var now int64
 	if r.now != nil {
 		now = r.now().UnixMicro()
@@ -479,8 +493,25 @@ func (r *Redis) header(buf []byte, n, keys int, op int64, ns int, tags []string)
 	buf = appendNumber(buf, int64(ns))
 	buf = appendNumber(buf, r.settleTTL)
 	buf = appendNumber(buf, int64(len(tags)))
+	buf = appendNumber(buf, int64(len(li)))
 	for _, t := range tags {
 		buf = appendNumber(buf, r.seen.get(t))
+	}
+	for _, i := range li {
+		buf = appendNumber(buf, int64(i))
+	}
+	if lc != nil {
+		buf = appendNumber(buf, lc.TTL.Microseconds())
+		buf = appendNumber(buf, int64(len(lc.Reports)))
+		for _, rp := range lc.Reports {
+			done := int64(0)
+			if rp.Done {
+				done = 1
+			}
+			buf = appendNumber(buf, int64(rp.Seq))
+			buf = appendNumber(buf, rp.Used)
+			buf = appendNumber(buf, done)
+		}
 	}
 	return buf
 }
@@ -512,9 +543,15 @@ func appendItem(buf []byte, s *spec, cost int64) []byte {
 
 // evalGroup debits (opDebit) or peeks (opPeek) one group, filling out.
 func (r *Redis) evalGroup(ctx context.Context, id string, items []Item, ss []spec, g *group, op int64, out []ItemState) (bool, error) {
+	return r.evalLease(ctx, id, items, ss, g, op, out, nil)
+}
+
+// evalLease is evalGroup, and with op opLease the Lease lc of the group's
+// one item.
+func (r *Redis) evalLease(ctx context.Context, id string, items []Item, ss []spec, g *group, op int64, out []ItemState, lc *LeaseCall) (bool, error) {
 	keys := g.keys
 	for _, i := range g.idx {
-		if op == opDebit && ss[i].hasRecord() && items[i].Cost > 0 {
+		if op != opPeek && ss[i].hasRecord() && items[i].Cost > 0 {
 			keys = append(keys[:len(keys):len(keys)], r.recordKey(g.tag, id))
 			break
 		}
@@ -530,8 +567,16 @@ func (r *Redis) evalGroup(ctx context.Context, id string, items []Item, ss []spe
 			}
 		}
 	}
+	var lbuf [4]int
+	li := lbuf[:0]
+	for j, i := range g.idx {
+		if items[i].Limit.Lease.On() {
+			li = append(li, j+1)
+			keys = append(keys[:len(keys):len(keys)], r.leaseKey(&items[i]))
+		}
+	}
 	c := getCall(ctx)
-	c.buf = r.header(c.buf, len(g.idx), len(keys), op, g.strings(items), tags)
+	c.buf = r.leaseHeader(c.buf, len(g.idx), len(keys), op, g.strings(items), tags, li, lc)
 	for _, i := range g.idx {
 		c.buf = appendItem(c.buf, &ss[i], items[i].Cost)
 	}
@@ -779,7 +824,13 @@ func (r *Redis) Reset(ctx context.Context, items []Item) error {
 		return err
 	}
 	for _, g := range r.groups(items) {
-		if _, err := r.run(ctx, resetScript, g.keys); err != nil {
+		keys := g.keys
+		for _, i := range g.idx {
+			if items[i].Limit.Lease.On() {
+				keys = append(keys, r.leaseKey(&items[i]))
+			}
+		}
+		if _, err := r.run(ctx, resetScript, keys); err != nil {
 			return err
 		}
 	}
