@@ -770,6 +770,9 @@ func (l *Leased) settleStrict(ctx context.Context, id string, items []Item, actu
 			}
 		}
 	}
+	if len(strict) == 0 {
+		return nil
+	}
 	l.stats.calls.Add(1)
 	if actual == nil {
 		return l.store.Cancel(ctx, id, strict)
