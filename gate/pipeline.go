@@ -618,6 +618,9 @@ func (r *Reservation) policyInput() *policies.Input {
 	r.estimateInput(&in.Estimate)
 	// The limiter has already taken this request's cost (one round trip
 	// instead of two); the policy sees each limit as it was before.
+	if n := min(len(r.limits), len(r.result.Items)); n > 0 {
+		in.Limits = make([]policies.Limit, 0, n) // one allocation; nil again below when no limit is listed
+	}
 	for i, l := range r.limits {
 		if i >= len(r.result.Items) {
 			break
@@ -635,6 +638,9 @@ func (r *Reservation) policyInput() *policies.Input {
 		}
 		in.Limits = append(in.Limits, policies.Limit{Name: l.limit.Name, Unit: l.unit, Limit: st.Capacity,
 			Remaining: st.Remaining, ResetSeconds: int64(st.ResetAfter / time.Second)})
+	}
+	if len(in.Limits) == 0 {
+		in.Limits = nil
 	}
 	return in
 }

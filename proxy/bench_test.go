@@ -69,6 +69,17 @@ func BenchmarkPipeline(b *testing.B) {
 	b.Run("costgate-memory", func(b *testing.B) { benchLoad(b, benchCostgate(b, stub.URL, "", false)) })
 	b.Run("costgate-memory-capture", func(b *testing.B) { benchLoad(b, benchCostgate(b, stub.URL, "", true)) })
 	b.Run("costgate-redis", func(b *testing.B) { benchLoad(b, benchCostgate(b, stub.URL, redistest.New(b).URL, false)) })
+	b.Run("costgate-leased", func(b *testing.B) { benchLoad(b, benchLeased(b, stub.URL)) })
+}
+
+// benchLeased starts costgate with the benchmark's config, every limit
+// leased as bench/proxy.sh's second costgate (lease: {max_share: 0.01,
+// ttl: 2s}), on a private Redis, and returns its URL.
+func benchLeased(b *testing.B, upstream string) string {
+	b.Helper()
+	return benchCostgateWith(b, upstream, redistest.New(b).URL, false, func(yaml string) string {
+		return strings.ReplaceAll(yaml, "    period: 1s\n", "    period: 1s\n    lease: {max_share: 0.01, ttl: 2s}\n")
+	})
 }
 
 // benchCostgate starts costgate with the benchmark's config in front of
@@ -76,12 +87,19 @@ func BenchmarkPipeline(b *testing.B) {
 // and returns its URL.
 func benchCostgate(b *testing.B, upstream, redisURL string, capture bool) string {
 	b.Helper()
+	return benchCostgateWith(b, upstream, redisURL, capture, func(yaml string) string { return yaml })
+}
+
+// benchCostgateWith is benchCostgate with edit applied to the config's
+// text.
+func benchCostgateWith(b *testing.B, upstream, redisURL string, capture bool, edit func(string) string) string {
+	b.Helper()
 	tmpl, err := os.ReadFile("../bench/proxy/costgate.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}
 	yaml := strings.NewReplacer("http://@UPSTREAM@", upstream, "@POLICIES@", "../bench/proxy/policies").Replace(string(tmpl))
-	cfg, err := config.Parse([]byte(yaml))
+	cfg, err := config.Parse([]byte(edit(yaml)))
 	if err != nil {
 		b.Fatal(err)
 	}

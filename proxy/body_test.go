@@ -3,12 +3,15 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/costgate/costgate/config"
@@ -52,5 +55,48 @@ tenants: [{name: acme, plan: p, keys: [{key: cg-acme}]}]
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusRequestTimeout {
 		t.Fatalf("status %d, want 408", resp.StatusCode)
+	}
+}
+
+// TestReadAll reads bodies as io.ReadAll does, whatever length they
+// declare, and makes no more room than preallocMax before bytes arrive.
+func TestReadAll(t *testing.T) {
+	big := strings.Repeat("x", 3*preallocMax+7)
+	for _, c := range []struct {
+		name     string
+		body     string
+		declared int64
+		limit    int64
+		wantErr  bool
+	}{
+		{name: "exact", body: `{"model":"m"}`, declared: 13, limit: 100},
+		{name: "unknown length", body: `{"model":"m"}`, declared: -1, limit: 100},
+		{name: "empty", body: "", declared: 0, limit: 100},
+		{name: "declared larger than sent", body: "abc", declared: 1 << 40, limit: 1 << 41},
+		{name: "declared smaller than sent", body: big, declared: 5, limit: 1 << 30},
+		{name: "larger than preallocMax", body: big, declared: int64(len(big)), limit: 1 << 30},
+		{name: "over the limit", body: big, declared: int64(len(big)), limit: 100, wantErr: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			rd := http.MaxBytesReader(rec, io.NopCloser(strings.NewReader(c.body)), c.limit)
+			got, err := readAll(rd, c.declared, c.limit)
+			if c.wantErr {
+				var tooBig *http.MaxBytesError
+				if !errors.As(err, &tooBig) {
+					t.Fatalf("err %v, want a MaxBytesError", err)
+				}
+				return
+			}
+			if err != nil || string(got) != c.body {
+				t.Fatalf("read %d bytes, err %v; want the %d bytes sent", len(got), err, len(c.body))
+			}
+		})
+	}
+	// A client that declares 1 TiB and sends nothing gets preallocMax of
+	// room at most.
+	b, err := readAll(iotest.ErrReader(io.ErrUnexpectedEOF), 1<<40, 1<<41)
+	if !errors.Is(err, io.ErrUnexpectedEOF) || cap(b) > preallocMax {
+		t.Fatalf("cap %d, err %v: want at most %d and the reader's error", cap(b), err, preallocMax)
 	}
 }

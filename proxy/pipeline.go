@@ -249,7 +249,7 @@ func readBody(w http.ResponseWriter, r *http.Request, x *exchange) ([]byte, bool
 	// bodyReadTimeout (the server bounds only the header's read).
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(x.start.Add(bodyReadTimeout))
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, x.caller.Config().MaxBodyBytes))
+	body, err := readAll(http.MaxBytesReader(w, r.Body, x.caller.Config().MaxBodyBytes), r.ContentLength, x.caller.Config().MaxBodyBytes)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// The deadline stays, and the connection closes: the server would
 		// otherwise wait for the rest of the body before it answers.
@@ -276,6 +276,32 @@ func readBody(w http.ResponseWriter, r *http.Request, x *exchange) ([]byte, bool
 		return nil, false
 	}
 	return body, true
+}
+
+// readAll is io.ReadAll that starts with room for the declared length n
+// and a byte to see the end, so that a request is read in one allocation.
+// The room made before any byte arrives is at most preallocMax: a client
+// that declares a large body and sends none holds no more memory than
+// that. Past it, and for an unknown length, the buffer grows as
+// io.ReadAll's; rd bounds it.
+func readAll(rd io.Reader, n, limit int64) ([]byte, error) {
+	if n <= 0 || n > limit {
+		return io.ReadAll(rd)
+	}
+	b := make([]byte, 0, min(n+1, preallocMax))
+	for {
+		m, err := rd.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // grow, as io.ReadAll does
+		}
+	}
 }
 
 // estimate prices the request: by its upstream's cost rule, or by the
@@ -310,6 +336,9 @@ func (s *Server) estimate(w http.ResponseWriter, r *http.Request, x *exchange, b
 	}
 	return true
 }
+
+// preallocMax bounds the room readAll makes for a body before it arrives.
+const preallocMax = 64 << 10
 
 // bodyReadTimeout bounds the read of a request's body.
 var bodyReadTimeout = 30 * time.Second

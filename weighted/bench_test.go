@@ -569,3 +569,58 @@ func BenchmarkHotKey(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLeasedHit decides and settles a request of three leased items
+// (the proxy's three limits) from leases held, on one goroutine and from
+// 64: the decision's local part, which makes no store call and allocates
+// nothing.
+//
+//	go test -run XXX -bench LeasedHit -benchmem ./weighted/
+func BenchmarkLeasedHit(b *testing.B) {
+	for _, par := range []bool{false, true} {
+		name := "serial"
+		if par {
+			name = "parallel"
+		}
+		b.Run(name, func(b *testing.B) {
+			l, items := hotLease(b, newClock())
+			calls := l.Stats().Calls
+			// Each goroutine has its own ids, made before the timer starts.
+			const perG = 256
+			all := make([]string, 4*benchClients*perG)
+			for i := range all {
+				all[i] = "b" + strconv.Itoa(i)
+			}
+			var seq atomic.Int64
+			b.ReportAllocs()
+			work := func(next func() bool) {
+				ctx := context.Background()
+				var states [4]ItemState
+				actual := [...]int64{3, 3, 3}
+				g := int(seq.Add(1)-1) % (len(all) / perG)
+				ids := all[g*perG : (g+1)*perG]
+				for n := 0; next(); n++ {
+					id := ids[n%len(ids)]
+					if _, err := l.DebitInto(ctx, id, items, states[:]); err != nil {
+						b.Error(err)
+						return
+					}
+					if err := l.Settle(ctx, id, items, actual[:]); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}
+			b.ResetTimer()
+			if par {
+				b.SetParallelism(benchClients / runtime.GOMAXPROCS(0))
+				b.RunParallel(func(pb *testing.PB) { work(pb.Next) })
+			} else {
+				n := 0
+				work(func() bool { n++; return n <= b.N })
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(l.Stats().Calls-calls)*1000/float64(b.N), "store_calls/1000decisions")
+		})
+	}
+}

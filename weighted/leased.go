@@ -333,6 +333,13 @@ func (l *Leased) closed() bool {
 
 // Debit implements Store.
 func (l *Leased) Debit(ctx context.Context, id string, items []Item) (Result, error) {
+	return l.DebitInto(ctx, id, items, nil)
+}
+
+// DebitInto is Debit with the result's item states kept in states when it
+// has room for one per item: a decision taken from leases held then
+// allocates nothing. The result's Items alias states.
+func (l *Leased) DebitInto(ctx context.Context, id string, items []Item, states []ItemState) (Result, error) {
 	if id == "" {
 		return Result{}, errNoID
 	}
@@ -351,15 +358,21 @@ func (l *Leased) Debit(ctx context.Context, id string, items []Item) (Result, er
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Items: make([]ItemState, len(items))}
+	var res Result
+	if cap(states) >= len(items) {
+		res.Items = states[:len(items)]
+		clear(res.Items)
+	} else {
+		res.Items = make([]ItemState, len(items))
+	}
 	// Leased items first: a key known spent costs no store call at all.
-	var states [maxLeasedItems]*leaseState
+	var keys [maxLeasedItems]*leaseState
 	var local uint64 // items spent from leases
 	undo := func() {
 		now := l.now()
 		for i := range items {
 			if local&(1<<i) != 0 {
-				states[i].give(items[i].Cost, now)
+				keys[i].give(items[i].Cost, now)
 			}
 		}
 	}
@@ -367,10 +380,10 @@ func (l *Leased) Debit(ctx context.Context, id string, items []Item) (Result, er
 		if !items[i].Limit.Lease.On() {
 			continue
 		}
-		if states[i] = l.state(&items[i]); states[i] == nil {
+		if keys[i] = l.state(&items[i]); keys[i] == nil {
 			continue // too many keys: strict
 		}
-		is, spent, err := l.take(ctx, states[i], &items[i], &ss[i])
+		is, spent, err := l.take(ctx, keys[i], &items[i], &ss[i])
 		if err != nil {
 			undo()
 			return Result{}, err
@@ -413,7 +426,7 @@ func (l *Leased) Debit(ctx context.Context, id string, items []Item) (Result, er
 		for j, is := range sr.Items {
 			i := idx[j]
 			res.Items[i] = is
-			if st := states[i]; st != nil {
+			if st := keys[i]; st != nil {
 				st.saw(is, items[i].Cost, now)
 			}
 		}
@@ -770,16 +783,9 @@ func (l *Leased) settle(ctx context.Context, id string, items []Item, actual []i
 	if !ok || len(items) > maxLeasedItems {
 		return l.settleUnknown(ctx, id, items, actual)
 	}
-	var ibuf [4]Item
-	var abuf [4]int64
-	strict, sact := ibuf[:0], abuf[:0]
 	now := l.now()
 	for i := range items {
 		if local&(1<<i) == 0 {
-			strict = append(strict, items[i])
-			if actual != nil {
-				sact = append(sact, actual[i])
-			}
 			continue
 		}
 		st := l.state(&items[i])
@@ -804,6 +810,28 @@ func (l *Leased) settle(ctx context.Context, id string, items []Item, actual []i
 				st.debt += d - r
 			}
 			st.mu.Unlock()
+		}
+	}
+	if bits.OnesCount64(local) == len(items) {
+		return nil
+	}
+	return l.settleStrict(ctx, id, items, actual, local)
+}
+
+// settleStrict settles or cancels (actual nil) the items of reservation id
+// that local does not mark spent from leases, in one call of the store.
+// It is apart from settle so that a reservation spent whole from leases
+// allocates no buffers for the store's call.
+func (l *Leased) settleStrict(ctx context.Context, id string, items []Item, actual []int64, local uint64) error {
+	var ibuf [4]Item
+	var abuf [4]int64
+	strict, sact := ibuf[:0], abuf[:0]
+	for i := range items {
+		if local&(1<<i) == 0 {
+			strict = append(strict, items[i])
+			if actual != nil {
+				sact = append(sact, actual[i])
+			}
 		}
 	}
 	if len(strict) == 0 {

@@ -6,10 +6,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/costgate/costgate/internal/redistest"
 )
 
 // leaseLimits are the algorithms that take leases, each with a capacity
@@ -688,5 +693,72 @@ func TestLeasedAttacks(t *testing.T) {
 	}
 	if res, err := l.Debit(ctx, "next", []Item{{Limit: lim, Key: "k", Cost: 1}}); err != nil || !res.Allowed || l.Stats().Acquired != 1 {
 		t.Fatalf("the next request: %+v %v %+v", res, err, l.Stats())
+	}
+}
+
+// hotLease returns a Leased store on a private Redis holding a lease on
+// one key of a token bucket (three items, as the proxy's three limits,
+// all on that key's limits), taken after a warm-up on clk: the lease
+// holds far more than a test spends, so no decision asks the store again.
+func hotLease(tb testing.TB, clk *clock) (*Leased, []Item) {
+	tb.Helper()
+	opt, err := redis.ParseURL(redistest.New(tb).URL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	opt.PoolSize = 2 * benchClients
+	c := redis.NewClient(opt)
+	tb.Cleanup(func() { c.Close() })
+	l := NewLeased(newRedisStore(c, nil), LeasedConfig{Now: clk.Now, Sweep: time.Hour})
+	l.inline = true
+	tb.Cleanup(func() { l.Close(context.Background()) })
+	var items []Item
+	for _, name := range []string{"requests", "tokens", "usd"} {
+		lim := Limit{Name: name, Algorithm: TokenBucket, Rate: 1_000_000_000, Period: time.Second, Burst: 100_000_000,
+			Lease: Lease{Max: 10_000_000, TTL: time.Hour}}
+		items = append(items, Item{Limit: lim, Key: "{bench}", Cost: 3})
+	}
+	ctx := context.Background()
+	for i := 0; l.Stats().Acquired < int64(len(items)); i++ {
+		if i == 1000 {
+			tb.Fatalf("no lease after %d debits: %+v", i, l.Stats())
+		}
+		clk.Advance(time.Millisecond)
+		res, err := l.Debit(ctx, "warm"+strconv.Itoa(i), items)
+		if err != nil || !res.Allowed {
+			tb.Fatalf("warm-up debit %d: %+v %v", i, res, err)
+		}
+	}
+	return l, items
+}
+
+// TestLeasedHitAllocatesNothing decides and settles requests from leases
+// held: no store call, and not one allocation, per decision.
+func TestLeasedHitAllocatesNothing(t *testing.T) {
+	l, items := hotLease(t, newClock())
+	ctx := context.Background()
+	var states [4]ItemState
+	actual := []int64{3, 3, 3}
+	ids := make([]string, 128)
+	for i := range ids {
+		ids[i] = "hit" + strconv.Itoa(i)
+	}
+	calls, n := l.Stats().Calls, 0
+	allocs := testing.AllocsPerRun(1000, func() {
+		id := ids[n%len(ids)]
+		n++
+		res, err := l.DebitInto(ctx, id, items, states[:])
+		if err != nil || !res.Allowed || &res.Items[0] != &states[0] {
+			t.Fatalf("debit: %+v %v", res, err)
+		}
+		if err := l.Settle(ctx, id, items, actual); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%.1f allocations per leased decision and settlement, want 0", allocs)
+	}
+	if got := l.Stats().Calls; got != calls {
+		t.Errorf("%d store calls during decisions from leases held, want 0", got-calls)
 	}
 }
