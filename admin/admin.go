@@ -77,6 +77,7 @@ func (s *Plane) handler() http.Handler {
 		WriteJSON(w, http.StatusOK, map[string]any{"shadow": s.tel.Shadow()})
 	})
 	auth.HandleFunc("POST /admin/v1/policies/replay", s.adminReplay)
+	s.policyRoutes(auth)
 	s.controlRoutes(auth)
 	auth.HandleFunc("POST /admin/v1/reload", func(w http.ResponseWriter, _ *http.Request) {
 		if err := s.reload(); err != nil {
