@@ -2,11 +2,13 @@ package control_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -35,6 +37,8 @@ type replicaOptions struct {
 	alertURL   string
 	format     string // the alerts' format; empty: cloudevents
 	extra      string // more YAML at the end
+	dataDir    string // empty: a new temporary directory
+	log        *slog.Logger
 }
 
 const alertSecret = "whsec-test"
@@ -73,13 +77,13 @@ tenants:
     keys:
       - id: yaml-key
         key: cg-test-yaml
-%s`, t.TempDir(), alerts, upstream, o.extra)
+%s`, cmp.Or(o.dataDir, t.TempDir()), alerts, upstream, o.extra)
 	cfg, err := config.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
 	cfg.Store.Redis, cfg.Ledger.DSN = o.redis, o.dsn
-	srv, err := proxy.Open(context.Background(), cfg, proxy.Options{})
+	srv, err := proxy.Open(context.Background(), cfg, proxy.Options{Logger: o.log})
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
