@@ -88,8 +88,10 @@ func TestRestartWithTheDatabaseDown(t *testing.T) {
 	cases := map[string]func([]byte) []byte{
 		"corrupt":   func(b []byte) []byte { c := bytes.Clone(b); c[len(c)-5] ^= 0x20; return c },
 		"truncated": func(b []byte) []byte { return b[:len(b)-10] },
-		"foreign":   func(b []byte) []byte { return bytes.Replace(b, []byte(`"costgate_control_snapshot":1`), []byte(`"costgate_control_snapshot":9`), 1) },
-		"garbage":   func([]byte) []byte { return []byte("\x00\x01not json at all") },
+		"foreign": func(b []byte) []byte {
+			return bytes.Replace(b, []byte(`"costgate_control_snapshot":1`), []byte(`"costgate_control_snapshot":9`), 1)
+		},
+		"garbage": func([]byte) []byte { return []byte("\x00\x01not json at all") },
 	}
 	for name, spoil := range cases {
 		t.Run(name, func(t *testing.T) {
