@@ -2,7 +2,6 @@ package control_test
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -34,10 +33,10 @@ type replica struct {
 
 type replicaOptions struct {
 	dsn, redis string // empty: the embedded ledger / the in-memory store
+	dir        string // the data directory; empty: a new one
 	alertURL   string
 	format     string // the alerts' format; empty: cloudevents
 	extra      string // more YAML at the end
-	dataDir    string // empty: a new temporary directory
 	log        *slog.Logger
 }
 
@@ -56,6 +55,9 @@ func newReplica(t *testing.T, upstream string, o replicaOptions) *replica {
 		if o.format != "" {
 			alerts += "\n    format: " + o.format
 		}
+	}
+	if o.dir == "" {
+		o.dir = t.TempDir()
 	}
 	yaml := fmt.Sprintf(`
 admin_token: test-admin
@@ -77,7 +79,7 @@ tenants:
     keys:
       - id: yaml-key
         key: cg-test-yaml
-%s`, cmp.Or(o.dataDir, t.TempDir()), alerts, upstream, o.extra)
+%s`, o.dir, alerts, upstream, o.extra)
 	cfg, err := config.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatalf("config: %v", err)

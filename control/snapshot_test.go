@@ -41,7 +41,7 @@ func TestRestartWithTheDatabaseDown(t *testing.T) {
 	pg := pgtest.NewPrivate(t)
 	up := simulatorURL(t)
 	dataDir := t.TempDir()
-	r1 := newReplica(t, up, replicaOptions{dsn: pg.URL(), dataDir: dataDir})
+	r1 := newReplica(t, up, replicaOptions{dsn: pg.URL(), dir: dataDir})
 	r1.must(t, 201, "POST", "/admin/v1/tenants", `{"name":"t1"}`, nil)
 	var live, revoked created
 	r1.must(t, 201, "POST", "/admin/v1/keys", `{"tenant":"t1","budgets":[{"amount_usd":"5"}]}`, &live)
@@ -63,7 +63,7 @@ func TestRestartWithTheDatabaseDown(t *testing.T) {
 	pg.Stop()
 
 	var logs syncBuffer
-	r2 := newReplica(t, up, replicaOptions{dsn: pg.URL(), dataDir: dataDir, log: slog.New(slog.NewJSONHandler(&logs, nil))})
+	r2 := newReplica(t, up, replicaOptions{dsn: pg.URL(), dir: dataDir, log: slog.New(slog.NewJSONHandler(&logs, nil))})
 	if st, body := r2.chat(t, live.Key); st != 200 {
 		t.Fatalf("a key of the snapshot, with the database down: %d %s", st, body)
 	}
@@ -102,7 +102,7 @@ func TestRestartWithTheDatabaseDown(t *testing.T) {
 				t.Fatal("ReadSnapshot accepts it")
 			}
 			var logs syncBuffer
-			r := newReplica(t, up, replicaOptions{dsn: pg.URL(), dataDir: dataDir, log: slog.New(slog.NewJSONHandler(&logs, nil))})
+			r := newReplica(t, up, replicaOptions{dsn: pg.URL(), dir: dataDir, log: slog.New(slog.NewJSONHandler(&logs, nil))})
 			defer r.srv.Close()
 			if !strings.Contains(logs.String(), "the snapshot is ignored") {
 				t.Fatalf("no log line: %s", logs.String())
@@ -118,7 +118,7 @@ func TestRestartWithTheDatabaseDown(t *testing.T) {
 
 	t.Run("the database back replaces the snapshot", func(t *testing.T) {
 		var logs syncBuffer
-		r := newReplica(t, up, replicaOptions{dsn: pg.URL(), dataDir: dataDir, log: slog.New(slog.NewJSONHandler(&logs, nil))})
+		r := newReplica(t, up, replicaOptions{dsn: pg.URL(), dir: dataDir, log: slog.New(slog.NewJSONHandler(&logs, nil))})
 		pg.Start()
 		within(t, "the key back", 10*time.Second, func() bool { st, _ := r.chat(t, live.Key); return st == 200 })
 		if st, _ := r.chat(t, revoked.Key); st != 401 {
