@@ -77,6 +77,7 @@ func (s *Plane) handler() http.Handler {
 		WriteJSON(w, http.StatusOK, map[string]any{"shadow": s.tel.Shadow()})
 	})
 	auth.HandleFunc("POST /admin/v1/policies/replay", s.adminReplay)
+	s.policyRoutes(auth)
 	s.controlRoutes(auth)
 	auth.HandleFunc("POST /admin/v1/reload", func(w http.ResponseWriter, _ *http.Request) {
 		if err := s.reload(); err != nil {
@@ -193,11 +194,29 @@ func (s *Plane) ready(w http.ResponseWriter, r *http.Request) {
 	if err := s.gate.Ready(ctx); err != nil {
 		problems["store"] = err.Error()
 	}
+	out := map[string]any{"ready": len(problems) == 0}
+	if s.control != nil {
+		// The data plane serves without the control plane's database:
+		// its state is shown, never counted as a problem.
+		v, loaded, err := s.control.Health()
+		cs := map[string]any{"version": v, "database": "ok"}
+		if !loaded.IsZero() {
+			cs["loaded_at"] = loaded.UTC()
+		}
+		if err != nil {
+			cs["database"] = "unavailable: " + err.Error()
+		}
+		if at := s.control.ServingSnapshot(); !at.IsZero() {
+			cs["serving_snapshot_of"] = at
+		}
+		out["control"] = cs
+	}
 	if len(problems) > 0 {
-		WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "problems": problems})
+		out["problems"] = problems
+		WriteJSON(w, http.StatusServiceUnavailable, out)
 		return
 	}
-	WriteJSON(w, http.StatusOK, map[string]any{"ready": true})
+	WriteJSON(w, http.StatusOK, out)
 }
 
 // SpendJSON is one spend figure as the admin API and the usage view show it.

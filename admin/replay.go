@@ -64,20 +64,31 @@ func (s *Plane) adminReplay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rep, err := replay.Run(r.Context(), fsys, cfg.CaptureDir(), opts)
+	if replayFailed(w, err) {
+		return
+	}
+	s.lastReplay.Store(summarize(rep, in, time.Now().UTC()))
+	WriteJSON(w, http.StatusOK, rep)
+}
+
+// replayFailed answers a replay's error, if any: 404 without a capture,
+// 422 when the evaluators disagree, a captured input fails or the
+// candidate reads a field the capture lacks, 400 otherwise.
+func replayFailed(w http.ResponseWriter, err error) bool {
 	var fileErr *replay.FileError
 	switch {
+	case err == nil:
+		return false
 	case errors.As(err, &fileErr) && errors.Is(err, fs.ErrNotExist):
 		writeAdminError(w, http.StatusNotFound, "no capture to replay yet: "+err.Error())
-	case err != nil && (errors.As(err, new(*replay.DisagreeError)) || errors.As(err, new(*replay.EvalError)) || errors.As(err, new(*replay.MissingFieldError))):
+	case errors.As(err, new(*replay.DisagreeError)) || errors.As(err, new(*replay.EvalError)) || errors.As(err, new(*replay.MissingFieldError)):
 		writeAdminError(w, http.StatusUnprocessableEntity, err.Error())
-	case err != nil && strings.Contains(err.Error(), "capture directory"):
+	case strings.Contains(err.Error(), "capture directory"):
 		writeAdminError(w, http.StatusNotFound, "no capture to replay yet: "+err.Error())
-	case err != nil:
-		writeAdminError(w, http.StatusBadRequest, "the candidate policies or the capture are refused: "+err.Error())
 	default:
-		s.lastReplay.Store(summarize(rep, in, time.Now().UTC()))
-		WriteJSON(w, http.StatusOK, rep)
+		writeAdminError(w, http.StatusBadRequest, "the candidate policies or the capture are refused: "+err.Error())
 	}
+	return true
 }
 
 // maxReplayRows bounds each list of the dashboard's replay summary.

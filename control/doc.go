@@ -11,7 +11,11 @@
 // declare: no database call on the request path), and polls the database
 // for changes (one indexed read of a version number per poll, 250 ms by
 // default). While the database is down, a replica keeps serving from its
-// last copy.
+// last copy; it also keeps that copy on disk (snapshot.go), and serves
+// from it when it starts while the database is down.
+//
+// The promotions of shadow policies to enforce (promote.go) live in the
+// same database and reach every replica's gate by the same poll.
 //
 // A request under a control-plane key is checked against every level it
 // belongs to (key, user, team, tenant) in the gate's one atomic debit,

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -36,6 +37,7 @@ type replicaOptions struct {
 	alertURL   string
 	format     string // the alerts' format; empty: cloudevents
 	extra      string // more YAML at the end
+	log        *slog.Logger
 }
 
 const alertSecret = "whsec-test"
@@ -83,7 +85,7 @@ tenants:
 		t.Fatalf("config: %v", err)
 	}
 	cfg.Store.Redis, cfg.Ledger.DSN = o.redis, o.dsn
-	srv, err := proxy.Open(context.Background(), cfg, proxy.Options{})
+	srv, err := proxy.Open(context.Background(), cfg, proxy.Options{Logger: o.log})
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}

@@ -75,7 +75,7 @@ limits:
 		Paths   map[string]any `json:"paths"`
 	}
 	r.must(t, 200, "GET", "/admin/v1/openapi.json", "", &doc)
-	for _, p := range []string{"/admin/v1/tenants", "/admin/v1/keys", "/admin/v1/keys/{id}", "/admin/v1/keys/{id}/rotate", "/admin/v1/teams/{id}/budgets/{budget}/raise", "/admin/v1/audit"} {
+	for _, p := range []string{"/admin/v1/tenants", "/admin/v1/keys", "/admin/v1/keys/{id}", "/admin/v1/keys/{id}/rotate", "/admin/v1/teams/{id}/budgets/{budget}/raise", "/admin/v1/audit", "/admin/v1/policies", "/admin/v1/policies/{id}/promote/replay", "/admin/v1/policies/{id}/promote", "/admin/v1/policies/{id}/demote"} {
 		if doc.OpenAPI != "3.1.0" || doc.Paths[p] == nil {
 			t.Fatalf("openapi.json (%s) does not document %s", doc.OpenAPI, p)
 		}

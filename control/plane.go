@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/costgate/costgate/dashboard"
@@ -23,6 +24,13 @@ type Plane struct {
 	log   *slog.Logger
 	poll  time.Duration
 	alert *alerter // nil when no alert URL is configured
+
+	promos atomic.Pointer[[]Promotion] // the policy promotions, as of the last poll
+	seen   map[string]string           // policy id -> promoted source seen loaded; the poll's
+
+	snapVersion  int64        // the version of the last snapshot written or read; the poll's
+	snapAt       time.Time    // when the poll last wrote one (or tried to)
+	fromSnapshot atomic.Int64 // Unix nanoseconds the snapshot served was written; 0 once the database answered
 
 	lastErr   error // the last poll's error, nil once one succeeds
 	errMu     sync.Mutex
@@ -55,12 +63,14 @@ func Open(ctx context.Context, g *gate.Gate, opts Options) (*Plane, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Plane{gate: g, store: st, dir: NewDirectory(), log: log, poll: cfg.Control.Poll, synced: make(chan struct{})}
+	p := &Plane{gate: g, store: st, dir: NewDirectory(), log: log, poll: cfg.Control.Poll, synced: make(chan struct{}),
+		seen: map[string]string{}}
 	if a := cfg.Control.Alerts; a.URL != "" {
 		p.alert = newAlerter(p, a)
 	}
 	if err := p.sync(ctx); err != nil {
-		log.Warn("control plane: database unavailable at start; keys of the control plane are loaded once it answers", "err", err)
+		log.Warn("control plane: database unavailable at start", "err", err)
+		p.loadSnapshot()
 	}
 	g.SetDirectory(p.dir)
 	rctx, cancel := context.WithCancel(context.Background())
@@ -81,6 +91,7 @@ func (p *Plane) Close() error {
 		p.gate.SetDirectory(nil)
 		p.cancel()
 		p.wg.Wait()
+		p.saveSnapshot(context.Background(), true)
 		err = p.store.Close()
 	})
 	return err
@@ -104,9 +115,20 @@ func (p *Plane) sync(ctx context.Context) error {
 		return err
 	}
 	if v > p.dir.Version() {
+		// Read before the directory advances, so that a failure reads
+		// them again at the next poll.
+		if err := p.loadPromotions(ctx); err != nil {
+			p.errMu.Lock()
+			p.lastErr = err
+			p.errMu.Unlock()
+			return err
+		}
 		p.dir.Apply(ents, v)
 	}
 	p.dir.loadedAt.Store(time.Now().UnixNano())
+	if p.fromSnapshot.Swap(0) != 0 {
+		p.log.Info("control plane: database available; the snapshot is replaced by its data", "version", v)
+	}
 	select {
 	case <-p.synced:
 	default:
@@ -128,6 +150,10 @@ func (p *Plane) pollLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		err := p.sync(ctx)
+		if err == nil {
+			p.checkDrift(ctx)
+			p.saveSnapshot(ctx, false)
+		}
 		switch {
 		case err != nil && !failing && ctx.Err() == nil:
 			failing = true

@@ -46,6 +46,9 @@ type Gate struct {
 	learned  *learning                   // the learned output estimates; nil unless output_reserve is a quantile
 	dir      directory                   // the control plane's keys and budget observer
 
+	promoMu   sync.Mutex        // orders promotions with Apply
+	promotion map[string]string // promoted policy id -> source SHA-256; see SetPromotions
+
 	// state is the active configuration, compiled; Apply swaps it whole,
 	// and a request keeps the state its caller was identified under.
 	state atomic.Pointer[state]
@@ -68,7 +71,8 @@ type Options struct {
 type state struct {
 	cfg       *config.Config
 	est       *costmodel.Estimator
-	policy    *policies.Set // nil when no policy is configured
+	policy    *policies.Set                // nil when no policy is configured; as its files declare
+	promoted  atomic.Pointer[policies.Set] // policy with the promotions applied; nil for none
 	keys      map[[sha256.Size]byte]*Caller
 	tenants   map[string]string // tenant -> plan
 	limits    []*compiledLimit
@@ -331,7 +335,10 @@ func (g *Gate) Apply(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
+	g.promoMu.Lock()
+	g.promote(st)
 	g.state.Store(st)
+	g.promoMu.Unlock()
 	return nil
 }
 

@@ -551,7 +551,7 @@ func (r *Reservation) states() []LimitState {
 // one adds its friction to d.
 func (r *Reservation) decide(ctx context.Context, d Decision) Decision {
 	in := r.policyInput()
-	pd, err := r.st.policy.Decide(ctx, in)
+	pd, err := r.st.policies().Decide(ctx, in)
 	if err != nil {
 		// A broken policy must not take the API down: allow, loudly.
 		r.g.log.Error("policy evaluation failed; allowing", "request_id", r.req.ID, "err", err)

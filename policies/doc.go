@@ -37,7 +37,10 @@
 //	# custom:
 //	#   shadow: true
 //
-// is a shadow policy: its decision is recorded, never enforced.
+// is a shadow policy: its decision is recorded, never enforced, unless it
+// is promoted: Set.Promote enforces its decision rule for one version of
+// its source (PolicyInfo.SourceSHA256, the digest of its files and of the
+// library files), so that a changed file leaves it in shadow again.
 //
 // Packages elsewhere (for example costgate.lib.plans) are libraries that
 // policies may import. Files ending in _test.rego hold Rego unit tests

@@ -2,6 +2,7 @@ package policies
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -50,6 +51,7 @@ type Set struct {
 	compiler *ast.Compiler
 	prog     *program // the fast path; nil when no rule uses it
 	tests    int
+	digest   string // SHA-256 (hex) of every policy and library file
 }
 
 // PolicyInfo describes one loaded policy.
@@ -66,6 +68,12 @@ type PolicyInfo struct {
 	// does not, Slow says which construct needs the general evaluator.
 	Fast bool
 	Slow string
+	// SourceSHA256 is the SHA-256 (hex) of the policy's files and of the
+	// library files it may import: a promotion holds for this source only.
+	SourceSHA256 string
+	// Promoted reports that the policy is declared shadow in its files and
+	// enforced by a promotion (see Set.Promote); Shadow is then false.
+	Promoted bool
 }
 
 type policy struct {
@@ -179,6 +187,7 @@ func Check(fsys fs.FS) error {
 type sources struct {
 	policies map[string]*ast.Module // by file name, non-test files
 	tests    map[string]*ast.Module // by file name, *_test.rego files
+	sums     map[string][sha256.Size]byte
 }
 
 // all returns the policy and test modules together, as the test runner
@@ -190,7 +199,7 @@ func (src *sources) all() map[string]*ast.Module {
 }
 
 func readSources(fsys fs.FS, root string) (*sources, error) {
-	src := &sources{policies: map[string]*ast.Module{}, tests: map[string]*ast.Module{}}
+	src := &sources{policies: map[string]*ast.Module{}, tests: map[string]*ast.Module{}, sums: map[string][sha256.Size]byte{}}
 	var problems []Problem
 	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -222,6 +231,7 @@ func readSources(fsys fs.FS, root string) (*sources, error) {
 			src.tests[name] = m
 		} else {
 			src.policies[name] = m
+			src.sums[name] = sha256.Sum256(data)
 		}
 		return nil
 	})
@@ -258,6 +268,7 @@ func load(ctx context.Context, fsys fs.FS, root string) (*Set, error) {
 	if err := s.collect(src.policies); err != nil {
 		return nil, err
 	}
+	s.digests(src.sums)
 	prog := newProgram(c)
 	for _, p := range s.policies {
 		p.Fast = true

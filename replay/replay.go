@@ -141,6 +141,12 @@ func Run(ctx context.Context, policiesFS fs.FS, captureDir string, opts Options)
 	if err != nil {
 		return nil, err
 	}
+	return RunSet(ctx, set, captureDir, opts)
+}
+
+// RunSet is Run with a loaded set: the active set of a running costgate,
+// or one with a policy promoted (policies.Set.Promote).
+func RunSet(ctx context.Context, set *policies.Set, captureDir string, opts Options) (*Report, error) {
 	files, err := Files(captureDir)
 	if err != nil {
 		return nil, err

@@ -147,11 +147,14 @@ func estimate(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	return enc.Encode(out)
 }
 
-const policyUsage = "usage: costgate policy check DIR | costgate policy test DIR | costgate policy replay --policies DIR [--since 24h] [--tenant T] [--format text|json] [--capture DIR] [--config FILE]"
+const policyUsage = "usage: costgate policy check DIR | costgate policy test DIR | costgate policy replay --policies DIR [--since 24h] [--tenant T] [--format text|json] [--capture DIR] [--config FILE] | costgate policy list | costgate policy promote ID [--replay ID --ack SHA256] | costgate policy demote ID"
 
 func policy(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "replay" {
 		return policyReplay(ctx, args[1:], stdout)
+	}
+	if len(args) > 0 && (args[0] == "promote" || args[0] == "demote" || args[0] == "list") {
+		return policyPromote(ctx, args[0], args[1:], stdout)
 	}
 	if len(args) != 2 || (args[0] != "check" && args[0] != "test") {
 		return errors.New(policyUsage)

@@ -23,6 +23,7 @@ Usage:
   costgate policy check DIR
   costgate policy test DIR
   costgate policy replay --policies DIR [--since 24h] [--tenant T] [--format text|json] [--capture DIR] [--config FILE]
+  costgate policy list | costgate policy promote ID [--replay ID --ack SHA256] | costgate policy demote ID
   costgate ledger export --tenant T --from DATE --to DATE [--format csv|json|cloudevents] [--config FILE | --ledger DSN | --data-dir DIR]
   costgate ledger nodes [--config FILE | --ledger DSN | --data-dir DIR]
   costgate ledger recover --node ID --before TIME [--config FILE | --ledger DSN | --data-dir DIR]
