@@ -84,7 +84,9 @@ func New(g *gate.Gate, opts Options) *Server {
 	// Stream workers keep their goroutines, and the stacks they have grown,
 	// from call to call: a new goroutine per call would grow its stack
 	// through the gate again each time. Calls past the workers get one.
-	gopts := append([]grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers)}, opts.GRPC...)
+	// The codec reads requests and writes responses without protobuf
+	// reflection (see codec.go).
+	gopts := append([]grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(newCodec())}, opts.GRPC...)
 	s := &Server{g: g, log: opts.Logger, grpc: grpc.NewServer(gopts...), health: health.NewServer()}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
