@@ -90,9 +90,9 @@ for i = 1, n do
       else
         if vp ~= p then
           local f = math.ceil(d * p / vp)
-          if f >= full then d = full else d = f end
+          if f >= 2 * full then d = 2 * full else d = f end
         end
-        if d > full then d = full end
+        if d > 2 * full then d = 2 * full end
         if now > ts then
           local e = now - ts
           e = (e - e % tick) / tick
@@ -117,6 +117,7 @@ for i = 1, n do
       retry = ts + (q - q % rate) / rate * tick - now
     end
     rem = full - d
+    if rem < 0 then rem = 0 end
     rem = (rem - rem % p) / p
     if d > 0 then
       local q = d + rate - 1

@@ -147,7 +147,7 @@ type LeaseInfo struct {
 //   - Settlements: a cost settled above its estimate is charged to the
 //     replica's leases (a debt the next lease pays first; unpaid after a
 //     TTL, it is charged to the store as a strict Settle charges it,
-//     clamped at full). So settlements add nothing to the bound beyond
+//     clamped as a strict Settle clamps it). So settlements add nothing to the bound beyond
 //     what they add strictly.
 //   - A reservation is settled against the leases of the replica that
 //     debited it, once. Settled again, or on another replica, its leased
@@ -1002,7 +1002,7 @@ func (l *Leased) sweepOnce(ctx context.Context) {
 		st.mu.Unlock()
 		if debt > 0 {
 			// Charged as a strict Settle charges what exceeds an estimate:
-			// clamped at full.
+			// clamped as a strict Settle clamps it.
 			l.stats.calls.Add(1)
 			_ = l.store.Settle(ctx, l.prefix+"debt-"+strconv.FormatUint(l.seq.Add(1), 36), []Item{st.item}, []int64{debt})
 		}

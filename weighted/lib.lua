@@ -209,12 +209,12 @@ local function lib()
     if d == 0 then
       return now, 0, exp
     end
-    local full = cap * p
+    local most = 2 * cap * p -- the most debt: one capacity beyond empty (see spec.maxDebt)
     if vp ~= p then
       local f = math.ceil(d * p / vp)
-      if f >= full then d = full else d = f end
+      if f >= most then d = most else d = f end
     end
-    if d > full then d = full end
+    if d > most then d = most end
     if now > ts then
       local e = now - ts
       e = (e - e % tick) / tick
@@ -460,7 +460,9 @@ local function lib()
   local function adjust(key, algo, cap, rate, period, tick, reserved, actual, id, debited)
     local p = period / tick
     local delta = actual - reserved
-    if delta > cap then delta = cap elseif delta < -cap then delta = -cap end
+    local most = cap
+    if algo <= GCRA then most = 2 * cap end -- a meter may owe one capacity beyond empty
+    if delta > most then delta = most elseif delta < -most then delta = -most end
     if C and (algo == SLIDING_LOG or algo == 5) then
       flush()
     end
@@ -508,7 +510,7 @@ local function lib()
         if algo <= 1 then
           local ts, d, exp = meter(v, cap, rate, tick, p)
           d = d + delta * p
-          if d < 0 then d = 0 elseif d > cap * p then d = cap * p end
+          if d < 0 then d = 0 elseif d > 2 * cap * p then d = 2 * cap * p end
           local reset = 0
           if d > 0 then reset = ts + ceil_div(d, rate) * tick - now end
           write(key, store(ts, d, p, reset, exp, period))

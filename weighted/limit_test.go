@@ -85,16 +85,18 @@ func TestConfigChange(t *testing.T) {
 			if st := debit(l, 8); !st.Allowed || st.Remaining != 2 {
 				t.Fatalf("first debit: %+v", st)
 			}
-			// A smaller burst: the 8 units used are more than it holds, so
-			// the bucket is empty, not negative.
+			// A smaller burst: the 8 units used are more than it holds; they
+			// stay owed (up to two bursts), so one more unit waits until 4
+			// are back.
 			l.Burst = 5
-			if st := debit(l, 1); st.Allowed || st.Remaining != 0 || st.RetryAfter != 100*time.Millisecond {
+			if st := debit(l, 1); st.Allowed || st.Remaining != 0 || st.RetryAfter != 400*time.Millisecond {
 				t.Fatalf("after shrinking the burst: %+v", st)
 			}
-			// A longer period rescales the debt (5 units) to it: refilling
-			// 10 units per 2s, one unit takes 200ms.
+			// A longer period rescales the debt (8 units) to it: refilling
+			// 10 units per 2s, one unit takes 200ms, so after 800ms 4 are
+			// owed and one more fits, leaving nothing.
 			l.Period = 2 * time.Second
-			clk.Advance(200 * time.Millisecond)
+			clk.Advance(800 * time.Millisecond)
 			if st := debit(l, 1); !st.Allowed || st.Remaining != 0 {
 				t.Fatalf("after lengthening the period: %+v", st)
 			}

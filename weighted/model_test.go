@@ -107,12 +107,12 @@ func (m *bucketModel) at(t int64) *big.Rat {
 }
 
 func (m *bucketModel) admits(t, cost int64) bool { return m.at(t).Cmp(rat(cost)) >= 0 }
-func (m *bucketModel) remaining(t int64) int64   { return floorRat(m.at(t)) }
+func (m *bucketModel) remaining(t int64) int64   { return max(floorRat(m.at(t)), 0) }
 func (m *bucketModel) empty(t int64) bool        { return m.at(t).Cmp(rat(m.cap)) == 0 }
 
 func (m *bucketModel) set(t int64, tok *big.Rat) {
-	if tok.Sign() < 0 {
-		tok.SetInt64(0)
+	if tok.Cmp(rat(-m.cap)) < 0 {
+		tok.SetInt64(-m.cap) // at most one capacity owed
 	}
 	if tok.Cmp(rat(m.cap)) > 0 {
 		tok.SetInt64(m.cap)
@@ -177,7 +177,7 @@ func (m *gcraModel) admits(t, cost int64) bool {
 func (m *gcraModel) remaining(t int64) int64 {
 	ahead := new(big.Rat).Sub(m.tatAt(t), m.arrival(t))
 	free := new(big.Rat).Sub(new(big.Rat).Mul(rat(m.burst), m.t), ahead)
-	return floorRat(free.Quo(free, m.t))
+	return max(floorRat(free.Quo(free, m.t)), 0)
 }
 
 func (m *gcraModel) empty(t int64) bool { return !m.live(t) }
@@ -186,7 +186,8 @@ func (m *gcraModel) move(t, cost int64) {
 	n := m.arrival(t)
 	tat := m.tatAt(t)
 	tat.Add(tat, new(big.Rat).Mul(rat(cost), m.t))
-	if hi := new(big.Rat).Add(n, new(big.Rat).Mul(rat(m.burst), m.t)); tat.Cmp(hi) > 0 {
+	// A settlement may charge one burst beyond empty (owed).
+	if hi := new(big.Rat).Add(n, new(big.Rat).Mul(rat(2*m.burst), m.t)); tat.Cmp(hi) > 0 {
 		tat = hi
 	}
 	if tat.Cmp(n) <= 0 {

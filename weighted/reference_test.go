@@ -129,17 +129,18 @@ func TestAlgorithmsAgainstModels(t *testing.T) {
 				{at: ms(199), op: 'd', cost: 1, want: "deny"},
 				{at: ms(200), op: 'd', cost: 1, want: "ok"},
 			},
-			"settle refunds and charges, clamped": {
+			"settle refunds and charges, a charge owed up to a capacity": {
 				{at: 0, op: 'd', cost: 8, id: "a", want: "ok"},
 				{at: ms(100), op: 's', id: "a", actual: 3},             // refund 5
 				{at: ms(100), op: 's', id: "a", actual: 0},             // retried settle: nothing
 				{at: ms(100), op: 'd', cost: 9, id: "b", want: "deny"}, // 8 left
 				{at: ms(100), op: 'd', cost: 8, id: "b", want: "ok"},
-				{at: ms(100), op: 's', id: "b", actual: 1000}, // charge, clamped to empty
+				{at: ms(100), op: 's', id: "b", actual: 1000}, // charge, clamped to one capacity owed
 				{at: ms(100), op: 'd', cost: 1, want: "deny"},
-				{at: ms(300), op: 'd', cost: 2, id: "c", want: "ok"},
-				{at: ms(300), op: 'c', id: "c"},
-				{at: ms(300), op: 'p', cost: 2, want: "ok"},
+				{at: ms(1199), op: 'd', cost: 1, want: "deny"}, // the debt is paid at the rate: 0.99 back
+				{at: ms(1300), op: 'd', cost: 2, id: "c", want: "ok"},
+				{at: ms(1300), op: 'c', id: "c"},
+				{at: ms(1300), op: 'p', cost: 2, want: "ok"},
 			},
 			"clock goes backwards": {
 				{at: ms(500), op: 'd', cost: 6, want: "ok"},

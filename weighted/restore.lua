@@ -22,11 +22,12 @@ for i = 1, n do
     local ts, d, exp = L.meter(L.get(key), cap, rate, tick, p)
     local full = cap * p
     local rem = full - d
+    if rem < 0 then rem = 0 end
     local delta = counted - cap + (rem - rem % p) / p
     if delta > 0 then
       if delta > cap then delta = cap end
       d = d + delta * p
-      if d > full then d = full end
+      if d > 2 * full then d = 2 * full end
       L.write(key, L.store(ts, d, p, ts + ceil_div(d, rate) * tick - now, exp, period))
     end
   elseif counted > 0 and algo == MONTH_WINDOW then

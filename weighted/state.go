@@ -80,14 +80,15 @@ func (s *spec) debit(st *state, now, cost int64, id string) int64 {
 }
 
 // settle replaces a reservation's reserved cost by its actual cost, clamped
-// so that the state stays between empty and full. rec is when the
+// so that the state stays between full and empty, or for a meter one
+// capacity of debt beyond empty (see maxDebt). rec is when the
 // reservation was debited (µs), or -1 when that is not known; window
 // algorithms refund only into the window that was debited.
 func (s *spec) settle(st *state, now, reserved, actual, rec int64, id string) int64 {
 	delta := min(max(actual-reserved, -s.cap), s.cap)
 	switch s.algo {
 	case TokenBucket, GCRA:
-		return s.settleMeter(st, now, delta)
+		return s.settleMeter(st, now, min(max(actual-reserved, -2*s.cap), 2*s.cap))
 	case FixedWindow, SlidingWindow:
 		if s.cal != NoCalendar {
 			return s.settleMonth(st, now, delta, rec)
@@ -117,21 +118,22 @@ func (s *spec) recordTTL(now int64) int64 {
 	return start + s.period - now
 }
 
-// meterAt returns the meter's time and debt at now, after refill.
+// meterAt returns the meter's time and debt at now, after refill. The
+// debt is at most maxDebt: a charge beyond empty is owed (see settleMeter).
 func (s *spec) meterAt(st *state, now int64) (ts, d int64) {
 	if st.d == 0 {
 		return now, 0
 	}
 	ts, d = st.ts, st.d
-	full := s.cap * s.p
+	most := s.maxDebt()
 	if st.p != s.p {
-		if f := math.Ceil(float64(d) * float64(s.p) / float64(st.p)); f >= float64(full) {
-			d = full
+		if f := math.Ceil(float64(d) * float64(s.p) / float64(st.p)); f >= float64(most) {
+			d = most
 		} else {
 			d = int64(f)
 		}
 	}
-	d = min(d, full)
+	d = min(d, most)
 	if now > ts {
 		if e := (now - ts) / s.tick; e > 0 {
 			if e >= ceilDiv(d, s.rate) {
@@ -164,7 +166,7 @@ func (s *spec) evaluateMeter(st *state, now, cost int64, after bool) ItemState {
 	} else {
 		is.RetryAfter = micros(ts + ceilDiv(d-(s.cap-cost)*s.p, s.rate)*s.tick - now)
 	}
-	is.Remaining = (full - d) / s.p
+	is.Remaining = max(full-d, 0) / s.p
 	is.ResetAfter = micros(s.meterReset(ts, d, now))
 	return is
 }
@@ -175,9 +177,16 @@ func (s *spec) debitMeter(st *state, now, cost int64) int64 {
 	return s.meterReset(st.ts, st.d, now)
 }
 
+// maxDebt is the most a meter's debt can be: two capacities. A debit fits
+// while the debt stays at most one capacity; a settlement may charge
+// beyond it, up to one more, which later debits wait out, so that a cost
+// reserved low and settled high (a stream's output, Envoy's second phase)
+// is paid for at the limit's rate, not forgiven once the meter is empty.
+func (s *spec) maxDebt() int64 { return 2 * s.cap * s.p }
+
 func (s *spec) settleMeter(st *state, now, delta int64) int64 {
 	ts, d := s.meterAt(st, now)
-	d = min(max(d+delta*s.p, 0), s.cap*s.p)
+	d = min(max(d+delta*s.p, 0), s.maxDebt())
 	st.ts, st.d, st.p = ts, d, s.p
 	return s.meterReset(ts, d, now)
 }

@@ -11,7 +11,8 @@
 //
 // Costs are reservations: Debit takes an estimate under a reservation id,
 // Settle later replaces it by the actual cost (charging the extra, refunding
-// the unused, clamped so that no limit goes below empty or above full), and
+// the unused, clamped so that no limit goes above full or below empty; a
+// token bucket or GCRA owes up to one capacity beyond empty), and
 // Cancel returns it. Both are idempotent per id for SettleTTL.
 //
 // A concurrency limit holds a reservation's units until it is settled or
@@ -103,7 +104,10 @@ type Store interface {
 	// Settle ends reservation id, whose Debit was admitted: items are as
 	// they were debited, in the same order (Cost is the reserved cost), and
 	// actual holds the actual cost of each. The difference is charged or
-	// refunded, clamped so that no limit goes below empty or above full;
+	// refunded, clamped so that no limit goes above full or below empty,
+	// except a token bucket or GCRA, which owes a charge beyond empty up
+	// to one more capacity (later debits wait until it is paid back at the
+	// limit's rate);
 	// a window refunds only into the window that was debited; concurrency
 	// units are released. Settling an id again, or after Cancel, changes
 	// nothing for SettleTTL.
