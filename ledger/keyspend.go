@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/costgate/costgate/costmodel"
@@ -80,29 +79,6 @@ type keySpendRead struct {
 	values map[string]costmodel.NanoUSD
 	pos    int64
 	at     time.Time
-}
-
-// keySpendCache holds KeySpend's last reads, up to maxSpendCache; past it,
-// it starts over.
-type keySpendCache struct {
-	mu sync.Mutex
-	m  map[spendQueryKey]keySpendRead
-}
-
-func (c *keySpendCache) put(k spendQueryKey, r keySpendRead) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= maxSpendCache {
-		c.m = make(map[spendQueryKey]keySpendRead)
-	}
-	c.m[k] = r
-}
-
-func (c *keySpendCache) get(k spendQueryKey) (keySpendRead, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r, ok := c.m[k]
-	return r, ok
 }
 
 // localKeySpend answers k from its last read and the spool after it.

@@ -34,8 +34,8 @@ type Ledger struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 
-	spendReads spendCache    // Spend's last reads, for its answers while the store fails
-	keyReads   keySpendCache // KeySpend's, likewise
+	spendReads readCache[spendRead]    // Spend's last reads, for its answers while the store fails
+	keyReads   readCache[keySpendRead] // KeySpend's, likewise
 
 	mu       sync.Mutex
 	applied  int64         // spool position in the store

@@ -72,25 +72,25 @@ type spendRead struct {
 	at    time.Time
 }
 
-// spendCache holds the last read of each query, up to maxSpendCache
-// queries; past it, it starts over.
-type spendCache struct {
+// readCache holds the last read of each query, up to maxSpendCache
+// queries; past it, it starts over. It is safe for concurrent use.
+type readCache[R any] struct {
 	mu sync.Mutex
-	m  map[spendQueryKey]spendRead
+	m  map[spendQueryKey]R
 }
 
 const maxSpendCache = 4096
 
-func (c *spendCache) put(k spendQueryKey, r spendRead) {
+func (c *readCache[R]) put(k spendQueryKey, r R) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil || len(c.m) >= maxSpendCache {
-		c.m = make(map[spendQueryKey]spendRead)
+		c.m = make(map[spendQueryKey]R)
 	}
 	c.m[k] = r
 }
 
-func (c *spendCache) get(k spendQueryKey) (spendRead, bool) {
+func (c *readCache[R]) get(k spendQueryKey) (R, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r, ok := c.m[k]
