@@ -113,12 +113,47 @@ func (l *Ledger) localKeySpend(k spendQueryKey, storeErr error) (map[string]cost
 // keyScope is the roll-up's scope prefix of one key's spend.
 const keyScope = "k:"
 
-// keysOf turns roll-up rows of key scopes into spend by key id.
-func keysOf(scope string, cost int64, out map[string]costmodel.NanoUSD) error {
-	id, ok := strings.CutPrefix(scope, keyScope)
-	if !ok {
-		return errors.New("ledger: key spend: a row of another scope")
+// rows is a query's result as both stores' drivers return it.
+type rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// scanKeySpend turns roll-up rows (scope, cost) of key scopes into spend by
+// key id.
+func scanKeySpend(rs rows) (map[string]costmodel.NanoUSD, error) {
+	out := map[string]costmodel.NanoUSD{}
+	for rs.Next() {
+		var (
+			scope string
+			cost  int64
+		)
+		if err := rs.Scan(&scope, &cost); err != nil {
+			return nil, err
+		}
+		id, ok := strings.CutPrefix(scope, keyScope)
+		if !ok {
+			return nil, errors.New("a row of another scope")
+		}
+		out[id] += costmodel.NanoUSD(cost)
 	}
-	out[id] += costmodel.NanoUSD(cost)
-	return nil
+	return out, rs.Err()
+}
+
+// scanHeadCharges reads rows (user, key, cost) of entries' charges.
+func scanHeadCharges(rs rows) ([]headCharge, error) {
+	var out []headCharge
+	for rs.Next() {
+		var (
+			c    headCharge
+			cost int64
+		)
+		if err := rs.Scan(&c.user, &c.key, &cost); err != nil {
+			return nil, err
+		}
+		c.cost = costmodel.NanoUSD(cost)
+		out = append(out, c)
+	}
+	return out, rs.Err()
 }

@@ -446,20 +446,8 @@ func (s *sqliteStore) keySpend(ctx context.Context, tenant string, from, to time
 		return nil, fmt.Errorf("ledger: sqlite key spend: %w", err)
 	}
 	defer rows.Close()
-	out := map[string]costmodel.NanoUSD{}
-	for rows.Next() {
-		var (
-			scope string
-			cost  int64
-		)
-		if err := rows.Scan(&scope, &cost); err != nil {
-			return nil, fmt.Errorf("ledger: sqlite key spend: %w", err)
-		}
-		if err := keysOf(scope, cost, out); err != nil {
-			return nil, err
-		}
-	}
-	if err := rows.Err(); err != nil {
+	out, err := scanKeySpend(rows)
+	if err != nil {
 		return nil, fmt.Errorf("ledger: sqlite key spend: %w", err)
 	}
 	return out, nil
@@ -472,19 +460,8 @@ func (s *sqliteStore) headSpend(ctx context.Context, tenant string, from, to tim
 		return nil, fmt.Errorf("ledger: sqlite head spend: %w", err)
 	}
 	defer rows.Close()
-	var out []headCharge
-	for rows.Next() {
-		var (
-			c    headCharge
-			cost int64
-		)
-		if err := rows.Scan(&c.user, &c.key, &cost); err != nil {
-			return nil, fmt.Errorf("ledger: sqlite head spend: %w", err)
-		}
-		c.cost = costmodel.NanoUSD(cost)
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := scanHeadCharges(rows)
+	if err != nil {
 		return nil, fmt.Errorf("ledger: sqlite head spend: %w", err)
 	}
 	return out, nil
