@@ -189,7 +189,7 @@ func (p *Plane) Promote(ctx context.Context, actor, id, replayID, ack string) (*
 	var doc ReplayDocument
 	_ = json.Unmarshal(r.Document, &doc)
 	pr := &Promotion{Policy: id, PolicySHA256: r.PolicySHA256, ReplayID: r.ID, ReportSHA256: r.ReportSHA256, Actor: actor, At: now.UTC().Truncate(time.Microsecond)}
-	err = p.store.writePolicy(ctx, func(tx *sql.Tx, seq int64) error {
+	err = p.store.versioned(ctx, func(tx *sql.Tx, seq int64) error {
 		var have string
 		err := tx.QueryRowContext(ctx, p.store.q("SELECT policy FROM control_policy_modes WHERE policy = ?"), id).Scan(&have)
 		if err == nil {
@@ -230,7 +230,7 @@ func (p *Plane) Demote(ctx context.Context, actor, id, reason string) (*Promotio
 // empty) with an audit record of action.
 func (p *Plane) demote(ctx context.Context, actor, action, id, sha string, detail map[string]any) (*Promotion, error) {
 	var pr *Promotion
-	err := p.store.writePolicy(ctx, func(tx *sql.Tx, _ int64) error {
+	err := p.store.versioned(ctx, func(tx *sql.Tx, _ int64) error {
 		prs, err := p.store.promotions(ctx, tx, id)
 		if err != nil {
 			return err
@@ -246,27 +246,6 @@ func (p *Plane) demote(ctx context.Context, actor, action, id, sha string, detai
 		return p.store.audit(ctx, tx, actor, action, id, detail)
 	})
 	return pr, err
-}
-
-// writePolicy runs f in a write transaction that has advanced the
-// version (seq), so that every replica's poll reads the promotions again.
-func (s *Store) writePolicy(ctx context.Context, f func(tx *sql.Tx, seq int64) error) error {
-	if err := s.ensure(ctx); err != nil {
-		return err
-	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return storeErr(err)
-	}
-	defer tx.Rollback()
-	var seq int64
-	if err := tx.QueryRowContext(ctx, "UPDATE control_version SET seq = seq + 1 WHERE id = 1 RETURNING seq").Scan(&seq); err != nil {
-		return storeErr(err)
-	}
-	if err := f(tx, seq); err != nil {
-		return err
-	}
-	return storeErr(tx.Commit())
 }
 
 type rowsQuerier interface {

@@ -192,6 +192,18 @@ type Change struct {
 // returns the entities to store, which get the new sequence number, and
 // the audit records the change.
 func (s *Store) write(ctx context.Context, c Change, f func(tx *sql.Tx) ([]*Entity, error)) error {
+	return s.versioned(ctx, func(tx *sql.Tx, seq int64) error {
+		ents, err := f(tx)
+		if err != nil {
+			return storeErr(err)
+		}
+		return s.put(ctx, tx, c, seq, ents)
+	})
+}
+
+// versioned runs f in a write transaction that has advanced the version
+// (seq), so that every replica's poll reads the change, and commits it.
+func (s *Store) versioned(ctx context.Context, f func(tx *sql.Tx, seq int64) error) error {
 	if err := s.ensure(ctx); err != nil {
 		return err
 	}
@@ -204,10 +216,14 @@ func (s *Store) write(ctx context.Context, c Change, f func(tx *sql.Tx) ([]*Enti
 	if err := tx.QueryRowContext(ctx, "UPDATE control_version SET seq = seq + 1 WHERE id = 1 RETURNING seq").Scan(&seq); err != nil {
 		return storeErr(err)
 	}
-	ents, err := f(tx)
-	if err != nil {
-		return storeErr(err)
+	if err := f(tx, seq); err != nil {
+		return err
 	}
+	return storeErr(tx.Commit())
+}
+
+// put stores ents at version seq and records c in the audit log for each.
+func (s *Store) put(ctx context.Context, tx *sql.Tx, c Change, seq int64, ents []*Entity) error {
 	now := time.Now().UTC()
 	for _, e := range ents {
 		e.seq = seq
@@ -243,7 +259,7 @@ func (s *Store) write(ctx context.Context, c Change, f func(tx *sql.Tx) ([]*Enti
 			return storeErr(err)
 		}
 	}
-	return storeErr(tx.Commit())
+	return nil
 }
 
 // uniqueName is the name that is unique per kind and tenant.
