@@ -205,3 +205,35 @@ func TestHeldReservations(t *testing.T) {
 		t.Errorf("expired entry: status %q cost %v; want expired at its estimate $0.002", e.Status, e.ActualCost)
 	}
 }
+
+// A settlement that calls no remote store (here the in-memory store) runs
+// before SettleLater returns: the unit an unreached request gives back is
+// back at once, and done has run.
+func TestSettleLaterInProcess(t *testing.T) {
+	ctx := context.Background()
+	g := openGate(t, "")
+	c := g.Identify("cg-acme")
+	remaining := func() int64 {
+		_, d := g.Reserve(ctx, &gate.Request{Caller: c, Route: "/x", Check: true, States: true})
+		for _, l := range d.Limits {
+			if l.Name == "per-tenant" {
+				return l.Remaining
+			}
+		}
+		t.Fatalf("no per-tenant state: %+v", d)
+		return 0
+	}
+	before := remaining()
+	res, d := g.Reserve(ctx, &gate.Request{Caller: c, Route: "/x"})
+	if res == nil {
+		t.Fatalf("refused: %+v", d)
+	}
+	if got := remaining(); got != before-1 {
+		t.Fatalf("remaining %d after the reservation, want %d", got, before-1)
+	}
+	done := false
+	res.SettleLater(func() gate.Charge { return gate.Charge{HTTPStatus: 502, Unreached: true} }, func() { done = true })
+	if !done || remaining() != before {
+		t.Fatalf("after SettleLater: done %v, remaining %d, want %d", done, remaining(), before)
+	}
+}

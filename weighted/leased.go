@@ -929,6 +929,19 @@ func (l *Leased) unpend(id string) (uint64, bool) {
 	return r.local, ok
 }
 
+// Local tells whether this replica's leases held all n items of
+// reservation id, so that settling or cancelling it calls no store.
+func (l *Leased) Local(id string, n int) bool {
+	if n > maxLeasedItems {
+		return false
+	}
+	p := l.shard(id)
+	p.mu.Lock()
+	r, ok := p.m[id]
+	p.mu.Unlock()
+	return ok && bits.OnesCount64(r.local) == n
+}
+
 // Renew implements Store: leased items hold nothing to renew.
 func (l *Leased) Renew(ctx context.Context, id string, items []Item) error {
 	l.stats.calls.Add(1)

@@ -472,8 +472,15 @@ func TestLeasedSettle(t *testing.T) {
 	if before <= 0 {
 		t.Fatalf("no lease taken: %+v", l.Stats())
 	}
+	// Spent from the lease: its settlement calls no store.
+	if !l.Local("a", 1) || l.Local("a", 2) || l.Local("unknown", 1) {
+		t.Fatalf("Local: a %v, a with 2 items %v, unknown %v", l.Local("a", 1), l.Local("a", 2), l.Local("unknown", 1))
+	}
 	if err := l.Settle(ctx, "a", []Item{it}, []int64{4}); err != nil {
 		t.Fatal(err)
+	}
+	if l.Local("a", 1) {
+		t.Fatal("Local after the settlement")
 	}
 	if got := unspent(); got != before+6 {
 		t.Fatalf("after a refund of 6: unspent %d, want %d", got, before+6)
@@ -544,6 +551,9 @@ func TestLeasedSettle(t *testing.T) {
 	strictItem := Item{Limit: Limit{Name: "s", Algorithm: FixedWindow, Rate: 100, Period: time.Hour}, Key: "k", Cost: 50}
 	if res, err := l.Debit(ctx, "c", []Item{strictItem}); err != nil || !res.Allowed {
 		t.Fatal(res, err)
+	}
+	if l.Local("c", 1) {
+		t.Fatal("a strict reservation is Local")
 	}
 	for range 2 {
 		if err := other.Cancel(ctx, "c", []Item{strictItem}); err != nil {
