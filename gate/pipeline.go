@@ -64,7 +64,8 @@ type Request struct {
 	Extra []Extra
 	// Check asks only whether every limit has room for the request (a
 	// cost of zero asks for one unit), and debits nothing: the decision
-	// has no reservation.
+	// has no reservation. The policies (unless NoPolicy) answer it as
+	// they would the request.
 	Check bool
 	// NoPolicy skips the policies.
 	NoPolicy bool
@@ -213,6 +214,13 @@ func (g *Gate) Reserve(ctx context.Context, req *Request) (*Reservation, Decisio
 		r.observeLevels(d)
 	}
 	t.end()
+	if r.req.Check && d.Allowed() && r.st.policy != nil && !r.req.NoPolicy {
+		// A check reserves nothing, but the policies answer it as they
+		// would the request it asks about.
+		t = g.begin(ctx, telemetry.StagePolicy)
+		d = r.decide(ctx, d)
+		t.end()
+	}
 	if !d.Allowed() || r.req.Check {
 		r.record(d.Status)
 		r.unexpose()
@@ -569,7 +577,9 @@ func (r *Reservation) decide(ctx context.Context, d Decision) Decision {
 	}
 	switch pd.Outcome {
 	case policies.Hard:
-		r.Cancel(context.WithoutCancel(ctx))
+		if !r.req.Check { // a check debited nothing to give back
+			r.Cancel(context.WithoutCancel(ctx))
+		}
 		status := pd.Status
 		typ := "rate_limit_exceeded"
 		switch status {
@@ -617,7 +627,8 @@ func (r *Reservation) policyInput() *policies.Input {
 	}
 	r.estimateInput(&in.Estimate)
 	// The limiter has already taken this request's cost (one round trip
-	// instead of two); the policy sees each limit as it was before.
+	// instead of two); the policy sees each limit as it was before. A
+	// check's states are already the ones before.
 	if n := min(len(r.limits), len(r.result.Items)); n > 0 {
 		in.Limits = make([]policies.Limit, 0, n) // one allocation; nil again below when no limit is listed
 	}
@@ -626,7 +637,9 @@ func (r *Reservation) policyInput() *policies.Input {
 			break
 		}
 		st := r.result.Items[i]
-		st.Remaining = min(st.Remaining+r.items[i].Cost, st.Capacity)
+		if !r.req.Check {
+			st.Remaining = min(st.Remaining+r.items[i].Cost, st.Capacity)
+		}
 		if l.budget {
 			scope := l.dims[0]
 			if scope == "api_key" {

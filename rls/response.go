@@ -3,6 +3,7 @@ package rls
 import (
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -84,6 +85,17 @@ func respond(t *tree, c *call, out *[numKinds]outcome) *rlsv3.RateLimitResponse 
 	}
 	if degraded {
 		hs.add("Costgate-Degraded", "fail-open")
+	}
+	if decider != nil && decider.Allowed() {
+		// What a soft policy asks of the request (a delay, a max_tokens
+		// cap, a cheaper model, a warning): the RLS server cannot apply
+		// it, so it goes back to the caller, as in a reserve's answer.
+		if f := decider.Friction.String(); f != "" {
+			hs.add("Costgate-Friction", headerText(f))
+		}
+		if w := decider.Friction.Warning; w != "" {
+			hs.add("Costgate-Warning", headerText(w))
+		}
 	}
 	if resp.OverallCode == codeOver && decider != nil {
 		if decider.RetryAfter > 0 {
@@ -271,4 +283,16 @@ func unlimited(n int) *rlsv3.RateLimitResponse {
 		resp.Statuses[i] = &sts[i]
 	}
 	return resp
+}
+
+// headerText is s with every control character a space: a policy's
+// warning is text of the operator's, and a header value cannot hold a
+// line break.
+func headerText(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
 }

@@ -224,9 +224,12 @@ func (s *Server) decide(ctx context.Context, t *tree, c *call) (*rlsv3.RateLimit
 // ask runs the gate request of c's group of kind k.
 func (s *Server) ask(ctx context.Context, caller *gate.Caller, c *call, k kind) gate.Decision {
 	g := &c.groups[k]
+	// The policies answer a tenant's request as they answer the proxy's,
+	// with request.route "rls:DOMAIN": its check and its debit. A charge
+	// is usage already served, which no policy can refuse.
 	req := gate.Request{
 		Caller: caller, Route: c.dom.route, Estimate: costmodel.Estimate{Model: c.model},
-		Extra: g.extras, ExtraOnly: !g.named, NoPolicy: true, NoRequests: true, States: true,
+		Extra: g.extras, ExtraOnly: !g.named, NoPolicy: !g.named || k == kindCharge, NoRequests: true, States: true,
 	}
 	switch k {
 	case kindCheck:

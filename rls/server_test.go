@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -569,4 +571,76 @@ data_dir: ` + e.g.Config().DataDir + "\n"))
 	if resp := e.ask(t, "more", 0, d("added", "x")); resp.GetOverallCode() != OVER {
 		t.Errorf("after the reload: %s", codes_(resp))
 	}
+}
+
+// rlsPolicy blocks globex on the domain edge, and asks acme to slow down.
+const rlsPolicy = `package costgate.policies.rlstest
+
+import rego.v1
+
+default decision := {"outcome": "allow"}
+
+decision := {"outcome": "hard", "status": 402, "reason": "globex is blocked on the edge"} if {
+	input.request.route == "rls:edge"
+	input.caller.tenant == "globex"
+}
+
+decision := {"outcome": "soft", "reason": "slow down", "friction": {"delay_ms": 100, "warning": "near the\nlimit"}} if {
+	input.request.route == "rls:edge"
+	input.caller.tenant == "acme"
+}
+`
+
+// The policies answer an RLS request of a tenant as they answer the
+// proxy's: a hard decision is OVER_LIMIT on the check and the debit, and
+// gives back nothing it did not take; a soft one is OK with its friction
+// for the caller to apply; a stream's charge (usage already served) is
+// debited whatever they say; a request that names no tenant is theirs to
+// leave alone.
+func TestPolicies(t *testing.T) {
+	stores(t, func(t *testing.T, redis bool) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "rlstest.rego"), []byte(rlsPolicy), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		e := newEnv(t, testConfig+"policies: {dir: '"+dir+"'}\n", redis, rls.Options{})
+		for _, hitsAddend := range []uint32{0, 1} { // the check, then the debit
+			resp := e.ask(t, "edge", hitsAddend, d("tenant", "globex"))
+			if resp.GetOverallCode() != OVER || !strings.Contains(string(resp.GetRawBody()), "globex is blocked") || headerOf(resp, "Retry-After") == "" {
+				t.Fatalf("globex, hits_addend %d: %s, body %s", hitsAddend, codes_(resp), resp.GetRawBody())
+			}
+		}
+		// Nothing was taken from globex's limit by the refusals, and a
+		// refused check gave nothing back: pro-requests (100 a minute)
+		// has all its room.
+		res, dec := e.g.Reserve(context.Background(), &gate.Request{Caller: e.g.Trusted("globex", "", "", ""), Route: "/x", Check: true, NoPolicy: true, States: true})
+		if res != nil || !dec.Allowed() {
+			t.Fatalf("peek: %+v", dec)
+		}
+		for _, l := range dec.Limits {
+			if l.Name == "pro-requests" && l.Remaining != 100 {
+				t.Errorf("pro-requests has %d left after two refused requests, want 100", l.Remaining)
+			}
+		}
+		// The charge at a stream's end is usage already served: debited.
+		resp := e.ask(t, "edge", 0, hits(50, d("tenant", "globex", "model", "test-model", "tokens", "input")))
+		if resp.GetOverallCode() != OK {
+			t.Fatalf("globex's charge: %s", codes_(resp))
+		}
+		// acme is served, told what the policy asks.
+		resp = e.ask(t, "edge", 1, d("tenant", "acme"))
+		if resp.GetOverallCode() != OK {
+			t.Fatalf("acme: %s", codes_(resp))
+		}
+		if got := headerOf(resp, "Costgate-Friction"); got != `delay_ms=100 warning="near the\nlimit"` {
+			t.Errorf("Costgate-Friction %q", got)
+		}
+		if got := headerOf(resp, "Costgate-Warning"); got != "near the limit" {
+			t.Errorf("Costgate-Warning %q", got)
+		}
+		// A request without a tenant is not the policies' to answer.
+		if resp := e.ask(t, "edge", 1, d("remote_address", "10.1.2.3")); resp.GetOverallCode() != OK {
+			t.Fatalf("no tenant: %s", codes_(resp))
+		}
+	})
 }
