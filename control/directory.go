@@ -151,6 +151,20 @@ func (d *Directory) Apply(ents []*Entity, seq int64) {
 	d.seq.Store(seq)
 }
 
+// replace makes d hold what n holds, at once for every reader: n is
+// not used after.
+func (d *Directory) replace(n *Directory) {
+	d.mu.Lock()
+	d.slotMu.Lock()
+	d.expiryMu.Lock()
+	d.keys, d.byKey, d.byTenant = n.keys, n.byKey, n.byTenant
+	d.slots, d.names, d.expiring = n.slots, n.names, n.expiring
+	d.seq.Store(n.seq.Load())
+	d.expiryMu.Unlock()
+	d.slotMu.Unlock()
+	d.mu.Unlock()
+}
+
 func (d *Directory) applyKey(e *Entity, n *node) {
 	d.mu.Lock()
 	rec := d.byKey[e.ID]

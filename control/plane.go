@@ -114,6 +114,19 @@ func (p *Plane) sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if have := p.dir.Version(); v < have {
+		// The database is behind this copy: restored from a backup, or
+		// another one. Changes made there after its version would carry
+		// versions this copy has seen, and be missed (a key revoked there
+		// would keep working here): the database's data replaces the copy.
+		if err := p.reload(ctx, v, have); err != nil {
+			p.errMu.Lock()
+			p.lastErr = err
+			p.errMu.Unlock()
+			return err
+		}
+		ents, v = nil, p.dir.Version()
+	}
 	if v > p.dir.Version() {
 		// Read before the directory advances, so that a failure reads
 		// them again at the next poll.
@@ -134,6 +147,27 @@ func (p *Plane) sync(ctx context.Context) error {
 	default:
 		close(p.synced)
 	}
+	return nil
+}
+
+// reload replaces the directory with the database's whole data, which is
+// at version v, behind the directory's have.
+func (p *Plane) reload(ctx context.Context, v, have int64) error {
+	ents, v, err := p.store.Changes(ctx, 0)
+	if err != nil {
+		return err
+	}
+	if err := p.loadPromotions(ctx); err != nil {
+		return err
+	}
+	n := NewDirectory()
+	n.Apply(ents, v)
+	p.dir.replace(n)
+	// The snapshot on disk is of the newer copy: the next poll writes the
+	// database's.
+	p.snapVersion, p.snapAt = -1, time.Time{}
+	p.log.Warn("control plane: the database is behind this replica's copy (restored from a backup, or another database); its data replaces the copy",
+		"database_version", v, "copy_version", have, "entities", len(ents))
 	return nil
 }
 

@@ -126,3 +126,115 @@ func TestRestartWithTheDatabaseDown(t *testing.T) {
 		}
 	})
 }
+
+// TestDatabaseBehindTheCopy: a database restored to an older version (a
+// backup) is behind a running replica's copy. The changes made there
+// afterwards carry versions the replica has seen: without a reload it
+// would miss them, and a key revoked there would keep working on it. The
+// replica takes the database's data whole, drops what the database no
+// longer holds, and writes its snapshot of it.
+func TestDatabaseBehindTheCopy(t *testing.T) {
+	dsn := pgtest.New(t)
+	up := simulatorURL(t)
+	dir := t.TempDir()
+	var logs syncBuffer
+	r := newReplica(t, up, replicaOptions{dsn: dsn, dir: dir, log: slog.New(slog.NewJSONHandler(&logs, nil))})
+	r.must(t, 201, "POST", "/admin/v1/tenants", `{"name":"t1"}`, nil)
+	var k1, k2 created
+	r.must(t, 201, "POST", "/admin/v1/keys", `{"tenant":"t1"}`, &k1)
+	db := openDB(t, dsn)
+	var backup int64
+	if err := db.QueryRow("SELECT seq FROM control_version WHERE id = 1").Scan(&backup); err != nil {
+		t.Fatal(err)
+	}
+	r.must(t, 201, "POST", "/admin/v1/keys", `{"tenant":"t1"}`, &k2)
+	within(t, "k2 known", 5*time.Second, func() bool { st, _ := r.chat(t, k2.Key); return st == 200 })
+
+	// The database goes back to the backup: k2 is not in it.
+	if _, err := db.Exec("DELETE FROM control_entities WHERE seq > $1", backup); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("UPDATE control_version SET seq = $1 WHERE id = 1", backup); err != nil {
+		t.Fatal(err)
+	}
+	// Another replica, on the restored database, revokes k1: a version
+	// the first replica had already passed.
+	r2 := newReplica(t, up, replicaOptions{dsn: dsn})
+	r2.must(t, 200, "DELETE", "/admin/v1/keys/"+k1.ID, "", nil)
+
+	within(t, "k1 revoked on the first replica", 5*time.Second, func() bool { st, _ := r.chat(t, k1.Key); return st == 401 })
+	if st, _ := r.chat(t, k2.Key); st != 401 {
+		t.Fatalf("a key the restored database does not hold: %d, want 401", st)
+	}
+	if !strings.Contains(logs.String(), "the database is behind this replica's copy") {
+		t.Fatalf("no log line: %s", logs.String())
+	}
+	// The snapshot is rewritten from the database (it was of the newer
+	// copy), so that a restart with the database down does not bring k2
+	// back.
+	within(t, "the snapshot rewritten", 5*time.Second, func() bool {
+		snap, err := control.ReadSnapshot(filepath.Join(dir, control.SnapshotFile))
+		if err != nil || snap.Version > backup+1 {
+			return false
+		}
+		for _, e := range snap.Entities {
+			if e.ID == k2.ID {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestRestoredDatabaseAfterASnapshot: a replica that started from its
+// snapshot while the database was down, which comes back restored to an
+// older version, serves the database's data, not the snapshot's, and
+// rewrites the snapshot, so that the next restart with the database down
+// does not bring back a key the database no longer holds.
+func TestRestoredDatabaseAfterASnapshot(t *testing.T) {
+	pg := pgtest.NewPrivate(t)
+	up := simulatorURL(t)
+	dir := t.TempDir()
+	r1 := newReplica(t, up, replicaOptions{dsn: pg.URL(), dir: dir})
+	r1.must(t, 201, "POST", "/admin/v1/tenants", `{"name":"t1"}`, nil)
+	var k1, k2 created
+	r1.must(t, 201, "POST", "/admin/v1/keys", `{"tenant":"t1"}`, &k1)
+	db := openDB(t, pg.URL())
+	var backup int64
+	if err := db.QueryRow("SELECT seq FROM control_version WHERE id = 1").Scan(&backup); err != nil {
+		t.Fatal(err)
+	}
+	r1.must(t, 201, "POST", "/admin/v1/keys", `{"tenant":"t1"}`, &k2)
+	r1.srv.Close() // writes the snapshot, k2 in it
+	// The database is restored to the backup, then goes down.
+	if _, err := db.Exec("DELETE FROM control_entities WHERE seq > $1", backup); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("UPDATE control_version SET seq = $1 WHERE id = 1", backup); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	pg.Stop()
+
+	r2 := newReplica(t, up, replicaOptions{dsn: pg.URL(), dir: dir})
+	if st, _ := r2.chat(t, k2.Key); st != 200 {
+		t.Fatalf("k2 from the snapshot, the database down: %d", st)
+	}
+	pg.Start()
+	within(t, "k2 gone with the database back", 10*time.Second, func() bool { st, _ := r2.chat(t, k2.Key); return st == 401 })
+	if st, _ := r2.chat(t, k1.Key); st != 200 {
+		t.Fatalf("k1, which the database holds: %d", st)
+	}
+	within(t, "the snapshot rewritten without k2", 5*time.Second, func() bool {
+		snap, err := control.ReadSnapshot(filepath.Join(dir, control.SnapshotFile))
+		if err != nil {
+			return false
+		}
+		for _, e := range snap.Entities {
+			if e.ID == k2.ID {
+				return false
+			}
+		}
+		return true
+	})
+}

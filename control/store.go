@@ -379,7 +379,8 @@ func (s *Store) Version(ctx context.Context) (int64, error) {
 }
 
 // Changes returns the entities written after sequence number since, and
-// the version they bring the reader to.
+// the version they bring the reader to. When the database is at since or
+// behind it, there are none, and the version is the database's.
 func (s *Store) Changes(ctx context.Context, since int64) ([]*Entity, int64, error) {
 	if err := s.ensure(ctx); err != nil {
 		return nil, since, err
@@ -394,7 +395,7 @@ func (s *Store) Changes(ctx context.Context, since int64) ([]*Entity, int64, err
 		return nil, since, storeErr(err)
 	}
 	if v <= since {
-		return nil, since, nil
+		return nil, v, nil // v < since: the database is behind the caller's copy
 	}
 	rows, err := tx.QueryContext(ctx, s.q("SELECT "+entityCols+" FROM control_entities WHERE seq > ? AND seq <= ? ORDER BY seq"), since, v)
 	if err != nil {

@@ -617,15 +617,31 @@ func TestPolicies(t *testing.T) {
 		if res != nil || !dec.Allowed() {
 			t.Fatalf("peek: %+v", dec)
 		}
+		found := false
 		for _, l := range dec.Limits {
-			if l.Name == "pro-requests" && l.Remaining != 100 {
-				t.Errorf("pro-requests has %d left after two refused requests, want 100", l.Remaining)
+			if l.Name == "pro-requests" {
+				found = true
+				if l.Remaining != 100 {
+					t.Errorf("pro-requests has %d left after two refused requests, want 100", l.Remaining)
+				}
 			}
 		}
-		// The charge at a stream's end is usage already served: debited.
+		if !found {
+			t.Fatalf("no pro-requests state: %+v", dec.Limits)
+		}
+		// The charge at a stream's end is usage already served: debited,
+		// priced into globex's ledger (50 input tokens at $1/M).
 		resp := e.ask(t, "edge", 0, hits(50, d("tenant", "globex", "model", "test-model", "tokens", "input")))
 		if resp.GetOverallCode() != OK {
 			t.Fatalf("globex's charge: %s", codes_(resp))
+		}
+		ctx := context.Background()
+		if err := e.g.Ledger().Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if page, err := e.g.Ledger().Entries(ctx, ledger.Query{Tenant: "globex"}); err != nil || len(page.Entries) != 1 ||
+			page.Entries[0].Actual.InputTokens != 50 || page.Entries[0].ActualCost != 50_000 {
+			t.Errorf("globex's ledger after the charge: %+v, %v", page.Entries, err)
 		}
 		// acme is served, told what the policy asks.
 		resp = e.ask(t, "edge", 1, d("tenant", "acme"))
