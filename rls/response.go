@@ -90,8 +90,8 @@ func respond(t *tree, c *call, out *[numKinds]outcome) *rlsv3.RateLimitResponse 
 		// What a soft policy asks of the request (a delay, a max_tokens
 		// cap, a cheaper model, a warning): the RLS server cannot apply
 		// it, so it goes back to the caller, as in a reserve's answer.
-		if f := decider.Friction.String(); f != "" {
-			hs.add("Costgate-Friction", headerText(f))
+		if f := frictionField(decider); f != "" {
+			hs.add("Costgate-Friction", f)
 		}
 		if w := decider.Friction.Warning; w != "" {
 			hs.add("Costgate-Warning", headerText(w))
@@ -283,6 +283,39 @@ func unlimited(n int) *rlsv3.RateLimitResponse {
 		resp.Statuses[i] = &sts[i]
 	}
 	return resp
+}
+
+// frictionField is the Costgate-Friction value of a soft decision, in
+// the proxy's form, ACTION; policy="ID" for each action, with what the
+// action asks: delay_ms=N, cap_max_tokens=N, downgrade_model=NAME, warn
+// (its text in Costgate-Warning).
+func frictionField(d *gate.Decision) string {
+	f, src := d.Friction, d.Sources
+	var parts []string
+	add := func(action, policy string) {
+		if policy == "" {
+			policy = d.Policy
+		}
+		parts = append(parts, headerText(action)+"; policy="+strconv.Quote(policy))
+	}
+	if f.DelayMS > 0 {
+		add("delay_ms="+strconv.FormatInt(f.DelayMS, 10), src.DelayMS)
+	}
+	if f.CapMaxTokens > 0 {
+		add("cap_max_tokens="+strconv.FormatInt(f.CapMaxTokens, 10), src.CapMaxTokens)
+	}
+	if f.DowngradeModel != "" {
+		add("downgrade_model="+f.DowngradeModel, src.DowngradeModel)
+	}
+	if f.Warning != "" {
+		if len(src.Warning) == 0 {
+			add("warn", "")
+		}
+		for _, p := range src.Warning {
+			add("warn", p)
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // headerText is s with every control character a space: a policy's

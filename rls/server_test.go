@@ -648,7 +648,7 @@ func TestPolicies(t *testing.T) {
 		if resp.GetOverallCode() != OK {
 			t.Fatalf("acme: %s", codes_(resp))
 		}
-		if got := headerOf(resp, "Costgate-Friction"); got != `delay_ms=100 warning="near the\nlimit"` {
+		if got := headerOf(resp, "Costgate-Friction"); got != `delay_ms=100; policy="rlstest", warn; policy="rlstest"` {
 			t.Errorf("Costgate-Friction %q", got)
 		}
 		if got := headerOf(resp, "Costgate-Warning"); got != "near the limit" {
