@@ -30,6 +30,8 @@ type Plane struct {
 
 	snapVersion  int64        // the version of the last snapshot written or read; the poll's
 	snapAt       time.Time    // when the poll last wrote one (or tried to)
+	resnap       atomic.Bool  // the directory was replaced: the next poll writes the snapshot
+	syncMu       sync.Mutex   // one sync at a time: the poll's, and a write's read of itself (Wait, Refresh)
 	fromSnapshot atomic.Int64 // Unix nanoseconds the snapshot served was written; 0 once the database answered
 
 	lastErr   error // the last poll's error, nil once one succeeds
@@ -105,6 +107,10 @@ func (p *Plane) Store() *Store { return p.store }
 
 // sync brings the directory up to the database.
 func (p *Plane) sync(ctx context.Context) error {
+	// One at a time: a sync that read an older version than another one
+	// applied must not take the database for one behind the copy.
+	p.syncMu.Lock()
+	defer p.syncMu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	ents, v, err := p.store.Changes(ctx, p.dir.Version())
@@ -119,7 +125,7 @@ func (p *Plane) sync(ctx context.Context) error {
 		// another one. Changes made there after its version would carry
 		// versions this copy has seen, and be missed (a key revoked there
 		// would keep working here): the database's data replaces the copy.
-		if err := p.reload(ctx, v, have); err != nil {
+		if err := p.reload(ctx, have); err != nil {
 			p.errMu.Lock()
 			p.lastErr = err
 			p.errMu.Unlock()
@@ -150,9 +156,9 @@ func (p *Plane) sync(ctx context.Context) error {
 	return nil
 }
 
-// reload replaces the directory with the database's whole data, which is
-// at version v, behind the directory's have.
-func (p *Plane) reload(ctx context.Context, v, have int64) error {
+// reload replaces the directory, at version have, with the database's
+// whole data, which is behind it.
+func (p *Plane) reload(ctx context.Context, have int64) error {
 	ents, v, err := p.store.Changes(ctx, 0)
 	if err != nil {
 		return err
@@ -165,7 +171,7 @@ func (p *Plane) reload(ctx context.Context, v, have int64) error {
 	p.dir.replace(n)
 	// The snapshot on disk is of the newer copy: the next poll writes the
 	// database's.
-	p.snapVersion, p.snapAt = -1, time.Time{}
+	p.resnap.Store(true)
 	p.log.Warn("control plane: the database is behind this replica's copy (restored from a backup, or another database); its data replaces the copy",
 		"database_version", v, "copy_version", have, "entities", len(ents))
 	return nil

@@ -207,10 +207,12 @@ func (p *Plane) snapshotPath() string {
 }
 
 // saveSnapshot writes a snapshot when the directory has advanced past the
-// last one written, and, unless force, snapshotEvery has passed since. It
+// last one written, and, unless force, snapshotEvery has passed since; or
+// at once when the directory was replaced by the database's. It
 // runs on the poll's goroutine, or at Close after the poll stopped.
 func (p *Plane) saveSnapshot(ctx context.Context, force bool) {
-	if p.dir.Version() <= p.snapVersion || (!force && time.Since(p.snapAt) < snapshotEvery) {
+	redo := p.resnap.Swap(false) // the directory was replaced (see reload)
+	if !redo && (p.dir.Version() <= p.snapVersion || (!force && time.Since(p.snapAt) < snapshotEvery)) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -222,6 +224,9 @@ func (p *Plane) saveSnapshot(ctx context.Context, force bool) {
 	p.snapAt = time.Now()
 	if err != nil {
 		p.log.Warn("control plane: the snapshot is not written", "path", p.snapshotPath(), "err", err)
+		if redo {
+			p.resnap.Store(true)
+		}
 		return
 	}
 	p.snapVersion = snap.Version
