@@ -49,7 +49,7 @@ func (g *Gate) Leases() ([]LimitLeases, weighted.LeaseStats) {
 	for _, l := range st.limits {
 		ll := LimitLeases{Name: l.limit.Name, Mode: "strict", Budget: l.budget, Keys: []weighted.LeaseInfo{}}
 		if p := l.limit.Lease; p.On() && g.leases != nil { // the in-memory store takes no leases
-			ll.Mode, ll.MaxUnits, ll.TTL = "leased", p.Max, cmpTTL(p.TTL)
+			ll.Mode, ll.MaxUnits, ll.TTL = "leased", p.Max, p.Life()
 		}
 		byName[ll.Name] = len(out)
 		out = append(out, ll)
@@ -66,13 +66,6 @@ func (g *Gate) Leases() ([]LimitLeases, weighted.LeaseStats) {
 		slices.SortFunc(out[i].Keys, func(a, b weighted.LeaseInfo) int { return strings.Compare(a.Key, b.Key) })
 	}
 	return out, g.leases.Stats()
-}
-
-func cmpTTL(d time.Duration) time.Duration {
-	if d == 0 {
-		return weighted.DefaultLeaseTTL
-	}
-	return d
 }
 
 // Regions is the last reconciliation of this region's caps of the global

@@ -124,9 +124,10 @@ func (r *Reservation) remember() {
 		return
 	}
 	now := time.Now()
-	until, check := now.Add(r.result.RetryAfter), now.Add(r.result.RetryAfter)
+	until := now.Add(r.result.RetryAfter)
+	check := until
 	if p := r.limits[i].limit.Lease; p.On() {
-		check = now.Add(cmpTTL(p.TTL))
+		check = now.Add(p.Life())
 	}
 	r.st.prefilter.add(r.limits[i], r.items[i].Key, until, check)
 }

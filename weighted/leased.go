@@ -51,7 +51,8 @@ const DefaultLeaseTTL = 2 * time.Second
 // On reports whether the policy takes leases.
 func (l Lease) On() bool { return l.Max > 0 }
 
-func (l Lease) ttl() time.Duration { return cmp.Or(l.TTL, DefaultLeaseTTL) }
+// Life is how long a lease lives: TTL, or DefaultLeaseTTL when it is 0.
+func (l Lease) Life() time.Duration { return cmp.Or(l.TTL, DefaultLeaseTTL) }
 
 func (l Lease) check(a Algorithm, capacity int64) error {
 	switch {
@@ -506,7 +507,7 @@ func (l *Leased) take(ctx context.Context, st *leaseState, it *Item, s *spec) (i
 			st.mu.Unlock()
 			l.stats.local.Add(1)
 			if size > 0 {
-				sp, ttl := *s, it.Limit.Lease.ttl()
+				sp, ttl := *s, it.Limit.Lease.Life()
 				if l.inline {
 					_, _ = l.acquire(context.WithoutCancel(ctx), st, &sp, size, 0)
 					return is, true, nil
@@ -561,7 +562,7 @@ func (st *leaseState) leaseSize(need int64, now time.Time) int64 {
 		}
 		st.taken, st.since = 0, now
 	}
-	size := int64(min(st.rate*pol.ttl().Seconds()/2, float64(pol.Max)))
+	size := int64(min(st.rate*pol.Life().Seconds()/2, float64(pol.Max)))
 	return min(size, pol.Max-st.avail())
 }
 
@@ -594,7 +595,7 @@ func (l *Leased) acquire(ctx context.Context, st *leaseState, s *spec, size, nee
 		st.mu.Unlock()
 	}()
 	size = min(size, s.cap)
-	ttl := st.item.Limit.Lease.ttl()
+	ttl := st.item.Limit.Lease.Life()
 	for attempt := 0; ; attempt++ {
 		seq := l.seq.Add(1)
 		id := l.prefix + strconv.FormatUint(seq, 36)
@@ -655,7 +656,7 @@ func (l *Leased) acquire(ctx context.Context, st *leaseState, s *spec, size, nee
 		// lease rather than chase what trickles in. Otherwise take what is
 		// left, or, when that is less than need, ask for need alone, whose
 		// answer is the exact refusal.
-		fast := s.algo != FixedWindow && s.algo != SlidingWindow && got.RetryAfter <= st.item.Limit.Lease.ttl()/4
+		fast := s.algo != FixedWindow && s.algo != SlidingWindow && got.RetryAfter <= st.item.Limit.Lease.Life()/4
 		if attempt == 0 && !(fast && got.Remaining < size/2) {
 			switch {
 			case got.Remaining >= need:
@@ -680,7 +681,7 @@ func (l *Leased) acquire(ctx context.Context, st *leaseState, s *spec, size, nee
 // replica that died are given back. The caller holds mu.
 func (st *leaseState) recheck(t time.Time) time.Time {
 	if st.keep {
-		if c := t.Add(st.item.Limit.Lease.ttl()); c.Before(st.spentUntil) {
+		if c := t.Add(st.item.Limit.Lease.Life()); c.Before(st.spentUntil) {
 			return c
 		}
 	}
@@ -1005,7 +1006,7 @@ func (l *Leased) sweepOnce(ctx context.Context) {
 	for _, st := range states {
 		st.mu.Lock()
 		st.expire(now)
-		ttl := st.item.Limit.Lease.ttl()
+		ttl := st.item.Limit.Lease.Life()
 		idle := len(st.leases) == 0 && len(st.ended) == 0 && st.debt == 0 && st.fetching == nil &&
 			now.Sub(st.lastUsed) > 10*ttl && !now.Before(st.spentUntil)
 		debt := int64(0)
@@ -1135,7 +1136,7 @@ func (l *Leased) reportEnded(ctx context.Context, st *leaseState, all bool) erro
 	it := st.item
 	it.Cost = 0
 	l.stats.calls.Add(1)
-	if _, err := l.ls.Lease(ctx, it, LeaseCall{Prefix: l.prefix, TTL: it.Limit.Lease.ttl(), Reports: reps}); err != nil {
+	if _, err := l.ls.Lease(ctx, it, LeaseCall{Prefix: l.prefix, TTL: it.Limit.Lease.Life(), Reports: reps}); err != nil {
 		st.unreport(reps)
 		return err
 	}
