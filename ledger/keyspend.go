@@ -84,16 +84,9 @@ type keySpendRead struct {
 // localKeySpend answers k from its last read and the spool after it.
 func (l *Ledger) localKeySpend(k spendQueryKey, storeErr error) (map[string]costmodel.NanoUSD, error) {
 	last, ok := l.keyReads.get(k)
-	if !ok {
-		_, last.pos = l.spool.positions()
-	}
-	from := last.pos
-	partial := false
-	if first := l.spool.first(); first > from {
-		from, partial = first, true
-	}
+	from, partial := l.pendingFrom(last.pos, ok)
 	out := make(map[string]costmodel.NanoUSD, len(last.values))
-	le := &LocalSpendError{ReadAt: last.at, Partial: partial && ok, Err: storeErr}
+	le := &LocalSpendError{ReadAt: last.at, Partial: partial, Err: storeErr}
 	for id, v := range last.values {
 		out[id] = v
 		le.Stored += v

@@ -100,23 +100,30 @@ func (c *readCache[R]) get(k spendQueryKey) (R, bool) {
 // localSpend answers k from its last read and the spool after it.
 func (l *Ledger) localSpend(k spendQueryKey, storeErr error) (costmodel.NanoUSD, error) {
 	last, ok := l.spendReads.get(k)
-	if !ok {
-		_, last.pos = l.spool.positions()
-	}
-	from := last.pos
-	partial := false
-	if first := l.spool.first(); first > from {
-		from, partial = first, true
-	}
+	from, partial := l.pendingFrom(last.pos, ok)
 	pending, err := l.pendingSpend(k, from)
 	if err != nil {
 		return 0, fmt.Errorf("%w (and the spool: %v)", storeErr, err)
 	}
 	le := &LocalSpendError{
 		Spend: last.value + pending, Stored: last.value, ReadAt: last.at,
-		Pending: pending, Partial: partial && ok, Err: storeErr,
+		Pending: pending, Partial: partial, Err: storeErr,
 	}
 	return le.Spend, le
+}
+
+// pendingFrom is where the spool's records a read at pos does not hold
+// start: pos, or the spool's end when there was no read (known false);
+// or the spool's first record, when the spool no longer holds some of
+// them (partial).
+func (l *Ledger) pendingFrom(pos int64, known bool) (from int64, partial bool) {
+	if !known {
+		_, pos = l.spool.positions()
+	}
+	if first := l.spool.first(); first > pos {
+		return first, known
+	}
+	return pos, false
 }
 
 // pendingSpend sums the charge of the spool's records from pos onwards that
