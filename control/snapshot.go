@@ -14,7 +14,6 @@ package control
 // so that a reader sees the old snapshot or the new one whole.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -26,6 +25,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/costgate/costgate/internal/atomicfile"
 )
 
 // SnapshotFile is the snapshot's name in the data directory.
@@ -140,26 +141,9 @@ func writeSnapshot(path string, s *Snapshot) error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+SnapshotFile+".*")
-	if err != nil {
+	data := append(append(head, '\n'), body...)
+	if err := atomicfile.Write(path, data, 0o600); err != nil {
 		return fmt.Errorf("control: snapshot: %w", err)
-	}
-	defer os.Remove(f.Name()) // after the rename, there is nothing to remove
-	w := bufio.NewWriter(f)
-	w.Write(head)
-	w.WriteByte('\n')
-	w.Write(body)
-	err = errors.Join(w.Flush(), f.Chmod(0o600), f.Sync(), f.Close())
-	if err != nil {
-		return fmt.Errorf("control: snapshot: %w", err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("control: snapshot: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/costgate/costgate/costmodel/sketch"
+	"github.com/costgate/costgate/internal/atomicfile"
 )
 
 // fileVersion is the version of the file's format.
@@ -106,24 +107,8 @@ func (t *Table) saveFile() error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("learned: %w", err)
 	}
-	f, err := os.CreateTemp(dir, filepath.Base(t.cfg.File)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("learned: %w", err)
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(raw); err != nil {
-		f.Close()
-		return fmt.Errorf("learned: write %s: %w", f.Name(), err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("learned: sync %s: %w", f.Name(), err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("learned: %w", err)
-	}
-	if err := os.Rename(f.Name(), t.cfg.File); err != nil {
-		return fmt.Errorf("learned: %w", err)
+	if err := atomicfile.Write(t.cfg.File, raw, 0o600); err != nil {
+		return fmt.Errorf("learned: write %s: %w", t.cfg.File, err)
 	}
 	return nil
 }
