@@ -57,11 +57,25 @@ func (g *Gate) fresh(st store, share int64) *freshStore {
 const maxRestores = 4
 
 func (f *freshStore) Debit(ctx context.Context, id string, items []weighted.Item) (res weighted.Result, err error) {
+	return f.DebitInto(ctx, id, items, nil)
+}
+
+// DebitInto is Debit with the result's item states kept in states where
+// the store can (see weighted.Leased.DebitInto): a decision taken from
+// leases held then allocates nothing.
+func (f *freshStore) DebitInto(ctx context.Context, id string, items []weighted.Item, states []weighted.ItemState) (res weighted.Result, err error) {
 	for range maxRestores {
-		res, err = f.store.Debit(ctx, id, items)
+		res, err = f.debitOnce(ctx, id, items, states)
 		if !f.restored(ctx, items, err) {
 			return res, err
 		}
+	}
+	return f.debitOnce(ctx, id, items, states)
+}
+
+func (f *freshStore) debitOnce(ctx context.Context, id string, items []weighted.Item, states []weighted.ItemState) (weighted.Result, error) {
+	if l, ok := f.store.(*weighted.Leased); ok {
+		return l.DebitInto(ctx, id, items, states)
 	}
 	return f.store.Debit(ctx, id, items)
 }

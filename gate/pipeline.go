@@ -126,6 +126,7 @@ type Reservation struct {
 	items     []weighted.Item
 	limitsBuf [4]*compiledLimit
 	itemsBuf  [4]weighted.Item
+	statesBuf [4]weighted.ItemState // the debit's result, where the store can keep it (see freshStore.DebitInto)
 	result    weighted.Result
 	decision  policies.Decision
 	friction  string // the friction a front door applied (Costgate-Friction)
@@ -298,7 +299,7 @@ func (r *Reservation) debit(ctx context.Context) Decision {
 	if len(r.items) == 0 {
 		return Decision{Outcome: telemetry.OutcomeAllow}
 	}
-	res, err := r.g.store.Debit(ctx, r.resID, r.items)
+	res, err := r.g.store.DebitInto(ctx, r.resID, r.items, r.statesBuf[:])
 	if d, undecided := r.undecided(err); undecided {
 		return d
 	}
