@@ -27,17 +27,7 @@ upstreams:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Store.Redis, cfg.Ledger.DSN = "", ""
-	srv, err := proxy.Open(context.Background(), cfg, proxy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	admin := httptest.NewServer(srv.AdminHandler())
-	t.Cleanup(admin.Close)
-	t.Setenv("COSTGATE_ADMIN_URL", admin.URL)
-	t.Setenv("COSTGATE_ADMIN_TOKEN", "cli-admin")
-	t.Setenv("USER", "carol")
+	srv, _ := serveForCLI(t, cfg)
 
 	cli := func(args ...string) map[string]any {
 		t.Helper()
@@ -109,4 +99,25 @@ func teamID(t *testing.T, cli func(...string) map[string]any) string {
 		t.Fatalf("teams list: %v", teams)
 	}
 	return ts[0].(map[string]any)["id"].(string)
+}
+
+// serveForCLI serves cfg on the memory store and the embedded ledger, on
+// loopback, points the CLI's admin commands at it (admin token
+// cli-admin, actor carol) and returns the server and its data plane.
+func serveForCLI(t *testing.T, cfg *config.Config) (*proxy.Server, *httptest.Server) {
+	t.Helper()
+	cfg.Store.Redis, cfg.Ledger.DSN = "", ""
+	srv, err := proxy.Open(context.Background(), cfg, proxy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	admin := httptest.NewServer(srv.AdminHandler())
+	t.Cleanup(admin.Close)
+	data := httptest.NewServer(srv.Handler())
+	t.Cleanup(data.Close)
+	t.Setenv("COSTGATE_ADMIN_URL", admin.URL)
+	t.Setenv("COSTGATE_ADMIN_TOKEN", "cli-admin")
+	t.Setenv("USER", "carol")
+	return srv, data
 }

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +11,6 @@ import (
 	"time"
 
 	"github.com/costgate/costgate/config"
-	"github.com/costgate/costgate/proxy"
 )
 
 // TestPolicyPromoteCommands: costgate policy promote replays, then
@@ -55,19 +52,7 @@ tenants:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Store.Redis, cfg.Ledger.DSN = "", ""
-	srv, err := proxy.Open(context.Background(), cfg, proxy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	admin := httptest.NewServer(srv.AdminHandler())
-	t.Cleanup(admin.Close)
-	data := httptest.NewServer(srv.Handler())
-	t.Cleanup(data.Close)
-	t.Setenv("COSTGATE_ADMIN_URL", admin.URL)
-	t.Setenv("COSTGATE_ADMIN_TOKEN", "cli-admin")
-	t.Setenv("USER", "carol")
+	_, data := serveForCLI(t, cfg)
 	chat := func() int {
 		t.Helper()
 		req, _ := http.NewRequest("POST", data.URL+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`))
