@@ -80,6 +80,14 @@ func (b *breaker) done(err error) {
 	}
 }
 
+// abstain ends a call allow let through that did not reach the store: a
+// half-open breaker lets its next probe through.
+func (b *breaker) abstain() {
+	b.mu.Lock()
+	b.probing = false
+	b.mu.Unlock()
+}
+
 // State is the breaker's current state.
 func (b *breaker) State() telemetry.BreakerState {
 	b.mu.Lock()
@@ -116,6 +124,10 @@ func (g *guardedStore) call(ctx context.Context, op telemetry.StoreOp, f func(co
 	start := time.Now()
 	err := f(ctx)
 	cancel()
+	if errors.Is(err, weighted.ErrUnclaimable) {
+		g.breaker.abstain() // no call was made: it tells nothing of the store
+		return err
+	}
 	g.tel.StoreOp(op, time.Since(start), err)
 	// Only a failing store counts against its health: an allow-list of
 	// transport errors, Redis errors and unanswered calls. A decision error
@@ -158,6 +170,20 @@ func (g *guardedStore) Lease(ctx context.Context, it weighted.Item, c weighted.L
 
 func (g *guardedStore) Settle(ctx context.Context, id string, items []weighted.Item, actual []int64) error {
 	return g.call(ctx, telemetry.StoreSettle, func(ctx context.Context) error { return g.store.Settle(ctx, id, items, actual) })
+}
+
+// SettleClaimed settles and claims in one call (see weighted.Claimer),
+// counted as a settle; ErrUnclaimable when the store cannot.
+func (g *guardedStore) SettleClaimed(ctx context.Context, id string, items []weighted.Item, actual []int64, c weighted.Claim) (won bool, prior string, err error) {
+	cs, ok := g.store.(weighted.Claimer)
+	if !ok {
+		return false, "", weighted.ErrUnclaimable
+	}
+	err = g.call(ctx, telemetry.StoreSettle, func(ctx context.Context) error {
+		won, prior, err = cs.SettleClaimed(ctx, id, items, actual, c)
+		return err
+	})
+	return won, prior, err
 }
 
 func (g *guardedStore) Cancel(ctx context.Context, id string, items []weighted.Item) error {

@@ -709,13 +709,19 @@ func (r *Reservation) Record(ctx context.Context) (Decision, bool) {
 // already recorded in the ledger is settled there as failed, at no cost.
 // Cancel after Settle, or twice, does nothing.
 func (r *Reservation) Cancel(ctx context.Context) {
+	r.cancel(ctx, false)
+}
+
+// cancel is Cancel; stored tells that the limiter store cancelled the
+// items already (see endClaimed).
+func (r *Reservation) cancel(ctx context.Context, stored bool) {
 	r.g.renewer.remove(r)
 	r.unexpose()
 	if r.ended {
 		return
 	}
 	r.ended = true
-	if len(r.items) > 0 {
+	if len(r.items) > 0 && !stored {
 		if err := r.store().Cancel(ctx, r.resID, r.items); err != nil {
 			r.g.log.Warn("limiter cancel failed", "request_id", r.req.ID, "err", err)
 		}
@@ -780,26 +786,19 @@ func (r *Reservation) Bill(ctx context.Context, c Charge, durable bool) error {
 // did). It records the request's decision in the telemetry. Settle after
 // Cancel, or twice, charges nothing more.
 func (r *Reservation) Settle(ctx context.Context, c Charge) {
+	r.settle(ctx, c, false)
+}
+
+// settle is Settle; stored tells that the limiter store settled the
+// items already (see endClaimed).
+func (r *Reservation) settle(ctx context.Context, c Charge, stored bool) {
 	r.g.renewer.remove(r)
 	if !r.ended {
 		r.observe(c)
 	}
-	if !r.ended && len(r.items) > 0 {
+	if !r.ended && len(r.items) > 0 && !stored {
 		r.ended = true
-		actual := make([]int64, len(r.items))
-		for i, l := range r.limits {
-			switch {
-			case l.extra > 0:
-				actual[i] = r.items[i].Cost
-				if j := l.extra - 1; j < len(c.Extra) {
-					actual[i] = max(c.Extra[j], 0)
-				}
-			case l.unit == "requests" && c.Unreached:
-				actual[i] = 0
-			default:
-				actual[i] = l.costOf(r.req.Requests, c.Usage, c.Cost)
-			}
-		}
+		actual := r.actual(c)
 		if r.ext != nil {
 			r.settleExtended(ctx, actual)
 		} else if !unchanged(r.items, actual) {
@@ -819,6 +818,25 @@ func (r *Reservation) Settle(ctx context.Context, c Charge) {
 		r.Bill(ctx, c, false)
 	}
 	r.Report(c.HTTPStatus)
+}
+
+// actual is what c costs on each of the reservation's limits.
+func (r *Reservation) actual(c Charge) []int64 {
+	actual := make([]int64, len(r.items))
+	for i, l := range r.limits {
+		switch {
+		case l.extra > 0:
+			actual[i] = r.items[i].Cost
+			if j := l.extra - 1; j < len(c.Extra) {
+				actual[i] = max(c.Extra[j], 0)
+			}
+		case l.unit == "requests" && c.Unreached:
+			actual[i] = 0
+		default:
+			actual[i] = l.costOf(r.req.Requests, c.Usage, c.Cost)
+		}
+	}
+	return actual
 }
 
 // Report records the admitted request's decision in the telemetry, with

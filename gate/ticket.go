@@ -257,7 +257,8 @@ func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge,
 	if out, again, err, done := r.g.ended(h); done {
 		return out, again, err
 	}
-	if won, prior, perr := r.g.claim(ctx, r, claim{state: holdSettled, cost: c.Cost, status: c.Status}); perr == nil && !won {
+	won, prior, stored, perr := r.g.end(ctx, r, claim{state: holdSettled, cost: c.Cost, status: c.Status}, r.actual(c))
+	if perr == nil && !won {
 		r.g.adopt(h, prior)
 		return prior.answer()
 	}
@@ -271,7 +272,7 @@ func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge,
 		h.state, h.result, h.res = holdSettled, c, nil // the state is all a settled hold needs
 		r.g.holds.mu.Unlock()
 	}
-	r.Settle(ctx, c)
+	r.settle(ctx, c, stored)
 	return c, false, nil
 }
 
@@ -289,7 +290,8 @@ func (r *Reservation) Release(ctx context.Context) error {
 		}
 		return err
 	}
-	if won, prior, perr := r.g.claim(ctx, r, claim{state: holdReleased}); perr == nil && !won {
+	won, prior, stored, perr := r.g.end(ctx, r, claim{state: holdReleased}, nil)
+	if perr == nil && !won {
 		r.g.adopt(h, prior)
 		switch prior.state {
 		case holdSettled:
@@ -310,7 +312,7 @@ func (r *Reservation) Release(ctx context.Context) error {
 			return r.Release(ctx)
 		}
 	}
-	r.Cancel(ctx)
+	r.cancel(ctx, stored)
 	return nil
 }
 
@@ -386,6 +388,50 @@ func (c claim) answer() (Charge, bool, error) {
 // claimGrace is how long a claim outlives its reservation's expiry.
 const claimGrace = 10 * time.Minute
 
+// end claims c as how held reservation r ends, as claim does, and, when
+// the limiter store can do both in one call (weighted.Claimer: Redis,
+// the reservation's items under one hash tag, none from a lease), ends
+// r's items in the store with actual (nil cancels) in that same call:
+// stored tells so. A claim and its settlement are then one atomic step,
+// which a replica that dies between them cannot split, and one round
+// trip instead of two. Otherwise the caller ends r's items itself.
+func (g *Gate) end(ctx context.Context, r *Reservation, c claim, actual []int64) (won bool, prior claim, stored bool, err error) {
+	cs, ok := r.store().(weighted.Claimer)
+	if g.redis == nil || !ok || r.degraded || r.ext != nil || r.ended || len(r.items) == 0 {
+		won, prior, err = g.claim(ctx, r, c)
+		return won, prior, false, err
+	}
+	key, ttl := r.claimKey()
+	w, p, err := cs.SettleClaimed(ctx, r.resID, r.items, actual, weighted.Claim{Key: key, Value: c.encode(), TTL: ttl})
+	switch {
+	case errors.Is(err, weighted.ErrUnclaimable):
+		won, prior, err = g.claim(ctx, r, c)
+		return won, prior, false, err
+	case err != nil:
+		// The outcome is unknown; the store's record of the id keeps a
+		// settlement retried by the caller from counting twice.
+		g.log.Warn("held reservation: the claim in Redis failed; this replica decides alone", "request_id", r.req.ID, "err", err)
+		return true, claim{}, false, err
+	case w:
+		return true, claim{}, true, nil
+	}
+	pc, valid := decodeClaim(p)
+	if !valid {
+		return true, claim{}, false, fmt.Errorf("gate: held reservation %s: unreadable claim %q", r.req.ID, p)
+	}
+	return false, pc, false, nil
+}
+
+// claimKey is the Redis key that records how held reservation r ended,
+// and how long it is kept: until claimGrace past r's expiry.
+func (r *Reservation) claimKey() (string, time.Duration) {
+	ttl := time.Until(r.expires) + claimGrace
+	if r.expires.IsZero() || ttl <= claimGrace {
+		ttl = claimGrace
+	}
+	return "{" + r.req.Caller.Tenant + "}:costgate:held:" + r.req.ID, ttl
+}
+
 // claim records c as how r ends, unless another replica recorded its end
 // first: won is false then, with that end. An error (no Redis, or Redis
 // failing) means no claim was made: this replica decides alone.
@@ -393,11 +439,7 @@ func (g *Gate) claim(ctx context.Context, r *Reservation, c claim) (won bool, pr
 	if g.redis == nil {
 		return true, claim{}, errNoArbiter
 	}
-	key := "{" + r.req.Caller.Tenant + "}:costgate:held:" + r.req.ID
-	ttl := time.Until(r.expires) + claimGrace
-	if r.expires.IsZero() || ttl <= claimGrace {
-		ttl = claimGrace
-	}
+	key, ttl := r.claimKey()
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	ok, err := g.redis.SetNX(cctx, key, c.encode(), ttl).Result()
@@ -447,13 +489,15 @@ func (g *Gate) expireHolds(now time.Time) {
 	for _, h := range due {
 		r := h.res
 		est := r.req.Estimate
+		ch := Charge{Usage: est.Usage, Cost: est.Cost, Status: ledger.StatusExpired, HTTPStatus: 0, Extra: nil}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if won, _, err := g.claim(ctx, r, claim{state: holdExpired}); err == nil && !won {
+		won, _, stored, err := g.end(ctx, r, claim{state: holdExpired}, r.actual(ch))
+		if err == nil && !won {
 			cancel()
 			r.unexpose()
 			continue // settled or released on another replica
 		}
-		r.Settle(ctx, Charge{Usage: est.Usage, Cost: est.Cost, Status: ledger.StatusExpired, HTTPStatus: 0, Extra: nil})
+		r.settle(ctx, ch, stored)
 		cancel()
 		g.log.Info("reservation expired; settled at its estimate", "request_id", r.req.ID, "tenant", r.req.Caller.Tenant)
 	}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"syscall"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -163,33 +162,82 @@ budgets:
   - {name: daily, scope: tenant, amount: "1000000"}
 `)
 	h := s.srv.Handler()
+	// pair is one reserve/settle pair as a caller makes it. The caller
+	// reads only the reservation id from the answer: decoding the rest is
+	// its CPU, not costgate's.
+	pair := func(b *testing.B) {
+		w := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, "/v1/costgate/reserve", strings.NewReader(`{"cost":{"tokens":100},"model":"gpt-4o-mini"}`))
+		req.Header.Set("Authorization", "Bearer cg-test-acme")
+		h.ServeHTTP(w, req)
+		var r struct {
+			ID string `json:"reservation_id"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &r); err != nil || w.Code != 200 {
+			b.Fatalf("reserve: %d %s", w.Code, w.Body)
+		}
+		w = httptest.NewRecorder()
+		req = httptest.NewRequest(http.MethodPost, "/v1/costgate/settle", strings.NewReader(`{"reservation_id":"`+r.ID+`","usage":{"input_tokens":80,"output_tokens":10}}`))
+		req.Header.Set("Authorization", "Bearer cg-test-acme")
+		h.ServeHTTP(w, req)
+		if w.Code != 200 {
+			b.Fatalf("settle: %d %s", w.Code, w.Body)
+		}
+	}
+	g := s.srv.Gate()
+	c := g.Identify("cg-test-acme")
+	ctx := context.Background()
+	stages := func(b *testing.B) {
+		res, d := g.Reserve(ctx, &gate.Request{Caller: c, Route: "/v1/chat/completions", Upstream: "openai",
+			Estimate: costmodel.Estimate{Model: "gpt-4o-mini", Usage: costmodel.Usage{InputTokens: 100}, Cost: 15000}})
+		if res == nil {
+			b.Fatalf("refused: %+v", d)
+		}
+		if d, ok := res.Record(ctx); !ok {
+			b.Fatal(d)
+		}
+		res.Settle(ctx, gate.Charge{Usage: costmodel.Usage{InputTokens: 80, OutputTokens: 10}, Cost: 18000, HTTPStatus: 200})
+	}
+	// Warm up both paths first (the tokenizer's one-time load, pools,
+	// prepared statements), so that neither pays for it in its CPU.
+	for range 100 {
+		pair(b)
+		stages(b)
+	}
+	// alternating runs blocks of pairs and of stages in turn and reports
+	// the CPU of each and their ratio, so that a machine's drift during
+	// the run weighs on both alike.
+	b.Run("alternating", func(b *testing.B) {
+		const block = 100
+		var pairCPU, stagesCPU int64
+		for b.Loop() {
+			t0 := processCPU()
+			for range block {
+				pair(b)
+			}
+			t1 := processCPU()
+			for range block {
+				stages(b)
+			}
+			pairCPU, stagesCPU = pairCPU+t1-t0, stagesCPU+processCPU()-t1
+		}
+		n := float64(block * b.N)
+		b.ReportMetric(float64(pairCPU)/n, "pair-cpu-ns")
+		b.ReportMetric(float64(stagesCPU)/n, "stages-cpu-ns")
+		b.ReportMetric(float64(pairCPU)/float64(stagesCPU), "pair/stages")
+	})
 	b.Run("http_pair", func(b *testing.B) {
 		b.ReportAllocs()
 		defer reportCPU(b)()
 		for b.Loop() {
-			_, r := reserveCall(b, h, "cg-test-acme", "/v1/costgate/reserve", `{"cost":{"tokens":100},"model":"gpt-4o-mini"}`)
-			id, _ := r["reservation_id"].(string)
-			if code, out := reserveCall(b, h, "cg-test-acme", "/v1/costgate/settle", `{"reservation_id":"`+id+`","usage":{"input_tokens":80,"output_tokens":10}}`); code != 200 {
-				b.Fatalf("settle: %d %v", code, out)
-			}
+			pair(b)
 		}
 	})
 	b.Run("proxy_stages", func(b *testing.B) {
 		b.ReportAllocs()
 		defer reportCPU(b)()
-		g := s.srv.Gate()
-		c := g.Identify("cg-test-acme")
-		ctx := context.Background()
 		for b.Loop() {
-			res, d := g.Reserve(ctx, &gate.Request{Caller: c, Route: "/v1/chat/completions", Upstream: "openai",
-				Estimate: costmodel.Estimate{Model: "gpt-4o-mini", Usage: costmodel.Usage{InputTokens: 100}, Cost: 15000}})
-			if res == nil {
-				b.Fatalf("refused: %+v", d)
-			}
-			if d, ok := res.Record(ctx); !ok {
-				b.Fatal(d)
-			}
-			res.Settle(ctx, gate.Charge{Usage: costmodel.Usage{InputTokens: 80, OutputTokens: 10}, Cost: 18000, HTTPStatus: 200})
+			stages(b)
 		}
 	})
 }
@@ -198,14 +246,9 @@ budgets:
 // system, all threads) as cpu-ns/op: on Redis, ns/op is mostly the wait
 // for its answers, which costs no CPU here.
 func reportCPU(b *testing.B) func() {
-	cpu := func() time.Duration {
-		var ru syscall.Rusage
-		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
-	start := cpu()
+	start := processCPU()
 	return func() {
-		b.ReportMetric(float64(cpu()-start)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(processCPU()-start)/float64(b.N), "cpu-ns/op")
 	}
 }
 

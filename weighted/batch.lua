@@ -2,7 +2,7 @@
 -- debit.lua and renew.lua spliced in where named. It runs a batch of
 -- requests in their order, each seeing the writes of those before it, and
 -- replies with a table of one reply per request: debit's string, settle's
--- 1 or 0, or renew's count. A batch of one request replies as that
+-- 1 or 0 (a claimed settle's, or the claim found), or renew's count. A batch of one request replies as that
 -- request, without the table. A batch of more reads each meter and window key once and writes it once,
 -- at the end, with the value and TTL the requests one by one would have
 -- left (see C in lib). An error (a key of the wrong type) ends the script
@@ -10,7 +10,7 @@
 -- a script that fails does.
 -- ARGV[1]: the requests, one after another, each a header of doubles n
 -- (items), its number of keys, time override (0: TIME), op (0 peek, 1
--- debit, 2 settle, 3 renew, 4 restore, 5 lease), the number of meters
+-- debit, 2 settle, 3 renew, 4 restore, 5 lease, 6 claimed settle), the number of meters
 -- and windows, how long to remember a settled id (ms), ng, nl, then ng
 -- doubles, then nl doubles (and for a lease its TTL in µs, the number of
 -- its reports and three doubles per report: the lease's sequence number,
@@ -71,6 +71,17 @@ for r = 1, m do
   if op == 5 then
     mode = 1
   end
+  -- A claimed settle (op 6) is a settle whose claim, its TTL (ms), its
+  -- length and its text, comes before its items; its claim key follows
+  -- the record key.
+  local claim, cttl = false, 0
+  if op == 6 then
+    local clen
+    cttl, clen, pos = sunpack('<dd', buf, pos)
+    claim = string.sub(buf, pos, pos + clen - 1)
+    pos = pos + clen
+    op = 2
+  end
   if op == 2 or op == 4 then
     at = pos + 56 * n
   else
@@ -78,6 +89,17 @@ for r = 1, m do
   end
   repeat
     if op == 2 then
+      if claim then
+        -- The first end of a reservation claims it; a later one changes
+        -- nothing and replies with that claim.
+        local ckey = KEYS[k + n + 2]
+        local prior = redis.call('GET', ckey)
+        if prior then
+          replies[r] = prior
+          break
+        end
+        redis.call('SET', ckey, claim, 'PX', cttl)
+      end
 -- settle.lua
     elseif mode < 2 then
 -- debit.lua

@@ -2,6 +2,7 @@ package weighted
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -118,6 +119,39 @@ func TestCluster(t *testing.T) {
 			}
 			if err := r.Settle(ctx, "empty-"+key, items, []int64{1, 2}); err != nil {
 				t.Fatalf("settle of key %q: %v", key, err)
+			}
+		}
+	})
+
+	t.Run("a claim in its items' slot", func(t *testing.T) {
+		r := newRedisStore(cc, nil)
+		one := []Item{{Limit: tokens, Key: "{claims}", Cost: 5}, {Limit: requests, Key: "{claims}", Cost: 1}}
+		if res, err := r.Debit(ctx, "c1", one); err != nil || !res.Allowed {
+			t.Fatalf("debit: %+v %v", res, err)
+		}
+		if _, _, err := r.SettleClaimed(ctx, "c1", one, []int64{2, 1}, Claim{Key: "{elsewhere}:held:c1", Value: "s", TTL: time.Minute}); !errors.Is(err, ErrUnclaimable) {
+			t.Fatalf("a claim key in another slot: %v, want ErrUnclaimable", err)
+		}
+		if won, _, err := r.SettleClaimed(ctx, "c1", one, []int64{2, 1}, Claim{Key: "{claims}:held:c1", Value: "s", TTL: time.Minute}); err != nil || !won {
+			t.Fatalf("a claim in the items' slot: won %v, %v", won, err)
+		}
+		if won, prior, err := r.SettleClaimed(ctx, "c1", one, nil, Claim{Key: "{claims}:held:c1", Value: "r", TTL: time.Minute}); err != nil || won || prior != "s" {
+			t.Fatalf("a second claim: won %v, prior %q, %v", won, prior, err)
+		}
+		checkRemaining(t, r, one[:1], 2)
+		spread := request("claims", 1)
+		if res, err := r.Debit(ctx, "c2", spread); err != nil || !res.Allowed {
+			t.Fatalf("debit: %+v %v", res, err)
+		}
+		if _, _, err := r.SettleClaimed(ctx, "c2", spread, nil, Claim{Key: "{claims}:held:c2", Value: "r", TTL: time.Minute}); !errors.Is(err, ErrUnclaimable) {
+			t.Fatalf("items over three slots: %v, want ErrUnclaimable", err)
+		}
+		if err := r.Cancel(ctx, "c2", spread); err != nil {
+			t.Fatal(err)
+		}
+		for _, items := range [][]Item{one, spread} {
+			if err := r.Reset(ctx, items); err != nil {
+				t.Fatal(err)
 			}
 		}
 	})

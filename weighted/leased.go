@@ -819,6 +819,23 @@ func (l *Leased) settle(ctx context.Context, id string, items []Item, actual []i
 	return l.settleStrict(ctx, id, items, actual, local)
 }
 
+// SettleClaimed implements Claimer for a reservation none of whose items
+// is leased, when the store is a Claimer: ErrUnclaimable otherwise.
+func (l *Leased) SettleClaimed(ctx context.Context, id string, items []Item, actual []int64, c Claim) (bool, string, error) {
+	cs, ok := l.store.(Claimer)
+	if !ok {
+		return false, "", ErrUnclaimable
+	}
+	for i := range items {
+		if items[i].Limit.Lease.On() {
+			return false, "", ErrUnclaimable
+		}
+	}
+	l.unpend(id) // none of its units came from a lease
+	l.stats.calls.Add(1)
+	return cs.SettleClaimed(ctx, id, items, actual, c)
+}
+
 // settleStrict settles or cancels (actual nil) the items of reservation id
 // that local does not mark spent from leases, in one call of the store.
 // It is apart from settle so that a reservation spent whole from leases

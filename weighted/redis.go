@@ -467,6 +467,7 @@ const (
 	opRenew   = 3
 	opRestore = 4
 	opLease   = 5
+	opClaimed = 6
 )
 
 // header appends the header of a request of batch.lua: the number of items,
@@ -739,6 +740,87 @@ func (r *Redis) settleGroup(ctx context.Context, id string, items []Item, ss []s
 	c.keys, c.id = keys, id
 	_, err := r.exec(c, g.tag)
 	return err
+}
+
+// A Claim records how a reservation ended, for the replicas that may end
+// it (settle, cancel, expire) to agree on the first: see Claimer.
+type Claim struct {
+	// Key is the Redis key that records it; on a sharded store it must
+	// share the items' hash tag.
+	Key string
+	// Value is what it records: not empty, at most MaxClaim bytes.
+	Value string
+	// TTL is how long it is kept: at least a millisecond.
+	TTL time.Duration
+}
+
+// MaxClaim bounds a Claim's Value.
+const MaxClaim = 1024
+
+// ErrUnclaimable is a Claimer's answer when it cannot claim in the call
+// that settles: the items span more than one script call (hash tags of a
+// sharded store), the claim's key is in another slot, or some items are
+// spent from leases. Nothing was changed; the caller claims on its own.
+var ErrUnclaimable = errors.New("weighted: this reservation cannot be claimed in the call that settles it")
+
+// A Claimer settles or cancels a reservation and claims its end in one
+// atomic call.
+type Claimer interface {
+	// SettleClaimed settles reservation id (actual as Settle reads it)
+	// or, with actual nil, cancels it, and records c, in one atomic call,
+	// unless c.Key records an end already: then it changes nothing and
+	// returns won false and that record. Settling an id settled without a
+	// claim records c and changes nothing else.
+	SettleClaimed(ctx context.Context, id string, items []Item, actual []int64, c Claim) (won bool, prior string, err error)
+}
+
+var _ Claimer = (*Redis)(nil)
+
+// SettleClaimed implements Claimer: one script call, which the claim's
+// key joins, for items of one hash tag.
+func (r *Redis) SettleClaimed(ctx context.Context, id string, items []Item, actual []int64, c Claim) (bool, string, error) {
+	if actual != nil {
+		if err := checkSettle(id, items, actual); err != nil {
+			return false, "", err
+		}
+	} else if id == "" {
+		return false, "", errNoID
+	}
+	if c.Value == "" || len(c.Value) > MaxClaim || c.Key == "" || c.TTL < time.Millisecond {
+		return false, "", fmt.Errorf("weighted: invalid claim (key %q, %d bytes, TTL %s)", c.Key, len(c.Value), c.TTL)
+	}
+	if len(items) == 0 {
+		return false, "", ErrUnclaimable
+	}
+	var sbuf [4]spec
+	ss, err := specs(items, sbuf[:0], true)
+	if err != nil {
+		return false, "", err
+	}
+	gs := r.groups(items)
+	if len(gs) != 1 || r.sharded && HashTag(c.Key) != gs[0].tag {
+		return false, "", ErrUnclaimable
+	}
+	g := &gs[0]
+	keys := append(g.keys[:len(g.keys):len(g.keys)], r.recordKey(g.tag, id), c.Key)
+	call := getCall(ctx)
+	call.buf = r.header(call.buf, len(g.idx), len(keys), opClaimed, g.strings(items), nil)
+	call.buf = appendNumber(call.buf, (c.TTL + time.Millisecond - 1).Milliseconds())
+	call.buf = appendNumber(call.buf, int64(len(c.Value)))
+	call.buf = append(call.buf, c.Value...)
+	for _, i := range g.idx {
+		call.buf = appendItem(call.buf, &ss[i], items[i].Cost)
+		call.buf = appendNumber(call.buf, actualCost(items, ss, actual, i))
+	}
+	call.keys, call.id = keys, id
+	v, err := r.exec(call, g.tag)
+	if err != nil {
+		return false, "", err
+	}
+	if prior, ok := v.(string); ok {
+		return false, prior, nil
+	}
+	return true, "", nil
 }
 
 // Renew implements Store. It sends only the concurrency items, group by

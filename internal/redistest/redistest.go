@@ -57,6 +57,10 @@ func New(t testing.TB) *Server {
 	return &Server{URL: url, Addr: opt.Addr}
 }
 
+// Private tells whether the server is the test's own, so that its
+// statistics (INFO) count the test's calls alone.
+func (s *Server) Private() bool { return s.cmd != nil }
+
 // Client returns a go-redis client for the server, closed when t ends.
 func (s *Server) Client(t testing.TB) *redis.Client {
 	t.Helper()
