@@ -713,7 +713,7 @@ func (r *Reservation) Cancel(ctx context.Context) {
 }
 
 // cancel is Cancel; stored tells that the limiter store cancelled the
-// items already (see endClaimed).
+// items already (see Gate.end).
 func (r *Reservation) cancel(ctx context.Context, stored bool) {
 	r.g.renewer.remove(r)
 	r.unexpose()
@@ -790,7 +790,7 @@ func (r *Reservation) Settle(ctx context.Context, c Charge) {
 }
 
 // settle is Settle; stored tells that the limiter store settled the
-// items already (see endClaimed).
+// items already (see Gate.end).
 func (r *Reservation) settle(ctx context.Context, c Charge, stored bool) {
 	r.g.renewer.remove(r)
 	if !r.ended {
