@@ -11,6 +11,7 @@ import (
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/gate"
 	"github.com/costgate/costgate/internal/redistest"
+	"github.com/costgate/costgate/ledger"
 )
 
 // TestHeldEndsRaceAcrossReplicas: two replicas share Redis and the
@@ -110,5 +111,91 @@ reservations: {secret: 0123456789abcdef0123}`
 	}
 	if strings.Contains(stats, "cmdstat_setnx:") {
 		t.Errorf("a claim was made apart from its settlement:\n%s", stats)
+	}
+}
+
+// TestHeldEndsThroughAnOutage: held reservations settled and released
+// while Redis is down are decided by the replica alone and billed; after
+// Redis comes back empty, a settlement claims and settles in one call;
+// every later end is told the first one, and the ledger has one final
+// entry per reservation with its own usage.
+func TestHeldEndsThroughAnOutage(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.New(t)
+	g := openRedisGate(t, srv.URL, `  - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 1000000, period: 1h}
+reservations: {secret: 0123456789abcdef0123}`)
+	c := g.Identify("cg-acme")
+	var ids, reqs [3]string
+	for i := range ids {
+		res, d := g.Reserve(ctx, &gate.Request{Caller: c, Route: "/v1/costgate/reserve",
+			Estimate: costmodel.Estimate{Usage: costmodel.Usage{InputTokens: 100}}})
+		if res == nil {
+			t.Fatalf("refused: %+v", d)
+		}
+		if d, ok := res.Record(ctx); !ok {
+			t.Fatal(d)
+		}
+		ids[i], _ = res.Hold(time.Minute)
+		reqs[i] = res.ID()
+	}
+	resume := func(i int) *gate.Reservation {
+		r, _, err := g.Resume(c, ids[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	srv.Stop(t)
+	if got, again, err := resume(0).SettleHeld(ctx, gate.Charge{Usage: costmodel.Usage{InputTokens: 30}, HTTPStatus: 200}); err != nil || again || got.Usage.InputTokens != 30 {
+		t.Fatalf("settle with Redis down: %+v again %v %v", got, again, err)
+	}
+	if err := resume(1).Release(ctx); err != nil {
+		t.Fatalf("release with Redis down: %v", err)
+	}
+	srv.Restart(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, again, err := resume(2).SettleHeld(ctx, gate.Charge{Usage: costmodel.Usage{InputTokens: 50}, HTTPStatus: 200})
+		if err == nil && !again && got.Usage.InputTokens == 50 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("settle after Redis came back: %+v again %v %v", got, again, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got, again, err := resume(0).SettleHeld(ctx, gate.Charge{Usage: costmodel.Usage{InputTokens: 99}, HTTPStatus: 200}); err != nil || !again || got.Usage.InputTokens != 30 {
+		t.Errorf("a second settle: %+v again %v %v; want the first's 30 tokens", got, again, err)
+	}
+	if _, _, err := resume(1).SettleHeld(ctx, gate.Charge{Usage: costmodel.Usage{InputTokens: 99}, HTTPStatus: 200}); !errors.Is(err, gate.ErrReleased) {
+		t.Errorf("settle after a release: %v, want ErrReleased", err)
+	}
+	if err := resume(2).Release(ctx); !errors.Is(err, gate.ErrSettled) {
+		t.Errorf("release after a settle: %v, want ErrSettled", err)
+	}
+	if err := g.Ledger().Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err := g.Ledger().Entries(ctx, ledger.Query{Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		status ledger.Status
+		input  int64
+	}{reqs[0]: {ledger.StatusSettled, 30}, reqs[1]: {ledger.StatusFailed, 0}, reqs[2]: {ledger.StatusSettled, 50}}
+	seen := 0
+	for _, e := range p.Entries {
+		w, ok := want[e.RequestID]
+		if !ok {
+			continue
+		}
+		seen++
+		if e.Status != w.status || e.Actual.InputTokens != w.input {
+			t.Errorf("entry %s: %s with %d input tokens; want %s with %d", e.RequestID, e.Status, e.Actual.InputTokens, w.status, w.input)
+		}
+	}
+	if seen != 3 {
+		t.Errorf("%d of the 3 entries in the ledger", seen)
 	}
 }
