@@ -123,6 +123,17 @@ type RLSRateLimit struct {
 	// Burst is a token bucket's or GCRA's capacity; default
 	// RequestsPerUnit.
 	Burst int64 `yaml:"burst"`
+	// Replaces names limits of descriptors of the same domain that this
+	// one overrides, as in envoyproxy/ratelimit: when a request's
+	// descriptors match this limit and a replaced one, the replaced one
+	// is not applied (its descriptor still names its tenant, user and
+	// model).
+	Replaces []RLSReplace `yaml:"replaces"`
+}
+
+// RLSReplace names a replaced limit.
+type RLSReplace struct {
+	Name string `yaml:"name"`
 }
 
 // RLSUnits are the rate limit units of time, as Envoy names them.
@@ -224,6 +235,41 @@ func (c *Config) validateRLS(names map[string]bool, bad func(path, format string
 		}
 		domains[d.Domain] = true
 		validateRLSLevel(d.Descriptors, p, rlsPath{}, names, bad)
+		validateReplaces(d.Descriptors, p, rlsLimitNames(d.Descriptors, map[string]bool{}), bad)
+	}
+}
+
+// rlsLimitNames adds to names the names of the limits of nodes and of
+// the nodes below them.
+func rlsLimitNames(nodes []RLSDescriptor, names map[string]bool) map[string]bool {
+	for _, n := range nodes {
+		if r := n.RateLimit; r != nil && !r.Unlimited {
+			names[r.Name] = true
+		}
+		rlsLimitNames(n.Descriptors, names)
+	}
+	return names
+}
+
+// validateReplaces checks that the limits nodes replace are limits of
+// the domain's descriptors (names), other than their own.
+func validateReplaces(nodes []RLSDescriptor, p string, names map[string]bool, bad func(path, format string, args ...any)) {
+	for j, n := range nodes {
+		np := fmt.Sprintf("%s.descriptors[%d]", p, j)
+		if r := n.RateLimit; r != nil {
+			for k, rp := range r.Replaces {
+				rpp := fmt.Sprintf("%s.rate_limit.replaces[%d].name", np, k)
+				switch {
+				case rp.Name == "":
+					bad(rpp, "required: the name of a rate_limit of this domain's descriptors")
+				case rp.Name == r.Name:
+					bad(rpp, "a limit cannot replace itself")
+				case !names[rp.Name]:
+					bad(rpp, "no descriptor of this domain has a rate_limit named %q", rp.Name)
+				}
+			}
+		}
+		validateReplaces(n.Descriptors, np, names, bad)
 	}
 }
 
@@ -296,7 +342,7 @@ func validateRLSLevel(nodes []RLSDescriptor, p string, up rlsPath, names map[str
 
 func validateRLSLimit(r *RLSRateLimit, p string, names map[string]bool, bad func(path, format string, args ...any)) {
 	if r.Unlimited {
-		if r.Unit != "" || r.RequestsPerUnit != 0 || r.Algorithm != "" || r.Burst != 0 || r.Name != "" || r.UnitMultiplier != 0 {
+		if r.Unit != "" || r.RequestsPerUnit != 0 || r.Algorithm != "" || r.Burst != 0 || r.Name != "" || r.UnitMultiplier != 0 || len(r.Replaces) > 0 {
 			bad(p+".unlimited", "an unlimited descriptor takes no other rate_limit field")
 		}
 		return

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -141,8 +142,8 @@ func FuzzReserveBody(f *testing.F) {
 
 // BenchmarkReservePair compares, in one run and on each store, the CPU of
 // a reserve/settle pair over HTTP (handler, JSON, signed id) with the
-// limiter and ledger stages of one proxied request (gate.Reserve, Record,
-// Settle).
+// limiter and ledger stages of one proxied request: the gate's calls the
+// proxy makes for it, in its order (see stages).
 func BenchmarkReservePair(b *testing.B) {
 	for _, store := range []string{"memory", "redis"} {
 		b.Run(store, func(b *testing.B) { benchReservePair(b, store) })
@@ -185,18 +186,34 @@ budgets:
 		}
 	}
 	g := s.srv.Gate()
-	c := g.Identify("cg-test-acme")
 	ctx := context.Background()
+	// stages are the gate's calls of one proxied request, in the proxy's
+	// order (proxy.Server.serve): identify, prefilter, reserve, record, the
+	// ledger's settlement as soon as the answer's usage is known, report,
+	// and the settlement on the gate's goroutine, which settled waits for
+	// at the end of a run (its CPU counts).
+	var settled sync.WaitGroup
 	stages := func(b *testing.B) {
-		res, d := g.Reserve(ctx, &gate.Request{Caller: c, Route: "/v1/chat/completions", Upstream: "openai",
-			Estimate: costmodel.Estimate{Model: "gpt-4o-mini", Usage: costmodel.Usage{InputTokens: 100}, Cost: 15000}})
+		c := g.Identify("cg-test-acme")
+		req := &gate.Request{ID: gate.NewID(), Caller: c, Route: "/v1/chat/completions", Upstream: "openai", Requests: 1}
+		if d, refused := g.Prefilter(req); refused {
+			b.Fatalf("refused: %+v", d)
+		}
+		req.Estimate = costmodel.Estimate{Model: "gpt-4o-mini", Usage: costmodel.Usage{InputTokens: 100}, Cost: 15000}
+		res, d := g.Reserve(ctx, req)
 		if res == nil {
 			b.Fatalf("refused: %+v", d)
 		}
 		if d, ok := res.Record(ctx); !ok {
 			b.Fatal(d)
 		}
-		res.Settle(ctx, gate.Charge{Usage: costmodel.Usage{InputTokens: 80, OutputTokens: 10}, Cost: 18000, HTTPStatus: 200})
+		ch := gate.Charge{Usage: costmodel.Usage{InputTokens: 80, OutputTokens: 10}, Cost: 18000, HTTPStatus: 200}
+		if err := res.Bill(ctx, ch, false); err != nil {
+			b.Fatal(err)
+		}
+		res.Report(200)
+		settled.Add(1)
+		res.SettleLater(func() gate.Charge { return ch }, settled.Done)
 	}
 	// Warm up both paths first (the tokenizer's one-time load, pools,
 	// prepared statements), so that neither pays for it in its CPU.
@@ -204,6 +221,7 @@ budgets:
 		pair(b)
 		stages(b)
 	}
+	settled.Wait()
 	// alternating runs blocks of pairs and of stages in turn and reports
 	// the CPU of each and their ratio, so that a machine's drift during
 	// the run weighs on both alike.
@@ -219,6 +237,7 @@ budgets:
 			for range block {
 				stages(b)
 			}
+			settled.Wait()
 			pairCPU, stagesCPU = pairCPU+t1-t0, stagesCPU+processCPU()-t1
 		}
 		n := float64(block * b.N)
@@ -239,6 +258,7 @@ budgets:
 		for b.Loop() {
 			stages(b)
 		}
+		settled.Wait()
 	})
 }
 

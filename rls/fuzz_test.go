@@ -148,7 +148,7 @@ func FuzzConvert(f *testing.F) {
 				}
 			}
 		}
-		if c.block >= 0 && nodeLimit(c.descs[c.block].n) == nil {
+		if c.block >= 0 && c.limitOf(&c.descs[c.block]) == nil {
 			t.Fatalf("block %d has no limit", c.block)
 		}
 		if strings.ContainsAny(c.tenant, "{}") {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 	"strings"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -65,8 +66,9 @@ type call struct {
 
 // desc is one descriptor of the request.
 type desc struct {
-	n     *node // the node matched; nil for none
-	kind  kind
+	n        *node // the node matched; nil for none
+	replaced bool  // its node's limit is replaced by another descriptor's
+	kind     kind
 	hits  int64
 	named bool // it names the caller's tenant: the tenant's limits show in its status
 	extra int  // its limit's index in its group's extras; -1 for none
@@ -165,22 +167,30 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
 		if h := d.GetHitsAddend(); h != nil {
 			hits = int64(min(h.GetValue(), maxHits))
 		}
-		dc := desc{n: n, hits: hits, extra: -1}
-		switch l := nodeLimit(n); {
-		case n == nil, d.GetIsNegativeHits(), l != nil && l.unlimited:
+		c.descs = append(c.descs, desc{n: n, hits: hits, extra: -1})
+		ps = append(ps, p)
+	}
+	if dom.replaces {
+		c.replace()
+	}
+	for i, d := range ds {
+		dc, p := &c.descs[i], ps[i]
+		switch l := c.limitOf(dc); {
+		case dc.n == nil, d.GetIsNegativeHits(), l != nil && l.unlimited:
 		case l != nil && l.block:
 			if !l.shadow && c.block < 0 {
 				c.block = i
 			}
-		case hits == 0:
+		case dc.hits == 0:
 			dc.kind = kindCheck
-		case n.hits == hitRequests:
+		case dc.n.hits == hitRequests:
 			dc.kind = kindDebit
 		default:
 			dc.kind = kindCharge
 		}
 		if dc.kind == kindNone {
 			p = path{}
+			ps[i] = p
 		}
 		if c.tenant == "" && p.tenant != "" {
 			c.tenant, c.plan = p.tenant, p.plan
@@ -191,8 +201,6 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
 		if c.model == "" {
 			c.model = p.model
 		}
-		c.descs = append(c.descs, dc)
-		ps = append(ps, p)
 	}
 	for i := range c.descs {
 		dc := &c.descs[i]
@@ -206,14 +214,40 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
 			g.named = true
 			c.count(g, dc)
 		}
-		if l := dc.n.limit; l != nil {
+		if l := c.limitOf(dc); l != nil {
 			dc.extra = c.addExtra(g, dc, ps[i].tenant, ds[i])
 		}
 	}
 	return nil
 }
 
-func nodeLimit(n *node) *limit {
+// replace marks the descriptors whose limit another descriptor of the
+// request replaces.
+func (c *call) replace() {
+	for i := range c.descs {
+		l := c.descs[i].n.limitOrNil()
+		if l == nil || len(l.replaces) == 0 {
+			continue
+		}
+		for j := range c.descs {
+			if o := c.descs[j].n.limitOrNil(); o != nil && slices.Contains(l.replaces, o) {
+				c.descs[j].replaced = true
+			}
+		}
+	}
+}
+
+// limitOf is the limit that applies to dc: its node's, unless another
+// descriptor of the request replaces it; nil for none.
+func (c *call) limitOf(dc *desc) *limit {
+	if dc.replaced {
+		return nil
+	}
+	return dc.n.limitOrNil()
+}
+
+// limitOrNil is n's limit; nil for none, or no node.
+func (n *node) limitOrNil() *limit {
 	if n == nil {
 		return nil
 	}
@@ -258,7 +292,7 @@ func (c *call) addExtra(g *group, d *desc, tenant string, rd *commonv3.RateLimit
 		b = appendEscaped(b, e.GetValue())
 	}
 	c.key = b
-	l := d.n.limit
+	l := c.limitOf(d)
 	for i := range g.extras {
 		if g.extras[i].Limit.Name == l.w.Name && g.extras[i].Key == string(b) {
 			if d.kind == kindDebit {

@@ -70,7 +70,7 @@ func respond(t *tree, c *call, out *[numKinds]outcome) *rlsv3.RateLimitResponse 
 		}
 	}
 	for i := range c.descs {
-		offLimits(c.descs[i].n, &sts[i])
+		offLimits(c.limitOf(&c.descs[i]), &sts[i])
 	}
 	var hs headers
 	if decider != nil && decider.RateLimit != nil {
@@ -149,7 +149,7 @@ func describe(t *tree, c *call, dc *desc, d *gate.Decision, st *rlsv3.RateLimitR
 	var own *limitInfo
 	key := ""
 	if dc.extra >= 0 {
-		own, key = dc.n.limit.info, g.extras[dc.extra].Key
+		own, key = c.limitOf(dc).info, g.extras[dc.extra].Key
 	}
 	var best *gate.LimitState
 	var bestInfo *limitInfo
@@ -247,7 +247,7 @@ func blocked(c *call) *rlsv3.RateLimitResponse {
 	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(c.descs))
 	for i := range c.descs {
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: codeOK}
-		offLimits(c.descs[i].n, st)
+		offLimits(c.limitOf(&c.descs[i]), st)
 		if i == c.block {
 			st.Code = codeOver
 		}
@@ -264,8 +264,8 @@ func blocked(c *call) *rlsv3.RateLimitResponse {
 
 // offLimits fills the status of a descriptor the gate was not asked
 // about: an unlimited one has all it could want left, a limit of 0 none.
-func offLimits(n *node, st *rlsv3.RateLimitResponse_DescriptorStatus) {
-	switch l := nodeLimit(n); {
+func offLimits(l *limit, st *rlsv3.RateLimitResponse_DescriptorStatus) {
+	switch {
 	case l == nil:
 	case l.unlimited:
 		st.LimitRemaining = math.MaxUint32

@@ -191,7 +191,7 @@ type outcome struct {
 // facts), then checks, then debits, and stops at the first refusal.
 func (s *Server) decide(ctx context.Context, t *tree, c *call) (*rlsv3.RateLimitResponse, error) {
 	for i := range c.descs {
-		if l := nodeLimit(c.descs[i].n); l != nil && l.block && l.shadow {
+		if l := c.limitOf(&c.descs[i]); l != nil && l.block && l.shadow {
 			s.g.Telemetry().ShadowWouldBlock("", l.info.current.Name, c.tenant)
 		}
 	}

@@ -660,3 +660,79 @@ func TestPolicies(t *testing.T) {
 		}
 	})
 }
+
+// TestReplaces: a limit that replaces another, as envoyproxy/ratelimit's
+// replaces, overrides it when a request matches both: the replaced one is
+// neither debited nor shown, and applies again to a request that matches
+// it alone. A replaced block admits; a replaced descriptor still names
+// its tenant, whose plan applies.
+func TestReplaces(t *testing.T) {
+	const cfg = `
+admin_token: t
+tenants:
+  - {name: acme, plan: free, keys: [{key: k-acme}]}
+limits:
+  - {name: free-requests, plans: [free], dimensions: [tenant], unit: requests, rate: 3, period: 1m}
+rls:
+  domains:
+    - domain: rep
+      descriptors:
+        - key: key1
+          rate_limit: {name: a, unit: minute, requests_per_unit: 1, algorithm: fixed_window}
+        - key: key2
+          rate_limit: {name: b, unit: minute, requests_per_unit: 3, algorithm: fixed_window, replaces: [{name: a}]}
+        - key: banned
+          rate_limit: {name: blocked, unit: second, requests_per_unit: 0}
+        - key: pass
+          rate_limit: {name: pass, unit: minute, requests_per_unit: 100, replaces: [{name: blocked}]}
+        - key: tenant
+          as: tenant
+          rate_limit: {name: per-tenant, unit: minute, requests_per_unit: 1, algorithm: fixed_window}
+        - key: override
+          rate_limit: {name: generous, unit: minute, requests_per_unit: 100, replaces: [{name: per-tenant}, {name: a}]}
+`
+	stores(t, func(t *testing.T, redis bool) {
+		e := newEnv(t, cfg, redis, rls.Options{})
+		for i := range 3 {
+			resp := e.ask(t, "rep", 0, d("key1", "x"), d("key2", "y"))
+			if got := codes_(resp); got != "OK OK OK" {
+				t.Fatalf("request %d matching a and b: %s; a is replaced, b admits 3", i, got)
+			}
+			if st := resp.GetStatuses()[0]; st.GetCurrentLimit() != nil {
+				t.Errorf("the replaced limit shows: %v", st)
+			}
+			if st := resp.GetStatuses()[1]; st.GetCurrentLimit().GetName() != "b" || st.GetLimitRemaining() != uint32(2-i) {
+				t.Errorf("request %d: b %v, want %d left", i, st, 2-i)
+			}
+		}
+		if got := codes_(e.ask(t, "rep", 0, d("key1", "x"), d("key2", "y"))); got != "OVER_LIMIT OK OVER_LIMIT" {
+			t.Errorf("the fourth: %s, want b refusing", got)
+		}
+		// a was never debited: alone, it admits its one request.
+		if got := codes_(e.ask(t, "rep", 0, d("key1", "x"))); got != "OK OK" {
+			t.Errorf("a alone: %s", got)
+		}
+		if got := codes_(e.ask(t, "rep", 0, d("key1", "x"))); got != "OVER_LIMIT OVER_LIMIT" {
+			t.Errorf("a alone, twice: %s", got)
+		}
+		if got := codes_(e.ask(t, "rep", 0, d("banned", "z"), d("pass", "w"))); got != "OK OK OK" {
+			t.Errorf("a replaced block: %s", got)
+		}
+		if got := codes_(e.ask(t, "rep", 0, d("banned", "z"))); got != "OVER_LIMIT OVER_LIMIT" {
+			t.Errorf("the block alone: %s", got)
+		}
+		// per-tenant is replaced; acme's plan (3 a minute) still applies.
+		for i := range 3 {
+			if got := codes_(e.ask(t, "rep", 0, d("tenant", "acme"), d("override", "o"))); got != "OK OK OK" {
+				t.Fatalf("request %d of acme with the override: %s", i, got)
+			}
+		}
+		resp := e.ask(t, "rep", 0, d("tenant", "acme"), d("override", "o"))
+		if got := codes_(resp); got != "OVER_LIMIT OVER_LIMIT OK" {
+			t.Errorf("acme's fourth: %s, want its plan refusing", got)
+		}
+		if name := resp.GetStatuses()[0].GetCurrentLimit().GetName(); name != "free-requests" {
+			t.Errorf("acme's refusal names %q, want free-requests", name)
+		}
+	})
+}

@@ -29,6 +29,11 @@ type tree struct {
 	// limits describes every limit and budget by name: the configured
 	// ones and the descriptors' own.
 	limits map[string]*limitInfo
+
+	// While a domain compiles: its descriptors' limits by name, and the
+	// names each limit replaces.
+	named    map[string]*limit
+	replaced map[*limit][]config.RLSReplace
 }
 
 // domain is one rate limit domain.
@@ -37,6 +42,8 @@ type domain struct {
 	route string // the gate's route: "rls:" + name
 	tag   string // the hash tag of a request that names no tenant
 	root  level
+	// replaces tells that a limit of the domain replaces others.
+	replaces bool
 }
 
 // level is the nodes one level down, by entry key.
@@ -93,6 +100,9 @@ type limit struct {
 	shadow     bool
 	failClosed bool
 	info       *limitInfo
+	// replaces are the limits this one overrides when a request matches
+	// both (config.RLSRateLimit.Replaces).
+	replaces []*limit
 }
 
 // limitInfo is a limit as a descriptor status and the RateLimit fields
@@ -157,12 +167,22 @@ func compile(cfg *config.Config) (*tree, error) {
 	}
 	for _, d := range cfg.RLS.Domains {
 		dom := &domain{name: d.Domain, route: "rls:" + d.Domain, tag: "{rls:" + d.Domain + "}"}
+		t.named, t.replaced = map[string]*limit{}, map[*limit][]config.RLSReplace{}
 		var err error
 		if dom.root, err = t.level(d.Descriptors, ""); err != nil {
 			return nil, err
 		}
+		for l, rs := range t.replaced {
+			for _, r := range rs {
+				if o := t.named[r.Name]; o != nil && o != l {
+					l.replaces = append(l.replaces, o)
+					dom.replaces = true
+				}
+			}
+		}
 		t.domains[d.Domain] = dom
 	}
+	t.named, t.replaced = nil, nil
 	return t, nil
 }
 
@@ -208,6 +228,12 @@ func (t *tree) level(nodes []config.RLSDescriptor, dim string) (level, error) {
 			}
 			if l.info != nil {
 				t.limits[r.Name] = l.info
+			}
+			if r.Name != "" {
+				t.named[r.Name] = l
+			}
+			if len(r.Replaces) > 0 {
+				t.replaced[l] = r.Replaces
 			}
 			n.limit = l
 		}
