@@ -69,9 +69,9 @@ type desc struct {
 	n        *node // the node matched; nil for none
 	replaced bool  // its node's limit is replaced by another descriptor's
 	kind     kind
-	hits  int64
-	named bool // it names the caller's tenant: the tenant's limits show in its status
-	extra int  // its limit's index in its group's extras; -1 for none
+	hits     int64
+	named    bool // it names the caller's tenant: the tenant's limits show in its status
+	extra    int  // its limit's index in its group's extras; -1 for none
 }
 
 // group is the gate request of one kind.
