@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,7 +14,8 @@ import (
 )
 
 // fuzzConfig has nodes of every kind: exact, wildcard and any values,
-// nesting, roles, hits in tokens, blocks and unlimited.
+// nesting, roles, hits in tokens, blocks, unlimited and a limit that
+// replaces others.
 const fuzzConfig = `
 admin_token: t
 tenants: [{name: acme, plan: free, keys: [{key: k}]}]
@@ -34,8 +36,9 @@ rls:
         - {key: tenant, value: "b*", as: tenant, plan: bench, rate_limit: {unit: second, requests_per_unit: 5}}
         - {key: tenant, value: "bench-*", as: tenant, rate_limit: {unit: second, requests_per_unit: 9}}
         - {key: tenant, value: acme, as: tenant}
-        - {key: ip, rate_limit: {unit: second, requests_per_unit: 4}}
-        - {key: ip, value: "10.*", rate_limit: {unit: second, requests_per_unit: 0}}
+        - {key: ip, rate_limit: {name: ipl, unit: second, requests_per_unit: 4}}
+        - {key: ip, value: "10.*", rate_limit: {name: ipblock, unit: second, requests_per_unit: 0}}
+        - {key: rep, rate_limit: {name: rep, unit: second, requests_per_unit: 3, replaces: [{name: ipl}, {name: ipblock}]}}
         - {key: ip, value: "10.1*", shadow_mode: true, rate_limit: {unit: second, requests_per_unit: 0}}
         - {key: free, rate_limit: {unlimited: true}}
         - key: user
@@ -71,6 +74,8 @@ func FuzzConvert(f *testing.F) {
 		"",
 		"|",
 		"nothing=x;more=y",
+		"ip=10.0.0.1|rep=x",
+		"rep=y|ip=192.0.2.9|ip=10.2.3.4",
 	} {
 		f.Add(s, uint32(0), int64(-1), false)
 		f.Add(s, uint32(3), int64(0), false)
@@ -101,6 +106,16 @@ func FuzzConvert(f *testing.F) {
 		}
 		var n [numKinds]int
 		for i, dc := range c.descs {
+			// Replaced exactly when another matched limit names its own.
+			replaced := false
+			for _, o := range c.descs {
+				if o.n != nil && o.n.limit != nil && dc.n != nil && dc.n.limit != nil && slices.Contains(o.n.limit.replaces, dc.n.limit) {
+					replaced = true
+				}
+			}
+			if dc.replaced != replaced {
+				t.Fatalf("descriptor %d: replaced %v, want %v", i, dc.replaced, replaced)
+			}
 			want := refMatch(cfg.RLS.Domains[0].Descriptors, req.Descriptors[i].Entries)
 			if got := dc.n != nil; got != (want != nil) {
 				t.Fatalf("descriptor %d matched %v, the configuration says %v", i, got, want != nil)
@@ -119,7 +134,7 @@ func FuzzConvert(f *testing.F) {
 				t.Fatalf("descriptor %d: hits %d", i, dc.hits)
 			}
 			g := &c.groups[dc.kind]
-			if dc.extra >= len(g.extras) || (dc.n.limit != nil) != (dc.extra >= 0) {
+			if dc.extra >= len(g.extras) || (c.limitOf(&c.descs[i]) != nil) != (dc.extra >= 0) {
 				t.Fatalf("descriptor %d: item %d of %d", i, dc.extra, len(g.extras))
 			}
 		}
