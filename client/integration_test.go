@@ -596,8 +596,7 @@ budgets:
 // TestSettleOnAnotherReplica: two replicas share Redis, PostgreSQL and the
 // reservation secret; a reservation made on one settles on the other, and
 // nothing is charged twice, whichever replica a second settle or a release
-// reaches. (The answers there are not the first settlement's: README,
-// "Reserve, call, settle".)
+// reaches: each is told the first settlement (claimed in Redis).
 func TestSettleOnAnotherReplica(t *testing.T) {
 	redisURL := redistest.New(t).URL
 	dsn := pgtest.New(t)
@@ -632,12 +631,16 @@ budgets:
 		t.Fatalf("settle on the other replica: %s %v", show(st), err)
 	}
 	st, err = other.Settle(ctx, r.ID, client.Usage{USD: 9 * milli})
-	if err != nil {
-		t.Fatalf("second settle on the other replica: %v", err)
+	if err != nil || st.Cost != 4*milli || !st.AlreadySettled {
+		t.Fatalf("second settle on the other replica: %s %v; want the first's $0.004, already settled", show(st), err)
 	}
-	t.Logf("second settle on the other replica answers %s", show(st))
-	err = first.Release(ctx, r.ID)
-	t.Logf("release on the first replica after the settle answers %v", err)
+	st, err = first.Settle(ctx, r.ID, client.Usage{USD: 1 * milli})
+	if err != nil || st.Cost != 4*milli || !st.AlreadySettled {
+		t.Fatalf("a settle on the first replica: %s %v; want the first's $0.004, already settled", show(st), err)
+	}
+	if err := first.Release(ctx, r.ID); !errors.Is(err, client.ErrReservationSettled) {
+		t.Errorf("release on the first replica after the settle: %v, want ErrReservationSettled", err)
+	}
 
 	// $0.004 stays charged: $0.006 is left.
 	for i, c := range replicas {
