@@ -29,18 +29,7 @@ reservations: {secret: 0123456789abcdef0123}`
 	a, b := openRedisGate(t, srv.URL, limits), openRedisGate(t, srv.URL, limits)
 	ca, cb := a.Identify("cg-acme"), b.Identify("cg-acme")
 	const n = 40
-	ids := make([]string, n)
-	for i := range ids {
-		res, d := a.Reserve(ctx, &gate.Request{Caller: ca, Route: "/v1/costgate/reserve",
-			Estimate: costmodel.Estimate{Usage: costmodel.Usage{InputTokens: 100}}})
-		if res == nil {
-			t.Fatalf("refused: %+v", d)
-		}
-		if d, ok := res.Record(ctx); !ok {
-			t.Fatal(d)
-		}
-		ids[i], _ = res.Hold(time.Minute)
-	}
+	ids, _ := hold(t, a, ca, n)
 	settled := make([]bool, n)
 	released := make([]bool, n)
 	var wg sync.WaitGroup
@@ -125,19 +114,7 @@ func TestHeldEndsThroughAnOutage(t *testing.T) {
 	g := openRedisGate(t, srv.URL, `  - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 1000000, period: 1h}
 reservations: {secret: 0123456789abcdef0123}`)
 	c := g.Identify("cg-acme")
-	var ids, reqs [3]string
-	for i := range ids {
-		res, d := g.Reserve(ctx, &gate.Request{Caller: c, Route: "/v1/costgate/reserve",
-			Estimate: costmodel.Estimate{Usage: costmodel.Usage{InputTokens: 100}}})
-		if res == nil {
-			t.Fatalf("refused: %+v", d)
-		}
-		if d, ok := res.Record(ctx); !ok {
-			t.Fatal(d)
-		}
-		ids[i], _ = res.Hold(time.Minute)
-		reqs[i] = res.ID()
-	}
+	ids, reqs := hold(t, g, c, 3)
 	resume := func(i int) *gate.Reservation {
 		r, _, err := g.Resume(c, ids[i])
 		if err != nil {
@@ -198,4 +175,24 @@ reservations: {secret: 0123456789abcdef0123}`)
 	if seen != 3 {
 		t.Errorf("%d of the 3 entries in the ledger", seen)
 	}
+}
+
+// hold makes n held reservations of 100 input tokens each for c on g, for
+// a minute, and returns their ids and request ids.
+func hold(t *testing.T, g *gate.Gate, c *gate.Caller, n int) (ids, reqs []string) {
+	t.Helper()
+	ctx := context.Background()
+	for range n {
+		res, d := g.Reserve(ctx, &gate.Request{Caller: c, Route: "/v1/costgate/reserve",
+			Estimate: costmodel.Estimate{Usage: costmodel.Usage{InputTokens: 100}}})
+		if res == nil {
+			t.Fatalf("refused: %+v", d)
+		}
+		if d, ok := res.Record(ctx); !ok {
+			t.Fatal(d)
+		}
+		id, _ := res.Hold(time.Minute)
+		ids, reqs = append(ids, id), append(reqs, res.ID())
+	}
+	return ids, reqs
 }
