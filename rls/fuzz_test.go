@@ -7,6 +7,7 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/costgate/costgate/config"
@@ -77,17 +78,21 @@ func FuzzConvert(f *testing.F) {
 		"ip=10.0.0.1|rep=x",
 		"rep=y|ip=192.0.2.9|ip=10.2.3.4",
 	} {
-		f.Add(s, uint32(0), int64(-1), false)
-		f.Add(s, uint32(3), int64(0), false)
-		f.Add(s, uint32(1), int64(1<<62), true)
+		f.Add(s, uint32(0), int64(-1), false, uint32(0), int32(-1))
+		f.Add(s, uint32(3), int64(0), false, uint32(2), int32(2))
+		f.Add(s, uint32(1), int64(1<<62), true, uint32(0), int32(1))
 	}
 	c := new(call)
-	f.Fuzz(func(t *testing.T, s string, reqHits uint32, dHits int64, negative bool) {
+	f.Fuzz(func(t *testing.T, s string, reqHits uint32, dHits int64, negative bool, ovRate uint32, ovUnit int32) {
 		req := &rlsv3.RateLimitRequest{Domain: "d", HitsAddend: reqHits}
 		for part := range strings.SplitSeq(s, "|") {
 			d := &commonv3.RateLimitDescriptor{IsNegativeHits: negative}
 			if dHits >= 0 {
 				d.HitsAddend = wrapperspb.UInt64(uint64(dHits))
+			}
+			if ovUnit >= 0 && len(req.Descriptors)%2 == 1 {
+				// Envoy's limit override on every second descriptor.
+				d.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: ovRate, Unit: typev3.RateLimitUnit(ovUnit)}
 			}
 			for kv := range strings.SplitSeq(part, ";") {
 				if kv == "" {
@@ -106,18 +111,26 @@ func FuzzConvert(f *testing.F) {
 		}
 		var n [numKinds]int
 		for i, dc := range c.descs {
-			// Replaced exactly when another matched limit names its own.
+			// Replaced exactly when another matched limit names its own
+			// (limits Envoy overrides take no part).
 			replaced := false
 			for _, o := range c.descs {
-				if o.n != nil && o.n.limit != nil && dc.n != nil && dc.n.limit != nil && slices.Contains(o.n.limit.replaces, dc.n.limit) {
+				if o.override == nil && dc.override == nil && o.n != nil && o.n.limit != nil && dc.n != nil && dc.n.limit != nil && slices.Contains(o.n.limit.replaces, dc.n.limit) {
 					replaced = true
 				}
 			}
 			if dc.replaced != replaced {
 				t.Fatalf("descriptor %d: replaced %v, want %v", i, dc.replaced, replaced)
 			}
+			if (dc.override != nil) != (req.Descriptors[i].Limit != nil) || dc.override != nil && c.limitOf(&c.descs[i]) != dc.override {
+				t.Fatalf("descriptor %d: override %v, sent %v", i, dc.override, req.Descriptors[i].Limit)
+			}
 			want := refMatch(cfg.RLS.Domains[0].Descriptors, req.Descriptors[i].Entries)
-			if got := dc.n != nil; got != (want != nil) {
+			if dc.override != nil {
+				if want == nil && dc.n != bareNode {
+					t.Fatalf("descriptor %d: an override on an unmatched descriptor has node %v", i, dc.n)
+				}
+			} else if got := dc.n != nil; got != (want != nil) {
 				t.Fatalf("descriptor %d matched %v, the configuration says %v", i, got, want != nil)
 			}
 			if want != nil && limitName(want) != nodeName(dc.n) {

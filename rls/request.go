@@ -6,13 +6,18 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/gate"
+	"github.com/costgate/costgate/weighted"
 )
 
 // Bounds on a request, past which it is refused as invalid.
@@ -66,8 +71,9 @@ type call struct {
 
 // desc is one descriptor of the request.
 type desc struct {
-	n        *node // the node matched; nil for none
-	replaced bool  // its node's limit is replaced by another descriptor's
+	n        *node  // the node matched; nil for none
+	override *limit // the limit Envoy sent with it, in place of its node's; nil for none
+	replaced bool   // its node's limit is replaced by another descriptor's
 	kind     kind
 	hits     int64
 	named    bool // it names the caller's tenant: the tenant's limits show in its status
@@ -167,7 +173,21 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
 		if h := d.GetHitsAddend(); h != nil {
 			hits = int64(min(h.GetValue(), maxHits))
 		}
-		c.descs = append(c.descs, desc{n: n, hits: hits, extra: -1})
+		dc := desc{n: n, hits: hits, extra: -1}
+		if lo := d.GetLimit(); lo != nil {
+			ov, err := override(dom, lo)
+			if err != nil {
+				return fmt.Errorf("%w: descriptor %d: %v", errInvalid, i, err)
+			}
+			if l := n.limitOrNil(); l != nil {
+				ov.failClosed = l.failClosed // the descriptor's posture stays
+			}
+			dc.override = ov
+			if dc.n == nil {
+				dc.n = bareNode // Envoy's limit applies whatever the configuration matches
+			}
+		}
+		c.descs = append(c.descs, dc)
 		ps = append(ps, p)
 	}
 	if dom.replaces {
@@ -222,28 +242,91 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
 }
 
 // replace marks the descriptors whose limit another descriptor of the
-// request replaces.
+// request replaces. A limit Envoy overrides neither replaces nor is
+// replaced.
 func (c *call) replace() {
 	for i := range c.descs {
+		if c.descs[i].override != nil {
+			continue
+		}
 		l := c.descs[i].n.limitOrNil()
 		if l == nil || len(l.replaces) == 0 {
 			continue
 		}
 		for j := range c.descs {
-			if o := c.descs[j].n.limitOrNil(); o != nil && slices.Contains(l.replaces, o) {
+			if o := c.descs[j].n.limitOrNil(); o != nil && c.descs[j].override == nil && slices.Contains(l.replaces, o) {
 				c.descs[j].replaced = true
 			}
 		}
 	}
 }
 
-// limitOf is the limit that applies to dc: its node's, unless another
-// descriptor of the request replaces it; nil for none.
+// limitOf is the limit that applies to dc: the one Envoy sent with it,
+// else its node's, unless another descriptor of the request replaces
+// it; nil for none.
 func (c *call) limitOf(dc *desc) *limit {
-	if dc.replaced {
+	switch {
+	case dc.override != nil:
+		return dc.override
+	case dc.replaced:
 		return nil
 	}
 	return dc.n.limitOrNil()
+}
+
+// bareNode stands for the configuration's node of a descriptor that
+// matched none but carries Envoy's limit override: hits in requests, at
+// no price, and no limit of its own.
+var bareNode = &node{dim: "override"}
+
+// overrideUnits are the units of Envoy's limit overrides.
+var overrideUnits = map[typev3.RateLimitUnit]struct {
+	name string
+	d    time.Duration
+	enum rlsv3.RateLimitResponse_RateLimit_Unit
+}{
+	typev3.RateLimitUnit_SECOND: {"second", time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND},
+	typev3.RateLimitUnit_MINUTE: {"minute", time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+	typev3.RateLimitUnit_HOUR:   {"hour", time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR},
+	typev3.RateLimitUnit_DAY:    {"day", 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY},
+	typev3.RateLimitUnit_MONTH:  {"month", 30 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_MONTH},
+	typev3.RateLimitUnit_YEAR:   {"year", 365 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_YEAR},
+}
+
+// override is the limit of Envoy's limit override lo, in place of the
+// configured one, as envoyproxy/ratelimit applies it: a fixed window of
+// requests_per_unit hits per unit_multiplier units (0 refuses every
+// request), never in shadow mode. It is named DOMAIN.override.UNIT.N.RATE
+// (N the multiplier), so that each override counts apart from the
+// configured limits and from other overrides.
+func override(dom *domain, lo *commonv3.RateLimitDescriptor_RateLimitOverride) (*limit, error) {
+	u, ok := overrideUnits[lo.GetUnit()]
+	if !ok {
+		return nil, fmt.Errorf("a limit override needs a unit from second to year, not %s", lo.GetUnit())
+	}
+	mult := int64(1)
+	if m := lo.GetUnitMultiplier(); m != nil && m.GetValue() > 0 {
+		mult = int64(m.GetValue())
+	}
+	period := u.d * time.Duration(mult)
+	if period > weighted.MaxPeriod {
+		return nil, fmt.Errorf("a limit override's period is longer than the longest, %s", weighted.MaxPeriod)
+	}
+	rate := lo.GetRequestsPerUnit()
+	name := dom.limitPrefix + ".override." + u.name + "." + strconv.FormatInt(mult, 10) + "." + strconv.FormatUint(uint64(rate), 10)
+	cur := &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: rate, Unit: u.enum}
+	if mult > 1 {
+		cur.UnitMultiplier = wrapperspb.UInt32(uint32(mult))
+	}
+	l := &limit{info: newInfo(cur, true), block: rate == 0}
+	if l.block {
+		return l, nil
+	}
+	l.w = weighted.Limit{Name: name, Algorithm: weighted.FixedWindow, Rate: int64(rate), Period: period}
+	if err := l.w.Validate(); err != nil {
+		return nil, fmt.Errorf("a limit override: %v", err)
+	}
+	return l, nil
 }
 
 // limitOrNil is n's limit; nil for none, or no node.

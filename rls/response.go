@@ -156,6 +156,9 @@ func describe(t *tree, c *call, dc *desc, d *gate.Decision, st *rlsv3.RateLimitR
 	for i := range d.Limits {
 		ls := &d.Limits[i]
 		info := t.limits[ls.Name]
+		if info == nil && own != nil && ls.Name == own.current.Name {
+			info = own // a limit override's, which no configuration names
+		}
 		switch {
 		case info == nil:
 			continue
@@ -253,7 +256,7 @@ func blocked(c *call) *rlsv3.RateLimitResponse {
 		}
 		resp.Statuses[i] = st
 	}
-	name := c.descs[c.block].n.limit.info.current.Name
+	name := c.limitOf(&c.descs[c.block]).info.current.Name
 	resp.RawBody = errorBody(&gate.Error{Type: "rate_limit_exceeded", Code: name, Policy: name,
 		Message: "limit " + name + " admits no request"})
 	var hs headers

@@ -13,6 +13,7 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -733,6 +734,85 @@ rls:
 		}
 		if name := resp.GetStatuses()[0].GetCurrentLimit().GetName(); name != "free-requests" {
 			t.Errorf("acme's refusal names %q, want free-requests", name)
+		}
+	})
+}
+
+// overridden is desc with Envoy's limit override of rate per unit.
+func overridden(desc *commonv3.RateLimitDescriptor, rate uint32, unit typev3.RateLimitUnit) *commonv3.RateLimitDescriptor {
+	desc.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rate, Unit: unit}
+	return desc
+}
+
+// TestLimitOverride: a limit Envoy sends with a descriptor applies in
+// place of the configured one, as envoyproxy/ratelimit applies it: a fixed
+// window of its own (the configured limit is not debited), also for a
+// descriptor the configuration does not match; 0 refuses; a tenant the
+// descriptor names still has its plan applied; a malformed override is
+// refused as invalid.
+func TestLimitOverride(t *testing.T) {
+	stores(t, func(t *testing.T, redis bool) {
+		e := newEnv(t, testConfig, redis, rls.Options{})
+		ip := func() *commonv3.RateLimitDescriptor {
+			return overridden(d("remote_address", "198.51.100.20"), 2, typev3.RateLimitUnit_MINUTE)
+		}
+		for i := range 2 {
+			resp := e.ask(t, "edge", 0, ip())
+			st := resp.GetStatuses()[0]
+			if resp.GetOverallCode() != OK || st.GetCurrentLimit().GetName() != "edge.override.minute.1.2" ||
+				st.GetCurrentLimit().GetRequestsPerUnit() != 2 || st.GetLimitRemaining() != uint32(1-i) {
+				t.Fatalf("request %d under the override: %s %v", i, codes_(resp), st)
+			}
+		}
+		if resp := e.ask(t, "edge", 0, ip()); resp.GetOverallCode() != OVER || resp.GetStatuses()[0].GetDurationUntilReset() == nil {
+			t.Errorf("the third under an override of 2: %s %v", codes_(resp), resp.GetStatuses()[0])
+		}
+		// The configured per-ip (4 a minute) was never debited.
+		resp := e.ask(t, "edge", 0, d("remote_address", "198.51.100.20"))
+		if st := resp.GetStatuses()[0]; st.GetCurrentLimit().GetName() != "per-ip" || st.GetLimitRemaining() != 3 {
+			t.Errorf("the configured limit after the overridden requests: %v, want per-ip with 3 left", st)
+		}
+		// No configured node matches: the override applies alone.
+		other := func() *commonv3.RateLimitDescriptor {
+			return overridden(d("nothing", "x"), 1, typev3.RateLimitUnit_HOUR)
+		}
+		if got := codes_(e.ask(t, "edge", 0, other())); got != "OK OK" {
+			t.Errorf("an override on an unmatched descriptor: %s", got)
+		}
+		if got := codes_(e.ask(t, "edge", 0, other())); got != "OVER_LIMIT OVER_LIMIT" {
+			t.Errorf("its second: %s", got)
+		}
+		resp = e.ask(t, "edge", 0, overridden(d("remote_address", "198.51.100.21"), 0, typev3.RateLimitUnit_SECOND))
+		if resp.GetOverallCode() != OVER || !strings.Contains(string(resp.GetRawBody()), "edge.override.second.1.0") {
+			t.Errorf("an override of 0: %s %s", codes_(resp), resp.GetRawBody())
+		}
+		// A tenant's descriptor: the override replaces no plan.
+		tenant := func() *commonv3.RateLimitDescriptor {
+			return overridden(d("tenant", "globex"), 1, typev3.RateLimitUnit_MINUTE)
+		}
+		if got := codes_(e.ask(t, "edge", 0, tenant())); got != "OK OK" {
+			t.Errorf("globex under an override: %s", got)
+		}
+		if got := codes_(e.ask(t, "edge", 0, tenant())); got != "OVER_LIMIT OVER_LIMIT" {
+			t.Errorf("globex's second under an override of 1: %s", got)
+		}
+		resp = e.ask(t, "edge", 0, hits(0, d("tenant", "globex")))
+		if st := resp.GetStatuses()[0]; st.GetCurrentLimit().GetName() != "pro-requests" || st.GetLimitRemaining() != 99 {
+			t.Errorf("globex's plan: %v, want pro-requests with 99 left (one admitted request)", st)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, lo := range []*commonv3.RateLimitDescriptor_RateLimitOverride{
+			{RequestsPerUnit: 5},
+			{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit(42)},
+			{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_YEAR, UnitMultiplier: wrapperspb.UInt32(5)},
+		} {
+			desc := d("remote_address", "198.51.100.22")
+			desc.Limit = lo
+			_, err := e.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc}})
+			if status.Code(err) != codes.InvalidArgument {
+				t.Errorf("override %v: %v, want InvalidArgument", lo, err)
+			}
 		}
 	})
 }

@@ -44,6 +44,10 @@ type domain struct {
 	root  level
 	// replaces tells that a limit of the domain replaces others.
 	replaces bool
+	// limitPrefix starts the names of the limits Envoy's overrides ask
+	// for: the domain, without the characters that delimit the limiter's
+	// keys.
+	limitPrefix string
 }
 
 // level is the nodes one level down, by entry key.
@@ -166,7 +170,13 @@ func compile(cfg *config.Config) (*tree, error) {
 		t.limits[b.Name] = newInfo(cur, false)
 	}
 	for _, d := range cfg.RLS.Domains {
-		dom := &domain{name: d.Domain, route: "rls:" + d.Domain, tag: "{rls:" + d.Domain + "}"}
+		dom := &domain{name: d.Domain, route: "rls:" + d.Domain, tag: "{rls:" + d.Domain + "}",
+			limitPrefix: strings.Map(func(r rune) rune {
+				if r == ':' || r == '{' || r == '}' {
+					return '_'
+				}
+				return r
+			}, d.Domain)}
 		t.named, t.replaced = map[string]*limit{}, map[*limit][]config.RLSReplace{}
 		var err error
 		if dom.root, err = t.level(d.Descriptors, ""); err != nil {
