@@ -307,7 +307,10 @@ func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge,
 	}
 	if h != nil {
 		r.g.holds.mu.Lock()
-		if h.state != holdOpen {
+		// A claim won in Redis is the end, even over this replica's own
+		// expiry, which marks the hold before it claims and gives up when
+		// it loses. Without a claim, the hold's state decides.
+		if h.state != holdOpen && perr != nil {
 			r.g.holds.mu.Unlock()
 			out, again, err, _ := r.g.ended(h)
 			return out, again, err
@@ -346,7 +349,7 @@ func (r *Reservation) Release(ctx context.Context) error {
 	}
 	if h != nil {
 		r.g.holds.mu.Lock()
-		if h.state == holdOpen {
+		if h.state == holdOpen || perr == nil { // a claim won decides (see SettleHeld)
 			h.state, h.res = holdReleased, nil
 		}
 		st := h.state
@@ -440,7 +443,7 @@ const claimGrace = 10 * time.Minute
 // trip instead of two. Otherwise the caller ends r's items itself.
 func (g *Gate) end(ctx context.Context, r *Reservation, c claim, actual []int64) (won bool, prior claim, stored bool, err error) {
 	cs, ok := r.store().(weighted.Claimer)
-	if g.redis == nil || !ok || r.degraded || r.ext != nil || r.ended || len(r.items) == 0 {
+	if g.redis == nil || !ok || r.degraded || r.ext != nil || len(r.items) == 0 {
 		won, prior, err = g.claim(ctx, r, c)
 		return won, prior, false, err
 	}
@@ -516,7 +519,7 @@ func (g *Gate) hold(id string) *hold {
 // expiry, and forgets every reservation past it. The gate runs it every
 // second.
 func (g *Gate) expireHolds(now time.Time) {
-	var due []*hold
+	var due []*Reservation
 	g.holds.mu.Lock()
 	for id, h := range g.holds.m {
 		if now.Before(h.expires) {
@@ -524,13 +527,12 @@ func (g *Gate) expireHolds(now time.Time) {
 		}
 		if h.state == holdOpen {
 			h.state = holdExpired
-			due = append(due, h)
+			due = append(due, h.res) // read here: a settlement that wins its claim drops it
 		}
 		delete(g.holds.m, id)
 	}
 	g.holds.mu.Unlock()
-	for _, h := range due {
-		r := h.res
+	for _, r := range due {
 		est := r.req.Estimate
 		ch := Charge{Usage: est.Usage, Cost: est.Cost, Status: ledger.StatusExpired, HTTPStatus: 0, Extra: nil}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
