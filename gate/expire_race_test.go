@@ -19,17 +19,21 @@ import (
 // ledger has its usage) or the expiry does (the estimate, status
 // expired), never neither, and the limit moves by the winner alone.
 func TestSettleRacesExpiry(t *testing.T) {
-	srv := redistest.New(t)
+	t.Run("memory", func(t *testing.T) { settleRacesExpiry(t, "") })
+	t.Run("redis", func(t *testing.T) { settleRacesExpiry(t, fmt.Sprintf("store: {redis: %q}", redistest.New(t).URL)) })
+}
+
+func settleRacesExpiry(t *testing.T, store string) {
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`
 admin_token: t
 data_dir: %q
-store: {redis: %q}
+%s
 tenants:
   - {name: acme, plan: p, keys: [{id: ka, key: cg-acme}]}
 limits:
   - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 1000000, period: 1h}
 reservations: {secret: 0123456789abcdef0123}
-`, t.TempDir(), srv.URL)))
+`, t.TempDir(), store)))
 	if err != nil {
 		t.Fatal(err)
 	}

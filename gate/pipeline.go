@@ -143,6 +143,7 @@ type Reservation struct {
 	billed   bool           // the ledger entry is final
 	ended    bool           // settled or cancelled in the limiter
 	expires  time.Time      // a held reservation's expiry (see Hold)
+	held     *hold          // this replica's hold of it, once Hold made one; nil when resumed from a ticket alone
 	ext      *extensions    // the increments debited beyond the reservation (see Extend)
 	ctx      context.Context
 }

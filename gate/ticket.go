@@ -168,8 +168,9 @@ func (r *Reservation) Hold(ttl time.Duration) (string, time.Time) {
 	id := ticketPrefix + base64.RawURLEncoding.EncodeToString(payload) + "." + base64.RawURLEncoding.EncodeToString(r.g.sign(payload))
 	r.g.renewer.remove(r)
 	r.expires = exp
+	r.held = &hold{res: r, expires: exp}
 	r.g.holds.mu.Lock()
-	r.g.holds.m[r.req.ID] = &hold{res: r, expires: exp}
+	r.g.holds.m[r.req.ID] = r.held
 	r.g.holds.mu.Unlock()
 	return id, exp
 }
@@ -296,7 +297,7 @@ func (g *Gate) resumeHeld(c *Caller, id string) (*Reservation, time.Time, bool) 
 // reservation is claimed there, so that replicas agree on which one
 // counts; without one (a single node) this replica's memory decides.
 func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge, again bool, err error) {
-	h := r.g.hold(r.req.ID)
+	h := r.hold()
 	if out, again, err, done := r.g.ended(h); done {
 		return out, again, err
 	}
@@ -326,7 +327,7 @@ func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge,
 // back and its ledger entry is settled as failed, at no cost. Releasing
 // twice is no error; releasing a settled reservation is ErrSettled.
 func (r *Reservation) Release(ctx context.Context) error {
-	h := r.g.hold(r.req.ID)
+	h := r.hold()
 	if _, again, err, done := r.g.ended(h); done {
 		if again {
 			return ErrSettled
@@ -508,6 +509,16 @@ func (g *Gate) claim(ctx context.Context, r *Reservation, c claim) (won bool, pr
 }
 
 var errNoArbiter = errors.New("gate: no shared store to claim held reservations in")
+
+// hold is this replica's hold of r: the one Hold made, which stays r's
+// after the expiry drops it from the map (so that a settlement racing
+// the expiry sees it expired), else the one the map has; nil for none.
+func (r *Reservation) hold() *hold {
+	if r.held != nil {
+		return r.held
+	}
+	return r.g.hold(r.req.ID)
+}
 
 func (g *Gate) hold(id string) *hold {
 	g.holds.mu.Lock()
