@@ -308,10 +308,10 @@ func override(dom *domain, lo *commonv3.RateLimitDescriptor_RateLimitOverride) (
 	if m := lo.GetUnitMultiplier(); m != nil && m.GetValue() > 0 {
 		mult = int64(m.GetValue())
 	}
-	period := u.d * time.Duration(mult)
-	if period > weighted.MaxPeriod {
+	if time.Duration(mult) > weighted.MaxPeriod/u.d {
 		return nil, fmt.Errorf("a limit override's period is longer than the longest, %s", weighted.MaxPeriod)
 	}
+	period := u.d * time.Duration(mult)
 	rate := lo.GetRequestsPerUnit()
 	name := dom.limitPrefix + ".override." + u.name + "." + strconv.FormatInt(mult, 10) + "." + strconv.FormatUint(uint64(rate), 10)
 	cur := &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: rate, Unit: u.enum}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -806,6 +807,8 @@ func TestLimitOverride(t *testing.T) {
 			{RequestsPerUnit: 5},
 			{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit(42)},
 			{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_YEAR, UnitMultiplier: wrapperspb.UInt32(5)},
+			{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_YEAR, UnitMultiplier: wrapperspb.UInt32(math.MaxUint32)},   // overflows a Duration
+			{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_SECOND, UnitMultiplier: wrapperspb.UInt32(math.MaxUint32)}, // 136 years
 		} {
 			desc := d("remote_address", "198.51.100.22")
 			desc.Limit = lo
