@@ -22,9 +22,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
@@ -79,6 +81,108 @@ type ticketItem struct {
 	Name string `json:"n"`
 	Key  string `json:"k"`
 	Cost int64  `json:"c"`
+}
+
+// appendJSON appends t as JSON that json.Unmarshal reads back into t
+// (TestTicketJSON), with the field names of its tags, ID first (see
+// resumeHeld), zero values of omitempty fields left out; without
+// reflection, which cost a reserve most of Hold.
+func (t *ticket) appendJSON(b []byte) []byte {
+	b = append(b, `{"i":`...)
+	b = appendJSONString(b, t.ID)
+	str := func(name, v string, omitEmpty bool) {
+		if v == "" && omitEmpty {
+			return
+		}
+		b = append(append(append(b, ",\""...), name...), `":`...)
+		b = appendJSONString(b, v)
+	}
+	num := func(name string, v int64, omitZero bool) {
+		if v == 0 && omitZero {
+			return
+		}
+		b = append(append(append(b, ",\""...), name...), `":`...)
+		b = strconv.AppendInt(b, v, 10)
+	}
+	str("ri", t.ResID, true)
+	str("t", t.Tenant, false)
+	str("us", t.User, true)
+	str("k", t.KeyID, true)
+	str("p", t.Plan, true)
+	str("r", t.Route, false)
+	str("na", t.Name, true)
+	str("up", t.Upstream, true)
+	str("m", t.Model, true)
+	b = append(b, `,"u":{"input_tokens":`...)
+	b = strconv.AppendInt(b, t.Usage.InputTokens, 10)
+	u := &t.Usage
+	num("cached_input_tokens", u.CachedInputTokens, true)
+	num("cache_write_tokens", u.CacheWriteTokens, true)
+	num("cache_write_1h_tokens", u.CacheWrite1hTokens, true)
+	num("audio_input_tokens", u.AudioInputTokens, true)
+	num("output_tokens", u.OutputTokens, false)
+	num("reasoning_tokens", u.ReasoningTokens, true)
+	num("audio_output_tokens", u.AudioOutputTokens, true)
+	num("web_search_requests", u.WebSearchRequests, true)
+	num("units", u.Units, true)
+	str("service_tier", u.ServiceTier, true)
+	b = append(b, '}')
+	num("c", t.Cost, false)
+	num("n", t.Requests, false)
+	if len(t.Items) > 0 {
+		b = append(b, `,"it":[`...)
+		for i, it := range t.Items {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"n":`...)
+			b = appendJSONString(b, it.Name)
+			str("k", it.Key, false)
+			num("c", it.Cost, false)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	num("cr", t.Created, false)
+	num("ex", t.Expires, false)
+	if t.Degraded {
+		b = append(b, `,"d":true`...)
+	}
+	str("de", t.Decision, true)
+	str("po", t.Policy, true)
+	str("f", t.Friction, true)
+	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string: quotes, backslashes and
+// control characters escaped, invalid UTF-8 as U+FFFD, as json.Marshal
+// reads it back.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c < 0x20:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, `\ufffd`...)
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
 }
 
 // holds are the reservations this replica handed out, until they expire.
@@ -164,7 +268,7 @@ func (r *Reservation) Hold(ttl time.Duration) (string, time.Time) {
 	for _, it := range r.items {
 		t.Items = append(t.Items, ticketItem{Name: it.Limit.Name, Key: it.Key, Cost: it.Cost})
 	}
-	payload, _ := json.Marshal(t)
+	payload := t.appendJSON(make([]byte, 0, 512))
 	id := ticketPrefix + base64.RawURLEncoding.EncodeToString(payload) + "." + base64.RawURLEncoding.EncodeToString(r.g.sign(payload))
 	r.g.renewer.remove(r)
 	r.expires = exp
