@@ -24,24 +24,9 @@ func TestSettleRacesExpiry(t *testing.T) {
 }
 
 func settleRacesExpiry(t *testing.T, store string) {
-	cfg, err := config.Parse([]byte(fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-%s
-tenants:
-  - {name: acme, plan: p, keys: [{id: ka, key: cg-acme}]}
+	g := openAcme(t, store+`
 limits:
-  - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 1000000, period: 1h}
-reservations: {secret: 0123456789abcdef0123}
-`, t.TempDir(), store)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := Open(context.Background(), cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+  - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 1000000, period: 1h}`)
 	ctx := context.Background()
 	c := g.Identify("cg-acme")
 	const n = 40
@@ -114,4 +99,28 @@ reservations: {secret: 0123456789abcdef0123}
 		t.Fatalf("tpm %+v; want %d used", d.Limits, used)
 	}
 	t.Logf("%d expired first, %d settled first", expired, n-expired)
+}
+
+// openAcme opens a gate on a configuration of one tenant, acme (key
+// cg-acme), a reservation secret and extra, in a temporary data
+// directory, closed when tb ends.
+func openAcme(tb testing.TB, extra string) *Gate {
+	tb.Helper()
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+tenants:
+  - {name: acme, plan: p, keys: [{id: ka, key: cg-acme}]}
+reservations: {secret: 0123456789abcdef0123}
+%s
+`, tb.TempDir(), extra)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	g, err := Open(context.Background(), cfg, Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { g.Close() })
+	return g
 }

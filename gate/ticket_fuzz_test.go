@@ -3,11 +3,9 @@ package gate
 import (
 	"context"
 	"encoding/base64"
-	"fmt"
 	"testing"
 	"time"
 
-	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
 )
 
@@ -16,26 +14,12 @@ import (
 // payload), is refused or resumed, and a resumed one settles and
 // releases, without a panic: the payload is read as input from outside.
 func FuzzResumeSigned(f *testing.F) {
-	cfg, err := config.Parse([]byte(fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-tenants:
-  - {name: acme, plan: p, keys: [{id: ka, key: cg-acme}]}
+	g := openAcme(f, `
 limits:
   - {name: rpm, dimensions: [tenant], unit: requests, rate: 1000000, period: 1m}
   - {name: tpm, dimensions: [tenant, model], unit: tokens, rate: 1000000, period: 1m}
 budgets:
-  - {name: daily, scope: tenant, amount: "100"}
-reservations: {secret: 0123456789abcdef0123}
-`, f.TempDir())))
-	if err != nil {
-		f.Fatal(err)
-	}
-	g, err := Open(context.Background(), cfg, Options{})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { g.Close() })
+  - {name: daily, scope: tenant, amount: "100"}`)
 	c := g.Identify("cg-acme")
 	res, d := g.Reserve(context.Background(), &Request{Caller: c, Route: "/v1/costgate/reserve",
 		Estimate: costmodel.Estimate{Model: "gpt-4o-mini", Usage: costmodel.Usage{InputTokens: 10}}})
