@@ -188,6 +188,42 @@ limits:
 	if served != 3 {
 		t.Errorf("served %d on the cluster, want the limit of 3", served)
 	}
+	// Held reservations on the cluster, whose per-model limit (keyed by
+	// an empty model when none is named) lives in another slot than the
+	// tenant's limits, so that their ends are claimed apart (SET NX; a
+	// claim in the settlement's script call on a cluster is
+	// weighted.TestCluster's): each settles once, a second settle is told
+	// the first, a release after it is refused.
+	h := s.srv.Handler()
+	mons := make([]*redistest.Monitor, len(c.Addrs))
+	for i, addr := range c.Addrs {
+		mons[i] = redistest.NewMonitor(t, addr)
+	}
+	for _, body := range []string{`{"cost":{"tokens":10}}`, `{"cost":{"tokens":10},"model":"gpt-4o-mini"}`} {
+		code, r := reserveCall(t, h, "cg-test-globex", "/v1/costgate/reserve", body)
+		if code != 200 {
+			t.Fatalf("reserve %s on the cluster: %d %v", body, code, r)
+		}
+		id, _ := r["reservation_id"].(string)
+		settle := `{"reservation_id":"` + id + `","usage":{"input_tokens":4}}`
+		if code, out := reserveCall(t, h, "cg-test-globex", "/v1/costgate/settle", settle); code != 200 || out["already_settled"] != false {
+			t.Fatalf("settle %s on the cluster: %d %v", body, code, out)
+		}
+		if code, out := reserveCall(t, h, "cg-test-globex", "/v1/costgate/settle", settle); code != 200 || out["already_settled"] != true {
+			t.Errorf("second settle %s on the cluster: %d %v", body, code, out)
+		}
+		if code, out := reserveCall(t, h, "cg-test-globex", "/v1/costgate/release", `{"reservation_id":"`+id+`"}`); code != 409 {
+			t.Errorf("release after a settle %s on the cluster: %d %v", body, code, out)
+		}
+	}
+	setnx := 0
+	for i, m := range mons {
+		m.CaughtUp(t, c.Addrs[i])
+		setnx += m.Count(`"set"`, `"nx"`)
+	}
+	if setnx != 2 {
+		t.Errorf("%d claims made apart from their settlement, want 2 (one per reservation over two slots)", setnx)
+	}
 }
 
 // TestRedisOutageUnderLoad kills Redis while eight clients keep sending
