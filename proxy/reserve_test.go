@@ -245,6 +245,35 @@ budgets:
 		b.ReportMetric(float64(stagesCPU)/n, "stages-cpu-ns")
 		b.ReportMetric(float64(pairCPU)/float64(stagesCPU), "pair/stages")
 	})
+	// concurrent is alternating with 8 callers at once, as a service
+	// sees them: their Redis calls share script calls, the pairs' as the
+	// stages'.
+	b.Run("concurrent", func(b *testing.B) {
+		const callers, each = 8, 25
+		var pairCPU, stagesCPU int64
+		run := func(f func(*testing.B)) int64 {
+			t0 := processCPU()
+			var wg sync.WaitGroup
+			for range callers {
+				wg.Go(func() {
+					for range each {
+						f(b)
+					}
+				})
+			}
+			wg.Wait()
+			settled.Wait()
+			return processCPU() - t0
+		}
+		for b.Loop() {
+			pairCPU += run(pair)
+			stagesCPU += run(stages)
+		}
+		n := float64(callers * each * b.N)
+		b.ReportMetric(float64(pairCPU)/n, "pair-cpu-ns")
+		b.ReportMetric(float64(stagesCPU)/n, "stages-cpu-ns")
+		b.ReportMetric(float64(pairCPU)/float64(stagesCPU), "pair/stages")
+	})
 	b.Run("http_pair", func(b *testing.B) {
 		b.ReportAllocs()
 		defer reportCPU(b)()
