@@ -14,10 +14,11 @@ import (
 	"github.com/costgate/costgate/ledger"
 )
 
-// TestSettleRacesExpiry: a held reservation settled at the moment this
-// replica expires it ends once, either way: the settlement wins (the
-// ledger has its usage) or the expiry does (the estimate, status
-// expired), never neither, and the limit moves by the winner alone.
+// TestSettleRacesExpiry: a held reservation settled or released at the
+// moment this replica expires it ends once, either way: the settlement
+// or the release wins (the ledger has its usage, or nothing) or the
+// expiry does (the estimate, status expired), never neither, and the
+// limit moves by the winner alone.
 func TestSettleRacesExpiry(t *testing.T) {
 	t.Run("memory", func(t *testing.T) { settleRacesExpiry(t, "") })
 	t.Run("redis", func(t *testing.T) { settleRacesExpiry(t, fmt.Sprintf("store: {redis: %q}", redistest.New(t).URL)) })
@@ -47,8 +48,13 @@ limits:
 			t.Fatal(err)
 		}
 		var settleErr error
+		release := i%3 == 2 // a release races the expiry instead
 		var wg sync.WaitGroup
 		wg.Go(func() {
+			if release {
+				settleErr = r.Release(ctx)
+				return
+			}
 			_, _, settleErr = r.SettleHeld(ctx, Charge{Usage: costmodel.Usage{InputTokens: 30}, HTTPStatus: 200})
 		})
 		wg.Go(func() {
@@ -59,6 +65,8 @@ limits:
 		})
 		wg.Wait()
 		switch {
+		case settleErr == nil && release:
+			outcome[res.ID()] = ledger.StatusFailed // released: nothing used
 		case settleErr == nil:
 			outcome[res.ID()], used = ledger.StatusSettled, used+30
 		case errors.Is(settleErr, ErrExpired):
@@ -98,7 +106,7 @@ limits:
 	if len(d.Limits) != 1 || d.Limits[0].Remaining != 1000000-used-1 {
 		t.Fatalf("tpm %+v; want %d used", d.Limits, used)
 	}
-	t.Logf("%d expired first, %d settled first", expired, n-expired)
+	t.Logf("%d expired first, %d settled or released first", expired, n-expired)
 }
 
 // openAcme opens a gate on a configuration of one tenant, acme (key
