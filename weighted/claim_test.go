@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // TestSettleClaimed: replicas that end one reservation at once (settle,
@@ -92,13 +94,8 @@ func TestSettleClaimed(t *testing.T) {
 // replica that could not claim) is claimed by the next end, which changes
 // no limit: the refund is not given twice.
 func TestSettleClaimedAfterPlainSettle(t *testing.T) {
-	c := testRedis(t)
+	c, r, items := debitedA(t)
 	ctx := context.Background()
-	r := newRedisStore(c, newClock())
-	items := []Item{{Limit: Limit{Name: "tb", Rate: 100, Period: time.Hour}, Key: "acme", Cost: 30}}
-	if res, err := r.Debit(ctx, "a", items); err != nil || !res.Allowed {
-		t.Fatal(res, err)
-	}
 	if err := r.Settle(ctx, "a", items, []int64{10}); err != nil {
 		t.Fatal(err)
 	}
@@ -119,13 +116,8 @@ func TestSettleClaimedAfterPlainSettle(t *testing.T) {
 // TestSettleClaimedInput: a claim the store cannot make in one call, or
 // one that is malformed, is refused and changes nothing.
 func TestSettleClaimedInput(t *testing.T) {
-	c := testRedis(t)
+	c, r, items := debitedA(t)
 	ctx := context.Background()
-	r := newRedisStore(c, newClock())
-	items := []Item{{Limit: Limit{Name: "tb", Rate: 100, Period: time.Hour}, Key: "acme", Cost: 30}}
-	if res, err := r.Debit(ctx, "a", items); err != nil || !res.Allowed {
-		t.Fatal(res, err)
-	}
 	ok := Claim{Key: "held:a", Value: "x", TTL: time.Minute}
 	for name, tc := range map[string]struct {
 		id     string
@@ -152,4 +144,17 @@ func TestSettleClaimedInput(t *testing.T) {
 	if n := c.Exists(ctx, "held:a").Val(); n != 0 {
 		t.Fatal("a refused claim was recorded")
 	}
+}
+
+// debitedA returns a Redis store on a private Redis (and its client)
+// where reservation "a" debited 30 of a bucket of 100: its items.
+func debitedA(t *testing.T) (*redis.Client, *Redis, []Item) {
+	t.Helper()
+	c := testRedis(t)
+	r := newRedisStore(c, newClock())
+	items := []Item{{Limit: Limit{Name: "tb", Rate: 100, Period: time.Hour}, Key: "acme", Cost: 30}}
+	if res, err := r.Debit(context.Background(), "a", items); err != nil || !res.Allowed {
+		t.Fatal(res, err)
+	}
+	return c, r, items
 }
