@@ -519,7 +519,10 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, path, "cost_exceeds_limit", "this usage's cost cannot be represented")
 		return
 	}
-	got, again, err := res.SettleHeld(r.Context(), ch)
+	// Once read, a settlement is carried out whether or not its caller
+	// waits for the answer: a cut connection must not keep usage off the
+	// limits.
+	got, again, err := res.SettleHeld(context.WithoutCancel(r.Context()), ch)
 	if err != nil {
 		writeReservationError(w, path, err)
 		return
@@ -574,7 +577,7 @@ func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := res.Release(r.Context()); err != nil {
+	if err := res.Release(context.WithoutCancel(r.Context())); err != nil {
 		writeReservationError(w, path, err)
 		return
 	}

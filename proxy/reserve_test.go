@@ -368,3 +368,48 @@ decision := {"outcome": "hard", "status": 403, "reason": "job nightly-export is 
 		}
 	}
 }
+
+// TestSettleOutlivesTheCaller: a settle or a release whose caller hangs
+// up at once (its request's context ended) still settles: a tenant that
+// cuts the connection after sending its usage is charged all of it, on
+// the limits as in the ledger.
+func TestSettleOutlivesTheCaller(t *testing.T) {
+	s := newStack(t, redistest.New(t).URL, `
+limits:
+  - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 1000, period: 1h}
+`)
+	h := s.srv.Handler()
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	call := func(path, body string) int {
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)).WithContext(gone)
+		req.Header.Set("Authorization", "Bearer cg-test-acme")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Code
+	}
+	reserve := func() string {
+		code, r := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"cost":{"tokens":100}}`)
+		if code != 200 {
+			t.Fatalf("reserve: %d %v", code, r)
+		}
+		id, _ := r["reservation_id"].(string)
+		return id
+	}
+	a, b := reserve(), reserve()
+	if code := call("/v1/costgate/settle", `{"reservation_id":"`+a+`","usage":{"input_tokens":300}}`); code != 200 {
+		t.Fatalf("settle with the caller gone: %d", code)
+	}
+	if code := call("/v1/costgate/release", `{"reservation_id":"`+b+`"}`); code != 200 {
+		t.Fatalf("release with the caller gone: %d", code)
+	}
+	g := s.srv.Gate()
+	res, d := g.Reserve(context.Background(), &gate.Request{Caller: g.Identify("cg-test-acme"), Route: "/x", States: true,
+		Estimate: costmodel.Estimate{Usage: costmodel.Usage{InputTokens: 1}}})
+	if res != nil {
+		res.Cancel(context.Background())
+	}
+	if len(d.Limits) != 1 || d.Limits[0].Remaining != 1000-300-1 {
+		t.Fatalf("tpm after a settle of 300 and a release: %+v; want 300 used", d.Limits)
+	}
+}

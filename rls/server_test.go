@@ -819,3 +819,25 @@ func TestLimitOverride(t *testing.T) {
 		}
 	})
 }
+
+// TestChargeOutlivesTheCaller: usage Envoy reports is counted even when
+// Envoy stops waiting for the answer at once (its filter's timeout): the
+// charge is a fact, not a question.
+func TestChargeOutlivesTheCaller(t *testing.T) {
+	stores(t, func(t *testing.T, redis bool) {
+		e := newEnv(t, testConfig, redis, rls.Options{})
+		gone, cancel := context.WithCancel(context.Background())
+		cancel()
+		req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{hits(30, d("tok", "gone"))}}
+		if _, err := e.srv.ShouldRateLimit(gone, req); err != nil {
+			t.Fatalf("a charge whose caller left: %v", err)
+		}
+		resp := e.ask(t, "edge", 0, hits(0, d("tok", "gone")))
+		if st := resp.GetStatuses()[0]; st.GetCurrentLimit().GetName() != "tok" || st.GetLimitRemaining() > 70 {
+			t.Errorf("tok after a charge of 30 whose caller left: %v, want at most 70 left", st)
+		}
+		if got := headerOf(resp, "Costgate-Degraded"); got != "" {
+			t.Errorf("the check is degraded (%q): the charge went to the fallback", got)
+		}
+	})
+}
