@@ -237,6 +237,10 @@ func (s *Server) ask(ctx context.Context, caller *gate.Caller, c *call, k kind) 
 		_, d := s.g.Reserve(ctx, &req)
 		return d
 	case kindDebit:
+		// A debit is carried out whether or not Envoy waits for the
+		// answer: past its timeout Envoy lets the request through
+		// (failure_mode_deny off, its default), and it counts.
+		ctx = context.WithoutCancel(ctx)
 		req.Requests = g.requests
 		req.Estimate.Cost = g.cost
 		res, d := s.g.Reserve(ctx, &req)

@@ -820,9 +820,9 @@ func TestLimitOverride(t *testing.T) {
 	})
 }
 
-// TestChargeOutlivesTheCaller: usage Envoy reports is counted even when
-// Envoy stops waiting for the answer at once (its filter's timeout): the
-// charge is a fact, not a question.
+// TestChargeOutlivesTheCaller: usage Envoy reports, and a request it
+// asks to debit, are counted even when Envoy stops waiting for the answer
+// at once (its filter's timeout, past which it lets the request through).
 func TestChargeOutlivesTheCaller(t *testing.T) {
 	stores(t, func(t *testing.T, redis bool) {
 		e := newEnv(t, testConfig, redis, rls.Options{})
@@ -838,6 +838,15 @@ func TestChargeOutlivesTheCaller(t *testing.T) {
 		}
 		if got := headerOf(resp, "Costgate-Degraded"); got != "" {
 			t.Errorf("the check is degraded (%q): the charge went to the fallback", got)
+		}
+		// A debit too: Envoy, past its timeout, lets the request through.
+		req = &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{d("remote_address", "198.51.100.60")}}
+		if _, err := e.srv.ShouldRateLimit(gone, req); err != nil {
+			t.Fatalf("a debit whose caller left: %v", err)
+		}
+		resp = e.ask(t, "edge", 0, hits(0, d("remote_address", "198.51.100.60")))
+		if st := resp.GetStatuses()[0]; st.GetCurrentLimit().GetName() != "per-ip" || st.GetLimitRemaining() != 3 {
+			t.Errorf("per-ip after a debit whose caller left: %v, want 3 left", st)
 		}
 	})
 }
