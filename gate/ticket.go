@@ -285,11 +285,15 @@ func (r *Reservation) Hold(ttl time.Duration) (string, time.Time) {
 // release on this replica. A reservation this replica settled already
 // comes back with settled true and the charge it was settled with.
 func (g *Gate) Resume(c *Caller, id string) (res *Reservation, expires time.Time, err error) {
-	if r, exp, ok := g.resumeHeld(c, id); ok {
+	payload, ok := g.verify(id)
+	if !ok {
+		return nil, time.Time{}, ErrUnknownReservation
+	}
+	if r, exp, ok := g.resumeHeld(c, payload); ok {
 		return r, exp, nil
 	}
-	t, err := g.parseTicket(id)
-	if err != nil || t.Tenant != c.Tenant {
+	var t ticket
+	if err := json.Unmarshal(payload, &t); err != nil || t.ID == "" || t.Tenant != c.Tenant {
 		return nil, time.Time{}, ErrUnknownReservation
 	}
 	expires = time.UnixMicro(t.Expires)
@@ -335,18 +339,6 @@ func (g *Gate) Resume(c *Caller, id string) (res *Reservation, expires time.Time
 	return r, expires, nil
 }
 
-func (g *Gate) parseTicket(id string) (ticket, error) {
-	var t ticket
-	payload, ok := g.verify(id)
-	if !ok {
-		return t, ErrUnknownReservation
-	}
-	if err := json.Unmarshal(payload, &t); err != nil || t.ID == "" {
-		return t, ErrUnknownReservation
-	}
-	return t, nil
-}
-
 // verify returns the payload of ticket id, if its signature is this
 // gate's secret's.
 func (g *Gate) verify(id string) ([]byte, bool) {
@@ -367,15 +359,11 @@ func (g *Gate) verify(id string) ([]byte, bool) {
 }
 
 // resumeHeld is Resume's short way to a reservation this replica holds
-// open, for c's tenant, before its expiry: the ticket's signature is
-// checked and the hold found by the request id its payload starts with
-// (json.Marshal writes ticket.ID first), without decoding the rest. ok
-// is false for any other ticket, which Resume then reads whole.
-func (g *Gate) resumeHeld(c *Caller, id string) (*Reservation, time.Time, bool) {
-	payload, ok := g.verify(id)
-	if !ok {
-		return nil, time.Time{}, false
-	}
+// open, for c's tenant, before its expiry: the hold is found by the
+// request id a verified ticket's payload starts with (appendJSON writes
+// ticket.ID first), without decoding the rest. ok is false for any other
+// ticket, which Resume then reads whole.
+func (g *Gate) resumeHeld(c *Caller, payload []byte) (*Reservation, time.Time, bool) {
 	rest, ok := bytes.CutPrefix(payload, []byte(`{"i":"`))
 	end := bytes.IndexByte(rest, '"')
 	if !ok || end <= 0 || bytes.IndexByte(rest[:end], '\\') >= 0 {
