@@ -787,19 +787,22 @@ func (r *Reservation) Bill(ctx context.Context, c Charge, durable bool) error {
 // did). It records the request's decision in the telemetry. Settle after
 // Cancel, or twice, charges nothing more.
 func (r *Reservation) Settle(ctx context.Context, c Charge) {
-	r.settle(ctx, c, false)
+	r.settle(ctx, c, nil, false)
 }
 
-// settle is Settle; stored tells that the limiter store settled the
-// items already (see Gate.end).
-func (r *Reservation) settle(ctx context.Context, c Charge, stored bool) {
+// settle is Settle with actual, what c costs on each limit when the
+// caller worked it out already (nil: worked out here); stored tells that
+// the limiter store settled the items already (see Gate.end).
+func (r *Reservation) settle(ctx context.Context, c Charge, actual []int64, stored bool) {
 	r.g.renewer.remove(r)
 	if !r.ended {
 		r.observe(c)
 	}
 	if !r.ended && len(r.items) > 0 && !stored {
 		r.ended = true
-		actual := r.actual(c)
+		if actual == nil {
+			actual = r.actual(c)
+		}
 		if r.ext != nil {
 			r.settleExtended(ctx, actual)
 		} else if !unchanged(r.items, actual) {

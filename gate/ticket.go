@@ -393,7 +393,8 @@ func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge,
 	if out, again, err, done := r.g.ended(h); done {
 		return out, again, err
 	}
-	won, prior, stored, perr := r.g.end(ctx, r, claim{state: holdSettled, cost: c.Cost, status: c.Status}, r.actual(c))
+	actual := r.actual(c)
+	won, prior, stored, perr := r.g.end(ctx, r, claim{state: holdSettled, cost: c.Cost, status: c.Status}, actual)
 	if perr == nil && !won {
 		r.g.adopt(h, prior)
 		return prior.answer()
@@ -411,7 +412,7 @@ func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge,
 		h.state, h.result, h.res = holdSettled, c, nil // the state is all a settled hold needs
 		r.g.holds.mu.Unlock()
 	}
-	r.settle(ctx, c, stored)
+	r.settle(ctx, c, actual, stored)
 	return c, false, nil
 }
 
@@ -639,13 +640,14 @@ func (g *Gate) expireHolds(now time.Time) {
 		est := r.req.Estimate
 		ch := Charge{Usage: est.Usage, Cost: est.Cost, Status: ledger.StatusExpired, HTTPStatus: 0, Extra: nil}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		won, _, stored, err := g.end(ctx, r, claim{state: holdExpired}, r.actual(ch))
+		actual := r.actual(ch)
+		won, _, stored, err := g.end(ctx, r, claim{state: holdExpired}, actual)
 		if err == nil && !won {
 			cancel()
 			r.unexpose()
 			continue // settled or released on another replica
 		}
-		r.settle(ctx, ch, stored)
+		r.settle(ctx, ch, actual, stored)
 		cancel()
 		g.log.Info("reservation expired; settled at its estimate", "request_id", r.req.ID, "tenant", r.req.Caller.Tenant)
 	}
