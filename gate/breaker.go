@@ -175,12 +175,8 @@ func (g *guardedStore) Settle(ctx context.Context, id string, items []weighted.I
 // SettleClaimed settles and claims in one call (see weighted.Claimer),
 // counted as a settle; ErrUnclaimable when the store cannot.
 func (g *guardedStore) SettleClaimed(ctx context.Context, id string, items []weighted.Item, actual []int64, c weighted.Claim) (won bool, prior string, err error) {
-	cs, ok := g.store.(weighted.Claimer)
-	if !ok {
-		return false, "", weighted.ErrUnclaimable
-	}
 	err = g.call(ctx, telemetry.StoreSettle, func(ctx context.Context) error {
-		won, prior, err = cs.SettleClaimed(ctx, id, items, actual, c)
+		won, prior, err = weighted.SettleClaimed(ctx, g.store, id, items, actual, c)
 		return err
 	})
 	return won, prior, err

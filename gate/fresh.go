@@ -83,11 +83,7 @@ func (f *freshStore) debitOnce(ctx context.Context, id string, items []weighted.
 // SettleClaimed settles and claims in one call (see weighted.Claimer);
 // ErrUnclaimable when its store cannot.
 func (f *freshStore) SettleClaimed(ctx context.Context, id string, items []weighted.Item, actual []int64, c weighted.Claim) (bool, string, error) {
-	cs, ok := f.store.(weighted.Claimer)
-	if !ok {
-		return false, "", weighted.ErrUnclaimable
-	}
-	return cs.SettleClaimed(ctx, id, items, actual, c)
+	return weighted.SettleClaimed(ctx, f.store, id, items, actual, c)
 }
 
 func (f *freshStore) Peek(ctx context.Context, items []weighted.Item) (res weighted.Result, err error) {

@@ -822,8 +822,7 @@ func (l *Leased) settle(ctx context.Context, id string, items []Item, actual []i
 // SettleClaimed implements Claimer for a reservation none of whose items
 // is leased, when the store is a Claimer: ErrUnclaimable otherwise.
 func (l *Leased) SettleClaimed(ctx context.Context, id string, items []Item, actual []int64, c Claim) (bool, string, error) {
-	cs, ok := l.store.(Claimer)
-	if !ok {
+	if _, ok := l.store.(Claimer); !ok {
 		return false, "", ErrUnclaimable
 	}
 	for i := range items {
@@ -833,7 +832,7 @@ func (l *Leased) SettleClaimed(ctx context.Context, id string, items []Item, act
 	}
 	l.unpend(id) // none of its units came from a lease
 	l.stats.calls.Add(1)
-	return cs.SettleClaimed(ctx, id, items, actual, c)
+	return SettleClaimed(ctx, l.store, id, items, actual, c)
 }
 
 // settleStrict settles or cancels (actual nil) the items of reservation id

@@ -776,6 +776,16 @@ type Claimer interface {
 
 var _ Claimer = (*Redis)(nil)
 
+// SettleClaimed is s's SettleClaimed when s is a Claimer, else
+// ErrUnclaimable: for the stores that wrap another.
+func SettleClaimed(ctx context.Context, s Store, id string, items []Item, actual []int64, c Claim) (bool, string, error) {
+	cs, ok := s.(Claimer)
+	if !ok {
+		return false, "", ErrUnclaimable
+	}
+	return cs.SettleClaimed(ctx, id, items, actual, c)
+}
+
 // SettleClaimed implements Claimer: one script call, which the claim's
 // key joins, for items of one hash tag.
 func (r *Redis) SettleClaimed(ctx context.Context, id string, items []Item, actual []int64, c Claim) (bool, string, error) {
