@@ -60,8 +60,9 @@ type Directory struct {
 	slots  map[string]*slot  // the tenants', teams' and users', by kind/tenant/name
 	names  map[string]string // one copy of each tenant, team and user name
 
-	seq      atomic.Int64 // the version the directory holds
-	loadedAt atomic.Int64 // Unix nanoseconds of the last successful poll
+	seq      atomic.Int64           // the version the directory holds
+	head     atomic.Pointer[string] // the id of the entity written at seq (see Head)
+	loadedAt atomic.Int64           // Unix nanoseconds of the last successful poll
 	expiryMu sync.Mutex
 	expiring map[string]time.Time // key id -> expiry, for the expiry alerts
 }
@@ -133,6 +134,7 @@ func (d *Directory) Lookup(sum [sha256.Size]byte, now time.Time) (gate.Principal
 
 // Apply brings the directory up to entities, read at version seq.
 func (d *Directory) Apply(ents []*Entity, seq int64) {
+	var head *string // the entity written at seq; none when seq wrote no entity
 	for _, e := range ents {
 		lv, _ := e.level() // what is stored was validated when it was written
 		n := &node{level: lv, active: e.Active && e.RevokedAt == nil, plan: e.Plan}
@@ -147,8 +149,21 @@ func (d *Directory) Apply(ents []*Entity, seq int64) {
 		case KindKey:
 			d.applyKey(e, n)
 		}
+		if e.seq == seq {
+			head = &e.ID
+		}
 	}
+	d.head.Store(head)
 	d.seq.Store(seq)
+}
+
+// Head is the id of the entity written at the directory's version, as
+// the database it read had it; "" when unknown.
+func (d *Directory) Head() string {
+	if h := d.head.Load(); h != nil {
+		return *h
+	}
+	return ""
 }
 
 // replace makes d hold what n holds, at once for every reader: n is
@@ -160,6 +175,7 @@ func (d *Directory) replace(n *Directory) {
 	d.keys, d.byKey, d.byTenant = n.keys, n.byKey, n.byTenant
 	d.slots, d.names, d.expiring = n.slots, n.names, n.expiring
 	d.seq.Store(n.seq.Load())
+	d.head.Store(n.head.Load())
 	d.expiryMu.Unlock()
 	d.slotMu.Unlock()
 	d.mu.Unlock()

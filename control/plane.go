@@ -120,7 +120,22 @@ func (p *Plane) sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if have := p.dir.Version(); v < have {
+	have := p.dir.Version()
+	behind := v < have
+	if !behind && have > 0 && p.dir.Head() != "" {
+		// A database restored to an older version and written to since
+		// can be back at this copy's version, or past it, with other
+		// writes: the entity it holds at this copy's version tells.
+		id, ok, err := p.store.EntityAt(ctx, have)
+		if err != nil {
+			p.errMu.Lock()
+			p.lastErr = err
+			p.errMu.Unlock()
+			return err
+		}
+		behind = ok && id != p.dir.Head()
+	}
+	if behind {
 		// The database is behind this copy: restored from a backup, or
 		// another one. Changes made there after its version would carry
 		// versions this copy has seen, and be missed (a key revoked there

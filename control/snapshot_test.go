@@ -130,7 +130,9 @@ func TestRestartWithTheDatabaseDown(t *testing.T) {
 // TestDatabaseBehindTheCopy: a database restored to an older version (a
 // backup) is behind a running replica's copy. The changes made there
 // afterwards carry versions the replica has seen: without a reload it
-// would miss them, and a key revoked there would keep working on it. The
+// would miss them, and a key revoked there would keep working on it,
+// also when they bring the database back to the replica's version before
+// it polls (the entity written at that version differs). The
 // replica takes the database's data whole, drops what the database no
 // longer holds, and writes its snapshot of it.
 func TestDatabaseBehindTheCopy(t *testing.T) {
@@ -149,17 +151,18 @@ func TestDatabaseBehindTheCopy(t *testing.T) {
 	}
 	r.must(t, 201, "POST", "/admin/v1/keys", `{"tenant":"t1"}`, &k2)
 	within(t, "k2 known", 5*time.Second, func() bool { st, _ := r.chat(t, k2.Key); return st == 200 })
+	r2 := newReplica(t, up, replicaOptions{dsn: dsn})
 
-	// The database goes back to the backup: k2 is not in it.
+	// The database goes back to the backup (k2 is not in it), and another
+	// replica revokes k1 there at once, before the first one polls: the
+	// database is back at the first replica's version, with another
+	// write at it.
 	if _, err := db.Exec("DELETE FROM control_entities WHERE seq > $1", backup); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec("UPDATE control_version SET seq = $1 WHERE id = 1", backup); err != nil {
 		t.Fatal(err)
 	}
-	// Another replica, on the restored database, revokes k1: a version
-	// the first replica had already passed.
-	r2 := newReplica(t, up, replicaOptions{dsn: dsn})
 	r2.must(t, 200, "DELETE", "/admin/v1/keys/"+k1.ID, "", nil)
 
 	within(t, "k1 revoked on the first replica", 5*time.Second, func() bool { st, _ := r.chat(t, k1.Key); return st == 401 })

@@ -416,6 +416,23 @@ func (s *Store) Changes(ctx context.Context, since int64) ([]*Entity, int64, err
 	return out, v, nil
 }
 
+// EntityAt returns the id of the entity whose last write has sequence
+// number seq; ok is false when none has (it was written again since, or
+// the database never had that version).
+func (s *Store) EntityAt(ctx context.Context, seq int64) (id string, ok bool, err error) {
+	if err := s.ensure(ctx); err != nil {
+		return "", false, err
+	}
+	err = s.db.QueryRowContext(ctx, s.q("SELECT id FROM control_entities WHERE seq = ?"), seq).Scan(&id)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return "", false, nil
+	case err != nil:
+		return "", false, storeErr(err)
+	}
+	return id, true, nil
+}
+
 // AuditEntry is one change in the audit log.
 type AuditEntry struct {
 	ID     int64           `json:"id"`
