@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/bits"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -167,6 +168,19 @@ type LeaseInfo struct {
 //     what it held unspent, at most Lease.Max per key, which the store
 //     counts spent until it refills a meter, a log's marks leave it or
 //     their window ends; nothing is admitted twice.
+//   - A store that loses its data (restarted empty, flushed, failed over
+//     to a replica that lags) while replicas hold leases forgets them.
+//     Restore counts what the restoring replica holds unspent with the
+//     caller's count (its ledger's spend), so that replica's leases stay
+//     counted; a report of a lease the store forgot gives nothing back.
+//     Each other replica spends what it held unspent of the key, at most
+//     Lease.Max, uncounted: with R replicas holding leases on the key, add
+//     (R - 1) × Lease.Max, once per loss, to the window (a budget's
+//     period) of the loss, beyond the loss's own bound.
+//   - A limit changed under its leases (a config reload: another capacity,
+//     rate, period or lease policy under the same name and algorithm)
+//     ends the leases taken under the old one at the key's next debit:
+//     they are returned, never spent under the new limit.
 //
 // Leased is safe for concurrent use. NewLeased starts its sweeper; Close
 // stops it and returns the leases held.
@@ -189,6 +203,10 @@ type Leased struct {
 
 	mu   sync.RWMutex
 	keys map[leaseKey]*leaseState
+	// retired are the states replaced when their key's limit changed (a
+	// config reload) whose leases have not all been returned yet: the
+	// sweeper retries them.
+	retired []*leaseState
 
 	seed  maphash.Seed
 	pends [16]pending
@@ -232,6 +250,10 @@ type leaseState struct {
 	spentState ItemState
 
 	fetching chan struct{} // open while a lease is being taken
+	// retired is set when the key's limit changed under this state (a
+	// config reload): its leases, taken under the old limit, are ended,
+	// and nothing more is spent from or leased into it.
+	retired  bool
 	lastUsed time.Time
 	lastAcq  time.Time
 	// keep is set when the store keeps leases (a LeaseStore): every
@@ -246,7 +268,8 @@ type heldLease struct {
 	used     int64
 	reported int64 // used, as the LeaseStore last heard
 	expires  time.Time
-	window   bool // ends with its window: nothing to return after
+	window   bool      // ends with its window: nothing to return after
+	wstart   time.Time // a window's lease: when the window it counts in began, by the replica's clock
 }
 
 // NewLeased returns a Leased store over inner and starts its sweeper.
@@ -310,7 +333,7 @@ func (l *Leased) Close(ctx context.Context) error {
 		states = append(states, st)
 	}
 	l.mu.Unlock()
-	var errs []error
+	errs := []error{l.returnRetired(ctx)}
 	for _, st := range states {
 		st.mu.Lock()
 		st.ended = append(st.ended, st.leases...)
@@ -373,7 +396,7 @@ func (l *Leased) DebitInto(ctx context.Context, id string, items []Item, states 
 		now := l.now()
 		for i := range items {
 			if local&(1<<i) != 0 {
-				keys[i].give(items[i].Cost, now)
+				keys[i].give(items[i].Cost, now, now)
 			}
 		}
 	}
@@ -381,7 +404,14 @@ func (l *Leased) DebitInto(ctx context.Context, id string, items []Item, states 
 		if !items[i].Limit.Lease.On() {
 			continue
 		}
-		if keys[i] = l.state(&items[i]); keys[i] == nil {
+		var old *leaseState
+		if keys[i], old = l.current(&items[i]); old != nil {
+			// The limit changed (a config reload): the leases taken under
+			// the old one end now, so that they are not spent under the
+			// new one. A failure here leaves them to the sweeper.
+			_ = l.returnEnded(context.WithoutCancel(ctx), old, true)
+		}
+		if keys[i] == nil {
 			continue // too many keys: strict
 		}
 		is, spent, err := l.take(ctx, keys[i], &items[i], &ss[i])
@@ -405,6 +435,12 @@ func (l *Leased) DebitInto(ctx context.Context, id string, items []Item, states 
 			return res, nil
 		}
 		local |= 1 << i
+	}
+	// When the leased items were spent: a refund goes back only into a
+	// lease of the window they were spent in (see give).
+	var spentAt time.Time
+	if local != 0 {
+		spentAt = l.now()
 	}
 	// The rest, strict, in one Debit of the store.
 	if n := len(items) - bits.OnesCount64(local); n > 0 {
@@ -438,7 +474,7 @@ func (l *Leased) DebitInto(ctx context.Context, id string, items []Item, states 
 		}
 	}
 	if local != 0 {
-		l.pend(id, local)
+		l.pend(id, local, spentAt)
 	}
 	res.decide()
 	return res, nil
@@ -449,7 +485,9 @@ func (l *Leased) DebitInto(ctx context.Context, id string, items []Item, states 
 const maxLeasedItems = 64
 
 // state returns the key's state, made on first use; nil when the store
-// remembers too many keys already.
+// remembers too many keys already. The state may be of another version
+// of it's limit (a reservation debited before a config reload): its
+// leases are the key's all the same.
 func (l *Leased) state(it *Item) *leaseState {
 	k := leaseKey{name: it.Limit.Name, algo: it.Limit.Algorithm, cal: it.Limit.Calendar, key: it.Key}
 	l.mu.RLock()
@@ -471,6 +509,36 @@ func (l *Leased) state(it *Item) *leaseState {
 	return st
 }
 
+// current is state for a debit: a state kept for another version of it's
+// limit (its capacity, rate, period or lease policy changed by a config
+// reload) is replaced by a new one, and returned as old, retired, with
+// its leases ended for the caller to return (returnEnded with all set).
+// Leases taken under the old limit are never spent under the new one,
+// new leases are taken under the new one, and what the store said of the
+// old (a refusal, what was left) is forgotten. The debt carries over.
+func (l *Leased) current(it *Item) (st, old *leaseState) {
+	if st = l.state(it); st == nil || st.item.Limit == it.Limit {
+		return st, nil
+	}
+	k := leaseKey{name: it.Limit.Name, algo: it.Limit.Algorithm, cal: it.Limit.Calendar, key: it.Key}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if old = l.keys[k]; old == nil || old.item.Limit == it.Limit {
+		return old, nil
+	}
+	st = &leaseState{item: Item{Limit: it.Limit, Key: it.Key}, since: l.now(), keep: l.ls != nil}
+	old.mu.Lock()
+	old.retired = true
+	old.ended = append(old.ended, old.leases...)
+	old.leases = nil
+	st.debt, st.debtAge, old.debt = old.debt, old.debtAge, 0
+	st.rate = old.rate
+	old.mu.Unlock()
+	l.keys[k] = st
+	l.retired = append(l.retired, old)
+	return st, old
+}
+
 // take spends cost from the key's leases, taking a new lease when they
 // hold too little and the key's demand is worth one. spent reports
 // whether the item was decided here: admitted from a lease, or refused
@@ -481,6 +549,11 @@ func (l *Leased) take(ctx context.Context, st *leaseState, it *Item, s *spec) (i
 	for {
 		now := l.now()
 		st.mu.Lock()
+		if st.retired {
+			// Its limit changed while this request waited for its lease.
+			st.mu.Unlock()
+			return ItemState{}, false, nil
+		}
 		st.lastUsed = now
 		st.expire(now)
 		if now.Before(st.spentUntil) && now.Before(st.spentCheck) && cost >= st.spentCost {
@@ -637,12 +710,28 @@ func (l *Leased) acquire(ctx context.Context, st *leaseState, s *spec, size, nee
 				life = ttl / 2
 			}
 			expires, window := sent.Add(life), false
+			var wstart time.Time
 			if s.algo == FixedWindow || s.algo == SlidingWindow {
-				if end := windowEnd(s, got, sent); end.Before(expires) {
+				end := windowEnd(s, got, sent)
+				if end.Before(expires) {
 					expires, window = end, true
 				}
+				wstart = end.Add(-time.Duration(s.period) * time.Microsecond)
+				if s.cal != NoCalendar {
+					wstart = time.UnixMicro(monthStart(monthIndex(end.UnixMicro() - 1)))
+				}
 			}
-			st.leases = append(st.leases, heldLease{id: id, seq: seq, granted: size, expires: expires, window: window})
+			h := heldLease{id: id, seq: seq, granted: size, expires: expires, window: window, wstart: wstart}
+			if st.retired {
+				// Its limit changed while the lease was taken: it goes back
+				// unspent.
+				st.ended = append(st.ended, h)
+				st.mu.Unlock()
+				l.stats.acquired.Add(1)
+				_ = l.returnEnded(ctx, st, true)
+				return true, nil
+			}
+			st.leases = append(st.leases, h)
 			st.size = size
 			st.mu.Unlock()
 			l.stats.acquired.Add(1)
@@ -742,14 +831,20 @@ func (st *leaseState) spend(n int64) {
 	}
 }
 
-// give returns n units to the newest leases still held; what they cannot
-// take back is dropped (the store counts it spent).
-func (st *leaseState) give(n int64, now time.Time) {
+// give returns n units, spent at at, to the newest leases still held;
+// what they cannot take back is dropped (the store counts it spent). A
+// window's units go back only into a lease of the window they were spent
+// in, as a strict Settle refunds only into the window debited: a lease
+// held ends with its window, so that is a lease whose window began by at.
+func (st *leaseState) give(n int64, now, at time.Time) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.expire(now)
 	for i := len(st.leases) - 1; i >= 0 && n > 0; i-- {
 		h := &st.leases[i]
+		if h.wstart.After(at) {
+			continue // a later window's
+		}
 		r := min(n, h.used)
 		h.used -= r
 		n -= r
@@ -780,7 +875,7 @@ func (l *Leased) Cancel(ctx context.Context, id string, items []Item) error {
 }
 
 func (l *Leased) settle(ctx context.Context, id string, items []Item, actual []int64) error {
-	local, ok := l.unpend(id)
+	local, at, ok := l.unpend(id)
 	if !ok || len(items) > maxLeasedItems {
 		return l.settleUnknown(ctx, id, items, actual)
 	}
@@ -798,7 +893,7 @@ func (l *Leased) settle(ctx context.Context, id string, items []Item, actual []i
 			a = min(actual[i], items[i].Cost+items[i].Limit.Capacity())
 		}
 		if d := a - items[i].Cost; d < 0 {
-			st.give(-d, now)
+			st.give(-d, now, at)
 		} else if d > 0 {
 			st.mu.Lock()
 			st.expire(now)
@@ -830,7 +925,7 @@ func (l *Leased) SettleClaimed(ctx context.Context, id string, items []Item, act
 			return false, "", ErrUnclaimable
 		}
 	}
-	l.unpend(id) // none of its units came from a lease
+	_, _, _ = l.unpend(id) // none of its units came from a lease
 	l.stats.calls.Add(1)
 	return SettleClaimed(ctx, l.store, id, items, actual, c)
 }
@@ -913,8 +1008,8 @@ type pending struct {
 }
 
 type pendingReq struct {
-	local uint64 // items spent from leases
-	at    time.Time
+	local uint64    // items spent from leases
+	at    time.Time // when they were spent
 }
 
 // maxPending is how long a reservation that spent leased units is
@@ -925,17 +1020,17 @@ func (l *Leased) shard(id string) *pending {
 	return &l.pends[maphash.String(l.seed, id)%uint64(len(l.pends))]
 }
 
-func (l *Leased) pend(id string, local uint64) {
+func (l *Leased) pend(id string, local uint64, at time.Time) {
 	p := l.shard(id)
 	p.mu.Lock()
 	if p.m == nil {
 		p.m = map[string]pendingReq{}
 	}
-	p.m[id] = pendingReq{local: local, at: l.now()}
+	p.m[id] = pendingReq{local: local, at: at}
 	p.mu.Unlock()
 }
 
-func (l *Leased) unpend(id string) (uint64, bool) {
+func (l *Leased) unpend(id string) (local uint64, at time.Time, ok bool) {
 	p := l.shard(id)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -943,7 +1038,7 @@ func (l *Leased) unpend(id string) (uint64, bool) {
 	if ok {
 		delete(p.m, id)
 	}
-	return r.local, ok
+	return r.local, r.at, ok
 }
 
 // Local tells whether this replica's leases held all n items of
@@ -986,11 +1081,50 @@ func (l *Leased) Reset(ctx context.Context, items []Item) error {
 	return l.store.Reset(ctx, items)
 }
 
-// Restore implements Restorer when the inner store does.
+// Restore implements Restorer when the inner store does. A leased item's
+// counted amount is raised by what this replica holds unspent of the
+// key's leases (those of its current window, for a window): the store
+// counted them spent when they were taken, a store that lost its data no
+// longer does, and the caller's count of what was spent (the ledger's)
+// cannot hold units not spent yet. So the replica that restores goes on
+// spending its leases without the key admitting them twice. (Another
+// replica's leases are not known here: see Leased for what they add.)
+// A counter the store holds already above the sum is left alone, so a
+// restore of a store that lost nothing charges nothing twice.
 func (l *Leased) Restore(ctx context.Context, items []Item, counted []int64) error {
 	r, ok := l.store.(Restorer)
 	if !ok {
 		return fmt.Errorf("weighted: %T keeps no generations to restore", l.store)
+	}
+	if len(counted) == len(items) {
+		var held []int64
+		now := l.now()
+		for i := range items {
+			it := &items[i]
+			if !it.Limit.Lease.On() || it.Limit.Algorithm == SlidingLog || counted[i] < 0 {
+				continue // a log is not restored; a negative count is the store's to refuse
+			}
+			l.mu.RLock()
+			st := l.keys[leaseKey{name: it.Limit.Name, algo: it.Limit.Algorithm, cal: it.Limit.Calendar, key: it.Key}]
+			l.mu.RUnlock()
+			if st == nil {
+				continue
+			}
+			st.mu.Lock()
+			st.expire(now)
+			u := st.avail()
+			st.mu.Unlock()
+			if u <= 0 {
+				continue
+			}
+			if held == nil {
+				held = slices.Clone(counted)
+			}
+			held[i] = min(counted[i]+u, max(it.Limit.Capacity(), counted[i]))
+		}
+		if held != nil {
+			counted = held
+		}
 	}
 	l.stats.calls.Add(1)
 	return r.Restore(ctx, items, counted)
@@ -1050,6 +1184,7 @@ func (l *Leased) sweepOnce(ctx context.Context) {
 			l.mu.Unlock()
 		}
 	}
+	_ = l.returnRetired(ctx)
 	for i := range l.pends {
 		p := &l.pends[i]
 		p.mu.Lock()
@@ -1060,6 +1195,38 @@ func (l *Leased) sweepOnce(ctx context.Context) {
 		}
 		p.mu.Unlock()
 	}
+}
+
+// returnRetired returns the leases of the states retired by a change of
+// their limit, and forgets those that hold none.
+func (l *Leased) returnRetired(ctx context.Context) error {
+	l.mu.RLock()
+	retired := slices.Clone(l.retired)
+	l.mu.RUnlock()
+	if len(retired) == 0 {
+		return nil
+	}
+	var errs []error
+	for _, st := range retired {
+		if err := l.returnEnded(ctx, st, true); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	l.mu.Lock()
+	n := 0
+	for _, st := range l.retired {
+		st.mu.Lock()
+		busy := len(st.ended) > 0 || st.fetching != nil
+		st.mu.Unlock()
+		if busy {
+			l.retired[n] = st
+			n++
+		}
+	}
+	clear(l.retired[n:])
+	l.retired = l.retired[:n]
+	l.mu.Unlock()
+	return errors.Join(errs...)
 }
 
 // returnEnded settles st's ended leases: each gives back what it did not

@@ -1,0 +1,290 @@
+package weighted
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/costgate/costgate/internal/redistest"
+)
+
+// TestLeasedLimitChange changes a leased limit under a replica that holds
+// a lease of it, as a config reload does: the new limit is debited under
+// its own capacity, never under the old one's, and a lowered capacity
+// admits in the window no more than it (the old lease's units it had not
+// spent go back).
+func TestLeasedLimitChange(t *testing.T) {
+	c := testRedis(t)
+	ctx := context.Background()
+	olds := []Limit{
+		{Name: "tb", Algorithm: TokenBucket, Rate: 1, Period: time.Hour, Burst: 1000},
+		{Name: "gcra", Algorithm: GCRA, Rate: 1, Period: time.Hour, Burst: 1000},
+		{Name: "fw", Algorithm: FixedWindow, Rate: 1000, Period: time.Hour},
+		{Name: "sw", Algorithm: SlidingWindow, Rate: 1000, Period: time.Hour},
+		{Name: "log", Algorithm: SlidingLog, Rate: 1000, Period: time.Hour},
+		{Name: "month", Algorithm: FixedWindow, Calendar: Month, Rate: 1000},
+	}
+	for _, old := range olds {
+		for _, sn := range []string{"memory", "redis"} {
+			t.Run(old.Name+"/"+sn, func(t *testing.T) {
+				clk := newClock()
+				var s Store = NewMemory(MemoryConfig{Now: clk.Now})
+				if sn == "redis" {
+					s = newRedisStore(c, clk)
+				}
+				old.Lease = Lease{Max: 100, TTL: time.Minute}
+				lowered := old
+				if lowered.Burst > 0 {
+					lowered.Burst = 100
+				} else {
+					lowered.Rate = 100
+				}
+				lowered.Lease = Lease{Max: 10, TTL: time.Minute}
+				l := NewLeased(s, LeasedConfig{Now: clk.Now, Sweep: time.Hour})
+				l.inline = true
+				defer l.Close(ctx)
+				st := l.state(&Item{Limit: old, Key: "k"})
+				st.rate = 1e9 // hot
+				var admitted int64
+				for i := range 10 {
+					clk.Advance(time.Microsecond)
+					res, err := l.Debit(ctx, fmt.Sprint("a", i), []Item{{Limit: old, Key: "k", Cost: 1}})
+					if err != nil || !res.Allowed {
+						t.Fatalf("debit %d under the old limit: %+v %v", i, res, err)
+					}
+					admitted++
+				}
+				if l.Stats().Acquired == 0 {
+					t.Fatalf("no lease taken: %+v", l.Stats())
+				}
+				for i := range 500 {
+					clk.Advance(time.Microsecond)
+					res, err := l.Debit(ctx, fmt.Sprint("b", i), []Item{{Limit: lowered, Key: "k", Cost: 1}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if res.Allowed {
+						admitted++
+					}
+					if res.Items[0].Capacity != 100 {
+						t.Fatalf("debit %d under the lowered limit: capacity %d, want 100", i, res.Items[0].Capacity)
+					}
+				}
+				if admitted > 100 {
+					t.Fatalf("admitted %d in all after the capacity was lowered to 100", admitted)
+				}
+				if admitted < 100-lowered.Lease.Max {
+					t.Fatalf("admitted %d in all, want at least %d: the old lease's unspent units must go back", admitted, 100-lowered.Lease.Max)
+				}
+			})
+		}
+	}
+}
+
+// TestLeasedRefundStaysInItsWindow settles below its estimate, in the next
+// window, a reservation spent from a lease of a window that has ended:
+// the refund belongs to the ended window, as a strict Settle's would, and
+// must not let the next window admit more than its capacity.
+func TestLeasedRefundStaysInItsWindow(t *testing.T) {
+	c := testRedis(t)
+	ctx := context.Background()
+	lims := []Limit{
+		{Name: "fw", Algorithm: FixedWindow, Rate: 100, Period: time.Second, Lease: Lease{Max: 50, TTL: time.Minute}},
+		{Name: "sw", Algorithm: SlidingWindow, Rate: 100, Period: time.Second, Lease: Lease{Max: 50, TTL: time.Minute}},
+	}
+	for _, lim := range lims {
+		for _, sn := range []string{"memory", "redis"} {
+			t.Run(lim.Name+"/"+sn, func(t *testing.T) {
+				clk := newClock()
+				clk.Advance(100 * time.Millisecond)
+				var s Store = NewMemory(MemoryConfig{Now: clk.Now})
+				if sn == "redis" {
+					s = newRedisStore(c, clk)
+				}
+				l := NewLeased(s, LeasedConfig{Now: clk.Now, Sweep: time.Hour})
+				l.inline = true
+				defer l.Close(ctx)
+				st := l.state(&Item{Limit: lim, Key: "k"})
+				st.rate = 1e9 // hot
+				it := Item{Limit: lim, Key: "k", Cost: 10}
+				if res, err := l.Debit(ctx, "old", []Item{it}); err != nil || !res.Allowed || l.Stats().Acquired != 1 {
+					t.Fatalf("the reservation in the first window: %+v %v %+v", res, err, l.Stats())
+				}
+				// The next window; for a sliding window, the one after, which
+				// the first no longer weighs on.
+				clk.Advance(time.Second)
+				if lim.Algorithm == SlidingWindow {
+					clk.Advance(time.Second)
+				}
+				var admitted int64
+				debit := func(id string) {
+					clk.Advance(time.Microsecond)
+					res, err := l.Debit(ctx, id, []Item{{Limit: lim, Key: "k", Cost: 1}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if res.Allowed {
+						admitted++
+					}
+				}
+				for i := range 20 {
+					debit(fmt.Sprint("f", i))
+				}
+				if err := l.Settle(ctx, "old", []Item{it}, []int64{0}); err != nil {
+					t.Fatal(err)
+				}
+				for i := range 300 {
+					debit(fmt.Sprint("n", i))
+				}
+				if admitted > 100 {
+					t.Fatalf("admitted %d in one window of capacity 100", admitted)
+				}
+			})
+		}
+	}
+}
+
+// TestLeasedDataLoss loses the store's data (FLUSHALL, or a Memory
+// store started anew) while a replica holds a lease of a budget-like
+// window, and restores the key, as the gate does, to what the replica's
+// ledger says it admitted: the units the replica held unspent at the
+// restore are its to spend, so the restore counts them, and the window
+// admits no more than its capacity in all.
+func TestLeasedDataLoss(t *testing.T) {
+	srv := redistest.New(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	lims := []Limit{
+		{Name: "fw", Algorithm: FixedWindow, Rate: 100, Period: time.Hour},
+		{Name: "month", Algorithm: FixedWindow, Calendar: Month, Rate: 100},
+		{Name: "tb", Algorithm: TokenBucket, Rate: 1, Period: time.Hour, Burst: 100},
+	}
+	strict := Limit{Name: "strict", Algorithm: FixedWindow, Rate: 1_000_000, Period: time.Hour}
+	for _, lim := range lims {
+		for _, sn := range []string{"memory", "redis"} {
+			t.Run(lim.Name+"/"+sn, func(t *testing.T) {
+				clk := newClock()
+				lim.Lease = Lease{Max: 50, TTL: time.Minute}
+				var s Store
+				var lose func()
+				if sn == "redis" {
+					r := NewRedis(c, patient(RedisConfig{Prefix: fmt.Sprintf("dl%d:", prefixSeq.Add(1)), Generations: true}))
+					r.now = clk.Now
+					s = r
+					lose = func() {
+						if err := c.FlushAll(ctx).Err(); err != nil {
+							t.Fatal(err)
+						}
+					}
+				} else {
+					s = NewMemory(MemoryConfig{Now: clk.Now, Generations: true})
+				}
+				l := NewLeased(s, LeasedConfig{Now: clk.Now, Sweep: time.Hour})
+				if lose == nil {
+					lose = func() { // a store started anew
+						m := NewMemory(MemoryConfig{Now: clk.Now, Generations: true})
+						l.store, l.ls = m, m
+					}
+				}
+				l.inline = true
+				defer l.Close(ctx)
+				l.state(&Item{Limit: lim, Key: "{t}:k"}).rate = 1e9 // hot
+				var admitted int64                                  // the ledger
+				debit := func(id string) {
+					t.Helper()
+					clk.Advance(time.Microsecond)
+					// With a strict limit of the same tenant, as a request's rate
+					// limit beside its budget: its debit finds the loss at once.
+					items := []Item{{Limit: lim, Key: "{t}:k", Cost: 1}, {Limit: strict, Key: "{t}:s", Cost: 1}}
+					for range 3 {
+						res, err := l.Debit(ctx, id, items)
+						if errors.Is(err, ErrStale) {
+							if err := l.Restore(ctx, []Item{{Limit: lim, Key: "{t}:k"}, {Limit: strict, Key: "{t}:s"}}, []int64{admitted, 0}); err != nil {
+								t.Fatal(err)
+							}
+							continue
+						}
+						if err != nil {
+							t.Fatal(err)
+						}
+						if res.Allowed {
+							admitted++
+						}
+						return
+					}
+					t.Fatal("stale after three restores")
+				}
+				for i := range 10 {
+					debit(fmt.Sprint("a", i))
+				}
+				if l.Stats().Acquired == 0 {
+					t.Fatalf("no lease: %+v", l.Stats())
+				}
+				lose()
+				for i := range 300 {
+					debit(fmt.Sprint("b", i))
+				}
+				if admitted > 100 {
+					t.Fatalf("admitted %d across the data loss, capacity 100", admitted)
+				}
+				if admitted < 100 {
+					t.Fatalf("admitted %d across the data loss, want the capacity 100", admitted)
+				}
+			})
+		}
+	}
+}
+
+// TestLeasedRefundInItsWindow settles below its estimate a reservation
+// spent from a lease that has ended since, within the same window: the
+// refund goes into the window's newer lease, as a strict Settle's goes
+// into the window, so the window still admits its whole capacity.
+func TestLeasedRefundInItsWindow(t *testing.T) {
+	c := testRedis(t)
+	ctx := context.Background()
+	lim := Limit{Name: "fw", Algorithm: FixedWindow, Rate: 100, Period: time.Hour, Lease: Lease{Max: 50, TTL: 100 * time.Millisecond}}
+	for _, sn := range []string{"memory", "redis"} {
+		t.Run(sn, func(t *testing.T) {
+			clk := newClock()
+			clk.Advance(time.Minute)
+			var s Store = NewMemory(MemoryConfig{Now: clk.Now})
+			if sn == "redis" {
+				s = newRedisStore(c, clk)
+			}
+			l := NewLeased(s, LeasedConfig{Now: clk.Now, Sweep: time.Hour})
+			l.inline = true
+			defer l.Close(ctx)
+			l.state(&Item{Limit: lim, Key: "k"}).rate = 1e9 // hot
+			it := Item{Limit: lim, Key: "k", Cost: 10}
+			if res, err := l.Debit(ctx, "old", []Item{it}); err != nil || !res.Allowed {
+				t.Fatalf("the reservation: %+v %v", res, err)
+			}
+			clk.Advance(60 * time.Millisecond) // its lease has ended
+			var admitted int64
+			debit := func(id string) {
+				clk.Advance(time.Microsecond)
+				res, err := l.Debit(ctx, id, []Item{{Limit: lim, Key: "k", Cost: 1}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Allowed {
+					admitted++
+				}
+			}
+			for i := range 20 {
+				debit(fmt.Sprint("f", i))
+			}
+			if err := l.Settle(ctx, "old", []Item{it}, []int64{0}); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 300 {
+				debit(fmt.Sprint("n", i))
+			}
+			if admitted != 100 {
+				t.Fatalf("admitted %d in the window besides a reservation settled at 0, want its capacity 100", admitted)
+			}
+		})
+	}
+}
