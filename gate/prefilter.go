@@ -23,18 +23,30 @@ import (
 // the prefilter then refuses for at most the Retry-After it announced.
 // A leased limit's denial is remembered for at most its lease TTL, with
 // the store's Retry-After: a replica that died holding leases of the key
-// has them given back by the store within a TTL.
-// The table is per configuration (a reload starts it anew) and bounded by
-// maxRefusals keys; it is safe for concurrent use.
+// has them given back by the store within a TTL. A denial is of a cost
+// (a request may count for several requests, or none): it refuses
+// requests of that cost or more, never smaller ones, which the store
+// may admit.
+// The table is per configuration (a reload starts it anew), holds the
+// configuration's own limits only (not a request's extra limits nor the
+// control plane's, whatever their names), and is bounded by maxRefusals
+// keys; it is safe for concurrent use.
 type prefilter struct {
 	n     atomic.Int64 // entries in m, expired ones included
-	m     sync.Map     // limit name + "\x00" + key -> *spent
+	m     sync.Map     // refusalKey -> *spent
 	sweep sync.Mutex   // one sweeper at a time
 }
 
+// refusalKey is a configured limit and one of its keys.
+type refusalKey struct {
+	l   *compiledLimit
+	key string
+}
+
 type spent struct {
-	until time.Time // when the limit frees, as the store said
+	until time.Time // when the limit frees for cost, as the store said
 	check time.Time // when to ask the store again: until, or sooner
+	cost  int64     // the cost refused: smaller ones go to the store
 }
 
 // maxRefusals bounds the keys the prefilter remembers.
@@ -53,23 +65,28 @@ func (l *compiledLimit) prefiltered() bool {
 	return true
 }
 
-// add remembers that l is spent for key until until, and no longer than
-// check.
-func (r *prefilter) add(l *compiledLimit, key string, until, check time.Time) {
-	k := l.limit.Name + "\x00" + key
+// add remembers that l is spent for key, for costs of cost or more, until
+// until, and no longer than check. An entry of a smaller cost still
+// current is kept: it refuses more requests.
+func (r *prefilter) add(l *compiledLimit, key string, cost int64, until, check, now time.Time) {
+	if cost <= 0 {
+		return // a cost of nothing is never refused
+	}
+	k := refusalKey{l: l, key: key}
 	if until.Before(check) {
 		check = until
 	}
 	if old, ok := r.m.Load(k); ok {
-		if old.(*spent).check.Before(check) {
-			r.m.Store(k, &spent{until: until, check: check})
+		o := old.(*spent)
+		if !o.check.After(now) || cost < o.cost || cost == o.cost && o.check.Before(check) {
+			r.m.Store(k, &spent{until: until, check: check, cost: cost})
 		}
 		return
 	}
-	if r.n.Load() >= maxRefusals && !r.expire(time.Now()) {
+	if r.n.Load() >= maxRefusals && !r.expire(now) {
 		return
 	}
-	if _, loaded := r.m.LoadOrStore(k, &spent{until: until, check: check}); !loaded {
+	if _, loaded := r.m.LoadOrStore(k, &spent{until: until, check: check, cost: cost}); !loaded {
 		r.n.Add(1)
 	}
 }
@@ -98,16 +115,26 @@ func (p *prefilter) check(r *Reservation, now time.Time) (l *compiledLimit, key 
 	if p.n.Load() == 0 {
 		return nil, "", time.Time{}
 	}
+	requests := r.req.Requests
+	if requests <= 0 {
+		requests = 1 // as Reserve counts it
+		if r.req.NoRequests {
+			requests = 0
+		}
+	}
+	if requests <= 0 {
+		return nil, "", time.Time{}
+	}
 	for _, cl := range r.st.limits {
 		if !cl.prefiltered() || !cl.appliesTo(r.req.Caller.Plan) {
 			continue
 		}
 		k := cl.key(r)
-		v, ok := p.m.Load(cl.limit.Name + "\x00" + k)
+		v, ok := p.m.Load(refusalKey{l: cl, key: k})
 		if !ok {
 			continue
 		}
-		if s := v.(*spent); s.check.After(now) {
+		if s := v.(*spent); s.check.After(now) && requests >= s.cost {
 			return cl, k, s.until
 		}
 	}
@@ -120,7 +147,8 @@ func (r *Reservation) remember() {
 		return // the local fallback's state is not the store's
 	}
 	i := r.result.Decider
-	if i < 0 || i >= len(r.limits) || !r.limits[i].prefiltered() {
+	if i < 0 || i >= len(r.limits) || i >= len(r.items) || !r.limits[i].prefiltered() ||
+		r.limits[i].extra != 0 || r.limits[i].level != nil {
 		return
 	}
 	now := time.Now()
@@ -129,7 +157,7 @@ func (r *Reservation) remember() {
 	if p := r.limits[i].limit.Lease; p.On() {
 		check = now.Add(p.Life())
 	}
-	r.st.prefilter.add(r.limits[i], r.items[i].Key, until, check)
+	r.st.prefilter.add(r.limits[i], r.items[i].Key, r.items[i].Cost, until, check, now)
 }
 
 // Prefilter refuses, before its body is read and estimated, a request
