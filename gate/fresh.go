@@ -115,7 +115,7 @@ func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err er
 			}
 		}
 		_, rerr, _ := f.group.Do(tag, func() (any, error) {
-			err := f.restore(ctx, tag, mine)
+			err := f.restore(ctx, tag, mine, true)
 			f.g.tel.Reconcile(telemetry.ReconcileStale, err)
 			return nil, err
 		})
@@ -129,9 +129,10 @@ func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err er
 
 // restore brings tenant's counters up to the ledger's spend; extra are
 // more items under its tag, restored as they are (so that a tenant without
-// budgets is marked fresh too).
-func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighted.Item) error {
-	items, counted, err := f.g.budgetCounters(ctx, tenant)
+// budgets is marked fresh too). lost tells that the store lost the
+// tenant's counters (a stale answer), rather than a scheduled check.
+func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighted.Item, lost bool) error {
+	items, counted, err := f.g.budgetCounters(ctx, tenant, lost)
 	if err != nil {
 		return err
 	}
@@ -196,8 +197,10 @@ func (g *Gate) budgetRemaining(tenant string, items []weighted.Item, spent []int
 // budgetCounters returns an item for every budget of every key of tenant
 // under the active configuration, and what the ledger says each has spent
 // this period. While the ledger's database is out, the spend is what this
-// node knows (its last read plus what it recorded since).
-func (g *Gate) budgetCounters(ctx context.Context, tenant string) ([]weighted.Item, []int64, error) {
+// node knows (its last read plus what it recorded since). With regions,
+// the spend is this region's (see Regions.spent; lost tells that the
+// store lost its counters).
+func (g *Gate) budgetCounters(ctx context.Context, tenant string, lost bool) ([]weighted.Item, []int64, error) {
 	st := g.state.Load()
 	if g.ledger.Stats().StoreErr == nil {
 		if err := g.ledger.Flush(ctx); err != nil {
@@ -240,7 +243,8 @@ func (g *Gate) budgetCounters(ctx context.Context, tenant string) ([]weighted.It
 					spent = local.Spend
 				}
 				if g.regions != nil {
-					spent = costmodel.NanoUSD(g.regions.spent(l.limit, key)) // the ledger's spend is every region's
+					// The ledger's spend is every region's.
+					spent = costmodel.NanoUSD(g.regions.spent(ctx, l.limit, key, int64(spent), lost))
 				}
 				items = append(items, weighted.Item{Limit: l.limit, Key: key})
 				counted = append(counted, max(int64(spent), 0))

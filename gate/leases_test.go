@@ -3,6 +3,7 @@ package gate_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/costgate/costgate/gate"
@@ -103,5 +104,51 @@ func TestLeasesReturnAtClose(t *testing.T) {
 	}
 	if n != 200 {
 		t.Fatalf("admitted %d in all, want 200", n)
+	}
+}
+
+// A reload that lowers a leased limit while this replica holds leases of
+// it: the new capacity holds at once, the old leases are not spent under
+// it, and what they held unspent comes back.
+func TestLeasedLimitLoweredByAReload(t *testing.T) {
+	ctx := context.Background()
+	url := redistest.New(t).URL
+	const limits = `  - {name: hot, dimensions: [tenant], unit: requests, algorithm: fixed_window, rate: 1000, period: 1h, lease: {max_share: 0.1, ttl: 1m}}`
+	a := openRedisGate(t, url, limits)
+	admitted := 0
+	reserve := func() bool {
+		res, d := a.Reserve(ctx, &gate.Request{Caller: a.Identify("cg-acme"), Route: "/x"})
+		if !d.Allowed() {
+			if d.Status != 429 {
+				t.Fatalf("refused with %d: %+v", d.Status, d)
+			}
+			return false
+		}
+		res.Settle(ctx, gate.Charge{HTTPStatus: 200})
+		admitted++
+		return true
+	}
+	for range 50 {
+		if !reserve() {
+			t.Fatal("refused under the old limit")
+		}
+	}
+	if _, st := a.Leases(); st.Acquired == 0 {
+		t.Fatalf("no lease taken: %+v", st)
+	}
+	cfg := *a.Config()
+	cfg.Limits = slices.Clone(cfg.Limits)
+	cfg.Limits[0].Rate = 100
+	lease := *cfg.Limits[0].Lease
+	lease.MaxShare = 0.05
+	cfg.Limits[0].Lease = &lease
+	if err := a.Apply(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	for range 300 {
+		reserve()
+	}
+	if admitted != 100 {
+		t.Fatalf("admitted %d in the window, want the lowered capacity, 100", admitted)
 	}
 }

@@ -50,7 +50,7 @@ func (g *Gate) ReconcileBudgets(ctx context.Context) error {
 	}
 	var errs []error
 	for _, t := range tenants {
-		err := g.store.restore(ctx, t, nil)
+		err := g.store.restore(ctx, t, nil, false)
 		g.tel.Reconcile(telemetry.ReconcileScheduled, err)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("gate: reconcile %s: %w", t, err))

@@ -49,16 +49,53 @@ func (g *Gate) regional(ctx context.Context, l *compiledLimit, key string) weigh
 	return g.regions.LimitContext(ctx, l.limit, key)
 }
 
-// spent is what this region last reported spent of budget l for key, the
-// count its Redis is restored to after losing its data; 0 before its
-// first rebalance.
-func (g *Regions) spent(l weighted.Limit, key string) int64 {
+// spent is what this region has spent of budget l for key, at least: the
+// count its Redis is restored to. A scheduled check (lost false) takes
+// what it last reported. After its Redis lost its data (lost), that is
+// raised to the ledger's spend (every region's, ledger) less what the
+// other regions reported in their rows, at most its cap: the others have
+// spent at least what they reported, so the rest of the ledger's spend
+// is this region's or more, and a region never spends twice what it
+// spent since its last report. (A scheduled check does not raise it so:
+// the others' spend since their reports would count as this region's.)
+// When the rows cannot be read, the others count for nothing (the whole
+// ledger's spend, at most the cap, which refuses rather than admits).
+func (g *Regions) spent(ctx context.Context, l weighted.Limit, key string, ledger int64, lost bool) int64 {
+	k := capKey{budget: l.Name, key: key, period: periodName(l, g.cfg.Now())}
+	var used, cp int64
+	known := false
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if c := g.caps[capKey{budget: l.Name, key: key, period: periodName(l, g.cfg.Now())}]; c != nil && c.known {
-		return c.used
+	if c := g.caps[k]; c != nil && c.known {
+		used, cp, known = c.used, c.cap, true
 	}
-	return 0
+	g.mu.Unlock()
+	if !lost {
+		return used
+	}
+	var rowCap, rowUsed, others int64
+	var hasRow bool
+	err := g.db.QueryRow(ctx, `SELECT
+		coalesce(sum(used) FILTER (WHERE region <> $4), 0),
+		coalesce(max(cap) FILTER (WHERE region = $4), 0),
+		coalesce(max(used) FILTER (WHERE region = $4), 0),
+		count(*) FILTER (WHERE region = $4) > 0
+		FROM costgate_region_caps WHERE budget = $1 AND key = $2 AND period = $3`,
+		k.budget, k.key, k.period, g.cfg.Region).Scan(&others, &rowCap, &rowUsed, &hasRow)
+	if err != nil {
+		others = 0
+	}
+	if hasRow {
+		used = max(used, rowUsed)
+		if !known {
+			cp, known = rowCap, true
+		}
+	}
+	if !known {
+		// No cap read yet: the region has spent nothing it was not given,
+		// and reads its cap before its first debit.
+		return used
+	}
+	return max(used, min(cp, ledger-others))
 }
 
 // regionalTooBig answers a cost above this region's cap of a budget, but

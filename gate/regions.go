@@ -158,6 +158,9 @@ func (g *Regions) LimitContext(ctx context.Context, l weighted.Limit, key string
 		c = &regionCap{limit: l}
 		g.caps[k] = c
 	}
+	// The budget as configured now: a reload that changes its amount is
+	// shared anew from the next rebalance on.
+	c.limit = l
 	known := c.known
 	g.mu.Unlock()
 	if !known {
@@ -177,7 +180,9 @@ func (g *Regions) LimitContext(ctx context.Context, l weighted.Limit, key string
 	out := l
 	out.Rate = 1
 	if c.known {
-		out.Rate = max(c.cap, 1)
+		// Never above the budget itself, lowered by a reload since the
+		// last rebalance.
+		out.Rate = max(min(c.cap, l.Rate), 1)
 	}
 	out.Lease = weighted.Lease{} // a regional cap is strict
 	return out
@@ -346,6 +351,19 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 	lower := had && next < mine.cap
 	if lower {
 		g.setCap(k, next, used, mine.rate, now) // in process first
+		// Requests admitted under the old cap while this rebalance ran
+		// (since the peek above) are spent all the same: the row keeps
+		// them, so that no other region is given them again. The cap in
+		// process stays lowered: past it, this region admits nothing.
+		res, err := g.store.Peek(ctx, []weighted.Item{{Limit: peek, Key: k.key}})
+		if err != nil {
+			return fmt.Errorf("gate: regions: %s %s: %w", k.budget, k.key, err)
+		}
+		if spent := total - res.Items[0].Remaining; spent > used {
+			g.setCap(k, next, spent, mine.rate, now)
+			used, mine.used = spent, spent
+			next = max(next, min(used, mine.cap+free))
+		}
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO costgate_region_caps (budget, key, period, region, cap, used, rate, updated_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)

@@ -1,0 +1,188 @@
+package gate_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/costgate/costgate/gate"
+	"github.com/costgate/costgate/internal/pgtest"
+	"github.com/costgate/costgate/weighted"
+)
+
+// peekHook is a store that runs after, once, right after its next Peek:
+// a request landing while a rebalance is under way.
+type peekHook struct {
+	weighted.Store
+	mu    sync.Mutex
+	after func()
+}
+
+func (p *peekHook) Peek(ctx context.Context, items []weighted.Item) (weighted.Result, error) {
+	res, err := p.Store.Peek(ctx, items)
+	p.mu.Lock()
+	f := p.after
+	p.after = nil
+	p.mu.Unlock()
+	if f != nil {
+		f()
+	}
+	return res, err
+}
+
+// A region lowers its cap while requests it admitted under the old cap
+// land: its row must still cover what it spent, or the other regions take
+// what it spent again and the regions together spend more than the
+// budget.
+func TestRegionLowersItsCapUnderLoad(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.New(t)
+	const budget = 100
+	lim := weighted.Limit{Name: "daily", Algorithm: weighted.FixedWindow, Rate: budget, Period: 24 * time.Hour}
+	const key = "{acme}:tenant=acme"
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	var clk sync.Mutex
+	clock := func() time.Time { clk.Lock(); defer clk.Unlock(); return now }
+	advance := func(d time.Duration) { clk.Lock(); now = now.Add(d); clk.Unlock() }
+	type region struct {
+		rg    *gate.Regions
+		store *peekHook
+		spent int64
+	}
+	open := func(name string) *region {
+		pool, err := pgxpool.New(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		st := &peekHook{Store: weighted.NewMemory(weighted.MemoryConfig{Now: clock})}
+		rg, err := gate.NewRegions(pool, st, gate.RegionsConfig{Region: name, Regions: []string{"eu", "us"}, Now: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rg.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return &region{rg: rg, store: st}
+	}
+	eu, us := open("eu"), open("us")
+	var seq int
+	spend := func(r *region, lim weighted.Limit, n int64) {
+		t.Helper()
+		for range n {
+			seq++
+			res, err := r.store.Debit(ctx, fmt.Sprint("q", seq), []weighted.Item{{Limit: lim, Key: key, Cost: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Allowed {
+				r.spent++
+			}
+		}
+	}
+	euLimit := eu.rg.Limit(lim, key) // eu's first cap: half
+	us.rg.Limit(lim, key)
+	advance(time.Second)
+	spend(us, us.rg.Limit(lim, key), 40)
+	if err := us.rg.Rebalance(ctx); err != nil { // us reports its demand
+		t.Fatal(err)
+	}
+	advance(time.Second)
+	// eu, idle so far, lowers its cap to its small share; 30 requests it
+	// admitted under its old cap land between its peek and the lowering.
+	eu.store.after = func() { spend(eu, euLimit, 30) }
+	if err := eu.rg.Rebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		advance(time.Second)
+		if err := us.rg.Rebalance(ctx); err != nil {
+			t.Fatal(err)
+		}
+		spend(us, us.rg.Limit(lim, key), 100)
+		if err := eu.rg.Rebalance(ctx); err != nil {
+			t.Fatal(err)
+		}
+		spend(eu, eu.rg.Limit(lim, key), 100)
+	}
+	t.Logf("eu spent %d, us %d, of %d", eu.spent, us.spent, budget)
+	if eu.spent+us.spent > budget {
+		t.Fatalf("the regions spent %d of a budget of %d", eu.spent+us.spent, budget)
+	}
+}
+
+// A budget lowered (or raised) by a config reload in the middle of its
+// period is shared anew at the next rebalance: the regions' caps and
+// spend keep within the new amount, not the one the period started with.
+func TestRegionsFollowAChangedBudget(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.New(t)
+	const key = "{acme}:tenant=acme"
+	lim := weighted.Limit{Name: "daily", Algorithm: weighted.FixedWindow, Rate: 100, Period: 24 * time.Hour}
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	type region struct {
+		rg    *gate.Regions
+		store weighted.Store
+		spent int64
+	}
+	var rs []*region
+	for _, name := range []string{"eu", "us"} {
+		pool, err := pgxpool.New(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		st := weighted.NewMemory(weighted.MemoryConfig{Now: clock})
+		rg, err := gate.NewRegions(pool, st, gate.RegionsConfig{Region: name, Regions: []string{"eu", "us"}, Now: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rg.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, &region{rg: rg, store: st})
+	}
+	var seq int
+	round := func(lim weighted.Limit) {
+		t.Helper()
+		for _, r := range rs {
+			l := r.rg.Limit(lim, key)
+			if err := r.rg.Rebalance(ctx); err != nil {
+				t.Fatal(err)
+			}
+			l = r.rg.Limit(lim, key)
+			for range 10 {
+				seq++
+				res, err := r.store.Debit(ctx, fmt.Sprint("q", seq), []weighted.Item{{Limit: l, Key: key, Cost: 1}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Allowed {
+					r.spent++
+				}
+			}
+		}
+	}
+	round(lim)
+	lowered := lim
+	lowered.Rate = 30
+	for range 5 {
+		round(lowered)
+	}
+	if s := rs[0].spent + rs[1].spent; s > 30 {
+		t.Fatalf("the regions spent %d after the budget was lowered to 30 (20 before)", s)
+	}
+	raised := lim
+	raised.Rate = 200
+	for range 30 {
+		round(raised)
+	}
+	if s := rs[0].spent + rs[1].spent; s > 200 || s < 190 {
+		t.Fatalf("the regions spent %d after the budget was raised to 200", s)
+	}
+}
