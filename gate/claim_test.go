@@ -3,6 +3,7 @@ package gate_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -25,7 +26,10 @@ func TestHeldEndsRaceAcrossReplicas(t *testing.T) {
 	srv := redistest.New(t)
 	const limits = `  - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 1000000, period: 1h}
 reservations: {secret: 0123456789abcdef0123}`
-	a, b := openRedisGate(t, srv.URL, limits), openRedisGate(t, srv.URL, limits)
+	// Timeouts a loaded machine does not reach: this test is of the race,
+	// not of a slow store (TestHeldEndOfUnknownOutcome is).
+	store := fmt.Sprintf("{redis: %q, timeout: 5s, queue_timeout: 5s}", srv.URL)
+	a, b := openGateStore(t, store, limits), openGateStore(t, store, limits)
 	mon := redistest.NewMonitor(t, srv.Addr)
 	ca, cb := a.Identify("cg-acme"), b.Identify("cg-acme")
 	const n = 40
@@ -98,6 +102,91 @@ reservations: {secret: 0123456789abcdef0123}`
 	if n := mon.Count(`"evalsha"`); n < 2*len(ids) {
 		t.Errorf("%d script calls seen; the monitor misses calls", n)
 	}
+}
+
+// TestHeldEndOfUnknownOutcome: a replica whose claimed settlement fails
+// while Redis is up (its call shed from a busy queue, or unanswered in
+// time) does not decide alone: it claims on its own, and a release on
+// another replica that comes after it loses. Exactly one end per
+// reservation, and the limit never gets back more than the winner's end
+// returns. Redis is paused (CLIENT PAUSE) so that the
+// settling replica's calls queue past its queue_timeout unsent.
+func TestHeldEndOfUnknownOutcome(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.New(t)
+	const limits = `  - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 1000000, period: 24h}
+reservations: {secret: 0123456789abcdef0123}`
+	slow := fmt.Sprintf("{redis: %q, timeout: 5s, queue_timeout: 5s}", srv.URL)
+	h, b := openGateStore(t, slow, limits), openGateStore(t, slow, limits)
+	a := openGateStore(t, fmt.Sprintf("{redis: %q, timeout: 5s, queue_timeout: 1ms, breaker_failures: 100000}", srv.URL), limits)
+	const n = 20
+	ids, _ := hold(t, h, h.Identify("cg-acme"), n)
+	resume := func(g *gate.Gate, id string) *gate.Reservation {
+		r, _, err := g.Resume(g.Identify("cg-acme"), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if err := srv.Client(t).Do(ctx, "CLIENT", "PAUSE", 300, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// One settlement is sent and waits out the pause; the others queue
+	// behind it and are shed unsent.
+	settled := make([]bool, n)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		r := resume(a, id)
+		wg.Go(func() {
+			_, again, err := r.SettleHeld(ctx, gate.Charge{Usage: costmodel.Usage{InputTokens: 30}, HTTPStatus: 200})
+			switch {
+			case err == nil && !again:
+				settled[i] = true
+			case errors.Is(err, gate.ErrReleased):
+			default:
+				t.Errorf("settle %d: again %v, %v", i, again, err)
+			}
+		})
+	}
+	wg.Wait()
+	var used int64
+	for i, id := range ids {
+		err := resume(b, id).Release(ctx)
+		released := err == nil
+		if !released && !errors.Is(err, gate.ErrSettled) {
+			t.Errorf("release %d: %v", i, err)
+		}
+		if settled[i] == released {
+			t.Errorf("reservation %d: settled %v, released %v; want exactly one", i, settled[i], released)
+		}
+		if settled[i] {
+			used += 30
+		}
+	}
+	// A settlement the settling replica could not send leaves its
+	// reservation at its estimate (more spent, never less); the limit must
+	// never get back more than the ends returned.
+	res, d := b.Reserve(ctx, &gate.Request{Caller: b.Identify("cg-acme"), Route: "/x", States: true, Estimate: costmodel.Estimate{Usage: costmodel.Usage{InputTokens: 1}}})
+	if res != nil {
+		res.Cancel(ctx)
+	}
+	if len(d.Limits) != 1 || d.Limits[0].Remaining > 1000000-used-1 {
+		t.Fatalf("after the ends: %+v; want at most %d tokens left", d, 1000000-used-1)
+	}
+}
+
+// openGateStore is openRedisGate with store, a YAML flow mapping, as the
+// store section.
+func openGateStore(t *testing.T, store, limits string) *gate.Gate {
+	t.Helper()
+	return openYAML(t, fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+store: %s
+tenants:
+  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
+limits:
+%s`, t.TempDir(), store, limits))
 }
 
 // TestHeldEndsThroughAnOutage: held reservations settled and released

@@ -498,21 +498,41 @@ type claim struct {
 	state  holdState
 	cost   costmodel.NanoUSD
 	status ledger.Status
+	// token tells one end's claim from another's: Gate.end draws it, so
+	// that a claim found after a call of unknown outcome is known for
+	// this end's own or another's. Empty in claims of earlier versions.
+	token string
 }
 
+// encode writes c as "STATE COST STATUS TOKEN", an empty status as "-"
+// (earlier versions wrote "STATE COST STATUS" and read the first three).
 func (c claim) encode() string {
-	return fmt.Sprintf("%d %d %s", c.state, c.cost, c.status)
+	status := string(c.status)
+	if status == "" {
+		status = "-"
+	}
+	return fmt.Sprintf("%d %d %s %s", c.state, c.cost, status, c.token)
 }
 
 func decodeClaim(v string) (claim, bool) {
 	var c claim
 	var st uint8
 	var status string
-	if n, _ := fmt.Sscanf(v, "%d %d %s", &st, &c.cost, &status); n < 2 || st == 0 || st > uint8(holdExpired) {
+	if n, _ := fmt.Sscanf(v, "%d %d %s %s", &st, &c.cost, &status, &c.token); n < 2 || st == 0 || st > uint8(holdExpired) {
 		return claim{}, false
+	}
+	if status == "-" {
+		status = ""
 	}
 	c.state, c.status = holdState(st), ledger.Status(status)
 	return c, true
+}
+
+// newClaimToken returns a random token for a claim (see claim.token).
+func newClaimToken() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 func (c claim) answer() (Charge, bool, error) {
@@ -535,23 +555,45 @@ const claimGrace = 10 * time.Minute
 // stored tells so. A claim and its settlement are then one atomic step,
 // which a replica that dies between them cannot split, and one round
 // trip instead of two. Otherwise the caller ends r's items itself.
+//
+// When that call fails, its outcome may be unknown: the script may have
+// run, or may still run (a call abandoned at the store's CallTimeout is
+// carried out up to its ReplyTimeout). The claim is then made on its own
+// (claim): the first of the two to reach Redis decides, since the script
+// claims and settles only where no claim is. A claim found that is this
+// end's own (its token) means the script ran, settlement included. Only
+// when Redis cannot be reached at all (its breaker open, or the claim
+// failing too) does this replica decide alone.
 func (g *Gate) end(ctx context.Context, r *Reservation, c claim, actual []int64) (won bool, prior claim, stored bool, err error) {
 	cs, ok := r.store().(weighted.Claimer)
 	if g.redis == nil || !ok || r.degraded || r.ext != nil || len(r.items) == 0 {
 		won, prior, err = g.claim(ctx, r, c)
 		return won, prior, false, err
 	}
+	c.token = newClaimToken()
 	key, ttl := r.claimKey()
 	w, p, err := cs.SettleClaimed(ctx, r.resID, r.items, actual, weighted.Claim{Key: key, Value: c.encode(), TTL: ttl})
 	switch {
 	case errors.Is(err, weighted.ErrUnclaimable):
 		won, prior, err = g.claim(ctx, r, c)
 		return won, prior, false, err
-	case err != nil:
-		// The outcome is unknown; the store's record of the id keeps a
-		// settlement retried by the caller from counting twice.
-		g.log.Warn("held reservation: the claim in Redis failed; this replica decides alone", "request_id", r.req.ID, "err", err)
+	case errors.Is(err, errBreakerOpen):
+		// Redis is taken for down: the outage's rule, this replica
+		// decides alone; the store's record of the id keeps a settlement
+		// retried by the caller from counting twice.
+		g.log.Warn("held reservation: the limiter store is failing; this replica decides alone", "request_id", r.req.ID, "err", err)
 		return true, claim{}, false, err
+	case err != nil:
+		won, prior, cerr := g.claim(ctx, r, c)
+		switch {
+		case cerr != nil:
+			return true, claim{}, false, cerr // claim logged it
+		case won:
+			return true, claim{}, false, nil
+		case prior.token == c.token:
+			return true, claim{}, true, nil // the script ran: claimed and settled
+		}
+		return false, prior, false, nil
 	case w:
 		return true, claim{}, true, nil
 	}
