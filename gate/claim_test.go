@@ -24,7 +24,7 @@ import (
 func TestHeldEndsRaceAcrossReplicas(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.New(t)
-	const limits = `  - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 1000000, period: 1h}
+	const limits = `  - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 1000000, period: 24h}
 reservations: {secret: 0123456789abcdef0123}`
 	// Timeouts a loaded machine does not reach: this test is of the race,
 	// not of a slow store (TestHeldEndOfUnknownOutcome is).
@@ -197,7 +197,7 @@ limits:
 func TestHeldEndsThroughAnOutage(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.New(t)
-	g := openRedisGate(t, srv.URL, `  - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 1000000, period: 1h}
+	g := openRedisGate(t, srv.URL, `  - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 1000000, period: 24h}
 reservations: {secret: 0123456789abcdef0123}`)
 	c := g.Identify("cg-acme")
 	ids, reqs := hold(t, g, c, 3)

@@ -27,7 +27,7 @@ func TestSettleRacesExpiry(t *testing.T) {
 func settleRacesExpiry(t *testing.T, store string) {
 	g := openAcme(t, store+`
 limits:
-  - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 1000000, period: 1h}`)
+  - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 1000000, period: 24h}`)
 	ctx := context.Background()
 	c := g.Identify("cg-acme")
 	const n = 40

@@ -31,7 +31,7 @@ limits:
 func TestLeasedLimitThroughTheGate(t *testing.T) {
 	ctx := context.Background()
 	url := redistest.New(t).URL
-	const limits = `  - {name: hot, dimensions: [tenant], unit: requests, algorithm: fixed_window, rate: 300, period: 1h, lease: {max_share: 0.2, ttl: 1m}}
+	const limits = `  - {name: hot, dimensions: [tenant], unit: requests, algorithm: fixed_window, rate: 300, period: 24h, lease: {max_share: 0.2, ttl: 1m}}
   - {name: plain, plans: [none], dimensions: [tenant], unit: requests, rate: 100000, period: 1h}`
 	a := openRedisGate(t, url, limits)
 	c := a.Identify("cg-acme")
@@ -113,7 +113,7 @@ func TestLeasesReturnAtClose(t *testing.T) {
 func TestLeasedLimitLoweredByAReload(t *testing.T) {
 	ctx := context.Background()
 	url := redistest.New(t).URL
-	const limits = `  - {name: hot, dimensions: [tenant], unit: requests, algorithm: fixed_window, rate: 1000, period: 1h, lease: {max_share: 0.1, ttl: 1m}}`
+	const limits = `  - {name: hot, dimensions: [tenant], unit: requests, algorithm: fixed_window, rate: 1000, period: 24h, lease: {max_share: 0.1, ttl: 1m}}`
 	a := openRedisGate(t, url, limits)
 	admitted := 0
 	reserve := func() bool {
