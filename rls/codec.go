@@ -7,13 +7,15 @@ package rls
 // unknown field, a field of another wire type, a descriptor's limit
 // override, a message field twice, a string that is not UTF-8, malformed
 // bytes) goes to proto.Unmarshal instead, so that the codec accepts,
-// refuses and reads exactly what the generated code does. A
-// RateLimitResponse of the fields the server sets is written without
+// refuses and reads exactly what the generated code does, except for a
+// request past the bounds (maxDescriptors, maxEntries), which is read for
+// its shape alone, for the server to refuse. A RateLimitResponse of the fields the server sets is written without
 // reflection too, byte for byte as proto.Marshal writes it, and any other
 // by proto.Marshal; every other message (health, reflection) goes to
 // gRPC's proto codec.
 
 import (
+	"errors"
 	"fmt"
 	"unicode/utf8"
 
@@ -90,13 +92,126 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 // unmarshalRequest reads b into req as proto.Unmarshal does: by
-// decodeRequest when it can, else by proto.Unmarshal.
+// decodeRequest when it can, else by proto.Unmarshal. A request past the
+// bounds (more than maxDescriptors descriptors, or a descriptor of more
+// than maxEntries entries), which the server refuses, is read for its
+// shape alone (decodeShape): a few bytes on the wire per entry must not
+// cost an allocation each.
 func unmarshalRequest(b []byte, req *rlsv3.RateLimitRequest) error {
 	if decodeRequest(b, req) {
 		return nil
 	}
 	proto.Reset(req)
+	if outOfBounds(b) {
+		return decodeShape(b, req)
+	}
 	return proto.Unmarshal(b, req)
+}
+
+// outOfBounds tells whether b, a RateLimitRequest on the wire, has more
+// than maxDescriptors descriptors or a descriptor of more than maxEntries
+// entries, whatever other fields it holds; false for malformed bytes,
+// which proto.Unmarshal refuses.
+func outOfBounds(b []byte) bool {
+	descs, over := 0, false
+	ok := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) bool {
+		if num != 2 || typ != protowire.BytesType {
+			return true
+		}
+		descs++
+		entries := 0
+		if !eachField(v, func(num protowire.Number, typ protowire.Type, _ []byte) bool {
+			if num == 1 && typ == protowire.BytesType {
+				entries++
+			}
+			return true
+		}) {
+			return false
+		}
+		over = over || entries > maxEntries
+		return true
+	})
+	return ok && (over || descs > maxDescriptors)
+}
+
+// eachField calls f with each field of the message b and its value's
+// bytes (a length-delimited field's without its length) until f returns
+// false; it returns false when b is malformed or f stopped.
+func eachField(b []byte, f func(num protowire.Number, typ protowire.Type, v []byte) bool) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		var v []byte
+		if typ == protowire.BytesType {
+			v, n = protowire.ConsumeBytes(b)
+		} else {
+			n = protowire.ConsumeFieldValue(num, typ, b)
+			if n >= 0 {
+				v = b[:n]
+			}
+		}
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		if !f(num, typ, v) {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeShape fills req from b, a well-formed request past the bounds,
+// with what the server needs to refuse it: its domain and hits_addend,
+// as many descriptors as b has (all the same empty one when they are more
+// than maxDescriptors), and, when they are not, as many entries in each
+// as it has (all the same empty one). It fails where proto.Unmarshal
+// fails on the domain.
+func decodeShape(b []byte, req *rlsv3.RateLimitRequest) error {
+	n := 0
+	eachField(b, func(num protowire.Number, typ protowire.Type, _ []byte) bool {
+		if num == 2 && typ == protowire.BytesType {
+			n++
+		}
+		return true
+	})
+	req.Descriptors = make([]*commonv3.RateLimitDescriptor, 0, n)
+	empty := &commonv3.RateLimitDescriptor{}
+	entry := &commonv3.RateLimitDescriptor_Entry{}
+	var err error
+	eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) bool {
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			if !utf8.Valid(v) {
+				err = errors.New("rls: the request's domain is not valid UTF-8")
+				return false
+			}
+			req.Domain = string(v)
+		case num == 3 && typ == protowire.VarintType:
+			h, _ := protowire.ConsumeVarint(v)
+			req.HitsAddend = uint32(h)
+		case num == 2 && typ == protowire.BytesType && n > maxDescriptors:
+			req.Descriptors = append(req.Descriptors, empty)
+		case num == 2 && typ == protowire.BytesType:
+			ne := 0
+			eachField(v, func(num protowire.Number, typ protowire.Type, _ []byte) bool {
+				if num == 1 && typ == protowire.BytesType {
+					ne++
+				}
+				return true
+			})
+			d := &commonv3.RateLimitDescriptor{Entries: make([]*commonv3.RateLimitDescriptor_Entry, ne)}
+			for i := range d.Entries {
+				d.Entries[i] = entry
+			}
+			req.Descriptors = append(req.Descriptors, d)
+		}
+		return true
+	})
+	return err
 }
 
 // The tags (field number and wire type) of the fields decodeRequest reads.
@@ -228,7 +343,7 @@ func bytesAt(b []byte, i int) (start, end int) {
 
 // countRequest checks that b is a RateLimitRequest that decodeRequest
 // reads (only the fields it knows, each of its wire type, and no message
-// field twice) and counts its descriptors and entries.
+// field twice, within the bounds) and counts its descriptors and entries.
 func countRequest(b []byte) (descs, entries int, ok bool) {
 	for len(b) > 0 {
 		tag, n := protowire.ConsumeVarint(b)
@@ -255,12 +370,15 @@ func countRequest(b []byte) (descs, entries int, ok bool) {
 		b = b[n:]
 		if tag == tagDescriptor {
 			ne, ok := countDescriptor(v)
-			if !ok {
+			if !ok || ne > maxEntries {
 				return 0, 0, false
 			}
 			descs++
 			entries += ne
 		}
+	}
+	if descs > maxDescriptors {
+		return 0, 0, false // past the bounds: see unmarshalRequest
 	}
 	return descs, entries, true
 }

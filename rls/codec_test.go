@@ -2,8 +2,10 @@ package rls
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
@@ -88,6 +90,10 @@ func checkRequestCodec(t *testing.T, b []byte) {
 	t.Helper()
 	want := &rlsv3.RateLimitRequest{}
 	wantErr := proto.Unmarshal(b, want)
+	if outOfBounds(b) {
+		checkShape(t, b, want, wantErr)
+		return
+	}
 	fast := &rlsv3.RateLimitRequest{}
 	if decodeRequest(b, fast) {
 		if wantErr != nil {
@@ -104,6 +110,95 @@ func checkRequestCodec(t *testing.T, b []byte) {
 	}
 	if err == nil && !proto.Equal(got, want) {
 		t.Fatalf("codec read %x as %v, proto.Unmarshal as %v", b, got, want)
+	}
+}
+
+// checkShape checks the codec on b, a request past the bounds: it reads
+// the domain, the number of descriptors and, when they are within the
+// bounds, the number of entries of each, as proto.Unmarshal does.
+func checkShape(t *testing.T, b []byte, want *rlsv3.RateLimitRequest, wantErr error) {
+	t.Helper()
+	n, over := len(want.GetDescriptors()), false
+	for _, d := range want.GetDescriptors() {
+		over = over || len(d.GetEntries()) > maxEntries
+	}
+	if wantErr == nil && n <= maxDescriptors && !over {
+		t.Fatalf("outOfBounds(%x), with %d descriptors", b, n)
+	}
+	got := &rlsv3.RateLimitRequest{}
+	if err := newCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, got); err != nil || wantErr != nil {
+		return // either refuses the request
+	}
+	if got.GetDomain() != want.GetDomain() || got.GetHitsAddend() != want.GetHitsAddend() || len(got.GetDescriptors()) != n {
+		t.Fatalf("codec read %x as domain %q, hits %d, %d descriptors; proto.Unmarshal as %q, %d, %d",
+			b, got.GetDomain(), got.GetHitsAddend(), len(got.GetDescriptors()), want.GetDomain(), want.GetHitsAddend(), n)
+	}
+	for i, d := range got.GetDescriptors() {
+		if n <= maxDescriptors && len(d.GetEntries()) != len(want.GetDescriptors()[i].GetEntries()) {
+			t.Fatalf("codec read descriptor %d of %x with %d entries, proto.Unmarshal with %d", i, b, len(d.GetEntries()), len(want.GetDescriptors()[i].GetEntries()))
+		}
+	}
+}
+
+// TestRequestPastTheBounds: a request of many descriptors, or a
+// descriptor of many entries, a few bytes each on the wire, is refused as
+// invalid without an allocation per entry, whatever else it holds (a
+// field the codec leaves to proto.Unmarshal).
+func TestRequestPastTheBounds(t *testing.T) {
+	many := func(descs, entries int, extra bool) []byte {
+		req := &rlsv3.RateLimitRequest{Domain: "d"}
+		for range descs {
+			dd := &commonv3.RateLimitDescriptor{}
+			for range entries {
+				dd.Entries = append(dd.Entries, &commonv3.RateLimitDescriptor_Entry{})
+			}
+			req.Descriptors = append(req.Descriptors, dd)
+		}
+		if extra {
+			req.Descriptors[0].Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
+		}
+		b, err := proto.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name           string
+		descs, entries int
+		extra          bool
+	}{
+		{"entries", 1, 200_000, false},
+		{"entries beside an override", 1, 200_000, true},
+		{"descriptors", 100_000, 1, false},
+		{"descriptors beside an override", 100_000, 1, true},
+		{"both", 65, 17, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := many(tc.descs, tc.entries, tc.extra)
+			checkRequestCodec(t, b)
+			var req rlsv3.RateLimitRequest
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			if err := unmarshalRequest(b, &req); err != nil {
+				t.Fatal(err)
+			}
+			runtime.ReadMemStats(&after)
+			// A pointer (8 bytes) for each entry or descriptor of 2 bytes.
+			if n := after.TotalAlloc - before.TotalAlloc; n > 5*uint64(len(b)) {
+				t.Errorf("%d bytes allocated for a request of %d bytes", n, len(b))
+			}
+			if len(req.Descriptors) != tc.descs {
+				t.Errorf("read %d descriptors, want %d", len(req.Descriptors), tc.descs)
+			}
+			if tc.descs <= maxDescriptors && len(req.Descriptors[0].GetEntries()) != tc.entries {
+				t.Errorf("read %d entries, want %d", len(req.Descriptors[0].GetEntries()), tc.entries)
+			}
+			c := new(call)
+			if err := c.convert(&domain{name: "d"}, &req); !errors.Is(err, errInvalid) {
+				t.Errorf("convert: %v, want errInvalid", err)
+			}
+		})
 	}
 }
 

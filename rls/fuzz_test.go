@@ -77,6 +77,8 @@ func FuzzConvert(f *testing.F) {
 		"nothing=x;more=y",
 		"ip=10.0.0.1|rep=x",
 		"rep=y|ip=192.0.2.9|ip=10.2.3.4",
+		"nothing=x|other=x|more=x|again=x",
+		"a=b=c|a=b=c|a%3Db=c|a%3Db=c",
 	} {
 		f.Add(s, uint32(0), int64(-1), false, uint32(0), int32(-1))
 		f.Add(s, uint32(3), int64(0), false, uint32(2), int32(2))
@@ -176,12 +178,34 @@ func FuzzConvert(f *testing.F) {
 				}
 			}
 		}
+		// Two descriptors share a counter (a limit and a key) only when
+		// they are the same: no value, key or override can make another
+		// descriptor's key.
+		for i := range c.descs {
+			for j := range i {
+				a, b := &c.descs[i], &c.descs[j]
+				if a.extra < 0 || b.extra < 0 {
+					continue
+				}
+				ea, eb := &c.groups[a.kind].extras[a.extra], &c.groups[b.kind].extras[b.extra]
+				if ea.Key == eb.Key && ea.Limit.Name == eb.Limit.Name && !sameEntries(req.Descriptors[i], req.Descriptors[j]) {
+					t.Fatalf("descriptors %d and %d share limit %q key %q", j, i, ea.Limit.Name, ea.Key)
+				}
+			}
+		}
 		if c.block >= 0 && c.limitOf(&c.descs[c.block]) == nil {
 			t.Fatalf("block %d has no limit", c.block)
 		}
 		if strings.ContainsAny(c.tenant, "{}") {
 			t.Fatalf("tenant %q", c.tenant)
 		}
+	})
+}
+
+// sameEntries tells whether a and b have the same entries, in order.
+func sameEntries(a, b *commonv3.RateLimitDescriptor) bool {
+	return slices.EqualFunc(a.GetEntries(), b.GetEntries(), func(x, y *commonv3.RateLimitDescriptor_Entry) bool {
+		return x.GetKey() == y.GetKey() && x.GetValue() == y.GetValue()
 	})
 }
 

@@ -360,9 +360,10 @@ func (c *call) count(g *group, d *desc) {
 //
 // The key is the descriptor's values under a hash tag: the tenant the
 // descriptor names, so that it lives in the tenant's Redis Cluster slot
-// with the tenant's limits and budgets, else the domain's. A counter's key
-// depends on its descriptor alone, never on the other descriptors of the
-// request.
+// with the tenant's limits and budgets, else the domain's. A limit
+// override's key holds the domain and the entries' keys too
+// (":DOMAIN:KEY=VALUE..."). A counter's key depends on its descriptor
+// alone, never on the other descriptors of the request.
 func (c *call) addExtra(g *group, d *desc, tenant string, rd *commonv3.RateLimitDescriptor) int {
 	var b []byte
 	if tenant != "" {
@@ -370,12 +371,29 @@ func (c *call) addExtra(g *group, d *desc, tenant string, rd *commonv3.RateLimit
 	} else {
 		b = append(c.key[:0], c.dom.tag...)
 	}
-	for _, e := range rd.GetEntries() {
+	l := c.limitOf(d)
+	if d.override != nil {
+		// An override's limit is named by its rate and unit alone, and
+		// descriptors of any keys (of any domain whose name maps to the
+		// same prefix) may send it: its key names the domain and the
+		// entries' keys, so that no two descriptors share its counter.
 		b = append(b, ':')
-		b = appendEscaped(b, e.GetValue())
+		b = appendEscaped(b, c.dom.name, false)
+		for _, e := range rd.GetEntries() {
+			b = append(b, ':')
+			b = appendEscaped(b, e.GetKey(), true)
+			b = append(b, '=')
+			b = appendEscaped(b, e.GetValue(), false)
+		}
+	} else {
+		// A configured limit is its node's: the path to the node fixes
+		// the entries' keys, and the values alone tell counters apart.
+		for _, e := range rd.GetEntries() {
+			b = append(b, ':')
+			b = appendEscaped(b, e.GetValue(), false)
+		}
 	}
 	c.key = b
-	l := c.limitOf(d)
 	for i := range g.extras {
 		if g.extras[i].Limit.Name == l.w.Name && g.extras[i].Key == string(b) {
 			if d.kind == kindDebit {
@@ -399,18 +417,25 @@ func (c *call) addExtra(g *group, d *desc, tenant string, rd *commonv3.RateLimit
 	return len(g.extras) - 1
 }
 
-// appendEscaped appends v with '%' and ':' escaped, so that the values of
-// a key's entries cannot run into each other.
-func appendEscaped(b []byte, v string) []byte {
-	if !strings.ContainsAny(v, "%:") {
+// appendEscaped appends v with '%' and ':' escaped, and '=' too when eq is
+// set (an entry's key before its '=' and value), so that the parts of a
+// key cannot run into each other.
+func appendEscaped(b []byte, v string, eq bool) []byte {
+	special := "%:"
+	if eq {
+		special = "%:="
+	}
+	if !strings.ContainsAny(v, special) {
 		return append(b, v...)
 	}
 	for i := 0; i < len(v); i++ {
-		switch v[i] {
-		case '%':
+		switch {
+		case v[i] == '%':
 			b = append(b, "%25"...)
-		case ':':
+		case v[i] == ':':
 			b = append(b, "%3A"...)
+		case v[i] == '=' && eq:
+			b = append(b, "%3D"...)
 		default:
 			b = append(b, v[i])
 		}

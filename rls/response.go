@@ -30,14 +30,15 @@ func respond(t *tree, c *call, out *[numKinds]outcome) *rlsv3.RateLimitResponse 
 		resp.Statuses[i] = &sts[i]
 	}
 	// The decision that speaks for the request: a refusal, else the
-	// debit's, else the check's, else the charge's.
+	// debit's, else the check's, else the charge's (a charge is never a
+	// refusal of the request).
 	var decider *gate.Decision
 	for _, k := range [...]kind{kindDebit, kindCheck, kindCharge} {
 		o := &out[k]
 		if !o.ran {
 			continue
 		}
-		if decider == nil || (!o.d.Allowed() && decider.Allowed()) {
+		if decider == nil || (!o.d.Allowed() && decider.Allowed() && k != kindCharge) {
 			decider = &o.d
 		}
 	}
@@ -51,9 +52,17 @@ func respond(t *tree, c *call, out *[numKinds]outcome) *rlsv3.RateLimitResponse 
 		over := false
 		for i := range c.descs {
 			dc := &c.descs[i]
-			if dc.kind == kind(k) {
-				over = describe(t, c, dc, &o.d, &sts[i], &durs[i]) || over
+			if dc.kind != kind(k) {
+				continue
 			}
+			refused := describe(t, c, dc, &o.d, &sts[i], &durs[i])
+			if dc.kind == kindCharge {
+				// Usage already served is never refused, whatever its
+				// limits say: its status is OK, as the answer is.
+				sts[i].Code = codeOK
+				continue
+			}
+			over = refused || over
 		}
 		if !o.d.Allowed() && kind(k) != kindCharge {
 			resp.OverallCode = codeOver

@@ -195,10 +195,19 @@ func (s *Server) decide(ctx context.Context, t *tree, c *call) (*rlsv3.RateLimit
 			s.g.Telemetry().ShadowWouldBlock("", l.info.current.Name, c.tenant)
 		}
 	}
+	caller := s.g.Trusted(c.tenant, c.user, "", c.plan)
 	if c.block >= 0 {
+		// A descriptor whose limit is 0 refuses the request, which debits
+		// nothing; the usage it reports was served all the same, and is
+		// charged.
+		if c.groups[kindCharge].n > 0 {
+			if d := s.ask(ctx, caller, c, kindCharge); unavailable(d) {
+				s.log.Warn("rls: costgate cannot decide", "domain", c.dom.name, "tenant", c.tenant, "code", d.Error.Code)
+				return nil, status.Error(codes.Unavailable, d.Error.Message)
+			}
+		}
 		return blocked(c), nil
 	}
-	caller := s.g.Trusted(c.tenant, c.user, "", c.plan)
 	var out [numKinds]outcome
 	for _, k := range [...]kind{kindCharge, kindCheck, kindDebit} {
 		g := &c.groups[k]
