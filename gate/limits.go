@@ -110,9 +110,33 @@ func (l *compiledLimit) key(r *Reservation) string {
 		b.WriteByte(':')
 		b.WriteString(d)
 		b.WriteByte('=')
-		b.WriteString(r.dimension(d))
+		writeKeyValue(&b, r.dimension(d))
 	}
 	return b.String()
+}
+
+// writeKeyValue writes a dimension's value into a limit's key with '%',
+// ':' and '=' percent-encoded, so that no value can run into the next
+// dimension: user "a:model=b" with model "c" and user "a" with model
+// "b:model=c" are two keys, not one. A value without them, which every
+// configured name and priced model is, is written as it is.
+func writeKeyValue(b *strings.Builder, v string) {
+	if !strings.ContainsAny(v, "%:=") {
+		b.WriteString(v)
+		return
+	}
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; c {
+		case '%':
+			b.WriteString("%25")
+		case ':':
+			b.WriteString("%3A")
+		case '=':
+			b.WriteString("%3D")
+		default:
+			b.WriteByte(c)
+		}
+	}
 }
 
 // callerScoped tells whether the limit's key depends on the caller alone
