@@ -7,7 +7,9 @@ package gate
 // replica can settle or release it without a lookup. The replica that
 // reserved it also keeps it until it expires, to answer a second settle
 // with the first one's figures and to settle it at its estimate (ledger
-// status expired) when nobody did.
+// status expired) when nobody did; once ended, until claimGrace past its
+// expiry, to tell a settle retried late how it ended, as the claim in
+// Redis tells the other replicas.
 
 import (
 	"bytes"
@@ -27,6 +29,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
@@ -185,17 +189,38 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// holds are the reservations this replica handed out, until they expire.
+// holds are the reservations this replica handed out, by request id: in
+// m until they expire, then in ended until at least claimGrace past their
+// expiry (see expireHolds). Its fields are guarded by mu, as are those of
+// each hold.
 type holds struct {
 	mu sync.Mutex
 	m  map[string]*hold
+	// ended[0] takes the holds that expire; every claimGrace it becomes
+	// ended[1], whose holds are then dropped: an ended hold is kept from
+	// claimGrace to twice that past its expiry, and expireHolds never
+	// walks the holds past their expiry. nil until the first expireHolds.
+	ended   [2]map[string]*hold
+	rotated time.Time // when ended[0] was started
+}
+
+// find is the hold of request id, or nil. The caller holds mu.
+func (hs *holds) find(id string) *hold {
+	if h := hs.m[id]; h != nil {
+		return h
+	}
+	if h := hs.ended[0][id]; h != nil {
+		return h
+	}
+	return hs.ended[1][id]
 }
 
 // hold is one held reservation's state on the replica that made it; res
-// is dropped once it has ended, so that a settled hold weighs little
-// until it expires.
+// is dropped once it has ended or expired, so that an ended hold weighs
+// little while it is kept.
 type hold struct {
 	res     *Reservation
+	tenant  string
 	expires time.Time
 	state   holdState
 	result  Charge // the settlement, once settled
@@ -272,7 +297,7 @@ func (r *Reservation) Hold(ttl time.Duration) (string, time.Time) {
 	id := ticketPrefix + base64.RawURLEncoding.EncodeToString(payload) + "." + base64.RawURLEncoding.EncodeToString(r.g.sign(payload))
 	r.g.renewer.remove(r)
 	r.expires = exp
-	r.held = &hold{res: r, expires: exp}
+	r.held = &hold{res: r, tenant: r.req.Caller.Tenant, expires: exp}
 	r.g.holds.mu.Lock()
 	r.g.holds.m[r.req.ID] = r.held
 	r.g.holds.mu.Unlock()
@@ -281,9 +306,13 @@ func (r *Reservation) Hold(ttl time.Duration) (string, time.Time) {
 
 // Resume returns the held reservation id for caller c, with its expiry.
 // It fails with ErrUnknownReservation for an id that is not one of c's
-// tenant's reservations, ErrExpired past its expiry, ErrReleased after a
-// release on this replica. A reservation this replica settled already
-// comes back with settled true and the charge it was settled with.
+// tenant's reservations. A reservation that ended already comes back all
+// the same: its SettleHeld answers the first settlement (again true) or
+// ErrReleased, its Release ErrSettled or nil. Past its expiry, Resume
+// fails with ErrExpired unless the reservation was settled or released
+// before: this replica's hold tells so, else, with a Redis store, the
+// reservation's claim there (a GET of at most a second, the one call to
+// Redis Resume makes; when it fails, ErrExpired).
 func (g *Gate) Resume(c *Caller, id string) (res *Reservation, expires time.Time, err error) {
 	payload, ok := g.verify(id)
 	if !ok {
@@ -297,16 +326,64 @@ func (g *Gate) Resume(c *Caller, id string) (res *Reservation, expires time.Time
 		return nil, time.Time{}, ErrUnknownReservation
 	}
 	expires = time.UnixMicro(t.Expires)
-	if !time.Now().Before(expires) {
-		return nil, expires, ErrExpired
-	}
 	g.holds.mu.Lock()
-	h := g.holds.m[t.ID]
-	g.holds.mu.Unlock()
-	if h != nil && h.res != nil {
-		return h.res, expires, nil
+	h := g.holds.find(t.ID)
+	var open *Reservation
+	if h != nil && h.tenant != t.Tenant {
+		h = nil
+	} else if h != nil {
+		open = h.res
 	}
-	// Made by another replica (or before a restart): rebuild it.
+	g.holds.mu.Unlock()
+	switch {
+	case !time.Now().Before(expires):
+		if h, err = g.endOf(&t, expires, h); err != nil {
+			return nil, expires, err
+		}
+	case open != nil:
+		return open, expires, nil
+	}
+	// Made by another replica (or before a restart), or ended: rebuild
+	// it, with h to answer for its end.
+	r := g.rebuild(c, &t, expires)
+	r.held = h
+	return r, expires, nil
+}
+
+// endOf tells how held reservation t, past its expiry, ended: h, this
+// replica's hold of it (nil for none), when it was settled or released,
+// else a hold made from its claim in Redis, which h adopts. It is
+// ErrExpired when it expired, or when neither tells.
+func (g *Gate) endOf(t *ticket, expires time.Time, h *hold) (*hold, error) {
+	if h != nil {
+		g.holds.mu.Lock()
+		st := h.state
+		g.holds.mu.Unlock()
+		if st == holdSettled || st == holdReleased {
+			return h, nil
+		}
+	}
+	if g.redis == nil {
+		return nil, ErrExpired
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	v, err := g.redis.Get(ctx, heldKey(t.Tenant, t.ID)).Result()
+	cancel()
+	c, ok := decodeClaim(v)
+	switch {
+	case err != nil && !errors.Is(err, redis.Nil):
+		g.log.Warn("held reservation past its expiry: reading its claim in Redis failed; taken for expired", "request_id", t.ID, "err", err)
+	case err == nil && !ok:
+		g.log.Warn("held reservation past its expiry: unreadable claim; taken for expired", "request_id", t.ID, "claim", v)
+	case ok && c.state != holdExpired:
+		g.adopt(h, c) // an open hold must not expire after all
+		return &hold{tenant: t.Tenant, expires: expires, state: c.state, result: Charge{Cost: c.cost, Status: c.status}}, nil
+	}
+	return nil, ErrExpired
+}
+
+// rebuild makes the reservation ticket t carries, for caller c.
+func (g *Gate) rebuild(c *Caller, t *ticket, expires time.Time) *Reservation {
 	st := c.st
 	r := &Reservation{g: g, st: st, resID: t.ID, start: time.UnixMicro(t.Created), ctx: context.Background(), expires: expires,
 		recorded: true, degraded: t.Degraded, outcome: telemetry.OutcomeAllow}
@@ -336,7 +413,7 @@ func (g *Gate) Resume(c *Caller, id string) (res *Reservation, expires time.Time
 	if r.degraded {
 		r.items = fallbackItems(r.items, st.cfg.Store.FallbackReplicas)
 	}
-	return r, expires, nil
+	return r
 }
 
 // verify returns the payload of ticket id, if its signature is this
@@ -611,7 +688,13 @@ func (r *Reservation) claimKey() (string, time.Duration) {
 	if r.expires.IsZero() || ttl <= claimGrace {
 		ttl = claimGrace
 	}
-	return "{" + r.req.Caller.Tenant + "}:costgate:held:" + r.req.ID, ttl
+	return heldKey(r.req.Caller.Tenant, r.req.ID), ttl
+}
+
+// heldKey is the Redis key of the claim of tenant's held reservation of
+// request id.
+func heldKey(tenant, id string) string {
+	return "{" + tenant + "}:costgate:held:" + id
 }
 
 // claim records c as how r ends, unless another replica recorded its end
@@ -645,9 +728,8 @@ func (g *Gate) claim(ctx context.Context, r *Reservation, c claim) (won bool, pr
 
 var errNoArbiter = errors.New("gate: no shared store to claim held reservations in")
 
-// hold is this replica's hold of r: the one Hold made, which stays r's
-// after the expiry drops it from the map (so that a settlement racing
-// the expiry sees it expired), else the one the map has; nil for none.
+// hold is this replica's hold of r: the one Hold made or Resume found,
+// else the one the holds have; nil for none.
 func (r *Reservation) hold() *hold {
 	if r.held != nil {
 		return r.held
@@ -658,16 +740,21 @@ func (r *Reservation) hold() *hold {
 func (g *Gate) hold(id string) *hold {
 	g.holds.mu.Lock()
 	defer g.holds.mu.Unlock()
-	return g.holds.m[id]
+	return g.holds.find(id)
 }
 
 // expireHolds settles at their estimate the open reservations past their
-// expiry, and forgets every reservation past it. The gate runs it every
-// second.
+// expiry, as of now, and moves every hold past it to the ended ones,
+// where it is kept until at least claimGrace past its expiry. The gate
+// runs it every second.
 func (g *Gate) expireHolds(now time.Time) {
 	var due []*Reservation
-	g.holds.mu.Lock()
-	for id, h := range g.holds.m {
+	hs := &g.holds
+	hs.mu.Lock()
+	if hs.ended[0] == nil || now.Sub(hs.rotated) >= claimGrace {
+		hs.ended[1], hs.ended[0], hs.rotated = hs.ended[0], map[string]*hold{}, now
+	}
+	for id, h := range hs.m {
 		if now.Before(h.expires) {
 			continue
 		}
@@ -675,19 +762,28 @@ func (g *Gate) expireHolds(now time.Time) {
 			h.state = holdExpired
 			due = append(due, h.res) // read here: a settlement that wins its claim drops it
 		}
-		delete(g.holds.m, id)
+		h.res = nil
+		delete(hs.m, id)
+		hs.ended[0][id] = h
 	}
-	g.holds.mu.Unlock()
+	hs.mu.Unlock()
 	for _, r := range due {
 		est := r.req.Estimate
 		ch := Charge{Usage: est.Usage, Cost: est.Cost, Status: ledger.StatusExpired, HTTPStatus: 0, Extra: nil}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		actual := r.actual(ch)
-		won, _, stored, err := g.end(ctx, r, claim{state: holdExpired}, actual)
+		won, prior, stored, err := g.end(ctx, r, claim{state: holdExpired}, actual)
 		if err == nil && !won {
 			cancel()
+			// Settled or released on another replica: the hold tells so
+			// from now on, unless a settlement here won meanwhile.
+			hs.mu.Lock()
+			if h := r.held; h.state == holdExpired {
+				h.state, h.result = prior.state, Charge{Cost: prior.cost, Status: prior.status}
+			}
+			hs.mu.Unlock()
 			r.unexpose()
-			continue // settled or released on another replica
+			continue
 		}
 		r.settle(ctx, ch, actual, stored)
 		cancel()
