@@ -69,6 +69,20 @@ type Request struct {
 	Check bool
 	// NoPolicy skips the policies.
 	NoPolicy bool
+	// Served marks usage already served (the RLS server's charge of a
+	// stream's actual tokens): a fact to count, not a question. Reserve
+	// admits it whatever the limits, the caller's levels and the policies
+	// say, and debits nothing: its reservation holds a cost of zero on
+	// every limit and no concurrency unit, and Settle charges each limit
+	// the actual cost, clamped as weighted.Store's Settle clamps (at most
+	// one capacity beyond the reservation; a token bucket or GCRA owes up
+	// to one capacity beyond empty; a window or a budget fills up to
+	// full), and bills the ledger entry Record wrote in full.
+	// While the limiter store is out the reservation lives in the local
+	// fallback, whatever each limit's posture, and the ledger's spend
+	// brings the budgets up when the store returns. Check and NoPolicy
+	// are ignored.
+	Served bool
 	// States asks for Decision.Limits, the state of every limit checked.
 	States bool
 }
@@ -200,18 +214,25 @@ func (g *Gate) Reserve(ctx context.Context, req *Request) (*Reservation, Decisio
 	// dated aliases share one allowance.
 	r.model = r.st.est.Canonical(r.req.Estimate.Model)
 	r.outcome = telemetry.OutcomeAllow
-	r.learn()
-
-	if d, refused := r.levelRefusal(); refused {
-		r.record(d.Status)
-		return nil, d
+	if r.req.Served {
+		// Usage already served asks nothing: it is counted.
+		r.req.Check, r.req.NoPolicy = false, true
+	} else {
+		r.learn()
+		if d, refused := r.levelRefusal(); refused {
+			r.record(d.Status)
+			return nil, d
+		}
 	}
 	t := g.begin(ctx, telemetry.StageDebit)
 	r.collect()
 	var d Decision
-	if r.req.Check {
+	switch {
+	case r.req.Served:
+		d = r.served(ctx)
+	case r.req.Check:
 		d = r.check(ctx)
-	} else {
+	default:
 		d = r.debit(ctx)
 		r.observeLevels(d)
 	}
@@ -321,6 +342,47 @@ func (r *Reservation) debit(ctx context.Context) Decision {
 	}
 	d := r.deny()
 	r.remember()
+	return d
+}
+
+// served admits a Served request whatever its limits say. It debits
+// nothing: its items hold a cost of zero, which Settle raises to the
+// actual cost (a settlement needs no debit before it). The limits' states,
+// as a check of zero reads them, fill the decision's fields. A store that
+// cannot answer leaves the reservation in the local fallback, so that the
+// settlement is counted there rather than lost; a store that cannot
+// decide now (overloaded, its counters not yet restored) leaves the
+// decision without states, and the settlement is tried all the same.
+func (r *Reservation) served(ctx context.Context) Decision {
+	if len(r.items) == 0 {
+		return Decision{Outcome: telemetry.OutcomeAllow}
+	}
+	for i := range r.items {
+		r.items[i].Cost = 0
+	}
+	res, err := r.g.store.Peek(ctx, r.items)
+	switch {
+	case err == nil:
+		r.result = res
+		return r.admitted()
+	case errors.Is(err, weighted.ErrOverloaded), errors.Is(err, weighted.ErrStale):
+		r.result = weighted.Result{Decider: -1}
+		return Decision{Outcome: telemetry.OutcomeAllow}
+	}
+	if !errors.Is(err, errBreakerOpen) {
+		r.g.log.Warn("limiter store failed; charging the local fallback", "request_id", r.req.ID, "err", err)
+	}
+	r.degraded, r.fb = true, r.g.fallbackStore()
+	r.items = fallbackItems(r.items, r.st.cfg.Store.FallbackReplicas)
+	r.result = weighted.Result{Decider: -1}
+	d := Decision{Outcome: telemetry.OutcomeAllow}
+	// The fallback's Peek brings its budgets up to the ledger's spend
+	// before the settlement adds to them.
+	if res, err := r.fb.Peek(ctx, r.items); err == nil {
+		r.result = res
+		d = r.admitted()
+	}
+	d.Degraded = true
 	return d
 }
 

@@ -162,16 +162,10 @@ func TestChargeInDebt(t *testing.T) {
 // TestChargeInDebtIsCounted: usage already served is charged whatever
 // the limits say, so that the ledger and the tenant's budgets hold every
 // token a stream reported. A token bucket charged beyond empty owes the
-// excess; the next charge asks the gate for a reservation of 0, which a
-// limit in debt refuses, and the charge is dropped: neither debited nor
-// written to the ledger.
-//
-// The fix belongs in gate: a Request that charges usage already served
-// (say Request.Charge) whose debit is admitted whatever the limits say
-// (the store's Settle clamps each limit at one capacity of debt), or a
-// Gate.Charge that debits and bills without a reservation.
+// excess, and refuses any debit, a debit of 0 too, until it is paid back;
+// a charge debits nothing (gate.Request.Served) and is still settled and
+// billed.
 func TestChargeInDebtIsCounted(t *testing.T) {
-	t.Skip("fails until gate admits a charge of usage already served on a limit in debt (see the comment)")
 	stores(t, func(t *testing.T, redis bool) {
 		e := newEnv(t, testConfig, redis, rls.Options{})
 		in := func(n uint64) *commonv3.RateLimitDescriptor {
@@ -195,14 +189,10 @@ func TestChargeInDebtIsCounted(t *testing.T) {
 
 // TestCallerValuesCannotShareACounter: a limit keyed by two values a
 // descriptor names (user and model) keeps each pair on its own counter,
-// whatever the values hold. The gate writes them into the key
-// unescaped (":user=U:model=M"), so that user "a:model=b" with model "c"
-// and user "a" with model "b:model=c" share one.
-//
-// The fix belongs in gate: compiledLimit.key escapes each dimension's
-// value ('%' and ':', as rls's appendEscaped does).
+// whatever the values hold: written unescaped into the key
+// (":user=U:model=M"), user "a:model=b" with model "c" and user "a" with
+// model "b:model=c" shared one. compiledLimit.key escapes each value.
 func TestCallerValuesCannotShareACounter(t *testing.T) {
-	t.Skip("fails until gate escapes the dimension values of a limit's key (see the comment)")
 	const cfg = `
 admin_token: t
 tenants: [{name: acme, plan: free, keys: [{key: k-acme}]}]

@@ -259,8 +259,11 @@ func (s *Server) ask(ctx context.Context, caller *gate.Caller, c *call, k kind) 
 		return s.settle(ctx, res, c, gate.Charge{Cost: g.cost, Model: c.model, HTTPStatus: 200}, d)
 	default: // kindCharge
 		// Usage already served is counted whether or not Envoy waits for
-		// the answer (its filter's timeout is 20 ms by default).
+		// the answer (its filter's timeout is 20 ms by default), and
+		// whatever the limits say: the gate admits it (Served) and the
+		// settlement charges it, debt and clamps included.
 		ctx = context.WithoutCancel(ctx)
+		req.Served = true
 		res, d := s.g.Reserve(ctx, &req)
 		if res == nil {
 			return d
