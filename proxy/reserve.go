@@ -147,16 +147,32 @@ type frictionJSON struct {
 	Warning        string `json:"warning,omitempty"`
 }
 
-// decodeStrict reads one JSON object of at most maxReserveBody bytes with
-// no unknown field into v.
+// errBodyTooLarge is a reserve, settle or release body over
+// maxReserveBody bytes.
+var errBodyTooLarge = fmt.Errorf("the body is larger than the limit of %d bytes", maxReserveBody)
+
+// decodeStrict reads one JSON object of at most maxReserveBody bytes into
+// v: no unknown field, and every field spelled exactly once as v names
+// it (see checkKeys). A body over the bound is errBodyTooLarge.
 func decodeStrict(w http.ResponseWriter, r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxReserveBody))
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxReserveBody))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return errBodyTooLarge
+	}
+	if err != nil {
+		return fmt.Errorf("reading the JSON body: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("reading the JSON body: %w", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("reading the JSON body: more than one JSON value")
+	}
+	if err := checkKeys(raw); err != nil {
+		return fmt.Errorf("reading the JSON body: %w", err)
 	}
 	return nil
 }
@@ -188,6 +204,10 @@ func (s *Server) apiCall(w http.ResponseWriter, r *http.Request, path string, in
 		return nil
 	}
 	if err := decodeStrict(w, r, in); err != nil {
+		if errors.Is(err, errBodyTooLarge) {
+			writeError(w, path, http.StatusRequestEntityTooLarge, apiError{Type: "invalid_request_error", Code: "body_too_large", Message: err.Error()})
+			return nil
+		}
 		badRequest(w, path, "invalid_body", err.Error())
 		return nil
 	}
@@ -231,7 +251,11 @@ func (s *Server) serveReserve(w http.ResponseWriter, r *http.Request) {
 		writeDecision(w, path, d)
 		return
 	}
-	res, d := s.gate.Reserve(ctx, req)
+	// The debit and its record run to their end whatever the caller does
+	// meanwhile: a hang-up is no store outage (a decision on the fallback
+	// budgets, a 503) and must not leave half a reservation.
+	work := context.WithoutCancel(ctx)
+	res, d := s.gate.Reserve(work, req)
 	if d.Degraded {
 		w.Header().Set("Costgate-Degraded", "fail-open")
 	}
@@ -249,7 +273,7 @@ func (s *Server) serveReserve(w http.ResponseWriter, r *http.Request) {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			res.Cancel(context.WithoutCancel(ctx))
+			res.Cancel(work)
 			return
 		}
 		applied = append(applied, "delay; policy="+strconv.Quote(d.Sources.DelayMS))
@@ -268,8 +292,16 @@ func (s *Server) serveReserve(w http.ResponseWriter, r *http.Request) {
 		res.Applied(strings.Join(applied, ", "), "")
 		w.Header().Set("Costgate-Friction", strings.Join(applied, ", "))
 	}
-	if d, ok := res.Record(ctx); !ok {
+	if d, ok := res.Record(work); !ok {
 		writeDecision(w, path, d)
+		return
+	}
+	// A caller gone before its answer never learns the reservation's id:
+	// nobody could settle or release it, and at its expiry it would be
+	// charged its estimate. It is cancelled instead (ledger status failed,
+	// no charge).
+	if ctx.Err() != nil {
+		res.Cancel(work)
 		return
 	}
 	id, exp := res.Hold(ttl)
@@ -391,8 +423,9 @@ func knownRoute(st *state, route string) bool {
 // where a count or a cost no longer says what it is.
 func overflows(u costmodel.Usage, cost costmodel.NanoUSD) bool {
 	const top = math.MaxInt64
+	tokens := u.InputTokens + u.OutputTokens
 	return cost >= top || u.InputTokens >= top || u.OutputTokens >= top || u.Units >= top ||
-		u.InputTokens+u.OutputTokens < 0
+		tokens < 0 || tokens == top
 }
 
 // priceUsage prices usage that came without a dollar amount: by a generic
@@ -436,7 +469,7 @@ func writeReservationError(w http.ResponseWriter, path string, err error) {
 	switch {
 	case errors.Is(err, gate.ErrExpired):
 		writeError(w, path, http.StatusGone, apiError{Type: "invalid_request_error", Code: "reservation_expired",
-			Message: "the reservation expired; it was settled at its estimate"})
+			Message: "the reservation is past its expiry; unless it was settled or released before, it was settled at its estimate"})
 	case errors.Is(err, gate.ErrReleased):
 		writeError(w, path, http.StatusConflict, apiError{Type: "invalid_request_error", Code: "reservation_released",
 			Message: "the reservation was released"})
