@@ -50,10 +50,56 @@ func New(baseURL, key string, opts ...Option) *Client {
 	return c
 }
 
+// abandonGrace bounds how long a reserve call whose caller's context
+// ended goes on, to learn the reservation it made and release it.
+const abandonGrace = 10 * time.Second
+
 // Reserve asks costgate to admit req's cost and hold it. A refusal is a
 // *RefusedError (errors.Is ErrRateLimited, ErrBudgetExceeded or
 // ErrForbidden); other failures are an *APIError or the transport's error.
+//
+// When ctx ends before costgate answers, Reserve returns ctx's error at
+// once, and the call goes on in the background (for at most 10 s more):
+// a reservation costgate made all the same is released, since its id,
+// which the caller never saw, is the only way to settle or release it
+// before it expires and is charged its estimate.
 func (c *Client) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("client: reserve: %w", context.Cause(ctx))
+	}
+	if ctx.Done() == nil {
+		return c.reserve(ctx, req) // a context that never ends
+	}
+	type result struct {
+		r   *Reservation
+		err error
+	}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan result, 1)
+	go func() {
+		r, err := c.reserve(wctx, req)
+		done <- result{r, err}
+	}()
+	select {
+	case res := <-done:
+		cancel()
+		return res.r, res.err
+	case <-ctx.Done():
+	}
+	// The caller is gone: finish the call, and release what it reserved.
+	stop := time.AfterFunc(abandonGrace, cancel)
+	go func() {
+		defer cancel()
+		defer stop.Stop()
+		if res := <-done; res.r != nil {
+			res.r.Release(wctx)
+		}
+	}()
+	return nil, fmt.Errorf("client: reserve: %w", context.Cause(ctx))
+}
+
+// reserve is Reserve's call to costgate, made with ctx.
+func (c *Client) reserve(ctx context.Context, req ReserveRequest) (*Reservation, error) {
 	var w reservationWire
 	h, err := c.call(ctx, "reserve", "/v1/costgate/reserve", req.wire(), &w)
 	if err != nil {

@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -143,11 +144,19 @@ func (t *Transport) settle(ctx context.Context, req *http.Request, res *Reservat
 			u.Units = actual.Units
 		}
 		if t.Upstream == "" {
+			// Priced here: a call that cost nothing says so (Free), as a
+			// zero USD means "not stated" and would leave the estimate
+			// charged.
 			u.USD = rule.Price().Cost(costmodel.Usage{Units: u.Units})
+			u.Free = u.USD == 0
 		}
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	s, err := t.Client.Settle(sctx, res.ID, u, opts...)
+	var s *Settlement
+	err := retryEnd(sctx, func(ctx context.Context) (err error) {
+		s, err = t.Client.Settle(ctx, res.ID, u, opts...)
+		return err
+	})
 	cancel()
 	if t.Settled != nil {
 		t.Settled(req, s, err)
@@ -169,11 +178,51 @@ func (t *Transport) settle(ctx context.Context, req *http.Request, res *Reservat
 // release releases res after a call that got no response.
 func (t *Transport) release(ctx context.Context, req *http.Request, res *Reservation) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	err := t.Client.Release(rctx, res.ID)
+	err := retryEnd(rctx, func(ctx context.Context) error { return t.Client.Release(ctx, res.ID) })
 	cancel()
 	if t.Settled != nil {
 		t.Settled(req, nil, err)
 	}
+}
+
+// endAttempts bounds the attempts at one settle or release.
+const endAttempts = 3
+
+// retryEnd calls end, a settle or a release, again after a failure that
+// may pass (a network error, an answer cut short, costgate unavailable),
+// up to endAttempts times while ctx lasts. Both calls are idempotent, and
+// one lost would leave the reservation held until it expires and is
+// charged its estimate, whatever the call used.
+func retryEnd(ctx context.Context, end func(context.Context) error) error {
+	for attempt := 1; ; attempt++ {
+		err := end(ctx)
+		if err == nil || attempt == endAttempts || !transient(err) {
+			return err
+		}
+		t := time.NewTimer(time.Duration(attempt) * 100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// transient tells whether err, from a settle or a release call, may pass:
+// not an answer of costgate's that decides (a 4xx), nor a body that could
+// not be written.
+func transient(err error) bool {
+	var ae *APIError
+	var re *RefusedError
+	var me *json.MarshalerError
+	switch {
+	case errors.As(err, &ae):
+		return ae.Status >= 500
+	case errors.As(err, &re), errors.As(err, &me):
+		return false
+	}
+	return true
 }
 
 // rule is the Rule to price with, checked.
