@@ -451,19 +451,27 @@ func TestTwoPhaseTokens(t *testing.T) {
 		// Phase 2: the stream ended, with 200 input and 900 output tokens,
 		// more than free-tokens' 1000 a minute: it is debited all the same.
 		resp := e.ask(t, "edge", 0, in(200), out(900))
+		charged := time.Now()
 		if resp.GetOverallCode() != OK {
 			t.Fatalf("phase 2: %s", codes_(resp))
 		}
 		if st := resp.GetStatuses()[0]; st.GetCurrentLimit().GetName() != "free-tokens" || st.GetLimitRemaining() != 0 {
 			t.Errorf("phase 2 status: %v, want free-tokens spent", st)
 		}
-		// The next request's phase 1 is refused.
+		// The next request's phase 1 is refused, while the bucket, which
+		// the charge left empty, has not refilled a token (one every
+		// 60 ms): a machine too slow to ask again within that cannot
+		// tell.
 		resp = e.ask(t, "edge", 0, in(0), out(0))
-		if resp.GetOverallCode() != OVER {
+		switch {
+		case resp.GetOverallCode() == OVER:
+			if st := resp.GetStatuses()[0]; st.GetCurrentLimit().GetName() != "free-tokens" || st.GetDurationUntilReset() == nil {
+				t.Errorf("refused check: %v", st)
+			}
+		case time.Since(charged) < 50*time.Millisecond:
 			t.Fatalf("phase 1 after the limit is spent: %s", codes_(resp))
-		}
-		if st := resp.GetStatuses()[0]; st.GetCurrentLimit().GetName() != "free-tokens" || st.GetDurationUntilReset() == nil {
-			t.Errorf("refused check: %v", st)
+		default:
+			t.Logf("phase 1 asked %v after the limit was spent, when a token was back: not checked", time.Since(charged))
 		}
 		// The tokens were priced at test-model's price into the ledger:
 		// 200 × $1/M + 900 × $10/M = $0.0092.
