@@ -118,26 +118,7 @@ func TestLeasedRefundStaysInItsWindow(t *testing.T) {
 				if lim.Algorithm == SlidingWindow {
 					clk.Advance(time.Second)
 				}
-				var admitted int64
-				debit := func(id string) {
-					clk.Advance(time.Microsecond)
-					res, err := l.Debit(ctx, id, []Item{{Limit: lim, Key: "k", Cost: 1}})
-					if err != nil {
-						t.Fatal(err)
-					}
-					if res.Allowed {
-						admitted++
-					}
-				}
-				for i := range 20 {
-					debit(fmt.Sprint("f", i))
-				}
-				if err := l.Settle(ctx, "old", []Item{it}, []int64{0}); err != nil {
-					t.Fatal(err)
-				}
-				for i := range 300 {
-					debit(fmt.Sprint("n", i))
-				}
+				admitted := refundAmidDebits(t, l, clk, lim, it)
 				if admitted > 100 {
 					t.Fatalf("admitted %d in one window of capacity 100", admitted)
 				}
@@ -262,29 +243,39 @@ func TestLeasedRefundInItsWindow(t *testing.T) {
 				t.Fatalf("the reservation: %+v %v", res, err)
 			}
 			clk.Advance(60 * time.Millisecond) // its lease has ended
-			var admitted int64
-			debit := func(id string) {
-				clk.Advance(time.Microsecond)
-				res, err := l.Debit(ctx, id, []Item{{Limit: lim, Key: "k", Cost: 1}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if res.Allowed {
-					admitted++
-				}
-			}
-			for i := range 20 {
-				debit(fmt.Sprint("f", i))
-			}
-			if err := l.Settle(ctx, "old", []Item{it}, []int64{0}); err != nil {
-				t.Fatal(err)
-			}
-			for i := range 300 {
-				debit(fmt.Sprint("n", i))
-			}
+			admitted := refundAmidDebits(t, l, clk, lim, it)
 			if admitted != 100 {
 				t.Fatalf("admitted %d in the window besides a reservation settled at 0, want its capacity 100", admitted)
 			}
 		})
 	}
+}
+
+// refundAmidDebits makes 20 debits of 1 on lim's key "k", settles
+// reservation "old" of it at 0, makes 300 more, a microsecond apart, and
+// returns how many of the 320 were admitted.
+func refundAmidDebits(t *testing.T, l *Leased, clk *clock, lim Limit, it Item) int64 {
+	t.Helper()
+	ctx := context.Background()
+	var admitted int64
+	debit := func(id string) {
+		clk.Advance(time.Microsecond)
+		res, err := l.Debit(ctx, id, []Item{{Limit: lim, Key: "k", Cost: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Allowed {
+			admitted++
+		}
+	}
+	for i := range 20 {
+		debit(fmt.Sprint("f", i))
+	}
+	if err := l.Settle(ctx, "old", []Item{it}, []int64{0}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 {
+		debit(fmt.Sprint("n", i))
+	}
+	return admitted
 }
