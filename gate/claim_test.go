@@ -24,12 +24,9 @@ import (
 func TestHeldEndsRaceAcrossReplicas(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.New(t)
-	const limits = `  - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 1000000, period: 24h}
-reservations: {secret: 0123456789abcdef0123}`
 	// Timeouts a loaded machine does not reach: this test is of the race,
 	// not of a slow store (TestHeldEndOfUnknownOutcome is).
-	store := fmt.Sprintf("{redis: %q, timeout: 5s, queue_timeout: 5s}", srv.URL)
-	a, b := openGateStore(t, store, limits), openGateStore(t, store, limits)
+	a, b := openGateStore(t, patient(srv), heldLimits), openGateStore(t, patient(srv), heldLimits)
 	mon := redistest.NewMonitor(t, srv.Addr)
 	ca, cb := a.Identify("cg-acme"), b.Identify("cg-acme")
 	const n = 40
@@ -114,11 +111,8 @@ reservations: {secret: 0123456789abcdef0123}`
 func TestHeldEndOfUnknownOutcome(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.New(t)
-	const limits = `  - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 1000000, period: 24h}
-reservations: {secret: 0123456789abcdef0123}`
-	slow := fmt.Sprintf("{redis: %q, timeout: 5s, queue_timeout: 5s}", srv.URL)
-	h, b := openGateStore(t, slow, limits), openGateStore(t, slow, limits)
-	a := openGateStore(t, fmt.Sprintf("{redis: %q, timeout: 5s, queue_timeout: 1ms, breaker_failures: 100000}", srv.URL), limits)
+	h, b := openGateStore(t, patient(srv), heldLimits), openGateStore(t, patient(srv), heldLimits)
+	a := openGateStore(t, fmt.Sprintf("{redis: %q, timeout: 5s, queue_timeout: 1ms, breaker_failures: 100000}", srv.URL), heldLimits)
 	const n = 20
 	ids, _ := hold(t, h, h.Identify("cg-acme"), n)
 	resume := func(g *gate.Gate, id string) *gate.Reservation {
@@ -173,6 +167,18 @@ reservations: {secret: 0123456789abcdef0123}`
 	if len(d.Limits) != 1 || d.Limits[0].Remaining > 1000000-used-1 {
 		t.Fatalf("after the ends: %+v; want at most %d tokens left", d, 1000000-used-1)
 	}
+}
+
+// heldLimits is the limit and secret of the held-reservation races: a
+// day's window (a fixed window ends with the wall clock's day), far from
+// full.
+const heldLimits = `  - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 1000000, period: 24h}
+reservations: {secret: 0123456789abcdef0123}`
+
+// patient is a store section on srv with timeouts no loaded machine
+// reaches.
+func patient(srv *redistest.Server) string {
+	return fmt.Sprintf("{redis: %q, timeout: 5s, queue_timeout: 5s}", srv.URL)
 }
 
 // openGateStore is openRedisGate with store, a YAML flow mapping, as the
