@@ -352,6 +352,8 @@ func validateRLSLimit(r *RLSRateLimit, p string, names map[string]bool, bad func
 		bad(p+".name", "duplicate limit or budget name %q (the default name is the domain and the descriptor's path: set a name)", r.Name)
 	case strings.ContainsAny(r.Name, ":{}"):
 		bad(p+".name", "must not contain ':', '{' or '}' (they delimit the limiter's keys)")
+	case strings.Contains(r.Name, ".override."):
+		bad(p+".name", "must not contain \".override.\": DOMAIN.override.UNIT.N.RATE names the limits of Envoy's limit overrides")
 	}
 	names[r.Name] = true
 	if _, ok := RLSUnits[r.Unit]; !ok {
