@@ -92,7 +92,10 @@ func respond(t *tree, c *call, out *[numKinds]outcome) *rlsv3.RateLimitResponse 
 			hs.add("RateLimit", rl.Field())
 		}
 	}
-	if degraded {
+	// One Costgate-Degraded: a fail_closed limit's refusal says so alone,
+	// though fail_open limits of the same request went on without Redis.
+	closed := resp.OverallCode == codeOver && decider != nil && decider.Status == 503
+	if degraded && !closed {
 		hs.add("Costgate-Degraded", "fail-open")
 	}
 	if decider != nil && decider.Allowed() {
@@ -110,7 +113,7 @@ func respond(t *tree, c *call, out *[numKinds]outcome) *rlsv3.RateLimitResponse 
 		if decider.RetryAfter > 0 {
 			hs.add("Retry-After", strconv.FormatInt(decider.RetryAfter, 10))
 		}
-		if decider.Status == 503 {
+		if closed {
 			hs.add("Costgate-Degraded", "fail-closed")
 		}
 		if decider.Error != nil {

@@ -432,6 +432,18 @@ func TestFailOpenAndClosed(t *testing.T) {
 	if !strings.Contains(string(resp.GetRawBody()), "service_unavailable") {
 		t.Errorf("fail-closed body: %s", resp.GetRawBody())
 	}
+	// A fail-open check beside a fail-closed debit: one Costgate-Degraded,
+	// the refusal's.
+	resp = e.ask(t, "edge", 0, hits(0, d("open", "a")), d("closed", "b"))
+	var degraded []string
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		if strings.EqualFold(h.GetKey(), "Costgate-Degraded") {
+			degraded = append(degraded, h.GetValue())
+		}
+	}
+	if resp.GetOverallCode() != OVER || len(degraded) != 1 || degraded[0] != "fail-closed" {
+		t.Errorf("a fail-open check beside a fail-closed debit: %s, Costgate-Degraded %q; want one, fail-closed", codes_(resp), degraded)
+	}
 	e.redis.Restart(t)
 }
 
