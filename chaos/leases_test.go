@@ -118,7 +118,7 @@ func TestLeasedReplicaKilled(t *testing.T) {
 	drain()
 	before := admitted.Load()
 	if time.Since(killed) < ttl && (before > limit || before < limit-share) {
-		t.Fatalf("before the TTL: admitted %d in all, want between %d and %d", before, limit-share, limit)
+		t.Fatalf("before the TTL: admitted %d in all, want between %d and %d (the killed replica answered %v; %v after the kill)", before, limit-share, limit, first, time.Since(killed))
 	}
 	// The survivor asks Redis again at most a TTL after a refusal; Redis
 	// gives the killed one's leases back at their TTL.
