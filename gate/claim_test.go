@@ -41,14 +41,7 @@ func TestHeldEndsRaceAcrossReplicas(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			_, again, err := r.SettleHeld(ctx, gate.Charge{Usage: costmodel.Usage{InputTokens: 30}, HTTPStatus: 200})
-			switch {
-			case err == nil && !again:
-				settled[i] = true
-			case errors.Is(err, gate.ErrReleased):
-			default:
-				t.Errorf("settle %d: again %v, %v", i, again, err)
-			}
+			settled[i] = settleFirst(t, r, i)
 		})
 		wg.Go(func() {
 			r, _, err := b.Resume(cb, id)
@@ -132,14 +125,7 @@ func TestHeldEndOfUnknownOutcome(t *testing.T) {
 	for i, id := range ids {
 		r := resume(a, id)
 		wg.Go(func() {
-			_, again, err := r.SettleHeld(ctx, gate.Charge{Usage: costmodel.Usage{InputTokens: 30}, HTTPStatus: 200})
-			switch {
-			case err == nil && !again:
-				settled[i] = true
-			case errors.Is(err, gate.ErrReleased):
-			default:
-				t.Errorf("settle %d: again %v, %v", i, again, err)
-			}
+			settled[i] = settleFirst(t, r, i)
 		})
 	}
 	wg.Wait()
@@ -167,6 +153,21 @@ func TestHeldEndOfUnknownOutcome(t *testing.T) {
 	if len(d.Limits) != 1 || d.Limits[0].Remaining > 1000000-used-1 {
 		t.Fatalf("after the ends: %+v; want at most %d tokens left", d, 1000000-used-1)
 	}
+}
+
+// settleFirst settles held reservation i, r, at 30 input tokens and
+// tells whether this settlement was its first end; a release that came
+// first is no error.
+func settleFirst(t *testing.T, r *gate.Reservation, i int) bool {
+	_, again, err := r.SettleHeld(context.Background(), gate.Charge{Usage: costmodel.Usage{InputTokens: 30}, HTTPStatus: 200})
+	switch {
+	case err == nil && !again:
+		return true
+	case errors.Is(err, gate.ErrReleased):
+	default:
+		t.Errorf("settle %d: again %v, %v", i, again, err)
+	}
+	return false
 }
 
 // heldLimits is the limit and secret of the held-reservation races: a
