@@ -193,6 +193,18 @@ func (t stage) end() {
 	t.g.tel.Stage(t.name, time.Since(t.start))
 }
 
+// requests is how many requests req counts for: Requests, and 0 or less
+// means 1 (0 with NoRequests).
+func (req *Request) requests() int64 {
+	switch {
+	case req.Requests > 0:
+		return req.Requests
+	case req.NoRequests:
+		return 0
+	}
+	return 1
+}
+
 // Reserve runs the pipeline for req: it debits every limit and budget that
 // applies, all or nothing, then asks the policies. An admitted request
 // gets a Reservation, which the front door records (Record) before it
@@ -203,12 +215,7 @@ func (g *Gate) Reserve(ctx context.Context, req *Request) (*Reservation, Decisio
 	if r.req.ID == "" {
 		r.req.ID = NewID()
 	}
-	if r.req.Requests <= 0 {
-		r.req.Requests = 1
-		if r.req.NoRequests {
-			r.req.Requests = 0
-		}
-	}
+	r.req.Requests = r.req.requests()
 	r.resID = r.req.ID
 	// Model limits are keyed by the model's canonical name, so that its
 	// dated aliases share one allowance.

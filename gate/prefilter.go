@@ -115,13 +115,7 @@ func (p *prefilter) check(r *Reservation, now time.Time) (l *compiledLimit, key 
 	if p.n.Load() == 0 {
 		return nil, "", time.Time{}
 	}
-	requests := r.req.Requests
-	if requests <= 0 {
-		requests = 1 // as Reserve counts it
-		if r.req.NoRequests {
-			requests = 0
-		}
-	}
+	requests := r.req.requests()
 	if requests <= 0 {
 		return nil, "", time.Time{}
 	}
