@@ -379,8 +379,7 @@ func (r *Reservation) served(ctx context.Context) Decision {
 	if !errors.Is(err, errBreakerOpen) {
 		r.g.log.Warn("limiter store failed; charging the local fallback", "request_id", r.req.ID, "err", err)
 	}
-	r.degraded, r.fb = true, r.g.fallbackStore()
-	r.items = fallbackItems(r.items, r.st.cfg.Store.FallbackReplicas)
+	r.toFallback()
 	r.result = weighted.Result{Decider: -1}
 	d := Decision{Outcome: telemetry.OutcomeAllow}
 	// The fallback's Peek brings its budgets up to the ledger's spend
@@ -503,6 +502,13 @@ func (l *compiledLimit) storeDown() Decision {
 	return d
 }
 
+// toFallback moves the reservation to the local fallback: its items
+// scaled to this replica's share, kept in process memory.
+func (r *Reservation) toFallback() {
+	r.degraded, r.fb = true, r.g.fallbackStore()
+	r.items = fallbackItems(r.items, r.st.cfg.Store.FallbackReplicas)
+}
+
 // storeFailed applies the limits' posture when the store cannot answer: a
 // fail-closed limit refuses with 503; otherwise the request goes on within
 // the local fallback budget and says so.
@@ -516,8 +522,7 @@ func (r *Reservation) storeFailed(ctx context.Context, err error) Decision {
 	for _, l := range r.limits {
 		r.g.tel.FailOpen(l.limit.Name)
 	}
-	r.degraded, r.fb = true, r.g.fallbackStore()
-	r.items = fallbackItems(r.items, r.st.cfg.Store.FallbackReplicas)
+	r.toFallback()
 	res, err := r.fb.Debit(ctx, r.resID, r.items)
 	if err != nil && !errors.As(err, new(*weighted.CostError)) {
 		// The fallback could not be brought up to the ledger's spend.

@@ -399,9 +399,6 @@ func (g *Gate) rebuild(c *Caller, t *ticket, expires time.Time) *Reservation {
 	if t.Decision == string(policies.Soft) {
 		r.outcome, r.decision.Outcome = telemetry.OutcomeSoft, policies.Soft
 	}
-	if r.degraded {
-		r.fb = g.fallbackStore()
-	}
 	for _, it := range t.Items {
 		l := st.limitNamed(it.Name)
 		if l == nil {
@@ -411,7 +408,7 @@ func (g *Gate) rebuild(c *Caller, t *ticket, expires time.Time) *Reservation {
 		r.items = append(r.items, weighted.Item{Limit: l.limit, Key: it.Key, Cost: it.Cost})
 	}
 	if r.degraded {
-		r.items = fallbackItems(r.items, st.cfg.Store.FallbackReplicas)
+		r.toFallback()
 	}
 	return r
 }
