@@ -95,6 +95,9 @@ type regionCap struct {
 	used  int64 // at the last rebalance
 	rate  float64
 	at    time.Time
+	// refused is the cost this region refused for the budget since the
+	// last rebalance: demand that its spend does not show.
+	refused int64
 }
 
 // NewRegions returns the caps of region cfg.Region, kept in db and
@@ -318,10 +321,14 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 	// A region without a row has taken nothing: it spends nothing until
 	// it writes one, here, under the lock.
 	mine, had := all[g.cfg.Region]
+	// The region's demand is what it spent and what its cap refused: a
+	// region stopped at its cap spends nothing, and would otherwise look
+	// idle to the others for as long as it stays stopped.
 	rate := 0.0
 	g.mu.Lock()
+	refused := c.refused
 	if c.known && now.After(c.at) {
-		rate = float64(used-c.used) / now.Sub(c.at).Seconds()
+		rate = (float64(used-c.used) + float64(refused)) / now.Sub(c.at).Seconds()
 		if c.rate > 0 {
 			rate = (rate + c.rate) / 2
 		}
@@ -350,7 +357,7 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 	next := max(min(max(target, used), mine.cap+free), 0)
 	lower := had && next < mine.cap
 	if lower {
-		g.setCap(k, next, used, mine.rate, now) // in process first
+		g.setCap(k, next, used, mine.rate, refused, now) // in process first
 		// Requests admitted under the old cap while this rebalance ran
 		// (since the peek above) are spent all the same: the row keeps
 		// them, so that no other region is given them again. The cap in
@@ -360,7 +367,7 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 			return fmt.Errorf("gate: regions: %s %s: %w", k.budget, k.key, err)
 		}
 		if spent := total - res.Items[0].Remaining; spent > used {
-			g.setCap(k, next, spent, mine.rate, now)
+			g.setCap(k, next, spent, mine.rate, 0, now)
 			used, mine.used = spent, spent
 			next = max(next, min(used, mine.cap+free))
 		}
@@ -375,15 +382,31 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 		return fmt.Errorf("gate: regions: commit: %w", err)
 	}
 	if !lower {
-		g.setCap(k, next, used, mine.rate, now)
+		g.setCap(k, next, used, mine.rate, refused, now)
 	}
 	return nil
 }
 
-func (g *Regions) setCap(k capKey, cp, used int64, rate float64, now time.Time) {
+// setCap sets key k's cap, and its spend and demand as of now, of which
+// refused was counted in rate.
+func (g *Regions) setCap(k capKey, cp, used int64, rate float64, refused int64, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if c := g.caps[k]; c != nil {
 		c.cap, c.known, c.used, c.rate, c.at = cp, true, used, rate, now
+		c.refused -= refused
+	}
+}
+
+// Refused counts cost refused by this region's cap of budget l for key
+// as demand at the next rebalance.
+func (g *Regions) Refused(l weighted.Limit, key string, cost int64) {
+	if cost <= 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c := g.caps[capKey{budget: l.Name, key: key, period: periodName(l, g.cfg.Now())}]; c != nil {
+		c.refused += min(cost, math.MaxInt64-c.refused)
 	}
 }

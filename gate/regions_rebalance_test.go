@@ -186,3 +186,95 @@ func TestRegionsFollowAChangedBudget(t *testing.T) {
 		t.Fatalf("the regions spent %d after the budget was raised to 200", s)
 	}
 }
+
+// A region stopped at its cap spends nothing, but its demand is still
+// there: the gate reports what the cap refused (Regions.Refused), and the
+// region gets what the idle regions do not use. Counted by spend alone,
+// its demand decays at the same pace as an idle region's, their shares
+// stay as they were, and the rest of the budget is never spent.
+func TestRegionStoppedAtItsCapGetsMore(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.New(t)
+	const key = "{acme}:tenant=acme"
+	lim := weighted.Limit{Name: "daily", Algorithm: weighted.FixedWindow, Rate: 100, Period: 24 * time.Hour}
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	type region struct {
+		rg      *gate.Regions
+		store   weighted.Store
+		spent   int64
+		refused int
+	}
+	open := func(name string) *region {
+		pool, err := pgxpool.New(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		st := weighted.NewMemory(weighted.MemoryConfig{Now: clock})
+		rg, err := gate.NewRegions(pool, st, gate.RegionsConfig{Region: name, Regions: []string{"eu", "us"}, Now: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rg.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return &region{rg: rg, store: st}
+	}
+	eu, us := open("eu"), open("us")
+	var seq int
+	// spend tries n requests of 10 as the gate does, reporting refusals.
+	spend := func(r *region, n int) {
+		t.Helper()
+		for range n {
+			seq++
+			l := r.rg.Limit(lim, key)
+			item := weighted.Item{Limit: l, Key: key, Cost: 10}
+			if item.Cost > l.Capacity() {
+				r.rg.Refused(lim, key, item.Cost)
+				r.refused++
+				continue
+			}
+			res, err := r.store.Debit(ctx, fmt.Sprint("q", seq), []weighted.Item{item})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Allowed {
+				r.spent += item.Cost
+			} else {
+				r.rg.Refused(lim, key, item.Cost)
+				r.refused++
+			}
+		}
+	}
+	rebalance := func(rs ...*region) {
+		t.Helper()
+		now = now.Add(time.Second)
+		for _, r := range rs {
+			if err := r.rg.Rebalance(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// eu's first cap is half the budget, and it spends it at once; us
+	// reads its cap, as large, and goes quiet: its rebalances do not run
+	// (they run on a timer of their own) while eu's demand decays.
+	spend(eu, 5)
+	us.rg.Limit(lim, key)
+	for range 8 {
+		rebalance(eu)
+	}
+	spend(us, 1) // us spends a little, which is now the larger recent demand
+	rebalance(eu, us)
+	for range 20 { // eu wants one request a second, us nothing
+		spend(eu, 1)
+		rebalance(eu, us)
+	}
+	t.Logf("eu spent %d (%d refused), us %d, of %d", eu.spent, eu.refused, us.spent, lim.Rate)
+	if eu.spent+us.spent > lim.Rate {
+		t.Fatalf("the regions spent %d of a budget of %d", eu.spent+us.spent, lim.Rate)
+	}
+	if eu.spent < 70 {
+		t.Fatalf("eu, refused at its cap, spent %d: the %d us does not use never came to it", eu.spent, lim.Rate-eu.spent-us.spent)
+	}
+}
