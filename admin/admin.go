@@ -350,5 +350,8 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
+	w.Write(b)
+	w.Write(newline) // not appended to b: that would copy it
 }
+
+var newline = []byte{'\n'}

@@ -41,6 +41,7 @@ type Gate struct {
 	regions  *Regions                    // this region's caps of global budgets; nil without regions
 	refusals Refusals                    // refusals by limit, for the dashboard
 	secret   []byte                      // signs held reservations' ids (see Hold)
+	macs     sync.Pool                   // of hash.Hash, HMAC-SHA256 keyed with secret (see sign)
 	holds    holds                       // the reservations this replica holds
 	capture  *replay.Writer              // records the policies' inputs; nil when capture is off
 	learned  *learning                   // the learned output estimates; nil unless output_reserve is a quantile

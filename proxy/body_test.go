@@ -19,7 +19,7 @@ import (
 
 // TestSlowBodyTimesOut: a client that sends its headers and then stalls in
 // its body gets a 408 once the body's time is up, instead of holding the
-// request for good.
+// request for good; on the proxy's routes and the reserve API's alike.
 func TestSlowBodyTimesOut(t *testing.T) {
 	defer func(d time.Duration) { bodyReadTimeout = d }(bodyReadTimeout)
 	bodyReadTimeout = 300 * time.Millisecond
@@ -40,21 +40,23 @@ tenants: [{name: acme, plan: p, keys: [{key: cg-acme}]}]
 	ts := httptest.NewServer(srv.Handler())
 	defer ts.Close()
 
-	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	fmt.Fprint(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer cg-acme\r\n"+
-		"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\":")
-	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("no answer to a stalled body: %v", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusRequestTimeout {
-		t.Fatalf("status %d, want 408", resp.StatusCode)
+	for _, path := range []string{"/v1/chat/completions", "/v1/costgate/reserve", "/v1/costgate/settle", "/v1/costgate/release"} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(ts.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprint(conn, "POST "+path+" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer cg-acme\r\n"+
+			"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\":")
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%s: no answer to a stalled body: %v", path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestTimeout {
+			t.Fatalf("%s: status %d, want 408", path, resp.StatusCode)
+		}
 	}
 }
 

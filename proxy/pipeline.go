@@ -245,37 +245,54 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, x *exchange, gene
 // readBody reads the request's body within the size and time bounds. It
 // answers the client and returns false when it cannot.
 func readBody(w http.ResponseWriter, r *http.Request, x *exchange) ([]byte, bool) {
-	// A client that sends its body slowly holds the request no longer than
-	// bodyReadTimeout (the server bounds only the header's read).
-	rc := http.NewResponseController(w)
-	rc.SetReadDeadline(x.start.Add(bodyReadTimeout))
-	body, err := readAll(http.MaxBytesReader(w, r.Body, x.caller.Config().MaxBodyBytes), r.ContentLength, x.caller.Config().MaxBodyBytes)
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		// The deadline stays, and the connection closes: the server would
-		// otherwise wait for the rest of the body before it answers.
-		w.Header().Set("Connection", "close")
-		writeError(w, x.path, http.StatusRequestTimeout, apiError{
-			Type: "invalid_request_error", Code: "body_timeout",
-			Message: fmt.Sprintf("the request body did not arrive within %s", bodyReadTimeout),
-		})
-		return nil, false
-	}
-	rc.SetReadDeadline(time.Time{})
+	body, err := readBodyWithin(w, r, x.start, x.caller.Config().MaxBodyBytes)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, x.path, http.StatusRequestEntityTooLarge, apiError{
-				Type: "invalid_request_error", Code: "body_too_large",
-				Message: fmt.Sprintf("request body is larger than the limit of %d bytes", tooBig.Limit),
-			})
-			return nil, false
-		}
-		writeError(w, x.path, http.StatusBadRequest, apiError{
-			Type: "invalid_request_error", Code: "unreadable_body", Message: "reading the request body: " + err.Error(),
-		})
+		writeBodyError(w, x.path, err)
 		return nil, false
 	}
 	return body, true
+}
+
+// errBodyTimeout is a body that did not arrive within bodyReadTimeout.
+var errBodyTimeout = errors.New("the request body did not arrive in time")
+
+// readBodyWithin reads r's body, of at most limit bytes, by
+// bodyReadTimeout from start: a client that sends its body slowly holds
+// the request no longer (the server bounds only the header's read). A
+// body past the bound is an *http.MaxBytesError, one past the time
+// errBodyTimeout, after which the connection closes: the server would
+// otherwise wait for the rest of the body before it answers.
+func readBodyWithin(w http.ResponseWriter, r *http.Request, start time.Time, limit int64) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(start.Add(bodyReadTimeout))
+	body, err := readAll(http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		w.Header().Set("Connection", "close") // the deadline stays
+		return nil, errBodyTimeout
+	}
+	rc.SetReadDeadline(time.Time{})
+	return body, err
+}
+
+// writeBodyError answers a body readBodyWithin could not read.
+func writeBodyError(w http.ResponseWriter, path string, err error) {
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.Is(err, errBodyTimeout):
+		writeError(w, path, http.StatusRequestTimeout, apiError{
+			Type: "invalid_request_error", Code: "body_timeout",
+			Message: fmt.Sprintf("the request body did not arrive within %s", bodyReadTimeout),
+		})
+	case errors.As(err, &tooBig):
+		writeError(w, path, http.StatusRequestEntityTooLarge, apiError{
+			Type: "invalid_request_error", Code: "body_too_large",
+			Message: fmt.Sprintf("request body is larger than the limit of %d bytes", tooBig.Limit),
+		})
+	default:
+		writeError(w, path, http.StatusBadRequest, apiError{
+			Type: "invalid_request_error", Code: "unreadable_body", Message: "reading the request body: " + err.Error(),
+		})
+	}
 }
 
 // readAll is io.ReadAll that starts with room for the declared length n

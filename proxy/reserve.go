@@ -147,22 +147,9 @@ type frictionJSON struct {
 	Warning        string `json:"warning,omitempty"`
 }
 
-// errBodyTooLarge is a reserve, settle or release body over
-// maxReserveBody bytes.
-var errBodyTooLarge = fmt.Errorf("the body is larger than the limit of %d bytes", maxReserveBody)
-
-// decodeStrict reads one JSON object of at most maxReserveBody bytes into
-// v: no unknown field, and every field spelled exactly once as v names
-// it (see checkKeys). A body over the bound is errBodyTooLarge.
-func decodeStrict(w http.ResponseWriter, r *http.Request, v any) error {
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxReserveBody))
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		return errBodyTooLarge
-	}
-	if err != nil {
-		return fmt.Errorf("reading the JSON body: %w", err)
-	}
+// decodeStrict reads one JSON object, raw, into v: no unknown field, and
+// every field spelled exactly once as v names it (see checkKeys).
+func decodeStrict(raw []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -203,11 +190,12 @@ func (s *Server) apiCall(w http.ResponseWriter, r *http.Request, path string, in
 		writeError(w, path, http.StatusUnauthorized, errUnauthorized)
 		return nil
 	}
-	if err := decodeStrict(w, r, in); err != nil {
-		if errors.Is(err, errBodyTooLarge) {
-			writeError(w, path, http.StatusRequestEntityTooLarge, apiError{Type: "invalid_request_error", Code: "body_too_large", Message: err.Error()})
-			return nil
-		}
+	raw, err := readBodyWithin(w, r, time.Now(), maxReserveBody)
+	if err != nil {
+		writeBodyError(w, path, err)
+		return nil
+	}
+	if err := decodeStrict(raw, in); err != nil {
 		badRequest(w, path, "invalid_body", err.Error())
 		return nil
 	}
