@@ -34,6 +34,26 @@ func (p *peekHook) Peek(ctx context.Context, items []weighted.Item) (weighted.Re
 	return res, err
 }
 
+// newRegion opens region name of eu and us, its caps in the PostgreSQL of
+// dsn, debited in st, on clock.
+func newRegion(t *testing.T, dsn, name string, st weighted.Store, clock func() time.Time) *gate.Regions {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	rg, err := gate.NewRegions(pool, st, gate.RegionsConfig{Region: name, Regions: []string{"eu", "us"}, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rg.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return rg
+}
+
 // A region lowers its cap while requests it admitted under the old cap
 // land: its row must still cover what it spent, or the other regions take
 // what it spent again and the regions together spend more than the
@@ -54,20 +74,8 @@ func TestRegionLowersItsCapUnderLoad(t *testing.T) {
 		spent int64
 	}
 	open := func(name string) *region {
-		pool, err := pgxpool.New(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
 		st := &peekHook{Store: weighted.NewMemory(weighted.MemoryConfig{Now: clock})}
-		rg, err := gate.NewRegions(pool, st, gate.RegionsConfig{Region: name, Regions: []string{"eu", "us"}, Now: clock})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := rg.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return &region{rg: rg, store: st}
+		return &region{rg: newRegion(t, dsn, name, st, clock), store: st}
 	}
 	eu, us := open("eu"), open("us")
 	var seq int
@@ -132,20 +140,8 @@ func TestRegionsFollowAChangedBudget(t *testing.T) {
 	}
 	var rs []*region
 	for _, name := range []string{"eu", "us"} {
-		pool, err := pgxpool.New(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
 		st := weighted.NewMemory(weighted.MemoryConfig{Now: clock})
-		rg, err := gate.NewRegions(pool, st, gate.RegionsConfig{Region: name, Regions: []string{"eu", "us"}, Now: clock})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := rg.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
-		rs = append(rs, &region{rg: rg, store: st})
+		rs = append(rs, &region{rg: newRegion(t, dsn, name, st, clock), store: st})
 	}
 	var seq int
 	round := func(lim weighted.Limit) {
@@ -206,20 +202,8 @@ func TestRegionStoppedAtItsCapGetsMore(t *testing.T) {
 		refused int
 	}
 	open := func(name string) *region {
-		pool, err := pgxpool.New(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
 		st := weighted.NewMemory(weighted.MemoryConfig{Now: clock})
-		rg, err := gate.NewRegions(pool, st, gate.RegionsConfig{Region: name, Regions: []string{"eu", "us"}, Now: clock})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := rg.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return &region{rg: rg, store: st}
+		return &region{rg: newRegion(t, dsn, name, st, clock), store: st}
 	}
 	eu, us := open("eu"), open("us")
 	var seq int
