@@ -51,6 +51,28 @@ type Decision struct {
 // Allowed tells whether the request is admitted.
 func (d Decision) Allowed() bool { return d.Status == 0 }
 
+// FrictionNote is one entry of the Costgate-Friction field, in every
+// front door's form: action; policy="ID", the policy that asked for it
+// being source, or the deciding policy when source is empty.
+func (d *Decision) FrictionNote(action, source string) string {
+	if source == "" {
+		source = d.Policy
+	}
+	return action + "; policy=" + strconv.Quote(source)
+}
+
+// WarnNotes appends to notes the Costgate-Friction entries of the
+// decision's warning: action once for each policy that asked for it.
+func (d *Decision) WarnNotes(notes []string, action string) []string {
+	if len(d.Sources.Warning) == 0 {
+		return append(notes, d.FrictionNote(action, ""))
+	}
+	for _, p := range d.Sources.Warning {
+		notes = append(notes, d.FrictionNote(action, p))
+	}
+	return notes
+}
+
 // Error is the body of a refusal, in the shape OpenAI's SDKs read
 // ({"error": {...}}); Anthropic's wrap it in {"type":"error","error":...}.
 type Error struct {

@@ -566,12 +566,7 @@ func (x *exchange) reachedUpstream() bool {
 func (s *Server) applyFriction(w http.ResponseWriter, ctx context.Context, x *exchange, body *[]byte) bool {
 	f, src := x.decision.Friction, x.decision.Sources
 	var applied []string
-	did := func(action, policy string) {
-		if policy == "" {
-			policy = x.decision.Policy
-		}
-		applied = append(applied, action+"; policy="+strconv.Quote(policy))
-	}
+	did := func(action, policy string) { applied = append(applied, x.decision.FrictionNote(action, policy)) }
 	if f.CapMaxTokens > 0 && (x.est.MaxOutputTokens == 0 || x.est.MaxOutputTokens > f.CapMaxTokens) {
 		if b, err := capMaxTokens(*body, x.kind, f.CapMaxTokens); err == nil {
 			*body = b
@@ -599,12 +594,7 @@ func (s *Server) applyFriction(w http.ResponseWriter, ctx context.Context, x *ex
 	}
 	if f.Warning != "" {
 		w.Header().Set("Costgate-Warning", f.Warning)
-		if len(src.Warning) == 0 {
-			did("warn", "")
-		}
-		for _, p := range src.Warning {
-			did("warn", p)
-		}
+		applied = x.decision.WarnNotes(applied, "warn")
 	}
 	if len(applied) > 0 {
 		x.friction = strings.Join(applied, ", ")

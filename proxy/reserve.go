@@ -19,7 +19,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -264,17 +263,17 @@ func (s *Server) serveReserve(w http.ResponseWriter, r *http.Request) {
 			res.Cancel(work)
 			return
 		}
-		applied = append(applied, "delay; policy="+strconv.Quote(d.Sources.DelayMS))
+		applied = append(applied, d.FrictionNote("delay", d.Sources.DelayMS))
 	}
 	if f.Warning != "" {
 		w.Header().Set("Costgate-Warning", f.Warning)
-		applied = append(applied, "warn; policy="+strconv.Quote(d.Policy))
+		applied = d.WarnNotes(applied, "warn")
 	}
 	if f.CapMaxTokens > 0 {
-		applied = append(applied, "cap_max_tokens; policy="+strconv.Quote(d.Sources.CapMaxTokens))
+		applied = append(applied, d.FrictionNote("cap_max_tokens", d.Sources.CapMaxTokens))
 	}
 	if f.DowngradeModel != "" {
-		applied = append(applied, "downgrade_model; policy="+strconv.Quote(d.Sources.DowngradeModel))
+		applied = append(applied, d.FrictionNote("downgrade_model", d.Sources.DowngradeModel))
 	}
 	if len(applied) > 0 {
 		res.Applied(strings.Join(applied, ", "), "")

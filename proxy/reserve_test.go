@@ -428,3 +428,38 @@ limits:
 		t.Fatalf("tpm after a settle of 300 and a release: %+v; want 300 used", d.Limits)
 	}
 }
+
+// TestReserveFrictionNotes: the reserve API names the friction it passes
+// on as the proxy does: every warning with each policy that asked for
+// it, and an action whose policy is not known by itself with the
+// deciding policy, never with an empty one.
+func TestReserveFrictionNotes(t *testing.T) {
+	pols := fstest.MapFS{
+		"pace.rego": {Data: []byte(`package costgate.policies.pace
+
+decision := {"outcome": "soft", "reason": "pace", "friction": {"delay_ms": 1, "warning": "slow down"}}
+`)},
+		"nudge.rego": {Data: []byte(`package costgate.policies.nudge
+
+decision := {"outcome": "soft", "reason": "nudge", "friction": {"warning": "mind the budget", "cap_max_tokens": 8}}
+`)},
+	}
+	s := newStackWith(t, stackOptions{policies: pols, extra: roomyLimits})
+	req := httptest.NewRequest(http.MethodPost, "/v1/costgate/reserve", strings.NewReader(`{"cost":{"tokens":10}}`))
+	req.Header.Set("Authorization", "Bearer cg-test-acme")
+	w := httptest.NewRecorder()
+	s.srv.Handler().ServeHTTP(w, req)
+	if w.Code != 200 {
+		t.Fatalf("reserve: %d %s", w.Code, w.Body)
+	}
+	got := w.Header().Get("Costgate-Friction")
+	t.Logf("Costgate-Friction: %s", got)
+	for _, want := range []string{`delay; policy="pace"`, `warn; policy="pace"`, `warn; policy="nudge"`, `cap_max_tokens; policy="nudge"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Costgate-Friction %q lacks %q", got, want)
+		}
+	}
+	if strings.Contains(got, `policy=""`) {
+		t.Errorf("Costgate-Friction %q names an empty policy", got)
+	}
+}

@@ -307,12 +307,7 @@ func unlimited(n int) *rlsv3.RateLimitResponse {
 func frictionField(d *gate.Decision) string {
 	f, src := d.Friction, d.Sources
 	var parts []string
-	add := func(action, policy string) {
-		if policy == "" {
-			policy = d.Policy
-		}
-		parts = append(parts, headerText(action)+"; policy="+strconv.Quote(policy))
-	}
+	add := func(action, policy string) { parts = append(parts, d.FrictionNote(headerText(action), policy)) }
 	if f.DelayMS > 0 {
 		add("delay_ms="+strconv.FormatInt(f.DelayMS, 10), src.DelayMS)
 	}
@@ -323,12 +318,7 @@ func frictionField(d *gate.Decision) string {
 		add("downgrade_model="+f.DowngradeModel, src.DowngradeModel)
 	}
 	if f.Warning != "" {
-		if len(src.Warning) == 0 {
-			add("warn", "")
-		}
-		for _, p := range src.Warning {
-			add("warn", p)
-		}
+		parts = d.WarnNotes(parts, "warn")
 	}
 	return strings.Join(parts, ", ")
 }
