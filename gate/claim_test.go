@@ -36,7 +36,7 @@ func TestHeldEndsRaceAcrossReplicas(t *testing.T) {
 	var wg sync.WaitGroup
 	for i, id := range ids {
 		wg.Go(func() {
-			r, _, err := a.Resume(ca, id)
+			r, _, err := a.Resume(context.Background(), ca, id)
 			if err != nil {
 				t.Error(err)
 				return
@@ -44,7 +44,7 @@ func TestHeldEndsRaceAcrossReplicas(t *testing.T) {
 			settled[i] = settleFirst(t, r, i)
 		})
 		wg.Go(func() {
-			r, _, err := b.Resume(cb, id)
+			r, _, err := b.Resume(context.Background(), cb, id)
 			if err != nil {
 				t.Error(err)
 				return
@@ -68,7 +68,7 @@ func TestHeldEndsRaceAcrossReplicas(t *testing.T) {
 			used += 30
 		}
 		// A later settle on either replica is told the first end.
-		r, _, err := b.Resume(cb, ids[i])
+		r, _, err := b.Resume(context.Background(), cb, ids[i])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +109,7 @@ func TestHeldEndOfUnknownOutcome(t *testing.T) {
 	const n = 20
 	ids, _ := hold(t, h, h.Identify("cg-acme"), n)
 	resume := func(g *gate.Gate, id string) *gate.Reservation {
-		r, _, err := g.Resume(g.Identify("cg-acme"), id)
+		r, _, err := g.Resume(context.Background(), g.Identify("cg-acme"), id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,7 +209,7 @@ reservations: {secret: 0123456789abcdef0123}`)
 	c := g.Identify("cg-acme")
 	ids, reqs := hold(t, g, c, 3)
 	resume := func(i int) *gate.Reservation {
-		r, _, err := g.Resume(c, ids[i])
+		r, _, err := g.Resume(context.Background(), c, ids[i])
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -43,7 +43,7 @@ limits:
 			t.Fatal(d)
 		}
 		id, _ := res.Hold(time.Minute)
-		r, _, err := g.Resume(c, id)
+		r, _, err := g.Resume(context.Background(), c, id)
 		if err != nil {
 			t.Fatal(err)
 		}

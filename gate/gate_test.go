@@ -142,7 +142,7 @@ func TestHeldReservations(t *testing.T) {
 	if time.Until(exp) < 50*time.Second {
 		t.Errorf("expires %v", exp)
 	}
-	if _, _, err := g.Resume(g.Identify("cg-globex"), id); !errors.Is(err, gate.ErrUnknownReservation) {
+	if _, _, err := g.Resume(context.Background(), g.Identify("cg-globex"), id); !errors.Is(err, gate.ErrUnknownReservation) {
 		t.Errorf("another tenant resumed it: %v", err)
 	}
 	// Another character in the MAC (replacing it with a fixed one was no
@@ -153,10 +153,10 @@ func TestHeldReservations(t *testing.T) {
 	} else {
 		tampered[len(id)-2] = 'B'
 	}
-	if _, _, err := g.Resume(c, string(tampered)); !errors.Is(err, gate.ErrUnknownReservation) {
+	if _, _, err := g.Resume(context.Background(), c, string(tampered)); !errors.Is(err, gate.ErrUnknownReservation) {
 		t.Errorf("a tampered id: %v", err)
 	}
-	r, _, err := g.Resume(c, id)
+	r, _, err := g.Resume(context.Background(), c, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestHeldReservations(t *testing.T) {
 	id2, _ := res2.Hold(time.Second)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, _, err := g.Resume(c, id2)
+		_, _, err := g.Resume(context.Background(), c, id2)
 		if errors.Is(err, gate.ErrExpired) {
 			break
 		}

@@ -91,7 +91,7 @@ limits:
 	}
 	var used int64
 	for _, tc := range cases {
-		r, _, err := tc.endOn.Resume(caller[tc.endOn], tc.id)
+		r, _, err := tc.endOn.Resume(context.Background(), caller[tc.endOn], tc.id)
 		if err != nil {
 			t.Fatalf("%s: resume before the expiry: %v", name(tc), err)
 		}
@@ -122,7 +122,7 @@ limits:
 			want = endNone
 		}
 		for i := range 2 { // a retry changes nothing: the second is told the same
-			r, _, err := g.Resume(c, tc.id)
+			r, _, err := g.Resume(context.Background(), c, tc.id)
 			if want == endNone {
 				if !errors.Is(err, ErrExpired) {
 					t.Errorf("%s: resume %d: %v, want ErrExpired", name(tc), i, err)
@@ -178,7 +178,7 @@ limits:
 		}
 	}
 	a.expireHolds(last.Add(claimGrace - time.Second))
-	if r, _, err := a.Resume(ca, settled.id); err != nil {
+	if r, _, err := a.Resume(context.Background(), ca, settled.id); err != nil {
 		t.Errorf("claimGrace past the expiry, less a second: %v", err)
 	} else if _, again, err := r.SettleHeld(ctx, Charge{Cost: 9 * cost}); err != nil || !again {
 		t.Errorf("claimGrace past the expiry, less a second: again %v, %v", again, err)
@@ -191,7 +191,7 @@ limits:
 	if n != 0 {
 		t.Errorf("%d holds kept past claimGrace", n)
 	}
-	r, _, err := a.Resume(ca, settled.id)
+	r, _, err := a.Resume(context.Background(), ca, settled.id)
 	switch {
 	case !shared && !errors.Is(err, ErrExpired):
 		t.Errorf("without Redis, once the hold is forgotten: %v, want ErrExpired", err)

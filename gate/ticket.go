@@ -332,9 +332,9 @@ func (r *Reservation) Hold(ttl time.Duration) (string, time.Time) {
 // ErrReleased, its Release ErrSettled or nil. Past its expiry, Resume
 // fails with ErrExpired unless the reservation was settled or released
 // before: this replica's hold tells so, else, with a Redis store, the
-// reservation's claim there (a GET of at most a second, the one call to
-// Redis Resume makes; when it fails, ErrExpired).
-func (g *Gate) Resume(c *Caller, id string) (res *Reservation, expires time.Time, err error) {
+// reservation's claim there (a GET bounded by ctx and a second, the one
+// call to Redis Resume makes; when it fails, ErrExpired).
+func (g *Gate) Resume(ctx context.Context, c *Caller, id string) (res *Reservation, expires time.Time, err error) {
 	payload, ok := g.verify(id)
 	if !ok {
 		return nil, time.Time{}, ErrUnknownReservation
@@ -358,7 +358,7 @@ func (g *Gate) Resume(c *Caller, id string) (res *Reservation, expires time.Time
 	g.holds.mu.Unlock()
 	switch {
 	case !time.Now().Before(expires):
-		if h, err = g.endOf(&t, expires, h); err != nil {
+		if h, err = g.endOf(ctx, &t, expires, h); err != nil {
 			return nil, expires, err
 		}
 	case open != nil:
@@ -375,7 +375,7 @@ func (g *Gate) Resume(c *Caller, id string) (res *Reservation, expires time.Time
 // replica's hold of it (nil for none), when it was settled or released,
 // else a hold made from its claim in Redis, which h adopts. It is
 // ErrExpired when it expired, or when neither tells.
-func (g *Gate) endOf(t *ticket, expires time.Time, h *hold) (*hold, error) {
+func (g *Gate) endOf(ctx context.Context, t *ticket, expires time.Time, h *hold) (*hold, error) {
 	if h != nil {
 		g.holds.mu.Lock()
 		st := h.state
@@ -387,7 +387,7 @@ func (g *Gate) endOf(t *ticket, expires time.Time, h *hold) (*hold, error) {
 	if g.redis == nil {
 		return nil, ErrExpired
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	v, err := g.redis.Get(ctx, heldKey(t.Tenant, t.ID)).Result()
 	cancel()
 	c, ok := decodeClaim(v)

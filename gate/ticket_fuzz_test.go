@@ -39,7 +39,7 @@ budgets:
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		id := ticketPrefix + base64.RawURLEncoding.EncodeToString(payload) + "." + base64.RawURLEncoding.EncodeToString(g.sign(nil, payload))
-		r, _, err := g.Resume(c, id)
+		r, _, err := g.Resume(context.Background(), c, id)
 		if err != nil {
 			return
 		}

@@ -439,12 +439,12 @@ type settleRequest struct {
 
 // resume finds the reservation a settle or release names, answering the
 // client when it cannot.
-func (s *Server) resume(w http.ResponseWriter, path string, c *gate.Caller, id string) (*gate.Reservation, bool) {
+func (s *Server) resume(ctx context.Context, w http.ResponseWriter, path string, c *gate.Caller, id string) (*gate.Reservation, bool) {
 	if id == "" {
 		badRequest(w, path, "invalid_body", "reservation_id is required")
 		return nil, false
 	}
-	res, _, err := s.gate.Resume(c, id)
+	res, _, err := s.gate.Resume(ctx, c, id)
 	if err != nil {
 		writeReservationError(w, path, err)
 		return nil, false
@@ -479,7 +479,11 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 	if c == nil {
 		return
 	}
-	res, ok := s.resume(w, path, c, in.ReservationID)
+	// Once read, a settlement is carried out whether or not its caller
+	// waits for the answer: a cut connection must not keep usage off the
+	// limits.
+	work := context.WithoutCancel(r.Context())
+	res, ok := s.resume(work, w, path, c, in.ReservationID)
 	if !ok {
 		return
 	}
@@ -539,10 +543,7 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, path, "cost_exceeds_limit", "this usage's cost cannot be represented")
 		return
 	}
-	// Once read, a settlement is carried out whether or not its caller
-	// waits for the answer: a cut connection must not keep usage off the
-	// limits.
-	got, again, err := res.SettleHeld(context.WithoutCancel(r.Context()), ch)
+	got, again, err := res.SettleHeld(work, ch)
 	if err != nil {
 		writeReservationError(w, path, err)
 		return
@@ -593,11 +594,12 @@ func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) {
 	if c == nil {
 		return
 	}
-	res, ok := s.resume(w, path, c, in.ReservationID)
+	work := context.WithoutCancel(r.Context()) // as a settlement's
+	res, ok := s.resume(work, w, path, c, in.ReservationID)
 	if !ok {
 		return
 	}
-	if err := res.Release(context.WithoutCancel(r.Context())); err != nil {
+	if err := res.Release(work); err != nil {
 		writeReservationError(w, path, err)
 		return
 	}
