@@ -398,7 +398,7 @@ func (g *Gate) endOf(ctx context.Context, t *ticket, expires time.Time, h *hold)
 		g.log.Warn("held reservation past its expiry: unreadable claim; taken for expired", "request_id", t.ID, "claim", v)
 	case ok && c.state != holdExpired:
 		g.adopt(h, c) // an open hold must not expire after all
-		return &hold{tenant: t.Tenant, expires: expires, state: c.state, result: Charge{Cost: c.cost, Status: c.status}}, nil
+		return &hold{tenant: t.Tenant, expires: expires, state: c.state, result: c.charge()}, nil
 	}
 	return nil, ErrExpired
 }
@@ -576,16 +576,18 @@ func (g *Gate) ended(h *hold) (out Charge, again bool, err error, done bool) {
 	return Charge{}, false, nil, false
 }
 
-// adopt records on this replica's hold how another replica ended it.
+// adopt records on this replica's hold how another replica ended it: a
+// hold still open, or marked expired by an expiry here that lost its
+// claim (a settlement here that won meanwhile stays).
 func (g *Gate) adopt(h *hold, c claim) {
 	if h == nil {
 		return
 	}
 	g.holds.mu.Lock()
 	var res *Reservation
-	if h.state == holdOpen {
+	if h.state == holdOpen || h.state == holdExpired {
 		res = h.res
-		h.state, h.result, h.res = c.state, Charge{Cost: c.cost, Status: c.status}, nil
+		h.state, h.result, h.res = c.state, c.charge(), nil
 	}
 	g.holds.mu.Unlock()
 	if res != nil {
@@ -635,6 +637,9 @@ func newClaimToken() string {
 	return hex.EncodeToString(b[:])
 }
 
+// charge is the settlement c records.
+func (c claim) charge() Charge { return Charge{Cost: c.cost, Status: c.status} }
+
 func (c claim) answer() (Charge, bool, error) {
 	switch c.state {
 	case holdReleased:
@@ -642,7 +647,7 @@ func (c claim) answer() (Charge, bool, error) {
 	case holdExpired:
 		return Charge{}, false, ErrExpired
 	}
-	return Charge{Cost: c.cost, Status: c.status}, true, nil
+	return c.charge(), true, nil
 }
 
 // claimGrace is how long a claim outlives its reservation's expiry.
@@ -799,12 +804,8 @@ func (g *Gate) expireHolds(now time.Time) {
 		if err == nil && !won {
 			cancel()
 			// Settled or released on another replica: the hold tells so
-			// from now on, unless a settlement here won meanwhile.
-			hs.mu.Lock()
-			if h := r.held; h.state == holdExpired {
-				h.state, h.result = prior.state, Charge{Cost: prior.cost, Status: prior.status}
-			}
-			hs.mu.Unlock()
+			// from now on.
+			g.adopt(r.held, prior)
 			r.unexpose()
 			continue
 		}
