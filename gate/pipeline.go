@@ -588,10 +588,7 @@ func (r *Reservation) deny() Decision {
 		msg = fmt.Sprintf("budget %q is spent for this period; it resets in %d s", l.limit.Name, retry)
 	}
 	r.outcome, r.answer, r.blocked = telemetry.OutcomeHard, status, l
-	if l.budget && r.g.regions != nil && l.extra == 0 && res.Decider < len(r.items) {
-		// A region stopped at its cap shows its demand this way.
-		r.g.regions.Refused(l.limit, r.items[res.Decider].Key, r.items[res.Decider].Cost)
-	}
+	r.regionRefused(res.Decider)
 	d := refusal(telemetry.OutcomeHard, status, Error{
 		Type: typ, Code: l.limit.Name, Message: msg, Policy: l.limit.Name,
 		RetryAfterMS: res.RetryAfter.Milliseconds(),

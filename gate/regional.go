@@ -61,7 +61,7 @@ func (g *Gate) regional(ctx context.Context, l *compiledLimit, key string) weigh
 // When the rows cannot be read, the others count for nothing (the whole
 // ledger's spend, at most the cap, which refuses rather than admits).
 func (g *Regions) spent(ctx context.Context, l weighted.Limit, key string, ledger int64, lost bool) int64 {
-	k := capKey{budget: l.Name, key: key, period: periodName(l, g.cfg.Now())}
+	k := capKeyOf(l, key, g.cfg.Now())
 	var used, cp int64
 	known := false
 	g.mu.Lock()
@@ -96,6 +96,16 @@ func (g *Regions) spent(ctx context.Context, l weighted.Limit, key string, ledge
 		return used
 	}
 	return max(used, min(cp, ledger-others))
+}
+
+// regionRefused counts the cost of item i, which limit i refused, as
+// demand for this region's cap when the limit is a budget the regions
+// share: a region stopped at its cap spends nothing, and shows its demand
+// this way.
+func (r *Reservation) regionRefused(i int) {
+	if r.g.regions != nil && r.limits[i].budget && i < len(r.items) {
+		r.g.regions.Refused(r.limits[i].limit, r.items[i].Key, r.items[i].Cost)
+	}
 }
 
 // regionalTooBig answers a cost above this region's cap of a budget, but

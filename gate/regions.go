@@ -131,6 +131,11 @@ func (g *Regions) Migrate(ctx context.Context) error {
 	return nil
 }
 
+// capKeyOf is the cap of budget l for key in the period that holds now.
+func capKeyOf(l weighted.Limit, key string, now time.Time) capKey {
+	return capKey{budget: l.Name, key: key, period: periodName(l, now)}
+}
+
 // periodName names the window of budget l that holds now.
 func periodName(l weighted.Limit, now time.Time) string {
 	now = now.UTC()
@@ -154,7 +159,7 @@ func (g *Regions) Limit(l weighted.Limit, key string) weighted.Limit {
 // and 2 s), and concurrent ones for the same.
 func (g *Regions) LimitContext(ctx context.Context, l weighted.Limit, key string) weighted.Limit {
 	now := g.cfg.Now()
-	k := capKey{budget: l.Name, key: key, period: periodName(l, now)}
+	k := capKeyOf(l, key, now)
 	g.mu.Lock()
 	c := g.caps[k]
 	if c == nil {
@@ -217,7 +222,7 @@ func (g *Regions) Info() RegionInfo {
 func (g *Regions) Cap(l weighted.Limit, key string) (int64, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	c := g.caps[capKey{budget: l.Name, key: key, period: periodName(l, g.cfg.Now())}]
+	c := g.caps[capKeyOf(l, key, g.cfg.Now())]
 	if c == nil || !c.known {
 		return 0, false
 	}
@@ -406,7 +411,7 @@ func (g *Regions) Refused(l weighted.Limit, key string, cost int64) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if c := g.caps[capKey{budget: l.Name, key: key, period: periodName(l, g.cfg.Now())}]; c != nil {
+	if c := g.caps[capKeyOf(l, key, g.cfg.Now())]; c != nil {
 		c.refused += min(cost, math.MaxInt64-c.refused)
 	}
 }
