@@ -225,6 +225,13 @@ type leaseKey struct {
 	key  string
 }
 
+// stateKeyOf is the key of its lease state: every version of its limit
+// (another capacity, rate or period under the same name and algorithm)
+// shares it.
+func stateKeyOf(it *Item) leaseKey {
+	return leaseKey{name: it.Limit.Name, algo: it.Limit.Algorithm, cal: it.Limit.Calendar, key: it.Key}
+}
+
 // leaseState is one key's leases on this replica.
 type leaseState struct {
 	mu      sync.Mutex
@@ -486,10 +493,10 @@ const maxLeasedItems = 64
 
 // state returns the key's state, made on first use; nil when the store
 // remembers too many keys already. The state may be of another version
-// of it's limit (a reservation debited before a config reload): its
+// of its limit (a reservation debited before a config reload): its
 // leases are the key's all the same.
 func (l *Leased) state(it *Item) *leaseState {
-	k := leaseKey{name: it.Limit.Name, algo: it.Limit.Algorithm, cal: it.Limit.Calendar, key: it.Key}
+	k := stateKeyOf(it)
 	l.mu.RLock()
 	st := l.keys[k]
 	l.mu.RUnlock()
@@ -509,7 +516,7 @@ func (l *Leased) state(it *Item) *leaseState {
 	return st
 }
 
-// current is state for a debit: a state kept for another version of it's
+// current is state for a debit: a state kept for another version of its
 // limit (its capacity, rate, period or lease policy changed by a config
 // reload) is replaced by a new one, and returned as old, retired, with
 // its leases ended for the caller to return (returnEnded with all set).
@@ -520,7 +527,7 @@ func (l *Leased) current(it *Item) (st, old *leaseState) {
 	if st = l.state(it); st == nil || st.item.Limit == it.Limit {
 		return st, nil
 	}
-	k := leaseKey{name: it.Limit.Name, algo: it.Limit.Algorithm, cal: it.Limit.Calendar, key: it.Key}
+	k := stateKeyOf(it)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if old = l.keys[k]; old == nil || old.item.Limit == it.Limit {
@@ -1074,7 +1081,7 @@ func (l *Leased) Reset(ctx context.Context, items []Item) error {
 	l.mu.Lock()
 	for i := range items {
 		it := &items[i]
-		delete(l.keys, leaseKey{name: it.Limit.Name, algo: it.Limit.Algorithm, cal: it.Limit.Calendar, key: it.Key})
+		delete(l.keys, stateKeyOf(it))
 	}
 	l.mu.Unlock()
 	l.stats.calls.Add(1)
@@ -1105,7 +1112,7 @@ func (l *Leased) Restore(ctx context.Context, items []Item, counted []int64) err
 				continue // a log is not restored; a negative count is the store's to refuse
 			}
 			l.mu.RLock()
-			st := l.keys[leaseKey{name: it.Limit.Name, algo: it.Limit.Algorithm, cal: it.Limit.Calendar, key: it.Key}]
+			st := l.keys[stateKeyOf(it)]
 			l.mu.RUnlock()
 			if st == nil {
 				continue
@@ -1173,7 +1180,7 @@ func (l *Leased) sweepOnce(ctx context.Context) {
 		_ = l.returnEnded(ctx, st, false)
 		if idle {
 			l.mu.Lock()
-			k := leaseKey{name: st.item.Limit.Name, algo: st.item.Limit.Algorithm, cal: st.item.Limit.Calendar, key: st.item.Key}
+			k := stateKeyOf(&st.item)
 			if l.keys[k] == st {
 				st.mu.Lock()
 				if len(st.leases) == 0 && len(st.ended) == 0 && st.fetching == nil && st.debt == 0 {
