@@ -9,8 +9,8 @@ package rls
 // bytes) goes to proto.Unmarshal instead, so that the codec accepts,
 // refuses and reads exactly what the generated code does, except for a
 // request past the bounds (maxDescriptors, maxEntries), which is read for
-// its shape alone, for the server to refuse. A RateLimitResponse of the fields the server sets is written without
-// reflection too, byte for byte as proto.Marshal writes it, and any other
+// its shape alone, for the server to refuse. A RateLimitResponse of the
+// fields the server sets is written without reflection too, byte for byte as proto.Marshal writes it, and any other
 // by proto.Marshal; every other message (health, reflection) goes to
 // gRPC's proto codec.
 
@@ -119,19 +119,24 @@ func outOfBounds(b []byte) bool {
 			return true
 		}
 		descs++
-		entries := 0
-		if !eachField(v, func(num protowire.Number, typ protowire.Type, _ []byte) bool {
-			if num == 1 && typ == protowire.BytesType {
-				entries++
-			}
-			return true
-		}) {
-			return false
-		}
+		entries, ok := countMessages(v, 1)
 		over = over || entries > maxEntries
-		return true
+		return ok
 	})
 	return ok && (over || descs > maxDescriptors)
+}
+
+// countMessages counts the length-delimited fields num of the message b
+// (a request's descriptors, a descriptor's entries); ok is false when b
+// is malformed.
+func countMessages(b []byte, num protowire.Number) (n int, ok bool) {
+	ok = eachField(b, func(f protowire.Number, typ protowire.Type, _ []byte) bool {
+		if f == num && typ == protowire.BytesType {
+			n++
+		}
+		return true
+	})
+	return n, ok
 }
 
 // eachField calls f with each field of the message b and its value's
@@ -171,13 +176,7 @@ func eachField(b []byte, f func(num protowire.Number, typ protowire.Type, v []by
 // as it has (all the same empty one). It fails where proto.Unmarshal
 // fails on the domain.
 func decodeShape(b []byte, req *rlsv3.RateLimitRequest) error {
-	n := 0
-	eachField(b, func(num protowire.Number, typ protowire.Type, _ []byte) bool {
-		if num == 2 && typ == protowire.BytesType {
-			n++
-		}
-		return true
-	})
+	n, _ := countMessages(b, 2)
 	req.Descriptors = make([]*commonv3.RateLimitDescriptor, 0, n)
 	empty := &commonv3.RateLimitDescriptor{}
 	entry := &commonv3.RateLimitDescriptor_Entry{}
@@ -196,13 +195,7 @@ func decodeShape(b []byte, req *rlsv3.RateLimitRequest) error {
 		case num == 2 && typ == protowire.BytesType && n > maxDescriptors:
 			req.Descriptors = append(req.Descriptors, empty)
 		case num == 2 && typ == protowire.BytesType:
-			ne := 0
-			eachField(v, func(num protowire.Number, typ protowire.Type, _ []byte) bool {
-				if num == 1 && typ == protowire.BytesType {
-					ne++
-				}
-				return true
-			})
+			ne, _ := countMessages(v, 1)
 			d := &commonv3.RateLimitDescriptor{Entries: make([]*commonv3.RateLimitDescriptor_Entry, ne)}
 			for i := range d.Entries {
 				d.Entries[i] = entry
