@@ -10,9 +10,9 @@ package rls
 // refuses and reads exactly what the generated code does, except for a
 // request past the bounds (maxDescriptors, maxEntries), which is read for
 // its shape alone, for the server to refuse. A RateLimitResponse of the
-// fields the server sets is written without reflection too, byte for byte as proto.Marshal writes it, and any other
-// by proto.Marshal; every other message (health, reflection) goes to
-// gRPC's proto codec.
+// fields the server sets is written without reflection too, byte for
+// byte as proto.Marshal writes it, and any other by proto.Marshal; every
+// other message (health, reflection) goes to gRPC's proto codec.
 
 import (
 	"errors"
