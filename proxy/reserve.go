@@ -276,8 +276,9 @@ func (s *Server) serveReserve(w http.ResponseWriter, r *http.Request) {
 		applied = append(applied, d.FrictionNote("downgrade_model", d.Sources.DowngradeModel))
 	}
 	if len(applied) > 0 {
-		res.Applied(strings.Join(applied, ", "), "")
-		w.Header().Set("Costgate-Friction", strings.Join(applied, ", "))
+		note := strings.Join(applied, ", ")
+		res.Applied(note, "")
+		w.Header().Set("Costgate-Friction", note)
 	}
 	if d, ok := res.Record(work); !ok {
 		writeDecision(w, path, d)
