@@ -30,10 +30,7 @@ func TestLeasedLimitChange(t *testing.T) {
 		for _, sn := range []string{"memory", "redis"} {
 			t.Run(old.Name+"/"+sn, func(t *testing.T) {
 				clk := newClock()
-				var s Store = NewMemory(MemoryConfig{Now: clk.Now})
-				if sn == "redis" {
-					s = newRedisStore(c, clk)
-				}
+				l := inlineLeased(t, c, sn, clk)
 				old.Lease = Lease{Max: 100, TTL: time.Minute}
 				lowered := old
 				if lowered.Burst > 0 {
@@ -42,9 +39,6 @@ func TestLeasedLimitChange(t *testing.T) {
 					lowered.Rate = 100
 				}
 				lowered.Lease = Lease{Max: 10, TTL: time.Minute}
-				l := NewLeased(s, LeasedConfig{Now: clk.Now, Sweep: time.Hour})
-				l.inline = true
-				defer l.Close(ctx)
 				st := l.state(&Item{Limit: old, Key: "k"})
 				st.rate = 1e9 // hot
 				var admitted int64
@@ -99,13 +93,7 @@ func TestLeasedRefundStaysInItsWindow(t *testing.T) {
 			t.Run(lim.Name+"/"+sn, func(t *testing.T) {
 				clk := newClock()
 				clk.Advance(100 * time.Millisecond)
-				var s Store = NewMemory(MemoryConfig{Now: clk.Now})
-				if sn == "redis" {
-					s = newRedisStore(c, clk)
-				}
-				l := NewLeased(s, LeasedConfig{Now: clk.Now, Sweep: time.Hour})
-				l.inline = true
-				defer l.Close(ctx)
+				l := inlineLeased(t, c, sn, clk)
 				st := l.state(&Item{Limit: lim, Key: "k"})
 				st.rate = 1e9 // hot
 				it := Item{Limit: lim, Key: "k", Cost: 10}
@@ -230,13 +218,7 @@ func TestLeasedRefundInItsWindow(t *testing.T) {
 		t.Run(sn, func(t *testing.T) {
 			clk := newClock()
 			clk.Advance(time.Minute)
-			var s Store = NewMemory(MemoryConfig{Now: clk.Now})
-			if sn == "redis" {
-				s = newRedisStore(c, clk)
-			}
-			l := NewLeased(s, LeasedConfig{Now: clk.Now, Sweep: time.Hour})
-			l.inline = true
-			defer l.Close(ctx)
+			l := inlineLeased(t, c, sn, clk)
 			l.state(&Item{Limit: lim, Key: "k"}).rate = 1e9 // hot
 			it := Item{Limit: lim, Key: "k", Cost: 10}
 			if res, err := l.Debit(ctx, "old", []Item{it}); err != nil || !res.Allowed {
@@ -278,4 +260,19 @@ func refundAmidDebits(t *testing.T, l *Leased, clk *clock, lim Limit, it Item) i
 		debit(fmt.Sprint("n", i))
 	}
 	return admitted
+}
+
+// inlineLeased is a Leased store that takes its leases in the requests
+// (deterministic), over the memory store or, for sn "redis", c, on clk;
+// closed at the end of t.
+func inlineLeased(t *testing.T, c Scripter, sn string, clk *clock) *Leased {
+	t.Helper()
+	var s Store = NewMemory(MemoryConfig{Now: clk.Now})
+	if sn == "redis" {
+		s = newRedisStore(c, clk)
+	}
+	l := NewLeased(s, LeasedConfig{Now: clk.Now, Sweep: time.Hour})
+	l.inline = true
+	t.Cleanup(func() { l.Close(context.Background()) })
+	return l
 }
