@@ -103,7 +103,7 @@ func (g *Regions) spent(ctx context.Context, l weighted.Limit, key string, ledge
 // share: a region stopped at its cap spends nothing, and shows its demand
 // this way.
 func (r *Reservation) regionRefused(i int) {
-	if r.g.regions != nil && r.limits[i].budget && i < len(r.items) {
+	if r.limits[i].budget && r.g.regions != nil && i < len(r.items) {
 		r.g.regions.Refused(r.limits[i].limit, r.items[i].Key, r.items[i].Cost)
 	}
 }
