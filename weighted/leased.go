@@ -659,14 +659,15 @@ func (st *leaseState) saw(is ItemState, cost int64, now time.Time) {
 }
 
 // acquire takes a lease of size units for st in one Debit of the store
-// and reports whether it got it. When the store has less left, a second
-// Debit takes what is left, or need alone when less than need is left,
-// whose refusal marks the key known spent for costs of need or more
-// until the store's RetryAfter. A meter or log that refills the lease
-// within a quarter of its TTL is instead known spent until then, once
-// less than half the lease is left: a hot key at its limit waits for a
-// lease's worth, at most a quarter TTL. need 0 is a renewal ahead of time, which marks
-// nothing. The caller has set st.fetching, which acquire closes.
+// and reports whether it got it. When the store has less left, the next
+// Debit takes what is left (at most maxShrinks times), or need alone when
+// less than need is left; only need's refusal marks the key known spent
+// for costs of need or more until the store's RetryAfter. A meter or log
+// that refills the lease within a quarter of its TTL is instead known
+// spent until then, once less than half the lease is left: a hot key at
+// its limit waits for a lease's worth, at most a quarter TTL. need 0 is a
+// renewal ahead of time, which marks nothing. The caller has set
+// st.fetching, which acquire closes.
 func (l *Leased) acquire(ctx context.Context, st *leaseState, s *spec, size, need int64) (bool, error) {
 	defer func() {
 		st.mu.Lock()
@@ -750,16 +751,18 @@ func (l *Leased) acquire(ctx context.Context, st *leaseState, s *spec, size, nee
 		}
 		// A meter or log that refills a lease's worth soon: wait for half a
 		// lease rather than chase what trickles in. Otherwise take what is
-		// left, or, when that is less than need, ask for need alone, whose
-		// answer is the exact refusal.
+		// left, or, when that is less than need, ask for need alone: only
+		// need's refusal is the request's. A refusal of more says nothing
+		// of need, however little the answer says is left: other replicas
+		// debit between the answer and the next call.
 		fast := s.algo != FixedWindow && s.algo != SlidingWindow && got.RetryAfter <= st.item.Limit.Lease.Life()/4
-		if attempt == 0 && !(fast && got.Remaining < size/2) {
+		if size != need && !(fast && got.Remaining < size/2) {
 			switch {
-			case got.Remaining >= need:
+			case got.Remaining >= need && attempt < maxShrinks:
 				size = min(got.Remaining, size)
 				st.mu.Unlock()
 				continue
-			case !fast:
+			case got.Remaining >= need || !fast:
 				size = need
 				st.mu.Unlock()
 				continue
@@ -771,6 +774,12 @@ func (l *Leased) acquire(ctx context.Context, st *leaseState, s *spec, size, nee
 		return false, nil
 	}
 }
+
+// maxShrinks is how many times acquire takes what the store said was left
+// after a lease was refused, before it asks for the request's need alone:
+// other replicas that keep debiting first cost it at most that many calls
+// more.
+const maxShrinks = 2
 
 // recheck is when a key found spent at t is asked of the store again: when
 // it frees, or, in a LeaseStore, a lease's TTL later, when the leases of a

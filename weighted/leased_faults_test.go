@@ -276,3 +276,89 @@ func inlineLeased(t *testing.T, c Scripter, sn string, clk *clock) *Leased {
 	t.Cleanup(func() { l.Close(context.Background()) })
 	return l
 }
+
+// TestLeasedRacedLeaseRefusal takes leases on a key that another replica
+// debits just before each lease call, so that every answer is stale once
+// read: a lease refused for more than the request needs is not a refusal
+// of the request. Fixed window and token bucket, 100 units, 80 spent
+// first; steals of 1 to 7 units per lease call.
+//
+// Bound: the replica refuses a request only when the store has less left
+// than it needs, and it admits exactly what the other replica left.
+func TestLeasedRacedLeaseRefusal(t *testing.T) {
+	c := testRedis(t)
+	ctx := context.Background()
+	lims := []Limit{
+		{Name: "fw", Algorithm: FixedWindow, Rate: 100, Period: 24 * time.Hour},
+		{Name: "tb", Algorithm: TokenBucket, Rate: 1, Period: 24 * time.Hour, Burst: 100},
+	}
+	for _, lim := range lims {
+		lim.Lease = Lease{Max: 50, TTL: 2 * time.Second}
+		for _, sn := range []string{"memory", "redis"} {
+			for _, steal := range []int64{1, 3, 7} {
+				t.Run(fmt.Sprintf("%s/%s/steal%d", lim.Name, sn, steal), func(t *testing.T) {
+					clk := newClock()
+					inner := inlineLeased(t, c, sn, clk).Inner().(LeaseStore)
+					rs := &racingStore{LeaseStore: inner, steal: steal}
+					l := NewLeased(rs, LeasedConfig{Now: clk.Now, Sweep: time.Hour})
+					l.inline = true
+					t.Cleanup(func() { l.Close(context.Background()) })
+					it := Item{Limit: lim, Key: fmt.Sprint("k", steal), Cost: 80}
+					if res, err := inner.Debit(ctx, "before", []Item{it}); err != nil || !res.Allowed {
+						t.Fatalf("the first 80: %+v %v", res, err)
+					}
+					it.Cost = 1
+					l.state(&it).rate = 1e9 // hot: leases from the first request
+					var admitted int64
+					for i := 0; ; i++ {
+						if i > 100 {
+							t.Fatalf("more than %d requests admitted", i)
+						}
+						clk.Advance(time.Microsecond)
+						res, err := l.Debit(ctx, fmt.Sprint("r", i), []Item{it})
+						if err != nil {
+							t.Fatal(err)
+						}
+						if !res.Allowed {
+							break
+						}
+						admitted++
+					}
+					left, err := inner.Peek(ctx, []Item{it})
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Logf("admitted %d, the other replica %d, %d lease calls; the store has %d left", admitted, rs.stolen, rs.calls, left.Items[0].Remaining)
+					if left.Items[0].Remaining != 0 || 80+rs.stolen+admitted != 100 {
+						t.Fatalf("refused with %d left in the store: admitted %d, the other replica %d, of the 20 left after 80",
+							left.Items[0].Remaining, admitted, rs.stolen)
+					}
+				})
+			}
+		}
+	}
+}
+
+// racingStore is a LeaseStore on which another replica debits steal units
+// of the key just before each lease is taken.
+type racingStore struct {
+	LeaseStore
+	steal, stolen int64
+	calls         int
+}
+
+func (r *racingStore) Lease(ctx context.Context, it Item, c LeaseCall) (ItemState, error) {
+	if it.Cost > 0 {
+		r.calls++
+		other := it
+		other.Cost = r.steal
+		res, err := r.LeaseStore.Debit(ctx, fmt.Sprint("other", r.calls), []Item{other})
+		if err != nil {
+			return ItemState{}, err
+		}
+		if res.Allowed {
+			r.stolen += r.steal
+		}
+	}
+	return r.LeaseStore.Lease(ctx, it, c)
+}
