@@ -563,15 +563,6 @@ func (l *Leased) take(ctx context.Context, st *leaseState, it *Item, s *spec) (i
 		}
 		st.lastUsed = now
 		st.expire(now)
-		if now.Before(st.spentUntil) && now.Before(st.spentCheck) && cost >= st.spentCost {
-			is := st.spentState
-			is.RetryAfter = st.spentUntil.Sub(now)
-			is.ResetAfter = max(is.ResetAfter, is.RetryAfter)
-			st.mu.Unlock()
-			l.stats.local.Add(1)
-			l.stats.refused.Add(1)
-			return is, true, nil
-		}
 		need := cost + st.debt
 		if st.avail() >= need {
 			st.spend(need)
@@ -598,6 +589,18 @@ func (l *Leased) take(ctx context.Context, st *leaseState, it *Item, s *spec) (i
 					_, _ = l.acquire(pctx, st, &sp, size, 0)
 				})
 			}
+			return is, true, nil
+		}
+		// Known spent only past the leases held: a strict refusal that
+		// reached the store after a lease took what was left marks the
+		// key, but the lease's units are this replica's.
+		if now.Before(st.spentUntil) && now.Before(st.spentCheck) && cost >= st.spentCost {
+			is := st.spentState
+			is.RetryAfter = st.spentUntil.Sub(now)
+			is.ResetAfter = max(is.ResetAfter, is.RetryAfter)
+			st.mu.Unlock()
+			l.stats.local.Add(1)
+			l.stats.refused.Add(1)
 			return is, true, nil
 		}
 		if ch := st.fetching; ch != nil {

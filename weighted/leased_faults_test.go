@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -361,4 +362,81 @@ func (r *racingStore) Lease(ctx context.Context, it Item, c LeaseCall) (ItemStat
 		}
 	}
 	return r.LeaseStore.Lease(ctx, it, c)
+}
+
+// TestLeasedLateRefusalKeepsTheLease: a strict debit sent before the
+// replica took a lease of what was left reaches the store after it, and
+// is refused. The lease's units are the replica's all the same: it admits
+// from them, not refusing the key as spent.
+func TestLeasedLateRefusalKeepsTheLease(t *testing.T) {
+	c := testRedis(t)
+	ctx := context.Background()
+	for _, sn := range []string{"memory", "redis"} {
+		t.Run(sn, func(t *testing.T) {
+			clk := newClock()
+			inner := inlineLeased(t, c, sn, clk).Inner().(LeaseStore)
+			hs := &heldStore{LeaseStore: inner, entered: make(chan struct{}), release: make(chan struct{})}
+			l := NewLeased(hs, LeasedConfig{Now: clk.Now, Sweep: time.Hour})
+			l.inline = true
+			t.Cleanup(func() { l.Close(context.Background()) })
+			lim := Limit{Name: "fw", Algorithm: FixedWindow, Rate: 100, Period: 24 * time.Hour, Lease: Lease{Max: 50, TTL: 2 * time.Second}}
+			it := Item{Limit: lim, Key: "late", Cost: 90}
+			if res, err := inner.Debit(ctx, "before", []Item{it}); err != nil || !res.Allowed {
+				t.Fatalf("the first 90: %+v %v", res, err)
+			}
+			it.Cost = 1
+			late := make(chan Result, 1)
+			hs.hold.Store(true)
+			go func() {
+				res, err := l.Debit(ctx, "late", []Item{it}) // cold: strict, held
+				if err != nil {
+					t.Error(err)
+				}
+				late <- res
+			}()
+			<-hs.entered
+			hs.hold.Store(false)
+			st := l.state(&it)
+			st.mu.Lock()
+			st.rate = 1e9 // hot now: the next request leases what is left
+			st.mu.Unlock()
+			if res, err := l.Debit(ctx, "lease", []Item{it}); err != nil || !res.Allowed || l.Stats().Acquired != 1 {
+				t.Fatalf("the request that leases: %+v %v %+v", res, err, l.Stats())
+			}
+			close(hs.release)
+			if res := <-late; res.Allowed {
+				t.Fatalf("the late strict debit was admitted past the lease of all that was left: %+v", res)
+			}
+			admitted := int64(1)
+			for i := range 20 {
+				res, err := l.Debit(ctx, fmt.Sprint("after", i), []Item{it})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !res.Allowed {
+					break
+				}
+				admitted++
+			}
+			if admitted != 10 {
+				t.Fatalf("admitted %d from the lease of the 10 left, want 10", admitted)
+			}
+		})
+	}
+}
+
+// heldStore is a LeaseStore whose strict debits wait, while hold is set,
+// for release (entered is closed when the first one waits).
+type heldStore struct {
+	LeaseStore
+	hold             atomic.Bool
+	entered, release chan struct{}
+}
+
+func (h *heldStore) Debit(ctx context.Context, id string, items []Item) (Result, error) {
+	if h.hold.Load() {
+		close(h.entered)
+		<-h.release
+	}
+	return h.LeaseStore.Debit(ctx, id, items)
 }
