@@ -23,7 +23,8 @@ import (
 // the prefilter then refuses for at most the Retry-After it announced.
 // A leased limit's denial is remembered for at most its lease TTL, with
 // the store's Retry-After: a replica that died holding leases of the key
-// has them given back by the store within a TTL. A denial is of a cost
+// has them given back by the store within a TTL; and it refuses nothing
+// while this replica's own leases of the key hold the request's cost. A denial is of a cost
 // (a request may count for several requests, or none): it refuses
 // requests of that cost or more, never smaller ones, which the store
 // may admit.
@@ -128,11 +129,19 @@ func (p *prefilter) check(r *Reservation, now time.Time) (l *compiledLimit, key 
 		if !ok {
 			continue
 		}
-		if s := v.(*spent); s.check.After(now) && requests >= s.cost {
+		if s := v.(*spent); s.check.After(now) && requests >= s.cost && !r.g.leaseHolds(cl, k, requests) {
 			return cl, k, s.until
 		}
 	}
 	return nil, "", time.Time{}
+}
+
+// leaseHolds tells whether this replica holds cost unspent in its leases
+// of l's key: the store admits from them whatever it last heard of the
+// key, as a denial that reached Redis after a lease took what was left.
+func (g *Gate) leaseHolds(l *compiledLimit, key string, cost int64) bool {
+	return g != nil && g.leases != nil && l.limit.Lease.On() &&
+		g.leases.Unspent(weighted.Item{Limit: l.limit, Key: key}) >= cost
 }
 
 // remember records a denial decided by a limit the prefilter can hold.

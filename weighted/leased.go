@@ -491,6 +491,25 @@ func (l *Leased) DebitInto(ctx context.Context, id string, items []Item, states 
 // a larger one is debited strictly.
 const maxLeasedItems = 64
 
+// Unspent is what this replica holds unspent of its leases of it's key,
+// less what it owes the key: what it would admit from them without asking
+// the store. It makes no state for a key it does not know.
+func (l *Leased) Unspent(it Item) int64 {
+	l.mu.RLock()
+	st := l.keys[stateKeyOf(&it)]
+	l.mu.RUnlock()
+	if st == nil {
+		return 0
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.retired {
+		return 0
+	}
+	st.expire(l.now())
+	return st.avail() - st.debt
+}
+
 // state returns the key's state, made on first use; nil when the store
 // remembers too many keys already. The state may be of another version
 // of its limit (a reservation debited before a config reload): its

@@ -407,6 +407,9 @@ func TestLeasedLateRefusalKeepsTheLease(t *testing.T) {
 			if res := <-late; res.Allowed {
 				t.Fatalf("the late strict debit was admitted past the lease of all that was left: %+v", res)
 			}
+			if u := l.Unspent(it); u != 9 {
+				t.Fatalf("Unspent = %d after one of a lease of 10, want 9", u)
+			}
 			admitted := int64(1)
 			for i := range 20 {
 				res, err := l.Debit(ctx, fmt.Sprint("after", i), []Item{it})

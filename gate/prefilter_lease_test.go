@@ -1,0 +1,78 @@
+package gate
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/costgate/costgate/config"
+	"github.com/costgate/costgate/internal/redistest"
+	"github.com/costgate/costgate/weighted"
+)
+
+// TestPrefilterKeepsTheLeasesHeld: a leased key's denial that reached
+// Redis after this replica's lease took what was left (a strict debit
+// sent before the lease) is remembered, but the lease's units are the
+// replica's: the prefilter lets its requests through while they last,
+// and refuses once they are spent.
+func TestPrefilterKeepsTheLeasesHeld(t *testing.T) {
+	ctx := context.Background()
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+store: {redis: %q}
+tenants:
+  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
+limits:
+  - {name: hot, dimensions: [tenant], unit: requests, algorithm: fixed_window, rate: 1000, period: 24h, lease: {max_share: 0.5, ttl: 1m}}
+`, t.TempDir(), redistest.New(t).URL)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Open(ctx, cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	c := g.Identify("cg-acme")
+	req := &Request{Caller: c, Route: "/x"}
+	var key string
+	for i := 0; g.leases.Stats().Acquired == 0; i++ {
+		if i == 200 {
+			t.Fatalf("no lease after %d requests: %+v", i, g.leases.Stats())
+		}
+		res, d := g.Reserve(ctx, req)
+		if res == nil {
+			t.Fatalf("request %d refused: %+v", i, d)
+		}
+		key = res.items[0].Key
+		res.Settle(ctx, Charge{HTTPStatus: 200})
+	}
+	st := g.state.Load()
+	l := st.limits[0]
+	held := g.leases.Unspent(weighted.Item{Limit: l.limit, Key: key})
+	if held < 2 {
+		t.Fatalf("the lease holds %d unspent", held)
+	}
+	now := time.Now()
+	st.prefilter.add(l, key, 1, now.Add(time.Hour), now.Add(time.Minute), now) // the late denial
+	admitted := int64(0)
+	for admitted <= held {
+		if d, refused := g.Prefilter(req); refused {
+			if u := g.leases.Unspent(weighted.Item{Limit: l.limit, Key: key}); u > 0 {
+				t.Fatalf("refused with %d held unspent, after %d admitted: %+v", u, admitted, d)
+			}
+			break
+		}
+		res, _ := g.Reserve(ctx, req)
+		if res == nil {
+			break
+		}
+		res.Settle(ctx, Charge{HTTPStatus: 200})
+		admitted++
+	}
+	if admitted < held {
+		t.Fatalf("admitted %d of the %d held", admitted, held)
+	}
+}
