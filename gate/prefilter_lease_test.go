@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/internal/redistest"
 	"github.com/costgate/costgate/weighted"
 )
@@ -18,23 +17,10 @@ import (
 // and refuses once they are spent.
 func TestPrefilterKeepsTheLeasesHeld(t *testing.T) {
 	ctx := context.Background()
-	cfg, err := config.Parse([]byte(fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-store: {redis: %q}
-tenants:
-  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
+	g := openAcme(t, fmt.Sprintf(`store: {redis: %q}
 limits:
-  - {name: hot, dimensions: [tenant], unit: requests, algorithm: fixed_window, rate: 1000, period: 24h, lease: {max_share: 0.5, ttl: 1m}}
-`, t.TempDir(), redistest.New(t).URL)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := Open(ctx, cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+  - {name: hot, dimensions: [tenant], unit: requests, algorithm: fixed_window, rate: 1000, period: 24h, lease: {max_share: 0.5, ttl: 1m}}`,
+		redistest.New(t).URL))
 	c := g.Identify("cg-acme")
 	req := &Request{Caller: c, Route: "/x"}
 	var key string

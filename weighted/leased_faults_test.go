@@ -310,21 +310,7 @@ func TestLeasedRacedLeaseRefusal(t *testing.T) {
 					}
 					it.Cost = 1
 					l.state(&it).rate = 1e9 // hot: leases from the first request
-					var admitted int64
-					for i := 0; ; i++ {
-						if i > 100 {
-							t.Fatalf("more than %d requests admitted", i)
-						}
-						clk.Advance(time.Microsecond)
-						res, err := l.Debit(ctx, fmt.Sprint("r", i), []Item{it})
-						if err != nil {
-							t.Fatal(err)
-						}
-						if !res.Allowed {
-							break
-						}
-						admitted++
-					}
+					admitted := drainUntilRefused(t, l, clk, it, 100)
 					left, err := inner.Peek(ctx, []Item{it})
 					if err != nil {
 						t.Fatal(err)
@@ -336,6 +322,25 @@ func TestLeasedRacedLeaseRefusal(t *testing.T) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// drainUntilRefused debits it from l, a microsecond apart on clk, until
+// it is refused, and returns how many were admitted, at most most.
+func drainUntilRefused(t *testing.T, l *Leased, clk *clock, it Item, most int) int64 {
+	t.Helper()
+	for i := 0; ; i++ {
+		clk.Advance(time.Microsecond)
+		res, err := l.Debit(context.Background(), fmt.Sprint("drain", i), []Item{it})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Allowed {
+			return int64(i)
+		}
+		if i == most {
+			t.Fatalf("more than %d admitted", most)
 		}
 	}
 }
@@ -410,17 +415,7 @@ func TestLeasedLateRefusalKeepsTheLease(t *testing.T) {
 			if u := l.Unspent(it); u != 9 {
 				t.Fatalf("Unspent = %d after one of a lease of 10, want 9", u)
 			}
-			admitted := int64(1)
-			for i := range 20 {
-				res, err := l.Debit(ctx, fmt.Sprint("after", i), []Item{it})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !res.Allowed {
-					break
-				}
-				admitted++
-			}
+			admitted := 1 + drainUntilRefused(t, l, clk, it, 20)
 			if admitted != 10 {
 				t.Fatalf("admitted %d from the lease of the 10 left, want 10", admitted)
 			}
