@@ -772,3 +772,93 @@ func TestLeasedHitAllocatesNothing(t *testing.T) {
 		t.Errorf("%d store calls during decisions from leases held, want 0", got-calls)
 	}
 }
+
+// TestLeasedDrainConcurrent drains what is left of a limit that does not
+// refill (all of it, or the last 40 units, as replicas that start cold
+// find a key another has spent) from four replicas at once, 16 callers
+// each, on a real Redis and the real clock, each caller until its replica
+// refuses it three times in a row. A replica refuses only what the store
+// could not admit: the store has nothing left after a refusal, and once
+// every caller is done, no replica holds anything
+// unspent, the store has nothing left, and exactly what was left was
+// admitted (windows and long-period buckets over-admit nothing without a
+// replica lost).
+func TestLeasedDrainConcurrent(t *testing.T) {
+	c := testRedis(t)
+	lims := []Limit{
+		{Name: "fw", Algorithm: FixedWindow, Rate: 2000, Period: 24 * time.Hour},
+		{Name: "sw", Algorithm: SlidingWindow, Rate: 2000, Period: 24 * time.Hour},
+		{Name: "tb", Algorithm: TokenBucket, Rate: 2000, Period: 1000 * time.Hour, Burst: 2000},
+	}
+	for _, lim := range lims {
+		for _, tc := range []struct{ share, left int64 }{{5, 2000}, {50, 2000}, {5, 40}, {50, 40}} {
+			share, left := tc.share, tc.left
+			t.Run(fmt.Sprintf("%s/share%d/left%d", lim.Name, share, left), func(t *testing.T) {
+				lim.Lease = Lease{Max: lim.Capacity() / share, TTL: time.Minute}
+				prefix := fmt.Sprintf("ld%d:", prefixSeq.Add(1))
+				var reps []*Leased
+				for range 4 {
+					l := NewLeased(NewRedis(c, patient(RedisConfig{Prefix: prefix})), LeasedConfig{})
+					t.Cleanup(func() { l.Close(context.Background()) })
+					reps = append(reps, l)
+				}
+				it := Item{Limit: lim, Key: "k", Cost: lim.Capacity() - left}
+				if it.Cost > 0 {
+					if res, err := reps[0].Inner().Debit(context.Background(), "before", []Item{it}); err != nil || !res.Allowed {
+						t.Fatalf("spending all but %d: %+v %v", left, res, err)
+					}
+				}
+				it.Cost = 1
+				var admitted, seq atomic.Int64
+				var wg sync.WaitGroup
+				for _, l := range reps {
+					for range 16 {
+						wg.Go(func() {
+							for refused := 0; refused < 3; {
+								res, err := l.Debit(context.Background(), fmt.Sprint("d", seq.Add(1)), []Item{it})
+								if err != nil {
+									t.Error(err)
+									return
+								}
+								if res.Allowed {
+									admitted.Add(1)
+									refused = 0
+									continue
+								}
+								refused++
+								// Nothing comes back to the store while the
+								// callers run (no lease ends within half a
+								// minute): what it has left now, it had at the
+								// refusal.
+								now, err := reps[0].Inner().Peek(context.Background(), []Item{it})
+								if err != nil {
+									t.Error(err)
+									return
+								}
+								if n := now.Items[0].Remaining; n > 0 {
+									t.Errorf("refused with %d left in the store", n)
+									return
+								}
+							}
+						})
+					}
+				}
+				wg.Wait()
+				var held int64
+				for _, l := range reps {
+					held += l.Unspent(it)
+				}
+				after, err := reps[0].Inner().Peek(context.Background(), []Item{it})
+				if err != nil {
+					t.Fatal(err)
+				}
+				rest := after.Items[0].Remaining
+				t.Logf("admitted %d of %d; %d held unspent, %d left in the store", admitted.Load(), left, held, rest)
+				if admitted.Load() != left || held != 0 || rest != 0 {
+					t.Fatalf("admitted %d of %d, with %d held unspent by the replicas and %d left in the store",
+						admitted.Load(), left, held, rest)
+				}
+			})
+		}
+	}
+}
