@@ -869,8 +869,13 @@ func (st *leaseState) spend(n int64) {
 	}
 }
 
-// give returns n units, spent at at, to the newest leases still held;
-// what they cannot take back is dropped (the store counts it spent). A
+// give returns n units, spent at at, to the newest leases still held. What
+// they have not spent cannot take it all when the units came from a lease
+// since spent whole, or reported done: the rest goes to the newest lease
+// as a credit (its used below zero), spent before its own units. The
+// store counts those units spent in the other lease; spending them again
+// here keeps the two counts equal, where dropping them would refuse the
+// key that much early. Only with no lease held is the rest dropped. A
 // window's units go back only into a lease of the window they were spent
 // in, as a strict Settle refunds only into the window debited: a lease
 // held ends with its window, so that is a lease whose window began by at.
@@ -878,14 +883,21 @@ func (st *leaseState) give(n int64, now, at time.Time) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.expire(now)
+	newest := -1
 	for i := len(st.leases) - 1; i >= 0 && n > 0; i-- {
 		h := &st.leases[i]
 		if h.wstart.After(at) {
 			continue // a later window's
 		}
-		r := min(n, h.used)
+		if newest < 0 {
+			newest = i
+		}
+		r := min(n, max(h.used, 0))
 		h.used -= r
 		n -= r
+	}
+	if n > 0 && newest >= 0 {
+		st.leases[newest].used -= n
 	}
 }
 
@@ -1286,7 +1298,7 @@ func (l *Leased) returnEnded(ctx context.Context, st *leaseState, all bool) erro
 		it := st.item
 		it.Cost = h.granted
 		l.stats.calls.Add(1)
-		if err := l.store.Settle(ctx, h.id, []Item{it}, []int64{h.used}); err != nil {
+		if err := l.store.Settle(ctx, h.id, []Item{it}, []int64{max(h.used, 0)}); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -1303,7 +1315,7 @@ func (st *leaseState) reports(buf []LeaseReport) []LeaseReport {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for _, h := range st.ended {
-		buf = append(buf, LeaseReport{Seq: h.seq, Used: h.used, Done: true})
+		buf = append(buf, LeaseReport{Seq: h.seq, Used: max(h.used, 0), Done: true})
 	}
 	st.ended = st.ended[:0]
 	for i := range st.leases {

@@ -438,3 +438,49 @@ func (h *heldStore) Debit(ctx context.Context, id string, items []Item) (Result,
 	}
 	return h.LeaseStore.Debit(ctx, id, items)
 }
+
+// TestLeasedRefundAfterItsLease settles a request below its estimate
+// after the lease it was spent from was spent whole and a new lease
+// taken, which has spent nothing yet: the refund is kept (the store
+// counts it spent in the old lease), so that the key is refused only once
+// what was really spent reaches the capacity, on Memory and Redis.
+func TestLeasedRefundAfterItsLease(t *testing.T) {
+	c := testRedis(t)
+	ctx := context.Background()
+	for _, sn := range []string{"memory", "redis"} {
+		t.Run(sn, func(t *testing.T) {
+			clk := newClock()
+			l := inlineLeased(t, c, sn, clk)
+			lim := Limit{Name: "usd", Algorithm: FixedWindow, Rate: 10_000, Period: 24 * time.Hour, Lease: Lease{Max: 1000, TTL: time.Minute}}
+			it := Item{Limit: lim, Key: "k", Cost: 200}
+			l.state(&it).rate = 1e9 // hot: leases of 1000, the next taken when 200 are left
+			for i := range 5 {
+				clk.Advance(time.Microsecond)
+				if res, err := l.Debit(ctx, fmt.Sprint("r", i), []Item{it}); err != nil || !res.Allowed {
+					t.Fatalf("debit %d: %+v %v", i, res, err)
+				}
+			}
+			if got, held := l.Stats().Acquired, l.Unspent(it); got != 2 || held != 800 {
+				t.Fatalf("%d leases taken, %d held unspent; want 2 and 800 (the first spent whole, the next, of Max less the 200 then left, untouched)", got, held)
+			}
+			// r0 cost nothing (an error answer): its 200 come back, and the
+			// lease that holds the key's units has spent none.
+			if err := l.Settle(ctx, "r0", []Item{it}, []int64{0}); err != nil {
+				t.Fatal(err)
+			}
+			spent := 4*200 + 200*drainUntilRefused(t, l, clk, it, 100)
+			if err := l.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			left, err := l.Inner().Peek(ctx, []Item{it})
+			if err != nil {
+				t.Fatal(err)
+			}
+			counted := 10_000 - left.Items[0].Remaining
+			t.Logf("spent %d of 10000; the store counts %d", spent, counted)
+			if spent != 10_000 || counted != spent {
+				t.Fatalf("spent %d of 10000 when refused, the store counts %d; want all of it", spent, counted)
+			}
+		})
+	}
+}
