@@ -140,7 +140,7 @@ func (p *prefilter) check(r *Reservation, now time.Time) (l *compiledLimit, key 
 // of l's key: the store admits from them whatever it last heard of the
 // key, as a denial that reached Redis after a lease took what was left.
 func (g *Gate) leaseHolds(l *compiledLimit, key string, cost int64) bool {
-	return g != nil && g.leases != nil && l.limit.Lease.On() &&
+	return g.leases != nil && l.limit.Lease.On() &&
 		g.leases.Unspent(weighted.Item{Limit: l.limit, Key: key}) >= cost
 }
 

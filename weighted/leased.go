@@ -495,9 +495,7 @@ const maxLeasedItems = 64
 // less what it owes the key: what it would admit from them without asking
 // the store. It makes no state for a key it does not know.
 func (l *Leased) Unspent(it Item) int64 {
-	l.mu.RLock()
-	st := l.keys[stateKeyOf(&it)]
-	l.mu.RUnlock()
+	st := l.known(&it)
 	if st == nil {
 		return 0
 	}
@@ -510,27 +508,32 @@ func (l *Leased) Unspent(it Item) int64 {
 	return st.avail() - st.debt
 }
 
+// known returns the key's state, nil when this replica keeps none.
+func (l *Leased) known(it *Item) *leaseState {
+	l.mu.RLock()
+	st := l.keys[stateKeyOf(it)]
+	l.mu.RUnlock()
+	return st
+}
+
 // state returns the key's state, made on first use; nil when the store
 // remembers too many keys already. The state may be of another version
 // of its limit (a reservation debited before a config reload): its
 // leases are the key's all the same.
 func (l *Leased) state(it *Item) *leaseState {
-	k := stateKeyOf(it)
-	l.mu.RLock()
-	st := l.keys[k]
-	l.mu.RUnlock()
-	if st != nil {
+	if st := l.known(it); st != nil {
 		return st
 	}
+	k := stateKeyOf(it)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if st = l.keys[k]; st != nil {
+	if st := l.keys[k]; st != nil {
 		return st
 	}
 	if len(l.keys) >= l.maxKeys {
 		return nil
 	}
-	st = &leaseState{item: Item{Limit: it.Limit, Key: it.Key}, since: l.now(), keep: l.ls != nil}
+	st := &leaseState{item: Item{Limit: it.Limit, Key: it.Key}, since: l.now(), keep: l.ls != nil}
 	l.keys[k] = st
 	return st
 }
@@ -1154,9 +1157,7 @@ func (l *Leased) Restore(ctx context.Context, items []Item, counted []int64) err
 			if !it.Limit.Lease.On() || it.Limit.Algorithm == SlidingLog || counted[i] < 0 {
 				continue // a log is not restored; a negative count is the store's to refuse
 			}
-			l.mu.RLock()
-			st := l.keys[stateKeyOf(it)]
-			l.mu.RUnlock()
+			st := l.known(it)
 			if st == nil {
 				continue
 			}
