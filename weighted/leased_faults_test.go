@@ -268,13 +268,24 @@ func refundAmidDebits(t *testing.T, l *Leased, clk *clock, lim Limit, it Item) i
 // closed at the end of t.
 func inlineLeased(t *testing.T, c Scripter, sn string, clk *clock) *Leased {
 	t.Helper()
-	var s Store = NewMemory(MemoryConfig{Now: clk.Now})
+	return inlineOver(t, testLeaseStore(c, sn, clk), clk)
+}
+
+// testLeaseStore is the memory store or, for sn "redis", a Redis store on
+// c, on clk.
+func testLeaseStore(c Scripter, sn string, clk *clock) LeaseStore {
 	if sn == "redis" {
-		s = newRedisStore(c, clk)
+		return newRedisStore(c, clk)
 	}
+	return NewMemory(MemoryConfig{Now: clk.Now})
+}
+
+// inlineOver is inlineLeased over s.
+func inlineOver(tb testing.TB, s Store, clk *clock) *Leased {
+	tb.Helper()
 	l := NewLeased(s, LeasedConfig{Now: clk.Now, Sweep: time.Hour})
 	l.inline = true
-	t.Cleanup(func() { l.Close(context.Background()) })
+	tb.Cleanup(func() { l.Close(context.Background()) })
 	return l
 }
 
@@ -299,11 +310,9 @@ func TestLeasedRacedLeaseRefusal(t *testing.T) {
 			for _, steal := range []int64{1, 3, 7} {
 				t.Run(fmt.Sprintf("%s/%s/steal%d", lim.Name, sn, steal), func(t *testing.T) {
 					clk := newClock()
-					inner := inlineLeased(t, c, sn, clk).Inner().(LeaseStore)
+					inner := testLeaseStore(c, sn, clk)
 					rs := &racingStore{LeaseStore: inner, steal: steal}
-					l := NewLeased(rs, LeasedConfig{Now: clk.Now, Sweep: time.Hour})
-					l.inline = true
-					t.Cleanup(func() { l.Close(context.Background()) })
+					l := inlineOver(t, rs, clk)
 					it := Item{Limit: lim, Key: fmt.Sprint("k", steal), Cost: 80}
 					if res, err := inner.Debit(ctx, "before", []Item{it}); err != nil || !res.Allowed {
 						t.Fatalf("the first 80: %+v %v", res, err)
@@ -379,11 +388,9 @@ func TestLeasedLateRefusalKeepsTheLease(t *testing.T) {
 	for _, sn := range []string{"memory", "redis"} {
 		t.Run(sn, func(t *testing.T) {
 			clk := newClock()
-			inner := inlineLeased(t, c, sn, clk).Inner().(LeaseStore)
+			inner := testLeaseStore(c, sn, clk)
 			hs := &heldStore{LeaseStore: inner, entered: make(chan struct{}), release: make(chan struct{})}
-			l := NewLeased(hs, LeasedConfig{Now: clk.Now, Sweep: time.Hour})
-			l.inline = true
-			t.Cleanup(func() { l.Close(context.Background()) })
+			l := inlineOver(t, hs, clk)
 			lim := Limit{Name: "fw", Algorithm: FixedWindow, Rate: 100, Period: 24 * time.Hour, Lease: Lease{Max: 50, TTL: 2 * time.Second}}
 			it := Item{Limit: lim, Key: "late", Cost: 90}
 			if res, err := inner.Debit(ctx, "before", []Item{it}); err != nil || !res.Allowed {

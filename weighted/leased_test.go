@@ -719,9 +719,7 @@ func hotLease(tb testing.TB, clk *clock) (*Leased, []Item) {
 	opt.PoolSize = 2 * benchClients
 	c := redis.NewClient(opt)
 	tb.Cleanup(func() { c.Close() })
-	l := NewLeased(newRedisStore(c, nil), LeasedConfig{Now: clk.Now, Sweep: time.Hour})
-	l.inline = true
-	tb.Cleanup(func() { l.Close(context.Background()) })
+	l := inlineOver(tb, newRedisStore(c, nil), clk)
 	var items []Item
 	for _, name := range []string{"requests", "tokens", "usd"} {
 		lim := Limit{Name: name, Algorithm: TokenBucket, Rate: 1_000_000_000, Period: time.Second, Burst: 100_000_000,
