@@ -615,8 +615,10 @@ func (l *Leased) take(ctx context.Context, st *leaseState, it *Item, s *spec) (i
 		}
 		// Known spent only past the leases held: a strict refusal that
 		// reached the store after a lease took what was left marks the
-		// key, but the lease's units are this replica's.
-		if now.Before(st.spentUntil) && now.Before(st.spentCheck) && cost >= st.spentCost {
+		// key, but the lease's units are this replica's. The mark is of
+		// the store, which refused spentCost: what the leases lack of
+		// need is asked of it.
+		if now.Before(st.spentUntil) && now.Before(st.spentCheck) && need-st.avail() >= st.spentCost {
 			is := st.spentState
 			is.RetryAfter = st.spentUntil.Sub(now)
 			is.ResetAfter = max(is.ResetAfter, is.RetryAfter)
@@ -636,9 +638,17 @@ func (l *Leased) take(ctx context.Context, st *leaseState, it *Item, s *spec) (i
 		}
 		size := st.leaseSize(need, now)
 		if size < 2*need {
-			st.taken += cost
-			st.mu.Unlock()
-			return ItemState{}, false, nil // cold: strict
+			// Cold. Leases held that lack part of need get that part from
+			// the store as a lease of its own (within Lease.Max): their
+			// units and the store's together are the request's, where a
+			// strict debit of need would be refused with them in hand.
+			avail := st.avail()
+			if avail == 0 || need > it.Limit.Lease.Max {
+				st.taken += cost
+				st.mu.Unlock()
+				return ItemState{}, false, nil // strict
+			}
+			size = need - avail
 		}
 		st.fetching = make(chan struct{})
 		st.mu.Unlock()
@@ -685,9 +695,10 @@ func (st *leaseState) saw(is ItemState, cost int64, now time.Time) {
 
 // acquire takes a lease of size units for st in one Debit of the store
 // and reports whether it got it. When the store has less left, the next
-// Debit takes what is left (at most maxShrinks times), or need alone when
-// less than need is left; only need's refusal marks the key known spent
-// for costs of need or more until the store's RetryAfter. A meter or log
+// Debit takes what is left (at most maxShrinks times), or, when less than
+// that is left, what the leases held lack of need alone; only that part's
+// refusal marks the key known spent (for requests that lack as much of
+// the store or more) until the store's RetryAfter. A meter or log
 // that refills the lease within a quarter of its TTL is instead known
 // spent until then, once less than half the lease is left: a hot key at
 // its limit waits for a lease's worth, at most a quarter TTL. need 0 is a
@@ -774,26 +785,35 @@ func (l *Leased) acquire(ctx context.Context, st *leaseState, s *spec, size, nee
 			st.mu.Unlock()
 			return false, nil
 		}
+		// short is what the leases held lack of need: the request's part
+		// of the store. None when they cover need (a refund came back, or
+		// the leases of the other requests' calls were taken meanwhile):
+		// take spends from them.
+		short := need - st.avail()
+		if short <= 0 {
+			st.mu.Unlock()
+			return false, nil
+		}
 		// A meter or log that refills a lease's worth soon: wait for half a
 		// lease rather than chase what trickles in. Otherwise take what is
-		// left, or, when that is less than need, ask for need alone: only
-		// need's refusal is the request's. A refusal of more says nothing
-		// of need, however little the answer says is left: other replicas
+		// left, or, when that is less than short, ask for short alone: only
+		// short's refusal is the request's. A refusal of more says nothing
+		// of short, however little the answer says is left: other replicas
 		// debit between the answer and the next call.
 		fast := s.algo != FixedWindow && s.algo != SlidingWindow && got.RetryAfter <= st.item.Limit.Lease.Life()/4
-		if size != need && !(fast && got.Remaining < size/2) {
+		if size != short && !(fast && got.Remaining < size/2) {
 			switch {
-			case got.Remaining >= need && attempt < maxShrinks:
+			case got.Remaining >= short && attempt < maxShrinks:
 				size = min(got.Remaining, size)
 				st.mu.Unlock()
 				continue
-			case got.Remaining >= need || !fast:
-				size = need
+			case got.Remaining >= short || !fast:
+				size = short
 				st.mu.Unlock()
 				continue
 			}
 		}
-		st.spentCost, st.spentUntil, st.spentState = need, sent.Add(got.RetryAfter), got
+		st.spentCost, st.spentUntil, st.spentState = short, sent.Add(got.RetryAfter), got
 		st.spentCheck = st.recheck(sent)
 		st.mu.Unlock()
 		return false, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -489,5 +490,70 @@ func TestLeasedRefundAfterItsLease(t *testing.T) {
 				t.Fatalf("spent %d of 10000 when refused, the store counts %d; want all of it", spent, counted)
 			}
 		})
+	}
+}
+
+// TestLeasedFragmentedLeases drains a key with requests of random costs
+// from one replica, so that its leases often hold part of a request's
+// cost and the store the rest: neither alone covers it, together they
+// do. Fixed window and a token bucket that does not refill within the
+// test, 1000 units, leases of at most 100; memory and Redis.
+//
+// Bound: a request is refused only when what the store has left and what
+// the replica's leases hold unspent are, together, less than its cost;
+// and all that was admitted, left in the store and held add up to the
+// capacity.
+func TestLeasedFragmentedLeases(t *testing.T) {
+	c := testRedis(t)
+	ctx := context.Background()
+	lims := []Limit{
+		{Name: "fw", Algorithm: FixedWindow, Rate: 1000, Period: 24 * time.Hour},
+		{Name: "tb", Algorithm: TokenBucket, Rate: 1, Period: 24 * time.Hour, Burst: 1000},
+	}
+	for _, lim := range lims {
+		lim.Lease = Lease{Max: 100, TTL: 2 * time.Second}
+		for _, sn := range []string{"memory", "redis"} {
+			for seed := range int64(4) {
+				t.Run(fmt.Sprintf("%s/%s/seed%d", lim.Name, sn, seed), func(t *testing.T) {
+					clk := newClock()
+					inner := testLeaseStore(c, sn, clk)
+					l := inlineOver(t, inner, clk)
+					rng := rand.New(rand.NewPCG(uint64(seed), 7))
+					it := Item{Limit: lim, Key: fmt.Sprint("frag", seed)}
+					var admitted, refused int64
+					for i := range 400 {
+						clk.Advance(time.Duration(1+rng.IntN(2000)) * time.Microsecond)
+						it.Cost = 1 + rng.Int64N(90)
+						res, err := l.Debit(ctx, fmt.Sprint("r", i), []Item{it})
+						if err != nil {
+							t.Fatal(err)
+						}
+						if res.Allowed {
+							admitted += it.Cost
+							continue
+						}
+						refused++
+						left, err := inner.Peek(ctx, []Item{it})
+						if err != nil {
+							t.Fatal(err)
+						}
+						if held := l.Unspent(it); left.Items[0].Remaining+held >= it.Cost {
+							t.Fatalf("request %d of %d refused with %d left in the store and %d held unspent (admitted %d)",
+								i, it.Cost, left.Items[0].Remaining, held, admitted)
+						}
+					}
+					left, err := inner.Peek(ctx, []Item{it})
+					if err != nil {
+						t.Fatal(err)
+					}
+					held := l.Unspent(it)
+					t.Logf("admitted %d, refused %d requests, %d left in the store, %d held; %d lease calls",
+						admitted, refused, left.Items[0].Remaining, held, l.Stats().Calls)
+					if refused == 0 || admitted+left.Items[0].Remaining+held != 1000 {
+						t.Fatalf("admitted %d + left %d + held %d, want 1000 with some refused (%d)", admitted, left.Items[0].Remaining, held, refused)
+					}
+				})
+			}
+		}
 	}
 }
