@@ -24,7 +24,8 @@ import (
 // A leased limit's denial is remembered for at most its lease TTL, with
 // the store's Retry-After: a replica that died holding leases of the key
 // has them given back by the store within a TTL; and it refuses nothing
-// while this replica's own leases of the key hold the request's cost. A
+// while this replica's own leases of the key hold any of its units (the
+// leases then decide). A
 // denial is of a cost (a request may count for several requests, or
 // none): it refuses requests of that cost or more, never smaller ones,
 // which the store may admit.
@@ -129,19 +130,22 @@ func (p *prefilter) check(r *Reservation, now time.Time) (l *compiledLimit, key 
 		if !ok {
 			continue
 		}
-		if s := v.(*spent); s.check.After(now) && requests >= s.cost && !r.g.leaseHolds(cl, k, requests) {
+		if s := v.(*spent); s.check.After(now) && requests >= s.cost && !r.g.leaseHolds(cl, k) {
 			return cl, k, s.until
 		}
 	}
 	return nil, "", time.Time{}
 }
 
-// leaseHolds tells whether this replica holds cost unspent in its leases
-// of l's key: the store admits from them whatever it last heard of the
-// key, as a denial that reached Redis after a lease took what was left.
-func (g *Gate) leaseHolds(l *compiledLimit, key string, cost int64) bool {
+// leaseHolds tells whether this replica holds units of l's key unspent
+// in its leases: they are admitted from whatever the store last said of
+// the key (a denial that reached Redis after a lease took what was left),
+// and with them a request lacks less of the store than the one denied. The
+// leases decide then, in process: they refuse only what they and the
+// store together cannot cover.
+func (g *Gate) leaseHolds(l *compiledLimit, key string) bool {
 	return g.leases != nil && l.limit.Lease.On() &&
-		g.leases.Unspent(weighted.Item{Limit: l.limit, Key: key}) >= cost
+		g.leases.Unspent(weighted.Item{Limit: l.limit, Key: key}) > 0
 }
 
 // remember records a denial decided by a limit the prefilter can hold.

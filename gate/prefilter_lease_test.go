@@ -62,3 +62,46 @@ limits:
 		t.Fatalf("admitted %d of the %d held", admitted, held)
 	}
 }
+
+// TestPrefilterLeasesHeldInPart: a remembered denial of a leased key does
+// not refuse, in the prefilter, a request that this replica's leases hold
+// part of: with them the request lacks less of the store than the request
+// denied, and the store has it. The leases decide, and admit it.
+func TestPrefilterLeasesHeldInPart(t *testing.T) {
+	ctx := context.Background()
+	g := openAcme(t, fmt.Sprintf(`store: {redis: %q}
+limits:
+  - {name: hot, dimensions: [tenant], unit: requests, algorithm: fixed_window, rate: 1000, period: 24h, lease: {max_share: 0.5, ttl: 1m}}`,
+		redistest.New(t).URL))
+	c := g.Identify("cg-acme")
+	req := &Request{Caller: c, Route: "/x", Requests: 1}
+	var key string
+	for i := 0; g.leases.Stats().Acquired == 0; i++ {
+		if i == 200 {
+			t.Fatalf("no lease after %d requests: %+v", i, g.leases.Stats())
+		}
+		res, d := g.Reserve(ctx, req)
+		if res == nil {
+			t.Fatalf("request %d refused: %+v", i, d)
+		}
+		key = res.items[0].Key
+		res.Settle(ctx, Charge{HTTPStatus: 200})
+	}
+	st := g.state.Load()
+	l := st.limits[0]
+	held := g.leases.Unspent(weighted.Item{Limit: l.limit, Key: key})
+	if held < 1 {
+		t.Fatalf("the lease holds %d unspent", held)
+	}
+	now := time.Now()
+	st.prefilter.add(l, key, 2, now.Add(time.Hour), now.Add(time.Minute), now) // a denial of 2, stale
+	big := &Request{Caller: c, Route: "/x", Requests: held + 10}
+	if d, refused := g.Prefilter(big); refused {
+		t.Fatalf("a request of %d refused in the prefilter with %d held and the rest in the store: %+v", big.Requests, held, d)
+	}
+	res, d := g.Reserve(ctx, big)
+	if res == nil {
+		t.Fatalf("a request of %d refused with %d held and the rest in the store: %+v", big.Requests, held, d)
+	}
+	res.Settle(ctx, Charge{HTTPStatus: 200})
+}

@@ -643,9 +643,21 @@ func (l *Leased) take(ctx context.Context, st *leaseState, it *Item, s *spec) (i
 			// units and the store's together are the request's, where a
 			// strict debit of need would be refused with them in hand.
 			avail := st.avail()
-			if avail == 0 || need > it.Limit.Lease.Max {
+			if avail == 0 {
 				st.taken += cost
 				st.mu.Unlock()
+				return ItemState{}, false, nil // strict
+			}
+			if need > it.Limit.Lease.Max {
+				// More than a lease may hold: the leases held go back to
+				// the store first, so that the strict debit finds their
+				// units there.
+				st.taken += cost
+				st.ended = append(st.ended, st.leases...)
+				clear(st.leases)
+				st.leases = st.leases[:0]
+				st.mu.Unlock()
+				_ = l.returnEnded(context.WithoutCancel(ctx), st, true)
 				return ItemState{}, false, nil // strict
 			}
 			size = need - avail

@@ -496,8 +496,9 @@ func TestLeasedRefundAfterItsLease(t *testing.T) {
 // TestLeasedFragmentedLeases drains a key with requests of random costs
 // from one replica, so that its leases often hold part of a request's
 // cost and the store the rest: neither alone covers it, together they
-// do. Fixed window and a token bucket that does not refill within the
-// test, 1000 units, leases of at most 100; memory and Redis.
+// do; some cost more than a lease may hold. Fixed window and a token
+// bucket that does not refill within the test, 1000 units, leases of at
+// most 100; memory and Redis.
 //
 // Bound: a request is refused only when what the store has left and what
 // the replica's leases hold unspent are, together, less than its cost;
@@ -523,7 +524,7 @@ func TestLeasedFragmentedLeases(t *testing.T) {
 					var admitted, refused int64
 					for i := range 400 {
 						clk.Advance(time.Duration(1+rng.IntN(2000)) * time.Microsecond)
-						it.Cost = 1 + rng.Int64N(90)
+						it.Cost = 1 + rng.Int64N(150) // some above Lease.Max
 						res, err := l.Debit(ctx, fmt.Sprint("r", i), []Item{it})
 						if err != nil {
 							t.Fatal(err)
@@ -554,6 +555,58 @@ func TestLeasedFragmentedLeases(t *testing.T) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// TestLeasedBigRequestWithLeasesHeld: a request of more than a lease may
+// hold goes to the store strictly; the leases its replica holds of the key
+// go back first, so that it is not refused with its cost held between the
+// two. Fixed window and token bucket, 1000 units, leases of at most 100:
+// a lease of 100 held (99 unspent), another replica leaves 120 in the
+// store, and a request of 150 comes.
+func TestLeasedBigRequestWithLeasesHeld(t *testing.T) {
+	c := testRedis(t)
+	ctx := context.Background()
+	lims := []Limit{
+		{Name: "fw", Algorithm: FixedWindow, Rate: 1000, Period: 24 * time.Hour},
+		{Name: "tb", Algorithm: TokenBucket, Rate: 1, Period: 24 * time.Hour, Burst: 1000},
+	}
+	for _, lim := range lims {
+		lim.Lease = Lease{Max: 100, TTL: 2 * time.Second}
+		for _, sn := range []string{"memory", "redis"} {
+			t.Run(lim.Name+"/"+sn, func(t *testing.T) {
+				clk := newClock()
+				inner := testLeaseStore(c, sn, clk)
+				l := inlineOver(t, inner, clk)
+				it := Item{Limit: lim, Key: "big", Cost: 1}
+				l.state(&it).rate = 1e9 // hot: a lease from the first request
+				if res, err := l.Debit(ctx, "first", []Item{it}); err != nil || !res.Allowed {
+					t.Fatalf("the first request: %+v %v", res, err)
+				}
+				if held := l.Unspent(it); held != 99 {
+					t.Fatalf("%d held unspent after the first request, want 99", held)
+				}
+				other := it
+				other.Cost = 900 - 120
+				if res, err := inner.Debit(ctx, "other", []Item{other}); err != nil || !res.Allowed {
+					t.Fatalf("the other replica's %d: %+v %v", other.Cost, res, err)
+				}
+				it.Cost = 150
+				res, err := l.Debit(ctx, "big", []Item{it})
+				if err != nil {
+					t.Fatal(err)
+				}
+				left, err := inner.Peek(ctx, []Item{it})
+				if err != nil {
+					t.Fatal(err)
+				}
+				held := l.Unspent(it)
+				if !res.Allowed || left.Items[0].Remaining+held != 1000-1-780-150 {
+					t.Fatalf("the request of 150 with 99 held and 120 in the store: allowed %v; after it %d left in the store, %d held",
+						res.Allowed, left.Items[0].Remaining, held)
+				}
+			})
 		}
 	}
 }

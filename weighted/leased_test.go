@@ -775,12 +775,13 @@ func TestLeasedHitAllocatesNothing(t *testing.T) {
 // refill (all of it, or the last 40 units, as replicas that start cold
 // find a key another has spent) from four replicas at once, 16 callers
 // each, on a real Redis and the real clock, each caller until its replica
-// refuses it three times in a row. A replica refuses only what the store
-// could not admit: the store has nothing left after a refusal, and once
-// every caller is done, no replica holds anything
-// unspent, the store has nothing left, and exactly what was left was
-// admitted (windows and long-period buckets over-admit nothing without a
-// replica lost).
+// refuses it three times in a row; requests cost 1, or 1 to 30 or 60 at
+// random (60: above the lease's most, for share 50). A replica refuses
+// only what the store and its own leases together could not admit: after
+// a refusal they hold less than its cost; once every caller is done, what
+// was admitted, what the replicas hold and what the store has left add up
+// to what was left, and with costs of 1 all was admitted (windows and
+// long-period buckets over-admit nothing without a replica lost).
 func TestLeasedDrainConcurrent(t *testing.T) {
 	c := testRedis(t)
 	lims := []Limit{
@@ -789,7 +790,7 @@ func TestLeasedDrainConcurrent(t *testing.T) {
 		{Name: "tb", Algorithm: TokenBucket, Rate: 2000, Period: 1000 * time.Hour, Burst: 2000},
 	}
 	for _, lim := range lims {
-		for _, tc := range []struct{ share, left, most int64 }{{5, 2000, 1}, {50, 2000, 1}, {5, 40, 1}, {50, 40, 1}, {5, 2000, 30}, {50, 2000, 30}, {50, 200, 30}} {
+		for _, tc := range []struct{ share, left, most int64 }{{5, 2000, 1}, {50, 2000, 1}, {5, 40, 1}, {50, 40, 1}, {5, 2000, 30}, {50, 2000, 30}, {50, 200, 30}, {50, 2000, 60}} {
 			share, left, most := tc.share, tc.left, tc.most
 			t.Run(fmt.Sprintf("%s/share%d/left%d/cost%d", lim.Name, share, left, most), func(t *testing.T) {
 				lim.Lease = Lease{Max: lim.Capacity() / share, TTL: time.Minute}
@@ -826,6 +827,12 @@ func TestLeasedDrainConcurrent(t *testing.T) {
 									continue
 								}
 								refused++
+								if most > lim.Lease.Max {
+									// A request above Lease.Max has its
+									// replica's leases given back first: the
+									// store can gain units after a refusal.
+									continue
+								}
 								// Nothing comes back to the store while the
 								// callers run (no lease ends within half a
 								// minute), and what this replica holds is
