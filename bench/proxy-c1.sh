@@ -31,57 +31,24 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-wait_file() {
-	local i
-	for i in $(seq 100); do [ -s "$1" ] && return 0; sleep 0.1; done
-	echo "proxy-c1.sh: $1 never appeared" >&2
-	exit 1
-}
+# wait_file, start_stack, start_costgate
+. "$root/bench/proxy/stack.sh"
 
 cd "$root"
 go build -o "$tmp/costgate" ./cmd/costgate
 go build -o "$tmp/proxyload" ./bench/proxyload
 pl=$tmp/proxyload
 
-port=$("$pl" freeport)
-redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no >"$tmp/redis.log" 2>&1 &
-pids+=($!)
-for i in $(seq 100); do
-	[ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ] && break
-	[ "$i" = 100 ] && { echo "proxy-c1.sh: redis-server did not start" >&2; exit 1; }
-	sleep 0.1
-done
-"$pl" upstream -addr-file "$tmp/upstream.addr" 2>"$tmp/upstream.log" &
-pids+=($!)
-up_pid=$!
-wait_file "$tmp/upstream.addr"
-upstream=$(cat "$tmp/upstream.addr")
-"$pl" bare -upstream "http://$upstream" -addr-file "$tmp/bare.addr" 2>"$tmp/bare.log" &
-pids+=($!)
-bare_pid=$!
-wait_file "$tmp/bare.addr"
-
-mkdir -p "$tmp/data" "$tmp/cfg"
-sed -e "s|@UPSTREAM@|$upstream|" -e "s|@POLICIES@|$root/bench/proxy/policies|" \
-	-e 's|^\(    period: .*\)$|\1\n    lease: {max_share: 0.01, ttl: 2s}|' bench/proxy/costgate.yaml >"$tmp/cfg/costgate.yaml"
-"$tmp/costgate" serve --config "$tmp/cfg/costgate.yaml" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-	--redis "redis://127.0.0.1:$port/1" --data-dir "$tmp/data" >"$tmp/costgate.out" 2>"$tmp/costgate.log" &
-pids+=($!)
-cg_pid=$!
-for i in $(seq 100); do
-	grep -q 'costgate: serving' "$tmp/costgate.log" 2>/dev/null && break
-	kill -0 "$cg_pid" 2>/dev/null || { echo "proxy-c1.sh: costgate exited" >&2; cat "$tmp/costgate.log" >&2; exit 1; }
-	[ "$i" = 100 ] && { echo "proxy-c1.sh: costgate did not start" >&2; exit 1; }
-	sleep 0.1
-done
+start_stack
+start_costgate leased 1 "{max_share: 0.01, ttl: 2s}"
 declare -A url pid
-url[bare]=http://$(cat "$tmp/bare.addr")
-url[leased]=http://$(sed -n 's/.*costgate: serving .* on \([0-9.:]*\) (admin on .*/\1/p' "$tmp/costgate.log" | head -1)
+url[bare]=http://$bare
+url[leased]=http://$leased
 pid[bare]=$bare_pid
-pid[leased]=$cg_pid
+pid[leased]=$leased_pid
 load() { # label round
 	"$pl" load -c 1 -d "$DUR" -warmup "$WARMUP" -round "$2" -label "$1" -url "${url[$1]}" \
-		-pids "upstream=$up_pid,bare=$bare_pid,costgate=$cg_pid" >"$tmp/$1-$2.json"
+		-pids "upstream=$upstream_pid,bare=$bare_pid,costgate=$leased_pid" >"$tmp/$1-$2.json"
 }
 num() { grep -o "\"$2\":[0-9.]*" "$1" | head -1 | cut -d: -f2; }
 

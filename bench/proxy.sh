@@ -67,16 +67,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# wait_file waits up to 10 s for a non-empty file.
-wait_file() {
-	local i
-	for i in $(seq 100); do
-		[ -s "$1" ] && return 0
-		sleep 0.1
-	done
-	echo "proxy.sh: timed out waiting for $1" >&2
-	return 1
-}
+# wait_file, start_stack, start_costgate
+. "$root/bench/proxy/stack.sh"
 
 # check sends one request and fails unless the answer is 200.
 check() {
@@ -97,64 +89,14 @@ go build -o "$tmp/costgate" ./cmd/costgate
 go build -o "$tmp/proxyload" ./bench/proxyload
 pl=$tmp/proxyload
 
-port=$(timeout 10 "$pl" freeport)
-redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no >"$tmp/redis.log" 2>&1 &
-pids+=($!)
-redis_pid=$!
-for i in $(seq 100); do
-	[ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ] && break
-	[ "$i" = 100 ] && { echo "proxy.sh: redis-server did not start" >&2; cat "$tmp/redis.log" >&2; exit 1; }
-	sleep 0.1
-done
-
-"$pl" upstream -addr-file "$tmp/upstream.addr" 2>"$tmp/upstream.log" &
-pids+=($!)
-upstream_pid=$!
-wait_file "$tmp/upstream.addr"
-upstream=$(cat "$tmp/upstream.addr")
-
-"$pl" bare -upstream "http://$upstream" -addr-file "$tmp/bare.addr" 2>"$tmp/bare.log" &
-pids+=($!)
-bare_pid=$!
-wait_file "$tmp/bare.addr"
-bare=$(cat "$tmp/bare.addr")
-
-# The config gets a directory of its own: costgate watches the config
-# file's whole directory and reloads on any change in it (see the README),
-# so nothing else may be written there.
-mkdir -p "$tmp/data" "$tmp/cfg"
-sed -e "s|@UPSTREAM@|$upstream|" -e "s|@POLICIES@|$root/bench/proxy/policies|" bench/proxy/costgate.yaml >"$tmp/cfg/costgate.yaml"
-${PROXY_BENCH_GOGC:+env GOGC=$PROXY_BENCH_GOGC} "$tmp/costgate" serve --config "$tmp/cfg/costgate.yaml" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-	--redis "redis://127.0.0.1:$port/0" --data-dir "$tmp/data" >"$tmp/costgate.out" 2>"$tmp/costgate.log" &
-pids+=($!)
-costgate_pid=$!
-for i in $(seq 100); do
-	grep -q 'costgate: serving' "$tmp/costgate.log" 2>/dev/null && break
-	kill -0 "$costgate_pid" 2>/dev/null || { echo "proxy.sh: costgate exited" >&2; cat "$tmp/costgate.log" >&2; exit 1; }
-	[ "$i" = 100 ] && { echo "proxy.sh: costgate did not start" >&2; exit 1; }
-	sleep 0.1
-done
-# The startup lines are log records on stderr, beside the logs.
-costgate=$(sed -n 's/.*costgate: serving .* on \([0-9.:]*\) (admin on \([0-9.:]*\)).*/\1/p' "$tmp/costgate.log" | head -1)
-admin=$(sed -n 's/.*costgate: serving .* on \([0-9.:]*\) (admin on \([0-9.:]*\)).*/\2/p' "$tmp/costgate.log" | head -1)
+start_stack
+start_costgate costgate 0 ""
+admin=$costgate_admin
 grep -o '"msg":"costgate: [^"]*"' "$tmp/costgate.log" | sed 's/^"msg":"\(.*\)"$/# \1/'
 
 leased_pid=
 if [ "$LEASED" != 0 ]; then
-	mkdir -p "$tmp/data-leased" "$tmp/cfg-leased"
-	sed -e 's|^\(    period: .*\)$|\1\n    lease: {max_share: 0.01, ttl: 2s}|' "$tmp/cfg/costgate.yaml" >"$tmp/cfg-leased/costgate.yaml"
-	${PROXY_BENCH_GOGC:+env GOGC=$PROXY_BENCH_GOGC} "$tmp/costgate" serve --config "$tmp/cfg-leased/costgate.yaml" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-		--redis "redis://127.0.0.1:$port/1" --data-dir "$tmp/data-leased" >"$tmp/leased.out" 2>"$tmp/leased.log" &
-	pids+=($!)
-	leased_pid=$!
-	for i in $(seq 100); do
-		grep -q 'costgate: serving' "$tmp/leased.log" 2>/dev/null && break
-		kill -0 "$leased_pid" 2>/dev/null || { echo "proxy.sh: leased costgate exited" >&2; cat "$tmp/leased.log" >&2; exit 1; }
-		[ "$i" = 100 ] && { echo "proxy.sh: leased costgate did not start" >&2; exit 1; }
-		sleep 0.1
-	done
-	leased=$(sed -n 's/.*costgate: serving .* on \([0-9.:]*\) (admin on \([0-9.:]*\)).*/\1/p' "$tmp/leased.log" | head -1)
-	leased_admin=$(sed -n 's/.*costgate: serving .* on \([0-9.:]*\) (admin on \([0-9.:]*\)).*/\2/p' "$tmp/leased.log" | head -1)
+	start_costgate leased 1 "{max_share: 0.01, ttl: 2s}"
 fi
 
 check "http://$upstream"

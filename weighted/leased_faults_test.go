@@ -301,12 +301,7 @@ func inlineOver(tb testing.TB, s Store, clk *clock) *Leased {
 func TestLeasedRacedLeaseRefusal(t *testing.T) {
 	c := testRedis(t)
 	ctx := context.Background()
-	lims := []Limit{
-		{Name: "fw", Algorithm: FixedWindow, Rate: 100, Period: 24 * time.Hour},
-		{Name: "tb", Algorithm: TokenBucket, Rate: 1, Period: 24 * time.Hour, Burst: 100},
-	}
-	for _, lim := range lims {
-		lim.Lease = Lease{Max: 50, TTL: 2 * time.Second}
+	for _, lim := range unrefilled(100, 50) {
 		for _, sn := range []string{"memory", "redis"} {
 			for _, steal := range []int64{1, 3, 7} {
 				t.Run(fmt.Sprintf("%s/%s/steal%d", lim.Name, sn, steal), func(t *testing.T) {
@@ -507,12 +502,7 @@ func TestLeasedRefundAfterItsLease(t *testing.T) {
 func TestLeasedFragmentedLeases(t *testing.T) {
 	c := testRedis(t)
 	ctx := context.Background()
-	lims := []Limit{
-		{Name: "fw", Algorithm: FixedWindow, Rate: 1000, Period: 24 * time.Hour},
-		{Name: "tb", Algorithm: TokenBucket, Rate: 1, Period: 24 * time.Hour, Burst: 1000},
-	}
-	for _, lim := range lims {
-		lim.Lease = Lease{Max: 100, TTL: 2 * time.Second}
+	for _, lim := range unrefilled(1000, 100) {
 		for _, sn := range []string{"memory", "redis"} {
 			for seed := range int64(4) {
 				t.Run(fmt.Sprintf("%s/%s/seed%d", lim.Name, sn, seed), func(t *testing.T) {
@@ -568,12 +558,7 @@ func TestLeasedFragmentedLeases(t *testing.T) {
 func TestLeasedBigRequestWithLeasesHeld(t *testing.T) {
 	c := testRedis(t)
 	ctx := context.Background()
-	lims := []Limit{
-		{Name: "fw", Algorithm: FixedWindow, Rate: 1000, Period: 24 * time.Hour},
-		{Name: "tb", Algorithm: TokenBucket, Rate: 1, Period: 24 * time.Hour, Burst: 1000},
-	}
-	for _, lim := range lims {
-		lim.Lease = Lease{Max: 100, TTL: 2 * time.Second}
+	for _, lim := range unrefilled(1000, 100) {
 		for _, sn := range []string{"memory", "redis"} {
 			t.Run(lim.Name+"/"+sn, func(t *testing.T) {
 				clk := newClock()
@@ -608,5 +593,16 @@ func TestLeasedBigRequestWithLeasesHeld(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// unrefilled is a fixed window and a token bucket of capacity units
+// that give nothing back within a test (a day's window, a unit a day),
+// each leased in leases of at most most units for 2 s.
+func unrefilled(capacity, most int64) []Limit {
+	lease := Lease{Max: most, TTL: 2 * time.Second}
+	return []Limit{
+		{Name: "fw", Algorithm: FixedWindow, Rate: capacity, Period: 24 * time.Hour, Lease: lease},
+		{Name: "tb", Algorithm: TokenBucket, Rate: 1, Period: 24 * time.Hour, Burst: capacity, Lease: lease},
 	}
 }
