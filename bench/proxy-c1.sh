@@ -35,10 +35,6 @@ trap cleanup EXIT
 . "$root/bench/proxy/stack.sh"
 
 cd "$root"
-go build -o "$tmp/costgate" ./cmd/costgate
-go build -o "$tmp/proxyload" ./bench/proxyload
-pl=$tmp/proxyload
-
 start_stack
 start_costgate leased 1 "{max_share: 0.01, ttl: 2s}"
 declare -A url pid

@@ -85,10 +85,6 @@ check() {
 cd "$root"
 echo "# $(date -u +%FT%TZ) $(nproc) CPUs, $(go version | cut -d' ' -f3-), commit $(git rev-parse --short HEAD)"
 echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-go build -o "$tmp/costgate" ./cmd/costgate
-go build -o "$tmp/proxyload" ./bench/proxyload
-pl=$tmp/proxyload
-
 start_stack
 start_costgate costgate 0 ""
 admin=$costgate_admin

@@ -1,7 +1,7 @@
 # Sourced by bench/proxy.sh and bench/proxy-c1.sh, which set $root (the
-# checkout), $tmp (their temporary directory), $pl (the proxyload binary),
-# $tmp/costgate (the costgate binary) and the pids array (what their exit
-# stops). It starts the benchmark's processes on loopback.
+# checkout), $tmp (their temporary directory) and the pids array (what
+# their exit stops). It builds costgate and the load generator into $tmp
+# and starts the benchmark's processes on loopback.
 
 # wait_file waits up to 10 s for a non-empty file.
 wait_file() {
@@ -14,11 +14,14 @@ wait_file() {
 	return 1
 }
 
-# start_stack starts a private redis-server (no persistence), the stub
-# upstream and the bare proxy in front of it. It sets port and redis_pid,
-# upstream and upstream_pid, bare and bare_pid (addresses host:port).
+# start_stack builds $tmp/costgate and the load generator, $pl, and
+# starts a private redis-server (no persistence), the stub upstream and the
+# bare proxy in front of it. It sets port and redis_pid, upstream and
+# upstream_pid, bare and bare_pid (addresses host:port).
 start_stack() {
 	local i
+	(cd "$root" && go build -o "$tmp/costgate" ./cmd/costgate && go build -o "$tmp/proxyload" ./bench/proxyload)
+	pl=$tmp/proxyload
 	port=$(timeout 10 "$pl" freeport)
 	redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no >"$tmp/redis.log" 2>&1 &
 	pids+=($!)
