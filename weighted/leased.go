@@ -371,6 +371,14 @@ func (l *Leased) Debit(ctx context.Context, id string, items []Item) (Result, er
 // has room for one per item: a decision taken from leases held then
 // allocates nothing. The result's Items alias states.
 func (l *Leased) DebitInto(ctx context.Context, id string, items []Item, states []ItemState) (Result, error) {
+	return l.debitInto(ctx, id, items, states, true)
+}
+
+// debitInto is DebitInto. A strict debit the store refused for leased
+// items that this replica's leases of their keys cover now (a lease that
+// another request of the key took while this one's debit was on its way)
+// is decided again from the leases when retry is set.
+func (l *Leased) debitInto(ctx context.Context, id string, items []Item, states []ItemState, retry bool) (Result, error) {
 	if id == "" {
 		return Result{}, errNoID
 	}
@@ -476,6 +484,9 @@ func (l *Leased) DebitInto(ctx context.Context, id string, items []Item, states 
 		}
 		if !sr.Allowed {
 			undo()
+			if retry && coveredNow(items, keys[:], idx[:len(strict)], sr.Items) {
+				return l.debitInto(ctx, id, items, states, false)
+			}
 			res.decide()
 			return res, nil
 		}
@@ -485,6 +496,29 @@ func (l *Leased) DebitInto(ctx context.Context, id string, items []Item, states 
 	}
 	res.decide()
 	return res, nil
+}
+
+// coveredNow tells whether every item of a strict debit that the store
+// refused (its states, in order; idx maps them to items) is leased, with
+// its cost held unspent now by this replica's leases of its key.
+func coveredNow(items []Item, keys []*leaseState, idx []int, states []ItemState) bool {
+	for j, is := range states {
+		if is.Allowed {
+			continue
+		}
+		i := idx[j]
+		st := keys[i]
+		if st == nil {
+			return false
+		}
+		st.mu.Lock()
+		ok := !st.retired && st.avail() >= items[i].Cost+st.debt
+		st.mu.Unlock()
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // maxLeasedItems is the most items a request with leased items may have;

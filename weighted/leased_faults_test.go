@@ -376,8 +376,9 @@ func (r *racingStore) Lease(ctx context.Context, it Item, c LeaseCall) (ItemStat
 
 // TestLeasedLateRefusalKeepsTheLease: a strict debit sent before the
 // replica took a lease of what was left reaches the store after it, and
-// is refused. The lease's units are the replica's all the same: it admits
-// from them, not refusing the key as spent.
+// is refused. The lease's units are the replica's all the same: the
+// request refused is admitted from them, and so are the next ones, the
+// key not refused as spent.
 func TestLeasedLateRefusalKeepsTheLease(t *testing.T) {
 	c := testRedis(t)
 	ctx := context.Background()
@@ -412,15 +413,19 @@ func TestLeasedLateRefusalKeepsTheLease(t *testing.T) {
 				t.Fatalf("the request that leases: %+v %v %+v", res, err, l.Stats())
 			}
 			close(hs.release)
-			if res := <-late; res.Allowed {
-				t.Fatalf("the late strict debit was admitted past the lease of all that was left: %+v", res)
+			if res := <-late; !res.Allowed {
+				t.Fatalf("the late request was refused with the lease in hand: %+v", res)
 			}
-			if u := l.Unspent(it); u != 9 {
-				t.Fatalf("Unspent = %d after one of a lease of 10, want 9", u)
+			if u := l.Unspent(it); u != 8 {
+				t.Fatalf("Unspent = %d after two of a lease of 10, want 8", u)
 			}
-			admitted := 1 + drainUntilRefused(t, l, clk, it, 20)
-			if admitted != 10 {
-				t.Fatalf("admitted %d from the lease of the 10 left, want 10", admitted)
+			admitted := 2 + drainUntilRefused(t, l, clk, it, 20)
+			left, err := inner.Peek(ctx, []Item{it})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if admitted != 10 || left.Items[0].Remaining != 0 {
+				t.Fatalf("admitted %d of the 10 left (the store has %d), want 10", admitted, left.Items[0].Remaining)
 			}
 		})
 	}
