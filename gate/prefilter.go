@@ -25,10 +25,9 @@ import (
 // the store's Retry-After: a replica that died holding leases of the key
 // has them given back by the store within a TTL; and it refuses nothing
 // while this replica's own leases of the key hold any of its units (the
-// leases then decide). A
-// denial is of a cost (a request may count for several requests, or
-// none): it refuses requests of that cost or more, never smaller ones,
-// which the store may admit.
+// leases then decide). A denial is of a cost (a request may count for
+// several requests, or none): it refuses requests of that cost or more,
+// never smaller ones, which the store may admit.
 // The table is per configuration (a reload starts it anew), holds the
 // configuration's own limits only (not a request's extra limits nor the
 // control plane's, whatever their names), and is bounded by maxRefusals
