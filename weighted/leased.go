@@ -343,8 +343,7 @@ func (l *Leased) Close(ctx context.Context) error {
 	errs := []error{l.returnRetired(ctx)}
 	for _, st := range states {
 		st.mu.Lock()
-		st.ended = append(st.ended, st.leases...)
-		st.leases = st.leases[:0]
+		st.endAll()
 		st.mu.Unlock()
 		if err := l.returnEnded(ctx, st, true); err != nil {
 			errs = append(errs, err)
@@ -374,10 +373,8 @@ func (l *Leased) DebitInto(ctx context.Context, id string, items []Item, states 
 	return l.debitInto(ctx, id, items, states, true)
 }
 
-// debitInto is DebitInto. A strict debit the store refused for leased
-// items that this replica's leases of their keys cover now (a lease that
-// another request of the key took while this one's debit was on its way)
-// is decided again from the leases when retry is set.
+// debitInto is DebitInto; a strict debit the store refused is decided
+// again once when retry is set and regain says it may be.
 func (l *Leased) debitInto(ctx context.Context, id string, items []Item, states []ItemState, retry bool) (Result, error) {
 	if id == "" {
 		return Result{}, errNoID
@@ -484,7 +481,7 @@ func (l *Leased) debitInto(ctx context.Context, id string, items []Item, states 
 		}
 		if !sr.Allowed {
 			undo()
-			if retry && coveredNow(items, keys[:], idx[:len(strict)], sr.Items) {
+			if retry && l.regain(ctx, items, keys[:], idx[:len(strict)], sr.Items) {
 				return l.debitInto(ctx, id, items, states, false)
 			}
 			res.decide()
@@ -498,10 +495,18 @@ func (l *Leased) debitInto(ctx context.Context, id string, items []Item, states 
 	return res, nil
 }
 
-// coveredNow tells whether every item of a strict debit that the store
-// refused (its states, in order; idx maps them to items) is leased, with
-// its cost held unspent now by this replica's leases of its key.
-func coveredNow(items []Item, keys []*leaseState, idx []int, states []ItemState) bool {
+// regain tells whether a strict debit that the store refused (its item
+// states in order; idx maps them to items) may be decided again, and
+// prepares it: every item refused is leased, and this replica's leases of
+// its key hold its cost (a lease another request took while this one's
+// debit was on its way), or, for a cost above what a lease may hold, what
+// the store lacked of it. Those leases go back to the store first, so
+// that the strict debit finds their units there; the key's mark of spent
+// goes with them. Nothing goes back unless every item refused is regained.
+func (l *Leased) regain(ctx context.Context, items []Item, keys []*leaseState, idx []int, states []ItemState) bool {
+	now := l.now()
+	var back [maxLeasedItems]*leaseState
+	n := 0
 	for j, is := range states {
 		if is.Allowed {
 			continue
@@ -511,12 +516,25 @@ func coveredNow(items []Item, keys []*leaseState, idx []int, states []ItemState)
 		if st == nil {
 			return false
 		}
+		cost := items[i].Cost
 		st.mu.Lock()
-		ok := !st.retired && st.avail() >= items[i].Cost+st.debt
+		held := st.held(now)
 		st.mu.Unlock()
-		if !ok {
+		switch {
+		case held >= cost:
+		case held > 0 && cost > items[i].Limit.Lease.Max && is.Remaining+held >= cost:
+			back[n] = st
+			n++
+		default:
 			return false
 		}
+	}
+	for _, st := range back[:n] {
+		st.mu.Lock()
+		st.endAll()
+		st.spentUntil = time.Time{}
+		st.mu.Unlock()
+		_ = l.returnEnded(context.WithoutCancel(ctx), st, true)
 	}
 	return true
 }
@@ -535,11 +553,7 @@ func (l *Leased) Unspent(it Item) int64 {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.retired {
-		return 0
-	}
-	st.expire(l.now())
-	return st.avail() - st.debt
+	return st.held(l.now())
 }
 
 // known returns the key's state, nil when this replica keeps none.
@@ -592,8 +606,7 @@ func (l *Leased) current(it *Item) (st, old *leaseState) {
 	st = &leaseState{item: Item{Limit: it.Limit, Key: it.Key}, since: l.now(), keep: l.ls != nil}
 	old.mu.Lock()
 	old.retired = true
-	old.ended = append(old.ended, old.leases...)
-	old.leases = nil
+	old.endAll()
 	st.debt, st.debtAge, old.debt = old.debt, old.debtAge, 0
 	st.rate = old.rate
 	old.mu.Unlock()
@@ -619,8 +632,8 @@ func (l *Leased) take(ctx context.Context, st *leaseState, it *Item, s *spec) (i
 		}
 		st.lastUsed = now
 		st.expire(now)
-		need := cost + st.debt
-		if st.avail() >= need {
+		need, avail := cost+st.debt, st.avail()
+		if avail >= need {
 			st.spend(need)
 			st.debt = 0
 			st.taken += cost
@@ -652,7 +665,7 @@ func (l *Leased) take(ctx context.Context, st *leaseState, it *Item, s *spec) (i
 		// key, but the lease's units are this replica's. The mark is of
 		// the store, which refused spentCost: what the leases lack of
 		// need is asked of it.
-		if now.Before(st.spentUntil) && now.Before(st.spentCheck) && need-st.avail() >= st.spentCost {
+		if now.Before(st.spentUntil) && now.Before(st.spentCheck) && need-avail >= st.spentCost {
 			is := st.spentState
 			is.RetryAfter = st.spentUntil.Sub(now)
 			is.ResetAfter = max(is.ResetAfter, is.RetryAfter)
@@ -675,23 +688,12 @@ func (l *Leased) take(ctx context.Context, st *leaseState, it *Item, s *spec) (i
 			// Cold. Leases held that lack part of need get that part from
 			// the store as a lease of its own (within Lease.Max): their
 			// units and the store's together are the request's, where a
-			// strict debit of need would be refused with them in hand.
-			avail := st.avail()
-			if avail == 0 {
+			// strict debit of need would be refused with them in hand. A
+			// need above Lease.Max goes strict; its refusal gives the
+			// leases back when that would admit it (regain).
+			if avail == 0 || need > it.Limit.Lease.Max {
 				st.taken += cost
 				st.mu.Unlock()
-				return ItemState{}, false, nil // strict
-			}
-			if need > it.Limit.Lease.Max {
-				// More than a lease may hold: the leases held go back to
-				// the store first, so that the strict debit finds their
-				// units there.
-				st.taken += cost
-				st.ended = append(st.ended, st.leases...)
-				clear(st.leases)
-				st.leases = st.leases[:0]
-				st.mu.Unlock()
-				_ = l.returnEnded(context.WithoutCancel(ctx), st, true)
 				return ItemState{}, false, nil // strict
 			}
 			size = need - avail
@@ -867,7 +869,8 @@ func (l *Leased) acquire(ctx context.Context, st *leaseState, s *spec, size, nee
 }
 
 // maxShrinks is how many times acquire takes what the store said was left
-// after a lease was refused, before it asks for the request's need alone:
+// after a lease was refused, before it asks for what the request lacks
+// alone:
 // other replicas that keep debiting first cost it at most that many calls
 // more.
 const maxShrinks = 2
@@ -913,6 +916,25 @@ func (st *leaseState) expire(now time.Time) {
 	}
 	clear(st.leases[n:])
 	st.leases = st.leases[:n]
+}
+
+// held is what the leases hold unspent less what is owed the key: what
+// this replica admits from them without the store (none once retired).
+// The caller holds mu.
+func (st *leaseState) held(now time.Time) int64 {
+	if st.retired {
+		return 0
+	}
+	st.expire(now)
+	return st.avail() - st.debt
+}
+
+// endAll ends every lease held, to be given back (returnEnded). The
+// caller holds mu.
+func (st *leaseState) endAll() {
+	st.ended = append(st.ended, st.leases...)
+	clear(st.leases)
+	st.leases = st.leases[:0]
 }
 
 // avail is the leases' unspent units. The caller holds mu.
