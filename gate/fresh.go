@@ -106,13 +106,18 @@ func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err er
 		return false
 	}
 	for _, tag := range se.Tags {
-		// The stale items under this tag: restoring a tag writes its
-		// marker, so another tag's items must not ride along.
+		// The call's items under this tag, found by their keys: restoring
+		// a tag writes its marker, so another tag's items must not ride
+		// along, and one of its items left out would leave the marker
+		// unwritten when the tag has no budget (the call stale again).
 		var mine []weighted.Item
-		for _, i := range se.Items {
-			if i >= 0 && i < len(items) && weighted.HashTag(items[i].Key) == tag {
-				mine = append(mine, items[i])
+		for _, it := range items {
+			if weighted.HashTag(it.Key) == tag {
+				mine = append(mine, it)
 			}
+		}
+		if len(mine) == 0 {
+			return false // not this call's tag: a restore would not help it
 		}
 		_, rerr, _ := f.group.Do(tag, func() (any, error) {
 			err := f.restore(ctx, tag, mine, true)

@@ -429,7 +429,7 @@ func (l *Leased) debitInto(ctx context.Context, id string, items []Item, states 
 		is, spent, err := l.take(ctx, keys[i], &items[i], &ss[i])
 		if err != nil {
 			undo()
-			return Result{}, err
+			return Result{}, ofRequest(err, items)
 		}
 		if !spent {
 			continue
@@ -469,7 +469,7 @@ func (l *Leased) debitInto(ctx context.Context, id string, items []Item, states 
 		sr, err := l.store.Debit(ctx, id, strict)
 		if err != nil {
 			undo()
-			return Result{}, err
+			return Result{}, ofRequest(err, items)
 		}
 		now := l.now()
 		for j, is := range sr.Items {
@@ -537,6 +537,18 @@ func (l *Leased) regain(ctx context.Context, items []Item, keys []*leaseState, i
 		_ = l.returnEnded(context.WithoutCancel(ctx), st, true)
 	}
 	return true
+}
+
+// ofRequest is err of a store call made with some of a request's items (a
+// lease of one, the strict rest): a *StaleError names its tags' items by
+// their indexes in the request, not in the call, so that the caller
+// restores the items it names (see StaleError).
+func ofRequest(err error, items []Item) error {
+	var se *StaleError
+	if !errors.As(err, &se) {
+		return err
+	}
+	return staleError(items, se.Tags)
 }
 
 // maxLeasedItems is the most items a request with leased items may have;
