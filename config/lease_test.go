@@ -50,6 +50,20 @@ func TestLeaseAndRegionsConfig(t *testing.T) {
 	if m := cfg.Limits[0].Lease.Mode(); m != "leased" {
 		t.Fatalf("mode %q", m)
 	}
+	cfg, err = config.Parse([]byte(base + "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {name: ra, unit: minute, requests_per_unit: 500, lease: {max_share: 0.1, ttl: 4s}}}, {key: b, rate_limit: {name: rb, unit: minute, requests_per_unit: 5}}]}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl := cfg.RLS.Limits()
+	if len(rl) != 2 || rl[0].Name != "ra" || rl[1].Name != "rb" {
+		t.Fatalf("RLS limits %v", rl)
+	}
+	if wl, err := rl[0].Weighted(); err != nil || wl.Lease.Max != 50 || wl.Lease.TTL != 4*time.Second {
+		t.Fatalf("RLS limit ra: %+v %v, want max 50 ttl 4s", wl.Lease, err)
+	}
+	if wl, err := rl[1].Weighted(); err != nil || wl.Lease.On() {
+		t.Fatalf("RLS limit rb without lease: %+v %v, want strict", wl.Lease, err)
+	}
 	var strict *config.LeaseConfig
 	if strict.Mode() != "strict" || strict.Weighted(10).On() {
 		t.Fatal("a nil lease is not strict")

@@ -123,6 +123,10 @@ type RLSRateLimit struct {
 	// Burst is a token bucket's or GCRA's capacity; default
 	// RequestsPerUnit.
 	Burst int64 `yaml:"burst"`
+	// Lease makes the limit leased, as a configured limit's lease (see
+	// LeaseConfig): each replica spends slices of a key's allowance in
+	// process. Nil is strict.
+	Lease *LeaseConfig `yaml:"lease"`
 	// Replaces names limits of descriptors of the same domain that this
 	// one overrides, as in envoyproxy/ratelimit: when a request's
 	// descriptors match this limit and a replaced one, the replaced one
@@ -164,6 +168,7 @@ func (r *RLSRateLimit) Weighted() (weighted.Limit, error) {
 		return weighted.Limit{}, err
 	}
 	l := weighted.Limit{Name: r.Name, Algorithm: alg, Rate: r.RequestsPerUnit, Period: r.Period(), Burst: r.Burst}
+	l.Lease = r.Lease.Weighted(l.Capacity())
 	return l, l.Validate()
 }
 
@@ -239,14 +244,33 @@ func (c *Config) validateRLS(names map[string]bool, bad func(path, format string
 	}
 }
 
+// Limits are the counted limits (not unlimited) of every domain's
+// descriptors, in the order of the configuration, depth first.
+func (c *RLSConfig) Limits() []*RLSRateLimit {
+	var out []*RLSRateLimit
+	for i := range c.Domains {
+		out = rlsLimits(c.Domains[i].Descriptors, out)
+	}
+	return out
+}
+
+// rlsLimits appends to out the counted limits of nodes and of the nodes
+// below them.
+func rlsLimits(nodes []RLSDescriptor, out []*RLSRateLimit) []*RLSRateLimit {
+	for i := range nodes {
+		if r := nodes[i].RateLimit; r != nil && !r.Unlimited {
+			out = append(out, r)
+		}
+		out = rlsLimits(nodes[i].Descriptors, out)
+	}
+	return out
+}
+
 // rlsLimitNames adds to names the names of the limits of nodes and of
 // the nodes below them.
 func rlsLimitNames(nodes []RLSDescriptor, names map[string]bool) map[string]bool {
-	for _, n := range nodes {
-		if r := n.RateLimit; r != nil && !r.Unlimited {
-			names[r.Name] = true
-		}
-		rlsLimitNames(n.Descriptors, names)
+	for _, r := range rlsLimits(nodes, nil) {
+		names[r.Name] = true
 	}
 	return names
 }
@@ -342,7 +366,7 @@ func validateRLSLevel(nodes []RLSDescriptor, p string, up rlsPath, names map[str
 
 func validateRLSLimit(r *RLSRateLimit, p string, names map[string]bool, bad func(path, format string, args ...any)) {
 	if r.Unlimited {
-		if r.Unit != "" || r.RequestsPerUnit != 0 || r.Algorithm != "" || r.Burst != 0 || r.Name != "" || r.UnitMultiplier != 0 || len(r.Replaces) > 0 {
+		if r.Unit != "" || r.RequestsPerUnit != 0 || r.Algorithm != "" || r.Burst != 0 || r.Name != "" || r.UnitMultiplier != 0 || len(r.Replaces) > 0 || r.Lease != nil {
 			bad(p+".unlimited", "an unlimited descriptor takes no other rate_limit field")
 		}
 		return
@@ -368,6 +392,10 @@ func validateRLSLimit(r *RLSRateLimit, p string, names map[string]bool, bad func
 	case alg == weighted.Concurrency:
 		bad(p+".algorithm", "concurrency needs a release that Envoy never sends")
 		return
+	}
+	r.Lease.validate(p+".lease", false, bad)
+	if r.Lease != nil && r.RequestsPerUnit == 0 {
+		bad(p+".lease", "a limit of 0 refuses everything and has nothing to lease")
 	}
 	switch {
 	case r.RequestsPerUnit < 0:

@@ -25,8 +25,8 @@ func (g *Gate) leased(st store) store {
 	return l
 }
 
-// LimitLeases is a configured limit's consistency mode and the leases
-// this replica holds on its keys.
+// LimitLeases is a configured limit's consistency mode (or a rate limit
+// service descriptor's) and the leases this replica holds on its keys.
 type LimitLeases struct {
 	Name   string
 	Mode   string // "leased" or "strict"
@@ -39,9 +39,10 @@ type LimitLeases struct {
 	Keys []weighted.LeaseInfo
 }
 
-// Leases lists every limit and budget of the active configuration with
-// its mode and this replica's leases, and the store's lease counts (zero
-// on the in-memory store, which takes no leases).
+// Leases lists every limit and budget of the active configuration, then
+// the rate limit service's descriptor limits, with its mode and this
+// replica's leases, and the store's lease counts (zero on the in-memory
+// store, which takes no leases).
 func (g *Gate) Leases() ([]LimitLeases, weighted.LeaseStats) {
 	st := g.state.Load()
 	out := make([]LimitLeases, 0, len(st.limits))
@@ -50,6 +51,14 @@ func (g *Gate) Leases() ([]LimitLeases, weighted.LeaseStats) {
 		ll := LimitLeases{Name: l.limit.Name, Mode: "strict", Budget: l.budget, Keys: []weighted.LeaseInfo{}}
 		if p := l.limit.Lease; p.On() && g.leases != nil { // the in-memory store takes no leases
 			ll.Mode, ll.MaxUnits, ll.TTL = "leased", p.Max, p.Life()
+		}
+		byName[ll.Name] = len(out)
+		out = append(out, ll)
+	}
+	for _, r := range st.cfg.RLS.Limits() { // the rate limit service's
+		ll := LimitLeases{Name: r.Name, Mode: "strict", Keys: []weighted.LeaseInfo{}}
+		if w, err := r.Weighted(); err == nil && w.Lease.On() && g.leases != nil {
+			ll.Mode, ll.MaxUnits, ll.TTL = "leased", w.Lease.Max, w.Lease.Life()
 		}
 		byName[ll.Name] = len(out)
 		out = append(out, ll)
