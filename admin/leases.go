@@ -49,7 +49,8 @@ func (s *Plane) adminLeases(w http.ResponseWriter, _ *http.Request) {
 	WriteJSON(w, http.StatusOK, map[string]any{
 		"limits": out,
 		"store": map[string]int64{"decided_in_process": st.Local, "refused_in_process": st.Refused,
-			"leases_taken": st.Acquired, "leases_returned": st.Returned, "store_calls": st.Calls},
+			"leases_taken": st.Acquired, "leases_returned": st.Returned, "store_calls": st.Calls,
+			"reservations_pending": st.Pending},
 		"regions": s.gate.Regions(),
 	})
 }

@@ -211,6 +211,8 @@ func (r *Reservation) settleExtended(ctx context.Context, actual []int64) {
 	calls := make([]call, 0, 1+len(r.ext.debts))
 	if !unchanged(r.items, main) {
 		calls = append(calls, call{r.store(), r.resID, r.items, main})
+	} else {
+		r.g.endedAtEstimate(r.resID)
 	}
 	for k, e := range r.ext.debts {
 		a := make([]int64, len(e.items))
@@ -219,6 +221,8 @@ func (r *Reservation) settleExtended(ctx context.Context, actual []int64) {
 		}
 		if !unchanged(e.items, a) {
 			calls = append(calls, call{e.store, e.id, e.items, a})
+		} else {
+			r.g.endedAtEstimate(e.id)
 		}
 	}
 	// Concurrent calls share one script call on a Redis store (see

@@ -152,3 +152,58 @@ func TestLeasedLimitLoweredByAReload(t *testing.T) {
 		t.Fatalf("admitted %d in the window, want the lowered capacity, 100", admitted)
 	}
 }
+
+// A reservation that spent leased units is remembered until it is
+// settled; one settled at its estimate (a request count, a token estimate
+// that held) calls no store, and must still be forgotten: before, each
+// such request left an entry for two hours, a leak of one map entry per
+// request in leased mode. Settled above its estimate, cancelled, or held
+// open, the count is as many as are open.
+func TestLeasedReservationsForgottenWhenSettled(t *testing.T) {
+	ctx := context.Background()
+	a := openRedisGate(t, redistest.New(t).URL, `  - {name: rpm, dimensions: [tenant], unit: requests, rate: 1000000, period: 1m, lease: {max_share: 0.1}}
+  - {name: tpm, dimensions: [tenant], unit: tokens, rate: 100000000, period: 1m, lease: {max_share: 0.1}}`)
+	c := a.Identify("cg-acme")
+	reserve := func() *gate.Reservation {
+		t.Helper()
+		req := &gate.Request{Caller: c, Route: "/x"}
+		req.Estimate.Usage.InputTokens, req.Estimate.Usage.OutputTokens = 10, 10
+		res, d := a.Reserve(ctx, req)
+		if res == nil {
+			t.Fatalf("refused: %+v", d)
+		}
+		return res
+	}
+	at := gate.Charge{HTTPStatus: 200}
+	at.Usage.InputTokens, at.Usage.OutputTokens = 10, 10
+	above := at
+	above.Usage.OutputTokens = 30
+	for i := range 300 {
+		res := reserve()
+		switch i % 3 {
+		case 0:
+			res.Settle(ctx, at)
+		case 1:
+			res.Settle(ctx, above)
+		default:
+			res.Cancel(ctx)
+		}
+	}
+	_, st := a.Leases()
+	if st.Local < 200 {
+		t.Fatalf("few decisions from leases: %+v", st)
+	}
+	if st.Pending != 0 {
+		t.Fatalf("%d reservations remembered after all 300 ended: %+v", st.Pending, st)
+	}
+	open := []*gate.Reservation{reserve(), reserve()}
+	if _, st := a.Leases(); st.Pending != 2 {
+		t.Fatalf("%d remembered with 2 open, want 2", st.Pending)
+	}
+	for _, res := range open {
+		res.Settle(ctx, at)
+	}
+	if _, st := a.Leases(); st.Pending != 0 {
+		t.Fatalf("%d remembered once settled, want 0", st.Pending)
+	}
+}

@@ -884,6 +884,8 @@ func (r *Reservation) settle(ctx context.Context, c Charge, actual []int64, stor
 			if err := r.store().Settle(ctx, r.resID, r.items, actual); err != nil {
 				r.g.log.Warn("limiter settle failed", "request_id", r.req.ID, "err", err)
 			}
+		} else {
+			r.g.endedAtEstimate(r.resID)
 		}
 	}
 	r.ended = true
@@ -935,6 +937,15 @@ func (r *Reservation) Report(status int) {
 // reserved one, and no item holds a concurrency unit or a window's
 // reservation record, which a settlement releases. (An RLS decision,
 // final at once, is settled so.)
+// endedAtEstimate tells the leases that reservation id, whose Settle is
+// skipped (unchanged), ended: they would otherwise remember it for hours,
+// a map entry per request.
+func (g *Gate) endedAtEstimate(id string) {
+	if g.leases != nil {
+		g.leases.Ended(id)
+	}
+}
+
 func unchanged(items []weighted.Item, actual []int64) bool {
 	for i, it := range items {
 		if actual[i] != it.Cost {

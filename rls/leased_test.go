@@ -88,6 +88,11 @@ func TestLeasedDescriptors(t *testing.T) {
 		if stats.Local == 0 || stats.Calls*2 > int64(decisions) {
 			t.Errorf("replica %d: %d decisions in process, %d store calls for %d decisions in all", i, stats.Local, stats.Calls, decisions)
 		}
+		// An RLS decision is settled at once, at its estimate: nothing of
+		// it stays remembered.
+		if stats.Pending != 0 {
+			t.Errorf("replica %d remembers %d reservations after every decision ended", i, stats.Pending)
+		}
 	}
 }
 

@@ -95,6 +95,9 @@ type LeaseStats struct {
 	Returned int64 // leases ended in the store: Settles of their unspent units, or, in a LeaseStore, reported done
 	Strict   int64 // Debits of the store for a leased item's own cost (a cold key)
 	Calls    int64 // every call made to the store: Debit, Settle, Cancel, Renew, Peek
+	// Pending is how many reservations that spent leased units are
+	// remembered unsettled now (see Ended).
+	Pending int64
 }
 
 // LeaseInfo is the state of one leased key on this replica.
@@ -302,8 +305,15 @@ func (l *Leased) Inner() Store { return l.store }
 // Stats returns the store's counts.
 func (l *Leased) Stats() LeaseStats {
 	s := &l.stats
-	return LeaseStats{Local: s.local.Load(), Refused: s.refused.Load(), Acquired: s.acquired.Load(),
+	st := LeaseStats{Local: s.local.Load(), Refused: s.refused.Load(), Acquired: s.acquired.Load(),
 		Returned: s.returned.Load(), Strict: s.strict.Load(), Calls: s.calls.Load()}
+	for i := range l.pends {
+		p := &l.pends[i]
+		p.mu.Lock()
+		st.Pending += int64(len(p.m))
+		p.mu.Unlock()
+	}
+	return st
 }
 
 // Leases returns the state of every leased key this replica holds leases
@@ -1181,6 +1191,14 @@ func (l *Leased) pend(id string, local uint64, at time.Time) {
 	}
 	p.m[id] = pendingReq{local: local, at: at}
 	p.mu.Unlock()
+}
+
+// Ended tells l that reservation id ended at its estimate, for which its
+// caller makes no Settle (nothing to charge or refund): l forgets which of
+// its items were spent from leases. A caller that skips such a Settle
+// without Ended leaves the reservation remembered for maxPending.
+func (l *Leased) Ended(id string) {
+	_, _, _ = l.unpend(id)
 }
 
 func (l *Leased) unpend(id string) (local uint64, at time.Time, ok bool) {
