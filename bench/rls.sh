@@ -49,6 +49,9 @@
 # RLS_BENCH_RATE (2000; 0 skips the fixed-rate rows),
 # RLS_BENCH_ROUNDS (1), RLS_BENCH_ADDR (127.0.0.1:8081), RLS_BENCH_DOMAIN
 # (costgate), RLS_BENCH_ENVOY_RATELIMIT (1; 0 skips envoyproxy/ratelimit),
+# RLS_BENCH_LEASED (1; 0 skips costgate-leased: the same config with the
+# benchmark's descriptor limits leased), RLS_BENCH_LEASE (their lease
+# policy, "{max_share: 0.01, ttl: 10s}"),
 # RLS_BENCH_RATELIMIT_VERSION (the module version of envoyproxy/ratelimit
 # to build), REDIS_URL (a Redis to use instead of a private one),
 # RLS_BENCH_REDIS_PID (its PID, to measure its CPU), and RLS_BENCH_KEEP, a
@@ -65,6 +68,8 @@ ROUNDS=${RLS_BENCH_ROUNDS:-1}
 ADDR=${RLS_BENCH_ADDR:-127.0.0.1:8081}
 DOMAIN=${RLS_BENCH_DOMAIN:-costgate}
 ENVOY_RL=${RLS_BENCH_ENVOY_RATELIMIT:-1}
+LEASED=${RLS_BENCH_LEASED:-1}
+LEASE=${RLS_BENCH_LEASE:-"{max_share: 0.01, ttl: 10s}"}
 # The version the module proxy served as @latest on 2026-12-01.
 RL_VERSION=${RLS_BENCH_RATELIMIT_VERSION:-v1.4.1-0.20260122083618-3fb702589d36}
 
@@ -147,31 +152,57 @@ fi
 # host:port, for envoyproxy/ratelimit.
 redis_hostport=$(sed -E 's#^rediss?://([^@/]*@)?([^/?]*).*#\2#' <<<"$REDIS_URL")
 
-# costgate, serving RLS on $ADDR.
-costgate_pid=
-costgate_skip=
-if [ ! -f "$COSTGATE_RLS_CONFIG" ]; then
-	costgate_skip="config $COSTGATE_RLS_CONFIG not found (set COSTGATE_RLS_CONFIG)"
-elif port_open "$ADDR"; then
-	costgate_skip="something else already listens on $ADDR (set RLS_BENCH_ADDR to the config's rls_listen)"
-else
-	mkdir -p "$tmp/data"
-	"$tmp/costgate" serve --config "$COSTGATE_RLS_CONFIG" --redis "$REDIS_URL" \
-		--listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --data-dir "$tmp/data" >"$tmp/costgate.out" 2>"$tmp/costgate.log" &
-	costgate_pid=$!
-	pids+=("$costgate_pid")
-	if ! wait_port "$ADDR" 150 "$costgate_pid"; then
-		if kill -0 "$costgate_pid" 2>/dev/null; then
-			costgate_skip="costgate runs but nothing answers on $ADDR after 15 s (no RLS listener in this build or config?)"
-		else
-			costgate_skip="costgate exited: $(tail -3 "$tmp/costgate.log" | tr '\n' ' ')"
+# start_costgate NAME CONFIG ADDR REDIS starts costgate on CONFIG, serving
+# RLS on ADDR with the Redis store REDIS, and sets NAME_pid, or NAME_skip
+# to why its rows are skipped.
+start_costgate() {
+	local name=$1 config=$2 addr=$3 redis=$4 pid= skip=
+	if [ ! -f "$config" ]; then
+		skip="config $config not found (set COSTGATE_RLS_CONFIG)"
+	elif port_open "$addr"; then
+		skip="something else already listens on $addr (set RLS_BENCH_ADDR to the config's rls_listen)"
+	else
+		mkdir -p "$tmp/data-$name"
+		"$tmp/costgate" serve --config "$config" --redis "$redis" \
+			--listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --data-dir "$tmp/data-$name" >"$tmp/$name.out" 2>"$tmp/$name.log" &
+		pid=$!
+		pids+=("$pid")
+		if ! wait_port "$addr" 150 "$pid"; then
+			if kill -0 "$pid" 2>/dev/null; then
+				skip="costgate runs but nothing answers on $addr after 15 s (no RLS listener in this build or config?)"
+			else
+				skip="costgate exited: $(tail -3 "$tmp/$name.log" | tr '\n' ' ')"
+			fi
 		fi
 	fi
-fi
-if [ -n "$costgate_skip" ]; then
-	say "costgate's RLS is not reachable, its rows are skipped: $costgate_skip"
-else
-	say "costgate (PID $costgate_pid) serves RLS on $ADDR, config $COSTGATE_RLS_CONFIG"
+	printf -v "${name}_pid" '%s' "$pid"
+	printf -v "${name}_skip" '%s' "$skip"
+	if [ -n "$skip" ]; then
+		say "$name's RLS is not reachable, its rows are skipped: $skip"
+	else
+		say "$name (PID $pid) serves RLS on $addr, config $config, Redis $redis"
+	fi
+}
+
+# costgate, serving RLS on $ADDR.
+start_costgate costgate "$COSTGATE_RLS_CONFIG" "$ADDR" "$REDIS_URL"
+# The same config with every descriptor limit of a billion a minute (the
+# benchmark's) leased ($LEASE), on Redis database 1 (REDIS_URL's with /1 for its
+# database), serving RLS on a port of its own.
+costgate_leased_skip="RLS_BENCH_LEASED=0"
+if [ "$LEASED" != 0 ]; then
+	leased_addr=127.0.0.1:$("$bench" -freeport)
+	mkdir -p "$tmp/cfg-leased"
+	sed -e "s|^rls_listen: .*|rls_listen: \"$leased_addr\"|" \
+		-e "s|requests_per_unit: 1000000000}|requests_per_unit: 1000000000, lease: $LEASE}|" \
+		"$COSTGATE_RLS_CONFIG" >"$tmp/cfg-leased/costgate.yaml" 2>/dev/null || true
+	if ! grep -qF "lease: $LEASE" "$tmp/cfg-leased/costgate.yaml"; then
+		costgate_leased_skip="no descriptor of $COSTGATE_RLS_CONFIG has requests_per_unit: 1000000000} to lease"
+		say "costgate-leased rows are skipped: $costgate_leased_skip"
+	else
+		leased_redis=$(sed -E 's#(://[^/]*)(/[0-9]*)?(\?.*)?$#\1/1\3#' <<<"$REDIS_URL")
+		start_costgate costgate_leased "$tmp/cfg-leased/costgate.yaml" "$leased_addr" "$leased_redis"
+	fi
 fi
 
 # envoyproxy/ratelimit: built from the Go module proxy, configured by
@@ -243,6 +274,9 @@ for r in $(seq "$ROUNDS"); do
 			if [ -z "$costgate_skip" ]; then
 				row "$r" -rate "$rate" -target rls -label costgate -addr "$ADDR" -descriptors "$d" -pid "$costgate_pid" ${redis_pid:+-store-pid "$redis_pid"}
 			fi
+			if [ -z "$costgate_leased_skip" ]; then
+				row "$r" -rate "$rate" -target rls -label costgate-leased -addr "$leased_addr" -descriptors "$d" -pid "$costgate_leased_pid" ${redis_pid:+-store-pid "$redis_pid"}
+			fi
 			if [ -z "$rl_skip" ]; then
 				row "$r" -rate "$rate" -target rls -label envoy-ratelimit -addr "$rl_addr" -descriptors "$d" -pid "$rl_pid" ${redis_pid:+-store-pid "$redis_pid"}
 			fi
@@ -252,6 +286,9 @@ done
 say "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ -n "$costgate_skip" ]; then
 	say "costgate rows skipped: $costgate_skip"
+fi
+if [ -n "$costgate_leased_skip" ]; then
+	say "costgate-leased rows skipped: $costgate_leased_skip"
 fi
 echo
 
