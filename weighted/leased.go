@@ -1232,11 +1232,44 @@ func (l *Leased) Renew(ctx context.Context, id string, items []Item) error {
 }
 
 // Peek implements Store. It asks the store, where the units leased by the
-// replicas count as spent until their leases end or expire: Remaining
-// does not include what replicas hold unspent (see Leases).
+// replicas count as spent until their leases end or expire, and adds to a
+// leased item's Remaining what this replica's leases of its key hold
+// unspent (less its debt), which a Debit here spends first: the item fits
+// when the two together hold its cost. What other replicas hold unspent
+// is not known here and stays counted as spent (see Leases).
 func (l *Leased) Peek(ctx context.Context, items []Item) (Result, error) {
 	l.stats.calls.Add(1)
-	return l.store.Peek(ctx, items)
+	res, err := l.store.Peek(ctx, items)
+	if err != nil || len(res.Items) != len(items) {
+		return res, err
+	}
+	now := l.now()
+	held := false
+	for i := range items {
+		if !items[i].Limit.Lease.On() {
+			continue
+		}
+		st := l.known(&items[i])
+		if st == nil {
+			continue
+		}
+		st.mu.Lock()
+		h := st.held(now)
+		st.mu.Unlock()
+		if h <= 0 {
+			continue
+		}
+		is := &res.Items[i]
+		is.Remaining = min(is.Remaining+h, max(items[i].Limit.Capacity(), is.Remaining))
+		if !is.Allowed && is.Remaining >= items[i].Cost {
+			is.Allowed, is.RetryAfter = true, 0
+		}
+		held = true
+	}
+	if held {
+		res.decide()
+	}
+	return res, nil
 }
 
 // Reset implements Store: it forgets this replica's leases of the items'

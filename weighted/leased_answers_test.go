@@ -78,3 +78,58 @@ func TestLeasedStaleNamesTheRequestsItems(t *testing.T) {
 		})
 	}
 }
+
+// TestLeasedPeekCountsHeldUnits: a Peek (the rate limit service's check,
+// hits_addend 0) asks the store, where a lease's units count as spent; the
+// units this replica holds unspent are its to spend, and a check must
+// count them: with 5 in the store and 4 held, a check of 6 fits. Before,
+// it was refused while a Debit of 6 would have been admitted.
+func TestLeasedPeekCountsHeldUnits(t *testing.T) {
+	srv := redistest.New(t)
+	ctx := context.Background()
+	for _, sn := range []string{"memory", "redis"} {
+		t.Run(sn, func(t *testing.T) {
+			clk := newClock()
+			var s Store = NewMemory(MemoryConfig{Now: clk.Now})
+			if sn == "redis" {
+				r := NewRedis(srv.Client(t), patient(RedisConfig{Prefix: fmt.Sprintf("pk%d:", prefixSeq.Add(1))}))
+				r.now = clk.Now
+				s = r
+			}
+			l := NewLeased(s, LeasedConfig{Now: clk.Now, Sweep: time.Hour})
+			l.inline = true
+			defer l.Close(ctx)
+			lim := Limit{Name: "w", Algorithm: FixedWindow, Rate: 10, Period: time.Hour, Lease: Lease{Max: 5, TTL: time.Minute}}
+			it := Item{Limit: lim, Key: "{t}:k", Cost: 1}
+			l.state(&it).rate = 1e9 // hot: the first debit takes a lease of 5
+			if res, err := l.Debit(ctx, "a", []Item{it}); err != nil || !res.Allowed {
+				t.Fatalf("first debit: %+v %v", res, err)
+			}
+			if held := l.Unspent(it); held != 4 {
+				t.Fatalf("held %d after the first debit, want 4 (a lease of 5)", held)
+			}
+			for _, tc := range []struct {
+				cost      int64
+				allowed   bool
+				remaining int64
+			}{{6, true, 9}, {9, true, 9}, {10, false, 9}} {
+				check := it
+				check.Cost = tc.cost
+				res, err := l.Peek(ctx, []Item{check})
+				if err != nil || res.Allowed != tc.allowed || res.Items[0].Remaining != tc.remaining {
+					t.Fatalf("check of %d: allowed %v remaining %d (%v), want %v and %d", tc.cost, res.Allowed, res.Items[0].Remaining, err, tc.allowed, tc.remaining)
+				}
+			}
+			// What a check admits, a debit admits; spent whole, a check of
+			// one is refused.
+			big := it
+			big.Cost = 9
+			if res, err := l.Debit(ctx, "b", []Item{big}); err != nil || !res.Allowed {
+				t.Fatalf("a debit of 9 after the check: %+v %v", res, err)
+			}
+			if res, err := l.Peek(ctx, []Item{it}); err != nil || res.Allowed || res.Items[0].Remaining != 0 {
+				t.Fatalf("check on the spent window: %+v %v", res, err)
+			}
+		})
+	}
+}
