@@ -3,6 +3,7 @@ package rls_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/costgate/costgate/config"
@@ -10,19 +11,23 @@ import (
 	"github.com/costgate/costgate/rls"
 )
 
-// leasedConfig is a domain whose per-client limit is leased: 200 hits a
-// minute in a fixed window, a replica holding at most 20 of a client's
-// hits unspent.
-const leasedConfig = `
+// edgeDomain is a config whose RLS domain "edge" has descriptors, each
+// line of them a descriptor at the domain's top level.
+func edgeDomain(descriptors ...string) string {
+	return `
 admin_token: t
 upstreams: [{name: openai, kind: openai, simulate: always}]
 rls:
   domains:
     - domain: edge
       descriptors:
-        - key: client
-          rate_limit: {name: per-client, unit: minute, requests_per_unit: 200, algorithm: fixed_window, lease: {max_share: 0.1}}
-`
+        - ` + strings.Join(descriptors, "\n        - ") + "\n"
+}
+
+// leasedConfig is a domain whose per-client limit is leased: 200 hits a
+// minute in a fixed window, a replica holding at most 20 of a client's
+// hits unspent.
+var leasedConfig = edgeDomain(`{key: client, rate_limit: {name: per-client, unit: minute, requests_per_unit: 200, algorithm: fixed_window, lease: {max_share: 0.1}}}`)
 
 // TestLeasedDescriptors: two RLS replicas on one Redis, a leased
 // descriptor limit, hits of 1 to 5 sent to either at random. A window
@@ -126,19 +131,10 @@ func TestLeasedDescriptorsInMemory(t *testing.T) {
 // other tag's), wrote no marker, and the request was refused with
 // UNAVAILABLE after every retry.
 func TestLeasedDescriptorsNewTag(t *testing.T) {
-	e := newEnv(t, `
-admin_token: t
-upstreams: [{name: openai, kind: openai, simulate: always}]
-rls:
-  domains:
-    - domain: edge
-      descriptors:
-        - key: tenant
-          as: tenant
-          rate_limit: {name: per-tenant, unit: minute, requests_per_unit: 1000, lease: {max_share: 0.1}}
-        - key: client
-          rate_limit: {name: per-client, unit: minute, requests_per_unit: 1000, lease: {max_share: 0.1}}
-`, true, rls.Options{})
+	e := newEnv(t, edgeDomain(
+		`{key: tenant, as: tenant, rate_limit: {name: per-tenant, unit: minute, requests_per_unit: 1000, lease: {max_share: 0.1}}}`,
+		`{key: client, rate_limit: {name: per-client, unit: minute, requests_per_unit: 1000, lease: {max_share: 0.1}}}`,
+	), true, rls.Options{})
 	if resp := e.ask(t, "edge", 1, d("tenant", "acme")); resp.GetOverallCode() != OK {
 		t.Fatalf("the tenant's first request: %s", codes_(resp))
 	}

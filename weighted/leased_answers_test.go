@@ -3,7 +3,6 @@ package weighted
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -24,17 +23,13 @@ func TestLeasedStaleNamesTheRequestsItems(t *testing.T) {
 	for _, sn := range []string{"memory", "redis"} {
 		t.Run(sn, func(t *testing.T) {
 			clk := newClock()
-			var s Store
+			var s Store = NewMemory(MemoryConfig{Now: clk.Now, Generations: true})
 			if sn == "redis" {
-				r := NewRedis(srv.Client(t), patient(RedisConfig{Prefix: fmt.Sprintf("st%d:", prefixSeq.Add(1)), Generations: true}))
-				r.now = clk.Now
+				r := newRedisStore(srv.Client(t), clk)
+				r.gens = true
 				s = r
-			} else {
-				s = NewMemory(MemoryConfig{Now: clk.Now, Generations: true})
 			}
-			l := NewLeased(s, LeasedConfig{Now: clk.Now, Sweep: time.Hour})
-			l.inline = true
-			defer l.Close(ctx)
+			l := inlineOver(t, s, clk)
 			leased := Limit{Name: "leased", Algorithm: TokenBucket, Rate: 1000, Period: time.Hour, Lease: Lease{Max: 100, TTL: time.Minute}}
 			strict := Limit{Name: "strict", Algorithm: FixedWindow, Rate: 1000, Period: time.Hour}
 			fresh := Item{Limit: leased, Key: "{a}:k", Cost: 1}
@@ -90,15 +85,7 @@ func TestLeasedPeekCountsHeldUnits(t *testing.T) {
 	for _, sn := range []string{"memory", "redis"} {
 		t.Run(sn, func(t *testing.T) {
 			clk := newClock()
-			var s Store = NewMemory(MemoryConfig{Now: clk.Now})
-			if sn == "redis" {
-				r := NewRedis(srv.Client(t), patient(RedisConfig{Prefix: fmt.Sprintf("pk%d:", prefixSeq.Add(1))}))
-				r.now = clk.Now
-				s = r
-			}
-			l := NewLeased(s, LeasedConfig{Now: clk.Now, Sweep: time.Hour})
-			l.inline = true
-			defer l.Close(ctx)
+			l := inlineLeased(t, srv.Client(t), sn, clk)
 			lim := Limit{Name: "w", Algorithm: FixedWindow, Rate: 10, Period: time.Hour, Lease: Lease{Max: 5, TTL: time.Minute}}
 			it := Item{Limit: lim, Key: "{t}:k", Cost: 1}
 			l.state(&it).rate = 1e9 // hot: the first debit takes a lease of 5
