@@ -145,3 +145,39 @@ func TestLeasedDescriptorsNewTag(t *testing.T) {
 		}
 	}
 }
+
+// TestLeasedDescriptorLowered: a reload lowers a leased descriptor limit
+// while the replica holds leases of its key. The leases taken under the
+// old limit are not spent under the new one: they go back, and the key
+// admits no more than the new limit in its window, the hits admitted
+// before the reload included.
+func TestLeasedDescriptorLowered(t *testing.T) {
+	limit := func(rate int) string {
+		return edgeDomain(fmt.Sprintf(`{key: client, rate_limit: {name: per-client, unit: hour, requests_per_unit: %d, algorithm: fixed_window, lease: {max_share: 0.5}}}`, rate))
+	}
+	e := newEnv(t, limit(100), true, rls.Options{})
+	admitted := 0
+	for range 10 {
+		if e.ask(t, "edge", 1, d("client", "c1")).GetOverallCode() == OK {
+			admitted++
+		}
+	}
+	if _, st := e.g.Leases(); admitted != 10 || st.Acquired == 0 {
+		t.Fatalf("admitted %d of 10 under the first limit, lease stats %+v: want 10, from a lease", admitted, st)
+	}
+	cfg, err := config.Parse([]byte(limit(20) + "data_dir: " + e.g.Config().DataDir + "\nstore: {redis: '" + e.redis.URL + "'}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.g.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	for range 30 {
+		if e.ask(t, "edge", 1, d("client", "c1")).GetOverallCode() == OK {
+			admitted++
+		}
+	}
+	if admitted != 20 {
+		t.Fatalf("admitted %d in the window across the reload, want the new limit, 20", admitted)
+	}
+}
