@@ -178,9 +178,9 @@ start_costgate() {
 	printf -v "${name}_pid" '%s' "$pid"
 	printf -v "${name}_skip" '%s' "$skip"
 	if [ -n "$skip" ]; then
-		say "$name's RLS is not reachable, its rows are skipped: $skip"
+		say "${name//_/-}'s RLS is not reachable, its rows are skipped: $skip"
 	else
-		say "$name (PID $pid) serves RLS on $addr, config $config, Redis $redis"
+		say "${name//_/-} (PID $pid) serves RLS on $addr, config $config, Redis $redis"
 	fi
 }
 

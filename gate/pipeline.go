@@ -932,11 +932,6 @@ func (r *Reservation) Report(status int) {
 	r.record(status)
 }
 
-// unchanged tells whether settling items at actual costs changes nothing
-// in the store, so that the call is not made: every actual cost is the
-// reserved one, and no item holds a concurrency unit or a window's
-// reservation record, which a settlement releases. (An RLS decision,
-// final at once, is settled so.)
 // endedAtEstimate tells the leases that reservation id, whose Settle is
 // skipped (unchanged), ended: they would otherwise remember it for hours,
 // a map entry per request.
@@ -946,6 +941,11 @@ func (g *Gate) endedAtEstimate(id string) {
 	}
 }
 
+// unchanged tells whether settling items at actual costs changes nothing
+// in the store, so that the call is not made: every actual cost is the
+// reserved one, and no item holds a concurrency unit or a window's
+// reservation record, which a settlement releases. (An RLS decision,
+// final at once, is settled so.)
 func unchanged(items []weighted.Item, actual []int64) bool {
 	for i, it := range items {
 		if actual[i] != it.Cost {
