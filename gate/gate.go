@@ -215,7 +215,7 @@ func (g *Gate) openStore(ctx context.Context, cfg *config.Config) (*freshStore, 
 	r := weighted.NewRedis(c, weighted.RedisConfig{
 		MaxBatch: cfg.Store.MaxBatch, Generations: true,
 		QueueTimeout: cfg.Store.QueueTimeout, CallTimeout: cfg.Store.Timeout,
-		ReplyTimeout: max(weighted.DefaultReplyTimeout, cfg.Store.Timeout),
+		ReplyTimeout: max(weighted.DefaultReplyTimeout, cfg.Store.Timeout), ContextDeadlines: true,
 	})
 	g.tel.ObserveStore(func() telemetry.StoreStats {
 		st := r.Stats()
@@ -254,6 +254,7 @@ func redisClient(u string) (redis.UniversalClient, error) {
 		if !strings.Contains(u, "protocol=") {
 			opt.Protocol = 2 // RESP3's push notifications are not used: their checks cost every call
 		}
+		opt.ContextTimeoutEnabled = true // a call ends at its context's deadline (see weighted.RedisConfig.ContextDeadlines)
 		return redis.NewClient(opt), nil
 	}
 	if cluster {
@@ -266,7 +267,7 @@ func redisClient(u string) (redis.UniversalClient, error) {
 	}
 	opt := &redis.ClusterOptions{
 		Addrs: []string{first.Addr}, Username: first.Username, Password: first.Password,
-		TLSConfig: first.TLSConfig, MaxRedirects: 16, MaxRetries: -1, Protocol: 2,
+		TLSConfig: first.TLSConfig, MaxRedirects: 16, MaxRetries: -1, Protocol: 2, ContextTimeoutEnabled: true,
 	}
 	for _, p := range parts[1:] {
 		p = strings.TrimSpace(p)

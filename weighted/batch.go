@@ -16,8 +16,11 @@ package weighted
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
+	"net"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -169,6 +172,17 @@ func (r *Redis) Stats() RedisStats {
 // for its call to be sent and CallTimeout for its reply, and no longer
 // than its ctx; see wait.
 func (r *Redis) exec(c *call, tag string) (any, error) {
+	return r.execOn(c, tag, false)
+}
+
+// execSettle is exec for a settlement: with RedisConfig.ContextDeadlines,
+// one that finds its queue idle runs on the caller's goroutine (see
+// sendInline).
+func (r *Redis) execSettle(c *call, tag string) (any, error) {
+	return r.execOn(c, tag, r.inline)
+}
+
+func (r *Redis) execOn(c *call, tag string, inline bool) (any, error) {
 	r.mu.Lock()
 	q := r.queueOf(tag)
 	c.q, c.tag = q, tag
@@ -180,12 +194,39 @@ func (r *Redis) exec(c *call, tag string) (any, error) {
 		b.calls = append(b.calls, c)
 		c.state, c.b = sent, b
 		r.mu.Unlock()
+		if inline {
+			return r.sendInline(b, c)
+		}
 		go r.send(b)
 		return r.wait(c, false)
 	}
 	q.pending = append(q.pending, c)
 	r.mu.Unlock()
 	return r.wait(c, true)
+}
+
+// sendInline runs b, of c alone, on the caller's goroutine, within
+// CallTimeout (the client ends the call at its context's deadline), and
+// returns c's reply: a call without a reply by then is an
+// ErrUnknownOutcome, as one abandoned by its caller. It frees c.
+func (r *Redis) sendInline(b *batch, c *call) (any, error) {
+	r.sendWithin(b, r.callTimeout)
+	<-c.wake // done: send signalled it
+	reply, err := c.reply, c.err
+	putCall(c)
+	if err != nil && isTimeout(err) {
+		r.stats.unknown.Add(1)
+		return nil, fmt.Errorf("weighted: run script: no reply within %s: %w (%w)", r.callTimeout, ErrUnknownOutcome, errCallTimeout)
+	}
+	return reply, err
+}
+
+// isTimeout tells whether err is a call's deadline passing: the context's,
+// or the connection's that the client set from it.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout())
 }
 
 // wait waits for c's reply and frees c. A call still queued after
@@ -332,7 +373,12 @@ func (r *Redis) queueOf(tag string) *queue {
 // It frees b. The script call's context keeps the values of the first
 // call's and ends after ReplyTimeout, whatever the callers' contexts do.
 func (r *Redis) send(b *batch) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.calls[0].ctx), r.replyTimeout)
+	r.sendWithin(b, r.replyTimeout)
+}
+
+// sendWithin is send, the script call ending after d.
+func (r *Redis) sendWithin(b *batch, d time.Duration) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.calls[0].ctx), d)
 	defer cancel()
 	if len(b.calls) == 1 {
 		c := b.calls[0]

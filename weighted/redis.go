@@ -71,6 +71,17 @@ type RedisConfig struct {
 	// then is left to expire with its limits (see RedisStats.LateLost).
 	// 0 means DefaultReplyTimeout (5 s); it must be at least CallTimeout.
 	ReplyTimeout time.Duration
+	// ContextDeadlines tells that the client ends a call at its context's
+	// deadline (go-redis's ContextTimeoutEnabled). A Settle or Cancel
+	// (claimed or not) that finds its queue idle then runs on its
+	// caller's goroutine, within CallTimeout, rather than on one of the
+	// store's: no goroutine is started and none woken for it, which on a
+	// busy machine is most of a call's CPU (the store's goroutine is kept
+	// for debits: a debit's late reply must be read to cancel it). A
+	// settlement without a reply within CallTimeout is an
+	// ErrUnknownOutcome, as on the store's goroutine; nothing is done with
+	// its late reply either way.
+	ContextDeadlines bool
 }
 
 // Validate reports whether the config is usable.
@@ -273,6 +284,9 @@ type Redis struct {
 	// replied, by tag.
 	gens bool
 	seen seenGens
+	// inline is RedisConfig.ContextDeadlines: settlements run on their
+	// callers' goroutines when their queue is idle.
+	inline bool
 	// The timeouts of RedisConfig; afterFunc replaces the timers in tests.
 	queueTimeout, callTimeout, replyTimeout time.Duration
 	afterFunc                               func(time.Duration) <-chan time.Time
@@ -322,7 +336,7 @@ func NewRedis(client Scripter, cfg RedisConfig) *Redis {
 		c: client, prefix: cfg.Prefix, settleTTL: DefaultSettleTTL.Milliseconds(), sharded: cfg.Sharded,
 		maxBatch: cmp.Or(cfg.MaxBatch, DefaultMaxBatch), maxInFlight: defaultMaxInFlight, gens: cfg.Generations,
 		queueTimeout: cmp.Or(cfg.QueueTimeout, DefaultQueueTimeout), callTimeout: cmp.Or(cfg.CallTimeout, DefaultCallTimeout),
-		replyTimeout: cmp.Or(cfg.ReplyTimeout, DefaultReplyTimeout),
+		replyTimeout: cmp.Or(cfg.ReplyTimeout, DefaultReplyTimeout), inline: cfg.ContextDeadlines,
 	}
 	if r.maxBatch == 1 {
 		r.maxInFlight = math.MaxInt
@@ -738,7 +752,7 @@ func (r *Redis) settleGroup(ctx context.Context, id string, items []Item, ss []s
 		c.buf = appendNumber(c.buf, actualCost(items, ss, actual, i))
 	}
 	c.keys, c.id = keys, id
-	_, err := r.exec(c, g.tag)
+	_, err := r.execSettle(c, g.tag)
 	return err
 }
 
@@ -823,7 +837,7 @@ func (r *Redis) SettleClaimed(ctx context.Context, id string, items []Item, actu
 		call.buf = appendNumber(call.buf, actualCost(items, ss, actual, i))
 	}
 	call.keys, call.id = keys, id
-	v, err := r.exec(call, g.tag)
+	v, err := r.execSettle(call, g.tag)
 	if err != nil {
 		return false, "", err
 	}

@@ -3,11 +3,14 @@ package weighted
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/costgate/costgate/internal/redistest"
 )
 
 // gatedScripter holds its first script calls until the test opens the
@@ -195,5 +198,60 @@ func TestHungCallFreesItsQueue(t *testing.T) {
 		close(g.gate)
 		r.afterFunc = nil
 		waitStats(t, r, RedisStats{UnknownOutcomes: 2, LateLost: 2})
+	}
+}
+
+// TestInlineSettle: with ContextDeadlines, a settlement that finds its
+// queue idle runs on its caller's goroutine. It settles as on the store's
+// goroutine (a refund comes back, a second settle changes nothing), and
+// against a Redis that does not answer (CLIENT PAUSE) it keeps the same
+// bound: ErrUnknownOutcome, a store failure, after CallTimeout and not
+// the client's ReadTimeout (3 s).
+func TestInlineSettle(t *testing.T) {
+	srv := redistest.New(t)
+	opt, err := redis.ParseURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.ContextTimeoutEnabled, opt.MaxRetries = true, -1
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	const callTimeout = 150 * time.Millisecond
+	r := NewRedis(c, RedisConfig{Prefix: fmt.Sprintf("in%d:", prefixSeq.Add(1)), ContextDeadlines: true, CallTimeout: callTimeout})
+	items := func(cost int64) []Item {
+		return []Item{
+			{Limit: Limit{Name: "fw", Algorithm: FixedWindow, Rate: 100, Period: time.Hour}, Key: "{k}", Cost: cost},
+			{Limit: Limit{Name: "tb", Algorithm: TokenBucket, Rate: 1, Period: time.Hour, Burst: 100}, Key: "{k}", Cost: cost},
+		}
+	}
+	if res, err := r.Debit(ctx, "a", items(30)); err != nil || !res.Allowed {
+		t.Fatalf("debit: %+v %v", res, err)
+	}
+	for range 2 { // the second changes nothing
+		if err := r.Settle(ctx, "a", items(30), []int64{10, 10}); err != nil {
+			t.Fatalf("settle: %v", err)
+		}
+		if res, err := r.Peek(ctx, items(1)); err != nil || res.Items[0].Remaining != 90 || res.Items[1].Remaining != 90 {
+			t.Fatalf("after settling 30 at 10: %+v %v, want 90 left on each", res, err)
+		}
+	}
+	if res, err := r.Debit(ctx, "b", items(5)); err != nil || !res.Allowed {
+		t.Fatalf("debit: %+v %v", res, err)
+	}
+	if err := srv.Client(t).Do(ctx, "CLIENT", "PAUSE", 2000, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = r.Settle(ctx, "b", items(5), []int64{1, 1})
+	took := time.Since(start)
+	if !errors.Is(err, ErrUnknownOutcome) || !IsStoreFailure(err) {
+		t.Fatalf("settle against a paused Redis: %v, want ErrUnknownOutcome, a store failure", err)
+	}
+	if took < callTimeout-10*time.Millisecond || took > callTimeout+time.Second {
+		t.Fatalf("the settle returned after %s, want about CallTimeout (%s)", took, callTimeout)
+	}
+	if st := r.Stats(); st.UnknownOutcomes != 1 {
+		t.Fatalf("stats %+v, want one unknown outcome", st)
 	}
 }
