@@ -177,7 +177,9 @@ func (r *Redis) exec(c *call, tag string) (any, error) {
 
 // execSettle is exec for a settlement: with RedisConfig.ContextDeadlines,
 // one that finds its queue idle runs on the caller's goroutine (see
-// sendInline).
+// sendInline), and its caller then waits up to CallTimeout for its reply
+// even when its ctx ends first: a settlement is carried out whatever its
+// caller does (the gate's callers pass contexts without cancel anyway).
 func (r *Redis) execSettle(c *call, tag string) (any, error) {
 	return r.execOn(c, tag, r.inline)
 }
