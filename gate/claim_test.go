@@ -100,12 +100,27 @@ func TestHeldEndsRaceAcrossReplicas(t *testing.T) {
 // another replica that comes after it loses. Exactly one end per
 // reservation, and the limit never gets back more than the winner's end
 // returns. Redis is paused (CLIENT PAUSE) so that the
-// settling replica's calls queue past its queue_timeout unsent.
+// settling replica's calls queue past its queue_timeout unsent, or, in
+// the second case, get no reply within its timeout (a settlement that
+// finds the store idle runs on its caller's goroutine, ended by the
+// connection's deadline).
 func TestHeldEndOfUnknownOutcome(t *testing.T) {
+	for _, tc := range []struct {
+		name, store string
+		pause       int // ms
+	}{
+		{"shed unsent", "timeout: 5s, queue_timeout: 1ms", 300},
+		{"unanswered", "timeout: 100ms, queue_timeout: 5s", 1000},
+	} {
+		t.Run(tc.name, func(t *testing.T) { heldEndOfUnknownOutcome(t, tc.store, tc.pause) })
+	}
+}
+
+func heldEndOfUnknownOutcome(t *testing.T, store string, pause int) {
 	ctx := context.Background()
 	srv := redistest.New(t)
 	h, b := openGateStore(t, patient(srv), heldLimits), openGateStore(t, patient(srv), heldLimits)
-	a := openGateStore(t, fmt.Sprintf("{redis: %q, timeout: 5s, queue_timeout: 1ms, breaker_failures: 100000}", srv.URL), heldLimits)
+	a := openGateStore(t, fmt.Sprintf("{redis: %q, %s, breaker_failures: 100000}", srv.URL, store), heldLimits)
 	const n = 20
 	ids, _ := hold(t, h, h.Identify("cg-acme"), n)
 	resume := func(g *gate.Gate, id string) *gate.Reservation {
@@ -115,11 +130,11 @@ func TestHeldEndOfUnknownOutcome(t *testing.T) {
 		}
 		return r
 	}
-	if err := srv.Client(t).Do(ctx, "CLIENT", "PAUSE", 300, "ALL").Err(); err != nil {
+	if err := srv.Client(t).Do(ctx, "CLIENT", "PAUSE", pause, "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
-	// One settlement is sent and waits out the pause; the others queue
-	// behind it and are shed unsent.
+	// One settlement is sent and waits out the pause (or its timeout);
+	// the others queue behind it and are shed unsent (or sent in turn).
 	settled := make([]bool, n)
 	var wg sync.WaitGroup
 	for i, id := range ids {
