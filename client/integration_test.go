@@ -660,3 +660,51 @@ budgets:
 	}
 	r.Release(ctx)
 }
+
+// TestSettleWhileRedisHangs: a settle sent while Redis answers nothing
+// (CLIENT PAUSE, longer than store.timeout) is answered within a bound,
+// not held for the pause, and the reservation ends once: a settle after
+// Redis is back answers the first one's figures, or settles it then, and
+// the ledger's entry is final at the cost settled, charged once.
+func TestSettleWhileRedisHangs(t *testing.T) {
+	srv := redistest.New(t)
+	dsn := pgtest.New(t)
+	sim := httptest.NewServer(simulator.New(simulator.Config{Estimator: estimator(t)}))
+	t.Cleanup(sim.Close)
+	api := newSearchAPI(t)
+	yaml := strings.Replace(fmt.Sprintf(baseYAML, sim.URL, api.url), "  timeout: 2s\n", "  timeout: 100ms\n", 1) +
+		"reservations:\n  secret: a-secret-of-this-test\n"
+	c, err := openCostgate(yaml, srv.URL, dsn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx := context.Background()
+	cl := client.New(c.url, "cg-test-acme")
+	r, err := cl.Reserve(ctx, client.ReserveRequest{Cost: client.Cost{Requests: 1, USD: 10 * milli}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pause = 2 * time.Second
+	if err := srv.Client(t).Do(ctx, "CLIENT", "PAUSE", pause.Milliseconds(), "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	first, ferr := cl.Settle(ctx, r.ID, client.Usage{USD: 4 * milli})
+	took := time.Since(paused)
+	t.Logf("settle while Redis hangs: %s %v after %s", show(first), ferr, took)
+	if took >= pause {
+		t.Fatalf("the settle took %s, the whole pause: want it answered within store.timeout and the claim's bound", took)
+	}
+	time.Sleep(time.Until(paused.Add(pause + 200*time.Millisecond)))
+	again, err := cl.Settle(ctx, r.ID, client.Usage{USD: 9 * milli})
+	if err != nil || again.Cost != 4*milli {
+		t.Fatalf("settle after the pause: %s %v (the first: %s %v); want the first's $0.004", show(again), err, show(first), ferr)
+	}
+	if ferr == nil && (first.Cost != 4*milli || !again.AlreadySettled) {
+		t.Fatalf("first settle %s, then %s: want $0.004, then already settled", show(first), show(again))
+	}
+	if e := c.entry(t, "acme", r.RequestID, final); e.ActualCost != 4*milli || e.Status != ledger.StatusSettled {
+		t.Fatalf("ledger entry: %v %s, want $0.004 settled", e.ActualCost, e.Status)
+	}
+}
