@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -223,12 +222,12 @@ func (r *Redis) sendInline(b *batch, c *call) (any, error) {
 	return reply, err
 }
 
-// isTimeout tells whether err is a call's deadline passing: the context's,
-// or the connection's that the client set from it.
+// isTimeout tells whether err is a call's deadline passing: the context's
+// (context.DeadlineExceeded) or the connection's that the client set from
+// it (os.ErrDeadlineExceeded); both are net.Errors that say Timeout.
 func isTimeout(err error) bool {
 	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
-		(errors.As(err, &ne) && ne.Timeout())
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // wait waits for c's reply and frees c. A call still queued after

@@ -527,9 +527,7 @@ func (l *Leased) regain(ctx context.Context, items []Item, keys []*leaseState, i
 			return false
 		}
 		cost := items[i].Cost
-		st.mu.Lock()
-		held := st.held(now)
-		st.mu.Unlock()
+		held := st.heldNow(now)
 		switch {
 		case held >= cost:
 		case held > 0 && cost > items[i].Limit.Lease.Max && is.Remaining+held >= cost:
@@ -573,9 +571,7 @@ func (l *Leased) Unspent(it Item) int64 {
 	if st == nil {
 		return 0
 	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.held(l.now())
+	return st.heldNow(l.now())
 }
 
 // known returns the key's state, nil when this replica keeps none.
@@ -951,6 +947,13 @@ func (st *leaseState) held(now time.Time) int64 {
 	return st.avail() - st.debt
 }
 
+// heldNow is held, taking mu.
+func (st *leaseState) heldNow(now time.Time) int64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.held(now)
+}
+
 // endAll ends every lease held, to be given back (returnEnded). The
 // caller holds mu.
 func (st *leaseState) endAll() {
@@ -1243,19 +1246,12 @@ func (l *Leased) Peek(ctx context.Context, items []Item) (Result, error) {
 	if err != nil || len(res.Items) != len(items) {
 		return res, err
 	}
-	now := l.now()
 	held := false
 	for i := range items {
 		if !items[i].Limit.Lease.On() {
 			continue
 		}
-		st := l.known(&items[i])
-		if st == nil {
-			continue
-		}
-		st.mu.Lock()
-		h := st.held(now)
-		st.mu.Unlock()
+		h := l.Unspent(items[i])
 		if h <= 0 {
 			continue
 		}
