@@ -212,7 +212,7 @@ func (r *Reservation) settleExtended(ctx context.Context, actual []int64) {
 	if !unchanged(r.items, main) {
 		calls = append(calls, call{r.store(), r.resID, r.items, main})
 	} else {
-		r.g.endedAtEstimate(r.resID)
+		r.g.endedAtEstimate(r.resID, r.items)
 	}
 	for k, e := range r.ext.debts {
 		a := make([]int64, len(e.items))
@@ -222,7 +222,7 @@ func (r *Reservation) settleExtended(ctx context.Context, actual []int64) {
 		if !unchanged(e.items, a) {
 			calls = append(calls, call{e.store, e.id, e.items, a})
 		} else {
-			r.g.endedAtEstimate(e.id)
+			r.g.endedAtEstimate(e.id, e.items)
 		}
 	}
 	// Concurrent calls share one script call on a Redis store (see

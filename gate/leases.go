@@ -47,21 +47,20 @@ func (g *Gate) Leases() ([]LimitLeases, weighted.LeaseStats) {
 	st := g.state.Load()
 	out := make([]LimitLeases, 0, len(st.limits))
 	byName := map[string]int{}
-	for _, l := range st.limits {
-		ll := LimitLeases{Name: l.limit.Name, Mode: "strict", Budget: l.budget, Keys: []weighted.LeaseInfo{}}
-		if p := l.limit.Lease; p.On() && g.leases != nil { // the in-memory store takes no leases
+	add := func(name string, budget bool, p weighted.Lease) {
+		ll := LimitLeases{Name: name, Mode: "strict", Budget: budget, Keys: []weighted.LeaseInfo{}}
+		if p.On() && g.leases != nil { // the in-memory store takes no leases
 			ll.Mode, ll.MaxUnits, ll.TTL = "leased", p.Max, p.Life()
 		}
-		byName[ll.Name] = len(out)
+		byName[name] = len(out)
 		out = append(out, ll)
 	}
+	for _, l := range st.limits {
+		add(l.limit.Name, l.budget, l.limit.Lease)
+	}
 	for _, r := range st.cfg.RLS.Limits() { // the rate limit service's
-		ll := LimitLeases{Name: r.Name, Mode: "strict", Keys: []weighted.LeaseInfo{}}
-		if w, err := r.Weighted(); err == nil && w.Lease.On() && g.leases != nil {
-			ll.Mode, ll.MaxUnits, ll.TTL = "leased", w.Lease.Max, w.Lease.Life()
-		}
-		byName[ll.Name] = len(out)
-		out = append(out, ll)
+		w, _ := r.Weighted() // valid: the configuration is
+		add(r.Name, false, w.Lease)
 	}
 	if g.leases == nil {
 		return out, weighted.LeaseStats{}

@@ -885,7 +885,7 @@ func (r *Reservation) settle(ctx context.Context, c Charge, actual []int64, stor
 				r.g.log.Warn("limiter settle failed", "request_id", r.req.ID, "err", err)
 			}
 		} else {
-			r.g.endedAtEstimate(r.resID)
+			r.g.endedAtEstimate(r.resID, r.items)
 		}
 	}
 	r.ended = true
@@ -932,12 +932,19 @@ func (r *Reservation) Report(status int) {
 	r.record(status)
 }
 
-// endedAtEstimate tells the leases that reservation id, whose Settle is
-// skipped (unchanged), ended: they would otherwise remember it for hours,
-// a map entry per request.
-func (g *Gate) endedAtEstimate(id string) {
-	if g.leases != nil {
-		g.leases.Ended(id)
+// endedAtEstimate tells the leases that reservation id of items, whose
+// Settle is skipped (unchanged), ended: they would otherwise remember it
+// for hours, a map entry per request. A reservation of no leased item
+// costs nothing here.
+func (g *Gate) endedAtEstimate(id string, items []weighted.Item) {
+	if g.leases == nil {
+		return
+	}
+	for i := range items {
+		if items[i].Limit.Lease.On() {
+			g.leases.Ended(id)
+			return
+		}
 	}
 }
 
