@@ -150,10 +150,13 @@ type LeaseInfo struct {
 //     its capacity, as strictly; a sliding window's weighted count sees a
 //     unit when it was leased, up to one TTL before it was spent.
 //   - Settlements: a cost settled above its estimate is charged to the
-//     replica's leases (a debt the next lease pays first; unpaid after a
-//     TTL, it is charged to the store as a strict Settle charges it,
-//     clamped as a strict Settle clamps it). So settlements add nothing to the bound beyond
-//     what they add strictly.
+//     replica's leases (a debt the next lease pays first; one that no
+//     lease will pay, a TTL unpaid, or at Close, it is charged to the
+//     store as a strict Settle charges it, clamped as a strict Settle
+//     clamps it, and the debt is at most what the store holds beyond
+//     empty, maxOwed). A refund of a meter or a log never brings the
+//     replica's unspent units of the key above Lease.Max (see give). So
+//     settlements add nothing to the bound beyond what they add strictly.
 //   - A reservation is settled against the leases of the replica that
 //     debited it, once. Settled again, or on another replica, its leased
 //     items are charged what exceeds their estimate and never refunded,
@@ -206,6 +209,9 @@ type Leased struct {
 
 	mu   sync.RWMutex
 	keys map[leaseKey]*leaseState
+	// nkeys is len(keys), read without mu: a store that keeps no state
+	// has no leases to end when a limit turns strict (endStrict).
+	nkeys atomic.Int64
 	// retired are the states replaced when their key's limit changed (a
 	// config reload) whose leases have not all been returned yet: the
 	// sweeper retries them.
@@ -353,10 +359,23 @@ func (l *Leased) Close(ctx context.Context) error {
 	errs := []error{l.returnRetired(ctx)}
 	for _, st := range states {
 		st.mu.Lock()
+		st.expire(l.now())
+		// What the replica owes the key is paid from its unspent units
+		// first, as the next lease would pay it; the rest is charged to
+		// the store.
+		paid := min(st.avail(), st.debt)
+		st.spend(paid)
+		debt := st.debt - paid
+		st.debt = 0
 		st.endAll()
 		st.mu.Unlock()
 		if err := l.returnEnded(ctx, st, true); err != nil {
 			errs = append(errs, err)
+		}
+		if debt > 0 {
+			if err := l.chargeDebt(ctx, st, debt); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -395,6 +414,9 @@ func (l *Leased) debitInto(ctx context.Context, id string, items []Item, states 
 			nl++
 		}
 	}
+	if nl < len(items) && l.nkeys.Load() > 0 {
+		l.endStrict(ctx, items)
+	}
 	if nl == 0 || l.closed() || len(items) > maxLeasedItems {
 		l.stats.calls.Add(1)
 		return l.store.Debit(ctx, id, items)
@@ -418,7 +440,7 @@ func (l *Leased) debitInto(ctx context.Context, id string, items []Item, states 
 		now := l.now()
 		for i := range items {
 			if local&(1<<i) != 0 {
-				keys[i].give(items[i].Cost, now, now)
+				keys[i].give(items[i].Cost, now, now, false)
 			}
 		}
 	}
@@ -476,6 +498,9 @@ func (l *Leased) debitInto(ctx context.Context, id string, items []Item, states 
 			}
 		}
 		l.stats.calls.Add(1)
+		if nl > len(items)-len(strict) {
+			l.stats.strict.Add(1) // a leased item among them: a cold key
+		}
 		sr, err := l.store.Debit(ctx, id, strict)
 		if err != nil {
 			undo()
@@ -498,9 +523,14 @@ func (l *Leased) debitInto(ctx context.Context, id string, items []Item, states 
 			return res, nil
 		}
 	}
-	if local != 0 {
-		l.pend(id, local, spentAt)
+	// Remembered also when no unit came from a lease (a cold key debited
+	// strictly): its Settle or Cancel here is then the store's, refunded
+	// as a strict one is (settle), where an unknown reservation's leased
+	// items are never refunded (settleUnknown).
+	if local == 0 {
+		spentAt = l.now()
 	}
+	l.pend(id, local, spentAt)
 	res.decide()
 	return res, nil
 }
@@ -601,6 +631,7 @@ func (l *Leased) state(it *Item) *leaseState {
 	}
 	st := &leaseState{item: Item{Limit: it.Limit, Key: it.Key}, since: l.now(), keep: l.ls != nil}
 	l.keys[k] = st
+	l.nkeys.Add(1)
 	return st
 }
 
@@ -633,6 +664,52 @@ func (l *Leased) current(it *Item) (st, old *leaseState) {
 	return st, old
 }
 
+// endStrict ends the leases of the items' keys taken under a leased
+// version of a limit that is strict now (a config reload turned its lease
+// policy off), at the key's first request since, as current does for a
+// limit changed and leased still: they are returned to the store, never
+// spent, and what the replica owed the key is charged to it.
+func (l *Leased) endStrict(ctx context.Context, items []Item) {
+	for i := range items {
+		it := &items[i]
+		if it.Limit.Lease.On() {
+			continue
+		}
+		st := l.known(it)
+		if st == nil || st.item.Limit == it.Limit {
+			continue
+		}
+		k := stateKeyOf(it)
+		l.mu.Lock()
+		if l.keys[k] != st {
+			l.mu.Unlock()
+			continue
+		}
+		delete(l.keys, k)
+		l.nkeys.Add(-1)
+		st.mu.Lock()
+		st.retired = true
+		st.endAll()
+		debt := st.debt
+		st.debt = 0
+		st.mu.Unlock()
+		l.retired = append(l.retired, st)
+		l.mu.Unlock()
+		work := context.WithoutCancel(ctx)
+		_ = l.returnEnded(work, st, true) // a failure leaves them to the sweeper
+		if debt > 0 {
+			_ = l.chargeDebt(work, st, debt)
+		}
+	}
+}
+
+// chargeDebt charges what a replica owes a key to the store, as a strict
+// Settle charges what exceeds an estimate: clamped as it clamps it.
+func (l *Leased) chargeDebt(ctx context.Context, st *leaseState, debt int64) error {
+	l.stats.calls.Add(1)
+	return l.store.Settle(ctx, l.prefix+"debt-"+strconv.FormatUint(l.seq.Add(1), 36), []Item{st.item}, []int64{debt})
+}
+
 // take spends cost from the key's leases, taking a new lease when they
 // hold too little and the key's demand is worth one. spent reports
 // whether the item was decided here: admitted from a lease, or refused
@@ -643,8 +720,9 @@ func (l *Leased) take(ctx context.Context, st *leaseState, it *Item, s *spec) (i
 	for {
 		now := l.now()
 		st.mu.Lock()
-		if st.retired {
-			// Its limit changed while this request waited for its lease.
+		if st.retired || l.closed() {
+			// Its limit changed while this request waited for its lease,
+			// or the store closed: strict.
 			st.mu.Unlock()
 			return ItemState{}, false, nil
 		}
@@ -711,7 +789,18 @@ func (l *Leased) take(ctx context.Context, st *leaseState, it *Item, s *spec) (i
 			// leases back when that would admit it (regain).
 			if avail == 0 || need > it.Limit.Lease.Max {
 				st.taken += cost
+				// What the replica owes the key no lease will pay: it is
+				// charged to the store before the strict debit, which so
+				// finds the key as a strict store would.
+				debt := st.debt
+				st.debt = 0
 				st.mu.Unlock()
+				if debt > 0 {
+					if err := l.chargeDebt(context.WithoutCancel(ctx), st, debt); err != nil {
+						st.owe(debt, l.now())
+						return ItemState{}, false, err
+					}
+				}
 				return ItemState{}, false, nil // strict
 			}
 			size = need - avail
@@ -832,8 +921,9 @@ func (l *Leased) acquire(ctx context.Context, st *leaseState, s *spec, size, nee
 				}
 			}
 			h := heldLease{id: id, seq: seq, granted: size, expires: expires, window: window, wstart: wstart}
-			if st.retired {
-				// Its limit changed while the lease was taken: it goes back
+			if st.retired || l.closed() {
+				// Its limit changed while the lease was taken, or the store
+				// closed (Close returns every lease held): it goes back
 				// unspent.
 				st.ended = append(st.ended, h)
 				st.mu.Unlock()
@@ -995,10 +1085,25 @@ func (st *leaseState) spend(n int64) {
 // window's units go back only into a lease of the window they were spent
 // in, as a strict Settle refunds only into the window debited: a lease
 // held ends with its window, so that is a lease whose window began by at.
-func (st *leaseState) give(n int64, now, at time.Time) {
+//
+// A refund (refund set) of a meter or a log, which a strict store clamps
+// (a bucket refills to its burst at most; a log's marks leave it after a
+// Period), goes back only as far as keeps the replica's unspent units of
+// the key within Lease.Max, and not at all for a log's units spent a
+// Period ago or more: the rest is dropped, as a full bucket drops it. So
+// refunds never make a replica hold more than Lease.Max unspent, however
+// late they come or however many they are. An undo (refund not set) gives
+// back units the caller has just spent, in full.
+func (st *leaseState) give(n int64, now, at time.Time, refund bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.expire(now)
+	if lim := &st.item.Limit; refund && lim.Algorithm != FixedWindow && lim.Algorithm != SlidingWindow {
+		if lim.Algorithm == SlidingLog && now.Sub(at) >= lim.Period {
+			return
+		}
+		n = min(n, max(lim.Lease.Max-st.avail(), 0))
+	}
 	newest := -1
 	for i := len(st.leases) - 1; i >= 0 && n > 0; i-- {
 		h := &st.leases[i]
@@ -1059,25 +1164,43 @@ func (l *Leased) settle(ctx context.Context, id string, items []Item, actual []i
 			a = min(actual[i], items[i].Cost+items[i].Limit.Capacity())
 		}
 		if d := a - items[i].Cost; d < 0 {
-			st.give(-d, now, at)
+			st.give(-d, now, at, true)
 		} else if d > 0 {
 			st.mu.Lock()
 			st.expire(now)
 			r := min(st.avail(), d)
 			st.spend(r)
-			if d > r {
-				if st.debt == 0 {
-					st.debtAge = now
-				}
-				st.debt += d - r
-			}
 			st.mu.Unlock()
+			if d > r {
+				st.owe(d-r, now)
+			}
 		}
 	}
 	if bits.OnesCount64(local) == len(items) {
 		return nil
 	}
 	return l.settleStrict(ctx, id, items, actual, local)
+}
+
+// owe adds n to what the replica owes the key, within maxOwed.
+func (st *leaseState) owe(n int64, now time.Time) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.debt == 0 {
+		st.debtAge = now
+	}
+	st.debt = min(st.debt+n, maxOwed(&st.item.Limit))
+}
+
+// maxOwed is the most a replica owes a leased key: what a strict store
+// holds beyond empty at most (two capacities of a meter's debt, one of a
+// window's or a log's count), so that settlements far beyond their
+// estimates leave the key spent, as strictly, and never wrap the debt.
+func maxOwed(lim *Limit) int64 {
+	if lim.Algorithm == TokenBucket || lim.Algorithm == GCRA {
+		return 2 * lim.Capacity()
+	}
+	return lim.Capacity()
 }
 
 // SettleClaimed implements Claimer for a reservation none of whose items
@@ -1122,8 +1245,9 @@ func (l *Leased) settleStrict(ctx context.Context, id string, items []Item, actu
 	return l.store.Settle(ctx, id, strict, sact)
 }
 
-// settleUnknown settles a reservation this replica holds no leased units
-// of: settled already, debited on another replica, or strictly. The store
+// settleUnknown settles a reservation this replica remembers nothing of:
+// settled already, debited on another replica, or forgotten (Ended, or
+// unsettled past maxPending). The store
 // settles its items; a leased item, which may have been spent from a
 // lease (and so has no reservation in the store to refund, or was
 // refunded once already), is charged what its actual cost exceeds its
@@ -1273,8 +1397,11 @@ func (l *Leased) Peek(ctx context.Context, items []Item) (Result, error) {
 func (l *Leased) Reset(ctx context.Context, items []Item) error {
 	l.mu.Lock()
 	for i := range items {
-		it := &items[i]
-		delete(l.keys, stateKeyOf(it))
+		k := stateKeyOf(&items[i])
+		if _, ok := l.keys[k]; ok {
+			delete(l.keys, k)
+			l.nkeys.Add(-1)
+		}
 	}
 	l.mu.Unlock()
 	l.stats.calls.Add(1)
@@ -1363,10 +1490,7 @@ func (l *Leased) sweepOnce(ctx context.Context) {
 		}
 		st.mu.Unlock()
 		if debt > 0 {
-			// Charged as a strict Settle charges what exceeds an estimate:
-			// clamped as a strict Settle clamps it.
-			l.stats.calls.Add(1)
-			_ = l.store.Settle(ctx, l.prefix+"debt-"+strconv.FormatUint(l.seq.Add(1), 36), []Item{st.item}, []int64{debt})
+			_ = l.chargeDebt(ctx, st, debt)
 		}
 		_ = l.returnEnded(ctx, st, false)
 		if idle {
@@ -1376,6 +1500,7 @@ func (l *Leased) sweepOnce(ctx context.Context) {
 				st.mu.Lock()
 				if len(st.leases) == 0 && len(st.ended) == 0 && st.fetching == nil && st.debt == 0 {
 					delete(l.keys, k)
+					l.nkeys.Add(-1)
 				}
 				st.mu.Unlock()
 			}
