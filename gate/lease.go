@@ -90,7 +90,7 @@ func (r *renewer) add(x *Reservation) {
 		return
 	}
 	r.leases[x] = &lease{every: every, next: time.Now().Add(every)}
-	x.leased = true
+	x.leased.Store(true)
 	if len(r.leases) == 1 {
 		select {
 		case r.wake <- struct{}{}:
@@ -101,13 +101,13 @@ func (r *renewer) add(x *Reservation) {
 
 // remove stops renewing x; a renewal of x under way may still finish. It
 // may be called more than once, and for a request never added, which costs
-// nothing (most requests hold no lease). add and remove run on the
-// request's goroutine, which alone reads x.leased.
+// nothing (most requests hold no lease). add runs on the request's
+// goroutine; remove on it, or, for a held reservation, on the goroutine
+// that ends it.
 func (r *renewer) remove(x *Reservation) {
-	if !x.leased {
+	if !x.leased.Load() || !x.leased.Swap(false) {
 		return
 	}
-	x.leased = false
 	r.mu.Lock()
 	delete(r.leases, x)
 	r.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -146,7 +147,7 @@ type Reservation struct {
 	friction  string // the friction a front door applied (Costgate-Friction)
 	degraded  bool   // the store failed; the reservation is in the local fallback fb
 	fb        *freshStore
-	leased    bool // registered with the renewer (see renewer.remove)
+	leased    atomic.Bool // registered with the renewer (see renewer.remove)
 	learnt    learnedOutput
 
 	outcome  telemetry.Outcome
@@ -756,7 +757,9 @@ func (r *Reservation) Applied(friction, model string) {
 // Record writes the reservation's ledger entry, before the front door
 // acts on it. When the ledger refuses, the reservation is cancelled and
 // the refusal is returned: 400 for text the ledger cannot store (the
-// request is at fault), 503 when the ledger is unavailable.
+// request is at fault), 503 when the ledger is unavailable. A Served
+// reservation (usage already served) is not cancelled: its caller settles
+// it, so that its limits count the usage whatever the ledger says.
 func (r *Reservation) Record(ctx context.Context) (Decision, bool) {
 	t := r.g.begin(ctx, telemetry.StageLedger)
 	err := r.g.ledger.Reserve(ctx, r.entry(ledger.StatusReserved))
@@ -765,7 +768,9 @@ func (r *Reservation) Record(ctx context.Context) (Decision, bool) {
 		r.recorded = true
 		return Decision{}, true
 	}
-	r.Cancel(context.WithoutCancel(ctx))
+	if !r.req.Served {
+		r.Cancel(context.WithoutCancel(ctx))
+	}
 	if errors.Is(err, ledger.ErrInvalid) {
 		r.outcome, r.answer = telemetry.OutcomeNone, http.StatusBadRequest
 		return refusal(telemetry.OutcomeNone, http.StatusBadRequest, Error{

@@ -316,7 +316,10 @@ func (r *Reservation) Hold(ttl time.Duration) (string, time.Time) {
 	b = append(b, '.')
 	b = enc.AppendEncode(b, r.g.sign(sig[:0], payload))
 	id := string(b)
-	r.g.renewer.remove(r)
+	// Its concurrency units stay renewed until it is settled, released or
+	// expired (each ends it, and its renewals, through settle or cancel):
+	// a slot is held as long as its request runs. A renewal after another
+	// replica ended it moves nothing (a settled unit is gone for good).
 	r.expires = exp
 	r.held = &hold{res: r, tenant: r.req.Caller.Tenant, expires: exp}
 	r.g.holds.mu.Lock()
@@ -592,6 +595,7 @@ func (g *Gate) adopt(h *hold, c claim) {
 	g.holds.mu.Unlock()
 	if res != nil {
 		res.unexpose() // another replica ended it
+		g.renewer.remove(res)
 	}
 }
 
@@ -807,6 +811,7 @@ func (g *Gate) expireHolds(now time.Time) {
 			// from now on.
 			g.adopt(r.held, prior)
 			r.unexpose()
+			g.renewer.remove(r)
 			continue
 		}
 		r.settle(ctx, ch, actual, stored)

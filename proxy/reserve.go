@@ -298,7 +298,7 @@ func (s *Server) serveReserve(w http.ResponseWriter, r *http.Request) {
 	est := res.Request().Estimate // what the gate reserved (a learned output estimate, under output_reserve: pNN)
 	out := reserveAnswer{
 		ReservationID: id, RequestID: res.ID(), ExpiresAt: exp.UTC().Format(time.RFC3339Nano),
-		Estimate: estimateJSON{Requests: req.Requests, InputTokens: est.Usage.InputTokens, OutputTokens: est.Usage.OutputTokens,
+		Estimate: estimateJSON{Requests: res.Request().Requests, InputTokens: est.Usage.InputTokens, OutputTokens: est.Usage.OutputTokens,
 			Units: est.Usage.Units, CostUSD: usdText(est.Cost), CostNanoUSD: est.Cost},
 		Degraded: d.Degraded,
 	}

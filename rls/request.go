@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -29,6 +30,18 @@ const (
 	// refused as such (OVER_LIMIT) rather than overflow a price.
 	maxHits = 1 << 50
 )
+
+// ledgerText is v as the ledger stores it (PostgreSQL text holds neither
+// NUL nor invalid UTF-8): each such byte becomes U+FFFD. A tenant, user
+// or model value is read so once, and that reading keys its limits and
+// names it in the ledger: a value the ledger would refuse must not make a
+// charge of usage already served go uncounted.
+func ledgerText(v string) string {
+	if strings.IndexByte(v, 0) < 0 && utf8.ValidString(v) {
+		return v
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(v, "\uFFFD"), "\x00", "\uFFFD")
+}
 
 // errInvalid marks a request that is not a valid RateLimitRequest.
 var errInvalid = errors.New("rls: invalid request")
@@ -154,12 +167,12 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
 					return fmt.Errorf("%w: descriptor %d: a tenant must not contain '{' or '}'", errInvalid, i)
 				}
 				if v != "" {
-					p.tenant, p.plan = v, n.plan
+					p.tenant, p.plan = ledgerText(v), n.plan
 				}
 			case roleUser:
-				p.user = v
+				p.user = ledgerText(v)
 			case roleModel:
-				p.model = v
+				p.model = ledgerText(v)
 			}
 			if n.tenant != "" {
 				p.tenant, p.plan = n.tenant, n.plan

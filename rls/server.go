@@ -284,6 +284,9 @@ func (s *Server) settle(ctx context.Context, res *gate.Reservation, c *call, ch 
 	ctx = context.WithoutCancel(ctx)
 	if ch.Cost > 0 && c.tenant != "" {
 		if refused, ok := res.Record(ctx); !ok {
+			if res.Request().Served {
+				res.Settle(ctx, ch) // usage served counts on its limits all the same
+			}
 			return refused
 		}
 	}
