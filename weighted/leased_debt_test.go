@@ -48,16 +48,7 @@ func TestLeasedCloseChargesDebt(t *testing.T) {
 			defer other.Close(ctx)
 			one := it
 			one.Cost = 1
-			var more int64
-			for i := range 2000 {
-				res, err := other.Debit(ctx, fmt.Sprint("o", i), []Item{one})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if res.Allowed {
-					more++
-				}
-			}
+			more := admits(t, other, "o", one, 2000)
 			t.Logf("settled 600; the store counts %d after Close; another replica then admits %d more", counted, more)
 			if l.Stats().Local == 0 || counted != 600 || 600+more > lim.Rate {
 				t.Fatalf("a settled cost of 600 is counted %d by the store after Close; the window admits %d in all, capacity %d", counted, 600+more, lim.Rate)
@@ -143,19 +134,27 @@ func TestLeasedDebtIsBounded(t *testing.T) {
 			t.Logf("debt after %d settles of the whole capacity: %d; held %d", n, debt, l.Unspent(it))
 			// The key is spent: strictly, the store would count the whole
 			// capacity (clamped) and refuse everything in the window.
-			var admitted int64
-			for i := range 100 {
-				res, err := l.Debit(ctx, fmt.Sprint("after", i), []Item{it})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if res.Allowed {
-					admitted++
-				}
-			}
+			admitted := admits(t, l, "after", it, 100)
 			if debt < 0 || admitted > 0 {
 				t.Fatalf("debt %d (overflowed: %t); %d of 100 admitted after the key was settled far past its capacity", debt, debt < 0, admitted)
 			}
 		})
 	}
+}
+
+// admits debits it n times on s, under ids prefix0 to prefixN-1, and
+// returns the units admitted.
+func admits(t *testing.T, s Store, prefix string, it Item, n int) int64 {
+	t.Helper()
+	var units int64
+	for i := range n {
+		res, err := s.Debit(context.Background(), fmt.Sprint(prefix, i), []Item{it})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Allowed {
+			units += it.Cost
+		}
+	}
+	return units
 }

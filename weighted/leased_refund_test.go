@@ -56,16 +56,7 @@ func TestLeasedRefundAfterRefill(t *testing.T) {
 						}
 					}
 					// Now, in one instant, drain the key.
-					var admitted int64
-					for i := range 100 {
-						res, err := l.Debit(ctx, fmt.Sprint("d", i), []Item{it})
-						if err != nil {
-							t.Fatal(err)
-						}
-						if res.Allowed {
-							admitted += it.Cost
-						}
-					}
+					admitted := admits(t, l, "d", it, 100)
 					bound := lim.Capacity() + lim.Lease.Max
 					t.Logf("admitted %d in one instant after the refunds; strict %d, stated bound %d", admitted, lim.Capacity(), bound)
 					if admitted > bound {
