@@ -50,6 +50,7 @@ type StreamMeter struct {
 	model model
 
 	line     []byte // current incomplete line
+	afterCR  bool   // the last write ended a line with "\r": a "\n" next is part of it
 	skipLine bool   // the current line is over maxSSELine: drop it
 	data     []byte // data lines of the current event
 
@@ -58,7 +59,8 @@ type StreamMeter struct {
 	choice  int    // choice index of pending text (chat, completions)
 	retryAt int    // pending length at which to look for a split again
 
-	reported  bool  // a final usage report was seen
+	reported  bool  // a usage report was seen (the last one counts)
+	final     bool  // the report that ends the stream was seen (see Reported)
 	usage     Usage // reported usage, or the parts the stream told (Anthropic)
 	sawStart  bool  // Anthropic message_start seen
 	malformed int   // events whose data was not valid JSON
@@ -74,8 +76,14 @@ type StreamMeter struct {
 	webSearches int64  // web_search_call items completed (Responses)
 }
 
-// Reported tells whether the stream has carried its final usage report.
-func (m *StreamMeter) Reported() bool { return m.reported }
+// Reported tells whether the stream has carried its final usage report:
+// OpenAI's usage chunk (its choices empty) or a usage report followed by
+// [DONE], a Responses stream's completed, incomplete or failed event,
+// Anthropic's message_stop after a usage report. Reports before it (an
+// OpenAI-compatible server's usage on every chunk, continuous_usage_stats;
+// Anthropic's message_delta, which may come more than once) are running
+// totals: Usage returns the last, and the stream goes on.
+func (m *StreamMeter) Reported() bool { return m.final }
 
 // Model returns the model the stream says served the request (the "model"
 // of OpenAI chunks and Responses events, of Anthropic's message_start), or
@@ -96,22 +104,33 @@ func (e *Estimator) NewStreamMeter(kind Kind, model string) *StreamMeter {
 
 // Write consumes raw SSE bytes. It never fails: malformed events are counted
 // (see Malformed) and skipped, so that metering never breaks a stream.
+//
+// A line ends at "\r\n", "\n" or a lone "\r", as the SSE format has it;
+// a "\r" that ends one write and a "\n" that starts the next are one end.
 func (m *StreamMeter) Write(p []byte) (int, error) {
 	n := len(p)
 	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
+		if m.afterCR {
+			m.afterCR = false
+			if p[0] == '\n' {
+				p = p[1:]
+				continue
+			}
+		}
+		i := bytes.IndexAny(p, "\r\n")
 		if i < 0 {
 			m.appendLine(p)
 			break
 		}
 		m.appendLine(p[:i])
+		m.afterCR = p[i] == '\r'
 		p = p[i+1:]
 		if m.skipLine {
 			m.skipLine = false
 			m.line = m.line[:0]
 			continue
 		}
-		m.handleLine(bytes.TrimSuffix(m.line, []byte("\r")))
+		m.handleLine(m.line)
 		m.line = m.line[:0]
 	}
 	return n, nil
@@ -166,7 +185,11 @@ func (m *StreamMeter) Close() error {
 func (m *StreamMeter) dispatch() {
 	data := bytes.TrimSpace(m.data)
 	defer func() { m.data = m.data[:0] }()
-	if len(data) == 0 || bytes.Equal(data, []byte("[DONE]")) {
+	if bytes.Equal(data, []byte("[DONE]")) {
+		m.final = m.final || m.reported
+		return
+	}
+	if len(data) == 0 {
 		return
 	}
 	m.events++
@@ -220,7 +243,7 @@ func (m *StreamMeter) responsesEvent(data []byte) error {
 				// The final output lists every search; count them there
 				// when it is given, else keep the items counted so far.
 				u.WebSearchRequests = max(webSearchCalls(ev.Response.Output), m.webSearches)
-				m.usage, m.reported = u, true
+				m.usage, m.reported, m.final = u, true, true
 			}
 		}
 	}
@@ -276,6 +299,8 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 			m.addText(d.PartialJSON)
 			m.addText(d.Thinking)
 		}
+	case "message_stop":
+		m.final = m.reported
 	case "message_delta":
 		if u := ev.Usage; u != nil {
 			// Cumulative: output_tokens so far; input and cache fields,

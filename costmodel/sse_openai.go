@@ -119,7 +119,10 @@ func (m *StreamMeter) openaiChunk(data []byte) error {
 	}
 	if usage != nil {
 		if u, ok := usage.usage(); ok {
+			// The usage chunk has no choices; a chunk with choices and
+			// usage carries a running total (continuous_usage_stats).
 			m.usage, m.reported = u, true
+			m.final = m.final || len(list) == 0
 		}
 	}
 	return nil

@@ -102,3 +102,33 @@ func TestReadAll(t *testing.T) {
 		t.Fatalf("cap %d, err %v: want at most %d and the reader's error", cap(b), err, preallocMax)
 	}
 }
+
+// TestEventEnd: an event ends at a blank line whatever the SSE line ends
+// it uses ("\n", "\r\n", a lone "\r"), and a "\r" at the end of what has
+// arrived waits for the next byte, which may make it "\r\n".
+func TestEventEnd(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int
+	}{
+		{"data: a\n\nrest", 9},
+		{"data: a\r\n\r\nrest", 11},
+		{"data: a\r\rrest", 9},
+		{"data: a\r\n\nrest", 10},
+		{"data: a\n\r\nrest", 10},
+		{"data: a\n\rrest", 9},
+		{"data: a\r\r\nrest", 10}, // the blank line ends with "\r\n"
+		{"data: a\ndata: b\r\rx", 17},
+		{"data: a\ndata: b\r\r", -1},
+		{"data: a\r", -1},
+		{"data: a\r\r", -1}, // the second "\r" may be "\r\n"
+		{"data: a\n\r", -1},
+		{"data: a\n", -1},
+		{"data: a", -1},
+		{"", -1},
+	} {
+		if got := eventEnd([]byte(c.in)); got != c.want {
+			t.Errorf("eventEnd(%q) = %d, want %d", c.in, got, c.want)
+		}
+	}
+}

@@ -108,7 +108,8 @@ func (m *meteredBody) observe(b []byte) {
 // the client has any of it: an upstream writes such an answer at once, so
 // the client waits no longer, and a crash after the client has its answer
 // bills the usage in it. A larger answer passes through once its first
-// maxCapture bytes have, charged at the estimate.
+// maxCapture bytes have, charged at the request's output limit (see
+// exchange.actualUsage).
 func (m *meteredBody) readWhole(p []byte) (int, error) {
 	if !m.filled {
 		m.filled = true
@@ -214,20 +215,36 @@ func (m *meteredBody) split() {
 }
 
 // eventEnd is the length of the first event of b with the blank line
-// that ends it ("\n\n", "\r\n\r\n", or a mix), or -1 when b holds no
-// whole event. It reads each byte once.
+// that ends it, or -1 when b holds no whole event. A line ends at "\r\n",
+// "\n" or a lone "\r" (the SSE format's three), so the blank line is two
+// ends in a row ("\n\n", "\r\n\r\n", "\r\r", or a mix). A "\r" at the end
+// of b may be the first half of "\r\n": the event waits for the next byte.
 func eventEnd(b []byte) int {
 	for i := 0; ; {
-		j := bytes.IndexByte(b[i:], '\n')
+		j := bytes.IndexAny(b[i:], "\r\n")
 		if j < 0 {
 			return -1
 		}
-		k := i + j + 1 // after the line's '\n'
+		k := i + j + 1 // after the line's end
+		if b[k-1] == '\r' {
+			if k == len(b) {
+				return -1
+			}
+			if b[k] == '\n' {
+				k++
+			}
+		}
 		switch {
 		case k < len(b) && b[k] == '\n':
 			return k + 1
-		case k+1 < len(b) && b[k] == '\r' && b[k+1] == '\n':
-			return k + 2
+		case k < len(b) && b[k] == '\r':
+			if k+1 == len(b) {
+				return -1
+			}
+			if b[k+1] == '\n' {
+				return k + 2
+			}
+			return k + 1
 		}
 		i = k
 	}

@@ -107,6 +107,10 @@ func (u *upstream) rewrite(pr *httputil.ProxyRequest) {
 	}
 	out.URL.RawPath = ""
 	out.Host = u.target.Host
+	// The answer is metered as it passes: the transport asks for gzip
+	// itself and hands it on decoded. A client's Accept-Encoding would
+	// have the upstream compress what costgate reads for its usage.
+	out.Header.Del("Accept-Encoding")
 	out.Header.Del("Authorization")
 	out.Header.Del("X-Api-Key")
 	out.Header.Del("X-Request-Id")
