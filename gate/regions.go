@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"math/bits"
 	"sync"
 	"time"
 
@@ -91,6 +92,7 @@ type regionCap struct {
 	first sync.Mutex     // held while the cap is read the first time
 	limit weighted.Limit // the budget, Rate = B
 	cap   int64          // this region's cap; known once read
+	total int64          // the budget the cap is a share of (its Rate then)
 	known bool
 	used  int64 // at the last rebalance
 	rate  float64
@@ -188,12 +190,27 @@ func (g *Regions) LimitContext(ctx context.Context, l weighted.Limit, key string
 	out := l
 	out.Rate = 1
 	if c.known {
-		// Never above the budget itself, lowered by a reload since the
-		// last rebalance.
-		out.Rate = max(min(c.cap, l.Rate), 1)
+		// A budget lowered by a reload since the last rebalance scales
+		// the cap until the next one: every region scales its share
+		// alike, so that together they hold no more than the new budget,
+		// a region cut off from the others included.
+		out.Rate = max(scaledCap(c.cap, c.total, l.Rate), 1)
 	}
 	out.Lease = weighted.Lease{} // a regional cap is strict
 	return out
+}
+
+// scaledCap is cp, a cap taken as a share of budget total, as a share of
+// budget now: cp x now / total when the budget was lowered, and never
+// above now.
+func scaledCap(cp, total, now int64) int64 {
+	if total <= now || total <= 0 {
+		return min(cp, now)
+	}
+	cp = min(max(cp, 0), total) // so that hi < total: Div64 cannot overflow
+	hi, lo := bits.Mul64(uint64(cp), uint64(max(now, 0)))
+	q, _ := bits.Div64(hi, lo, uint64(total))
+	return min(int64(q), now)
 }
 
 // RegionInfo is what the admin plane shows of a region's reconciliation.
@@ -362,7 +379,7 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 	next := max(min(max(target, used), mine.cap+free), 0)
 	lower := had && next < mine.cap
 	if lower {
-		g.setCap(k, next, used, mine.rate, refused, now) // in process first
+		g.setCap(k, next, total, used, mine.rate, refused, now) // in process first
 		// Requests admitted under the old cap while this rebalance ran
 		// (since the peek above) are spent all the same: the row keeps
 		// them, so that no other region is given them again. The cap in
@@ -372,7 +389,7 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 			return fmt.Errorf("gate: regions: %s %s: %w", k.budget, k.key, err)
 		}
 		if spent := total - res.Items[0].Remaining; spent > used {
-			g.setCap(k, next, spent, mine.rate, 0, now)
+			g.setCap(k, next, total, spent, mine.rate, 0, now)
 			used, mine.used = spent, spent
 			next = max(next, min(used, mine.cap+free))
 		}
@@ -387,18 +404,18 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 		return fmt.Errorf("gate: regions: commit: %w", err)
 	}
 	if !lower {
-		g.setCap(k, next, used, mine.rate, refused, now)
+		g.setCap(k, next, total, used, mine.rate, refused, now)
 	}
 	return nil
 }
 
-// setCap sets key k's cap, and its spend and demand as of now, of which
-// refused was counted in rate.
-func (g *Regions) setCap(k capKey, cp, used int64, rate float64, refused int64, now time.Time) {
+// setCap sets key k's cap, a share of budget total, and its spend and
+// demand as of now, of which refused was counted in rate.
+func (g *Regions) setCap(k capKey, cp, total, used int64, rate float64, refused int64, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if c := g.caps[k]; c != nil {
-		c.cap, c.known, c.used, c.rate, c.at = cp, true, used, rate, now
+		c.cap, c.total, c.known, c.used, c.rate, c.at = cp, total, true, used, rate, now
 		c.refused -= refused
 	}
 }

@@ -104,6 +104,13 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 		if err != nil && !last {
 			return nil, fmt.Errorf("ledger: spool %s: %w", path, err)
 		}
+		if err != nil && !errors.Is(err, errTorn) {
+			// A write the machine did not finish is the file's end: no
+			// whole record can follow it. One that does makes this damage.
+			if after, aerr := wholeRecordAfter(path, size); aerr != nil || after >= 0 {
+				return nil, fmt.Errorf("ledger: spool %s: %w at offset %d, and a whole record follows at %d: damage, not a torn write; move the spool aside to start without it", path, err, size, after)
+			}
+		}
 		if err != nil {
 			fi, statErr := os.Stat(path)
 			if statErr != nil {
@@ -147,6 +154,23 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 
 // scanSegment returns the size of the valid records at the start of the
 // file, and why it stops there when that is not its end.
+// wholeRecordAfter returns the offset of the first whole, valid record
+// that starts after offset from in the segment at path, or -1 when none
+// does.
+func wholeRecordAfter(path string, from int64) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return -1, err
+	}
+	var r record
+	for off := from + 1; off+frameHeader <= int64(len(b)); off++ {
+		if _, err := readFrame(b[off:], &r, nil); err == nil {
+			return off, nil
+		}
+	}
+	return -1, nil
+}
+
 func scanSegment(path string) (int64, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -1,0 +1,116 @@
+//go:build knownbugs
+
+// Known bugs of multi-region budgets, open: each test fails today and
+// shows one way global spend exceeds the README's bound (see the README,
+// "Multi-region budgets", known limits). They stay out of the suite until
+// fixed: go test -tags knownbugs -run TestAttackRegion ./gate/
+
+package gate
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/costgate/costgate/config"
+	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/internal/pgtest"
+	"github.com/costgate/costgate/internal/redistest"
+)
+
+// README, Regions: after a Redis data loss a region's counters are
+// restored to "the ledger's spend less what the other regions last
+// reported (their spend is at least that) ... what it spent since its
+// last report is not spent twice". The other regions report what their
+// Redis counts, which includes requests admitted whose ledger entries are
+// not in PostgreSQL yet (Record follows the debit, and the spool reaches
+// the store up to BatchDelay later, on the other region's own flusher).
+// Then "their spend is at least that" fails for the ledger: the ledger's
+// spend less their reports is below this region's real spend, and what
+// it spent since its last report is spent twice. Here us has 3 requests
+// admitted but not yet in the ledger when it reports.
+func TestAttackRegionDataLossWhileOtherRegionLedgerLags(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.New(t)
+	open := func(region string, srv *redistest.Server) *Gate {
+		cfg, err := config.Parse([]byte(fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+region: %s
+regions: {names: [eu, us], interval: 1h}
+store: {redis: %q}
+ledger: {dsn: %q}
+tenants:
+  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
+budgets:
+  - {name: daily, scope: tenant, amount: "0.01"}
+`, t.TempDir(), region, srv.URL, dsn)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := Open(ctx, cfg, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { g.Close() })
+		return g
+	}
+	euRedis := redistest.New(t)
+	eu, us := open("eu", euRedis), open("us", redistest.New(t))
+	const key = "{acme}:tenant=acme"
+	spend := func(g *Gate, n int) (admitted int) {
+		t.Helper()
+		c := g.Identify("cg-acme")
+		for range n {
+			res, d := g.Reserve(ctx, &Request{Caller: c, Route: "/x", Estimate: costmodel.Estimate{Cost: 1_000_000}})
+			if res == nil {
+				if d.Status != 402 {
+					t.Fatalf("refused with %d: %+v", d.Status, d)
+				}
+				return admitted
+			}
+			if d, ok := res.Record(ctx); !ok {
+				t.Fatalf("record: %+v", d)
+			}
+			res.Settle(ctx, Charge{Cost: 1_000_000, HTTPStatus: 200})
+			admitted++
+		}
+		return admitted
+	}
+	usSpent := spend(us, 1) // us reads its cap
+	euSpent := spend(eu, 2)
+	if err := eu.regions.Rebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	euCap, _ := eu.regions.Cap(eu.state.Load().limits[0].limit, key)
+	// us admits 3 requests; their ledger entries are not written yet when
+	// us rebalances (reports them).
+	c := us.Identify("cg-acme")
+	var inflight []*Reservation
+	for range 3 {
+		res, d := us.Reserve(ctx, &Request{Caller: c, Route: "/x", Estimate: costmodel.Estimate{Cost: 1_000_000}})
+		if res == nil {
+			t.Fatalf("us refused: %+v", d)
+		}
+		inflight = append(inflight, res)
+	}
+	if err := us.regions.Rebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	euSpent += spend(eu, 2) // not reported
+	if err := euRedis.Client(t).FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	euSpent += spend(eu, 20)
+	for _, res := range inflight {
+		if d, ok := res.Record(ctx); !ok {
+			t.Fatalf("record: %+v", d)
+		}
+		res.Settle(ctx, Charge{Cost: 1_000_000, HTTPStatus: 200})
+	}
+	t.Logf("us spent %d (+3 in flight); eu spent %d requests of 0.001 against its cap %d nano-USD (%d requests)", usSpent, euSpent, euCap, euCap/1_000_000)
+	if int64(euSpent)*1_000_000 > euCap {
+		t.Fatalf("eu spent %d requests of 0.001 across its data loss, above its cap of %d nano-USD: %d spent twice; global %d of 10",
+			euSpent, euCap, int64(euSpent)-euCap/1_000_000, euSpent+usSpent+3)
+	}
+}
