@@ -29,15 +29,26 @@ func (e *Estimator) estimateCompletions(body []byte) (Estimate, error) {
 		modelName, suffix    string
 		maxTokens, n, bestOf int64
 		stream               bool
-		options              struct {
-			IncludeUsage bool `json:"include_usage"`
-		}
 	)
 	for _, d := range []struct {
 		f *topField
 		v any
-	}{{fModel, &modelName}, {fSuffix, &suffix}, {fMax, &maxTokens}, {fN, &n}, {fBestOf, &bestOf}, {fStream, &stream}, {fOptions, &options}} {
+	}{{fModel, &modelName}, {fSuffix, &suffix}, {fMax, &maxTokens}, {fN, &n}, {fBestOf, &bestOf}, {fStream, &stream}} {
 		if err := decodeField(kind, body, d.f, d.v); err != nil {
+			return Estimate{}, err
+		}
+	}
+	// include_usage read as chat's is, spelled exactly: encoding/json
+	// would take "INCLUDE_USAGE" for it, which the upstream does not, and
+	// costgate would not ask for the report itself.
+	var streamUsage bool
+	if raw := fOptions.raw(body); raw != nil {
+		fInclude := topField{name: "include_usage"}
+		if err := scanFields(kind, "stream_options.", raw, []*topField{&fInclude}); err != nil {
+			return Estimate{}, err
+		}
+		var err error
+		if streamUsage, err = decodeBool(kind, raw, &fInclude); err != nil {
 			return Estimate{}, err
 		}
 	}
@@ -54,7 +65,7 @@ func (e *Estimator) estimateCompletions(body []byte) (Estimate, error) {
 		in = 1
 	}
 	in = addSat(in, mulSat(m.countText(suffix), int64(prompts)))
-	est := Estimate{Stream: stream, StreamUsage: options.IncludeUsage}
+	est := Estimate{Stream: stream, StreamUsage: streamUsage}
 	limit := int64(completionsDefaultMaxTokens)
 	if maxTokens > 0 {
 		limit = maxTokens

@@ -37,3 +37,43 @@ func TestSSEFramingEverySplit(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamOptionsSpelledExactly: stream_options.include_usage is read
+// alike for chat and completions, spelled exactly: a case variant
+// ("INCLUDE_USAGE", which encoding/json would take for it and the
+// upstream would not) or the field twice is refused, so that costgate
+// never takes a report as asked that the upstream will not send.
+func TestStreamOptionsSpelledExactly(t *testing.T) {
+	e, err := NewEstimator(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies := map[Kind]string{
+		ChatCompletions: `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":%s}`,
+		Completions:     `{"model":"gpt-3.5-turbo-instruct","prompt":"hi","stream":true,"stream_options":%s}`,
+	}
+	for k, tmpl := range bodies {
+		for opt, want := range map[string]string{
+			`{"include_usage":true}`:                       "asked",
+			`{"include_usage":false}`:                      "not asked",
+			`null`:                                         "not asked",
+			`{"continuous_usage_stats":true}`:              "not asked",
+			`{"INCLUDE_USAGE":true}`:                       "refused",
+			`{"Include_Usage":true}`:                       "refused",
+			`{"include_usage":true,"include_usage":false}`: "refused",
+			`{"include_usage":false,"include_usage":true}`: "refused",
+		} {
+			est, err := e.Estimate(k, []byte(strings.Replace(tmpl, "%s", opt, 1)))
+			got := "not asked"
+			switch {
+			case err != nil:
+				got = "refused"
+			case est.StreamUsage:
+				got = "asked"
+			}
+			if got != want {
+				t.Errorf("%v stream_options %s: %s (%v), want %s", k, opt, got, err, want)
+			}
+		}
+	}
+}

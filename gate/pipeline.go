@@ -281,7 +281,15 @@ func (r *Reservation) collect() {
 		}
 		r.limits = append(r.limits, l)
 		k := l.key(r)
-		r.items = append(r.items, weighted.Item{Limit: r.g.regional(r.ctx, l, k), Key: k, Cost: l.costOf(r.req.Requests, r.req.Estimate.Usage, r.req.Estimate.Cost)})
+		lim, shut := r.g.regional(r.ctx, l, k)
+		cost := l.costOf(r.req.Requests, r.req.Estimate.Usage, r.req.Estimate.Cost)
+		if shut && cost > 0 {
+			// This region's cap is 0, and a limit's least rate is 1: a
+			// cost above it is refused as the budget spent here
+			// (regionalTooBig), as a cost above any cap is.
+			cost = lim.Capacity() + 1
+		}
+		r.items = append(r.items, weighted.Item{Limit: lim, Key: k, Cost: cost})
 	}
 	r.collectLevels()
 	for i, e := range r.req.Extra {

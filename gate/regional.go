@@ -41,12 +41,13 @@ func (g *Gate) openRegions(ctx context.Context, cfg *config.Config) error {
 }
 
 // regional is l as this request debits it under key: a budget's amount
-// is this region's cap when regions share it.
-func (g *Gate) regional(ctx context.Context, l *compiledLimit, key string) weighted.Limit {
+// is this region's cap when regions share it; shut tells that the cap is
+// 0 (see Regions.limitFor).
+func (g *Gate) regional(ctx context.Context, l *compiledLimit, key string) (lim weighted.Limit, shut bool) {
 	if g.regions == nil || !l.budget {
-		return l.limit
+		return l.limit, false
 	}
-	return g.regions.LimitContext(ctx, l.limit, key)
+	return g.regions.limitFor(ctx, l.limit, key)
 }
 
 // spent is what this region has spent of budget l for key, at least: the

@@ -160,6 +160,13 @@ func (g *Regions) Limit(l weighted.Limit, key string) weighted.Limit {
 // period: that request waits for one rebalance of the key (bounded by ctx
 // and 2 s), and concurrent ones for the same.
 func (g *Regions) LimitContext(ctx context.Context, l weighted.Limit, key string) weighted.Limit {
+	out, _ := g.limitFor(ctx, l, key)
+	return out
+}
+
+// limitFor is LimitContext, and tells whether this region's cap is 0
+// (shut): the limit's least rate, 1, would still admit a cost of 1.
+func (g *Regions) limitFor(ctx context.Context, l weighted.Limit, key string) (out weighted.Limit, shut bool) {
 	now := g.cfg.Now()
 	k := capKeyOf(l, key, now)
 	g.mu.Lock()
@@ -187,17 +194,18 @@ func (g *Regions) LimitContext(ctx context.Context, l weighted.Limit, key string
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := l
+	out = l
 	out.Rate = 1
 	if c.known {
 		// A budget lowered by a reload since the last rebalance scales
 		// the cap until the next one: every region scales its share
 		// alike, so that together they hold no more than the new budget,
 		// a region cut off from the others included.
-		out.Rate = max(scaledCap(c.cap, c.total, l.Rate), 1)
+		cp := scaledCap(c.cap, c.total, l.Rate)
+		out.Rate, shut = max(cp, 1), cp <= 0
 	}
 	out.Lease = weighted.Lease{} // a regional cap is strict
-	return out
+	return out, shut
 }
 
 // scaledCap is cp, a cap taken as a share of budget total, as a share of

@@ -192,69 +192,6 @@ func TestAttackRegionDebitWithStaleCapDuringLowering(t *testing.T) {
 	}
 }
 
-// An idle region whose cap is rebalanced to 0 still enforces Rate 1 (a
-// weighted limit's least rate), so it admits one unit the rows gave to
-// the others. Three regions, budget 10, all demand in us: the regions
-// together admit more than the budget.
-func TestAttackRegionZeroCapStillAdmitsOne(t *testing.T) {
-	ctx := context.Background()
-	dsn := pgtest.New(t)
-	const key = "{acme}:tenant=acme"
-	const budget = 10
-	lim := weighted.Limit{Name: "daily", Algorithm: weighted.FixedWindow, Rate: budget, Period: 24 * time.Hour}
-	var mu sync.Mutex
-	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	names := []string{"eu", "us", "ap"}
-	type region struct {
-		rg    *gate.Regions
-		st    weighted.Store
-		spent int64
-	}
-	var rs []*region
-	for _, n := range names {
-		st := weighted.NewMemory(weighted.MemoryConfig{Now: clock})
-		rs = append(rs, &region{rg: openRegion(t, dsn, n, names, st, clock), st: st})
-	}
-	var seq int
-	debit := func(r *region) {
-		seq++
-		res, err := r.st.Debit(ctx, fmt.Sprint("q", seq), []weighted.Item{{Limit: r.rg.Limit(lim, key), Key: key, Cost: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Allowed {
-			r.spent++
-		}
-	}
-	for range 20 {
-		mu.Lock()
-		now = now.Add(time.Minute)
-		mu.Unlock()
-		for _, r := range rs {
-			if err := r.rg.Rebalance(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for range 5 {
-			debit(rs[1])
-		}
-	}
-	var caps []int64
-	for _, r := range rs {
-		c, _ := r.rg.Cap(lim, key)
-		caps = append(caps, c)
-	}
-	// Now one request each in the idle regions.
-	debit(rs[0])
-	debit(rs[2])
-	g := rs[0].spent + rs[1].spent + rs[2].spent
-	t.Logf("caps %v; spent eu %d, us %d, ap %d; global %d of %d", caps, rs[0].spent, rs[1].spent, rs[2].spent, g, budget)
-	if g > budget {
-		t.Fatalf("global spend %d, above the budget %d", g, budget)
-	}
-}
-
 // TestAttackRegionClockSkewPerTrueDay runs two regions through a true
 // midnight with eu's host clock off by skew, and counts each true day's
 // spend (the stores keep true time).

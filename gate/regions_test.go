@@ -284,3 +284,65 @@ budgets:
 		t.Fatalf("eu's regions view: %+v", r)
 	}
 }
+
+// TestRegionCapZeroAdmitsNothing: once one region has spent a budget
+// whole and reported it, another's cap is 0, and it refuses even a
+// request of one unit (1 nano-dollar), which a limit's least rate, 1,
+// would admit.
+func TestRegionCapZeroAdmitsNothing(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.New(t)
+	open := func(region string) *gate.Gate {
+		cfg, err := config.Parse([]byte(fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+region: %s
+regions: {names: [eu, us], interval: 50ms}
+store: {redis: %q}
+ledger: {dsn: %q}
+tenants:
+  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
+budgets:
+  - {name: daily, scope: tenant, amount: "0.01"}
+`, t.TempDir(), region, redistest.New(t).URL, dsn)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := gate.Open(ctx, cfg, gate.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { g.Close() })
+		return g
+	}
+	eu := open("eu")
+	c := eu.Identify("cg-acme")
+	// eu alone has demand: its cap grows, rebalance after rebalance, to
+	// the whole budget (100 requests of $0.0001), and it spends it.
+	spent := 0
+	for deadline := time.Now().Add(20 * time.Second); spent < 100 && time.Now().Before(deadline); {
+		res, _ := eu.Reserve(ctx, &gate.Request{Caller: c, Route: "/x", Estimate: costmodel.Estimate{Cost: 100_000}})
+		if res == nil {
+			time.Sleep(60 * time.Millisecond)
+			continue
+		}
+		res.Settle(ctx, gate.Charge{Cost: 100_000, HTTPStatus: 200})
+		spent++
+	}
+	if spent != 100 {
+		t.Fatalf("eu spent %d of 100 requests", spent)
+	}
+	time.Sleep(200 * time.Millisecond) // eu reports its spend
+	us := open("us")
+	cu := us.Identify("cg-acme")
+	for i := range 3 {
+		res, d := us.Reserve(ctx, &gate.Request{Caller: cu, Route: "/x", Estimate: costmodel.Estimate{Cost: 1}})
+		if res != nil {
+			res.Settle(ctx, gate.Charge{Cost: 1, HTTPStatus: 200})
+			t.Fatalf("request %d of 1 nano-dollar admitted by us with eu's report of the whole budget spent", i)
+		}
+		if d.Status != 402 {
+			t.Fatalf("us refused with %d, want 402: %+v", d.Status, d)
+		}
+	}
+}
