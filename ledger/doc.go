@@ -33,9 +33,10 @@
 // it once the upstream has reported its usage and before the client gets
 // the end of the response, so that a request the client saw complete is
 // never recovered at its estimate, even after a crash of the machine. A torn record at the end of the spool, left by a
-// machine crash (no whole record follows it), is cut off at Open; damage
-// anywhere else, a bad record followed by whole ones included, stops Open
-// rather than losing records silently. Files: Dir/spool/*.spool (segments, deleted
+// machine crash (nothing whole follows it, or only after blocks the
+// machine never wrote, zeros), is cut off at Open; damage anywhere else,
+// a bad record followed by whole ones included, stops Open rather than
+// losing records silently. Files: Dir/spool/*.spool (segments, deleted
 // once wholly in the store), Dir/spool/applied (how far the store has it; a
 // hint, as replay is idempotent), Dir/node (this data directory's id),
 // Dir/lock (one process per Dir), Dir/ledger.db (the embedded store).

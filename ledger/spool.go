@@ -22,6 +22,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -105,9 +106,11 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 			return nil, fmt.Errorf("ledger: spool %s: %w", path, err)
 		}
 		if err != nil && !errors.Is(err, errTorn) {
-			// A write the machine did not finish is the file's end: no
-			// whole record can follow it. One that does makes this damage.
-			if after, aerr := wholeRecordAfter(path, size); aerr != nil || after >= 0 {
+			// A write the machine did not finish is the file's end, or
+			// blocks it never wrote (zeros) before a later write it did
+			// (neither fsynced: an fsync would have written both). Any
+			// other bad record before a whole one is damage.
+			if after, zeros, aerr := wholeRecordAfter(path, size); aerr != nil || (after >= 0 && !zeros) {
 				return nil, fmt.Errorf("ledger: spool %s: %w at offset %d, and a whole record follows at %d: damage, not a torn write; move the spool aside to start without it", path, err, size, after)
 			}
 		}
@@ -156,19 +159,19 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 // file, and why it stops there when that is not its end.
 // wholeRecordAfter returns the offset of the first whole, valid record
 // that starts after offset from in the segment at path, or -1 when none
-// does.
-func wholeRecordAfter(path string, from int64) (int64, error) {
+// does, and whether the bytes before it, from from on, are all zeros.
+func wholeRecordAfter(path string, from int64) (after int64, zeros bool, err error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return -1, err
+		return -1, false, err
 	}
 	var r record
 	for off := from + 1; off+frameHeader <= int64(len(b)); off++ {
 		if _, err := readFrame(b[off:], &r, nil); err == nil {
-			return off, nil
+			return off, !slices.ContainsFunc(b[from:off], func(c byte) bool { return c != 0 }), nil
 		}
 	}
-	return -1, nil
+	return -1, false, nil
 }
 
 func scanSegment(path string) (int64, error) {

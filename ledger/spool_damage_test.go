@@ -58,3 +58,42 @@ func TestSpoolDamageBeforeWholeRecordsStopsOpen(t *testing.T) {
 		t.Fatalf("the refused spool was changed: %v %v", fi, err)
 	}
 }
+
+// TestSpoolUnwrittenBlocksBeforeALaterWriteAreTorn: a machine that loses
+// power may keep a later write and not an earlier one (neither fsynced:
+// an fsync would have kept both), leaving zeros where the earlier record
+// was. That is a torn tail, not damage: Open cuts it there and starts.
+func TestSpoolUnwrittenBlocksBeforeALaterWriteAreTorn(t *testing.T) {
+	dir := t.TempDir()
+	s, err := openSpool(dir, 1<<20, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ends []int64
+	for i := range 4 {
+		r := sampleRecord("r" + string(rune('a'+i)))
+		pos, err := s.append(&r, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends = append(ends, pos)
+	}
+	s.close()
+	path := filepath.Join(dir, segmentName(0))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(b[ends[1]:ends[2]]) // the third record's blocks never written
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err = openSpool(dir, 1<<20, t.Logf)
+	if err != nil {
+		t.Fatalf("open refused a spool torn by a lost write: %v", err)
+	}
+	defer s.close()
+	if end, _ := s.positions(); end != ends[1] {
+		t.Fatalf("open kept %d bytes, want the two whole records before the lost write, %d", end, ends[1])
+	}
+}
