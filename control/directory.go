@@ -79,7 +79,7 @@ func NewDirectory() *Directory {
 	}
 }
 
-var _ gate.Directory = (*Directory)(nil)
+var _ gate.TenantDirectory = (*Directory)(nil)
 
 func (d *Directory) slot(kind Kind, tenant, name string) *slot {
 	k := string(kind) + "\x00" + tenant + "\x00" + name
@@ -130,6 +130,15 @@ func (d *Directory) Lookup(sum [sha256.Size]byte, now time.Time) (gate.Principal
 		p.Levels[3], p.Plan = n.level, n.plan
 	}
 	return p, true
+}
+
+// HasTenant implements gate.TenantDirectory: whether the control plane
+// holds a tenant named name (active or not).
+func (d *Directory) HasTenant(name string) bool {
+	d.slotMu.Lock()
+	s := d.slots[string(KindTenant)+"\x00"+name+"\x00"+name]
+	d.slotMu.Unlock()
+	return s != nil && s.p.Load() != nil
 }
 
 // Apply brings the directory up to entities, read at version seq.

@@ -271,6 +271,15 @@ type BudgetUse struct {
 	At      time.Time
 }
 
+// TenantDirectory is a Directory that also holds tenants of its own (the
+// control plane's, created through its API): a configuration that
+// declares a tenant of the same name is refused (Apply), as the two would
+// be one tenant to the ledger, the limiter and the usage API.
+type TenantDirectory interface {
+	Directory
+	HasTenant(name string) bool
+}
+
 // directory holds the gate's Directory and budget observer.
 type directory struct {
 	dir     atomic.Pointer[Directory]

@@ -333,6 +333,15 @@ func (g *Gate) Apply(cfg *config.Config) error {
 	case cfg.Costs.OutputReserve.Quantile > 0 && g.learned == nil:
 		return errors.New("costs.output_reserve: a learned quantile needs a restart when costgate started with a percentage")
 	}
+	if dp := g.dir.dir.Load(); dp != nil {
+		if td, ok := (*dp).(TenantDirectory); ok {
+			for i, t := range cfg.Tenants {
+				if td.HasTenant(t.Name) {
+					return fmt.Errorf("tenants[%d].name: tenant %q exists in the control plane (created through the admin API); a config tenant of that name would share its ledger, limits, budgets and usage: give it another name", i, t.Name)
+				}
+			}
+		}
+	}
 	st, err := compile(cfg)
 	if err != nil {
 		return err
