@@ -1,6 +1,7 @@
 package control_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/internal/pgtest"
+	"github.com/costgate/costgate/proxy"
 )
 
 // TestReloadRefusesAnAPITenantsName: a config reload that declares a
@@ -33,32 +35,7 @@ func TestReloadRefusesAnAPITenantsName(t *testing.T) {
 	r.srv.Ledger().Flush(t.Context())
 
 	// The operator onboards another customer in the file, named "beta".
-	yaml := fmt.Sprintf(`
-admin_token: test-admin
-data_dir: %q
-store:
-  timeout: 2s
-  queue_timeout: 2s
-control:
-  read_token: test-read
-  poll: 100ms
-upstreams:
-  - name: openai
-    kind: openai
-    base_url: %s
-    api_key: sk-upstream
-tenants:
-  - name: yamlco
-    plan: free
-    keys:
-      - id: yaml-key
-        key: cg-test-yaml
-  - name: beta
-    plan: free
-    keys:
-      - id: other-key
-        key: cg-other-customer
-`, dir, up)
+	yaml := clashingConfig(dir, up)
 	r.srv.SetLoader(func() (*config.Config, error) {
 		cfg, err := config.Parse([]byte(yaml))
 		if err != nil {
@@ -86,5 +63,59 @@ tenants:
 	}
 	if st, body := r.chat(t, k.Key); st != 200 {
 		t.Fatalf("the API tenant after the refused reload: %d %s", st, body)
+	}
+}
+
+// clashingConfig is a config file with data_dir dir and upstream up that
+// declares tenants yamlco and beta.
+func clashingConfig(dir, up string) string {
+	return fmt.Sprintf(`
+admin_token: test-admin
+data_dir: %q
+store:
+  timeout: 2s
+  queue_timeout: 2s
+control:
+  read_token: test-read
+  poll: 100ms
+upstreams:
+  - name: openai
+    kind: openai
+    base_url: %s
+    api_key: sk-upstream
+tenants:
+  - name: yamlco
+    plan: free
+    keys:
+      - id: yaml-key
+        key: cg-test-yaml
+  - name: beta
+    plan: free
+    keys:
+      - id: other-key
+        key: cg-other-customer
+`, dir, up)
+}
+
+// TestStartRefusesAnAPITenantsName: a replica that starts with a config
+// file declaring a tenant created through the admin API refuses to
+// start, naming the field, as a reload would be refused.
+func TestStartRefusesAnAPITenantsName(t *testing.T) {
+	dsn := pgtest.New(t)
+	up := simulatorURL(t)
+	r := newReplica(t, up, replicaOptions{dsn: dsn})
+	r.must(t, 201, "POST", "/admin/v1/tenants", `{"name":"beta","plan":"free"}`, nil)
+	cfg, err := config.Parse([]byte(clashingConfig(t.TempDir(), up)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Ledger.DSN = dsn
+	srv, err := proxy.Open(context.Background(), cfg, proxy.Options{})
+	if err == nil {
+		srv.Close()
+		t.Fatal("a replica started with a config declaring the API tenant beta")
+	}
+	if !strings.Contains(err.Error(), "tenants[1].name") {
+		t.Fatalf("start: %v, want an error naming tenants[1].name", err)
 	}
 }
