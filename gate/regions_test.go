@@ -213,30 +213,7 @@ func (p *cutProxy) cut(down bool) {
 func TestRegionsThroughTheGate(t *testing.T) {
 	ctx := context.Background()
 	dsn := pgtest.New(t)
-	open := func(region string) *gate.Gate {
-		cfg, err := config.Parse([]byte(fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-region: %s
-regions: {names: [eu, us], interval: 50ms}
-store: {redis: %q}
-ledger: {dsn: %q}
-tenants:
-  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
-budgets:
-  - {name: daily, scope: tenant, amount: "0.01"}
-`, t.TempDir(), region, redistest.New(t).URL, dsn)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := gate.Open(ctx, cfg, gate.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { g.Close() })
-		return g
-	}
-	eu, us := open("eu"), open("us")
+	eu, us := regionGate(t, dsn, "eu"), regionGate(t, dsn, "us")
 	spend := func(g *gate.Gate) (admitted int, last gate.Decision) {
 		c := g.Identify("cg-acme")
 		for {
@@ -292,30 +269,7 @@ budgets:
 func TestRegionCapZeroAdmitsNothing(t *testing.T) {
 	ctx := context.Background()
 	dsn := pgtest.New(t)
-	open := func(region string) *gate.Gate {
-		cfg, err := config.Parse([]byte(fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-region: %s
-regions: {names: [eu, us], interval: 50ms}
-store: {redis: %q}
-ledger: {dsn: %q}
-tenants:
-  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
-budgets:
-  - {name: daily, scope: tenant, amount: "0.01"}
-`, t.TempDir(), region, redistest.New(t).URL, dsn)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := gate.Open(ctx, cfg, gate.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { g.Close() })
-		return g
-	}
-	eu := open("eu")
+	eu := regionGate(t, dsn, "eu")
 	c := eu.Identify("cg-acme")
 	// eu alone has demand: its cap grows, rebalance after rebalance, to
 	// the whole budget (100 requests of $0.0001), and it spends it.
@@ -333,7 +287,7 @@ budgets:
 		t.Fatalf("eu spent %d of 100 requests", spent)
 	}
 	time.Sleep(200 * time.Millisecond) // eu reports its spend
-	us := open("us")
+	us := regionGate(t, dsn, "us")
 	cu := us.Identify("cg-acme")
 	for i := range 3 {
 		res, d := us.Reserve(ctx, &gate.Request{Caller: cu, Route: "/x", Estimate: costmodel.Estimate{Cost: 1}})
@@ -345,4 +299,32 @@ budgets:
 			t.Fatalf("us refused with %d, want 402: %+v", d.Status, d)
 		}
 	}
+}
+
+// regionGate opens a gate of region (eu or us, rebalanced every 50 ms) on
+// a Redis of its own and the ledger's PostgreSQL at dsn, with tenant acme
+// (key cg-acme) and its daily budget of $0.01.
+func regionGate(t *testing.T, dsn, region string) *gate.Gate {
+	t.Helper()
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+region: %s
+regions: {names: [eu, us], interval: 50ms}
+store: {redis: %q}
+ledger: {dsn: %q}
+tenants:
+  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
+budgets:
+  - {name: daily, scope: tenant, amount: "0.01"}
+`, t.TempDir(), region, redistest.New(t).URL, dsn)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gate.Open(context.Background(), cfg, gate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return g
 }
