@@ -221,7 +221,7 @@ func (m *meteredBody) split() {
 // of b may be the first half of "\r\n": the event waits for the next byte.
 func eventEnd(b []byte) int {
 	for i := 0; ; {
-		j := bytes.IndexAny(b[i:], "\r\n")
+		j := costmodel.LineEnd(b[i:])
 		if j < 0 {
 			return -1
 		}
