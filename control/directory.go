@@ -81,8 +81,13 @@ func NewDirectory() *Directory {
 
 var _ gate.TenantDirectory = (*Directory)(nil)
 
+// slotKey is the key of slots of kind's tenant and name.
+func slotKey(kind Kind, tenant, name string) string {
+	return string(kind) + "\x00" + tenant + "\x00" + name
+}
+
 func (d *Directory) slot(kind Kind, tenant, name string) *slot {
-	k := string(kind) + "\x00" + tenant + "\x00" + name
+	k := slotKey(kind, tenant, name)
 	d.slotMu.Lock()
 	defer d.slotMu.Unlock()
 	s := d.slots[k]
@@ -136,7 +141,7 @@ func (d *Directory) Lookup(sum [sha256.Size]byte, now time.Time) (gate.Principal
 // holds a tenant named name (active or not).
 func (d *Directory) HasTenant(name string) bool {
 	d.slotMu.Lock()
-	s := d.slots[string(KindTenant)+"\x00"+name+"\x00"+name]
+	s := d.slots[slotKey(KindTenant, name, name)]
 	d.slotMu.Unlock()
 	return s != nil && s.p.Load() != nil
 }
@@ -251,7 +256,7 @@ func (d *Directory) Budgets(tenant string) []gate.LevelBudget {
 		}
 	}
 	d.slotMu.Lock()
-	ten := d.slots[string(KindTenant)+"\x00"+tenant+"\x00"+tenant]
+	ten := d.slots[slotKey(KindTenant, tenant, tenant)]
 	d.slotMu.Unlock()
 	if ten != nil {
 		add(ten, nil)
@@ -334,7 +339,7 @@ func (d *Directory) Level(kind Kind, tenant, name string) *gate.Level {
 		d.mu.RUnlock()
 	} else {
 		d.slotMu.Lock()
-		s = d.slots[string(kind)+"\x00"+tenant+"\x00"+name]
+		s = d.slots[slotKey(kind, tenant, name)]
 		d.slotMu.Unlock()
 	}
 	if s == nil {

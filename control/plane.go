@@ -76,11 +76,9 @@ func Open(ctx context.Context, g *gate.Gate, opts Options) (*Plane, error) {
 	}
 	// As a reload would be (gate.Apply), a config file that declares a
 	// tenant created through the API is refused: the two would be one.
-	for i, t := range cfg.Tenants {
-		if p.dir.HasTenant(t.Name) {
-			st.Close()
-			return nil, fmt.Errorf("control plane: tenants[%d].name: tenant %q exists in the control plane (created through the admin API); a config tenant of that name would share its ledger, limits, budgets and usage: give it another name", i, t.Name)
-		}
+	if err := gate.TenantClash(cfg, p.dir); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("control plane: %w", err)
 	}
 	g.SetDirectory(p.dir)
 	rctx, cancel := context.WithCancel(context.Background())

@@ -280,6 +280,17 @@ type TenantDirectory interface {
 	HasTenant(name string) bool
 }
 
+// TenantClash tells which tenant of cfg d holds too, as an error naming
+// the field; nil when none does.
+func TenantClash(cfg *config.Config, d TenantDirectory) error {
+	for i, t := range cfg.Tenants {
+		if d.HasTenant(t.Name) {
+			return fmt.Errorf("tenants[%d].name: tenant %q exists in the control plane (created through the admin API); a config tenant of that name would share its ledger, limits, budgets and usage: give it another name", i, t.Name)
+		}
+	}
+	return nil
+}
+
 // directory holds the gate's Directory and budget observer.
 type directory struct {
 	dir     atomic.Pointer[Directory]

@@ -335,10 +335,8 @@ func (g *Gate) Apply(cfg *config.Config) error {
 	}
 	if dp := g.dir.dir.Load(); dp != nil {
 		if td, ok := (*dp).(TenantDirectory); ok {
-			for i, t := range cfg.Tenants {
-				if td.HasTenant(t.Name) {
-					return fmt.Errorf("tenants[%d].name: tenant %q exists in the control plane (created through the admin API); a config tenant of that name would share its ledger, limits, budgets and usage: give it another name", i, t.Name)
-				}
+			if err := TenantClash(cfg, td); err != nil {
+				return err
 			}
 		}
 	}
