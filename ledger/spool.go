@@ -101,7 +101,11 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 		if i > 0 && seg.base != s.segs[i-1].base+s.segs[i-1].size {
 			return nil, fmt.Errorf("%w: gap before %s", errCorrupt, path)
 		}
-		size, err := scanSegment(path)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("ledger: spool: %w", err) // a file it cannot read is not cut
+		}
+		size, err := scanSegment(b)
 		if err != nil && !last {
 			return nil, fmt.Errorf("ledger: spool %s: %w", path, err)
 		}
@@ -110,16 +114,12 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 			// blocks it never wrote (zeros) before a later write it did
 			// (neither fsynced: an fsync would have written both). Any
 			// other bad record before a whole one is damage.
-			if after, zeros, aerr := wholeRecordAfter(path, size); aerr != nil || (after >= 0 && !zeros) {
+			if after, zeros := wholeRecordAfter(b, size); after >= 0 && !zeros {
 				return nil, fmt.Errorf("ledger: spool %s: %w at offset %d, and a whole record follows at %d: damage, not a torn write; move the spool aside to start without it", path, err, size, after)
 			}
 		}
 		if err != nil {
-			fi, statErr := os.Stat(path)
-			if statErr != nil {
-				return nil, fmt.Errorf("ledger: spool: %w", statErr)
-			}
-			logf("ledger: spool %s: cutting %d bytes of torn tail at offset %d: %v", path, fi.Size()-size, size, err)
+			logf("ledger: spool %s: cutting %d bytes of torn tail at offset %d: %v", path, int64(len(b))-size, size, err)
 			if err := os.Truncate(path, size); err != nil {
 				return nil, fmt.Errorf("ledger: spool: %w", err)
 			}
@@ -155,30 +155,9 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 	return s, nil
 }
 
-// scanSegment returns the size of the valid records at the start of the
-// file, and why it stops there when that is not its end.
-// wholeRecordAfter returns the offset of the first whole, valid record
-// that starts after offset from in the segment at path, or -1 when none
-// does, and whether the bytes before it, from from on, are all zeros.
-func wholeRecordAfter(path string, from int64) (after int64, zeros bool, err error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return -1, false, err
-	}
-	var r record
-	for off := from + 1; off+frameHeader <= int64(len(b)); off++ {
-		if _, err := readFrame(b[off:], &r, nil); err == nil {
-			return off, !slices.ContainsFunc(b[from:off], func(c byte) bool { return c != 0 }), nil
-		}
-	}
-	return -1, false, nil
-}
-
-func scanSegment(path string) (int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
+// scanSegment returns the size of the valid records at the start of a
+// segment's bytes, and why it stops there when that is not their end.
+func scanSegment(b []byte) (int64, error) {
 	var r record
 	off := 0
 	for off < len(b) {
@@ -189,6 +168,19 @@ func scanSegment(path string) (int64, error) {
 		off += n
 	}
 	return int64(off), nil
+}
+
+// wholeRecordAfter returns the offset of the first whole, valid record of
+// a segment's bytes b that starts after offset from, or -1 when none
+// does, and whether the bytes before it, from from on, are all zeros.
+func wholeRecordAfter(b []byte, from int64) (after int64, zeros bool) {
+	var r record
+	for off := from + 1; off+frameHeader <= int64(len(b)); off++ {
+		if _, err := readFrame(b[off:], &r, nil); err == nil {
+			return off, !slices.ContainsFunc(b[from:off], func(c byte) bool { return c != 0 })
+		}
+	}
+	return -1, false
 }
 
 // append writes r and returns the position after it. With limit > 0 it
