@@ -41,8 +41,8 @@ func TestAttackRegionClockAheadCrossesPeriod(t *testing.T) {
 	// Each region's store keeps true time (Redis TIME); only eu's host clock is off.
 	euStore := weighted.NewMemory(weighted.MemoryConfig{Now: trueClock})
 	usStore := weighted.NewMemory(weighted.MemoryConfig{Now: trueClock})
-	eu := openRegion(t, dsn, "eu", names, euStore, euClock)
-	us := openRegion(t, dsn, "us", names, usStore, trueClock)
+	eu := newRegion(t, dsn, "eu", euStore, euClock, names...)
+	us := newRegion(t, dsn, "us", usStore, trueClock, names...)
 	var seq int
 	var euSpent, usSpent int64
 	spend := func(rg *gate.Regions, st weighted.Store, n int) (got int64) {
@@ -127,8 +127,8 @@ func TestAttackRegionDebitWithStaleCapDuringLowering(t *testing.T) {
 	euMem := weighted.NewMemory(weighted.MemoryConfig{Now: clock})
 	euStore := &rebalanceHook{Store: euMem}
 	usStore := weighted.NewMemory(weighted.MemoryConfig{Now: clock})
-	eu := openRegion(t, dsn, "eu", names, euStore, clock)
-	us := openRegion(t, dsn, "us", names, usStore, clock)
+	eu := newRegion(t, dsn, "eu", euStore, clock, names...)
+	us := newRegion(t, dsn, "us", usStore, clock, names...)
 	var seq int
 	var euSpent, usSpent int64
 	debit := func(st weighted.Store, l weighted.Limit, cost int64) bool {
@@ -210,8 +210,8 @@ func TestAttackRegionClockSkewPerTrueDay(t *testing.T) {
 			names := []string{"eu", "us"}
 			euStore := weighted.NewMemory(weighted.MemoryConfig{Now: trueClock})
 			usStore := weighted.NewMemory(weighted.MemoryConfig{Now: trueClock})
-			eu := openRegion(t, dsn, "eu", names, euStore, euClock)
-			us := openRegion(t, dsn, "us", names, usStore, trueClock)
+			eu := newRegion(t, dsn, "eu", euStore, euClock, names...)
+			us := newRegion(t, dsn, "us", usStore, trueClock, names...)
 			perDay := map[int]int64{}
 			var seq int
 			spend := func(rg *gate.Regions, st weighted.Store, n int) {

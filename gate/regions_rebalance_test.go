@@ -34,17 +34,20 @@ func (p *peekHook) Peek(ctx context.Context, items []weighted.Item) (weighted.Re
 	return res, err
 }
 
-// newRegion opens region name of eu and us, its caps in the PostgreSQL of
-// dsn, debited in st, on clock.
-func newRegion(t *testing.T, dsn, name string, st weighted.Store, clock func() time.Time) *gate.Regions {
+// newRegion opens region name of names (eu and us when none are given),
+// its caps in the PostgreSQL of dsn, debited in st, on clock.
+func newRegion(t *testing.T, dsn, name string, st weighted.Store, clock func() time.Time, names ...string) *gate.Regions {
 	t.Helper()
+	if len(names) == 0 {
+		names = []string{"eu", "us"}
+	}
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	rg, err := gate.NewRegions(pool, st, gate.RegionsConfig{Region: name, Regions: []string{"eu", "us"}, Now: clock})
+	rg, err := gate.NewRegions(pool, st, gate.RegionsConfig{Region: name, Regions: names, Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

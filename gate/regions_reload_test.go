@@ -6,31 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/costgate/costgate/gate"
 	"github.com/costgate/costgate/internal/pgtest"
 	"github.com/costgate/costgate/weighted"
 )
-
-// openRegion opens region name of names on clock, debited in st.
-func openRegion(t *testing.T, dsn, name string, names []string, st weighted.Store, clock func() time.Time) *gate.Regions {
-	t.Helper()
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	rg, err := gate.NewRegions(pool, st, gate.RegionsConfig{Region: name, Regions: names, Now: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rg.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return rg
-}
 
 // TestRegionBudgetLoweredByReload: a reload lowers the budget from 100 to
 // 40 before any rebalance: each region scales its cap (50) by 40/100, so
@@ -53,7 +32,7 @@ func TestRegionBudgetLoweredByReload(t *testing.T) {
 	var rs []region
 	for _, n := range names {
 		st := weighted.NewMemory(weighted.MemoryConfig{Now: clock})
-		rs = append(rs, region{openRegion(t, dsn, n, names, st, clock), st})
+		rs = append(rs, region{newRegion(t, dsn, n, st, clock, names...), st})
 	}
 	for _, r := range rs {
 		_ = r.rg.Limit(lim, key) // caps read: 50 each
