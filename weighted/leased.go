@@ -653,15 +653,24 @@ func (l *Leased) current(it *Item) (st, old *leaseState) {
 		return old, nil
 	}
 	st = &leaseState{item: Item{Limit: it.Limit, Key: it.Key}, since: l.now(), keep: l.ls != nil}
-	old.mu.Lock()
-	old.retired = true
-	old.endAll()
-	st.debt, st.debtAge, old.debt = old.debt, old.debtAge, 0
-	st.rate = old.rate
-	old.mu.Unlock()
+	st.debt, st.debtAge, st.rate = l.retire(old)
 	l.keys[k] = st
-	l.retired = append(l.retired, old)
 	return st, old
+}
+
+// retire marks st retired, its leases ended for the caller to return
+// (returnEnded with all set; the sweeper retries), and returns what it
+// owed, since when, and its demand: the caller carries them over or
+// charges the debt. The caller holds l.mu.
+func (l *Leased) retire(st *leaseState) (debt int64, since time.Time, rate float64) {
+	st.mu.Lock()
+	st.retired = true
+	st.endAll()
+	debt, since, rate = st.debt, st.debtAge, st.rate
+	st.debt = 0
+	st.mu.Unlock()
+	l.retired = append(l.retired, st)
+	return debt, since, rate
 }
 
 // endStrict ends the leases of the items' keys taken under a leased
@@ -687,13 +696,7 @@ func (l *Leased) endStrict(ctx context.Context, items []Item) {
 		}
 		delete(l.keys, k)
 		l.nkeys.Add(-1)
-		st.mu.Lock()
-		st.retired = true
-		st.endAll()
-		debt := st.debt
-		st.debt = 0
-		st.mu.Unlock()
-		l.retired = append(l.retired, st)
+		debt, _, _ := l.retire(st)
 		l.mu.Unlock()
 		work := context.WithoutCancel(ctx)
 		_ = l.returnEnded(work, st, true) // a failure leaves them to the sweeper
