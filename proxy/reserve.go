@@ -295,10 +295,11 @@ func (s *Server) serveReserve(w http.ResponseWriter, r *http.Request) {
 	id, exp := res.Hold(ttl)
 	res.Report(http.StatusOK)
 	setRateLimit(w.Header(), d.RateLimit)
-	est := res.Request().Estimate // what the gate reserved (a learned output estimate, under output_reserve: pNN)
+	reserved := res.Request() // what the gate reserved (a learned output estimate, under output_reserve: pNN; requests 0 as 1)
+	est := reserved.Estimate
 	out := reserveAnswer{
 		ReservationID: id, RequestID: res.ID(), ExpiresAt: exp.UTC().Format(time.RFC3339Nano),
-		Estimate: estimateJSON{Requests: res.Request().Requests, InputTokens: est.Usage.InputTokens, OutputTokens: est.Usage.OutputTokens,
+		Estimate: estimateJSON{Requests: reserved.Requests, InputTokens: est.Usage.InputTokens, OutputTokens: est.Usage.OutputTokens,
 			Units: est.Usage.Units, CostUSD: usdText(est.Cost), CostNanoUSD: est.Cost},
 		Degraded: d.Degraded,
 	}
