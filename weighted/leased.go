@@ -629,10 +629,18 @@ func (l *Leased) state(it *Item) *leaseState {
 	if len(l.keys) >= l.maxKeys {
 		return nil
 	}
-	st := &leaseState{item: Item{Limit: it.Limit, Key: it.Key}, since: l.now(), keep: l.ls != nil}
+	st := l.newState(it)
 	l.keys[k] = st
 	l.nkeys.Add(1)
 	return st
+}
+
+// newState is a new state for it's key, used now: the sweeper, which
+// forgets a state unused for a while, must not forget it before the
+// request that made it has taken from it.
+func (l *Leased) newState(it *Item) *leaseState {
+	now := l.now()
+	return &leaseState{item: Item{Limit: it.Limit, Key: it.Key}, since: now, lastUsed: now, keep: l.ls != nil}
 }
 
 // current is state for a debit: a state kept for another version of its
@@ -652,7 +660,7 @@ func (l *Leased) current(it *Item) (st, old *leaseState) {
 	if old = l.keys[k]; old == nil || old.item.Limit == it.Limit {
 		return old, nil
 	}
-	st = &leaseState{item: Item{Limit: it.Limit, Key: it.Key}, since: l.now(), keep: l.ls != nil}
+	st = l.newState(it)
 	st.debt, st.debtAge, st.rate = l.retire(old)
 	l.keys[k] = st
 	return st, old
@@ -1501,9 +1509,15 @@ func (l *Leased) sweepOnce(ctx context.Context) {
 			k := stateKeyOf(&st.item)
 			if l.keys[k] == st {
 				st.mu.Lock()
-				if len(st.leases) == 0 && len(st.ended) == 0 && st.fetching == nil && st.debt == 0 {
+				if len(st.leases) == 0 && len(st.ended) == 0 && st.fetching == nil && st.debt == 0 && now.Sub(st.lastUsed) > 10*ttl {
 					delete(l.keys, k)
 					l.nkeys.Add(-1)
+					// A request that found it before it went takes from it
+					// no more: as a retired state, it debits strictly, and a
+					// lease it was taking goes back at once. A lease held by
+					// a state nobody finds would be spent by nobody and
+					// returned only when it expires in the store.
+					st.retired = true
 				}
 				st.mu.Unlock()
 			}
