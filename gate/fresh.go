@@ -248,8 +248,20 @@ func (g *Gate) budgetCounters(ctx context.Context, tenant string, lost bool) ([]
 					spent = local.Spend
 				}
 				if g.regions != nil {
-					// The ledger's spend is every region's.
-					spent = costmodel.NanoUSD(g.regions.spent(ctx, l.limit, key, int64(spent), lost))
+					// The ledger's spend is every region's; after a data
+					// loss this region's own entries count too.
+					var own costmodel.NanoUSD
+					if lost {
+						q.Region = st.cfg.Region
+						if own, err = g.ledger.Spend(ctx, q); err != nil {
+							var local *ledger.LocalSpendError
+							if !errors.As(err, &local) {
+								return nil, nil, fmt.Errorf("gate: spend of %s for %s in region %s: %w", tenant, l.limit.Name, q.Region, err)
+							}
+							own = local.Spend
+						}
+					}
+					spent = costmodel.NanoUSD(g.regions.spent(ctx, l.limit, key, int64(spent), int64(own), lost))
 				}
 				items = append(items, weighted.Item{Limit: l.limit, Key: key})
 				counted = append(counted, max(int64(spent), 0))

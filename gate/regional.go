@@ -53,15 +53,20 @@ func (g *Gate) regional(ctx context.Context, l *compiledLimit, key string) (lim 
 // spent is what this region has spent of budget l for key, at least: the
 // count its Redis is restored to. A scheduled check (lost false) takes
 // what it last reported. After its Redis lost its data (lost), that is
-// raised to the ledger's spend (every region's, ledger) less what the
-// other regions reported in their rows, at most its cap: the others have
-// spent at least what they reported, so the rest of the ledger's spend
-// is this region's or more, and a region never spends twice what it
-// spent since its last report. (A scheduled check does not raise it so:
-// the others' spend since their reports would count as this region's.)
-// When the rows cannot be read, the others count for nothing (the whole
-// ledger's spend, at most the cap, which refuses rather than admits).
-func (g *Regions) spent(ctx context.Context, l weighted.Limit, key string, ledger int64, lost bool) int64 {
+// raised, at most to its cap, to the larger of two readings of the
+// ledger: own, the spend of the entries this region recorded, and the
+// ledger's spend (every region's, ledger) less what the other regions
+// reported in their rows. own is the region's spend but for its own
+// records not yet in the ledger (as a single region's restore); the
+// second counts entries recorded before the regions were configured,
+// which name no region, but is low when another region reported spend
+// its ledger entries do not show yet (its spool lags its Redis), so
+// alone it would let this region spend twice what it spent since its
+// last report. (A scheduled check raises it neither way: the others'
+// spend since their reports would count as this region's.) When the rows
+// cannot be read, the others count for nothing (the whole ledger's
+// spend, at most the cap, which refuses rather than admits).
+func (g *Regions) spent(ctx context.Context, l weighted.Limit, key string, ledger, own int64, lost bool) int64 {
 	k := capKeyOf(l, key, g.cfg.Now())
 	var used, cp int64
 	known := false
@@ -96,7 +101,7 @@ func (g *Regions) spent(ctx context.Context, l weighted.Limit, key string, ledge
 		// and reads its cap before its first debit.
 		return used
 	}
-	return max(used, min(cp, ledger-others))
+	return max(used, min(cp, max(own, ledger-others)))
 }
 
 // regionRefused counts the cost of item i, which limit i refused, as

@@ -142,7 +142,7 @@ func scanHeadCharges(rs rows) ([]headCharge, error) {
 			c    headCharge
 			cost int64
 		)
-		if err := rs.Scan(&c.user, &c.key, &cost); err != nil {
+		if err := rs.Scan(&c.user, &c.key, &c.region, &cost); err != nil {
 			return nil, err
 		}
 		c.cost = costmodel.NanoUSD(cost)

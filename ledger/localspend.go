@@ -60,8 +60,8 @@ func (e *LocalSpendError) Unwrap() error { return e.Err }
 
 // spendQueryKey names a query and its period.
 type spendQueryKey struct {
-	tenant, user, key string
-	from, to          int64 // Unix microseconds
+	tenant, user, key, region string
+	from, to                  int64 // Unix microseconds
 }
 
 // spendRead is a value read from the store, with the spool position the
@@ -187,5 +187,5 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(keyID 
 func (k spendQueryKey) match(e *Entry) bool {
 	at := e.CreatedAt.UnixMicro()
 	return e.Tenant == k.tenant && (k.user == "" || e.User == k.user) && (k.key == "" || e.KeyID == k.key) &&
-		at >= k.from && at < k.to
+		(k.region == "" || e.Region == k.region) && at >= k.from && at < k.to
 }

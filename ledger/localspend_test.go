@@ -31,6 +31,9 @@ func TestSpendWhileTheStoreIsDown(t *testing.T) {
 		t.Helper()
 		e := reservation(id, t0)
 		e.User, e.KeyID, e.EstimatedCost = user, "k-"+user, est
+		if user == "bob" {
+			e.Region = "us" // bob calls from the us region, ann from eu
+		}
 		if err := l.Reserve(ctx, e); err != nil {
 			t.Fatal(err)
 		}
@@ -92,6 +95,7 @@ func TestSpendWhileTheStoreIsDown(t *testing.T) {
 	}{
 		{"read before", month, ledger.LocalSpendError{Spend: 13_000, Stored: 4_000, ReadAt: now, Pending: 9_000, Partial: true}},
 		{"never read: only what the store lacks", ann, ledger.LocalSpendError{Spend: 7_000, Pending: 7_000}},
+		{"one region", ledger.SpendQuery{Tenant: "acme", Region: "us", Period: "month", At: t0}, ledger.LocalSpendError{Spend: 2_000, Pending: 2_000}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			sp, err := l.Spend(ctx, c.q)

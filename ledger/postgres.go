@@ -540,8 +540,8 @@ func (s *pgStore) keySpend(ctx context.Context, tenant string, from, to time.Tim
 }
 
 func (s *pgStore) headSpend(ctx context.Context, tenant string, from, to time.Time) ([]headCharge, error) {
-	rows, err := s.pool.Query(ctx, `SELECT user_id, key_id, SUM(cost)::bigint FROM ledger_entries
-		WHERE tenant = $1 AND created_at >= $2 AND created_at < $3 GROUP BY user_id, key_id`, tenant, from, to)
+	rows, err := s.pool.Query(ctx, `SELECT user_id, key_id, region, SUM(cost)::bigint FROM ledger_entries
+		WHERE tenant = $1 AND created_at >= $2 AND created_at < $3 GROUP BY user_id, key_id, region`, tenant, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: postgres head spend: %w", err)
 	}

@@ -145,6 +145,11 @@ type SpendQuery struct {
 	Tenant string // required
 	User   string // optional: only this user's entries
 	KeyID  string // optional: only this key's entries
+	// Region, optional, selects the entries recorded in this region (a
+	// node's config region). Read from the entries rather than the
+	// roll-up, so its cost grows with the tenant's entries in the range:
+	// for a rare read (a region's counters restored after a data loss).
+	Region string
 	// Period is "day" or "month", with boundaries in Config.TimeZone.
 	Period string
 	// At is a time inside the period; zero means now.
@@ -210,13 +215,18 @@ func (l *Ledger) Spend(ctx context.Context, q SpendQuery) (costmodel.NanoUSD, er
 	if err != nil {
 		return 0, err
 	}
-	k := spendQueryKey{tenant: q.Tenant, user: q.User, key: q.KeyID, from: from.UnixMicro(), to: to.UnixMicro()}
+	k := spendQueryKey{tenant: q.Tenant, user: q.User, key: q.KeyID, region: q.Region, from: from.UnixMicro(), to: to.UnixMicro()}
 	var applied int64
 	if l.spool != nil {
 		_, applied = l.spool.positions()
 	}
 	readAt := l.cfg.Now()
-	v, err := l.rangeSpend(ctx, q.Tenant, q.User, q.KeyID, from.UTC(), to.UTC())
+	var v costmodel.NanoUSD
+	if q.Region != "" {
+		v, err = l.regionSpend(ctx, k, from.UTC(), to.UTC())
+	} else {
+		v, err = l.rangeSpend(ctx, q.Tenant, q.User, q.KeyID, from.UTC(), to.UTC())
+	}
 	if l.spool == nil {
 		return v, err
 	}
@@ -253,6 +263,22 @@ func (l *Ledger) rangeSpend(ctx context.Context, tenant, user, key string, from,
 	return v + rest, err
 }
 
+// regionSpend is the store's spend over [from, to) of the entries that
+// match k, a query of one region, read from the entries.
+func (l *Ledger) regionSpend(ctx context.Context, k spendQueryKey, from, to time.Time) (costmodel.NanoUSD, error) {
+	cs, err := l.store.headSpend(ctx, k.tenant, from, to)
+	if err != nil {
+		return 0, err
+	}
+	var v costmodel.NanoUSD
+	for _, c := range cs {
+		if c.region == k.region && (k.user == "" || c.user == k.user) && (k.key == "" || c.key == k.key) {
+			v += c.cost
+		}
+	}
+	return v, nil
+}
+
 // splitHead splits [from, to) where from cuts a roll-up bucket: head is
 // from, and rest the next bucket's start (or to); head is zero when from
 // is a bucket's start.
@@ -268,10 +294,11 @@ func splitHead(from, to time.Time) (head, rest time.Time) {
 	return from, next
 }
 
-// headCharge is the charge of a tenant's entries of one user and key.
+// headCharge is the charge of a tenant's entries of one user, key and
+// region.
 type headCharge struct {
-	user, key string
-	cost      costmodel.NanoUSD
+	user, key, region string
+	cost              costmodel.NanoUSD
 }
 
 // TenantSpend is one tenant's spend over a period.

@@ -454,8 +454,8 @@ func (s *sqliteStore) keySpend(ctx context.Context, tenant string, from, to time
 }
 
 func (s *sqliteStore) headSpend(ctx context.Context, tenant string, from, to time.Time) ([]headCharge, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT user_id, key_id, SUM(cost) FROM ledger_entries
-		WHERE tenant = ? AND created_at >= ? AND created_at < ? GROUP BY user_id, key_id`, tenant, from.UnixMicro(), to.UnixMicro())
+	rows, err := s.db.QueryContext(ctx, `SELECT user_id, key_id, region, SUM(cost) FROM ledger_entries
+		WHERE tenant = ? AND created_at >= ? AND created_at < ? GROUP BY user_id, key_id, region`, tenant, from.UnixMicro(), to.UnixMicro())
 	if err != nil {
 		return nil, fmt.Errorf("ledger: sqlite head spend: %w", err)
 	}

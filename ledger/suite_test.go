@@ -748,6 +748,7 @@ func TestSpendMatchesEntries(t *testing.T) {
 		for i := range 2000 {
 			e := reservation(fmt.Sprintf("e%d", i), start.Add(time.Duration(rng.Int64N(int64(70*24*time.Hour)))))
 			e.User, e.KeyID = fmt.Sprintf("u%d", rng.IntN(3)), fmt.Sprintf("k%d", rng.IntN(3))
+			e.Region = []string{"", "eu", "us"}[rng.IntN(3)]
 			e.EstimatedCost = costmodel.NanoUSD(rng.IntN(10_000))
 			if err := l.Reserve(ctx, e); err != nil {
 				t.Fatal(err)
@@ -783,6 +784,9 @@ func TestSpendMatchesEntries(t *testing.T) {
 			if rng.IntN(2) == 0 {
 				q.KeyID = fmt.Sprintf("k%d", rng.IntN(3))
 			}
+			if rng.IntN(3) == 0 {
+				q.Region = []string{"eu", "us"}[rng.IntN(2)]
+			}
 			from, to, err := ledger.Period(q.Period, q.At, z)
 			if err != nil {
 				t.Fatal(err)
@@ -790,7 +794,8 @@ func TestSpendMatchesEntries(t *testing.T) {
 			var want costmodel.NanoUSD
 			for _, e := range es {
 				if !e.CreatedAt.Before(from) && e.CreatedAt.Before(to) &&
-					(q.User == "" || q.User == e.User) && (q.KeyID == "" || q.KeyID == e.KeyID) {
+					(q.User == "" || q.User == e.User) && (q.KeyID == "" || q.KeyID == e.KeyID) &&
+					(q.Region == "" || q.Region == e.Region) {
 					want += e.Charge()
 				}
 			}
