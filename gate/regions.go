@@ -13,8 +13,11 @@ package gate
 // part of B no region holds. A region changes only its own row, so a
 // region cut off from PostgreSQL keeps its cap: it serves up to it and
 // stops there, and the others share what it does not hold. A cap is
-// lowered in process before the row, and raised in the row before in
-// process, so a failure between the two leaves the region below its row.
+// raised in the row before in process, and lowered in process before the
+// row, so a failure between the two leaves the region below its row; the
+// row is lowered only as far as the cap in process since the last
+// rebalance, which requests in flight may have read, and follows one
+// rebalance later.
 
 import (
 	"context"
@@ -357,6 +360,12 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 	rate := 0.0
 	g.mu.Lock()
 	refused := c.refused
+	// The cap in process since the last rebalance: requests in flight may
+	// have read it (or, before that rebalance, the row it kept then).
+	inForce := int64(0)
+	if c.known {
+		inForce = c.cap
+	}
 	if c.known && now.After(c.at) {
 		rate = (float64(used-c.used) + float64(refused)) / now.Sub(c.at).Seconds()
 		if c.rate > 0 {
@@ -386,7 +395,15 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 	// above the estimate, keeps its row and takes what is free).
 	next := max(min(max(target, used), mine.cap+free), 0)
 	lower := had && next < mine.cap
+	// A lowered cap is lowered in process now, and in its row only as far
+	// as the cap in process since the last rebalance: a request that read
+	// that cap and debits after the peeks below lands within the row, so
+	// that no other region is given its spend. The row follows one
+	// rebalance later, once such requests have landed (a debit slower
+	// than the interval can still land past it).
+	rowCap := next
 	if lower {
+		rowCap = max(next, min(inForce, mine.cap))
 		g.setCap(k, next, total, used, mine.rate, refused, now) // in process first
 		// Requests admitted under the old cap while this rebalance ran
 		// (since the peek above) are spent all the same: the row keeps
@@ -400,12 +417,13 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 			g.setCap(k, next, total, spent, mine.rate, 0, now)
 			used, mine.used = spent, spent
 			next = max(next, min(used, mine.cap+free))
+			rowCap = max(rowCap, next)
 		}
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO costgate_region_caps (budget, key, period, region, cap, used, rate, updated_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 		ON CONFLICT (budget, key, period, region) DO UPDATE SET cap = $5, used = $6, rate = $7, updated_at = $8`,
-		k.budget, k.key, k.period, g.cfg.Region, next, used, mine.rate, now); err != nil {
+		k.budget, k.key, k.period, g.cfg.Region, rowCap, used, mine.rate, now); err != nil {
 		return fmt.Errorf("gate: regions: write: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
