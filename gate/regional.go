@@ -33,6 +33,11 @@ func (g *Gate) openRegions(ctx context.Context, cfg *config.Config) error {
 	if err := rg.Migrate(mctx); err != nil {
 		return err
 	}
+	if err := rg.SyncClock(mctx); err != nil {
+		// The host's clock until the first rebalance that reaches the
+		// store.
+		g.log.Warn("regions: the store's clock", "err", err)
+	}
 	g.regions = rg
 	rctx, stop := context.WithCancel(context.Background())
 	g.closers = append(g.closers, func() error { stop(); return nil })
@@ -67,7 +72,7 @@ func (g *Gate) regional(ctx context.Context, l *compiledLimit, key string) (lim 
 // cannot be read, the others count for nothing (the whole ledger's
 // spend, at most the cap, which refuses rather than admits).
 func (g *Regions) spent(ctx context.Context, l weighted.Limit, key string, ledger, own int64, lost bool) int64 {
-	k := capKeyOf(l, key, g.cfg.Now())
+	k := capKeyOf(l, key, g.now())
 	var used, cp int64
 	known := false
 	g.mu.Lock()

@@ -27,6 +27,7 @@ import (
 	"math"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -77,6 +78,11 @@ type Regions struct {
 	store weighted.Store
 	cfg   RegionsConfig
 
+	// offset is the store's clock less this host's, in microseconds, as
+	// SyncClock last measured it: a cap's period is named by the store's
+	// time, the one its counter's window follows.
+	offset atomic.Int64
+
 	mu       sync.Mutex
 	caps     map[capKey]*regionCap
 	lastOK   time.Time
@@ -121,6 +127,65 @@ func NewRegions(db *pgxpool.Pool, store weighted.Store, cfg RegionsConfig) (*Reg
 		cfg.Now = time.Now
 	}
 	return &Regions{db: db, store: store, cfg: cfg, caps: map[capKey]*regionCap{}}, nil
+}
+
+// now is the store's time, as this region knows it: its host's clock
+// moved by the offset SyncClock measured.
+func (g *Regions) now() time.Time {
+	return g.cfg.Now().Add(time.Duration(g.offset.Load()) * time.Microsecond)
+}
+
+// clockProbe is a day's window debited once a day: a peek of it tells
+// the store's time of day (fixed windows start at multiples of their
+// period since the Unix epoch, in the store's clock; an empty one does
+// not say when it ends).
+var clockProbe = weighted.Item{Limit: weighted.Limit{Name: "costgate-region-clock", Algorithm: weighted.FixedWindow,
+	Rate: 1 << 40, Period: 24 * time.Hour}, Key: "costgate:region-clock", Cost: 1}
+
+// SyncClock measures how far the store's clock (the server's TIME for
+// Redis) is from this host's, within 12 hours, to the call's round trip.
+// A budget's counters count in the store's windows; a region whose host
+// clock ran ahead of its store would name a cap by the next period while
+// its counter still counted in the last, and spend the last period's
+// budget again under a fresh cap. Rebalance calls it, and so should the
+// owner once before the first request.
+func (g *Regions) SyncClock(ctx context.Context) error {
+	probe := []weighted.Item{clockProbe}
+	t0 := g.cfg.Now()
+	res, err := g.store.Peek(ctx, probe)
+	if err == nil && res.Items[0].ResetAfter <= 0 {
+		// The day's window is empty: the first probe of the day counts in
+		// it, once whichever replicas send it (one id a day).
+		t0 = g.cfg.Now()
+		res, err = g.store.Debit(ctx, "costgate-region-clock-"+t0.UTC().Format(time.DateOnly), probe)
+	}
+	t1 := g.cfg.Now()
+	if err != nil {
+		return fmt.Errorf("gate: regions: the store's clock: %w", err)
+	}
+	ra := res.Items[0].ResetAfter
+	p := clockProbe.Limit.Period.Microseconds()
+	if ra <= 0 || ra.Microseconds() > p {
+		return fmt.Errorf("gate: regions: the store's clock: a day's window resets after %s", ra)
+	}
+	mid := t0.Add(t1.Sub(t0) / 2).UnixMicro()
+	// The store's time is p - ra into its day: of the times so placed,
+	// the one nearest this host's.
+	st := mid - mid%p + (p-ra.Microseconds())%p
+	for _, c := range [2]int64{st - p, st + p} {
+		if absMicros(c-mid) < absMicros(st-mid) {
+			st = c
+		}
+	}
+	g.offset.Store(st - mid)
+	return nil
+}
+
+func absMicros(d int64) int64 {
+	if d < 0 {
+		return -d
+	}
+	return d
 }
 
 // Migrate creates the table of regional caps.
@@ -170,7 +235,7 @@ func (g *Regions) LimitContext(ctx context.Context, l weighted.Limit, key string
 // limitFor is LimitContext, and tells whether this region's cap is 0
 // (shut): the limit's least rate, 1, would still admit a cost of 1.
 func (g *Regions) limitFor(ctx context.Context, l weighted.Limit, key string) (out weighted.Limit, shut bool) {
-	now := g.cfg.Now()
+	now := g.now()
 	k := capKeyOf(l, key, now)
 	g.mu.Lock()
 	c := g.caps[k]
@@ -232,13 +297,18 @@ type RegionInfo struct {
 	LastTry   time.Time `json:"last_attempt"`
 	LastError string    `json:"last_error,omitempty"`
 	Budgets   int       `json:"budgets"`
+	// StoreClockOffsetMS is how far the store's clock is ahead of this
+	// host's (negative: behind), as last measured: the caps' periods
+	// follow the store's.
+	StoreClockOffsetMS float64 `json:"store_clock_offset_ms"`
 }
 
 // Info returns the region's last reconciliation.
 func (g *Regions) Info() RegionInfo {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	i := RegionInfo{Region: g.cfg.Region, Regions: g.cfg.Regions, LastOK: g.lastOK, LastTry: g.lastTry, Budgets: len(g.caps)}
+	i := RegionInfo{Region: g.cfg.Region, Regions: g.cfg.Regions, LastOK: g.lastOK, LastTry: g.lastTry, Budgets: len(g.caps),
+		StoreClockOffsetMS: float64(g.offset.Load()) / 1000}
 	if g.lastErr != nil {
 		i.LastError = g.lastErr.Error()
 	}
@@ -250,7 +320,7 @@ func (g *Regions) Info() RegionInfo {
 func (g *Regions) Cap(l weighted.Limit, key string) (int64, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	c := g.caps[capKeyOf(l, key, g.cfg.Now())]
+	c := g.caps[capKeyOf(l, key, g.now())]
 	if c == nil || !c.known {
 		return 0, false
 	}
@@ -274,7 +344,11 @@ func (g *Regions) Run(ctx context.Context) {
 // Rebalance rebalances every budget key this region has enforced in the
 // current period, each in a transaction of its own.
 func (g *Regions) Rebalance(ctx context.Context) error {
-	now := g.cfg.Now()
+	var errs []error
+	if err := g.SyncClock(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	now := g.now()
 	g.mu.Lock()
 	keys := make([]capKey, 0, len(g.caps))
 	for k := range g.caps {
@@ -286,7 +360,6 @@ func (g *Regions) Rebalance(ctx context.Context) error {
 	}
 	g.lastTry = now
 	g.mu.Unlock()
-	var errs []error
 	for _, k := range keys {
 		if err := g.rebalance(ctx, k, now); err != nil {
 			errs = append(errs, err)
@@ -454,7 +527,7 @@ func (g *Regions) Refused(l weighted.Limit, key string, cost int64) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if c := g.caps[capKeyOf(l, key, g.cfg.Now())]; c != nil {
+	if c := g.caps[capKeyOf(l, key, g.now())]; c != nil {
 		c.refused += min(cost, math.MaxInt64-c.refused)
 	}
 }

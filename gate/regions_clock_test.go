@@ -1,31 +1,61 @@
-//go:build knownbugs
-
-// Known bugs of multi-region budgets, open: each test fails today and
-// shows one way global spend exceeds the README's bound (see the README,
-// "Multi-region budgets", known limits). They stay out of the suite until
-// fixed: go test -tags knownbugs -run TestAttackRegion ./gate/
-
 package gate_test
 
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/costgate/costgate/gate"
 	"github.com/costgate/costgate/internal/pgtest"
+	"github.com/costgate/costgate/internal/redistest"
 	"github.com/costgate/costgate/weighted"
 )
 
-// A region whose host clock runs a few minutes ahead crosses the budget's
-// period boundary before its Redis does (the counters' windows follow
-// Redis TIME, the caps' period follows the Go clock). It then reads a cap
-// in a fresh, empty period, while its counter still holds its spend of the
-// old one and the other region still holds its old-period cap. The README
-// bound is "global spend is at most the budget".
-func TestAttackRegionClockAheadCrossesPeriod(t *testing.T) {
+// TestRegionSyncClock: a region measures its store's clock against its
+// host's, on Memory (a store clock off by skew from the host's, both
+// ways, up to hours, across a day's end) and on a real Redis (the same
+// machine's clock: no offset beyond the round trip).
+func TestRegionSyncClock(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.New(t)
+	for _, skew := range []time.Duration{0, 15 * time.Minute, -15 * time.Minute, 5*time.Hour + 3*time.Second, -11 * time.Hour} {
+		for _, at := range []time.Time{time.Date(2026, 12, 2, 23, 59, 0, 0, time.UTC), time.Date(2026, 12, 3, 0, 1, 0, 0, time.UTC), time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)} {
+			store := weighted.NewMemory(weighted.MemoryConfig{Now: func() time.Time { return at.Add(skew) }})
+			rg := newRegion(t, dsn, "eu", store, func() time.Time { return at }, "eu", "us")
+			for range 2 { // the day's first probe debits, the next peeks
+				if err := rg.SyncClock(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if got, want := rg.Info().StoreClockOffsetMS, float64(skew.Milliseconds()); math.Abs(got-want) > 1 {
+					t.Fatalf("host at %v, store %v ahead: offset %v ms, want %v", at, skew, got, want)
+				}
+			}
+		}
+	}
+	c := redistest.New(t).Client(t)
+	rg := newRegion(t, dsn, "eu", weighted.NewRedis(c, weighted.RedisConfig{}), time.Now, "eu", "us")
+	for range 3 {
+		if err := rg.SyncClock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := rg.Info().StoreClockOffsetMS; math.Abs(got) > 100 {
+			t.Fatalf("Redis on this host: offset %v ms, want about 0", got)
+		}
+	}
+}
+
+// TestRegionClockAheadCrossesPeriod: a region whose host clock runs a few
+// minutes ahead crossed the budget's period boundary before its Redis did
+// (the counters' windows follow Redis TIME, the caps' period followed the
+// Go clock). It then read a cap in a fresh, empty period, while its
+// counter still held its spend of the old one and the other region still
+// held its old-period cap: global 150 of 100. The caps' periods now
+// follow the store's clock (SyncClock). The README bound is "global spend
+// is at most the budget".
+func TestRegionClockAheadCrossesPeriod(t *testing.T) {
 	ctx := context.Background()
 	dsn := pgtest.New(t)
 	const key = "{acme}:tenant=acme"
@@ -83,10 +113,10 @@ func TestAttackRegionClockAheadCrossesPeriod(t *testing.T) {
 	}
 }
 
-// TestAttackRegionClockSkewPerTrueDay runs two regions through a true
-// midnight with eu's host clock off by skew, and counts each true day's
-// spend (the stores keep true time).
-func TestAttackRegionClockSkewPerTrueDay(t *testing.T) {
+// TestRegionClockSkewPerTrueDay runs two regions through a true midnight
+// with eu's host clock off by skew, and counts each true day's spend (the
+// stores keep true time): at most the budget each.
+func TestRegionClockSkewPerTrueDay(t *testing.T) {
 	for _, skew := range []time.Duration{-15 * time.Minute, 15 * time.Minute} {
 		t.Run(skew.String(), func(t *testing.T) {
 			ctx := context.Background()
