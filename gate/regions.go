@@ -14,10 +14,10 @@ package gate
 // region cut off from PostgreSQL keeps its cap: it serves up to it and
 // stops there, and the others share what it does not hold. A cap is
 // raised in the row before in process, and lowered in process before the
-// row, so a failure between the two leaves the region below its row; the
-// row is lowered only as far as the cap in process since the last
-// rebalance, which requests in flight may have read, and follows one
-// rebalance later.
+// row, so a failure between the two leaves the region below its row; a
+// lowering is announced in the row first, taken in process by each of
+// the region's replicas at its next rebalance, and written to the row
+// two intervals later (see rebalance).
 
 import (
 	"context"
@@ -195,6 +195,11 @@ func (g *Regions) Migrate(ctx context.Context) error {
 	cap bigint NOT NULL, used bigint NOT NULL, rate double precision NOT NULL,
 	updated_at timestamptz NOT NULL,
 	PRIMARY KEY (budget, key, period, region))`)
+	if err == nil {
+		// A lowering announced to the region's replicas (see rebalance).
+		_, err = g.db.Exec(ctx, `ALTER TABLE costgate_region_caps
+	ADD COLUMN IF NOT EXISTS target bigint, ADD COLUMN IF NOT EXISTS target_since timestamptz`)
+	}
 	if err != nil {
 		return fmt.Errorf("gate: regions: migrate: %w", err)
 	}
@@ -401,7 +406,8 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(h.Sum64())); err != nil {
 		return fmt.Errorf("gate: regions: lock: %w", err)
 	}
-	rows, err := tx.Query(ctx, `SELECT region, cap, used, rate FROM costgate_region_caps WHERE budget = $1 AND key = $2 AND period = $3`,
+	rows, err := tx.Query(ctx, `SELECT region, cap, used, rate, coalesce(target, -1), coalesce(target_since, 'epoch')
+		FROM costgate_region_caps WHERE budget = $1 AND key = $2 AND period = $3`,
 		k.budget, k.key, k.period)
 	if err != nil {
 		return fmt.Errorf("gate: regions: read: %w", err)
@@ -409,12 +415,14 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 	type row struct {
 		cap, used int64
 		rate      float64
+		target    int64 // a lowering announced, -1 for none
+		since     time.Time
 	}
 	all := map[string]row{}
 	for rows.Next() {
 		var name string
 		var r row
-		if err := rows.Scan(&name, &r.cap, &r.used, &r.rate); err != nil {
+		if err := rows.Scan(&name, &r.cap, &r.used, &r.rate, &r.target, &r.since); err != nil {
 			rows.Close()
 			return fmt.Errorf("gate: regions: read: %w", err)
 		}
@@ -433,11 +441,9 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 	rate := 0.0
 	g.mu.Lock()
 	refused := c.refused
-	// The cap in process since the last rebalance: requests in flight may
-	// have read it (or, before that rebalance, the row it kept then).
-	inForce := int64(0)
-	if c.known {
-		inForce = c.cap
+	inForce := c.cap // the cap in process, which requests in flight may have read
+	if !c.known {
+		inForce = 0
 	}
 	if c.known && now.After(c.at) {
 		rate = (float64(used-c.used) + float64(refused)) / now.Sub(c.at).Seconds()
@@ -467,43 +473,70 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 	// region holds (a region that spent past its row, by a settlement
 	// above the estimate, keeps its row and takes what is free).
 	next := max(min(max(target, used), mine.cap+free), 0)
-	lower := had && next < mine.cap
-	// A lowered cap is lowered in process now, and in its row only as far
-	// as the cap in process since the last rebalance: a request that read
-	// that cap and debits after the peeks below lands within the row, so
-	// that no other region is given its spend. The row follows one
-	// rebalance later, once such requests have landed (a debit slower
-	// than the interval can still land past it).
-	rowCap := next
+	// A raise is written to the row, then taken in process. A lowering is
+	// taken in process at once, but only announced in the row (target):
+	// the region's other replicas, which share its Redis counter, each
+	// enforce the cap they read at their own last rebalance, and requests
+	// in flight debit the cap they read. Every replica takes the target
+	// in process at its next rebalance; once the target has stood two
+	// intervals (every replica on schedule has taken it, and its requests
+	// under the old cap have landed), a rebalance writes it to the row,
+	// where the other regions see it. A target lowered again starts its
+	// wait anew; a raise drops it.
+	rowCap, inproc := next, next
+	tgt, tgtSince := int64(-1), time.Time{}
+	if had && next <= mine.cap {
+		t := next
+		if mine.target >= 0 {
+			t = min(t, mine.target)
+		}
+		rowCap, inproc = mine.cap, min(next, mine.cap)
+		if t < mine.cap {
+			since := now
+			if t == mine.target {
+				since = mine.since
+			}
+			inproc = t
+			if t == mine.target && now.Sub(since) >= 2*g.cfg.Interval {
+				rowCap = t // committed
+			} else {
+				tgt, tgtSince = t, since
+			}
+		}
+	}
+	lower := c.known && inproc < inForce || !c.known && had && inproc < mine.cap
 	if lower {
-		rowCap = max(next, min(inForce, mine.cap))
-		g.setCap(k, next, total, used, mine.rate, refused, now) // in process first
+		g.setCap(k, inproc, total, used, mine.rate, refused, now) // in process first
 		// Requests admitted under the old cap while this rebalance ran
-		// (since the peek above) are spent all the same: the row keeps
-		// them, so that no other region is given them again. The cap in
-		// process stays lowered: past it, this region admits nothing.
+		// (since the peek above) are spent all the same: a row committed
+		// keeps them, so that no other region is given them again.
 		res, err := g.store.Peek(ctx, []weighted.Item{{Limit: peek, Key: k.key}})
 		if err != nil {
 			return fmt.Errorf("gate: regions: %s %s: %w", k.budget, k.key, err)
 		}
 		if spent := total - res.Items[0].Remaining; spent > used {
-			g.setCap(k, next, total, spent, mine.rate, 0, now)
+			g.setCap(k, inproc, total, spent, mine.rate, 0, now)
 			used, mine.used = spent, spent
-			next = max(next, min(used, mine.cap+free))
-			rowCap = max(rowCap, next)
 		}
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO costgate_region_caps (budget, key, period, region, cap, used, rate, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-		ON CONFLICT (budget, key, period, region) DO UPDATE SET cap = $5, used = $6, rate = $7, updated_at = $8`,
-		k.budget, k.key, k.period, g.cfg.Region, rowCap, used, mine.rate, now); err != nil {
+	if rowCap < mine.cap {
+		rowCap = min(max(rowCap, used), mine.cap)
+	}
+	var tgtArg, sinceArg any
+	if tgt >= 0 {
+		tgtArg, sinceArg = tgt, tgtSince
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO costgate_region_caps (budget, key, period, region, cap, used, rate, updated_at, target, target_since)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		ON CONFLICT (budget, key, period, region) DO UPDATE SET cap = $5, used = $6, rate = $7, updated_at = $8, target = $9, target_since = $10`,
+		k.budget, k.key, k.period, g.cfg.Region, rowCap, used, mine.rate, now, tgtArg, sinceArg); err != nil {
 		return fmt.Errorf("gate: regions: write: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("gate: regions: commit: %w", err)
 	}
 	if !lower {
-		g.setCap(k, next, total, used, mine.rate, refused, now)
+		g.setCap(k, inproc, total, used, mine.rate, refused, now)
 	}
 	return nil
 }

@@ -35,8 +35,16 @@ func (p *peekHook) Peek(ctx context.Context, items []weighted.Item) (weighted.Re
 }
 
 // newRegion opens region name of names (eu and us when none are given),
-// its caps in the PostgreSQL of dsn, debited in st, on clock.
+// its caps in the PostgreSQL of dsn, debited in st, on clock. Its
+// interval is a millisecond: the tests call Rebalance themselves, and a
+// lowering announced reaches the row at a rebalance 2 ms or more later.
 func newRegion(t *testing.T, dsn, name string, st weighted.Store, clock func() time.Time, names ...string) *gate.Regions {
+	t.Helper()
+	return newRegionEvery(t, dsn, name, st, clock, time.Millisecond, names...)
+}
+
+// newRegionEvery is newRegion with its interval.
+func newRegionEvery(t *testing.T, dsn, name string, st weighted.Store, clock func() time.Time, every time.Duration, names ...string) *gate.Regions {
 	t.Helper()
 	if len(names) == 0 {
 		names = []string{"eu", "us"}
@@ -47,7 +55,7 @@ func newRegion(t *testing.T, dsn, name string, st weighted.Store, clock func() t
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	rg, err := gate.NewRegions(pool, st, gate.RegionsConfig{Region: name, Regions: names, Now: clock})
+	rg, err := gate.NewRegions(pool, st, gate.RegionsConfig{Region: name, Regions: names, Now: clock, Interval: every})
 	if err != nil {
 		t.Fatal(err)
 	}

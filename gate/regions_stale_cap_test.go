@@ -41,8 +41,8 @@ func (p *rebalanceHook) Peek(ctx context.Context, items []weighted.Item) (weight
 // rebalance's second peek, before its row is written. The request is
 // debited against the old cap. Before, the row was lowered at once, the
 // region spent past it, and the other region was given that spend again
-// (global 127 of 100). Now the row is lowered only as far as the cap in
-// process since the last rebalance, and follows one rebalance later.
+// (global 127 of 100). Now a lowering is announced in the row and
+// written there two intervals later.
 // Costs here are at their estimates: nothing overruns, and global spend
 // stays within the budget.
 func TestRegionDebitWithStaleCapDuringLowering(t *testing.T) {

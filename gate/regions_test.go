@@ -62,7 +62,7 @@ func TestRegionsShareABudget(t *testing.T) {
 		t.Cleanup(pool.Close)
 		c := redistest.New(t).Client(t)
 		store := weighted.NewRedis(c, weighted.RedisConfig{QueueTimeout: time.Minute, CallTimeout: time.Minute, ReplyTimeout: time.Minute})
-		rg, err := gate.NewRegions(pool, store, gate.RegionsConfig{Region: name, Regions: names})
+		rg, err := gate.NewRegions(pool, store, gate.RegionsConfig{Region: name, Regions: names, Interval: time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
