@@ -2,9 +2,7 @@ package gate_test
 
 import (
 	"context"
-	"fmt"
 	"math"
-	"sync"
 	"testing"
 	"time"
 
@@ -61,9 +59,7 @@ func TestRegionClockAheadCrossesPeriod(t *testing.T) {
 	const key = "{acme}:tenant=acme"
 	const budget = 100
 	lim := weighted.Limit{Name: "daily", Algorithm: weighted.FixedWindow, Rate: budget, Period: 24 * time.Hour}
-	var mu sync.Mutex
-	now := time.Date(2026, 12, 2, 23, 0, 0, 0, time.UTC) // true time
-	trueClock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	trueClock, advance := fakeClock(time.Date(2026, 12, 2, 23, 0, 0, 0, time.UTC)) // true time
 	skew := 15 * time.Minute
 	euClock := func() time.Time { return trueClock().Add(skew) }
 	names := []string{"eu", "us"}
@@ -72,17 +68,10 @@ func TestRegionClockAheadCrossesPeriod(t *testing.T) {
 	usStore := weighted.NewMemory(weighted.MemoryConfig{Now: trueClock})
 	eu := newRegion(t, dsn, "eu", euStore, euClock, names...)
 	us := newRegion(t, dsn, "us", usStore, trueClock, names...)
-	var seq int
 	var euSpent, usSpent int64
 	spend := func(rg *gate.Regions, st weighted.Store, n int) (got int64) {
 		for range n {
-			seq++
-			l := rg.Limit(lim, key)
-			res, err := st.Debit(ctx, fmt.Sprint("q", seq), []weighted.Item{{Limit: l, Key: key, Cost: 1}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Allowed {
+			if debitOnce(t, st, rg.Limit(lim, key), key, 1) {
 				got++
 			}
 		}
@@ -99,9 +88,7 @@ func TestRegionClockAheadCrossesPeriod(t *testing.T) {
 		}
 		euSpent += spend(eu, euStore, 10)
 		usSpent += spend(us, usStore, 10)
-		mu.Lock()
-		now = now.Add(5 * time.Minute)
-		mu.Unlock()
+		advance(5 * time.Minute)
 	}
 	// True time 23:55 of day 2; everything above was spent in day 2.
 	if d := trueClock(); d.Day() != 2 {
@@ -124,9 +111,7 @@ func TestRegionClockSkewPerTrueDay(t *testing.T) {
 			const key = "{acme}:tenant=acme"
 			const budget = 100
 			lim := weighted.Limit{Name: "daily", Algorithm: weighted.FixedWindow, Rate: budget, Period: 24 * time.Hour}
-			var mu sync.Mutex
-			now := time.Date(2026, 12, 2, 23, 0, 0, 0, time.UTC)
-			trueClock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+			trueClock, advance := fakeClock(time.Date(2026, 12, 2, 23, 0, 0, 0, time.UTC))
 			euClock := func() time.Time { return trueClock().Add(skew) }
 			names := []string{"eu", "us"}
 			euStore := weighted.NewMemory(weighted.MemoryConfig{Now: trueClock})
@@ -134,16 +119,9 @@ func TestRegionClockSkewPerTrueDay(t *testing.T) {
 			eu := newRegion(t, dsn, "eu", euStore, euClock, names...)
 			us := newRegion(t, dsn, "us", usStore, trueClock, names...)
 			perDay := map[int]int64{}
-			var seq int
 			spend := func(rg *gate.Regions, st weighted.Store, n int) {
 				for range n {
-					seq++
-					l := rg.Limit(lim, key)
-					res, err := st.Debit(ctx, fmt.Sprint("q", seq), []weighted.Item{{Limit: l, Key: key, Cost: 1}})
-					if err != nil {
-						t.Fatal(err)
-					}
-					if res.Allowed {
+					if debitOnce(t, st, rg.Limit(lim, key), key, 1) {
 						perDay[trueClock().Day()]++
 					}
 				}
@@ -157,9 +135,7 @@ func TestRegionClockSkewPerTrueDay(t *testing.T) {
 				}
 				spend(eu, euStore, 10)
 				spend(us, usStore, 10)
-				mu.Lock()
-				now = now.Add(5 * time.Minute)
-				mu.Unlock()
+				advance(5 * time.Minute)
 			}
 			t.Logf("skew %v: spend per true day %v", skew, perDay)
 			for d, s := range perDay {

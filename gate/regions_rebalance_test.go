@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -272,4 +273,26 @@ func TestRegionStoppedAtItsCapGetsMore(t *testing.T) {
 	if eu.spent < 70 {
 		t.Fatalf("eu, refused at its cap, spent %d: the %d us does not use never came to it", eu.spent, lim.Rate-eu.spent-us.spent)
 	}
+}
+
+// fakeClock is a clock at start that moves only when advanced; safe for
+// concurrent use.
+func fakeClock(start time.Time) (clock func() time.Time, advance func(time.Duration)) {
+	var mu sync.Mutex
+	now := start
+	return func() time.Time { mu.Lock(); defer mu.Unlock(); return now },
+		func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+}
+
+var debitSeq atomic.Int64
+
+// debitOnce debits cost on key under l from st, as one request of its
+// own, and reports whether it was admitted.
+func debitOnce(t *testing.T, st weighted.Store, l weighted.Limit, key string, cost int64) bool {
+	t.Helper()
+	res, err := st.Debit(context.Background(), fmt.Sprint("q", debitSeq.Add(1)), []weighted.Item{{Limit: l, Key: key, Cost: cost}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Allowed
 }

@@ -2,8 +2,6 @@ package gate_test
 
 import (
 	"context"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,24 +29,15 @@ func TestRegionReplicasLowerTogether(t *testing.T) {
 	const budget = 100
 	const every = 10 * time.Second
 	lim := weighted.Limit{Name: "daily", Algorithm: weighted.FixedWindow, Rate: budget, Period: 24 * time.Hour}
-	var mu sync.Mutex
-	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	clock, advance := fakeClock(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC))
 	euMem := weighted.NewMemory(weighted.MemoryConfig{Now: clock})
 	usMem := weighted.NewMemory(weighted.MemoryConfig{Now: clock})
 	eu1 := newRegionEvery(t, dsn, "eu", euMem, clock, every)
 	eu2 := newRegionEvery(t, dsn, "eu", euMem, clock, every)
 	us := newRegionEvery(t, dsn, "us", usMem, clock, every)
-	var seq int
 	spend := func(st weighted.Store, l weighted.Limit, n int) (got int64) {
 		for range n {
-			seq++
-			res, err := st.Debit(ctx, fmt.Sprint("q", seq), []weighted.Item{{Limit: l, Key: key, Cost: 1}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Allowed {
+			if debitOnce(t, st, l, key, 1) {
 				got++
 			}
 		}

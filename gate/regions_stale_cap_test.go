@@ -2,7 +2,6 @@ package gate_test
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -51,26 +50,15 @@ func TestRegionDebitWithStaleCapDuringLowering(t *testing.T) {
 	const key = "{acme}:tenant=acme"
 	const budget = 100
 	lim := weighted.Limit{Name: "daily", Algorithm: weighted.FixedWindow, Rate: budget, Period: 24 * time.Hour}
-	var mu sync.Mutex
-	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	clock, advance := fakeClock(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
 	names := []string{"eu", "us"}
 	euMem := weighted.NewMemory(weighted.MemoryConfig{Now: clock})
 	euStore := &rebalanceHook{Store: euMem}
 	usStore := weighted.NewMemory(weighted.MemoryConfig{Now: clock})
 	eu := newRegion(t, dsn, "eu", euStore, clock, names...)
 	us := newRegion(t, dsn, "us", usStore, clock, names...)
-	var seq int
 	var euSpent, usSpent int64
-	debit := func(st weighted.Store, l weighted.Limit, cost int64) bool {
-		seq++
-		res, err := st.Debit(ctx, fmt.Sprint("q", seq), []weighted.Item{{Limit: l, Key: key, Cost: cost}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.Allowed
-	}
+	debit := func(st weighted.Store, l weighted.Limit, cost int64) bool { return debitOnce(t, st, l, key, cost) }
 	// Both read their caps: 50 each.
 	_ = eu.Limit(lim, key)
 	_ = us.Limit(lim, key)
