@@ -116,12 +116,16 @@ func (l *compiledLimit) key(r *Reservation) string {
 }
 
 // writeKeyValue writes a dimension's value into a limit's key with '%',
-// ':' and '=' percent-encoded, so that no value can run into the next
-// dimension: user "a:model=b" with model "c" and user "a" with model
-// "b:model=c" are two keys, not one. A value without them, which every
-// configured name and priced model is, is written as it is.
+// ':', '=', '{' and '}' percent-encoded, so that no value can run into the
+// next dimension (user "a:model=b" with model "c" and user "a" with model
+// "b:model=c" are two keys, not one), nor give a key without the tenant's
+// tag a hash tag of the caller's choosing: a model "x{acme}" would put a
+// global limit's counter in tenant acme's Redis Cluster slot, under acme's
+// generation marker, and a stale answer there would restore acme's
+// counters. A value without them, which every configured name and priced
+// model is, is written as it is.
 func writeKeyValue(b *strings.Builder, v string) {
-	if !strings.ContainsAny(v, "%:=") {
+	if !strings.ContainsAny(v, "%:={}") {
 		b.WriteString(v)
 		return
 	}
@@ -133,6 +137,10 @@ func writeKeyValue(b *strings.Builder, v string) {
 			b.WriteString("%3A")
 		case '=':
 			b.WriteString("%3D")
+		case '{':
+			b.WriteString("%7B")
+		case '}':
+			b.WriteString("%7D")
 		default:
 			b.WriteByte(c)
 		}
