@@ -153,7 +153,7 @@ func (g *Regions) SyncClock(ctx context.Context) error {
 	probe := []weighted.Item{clockProbe}
 	t0 := g.cfg.Now()
 	res, err := g.store.Peek(ctx, probe)
-	if err == nil && res.Items[0].ResetAfter <= 0 {
+	if err == nil && len(res.Items) == 1 && res.Items[0].ResetAfter <= 0 {
 		// The day's window is empty: the first probe of the day counts in
 		// it, once whichever replicas send it (one id a day).
 		t0 = g.cfg.Now()
@@ -162,6 +162,9 @@ func (g *Regions) SyncClock(ctx context.Context) error {
 	t1 := g.cfg.Now()
 	if err != nil {
 		return fmt.Errorf("gate: regions: the store's clock: %w", err)
+	}
+	if len(res.Items) != 1 {
+		return fmt.Errorf("gate: regions: the store's clock: %d answers to one probe", len(res.Items))
 	}
 	ra := res.Items[0].ResetAfter
 	p := clockProbe.Limit.Period.Microseconds()
