@@ -192,18 +192,30 @@ func absMicros(d int64) int64 {
 }
 
 // Migrate creates the table of regional caps.
+// Replicas that start together migrate one at a time (CREATE TABLE IF
+// NOT EXISTS run concurrently can fail on the catalog's unique index).
 func (g *Regions) Migrate(ctx context.Context) error {
-	_, err := g.db.Exec(ctx, `CREATE TABLE IF NOT EXISTS costgate_region_caps (
+	tx, err := g.db.BeginTx(ctx, pgx.TxOptions{})
+	if err != nil {
+		return fmt.Errorf("gate: regions: migrate: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	for _, q := range []string{
+		`SELECT pg_advisory_xact_lock(7366043203917165313)`, // "costgate regions migrate"
+		`CREATE TABLE IF NOT EXISTS costgate_region_caps (
 	budget text NOT NULL, key text NOT NULL, period text NOT NULL, region text NOT NULL,
 	cap bigint NOT NULL, used bigint NOT NULL, rate double precision NOT NULL,
 	updated_at timestamptz NOT NULL,
-	PRIMARY KEY (budget, key, period, region))`)
-	if err == nil {
+	PRIMARY KEY (budget, key, period, region))`,
 		// A lowering announced to the region's replicas (see rebalance).
-		_, err = g.db.Exec(ctx, `ALTER TABLE costgate_region_caps
-	ADD COLUMN IF NOT EXISTS target bigint, ADD COLUMN IF NOT EXISTS target_since timestamptz`)
+		`ALTER TABLE costgate_region_caps
+	ADD COLUMN IF NOT EXISTS target bigint, ADD COLUMN IF NOT EXISTS target_since timestamptz`,
+	} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return fmt.Errorf("gate: regions: migrate: %w", err)
+		}
 	}
-	if err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("gate: regions: migrate: %w", err)
 	}
 	return nil

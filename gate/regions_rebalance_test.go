@@ -296,3 +296,29 @@ func debitOnce(t *testing.T, st weighted.Store, l weighted.Limit, key string, co
 	}
 	return res.Allowed
 }
+
+// TestRegionsMigrateTogether: replicas that start together on a fresh
+// database all migrate the table of caps, none failing on the others'
+// concurrent CREATE TABLE.
+func TestRegionsMigrateTogether(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			rg, err := gate.NewRegions(pool, weighted.NewMemory(weighted.MemoryConfig{}),
+				gate.RegionsConfig{Region: []string{"eu", "us"}[i%2], Regions: []string{"eu", "us"}})
+			if err == nil {
+				err = rg.Migrate(ctx)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+}
