@@ -26,6 +26,8 @@ import (
 	"hash/fnv"
 	"math"
 	"math/bits"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,6 +91,7 @@ type Regions struct {
 	lastErr  error
 	lastTry  time.Time
 	attempts int64
+	swept    time.Time // the last deletion of past periods' rows
 }
 
 type capKey struct {
@@ -224,6 +227,78 @@ func (g *Regions) Migrate(ctx context.Context) error {
 // capKeyOf is the cap of budget l for key in the period that holds now.
 func capKeyOf(l weighted.Limit, key string, now time.Time) capKey {
 	return capKey{budget: l.Name, key: key, period: periodName(l, now)}
+}
+
+// periodEnd is when the period a row names ended (or ends); false for a
+// name it does not know.
+func periodEnd(name string) (time.Time, bool) {
+	if m, ok := strings.CutPrefix(name, "month:"); ok {
+		t, err := time.Parse("2006-01", m)
+		if err != nil {
+			return time.Time{}, false
+		}
+		return t.AddDate(0, 1, 0), true
+	}
+	p, idx, ok := strings.Cut(strings.TrimPrefix(name, "p"), ":")
+	if !ok || !strings.HasPrefix(name, "p") {
+		return time.Time{}, false
+	}
+	period, err1 := strconv.ParseInt(p, 10, 64)
+	i, err2 := strconv.ParseInt(idx, 10, 64)
+	if err1 != nil || err2 != nil || period <= 0 || i < 0 || i >= math.MaxInt64/period-1 {
+		return time.Time{}, false
+	}
+	return time.UnixMicro((i + 1) * period), true
+}
+
+// sweepEvery is how often a region deletes the rows of periods that
+// ended, and sweepAfter how long after their end: a day, more than any
+// clock skew or request in flight.
+const (
+	sweepEvery = time.Hour
+	sweepAfter = 24 * time.Hour
+)
+
+// sweep deletes the rows of periods that ended sweepAfter ago or more, at
+// most once per sweepEvery. A row of a period still running is never
+// deleted: the others would take its cap as free while its region still
+// holds it.
+func (g *Regions) sweep(ctx context.Context, now time.Time) error {
+	g.mu.Lock()
+	due := now.Sub(g.swept) >= sweepEvery
+	if due {
+		g.swept = now
+	}
+	g.mu.Unlock()
+	if !due {
+		return nil
+	}
+	rows, err := g.db.Query(ctx, `SELECT DISTINCT period FROM costgate_region_caps`)
+	if err != nil {
+		return fmt.Errorf("gate: regions: sweep: %w", err)
+	}
+	var ended []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return fmt.Errorf("gate: regions: sweep: %w", err)
+		}
+		if end, ok := periodEnd(name); ok && now.Sub(end) >= sweepAfter {
+			ended = append(ended, name)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("gate: regions: sweep: %w", err)
+	}
+	if len(ended) == 0 {
+		return nil
+	}
+	if _, err := g.db.Exec(ctx, `DELETE FROM costgate_region_caps WHERE period = ANY($1)`, ended); err != nil {
+		return fmt.Errorf("gate: regions: sweep: %w", err)
+	}
+	return nil
 }
 
 // periodName names the window of budget l that holds now.
@@ -380,6 +455,9 @@ func (g *Regions) Rebalance(ctx context.Context) error {
 	}
 	g.lastTry = now
 	g.mu.Unlock()
+	if err := g.sweep(ctx, now); err != nil {
+		errs = append(errs, err)
+	}
 	for _, k := range keys {
 		if err := g.rebalance(ctx, k, now); err != nil {
 			errs = append(errs, err)

@@ -3,11 +3,13 @@ package gate_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/costgate/costgate/gate"
@@ -321,4 +323,59 @@ func TestRegionsMigrateTogether(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestRegionsSweepPastPeriods: the rows of a period that ended a day ago
+// or more are deleted at a rebalance (at most once an hour); the rows of
+// the period running, and of one that ended less than a day ago, stay.
+func TestRegionsSweepPastPeriods(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.New(t)
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	clock, advance := fakeClock(time.Date(2026, 11, 30, 23, 0, 0, 0, time.UTC))
+	rg := newRegion(t, dsn, "eu", weighted.NewMemory(weighted.MemoryConfig{Now: clock}), clock)
+	daily := weighted.Limit{Name: "daily", Algorithm: weighted.FixedWindow, Rate: 100, Period: 24 * time.Hour}
+	monthly := weighted.Limit{Name: "monthly", Algorithm: weighted.FixedWindow, Rate: 100, Calendar: weighted.Month}
+	periods := func() []string {
+		t.Helper()
+		rows, err := pool.Query(ctx, `SELECT DISTINCT period FROM costgate_region_caps ORDER BY period`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ps
+	}
+	use := func() {
+		_ = rg.Limit(daily, "{acme}:tenant=acme")
+		_ = rg.Limit(monthly, "{acme}:tenant=acme")
+	}
+	use() // Nov 30, November
+	advance(2 * time.Hour)
+	use() // Dec 1, December
+	if got := periods(); len(got) != 4 {
+		t.Fatalf("periods %v, want two days and two months", got)
+	}
+	advance(12 * time.Hour) // Nov 30 and November ended 13 h ago: kept
+	if err := rg.Rebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := periods(); len(got) != 4 {
+		t.Fatalf("periods %v 13 h after the end of two of them: want all four kept", got)
+	}
+	advance(12 * time.Hour) // 25 h after: deleted
+	if err := rg.Rebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"month:2026-12", fmt.Sprintf("p%d:%d", (24 * time.Hour).Microseconds(), clock().Add(-24*time.Hour).UnixMicro()/(24*time.Hour).Microseconds())}
+	slices.Sort(want)
+	if got := periods(); !slices.Equal(got, want) {
+		t.Fatalf("periods %v a day after November ended, want %v", got, want)
+	}
 }
