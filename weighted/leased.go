@@ -593,7 +593,7 @@ func ofRequest(err error, items []Item) error {
 // a larger one is debited strictly.
 const maxLeasedItems = 64
 
-// Unspent is what this replica holds unspent of its leases of it's key,
+// Unspent is what this replica holds unspent of its leases of its key,
 // less what it owes the key: what it would admit from them without asking
 // the store. It makes no state for a key it does not know.
 func (l *Leased) Unspent(it Item) int64 {
@@ -635,7 +635,7 @@ func (l *Leased) state(it *Item) *leaseState {
 	return st
 }
 
-// newState is a new state for it's key, used now: the sweeper, which
+// newState is a new state for its key, used now: the sweeper, which
 // forgets a state unused for a while, must not forget it before the
 // request that made it has taken from it.
 func (l *Leased) newState(it *Item) *leaseState {
