@@ -207,6 +207,14 @@ func (g *Gate) budgetRemaining(tenant string, items []weighted.Item, spent []int
 // store lost its counters).
 func (g *Gate) budgetCounters(ctx context.Context, tenant string, lost bool) ([]weighted.Item, []int64, error) {
 	st := g.state.Load()
+	if lost {
+		// The store lost counters that other replicas debited too: the
+		// records of their requests admitted before the loss reach the
+		// ledger's store a batch later. Read it once they have.
+		if err := sleepCtx(ctx, g.ledger.PeerLag()); err != nil {
+			return nil, nil, err
+		}
+	}
 	if g.ledger.Stats().StoreErr == nil {
 		if err := g.ledger.Flush(ctx); err != nil {
 			g.log.Warn("ledger flush before a restore failed", "err", err)
@@ -355,4 +363,19 @@ func (g *Gate) fallbackStore() *freshStore {
 		fb = g.fallback.Load()
 	}
 	return fb.freshStore
+}
+
+// sleepCtx waits d, or until ctx is done (its error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -285,6 +285,20 @@ func (l *Ledger) append(r *record, limit int64, sync bool) error {
 	return nil
 }
 
+// PeerLag is how long after a record is appended another process sharing
+// the store (a replica on the same PostgreSQL, with this configuration)
+// has it in the store, while the store keeps up: a batch delay and a
+// batch's write, taken as two batch delays. Zero for the embedded store,
+// which no other process shares. A reader that needs the others' records
+// of before some moment (a limiter restoring counters from the ledger
+// after its store lost them) waits that long after it.
+func (l *Ledger) PeerLag() time.Duration {
+	if !l.cfg.postgres() {
+		return 0
+	}
+	return 2 * max(l.cfg.BatchDelay, 25*time.Millisecond)
+}
+
 // Flush returns once everything appended before the call is in the store,
 // or with ctx's error, or with the error that stopped the flusher.
 func (l *Ledger) Flush(ctx context.Context) error {
