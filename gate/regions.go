@@ -534,8 +534,8 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 	rate := 0.0
 	g.mu.Lock()
 	refused := c.refused
-	inForce := c.cap // the cap in process, which requests in flight may have read
-	if !c.known {
+	inForce, known := c.cap, c.known // the cap in process, which requests in flight may have read
+	if !known {
 		inForce = 0
 	}
 	if c.known && now.After(c.at) {
@@ -597,7 +597,7 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 			}
 		}
 	}
-	lower := c.known && inproc < inForce || !c.known && had && inproc < mine.cap
+	lower := known && inproc < inForce || !known && had && inproc < mine.cap
 	if lower {
 		g.setCap(k, inproc, total, used, mine.rate, refused, now) // in process first
 		// Requests admitted under the old cap while this rebalance ran
