@@ -2,10 +2,8 @@ package gate
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
-	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/internal/pgtest"
 	"github.com/costgate/costgate/internal/redistest"
 )
@@ -20,28 +18,7 @@ import (
 func TestDataLossCountsPeersUnflushedSpend(t *testing.T) {
 	dsn := pgtest.New(t)
 	srv := redistest.New(t)
-	open := func() *Gate {
-		cfg, err := config.Parse([]byte(fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-store: {redis: %q}
-ledger: {dsn: %q}
-tenants:
-  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
-budgets:
-  - {name: daily, scope: tenant, amount: "0.01"}
-`, t.TempDir(), srv.URL, dsn)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := Open(context.Background(), cfg, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { g.Close() })
-		return g
-	}
-	a, b := open(), open()
+	a, b := acmeGate(t, dsn, srv, ""), acmeGate(t, dsn, srv, "")
 	if n := spendAcme(t, a, 1); n != 1 { // a's counters, restored once on the fresh Redis
 		t.Fatalf("a admitted %d of its first request", n)
 	}

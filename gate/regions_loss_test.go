@@ -107,18 +107,24 @@ func TestRegionDataLossWhileOtherRegionLedgerLags(t *testing.T) {
 // acme (key cg-acme) and its daily budget of $0.01.
 func lossRegion(t *testing.T, dsn, region string, srv *redistest.Server) *Gate {
 	t.Helper()
+	return acmeGate(t, dsn, srv, fmt.Sprintf("region: %s\nregions: {names: [eu, us], interval: 1h}\n", region))
+}
+
+// acmeGate opens a gate on the Redis srv and the ledger's PostgreSQL at
+// dsn, with tenant acme (key cg-acme), its daily budget of $0.01, and the
+// config lines extra.
+func acmeGate(t *testing.T, dsn string, srv *redistest.Server, extra string) *Gate {
+	t.Helper()
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`
 admin_token: t
 data_dir: %q
-region: %s
-regions: {names: [eu, us], interval: 1h}
 store: {redis: %q}
 ledger: {dsn: %q}
 tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
 budgets:
   - {name: daily, scope: tenant, amount: "0.01"}
-`, t.TempDir(), region, srv.URL, dsn)))
+`, t.TempDir(), srv.URL, dsn) + extra))
 	if err != nil {
 		t.Fatal(err)
 	}
