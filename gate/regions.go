@@ -175,23 +175,11 @@ func (g *Regions) SyncClock(ctx context.Context) error {
 		return fmt.Errorf("gate: regions: the store's clock: a day's window resets after %s", ra)
 	}
 	mid := t0.Add(t1.Sub(t0) / 2).UnixMicro()
-	// The store's time is p - ra into its day: of the times so placed,
-	// the one nearest this host's.
-	st := mid - mid%p + (p-ra.Microseconds())%p
-	for _, c := range [2]int64{st - p, st + p} {
-		if absMicros(c-mid) < absMicros(st-mid) {
-			st = c
-		}
-	}
-	g.offset.Store(st - mid)
+	// The store is p - ra into its day, the host mid%p: the offset is
+	// their difference, taken within half a day either way.
+	d := (p - ra.Microseconds()) - mid%p
+	g.offset.Store((d+p+p/2)%p - p/2)
 	return nil
-}
-
-func absMicros(d int64) int64 {
-	if d < 0 {
-		return -d
-	}
-	return d
 }
 
 // Migrate creates the table of regional caps.
@@ -239,8 +227,12 @@ func periodEnd(name string) (time.Time, bool) {
 		}
 		return t.AddDate(0, 1, 0), true
 	}
-	p, idx, ok := strings.Cut(strings.TrimPrefix(name, "p"), ":")
-	if !ok || !strings.HasPrefix(name, "p") {
+	rest, ok := strings.CutPrefix(name, "p")
+	if !ok {
+		return time.Time{}, false
+	}
+	p, idx, ok := strings.Cut(rest, ":")
+	if !ok {
 		return time.Time{}, false
 	}
 	period, err1 := strconv.ParseInt(p, 10, 64)
@@ -534,9 +526,11 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 	rate := 0.0
 	g.mu.Lock()
 	refused := c.refused
-	inForce, known := c.cap, c.known // the cap in process, which requests in flight may have read
-	if !known {
-		inForce = 0
+	// The cap in process, which requests in flight may have read; before
+	// the first read, the row's (0 without one).
+	inForce := mine.cap
+	if c.known {
+		inForce = c.cap
 	}
 	if c.known && now.After(c.at) {
 		rate = (float64(used-c.used) + float64(refused)) / now.Sub(c.at).Seconds()
@@ -566,38 +560,13 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 	// region holds (a region that spent past its row, by a settlement
 	// above the estimate, keeps its row and takes what is free).
 	next := max(min(max(target, used), mine.cap+free), 0)
-	// A raise is written to the row, then taken in process. A lowering is
-	// taken in process at once, but only announced in the row (target):
-	// the region's other replicas, which share its Redis counter, each
-	// enforce the cap they read at their own last rebalance, and requests
-	// in flight debit the cap they read. Every replica takes the target
-	// in process at its next rebalance; once the target has stood two
-	// intervals (every replica on schedule has taken it, and its requests
-	// under the old cap have landed), a rebalance writes it to the row,
-	// where the other regions see it. A target lowered again starts its
-	// wait anew; a raise drops it.
-	rowCap, inproc := next, next
-	tgt, tgtSince := int64(-1), time.Time{}
+	// A raise is written to the row, then taken in process; a lowering is
+	// taken in process first (see lowering).
+	rowCap, inproc, tgt, tgtSince := next, next, int64(-1), time.Time{}
 	if had && next <= mine.cap {
-		t := next
-		if mine.target >= 0 {
-			t = min(t, mine.target)
-		}
-		rowCap, inproc = mine.cap, min(next, mine.cap)
-		if t < mine.cap {
-			since := now
-			if t == mine.target {
-				since = mine.since
-			}
-			inproc = t
-			if t == mine.target && now.Sub(since) >= 2*g.cfg.Interval {
-				rowCap = t // committed
-			} else {
-				tgt, tgtSince = t, since
-			}
-		}
+		rowCap, inproc, tgt, tgtSince = lowering(next, mine.cap, mine.target, mine.since, now, 2*g.cfg.Interval)
 	}
-	lower := known && inproc < inForce || !known && had && inproc < mine.cap
+	lower := inproc < inForce
 	if lower {
 		g.setCap(k, inproc, total, used, mine.rate, refused, now) // in process first
 		// Requests admitted under the old cap while this rebalance ran
@@ -632,6 +601,35 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 		g.setCap(k, inproc, total, used, mine.rate, refused, now)
 	}
 	return nil
+}
+
+// lowering is a region's cap when it computes next, at most its row's cap
+// rowCap, with a lowering announced (target, since; target -1 for none):
+// the row's cap and the cap in process now, and the target to announce
+// (-1 for none) and since when. A lowering is taken in process at once,
+// but only announced in the row: the region's other replicas, which share
+// its Redis counter, each enforce the cap they read at their own last
+// rebalance, and requests in flight debit the cap they read. Every
+// replica takes the target in process at its next rebalance; once it has
+// stood hold (two intervals: every replica on schedule has taken it, and
+// its requests under the old cap have landed), a rebalance writes it to
+// the row, where the other regions see it. A target lowered again starts
+// its wait anew; a raise (not here) drops it.
+func lowering(next, rowCap, target int64, since, now time.Time, hold time.Duration) (row, inproc, tgt int64, tgtSince time.Time) {
+	t := next
+	if target >= 0 {
+		t = min(t, target)
+	}
+	switch {
+	case t >= rowCap:
+		return rowCap, rowCap, -1, time.Time{} // nothing to lower
+	case t != target:
+		return rowCap, t, t, now // announced now
+	case now.Sub(since) >= hold:
+		return t, t, -1, time.Time{} // committed
+	default:
+		return rowCap, t, t, since // still announced
+	}
 }
 
 // setCap sets key k's cap, a share of budget total, and its spend and

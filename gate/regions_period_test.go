@@ -32,3 +32,31 @@ func TestPeriodEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestLowering: what a rebalance writes and takes in process for each
+// state of a lowering.
+func TestLowering(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	hold := 20 * time.Second
+	for _, c := range []struct {
+		name                string
+		next, row, target   int64
+		since, now          time.Time
+		wantRow, wantInproc int64
+		wantTarget          int64
+		wantSince           time.Time
+	}{
+		{"nothing to lower", 50, 50, -1, time.Time{}, t0, 50, 50, -1, time.Time{}},
+		{"a target at the row is dropped", 50, 50, 50, t0, t0, 50, 50, -1, time.Time{}},
+		{"announced", 10, 50, -1, time.Time{}, t0, 50, 10, 10, t0},
+		{"still announced", 30, 50, 10, t0, t0.Add(hold - 1), 50, 10, 10, t0},
+		{"committed", 30, 50, 10, t0, t0.Add(hold), 10, 10, -1, time.Time{}},
+		{"lowered again: the wait starts anew", 5, 50, 10, t0, t0.Add(hold), 50, 5, 5, t0.Add(hold)},
+	} {
+		row, inproc, tgt, since := lowering(c.next, c.row, c.target, c.since, c.now, hold)
+		if row != c.wantRow || inproc != c.wantInproc || tgt != c.wantTarget || !since.Equal(c.wantSince) {
+			t.Errorf("%s: row %d, in process %d, target %d since %v; want %d, %d, %d since %v",
+				c.name, row, inproc, tgt, since, c.wantRow, c.wantInproc, c.wantTarget, c.wantSince)
+		}
+	}
+}
