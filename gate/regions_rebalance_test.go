@@ -17,19 +17,40 @@ import (
 	"github.com/costgate/costgate/weighted"
 )
 
-// peekHook is a store that runs after, once, right after its next Peek:
-// a request landing while a rebalance is under way.
+// peekHook is a store that runs a function armed with arm once, right
+// after the Peek of key it names (a request landing while a rebalance is
+// under way). Peeks of other keys (the store's clock probe) do not count.
 type peekHook struct {
 	weighted.Store
+	key   string
 	mu    sync.Mutex
+	skip  int
 	after func()
+}
+
+// arm runs f after the Peek of p.key that follows skip more of them: 0
+// for a rebalance's first peek, 1 for the second, which only a lowering
+// makes.
+func (p *peekHook) arm(skip int, f func()) {
+	p.mu.Lock()
+	p.skip, p.after = skip, f
+	p.mu.Unlock()
 }
 
 func (p *peekHook) Peek(ctx context.Context, items []weighted.Item) (weighted.Result, error) {
 	res, err := p.Store.Peek(ctx, items)
+	if len(items) != 1 || items[0].Key != p.key {
+		return res, err
+	}
 	p.mu.Lock()
-	f := p.after
-	p.after = nil
+	var f func()
+	switch {
+	case p.after == nil:
+	case p.skip > 0:
+		p.skip--
+	default:
+		f, p.after = p.after, nil
+	}
 	p.mu.Unlock()
 	if f != nil {
 		f()
@@ -88,7 +109,7 @@ func TestRegionLowersItsCapUnderLoad(t *testing.T) {
 		spent int64
 	}
 	open := func(name string) *region {
-		st := &peekHook{Store: weighted.NewMemory(weighted.MemoryConfig{Now: clock})}
+		st := &peekHook{Store: weighted.NewMemory(weighted.MemoryConfig{Now: clock}), key: key}
 		return &region{rg: newRegion(t, dsn, name, st, clock), store: st}
 	}
 	eu, us := open("eu"), open("us")
@@ -116,7 +137,7 @@ func TestRegionLowersItsCapUnderLoad(t *testing.T) {
 	advance(time.Second)
 	// eu, idle so far, lowers its cap to its small share; 30 requests it
 	// admitted under its old cap land between its peek and the lowering.
-	eu.store.after = func() { spend(eu, euLimit, 30) }
+	eu.store.arm(0, func() { spend(eu, euLimit, 30) })
 	if err := eu.rg.Rebalance(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -2,37 +2,12 @@ package gate_test
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/costgate/costgate/internal/pgtest"
 	"github.com/costgate/costgate/weighted"
 )
-
-// rebalanceHook runs after once, right after the second Peek it sees
-// since armed: the lowering path of a rebalance peeks twice.
-type rebalanceHook struct {
-	weighted.Store
-	peeks atomic.Int64
-	mu    sync.Mutex
-	after func()
-}
-
-func (p *rebalanceHook) Peek(ctx context.Context, items []weighted.Item) (weighted.Result, error) {
-	res, err := p.Store.Peek(ctx, items)
-	if p.peeks.Add(1) == 2 {
-		p.mu.Lock()
-		f := p.after
-		p.after = nil
-		p.mu.Unlock()
-		if f != nil {
-			f()
-		}
-	}
-	return res, err
-}
 
 // TestRegionDebitWithStaleCapDuringLowering: a request reads its region's
 // cap (gate/pipeline.go builds its items with g.regional, then debits
@@ -53,7 +28,7 @@ func TestRegionDebitWithStaleCapDuringLowering(t *testing.T) {
 	clock, advance := fakeClock(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
 	names := []string{"eu", "us"}
 	euMem := weighted.NewMemory(weighted.MemoryConfig{Now: clock})
-	euStore := &rebalanceHook{Store: euMem}
+	euStore := &peekHook{Store: euMem, key: key}
 	usStore := weighted.NewMemory(weighted.MemoryConfig{Now: clock})
 	eu := newRegion(t, dsn, "eu", euStore, clock, names...)
 	us := newRegion(t, dsn, "us", usStore, clock, names...)
@@ -77,15 +52,12 @@ func TestRegionDebitWithStaleCapDuringLowering(t *testing.T) {
 	// A request of eu reads the cap it holds now, then its debit is slow.
 	stale := eu.Limit(lim, key)
 	t.Logf("eu's cap as the request read it: %d", stale.Rate)
-	euStore.peeks.Store(0)
-	euStore.mu.Lock()
-	euStore.after = func() {
+	euStore.arm(1, func() {
 		// The debit lands after the rebalance's second peek.
 		if debit(euMem, stale, 30) {
 			euSpent += 30
 		}
-	}
-	euStore.mu.Unlock()
+	})
 	if err := eu.Rebalance(ctx); err != nil {
 		t.Fatal(err)
 	}
