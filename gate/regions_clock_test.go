@@ -54,49 +54,11 @@ func TestRegionSyncClock(t *testing.T) {
 // follow the store's clock (SyncClock). The README bound is "global spend
 // is at most the budget".
 func TestRegionClockAheadCrossesPeriod(t *testing.T) {
-	ctx := context.Background()
-	dsn := pgtest.New(t)
-	const key = "{acme}:tenant=acme"
-	const budget = 100
-	lim := weighted.Limit{Name: "daily", Algorithm: weighted.FixedWindow, Rate: budget, Period: 24 * time.Hour}
-	trueClock, advance := fakeClock(time.Date(2026, 12, 2, 23, 0, 0, 0, time.UTC)) // true time
-	skew := 15 * time.Minute
-	euClock := func() time.Time { return trueClock().Add(skew) }
-	names := []string{"eu", "us"}
-	// Each region's store keeps true time (Redis TIME); only eu's host clock is off.
-	euStore := weighted.NewMemory(weighted.MemoryConfig{Now: trueClock})
-	usStore := weighted.NewMemory(weighted.MemoryConfig{Now: trueClock})
-	eu := newRegion(t, dsn, "eu", euStore, euClock, names...)
-	us := newRegion(t, dsn, "us", usStore, trueClock, names...)
-	var euSpent, usSpent int64
-	spend := func(rg *gate.Regions, st weighted.Store, n int) (got int64) {
-		for range n {
-			if debitOnce(t, st, rg.Limit(lim, key), key, 1) {
-				got++
-			}
-		}
-		return got
-	}
-	// Both regions spend in day 2026-12-02 (true time), rebalancing every
-	// five minutes, demand above the budget.
-	for range 11 { // 23:00 .. 23:50
-		if err := eu.Rebalance(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := us.Rebalance(ctx); err != nil {
-			t.Fatal(err)
-		}
-		euSpent += spend(eu, euStore, 10)
-		usSpent += spend(us, usStore, 10)
-		advance(5 * time.Minute)
-	}
-	// True time 23:55 of day 2; everything above was spent in day 2.
-	if d := trueClock(); d.Day() != 2 {
-		t.Fatalf("true day %v", d)
-	}
-	t.Logf("true %v: eu spent %d, us %d, global %d of %d", trueClock().Format(time.TimeOnly), euSpent, usSpent, euSpent+usSpent, budget)
-	if g := euSpent + usSpent; g > budget {
-		t.Fatalf("global spend %d in one true day, above the budget %d", g, budget)
+	// Both regions spend in day 2026-12-02 (true time), 23:00 to 23:50.
+	perDay := skewedRegions(t, 15*time.Minute, 11)
+	t.Logf("eu 15 min ahead, until 23:55: spend per true day %v", perDay)
+	if len(perDay) != 1 || perDay[2] > skewBudget {
+		t.Fatalf("spend per true day %v, want day 2 only, at most the budget %d", perDay, skewBudget)
 	}
 }
 
@@ -106,43 +68,53 @@ func TestRegionClockAheadCrossesPeriod(t *testing.T) {
 func TestRegionClockSkewPerTrueDay(t *testing.T) {
 	for _, skew := range []time.Duration{-15 * time.Minute, 15 * time.Minute} {
 		t.Run(skew.String(), func(t *testing.T) {
-			ctx := context.Background()
-			dsn := pgtest.New(t)
-			const key = "{acme}:tenant=acme"
-			const budget = 100
-			lim := weighted.Limit{Name: "daily", Algorithm: weighted.FixedWindow, Rate: budget, Period: 24 * time.Hour}
-			trueClock, advance := fakeClock(time.Date(2026, 12, 2, 23, 0, 0, 0, time.UTC))
-			euClock := func() time.Time { return trueClock().Add(skew) }
-			names := []string{"eu", "us"}
-			euStore := weighted.NewMemory(weighted.MemoryConfig{Now: trueClock})
-			usStore := weighted.NewMemory(weighted.MemoryConfig{Now: trueClock})
-			eu := newRegion(t, dsn, "eu", euStore, euClock, names...)
-			us := newRegion(t, dsn, "us", usStore, trueClock, names...)
-			perDay := map[int]int64{}
-			spend := func(rg *gate.Regions, st weighted.Store, n int) {
-				for range n {
-					if debitOnce(t, st, rg.Limit(lim, key), key, 1) {
-						perDay[trueClock().Day()]++
-					}
-				}
-			}
-			for range 24 { // 23:00 .. 00:55, every 5 minutes
-				if err := eu.Rebalance(ctx); err != nil {
-					t.Fatal(err)
-				}
-				if err := us.Rebalance(ctx); err != nil {
-					t.Fatal(err)
-				}
-				spend(eu, euStore, 10)
-				spend(us, usStore, 10)
-				advance(5 * time.Minute)
-			}
+			perDay := skewedRegions(t, skew, 24) // 23:00 .. 00:55
 			t.Logf("skew %v: spend per true day %v", skew, perDay)
 			for d, s := range perDay {
-				if s > budget {
-					t.Errorf("true day %d: global spend %d, above the budget %d", d, s, budget)
+				if s > skewBudget {
+					t.Errorf("true day %d: global spend %d, above the budget %d", d, s, skewBudget)
 				}
 			}
 		})
 	}
+}
+
+const skewBudget = 100
+
+// skewedRegions runs regions eu and us from 23:00 true time on 2026-12-02,
+// eu's host clock off by skew, their stores on true time (Redis TIME):
+// rounds of five minutes in which each rebalances and then asks for 10
+// units of a daily budget of skewBudget (demand above it). It returns what
+// was admitted, by true day of the month.
+func skewedRegions(t *testing.T, skew time.Duration, rounds int) map[int]int64 {
+	t.Helper()
+	ctx := context.Background()
+	dsn := pgtest.New(t)
+	const key = "{acme}:tenant=acme"
+	lim := weighted.Limit{Name: "daily", Algorithm: weighted.FixedWindow, Rate: skewBudget, Period: 24 * time.Hour}
+	trueClock, advance := fakeClock(time.Date(2026, 12, 2, 23, 0, 0, 0, time.UTC))
+	euClock := func() time.Time { return trueClock().Add(skew) }
+	euStore := weighted.NewMemory(weighted.MemoryConfig{Now: trueClock})
+	usStore := weighted.NewMemory(weighted.MemoryConfig{Now: trueClock})
+	eu := newRegion(t, dsn, "eu", euStore, euClock)
+	us := newRegion(t, dsn, "us", usStore, trueClock)
+	perDay := map[int]int64{}
+	spend := func(rg *gate.Regions, st weighted.Store) {
+		for range 10 {
+			if debitOnce(t, st, rg.Limit(lim, key), key, 1) {
+				perDay[trueClock().Day()]++
+			}
+		}
+	}
+	for range rounds {
+		for _, rg := range []*gate.Regions{eu, us} {
+			if err := rg.Rebalance(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		spend(eu, euStore)
+		spend(us, usStore)
+		advance(5 * time.Minute)
+	}
+	return perDay
 }
