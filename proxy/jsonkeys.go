@@ -11,6 +11,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"strings"
+	"sync"
 )
 
 // checkKeys tells what is wrong with the member names of a reserve,
@@ -22,15 +25,59 @@ import (
 // the proxy refuses priced fields spelled twice. The API's names are
 // lower-case ASCII; the LLM body or response to estimate ("body",
 // "response") is the estimator's to check, and attribute names are
-// checked by checkAttributes. raw must be valid JSON.
-func checkKeys(raw []byte) error {
+// checked by checkAttributes. A name that known, the body's type's
+// fields, does not list is refused too, as encoding/json's
+// DisallowUnknownFields would. raw must be valid JSON.
+func checkKeys(raw []byte, known jsonFields) error {
 	s := keyScan{b: raw}
-	err := s.value(0, false, true)
+	err := s.value(0, false, true, known)
 	if s.escaped {
-		return checkKeysSlow(raw)
+		return checkKeysSlow(raw, known)
 	}
 	return err
 }
+
+// jsonFields are the JSON member names of a struct type, each to its
+// value's own (a struct's, or a slice's or pointer's struct's), nil for a
+// value with no fixed names (a map, a scalar, json.RawMessage).
+type jsonFields map[string]jsonFields
+
+// fieldCache holds fieldsOf's answers by type.
+var fieldCache sync.Map // reflect.Type -> jsonFields
+
+// fieldsOf returns the JSON member names of t (a struct, or a pointer to
+// one) as encoding/json spells them: the tag's name, else the field's; an
+// unexported field or one tagged "-" has none. nil for any other type.
+func fieldsOf(t reflect.Type) jsonFields {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+		if t == rawMessageType {
+			return nil
+		}
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	if f, ok := fieldCache.Load(t); ok {
+		return f.(jsonFields)
+	}
+	fs := jsonFields{}
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+		switch {
+		case !sf.IsExported() || name == "-":
+			continue
+		case name == "":
+			name = sf.Name
+		}
+		fs[name] = fieldsOf(sf.Type)
+	}
+	fieldCache.Store(t, fs)
+	return fs
+}
+
+var rawMessageType = reflect.TypeFor[json.RawMessage]()
 
 // keyScan reads a valid JSON value from b at i.
 type keyScan struct {
@@ -47,8 +94,9 @@ const smallObject = 16
 
 // value reads the value at s.i; depth is 0 for the body itself, attrs
 // tells that it is the attributes object, check whether its names are
-// checked at all (not inside "body" or "response").
-func (s *keyScan) value(depth int, attrs, check bool) error {
+// checked at all (not inside "body" or "response"), known the names an
+// object there may have (nil: any).
+func (s *keyScan) value(depth int, attrs, check bool, known jsonFields) error {
 	s.space()
 	switch s.b[s.i] {
 	case '{':
@@ -92,6 +140,9 @@ func (s *keyScan) value(depth int, attrs, check bool) error {
 				case !attrs && !lowerName(k):
 					return fmt.Errorf("field %q: fields are spelled in lower case, exactly as documented", k)
 				}
+				if _, ok := known[string(k)]; known != nil && !ok {
+					return fmt.Errorf("json: unknown field %q", k)
+				}
 				switch {
 				case big != nil:
 					big[string(k)] = true
@@ -110,7 +161,7 @@ func (s *keyScan) value(depth int, attrs, check bool) error {
 			s.i++ // ':'
 			top := check && depth == 0
 			inner := check && !(top && (string(k) == "body" || string(k) == "response"))
-			if err := s.value(depth+1, top && string(k) == "attributes", inner); err != nil || s.escaped {
+			if err := s.value(depth+1, top && string(k) == "attributes", inner, known[string(k)]); err != nil || s.escaped {
 				return err
 			}
 		}
@@ -125,7 +176,7 @@ func (s *keyScan) value(depth int, attrs, check bool) error {
 			case ',':
 				s.i++
 			}
-			if err := s.value(depth+1, false, check); err != nil || s.escaped {
+			if err := s.value(depth+1, false, check, known); err != nil || s.escaped {
 				return err
 			}
 		}
@@ -190,16 +241,17 @@ func lowerName(s []byte) bool {
 
 // checkKeysSlow is checkKeys with every name decoded by encoding/json,
 // for a body that spells one with an escape.
-func checkKeysSlow(raw []byte) error {
+func checkKeysSlow(raw []byte, known jsonFields) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	return walkKeys(dec, 0, false)
+	return walkKeys(dec, 0, false, known)
 }
 
 // walkKeys reads the JSON value at dec's position, checking the member
 // names of its objects as checkKeys does; depth is 0 for the body itself,
-// attrs tells that the value is the attributes object.
-func walkKeys(dec *json.Decoder, depth int, attrs bool) error {
+// attrs tells that the value is the attributes object, known the names an
+// object there may have (nil: any).
+func walkKeys(dec *json.Decoder, depth int, attrs bool, known jsonFields) error {
 	tok, err := dec.Token()
 	if err != nil {
 		return err
@@ -219,6 +271,9 @@ func walkKeys(dec *json.Decoder, depth int, attrs bool) error {
 			case !attrs && !lowerName([]byte(k)):
 				return fmt.Errorf("field %q: fields are spelled in lower case, exactly as documented", k)
 			}
+			if _, ok := known[k]; known != nil && !ok {
+				return fmt.Errorf("json: unknown field %q", k)
+			}
 			seen[k] = true
 			if depth == 0 && (k == "body" || k == "response") {
 				var skip json.RawMessage // the estimator's to check
@@ -227,7 +282,7 @@ func walkKeys(dec *json.Decoder, depth int, attrs bool) error {
 				}
 				continue
 			}
-			if err := walkKeys(dec, depth+1, depth == 0 && k == "attributes"); err != nil {
+			if err := walkKeys(dec, depth+1, depth == 0 && k == "attributes", known[k]); err != nil {
 				return err
 			}
 		}
@@ -235,7 +290,7 @@ func walkKeys(dec *json.Decoder, depth int, attrs bool) error {
 		return err
 	case json.Delim('['):
 		for dec.More() {
-			if err := walkKeys(dec, depth+1, false); err != nil {
+			if err := walkKeys(dec, depth+1, false, known); err != nil {
 				return err
 			}
 		}

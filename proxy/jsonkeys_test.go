@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -32,9 +33,11 @@ func FuzzCheckKeys(f *testing.F) {
 		if !json.Valid(raw) {
 			return
 		}
-		fast, slow := checkKeys(raw), checkKeysSlow(raw)
-		if fmt.Sprint(fast) != fmt.Sprint(slow) {
-			t.Fatalf("%s: checkKeys %v, checkKeysSlow %v", raw, fast, slow)
+		for _, known := range []jsonFields{nil, fieldsOf(reflect.TypeFor[reserveRequest]()), fieldsOf(reflect.TypeFor[settleRequest]())} {
+			fast, slow := checkKeys(raw, known), checkKeysSlow(raw, known)
+			if fmt.Sprint(fast) != fmt.Sprint(slow) {
+				t.Fatalf("%s: checkKeys %v, checkKeysSlow %v", raw, fast, slow)
+			}
 		}
 	})
 }
@@ -51,11 +54,12 @@ func attrs(n int) string {
 // check through encoding/json's tokens.
 func BenchmarkCheckKeys(b *testing.B) {
 	raw := []byte(`{"cost":{"tokens":100},"model":"gpt-4o-mini","attributes":{"job":"nightly"}}`)
-	for name, check := range map[string]func([]byte) error{"scan": checkKeys, "tokens": checkKeysSlow} {
+	known := fieldsOf(reflect.TypeFor[reserveRequest]())
+	for name, check := range map[string]func([]byte, jsonFields) error{"scan": checkKeys, "tokens": checkKeysSlow} {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := check(raw); err != nil {
+				if err := check(raw, known); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -15,10 +15,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"time"
 	"unicode"
@@ -149,15 +149,10 @@ type frictionJSON struct {
 // decodeStrict reads one JSON object, raw, into v: no unknown field, and
 // every field spelled exactly once as v names it (see checkKeys).
 func decodeStrict(raw []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := json.Unmarshal(raw, v); err != nil {
 		return fmt.Errorf("reading the JSON body: %w", err)
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("reading the JSON body: more than one JSON value")
-	}
-	if err := checkKeys(raw); err != nil {
+	if err := checkKeys(raw, fieldsOf(reflect.TypeOf(v))); err != nil {
 		return fmt.Errorf("reading the JSON body: %w", err)
 	}
 	return nil

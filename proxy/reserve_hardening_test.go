@@ -50,6 +50,13 @@ budgets:
 		{"reservation id in upper case", settle, `{"RESERVATION_ID":"` + id + `","usage":{"usd":"0"}}`},
 		{"reservation id twice", release, `{"reservation_id":"rsv_x","reservation_id":"` + id + `"}`},
 		{"reservation id in another case", release, `{"Reservation_ID":"` + id + `"}`},
+		// Names the API does not have, at any depth, and a second value.
+		{"an unknown cost field", reserve, `{"cost":{"usd":"0.5","discount":"0.5"}}`},
+		{"an unknown usage field", settle, `{"reservation_id":"` + id + `","usage":{"usd":"0","refund":"1"}}`},
+		{"an unknown top field", settle, `{"reservation_id":"` + id + `","usage":{"usd":"0"},"free":true}`},
+		{"an unknown field with an escape", reserve, `{"cost":{"usd":"0.5","disc\u006funt":"0.5"}}`},
+		{"a second value", settle, `{"reservation_id":"` + id + `","usage":{"usd":"0"}} {"reservation_id":"` + id + `"}`},
+		{"not an object", release, `["` + id + `"]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if code, out := reserveCall(t, h, acme, tc.path, tc.body); code != 400 || errCode(out) != "invalid_body" {
