@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -341,17 +343,33 @@ func WriteErr(w http.ResponseWriter, err error) {
 	writeAdminError(w, status, err.Error())
 }
 
-// WriteJSON answers v as JSON with status.
+// WriteJSON answers v as JSON with status, followed by a newline.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
+	buf := jsonBufs.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer func() {
+		if buf.Cap() <= maxPooledJSON {
+			jsonBufs.Put(buf)
+		}
+	}()
+	if err := json.NewEncoder(buf).Encode(v); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = jsonContentType
 	w.WriteHeader(status)
-	w.Write(b)
-	w.Write(newline) // not appended to b: that would copy it
+	w.Write(buf.Bytes())
 }
 
-var newline = []byte{'\n'}
+// jsonBufs are WriteJSON's buffers: an answer is encoded into one and
+// written from it, not copied into a slice of its own first.
+var jsonBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledJSON bounds the buffers kept for reuse: a large export's does
+// not stay behind.
+const maxPooledJSON = 64 << 10
+
+// jsonContentType is the Content-Type of WriteJSON's answers, shared
+// (Header.Set would make a slice for each answer): a header's values are
+// replaced or appended to, never written in place.
+var jsonContentType = []string{"application/json"}

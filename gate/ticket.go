@@ -288,6 +288,14 @@ func (g *Gate) sign(b, payload []byte) []byte {
 	return b
 }
 
+// ticketBufs are Hold's scratch buffers: a ticket's JSON and its id
+// before the id becomes a string.
+var ticketBufs = sync.Pool{New: func() any { return &[2][]byte{make([]byte, 0, 512), make([]byte, 0, 1024)} }}
+
+// maxPooledTicket bounds the buffers kept: a ticket of many limits' items
+// does not leave a large one behind.
+const maxPooledTicket = 16 << 10
+
 // Hold makes a recorded reservation outlive the request that made it: it
 // returns the reservation's id, which any replica sharing the secret can
 // Resume until it expires ttl from now, and the expiry. A reservation
@@ -307,15 +315,19 @@ func (r *Reservation) Hold(ttl time.Duration) (string, time.Time) {
 	for _, it := range r.items {
 		t.Items = append(t.Items, ticketItem{Name: it.Limit.Name, Key: it.Key, Cost: it.Cost})
 	}
-	payload := t.appendJSON(make([]byte, 0, 512))
+	bp := ticketBufs.Get().(*[2][]byte)
+	payload := t.appendJSON(bp[0][:0])
 	var sig [sigLen]byte
 	enc := base64.RawURLEncoding
-	b := make([]byte, 0, len(ticketPrefix)+enc.EncodedLen(len(payload))+1+enc.EncodedLen(sigLen))
-	b = append(b, ticketPrefix...)
+	b := append(bp[1][:0], ticketPrefix...)
 	b = enc.AppendEncode(b, payload)
 	b = append(b, '.')
 	b = enc.AppendEncode(b, r.g.sign(sig[:0], payload))
 	id := string(b)
+	if cap(b) <= maxPooledTicket {
+		bp[0], bp[1] = payload[:0], b[:0]
+		ticketBufs.Put(bp)
+	}
 	// Its concurrency units stay renewed until it is settled, released or
 	// expired (each ends it, and its renewals, through settle or cancel):
 	// a slot is held as long as its request runs. A renewal after another
