@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -143,13 +144,60 @@ func FuzzReserveBody(f *testing.F) {
 }
 
 // BenchmarkReservePair compares, in one run and on each store, the CPU of
-// a reserve/settle pair over HTTP (handler, JSON, signed id) with the
-// limiter and ledger stages of one proxied request: the gate's calls the
-// proxy makes for it, in its order (see stages).
+// a reserve/settle pair over HTTP (request parsing, handler, JSON, signed
+// id) with the limiter and ledger stages of one proxied request: what the
+// proxy does for it besides forwarding, in its order and by the stages its
+// metrics name (identify, estimate, debit and policy, ledger, settle; see
+// stages), and with the gate's calls alone (gateCalls: the estimate given,
+// no usage to read).
 func BenchmarkReservePair(b *testing.B) {
 	for _, store := range []string{"memory", "redis"} {
 		b.Run(store, func(b *testing.B) { benchReservePair(b, store) })
 	}
+}
+
+// benchWriter is a ResponseWriter reused from one request to the next, as
+// net/http reuses a connection's buffers: a fresh header map for each
+// answer (net/http makes one too), the body's buffer kept.
+type benchWriter struct {
+	h    http.Header
+	code int
+	body bytes.Buffer
+}
+
+func (w *benchWriter) Header() http.Header { return w.h }
+
+func (w *benchWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+}
+
+func (w *benchWriter) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return w.body.Write(b)
+}
+
+func (w *benchWriter) reset() {
+	w.h, w.code = make(http.Header), 0
+	w.body.Reset()
+}
+
+// reservationID is the reservation id in a reserve answer, found as a
+// caller that wants only it would (the id is base64url and a dot: no
+// escapes).
+func reservationID(answer []byte) string {
+	const key = `"reservation_id":"`
+	i := bytes.Index(answer, []byte(key))
+	if i < 0 {
+		return ""
+	}
+	rest := answer[i+len(key):]
+	j := bytes.IndexByte(rest, '"')
+	if j < 0 {
+		return ""
+	}
+	return string(rest[:j])
 }
 
 func benchReservePair(b *testing.B, store string) {
@@ -165,56 +213,70 @@ budgets:
   - {name: daily, scope: tenant, amount: "1000000"}
 `)
 	h := s.srv.Handler()
-	// readers are the connections' buffered readers, which a server
-	// reuses from one request to the next (net/http pools them);
-	// httptest.NewRequest would allocate 4 KiB for each request.
-	readers := sync.Pool{New: func() any { return bufio.NewReader(nil) }}
-	serve := func(b *testing.B, path, body string) *httptest.ResponseRecorder {
-		raw := "POST " + path + " HTTP/1.1\r\nHost: costgate\r\nAuthorization: Bearer cg-test-acme\r\nContent-Type: application/json\r\nContent-Length: " +
-			strconv.Itoa(len(body)) + "\r\n\r\n" + body
-		br := readers.Get().(*bufio.Reader)
-		defer readers.Put(br)
-		br.Reset(strings.NewReader(raw))
-		req, err := http.ReadRequest(br)
+	type conn struct {
+		br *bufio.Reader
+		w  benchWriter
+	}
+	// conns are what a server keeps per connection and reuses from one
+	// request to the next: the buffered reader (httptest.NewRequest would
+	// allocate 4 KiB for each request) and the answer's buffer.
+	conns := sync.Pool{New: func() any { return &conn{br: bufio.NewReader(nil)} }}
+	const head = " HTTP/1.1\r\nHost: costgate\r\nAuthorization: Bearer cg-test-acme\r\nContent-Type: application/json\r\nContent-Length: "
+	serve := func(b *testing.B, path, body string, check func(code int, answer []byte)) {
+		c := conns.Get().(*conn)
+		defer conns.Put(c)
+		c.br.Reset(strings.NewReader("POST " + path + head + strconv.Itoa(len(body)) + "\r\n\r\n" + body))
+		req, err := http.ReadRequest(c.br)
 		if err != nil {
 			b.Fatal(err)
 		}
 		req.RemoteAddr = "192.0.2.1:1234"
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, req)
-		return w
+		c.w.reset()
+		h.ServeHTTP(&c.w, req)
+		check(c.w.code, c.w.body.Bytes())
 	}
 	// pair is one reserve/settle pair as a caller makes it. The caller
 	// reads only the reservation id from the answer: decoding the rest is
 	// its CPU, not costgate's.
 	pair := func(b *testing.B) {
-		w := serve(b, "/v1/costgate/reserve", `{"cost":{"tokens":100},"model":"gpt-4o-mini"}`)
-		var r struct {
-			ID string `json:"reservation_id"`
-		}
-		if err := json.Unmarshal(w.Body.Bytes(), &r); err != nil || w.Code != 200 {
-			b.Fatalf("reserve: %d %s", w.Code, w.Body)
-		}
-		w = serve(b, "/v1/costgate/settle", `{"reservation_id":"`+r.ID+`","usage":{"input_tokens":80,"output_tokens":10}}`)
-		if w.Code != 200 {
-			b.Fatalf("settle: %d %s", w.Code, w.Body)
-		}
+		var id string
+		serve(b, "/v1/costgate/reserve", `{"cost":{"tokens":100},"model":"gpt-4o-mini"}`, func(code int, answer []byte) {
+			if id = reservationID(answer); code != 200 || id == "" {
+				b.Fatalf("reserve: %d %s", code, answer)
+			}
+		})
+		serve(b, "/v1/costgate/settle", `{"reservation_id":"`+id+`","usage":{"input_tokens":80,"output_tokens":10}}`, func(code int, answer []byte) {
+			if code != 200 {
+				b.Fatalf("settle: %d %s", code, answer)
+			}
+		})
 	}
 	g := s.srv.Gate()
 	ctx := context.Background()
-	// stages are the gate's calls of one proxied request, in the proxy's
-	// order (proxy.Server.serve): identify, prefilter, reserve, record, the
-	// ledger's settlement as soon as the answer's usage is known, report,
-	// and the settlement on the gate's goroutine, which settled waits for
-	// at the end of a run (its CPU counts).
+	// proxied is one proxied request's limiter and ledger stages, as
+	// proxy.Server.serve runs them: identify, prefilter, estimate (the
+	// request's body read by the estimator: model, tokens of the prompt,
+	// max_tokens), reserve (debit and policy), record, the settlement as
+	// soon as the answer's usage is read from it (parse, price, the
+	// ledger's record), report, and the settlement on the gate's
+	// goroutine, which settled waits for at the end of a block (its CPU
+	// counts). With estimate false it is the gate's calls alone: the
+	// estimate and the usage given.
 	var settled sync.WaitGroup
-	stages := func(b *testing.B) {
+	proxied := func(b *testing.B, estimate bool) {
 		c := g.Identify("cg-test-acme")
 		req := &gate.Request{ID: gate.NewID(), Caller: c, Route: "/v1/chat/completions", Upstream: "openai", Requests: 1}
 		if d, refused := g.Prefilter(req); refused {
 			b.Fatalf("refused: %+v", d)
 		}
 		req.Estimate = costmodel.Estimate{Model: "gpt-4o-mini", Usage: costmodel.Usage{InputTokens: 100}, Cost: 15000}
+		if estimate {
+			est, err := c.Estimator().Estimate(costmodel.ChatCompletions, []byte(benchRequest))
+			if err != nil {
+				b.Fatal(err)
+			}
+			req.Estimate = est
+		}
 		res, d := g.Reserve(ctx, req)
 		if res == nil {
 			b.Fatalf("refused: %+v", d)
@@ -223,6 +285,13 @@ budgets:
 			b.Fatal(d)
 		}
 		ch := gate.Charge{Usage: costmodel.Usage{InputTokens: 80, OutputTokens: 10}, Cost: 18000, HTTPStatus: 200}
+		if estimate {
+			u, model, err := costmodel.ParseResponse(costmodel.ChatCompletions, []byte(benchReply))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ch = gate.Charge{Usage: u, Cost: res.Price(model, u), Model: model, HTTPStatus: 200}
+		}
 		if err := res.Bill(ctx, ch, false); err != nil {
 			b.Fatal(err)
 		}
@@ -230,11 +299,14 @@ budgets:
 		settled.Add(1)
 		res.SettleLater(func() gate.Charge { return ch }, settled.Done)
 	}
-	// Warm up both paths first (the tokenizer's one-time load, pools,
-	// prepared statements), so that neither pays for it in its CPU.
+	stages := func(b *testing.B) { proxied(b, true) }
+	gateCalls := func(b *testing.B) { proxied(b, false) }
+	// Warm up every path first (the tokenizer's one-time load, pools,
+	// prepared statements), so that none pays for it in its CPU.
 	for range 100 {
 		pair(b)
 		stages(b)
+		gateCalls(b)
 	}
 	// drain waits for the work a block left behind (the settlements on
 	// the gate's goroutines, the ledger's writes of its entries), so
@@ -246,58 +318,56 @@ budgets:
 		}
 	}
 	drain(b)
-	// alternating runs blocks of pairs and of stages in turn and reports
-	// the CPU of each and their ratio, so that a machine's drift during
-	// the run weighs on both alike.
-	b.Run("alternating", func(b *testing.B) {
-		const block = 100
-		var pairCPU, stagesCPU int64
-		for b.Loop() {
-			t0 := processCPU()
-			for range block {
-				pair(b)
-			}
-			drain(b)
-			t1 := processCPU()
-			for range block {
-				stages(b)
-			}
-			drain(b)
-			pairCPU, stagesCPU = pairCPU+t1-t0, stagesCPU+processCPU()-t1
-		}
-		n := float64(block * b.N)
+	// report reports the CPU per operation of the pairs, the stages and
+	// the gate's calls, and the pair's ratio to each.
+	report := func(b *testing.B, n float64, pairCPU, stagesCPU, gateCPU int64) {
 		b.ReportMetric(float64(pairCPU)/n, "pair-cpu-ns")
 		b.ReportMetric(float64(stagesCPU)/n, "stages-cpu-ns")
+		b.ReportMetric(float64(gateCPU)/n, "gate-cpu-ns")
 		b.ReportMetric(float64(pairCPU)/float64(stagesCPU), "pair/stages")
+		b.ReportMetric(float64(pairCPU)/float64(gateCPU), "pair/gate")
+	}
+	// alternating runs blocks of pairs, of stages and of the gate's calls
+	// in turn, so that a machine's drift during the run weighs on all
+	// alike.
+	b.Run("alternating", func(b *testing.B) {
+		const block = 100
+		var cpu [3]int64
+		for b.Loop() {
+			for i, f := range []func(*testing.B){pair, stages, gateCalls} {
+				t0 := processCPU()
+				for range block {
+					f(b)
+				}
+				drain(b)
+				cpu[i] += processCPU() - t0
+			}
+		}
+		report(b, float64(block*b.N), cpu[0], cpu[1], cpu[2])
 	})
 	// concurrent is alternating with 8 callers at once, as a service
 	// sees them: their Redis calls share script calls, the pairs' as the
 	// stages'.
 	b.Run("concurrent", func(b *testing.B) {
 		const callers, each = 8, 25
-		var pairCPU, stagesCPU int64
-		run := func(f func(*testing.B)) int64 {
-			t0 := processCPU()
-			var wg sync.WaitGroup
-			for range callers {
-				wg.Go(func() {
-					for range each {
-						f(b)
-					}
-				})
-			}
-			wg.Wait()
-			drain(b)
-			return processCPU() - t0
-		}
+		var cpu [3]int64
 		for b.Loop() {
-			pairCPU += run(pair)
-			stagesCPU += run(stages)
+			for i, f := range []func(*testing.B){pair, stages, gateCalls} {
+				t0 := processCPU()
+				var wg sync.WaitGroup
+				for range callers {
+					wg.Go(func() {
+						for range each {
+							f(b)
+						}
+					})
+				}
+				wg.Wait()
+				drain(b)
+				cpu[i] += processCPU() - t0
+			}
 		}
-		n := float64(callers * each * b.N)
-		b.ReportMetric(float64(pairCPU)/n, "pair-cpu-ns")
-		b.ReportMetric(float64(stagesCPU)/n, "stages-cpu-ns")
-		b.ReportMetric(float64(pairCPU)/float64(stagesCPU), "pair/stages")
+		report(b, float64(callers*each*b.N), cpu[0], cpu[1], cpu[2])
 	})
 	b.Run("http_pair", func(b *testing.B) {
 		b.ReportAllocs()
