@@ -148,8 +148,8 @@ type frictionJSON struct {
 
 // decodeStrict reads one JSON object, raw, into v: no unknown field, and
 // every field spelled exactly once as v names it (see checkKeys).
-func decodeStrict(raw []byte, v any) error {
-	if err := json.Unmarshal(raw, v); err != nil {
+func decodeStrict(raw []byte, v apiBody) error {
+	if err := readAPIBody(raw, v); err != nil {
 		return fmt.Errorf("reading the JSON body: %w", err)
 	}
 	if err := checkKeys(raw, fieldsOf(reflect.TypeOf(v))); err != nil {
@@ -178,7 +178,7 @@ func validName(s string) bool {
 
 // apiCall identifies the caller of a reserve/settle API call and reads its
 // body into in, answering the client and returning nil when it cannot.
-func (s *Server) apiCall(w http.ResponseWriter, r *http.Request, path string, in any) *gate.Caller {
+func (s *Server) apiCall(w http.ResponseWriter, r *http.Request, path string, in apiBody) *gate.Caller {
 	c := s.gate.Identify(apiKey(r))
 	if c == nil {
 		writeError(w, path, http.StatusUnauthorized, errUnauthorized)
@@ -584,9 +584,7 @@ func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) {
 	const path = "/v1/costgate/release"
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
-	var in struct {
-		ReservationID string `json:"reservation_id"`
-	}
+	var in releaseRequest
 	c := s.apiCall(w, r, path, &in)
 	if c == nil {
 		return
