@@ -81,9 +81,9 @@ const (
 // at its share of the rate; worker w's n-th call is on key index
 // (n*Concurrency + w) % Keys. It runs for cfg.Warmup and then cfg.Duration,
 // and measures the second window: calls answered in it, their latency
-// (from the call, or from when it was due, to its answer), and the CPU time
-// the server, store and this process used. A call is counted in the window
-// in which it was answered. It returns an error only when the load could
+// (from the call, or from when it was due if it was made late, to its
+// answer), and the CPU time the server, store and this process used. A
+// call is counted in the window in which it was answered. It returns an error only when the load could
 // not be run, or when no call in the window got an answer.
 func drive(ctx context.Context, cfg loadConfig, c caller) (Result, error) {
 	var res Result
@@ -112,9 +112,13 @@ func drive(ctx context.Context, cfg loadConfig, c caller) (Result, error) {
 			key := w % cfg.Keys
 			step := cfg.Concurrency % cfg.Keys
 			// With a rate, worker w's calls are due every interval, the
-			// workers' schedules staggered; a call's latency counts from
-			// when it was due, so a server that falls behind is charged
-			// for the wait (no coordinated omission).
+			// workers' schedules staggered. A call made late because the
+			// worker's last call was still waiting for its answer counts
+			// from when it was due, so a server that falls behind is
+			// charged for the wait (no coordinated omission); a call the
+			// worker waited for counts from when it was sent, since its
+			// timer's late wake-up (up to a millisecond: the runtime's
+			// poller sleeps in whole milliseconds) is this process's.
 			var interval time.Duration
 			var due time.Time
 			if cfg.Rate > 0 {
@@ -124,7 +128,7 @@ func drive(ctx context.Context, cfg loadConfig, c caller) (Result, error) {
 			for {
 				start := time.Now()
 				if interval > 0 {
-					if wait := time.Until(due); wait > 0 {
+					if wait := due.Sub(start); wait > 0 {
 						t := time.NewTimer(wait)
 						select {
 						case <-t.C:
@@ -132,8 +136,10 @@ func drive(ctx context.Context, cfg loadConfig, c caller) (Result, error) {
 							t.Stop()
 							return
 						}
+						start = time.Now()
+					} else {
+						start = due
 					}
-					start = due
 					due = due.Add(interval)
 				}
 				cctx, cancel := callCtx, context.CancelFunc(nil)
