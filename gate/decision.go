@@ -2,7 +2,6 @@ package gate
 
 import (
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/costgate/costgate/policies"
@@ -101,25 +100,29 @@ type RateLimit struct {
 // says qu="requests"; other units use the extension parameter cg-unit
 // (tokens, input_tokens, output_tokens, usd in nano-dollars).
 func (r *RateLimit) PolicyField() string {
-	var b strings.Builder
-	b.WriteString(strconv.Quote(r.Name))
-	b.WriteString(";q=")
-	b.WriteString(strconv.FormatInt(r.Quota, 10))
-	b.WriteString(";w=")
-	b.WriteString(strconv.FormatInt(r.Window, 10))
+	var buf [96]byte
+	b := strconv.AppendQuote(buf[:0], r.Name)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, r.Quota, 10)
+	b = append(b, ";w="...)
+	b = strconv.AppendInt(b, r.Window, 10)
 	if r.Unit == "requests" {
-		b.WriteString(`;qu="requests"`)
+		b = append(b, `;qu="requests"`...)
 	} else {
-		b.WriteString(`;cg-unit="`)
-		b.WriteString(r.Unit)
-		b.WriteString(`"`)
+		b = append(append(append(b, `;cg-unit="`...), r.Unit...), '"')
 	}
-	return b.String()
+	return string(b)
 }
 
 // Field is the RateLimit field's value.
 func (r *RateLimit) Field() string {
-	return strconv.Quote(r.Name) + ";r=" + strconv.FormatInt(max(r.Remaining, 0), 10) + ";t=" + strconv.FormatInt(r.Reset, 10)
+	var buf [64]byte
+	b := strconv.AppendQuote(buf[:0], r.Name)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, max(r.Remaining, 0), 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, r.Reset, 10)
+	return string(b)
 }
 
 // LimitState is one limit's state after a decision.

@@ -25,8 +25,10 @@ func setRateLimit(h http.Header, rl *gate.RateLimit) {
 	if rl == nil {
 		return
 	}
-	h.Set("RateLimit-Policy", rl.PolicyField())
-	h.Set("RateLimit", rl.Field())
+	// One slice for both fields' values (Set would make one each); a
+	// header's values are replaced or appended to, never written in place.
+	v := []string{rl.PolicyField(), rl.Field()}
+	h["Ratelimit-Policy"], h["Ratelimit"] = v[0:1:1], v[1:2:2]
 }
 
 // writeDecision answers a refusal: Retry-After when it has one (the
