@@ -358,3 +358,41 @@ func FuzzCost(f *testing.F) {
 		}
 	})
 }
+
+// usageShapes are answers' usage objects in the shapes the plain reader
+// takes and in the ones it leaves to encoding/json.
+var usageShapes = []string{
+	`{"id":"c","model":"gpt-4o-mini","usage":{"prompt_tokens":14,"completion_tokens":9,"total_tokens":23}}`,
+	`{"model":"gpt-4o","service_tier":"flex","usage":{"prompt_tokens":100,"completion_tokens":20,"prompt_tokens_details":{"cached_tokens":64,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":12,"audio_tokens":0,"accepted_prediction_tokens":0}}}`,
+	`{"model":"o4-mini","usage":{"input_tokens":10,"output_tokens":5,"input_tokens_details":{"cached_tokens":2},"output_tokens_details":{"reasoning_tokens":3}},"output":[{"type":"web_search_call"}]}`,
+	`{"usage":{"prompt_tokens":1,"prompt_tokens":2}}`,
+	`{"usage":{"prompt_tokens":1,"Prompt_Tokens":2}}`,
+	`{"usage":{"prompt_tokenſ":7,"completion_tokens":1}}`,
+	`{"usage":{"prompt_tokens":1,"prompt_tokens_details":{"cached_tokens":1},"prompt_tokens_details":{"audio_tokens":2}}}`,
+	`{"usage":{"prompt_tokens":null,"completion_tokens":2}}`,
+	`{"usage":{"prompt_tokens":1,"prompt_tokens_details":null}}`,
+	`{"usage":{"prompt_tokens":1.5}}`, `{"usage":{"prompt_tokens":-3}}`, `{"usage":{"prompt_tokens":-0}}`,
+	`{"usage":{"prompt_tokens":999999999999999999}}`, `{"usage":{"prompt_tokens":9999999999999999999}}`,
+	`{"usage":{"prompt_tokens":1,"extra":{"deep":[1,{"x":null}]}}}`,
+	`{"usage":{"pr\u006fmpt_tokens":5}}`, `{"usage":{"prompt_tokens":5},"USAGE":{"completion_tokens":6}}`,
+	`{"usage":{"prompt_tokens":5},"model":"caf\u00e9"}`, "{\"usage\":{\"prompt_tokens\":5},\"model\":\"caf\xc3\xa9 \xff\"}",
+	`{"usage":{"prompt_tokens":5},"model":null,"service_tier":7}`, `{"usage":[],"model":"m"}`, `{"usage":{"prompt_tokens_details":5}}`,
+}
+
+// FuzzParseResponseFast: ParseResponse reads the same usage and model as
+// encoding/json alone, and fails alike.
+func FuzzParseResponseFast(f *testing.F) {
+	for _, s := range usageShapes {
+		for _, k := range []Kind{ChatCompletions, Responses, Embeddings, Completions} {
+			f.Add(uint8(k), []byte(s))
+		}
+	}
+	f.Fuzz(func(t *testing.T, k uint8, body []byte) {
+		kind := Kind(k % uint8(Generic+1))
+		got, gm, gerr := ParseResponse(kind, body)
+		want, wm, werr := parseResponse(kind, body)
+		if got != want || gm != wm || (gerr == nil) != (werr == nil) || gerr != nil && gerr.Error() != werr.Error() {
+			t.Fatalf("ParseResponse(%v, %q) = %+v, %q, %v; encoding/json gives %+v, %q, %v", kind, body, got, gm, gerr, want, wm, werr)
+		}
+	})
+}

@@ -285,8 +285,25 @@ func parseUsageFast(kind Kind, body []byte) (u Usage, model string, ok bool, err
 	}
 	var r openaiResponse
 	for _, m := range matches {
-		dst := [...]any{&r.Usage, &r.Model, &r.ServiceTier, &r.Output}[m.field]
-		if json.Unmarshal(body[m.start:m.end], dst) != nil {
+		raw := body[m.start:m.end]
+		var err error
+		switch m.field {
+		case 0:
+			// A second match (another spelling) merges into the first,
+			// as encoding/json does: only a first is read plainly.
+			if u := new(openaiUsage); r.Usage == nil && decodeUsagePlain(raw, u) {
+				r.Usage = u
+			} else {
+				err = json.Unmarshal(raw, &r.Usage)
+			}
+		case 1:
+			err = decodeStringValue(raw, &r.Model)
+		case 2:
+			err = decodeStringValue(raw, &r.ServiceTier)
+		default:
+			err = json.Unmarshal(raw, &r.Output)
+		}
+		if err != nil {
 			return Usage{}, "", false, nil
 		}
 	}

@@ -1,0 +1,190 @@
+package costmodel
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+)
+
+// The usage of an OpenAI-shaped answer, read without encoding/json for the
+// shape upstreams send: every member name in lower case and given once,
+// integers, objects for the details. Anything else (a name in another
+// case, which encoding/json would match; a member given twice, which it
+// would merge; a null; a number with a fraction or out of range) is left
+// to json.Unmarshal, so that the answer is always encoding/json's
+// (FuzzParseUsageFast, FuzzParseResponseFast).
+
+// errNotPlain stops a fast read that found a member encoding/json must
+// read.
+var errNotPlain = errors.New("costmodel: not a plain usage object")
+
+// usageNames are openaiUsage's members; detailNames a details object's.
+var (
+	usageNames = [...]string{"prompt_tokens", "completion_tokens", "prompt_tokens_details", "completion_tokens_details",
+		"input_tokens", "output_tokens", "input_tokens_details", "output_tokens_details"}
+	detailNames = [...]string{"cached_tokens", "audio_tokens", "reasoning_tokens"}
+)
+
+// decodeUsagePlain reads raw, a valid JSON value, into o; false when raw
+// is not of the plain shape (o is then unspecified).
+func decodeUsagePlain(raw []byte, o *openaiUsage) bool {
+	s := jsonScanner{b: raw}
+	if s.peek() != '{' {
+		return false
+	}
+	var seen [len(usageNames)]bool
+	err := s.object(1, func(ks, ke int, esc bool) error {
+		i, ok := plainName(s.b[ks:ke], esc, usageNames[:])
+		switch {
+		case !ok:
+			return errNotPlain
+		case i < 0: // not a member openaiUsage has
+			_, _, err := s.value(1)
+			return err
+		case seen[i]:
+			return errNotPlain
+		}
+		seen[i] = true
+		switch usageNames[i] {
+		case "prompt_tokens":
+			o.PromptTokens = new(int64)
+			return plainInt(&s, o.PromptTokens)
+		case "completion_tokens":
+			return plainInt(&s, &o.CompletionTokens)
+		case "input_tokens":
+			o.InputTokens = new(int64)
+			return plainInt(&s, o.InputTokens)
+		case "output_tokens":
+			return plainInt(&s, &o.OutputTokens)
+		case "prompt_tokens_details":
+			o.PromptTokensDetails = new(struct {
+				CachedTokens int64 `json:"cached_tokens"`
+				AudioTokens  int64 `json:"audio_tokens"`
+			})
+			return plainDetails(&s, &o.PromptTokensDetails.CachedTokens, &o.PromptTokensDetails.AudioTokens, nil)
+		case "input_tokens_details":
+			o.InputTokensDetails = new(struct {
+				CachedTokens int64 `json:"cached_tokens"`
+				AudioTokens  int64 `json:"audio_tokens"`
+			})
+			return plainDetails(&s, &o.InputTokensDetails.CachedTokens, &o.InputTokensDetails.AudioTokens, nil)
+		case "completion_tokens_details":
+			o.CompletionTokensDetails = new(struct {
+				ReasoningTokens int64 `json:"reasoning_tokens"`
+				AudioTokens     int64 `json:"audio_tokens"`
+			})
+			return plainDetails(&s, nil, &o.CompletionTokensDetails.AudioTokens, &o.CompletionTokensDetails.ReasoningTokens)
+		default: // output_tokens_details
+			o.OutputTokensDetails = new(struct {
+				ReasoningTokens int64 `json:"reasoning_tokens"`
+				AudioTokens     int64 `json:"audio_tokens"`
+			})
+			return plainDetails(&s, nil, &o.OutputTokensDetails.AudioTokens, &o.OutputTokensDetails.ReasoningTokens)
+		}
+	})
+	return err == nil && s.end() == nil
+}
+
+// plainDetails reads a details object at s.i: cached, audio and reasoning
+// are its members' fields, nil for a member the object's type does not
+// have (then skipped, as encoding/json skips it).
+func plainDetails(s *jsonScanner, cached, audio, reasoning *int64) error {
+	if s.peek() != '{' {
+		return errNotPlain
+	}
+	var seen [len(detailNames)]bool
+	return s.object(2, func(ks, ke int, esc bool) error {
+		i, ok := plainName(s.b[ks:ke], esc, detailNames[:])
+		switch {
+		case !ok:
+			return errNotPlain
+		case i < 0:
+			_, _, err := s.value(2)
+			return err
+		case seen[i]:
+			return errNotPlain
+		}
+		seen[i] = true
+		dst := [...]*int64{cached, audio, reasoning}[i]
+		if dst == nil {
+			_, _, err := s.value(2)
+			return err
+		}
+		return plainInt(s, dst)
+	})
+}
+
+// plainName finds name among names: its index, or -1 for a name that no
+// spelling of theirs matches; ok is false for a name encoding/json might
+// match to one of them although it is not written as it (another case, an
+// escape, a letter beyond ASCII that folds to an ASCII one).
+func plainName(name []byte, escaped bool, names []string) (i int, ok bool) {
+	if escaped {
+		return 0, false
+	}
+	for i, n := range names {
+		if string(name) == n {
+			return i, true
+		}
+	}
+	for _, n := range names {
+		if bytes.EqualFold(name, []byte(n)) {
+			return 0, false
+		}
+	}
+	for _, c := range name {
+		if c >= 0x80 {
+			return 0, false // folding beyond simple case: left to encoding/json
+		}
+	}
+	return -1, true
+}
+
+// plainInt reads the value at s.i into n: an integer of at most 18
+// digits, optionally negative; anything else is errNotPlain.
+func plainInt(s *jsonScanner, n *int64) error {
+	st, en, err := s.value(2)
+	if err != nil {
+		return err
+	}
+	v := s.b[st:en]
+	neg := len(v) > 0 && v[0] == '-'
+	if neg {
+		v = v[1:]
+	}
+	if len(v) == 0 || len(v) > 18 {
+		return errNotPlain
+	}
+	var x int64
+	for _, c := range v {
+		if !isDigit(c) {
+			return errNotPlain
+		}
+		x = x*10 + int64(c-'0')
+	}
+	if neg {
+		x = -x
+	}
+	*n = x
+	return nil
+}
+
+// decodeStringValue reads a JSON value raw into v as json.Unmarshal
+// would: directly when it holds no escape and no byte beyond ASCII.
+func decodeStringValue(raw []byte, v *string) error {
+	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' {
+		text := raw[1 : len(raw)-1]
+		plain := true
+		for _, c := range text {
+			if c == '\\' || c >= 0x80 {
+				plain = false
+				break
+			}
+		}
+		if plain {
+			*v = string(text)
+			return nil
+		}
+	}
+	return json.Unmarshal(raw, v)
+}
