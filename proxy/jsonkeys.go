@@ -2,7 +2,7 @@ package proxy
 
 // checkKeys walks a reserve, settle or release body's member names in one
 // pass over its bytes, without allocating for a body of the API's usual
-// shape. The body has been decoded by encoding/json already, so it is one
+// shape. The body has been read by readAPIBody already, so it is one
 // valid JSON value; a member name written with an escape (\u0061) or
 // beyond ASCII sends the body to checkKeysSlow, which decodes the names as
 // encoding/json does.
