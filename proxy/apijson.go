@@ -67,15 +67,20 @@ func (r *jsonReader) fail(what string) error {
 	return fmt.Errorf("invalid JSON at byte %d: %s", r.i, what)
 }
 
-func (r *jsonReader) space() {
-	for r.i < len(r.b) {
-		switch r.b[r.i] {
+func (r *jsonReader) space() { r.i = skipSpace(r.b, r.i) }
+
+// skipSpace returns the index of the first byte of b from i on that is no
+// JSON white space, or len(b).
+func skipSpace(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
 		case ' ', '\t', '\n', '\r':
-			r.i++
+			i++
 		default:
-			return
+			return i
 		}
 	}
+	return i
 }
 
 // peek is the first byte of the value at r.i, after white space; 0 at the

@@ -217,16 +217,7 @@ func (s *keyScan) str() (start, end int, esc bool) {
 	}
 }
 
-func (s *keyScan) space() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
+func (s *keyScan) space() { s.i = skipSpace(s.b, s.i) }
 
 // lowerName tells whether s is spelled as the API's names are: a-z, 0-9
 // and _.
