@@ -60,8 +60,20 @@ type spool struct {
 	err     error      // a failed write or fsync; the spool refuses appends after it
 	closed  bool
 	fsyncs  int64 // fsyncs done by sync, for tests and benchmarks
+	writes  int64 // write(2) calls of appends, for tests
 
-	bufs sync.Pool
+	// Group commit (see append): writing is set while an append's write
+	// of inWrite bytes is under way with mu released; next is the queue of
+	// records behind it, queued their bytes; written wakes the queued
+	// appenders.
+	writing bool
+	inWrite int64
+	next    *pendingWrite
+	queued  int64
+	written *sync.Cond
+
+	bufs    sync.Pool // of *[]byte: one record's frame
+	batches sync.Pool // of *[]byte: a queue of records
 }
 
 // openSpool opens or creates the spool in dir, cutting a torn tail off the
@@ -72,6 +84,7 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 	}
 	s := &spool{dir: dir, segSize: segSize}
 	s.synced = sync.NewCond(&s.mu)
+	s.written = sync.NewCond(&s.mu)
 	s.bufs.New = func() any { b := make([]byte, 0, 512); return &b }
 
 	names, err := filepath.Glob(filepath.Join(dir, "*.spool"))
@@ -185,6 +198,12 @@ func wholeRecordAfter(b []byte, from int64) (after int64, zeros bool) {
 
 // append writes r and returns the position after it. With limit > 0 it
 // refuses when more than limit bytes are not yet in the store.
+//
+// Appends share writes (group commit): a record that finds another write
+// under way is queued behind it, and the first of the queued appenders to
+// run once that write ends writes the whole queue in one write(2) for all
+// of them. Every append still returns only once its record is in the
+// operating system, so a crash loses none that an append returned.
 func (s *spool) append(r *record, limit int64) (int64, error) {
 	bp := s.bufs.Get().(*[]byte)
 	b := appendFrame((*bp)[:0], r)
@@ -197,28 +216,110 @@ func (s *spool) append(r *record, limit int64) (int64, error) {
 		return 0, ErrClosed
 	case s.err != nil:
 		return 0, s.err
-	case limit > 0 && s.end-s.applied > limit:
+	case limit > 0 && s.end+s.inWrite+s.queued-s.applied > limit:
 		return 0, ErrSpoolFull
 	}
+	if !s.writing && s.next == nil {
+		// Nothing under way: written at once, from b.
+		w := pendingWrite{buf: b}
+		s.write(&w)
+		return w.base + int64(len(b)), w.err
+	}
+	w := s.next
+	if w == nil {
+		w = &pendingWrite{buf: s.batchBuf()}
+		s.next = w
+	}
+	w.buf = append(w.buf, b...)
+	end := int64(len(w.buf))
+	s.queued += int64(len(b))
+	for !w.done {
+		if s.writing {
+			s.written.Wait()
+			continue
+		}
+		// The write under way ended and w, still queued, is s.next:
+		// this appender writes it for all its records.
+		s.next = nil
+		s.queued -= int64(len(w.buf))
+		s.write(w)
+		s.putBatchBuf(w.buf)
+		w.buf = nil
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	return w.base + end, nil
+}
+
+// pendingWrite is one write(2) of one or more records.
+type pendingWrite struct {
+	buf  []byte
+	done bool
+	err  error
+	base int64 // spool position of buf[0], once written
+}
+
+// write writes w.buf at the spool's end, with s.mu held, released during
+// the write(2) itself: appends arriving meanwhile queue in s.next. It sets
+// w.done, w.err and w.base, and wakes the queued appenders.
+func (s *spool) write(w *pendingWrite) {
+	defer func() {
+		w.done = true
+		s.written.Broadcast()
+	}()
+	switch {
+	case s.closed:
+		w.err = ErrClosed
+		return
+	case s.err != nil:
+		w.err = s.err
+		return
+	}
 	last := &s.segs[len(s.segs)-1]
-	if last.size > 0 && last.size+int64(len(b)) > s.segSize {
+	if last.size > 0 && last.size+int64(len(w.buf)) > s.segSize {
 		if err := s.rotate(); err != nil {
 			s.err = err
-			return 0, err
+			w.err = err
+			return
 		}
 		last = &s.segs[len(s.segs)-1]
 	}
-	if _, err := s.f.Write(b); err != nil {
+	s.writing, s.inWrite = true, int64(len(w.buf))
+	f := s.f
+	s.mu.Unlock()
+	_, err := f.Write(w.buf)
+	s.mu.Lock()
+	s.writing, s.inWrite = false, 0
+	s.writes++
+	last = &s.segs[len(s.segs)-1] // close waits for the write; nothing rotates meanwhile
+	if err != nil {
 		// A partial write would leave a torn record in the middle of the
 		// log; cut it off, and stop appending if even that fails.
-		if terr := s.f.Truncate(last.size); terr != nil {
+		if terr := f.Truncate(last.size); terr != nil {
 			s.err = fmt.Errorf("ledger: spool write: %w (and truncate: %v)", err, terr)
 		}
-		return 0, fmt.Errorf("ledger: spool write: %w", err)
+		w.err = fmt.Errorf("ledger: spool write: %w", err)
+		return
 	}
-	last.size += int64(len(b))
-	s.end += int64(len(b))
-	return s.end, nil
+	w.base = s.end
+	last.size += int64(len(w.buf))
+	s.end += int64(len(w.buf))
+}
+
+// batchBuf is a buffer for a queue of records; putBatchBuf takes it back.
+func (s *spool) batchBuf() []byte {
+	if b, _ := s.batches.Get().(*[]byte); b != nil {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, 4<<10)
+}
+
+func (s *spool) putBatchBuf(b []byte) {
+	if cap(b) <= 1<<20 {
+		b = b[:0]
+		s.batches.Put(&b)
+	}
 }
 
 // rotate seals the last segment and starts a new one. s.mu is held.
@@ -427,6 +528,9 @@ func (s *spool) close() error {
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil
+	}
+	for s.writing {
+		s.written.Wait() // an append's write: its file stays open until it ends
 	}
 	s.closed = true
 	err := s.writeAppliedHint(s.applied)
