@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 )
 
 // Label values that come from configuration (policies, limits, routes,
@@ -18,8 +19,9 @@ import (
 // made valid UTF-8 (a Prometheus scrape fails as a whole on one invalid
 // label value). The raw value is remembered as an alias of its id, as are
 // values folded into Other, so that later sightings take the fast path; the
-// aliases are bounded too (aliasBudget), past which such values take the
-// slow path each time but still get the right id.
+// aliases are bounded too (aliasBudget). Past that bound a clean value not
+// in the map is Other without a lock (saturated); only a value that needs
+// cleaning still takes the mutex each time, to find its cleaned value's id.
 //
 // Reads are lock-free: the value-to-id map is copy-on-write behind an atomic
 // pointer, and only a first sighting takes the mutex. Because the number of
@@ -46,6 +48,9 @@ type labelSet struct {
 	n     int // distinct values interned, guarded by mu
 	ids   atomic.Pointer[map[string]int]
 	names atomic.Pointer[[]string] // id -> value; names[max] is Other
+	// saturated is set once every id is taken and the alias budget spent:
+	// a clean value the map does not hold is then Other.
+	saturated atomic.Bool
 }
 
 func newLabelSet(max int) *labelSet {
@@ -65,6 +70,9 @@ func (l *labelSet) id(v string) int {
 	}
 	if id, ok := (*l.ids.Load())[v]; ok {
 		return id
+	}
+	if l.saturated.Load() && len(v) <= MaxLabelLen && utf8.ValidString(v) {
+		return l.max // what slow would answer, without its lock
 	}
 	return l.slow(v)
 }
@@ -103,8 +111,11 @@ func (l *labelSet) slow(v string) int {
 		id = l.max
 	}
 	// An alias: a raw value for a cleaned one, or a value folded into Other.
-	if len(old) < l.max+aliasBudget && len(v) <= MaxLabelLen*4 {
+	switch {
+	case len(old) < l.max+aliasBudget && len(v) <= MaxLabelLen*4:
 		l.add(old, id, strings.Clone(v))
+	case len(old) >= l.max+aliasBudget && l.n >= l.max:
+		l.saturated.Store(true)
 	}
 	return id
 }

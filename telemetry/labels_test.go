@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -56,6 +57,32 @@ func TestLabelSetAliasesBounded(t *testing.T) {
 	}
 	if l.id("v0") != 0 || l.id("v1") != 1 || l.id("v99999") != 2 {
 		t.Fatal("ids changed")
+	}
+	// Saturated, a clean value never seen is Other without the lock (a
+	// long tail of tenants must not serialize every request on it); one
+	// that needs cleaning still finds its cleaned value's id.
+	l.mu.Lock()
+	got := make(chan int, 1)
+	go func() { got <- l.id("never-seen") }()
+	select {
+	case id := <-got:
+		if id != 2 {
+			t.Errorf("a new clean value once saturated: id %d, want Other's", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("a new clean value once saturated waited for the lock")
+	}
+	l.mu.Unlock()
+	if id := l.id("v0\xff"); id != 2 {
+		t.Errorf("a value cleaned to a folded one: id %d, want Other's", id)
+	}
+	m := newLabelSet(2)
+	m.id("a\uFFFD")
+	for i := range aliasBudget * 2 {
+		m.id(fmt.Sprintf("w%d", i))
+	}
+	if id := m.id("a\xff"); id != 0 {
+		t.Errorf("a value that cleans to a known one, once saturated: id %d, want 0", id)
 	}
 }
 
