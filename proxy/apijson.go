@@ -1,16 +1,26 @@
 package proxy
 
 // readAPIBody reads a reserve, settle or release body in one pass over its
-// bytes: it checks that the body is one valid JSON value and decodes the
-// members its type knows, as json.Unmarshal would (FuzzReadAPIBody holds
-// the two to the same answers), without encoding/json's second scan of
-// the whole body and its reflection. Strings with an escape or a byte
-// beyond ASCII, and the attributes object, are handed to json.Unmarshal
-// itself, so that their reading is encoding/json's to the byte. Member
-// names are checked apart, by checkKeys: readAPIBody skips a member it
-// does not know.
+// bytes: it checks that the body is one valid JSON value, that its member
+// names are the API's, and decodes them as json.Unmarshal would
+// (FuzzReadAPIBody holds the two to the same answers), without
+// encoding/json's second scan of the whole body and its reflection.
+// Strings with an escape or a byte beyond ASCII are handed to
+// json.Unmarshal itself, so that their reading is encoding/json's to the
+// byte.
+//
+// The names: encoding/json matches a member to a field without regard to
+// case (and folds "ſ" to "s") and keeps the last of a member given twice,
+// so a body could carry two costs, one that a case-sensitive reader (a
+// log, a gateway, the caller's own tooling) sees and one that costgate
+// charges. Every member name of the API's objects is therefore spelled
+// exactly as documented (lower-case ASCII), given once, and known; an
+// attribute name is given once (checkAttributes checks the rest); the LLM
+// body or response to estimate ("body", "response") is the estimator's to
+// check.
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,7 +46,7 @@ func readAPIBody(raw []byte, v apiBody) error {
 	case r.i >= len(r.b):
 		return r.fail("no JSON value")
 	case r.b[r.i] == '{':
-		if err := r.object(v); err != nil {
+		if err := r.object(v, apiNames); err != nil {
 			return err
 		}
 	case r.b[r.i] == 'n':
@@ -67,20 +77,15 @@ func (r *jsonReader) fail(what string) error {
 	return fmt.Errorf("invalid JSON at byte %d: %s", r.i, what)
 }
 
-func (r *jsonReader) space() { r.i = skipSpace(r.b, r.i) }
-
-// skipSpace returns the index of the first byte of b from i on that is no
-// JSON white space, or len(b).
-func skipSpace(b []byte, i int) int {
-	for i < len(b) {
-		switch b[i] {
+func (r *jsonReader) space() {
+	for r.i < len(r.b) {
+		switch r.b[r.i] {
 		case ' ', '\t', '\n', '\r':
-			i++
+			r.i++
 		default:
-			return i
+			return
 		}
 	}
-	return i
 }
 
 // peek is the first byte of the value at r.i, after white space; 0 at the
@@ -98,13 +103,62 @@ type skipper struct{}
 
 func (skipper) member(r *jsonReader, _ []byte) error { return r.skip() }
 
+// unknownField is the error of a member name the API does not have.
+func unknownField(name []byte) error { return fmt.Errorf("json: unknown field %q", name) }
+
+// nameSet is the member names of one object seen so far: in an array
+// while they are few, as the API's objects' are, then in a map.
+type nameSet struct {
+	small [16][]byte
+	n     int
+	big   map[string]bool
+}
+
+// has tells whether name was seen, and adds it.
+func (s *nameSet) has(name []byte) bool {
+	if s.big != nil {
+		if s.big[string(name)] {
+			return true
+		}
+		s.big[string(name)] = true
+		return false
+	}
+	for _, o := range s.small[:s.n] {
+		if bytes.Equal(o, name) {
+			return true
+		}
+	}
+	if s.n < len(s.small) {
+		s.small[s.n] = name
+		s.n++
+		return false
+	}
+	s.big = make(map[string]bool, 2*len(s.small))
+	for _, o := range s.small {
+		s.big[string(o)] = true
+	}
+	s.big[string(name)] = true
+	return false
+}
+
+// lowerName tells whether s is spelled as the API's names are: a-z, 0-9
+// and _.
+func lowerName(s []byte) bool {
+	for _, c := range s {
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return len(s) > 0
+}
+
 // skip checks the value at r.i and moves past it.
 func (r *jsonReader) skip() error {
 	switch c := r.peek(); c {
 	case 0:
 		return r.fail("unexpected end")
 	case '{':
-		return r.object(skipper{})
+		return r.object(skipper{}, anyNames)
 	case '[':
 		return r.array()
 	case '"':
@@ -139,10 +193,19 @@ func (r *jsonReader) enter() error {
 	return nil
 }
 
-// object reads the object at r.i, handing each member's value to into.
-// A member name written with an escape or beyond ASCII is decoded by
-// encoding/json first.
-func (r *jsonReader) object(into apiBody) error {
+// nameRule is how object checks an object's member names.
+type nameRule uint8
+
+const (
+	anyNames  nameRule = iota // not at all: inside an LLM body or response
+	apiNames                  // once each, in lower case, and known to into (its member refuses others)
+	attrNames                 // once each
+)
+
+// object reads the object at r.i, handing each member's value to into,
+// its member names checked by rule. A name written with an escape or
+// beyond ASCII is decoded by encoding/json first.
+func (r *jsonReader) object(into apiBody, rule nameRule) error {
 	if err := r.enter(); err != nil {
 		return err
 	}
@@ -151,6 +214,7 @@ func (r *jsonReader) object(into apiBody) error {
 		r.depth--
 		return nil
 	}
+	var seen nameSet
 	for {
 		if r.peek() != '"' {
 			return r.fail("want a member name")
@@ -166,6 +230,14 @@ func (r *jsonReader) object(into apiBody) error {
 				return err
 			}
 			name = []byte(s)
+		}
+		if rule != anyNames {
+			if seen.has(name) {
+				return fmt.Errorf("field %q appears twice", name)
+			}
+			if rule == apiNames && !lowerName(name) {
+				return fmt.Errorf("field %q: fields are spelled in lower case, exactly as documented", name)
+			}
 		}
 		if r.peek() != ':' {
 			return r.fail("want a colon")
@@ -362,14 +434,34 @@ func (r *jsonReader) raw(m *json.RawMessage) error {
 	return nil
 }
 
-// unmarshal hands the value at r.i to json.Unmarshal, into v.
-func (r *jsonReader) unmarshal(v any) error {
-	r.space()
-	start := r.i
+// attributes reads the value at r.i into *m: an object of strings (into a
+// new map; a null value is "", as json.Unmarshal reads one into a
+// map[string]string), or null (nil).
+func (r *jsonReader) attributes(name []byte, m *map[string]string) error {
+	switch r.peek() {
+	case 'n':
+		*m = nil
+		return r.literal("null")
+	case '{':
+		*m = map[string]string{}
+		return r.object(attrMap(*m), attrNames)
+	}
 	if err := r.skip(); err != nil {
 		return err
 	}
-	return json.Unmarshal(r.b[start:r.i], v)
+	return typeError(name, "an object")
+}
+
+// attrMap reads an attributes object's members.
+type attrMap map[string]string
+
+func (m attrMap) member(r *jsonReader, name []byte) error {
+	var v string
+	if err := r.string(name, &v); err != nil {
+		return err
+	}
+	m[string(name)] = v
+	return nil
 }
 
 // amounts reads the value at r.i into *a: an object (into a new amounts),
@@ -381,7 +473,7 @@ func (r *jsonReader) amounts(name []byte, a **amounts) error {
 		return r.literal("null")
 	case '{':
 		*a = new(amounts)
-		return r.object(*a)
+		return r.object(*a, apiNames)
 	}
 	if err := r.skip(); err != nil {
 		return err
@@ -414,7 +506,7 @@ func (a *amounts) member(r *jsonReader, name []byte) error {
 	case "usd":
 		return r.string(name, &a.USD)
 	}
-	return r.skip()
+	return unknownField(name)
 }
 
 func (in *reserveRequest) member(r *jsonReader, name []byte) error {
@@ -434,9 +526,9 @@ func (in *reserveRequest) member(r *jsonReader, name []byte) error {
 	case "ttl":
 		return r.string(name, &in.TTL)
 	case "attributes":
-		return r.unmarshal(&in.Attributes)
+		return r.attributes(name, &in.Attributes)
 	}
-	return r.skip()
+	return unknownField(name)
 }
 
 func (in *settleRequest) member(r *jsonReader, name []byte) error {
@@ -454,7 +546,7 @@ func (in *settleRequest) member(r *jsonReader, name []byte) error {
 	case "model":
 		return r.string(name, &in.Model)
 	}
-	return r.skip()
+	return unknownField(name)
 }
 
 // releaseRequest is a release body.
@@ -466,5 +558,5 @@ func (in *releaseRequest) member(r *jsonReader, name []byte) error {
 	if string(name) == "reservation_id" {
 		return r.string(name, &in.ReservationID)
 	}
-	return r.skip()
+	return unknownField(name)
 }
