@@ -140,32 +140,15 @@ func plainName(name []byte, escaped bool, names []string) (i int, ok bool) {
 	return -1, true
 }
 
-// plainInt reads the value at s.i into n: an integer of at most 18
-// digits, optionally negative; anything else is errNotPlain.
+// plainInt reads the value at s.i into n by the scanner's intValue: an
+// integer that fits; anything else, null included (which encoding/json
+// reads into a pointer as nil), is errNotPlain.
 func plainInt(s *jsonScanner, n *int64) error {
-	st, en, err := s.value(2)
-	if err != nil {
-		return err
-	}
-	v := s.b[st:en]
-	neg := len(v) > 0 && v[0] == '-'
-	if neg {
-		v = v[1:]
-	}
-	if len(v) == 0 || len(v) > 18 {
+	v, ok, err := s.intValue("")
+	if err != nil || !ok {
 		return errNotPlain
 	}
-	var x int64
-	for _, c := range v {
-		if !isDigit(c) {
-			return errNotPlain
-		}
-		x = x*10 + int64(c-'0')
-	}
-	if neg {
-		x = -x
-	}
-	*n = x
+	*n = v
 	return nil
 }
 
