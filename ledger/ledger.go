@@ -288,7 +288,8 @@ func (l *Ledger) append(r *record, limit int64, sync bool) error {
 // PeerLag is how long after a record is appended another process sharing
 // the store (a replica on the same PostgreSQL, with this configuration)
 // has it in the store, while the store keeps up: a batch delay and a
-// batch's write, taken as two batch delays. Zero for the embedded store,
+// batch's write, taken as two batch delays, and as 50 ms when batches are
+// not delayed (BatchDelay negative: the write alone). Zero for the embedded store,
 // which no other process shares. A reader that needs the others' records
 // of before some moment (a limiter restoring counters from the ledger
 // after its store lost them) waits that long after it.
