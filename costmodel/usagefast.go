@@ -155,8 +155,7 @@ func plainInt(s *jsonScanner, n *int64) error {
 // decodeStringValue reads a JSON value raw into v as json.Unmarshal
 // would: directly when it holds no escape and no byte beyond ASCII.
 // (jsonScanner.stringValue passes bytes beyond ASCII through as they are,
-// where encoding/json turns invalid UTF-8 into U+FFFD, and reads null as
-// "" where a second spelling's null leaves the first's value.)
+// where encoding/json turns invalid UTF-8 into U+FFFD.)
 func decodeStringValue(raw []byte, v *string) error {
 	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' {
 		text := raw[1 : len(raw)-1]
