@@ -15,23 +15,20 @@ package costmodel
 // ordinary text takes 25 to 80 ns per token. The proxy's body size limit
 // bounds what one request can cost.
 //
-// The ranks are read once per process from the vocabularies that
-// github.com/tiktoken-go/tokenizer embeds (by decoding every token id), so
-// nothing is downloaded at run time.
+// The ranks are read once per process from vocabularies embedded in the
+// binary (vocab.go), so nothing is downloaded at run time.
 
 import (
 	"math"
 	"sync"
-
-	"github.com/tiktoken-go/tokenizer"
 )
 
 // encoder counts the tokens of a string with one BPE encoding. It is
 // read-only after construction and safe for concurrent use.
 type encoder struct {
 	name   string
-	ranks  map[string]uint32         // every token
-	short  shortRanks                // tokens of at most 7 bytes, for fast lookups
+	short  shortRanks                // tokens of at most 7 bytes
+	long   longRanks                 // longer tokens
 	maxLen int                       // the longest token, in bytes: no longer string is looked up
 	next   func(s string, i int) int // the pre-tokenizer
 }
@@ -71,10 +68,7 @@ func (e *encoder) rank(b string) uint32 {
 	if len(b) > e.maxLen {
 		return noRank // cheap: a long run (spaces, one repeated symbol) merges into parts this long
 	}
-	if r, ok := e.ranks[b]; ok {
-		return r
-	}
-	return noRank
+	return e.long.get(b)
 }
 
 // packShort packs a string of 1 to 7 bytes and its length into a non-zero
@@ -97,27 +91,24 @@ type shortRanks struct {
 	shift uint
 }
 
-func newShortRanks(ranks map[string]uint32) shortRanks {
+func newShortRanks(vocab string, toks []token) shortRanks {
 	n := 0
-	for k := range ranks {
-		if len(k) <= 7 {
+	for _, tk := range toks {
+		if tk.n <= 7 {
 			n++
 		}
 	}
-	bits := uint(1)
-	for 1<<bits < 2*n { // load factor at most 1/2
-		bits++
-	}
-	t := shortRanks{keys: make([]uint64, 1<<bits), vals: make([]uint32, 1<<bits), shift: 64 - bits}
-	mask := uint64(1)<<bits - 1
-	for k, v := range ranks {
-		if len(k) > 7 || k == "" {
+	t := shortRanks{shift: 64 - tableBits(n)}
+	t.keys, t.vals = make([]uint64, 1<<(64-t.shift)), make([]uint32, 1<<(64-t.shift))
+	mask := uint64(len(t.keys) - 1)
+	for rank, tk := range toks {
+		if tk.n == 0 || tk.n > 7 {
 			continue
 		}
-		key := packShort(k)
+		key := packShort(vocab[tk.off : tk.off+tk.n])
 		for h := (key * 0x9E3779B97F4A7C15) >> t.shift; ; h = (h + 1) & mask {
-			if t.keys[h] == 0 {
-				t.keys[h], t.vals[h] = key, v
+			if t.keys[h] == 0 || t.keys[h] == key { // a token spelled twice: its last id, as tiktoken's map has it
+				t.keys[h], t.vals[h] = key, uint32(rank)
 				break
 			}
 		}
@@ -303,43 +294,26 @@ var (
 )
 
 // loadEncoders builds the encoders once per process; every Estimator shares
-// them. It takes a few hundred milliseconds of CPU.
+// them. It takes a few tens of milliseconds of CPU.
 func loadEncoders() {
 	encodersOnce.Do(func() {
 		loadClasses()
-		var wg sync.WaitGroup
-		wg.Add(2)
-		go func() { defer wg.Done(); o200k = newEncoder(tokenizer.O200kBase, nextO200k) }()
-		go func() { defer wg.Done(); cl100k = newEncoder(tokenizer.Cl100kBase, nextCl100k) }()
-		wg.Wait()
+		o200k = newEncoder(EncodingO200k, o200kVocab, nextO200k)
+		cl100k = newEncoder(EncodingCl100k, cl100kVocab, nextCl100k)
 	})
 }
 
-// newEncoder reads an encoding's ranks from the tokenizer module's embedded
-// vocabulary: every id that decodes is a token whose rank is the id.
-func newEncoder(enc tokenizer.Encoding, next func(string, int) int) *encoder {
-	codec, err := tokenizer.Get(enc)
+// newEncoder builds an encoder from its embedded vocabulary (vocab.go).
+func newEncoder(name, vocab string, next func(string, int) int) *encoder {
+	toks, err := readVocab(vocab)
 	if err != nil {
-		panic("costmodel: encoding " + string(enc) + " is not embedded: " + err.Error())
-	}
-	ranks := make(map[string]uint32, 210_000)
-	ids := make([]uint, 1)
-	misses := 0
-	for id := uint(0); misses < 4096; id++ {
-		ids[0] = id
-		s, err := codec.Decode(ids)
-		if err != nil || s == "" {
-			misses++
-			continue
-		}
-		misses = 0
-		ranks[s] = uint32(id)
+		panic("costmodel: vocabulary " + name + ": " + err.Error())
 	}
 	maxLen := 0
-	for k := range ranks {
-		maxLen = max(maxLen, len(k))
+	for _, tk := range toks {
+		maxLen = max(maxLen, int(tk.n))
 	}
-	return &encoder{name: string(enc), ranks: ranks, short: newShortRanks(ranks), maxLen: maxLen, next: next}
+	return &encoder{name: name, short: newShortRanks(vocab, toks), long: newLongRanks(vocab, toks), maxLen: maxLen, next: next}
 }
 
 // encoderFor returns the encoder of an encoding name; anthropic-approx

@@ -147,3 +147,48 @@ func FuzzEncoder(f *testing.F) {
 		}
 	})
 }
+
+// TestVocabularyIsTheTokenizers holds the embedded vocabularies (vocab/,
+// written by go generate) to github.com/tiktoken-go/tokenizer's: every id
+// decodes to the same bytes, or is no token in both, and the ranks an
+// encoder looks up are those ids.
+func TestVocabularyIsTheTokenizers(t *testing.T) {
+	for _, enc := range []struct {
+		name, vocab string
+	}{{EncodingO200k, o200kVocab}, {EncodingCl100k, cl100kVocab}} {
+		t.Run(enc.name, func(t *testing.T) {
+			toks, err := readVocab(enc.vocab)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := oracle2(t, enc.name)
+			e := encoderFor(enc.name)
+			ids := make([]uint, 1)
+			last := 0
+			for id := range len(toks) + 4096 {
+				ids[0] = uint(id)
+				s, err := c.Decode(ids)
+				if err != nil {
+					s = ""
+				}
+				var got string
+				if id < len(toks) {
+					got = enc.vocab[toks[id].off : toks[id].off+toks[id].n]
+				}
+				if got != s {
+					t.Fatalf("id %d: embedded %q, tokenizer %q (run go generate ./costmodel)", id, got, s)
+				}
+				if s == "" {
+					continue
+				}
+				last = id
+				if r := e.rank(s); r != uint32(id) {
+					t.Fatalf("rank(%q) = %d, want %d", s, r, id)
+				}
+			}
+			if last != len(toks)-1 {
+				t.Fatalf("the vocabulary ends at id %d, its last token is %d", len(toks)-1, last)
+			}
+		})
+	}
+}

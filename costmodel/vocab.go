@@ -1,0 +1,136 @@
+package costmodel
+
+// The encodings' vocabularies, embedded in the binary.
+//
+// Each file holds, for every token id from 0, its token's length as a
+// uvarint and then its bytes (a length of 0: the id is no token), as
+// internal/genvocab writes them from github.com/tiktoken-go/tokenizer's
+// vocabularies (TestVocabularyIsTheTokenizers checks that they still are).
+//
+// The ranks are kept where the garbage collector need not look: the token
+// bytes are the embedded strings themselves (read-only data, not heap),
+// and the tables hold offsets and numbers, no pointers. A map of the ~300,000
+// tokens as strings was most of the process's live heap, pointers that
+// every collection cycle marked again: in the proxy's benchmark most of
+// the collector's CPU per request.
+
+import (
+	_ "embed"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"math/bits"
+)
+
+//go:generate go run ./internal/genvocab vocab
+
+var (
+	//go:embed vocab/o200k_base.vocab
+	o200kVocab string
+	//go:embed vocab/cl100k_base.vocab
+	cl100kVocab string
+)
+
+// token is the bytes of one token id in its vocabulary, vocab[off:off+n];
+// n is 0 for an id that is no token.
+type token struct{ off, n uint32 }
+
+// readVocab returns the tokens of a vocabulary, indexed by id.
+func readVocab(vocab string) ([]token, error) {
+	var toks []token
+	for off := 0; off < len(vocab); {
+		n, k := binary.Uvarint([]byte(vocab[off:min(off+binary.MaxVarintLen64, len(vocab))]))
+		if k <= 0 || n > uint64(len(vocab)-off-k) {
+			return nil, fmt.Errorf("token %d: bad length at byte %d", len(toks), off)
+		}
+		off += k
+		toks = append(toks, token{off: uint32(off), n: uint32(n)})
+		off += int(n)
+	}
+	if len(toks) == 0 || len(toks) > math.MaxUint32 {
+		return nil, errors.New("no tokens")
+	}
+	return toks, nil
+}
+
+// tableBits is the log2 of an open-addressing table's size for n keys at a
+// load factor of at most 1/2.
+func tableBits(n int) uint {
+	return max(1, uint(bits.Len(uint(2*n-1))))
+}
+
+// longRanks is an open-addressing hash table from tokens of more than 7
+// bytes to ranks, without pointers but its vocabulary's.
+type longRanks struct {
+	vocab string
+	slots []longSlot
+	seed  maphash.Seed
+	shift uint
+}
+
+// longSlot is one token of a longRanks: vocab[off:off+n] has rank rank;
+// tag is the top bits of its hash, to compare few strings. n is 0 in an
+// empty slot.
+type longSlot struct {
+	off, rank uint32
+	n, tag    uint16
+}
+
+func newLongRanks(vocab string, toks []token) longRanks {
+	n := 0
+	for _, tk := range toks {
+		if tk.n > 7 {
+			n++
+		}
+	}
+	b := tableBits(n)
+	t := longRanks{vocab: vocab, slots: make([]longSlot, 1<<b), seed: maphash.MakeSeed(), shift: 64 - b}
+	for rank, tk := range toks {
+		if tk.n <= 7 {
+			continue
+		}
+		if tk.n > math.MaxUint16 {
+			panic(fmt.Sprintf("costmodel: token %d is %d bytes long", rank, tk.n))
+		}
+		s := t.at(vocab[tk.off : tk.off+tk.n])
+		// A token spelled twice keeps its last id, as a map would.
+		*s = longSlot{off: tk.off, rank: uint32(rank), n: uint16(tk.n), tag: s.tag}
+	}
+	return t
+}
+
+// at returns the slot of b: its own, or the empty one where it belongs
+// (its tag already set).
+func (t *longRanks) at(b string) *longSlot {
+	h := maphash.String(t.seed, b)
+	tag := uint16(h)
+	mask := uint64(len(t.slots) - 1)
+	for i := h >> t.shift; ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.n == 0 {
+			s.tag = tag
+			return s
+		}
+		if s.tag == tag && int(s.n) == len(b) && t.vocab[s.off:s.off+uint32(s.n)] == b {
+			return s
+		}
+	}
+}
+
+// get returns the rank of b, or noRank.
+func (t *longRanks) get(b string) uint32 {
+	h := maphash.String(t.seed, b)
+	tag := uint16(h)
+	mask := uint64(len(t.slots) - 1)
+	for i := h >> t.shift; ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.n == 0 {
+			return noRank
+		}
+		if s.tag == tag && int(s.n) == len(b) && t.vocab[s.off:s.off+uint32(s.n)] == b {
+			return s.rank
+		}
+	}
+}
