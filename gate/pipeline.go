@@ -86,6 +86,12 @@ type Request struct {
 	Served bool
 	// States asks for Decision.Limits, the state of every limit checked.
 	States bool
+	// Final marks a debit whose cost is final when made (the RLS server's
+	// debit of hits_addend), to be settled at once at its estimate: the
+	// limiter store keeps nothing for a later settlement of its windows
+	// (weighted.Item.Final), and that settlement makes no store call
+	// unless a concurrency unit is to be released.
+	Final bool
 }
 
 // Extra is a limit a front door adds to a request.
@@ -296,6 +302,11 @@ func (r *Reservation) collect() {
 		r.limits = append(r.limits, &compiledLimit{limit: e.Limit, unit: e.Unit, dimension: e.Dimension,
 			shadow: e.Shadow, failClosed: e.FailClosed, extra: i + 1})
 		r.items = append(r.items, weighted.Item{Limit: e.Limit, Key: e.Key, Cost: e.Cost})
+	}
+	if r.req.Final {
+		for i := range r.items {
+			r.items[i].Final = true
+		}
 	}
 }
 
@@ -964,16 +975,21 @@ func (g *Gate) endedAtEstimate(id string, items []weighted.Item) {
 // unchanged tells whether settling items at actual costs changes nothing
 // in the store, so that the call is not made: every actual cost is the
 // reserved one, and no item holds a concurrency unit or a window's
-// reservation record, which a settlement releases. (An RLS decision,
-// final at once, is settled so.)
+// reservation record, which a settlement releases (a Final item's record
+// expires on its own: see weighted.Item.Final). An RLS decision, final at
+// once, is settled so.
 func unchanged(items []weighted.Item, actual []int64) bool {
 	for i, it := range items {
 		if actual[i] != it.Cost {
 			return false
 		}
 		switch it.Limit.Algorithm {
-		case weighted.Concurrency, weighted.FixedWindow, weighted.SlidingWindow:
+		case weighted.Concurrency:
 			if it.Cost > 0 {
+				return false
+			}
+		case weighted.FixedWindow, weighted.SlidingWindow:
+			if it.Cost > 0 && !it.Final {
 				return false
 			}
 		}

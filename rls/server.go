@@ -252,6 +252,7 @@ func (s *Server) ask(ctx context.Context, caller *gate.Caller, c *call, k kind) 
 		ctx = context.WithoutCancel(ctx)
 		req.Requests = g.requests
 		req.Estimate.Cost = g.cost
+		req.Final = true
 		res, d := s.g.Reserve(ctx, &req)
 		if res == nil {
 			return d

@@ -475,7 +475,8 @@ func (r *Redis) detach(b *batch) {
 // admitted reports whether c is a debit whose reply says it was admitted.
 func admitted(c *call) bool {
 	reply, ok := c.reply.(string)
-	return ok && headerNumber(c.buf, 3) == opDebit && len(reply) >= 8 && replyNumber(reply, 0) == 1
+	op := headerNumber(c.buf, 3)
+	return ok && (op == opDebit || op == opFinal) && len(reply) >= 8 && replyNumber(reply, 0) == 1
 }
 
 // headerNumber returns the k-th double of a request's buffer.

@@ -10,7 +10,8 @@
 -- a script that fails does.
 -- ARGV[1]: the requests, one after another, each a header of doubles n
 -- (items), its number of keys, time override (0: TIME), op (0 peek, 1
--- debit, 2 settle, 3 renew, 4 restore, 5 lease, 6 claimed settle), the number of meters
+-- debit, 2 settle, 3 renew, 4 restore, 5 lease, 6 claimed settle, 7 final
+-- debit), the number of meters
 -- and windows, how long to remember a settled id (ms), ng, nl, then ng
 -- doubles, then nl doubles (and for a lease its TTL in µs, the number of
 -- its reports and three doubles per report: the lease's sequence number,
@@ -68,7 +69,7 @@ for r = 1, m do
     set_now(override)
   end
   local id, mode = ARGV[r + 1], op
-  if op == 5 then
+  if op == 5 or op == 7 then
     mode = 1
   end
   -- A claimed settle (op 6) is a settle whose claim, its TTL (ms), its

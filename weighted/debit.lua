@@ -1,5 +1,6 @@
--- debit.lua: Debit (mode 1), Peek (mode 0) and Lease (op 5, mode 1, one
--- item) of request r of a batch, n items, all or nothing. batch.lua runs
+-- debit.lua: Debit (mode 1; op 7, a final one, keeps its reservation
+-- record FINAL_RECORD_MS at most), Peek (mode 0) and Lease (op 5, mode 1,
+-- one item) of request r of a batch, n items, all or nothing. batch.lua runs
 -- it inside its loop over requests, as a block that may break. Its keys
 -- are KEYS[k + 1] to KEYS[k + n]: the items' keys, meters and windows (ns
 -- of them) first, then, when a window item is debited, the reservation's
@@ -272,7 +273,12 @@ for i = 1, n do
   end
 end
 if rec_ttl > 0 then
-  redis.call('SET', KEYS[k + n + 1], pack('<d', now), 'PX', ceil_div(rec_ttl, 1000) + ttl_pad)
+  local px = ceil_div(rec_ttl, 1000)
+  if op == 7 and px > FINAL_RECORD_MS then
+    -- A final debit: its record serves only a compensation.
+    px = FINAL_RECORD_MS
+  end
+  redis.call('SET', KEYS[k + n + 1], pack('<d', now), 'PX', px + ttl_pad)
 end
 if op == 5 then
   -- A lease taken: its record, until it is given back (a TTL) and a TTL

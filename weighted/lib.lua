@@ -22,6 +22,9 @@
 
 -- MONTH_WINDOW is a fixed window on UTC calendar months (see window).
 local TOKEN_BUCKET, GCRA, SLIDING_WINDOW, FIXED_WINDOW, SLIDING_LOG, CONCURRENCY, MONTH_WINDOW = 0, 1, 2, 3, 4, 5, 6
+-- How long a final debit's (op 7) reservation record lives, in ms (Go's
+-- FinalRecordTTL).
+local FINAL_RECORD_MS = 10000
 local floor, pack, sunpack = math.floor, struct.pack, struct.unpack
 
 -- The script's time, set by set_now first. ttl_pad lengthens every TTL when

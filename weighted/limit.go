@@ -334,6 +334,16 @@ type Item struct {
 	// Cost is what the request costs in the limit's unit. It is at least 0
 	// and at most the limit's capacity.
 	Cost int64
+	// Final says that the debit's cost is final: the caller will neither
+	// settle nor cancel it (an Envoy rate limit decision). When every item
+	// of a debit is Final, the store keeps the record by which a window
+	// refunds into the window debited (fixed and sliding windows) for
+	// FinalRecordTTL, long enough for the store's own compensation of a
+	// debit that fails part way, instead of until the window ends; a
+	// Settle or Cancel after that refunds nothing into a window. Other
+	// algorithms keep no such record; a concurrency limit's units are held
+	// until settled or cancelled, Final or not.
+	Final bool
 }
 
 // ErrCostExceedsCapacity is the sentinel of a *CostError: a cost that no

@@ -325,6 +325,9 @@ func (m *Memory) debit(id string, items []Item, ss []spec, c *LeaseCall) (Result
 				e = new(entry)
 			}
 			e.rec, e.done = h.now, false
+			if final(items) {
+				recTTL = min(recTTL, FinalRecordTTL.Microseconds())
+			}
 			m.put(&h, len(items), e, recTTL)
 		}
 		if wrote {

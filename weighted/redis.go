@@ -482,6 +482,7 @@ const (
 	opRestore = 4
 	opLease   = 5
 	opClaimed = 6
+	opFinal   = 7 // a debit of Final items (see Item.Final)
 )
 
 // header appends the header of a request of batch.lua: the number of items,
@@ -656,7 +657,11 @@ func (r *Redis) Debit(ctx context.Context, id string, items []Item) (Result, err
 	res := Result{Items: make([]ItemState, len(items))}
 	gs := r.groups(items)
 	for k := range gs {
-		ok, err := r.evalGroup(ctx, id, items, ss, &gs[k], opDebit, res.Items)
+		op := int64(opDebit)
+		if final(items) {
+			op = opFinal
+		}
+		ok, err := r.evalGroup(ctx, id, items, ss, &gs[k], op, res.Items)
 		if err == nil && ok {
 			continue
 		}

@@ -130,6 +130,21 @@ type Store interface {
 	Reset(ctx context.Context, items []Item) error
 }
 
+// FinalRecordTTL is how long a store keeps the reservation record of a
+// debit whose items are all Final (see Item.Final); lib.lua's
+// FINAL_RECORD_MS says the same for Redis.
+const FinalRecordTTL = 10 * time.Second
+
+// final reports whether every item is Final.
+func final(items []Item) bool {
+	for i := range items {
+		if !items[i].Final {
+			return false
+		}
+	}
+	return true
+}
+
 // DefaultSettleTTL is how long a store remembers a settled or cancelled
 // reservation id when its config leaves SettleTTL zero.
 const DefaultSettleTTL = 10 * time.Minute
