@@ -92,43 +92,31 @@ func newLongRanks(vocab string, toks []token) longRanks {
 		if tk.n > math.MaxUint16 {
 			panic(fmt.Sprintf("costmodel: token %d is %d bytes long", rank, tk.n))
 		}
-		s := t.at(vocab[tk.off : tk.off+tk.n])
+		s, tag := t.slot(vocab[tk.off : tk.off+tk.n])
 		// A token spelled twice keeps its last id, as a map would.
-		*s = longSlot{off: tk.off, rank: uint32(rank), n: uint16(tk.n), tag: s.tag}
+		*s = longSlot{off: tk.off, rank: uint32(rank), n: uint16(tk.n), tag: tag}
 	}
 	return t
 }
 
-// at returns the slot of b: its own, or the empty one where it belongs
-// (its tag already set).
-func (t *longRanks) at(b string) *longSlot {
+// slot returns the slot of b: its own, or the empty one where it belongs,
+// and b's tag.
+func (t *longRanks) slot(b string) (*longSlot, uint16) {
 	h := maphash.String(t.seed, b)
 	tag := uint16(h)
 	mask := uint64(len(t.slots) - 1)
 	for i := h >> t.shift; ; i = (i + 1) & mask {
 		s := &t.slots[i]
-		if s.n == 0 {
-			s.tag = tag
-			return s
-		}
-		if s.tag == tag && int(s.n) == len(b) && t.vocab[s.off:s.off+uint32(s.n)] == b {
-			return s
+		if s.n == 0 || s.tag == tag && int(s.n) == len(b) && t.vocab[s.off:s.off+uint32(s.n)] == b {
+			return s, tag
 		}
 	}
 }
 
 // get returns the rank of b, or noRank.
 func (t *longRanks) get(b string) uint32 {
-	h := maphash.String(t.seed, b)
-	tag := uint16(h)
-	mask := uint64(len(t.slots) - 1)
-	for i := h >> t.shift; ; i = (i + 1) & mask {
-		s := &t.slots[i]
-		if s.n == 0 {
-			return noRank
-		}
-		if s.tag == tag && int(s.n) == len(b) && t.vocab[s.off:s.off+uint32(s.n)] == b {
-			return s.rank
-		}
+	if s, _ := t.slot(b); s.n != 0 {
+		return s.rank
 	}
+	return noRank
 }
