@@ -655,12 +655,12 @@ func (r *Redis) Debit(ctx context.Context, id string, items []Item) (Result, err
 		return Result{}, err
 	}
 	res := Result{Items: make([]ItemState, len(items))}
+	op := int64(opDebit)
+	if final(items) {
+		op = opFinal
+	}
 	gs := r.groups(items)
 	for k := range gs {
-		op := int64(opDebit)
-		if final(items) {
-			op = opFinal
-		}
 		ok, err := r.evalGroup(ctx, id, items, ss, &gs[k], op, res.Items)
 		if err == nil && ok {
 			continue
