@@ -557,7 +557,8 @@ func appendItem(buf []byte, s *spec, cost int64) []byte {
 	return buf
 }
 
-// evalGroup debits (opDebit) or peeks (opPeek) one group, filling out.
+// evalGroup debits (opDebit, opFinal) or peeks (opPeek) one group, filling
+// out.
 func (r *Redis) evalGroup(ctx context.Context, id string, items []Item, ss []spec, g *group, op int64, out []ItemState) (bool, error) {
 	return r.evalLease(ctx, id, items, ss, g, op, out, nil)
 }
