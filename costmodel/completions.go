@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+
+	"github.com/costgate/costgate/internal/jsonscan"
 )
 
 // completionsDefaultMaxTokens is the legacy completions API's default
@@ -168,9 +170,9 @@ func stringTokens(m model, raw []byte) (int64, error) {
 
 // tokenIDs counts a JSON array of integers (validated).
 func tokenIDs(raw []byte) (int64, error) {
-	s := jsonScanner{b: raw}
+	s := jsonScanner{jsonscan.Scanner{B: raw}}
 	var n int64
-	err := s.array(1, func() error {
+	err := s.Array(1, func() error {
 		if _, _, err := s.intValue("token id"); err != nil {
 			return err
 		}

@@ -10,28 +10,6 @@ import (
 	"testing"
 )
 
-// FuzzJSONScanner checks that the scanner accepts exactly what
-// encoding/json accepts.
-func FuzzJSONScanner(f *testing.F) {
-	for _, s := range []string{
-		`{}`, `[]`, `""`, `0`, `-0.5e+10`, `{"a":[1,2,{"b":null}],"c":"\u00e9\n"}`, `{"a":1,}`, `[1 2]`,
-		`"\ud800"`, "\"\x01\"", `01`, `1.`, `.5`, `{"a" 1}`, `tru`, `nul`, `"abc`, "\"\xff\xfe\"", `{"a":"b"} x`,
-		`"12345678\"9012345678"`, `"1234567\\\\890"`,
-	} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		s := jsonScanner{b: b}
-		_, _, err := s.value(0)
-		if err == nil {
-			err = s.end()
-		}
-		if ok := json.Valid(b); ok != (err == nil) {
-			t.Fatalf("json.Valid = %v, scanner error %v, for %q", ok, err, b)
-		}
-	})
-}
-
 // FuzzEstimate feeds arbitrary bodies to every request parser: none may
 // panic, and every failure must be a *BadRequestError.
 func FuzzEstimate(f *testing.F) {

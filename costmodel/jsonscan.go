@@ -1,303 +1,25 @@
 package costmodel
 
-// A small, strict JSON scanner for the hot path.
-//
-// Estimating a chat request must read a body of tens of kilobytes on every
-// request, and encoding/json spends most of its time validating and
-// skipping it (once in checkValid, once more while decoding). The scanner
-// below makes one validating pass and hands back the byte spans of the
-// fields costmodel needs, so that a message whose count is cached is never
-// decoded at all. It accepts exactly RFC 8259 JSON (what encoding/json
-// accepts): a body it rejects, encoding/json rejects too, and the fuzz test
-// checks that they agree. Invalid UTF-8 inside strings is accepted, as
-// encoding/json accepts it (and replaces it with U+FFFD when decoding).
-// Strings are skipped eight bytes at a time while they hold no quote,
-// backslash or control character.
+// costmodel's readers of JSON on the hot path: the fields of a request
+// body (scanTop) and typed values, on the shared strict scanner
+// (internal/jsonscan), which makes one validating pass and hands back byte
+// spans, so that a message whose count is cached is never decoded at all.
+// The fuzz tests hold them to encoding/json.
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/bits"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/costgate/costgate/internal/jsonscan"
 )
 
-const maxJSONDepth = 1000
-
-type jsonScanner struct {
-	b []byte
-	i int
-}
-
-type jsonSyntaxError struct {
-	msg string
-	off int
-}
-
-func (e *jsonSyntaxError) Error() string {
-	return fmt.Sprintf("%s at offset %d", e.msg, e.off)
-}
-
-func (s *jsonScanner) fail(msg string) error {
-	return &jsonSyntaxError{msg: msg, off: s.i}
-}
-
-func (s *jsonScanner) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
-
-// peek returns the next non-space byte, or 0 at the end.
-func (s *jsonScanner) peek() byte {
-	s.ws()
-	if s.i < len(s.b) {
-		return s.b[s.i]
-	}
-	return 0
-}
-
-const (
-	lo8 = 0x0101010101010101
-	hi8 = 0x8080808080808080
-)
-
-// str reads a string at s.i (which is '"'); it returns the content span
-// (without quotes) and whether it holds escapes.
-func (s *jsonScanner) str() (start, end int, escaped bool, err error) {
-	s.i++ // opening quote
-	start = s.i
-	b := s.b
-	for {
-		// Eight bytes at a time while none is '"', '\\' or below 0x20.
-		for s.i+8 <= len(b) {
-			x := binary.LittleEndian.Uint64(b[s.i:])
-			q := x ^ (lo8 * '"')
-			bs := x ^ (lo8 * '\\')
-			t := (((q - lo8) &^ q) | ((bs - lo8) &^ bs) | ((x - lo8*0x20) &^ x)) & hi8
-			if t != 0 {
-				// The lowest flagged byte is a real hit: a borrow only
-				// flags bytes above the one that caused it.
-				s.i += bits.TrailingZeros64(t) / 8
-				break
-			}
-			s.i += 8
-		}
-		if s.i >= len(b) {
-			return 0, 0, false, s.fail("unterminated string")
-		}
-		c := b[s.i]
-		switch {
-		case c == '"':
-			end = s.i
-			s.i++
-			return start, end, escaped, nil
-		case c == '\\':
-			escaped = true
-			if s.i+1 >= len(b) {
-				return 0, 0, false, s.fail("unterminated string")
-			}
-			switch b[s.i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				s.i += 2
-			case 'u':
-				if s.i+6 > len(b) {
-					return 0, 0, false, s.fail("bad \\u escape")
-				}
-				for _, h := range b[s.i+2 : s.i+6] {
-					if !isHex(h) {
-						return 0, 0, false, s.fail("bad \\u escape")
-					}
-				}
-				s.i += 6
-			default:
-				return 0, 0, false, s.fail("bad escape")
-			}
-		case c < 0x20:
-			return 0, 0, false, s.fail("control character in string")
-		default:
-			s.i++
-		}
-	}
-}
-
-func isHex(c byte) bool {
-	return c >= '0' && c <= '9' || c|0x20 >= 'a' && c|0x20 <= 'f'
-}
-
-func isDigit(c byte) bool { return c >= '0' && c <= '9' }
-
-func (s *jsonScanner) number() error {
-	b := s.b
-	if s.i < len(b) && b[s.i] == '-' {
-		s.i++
-	}
-	switch {
-	case s.i < len(b) && b[s.i] == '0':
-		s.i++
-	case s.i < len(b) && b[s.i] >= '1' && b[s.i] <= '9':
-		for s.i < len(b) && isDigit(b[s.i]) {
-			s.i++
-		}
-	default:
-		return s.fail("bad number")
-	}
-	if s.i < len(b) && b[s.i] == '.' {
-		s.i++
-		if s.i >= len(b) || !isDigit(b[s.i]) {
-			return s.fail("bad number")
-		}
-		for s.i < len(b) && isDigit(b[s.i]) {
-			s.i++
-		}
-	}
-	if s.i < len(b) && (b[s.i] == 'e' || b[s.i] == 'E') {
-		s.i++
-		if s.i < len(b) && (b[s.i] == '+' || b[s.i] == '-') {
-			s.i++
-		}
-		if s.i >= len(b) || !isDigit(b[s.i]) {
-			return s.fail("bad number")
-		}
-		for s.i < len(b) && isDigit(b[s.i]) {
-			s.i++
-		}
-	}
-	return nil
-}
-
-func (s *jsonScanner) literal(lit string) error {
-	if len(s.b)-s.i < len(lit) || string(s.b[s.i:s.i+len(lit)]) != lit {
-		return s.fail("invalid character")
-	}
-	s.i += len(lit)
-	return nil
-}
-
-// value skips one value, validating it, and returns its span.
-func (s *jsonScanner) value(depth int) (start, end int, err error) {
-	c := s.peek()
-	start = s.i
-	switch {
-	case c == '"':
-		_, _, _, err = s.str()
-	case c == '{':
-		err = s.object(depth+1, func(int, int, bool) error {
-			_, _, err := s.value(depth + 1)
-			return err
-		})
-	case c == '[':
-		err = s.array(depth+1, func() error {
-			_, _, err := s.value(depth + 1)
-			return err
-		})
-	case c == '-' || isDigit(c):
-		err = s.number()
-	case c == 't':
-		err = s.literal("true")
-	case c == 'f':
-		err = s.literal("false")
-	case c == 'n':
-		err = s.literal("null")
-	case c == 0:
-		err = s.fail("unexpected end of JSON")
-	default:
-		err = s.fail(fmt.Sprintf("invalid character %q", c))
-	}
-	return start, s.i, err
-}
-
-// object reads an object at s.i; for each member it calls member with the
-// key's span, leaving s.i at the value, which member must consume.
-func (s *jsonScanner) object(depth int, member func(kstart, kend int, kescaped bool) error) error {
-	if depth > maxJSONDepth {
-		return s.fail("nested too deeply")
-	}
-	s.i++ // '{'
-	if s.peek() == '}' {
-		s.i++
-		return nil
-	}
-	for {
-		if s.peek() != '"' {
-			return s.fail("want an object key")
-		}
-		ks, ke, kesc, err := s.str()
-		if err != nil {
-			return err
-		}
-		if s.peek() != ':' {
-			return s.fail("want ':' after object key")
-		}
-		s.i++
-		if err := member(ks, ke, kesc); err != nil {
-			return err
-		}
-		switch s.peek() {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return nil
-		default:
-			return s.fail("want ',' or '}' in object")
-		}
-	}
-}
-
-// array reads an array at s.i, calling elem with s.i at each element, which
-// elem must consume.
-func (s *jsonScanner) array(depth int, elem func() error) error {
-	if depth > maxJSONDepth {
-		return s.fail("nested too deeply")
-	}
-	s.i++ // '['
-	if s.peek() == ']' {
-		s.i++
-		return nil
-	}
-	for {
-		s.ws()
-		if err := elem(); err != nil {
-			return err
-		}
-		switch s.peek() {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
-			return nil
-		default:
-			return s.fail("want ',' or ']' in array")
-		}
-	}
-}
-
-// end checks that nothing but space follows the top-level value.
-func (s *jsonScanner) end() error {
-	if s.ws(); s.i < len(s.b) {
-		return s.fail("data after the top-level value")
-	}
-	return nil
-}
-
-// key returns an object key's text.
-func (s *jsonScanner) key(ks, ke int, escaped bool) string {
-	if !escaped {
-		return string(s.b[ks:ke])
-	}
-	var k string
-	_ = json.Unmarshal(s.b[ks-1:ke+1], &k) // validated already
-	return k
-}
+// jsonScanner is the shared scanner with costmodel's readers of values
+// (stringValue, intValue, boolValue) and fields (scanTop).
+type jsonScanner struct{ jsonscan.Scanner }
 
 // fieldError reports a field of the wrong JSON type.
 type fieldError struct{ msg string }
@@ -308,57 +30,57 @@ func wrongType(format string, args ...any) error {
 	return &fieldError{msg: fmt.Sprintf(format, args...)}
 }
 
-// stringValue reads a string value (or null, as "") at s.i.
+// stringValue reads a string value (or null, as "") at s.I.
 func (s *jsonScanner) stringValue(field string) (string, bool, error) {
-	switch s.peek() {
+	switch s.Peek() {
 	case '"':
-		st, en, esc, err := s.str()
+		st, en, esc, err := s.Str()
 		if err != nil {
 			return "", false, err
 		}
 		if !esc {
-			return string(s.b[st:en]), true, nil
+			return string(s.B[st:en]), true, nil
 		}
 		var v string
-		if err := json.Unmarshal(s.b[st-1:en+1], &v); err != nil {
+		if err := json.Unmarshal(s.B[st-1:en+1], &v); err != nil {
 			return "", false, err
 		}
 		return v, true, nil
 	case 'n':
-		return "", false, s.literal("null")
+		return "", false, s.Literal("null")
 	}
 	return "", false, wrongType("%s: want a string", field)
 }
 
-// intValue reads an integer value (or null, as absent) at s.i.
+// intValue reads an integer value (or null, as absent) at s.I.
 func (s *jsonScanner) intValue(field string) (int64, bool, error) {
-	c := s.peek()
+	c := s.Peek()
 	if c == 'n' {
-		return 0, false, s.literal("null")
+		return 0, false, s.Literal("null")
 	}
-	if c != '-' && !isDigit(c) {
+	if c != '-' && !jsonscan.IsDigit(c) {
 		return 0, false, wrongType("%s: want an integer", field)
 	}
-	st := s.i
-	if err := s.number(); err != nil {
+	st := s.I
+	if err := s.Number(); err != nil {
 		return 0, false, err
 	}
-	v, err := strconv.ParseInt(string(s.b[st:s.i]), 10, 64)
+	v, err := strconv.ParseInt(string(s.B[st:s.I]), 10, 64)
 	if err != nil {
-		return 0, false, wrongType("%s: want an integer, got %s", field, s.b[st:s.i])
+		return 0, false, wrongType("%s: want an integer, got %s", field, s.B[st:s.I])
 	}
 	return v, true, nil
 }
 
-// boolValue reads a boolean value (or null, as false) at s.i.
+// boolValue reads a boolean value (or null, as false) at s.I.
 func (s *jsonScanner) boolValue(field string) (bool, error) {
-	switch s.peek() {
+	switch s.Peek() {
 	case 't':
-		return true, s.literal("true")
+		return true, s.Literal("true")
 	case 'f':
-		return false, s.literal("false")
+		return false, s.Literal("false")
 	case 'n':
-		return false, s.literal("null")
+		return false, s.Literal("null")
 	}
 	return false, wrongType("%s: want a boolean", field)
 }
@@ -391,16 +113,16 @@ func scanTop(kind Kind, body []byte, fields ...*topField) error {
 // scanFields is scanTop for the object body at the path prefix ("" for the
 // top level, "stream_options." for a nested object).
 func scanFields(kind Kind, prefix string, body []byte, fields []*topField) error {
-	s := jsonScanner{b: body}
-	switch s.peek() {
+	s := jsonScanner{jsonscan.Scanner{B: body}}
+	switch s.Peek() {
 	case '{':
 	case 0:
-		if s.i >= len(body) {
+		if s.I >= len(body) {
 			return badRequest(kind, nil, "empty body")
 		}
-		return badRequest(kind, &jsonSyntaxError{msg: "invalid character", off: s.i}, "invalid JSON")
+		return badRequest(kind, &jsonscan.SyntaxError{Msg: "invalid character", Off: s.I}, "invalid JSON")
 	default:
-		if _, _, err := s.value(0); err != nil {
+		if _, _, err := s.Value(0); err != nil {
 			return badRequest(kind, err, "invalid JSON")
 		}
 		if prefix != "" {
@@ -408,36 +130,36 @@ func scanFields(kind Kind, prefix string, body []byte, fields []*topField) error
 		}
 		return badRequest(kind, nil, "want a JSON object")
 	}
-	err := s.object(1, func(ks, ke int, esc bool) error {
-		name := s.b[ks:ke]
+	err := s.Object(1, func(ks, ke int, esc bool) error {
+		name := s.B[ks:ke]
 		if esc {
-			name = []byte(s.key(ks, ke, true))
+			name = []byte(s.Key(ks, ke, true))
 		}
 		f, err := matchField(prefix, name, fields)
 		if err != nil {
 			return err
 		}
 		if f == nil {
-			_, _, err := s.value(1)
+			_, _, err := s.Value(1)
 			return err
 		}
 		f.present = true
 		f.elems = f.elems[:0]
-		if f.collect && s.peek() == '[' {
-			f.val.start = s.i
-			err := s.array(2, func() error {
-				st, en, err := s.value(2)
+		if f.collect && s.Peek() == '[' {
+			f.val.start = s.I
+			err := s.Array(2, func() error {
+				st, en, err := s.Value(2)
 				f.elems = append(f.elems, span{st, en})
 				return err
 			})
-			f.val.end = s.i
+			f.val.end = s.I
 			return err
 		}
-		f.val.start, f.val.end, err = s.value(1)
+		f.val.start, f.val.end, err = s.Value(1)
 		return err
 	})
 	if err == nil {
-		err = s.end()
+		err = s.End()
 	}
 	if err != nil {
 		var fe *fieldError

@@ -30,6 +30,8 @@ import (
 	"encoding/base64"
 	"strings"
 	"unicode"
+
+	"github.com/costgate/costgate/internal/jsonscan"
 )
 
 const (
@@ -79,23 +81,23 @@ func checkedContainer(key string) bool {
 // checked members, that appears twice in any spelling encoding/json folds
 // together.
 func checkMembers(raw []byte) error {
-	s := jsonScanner{b: raw}
+	s := jsonScanner{jsonscan.Scanner{B: raw}}
 	return s.checkValue(1, "")
 }
 
 func (s *jsonScanner) checkValue(depth int, path string) error {
-	switch s.peek() {
+	switch s.Peek() {
 	case '{':
 		return s.checkObject(depth, path)
 	case '[':
 		i := 0
-		return s.array(depth+1, func() error {
+		return s.Array(depth+1, func() error {
 			err := s.checkValue(depth+1, path+"["+itoa(i)+"]")
 			i++
 			return err
 		})
 	}
-	_, _, err := s.value(depth)
+	_, _, err := s.Value(depth)
 	return err
 }
 
@@ -105,8 +107,8 @@ func (s *jsonScanner) checkObject(depth int, path string) error {
 		seen = buf[:0]
 		many map[string]string
 	)
-	return s.object(depth+1, func(ks, ke int, esc bool) error {
-		k := s.key(ks, ke, esc)
+	return s.Object(depth+1, func(ks, ke int, esc bool) error {
+		k := s.Key(ks, ke, esc)
 		dup := ""
 		if many != nil {
 			f := foldKey(k)
@@ -143,7 +145,7 @@ func (s *jsonScanner) checkObject(depth int, path string) error {
 		if checkedContainer(k) {
 			return s.checkValue(depth+1, dotted(path)+k)
 		}
-		_, _, err := s.value(depth + 1)
+		_, _, err := s.Value(depth + 1)
 		return err
 	})
 }

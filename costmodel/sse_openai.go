@@ -18,6 +18,8 @@ package costmodel
 import (
 	"encoding/json"
 	"unicode/utf8"
+
+	"github.com/costgate/costgate/internal/jsonscan"
 )
 
 // textSpan is a JSON string value in a chunk: its content span and whether
@@ -37,11 +39,11 @@ type chunkChoice struct {
 
 // openaiChunk reads one chat completion or completion stream chunk.
 func (m *StreamMeter) openaiChunk(data []byte) error {
-	s := jsonScanner{b: data}
-	if s.peek() != '{' {
-		st, en, err := s.value(0)
+	s := jsonScanner{jsonscan.Scanner{B: data}}
+	if s.Peek() != '{' {
+		st, en, err := s.Value(0)
 		if err == nil {
-			err = s.end()
+			err = s.End()
 		}
 		if err == nil && string(data[st:en]) != "null" {
 			err = wrongType("chunk: want an object") // null decodes to nothing, as in encoding/json
@@ -54,15 +56,15 @@ func (m *StreamMeter) openaiChunk(data []byte) error {
 		usageRaw    []byte
 		model, tier string
 	)
-	err := s.object(1, func(ks, ke int, esc bool) error {
+	err := s.Object(1, func(ks, ke int, esc bool) error {
 		switch keyText(&s, ks, ke, esc) {
 		case "choices":
 			list = list[:0] // a repeated key replaces
-			switch s.peek() {
+			switch s.Peek() {
 			case 'n':
-				return s.literal("null")
+				return s.Literal("null")
 			case '[':
-				return s.array(2, func() error {
+				return s.Array(2, func() error {
 					var c chunkChoice
 					if err := m.readChoice(&s, &c); err != nil {
 						return err
@@ -73,7 +75,7 @@ func (m *StreamMeter) openaiChunk(data []byte) error {
 			}
 			return wrongType("choices: want an array")
 		case "usage":
-			st, en, err := s.value(1)
+			st, en, err := s.Value(1)
 			usageRaw = data[st:en]
 			return err
 		case "model":
@@ -81,11 +83,11 @@ func (m *StreamMeter) openaiChunk(data []byte) error {
 		case "service_tier":
 			return readStringInto(&s, &tier)
 		}
-		_, _, err := s.value(1)
+		_, _, err := s.Value(1)
 		return err
 	})
 	if err == nil {
-		err = s.end()
+		err = s.End()
 	}
 	if err != nil {
 		return err
@@ -130,21 +132,21 @@ func (m *StreamMeter) openaiChunk(data []byte) error {
 
 func keyText(s *jsonScanner, ks, ke int, esc bool) string {
 	if esc {
-		return s.key(ks, ke, true)
+		return s.Key(ks, ke, true)
 	}
-	return string(s.b[ks:ke]) // not retained: the compiler does not allocate for a switch
+	return string(s.B[ks:ke]) // not retained: the compiler does not allocate for a switch
 }
 
 // readChoice reads one element of "choices" (an object, or null).
 func (m *StreamMeter) readChoice(s *jsonScanner, c *chunkChoice) error {
-	switch s.peek() {
+	switch s.Peek() {
 	case 'n':
-		return s.literal("null")
+		return s.Literal("null")
 	case '{':
 	default:
 		return wrongType("choices[]: want an object")
 	}
-	return s.object(3, func(ks, ke int, esc bool) error {
+	return s.Object(3, func(ks, ke int, esc bool) error {
 		switch keyText(s, ks, ke, esc) {
 		case "index":
 			v, ok, err := s.intValue("index")
@@ -155,14 +157,14 @@ func (m *StreamMeter) readChoice(s *jsonScanner, c *chunkChoice) error {
 		case "text":
 			return readString(s, &c.text)
 		case "delta":
-			switch s.peek() {
+			switch s.Peek() {
 			case 'n':
-				return s.literal("null")
+				return s.Literal("null")
 			case '{':
 			default:
 				return wrongType("delta: want an object")
 			}
-			return s.object(4, func(ks, ke int, esc bool) error {
+			return s.Object(4, func(ks, ke int, esc bool) error {
 				switch keyText(s, ks, ke, esc) {
 				case "content":
 					return readString(s, &c.content)
@@ -170,52 +172,52 @@ func (m *StreamMeter) readChoice(s *jsonScanner, c *chunkChoice) error {
 					return readString(s, &c.refusal)
 				case "tool_calls":
 					c.tools = c.tools[:0]
-					switch s.peek() {
+					switch s.Peek() {
 					case 'n':
-						return s.literal("null")
+						return s.Literal("null")
 					case '[':
-						return s.array(5, func() error { return readToolCall(s, c) })
+						return s.Array(5, func() error { return readToolCall(s, c) })
 					}
 					return wrongType("tool_calls: want an array")
 				case "function_call":
-					switch s.peek() {
+					switch s.Peek() {
 					case 'n':
-						return s.literal("null")
+						return s.Literal("null")
 					case '{':
 						return readFunction(s, &c.fcName, &c.fcArgs, 5)
 					}
 					return wrongType("function_call: want an object")
 				}
-				_, _, err := s.value(4)
+				_, _, err := s.Value(4)
 				return err
 			})
 		}
-		_, _, err := s.value(3)
+		_, _, err := s.Value(3)
 		return err
 	})
 }
 
 func readToolCall(s *jsonScanner, c *chunkChoice) error {
 	var name, args textSpan
-	switch s.peek() {
+	switch s.Peek() {
 	case 'n':
 		c.tools = append(c.tools, name, args)
-		return s.literal("null")
+		return s.Literal("null")
 	case '{':
 	default:
 		return wrongType("tool_calls[]: want an object")
 	}
-	err := s.object(6, func(ks, ke int, esc bool) error {
+	err := s.Object(6, func(ks, ke int, esc bool) error {
 		if keyText(s, ks, ke, esc) == "function" {
-			switch s.peek() {
+			switch s.Peek() {
 			case 'n':
-				return s.literal("null")
+				return s.Literal("null")
 			case '{':
 				return readFunction(s, &name, &args, 7)
 			}
 			return wrongType("function: want an object")
 		}
-		_, _, err := s.value(6)
+		_, _, err := s.Value(6)
 		return err
 	})
 	c.tools = append(c.tools, name, args)
@@ -223,30 +225,30 @@ func readToolCall(s *jsonScanner, c *chunkChoice) error {
 }
 
 func readFunction(s *jsonScanner, name, args *textSpan, depth int) error {
-	return s.object(depth, func(ks, ke int, esc bool) error {
+	return s.Object(depth, func(ks, ke int, esc bool) error {
 		switch keyText(s, ks, ke, esc) {
 		case "name":
 			return readString(s, name)
 		case "arguments":
 			return readString(s, args)
 		}
-		_, _, err := s.value(depth)
+		_, _, err := s.Value(depth)
 		return err
 	})
 }
 
 // readString reads a string value, or null as the empty string.
 func readString(s *jsonScanner, t *textSpan) error {
-	switch s.peek() {
+	switch s.Peek() {
 	case 'n':
 		*t = textSpan{}
-		return s.literal("null")
+		return s.Literal("null")
 	case '"':
-		st, en, esc, err := s.str()
+		st, en, esc, err := s.Str()
 		if err != nil {
 			return err
 		}
-		*t = textSpan{start: st, end: en, decode: esc || !utf8.Valid(s.b[st:en])}
+		*t = textSpan{start: st, end: en, decode: esc || !utf8.Valid(s.B[st:en])}
 		return nil
 	}
 	return wrongType("want a string")
@@ -288,7 +290,7 @@ func decodeResponsesEvent(data []byte) (responsesEvent, error) {
 		case "delta":
 			return readStringInto(s, &ev.Delta)
 		case "response", "item":
-			st, en, err := s.value(1)
+			st, en, err := s.Value(1)
 			if err != nil {
 				return err
 			}
@@ -297,7 +299,7 @@ func decodeResponsesEvent(data []byte) (responsesEvent, error) {
 			}
 			return json.Unmarshal(data[st:en], &ev.Response)
 		}
-		_, _, err := s.value(1)
+		_, _, err := s.Value(1)
 		return err
 	})
 	return ev, err
@@ -311,7 +313,7 @@ func decodeAnthropicEvent(data []byte) (anthropicEvent, error) {
 		case "type":
 			return readStringInto(s, &ev.Type)
 		case "message", "usage":
-			st, en, err := s.value(1)
+			st, en, err := s.Value(1)
 			if err != nil {
 				return err
 			}
@@ -320,9 +322,9 @@ func decodeAnthropicEvent(data []byte) (anthropicEvent, error) {
 			}
 			return json.Unmarshal(data[st:en], &ev.Usage)
 		case "delta":
-			if s.peek() == 'n' {
+			if s.Peek() == 'n' {
 				ev.Delta = nil
-				return s.literal("null")
+				return s.Literal("null")
 			}
 			if ev.Delta == nil {
 				ev.Delta = new(anthropicDelta)
@@ -339,13 +341,13 @@ func decodeAnthropicEvent(data []byte) (anthropicEvent, error) {
 				case "thinking":
 					return readStringInto(s, &d.Thinking)
 				}
-				_, _, err := s.value(2)
+				_, _, err := s.Value(2)
 				return err
 			})
 		case "content_block":
-			if s.peek() == 'n' {
+			if s.Peek() == 'n' {
 				ev.ContentBlock = nil
-				return s.literal("null")
+				return s.Literal("null")
 			}
 			if ev.ContentBlock == nil {
 				ev.ContentBlock = new(anthropicBlockStart)
@@ -360,11 +362,11 @@ func decodeAnthropicEvent(data []byte) (anthropicEvent, error) {
 				case "text":
 					return readStringInto(s, &b.Text)
 				}
-				_, _, err := s.value(2)
+				_, _, err := s.Value(2)
 				return err
 			})
 		}
-		_, _, err := s.value(1)
+		_, _, err := s.Value(1)
 		return err
 	})
 	return ev, err
@@ -373,35 +375,35 @@ func decodeAnthropicEvent(data []byte) (anthropicEvent, error) {
 // scanEvent reads an event's data, which must be a JSON object (null
 // decodes to nothing, as in encoding/json), calling member for each key.
 func scanEvent(data []byte, member func(s *jsonScanner, key string) error) error {
-	s := jsonScanner{b: data}
-	if s.peek() != '{' {
-		st, en, err := s.value(0)
+	s := jsonScanner{jsonscan.Scanner{B: data}}
+	if s.Peek() != '{' {
+		st, en, err := s.Value(0)
 		if err == nil {
-			err = s.end()
+			err = s.End()
 		}
 		if err == nil && string(data[st:en]) != "null" {
 			err = wrongType("event: want an object")
 		}
 		return err
 	}
-	err := s.object(1, func(ks, ke int, esc bool) error {
+	err := s.Object(1, func(ks, ke int, esc bool) error {
 		return member(&s, keyText(&s, ks, ke, esc))
 	})
 	if err == nil {
-		err = s.end()
+		err = s.End()
 	}
 	return err
 }
 
-// scanObject reads an object value at s.i, calling member for each key.
+// scanObject reads an object value at s.I, calling member for each key.
 func scanObject(s *jsonScanner, depth int, field string, member func(key string) error) error {
-	if s.peek() != '{' {
-		if _, _, err := s.value(depth); err != nil {
+	if s.Peek() != '{' {
+		if _, _, err := s.Value(depth); err != nil {
 			return err
 		}
 		return wrongType("%s: want an object", field)
 	}
-	return s.object(depth+1, func(ks, ke int, esc bool) error {
+	return s.Object(depth+1, func(ks, ke int, esc bool) error {
 		return member(keyText(s, ks, ke, esc))
 	})
 }
@@ -409,21 +411,21 @@ func scanObject(s *jsonScanner, depth int, field string, member func(key string)
 // readStringInto reads a string value into v; null leaves v unchanged, as
 // in encoding/json.
 func readStringInto(s *jsonScanner, v *string) error {
-	switch s.peek() {
+	switch s.Peek() {
 	case 'n':
-		return s.literal("null")
+		return s.Literal("null")
 	case '"':
-		st, en, esc, err := s.str()
+		st, en, esc, err := s.Str()
 		if err != nil {
 			return err
 		}
-		if esc || !utf8.Valid(s.b[st:en]) {
-			return json.Unmarshal(s.b[st-1:en+1], v)
+		if esc || !utf8.Valid(s.B[st:en]) {
+			return json.Unmarshal(s.B[st-1:en+1], v)
 		}
-		*v = string(s.b[st:en])
+		*v = string(s.B[st:en])
 		return nil
 	}
-	if _, _, err := s.value(2); err != nil {
+	if _, _, err := s.Value(2); err != nil {
 		return err
 	}
 	return wrongType("want a string")

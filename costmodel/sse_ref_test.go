@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/costgate/costgate/internal/jsonscan"
 )
 
 type chatChunk struct {
@@ -79,11 +81,11 @@ func oddKeys(data []byte) bool {
 	odd := false
 	var walk func(s *jsonScanner, depth int) error
 	walk = func(s *jsonScanner, depth int) error {
-		switch s.peek() {
+		switch s.Peek() {
 		case '{':
 			seen := map[string]bool{}
-			return s.object(depth+1, func(ks, ke int, esc bool) error {
-				k := s.key(ks, ke, esc)
+			return s.Object(depth+1, func(ks, ke int, esc bool) error {
+				k := s.Key(ks, ke, esc)
 				if seen[k] {
 					odd = true
 				}
@@ -96,12 +98,12 @@ func oddKeys(data []byte) bool {
 				return walk(s, depth+1)
 			})
 		case '[':
-			return s.array(depth+1, func() error { return walk(s, depth+1) })
+			return s.Array(depth+1, func() error { return walk(s, depth+1) })
 		}
-		_, _, err := s.value(depth)
+		_, _, err := s.Value(depth)
 		return err
 	}
-	s := jsonScanner{b: data}
+	s := jsonScanner{jsonscan.Scanner{B: data}}
 	if walk(&s, 0) != nil {
 		return false
 	}

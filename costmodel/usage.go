@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+
+	"github.com/costgate/costgate/internal/jsonscan"
 )
 
 // ErrNoUsage reports a response body without a usage report.
@@ -229,8 +231,8 @@ func parseUsageFast(kind Kind, body []byte) (u Usage, model string, ok bool, err
 	default:
 		return Usage{}, "", false, nil
 	}
-	s := jsonScanner{b: body}
-	if s.peek() != '{' {
+	s := jsonScanner{jsonscan.Scanner{B: body}}
+	if s.Peek() != '{' {
 		return Usage{}, "", false, nil
 	}
 	// encoding/json matches a member to the field case-insensitively, and
@@ -248,12 +250,12 @@ func parseUsageFast(kind Kind, body []byte) (u Usage, model string, ok bool, err
 	if kind == AnthropicMessages {
 		fields = 2 // usage, model
 	}
-	if err := s.object(1, func(ks, ke int, esc bool) error {
-		name := s.b[ks:ke]
+	if err := s.Object(1, func(ks, ke int, esc bool) error {
+		name := s.B[ks:ke]
 		if esc {
-			name = []byte(s.key(ks, ke, true))
+			name = []byte(s.Key(ks, ke, true))
 		}
-		st, en, err := s.value(1)
+		st, en, err := s.Value(1)
 		if err != nil {
 			return err
 		}
@@ -266,7 +268,7 @@ func parseUsageFast(kind Kind, body []byte) (u Usage, model string, ok bool, err
 			}
 		}
 		return nil
-	}); err != nil || s.end() != nil {
+	}); err != nil || s.End() != nil {
 		return Usage{}, "", false, nil
 	}
 	if kind == AnthropicMessages {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+
+	"github.com/costgate/costgate/internal/jsonscan"
 )
 
 // The usage of an OpenAI-shaped answer, read without encoding/json for the
@@ -28,18 +30,18 @@ var (
 // decodeUsagePlain reads raw, a valid JSON value, into o; false when raw
 // is not of the plain shape (o is then unspecified).
 func decodeUsagePlain(raw []byte, o *openaiUsage) bool {
-	s := jsonScanner{b: raw}
-	if s.peek() != '{' {
+	s := jsonScanner{jsonscan.Scanner{B: raw}}
+	if s.Peek() != '{' {
 		return false
 	}
 	var seen [len(usageNames)]bool
-	err := s.object(1, func(ks, ke int, esc bool) error {
-		i, ok := plainName(s.b[ks:ke], esc, usageNames[:])
+	err := s.Object(1, func(ks, ke int, esc bool) error {
+		i, ok := plainName(s.B[ks:ke], esc, usageNames[:])
 		switch {
 		case !ok:
 			return errNotPlain
 		case i < 0: // not a member openaiUsage has
-			_, _, err := s.value(1)
+			_, _, err := s.Value(1)
 			return err
 		case seen[i]:
 			return errNotPlain
@@ -82,24 +84,24 @@ func decodeUsagePlain(raw []byte, o *openaiUsage) bool {
 			return plainDetails(&s, nil, &o.OutputTokensDetails.AudioTokens, &o.OutputTokensDetails.ReasoningTokens)
 		}
 	})
-	return err == nil && s.end() == nil
+	return err == nil && s.End() == nil
 }
 
-// plainDetails reads a details object at s.i: cached, audio and reasoning
+// plainDetails reads a details object at s.I: cached, audio and reasoning
 // are its members' fields, nil for a member the object's type does not
 // have (then skipped, as encoding/json skips it).
 func plainDetails(s *jsonScanner, cached, audio, reasoning *int64) error {
-	if s.peek() != '{' {
+	if s.Peek() != '{' {
 		return errNotPlain
 	}
 	var seen [len(detailNames)]bool
-	return s.object(2, func(ks, ke int, esc bool) error {
-		i, ok := plainName(s.b[ks:ke], esc, detailNames[:])
+	return s.Object(2, func(ks, ke int, esc bool) error {
+		i, ok := plainName(s.B[ks:ke], esc, detailNames[:])
 		switch {
 		case !ok:
 			return errNotPlain
 		case i < 0:
-			_, _, err := s.value(2)
+			_, _, err := s.Value(2)
 			return err
 		case seen[i]:
 			return errNotPlain
@@ -107,7 +109,7 @@ func plainDetails(s *jsonScanner, cached, audio, reasoning *int64) error {
 		seen[i] = true
 		dst := [...]*int64{cached, audio, reasoning}[i]
 		if dst == nil {
-			_, _, err := s.value(2)
+			_, _, err := s.Value(2)
 			return err
 		}
 		return plainInt(s, dst)
@@ -140,7 +142,7 @@ func plainName(name []byte, escaped bool, names []string) (i int, ok bool) {
 	return -1, true
 }
 
-// plainInt reads the value at s.i into n by the scanner's intValue: an
+// plainInt reads the value at s.I into n by the scanner's intValue: an
 // integer that fits; anything else, null included (which encoding/json
 // reads into a pointer as nil), is errNotPlain.
 func plainInt(s *jsonScanner, n *int64) error {

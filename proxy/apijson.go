@@ -25,6 +25,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/costgate/costgate/internal/jsonscan"
 )
 
 // apiBody is a body type readAPIBody decodes: member reads the value of
@@ -40,16 +42,15 @@ const maxJSONDepth = 10000
 // readAPIBody reads raw into v. A body that is null leaves v as it is, as
 // json.Unmarshal does; any other value than an object is refused.
 func readAPIBody(raw []byte, v apiBody) error {
-	r := jsonReader{b: raw}
-	r.space()
-	switch {
-	case r.i >= len(r.b):
-		return r.fail("no JSON value")
-	case r.b[r.i] == '{':
+	r := jsonReader{Scanner: jsonscan.Scanner{B: raw, MaxDepth: maxJSONDepth}}
+	switch r.Peek() {
+	case 0:
+		return r.Fail("no JSON value")
+	case '{':
 		if err := r.object(v, apiNames); err != nil {
 			return err
 		}
-	case r.b[r.i] == 'n':
+	case 'n':
 		if err := r.skip(); err != nil {
 			return err
 		}
@@ -59,49 +60,21 @@ func readAPIBody(raw []byte, v apiBody) error {
 		}
 		return errors.New("the body must be a JSON object")
 	}
-	r.space()
-	if r.i < len(r.b) {
-		return r.fail("more than one JSON value")
-	}
-	return nil
+	return r.End()
 }
 
-// jsonReader reads JSON from b at i.
+// jsonReader reads an API body on the shared scanner; depth is the
+// nesting of the value at the scanner's position (0 at the top).
 type jsonReader struct {
-	b     []byte
-	i     int
+	jsonscan.Scanner
 	depth int
 }
 
-func (r *jsonReader) fail(what string) error {
-	return fmt.Errorf("invalid JSON at byte %d: %s", r.i, what)
+// skip checks the value at the scanner's position and moves past it.
+func (r *jsonReader) skip() error {
+	_, _, err := r.Value(r.depth)
+	return err
 }
-
-func (r *jsonReader) space() {
-	for r.i < len(r.b) {
-		switch r.b[r.i] {
-		case ' ', '\t', '\n', '\r':
-			r.i++
-		default:
-			return
-		}
-	}
-}
-
-// peek is the first byte of the value at r.i, after white space; 0 at the
-// end.
-func (r *jsonReader) peek() byte {
-	r.space()
-	if r.i >= len(r.b) {
-		return 0
-	}
-	return r.b[r.i]
-}
-
-// skipper skips every member of an object.
-type skipper struct{}
-
-func (skipper) member(r *jsonReader, _ []byte) error { return r.skip() }
 
 // unknownField is the error of a member name the API does not have.
 func unknownField(name []byte) error { return fmt.Errorf("json: unknown field %q", name) }
@@ -152,47 +125,6 @@ func lowerName(s []byte) bool {
 	return len(s) > 0
 }
 
-// skip checks the value at r.i and moves past it.
-func (r *jsonReader) skip() error {
-	switch c := r.peek(); c {
-	case 0:
-		return r.fail("unexpected end")
-	case '{':
-		return r.object(skipper{}, anyNames)
-	case '[':
-		return r.array()
-	case '"':
-		_, _, err := r.str()
-		return err
-	case 't':
-		return r.literal("true")
-	case 'f':
-		return r.literal("false")
-	case 'n':
-		return r.literal("null")
-	default:
-		_, err := r.number()
-		return err
-	}
-}
-
-func (r *jsonReader) literal(word string) error {
-	if len(r.b)-r.i < len(word) || string(r.b[r.i:r.i+len(word)]) != word {
-		return r.fail("invalid literal")
-	}
-	r.i += len(word)
-	return nil
-}
-
-func (r *jsonReader) enter() error {
-	r.depth++
-	if r.depth > maxJSONDepth {
-		return r.fail("nested too deep")
-	}
-	r.i++
-	return nil
-}
-
 // nameRule is how object checks an object's member names.
 type nameRule uint8
 
@@ -202,31 +134,18 @@ const (
 	attrNames                 // once each
 )
 
-// object reads the object at r.i, handing each member's value to into,
-// its member names checked by rule. A name written with an escape or
-// beyond ASCII is decoded by encoding/json first.
+// object reads the object at the scanner's position, handing each
+// member's value to into, its member names checked by rule. A name written
+// with an escape or beyond ASCII is decoded by encoding/json first.
 func (r *jsonReader) object(into apiBody, rule nameRule) error {
-	if err := r.enter(); err != nil {
-		return err
-	}
-	if r.peek() == '}' {
-		r.i++
-		r.depth--
-		return nil
-	}
 	var seen nameSet
-	for {
-		if r.peek() != '"' {
-			return r.fail("want a member name")
-		}
-		start := r.i
-		name, special, err := r.str()
-		if err != nil {
-			return err
-		}
-		if special {
+	outer := r.depth
+	defer func() { r.depth = outer }()
+	return r.Object(outer+1, func(ks, ke int, escaped bool) error {
+		name := r.B[ks:ke]
+		if escaped || !ascii(name) {
 			var s string
-			if err := json.Unmarshal(r.b[start:r.i], &s); err != nil {
+			if err := json.Unmarshal(r.B[ks-1:ke+1], &s); err != nil {
 				return err
 			}
 			name = []byte(s)
@@ -239,135 +158,20 @@ func (r *jsonReader) object(into apiBody, rule nameRule) error {
 				return fmt.Errorf("field %q: fields are spelled in lower case, exactly as documented", name)
 			}
 		}
-		if r.peek() != ':' {
-			return r.fail("want a colon")
-		}
-		r.i++
-		if err := into.member(r, name); err != nil {
-			return err
-		}
-		switch r.peek() {
-		case ',':
-			r.i++
-		case '}':
-			r.i++
-			r.depth--
-			return nil
-		default:
-			return r.fail("want a comma or the object's end")
-		}
-	}
+		r.depth = outer + 1
+		return into.member(r, name)
+	})
 }
 
-func (r *jsonReader) array() error {
-	if err := r.enter(); err != nil {
-		return err
-	}
-	if r.peek() == ']' {
-		r.i++
-		r.depth--
-		return nil
-	}
-	for {
-		if err := r.skip(); err != nil {
-			return err
-		}
-		switch r.peek() {
-		case ',':
-			r.i++
-		case ']':
-			r.i++
-			r.depth--
-			return nil
-		default:
-			return r.fail("want a comma or the array's end")
+// ascii tells whether b holds no byte beyond ASCII: a string that does is
+// decoded by encoding/json, which replaces invalid UTF-8.
+func ascii(b []byte) bool {
+	for _, c := range b {
+		if c >= 0x80 {
+			return false
 		}
 	}
-}
-
-// str reads the string at r.i and returns its text as written, and
-// whether it holds an escape or a byte beyond ASCII.
-func (r *jsonReader) str() (text []byte, special bool, err error) {
-	r.i++ // '"'
-	start := r.i
-	for r.i < len(r.b) {
-		switch c := r.b[r.i]; {
-		case c == '"':
-			text = r.b[start:r.i]
-			r.i++
-			return text, special, nil
-		case c == '\\':
-			special = true
-			if r.i+1 >= len(r.b) {
-				return nil, false, r.fail("unterminated string")
-			}
-			switch r.b[r.i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				r.i += 2
-			case 'u':
-				if len(r.b)-r.i < 6 || !isHex(r.b[r.i+2]) || !isHex(r.b[r.i+3]) || !isHex(r.b[r.i+4]) || !isHex(r.b[r.i+5]) {
-					return nil, false, r.fail("invalid \\u escape")
-				}
-				r.i += 6
-			default:
-				return nil, false, r.fail("invalid escape")
-			}
-		case c < 0x20:
-			return nil, false, r.fail("control character in a string")
-		default:
-			special = special || c >= 0x80
-			r.i++
-		}
-	}
-	return nil, false, r.fail("unterminated string")
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-func isDigit(c byte) bool { return '0' <= c && c <= '9' }
-
-// number reads the number at r.i and returns it as written.
-func (r *jsonReader) number() ([]byte, error) {
-	start := r.i
-	if r.i < len(r.b) && r.b[r.i] == '-' {
-		r.i++
-	}
-	switch {
-	case r.i >= len(r.b):
-		return nil, r.fail("invalid number")
-	case r.b[r.i] == '0':
-		r.i++
-	case '1' <= r.b[r.i] && r.b[r.i] <= '9':
-		r.digits()
-	default:
-		return nil, r.fail("invalid value")
-	}
-	if r.i < len(r.b) && r.b[r.i] == '.' {
-		r.i++
-		if r.i >= len(r.b) || !isDigit(r.b[r.i]) {
-			return nil, r.fail("invalid number")
-		}
-		r.digits()
-	}
-	if r.i < len(r.b) && (r.b[r.i] == 'e' || r.b[r.i] == 'E') {
-		r.i++
-		if r.i < len(r.b) && (r.b[r.i] == '+' || r.b[r.i] == '-') {
-			r.i++
-		}
-		if r.i >= len(r.b) || !isDigit(r.b[r.i]) {
-			return nil, r.fail("invalid number")
-		}
-		r.digits()
-	}
-	return r.b[start:r.i], nil
-}
-
-func (r *jsonReader) digits() {
-	for r.i < len(r.b) && isDigit(r.b[r.i]) {
-		r.i++
-	}
+	return true
 }
 
 // typeError is the error of a member whose value json.Unmarshal would not
@@ -376,22 +180,21 @@ func typeError(name []byte, want string) error {
 	return fmt.Errorf("%s: want %s", name, want)
 }
 
-// string reads the value at r.i into s: a string, or null (s unchanged).
+// string reads the value at r.I into s: a string, or null (s unchanged).
 func (r *jsonReader) string(name []byte, s *string) error {
-	switch r.peek() {
+	switch r.Peek() {
 	case '"':
-		start := r.i
-		text, special, err := r.str()
+		start, end, escaped, err := r.Str()
 		if err != nil {
 			return err
 		}
-		if !special {
+		if text := r.B[start:end]; !escaped && ascii(text) {
 			*s = string(text)
 			return nil
 		}
-		return json.Unmarshal(r.b[start:r.i], s)
+		return json.Unmarshal(r.B[start-1:end+1], s)
 	case 'n':
-		return r.literal("null")
+		return r.Literal("null")
 	}
 	if err := r.skip(); err != nil {
 		return err
@@ -399,17 +202,17 @@ func (r *jsonReader) string(name []byte, s *string) error {
 	return typeError(name, "a string")
 }
 
-// int64 reads the value at r.i into n: an integer, or null (n unchanged).
+// int64 reads the value at r.I into n: an integer, or null (n unchanged).
 func (r *jsonReader) int64(name []byte, n *int64) error {
-	switch c := r.peek(); {
+	switch c := r.Peek(); {
 	case c == 'n':
-		return r.literal("null")
-	case c == '-' || isDigit(c):
-		text, err := r.number()
-		if err != nil {
+		return r.Literal("null")
+	case c == '-' || jsonscan.IsDigit(c):
+		start := r.I
+		if err := r.Number(); err != nil {
 			return err
 		}
-		v, err := strconv.ParseInt(string(text), 10, 64)
+		v, err := strconv.ParseInt(string(r.B[start:r.I]), 10, 64)
 		if err != nil {
 			return typeError(name, "an integer within 64 bits")
 		}
@@ -422,26 +225,25 @@ func (r *jsonReader) int64(name []byte, n *int64) error {
 	return typeError(name, "an integer")
 }
 
-// raw reads the value at r.i into m as written, null included (as
+// raw reads the value at r.I into m as written, null included (as
 // json.RawMessage's UnmarshalJSON keeps it).
 func (r *jsonReader) raw(m *json.RawMessage) error {
-	r.space()
-	start := r.i
-	if err := r.skip(); err != nil {
+	start, end, err := r.Value(r.depth)
+	if err != nil {
 		return err
 	}
-	*m = append((*m)[:0], r.b[start:r.i]...)
+	*m = append((*m)[:0], r.B[start:end]...)
 	return nil
 }
 
-// attributes reads the value at r.i into *m: an object of strings (into a
+// attributes reads the value at r.I into *m: an object of strings (into a
 // new map; a null value is "", as json.Unmarshal reads one into a
 // map[string]string), or null (nil).
 func (r *jsonReader) attributes(name []byte, m *map[string]string) error {
-	switch r.peek() {
+	switch r.Peek() {
 	case 'n':
 		*m = nil
-		return r.literal("null")
+		return r.Literal("null")
 	case '{':
 		*m = map[string]string{}
 		return r.object(attrMap(*m), attrNames)
@@ -464,13 +266,13 @@ func (m attrMap) member(r *jsonReader, name []byte) error {
 	return nil
 }
 
-// amounts reads the value at r.i into *a: an object (into a new amounts),
+// amounts reads the value at r.I into *a: an object (into a new amounts),
 // or null (nil).
 func (r *jsonReader) amounts(name []byte, a **amounts) error {
-	switch r.peek() {
+	switch r.Peek() {
 	case 'n':
 		*a = nil
-		return r.literal("null")
+		return r.Literal("null")
 	case '{':
 		*a = new(amounts)
 		return r.object(*a, apiNames)
@@ -484,10 +286,10 @@ func (r *jsonReader) amounts(name []byte, a **amounts) error {
 func (a *amounts) member(r *jsonReader, name []byte) error {
 	switch string(name) {
 	case "requests":
-		switch r.peek() {
+		switch r.Peek() {
 		case 'n':
 			a.Requests = nil
-			return r.literal("null")
+			return r.Literal("null")
 		}
 		var n int64
 		if err := r.int64(name, &n); err != nil {
