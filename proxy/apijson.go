@@ -286,8 +286,7 @@ func (r *jsonReader) amounts(name []byte, a **amounts) error {
 func (a *amounts) member(r *jsonReader, name []byte) error {
 	switch string(name) {
 	case "requests":
-		switch r.Peek() {
-		case 'n':
+		if r.Peek() == 'n' {
 			a.Requests = nil
 			return r.Literal("null")
 		}
