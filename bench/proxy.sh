@@ -13,7 +13,8 @@
 # "direct" (the stub itself), "bare" and "costgate" back to back, each a
 # warm-up and a measured window at $CONNS connections, and the report gives
 # medians and ratios. perf, when installed and PROXY_BENCH_PERF is not 0,
-# profiles costgate during one more window to split its CPU by stage.
+# profiles costgate during one more window to split its CPU by stage (the
+# leased costgate with PROXY_BENCH_PERF=leased).
 #
 # The last pair of each round, "bare-rate" and "costgate-rate", offers a
 # fixed rate that both sustain ($RATE req/s over $CONNS connections, open
@@ -165,19 +166,25 @@ echo "System calls per request, by the proxy process alone (perf stat over one $
 echo
 syscalls bare-syscalls "$bare_pid" "http://$bare"
 syscalls costgate-syscalls "$costgate_pid" "http://$costgate"
+# With PROXY_BENCH_PERF=leased, the leased costgate is the one profiled.
+target=costgate target_pid=$costgate_pid target_url=http://$costgate
+if [ "$PERF" = leased ] && [ -n "$leased_pid" ]; then
+	target=leased target_pid=$leased_pid target_url=http://$leased
+	syscalls leased-syscalls "$leased_pid" "$target_url"
+fi
 
-# One more costgate window under perf record: the share of costgate's CPU
-# samples under each stage's function (callees included), times costgate's
-# CPU per request, is the stage's CPU per request.
-timeout "$bound" perf record -q -F 1999 -g -p "$costgate_pid" -o "$tmp/perf.data" -- sleep $((${DUR%s} + ${WARMUP%s})) \
+# One more window of the target under perf record: the share of its CPU
+# samples under each stage's function (callees included), times its CPU
+# per request, is the stage's CPU per request.
+timeout "$bound" perf record -q -F 1999 -g -p "$target_pid" -o "$tmp/perf.data" -- sleep $((${DUR%s} + ${WARMUP%s})) \
 	>/dev/null 2>"$tmp/perf.log" &
 perf_pid=$!
-timeout "$bound" "$pl" load "${common[@]}" -round 0 -label costgate-perf -url "http://$costgate" >"$tmp/perf-run.json"
+timeout "$bound" "$pl" load "${common[@]}" -round 0 -label "$target-perf" -url "$target_url" >"$tmp/perf-run.json"
 wait "$perf_pid" || true
-cpu=$(grep -o '"costgate":[0-9.]*' "$tmp/perf-run.json" | cut -d: -f2) || true
+cpu=$(grep -o "\"$target\":[0-9.]*" "$tmp/perf-run.json" | cut -d: -f2) || true
 echo
-echo "perf record: costgate at $(grep -o '"rps":[0-9]*' "$tmp/perf-run.json" | cut -d: -f2) req/s, $cpu µs CPU/request;" \
-	"share of costgate's samples under each function, callees included, and that share of the CPU per request:"
+echo "perf record: $target at $(grep -o '"rps":[0-9]*' "$tmp/perf-run.json" | cut -d: -f2) req/s, $cpu µs CPU/request;" \
+	"share of its samples under each function, callees included, and that share of the CPU per request:"
 echo
 perf report -i "$tmp/perf.data" --children --no-demangle --sort symbol --stdio -q -g none --percent-limit 0.3 2>/dev/null \
 	>"$tmp/perf.txt" || true

@@ -127,7 +127,7 @@ func (s *sqliteStore) close() error {
 
 func sqliteTime(t time.Time) any { return unixMicro(t) }
 
-// sqliteChunk is the most entries one upsert statement writes: one
+// sqliteChunk is the most entries one insert statement writes: one
 // statement per row cost most of the apply's CPU (database/sql and the
 // driver per call); 64 rows of 31 columns stay far below SQLite's limit on
 // parameters. Fewer rows go in statements of a power of two rows, so that
@@ -144,7 +144,7 @@ func chunk(n int) int {
 }
 
 var (
-	sqliteUpserts = statementsBySize(sqliteUpsertN)
+	sqliteInserts = statementsBySize(sqliteInsertN)
 	sqliteUpdates = statementsBySize(sqliteUpdateN)
 )
 
@@ -157,17 +157,15 @@ func statementsBySize(f func(int) string) map[int]string {
 	return m
 }
 
-// sqliteUpsertN is the upsert of n entries. SQLite applies the ON CONFLICT
-// clause row by row, in order, so a multi-row statement behaves as n
-// single-row ones.
-func sqliteUpsertN(n int) string {
-	var set []string
-	for _, c := range entryColumns[1:] {
-		set = append(set, c+" = excluded."+c)
-	}
+// sqliteInsertN inserts n entries, rows that load did not find in this
+// transaction. OR FAIL, here and in sqliteUpdateN: a statement of many
+// rows that may abort makes SQLite keep a statement journal (on a batch of
+// hundreds of entries, a temporary file written a page at a time) to undo
+// its own rows; a failing statement fails the whole transaction anyway.
+func sqliteInsertN(n int) string {
 	row := "(?" + strings.Repeat(", ?", len(entryColumns)-1) + ")"
-	return "INSERT INTO ledger_entries (" + strings.Join(entryColumns, ", ") + ") VALUES " + row +
-		strings.Repeat(", "+row, n-1) + " ON CONFLICT (request_id) DO UPDATE SET " + strings.Join(set, ", ")
+	return "INSERT OR FAIL INTO ledger_entries (" + strings.Join(entryColumns, ", ") + ") VALUES " + row +
+		strings.Repeat(", "+row, n-1)
 }
 
 // sqliteUpdateN updates n entries from a VALUES list of request_id and
@@ -180,7 +178,7 @@ func sqliteUpdateN(n int) string {
 		set = append(set, fmt.Sprintf("%s = u.column%d", c, i+2))
 	}
 	row := "(?" + strings.Repeat(", ?", len(updateColumns)) + ")"
-	return "UPDATE ledger_entries AS e SET " + strings.Join(set, ", ") + " FROM (VALUES " + row +
+	return "UPDATE OR FAIL ledger_entries AS e SET " + strings.Join(set, ", ") + " FROM (VALUES " + row +
 		strings.Repeat(", "+row, n-1) + ") AS u WHERE e.request_id = u.column1"
 }
 
@@ -287,8 +285,8 @@ func (t *sqliteTx) write(ctx context.Context, node string, inserts, updates []*E
 		for _, e := range rows[:n] {
 			args = append(args, entryArgs(node, e, sqliteTime)...)
 		}
-		if err := t.exec(ctx, sqliteUpserts[n], args...); err != nil {
-			return fmt.Errorf("ledger: sqlite upsert: %w", err)
+		if err := t.exec(ctx, sqliteInserts[n], args...); err != nil {
+			return fmt.Errorf("ledger: sqlite insert: %w", err)
 		}
 		rows = rows[n:]
 	}
