@@ -356,9 +356,15 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
+	WriteEncoded(w, status, buf.Bytes())
+}
+
+// WriteEncoded answers body, JSON already encoded, with status and
+// WriteJSON's Content-Type.
+func WriteEncoded(w http.ResponseWriter, status int, body []byte) {
 	w.Header()["Content-Type"] = jsonContentType
 	w.WriteHeader(status)
-	w.Write(buf.Bytes())
+	w.Write(body)
 }
 
 // jsonBufs are WriteJSON's buffers: an answer is encoded into one and

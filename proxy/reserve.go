@@ -298,7 +298,7 @@ func (s *Server) serveReserve(w http.ResponseWriter, r *http.Request) {
 		fj := frictionJSON(f)
 		out.Friction = &fj
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeAnswer(w, http.StatusOK, &out)
 }
 
 // reserveRequest turns a reserve body into the gate's request: its cost
@@ -545,7 +545,7 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 	if got.Status == ledger.StatusFailed {
 		status = "failed"
 	}
-	writeJSON(w, http.StatusOK, settleAnswer{ReservationID: in.ReservationID, RequestID: res.ID(), Status: status,
+	writeAnswer(w, http.StatusOK, &settleAnswer{ReservationID: in.ReservationID, RequestID: res.ID(), Status: status,
 		CostUSD: usdText(got.Cost), CostNanoUSD: got.Cost, AlreadySettled: again})
 }
 
