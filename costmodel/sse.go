@@ -87,8 +87,9 @@ func (m *StreamMeter) Reported() bool { return m.final }
 
 // Model returns the model the stream says served the request (the "model"
 // of OpenAI chunks and Responses events, of Anthropic's message_start), or
-// "" when it has named none so far. Settlement should price that model.
-func (m *StreamMeter) Model() string { return m.respModel }
+// "" when it has named none so far, or none that can be a model's name
+// (see servedModel). Settlement should price that model.
+func (m *StreamMeter) Model() string { return servedModel(m.respModel) }
 
 // SetInputTokens sets the input tokens Usage reports for a stream that ends
 // without saying how many it had (an OpenAI stream cut before its usage

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/costgate/costgate/internal/jsonscan"
 )
@@ -212,10 +214,29 @@ func ParseUsage(kind Kind, body []byte) (Usage, error) {
 // even when the body has no usage (err ErrNoUsage). Settlement should price
 // that model (Estimator.Cost) rather than the one the client asked for.
 func ParseResponse(kind Kind, body []byte) (u Usage, model string, err error) {
-	if u, model, ok, err := parseUsageFast(kind, body); ok {
-		return u, model, err
+	u, model, ok, err := parseUsageFast(kind, body)
+	if !ok {
+		u, model, err = parseResponse(kind, body)
 	}
-	return parseResponse(kind, body)
+	return u, servedModel(model), err
+}
+
+// servedModel is model, the name an answer gives the model that served
+// it, when it can name one: printable text of at most 200 bytes. Any
+// other ("gpt-4o-mini\u0000", a 5,000-byte name) is "", so that the
+// request is priced and recorded under the model it asked for: such a
+// name prices at no model's price, and the ledger would refuse the entry
+// that carried it.
+func servedModel(model string) string {
+	if len(model) > 200 || !utf8.ValidString(model) {
+		return ""
+	}
+	for _, r := range model {
+		if !unicode.IsPrint(r) {
+			return ""
+		}
+	}
+	return model
 }
 
 // responseMembers are the top-level members of a response body that

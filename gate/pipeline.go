@@ -863,8 +863,8 @@ func (r *Reservation) Bill(ctx context.Context, c Charge, durable bool) error {
 	if e.Status == "" || e.Status == ledger.StatusReserved {
 		e.Status = ledger.StatusSettled
 	}
-	if c.Model != "" {
-		e.Model = c.Model
+	if c.Model != "" && ledger.ValidText(c.Model) {
+		e.Model = c.Model // else the entry keeps the model asked for, not text the ledger refuses
 	}
 	e.HTTPStatus = c.HTTPStatus
 	e.Actual, e.ActualCost = c.Usage, c.Cost

@@ -93,6 +93,14 @@ var ErrInvalid = errors.New("ledger: invalid")
 // maxField bounds every string field, so that a record stays small.
 const maxField = 4096
 
+// ValidText tells whether s can be a string field of an entry: valid
+// UTF-8 without NUL (PostgreSQL text holds neither; an entry the store
+// refused would stop the flusher, so the ledger refuses it first), of at
+// most 4,096 bytes.
+func ValidText(s string) bool {
+	return len(s) <= maxField && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
 func (e *Entry) check() error {
 	if e.RequestID == "" {
 		return fmt.Errorf("%w entry: empty request id", ErrInvalid)
@@ -102,13 +110,8 @@ func (e *Entry) check() error {
 		{"route", e.Route}, {"upstream", e.Upstream}, {"model", e.Model}, {"region", e.Region},
 		{"decision", e.Decision}, {"policy", e.Policy}, {"friction", e.Friction},
 	} {
-		if len(f.v) > maxField {
-			return fmt.Errorf("%w entry %q: %s longer than %d bytes", ErrInvalid, e.RequestID, f.name, maxField)
-		}
-		// PostgreSQL text holds neither NUL nor invalid UTF-8; an entry the
-		// store refuses would stop the flusher, so it is refused here.
-		if !utf8.ValidString(f.v) || strings.IndexByte(f.v, 0) >= 0 {
-			return fmt.Errorf("%w entry %q: %s is not valid UTF-8 text", ErrInvalid, e.RequestID, f.name)
+		if !ValidText(f.v) {
+			return fmt.Errorf("%w entry %q: %s is not valid UTF-8 text of at most %d bytes", ErrInvalid, e.RequestID, f.name, maxField)
 		}
 	}
 	if negative(e.Estimated) || negative(e.Actual) || e.EstimatedCost < 0 || e.ActualCost < 0 {

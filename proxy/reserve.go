@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
@@ -159,9 +160,9 @@ func badRequest(w http.ResponseWriter, path, code, msg string) {
 }
 
 // validName tells whether s may name a route or a model: printable, at
-// most 200 bytes.
+// most 200 bytes of UTF-8.
 func validName(s string) bool {
-	if len(s) > 200 {
+	if len(s) > 200 || !utf8.ValidString(s) {
 		return false
 	}
 	for _, r := range s {
@@ -197,6 +198,21 @@ func (s *Server) apiCall(w http.ResponseWriter, r *http.Request, path string, in
 func knownModel(c *gate.Caller, model string) bool {
 	_, known := c.Estimator().Price(model)
 	return known || c.Config().Costs.FreeUnknown
+}
+
+// priceableModel tells whether the caller may name model: text a ledger
+// entry can hold, in the price table (or any, under costs.free_unknown).
+// Else it answers 400.
+func priceableModel(w http.ResponseWriter, path string, c *gate.Caller, model string) bool {
+	switch {
+	case !validName(model):
+		badRequest(w, path, "invalid_model", "model must be printable text of at most 200 bytes")
+		return false
+	case !knownModel(c, model):
+		badRequest(w, path, "unknown_model", fmt.Sprintf("model %q is not in the price table; name a priced model or an alias (costs.prices, costs.aliases)", model))
+		return false
+	}
+	return true
 }
 
 // serveReserve is POST /v1/costgate/reserve.
@@ -335,8 +351,7 @@ func (s *Server) reserveRequest(w http.ResponseWriter, c *gate.Caller, in *reser
 			req.Route = in.Route
 		}
 	}
-	if in.Model != "" && !knownModel(c, in.Model) {
-		badRequest(w, path, "unknown_model", fmt.Sprintf("model %q is not in the price table; name a priced model or an alias (costs.prices, costs.aliases)", in.Model))
+	if in.Model != "" && !priceableModel(w, path, c, in.Model) {
 		return nil, false
 	}
 	switch {
@@ -357,6 +372,9 @@ func (s *Server) reserveRequest(w http.ResponseWriter, c *gate.Caller, in *reser
 		if err != nil {
 			badRequest(w, path, "invalid_body", "body: "+err.Error())
 			return nil, false
+		}
+		if !priceableModel(w, path, c, est.Model) {
+			return nil, false // a made-up model in the body would be a fresh allowance of a limit keyed by model too
 		}
 		req.Estimate, req.Requests = est, 1
 		return req, true
@@ -480,8 +498,7 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if in.Model != "" && !knownModel(c, in.Model) {
-		badRequest(w, path, "unknown_model", fmt.Sprintf("model %q is not in the price table", in.Model))
+	if in.Model != "" && !priceableModel(w, path, c, in.Model) {
 		return
 	}
 	ch := gate.Charge{Status: ledger.StatusSettled, HTTPStatus: http.StatusOK, Model: in.Model}
