@@ -112,13 +112,25 @@ type anthropicMessage struct {
 }
 
 type anthropicBlock struct {
-	Type     string           `json:"type"`
-	Text     string           `json:"text"`
-	Thinking string           `json:"thinking"`
-	Name     string           `json:"name"`
-	Input    json.RawMessage  `json:"input"`
-	Content  json.RawMessage  `json:"content"` // tool_result: string or blocks
-	Source   *anthropicSource `json:"source"`
+	Type     string          `json:"type"`
+	Text     string          `json:"text"`
+	Thinking string          `json:"thinking"`
+	Name     string          `json:"name"`
+	Input    json.RawMessage `json:"input"`
+	Content  json.RawMessage `json:"content"` // tool_result, search_result: string or blocks
+	Source   json.RawMessage `json:"source"`  // an object (image, document), a string (search_result)
+	Title    string          `json:"title"`
+	Context  string          `json:"context"`
+}
+
+// source decodes a block's source object, nil when it has none or it is
+// not an object.
+func (b *anthropicBlock) source() *anthropicSource {
+	var src *anthropicSource
+	if len(b.Source) > 0 && b.Source[0] == '{' && json.Unmarshal(b.Source, &src) == nil {
+		return src
+	}
+	return nil
 }
 
 type anthropicSource struct {
@@ -138,8 +150,9 @@ func (e *Estimator) estimateAnthropic(body []byte) (Estimate, error) {
 		fMaxTokens = &topField{name: "max_tokens"}
 		fStream    = &topField{name: "stream"}
 		fThinking  = &topField{name: "thinking"}
+		fMCP       = &topField{name: "mcp_servers"}
 	)
-	if err := scanTop(kind, body, fModel, fSystem, fMessages, fTools, fChoice, fMaxTokens, fStream, fThinking); err != nil {
+	if err := scanTop(kind, body, fModel, fSystem, fMessages, fTools, fChoice, fMaxTokens, fStream, fThinking, fMCP); err != nil {
 		return Estimate{}, err
 	}
 	var (
@@ -198,7 +211,7 @@ func (e *Estimator) estimateAnthropic(body []byte) (Estimate, error) {
 		c.add(tc)
 	}
 	est := Estimate{Stream: stream, StreamUsage: stream}
-	est.Uncounted = c.uncounted || fThinking.raw(body) != nil && thinking.Type != "disabled"
+	est.Uncounted = c.uncounted || fThinking.raw(body) != nil && thinking.Type != "disabled" || fMCP.raw(body) != nil
 	limit := max(maxTokens, 0)
 	est.MaxOutputTokens = limit
 	est.Usage.InputTokens = c.n
@@ -287,7 +300,13 @@ func anthropicContentTokens(m model, raw json.RawMessage, depth int) (tokenCount
 			n += m.countText(b.Thinking)
 		case "tool_use", "server_tool_use":
 			n += toolCallExtra + m.countText(b.Name) + m.countText(string(bytes.TrimSpace(b.Input)))
-		case "tool_result":
+		case "tool_result", "search_result":
+			n += m.countText(b.Title)
+			if b.Type == "search_result" {
+				var src string
+				_ = json.Unmarshal(b.Source, &src)
+				n += m.countText(src)
+			}
 			tc, err := anthropicContentTokens(m, b.Content, depth+1)
 			if err != nil {
 				return tokenCount{}, err
@@ -295,10 +314,11 @@ func anthropicContentTokens(m model, raw json.RawMessage, depth int) (tokenCount
 			tc.n = addSat(tc.n, toolCallExtra)
 			c.add(tc)
 		case "image":
-			in, exact := anthropicImageTokens(b.Source)
+			in, exact := anthropicImageTokens(b.source())
 			c.add(tokenCount{n: in, uncounted: !exact})
 		case "document":
-			c.add(anthropicDocumentTokens(m, b.Source))
+			n += m.countText(b.Title) + m.countText(b.Context)
+			c.add(anthropicDocumentTokens(m, b.source()))
 		}
 	}
 	c.add(tokenCount{n: n})

@@ -55,8 +55,9 @@ const (
 )
 
 type chatTool struct {
-	Type     string      `json:"type"`
-	Function functionDef `json:"function"`
+	Type     string          `json:"type"`
+	Function functionDef     `json:"function"`
+	Custom   json.RawMessage `json:"custom"` // a custom tool: its name, description and grammar, counted as text
 }
 
 type functionDef struct {
@@ -73,12 +74,19 @@ type chatMessage struct {
 	ToolCallID   string          `json:"tool_call_id"`
 	FunctionCall *functionCall   `json:"function_call"`
 	Refusal      *string         `json:"refusal"`
+	Audio        *struct {
+		ID string `json:"id"`
+	} `json:"audio"` // a previous answer's audio, by id: the upstream's to count
 }
 
 type toolCall struct {
 	ID       string       `json:"id"`
 	Type     string       `json:"type"`
 	Function functionCall `json:"function"`
+	Custom   struct {
+		Name  string `json:"name"`
+		Input string `json:"input"`
+	} `json:"custom"`
 }
 
 type functionCall struct {
@@ -114,18 +122,18 @@ func (e *Estimator) estimateChat(body []byte) (Estimate, error) {
 	// One allocation for the fields: the scanner's recursion makes
 	// anything it is handed escape.
 	fs := &struct {
-		model, messages, tools, functions, streamOptions, maxTokens, maxCompletion, n, stream, modalities, tier topField
-		msgBuf                                                                                                  [64]span
+		model, messages, tools, functions, streamOptions, maxTokens, maxCompletion, n, stream, modalities, tier, format topField
+		msgBuf                                                                                                          [64]span
 	}{
 		model: topField{name: "model"}, messages: topField{name: "messages", collect: true}, tools: topField{name: "tools"},
 		functions: topField{name: "functions"}, streamOptions: topField{name: "stream_options"}, maxTokens: topField{name: "max_tokens"},
 		maxCompletion: topField{name: "max_completion_tokens"}, n: topField{name: "n"}, stream: topField{name: "stream"},
-		modalities: topField{name: "modalities"}, tier: topField{name: "service_tier"},
+		modalities: topField{name: "modalities"}, tier: topField{name: "service_tier"}, format: topField{name: "response_format"},
 	}
 	fModel, fMessages, fTools, fFunctions, fStreamOptions, fModalities := &fs.model, &fs.messages, &fs.tools, &fs.functions, &fs.streamOptions, &fs.modalities
 	fMessages.elems = fs.msgBuf[:0]
 	if err := scanTop(kind, body, fModel, fMessages, fTools, fFunctions, fStreamOptions, &fs.maxTokens,
-		&fs.maxCompletion, &fs.n, &fs.stream, fModalities, &fs.tier); err != nil {
+		&fs.maxCompletion, &fs.n, &fs.stream, fModalities, &fs.tier, &fs.format); err != nil {
 		return Estimate{}, err
 	}
 	var (
@@ -183,6 +191,11 @@ func (e *Estimator) estimateChat(body []byte) (Estimate, error) {
 		return Estimate{}, badRequest(kind, err, "tools")
 	}
 	c.n = addSat(c.n, tn)
+	// A structured output's schema is rendered into the prompt; its JSON
+	// text is counted, an upper bound of its rendering.
+	if raw := fs.format.raw(body); raw != nil {
+		c.n = addSat(c.n, m.countText(string(raw)))
+	}
 
 	est := Estimate{Stream: stream}
 	if raw := fStreamOptions.raw(body); raw != nil {
@@ -198,12 +211,9 @@ func (e *Estimator) estimateChat(body []byte) (Estimate, error) {
 	if err != nil {
 		return Estimate{}, err
 	}
-	limit := int64(0)
-	if maxCompletion > 0 {
-		limit = maxCompletion
-	} else if maxTokens > 0 {
-		limit = maxTokens
-	}
+	// Given both, an upstream may honour either (OpenAI-compatible servers
+	// differ): the larger is the limit.
+	limit := max(maxCompletion, maxTokens, 0)
 	est.MaxOutputTokens = limit
 	choices := max(n, 1)
 	est.Usage.InputTokens = c.n
@@ -264,14 +274,18 @@ func (e *Estimator) chatToolTokens(m model, f chatFormat, body []byte, tools, fu
 	}
 	count := func() (int64, error) {
 		var defs []functionDef
+		var custom int64
 		if tools.end > tools.start {
 			var ts []chatTool
 			if err := json.Unmarshal(body[tools.start:tools.end], &ts); err != nil {
 				return 0, err
 			}
 			for _, t := range ts {
-				if t.Type == "" || t.Type == "function" {
+				switch {
+				case t.Type == "" || t.Type == "function":
 					defs = append(defs, t.Function)
+				case len(t.Custom) > 0:
+					custom += m.countText(string(t.Custom))
 				}
 			}
 		}
@@ -282,7 +296,8 @@ func (e *Estimator) chatToolTokens(m model, f chatFormat, body []byte, tools, fu
 			}
 			defs = append(defs, fs...)
 		}
-		return toolTokens(m, f, defs)
+		n, err := toolTokens(m, f, defs)
+		return addSat(n, custom), err
 	}
 	if raw == nil {
 		return count()
@@ -321,12 +336,13 @@ func chatMessageCount(m model, f chatFormat, raw json.RawMessage) (tokenCount, e
 		return tokenCount{}, err
 	}
 	for _, tc := range msg.ToolCalls {
-		n += toolCallExtra + m.countText(tc.Function.Name) + m.countText(tc.Function.Arguments)
+		n += toolCallExtra + m.countText(tc.Function.Name) + m.countText(tc.Function.Arguments) +
+			m.countText(tc.Custom.Name) + m.countText(tc.Custom.Input)
 	}
 	if fc := msg.FunctionCall; fc != nil {
 		n += toolCallExtra + m.countText(fc.Name) + m.countText(fc.Arguments)
 	}
-	c.add(tokenCount{n: n})
+	c.add(tokenCount{n: n, uncounted: msg.Audio != nil})
 	return c, nil
 }
 
@@ -351,17 +367,20 @@ func contentTokens(m model, raw json.RawMessage) (tokenCount, error) {
 	}
 	var c tokenCount
 	for _, p := range parts {
-		switch {
-		case p.ImageURL != nil:
+		// Every payload a part carries is counted: an upstream reads a
+		// part by its type, and a text part that also carries an
+		// image_url must not be priced as the image.
+		c.add(tokenCount{n: m.countText(p.Text) + m.countText(p.Refusal)})
+		if p.ImageURL != nil {
 			n, exact := imageTokens(m.name, p.ImageURL.URL, p.ImageURL.Detail)
 			c.add(tokenCount{n: n, uncounted: !exact})
-		case p.InputAudio != nil:
+		}
+		if p.InputAudio != nil {
 			n := audioTokens(p.InputAudio.Data, p.InputAudio.Format)
 			c.add(tokenCount{n: n, audio: n, uncounted: true})
-		case p.File != nil:
+		}
+		if p.File != nil {
 			c.add(tokenCount{n: documentTokens(p.File.FileData), uncounted: true})
-		default:
-			c.add(tokenCount{n: m.countText(p.Text) + m.countText(p.Refusal)})
 		}
 	}
 	return c, nil

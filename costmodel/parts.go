@@ -71,7 +71,7 @@ func audioTokens(data, format string) int64 {
 // "name" may both belong.
 func checkedContainer(key string) bool {
 	switch key {
-	case "content", "image_url", "input_audio", "file", "source", "tool_calls", "function", "function_call", "output":
+	case "content", "image_url", "input_audio", "file", "source", "tool_calls", "function", "function_call", "output", "custom", "audio":
 		return true
 	}
 	return false

@@ -21,6 +21,7 @@ type responsesTool struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	Parameters  json.RawMessage `json:"parameters"`
+	Format      json.RawMessage `json:"format"` // a custom tool's grammar
 }
 
 type responsesItem struct {
@@ -31,6 +32,7 @@ type responsesItem struct {
 	Arguments string          `json:"arguments"`
 	CallID    string          `json:"call_id"`
 	Output    json.RawMessage `json:"output"`
+	Input     string          `json:"input"` // custom_tool_call
 }
 
 type responsesPart struct {
@@ -54,8 +56,10 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 		fPrevious     = &topField{name: "previous_response_id"}
 		fConversation = &topField{name: "conversation"}
 		fServiceTier  = &topField{name: "service_tier"}
+		fPrompt       = &topField{name: "prompt"}
+		fText         = &topField{name: "text"}
 	)
-	if err := scanTop(kind, body, fModel, fInput, fInstructions, fTools, fMaxOutput, fStream, fPrevious, fConversation, fServiceTier); err != nil {
+	if err := scanTop(kind, body, fModel, fInput, fInstructions, fTools, fMaxOutput, fStream, fPrevious, fConversation, fServiceTier, fPrompt, fText); err != nil {
 		return Estimate{}, err
 	}
 	var (
@@ -79,7 +83,11 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 	f := chatFormatFor(m)
 	in := int64(replyPriming)
 	var c tokenCount
-	c.uncounted = fPrevious.raw(body) != nil || fConversation.raw(body) != nil
+	// A stored prompt, like a stored conversation, is the server's to count.
+	c.uncounted = fPrevious.raw(body) != nil || fConversation.raw(body) != nil || fPrompt.raw(body) != nil
+	if raw := fText.raw(body); raw != nil {
+		in = addSat(in, m.countText(string(raw))) // a structured output's schema, rendered into the prompt
+	}
 	if fInstructions.raw(body) != nil {
 		in += f.perMessage + m.countText("developer") + m.countText(instructions)
 	}
@@ -111,6 +119,12 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 			tools = append(tools, functionDef{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
 		case "web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11":
 			searches++ // at least one search; more are not foreseeable
+			c.uncounted = true
+		case "custom":
+			in = addSat(in, f.funcInit+m.countText(t.Name+":"+t.Description+string(t.Format)))
+		default:
+			// file_search's results, an MCP server's tools and the other
+			// hosted tools' input are the server's to count.
 			c.uncounted = true
 		}
 	}
@@ -185,9 +199,13 @@ func responsesItemCount(m model, f chatFormat, raw json.RawMessage) (tokenCount,
 		}
 	case "function_call":
 		n = f.perMessage + toolCallExtra + m.countText(it.Name) + m.countText(it.Arguments)
-	case "function_call_output":
+	case "function_call_output", "custom_tool_call_output":
 		n = f.perMessage + m.countText("tool")
 		n += m.countText(jsonScalarText(it.Output))
+	case "custom_tool_call":
+		n = f.perMessage + toolCallExtra + m.countText(it.Name) + m.countText(it.Input)
+	case "item_reference":
+		c.uncounted = true // a stored item: the server's to count
 	default:
 		// Reasoning items, built-in tool calls and references carry no text
 		// the client wrote; they are not counted.

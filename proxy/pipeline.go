@@ -442,9 +442,9 @@ func setJSONField(body []byte, field string, v any) ([]byte, error) {
 // served (empty when it said none): what the upstream reported; what a
 // cut stream produced, but never less than the reservation when the
 // request holds what costgate cannot count (hidden reasoning, audio,
-// files, images); nothing for an upstream that gave no answer; the
-// output limit for a success too large to read whole; and the estimate
-// for a success whose usage cannot be read.
+// files, images); nothing for an upstream that gave no answer; and the
+// estimate with the output limit for a success whose usage cannot be read
+// (too large to read whole, or without usage, as a background response).
 func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 	if x.upstreamErr != nil || x.body == nil {
 		return costmodel.Usage{}, "", ledger.StatusFailed
@@ -469,16 +469,15 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 	case ok:
 	case x.status >= 400:
 		u = costmodel.Usage{}
-	case x.body.overflow:
-		// An answer too large to read whole (many choices, logprobs):
-		// its output may be far above what was reserved, so it is
-		// charged the request's output limit.
-		x.s.log.Warn("upstream answer too large to read its usage; charging the output limit", "request_id", x.id)
+	default:
+		// An answer too large to read whole (many choices, logprobs), or
+		// a success without usage (a Responses request run in the
+		// background answers "queued" and bills its run later): its
+		// output may be far above what was reserved, so it is charged the
+		// request's output limit.
+		x.s.log.Warn("upstream usage unreadable; charging the output limit", "request_id", x.id, "too_large", x.body.overflow)
 		u = x.est.Usage
 		u.OutputTokens = max(u.OutputTokens, x.est.OutputCap)
-	default:
-		x.s.log.Warn("upstream reported no usage; charging the estimate", "request_id", x.id)
-		u = x.est.Usage
 	}
 	if x.status >= 400 {
 		return u, model, ledger.StatusFailed
