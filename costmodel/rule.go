@@ -182,39 +182,52 @@ func (s *Source) read(doc *lazyJSON, q url.Values, h http.Header) (int64, error)
 	return v, nil
 }
 
-func (s *Source) lookup(doc *lazyJSON, q url.Values, h http.Header) (int64, bool, error) {
+func (s *Source) lookup(doc *lazyJSON, q url.Values, h http.Header) (v int64, found bool, err error) {
+	// Of the places given, an upstream may read any one: the largest
+	// reading counts. A parameter or header given twice is refused, for
+	// an upstream may read its last value, or join them.
+	take := func(n int64) {
+		v, found = max(v, n), true
+	}
 	if s.JSON != "" {
-		v, found, err := doc.get(s.JSON)
+		x, ok, err := doc.get(s.JSON)
 		if err != nil {
 			return 0, false, err
 		}
-		if found && v != nil {
-			n, err := countOf(v)
+		if ok && x != nil {
+			n, err := countOf(x)
 			if err != nil {
 				return 0, false, fmt.Errorf("json field %s: %w", s.JSON, err)
 			}
-			return n, true, nil
+			take(n)
 		}
 	}
 	if s.Query != "" && q != nil {
 		if vs, ok := q[s.Query]; ok && len(vs) > 0 {
+			if len(vs) > 1 {
+				return 0, false, fmt.Errorf("query parameter %s: given %d times", s.Query, len(vs))
+			}
 			n, err := parseCount(vs[0])
 			if err != nil {
 				return 0, false, fmt.Errorf("query parameter %s: %w", s.Query, err)
 			}
-			return n, true, nil
+			take(n)
 		}
 	}
 	if s.Header != "" && h != nil {
-		if v := h.Get(s.Header); v != "" {
-			n, err := parseCount(v)
+		vs := h.Values(s.Header)
+		if len(vs) > 1 {
+			return 0, false, fmt.Errorf("header %s: given %d times", s.Header, len(vs))
+		}
+		if len(vs) == 1 && vs[0] != "" {
+			n, err := parseCount(vs[0])
 			if err != nil {
 				return 0, false, fmt.Errorf("header %s: %w", s.Header, err)
 			}
-			return n, true, nil
+			take(n)
 		}
 	}
-	return 0, false, nil
+	return v, found, nil
 }
 
 // countOf reads a JSON value as a count: a non-negative integer number (or

@@ -34,7 +34,8 @@ actual: {header: X-Results-Returned}
 	}{
 		{"default", GenericRequest{}, 10},
 		{"query", GenericRequest{Query: url.Values{"num": {"50"}}}, 50},
-		{"json first", GenericRequest{Query: url.Values{"num": {"50"}}, Body: []byte(`{"params":{"num":7}}`)}, 7},
+		{"the largest of json and query", GenericRequest{Query: url.Values{"num": {"50"}}, Body: []byte(`{"params":{"num":7}}`)}, 50},
+		{"the largest of query and header", GenericRequest{Query: url.Values{"num": {"5"}}, Header: http.Header{"X-Results": {"20"}}}, 20},
 		{"header", GenericRequest{Header: http.Header{"X-Results": {"20"}}}, 20},
 		{"capped", GenericRequest{Query: url.Values{"num": {"5000"}}}, 100},
 		{"fraction rounds up", GenericRequest{Query: url.Values{"num": {"2.1"}}}, 3},
@@ -55,6 +56,8 @@ actual: {header: X-Results-Returned}
 		{Query: url.Values{"num": {"lots"}}},
 		{Body: []byte(`{"params":`)},
 		{Body: []byte(`{"params":{"num":"x"}}`)},
+		{Query: url.Values{"num": {"1", "100"}}},
+		{Header: http.Header{"X-Results": {"1", "100"}}},
 	} {
 		_, err := r.Estimate(bad)
 		var br *BadRequestError

@@ -160,8 +160,11 @@ func decodeSegment(seg string) (string, error) {
 	if strings.Contains(dl, "%2e") || strings.Contains(dl, "%2f") || strings.Contains(dl, "%5c") {
 		return "", fmt.Errorf("a double percent-encoding (%q) is not allowed in a path", seg)
 	}
-	if i := strings.IndexByte(d, ';'); i >= 0 && (d[:i] == "." || d[:i] == "..") {
-		return "", fmt.Errorf("a dot-segment with parameters (%q) is not allowed in a path", d)
+	if strings.IndexByte(d, ';') >= 0 {
+		// Tomcat, Jetty and Spring drop a segment's ";params" before
+		// routing, others keep them: "/v1;x/premium" is "/v1/premium"
+		// to the first, and no price rule's "/v1/premium" here.
+		return "", fmt.Errorf("a path parameter (%q) is not allowed in a path", d)
 	}
 	return d, nil
 }

@@ -114,6 +114,9 @@ func (u *upstream) rewrite(pr *httputil.ProxyRequest) {
 	out.Header.Del("Authorization")
 	out.Header.Del("X-Api-Key")
 	out.Header.Del("X-Request-Id")
+	// The client's trailers would reach the upstream after a body that
+	// costgate has read and priced, unchecked (a trailer named X-Api-Key).
+	out.Trailer = nil
 	if u.authHeader != "" {
 		out.Header.Del(u.authHeader)
 	}
