@@ -438,6 +438,9 @@ func (g *Gate) rebuild(c *Caller, t *ticket, expires time.Time) *Reservation {
 	for _, it := range t.Items {
 		l := st.limitNamed(it.Name)
 		if l == nil {
+			l = g.levelLimitNamed(c, t.Tenant, it.Name, it.Key, r.start)
+		}
+		if l == nil {
 			continue // gone from the configuration: nothing to settle
 		}
 		r.limits = append(r.limits, l)
@@ -447,6 +450,38 @@ func (g *Gate) rebuild(c *Caller, t *ticket, expires time.Time) *Reservation {
 		r.toFallback()
 	}
 	return r
+}
+
+// levelLimitNamed is the control-plane level limit named name on key, as
+// it stood at now (a raised amount in force then), or nil: among the
+// levels of c, who settles (the key that reserved, most often), else among
+// the budgets of every level of tenant, so that a budget of the key that
+// reserved is charged whichever of the tenant's keys settles.
+func (g *Gate) levelLimitNamed(c *Caller, tenant, name, key string, now time.Time) *compiledLimit {
+	match := func(ll *LevelLimit) *compiledLimit {
+		if l := ll.at(now).cl; l.limit.Name == name && l.fixedKey == key {
+			return l
+		}
+		return nil
+	}
+	for _, lv := range c.levels {
+		if lv == nil {
+			continue
+		}
+		for _, ll := range lv.Limits {
+			if l := match(ll); l != nil {
+				return l
+			}
+		}
+	}
+	if d := g.dir.dir.Load(); d != nil {
+		for _, lb := range (*d).Budgets(tenant) {
+			if l := match(lb.Limit); l != nil {
+				return l
+			}
+		}
+	}
+	return nil
 }
 
 // verify returns the payload of ticket id, if its signature is this
