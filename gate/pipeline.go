@@ -658,9 +658,9 @@ func (r *Reservation) decide(ctx context.Context, d Decision) Decision {
 	in := r.policyInput()
 	pd, err := r.st.policies().Decide(ctx, in)
 	if err != nil {
-		// A broken policy must not take the API down: allow, loudly.
-		r.g.log.Error("policy evaluation failed; allowing", "request_id", r.req.ID, "err", err)
-		return d
+		// A broken policy must not take the API down: it allows, loudly,
+		// and the policies that evaluated decide.
+		r.g.log.Error("policy evaluation failed; the other policies decide", "request_id", r.req.ID, "err", err)
 	}
 	r.decision = pd
 	if r.g.capture != nil {

@@ -70,8 +70,10 @@
 //
 // An enforced policy that fails to evaluate makes Decide return an error:
 // an outage of the policy engine is reported as an error, never as a
-// refusal, and the caller chooses to fail open or closed. A shadow policy
-// that fails is recorded in Decision.Shadow with its error.
+// refusal, and the caller chooses to fail open or closed. The Decision
+// returned with it is that of the other policies: an input that breaks
+// one policy does not switch off the rest. A shadow policy that fails is
+// recorded in Decision.Shadow with its error.
 //
 // # Loading, reloading, testing
 //

@@ -443,9 +443,11 @@ var ErrNilInput = errors.New("policies: nil input")
 // (see the package documentation). An enforced policy that fails to
 // evaluate (a conflict between rule values, a builtin error, a malformed
 // decision) is an error naming the policy: a refusal is a Decision, an
-// outage is an error. A shadow policy or rule that fails is recorded in
-// Decision.Shadow with its error, never returned: shadow never changes
-// what is enforced.
+// outage is an error. The Decision is then that of the policies that did
+// evaluate, so that an input which breaks one policy (a caller's crafted
+// request) does not switch off the others. A shadow policy or rule that
+// fails is recorded in Decision.Shadow with its error, never returned:
+// shadow never changes what is enforced.
 //
 // Decide is safe for concurrent use. It does not modify in.
 func (s *Set) Decide(ctx context.Context, in *Input) (Decision, error) {
@@ -473,6 +475,7 @@ func (s *Set) decide(ctx context.Context, in *Input, fast bool) (Decision, error
 		defer s.prog.release(m)
 	}
 	var val ast.Value // the input for the general evaluator, built on first use
+	var errs []error
 	for _, p := range s.policies {
 		for _, r := range p.rules {
 			var (
@@ -494,7 +497,8 @@ func (s *Set) decide(ctx context.Context, in *Input, fast bool) (Decision, error
 			if err != nil {
 				err = fmt.Errorf("policies: policy %s: %s: %w", p.ID, r.name, err)
 				if !r.shadow {
-					return Decision{}, err
+					errs = append(errs, err)
+					continue
 				}
 				rs = append(rs, ruling{policy: p.ID, shadow: true, err: err.Error()})
 				continue
@@ -504,7 +508,7 @@ func (s *Set) decide(ctx context.Context, in *Input, fast bool) (Decision, error
 			}
 		}
 	}
-	return combine(rs), nil
+	return combine(rs), errors.Join(errs...)
 }
 
 func (r *rule) evalRego(ctx context.Context, input ast.Value) (verdict, bool, error) {

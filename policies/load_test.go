@@ -199,6 +199,29 @@ func TestEnforcedPolicyErrorIsAnError(t *testing.T) {
 	}
 }
 
+// TestEnforcedPolicyErrorLeavesTheOthers: an input that breaks one
+// enforced policy (here a decision made malformed, as a caller's request
+// can make a rule conflict) is an error naming it, and the other
+// policies still decide: the refusal of b stands.
+func TestEnforcedPolicyErrorLeavesTheOthers(t *testing.T) {
+	for _, fast := range []bool{true, false} {
+		s := mustLoad(t, mapFS(map[string]string{
+			"a.rego": "package costgate.policies.a\n\ndecision := {\"outcome\": \"hard\"} if input.request.page > 3\n",
+			"b.rego": "package costgate.policies.b\n\ndecision := {\"outcome\": \"hard\", \"status\": 402, \"reason\": \"b\"} if input.request.page > 3\n",
+			"c.rego": "package costgate.policies.c\n\ndecision := {\"outcome\": \"soft\", \"friction\": {\"delay_ms\": 5}}\n",
+		}))
+		in := baseInput()
+		in.Request.Page = 4
+		d, err := s.decide(context.Background(), in, fast)
+		if err == nil || !strings.Contains(err.Error(), "policy a") || strings.Contains(err.Error(), "policy b") {
+			t.Errorf("fast %v: err = %v, want one naming policy a alone", fast, err)
+		}
+		if d.Outcome != Hard || d.Status != 402 || d.Policy != "b" {
+			t.Errorf("fast %v: Decision = %+v, want b's 402", fast, d)
+		}
+	}
+}
+
 func TestLibraryPackages(t *testing.T) {
 	s := mustLoad(t, mapFS(map[string]string{
 		"lib/plans.rego": "package costgate.lib.plans\n\nquota := {\"free\": 10, \"pro\": 100}\n\nover(plan, n) if n > quota[plan]\n",

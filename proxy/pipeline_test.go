@@ -412,3 +412,32 @@ decision := {"outcome": "hard", "status": 429, "reason": "stop"}
 		t.Errorf("Retry-After %q, RateLimit %q: t differs", ra, rl)
 	}
 }
+
+// TestBrokenPolicyLeavesTheOthers: a request crafted to break one policy
+// (two of its rules give decision different values: an evaluation
+// conflict) does not switch off the others: b still refuses it with 402.
+// A broken policy allows, loudly, but only for itself.
+func TestBrokenPolicyLeavesTheOthers(t *testing.T) {
+	pols := fstest.MapFS{
+		"a.rego": {Data: []byte(`package costgate.policies.a
+
+decision := {"outcome": "allow"} if input.request.model == "gpt-4o-mini"
+
+decision := {"outcome": "soft", "friction": {"delay_ms": 1}} if input.estimate.output_tokens > 100
+`)},
+		"b.rego": {Data: []byte(`package costgate.policies.b
+
+decision := {"outcome": "hard", "status": 402, "reason": "too long"} if input.estimate.output_tokens > 100
+`)},
+	}
+	s := newStackWith(t, stackOptions{policies: pols, extra: roomyLimits})
+	c := s.client("cg-test-acme")
+	if _, err := c.Chat.Completions.New(context.Background(), chatParams("Hi", 5)); err != nil {
+		t.Fatalf("a short request: %v", err)
+	}
+	var resp *http.Response
+	_, err := c.Chat.Completions.New(context.Background(), chatParams("Hi", 500), option.WithResponseInto(&resp))
+	if err == nil || resp == nil || resp.StatusCode != http.StatusPaymentRequired {
+		t.Fatalf("a request that breaks policy a and that b refuses: %v; want 402", err)
+	}
+}
