@@ -513,13 +513,20 @@ func (m *Memory) Restore(ctx context.Context, items []Item, counted []int64) err
 		}
 		e := m.get(&h, i)
 		used := ss[i].cap - ss[i].evaluate(stateOf(e), h.now, 0, false).Remaining
-		if counted[i] <= used {
+		// As restore.lua: a window's count rises to counted, its capacity
+		// at most; a meter's debt by counted less what it holds, a
+		// capacity at most.
+		delta := min(counted[i], ss[i].cap) - used
+		if ss[i].algo == TokenBucket || ss[i].algo == GCRA {
+			delta = min(counted[i]-used, ss[i].cap)
+		}
+		if delta <= 0 {
 			continue
 		}
 		if e == nil {
 			e = new(entry)
 		}
-		m.put(&h, i, e, ss[i].settle(&e.state, h.now, 0, counted[i]-used, -1, ""))
+		m.put(&h, i, e, ss[i].settle(&e.state, h.now, 0, delta, -1, ""))
 	}
 	for j := range tags {
 		k := len(h.keys) - len(tags) + j
