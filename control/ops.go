@@ -89,6 +89,9 @@ func (p *Plane) member(ctx context.Context, tx *sql.Tx, kind Kind, tenant, name 
 	if name == "" {
 		return nil
 	}
+	if !plainText(name) {
+		return invalid("%s %q does not exist in tenant %q", kind, name, tenant)
+	}
 	if _, err := p.store.byName(ctx, tx, kind, tenant, name); err == nil {
 		return nil
 	} else if !strings.Contains(err.Error(), "not found") {

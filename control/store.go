@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the PostgreSQL driver
 	_ "modernc.org/sqlite"             // the embedded store
@@ -298,10 +299,26 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
+// plainText tells whether every s can be a stored name or id: UTF-8
+// without NUL. PostgreSQL refuses other text with an error that is the
+// caller's, not the database's failure (a 503 that a client would retry
+// for ever), so such text is answered before it reaches a query.
+func plainText(ss ...string) bool {
+	for _, s := range ss {
+		if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // get reads one entity by id.
 func (s *Store) get(ctx context.Context, q querier, kind Kind, id string) (*Entity, error) {
 	if err := s.ensure(ctx); err != nil {
 		return nil, err
+	}
+	if !plainText(id) {
+		return nil, fmt.Errorf("%w: no %s %q", ErrNotFound, kind, id)
 	}
 	e, err := scanEntity(q.QueryRowContext(ctx, s.q("SELECT "+entityCols+" FROM control_entities WHERE id = ? AND kind = ?"), id, string(kind)))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -312,6 +329,9 @@ func (s *Store) get(ctx context.Context, q querier, kind Kind, id string) (*Enti
 
 // byName reads a tenant, team or user by its name within tenant.
 func (s *Store) byName(ctx context.Context, q querier, kind Kind, tenant, name string) (*Entity, error) {
+	if !plainText(tenant, name) {
+		return nil, fmt.Errorf("%w: no %s %q in tenant %q", ErrNotFound, kind, name, tenant)
+	}
 	e, err := scanEntity(q.QueryRowContext(ctx, s.q("SELECT "+entityCols+" FROM control_entities WHERE kind = ? AND tenant = ? AND name = ?"), string(kind), tenant, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: no %s %q in tenant %q", ErrNotFound, kind, name, tenant)
@@ -334,6 +354,9 @@ type Query struct {
 func (s *Store) List(ctx context.Context, q Query) ([]*Entity, error) {
 	if err := s.ensure(ctx); err != nil {
 		return nil, err
+	}
+	if !plainText(q.Tenant, q.Team, q.User, q.After) {
+		return nil, invalid("tenant, team, user and after must be UTF-8 text without NUL")
 	}
 	where := []string{"kind = ?"}
 	args := []any{string(q.Kind)}
@@ -457,6 +480,9 @@ type AuditQuery struct {
 func (s *Store) Audit(ctx context.Context, q AuditQuery) ([]AuditEntry, error) {
 	if err := s.ensure(ctx); err != nil {
 		return nil, err
+	}
+	if !plainText(q.Entity, q.Tenant) {
+		return nil, invalid("entity and tenant must be UTF-8 text without NUL")
 	}
 	where := []string{"1 = 1"}
 	var args []any

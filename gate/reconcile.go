@@ -50,13 +50,31 @@ func (g *Gate) ReconcileBudgets(ctx context.Context) error {
 	}
 	var errs []error
 	for _, t := range tenants {
-		err := g.store.restore(ctx, t, nil, false)
-		g.tel.Reconcile(telemetry.ReconcileScheduled, err)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("gate: reconcile %s: %w", t, err))
-		}
+		errs = append(errs, g.restoreTenant(ctx, t))
 	}
 	return errors.Join(errs...)
+}
+
+// restoreTenant raises tenant's budget counters to the ledger's spend,
+// counted in costgate.budget.reconcile.
+func (g *Gate) restoreTenant(ctx context.Context, tenant string) error {
+	err := g.store.restore(ctx, tenant, nil, false)
+	g.tel.Reconcile(telemetry.ReconcileScheduled, err)
+	if err != nil {
+		return fmt.Errorf("gate: reconcile %s: %w", tenant, err)
+	}
+	return nil
+}
+
+// ReconcileTenant is ReconcileBudgets for tenant alone, at once: the
+// control plane calls it when a change gave one of the tenant's budgets a
+// counter that has not counted its period.
+func (g *Gate) ReconcileTenant(ctx context.Context, tenant string) error {
+	if err := g.ledger.Flush(ctx); err != nil {
+		g.tel.Reconcile(telemetry.ReconcileScheduled, err)
+		return fmt.Errorf("gate: reconcile %s: %w", tenant, err)
+	}
+	return g.restoreTenant(ctx, tenant)
 }
 
 // reconcileLoop reconciles the budgets every interval, and as soon as the
