@@ -222,6 +222,10 @@ func (e *Estimator) estimateChat(body []byte) (Estimate, error) {
 	est.OutputCap, est.Outputs = mulSat(e.outputLimit(m, limit), choices), choices
 	est.Tools = fTools.val.end > fTools.val.start || fFunctions.val.end > fFunctions.val.start
 	if audioOut {
+		// Audio streams as base64 the guard cannot count (and is billed
+		// at the audio rate): an answer that may be audio is reserved
+		// whole, whatever output_reserve says.
+		est.Usage.OutputTokens = est.OutputCap
 		est.Usage.AudioOutputTokens = est.Usage.OutputTokens
 	}
 	est.Usage.ServiceTier = requestedTier(tier)

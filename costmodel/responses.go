@@ -58,20 +58,21 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 		fServiceTier  = &topField{name: "service_tier"}
 		fPrompt       = &topField{name: "prompt"}
 		fText         = &topField{name: "text"}
+		fBackground   = &topField{name: "background"}
 	)
-	if err := scanTop(kind, body, fModel, fInput, fInstructions, fTools, fMaxOutput, fStream, fPrevious, fConversation, fServiceTier, fPrompt, fText); err != nil {
+	if err := scanTop(kind, body, fModel, fInput, fInstructions, fTools, fMaxOutput, fStream, fPrevious, fConversation, fServiceTier, fPrompt, fText, fBackground); err != nil {
 		return Estimate{}, err
 	}
 	var (
 		modelName, instructions, tier string
 		maxOutput                     int64
-		stream                        bool
+		stream, background            bool
 		rtools                        []responsesTool
 	)
 	for _, d := range []struct {
 		f *topField
 		v any
-	}{{fModel, &modelName}, {fInstructions, &instructions}, {fMaxOutput, &maxOutput}, {fStream, &stream}, {fTools, &rtools}, {fServiceTier, &tier}} {
+	}{{fModel, &modelName}, {fInstructions, &instructions}, {fMaxOutput, &maxOutput}, {fStream, &stream}, {fTools, &rtools}, {fServiceTier, &tier}, {fBackground, &background}} {
 		if err := decodeField(kind, body, d.f, d.v); err != nil {
 			return Estimate{}, err
 		}
@@ -142,6 +143,12 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 	est.Usage.ServiceTier = requestedTier(tier)
 	est.Usage.OutputTokens = e.reserve(e.outputLimit(m, limit))
 	est.OutputCap, est.Outputs = e.outputLimit(m, limit), 1
+	if background {
+		// A background response runs to its end at the upstream whatever
+		// happens to its stream (the guard's stop, a cut, a client gone):
+		// it is reserved whole, and charged so unless its report is read.
+		est.Usage.OutputTokens, est.Uncounted = est.OutputCap, true
+	}
 	est.Tools = len(rtools) > 0
 	e.finish(m, &est)
 	return est, nil

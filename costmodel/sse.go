@@ -237,7 +237,9 @@ func (m *StreamMeter) responsesEvent(data []byte) error {
 	}
 	switch ev.Type {
 	case "response.output_text.delta", "response.refusal.delta", "response.function_call_arguments.delta",
-		"response.reasoning_summary_text.delta", "response.reasoning_text.delta":
+		"response.reasoning_summary_text.delta", "response.reasoning_text.delta",
+		"response.custom_tool_call_input.delta", "response.code_interpreter_call_code.delta",
+		"response.mcp_call_arguments.delta":
 		m.addText(ev.Delta)
 	case "response.output_item.done":
 		if ev.Item != nil && ev.Item.Type == "web_search_call" {
@@ -437,7 +439,7 @@ func isASCIILetter(c byte) bool { return c|0x20 >= 'a' && c|0x20 <= 'z' }
 // top of this file. It can be called more than once.
 func (m *StreamMeter) Usage() (u Usage, reported bool) {
 	m.Close()
-	if m.reported {
+	if m.reported && m.final {
 		u = m.usage
 		u.ServiceTier = m.serviceTier
 		return u, true
@@ -452,7 +454,12 @@ func (m *StreamMeter) Usage() (u Usage, reported bool) {
 	if len(m.pending) > 0 {
 		counted += m.model.countText(string(m.pending))
 	}
+	// A running report (a stream cut before its final one) says what was
+	// produced up to it: the text streamed after it is charged too.
 	u.OutputTokens = max(u.OutputTokens, counted)
+	if m.reported {
+		return u, true
+	}
 	return u.clamped(), false
 }
 

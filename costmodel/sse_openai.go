@@ -121,10 +121,10 @@ func (m *StreamMeter) openaiChunk(data []byte) error {
 	}
 	if usage != nil {
 		if u, ok := usage.usage(); ok {
-			// The usage chunk has no choices; a chunk with choices and
-			// usage carries a running total (continuous_usage_stats).
+			// The last report counts, and the stream is complete at
+			// [DONE] after one (see dispatch): an upstream may send a
+			// usage-only chunk more than once, or before its text.
 			m.usage, m.reported = u, true
-			m.final = m.final || len(list) == 0
 		}
 	}
 	return nil

@@ -50,6 +50,12 @@ type meteredBody struct {
 
 	guard   *streamGuard // debits the stream's output as it passes; nil when off
 	stopped bool         // the guard stopped the stream
+
+	// jsonStream tells that a text/event-stream answer starts with '{':
+	// a JSON document, not events (a server that ignored "stream"). Its
+	// start is kept in captured, to read its usage from.
+	jsonStream bool
+	started    bool // a stream's first byte that is not white space was seen
 }
 
 func (x *exchange) meter(resp *http.Response) io.ReadCloser {
@@ -91,6 +97,14 @@ func (m *meteredBody) Read(p []byte) (int, error) {
 // ledger, before these bytes go on to the client.
 func (m *meteredBody) observe(b []byte) {
 	if m.stream != nil {
+		if !m.started {
+			if t := bytes.TrimLeft(b, " \t\r\n"); len(t) > 0 {
+				m.started, m.jsonStream = true, t[0] == '{'
+			}
+		}
+		if m.jsonStream && m.stream.Events() == 0 && len(m.captured) <= maxCapture {
+			m.captured = append(m.captured, b...)
+		}
 		m.stream.Write(b)
 		if m.x != nil && m.stream.Reported() {
 			m.x.settleEarly()
@@ -332,6 +346,12 @@ func (m *meteredBody) drain() {
 func (m *meteredBody) usage() (u costmodel.Usage, model string, reported, ok bool) {
 	if m.stream != nil {
 		u, reported = m.stream.Usage()
+		if m.jsonStream && m.stream.Events() == 0 {
+			// Not a stream: read it as the document it is, or charge it
+			// as an answer whose usage cannot be read.
+			u, model, err := costmodel.ParseResponse(m.kind, m.captured)
+			return u, model, err == nil, err == nil
+		}
 		return u, m.stream.Model(), reported, true
 	}
 	if m.overflow || len(m.captured) == 0 {

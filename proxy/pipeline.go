@@ -184,11 +184,38 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	ctx, cancel := s.upstreamContext(x)
 	defer cancel() // deferred, as the copy may end in a panic (see above)
 	defer t.end()
-	x.upstream.rp.ServeHTTP(w, r.WithContext(ctx))
-	if f, ok := w.(http.Flusher); ok {
-		f.Flush()
-	}
+	sw := &stallBound{ResponseWriter: w, rc: http.NewResponseController(w), stall: min(clientStall, x.upstream.timeout/2)}
+	defer sw.rc.SetWriteDeadline(time.Time{})
+	x.upstream.rp.ServeHTTP(sw, r.WithContext(ctx))
+	sw.Flush()
 }
+
+// clientStall bounds how long one write of an answer may wait for a
+// client that stopped reading (its TCP window closed), at most half the
+// upstream's timeout: past it the client is taken as gone, and the rest of
+// the answer is read and metered (see meteredBody.Close) while the
+// upstream's exchange is still open.
+const clientStall = 30 * time.Second
+
+// stallBound is the client's ResponseWriter with a write deadline of
+// stall from each write or flush.
+type stallBound struct {
+	http.ResponseWriter
+	rc    *http.ResponseController
+	stall time.Duration
+}
+
+func (w *stallBound) Write(b []byte) (int, error) {
+	w.rc.SetWriteDeadline(time.Now().Add(w.stall))
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *stallBound) Flush() {
+	w.rc.SetWriteDeadline(time.Now().Add(w.stall))
+	w.rc.Flush()
+}
+
+func (w *stallBound) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // stageTimer times one stage of a request, as a metric and a child span.
 type stageTimer struct {
