@@ -543,6 +543,9 @@ func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge,
 	if out, again, err, done := r.g.ended(h); done {
 		return out, again, err
 	}
+	if out, again, err, done := r.endedInLedger(ctx, h); done {
+		return out, again, err
+	}
 	actual := r.actual(c)
 	won, prior, stored, perr := r.g.end(ctx, r, claim{state: holdSettled, cost: c.Cost, status: c.Status}, actual)
 	if perr == nil && !won {
@@ -571,7 +574,11 @@ func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge,
 // twice is no error; releasing a settled reservation is ErrSettled.
 func (r *Reservation) Release(ctx context.Context) error {
 	h := r.hold()
-	if _, again, err, done := r.g.ended(h); done {
+	_, again, err, done := r.g.ended(h)
+	if !done {
+		_, again, err, done = r.endedInLedger(ctx, h)
+	}
+	if done {
 		if again {
 			return ErrSettled
 		}
@@ -609,6 +616,33 @@ func (r *Reservation) Release(ctx context.Context) error {
 // ended answers for a reservation this replica knows has ended: the first
 // settlement's charge (again), or why it cannot be settled. done is false
 // while it is open, or when this replica does not hold it.
+// endedInLedger tells how held reservation r ended, when this replica has
+// no hold of it (h nil: made by another replica, or before a restart) and
+// the ledger has its entry final. The claim in Redis says so too, but a
+// Redis that lost its data lost the claim, and ending the reservation
+// again would refund its limits a second time (a token bucket gives back
+// whatever a settlement names). done is false when the ledger does not
+// know (no entry, one still open, or no answer within a second): the claim
+// decides then.
+func (r *Reservation) endedInLedger(ctx context.Context, h *hold) (out Charge, again bool, err error, done bool) {
+	if h != nil {
+		return Charge{}, false, nil, false
+	}
+	lctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	e, ok, lerr := r.g.ledger.Lookup(lctx, r.req.ID)
+	if lerr != nil || !ok || !e.Status.Final() {
+		return Charge{}, false, nil, false
+	}
+	switch {
+	case e.Status == ledger.StatusExpired || e.Status == ledger.StatusRecovered:
+		return Charge{}, false, ErrExpired, true
+	case e.Status == ledger.StatusFailed && e.ActualCost == 0:
+		return Charge{}, false, ErrReleased, true
+	}
+	return Charge{Usage: e.Actual, Cost: e.ActualCost, Model: e.Model, Status: e.Status, HTTPStatus: e.HTTPStatus}, true, nil, true
+}
+
 func (g *Gate) ended(h *hold) (out Charge, again bool, err error, done bool) {
 	if h == nil {
 		return Charge{}, false, nil, false

@@ -60,6 +60,8 @@ type store interface {
 	// than a roll-up bucket).
 	headSpend(ctx context.Context, tenant string, from, to time.Time) ([]headCharge, error)
 	nodes(ctx context.Context) ([]NodeState, error)
+	// entry returns the entry of request id, if the store has it.
+	entry(ctx context.Context, id string) (Entry, bool, error)
 	close() error
 }
 

@@ -489,6 +489,18 @@ func (s *pgStore) entries(ctx context.Context, q Query, after *cursor, limit int
 	return pgEntries(rows)
 }
 
+func (s *pgStore) entry(ctx context.Context, id string) (Entry, bool, error) {
+	rows, err := s.pool.Query(ctx, "SELECT "+readColumns+" FROM ledger_entries WHERE request_id = $1", id)
+	if err != nil {
+		return Entry{}, false, fmt.Errorf("ledger: postgres entry: %w", err)
+	}
+	es, err := pgEntries(rows)
+	if err != nil || len(es) == 0 {
+		return Entry{}, false, err
+	}
+	return es[0], true, nil
+}
+
 // pgPeriod selects the roll-up rows of a period [from, to) split by
 // spendRanges into whole UTC days [d0, d1) and 15-minute buckets; the
 // parameters $n to $n+3 are d0, d1, from and to.

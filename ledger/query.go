@@ -111,6 +111,16 @@ func parseCursor(s string) (*cursor, error) {
 	return &cursor{created: time.UnixMicro(v).UTC(), id: id}, nil
 }
 
+// Lookup returns the entry of request id as the store holds it, and
+// whether it holds one. Records still in the spool (at most a batch delay
+// behind, or the store's outage) are not in it yet.
+func (l *Ledger) Lookup(ctx context.Context, id string) (Entry, bool, error) {
+	if !ValidText(id) {
+		return Entry{}, false, nil // no entry can have it
+	}
+	return l.store.entry(ctx, id)
+}
+
 // Entries returns one page of the entries q selects, as they are in the
 // store (call Flush first to include what is still in the spool).
 func (l *Ledger) Entries(ctx context.Context, q Query) (Page, error) {

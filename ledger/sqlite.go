@@ -416,6 +416,18 @@ func (s *sqliteStore) entries(ctx context.Context, q Query, after *cursor, limit
 	return sqliteEntries(rows)
 }
 
+func (s *sqliteStore) entry(ctx context.Context, id string) (Entry, bool, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT "+readColumns+" FROM ledger_entries WHERE request_id = ?", id)
+	if err != nil {
+		return Entry{}, false, fmt.Errorf("ledger: sqlite entry: %w", err)
+	}
+	es, err := sqliteEntries(rows)
+	if err != nil || len(es) == 0 {
+		return Entry{}, false, err
+	}
+	return es[0], true, nil
+}
+
 // sqlitePeriod selects the roll-up rows of a period split by spendRanges
 // (parameters d0, d1, from, d0, d1, to).
 const sqlitePeriod = `((grain = 1 AND bucket >= ? AND bucket < ?) OR

@@ -867,3 +867,32 @@ func TestFailedOpenReleasesTheDir(t *testing.T) {
 	}
 	flush(t, l)
 }
+
+// TestLookup reads one entry by its request id as the store holds it:
+// open, then settled; an id the store lacks, or that no entry can have,
+// is none.
+func TestLookup(t *testing.T) {
+	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
+		l := open(t, cfg)
+		ctx := context.Background()
+		if err := l.Reserve(ctx, reservation("req-look", t0)); err != nil {
+			t.Fatal(err)
+		}
+		flush(t, l)
+		if e, ok, err := l.Lookup(ctx, "req-look"); err != nil || !ok || e.Status != ledger.StatusReserved || e.Tenant != "acme" {
+			t.Fatalf("after Reserve: %+v %v %v", e, ok, err)
+		}
+		if err := l.Settle(ctx, settlement("req-look", 1234)); err != nil {
+			t.Fatal(err)
+		}
+		flush(t, l)
+		if e, ok, err := l.Lookup(ctx, "req-look"); err != nil || !ok || e.Status != ledger.StatusSettled || e.ActualCost != 1234 || e.Actual.OutputTokens != 150 {
+			t.Fatalf("after Settle: %+v %v %v", e, ok, err)
+		}
+		for _, id := range []string{"req-none", "req-\x00", "req-\xff"} {
+			if e, ok, err := l.Lookup(ctx, id); err != nil || ok {
+				t.Errorf("Lookup(%q) = %+v %v %v, want none", id, e, ok, err)
+			}
+		}
+	})
+}
