@@ -508,6 +508,9 @@ func (c *Config) Validate() error {
 		if !slices.Contains([]string{"never", "always", "auto"}, u.Simulate) {
 			bad(p+".simulate", "must be never, always or auto, not %q", u.Simulate)
 		}
+		if u.Timeout < 0 {
+			bad(p+".timeout", "must be positive (the default is 10m), not %s", u.Timeout)
+		}
 		if u.Kind == "generic" {
 			if u.Simulate != "never" {
 				bad(p+".simulate", "the simulator serves openai and anthropic upstreams, not generic ones")

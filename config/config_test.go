@@ -24,6 +24,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"burst on a window", base + "limits: [{name: a, algorithm: fixed_window, rate: 1, period: 1s, burst: 5}]\n", "limits[0].burst: does not apply to fixed_window"},
 		{"key delimiter in a name", base + "limits: [{name: 'a:b', rate: 1, period: 1s}]\n", "limits[0].name: must not contain"},
 		{"bad unit", base + "limits: [{name: a, unit: bananas, rate: 1, period: 1s}]\n", "limits[0].unit"},
+		{"negative upstream timeout", "admin_token: x\nupstreams: [{name: u, kind: openai, base_url: \"http://127.0.0.1:1\", timeout: -1s}]\n", "upstreams[0].timeout: must be positive"},
 		{"bad dimension", base + "limits: [{name: a, dimensions: [moon], rate: 1, period: 1s}]\n", "limits[0].dimensions"},
 		{"duplicate limit", base + "limits: [{name: a, rate: 1, period: 1s}, {name: a, rate: 1, period: 1s}]\n", "limits[1].name"},
 		{"usd with rate", base + "limits: [{name: a, unit: usd, rate: 5, period: 1s}]\n", "limits[0].rate"},

@@ -184,7 +184,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	ctx, cancel := s.upstreamContext(x)
 	defer cancel() // deferred, as the copy may end in a panic (see above)
 	defer t.end()
-	sw := &stallBound{ResponseWriter: w, rc: http.NewResponseController(w), stall: min(clientStall, x.upstream.timeout/2)}
+	sw := &stallBound{ResponseWriter: w, rc: http.NewResponseController(w), stall: clientStall}
+	if t := x.upstream.timeout / 2; t > 0 && t < clientStall {
+		sw.stall = t
+	}
 	defer sw.rc.SetWriteDeadline(time.Time{})
 	x.upstream.rp.ServeHTTP(sw, r.WithContext(ctx))
 	sw.Flush()
@@ -197,21 +200,30 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 // upstream's exchange is still open.
 const clientStall = 30 * time.Second
 
-// stallBound is the client's ResponseWriter with a write deadline of
-// stall from each write or flush.
+// stallBound is the client's ResponseWriter with a write deadline of at
+// least three quarters of stall from each write or flush (moved when a
+// quarter of it has passed: a deadline costs a timer's update).
 type stallBound struct {
 	http.ResponseWriter
 	rc    *http.ResponseController
 	stall time.Duration
+	set   time.Time // when the deadline was last moved
+}
+
+func (w *stallBound) extend() {
+	if now := time.Now(); now.Sub(w.set) >= w.stall/4 {
+		w.set = now
+		w.rc.SetWriteDeadline(now.Add(w.stall))
+	}
 }
 
 func (w *stallBound) Write(b []byte) (int, error) {
-	w.rc.SetWriteDeadline(time.Now().Add(w.stall))
+	w.extend()
 	return w.ResponseWriter.Write(b)
 }
 
 func (w *stallBound) Flush() {
-	w.rc.SetWriteDeadline(time.Now().Add(w.stall))
+	w.extend()
 	w.rc.Flush()
 }
 
