@@ -7,22 +7,21 @@ package proxy
 // included (FuzzAnswerJSON holds the two to it).
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/costgate/costgate/admin"
+	"github.com/costgate/costgate/internal/jsonscan"
 )
 
 func (a *reserveAnswer) appendJSON(b []byte) []byte {
 	b = append(b, `{"reservation_id":`...)
-	b = appendJSONString(b, a.ReservationID)
+	b = jsonscan.AppendString(b, a.ReservationID)
 	b = append(b, `,"request_id":`...)
-	b = appendJSONString(b, a.RequestID)
+	b = jsonscan.AppendString(b, a.RequestID)
 	b = append(b, `,"expires_at":`...)
-	b = appendJSONString(b, a.ExpiresAt)
+	b = jsonscan.AppendString(b, a.ExpiresAt)
 	e := &a.Estimate
 	b = append(b, `,"estimate":{"requests":`...)
 	b = strconv.AppendInt(b, e.Requests, 10)
@@ -33,7 +32,7 @@ func (a *reserveAnswer) appendJSON(b []byte) []byte {
 	b = append(b, `,"units":`...)
 	b = strconv.AppendInt(b, e.Units, 10)
 	b = append(b, `,"cost_usd":`...)
-	b = appendJSONString(b, e.CostUSD)
+	b = jsonscan.AppendString(b, e.CostUSD)
 	b = append(b, `,"cost_nanousd":`...)
 	b = strconv.AppendInt(b, int64(e.CostNanoUSD), 10)
 	b = append(b, '}')
@@ -50,11 +49,11 @@ func (a *reserveAnswer) appendJSON(b []byte) []byte {
 		}
 		if f.DowngradeModel != "" {
 			b = append(b, `,"downgrade_model":`...)
-			b = appendJSONString(b, f.DowngradeModel)
+			b = jsonscan.AppendString(b, f.DowngradeModel)
 		}
 		if f.Warning != "" {
 			b = append(b, `,"warning":`...)
-			b = appendJSONString(b, f.Warning)
+			b = jsonscan.AppendString(b, f.Warning)
 		}
 		if len(b) > sep {
 			b = append(b[:sep], b[sep+1:]...) // the first member's comma
@@ -68,33 +67,18 @@ func (a *reserveAnswer) appendJSON(b []byte) []byte {
 
 func (a *settleAnswer) appendJSON(b []byte) []byte {
 	b = append(b, `{"reservation_id":`...)
-	b = appendJSONString(b, a.ReservationID)
+	b = jsonscan.AppendString(b, a.ReservationID)
 	b = append(b, `,"request_id":`...)
-	b = appendJSONString(b, a.RequestID)
+	b = jsonscan.AppendString(b, a.RequestID)
 	b = append(b, `,"status":`...)
-	b = appendJSONString(b, a.Status)
+	b = jsonscan.AppendString(b, a.Status)
 	b = append(b, `,"cost_usd":`...)
-	b = appendJSONString(b, a.CostUSD)
+	b = jsonscan.AppendString(b, a.CostUSD)
 	b = append(b, `,"cost_nanousd":`...)
 	b = strconv.AppendInt(b, int64(a.CostNanoUSD), 10)
 	b = append(b, `,"already_settled":`...)
 	b = strconv.AppendBool(b, a.AlreadySettled)
 	return append(b, "}\n"...)
-}
-
-// appendJSONString appends s as a JSON string. A string of printable
-// ASCII that encoding/json leaves as it is (no quote, backslash or HTML
-// character) is copied; any other is encoding/json's to escape.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // a string always encodes
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 // answerBufs are writeAnswer's buffers.

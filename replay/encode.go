@@ -10,33 +10,34 @@ import (
 	"encoding/json"
 	"strconv"
 
+	"github.com/costgate/costgate/internal/jsonscan"
 	"github.com/costgate/costgate/policies"
 )
 
 // appendRecord appends the JSON line of one record, without its newline.
 func appendRecord(b []byte, id string, in *policies.Input, d *Taken) []byte {
 	b = append(b, `{"request_id":`...)
-	b = appendString(b, id)
+	b = jsonscan.AppendString(b, id)
 	b = append(b, `,"input":{"caller":{"tenant":`...)
 	c := &in.Caller
-	b = appendString(b, c.Tenant)
+	b = jsonscan.AppendString(b, c.Tenant)
 	b = append(b, `,"user":`...)
-	b = appendString(b, c.User)
+	b = jsonscan.AppendString(b, c.User)
 	b = append(b, `,"key_id":`...)
-	b = appendString(b, c.KeyID)
+	b = jsonscan.AppendString(b, c.KeyID)
 	b = append(b, `,"plan":`...)
-	b = appendString(b, c.Plan)
+	b = jsonscan.AppendString(b, c.Plan)
 	b = append(b, `,"ip":`...)
-	b = appendString(b, c.IP)
+	b = jsonscan.AppendString(b, c.IP)
 	b = append(b, `,"region":`...)
-	b = appendString(b, c.Region)
+	b = jsonscan.AppendString(b, c.Region)
 	r := &in.Request
 	b = append(b, `},"request":{"route":`...)
-	b = appendString(b, r.Route)
+	b = jsonscan.AppendString(b, r.Route)
 	b = append(b, `,"upstream":`...)
-	b = appendString(b, r.Upstream)
+	b = jsonscan.AppendString(b, r.Upstream)
 	b = append(b, `,"model":`...)
-	b = appendString(b, r.Model)
+	b = jsonscan.AppendString(b, r.Model)
 	b = append(b, `,"stream":`...)
 	b = strconv.AppendBool(b, r.Stream)
 	b = append(b, `,"max_output_tokens":`...)
@@ -56,9 +57,9 @@ func appendRecord(b []byte, id string, in *policies.Input, d *Taken) []byte {
 	b = append(b, `,"cost_nano_usd":`...)
 	b = strconv.AppendInt(b, e.CostNanoUSD, 10)
 	b = append(b, `,"output_basis":`...)
-	b = appendString(b, e.OutputBasis)
+	b = jsonscan.AppendString(b, e.OutputBasis)
 	b = append(b, `,"output_quantile":`...)
-	b = appendString(b, e.OutputQuantile)
+	b = jsonscan.AppendString(b, e.OutputQuantile)
 	b = append(b, `,"output_samples":`...)
 	b = strconv.AppendInt(b, e.OutputSamples, 10)
 	b = append(b, `},"limits":[`...)
@@ -67,9 +68,9 @@ func appendRecord(b []byte, id string, in *policies.Input, d *Taken) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, `{"name":`...)
-		b = appendString(b, l.Name)
+		b = jsonscan.AppendString(b, l.Name)
 		b = append(b, `,"unit":`...)
-		b = appendString(b, l.Unit)
+		b = jsonscan.AppendString(b, l.Unit)
 		b = append(b, `,"limit":`...)
 		b = strconv.AppendInt(b, l.Limit, 10)
 		b = append(b, `,"remaining":`...)
@@ -84,9 +85,9 @@ func appendRecord(b []byte, id string, in *policies.Input, d *Taken) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, `{"scope":`...)
-		b = appendString(b, s.Scope)
+		b = jsonscan.AppendString(b, s.Scope)
 		b = append(b, `,"period":`...)
-		b = appendString(b, s.Period)
+		b = jsonscan.AppendString(b, s.Period)
 		b = append(b, `,"spent_nano_usd":`...)
 		b = strconv.AppendInt(b, s.SpentNanoUSD, 10)
 		b = append(b, `,"budget_nano_usd":`...)
@@ -100,14 +101,14 @@ func appendRecord(b []byte, id string, in *policies.Input, d *Taken) []byte {
 	b = append(b, `,"weekday":`...)
 	b = strconv.AppendInt(b, int64(in.Time.Weekday), 10)
 	b = append(b, `}},"decision":{"outcome":`...)
-	b = appendString(b, string(d.Outcome))
+	b = jsonscan.AppendString(b, string(d.Outcome))
 	if d.Status != 0 {
 		b = append(b, `,"status":`...)
 		b = strconv.AppendInt(b, int64(d.Status), 10)
 	}
 	if d.Policy != "" {
 		b = append(b, `,"policy":`...)
-		b = appendString(b, d.Policy)
+		b = jsonscan.AppendString(b, d.Policy)
 	}
 	if f := &d.Friction; !f.IsZero() {
 		b = append(b, `,"friction":{`...)
@@ -129,28 +130,15 @@ func appendRecord(b []byte, id string, in *policies.Input, d *Taken) []byte {
 		}
 		if f.DowngradeModel != "" {
 			field(`"downgrade_model":`)
-			b = appendString(b, f.DowngradeModel)
+			b = jsonscan.AppendString(b, f.DowngradeModel)
 		}
 		if f.Warning != "" {
 			field(`"warning":`)
-			b = appendString(b, f.Warning)
+			b = jsonscan.AppendString(b, f.Warning)
 		}
 		b = append(b, '}')
 	}
 	b = append(b, `},"cost_nano_usd":`...)
 	b = strconv.AppendInt(b, in.Estimate.CostNanoUSD, 10)
 	return append(b, '}')
-}
-
-// appendString appends s as a JSON string, exactly as encoding/json does.
-func appendString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' || c >= 0x80 {
-			q, _ := json.Marshal(s) // escapes, invalid UTF-8: encoding/json's rules
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }

@@ -57,3 +57,19 @@ func TestMaxDepth(t *testing.T) {
 		})
 	}
 }
+
+// FuzzAppendString holds AppendString to json.Marshal, byte for byte.
+func FuzzAppendString(f *testing.F) {
+	for _, s := range []string{"", "plain", `a"b\c`, "<&>", "\x00\x1f\b\f\n\r\t", "\xff\xfe", "\u2028\u2029", "é", "\x7f"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := AppendString([]byte("x"), s); string(got) != "x"+string(want) {
+			t.Fatalf("AppendString(%q) = %s, want %s", s, got[1:], want)
+		}
+	})
+}
