@@ -93,6 +93,12 @@ var ErrInvalid = errors.New("ledger: invalid")
 // maxField bounds every string field, so that a record stays small.
 const maxField = 4096
 
+// maxKeyField bounds the fields PostgreSQL indexes (request id; tenant and
+// request id; tenant, user and key in the spend roll-up): a B-tree key
+// must fit in about 2,700 bytes, and a row the store refused would stop
+// the flusher for every tenant.
+const maxKeyField = 512
+
 // ValidText tells whether s can be a string field of an entry: valid
 // UTF-8 without NUL (PostgreSQL text holds neither; an entry the store
 // refused would stop the flusher, so the ledger refuses it first), of at
@@ -112,6 +118,13 @@ func (e *Entry) check() error {
 	} {
 		if !ValidText(f.v) {
 			return fmt.Errorf("%w entry %q: %s is not valid UTF-8 text of at most %d bytes", ErrInvalid, e.RequestID, f.name, maxField)
+		}
+	}
+	for _, f := range [...]struct{ name, v string }{
+		{"request id", e.RequestID}, {"tenant", e.Tenant}, {"user", e.User}, {"key id", e.KeyID},
+	} {
+		if len(f.v) > maxKeyField {
+			return fmt.Errorf("%w entry %q: %s longer than %d bytes", ErrInvalid, e.RequestID, f.name, maxKeyField)
 		}
 	}
 	if negative(e.Estimated) || negative(e.Actual) || e.EstimatedCost < 0 || e.ActualCost < 0 {

@@ -100,12 +100,16 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 	}
 	sort.Slice(s.segs, func(i, j int) bool { return s.segs[i].base < s.segs[j].base })
 
-	applied := int64(0)
+	// applied is a hint (see spool): one that cannot be right (past any
+	// position a spool reaches, past the end, or between two records) is
+	// ignored, and replay starts at the first record, as without one.
+	applied := int64(-1)
 	if b, err := os.ReadFile(filepath.Join(dir, "applied")); err == nil {
-		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && v >= 0 {
+		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && v >= 0 && v < maxPosition {
 			applied = v
 		}
 	}
+	hinted := false // applied is where a record of a segment starts, or their end
 
 	for i := range s.segs {
 		last := i == len(s.segs)-1
@@ -138,20 +142,23 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 			}
 		}
 		seg.size = size
+		if applied >= seg.base && applied <= seg.base+size {
+			hinted = hinted || recordStart(b[:size], applied-seg.base)
+		}
 	}
 
 	if len(s.segs) == 0 {
-		base := applied
-		s.segs = []segment{{base: base}}
+		s.segs = []segment{{base: max(applied, 0)}}
+		hinted = true
 	}
 	lastSeg := s.segs[len(s.segs)-1]
 	s.end = lastSeg.base + lastSeg.size
 	first := s.segs[0].base
-	switch {
-	case applied < first:
+	if !hinted || applied < first {
+		if applied >= 0 && applied != first {
+			logf("ledger: spool: the applied position %d is not one of the spool's (%d to %d); replaying from %d", applied, first, s.end, first)
+		}
 		applied = first
-	case applied > s.end:
-		applied = s.end
 	}
 	s.applied, s.syncPos = applied, s.end
 
@@ -181,6 +188,25 @@ func scanSegment(b []byte) (int64, error) {
 		off += n
 	}
 	return int64(off), nil
+}
+
+// maxPosition bounds the spool positions an applied hint may name: a
+// spool written at a gigabyte a second for a hundred years stays below.
+const maxPosition = 1 << 62
+
+// recordStart tells whether off is where a record of a segment's valid
+// bytes b starts, or their end.
+func recordStart(b []byte, off int64) bool {
+	var r record
+	pos := int64(0)
+	for pos < off {
+		n, err := readFrame(b[pos:], &r, nil)
+		if err != nil {
+			return false
+		}
+		pos += int64(n)
+	}
+	return pos == off
 }
 
 // wholeRecordAfter returns the offset of the first whole, valid record of
