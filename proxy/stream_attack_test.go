@@ -226,7 +226,7 @@ func TestStreamAttackStalledClient(t *testing.T) {
 		fmt.Fprintf(w, `data: {"id":"c","object":"chat.completion.chunk","model":"gpt-4o-mini","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":%d}}`+"\n\n", words)
 		fmt.Fprint(w, "data: [DONE]\n\n")
 	}}
-	const timeout = 2 * time.Second
+	const timeout = 6 * time.Second // a stall is taken as a hang-up after 3 s; the rest is read within the other 3
 	s := newStackWith(t, stackOptions{policies: allowAll, upstreamTimeout: timeout, upstream: up,
 		extra: "\ncosts:\n  output_reserve: 1\n" + roomyLimits})
 	conn := streamAtkSmallWindow(t, strings.TrimPrefix(s.url, "http://"))
