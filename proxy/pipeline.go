@@ -41,6 +41,8 @@ type exchange struct {
 	ip       string
 	est      costmodel.Estimate
 
+	client stallBound // the client's ResponseWriter, as the upstream's answer is copied to it
+
 	res      *gate.Reservation // nil until the gate admits the request
 	decision gate.Decision
 	friction string // the Costgate-Friction value, if any
@@ -184,7 +186,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	ctx, cancel := s.upstreamContext(x)
 	defer cancel() // deferred, as the copy may end in a panic (see above)
 	defer t.end()
-	sw := &stallBound{ResponseWriter: w, rc: http.NewResponseController(w), stall: clientStall}
+	sw := &x.client
+	*sw = stallBound{ResponseWriter: w, rc: http.NewResponseController(w), stall: clientStall}
 	if t := x.upstream.timeout / 2; t > 0 && t < clientStall {
 		sw.stall = t
 	}
