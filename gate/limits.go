@@ -92,6 +92,14 @@ func (l *compiledLimit) appliesTo(plan string) bool {
 	return len(l.plans) == 0 || slices.Contains(l.plans, plan)
 }
 
+// keyedFor tells whether req carries what l's key needs: a limit keyed by
+// ip does not apply to a request that comes with no client address (the
+// rate limit service's, a trusted caller's), whose key would be one
+// ":ip=" shared by every tenant's such requests.
+func (l *compiledLimit) keyedFor(req *Request) bool {
+	return req.IP != "" || !slices.Contains(l.dims, "ip")
+}
+
 // key builds the limit's key from the request's attributes. Keys that carry
 // a tenant put it in a hash tag, so that all of one tenant's limits live in
 // one Redis Cluster slot and are debited by one script call.

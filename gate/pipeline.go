@@ -282,7 +282,7 @@ func (g *Gate) Reserve(ctx context.Context, req *Request) (*Reservation, Decisio
 func (r *Reservation) collect() {
 	r.limits, r.items = r.limitsBuf[:0], r.itemsBuf[:0]
 	for _, l := range r.st.limits {
-		if r.req.ExtraOnly || !l.appliesTo(r.req.Caller.Plan) {
+		if r.req.ExtraOnly || !l.appliesTo(r.req.Caller.Plan) || !l.keyedFor(&r.req) {
 			continue
 		}
 		r.limits = append(r.limits, l)

@@ -26,8 +26,9 @@ import (
 // has them given back by the store within a TTL; and it refuses nothing
 // while this replica's own leases of the key hold any of its units (the
 // leases then decide). A denial is of a cost (a request may count for
-// several requests, or none): it refuses requests of that cost or more,
-// never smaller ones, which the store may admit.
+// several requests, or none): it refuses requests of that cost (of that
+// cost or more on a fixed window, see spent.refuses), never smaller ones,
+// which the store may admit.
 // The table is per configuration (a reload starts it anew), holds the
 // configuration's own limits only (not a request's extra limits nor the
 // control plane's, whatever their names), and is bounded by maxRefusals
@@ -48,6 +49,15 @@ type spent struct {
 	until time.Time // when the limit frees for cost, as the store said
 	check time.Time // when to ask the store again: until, or sooner
 	cost  int64     // the cost refused: smaller ones go to the store
+}
+
+// refuses tells whether s refuses a request of cost requests of l, with
+// s.until as its Retry-After: one of the cost denied, or of more on a
+// fixed window, whose denial lasts until the window ends whatever the
+// cost. On the other algorithms a larger cost frees later than the one
+// denied: the store answers it, with its own Retry-After.
+func (s *spent) refuses(l *compiledLimit, requests int64) bool {
+	return requests == s.cost || requests > s.cost && l.limit.Algorithm == weighted.FixedWindow
 }
 
 // maxRefusals bounds the keys the prefilter remembers.
@@ -121,7 +131,7 @@ func (p *prefilter) check(r *Reservation, now time.Time) (l *compiledLimit, key 
 		return nil, "", time.Time{}
 	}
 	for _, cl := range r.st.limits {
-		if !cl.prefiltered() || !cl.appliesTo(r.req.Caller.Plan) {
+		if !cl.prefiltered() || !cl.appliesTo(r.req.Caller.Plan) || !cl.keyedFor(&r.req) {
 			continue
 		}
 		k := cl.key(r)
@@ -129,7 +139,7 @@ func (p *prefilter) check(r *Reservation, now time.Time) (l *compiledLimit, key 
 		if !ok {
 			continue
 		}
-		if s := v.(*spent); s.check.After(now) && requests >= s.cost && !r.g.leaseHolds(cl, k) {
+		if s := v.(*spent); s.check.After(now) && s.refuses(cl, requests) && !r.g.leaseHolds(cl, k) {
 			return cl, k, s.until
 		}
 	}

@@ -32,15 +32,29 @@ const (
 )
 
 // ledgerText is v as the ledger stores it (PostgreSQL text holds neither
-// NUL nor invalid UTF-8): each such byte becomes U+FFFD. A tenant, user
-// or model value is read so once, and that reading keys its limits and
-// names it in the ledger: a value the ledger would refuse must not make a
-// charge of usage already served go uncounted.
+// NUL nor invalid UTF-8). A tenant, user or model value is read so once,
+// and that reading keys its limits and names it in the ledger: a value the
+// ledger would refuse must not make a charge of usage already served go
+// uncounted. The reading is one to one, so that no value lands on
+// another's counters ("a\x00", "a\xff" and "a\uFFFD" are three users): a
+// value with a NUL, a byte that is not UTF-8 or a '%' has each of them
+// written %XX; any other value is itself.
 func ledgerText(v string) string {
-	if strings.IndexByte(v, 0) < 0 && utf8.ValidString(v) {
+	if strings.IndexByte(v, 0) < 0 && strings.IndexByte(v, '%') < 0 && utf8.ValidString(v) {
 		return v
 	}
-	return strings.ReplaceAll(strings.ToValidUTF8(v, "\uFFFD"), "\x00", "\uFFFD")
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(v)+8)
+	for i := 0; i < len(v); {
+		r, n := utf8.DecodeRuneInString(v[i:])
+		if r == 0 || r == '%' || r == utf8.RuneError && n == 1 {
+			b = append(b, '%', hex[v[i]>>4], hex[v[i]&15])
+		} else {
+			b = append(b, v[i:i+n]...)
+		}
+		i += n
+	}
+	return string(b)
 }
 
 // errInvalid marks a request that is not a valid RateLimitRequest.
