@@ -23,6 +23,7 @@ type compiledLimit struct {
 	shadow     bool   // a denial is recorded, never enforced
 	failClosed bool
 	tagged     bool        // the key carries the tenant as its hash tag
+	byIP       bool        // the key has the ip dimension
 	extra      int         // 1 + the index of a request's extra limit; 0 for a configured one
 	fixedKey   string      // a control-plane level's limit: its key, whatever the request
 	level      *LevelLimit // a control-plane level's limit, nil for a configured one
@@ -52,6 +53,7 @@ func compileLimit(l config.LimitConfig) (*compiledLimit, error) {
 		shadow:     l.Mode == "shadow",
 		failClosed: l.OnStoreFailure == "fail_closed",
 		tagged:     callerDims(l.Dimensions),
+		byIP:       slices.Contains(l.Dimensions, "ip"),
 	}, nil
 }
 
@@ -97,7 +99,7 @@ func (l *compiledLimit) appliesTo(plan string) bool {
 // rate limit service's, a trusted caller's), whose key would be one
 // ":ip=" shared by every tenant's such requests.
 func (l *compiledLimit) keyedFor(req *Request) bool {
-	return req.IP != "" || !slices.Contains(l.dims, "ip")
+	return req.IP != "" || !l.byIP
 }
 
 // key builds the limit's key from the request's attributes. Keys that carry
