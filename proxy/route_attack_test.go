@@ -72,10 +72,10 @@ func routeAtkSimSpy(t *testing.T) *routeAtkSpy {
 	return &routeAtkSpy{next: simulator.New(simulator.Config{Estimator: estimator(t)})}
 }
 
-// routeAtkSend writes req, a whole HTTP/1.x request with its header and body
+// sendRaw writes req, a whole HTTP/1.x request with its header and body
 // exactly as given ("\n" line ends are made "\r\n" in the header), to the
 // server at base and reads one response.
-func routeAtkSend(t *testing.T, base, req string) rawResponse {
+func sendRaw(t *testing.T, base, req string) rawResponse {
 	t.Helper()
 	addr := strings.TrimPrefix(base, "http://")
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
@@ -151,7 +151,7 @@ func TestRouteAttackLLMRouteSpellings(t *testing.T) {
 	}
 	for _, c := range served {
 		t.Run("served/"+c.name, func(t *testing.T) {
-			got := routeAtkSend(t, s.url, routeAtkChat(c.target, c.host, auth))
+			got := sendRaw(t, s.url, routeAtkChat(c.target, c.host, auth))
 			if got.status != http.StatusOK {
 				t.Fatalf("POST %s: %d %s", c.target, got.status, got.body)
 			}
@@ -188,7 +188,7 @@ func TestRouteAttackLLMRouteSpellings(t *testing.T) {
 	for _, c := range refused {
 		t.Run("refused/"+c.name, func(t *testing.T) {
 			req := strings.Replace(routeAtkChat(c.target, host, auth), "POST", c.method, 1)
-			got := routeAtkSend(t, s.url, req)
+			got := sendRaw(t, s.url, req)
 			if got.status != c.status {
 				t.Errorf("%s %s: %d %s, want %d", c.method, c.target, got.status, got.body, c.status)
 			}
@@ -254,7 +254,7 @@ func TestRouteAttackCredentialHeaders(t *testing.T) {
 			if c.name == "key in the query only" {
 				target += "?api_key=cg-test-acme&key=cg-test-acme"
 			}
-			got := routeAtkSend(t, s.url, routeAtkChat(target, host, c.header))
+			got := sendRaw(t, s.url, routeAtkChat(target, host, c.header))
 			seen := up.take()
 			if c.tenant == "" {
 				if got.status != http.StatusUnauthorized {
@@ -312,7 +312,7 @@ limits:
 	}
 	var codes []int
 	for _, h := range spoof {
-		got := routeAtkSend(t, s.url, routeAtkChat("/v1/chat/completions", host, "Authorization: Bearer cg-test-acme\n"+h))
+		got := sendRaw(t, s.url, routeAtkChat("/v1/chat/completions", host, "Authorization: Bearer cg-test-acme\n"+h))
 		codes = append(codes, got.status)
 	}
 	if fmt.Sprint(codes) != "[200 200 200 429 429]" {
@@ -363,7 +363,7 @@ func TestRouteAttackAdminPathSpellings(t *testing.T) {
 	}
 	for _, method := range []string{"GET", "HEAD", "POST"} {
 		for _, target := range targets {
-			got := routeAtkSend(t, ts.URL, fmt.Sprintf("%s %s HTTP/1.1\nHost: %s\nAuthorization: Bearer wrong\nContent-Length: 0\nConnection: close\n\n", method, target, host))
+			got := sendRaw(t, ts.URL, fmt.Sprintf("%s %s HTTP/1.1\nHost: %s\nAuthorization: Bearer wrong\nContent-Length: 0\nConnection: close\n\n", method, target, host))
 			switch got.status {
 			case http.StatusUnauthorized, http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusBadRequest:
 			case http.StatusMovedPermanently, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
@@ -374,7 +374,7 @@ func TestRouteAttackAdminPathSpellings(t *testing.T) {
 					t.Errorf("%s %s: redirected off the admin listener to %q", method, target, loc)
 					continue
 				}
-				again := routeAtkSend(t, ts.URL, fmt.Sprintf("GET %s HTTP/1.1\nHost: %s\nContent-Length: 0\nConnection: close\n\n", u.RequestURI(), host))
+				again := sendRaw(t, ts.URL, fmt.Sprintf("GET %s HTTP/1.1\nHost: %s\nContent-Length: 0\nConnection: close\n\n", u.RequestURI(), host))
 				if again.status == http.StatusOK {
 					t.Errorf("%s %s: redirected to %s, which answers 200 without the token", method, target, loc)
 				}
@@ -494,7 +494,7 @@ func TestRouteAttackRepeatedPricedParameter(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := routeAtkSend(t, s.url, fmt.Sprintf("GET %s HTTP/1.1\nHost: %s\nAuthorization: Bearer cg-test-acme\n%sContent-Length: 0\nConnection: close\n\n", c.target, host, c.header))
+			got := sendRaw(t, s.url, fmt.Sprintf("GET %s HTTP/1.1\nHost: %s\nAuthorization: Bearer cg-test-acme\n%sContent-Length: 0\nConnection: close\n\n", c.target, host, c.header))
 			seen := up.take()
 			if got.status == http.StatusBadRequest && len(seen) == 0 {
 				return // refused
@@ -536,7 +536,7 @@ func TestRouteAttackBodyFraming(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := routeAtkSend(t, s.url, c.req)
+			got := sendRaw(t, s.url, c.req)
 			if got.status != http.StatusOK {
 				t.Fatalf("%d %s", got.status, got.body)
 			}

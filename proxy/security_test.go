@@ -1,11 +1,9 @@
 package proxy_test
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
@@ -85,21 +82,8 @@ type rawResponse struct {
 // clean the path first) to addr, with the tenant acme's key.
 func rawRequest(t *testing.T, base, method, target string) rawResponse {
 	t.Helper()
-	addr := strings.TrimPrefix(base, "http://")
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(30 * time.Second))
-	fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer cg-test-acme\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", method, target, addr)
-	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: method})
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, target, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return rawResponse{status: resp.StatusCode, header: resp.Header, body: string(b)}
+	return sendRaw(t, base, fmt.Sprintf("%s %s HTTP/1.1\nHost: %s\nAuthorization: Bearer cg-test-acme\nContent-Length: 0\nConnection: close\n\n",
+		method, target, strings.TrimPrefix(base, "http://")))
 }
 
 // errorCode is the code of an OpenAI-shaped error body, or "".
