@@ -61,6 +61,7 @@ type meteredBody struct {
 func (x *exchange) meter(resp *http.Response) io.ReadCloser {
 	m := &meteredBody{x: x, rc: resp.Body, kind: x.kind}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		x.client.armed = true // the client gets the stream as it is read
 		m.stream = x.caller.Estimator().NewStreamMeter(x.kind, x.est.Model)
 		// A stream cut before its usage report never states its input;
 		// the estimate's count of it is exact for the OpenAI encodings.
@@ -114,6 +115,9 @@ func (m *meteredBody) observe(b []byte) {
 	if !m.overflow {
 		m.captured = append(m.captured, b...)
 		m.overflow = len(m.captured) > maxCapture
+		if m.overflow && m.x != nil {
+			m.x.client.armed = true // the rest passes through as it is read
+		}
 	}
 }
 

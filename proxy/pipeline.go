@@ -191,7 +191,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	if t := x.upstream.timeout / 2; t > 0 && t < clientStall {
 		sw.stall = t
 	}
-	defer sw.rc.SetWriteDeadline(time.Time{})
+	defer sw.disarm()
 	x.upstream.rp.ServeHTTP(sw, r.WithContext(ctx))
 	sw.Flush()
 }
@@ -203,17 +203,33 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 // upstream's exchange is still open.
 const clientStall = 30 * time.Second
 
-// stallBound is the client's ResponseWriter with a write deadline of at
-// least three quarters of stall from each write or flush (moved when a
-// quarter of it has passed: a deadline costs a timer's update).
+// stallBound is the client's ResponseWriter. Once armed (the answer goes
+// to the client as it is read from the upstream: a stream, or a plain
+// answer too large to read whole first), each write or flush has a
+// deadline at least three quarters of stall away, moved when a quarter of
+// it has passed. A plain answer read whole is settled before it is
+// written, and a deadline costs a timer, which at one connection wakes
+// the idle network poller: it has none.
 type stallBound struct {
 	http.ResponseWriter
 	rc    *http.ResponseController
 	stall time.Duration
-	set   time.Time // when the deadline was last moved
+	armed bool
+	set   time.Time // when the deadline was last moved; zero for never
+}
+
+// disarm clears the deadline the writes set, if any: the connection may
+// serve the client's next request.
+func (w *stallBound) disarm() {
+	if !w.set.IsZero() {
+		w.rc.SetWriteDeadline(time.Time{})
+	}
 }
 
 func (w *stallBound) extend() {
+	if !w.armed {
+		return
+	}
 	if now := time.Now(); now.Sub(w.set) >= w.stall/4 {
 		w.set = now
 		w.rc.SetWriteDeadline(now.Add(w.stall))
