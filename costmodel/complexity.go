@@ -111,31 +111,44 @@ func (c *Complexity) Score(req GenericRequest) (int64, error) {
 // already have decoded.
 func (c *Complexity) score(req GenericRequest, doc *lazyJSON) (int64, error) {
 	w := c.Weights.withDefaults()
+	// Of the places given, an upstream may read any one: the most complex
+	// reading counts. A parameter or header given twice is refused, for an
+	// upstream may read its last value, or join them.
 	var st QueryStats
-	found := false
+	consider := func(s QueryStats) {
+		if w.weigh(s) > w.weigh(st) {
+			st = s
+		}
+	}
 	if c.Query.JSON != "" {
 		v, ok, err := doc.get(c.Query.JSON)
 		if err != nil {
 			return 0, badRequest(Generic, err, "query")
 		}
 		if ok && v != nil {
-			found = true
 			if s, isString := v.(string); isString {
-				st = ParseQuery(s)
+				consider(ParseQuery(s))
 			} else {
-				walkQueryDSL(v, "", &st, 0)
+				var js QueryStats
+				if !walkQueryDSL(v, "", &js, 0) {
+					return 0, badRequest(Generic, fmt.Errorf("json field %s: nested deeper than %d levels", c.Query.JSON, maxQueryDepth), "query")
+				}
+				consider(js)
 			}
 		}
 	}
-	if !found && c.Query.Query != "" && req.Query != nil {
-		if vs, ok := req.Query[c.Query.Query]; ok && len(vs) > 0 {
-			found = true
-			st = ParseQuery(vs[0])
+	if c.Query.Query != "" && req.Query != nil {
+		if vs := req.Query[c.Query.Query]; len(vs) > 1 {
+			return 0, badRequest(Generic, fmt.Errorf("query parameter %s: given %d times", c.Query.Query, len(vs)), "query")
+		} else if len(vs) == 1 {
+			consider(ParseQuery(vs[0]))
 		}
 	}
-	if !found && c.Query.Header != "" && req.Header != nil {
-		if v := req.Header.Get(c.Query.Header); v != "" {
-			st = ParseQuery(v)
+	if c.Query.Header != "" && req.Header != nil {
+		if vs := req.Header.Values(c.Query.Header); len(vs) > 1 {
+			return 0, badRequest(Generic, fmt.Errorf("header %s: given %d times", c.Query.Header, len(vs)), "query")
+		} else if len(vs) == 1 {
+			consider(ParseQuery(vs[0]))
 		}
 	}
 	read := func(s Source, what string) (int64, error) {
@@ -178,19 +191,33 @@ func (c *Complexity) score(req GenericRequest, doc *lazyJSON) (int64, error) {
 	}
 	st.Filters = addSat(max(st.Filters, 0), filters)
 
-	score := w.Base
+	score := addSat(w.Base, w.weigh(st))
 	add := func(n, weight int64) { score = addSat(score, mulSat(n, weight)) }
-	add(st.Terms, w.Term)
-	add(st.Operators, w.Operator)
-	add(st.Wildcards, w.Wildcard)
-	add(st.Regexes, w.Regex)
-	add(st.Filters, w.Filter)
 	add(mulDivCeil(size, 1, w.PageUnit), w.Page)
 	if offset > w.DeepFrom {
 		add(mulDivCeil(offset-w.DeepFrom, 1, w.DeepUnit), w.Deep)
 	}
 	return max(score, 1), nil
 }
+
+// weigh is what a query's st adds to a score.
+func (w Weights) weigh(st QueryStats) int64 {
+	var n int64
+	add := func(k, weight int64) { n = addSat(n, mulSat(k, weight)) }
+	add(st.Terms, w.Term)
+	add(st.Operators, w.Operator)
+	add(st.Wildcards, w.Wildcard)
+	add(st.Regexes, w.Regex)
+	add(st.Filters, w.Filter)
+	return n
+}
+
+// ideographicSpace separates terms in Lucene's query syntax as ' ' does.
+const ideographicSpace = "\u3000"
+
+// maxQueryDepth is how deep a JSON query object is walked; a deeper one is
+// refused rather than scored in part.
+const maxQueryDepth = 256
 
 // ParseQuery reads a Lucene-style query string; see the top of this file.
 func ParseQuery(q string) QueryStats {
@@ -201,6 +228,8 @@ func ParseQuery(q string) QueryStats {
 		switch {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ')':
 			i++
+		case strings.HasPrefix(q[i:], ideographicSpace):
+			i += len(ideographicSpace)
 		case c == '(':
 			st.Operators++
 			i++
@@ -226,7 +255,10 @@ func ParseQuery(q string) QueryStats {
 			i += end + 2
 		default:
 			j := i
-			for j < len(q) && !strings.ContainsRune(" \t\n\r()\"", rune(q[j])) {
+			for j < len(q) && !strings.ContainsRune(" \t\n\r()\"", rune(q[j])) && !strings.HasPrefix(q[j:], ideographicSpace) {
+				if q[j] == '\\' && j+1 < len(q) {
+					j++ // an escaped character is part of the term
+				}
 				j++
 			}
 			st.addWord(q[i:j])
@@ -266,9 +298,11 @@ func (st *QueryStats) addWord(w string) {
 	}
 }
 
-func walkQueryDSL(v any, key string, st *QueryStats, depth int) {
-	if depth > 64 {
-		return
+// walkQueryDSL adds what v, under key, asks of the index to st; false
+// when v is nested deeper than maxQueryDepth.
+func walkQueryDSL(v any, key string, st *QueryStats, depth int) bool {
+	if depth > maxQueryDepth {
+		return false
 	}
 	switch key {
 	case "bool", "must", "should", "must_not", "and", "or", "not":
@@ -283,15 +317,20 @@ func walkQueryDSL(v any, key string, st *QueryStats, depth int) {
 	switch x := v.(type) {
 	case map[string]any:
 		for k, e := range x {
-			walkQueryDSL(e, k, st, depth+1)
+			if !walkQueryDSL(e, k, st, depth+1) {
+				return false
+			}
 		}
 	case []any:
 		for _, e := range x {
-			walkQueryDSL(e, "", st, depth+1)
+			if !walkQueryDSL(e, "", st, depth+1) {
+				return false
+			}
 		}
 	case string:
 		*st = addStats(*st, ParseQuery(x))
 	}
+	return true
 }
 
 func addStats(a, b QueryStats) QueryStats {

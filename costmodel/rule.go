@@ -113,6 +113,12 @@ func (r Rule) Validate() error {
 		if err := r.Complexity.validate(); err != nil {
 			return err
 		}
+		if r.Actual != nil {
+			// Settle would replace the query's complexity points with the
+			// count the upstream reports (results, say), which the client
+			// chooses.
+			return errors.New("costmodel: rule: actual with complexity: the units the upstream reports would replace the query's complexity score; drop actual")
+		}
 	}
 	return nil
 }

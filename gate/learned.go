@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/costgate/costgate/costmodel"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -132,6 +133,9 @@ type learnedOutput struct {
 	quantile float64
 	est      learned.Estimate
 	applied  bool // the output reserved is est.Tokens
+	// full is the request's estimate at its whole output limit, which an
+	// expiry charges when applied: nobody reported the answer.
+	full costmodel.Estimate
 	// exposed is what the reservation leaves unreserved, held in x until
 	// the reservation ends.
 	x                    atomic.Pointer[exposure]
@@ -212,6 +216,7 @@ func (r *Reservation) learn() {
 		return
 	}
 	r.learnt.exposedUSD, r.learnt.exposedT = usd, tokens
+	r.learnt.full = full
 	r.learnt.x.Store(x)
 	r.req.Estimate = est
 	r.learnt.applied = true

@@ -232,11 +232,11 @@ func (g *Gate) Reserve(ctx context.Context, req *Request) (*Reservation, Decisio
 		// Usage already served asks nothing: it is counted.
 		r.req.Check, r.req.NoPolicy = false, true
 	} else {
-		r.learn()
 		if d, refused := r.levelRefusal(); refused {
 			r.record(d.Status)
 			return nil, d
 		}
+		r.learn() // after the refusals that would not give its exposure back
 	}
 	t := g.begin(ctx, telemetry.StageDebit)
 	r.collect()

@@ -882,6 +882,11 @@ func (g *Gate) expireHolds(now time.Time) {
 	hs.mu.Unlock()
 	for _, r := range due {
 		est := r.req.Estimate
+		if r.learnt.applied {
+			// Nobody reported the answer: it may have used the whole
+			// output limit the learned estimate left unreserved.
+			est = r.learnt.full
+		}
 		ch := Charge{Usage: est.Usage, Cost: est.Cost, Status: ledger.StatusExpired, HTTPStatus: 0, Extra: nil}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		actual := r.actual(ch)
