@@ -42,7 +42,7 @@ var ErrCostOverflow = errors.New("costmodel: cost exceeds what can be represente
 func overflowed(u Usage, cost NanoUSD) bool {
 	const top = 1<<63 - 1
 	return cost == top || u.InputTokens == top || u.OutputTokens == top || u.Units == top ||
-		u.WebSearchRequests == top || u.AudioInputTokens == top || u.AudioOutputTokens == top
+		u.WebSearchRequests == top || u.FileSearchCalls == top || u.AudioInputTokens == top || u.AudioOutputTokens == top
 }
 
 func overflowError(k Kind) error {

@@ -209,7 +209,9 @@ func highestRates(t *priceTable, maxOutputTokens int64) Price {
 			}
 			p.PerCall = max(p.PerCall, v.PerCall)
 			p.WebSearch = max(p.WebSearch, v.WebSearch)
+			p.FileSearch = max(p.FileSearch, v.FileSearch)
 			p.PriorityPercent = max(p.PriorityPercent, v.PriorityPercent, 200)
+			p.USInferencePercent = max(p.USInferencePercent, v.USInferencePercent)
 		}
 	}
 	p.CachedInput = p.Input

@@ -1,6 +1,7 @@
 package costmodel
 
 import (
+	"cmp"
 	_ "embed"
 	"fmt"
 	"strings"
@@ -22,11 +23,16 @@ type Usage struct {
 	ReasoningTokens    int64 `json:"reasoning_tokens,omitempty"`      // part of OutputTokens
 	AudioOutputTokens  int64 `json:"audio_output_tokens,omitempty"`   // part of OutputTokens that are audio
 	WebSearchRequests  int64 `json:"web_search_requests,omitempty"`   // server-side web searches billed per search
+	FileSearchCalls    int64 `json:"file_search_calls,omitempty"`     // Responses file_search tool calls, billed per call
 	Units              int64 `json:"units,omitempty"`                 // generic APIs: units of the route's unit
 	// ServiceTier is the processing tier the response reported (OpenAI's
 	// service_tier: "default", "flex", "priority", "scale"); empty when it
 	// reported none. It changes the token rates; see Price.
 	ServiceTier string `json:"service_tier,omitempty"`
+	// InferenceGeo is where the response says inference ran (Anthropic's
+	// usage.inference_geo); empty when it said nothing. "us" changes the
+	// token rates; see Price.USInferencePercent.
+	InferenceGeo string `json:"inference_geo,omitempty"`
 }
 
 // TotalTokens returns InputTokens + OutputTokens, saturating.
@@ -46,6 +52,7 @@ type Price struct {
 	PerCall      NanoUSD          `yaml:"per_call" json:"per_call,omitempty"`             // per request
 	PerUnit      NanoUSD          `yaml:"per_unit" json:"per_unit,omitempty"`             // per unit of Usage.Units
 	WebSearch    NanoUSD          `yaml:"web_search" json:"web_search,omitempty"`         // per web search (Usage.WebSearchRequests)
+	FileSearch   NanoUSD          `yaml:"file_search" json:"file_search,omitempty"`       // per file_search call (Usage.FileSearchCalls); 0 means OpenAI's $2.50 per 1,000
 	LongContext  LongContextPrice `yaml:"long_context" json:"long_context,omitzero"`      // higher rates for long prompts; zero means none
 	// FlexPercent is the share, in percent, of the token rates charged for a
 	// response served with service_tier "flex"; 0 means 100.
@@ -55,6 +62,11 @@ type Price struct {
 	// highest multiplier published, so that an undeclared tier is not
 	// undercharged.
 	PriorityPercent int64 `yaml:"priority_percent" json:"priority_percent,omitempty"`
+	// USInferencePercent is the share, in percent, of the token rates
+	// charged for usage whose inference ran in the US only (Anthropic's
+	// inference_geo "us": 110 on the models that offer it); 0 means 100.
+	// An inference_geo other than "" or "global" is charged it too.
+	USInferencePercent int64 `yaml:"us_inference_percent" json:"us_inference_percent,omitempty"`
 	// MaxOutputTokens is the model's maximum output, reserved when a request
 	// does not say how much it may produce. 0 means unknown.
 	MaxOutputTokens int64 `yaml:"max_output_tokens" json:"max_output_tokens,omitempty"`
@@ -81,7 +93,7 @@ type LongContextPrice struct {
 func (p Price) IsZero() bool {
 	return p.Input == 0 && p.CachedInput == 0 && p.CacheWrite == 0 && p.CacheWrite1h == 0 && p.Output == 0 &&
 		p.AudioInput == 0 && p.AudioOutput == 0 && p.PerCall == 0 && p.PerUnit == 0 && p.WebSearch == 0 &&
-		p.LongContext == (LongContextPrice{})
+		p.FileSearch == 0 && p.LongContext == (LongContextPrice{})
 }
 
 // hasNegative reports whether an amount, a percentage or MaxOutputTokens of
@@ -90,7 +102,7 @@ func (p Price) hasNegative() bool {
 	l := p.LongContext
 	return p.Input < 0 || p.CachedInput < 0 || p.CacheWrite < 0 || p.CacheWrite1h < 0 || p.Output < 0 ||
 		p.AudioInput < 0 || p.AudioOutput < 0 || p.PerCall < 0 || p.PerUnit < 0 || p.WebSearch < 0 ||
-		p.FlexPercent < 0 || p.PriorityPercent < 0 || p.MaxOutputTokens < 0 ||
+		p.FileSearch < 0 || p.FlexPercent < 0 || p.USInferencePercent < 0 || p.PriorityPercent < 0 || p.MaxOutputTokens < 0 ||
 		l.Threshold < 0 || l.Input < 0 || l.CachedInput < 0 || l.CacheWrite < 0 || l.CacheWrite1h < 0 ||
 		l.Output < 0 || l.AudioInput < 0 || l.AudioOutput < 0
 }
@@ -131,12 +143,25 @@ func (p Price) rates(u Usage) tokenRates {
 	} else {
 		r = ratesOf(p.Input, p.CachedInput, p.CacheWrite, p.CacheWrite1h, p.Output, p.AudioInput, p.AudioOutput)
 	}
-	if pct := p.tierPercent(u.ServiceTier); pct != 100 {
+	for _, pct := range [...]int64{p.tierPercent(u.ServiceTier), p.geoPercent(u.InferenceGeo)} {
+		if pct == 100 {
+			continue
+		}
 		for _, x := range []*int64{&r.input, &r.cached, &r.write, &r.write1h, &r.output, &r.audioIn, &r.audioOut} {
 			*x = mulDivCeil(*x, pct, 100)
 		}
 	}
 	return r
+}
+
+// geoPercent returns the share of the token rates charged for where
+// inference ran, as a response reports it: 100 for "" and "global",
+// USInferencePercent (when set) for any other.
+func (p Price) geoPercent(geo string) int64 {
+	if geo == "" || geo == "global" || p.USInferencePercent == 0 {
+		return 100
+	}
+	return p.USInferencePercent
 }
 
 // tierPercent returns the share of the token rates charged for a service
@@ -192,8 +217,13 @@ func (p Price) Cost(u Usage) NanoUSD {
 	total = addSat(total, mulDivCeil(audioOut, r.audioOut, million))
 	total = addSat(total, mulSat(u.Units, int64(p.PerUnit)))
 	total = addSat(total, mulSat(u.WebSearchRequests, int64(p.WebSearch)))
+	total = addSat(total, mulSat(u.FileSearchCalls, int64(cmp.Or(p.FileSearch, defaultFileSearch))))
 	return NanoUSD(total)
 }
+
+// defaultFileSearch is OpenAI's price of a file_search call, $2.50 per
+// 1,000: a model's price that names none still bills the calls.
+const defaultFileSearch NanoUSD = 2_500_000
 
 // Encoding names, as in Estimate.Encoding.
 const (

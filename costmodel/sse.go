@@ -71,9 +71,10 @@ type StreamMeter struct {
 	guard     guardCount // OutputAbove's count
 	guardBase int64      // the meter's count of the text before OutputAbove's first call
 
-	respModel   string // the model the stream says served it
-	serviceTier string // the service tier the stream reports (OpenAI)
-	webSearches int64  // web_search_call items completed (Responses)
+	respModel    string // the model the stream says served it
+	serviceTier  string // the service tier the stream reports (OpenAI)
+	webSearches  int64  // web_search_call items completed (Responses)
+	fileSearches int64  // file_search_call items completed (Responses)
 }
 
 // Reported tells whether the stream has carried its final usage report:
@@ -242,8 +243,12 @@ func (m *StreamMeter) responsesEvent(data []byte) error {
 		"response.mcp_call_arguments.delta":
 		m.addText(ev.Delta)
 	case "response.output_item.done":
-		if ev.Item != nil && ev.Item.Type == "web_search_call" {
+		switch {
+		case ev.Item == nil:
+		case ev.Item.Type == "web_search_call":
 			m.webSearches++
+		case ev.Item.Type == "file_search_call":
+			m.fileSearches++
 		}
 	}
 	if r := ev.Response; r != nil {
@@ -260,7 +265,8 @@ func (m *StreamMeter) responsesEvent(data []byte) error {
 			if u, ok := ev.Response.Usage.usage(); ok {
 				// The final output lists every search; count them there
 				// when it is given, else keep the items counted so far.
-				u.WebSearchRequests = max(webSearchCalls(ev.Response.Output), m.webSearches)
+				u.WebSearchRequests = max(countItems(ev.Response.Output, "web_search_call"), m.webSearches)
+				u.FileSearchCalls = max(countItems(ev.Response.Output, "file_search_call"), m.fileSearches)
 				m.usage, m.reported, m.final = u, true, true
 			}
 		}
@@ -329,12 +335,17 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 			if s := u.ServerToolUse; s != nil {
 				m.usage.WebSearchRequests = max(s.WebSearchRequests, 0)
 			}
+			if u.InferenceGeo != "" {
+				m.usage.InferenceGeo = u.InferenceGeo
+			}
 			if u.InputTokens != nil || u.CacheReadInputTokens != nil || u.CacheCreationInputTokens != nil || u.CacheCreation != nil {
 				in := Usage{}
 				merged := anthropicUsage{InputTokens: u.InputTokens, CacheReadInputTokens: u.CacheReadInputTokens,
 					CacheCreationInputTokens: u.CacheCreationInputTokens, CacheCreation: u.CacheCreation}
-				if merged.CacheCreation == nil && merged.CacheCreationInputTokens == nil {
-					// Keep message_start's split by lifetime.
+				if merged.CacheCreation == nil {
+					// Keep message_start's split by lifetime: message_delta's
+					// usage repeats cache_creation_input_tokens without it
+					// (the 1-hour writes would be priced as 5-minute ones).
 					merged.CacheCreation = &anthropicCacheCreation{Ephemeral5m: m.usage.CacheWriteTokens - m.usage.CacheWrite1hTokens, Ephemeral1h: m.usage.CacheWrite1hTokens}
 				}
 				if merged.InputTokens == nil {
@@ -352,6 +363,7 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 				in = merged.usage()
 				in.OutputTokens = m.usage.OutputTokens
 				in.WebSearchRequests = m.usage.WebSearchRequests
+				in.InferenceGeo = m.usage.InferenceGeo
 				m.usage = in
 			}
 			m.reported = true
@@ -447,6 +459,7 @@ func (m *StreamMeter) Usage() (u Usage, reported bool) {
 	u = m.usage
 	u.ServiceTier = m.serviceTier
 	u.WebSearchRequests = max(u.WebSearchRequests, m.webSearches)
+	u.FileSearchCalls = max(u.FileSearchCalls, m.fileSearches)
 	if u.InputTokens == 0 {
 		u.InputTokens = m.inputEst
 	}

@@ -83,6 +83,7 @@ type anthropicUsage struct {
 	ServerToolUse            *struct {
 		WebSearchRequests int64 `json:"web_search_requests"`
 	} `json:"server_tool_use"`
+	InferenceGeo string `json:"inference_geo"` // where inference ran: "us" is priced apart
 }
 
 // anthropicCacheCreation splits cache writes by cache lifetime.
@@ -106,6 +107,7 @@ func (a *anthropicUsage) usage() Usage {
 	if s := a.ServerToolUse; s != nil {
 		u.WebSearchRequests = s.WebSearchRequests
 	}
+	u.InferenceGeo = a.InferenceGeo
 	return u.clamped()
 }
 
@@ -128,6 +130,7 @@ func (u Usage) clamped() Usage {
 	u.ReasoningTokens = min(max(u.ReasoningTokens, 0), u.OutputTokens)
 	u.AudioOutputTokens = min(max(u.AudioOutputTokens, 0), u.OutputTokens)
 	u.WebSearchRequests = max(u.WebSearchRequests, 0)
+	u.FileSearchCalls = max(u.FileSearchCalls, 0)
 	u.Units = max(u.Units, 0)
 	return u
 }
@@ -139,11 +142,12 @@ type outputItem struct {
 	Type string `json:"type"`
 }
 
-// webSearchCalls counts the web_search_call items of a Responses output.
-func webSearchCalls(items []outputItem) int64 {
+// countItems counts the items of a Responses output of type typ
+// ("web_search_call" and "file_search_call" are billed per call).
+func countItems(items []outputItem, typ string) int64 {
 	var n int64
 	for _, it := range items {
-		if it.Type == "web_search_call" {
+		if it.Type == typ {
 			n++
 		}
 	}
@@ -176,7 +180,8 @@ func (r *openaiResponse) result(kind Kind) (Usage, string, error) {
 	}
 	u.ServiceTier = r.ServiceTier
 	if kind == Responses {
-		u.WebSearchRequests = webSearchCalls(r.Output)
+		u.WebSearchRequests = countItems(r.Output, "web_search_call")
+		u.FileSearchCalls = countItems(r.Output, "file_search_call")
 	}
 	return u, r.Model, nil
 }

@@ -261,5 +261,6 @@ func addUsage(a, b costmodel.Usage) costmodel.Usage {
 	a.AudioInputTokens += b.AudioInputTokens
 	a.AudioOutputTokens += b.AudioOutputTokens
 	a.WebSearchRequests += b.WebSearchRequests
+	a.FileSearchCalls += b.FileSearchCalls
 	return a
 }

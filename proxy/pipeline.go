@@ -553,8 +553,12 @@ func atLeast(u, floor costmodel.Usage) costmodel.Usage {
 	u.AudioInputTokens = max(u.AudioInputTokens, floor.AudioInputTokens)
 	u.AudioOutputTokens = max(u.AudioOutputTokens, floor.AudioOutputTokens)
 	u.WebSearchRequests = max(u.WebSearchRequests, floor.WebSearchRequests)
+	u.FileSearchCalls = max(u.FileSearchCalls, floor.FileSearchCalls)
 	if u.ServiceTier == "" {
 		u.ServiceTier = floor.ServiceTier
+	}
+	if u.InferenceGeo == "" {
+		u.InferenceGeo = floor.InferenceGeo
 	}
 	return u
 }
