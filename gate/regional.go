@@ -33,6 +33,9 @@ func (g *Gate) openRegions(ctx context.Context, cfg *config.Config) error {
 	if err := rg.Migrate(mctx); err != nil {
 		return err
 	}
+	if err := rg.syncDBClock(mctx); err != nil {
+		g.log.Warn("regions: the database's clock", "err", err)
+	}
 	if err := rg.SyncClock(mctx); err != nil {
 		// The host's clock until the first rebalance that reaches the
 		// store.

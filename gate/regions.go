@@ -51,6 +51,12 @@ type RegionsConfig struct {
 	MinShare float64
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// SharedNow is the clock every region shares, which tells when a
+	// period runs: a cap of a period is spent only while this clock is in
+	// it too, so that stores whose clocks disagree do not spend two
+	// periods' caps at once. nil means PostgreSQL's clock, measured
+	// against Now at every rebalance.
+	SharedNow func() time.Time
 }
 
 // Validate reports whether the config is usable.
@@ -84,6 +90,9 @@ type Regions struct {
 	// SyncClock last measured it: a cap's period is named by the store's
 	// time, the one its counter's window follows.
 	offset atomic.Int64
+	// dbOffset is PostgreSQL's clock less this host's, in microseconds,
+	// as syncDBClock last measured it (with no SharedNow).
+	dbOffset atomic.Int64
 
 	mu       sync.Mutex
 	caps     map[capKey]*regionCap
@@ -136,6 +145,29 @@ func NewRegions(db *pgxpool.Pool, store weighted.Store, cfg RegionsConfig) (*Reg
 // moved by the offset SyncClock measured.
 func (g *Regions) now() time.Time {
 	return g.cfg.Now().Add(time.Duration(g.offset.Load()) * time.Microsecond)
+}
+
+// sharedNow is the time by the clock every region shares.
+func (g *Regions) sharedNow() time.Time {
+	if g.cfg.SharedNow != nil {
+		return g.cfg.SharedNow()
+	}
+	return g.cfg.Now().Add(time.Duration(g.dbOffset.Load()) * time.Microsecond)
+}
+
+// syncDBClock measures PostgreSQL's clock against this host's.
+func (g *Regions) syncDBClock(ctx context.Context) error {
+	if g.cfg.SharedNow != nil {
+		return nil
+	}
+	var db time.Time
+	t0 := g.cfg.Now()
+	if err := g.db.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&db); err != nil {
+		return fmt.Errorf("gate: regions: the database's clock: %w", err)
+	}
+	t1 := g.cfg.Now()
+	g.dbOffset.Store(db.Sub(t0.Add(t1.Sub(t0) / 2)).Microseconds())
+	return nil
 }
 
 // clockProbe is a day's window debited once a day: a peek of it tells
@@ -265,6 +297,16 @@ func (g *Regions) sweep(ctx context.Context, now time.Time) error {
 	if !due {
 		return nil
 	}
+	// A period ends by the clock every region shares, the database's, as
+	// well as by this region's: a region whose clock ran days ahead must
+	// not delete the rows of a period the others still spend in.
+	var dbNow time.Time
+	if err := g.db.QueryRow(ctx, `SELECT now()`).Scan(&dbNow); err != nil {
+		return fmt.Errorf("gate: regions: sweep: %w", err)
+	}
+	if dbNow.Before(now) {
+		now = dbNow
+	}
 	rows, err := g.db.Query(ctx, `SELECT DISTINCT period FROM costgate_region_caps`)
 	if err != nil {
 		return fmt.Errorf("gate: regions: sweep: %w", err)
@@ -350,7 +392,9 @@ func (g *Regions) limitFor(ctx context.Context, l weighted.Limit, key string) (o
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	out = l
-	out.Rate = 1
+	// A cap not read yet is none: the limit's least rate, 1, would still
+	// admit a cost of 1, so it is shut as a cap of 0 is.
+	out.Rate, shut = 1, true
 	if c.known {
 		// A budget lowered by a reload since the last rebalance scales
 		// the cap until the next one: every region scales its share
@@ -359,13 +403,23 @@ func (g *Regions) limitFor(ctx context.Context, l weighted.Limit, key string) (o
 		cp := scaledCap(c.cap, c.total, l.Rate)
 		out.Rate, shut = max(cp, 1), cp <= 0
 	}
+	if periodName(l, g.sharedNow()) != k.period {
+		// The store's clock is in a period the shared clock is not (yet,
+		// or any more): its cap is spent only while both are in it.
+		out.Rate, shut = 1, true
+	}
 	out.Lease = weighted.Lease{} // a regional cap is strict
 	return out, shut
 }
 
 // scaledCap is cp, a cap taken as a share of budget total, as a share of
-// budget now: cp x now / total when the budget was lowered, and never
-// above now.
+// budget now: when the budget was lowered, the less of cp x now / total
+// and cp less the whole lowering, and never above now. Regions may hold
+// caps taken from different budgets (one rebalanced after a raise, one
+// not): their caps sum to at most the largest, T, and each region's
+// total is at most T, so each taking the whole lowering total - now off
+// its cap leaves at most T - (T - now) = now in all, which scaling alone
+// does not (50 of 100 and 150 of 200, lowered to 100: 50 + 75).
 func scaledCap(cp, total, now int64) int64 {
 	if total <= now || total <= 0 {
 		return min(cp, now)
@@ -373,7 +427,7 @@ func scaledCap(cp, total, now int64) int64 {
 	cp = min(max(cp, 0), total) // so that hi < total: Div64 cannot overflow
 	hi, lo := bits.Mul64(uint64(cp), uint64(max(now, 0)))
 	q, _ := bits.Div64(hi, lo, uint64(total))
-	return min(int64(q), now)
+	return max(min(int64(q), now, cp-(total-now)), 0)
 }
 
 // RegionInfo is what the admin plane shows of a region's reconciliation.
@@ -433,6 +487,9 @@ func (g *Regions) Run(ctx context.Context) {
 func (g *Regions) Rebalance(ctx context.Context) error {
 	var errs []error
 	if err := g.SyncClock(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := g.syncDBClock(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	now := g.now()

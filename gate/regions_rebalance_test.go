@@ -79,7 +79,7 @@ func newRegionEvery(t *testing.T, dsn, name string, st weighted.Store, clock fun
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	rg, err := gate.NewRegions(pool, st, gate.RegionsConfig{Region: name, Regions: names, Now: clock, Interval: every})
+	rg, err := gate.NewRegions(pool, st, gate.RegionsConfig{Region: name, Regions: names, Now: clock, SharedNow: clock, Interval: every})
 	if err != nil {
 		t.Fatal(err)
 	}
