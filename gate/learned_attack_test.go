@@ -59,12 +59,12 @@ func learnedAtkTeach(t *testing.T, g *Gate, c *Caller, route string) {
 // TestLearnedAttackExpiredHoldsEscapeExposure: a reserve/settle caller
 // whose reservations are never settled is charged, at their expiry, their
 // estimate: under output_reserve: 100 the whole output limit, the worst
-// case. Under pNN it is the learned estimate, and the expiry gives the
-// exposure back: what the caller's answers may have cost beyond it is
-// never charged, and max_exposure bounds nothing. A tenant that teaches
-// its key 10-token answers, then reserves max_tokens 1000 and lets every
-// hold expire, is admitted, against a $0.05 budget and max_exposure $0.02,
-// far more output than $0.07 pays for.
+// case, and under pNN too, not the learned estimate (the expiry gives the
+// exposure back, so a learned charge would leave what the answers may
+// have cost beyond it unbounded). A tenant that teaches its key 10-token
+// answers, then reserves max_tokens 1000 and lets every hold expire, is
+// admitted no more output than a $0.05 budget and max_exposure $0.02 pay
+// for.
 func TestLearnedAttackExpiredHoldsEscapeExposure(t *testing.T) {
 	ctx := context.Background()
 	g := openAcme(t, learnedAtkYAML)
@@ -118,11 +118,10 @@ func (learnedAtkDirectory) Budgets(string) []LevelBudget { return nil }
 func (learnedAtkDirectory) BudgetTenants() []string      { return nil }
 
 // TestLearnedAttackForbiddenModelLeaksExposure: a request its key's level
-// does not allow (403) is refused after the learned estimate took its
-// exposure, which is never given back. A few requests of one narrow key
-// for a model it may not use hold the tenant's whole max_exposure for good:
-// every other key of the tenant then reserves its whole output limit, as
-// if its learned reservations were in flight, until a restart.
+// does not allow (403) takes none of the tenant's max_exposure: requests
+// of one narrow key for a model it may not use must not leave every other
+// key of the tenant reserving its whole output limit, as if learned
+// reservations were in flight.
 func TestLearnedAttackForbiddenModelLeaksExposure(t *testing.T) {
 	ctx := context.Background()
 	g := openAcme(t, learnedAtkYAML)

@@ -23,13 +23,12 @@ import (
 // TestRegionsAttackStoreClocksSkewedBetweenRegions: the regions' stores
 // (their Redis TIME) disagree by 15 minutes, eu's ahead; every host
 // clock is right. eu's counters and caps cross midnight 15 minutes
-// before us's: in the last quarter hour of true day 2 eu reads a cap of
-// day 3, which no region holds yet, grows it to the whole budget (it is
-// the only region with demand in day 3) and spends it, while us has
-// spent day 2's. A tenant that sends its traffic to eu from 23:45 on so
-// spends two budgets in one true day (and in one day of the ledger's
-// PostgreSQL clock, the one clock the regions share). The README's bound,
-// "nothing beyond the budget ... clock skew included", is per period.
+// before us's: in the last quarter hour of true day 2 eu would read a cap
+// of day 3, which no region holds yet, grow it to the whole budget and
+// spend it beside us's day 2. A tenant that sends its traffic to eu from
+// 23:45 on must still spend at most one budget in each true day: a cap is
+// spent only while the clock the regions share, PostgreSQL's (here the
+// test's true clock), is in its period too.
 func TestRegionsAttackStoreClocksSkewedBetweenRegions(t *testing.T) {
 	ctx := context.Background()
 	dsn := pgtest.New(t)
@@ -76,8 +75,8 @@ func TestRegionsAttackStoreClocksSkewedBetweenRegions(t *testing.T) {
 // no more) holding half the budget of day 2 unspent, while us spends its
 // half. At true midnight us reads its cap of day 3, which no region holds
 // yet, and takes the whole budget; eu, whose store is still in day 2,
-// spends its day-2 cap in the first quarter hour of true day 3. The
-// tenant so spends one and a half budgets in true day 3.
+// must not spend its day-2 cap in the first quarter hour of true day 3:
+// each true day holds at most the budget.
 func TestRegionsAttackStoreClockBehindSpendsLastPeriodsCap(t *testing.T) {
 	ctx := context.Background()
 	dsn := pgtest.New(t)
@@ -123,12 +122,10 @@ func TestRegionsAttackStoreClockBehindSpendsLastPeriodsCap(t *testing.T) {
 // to 200 by a reload, and lowered back to 100 by the next. Between the
 // two, us rebalances (against 200: it takes the 100 no region holds, its
 // cap 150) and eu does not (cut off from PostgreSQL, or simply not yet:
-// its cap is still 50, a share of 100). After the lowering each region
-// scales its cap by new / the budget it took it from: eu keeps 50
-// (100/100), us 75 (150 x 100/200): 125 in all, spent before either
-// rebalances again. The README: "a budget lowered by a reload scales
-// every region's cap by new / old until then, a cut-off region's too, so
-// that together they hold at most the new budget".
+// its cap is still 50, a share of 100). Scaling each cap by new / the
+// budget it was taken from would leave eu 50 and us 75: 125 of 100. Each
+// region also takes the whole cut off its cap, so that together they hold
+// at most the new budget before either rebalances again.
 func TestRegionsAttackBudgetRaisedThenLowered(t *testing.T) {
 	ctx := context.Background()
 	dsn := pgtest.New(t)
@@ -171,10 +168,10 @@ func TestRegionsAttackBudgetRaisedThenLowered(t *testing.T) {
 
 // TestRegionsAttackHostDaysAheadSweepsRunningRows: eu's host clock runs two
 // days ahead (its Redis is right, and SyncClock, which measures within
-// half a day, sees no offset). eu's first rebalance sweeps the rows of
-// periods that ended a day before its clock: the rows of the day every
-// other region still spends in. us and ap, each at its cap of half the
-// budget, then find no row held and take the budget again.
+// half a day, sees no offset). eu's first rebalance must not sweep the
+// rows of the day every other region still spends in (us and ap, each at
+// its cap of half the budget, would find no row held and take the budget
+// again): a period ends by PostgreSQL's clock too.
 func TestRegionsAttackHostDaysAheadSweepsRunningRows(t *testing.T) {
 	ctx := context.Background()
 	dsn := pgtest.New(t)
@@ -236,10 +233,10 @@ func TestRegionsAttackHostDaysAheadSweepsRunningRows(t *testing.T) {
 // two days ahead of its Redis and of every other clock. SyncClock
 // measures the store's clock within half a day (a peek of a day's window
 // tells only the time of day): it sees no offset, and eu names its caps
-// by a period two days on, which no region holds. Its counter counts in
-// its Redis's window, today's: it spends a whole budget of its own on top
-// of the one us spends today. (The README scopes host clock skew to 12
-// hours; nothing refuses a larger one.)
+// by a period two days on, which no region holds, while its counter
+// counts in its Redis's window, today's. It must not spend a budget of
+// its own on top of the one us spends today: the shared clock is not in
+// the period its caps name.
 func TestRegionsAttackHostDaysAheadSpendsAFreshBudget(t *testing.T) {
 	ctx := context.Background()
 	dsn := pgtest.New(t)
@@ -410,11 +407,10 @@ func TestRegionsAttackManyTenants(t *testing.T) {
 // TestRegionsAttackPartitionedBeforeItsFirstRead: eu is cut off from
 // PostgreSQL before it reads its cap of the tenant's budget (a new
 // period, or a tenant new to eu); us, which reaches PostgreSQL, spends
-// the whole budget. The README: "one that cannot reach PostgreSQL then
-// spends nothing of that budget until it can". A cap not read is a limit
-// of rate 1, and the pipeline refuses a cost above it but admits a cost
-// of 1 unit (1 nano-dollar); TestRegionCapZeroAdmitsNothing covers a cap
-// read as 0, not a cap not read.
+// the whole budget. A region that cannot reach PostgreSQL spends nothing
+// of that budget until it can: a cap not read is shut, as a cap read as 0
+// is (TestRegionCapZeroAdmitsNothing), not a limit of rate 1 that would
+// admit a cost of 1 unit.
 func TestRegionsAttackPartitionedBeforeItsFirstRead(t *testing.T) {
 	dsn := pgtest.New(t)
 	proxy := newCutProxy(t, dsn)

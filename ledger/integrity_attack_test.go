@@ -172,11 +172,10 @@ func ledgerAtkCheckSettled(t *testing.T, l *ledger.Ledger, n int) {
 // TestLedgerAttackAppliedHintPastEnd: a run is killed with records in the
 // spool that the flusher has not applied; the "applied" file (a hint: the
 // spool says losing it only costs time) is then damaged to point past the
-// spool's end. Open clamps the hint to the end, so it skips every record
-// still to apply, and deletes the sealed segments that hold them: the
-// requests are admitted and settled, and the ledger has no entry for any.
-// A hint that cannot be right should be ignored (replay from the first
-// record, which is idempotent).
+// spool's end. Open must not clamp it to the end, which would skip every
+// record still to apply and delete the sealed segments holding them: a
+// hint that cannot be right is ignored, and replay (idempotent) starts at
+// the first record, so that every admitted request has its entry.
 func TestLedgerAttackAppliedHintPastEnd(t *testing.T) {
 	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
 		const n = 20
@@ -194,10 +193,9 @@ func TestLedgerAttackAppliedHintPastEnd(t *testing.T) {
 }
 
 // TestLedgerAttackAppliedHintMidRecord: as above, but the damaged hint
-// points inside the spool, between two record boundaries. The flusher
-// reads from there, finds no record, and stops for good: no record of the
-// run, nor any later one, reaches the store, on every open until an
-// operator removes the file.
+// points inside the spool, between two record boundaries. It is ignored
+// too: the flusher, reading from there, would find no record and stop for
+// good.
 func TestLedgerAttackAppliedHintMidRecord(t *testing.T) {
 	cfg := ledger.Config{Dir: t.TempDir()}
 	const n = 5
@@ -219,13 +217,12 @@ func TestLedgerAttackAppliedHintMidRecord(t *testing.T) {
 	ledgerAtkCheckSettled(t, open(t, cfg), n)
 }
 
-// TestLedgerAttackOversizedIDStallsPostgres: Reserve accepts any request id
-// of up to 4,096 bytes of valid text (ValidText), but PostgreSQL's B-tree
-// indexes take rows of at most about 2,700 bytes. The batch that holds such
-// an entry fails on every retry, so neither it nor any record after it ever
-// reaches the store: one odd request id stops the billing of every tenant.
-// The ledger should refuse the entry (ErrInvalid, as it does for text
-// PostgreSQL cannot hold) or store it.
+// TestLedgerAttackOversizedIDStallsPostgres: PostgreSQL's B-tree indexes
+// take keys of at most about 2,700 bytes, and a batch holding an entry
+// whose request id is longer would fail on every retry, stopping the
+// billing of every tenant: Reserve refuses such an id (ErrInvalid, as it
+// does text PostgreSQL cannot hold), and the entries around it are
+// stored.
 func TestLedgerAttackOversizedIDStallsPostgres(t *testing.T) {
 	cfg := postgresConfig(t)
 	cfg.RetryMax = 100 * time.Millisecond

@@ -195,7 +195,7 @@ func TestCostRuleAttackQueryReadTwice(t *testing.T) {
 // where a Lucene-style engine does. Lucene's query parser separates terms
 // on the ideographic space U+3000 as on ' ', and reads \" as an escaped
 // character of a term, not the start of a phrase; scored otherwise, forty
-// regular expressions are priced as one term.
+// regular expressions would be priced as one term.
 func TestCostRuleAttackQuerySyntax(t *testing.T) {
 	s, up := crAtkStack(t)
 	re := crAtkRegexes(40)
@@ -220,10 +220,9 @@ func TestCostRuleAttackQuerySyntax(t *testing.T) {
 	}
 }
 
-// TestCostRuleAttackDeepQueryDSL: a JSON query nested deeper than the
-// walk of the query DSL goes (64 JSON levels: 22 bool clauses, well within
-// Elasticsearch's default of 30) hides whatever is below it. A query too
-// deep to score must be refused or scored whole.
+// TestCostRuleAttackDeepQueryDSL: a JSON query nested 22 bool clauses
+// deep (within Elasticsearch's default of 30) is scored whole, whatever is
+// below its 64th JSON level; a query too deep to score is refused.
 func TestCostRuleAttackDeepQueryDSL(t *testing.T) {
 	s, up := crAtkStack(t)
 	var inner strings.Builder
@@ -255,12 +254,10 @@ func TestCostRuleAttackDeepQueryDSL(t *testing.T) {
 	}
 }
 
-// TestCostRuleAttackActualRefundsComplexity: under the search-guard rule
-// (complexity points, settled from X-Results-Returned), an upstream that
-// returns every result asked for settles the request at its result count:
-// a query of forty regexes asking for one result is billed one point. The
-// upstream returned all it was asked, so nothing of the complexity
-// reserved should be refunded.
+// TestCostRuleAttackActualRefundsComplexity: a rule that settled complexity
+// points from the upstream's result count (X-Results-Returned) would bill
+// a query of forty regexes asking for one result one point: a rule may
+// not have both, and search-guard's charges the query its complexity.
 func TestCostRuleAttackActualRefundsComplexity(t *testing.T) {
 	s, up := crAtkStack(t)
 	status, est, billed := crAtkBilled(t, s, up, "GET /u/guard/search?num=1&q="+url.QueryEscape(crAtkRegexes(40))+" HTTP/1.1\nContent-Length: 0\n\n")

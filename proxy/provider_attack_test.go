@@ -118,7 +118,7 @@ func TestProviderAttackAnthropicStreamKeeps1hCacheWrites(t *testing.T) {
 // residency; Claude Platform on AWS, "Data residency": "US: ... A 1.1x
 // pricing multiplier applies"); the usage says where it ran
 // (usage.inference_geo). A tenant that asks for US inference is billed the
-// global price.
+// US price.
 func TestProviderAttackAnthropicUSInferenceGeo(t *testing.T) {
 	const (
 		model = "claude-opus-4-6"
@@ -153,7 +153,7 @@ func TestProviderAttackAnthropicUSInferenceGeo(t *testing.T) {
 // file_search tool is billed per call, $2.50 per 1,000 calls, besides the
 // tokens (OpenAI, "Pricing", built-in tools: "File search tool call");
 // each call is a file_search_call item of the output, as each web search
-// is a web_search_call, which costgate does bill.
+// is a web_search_call, and both are billed.
 func TestProviderAttackResponsesFileSearchCalls(t *testing.T) {
 	const (
 		model = "gpt-4.1-mini"

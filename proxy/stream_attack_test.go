@@ -70,12 +70,11 @@ func streamAtkResponsesEvent(typ, text string) string {
 
 // TestStreamAttackGuardBlindToToolInput: the Responses API streams the
 // output of a custom tool call, of the code interpreter and of an MCP call
-// as their own delta events, which the stream guard does not count. A
+// as their own delta events, which the stream guard counts as text. A
 // tenant whose budget holds about 600 output tokens defines a custom tool
-// (or enables code_interpreter) and asks for a long call: the guard sees
-// no output, and 5,000 tokens flow to the client past the budget. Were the
-// upstream to cut the stream before response.completed, the request
-// would be billed no output at all.
+// (or enables code_interpreter) and asks for a long call: the stream stops
+// at the budget, and one cut before response.completed is billed the
+// output counted.
 func TestStreamAttackGuardBlindToToolInput(t *testing.T) {
 	const words = 5000
 	for _, typ := range []string{
@@ -129,9 +128,10 @@ func TestStreamAttackGuardBlindToToolInput(t *testing.T) {
 
 // TestStreamAttackGuardBlindToAudio: a chat stream with audio output
 // (modalities text and audio) carries its output in delta.audio (the
-// transcript and the base64 audio), which the guard does not count. With
-// a budget of $0.01 (about 500 audio tokens of gpt-4o-mini-audio-preview),
-// a stream of 5,000 audio tokens ($0.10) flows to its end.
+// transcript and the base64 audio), which the guard cannot count: such a
+// request is reserved whole, and with a budget of $0.01 (about 500 audio
+// tokens of gpt-4o-mini-audio-preview) a stream of 5,000 audio tokens
+// ($0.10) is not served.
 func TestStreamAttackGuardBlindToAudio(t *testing.T) {
 	const chunks = 5000
 	up := &stubUpstream{fn: func(w http.ResponseWriter, r *http.Request, _ []byte) {
@@ -190,14 +190,11 @@ func streamAtkSmallWindow(t *testing.T, addr string) net.Conn {
 
 // TestStreamAttackStalledClient: a client that keeps its connection open
 // but stops reading (a zero TCP window) is the hang-up attack without the
-// hang-up. costgate's write to it blocks, so costgate stops reading the
-// upstream; the upstream's timeout then closes the upstream's connection
-// while the handler is still blocked, and the usage report the upstream
-// bills by is never read. Meanwhile the request is never settled: its
-// entry stays reserved, at the estimate (1% of the output here), for as
-// long as the client cares to stall. When the client finally leaves, the
-// request is billed the few tokens costgate read before it stalled, not
-// the 20,000 the upstream produced and billed.
+// hang-up. A write that waits past the stall bound takes the client as
+// gone: costgate reads the rest of the stream alone, within the
+// upstream's timeout, and the request is settled while the client still
+// stalls, at the upstream's report (10,000 tokens), not at the few tokens
+// read before it stalled.
 func TestStreamAttackStalledClient(t *testing.T) {
 	const words = 10000
 	// logprobs with top_logprobs 20 make a chunk about 2 KB: the stream
@@ -254,10 +251,10 @@ func TestStreamAttackStalledClient(t *testing.T) {
 // TestStreamAttackBackgroundStreamStopped: a Responses request with
 // "background": true runs on at the upstream whatever happens to the
 // connection that streams it (the client resumes it later, or never), and
-// the upstream bills its whole run. The stream guard stops such a stream
-// at the budget and closes the upstream's connection, which stops nothing:
-// the tenant is billed the 600 tokens counted while the upstream bills
-// 5,000. (An upstream timeout that cuts the stream does the same.)
+// the upstream bills its whole run: stopping or cutting its stream stops
+// nothing. Such a request is reserved and charged its whole output limit
+// unless its report is read, not the 600 tokens counted before the
+// guard's stop.
 func TestStreamAttackBackgroundStreamStopped(t *testing.T) {
 	const words = 5000
 	var billed atomic.Int64
@@ -309,9 +306,8 @@ func streamAtkChunk(text string) string {
 
 // TestStreamAttackUsageReportsFlushedApart: TestPayLessSeveralStreamUsageReports
 // with the upstream's writes flushed one by one, as a real upstream's
-// arrive: the first usage-only chunk is taken for the end of the stream,
-// the request is billed from it at once, and what comes after (the text
-// and the last report, 3,000 tokens) is free.
+// arrive: a usage-only chunk is not the end of the stream, and the request
+// is billed the last report (3,000 tokens), not the first.
 func TestStreamAttackUsageReportsFlushedApart(t *testing.T) {
 	up := &stubUpstream{fn: func(w http.ResponseWriter, r *http.Request, _ []byte) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -337,8 +333,8 @@ func TestStreamAttackUsageReportsFlushedApart(t *testing.T) {
 
 // TestStreamAttackEarlyUsageChunkDisarmsGuard: an OpenAI-compatible
 // upstream whose stream opens with a usage-only chunk (its prompt's usage,
-// no choices) has the guard take the stream for complete: it never checks
-// again, and 3,000 tokens flow past a budget of about 150.
+// no choices) is still guarded: the stream stops at a budget of about 150
+// tokens, not after 3,000.
 func TestStreamAttackEarlyUsageChunkDisarmsGuard(t *testing.T) {
 	const n = 3000
 	up := &stubUpstream{fn: func(w http.ResponseWriter, r *http.Request, _ []byte) {
@@ -373,7 +369,7 @@ func TestStreamAttackEarlyUsageChunkDisarmsGuard(t *testing.T) {
 // TestStreamAttackCutAfterRunningReport: a stream that carried a running
 // usage report (Anthropic's message_delta, which may come more than once;
 // an OpenAI-compatible chunk with choices and usage) and is cut later is
-// billed that report, not the text streamed after it.
+// billed the larger of that report and the text streamed, after it too.
 func TestStreamAttackCutAfterRunningReport(t *testing.T) {
 	for _, c := range []struct{ name, path, body, head, more, grep string }{
 		{"anthropic", "/v1/messages", `{"model":"claude-haiku-4-5","max_tokens":8000,"stream":true,"messages":[{"role":"user","content":"hi"}]}`,
@@ -405,8 +401,8 @@ func TestStreamAttackCutAfterRunningReport(t *testing.T) {
 
 // TestStreamAttackContentTypeSaysStream: an answer labelled
 // text/event-stream whose body is a plain JSON completion (an
-// OpenAI-compatible server that ignores "stream") is metered as a stream
-// with no events: billed no output, though its usage says 4,000.
+// OpenAI-compatible server that ignores "stream") is read as the JSON
+// document it is: billed the 4,000 output tokens its usage says.
 func TestStreamAttackContentTypeSaysStream(t *testing.T) {
 	up := &stubUpstream{fn: func(w http.ResponseWriter, r *http.Request, _ []byte) {
 		w.Header().Set("Content-Type", "text/event-stream")
