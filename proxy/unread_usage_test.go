@@ -32,10 +32,10 @@ func payLessBigAnswer(w http.ResponseWriter, usage string) {
 }
 
 // TestPayLessOverflowedAnswerBillsTheInputTheUpstreamReads: an answer too
-// large to read whole is charged the estimate's input. A request whose
-// input costgate undercounts (a text part that also carries an image_url,
-// read by costgate as the image; a response_format schema it does not
-// count) then pays for a fraction of the prompt the upstream bills.
+// large to read whole is charged the estimate's input, so the estimate
+// counts every prompt the upstream reads (a text part that also carries an
+// image_url, a response_format schema): the request pays for the prompt
+// the upstream bills, not a fraction of it.
 func TestPayLessOverflowedAnswerBillsTheInputTheUpstreamReads(t *testing.T) {
 	long := strings.Repeat("hello world ", 5000)
 	est := estimator(t)

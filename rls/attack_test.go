@@ -26,10 +26,10 @@ rls:
 `
 
 // TestRLSAttackIPLimitSharedAcrossTenants: a rate limit service request
-// carries no client address, so a configured limit keyed by ip alone
-// keys every RLS request of every tenant on one counter, ":ip=". Tenant
-// acme spends it with two requests; tenant globex, which sent nothing
-// and whose own limits are far from spent, is then refused.
+// carries no client address, and a configured limit keyed by ip alone
+// would key every RLS request of every tenant on one counter, ":ip=": such
+// a limit does not apply to it. Tenant acme spending two requests leaves
+// tenant globex, which sent nothing, admitted.
 func TestRLSAttackIPLimitSharedAcrossTenants(t *testing.T) {
 	stores(t, func(t *testing.T, redis bool) {
 		e := newEnv(t, rlsAtkIPConfig, redis, rls.Options{})
@@ -43,9 +43,9 @@ func TestRLSAttackIPLimitSharedAcrossTenants(t *testing.T) {
 }
 
 // TestRLSAttackUserValuesCollapse: a user value the ledger cannot store
-// (a NUL) is read with U+FFFD in its place, and that reading keys the
-// tenant's per-user limits: user "a\x00" spends the counter of user
-// "a\uFFFD", another user of the same tenant, who sent nothing.
+// (a NUL) is read one to one (%00), and that reading keys the tenant's
+// per-user limits: user "a\x00" spending its counter leaves user
+// "a\uFFFD", another user of the same tenant, admitted.
 func TestRLSAttackUserValuesCollapse(t *testing.T) {
 	const cfg = `
 admin_token: t
