@@ -186,11 +186,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	ctx, cancel := s.upstreamContext(x)
 	defer cancel() // deferred, as the copy may end in a panic (see above)
 	defer t.end()
-	sw := &x.client
-	*sw = stallBound{ResponseWriter: w, rc: http.NewResponseController(w), stall: clientStall}
-	if t := x.upstream.timeout / 2; t > 0 && t < clientStall {
-		sw.stall = t
+	stall := clientStall
+	if t := x.upstream.timeout / 2; t > 0 && t < stall {
+		stall = t
 	}
+	sw := &x.client
+	*sw = stallBound{ResponseWriter: w, rc: *http.NewResponseController(w), stall: stall}
 	defer sw.disarm()
 	x.upstream.rp.ServeHTTP(sw, r.WithContext(ctx))
 	sw.Flush()
@@ -212,7 +213,7 @@ const clientStall = 30 * time.Second
 // the idle network poller: it has none.
 type stallBound struct {
 	http.ResponseWriter
-	rc    *http.ResponseController
+	rc    http.ResponseController // held by value: no allocation of its own
 	stall time.Duration
 	armed bool
 	set   time.Time // when the deadline was last moved; zero for never
