@@ -122,7 +122,7 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 		if err != nil {
 			return nil, fmt.Errorf("ledger: spool: %w", err) // a file it cannot read is not cut
 		}
-		size, err := scanSegment(b)
+		size, starts, err := scanSegment(b, applied-seg.base)
 		if err != nil && !last {
 			return nil, fmt.Errorf("ledger: spool %s: %w", path, err)
 		}
@@ -142,9 +142,7 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 			}
 		}
 		seg.size = size
-		if applied >= seg.base && applied <= seg.base+size {
-			hinted = hinted || recordStart(b[:size], applied-seg.base)
-		}
+		hinted = hinted || starts
 	}
 
 	if len(s.segs) == 0 {
@@ -176,38 +174,26 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 }
 
 // scanSegment returns the size of the valid records at the start of a
-// segment's bytes, and why it stops there when that is not their end.
-func scanSegment(b []byte) (int64, error) {
+// segment's bytes, whether one of them starts at offset at (or their end
+// is there), and why it stops there when that is not their end.
+func scanSegment(b []byte, at int64) (int64, bool, error) {
 	var r record
-	off := 0
-	for off < len(b) {
+	off := int64(0)
+	starts := at == 0
+	for off < int64(len(b)) {
 		n, err := readFrame(b[off:], &r, nil)
 		if err != nil {
-			return int64(off), err
+			return off, starts, err
 		}
-		off += n
+		off += int64(n)
+		starts = starts || off == at
 	}
-	return int64(off), nil
+	return off, starts, nil
 }
 
 // maxPosition bounds the spool positions an applied hint may name: a
 // spool written at a gigabyte a second for a hundred years stays below.
 const maxPosition = 1 << 62
-
-// recordStart tells whether off is where a record of a segment's valid
-// bytes b starts, or their end.
-func recordStart(b []byte, off int64) bool {
-	var r record
-	pos := int64(0)
-	for pos < off {
-		n, err := readFrame(b[pos:], &r, nil)
-		if err != nil {
-			return false
-		}
-		pos += int64(n)
-	}
-	return pos == off
-}
 
 // wholeRecordAfter returns the offset of the first whole, valid record of
 // a segment's bytes b that starts after offset from, or -1 when none
