@@ -111,20 +111,20 @@ func (e *Entry) check() error {
 	if e.RequestID == "" {
 		return fmt.Errorf("%w entry: empty request id", ErrInvalid)
 	}
-	for _, f := range [...]struct{ name, v string }{
-		{"request id", e.RequestID}, {"tenant", e.Tenant}, {"user", e.User}, {"key id", e.KeyID},
-		{"route", e.Route}, {"upstream", e.Upstream}, {"model", e.Model}, {"region", e.Region},
-		{"decision", e.Decision}, {"policy", e.Policy}, {"friction", e.Friction},
+	for _, f := range [...]struct {
+		name, v string
+		max     int
+	}{
+		{"request id", e.RequestID, maxKeyField}, {"tenant", e.Tenant, maxKeyField}, {"user", e.User, maxKeyField},
+		{"key id", e.KeyID, maxKeyField}, {"route", e.Route, maxField}, {"upstream", e.Upstream, maxField},
+		{"model", e.Model, maxField}, {"region", e.Region, maxField}, {"decision", e.Decision, maxField},
+		{"policy", e.Policy, maxField}, {"friction", e.Friction, maxField},
 	} {
-		if !ValidText(f.v) {
-			return fmt.Errorf("%w entry %q: %s is not valid UTF-8 text of at most %d bytes", ErrInvalid, e.RequestID, f.name, maxField)
+		if len(f.v) > f.max {
+			return fmt.Errorf("%w entry %q: %s longer than %d bytes", ErrInvalid, e.RequestID, f.name, f.max)
 		}
-	}
-	for _, f := range [...]struct{ name, v string }{
-		{"request id", e.RequestID}, {"tenant", e.Tenant}, {"user", e.User}, {"key id", e.KeyID},
-	} {
-		if len(f.v) > maxKeyField {
-			return fmt.Errorf("%w entry %q: %s longer than %d bytes", ErrInvalid, e.RequestID, f.name, maxKeyField)
+		if !ValidText(f.v) {
+			return fmt.Errorf("%w entry %q: %s is not valid UTF-8 text", ErrInvalid, e.RequestID, f.name)
 		}
 	}
 	if negative(e.Estimated) || negative(e.Actual) || e.EstimatedCost < 0 || e.ActualCost < 0 {
