@@ -344,6 +344,17 @@ func periodName(l weighted.Limit, now time.Time) string {
 	return fmt.Sprintf("p%d:%d", l.Period.Microseconds(), now.UnixMicro()/max(l.Period.Microseconds(), 1))
 }
 
+// samePeriod tells whether a and b are in one period of l, as
+// periodName names them, without formatting a name.
+func samePeriod(l weighted.Limit, a, b time.Time) bool {
+	a, b = a.UTC(), b.UTC()
+	if l.Calendar == weighted.Month {
+		return a.Year() == b.Year() && a.Month() == b.Month()
+	}
+	p := max(l.Period.Microseconds(), 1)
+	return a.UnixMicro()/p == b.UnixMicro()/p
+}
+
 // Limit returns budget l (its Rate the global amount) as this region
 // enforces it for key now: its Rate is the region's cap, 1 at least (a
 // weighted limit's least rate); 1 too while the cap is not read yet, so
@@ -403,7 +414,7 @@ func (g *Regions) limitFor(ctx context.Context, l weighted.Limit, key string) (o
 		cp := scaledCap(c.cap, c.total, l.Rate)
 		out.Rate, shut = max(cp, 1), cp <= 0
 	}
-	if periodName(l, g.sharedNow()) != k.period {
+	if !samePeriod(l, now, g.sharedNow()) {
 		// The store's clock is in a period the shared clock is not (yet,
 		// or any more): its cap is spent only while both are in it.
 		out.Rate, shut = 1, true
