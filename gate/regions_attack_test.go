@@ -31,15 +31,8 @@ import (
 // test's true clock), is in its period too.
 func TestRegionsAttackStoreClocksSkewedBetweenRegions(t *testing.T) {
 	ctx := context.Background()
-	dsn := pgtest.New(t)
-	const key = "{acme}:tenant=acme"
-	const budget = 200
-	lim := weighted.Limit{Name: "daily", Algorithm: weighted.FixedWindow, Rate: budget, Period: 24 * time.Hour}
-	trueClock, advance := fakeClock(time.Date(2026, 12, 2, 23, 0, 0, 0, time.UTC))
-	euStore := weighted.NewMemory(weighted.MemoryConfig{Now: func() time.Time { return trueClock().Add(15 * time.Minute) }})
-	usStore := weighted.NewMemory(weighted.MemoryConfig{Now: trueClock})
-	eu := newRegion(t, dsn, "eu", euStore, trueClock)
-	us := newRegion(t, dsn, "us", usStore, trueClock)
+	const key = regAtkKey
+	lim, trueClock, advance, eu, us, euStore, usStore := regAtkSkewed(t, 15*time.Minute)
 	for _, rg := range []*gate.Regions{eu, us} {
 		if err := rg.SyncClock(ctx); err != nil {
 			t.Fatal(err)
@@ -62,12 +55,7 @@ func TestRegionsAttackStoreClocksSkewedBetweenRegions(t *testing.T) {
 		}
 		advance(time.Minute)
 	}
-	t.Logf("eu's store 15 min ahead of us's: global spend per true day %v, budget %d a day", perDay, budget)
-	for d, s := range perDay {
-		if s > budget {
-			t.Errorf("true day %d: global spend %d, above the budget %d", d, s, budget)
-		}
-	}
+	regAtkWithinBudget(t, "eu's store 15 min ahead of us's", perDay)
 }
 
 // TestRegionsAttackStoreClockBehindSpendsLastPeriodsCap: eu's store runs
@@ -79,15 +67,8 @@ func TestRegionsAttackStoreClocksSkewedBetweenRegions(t *testing.T) {
 // each true day holds at most the budget.
 func TestRegionsAttackStoreClockBehindSpendsLastPeriodsCap(t *testing.T) {
 	ctx := context.Background()
-	dsn := pgtest.New(t)
-	const key = "{acme}:tenant=acme"
-	const budget = 200
-	lim := weighted.Limit{Name: "daily", Algorithm: weighted.FixedWindow, Rate: budget, Period: 24 * time.Hour}
-	trueClock, advance := fakeClock(time.Date(2026, 12, 2, 23, 0, 0, 0, time.UTC))
-	euStore := weighted.NewMemory(weighted.MemoryConfig{Now: func() time.Time { return trueClock().Add(-15 * time.Minute) }})
-	usStore := weighted.NewMemory(weighted.MemoryConfig{Now: trueClock})
-	eu := newRegion(t, dsn, "eu", euStore, trueClock)
-	us := newRegion(t, dsn, "us", usStore, trueClock)
+	const key = regAtkKey
+	lim, trueClock, advance, eu, us, euStore, usStore := regAtkSkewed(t, -15*time.Minute)
 	for _, rg := range []*gate.Regions{eu, us} {
 		if err := rg.Rebalance(ctx); err != nil {
 			t.Fatal(err)
@@ -110,10 +91,37 @@ func TestRegionsAttackStoreClockBehindSpendsLastPeriodsCap(t *testing.T) {
 		}
 		advance(time.Minute)
 	}
-	t.Logf("eu's store 15 min behind us's, eu cut off: global spend per true day %v, budget %d a day", perDay, budget)
+	regAtkWithinBudget(t, "eu's store 15 min behind us's, eu cut off", perDay)
+}
+
+// regAtkKey and regAtkBudget are the key and the daily budget of the
+// skewed-store attacks.
+const (
+	regAtkKey    = "{acme}:tenant=acme"
+	regAtkBudget = 200
+)
+
+// regAtkSkewed opens regions eu and us on one PostgreSQL, each with its
+// own store, eu's store's clock skew from the true one, at true 23:00 of
+// 2026-12-02, and returns the daily budget and the true clock.
+func regAtkSkewed(t *testing.T, skew time.Duration) (lim weighted.Limit, trueClock func() time.Time, advance func(time.Duration),
+	eu, us *gate.Regions, euStore, usStore weighted.Store) {
+	dsn := pgtest.New(t)
+	lim = weighted.Limit{Name: "daily", Algorithm: weighted.FixedWindow, Rate: regAtkBudget, Period: 24 * time.Hour}
+	trueClock, advance = fakeClock(time.Date(2026, 12, 2, 23, 0, 0, 0, time.UTC))
+	euStore = weighted.NewMemory(weighted.MemoryConfig{Now: func() time.Time { return trueClock().Add(skew) }})
+	usStore = weighted.NewMemory(weighted.MemoryConfig{Now: trueClock})
+	return lim, trueClock, advance, newRegion(t, dsn, "eu", euStore, trueClock), newRegion(t, dsn, "us", usStore, trueClock), euStore, usStore
+}
+
+// regAtkWithinBudget fails for each true day whose global spend in
+// perDay is above regAtkBudget.
+func regAtkWithinBudget(t *testing.T, what string, perDay map[int]int64) {
+	t.Helper()
+	t.Logf("%s: global spend per true day %v, budget %d a day", what, perDay, regAtkBudget)
 	for d, s := range perDay {
-		if s > budget {
-			t.Errorf("true day %d: global spend %d, above the budget %d", d, s, budget)
+		if s > regAtkBudget {
+			t.Errorf("true day %d: global spend %d, above the budget %d", d, s, regAtkBudget)
 		}
 	}
 }
