@@ -188,10 +188,13 @@ func slotView(nodes string) string {
 }
 
 // Client returns a cluster client for c, closed when t ends. It follows up
-// to 16 redirects, so that a test that migrates slots does not run out.
+// to 64 redirects, TRYAGAIN retries included (go-redis counts them alike,
+// with a backoff of up to half a second between them), so that a command
+// outlasts a slot migration step even on a loaded machine: with 16, one
+// ran out during a step of TestCluster and returned its last MOVED.
 func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	t.Helper()
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, MaxRedirects: 16, PoolSize: 64})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, MaxRedirects: 64, PoolSize: 64})
 	t.Cleanup(func() { cc.Close() })
 	return cc
 }
