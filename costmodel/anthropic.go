@@ -151,14 +151,18 @@ func (e *Estimator) estimateAnthropic(body []byte) (Estimate, error) {
 		fStream    = &topField{name: "stream"}
 		fThinking  = &topField{name: "thinking"}
 		fMCP       = &topField{name: "mcp_servers"}
+		fGeo       = &topField{name: "inference_geo"}
+		fSpeed     = &topField{name: "speed"}
 	)
-	if err := scanTop(kind, body, fModel, fSystem, fMessages, fTools, fChoice, fMaxTokens, fStream, fThinking, fMCP); err != nil {
+	if err := scanTop(kind, body, fModel, fSystem, fMessages, fTools, fChoice, fMaxTokens, fStream, fThinking, fMCP, fGeo, fSpeed); err != nil {
 		return Estimate{}, err
 	}
 	var (
 		modelName string
 		maxTokens int64
 		stream    bool
+		geo       string
+		speed     string
 		choice    struct {
 			Type string `json:"type"`
 		}
@@ -169,7 +173,7 @@ func (e *Estimator) estimateAnthropic(body []byte) (Estimate, error) {
 	for _, d := range []struct {
 		f *topField
 		v any
-	}{{fModel, &modelName}, {fMaxTokens, &maxTokens}, {fStream, &stream}, {fChoice, &choice}, {fThinking, &thinking}} {
+	}{{fModel, &modelName}, {fMaxTokens, &maxTokens}, {fStream, &stream}, {fChoice, &choice}, {fThinking, &thinking}, {fGeo, &geo}, {fSpeed, &speed}} {
 		if err := decodeField(kind, body, d.f, d.v); err != nil {
 			return Estimate{}, err
 		}
@@ -219,6 +223,9 @@ func (e *Estimator) estimateAnthropic(body []byte) (Estimate, error) {
 	est.Usage.OutputTokens = e.reserve(e.outputLimit(m, limit))
 	est.OutputCap, est.Outputs = e.outputLimit(m, limit), 1
 	est.Tools = fTools.raw(body) != nil
+	// Asked for, priced so until the answer says where and at which speed
+	// it was served (usage.inference_geo, usage.speed).
+	est.Usage.InferenceGeo, est.Usage.Speed = geo, speed
 	e.finish(m, &est)
 	return est, nil
 }

@@ -33,6 +33,11 @@ type Usage struct {
 	// usage.inference_geo); empty when it said nothing. "us" changes the
 	// token rates; see Price.USInferencePercent.
 	InferenceGeo string `json:"inference_geo,omitempty"`
+	// Speed is the speed the request was served at (Anthropic's
+	// usage.speed, or the request's speed when the response says
+	// nothing); empty for the standard speed. "fast" changes the token
+	// rates; see Price.FastPercent.
+	Speed string `json:"speed,omitempty"`
 }
 
 // TotalTokens returns InputTokens + OutputTokens, saturating.
@@ -67,6 +72,12 @@ type Price struct {
 	// inference_geo "us": 110 on the models that offer it); 0 means 100.
 	// An inference_geo other than "" or "global" is charged it too.
 	USInferencePercent int64 `yaml:"us_inference_percent" json:"us_inference_percent,omitempty"`
+	// FastPercent is the share, in percent, of the token rates charged for
+	// usage served in Anthropic's fast mode (speed "fast": 600 on Opus
+	// 4.6); 0 means 600, the highest multiplier published, so that a model
+	// whose fast mode is not in the table is not undercharged. A speed
+	// other than "" or "standard" is charged it too.
+	FastPercent int64 `yaml:"fast_percent" json:"fast_percent,omitempty"`
 	// MaxOutputTokens is the model's maximum output, reserved when a request
 	// does not say how much it may produce. 0 means unknown.
 	MaxOutputTokens int64 `yaml:"max_output_tokens" json:"max_output_tokens,omitempty"`
@@ -102,7 +113,7 @@ func (p Price) hasNegative() bool {
 	l := p.LongContext
 	return p.Input < 0 || p.CachedInput < 0 || p.CacheWrite < 0 || p.CacheWrite1h < 0 || p.Output < 0 ||
 		p.AudioInput < 0 || p.AudioOutput < 0 || p.PerCall < 0 || p.PerUnit < 0 || p.WebSearch < 0 ||
-		p.FileSearch < 0 || p.FlexPercent < 0 || p.USInferencePercent < 0 || p.PriorityPercent < 0 || p.MaxOutputTokens < 0 ||
+		p.FileSearch < 0 || p.FlexPercent < 0 || p.USInferencePercent < 0 || p.FastPercent < 0 || p.PriorityPercent < 0 || p.MaxOutputTokens < 0 ||
 		l.Threshold < 0 || l.Input < 0 || l.CachedInput < 0 || l.CacheWrite < 0 || l.CacheWrite1h < 0 ||
 		l.Output < 0 || l.AudioInput < 0 || l.AudioOutput < 0
 }
@@ -143,7 +154,7 @@ func (p Price) rates(u Usage) tokenRates {
 	} else {
 		r = ratesOf(p.Input, p.CachedInput, p.CacheWrite, p.CacheWrite1h, p.Output, p.AudioInput, p.AudioOutput)
 	}
-	for _, pct := range [...]int64{p.tierPercent(u.ServiceTier), p.geoPercent(u.InferenceGeo)} {
+	for _, pct := range [...]int64{p.tierPercent(u.ServiceTier), p.geoPercent(u.InferenceGeo), p.speedPercent(u.Speed)} {
 		if pct == 100 {
 			continue
 		}
@@ -163,6 +174,20 @@ func (p Price) geoPercent(geo string) int64 {
 	}
 	return p.USInferencePercent
 }
+
+// speedPercent returns the share of the token rates charged for the speed
+// a request was served at: 100 for "" and "standard", FastPercent (600
+// when unset) for any other.
+func (p Price) speedPercent(speed string) int64 {
+	if speed == "" || speed == "standard" {
+		return 100
+	}
+	return cmp.Or(p.FastPercent, defaultFastPercent)
+}
+
+// defaultFastPercent is the highest fast-mode multiplier Anthropic
+// publishes (Opus 4.6: 6x the standard rates).
+const defaultFastPercent = 600
 
 // tierPercent returns the share of the token rates charged for a service
 // tier as a response reports it: 100 for the standard tiers ("", "default",
@@ -195,7 +220,8 @@ func (p Price) tierPercent(tier string) int64 {
 // CachedInputTokens and CacheWriteTokens (never below zero); its audio part
 // is priced as audio. A request whose InputTokens pass LongContext.Threshold
 // is priced at the long-context rates; u.ServiceTier scales the token rates
-// (see tierPercent). Negative counts count as zero.
+// (see tierPercent), u.InferenceGeo and u.Speed scale them too (see
+// geoPercent and speedPercent). Negative counts count as zero.
 //
 // Arithmetic saturates: a cost that does not fit in NanoUSD is
 // math.MaxInt64 (see ErrCostOverflow), never a wrapped or negative amount.

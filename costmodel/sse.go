@@ -338,6 +338,9 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 			if u.InferenceGeo != "" {
 				m.usage.InferenceGeo = u.InferenceGeo
 			}
+			if u.Speed != "" {
+				m.usage.Speed = u.Speed
+			}
 			if u.InputTokens != nil || u.CacheReadInputTokens != nil || u.CacheCreationInputTokens != nil || u.CacheCreation != nil {
 				in := Usage{}
 				merged := anthropicUsage{InputTokens: u.InputTokens, CacheReadInputTokens: u.CacheReadInputTokens,
@@ -364,6 +367,7 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 				in.OutputTokens = m.usage.OutputTokens
 				in.WebSearchRequests = m.usage.WebSearchRequests
 				in.InferenceGeo = m.usage.InferenceGeo
+				in.Speed = m.usage.Speed
 				m.usage = in
 			}
 			m.reported = true

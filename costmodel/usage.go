@@ -84,6 +84,7 @@ type anthropicUsage struct {
 		WebSearchRequests int64 `json:"web_search_requests"`
 	} `json:"server_tool_use"`
 	InferenceGeo string `json:"inference_geo"` // where inference ran: "us" is priced apart
+	Speed        string `json:"speed"`         // the speed it was served at: "fast" is priced apart
 }
 
 // anthropicCacheCreation splits cache writes by cache lifetime.
@@ -108,6 +109,7 @@ func (a *anthropicUsage) usage() Usage {
 		u.WebSearchRequests = s.WebSearchRequests
 	}
 	u.InferenceGeo = a.InferenceGeo
+	u.Speed = a.Speed
 	return u.clamped()
 }
 

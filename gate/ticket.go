@@ -133,6 +133,7 @@ func (t *ticket) appendJSON(b []byte) []byte {
 	num("units", u.Units, true)
 	str("service_tier", u.ServiceTier, true)
 	str("inference_geo", u.InferenceGeo, true)
+	str("speed", u.Speed, true)
 	b = append(b, '}')
 	num("c", t.Cost, false)
 	num("n", t.Requests, false)

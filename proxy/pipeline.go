@@ -541,6 +541,11 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 	if x.status >= 400 {
 		return u, model, ledger.StatusFailed
 	}
+	if u.Speed == "" {
+		// An answer that does not say its speed is charged the one asked
+		// for: a fast request is not billed at the standard rates.
+		u.Speed = x.est.Usage.Speed
+	}
 	return u, model, ledger.StatusSettled
 }
 
@@ -560,6 +565,9 @@ func atLeast(u, floor costmodel.Usage) costmodel.Usage {
 	}
 	if u.InferenceGeo == "" {
 		u.InferenceGeo = floor.InferenceGeo
+	}
+	if u.Speed == "" {
+		u.Speed = floor.Speed
 	}
 	return u
 }
