@@ -24,6 +24,7 @@ type Usage struct {
 	AudioOutputTokens  int64 `json:"audio_output_tokens,omitempty"`   // part of OutputTokens that are audio
 	WebSearchRequests  int64 `json:"web_search_requests,omitempty"`   // server-side web searches billed per search
 	FileSearchCalls    int64 `json:"file_search_calls,omitempty"`     // Responses file_search tool calls, billed per call
+	ContainerGB        int64 `json:"container_gb,omitempty"`          // gigabytes of the containers the request had the upstream create (code_interpreter, shell)
 	Units              int64 `json:"units,omitempty"`                 // generic APIs: units of the route's unit
 	// ServiceTier is the processing tier the response reported (OpenAI's
 	// service_tier: "default", "flex", "priority", "scale"); empty when it
@@ -38,6 +39,19 @@ type Usage struct {
 	// nothing); empty for the standard speed. "fast" changes the token
 	// rates; see Price.FastPercent.
 	Speed string `json:"speed,omitempty"`
+}
+
+// Asked returns u, an answer's usage, with what the request asked for
+// (est, its estimated usage) and answers do not always say: the speed asked
+// for when u reports none, so that a fast request is not billed at the
+// standard rates, and the containers the request had the upstream create,
+// which it bills whether or not the model ran code in them.
+func (u Usage) Asked(est Usage) Usage {
+	if u.Speed == "" {
+		u.Speed = est.Speed
+	}
+	u.ContainerGB = max(u.ContainerGB, est.ContainerGB)
+	return u
 }
 
 // TotalTokens returns InputTokens + OutputTokens, saturating.
@@ -58,6 +72,7 @@ type Price struct {
 	PerUnit      NanoUSD          `yaml:"per_unit" json:"per_unit,omitempty"`             // per unit of Usage.Units
 	WebSearch    NanoUSD          `yaml:"web_search" json:"web_search,omitempty"`         // per web search (Usage.WebSearchRequests)
 	FileSearch   NanoUSD          `yaml:"file_search" json:"file_search,omitempty"`       // per file_search call (Usage.FileSearchCalls); 0 means OpenAI's $2.50 per 1,000
+	Container    NanoUSD          `yaml:"container" json:"container,omitempty"`           // per GB of container created (Usage.ContainerGB), a 20-minute session; 0 means OpenAI's $0.03
 	LongContext  LongContextPrice `yaml:"long_context" json:"long_context,omitzero"`      // higher rates for long prompts; zero means none
 	// FlexPercent is the share, in percent, of the token rates charged for a
 	// response served with service_tier "flex"; 0 means 100.
@@ -104,7 +119,7 @@ type LongContextPrice struct {
 func (p Price) IsZero() bool {
 	return p.Input == 0 && p.CachedInput == 0 && p.CacheWrite == 0 && p.CacheWrite1h == 0 && p.Output == 0 &&
 		p.AudioInput == 0 && p.AudioOutput == 0 && p.PerCall == 0 && p.PerUnit == 0 && p.WebSearch == 0 &&
-		p.FileSearch == 0 && p.LongContext == (LongContextPrice{})
+		p.FileSearch == 0 && p.Container == 0 && p.LongContext == (LongContextPrice{})
 }
 
 // hasNegative reports whether an amount, a percentage or MaxOutputTokens of
@@ -113,7 +128,7 @@ func (p Price) hasNegative() bool {
 	l := p.LongContext
 	return p.Input < 0 || p.CachedInput < 0 || p.CacheWrite < 0 || p.CacheWrite1h < 0 || p.Output < 0 ||
 		p.AudioInput < 0 || p.AudioOutput < 0 || p.PerCall < 0 || p.PerUnit < 0 || p.WebSearch < 0 ||
-		p.FileSearch < 0 || p.FlexPercent < 0 || p.USInferencePercent < 0 || p.FastPercent < 0 || p.PriorityPercent < 0 || p.MaxOutputTokens < 0 ||
+		p.FileSearch < 0 || p.Container < 0 || p.FlexPercent < 0 || p.USInferencePercent < 0 || p.FastPercent < 0 || p.PriorityPercent < 0 || p.MaxOutputTokens < 0 ||
 		l.Threshold < 0 || l.Input < 0 || l.CachedInput < 0 || l.CacheWrite < 0 || l.CacheWrite1h < 0 ||
 		l.Output < 0 || l.AudioInput < 0 || l.AudioOutput < 0
 }
@@ -244,8 +259,14 @@ func (p Price) Cost(u Usage) NanoUSD {
 	total = addSat(total, mulSat(u.Units, int64(p.PerUnit)))
 	total = addSat(total, mulSat(u.WebSearchRequests, int64(p.WebSearch)))
 	total = addSat(total, mulSat(u.FileSearchCalls, int64(cmp.Or(p.FileSearch, defaultFileSearch))))
+	total = addSat(total, mulSat(u.ContainerGB, int64(cmp.Or(p.Container, defaultContainer))))
 	return NanoUSD(total)
 }
+
+// defaultContainer is OpenAI's price of a 20-minute session of a 1 GB
+// container (code_interpreter, hosted shell), $0.03; 4, 16 and 64 GB
+// containers cost 4, 16 and 64 times it.
+const defaultContainer NanoUSD = 30_000_000
 
 // defaultFileSearch is OpenAI's price of a file_search call, $2.50 per
 // 1,000: a model's price that names none still bills the calls.

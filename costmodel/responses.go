@@ -21,7 +21,51 @@ type responsesTool struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	Parameters  json.RawMessage `json:"parameters"`
-	Format      json.RawMessage `json:"format"` // a custom tool's grammar
+	Format      json.RawMessage `json:"format"`      // a custom tool's grammar
+	Container   json.RawMessage `json:"container"`   // code_interpreter's: {"type": "auto", ...} or a container's id
+	Environment json.RawMessage `json:"environment"` // shell's: {"type": "container_auto", ...}, "local", a reference
+}
+
+// containerGB returns the gigabytes of the container t has the upstream
+// create: a code_interpreter tool's automatic container, or a shell
+// tool's; 0 for a container named by its id, a local shell, other tools.
+// A memory_limit costgate does not know counts as the largest, 64 GB.
+func (t responsesTool) containerGB() (int64, error) {
+	var raw json.RawMessage
+	var auto string
+	switch t.Type {
+	case "code_interpreter":
+		raw, auto = t.Container, "auto"
+	case "shell":
+		raw, auto = t.Environment, "container_auto"
+	default:
+		return 0, nil
+	}
+	if len(raw) == 0 || raw[0] != '{' {
+		return 0, nil // an existing container's id, or none
+	}
+	var c struct {
+		Type        string  `json:"type"`
+		MemoryLimit *string `json:"memory_limit"`
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return 0, err
+	}
+	if c.Type != auto {
+		return 0, nil
+	}
+	if c.MemoryLimit == nil {
+		return 1, nil
+	}
+	switch *c.MemoryLimit {
+	case "1g":
+		return 1, nil
+	case "4g":
+		return 4, nil
+	case "16g":
+		return 16, nil
+	}
+	return 64, nil
 }
 
 type responsesItem struct {
@@ -113,8 +157,13 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 		return Estimate{}, badRequest(kind, nil, "input: want a string or an array of items")
 	}
 	var tools []functionDef
-	var searches int64
-	for _, t := range rtools {
+	var searches, containerGB int64
+	for i, t := range rtools {
+		gb, err := t.containerGB()
+		if err != nil {
+			return Estimate{}, badRequest(kind, err, "tools[%d]", i)
+		}
+		containerGB = addSat(containerGB, gb)
 		switch t.Type {
 		case "function":
 			tools = append(tools, functionDef{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
@@ -140,6 +189,7 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 	est.Usage.InputTokens = addSat(in, c.n)
 	est.Usage.AudioInputTokens = c.audio
 	est.Usage.WebSearchRequests = searches
+	est.Usage.ContainerGB = containerGB
 	est.Usage.ServiceTier = requestedTier(tier)
 	est.Usage.OutputTokens = e.reserve(e.outputLimit(m, limit))
 	est.OutputCap, est.Outputs = e.outputLimit(m, limit), 1

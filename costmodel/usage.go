@@ -133,6 +133,7 @@ func (u Usage) clamped() Usage {
 	u.AudioOutputTokens = min(max(u.AudioOutputTokens, 0), u.OutputTokens)
 	u.WebSearchRequests = max(u.WebSearchRequests, 0)
 	u.FileSearchCalls = max(u.FileSearchCalls, 0)
+	u.ContainerGB = max(u.ContainerGB, 0)
 	u.Units = max(u.Units, 0)
 	return u
 }

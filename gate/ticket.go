@@ -130,6 +130,7 @@ func (t *ticket) appendJSON(b []byte) []byte {
 	num("audio_output_tokens", u.AudioOutputTokens, true)
 	num("web_search_requests", u.WebSearchRequests, true)
 	num("file_search_calls", u.FileSearchCalls, true)
+	num("container_gb", u.ContainerGB, true)
 	num("units", u.Units, true)
 	str("service_tier", u.ServiceTier, true)
 	str("inference_geo", u.InferenceGeo, true)

@@ -541,12 +541,7 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 	if x.status >= 400 {
 		return u, model, ledger.StatusFailed
 	}
-	if u.Speed == "" {
-		// An answer that does not say its speed is charged the one asked
-		// for: a fast request is not billed at the standard rates.
-		u.Speed = x.est.Usage.Speed
-	}
-	return u, model, ledger.StatusSettled
+	return u.Asked(x.est.Usage), model, ledger.StatusSettled
 }
 
 // atLeast is u with each count raised to floor's where it is lower.
@@ -560,6 +555,7 @@ func atLeast(u, floor costmodel.Usage) costmodel.Usage {
 	u.AudioOutputTokens = max(u.AudioOutputTokens, floor.AudioOutputTokens)
 	u.WebSearchRequests = max(u.WebSearchRequests, floor.WebSearchRequests)
 	u.FileSearchCalls = max(u.FileSearchCalls, floor.FileSearchCalls)
+	u.ContainerGB = max(u.ContainerGB, floor.ContainerGB)
 	if u.ServiceTier == "" {
 		u.ServiceTier = floor.ServiceTier
 	}

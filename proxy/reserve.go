@@ -527,6 +527,9 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 			badRequest(w, path, "invalid_response", "response: "+err.Error())
 			return
 		}
+		if ch.Status == ledger.StatusSettled {
+			u = u.Asked(req.Estimate.Usage)
+		}
 		ch.Usage = u
 		if ch.Model == "" {
 			ch.Model = served
