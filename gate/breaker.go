@@ -80,8 +80,9 @@ func (b *breaker) done(err error) {
 	}
 }
 
-// abstain ends a call allow let through that did not reach the store: a
-// half-open breaker lets its next probe through.
+// abstain ends a call allow let through that the store did not answer
+// and that did not fail: a half-open breaker lets its next probe through,
+// and a closed one keeps its run of failures.
 func (b *breaker) abstain() {
 	b.mu.Lock()
 	b.probing = false
@@ -130,13 +131,19 @@ func (g *guardedStore) call(ctx context.Context, op telemetry.StoreOp, f func(co
 	}
 	g.tel.StoreOp(op, time.Since(start), err)
 	// Only a failing store counts against its health: an allow-list of
-	// transport errors, Redis errors and unanswered calls. A decision error
-	// (a cost larger than a limit, an invalid cost), a busy queue or a
-	// store that must first be restored do not.
-	if weighted.IsStoreFailure(err) {
+	// transport errors, Redis errors and unanswered calls. Only an answer
+	// counts for it: a decision or a store that must first be restored. A
+	// decision error found before any call (a cost larger than a limit, an
+	// invalid cost), a busy queue or a caller that left tell nothing of
+	// the store: they neither close a half-open breaker nor end a run of
+	// failures.
+	switch {
+	case weighted.IsStoreFailure(err):
 		g.breaker.done(err)
-	} else {
+	case err == nil, errors.Is(err, weighted.ErrStale):
 		g.breaker.done(nil)
+	default:
+		g.breaker.abstain()
 	}
 	return err
 }
