@@ -114,6 +114,10 @@ func (u *upstream) rewrite(pr *httputil.ProxyRequest) {
 	out.Header.Del("Authorization")
 	out.Header.Del("X-Api-Key")
 	out.Header.Del("X-Request-Id")
+	// The organization and project costgate's credential acts as (and is
+	// billed under) are costgate's to choose, not the tenant's.
+	out.Header.Del("OpenAI-Organization")
+	out.Header.Del("OpenAI-Project")
 	// The client's trailers would reach the upstream after a body that
 	// costgate has read and priced, unchecked (a trailer named X-Api-Key).
 	out.Trailer = nil
