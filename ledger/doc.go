@@ -100,5 +100,8 @@
 // beside a serving process opens the ledger with Config.ReadOnly.
 //
 // Money is costmodel.NanoUSD and token counts are int64; no float is ever
-// stored. Timestamps are kept to the microsecond, in UTC.
+// stored. One entry costs at most MaxCost (2^53 nano-dollars, about $9
+// million): Reserve refuses a larger estimate, and a larger settlement is
+// charged MaxCost. Every sum of costs saturates at math.MaxInt64.
+// Timestamps are kept to the microsecond, in UTC.
 package ledger

@@ -90,6 +90,20 @@ func (e *Entry) Charge() costmodel.NanoUSD {
 // ErrInvalid reports an entry or query that the ledger refuses.
 var ErrInvalid = errors.New("ledger: invalid")
 
+// MaxCost is the largest cost of one entry, 2^53 nano-USD (about $9
+// million). Reserve refuses an EstimatedCost above it with ErrInvalid; a
+// settlement whose ActualCost (or EstimatedCost) is above it is recorded,
+// and charged, at MaxCost. The bound keeps a roll-up bucket exact up to
+// 1,024 entries at MaxCost, so that an absurd estimate or usage does not
+// saturate the tenant's spend and a later settlement does not take other
+// entries' spend away with it.
+const MaxCost costmodel.NanoUSD = 1 << 53
+
+// boundCost returns c, or MaxCost when c is above it.
+func boundCost(c costmodel.NanoUSD) costmodel.NanoUSD {
+	return min(c, MaxCost)
+}
+
 // maxField bounds every string field, so that a record stays small.
 const maxField = 4096
 

@@ -49,8 +49,13 @@ const CloudEventType = "com.costgate.usage"
 //     system that deduplicates by id counts each request once however often
 //     it is exported.
 //
-// Export reads the store page by page, so it runs in constant memory.
+// Export reads the store page by page, so it runs in constant memory. It
+// fails with ErrInvalid, before writing anything, for a tenant that is not
+// valid text (see ValidText).
 func (l *Ledger) Export(ctx context.Context, w io.Writer, q Query, format string) error {
+	if err := checkFilter("export", "tenant", q.Tenant); err != nil {
+		return err
+	}
 	var ex exporter
 	bw := bufio.NewWriterSize(w, 64<<10)
 	switch format {

@@ -21,9 +21,16 @@ import (
 // as Spend does: the last values read for the same tenant and range plus
 // this node's records spooled since, with a *LocalSpendError whose Spend
 // is their sum.
+//
+// A key's sum past the largest int64 answers math.MaxInt64. KeySpend
+// fails with ErrInvalid for a tenant that is not valid text (see
+// ValidText).
 func (l *Ledger) KeySpend(ctx context.Context, tenant string, from, to time.Time) (map[string]costmodel.NanoUSD, error) {
 	if tenant == "" {
 		return nil, fmt.Errorf("%w key spend query: tenant is required", ErrInvalid)
+	}
+	if err := checkFilter("key spend query", "tenant", tenant); err != nil {
+		return nil, err
 	}
 	from, to, err := SpendQuery{From: from, To: to}.rangeOf(time.Time{}, time.UTC)
 	if err != nil {
@@ -67,7 +74,7 @@ func (l *Ledger) rangeKeySpend(ctx context.Context, tenant string, from, to time
 		}
 		for _, c := range cs {
 			if c.key != "" {
-				out[c.key] += c.cost
+				out[c.key] = addSat(out[c.key], c.cost)
 			}
 		}
 	}
@@ -89,17 +96,17 @@ func (l *Ledger) localKeySpend(k spendQueryKey, storeErr error) (map[string]cost
 	le := &LocalSpendError{ReadAt: last.at, Partial: partial, Err: storeErr}
 	for id, v := range last.values {
 		out[id] = v
-		le.Stored += v
+		le.Stored = addSat(le.Stored, v)
 	}
 	whole := spendQueryKey{tenant: k.tenant, from: k.from, to: k.to}
 	err := l.pendingEach(from, whole.match, func(keyID string, d costmodel.NanoUSD) {
-		out[keyID] += d
-		le.Pending += d
+		out[keyID] = addSat(out[keyID], d)
+		le.Pending = addSat(le.Pending, d)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w (and the spool: %v)", storeErr, err)
 	}
-	le.Spend = le.Stored + le.Pending
+	le.Spend = addSat(le.Stored, le.Pending)
 	return out, le
 }
 
@@ -114,39 +121,53 @@ type rows interface {
 }
 
 // scanKeySpend turns roll-up rows (scope, cost) of key scopes into spend by
-// key id.
-func scanKeySpend(rs rows) (map[string]costmodel.NanoUSD, error) {
+// key id; with halves, a row's cost is two columns, the sums of its high
+// and low halves (sqliteSumCost).
+func scanKeySpend(rs rows, halves bool) (map[string]costmodel.NanoUSD, error) {
 	out := map[string]costmodel.NanoUSD{}
 	for rs.Next() {
-		var (
-			scope string
-			cost  int64
-		)
-		if err := rs.Scan(&scope, &cost); err != nil {
+		var scope string
+		cost, err := scanCost(rs, halves, &scope)
+		if err != nil {
 			return nil, err
 		}
 		id, ok := strings.CutPrefix(scope, keyScope)
 		if !ok {
 			return nil, errors.New("a row of another scope")
 		}
-		out[id] += costmodel.NanoUSD(cost)
+		out[id] = addSat(out[id], costmodel.NanoUSD(cost))
 	}
 	return out, rs.Err()
 }
 
-// scanHeadCharges reads rows (user, key, cost) of entries' charges.
-func scanHeadCharges(rs rows) ([]headCharge, error) {
+// scanHeadCharges reads rows (user, key, region, cost) of entries'
+// charges, the cost as scanKeySpend reads it.
+func scanHeadCharges(rs rows, halves bool) ([]headCharge, error) {
 	var out []headCharge
 	for rs.Next() {
-		var (
-			c    headCharge
-			cost int64
-		)
-		if err := rs.Scan(&c.user, &c.key, &c.region, &cost); err != nil {
+		var c headCharge
+		cost, err := scanCost(rs, halves, &c.user, &c.key, &c.region)
+		if err != nil {
 			return nil, err
 		}
 		c.cost = costmodel.NanoUSD(cost)
 		out = append(out, c)
 	}
 	return out, rs.Err()
+}
+
+// scanCost scans the current row into dest followed by a cost: one column,
+// or with halves the two columns of sqliteSumCost, joined.
+func scanCost(rs rows, halves bool, dest ...any) (int64, error) {
+	var hi, lo int64
+	if halves {
+		if err := rs.Scan(append(dest, &hi, &lo)...); err != nil {
+			return 0, err
+		}
+		return joinHalves(hi, lo), nil
+	}
+	if err := rs.Scan(append(dest, &lo)...); err != nil {
+		return 0, err
+	}
+	return lo, nil
 }

@@ -182,7 +182,8 @@ func openStore(ctx context.Context, cfg Config, existing bool) (store, error) {
 // estimate counts towards spend from now on. It is one append to the spool;
 // the store gets it in the background. e.Status is ignored (the entry is
 // reserved) and a zero e.CreatedAt means now. Reserving a request id again
-// changes nothing. It fails with ErrSpoolFull when the store has been
+// changes nothing. It fails with ErrInvalid when e.EstimatedCost is above
+// MaxCost, and with ErrSpoolFull when the store has been
 // unreachable so long that the spool is at its limit. On any error the
 // request must not be forwarded. ctx is not used to abandon a record once
 // appended: an error means the request was not recorded, except when the
@@ -192,6 +193,10 @@ func openStore(ctx context.Context, cfg Config, existing bool) (store, error) {
 func (l *Ledger) Reserve(ctx context.Context, e Entry) error {
 	if err := e.check(); err != nil {
 		return err
+	}
+	if e.EstimatedCost > MaxCost {
+		return fmt.Errorf("%w entry %q: estimated cost %d nano-USD is above the largest cost of an entry, %d (MaxCost)",
+			ErrInvalid, e.RequestID, e.EstimatedCost, MaxCost)
 	}
 	e.Status = StatusReserved
 	if e.CreatedAt.IsZero() {
@@ -206,6 +211,8 @@ func (l *Ledger) Reserve(ctx context.Context, e Entry) error {
 // default), StatusFailed or StatusExpired. Non-empty descriptive fields (model, route,
 // upstream, region, decision, policy, friction) replace the reservation's;
 // tenant, user and key stay the reservation's. A zero e.SettledAt means now.
+// An e.ActualCost above MaxCost is recorded and charged as MaxCost (so is
+// an e.EstimatedCost above it).
 // Settle is idempotent by request id: only the first settlement of a request
 // counts. Settling a request that was never reserved records it whole.
 // Settle returns once the record is in the operating system (it survives
@@ -259,6 +266,7 @@ func (l *Ledger) settlement(e Entry) (*record, error) {
 		e.CreatedAt = e.SettledAt
 	}
 	e.CreatedAt, e.SettledAt = micro(e.CreatedAt), micro(e.SettledAt)
+	e.EstimatedCost, e.ActualCost = boundCost(e.EstimatedCost), boundCost(e.ActualCost)
 	return &record{kind: kindSettle, e: e}, nil
 }
 

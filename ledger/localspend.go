@@ -106,7 +106,7 @@ func (l *Ledger) localSpend(k spendQueryKey, storeErr error) (costmodel.NanoUSD,
 		return 0, fmt.Errorf("%w (and the spool: %v)", storeErr, err)
 	}
 	le := &LocalSpendError{
-		Spend: last.value + pending, Stored: last.value, ReadAt: last.at,
+		Spend: addSat(last.value, pending), Stored: last.value, ReadAt: last.at,
 		Pending: pending, Partial: partial, Err: storeErr,
 	}
 	return le.Spend, le
@@ -130,7 +130,7 @@ func (l *Ledger) pendingFrom(pos int64, known bool) (from int64, partial bool) {
 // fall in k.
 func (l *Ledger) pendingSpend(k spendQueryKey, pos int64) (costmodel.NanoUSD, error) {
 	var sum costmodel.NanoUSD
-	err := l.pendingEach(pos, k.match, func(_ string, d costmodel.NanoUSD) { sum += d })
+	err := l.pendingEach(pos, k.match, func(_ string, d costmodel.NanoUSD) { sum = addSat(sum, d) })
 	return sum, err
 }
 

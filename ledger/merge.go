@@ -17,6 +17,7 @@ package ledger
 import (
 	"context"
 	"math"
+	"math/big"
 	"strconv"
 	"time"
 
@@ -83,10 +84,11 @@ func addSpend(deltas map[spendKey]spendDelta, tenant, user, key string, at time.
 
 // addSat returns a+b, saturating at the bounds of int64. The roll-up
 // saturates instead of wrapping, and the stores' upserts likewise, since a
-// sum the store refused would stop the flusher for good: an upstream that
-// reports absurd usage is charged the largest cost (costmodel saturates),
-// and two such entries overflow their bucket.
-func addSat(a, b int64) int64 {
+// sum the store refused would stop the flusher for good; every read that
+// adds costs (the stores' sums, and Spend's and KeySpend's in Go)
+// saturates likewise rather than failing or wrapping. One entry costs at
+// most MaxCost, so a bucket saturates only past 1,024 such entries.
+func addSat[T ~int64](a, b T) T {
 	s := a + b
 	switch {
 	case a > 0 && b > 0 && s < 0:
@@ -95,6 +97,22 @@ func addSat(a, b int64) int64 {
 		return math.MinInt64
 	}
 	return s
+}
+
+// joinHalves returns hi<<32 + lo, saturating at the bounds of int64: the
+// sum of int64 values from the sums of their high halves (v >> 32) and of
+// their low halves (v & 0xFFFFFFFF), which SQLite adds exactly where the
+// SUM of the values themselves would overflow.
+func joinHalves(hi, lo int64) int64 {
+	v := new(big.Int).Lsh(big.NewInt(hi), 32)
+	v.Add(v, big.NewInt(lo))
+	switch {
+	case v.IsInt64():
+		return v.Int64()
+	case v.Sign() > 0:
+		return math.MaxInt64
+	}
+	return math.MinInt64
 }
 
 // spendRanges splits [from, to) into the UTC days wholly inside it, [d0,
@@ -360,6 +378,8 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 
 // merge applies r to the current row cur (nil when there is none). It returns
 // the new row, or nil when r changes nothing, and the change of its charge.
+// It bounds r's costs by MaxCost, as Reserve and Settle do, whatever wrote
+// the spool.
 func merge(cur *Entry, r *record) (*Entry, int64) {
 	switch r.kind {
 	case kindReserve:
@@ -369,10 +389,12 @@ func merge(cur *Entry, r *record) (*Entry, int64) {
 		e := r.e
 		e.Status = StatusReserved
 		e.Actual, e.ActualCost, e.SettledAt = costmodel.Usage{}, 0, time.Time{}
+		e.EstimatedCost = boundCost(e.EstimatedCost)
 		return &e, int64(e.Charge())
 	case kindSettle:
 		if cur == nil {
 			e := r.e
+			e.EstimatedCost, e.ActualCost = boundCost(e.EstimatedCost), boundCost(e.ActualCost)
 			return &e, int64(e.Charge())
 		}
 		if cur.Status != StatusReserved && cur.Status != StatusRecovered {
@@ -381,7 +403,7 @@ func merge(cur *Entry, r *record) (*Entry, int64) {
 		old := cur.Charge()
 		e := *cur
 		e.Status, e.HTTPStatus = r.e.Status, r.e.HTTPStatus
-		e.Actual, e.ActualCost, e.SettledAt = r.e.Actual, r.e.ActualCost, r.e.SettledAt
+		e.Actual, e.ActualCost, e.SettledAt = r.e.Actual, boundCost(r.e.ActualCost), r.e.SettledAt
 		for _, f := range [...]struct {
 			dst *string
 			src string

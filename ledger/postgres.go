@@ -524,10 +524,14 @@ func spendLess(a, b spendKey) bool {
 	return a.bucket < b.bucket
 }
 
+// pgSumCost is the sum of the cost column as a bigint, saturating at its
+// bounds: SUM of bigint is numeric, which the cast would refuse past them.
+const pgSumCost = `GREATEST(LEAST(COALESCE(SUM(cost), 0), 9223372036854775807), -9223372036854775808)::bigint`
+
 func (s *pgStore) spend(ctx context.Context, tenant, user, key string, from, to time.Time) (costmodel.NanoUSD, error) {
 	d0, d1, _, _ := spendRanges(from, to)
 	var v int64
-	if err := s.pool.QueryRow(ctx, `SELECT COALESCE(SUM(cost), 0)::bigint FROM ledger_spend
+	if err := s.pool.QueryRow(ctx, `SELECT `+pgSumCost+` FROM ledger_spend
 		WHERE tenant = $1 AND scope = $2 AND `+pgPeriod(3),
 		tenant, scopeOf(user, key, user != "", key != ""), d0, d1, from, to).Scan(&v); err != nil {
 		return 0, fmt.Errorf("ledger: postgres spend: %w", err)
@@ -537,14 +541,14 @@ func (s *pgStore) spend(ctx context.Context, tenant, user, key string, from, to 
 
 func (s *pgStore) keySpend(ctx context.Context, tenant string, from, to time.Time) (map[string]costmodel.NanoUSD, error) {
 	d0, d1, _, _ := spendRanges(from, to)
-	rows, err := s.pool.Query(ctx, `SELECT scope, SUM(cost)::bigint FROM ledger_spend
+	rows, err := s.pool.Query(ctx, `SELECT scope, `+pgSumCost+` FROM ledger_spend
 		WHERE tenant = $1 AND starts_with(scope, $2) AND `+pgPeriod(3)+` GROUP BY scope`,
 		tenant, keyScope, d0, d1, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: postgres key spend: %w", err)
 	}
 	defer rows.Close()
-	out, err := scanKeySpend(rows)
+	out, err := scanKeySpend(rows, false)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: postgres key spend: %w", err)
 	}
@@ -552,13 +556,13 @@ func (s *pgStore) keySpend(ctx context.Context, tenant string, from, to time.Tim
 }
 
 func (s *pgStore) headSpend(ctx context.Context, tenant string, from, to time.Time) ([]headCharge, error) {
-	rows, err := s.pool.Query(ctx, `SELECT user_id, key_id, region, SUM(cost)::bigint FROM ledger_entries
+	rows, err := s.pool.Query(ctx, `SELECT user_id, key_id, region, `+pgSumCost+` FROM ledger_entries
 		WHERE tenant = $1 AND created_at >= $2 AND created_at < $3 GROUP BY user_id, key_id, region`, tenant, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: postgres head spend: %w", err)
 	}
 	defer rows.Close()
-	out, err := scanHeadCharges(rows)
+	out, err := scanHeadCharges(rows, false)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: postgres head spend: %w", err)
 	}
@@ -567,7 +571,7 @@ func (s *pgStore) headSpend(ctx context.Context, tenant string, from, to time.Ti
 
 func (s *pgStore) summary(ctx context.Context, from, to time.Time) ([]TenantSpend, error) {
 	d0, d1, _, _ := spendRanges(from, to)
-	rows, err := s.pool.Query(ctx, `SELECT tenant, SUM(cost)::bigint, SUM(entries)::bigint FROM ledger_spend
+	rows, err := s.pool.Query(ctx, `SELECT tenant, `+pgSumCost+`, SUM(entries)::bigint FROM ledger_spend
 		WHERE scope = '' AND `+pgPeriod(1)+` GROUP BY tenant ORDER BY tenant`, d0, d1, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: postgres summary: %w", err)

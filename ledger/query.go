@@ -122,8 +122,13 @@ func (l *Ledger) Lookup(ctx context.Context, id string) (Entry, bool, error) {
 }
 
 // Entries returns one page of the entries q selects, as they are in the
-// store (call Flush first to include what is still in the spool).
+// store (call Flush first to include what is still in the spool). It fails
+// with ErrInvalid for a tenant that is not valid text (see ValidText),
+// which no entry can have.
 func (l *Ledger) Entries(ctx context.Context, q Query) (Page, error) {
+	if err := checkFilter("query", "tenant", q.Tenant); err != nil {
+		return Page{}, err
+	}
 	if q.Limit < 0 || q.Limit > MaxLimit {
 		return Page{}, fmt.Errorf("%w query: limit %d is outside 0..%d", ErrInvalid, q.Limit, MaxLimit)
 	}
@@ -168,6 +173,17 @@ type SpendQuery struct {
 	// period. To should be a 15-minute boundary or a time after the last
 	// entry: the roll-up counts whole buckets from there on.
 	From, To time.Time
+}
+
+// checkFilter refuses, with ErrInvalid, a filter value v of a query that no
+// entry can have because it is not valid text: a store would fail on it
+// (PostgreSQL refuses NUL and invalid UTF-8) and its error would read as
+// an outage.
+func checkFilter(query, name, v string) error {
+	if !ValidText(v) {
+		return fmt.Errorf("%w %s: %s is not valid UTF-8 text without NUL of at most %d bytes", ErrInvalid, query, name, maxField)
+	}
+	return nil
 }
 
 // rangeOf returns the bounds of q's range: [From, To) with From rounded
@@ -217,9 +233,20 @@ func Period(period string, at time.Time, tz *time.Location) (start, end time.Tim
 // A caller that can use an estimate takes it with errors.As; one that
 // cannot treats it as any error. The local answer scans the spool from
 // the last read, so its cost grows with the records since.
+//
+// A sum past the largest int64 answers math.MaxInt64. Spend fails with
+// ErrInvalid for a tenant, user, key or region that is not valid text
+// (see ValidText), which no entry can have.
 func (l *Ledger) Spend(ctx context.Context, q SpendQuery) (costmodel.NanoUSD, error) {
 	if q.Tenant == "" {
 		return 0, fmt.Errorf("%w spend query: tenant is required", ErrInvalid)
+	}
+	for _, f := range [...]struct{ name, v string }{
+		{"tenant", q.Tenant}, {"user", q.User}, {"key id", q.KeyID}, {"region", q.Region},
+	} {
+		if err := checkFilter("spend query", f.name, f.v); err != nil {
+			return 0, err
+		}
 	}
 	from, to, err := q.rangeOf(l.cfg.Now(), l.cfg.TimeZone)
 	if err != nil {
@@ -262,7 +289,7 @@ func (l *Ledger) rangeSpend(ctx context.Context, tenant, user, key string, from,
 		}
 		for _, c := range cs {
 			if (user == "" || c.user == user) && (key == "" || c.key == key) {
-				v += c.cost
+				v = addSat(v, c.cost)
 			}
 		}
 	}
@@ -270,7 +297,10 @@ func (l *Ledger) rangeSpend(ctx context.Context, tenant, user, key string, from,
 		return v, nil
 	}
 	rest, err := l.store.spend(ctx, tenant, user, key, from, to)
-	return v + rest, err
+	if err != nil {
+		return 0, err
+	}
+	return addSat(v, rest), nil
 }
 
 // regionSpend is the store's spend over [from, to) of the entries that
@@ -283,7 +313,7 @@ func (l *Ledger) regionSpend(ctx context.Context, k spendQueryKey, from, to time
 	var v costmodel.NanoUSD
 	for _, c := range cs {
 		if c.region == k.region && (k.user == "" || c.user == k.user) && (k.key == "" || c.key == k.key) {
-			v += c.cost
+			v = addSat(v, c.cost)
 		}
 	}
 	return v, nil

@@ -438,25 +438,31 @@ func sqlitePeriodArgs(from, to time.Time) []any {
 	return []any{d0.UnixMicro(), d1.UnixMicro(), from.UnixMicro(), d0.UnixMicro(), d1.UnixMicro(), to.UnixMicro()}
 }
 
+// sqliteSumCost is the sum of the cost column as two columns, the sums of
+// its high and low 32-bit halves, which joinHalves joins: neither can
+// overflow before 2^31 rows, where SQLite's SUM of the column itself fails
+// with "integer overflow" past the bounds of int64.
+const sqliteSumCost = `COALESCE(SUM(cost >> 32), 0), COALESCE(SUM(cost & 4294967295), 0)`
+
 func (s *sqliteStore) spend(ctx context.Context, tenant, user, key string, from, to time.Time) (costmodel.NanoUSD, error) {
 	args := append([]any{tenant, scopeOf(user, key, user != "", key != "")}, sqlitePeriodArgs(from, to)...)
-	var v int64
-	if err := s.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(cost), 0) FROM ledger_spend
-		WHERE tenant = ? AND scope = ? AND `+sqlitePeriod, args...).Scan(&v); err != nil {
+	var hi, lo int64
+	if err := s.db.QueryRowContext(ctx, `SELECT `+sqliteSumCost+` FROM ledger_spend
+		WHERE tenant = ? AND scope = ? AND `+sqlitePeriod, args...).Scan(&hi, &lo); err != nil {
 		return 0, fmt.Errorf("ledger: sqlite spend: %w", err)
 	}
-	return costmodel.NanoUSD(v), nil
+	return costmodel.NanoUSD(joinHalves(hi, lo)), nil
 }
 
 func (s *sqliteStore) keySpend(ctx context.Context, tenant string, from, to time.Time) (map[string]costmodel.NanoUSD, error) {
 	args := append([]any{tenant, keyScope}, sqlitePeriodArgs(from, to)...)
-	rows, err := s.db.QueryContext(ctx, `SELECT scope, SUM(cost) FROM ledger_spend
+	rows, err := s.db.QueryContext(ctx, `SELECT scope, `+sqliteSumCost+` FROM ledger_spend
 		WHERE tenant = ? AND substr(scope, 1, 2) = ? AND `+sqlitePeriod+` GROUP BY scope`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: sqlite key spend: %w", err)
 	}
 	defer rows.Close()
-	out, err := scanKeySpend(rows)
+	out, err := scanKeySpend(rows, true)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: sqlite key spend: %w", err)
 	}
@@ -464,13 +470,13 @@ func (s *sqliteStore) keySpend(ctx context.Context, tenant string, from, to time
 }
 
 func (s *sqliteStore) headSpend(ctx context.Context, tenant string, from, to time.Time) ([]headCharge, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT user_id, key_id, region, SUM(cost) FROM ledger_entries
+	rows, err := s.db.QueryContext(ctx, `SELECT user_id, key_id, region, `+sqliteSumCost+` FROM ledger_entries
 		WHERE tenant = ? AND created_at >= ? AND created_at < ? GROUP BY user_id, key_id, region`, tenant, from.UnixMicro(), to.UnixMicro())
 	if err != nil {
 		return nil, fmt.Errorf("ledger: sqlite head spend: %w", err)
 	}
 	defer rows.Close()
-	out, err := scanHeadCharges(rows)
+	out, err := scanHeadCharges(rows, true)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: sqlite head spend: %w", err)
 	}
@@ -478,7 +484,7 @@ func (s *sqliteStore) headSpend(ctx context.Context, tenant string, from, to tim
 }
 
 func (s *sqliteStore) summary(ctx context.Context, from, to time.Time) ([]TenantSpend, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT tenant, SUM(cost), SUM(entries) FROM ledger_spend
+	rows, err := s.db.QueryContext(ctx, `SELECT tenant, `+sqliteSumCost+`, SUM(entries) FROM ledger_spend
 		WHERE scope = '' AND `+sqlitePeriod+` GROUP BY tenant ORDER BY tenant`, sqlitePeriodArgs(from, to)...)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: sqlite summary: %w", err)
@@ -487,11 +493,11 @@ func (s *sqliteStore) summary(ctx context.Context, from, to time.Time) ([]Tenant
 	var out []TenantSpend
 	for rows.Next() {
 		var ts TenantSpend
-		var cost int64
-		if err := rows.Scan(&ts.Tenant, &cost, &ts.Entries); err != nil {
+		var hi, lo int64
+		if err := rows.Scan(&ts.Tenant, &hi, &lo, &ts.Entries); err != nil {
 			return nil, fmt.Errorf("ledger: sqlite summary: %w", err)
 		}
-		ts.Spend = costmodel.NanoUSD(cost)
+		ts.Spend = costmodel.NanoUSD(joinHalves(hi, lo))
 		out = append(out, ts)
 	}
 	if err := rows.Err(); err != nil {

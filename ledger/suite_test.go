@@ -626,6 +626,9 @@ func TestInvalidEntries(t *testing.T) {
 		"epoch":             {false, ledger.Entry{RequestID: "r", CreatedAt: time.Unix(0, 0)}},
 		"epoch after micro": {false, ledger.Entry{RequestID: "r", CreatedAt: time.Unix(0, 500)}},
 		"settled at epoch":  {true, ledger.Entry{RequestID: "r", SettledAt: time.Unix(0, 0)}},
+		// A settlement above MaxCost is charged MaxCost; a reservation is
+		// refused.
+		"estimate above MaxCost": {false, ledger.Entry{RequestID: "r", EstimatedCost: ledger.MaxCost + 1}},
 	} {
 		var err error
 		if c.settle {
