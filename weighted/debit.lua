@@ -72,171 +72,182 @@ end
 -- than all the arithmetic here. Four items fit; more grow the tables.
 local out = {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 local wv, wp, wm, rec_ttl = {false, false, false, false}, {false, false, false, false}, {}, 0
-for i = 1, n do
-  local algo, cap, rate, period, tick, cost
-  algo, cap, rate, period, tick, cost, pos = sunpack('<dddddd', buf, pos)
-  local ok, rem, retry, reset = 0, 0, 0, 0
-  if algo <= GCRA then
-    -- The meter, as lib.lua's meter and store compute it, spelled out
-    -- because it is the hot path: function calls cost more than the
-    -- arithmetic.
-    local p = period / tick
-    local full = cap * p
-    local v, ts, d, exp = vals[i], now, 0, 0
-    if v then
-      local vp
-      ts, d, vp, exp = sunpack('<dddd', v)
-      if d == 0 then
-        ts = now
-      else
-        if vp ~= p then
-          local f = math.ceil(d * p / vp)
-          if f >= 2 * full then d = 2 * full else d = f end
-        end
-        if d > 2 * full then d = 2 * full end
-        if now > ts then
-          local e = now - ts
-          e = (e - e % tick) / tick
-          if e > 0 then
-            local q = d + rate - 1
-            if e >= (q - q % rate) / rate then
-              ts, d = now, 0
-            else
-              d = d - e * rate
-              ts = ts + e * tick
+-- A denied debit debits nothing: the loop then runs again without the
+-- debits (after false), so that the items that fit report their state
+-- before their cost, as the items of a Peek do.
+local items_at = pos
+while true do
+  for i = 1, n do
+    local algo, cap, rate, period, tick, cost
+    algo, cap, rate, period, tick, cost, pos = sunpack('<dddddd', buf, pos)
+    local ok, rem, retry, reset = 0, 0, 0, 0
+    if algo <= GCRA then
+      -- The meter, as lib.lua's meter and store compute it, spelled out
+      -- because it is the hot path: function calls cost more than the
+      -- arithmetic.
+      local p = period / tick
+      local full = cap * p
+      local v, ts, d, exp = vals[i], now, 0, 0
+      if v then
+        local vp
+        ts, d, vp, exp = sunpack('<dddd', v)
+        if d == 0 then
+          ts = now
+        else
+          if vp ~= p then
+            local f = math.ceil(d * p / vp)
+            if f >= 2 * full then d = 2 * full else d = f end
+          end
+          if d > 2 * full then d = 2 * full end
+          if now > ts then
+            local e = now - ts
+            e = (e - e % tick) / tick
+            if e > 0 then
+              local q = d + rate - 1
+              if e >= (q - q % rate) / rate then
+                ts, d = now, 0
+              else
+                d = d - e * rate
+                ts = ts + e * tick
+              end
             end
           end
         end
       end
-    end
-    local nd = d + cost * p
-    if nd <= full then
-      ok = 1
-      if after then d = nd end
-    else
-      local q = d - (cap - cost) * p + rate - 1
-      retry = ts + (q - q % rate) / rate * tick - now
-    end
-    rem = full - d
-    if rem < 0 then rem = 0 end
-    rem = (rem - rem % p) / p
-    if d > 0 then
-      local q = d + rate - 1
-      reset = ts + (q - q % rate) / rate * tick - now
-    end
-    if ok == 1 and after and cost > 0 then
-      local need = now + reset + 999
-      need = (need - need % 1000) / 1000
-      if need <= exp then
-        wv[i], wp[i] = pack('<dddd', ts, nd, p, exp), 0
+      local nd = d + cost * p
+      if nd <= full then
+        ok = 1
+        if after then d = nd end
       else
-        local slack = period / 1000
-        if slack > 60000 then slack = 60000 elseif slack < 1 then slack = 1 end
-        exp = need + slack - slack % 1
-        wv[i], wp[i] = pack('<dddd', ts, nd, p, exp), exp - now_ms + ttl_pad
+        local q = d - (cap - cost) * p + rate - 1
+        retry = ts + (q - q % rate) / rate * tick - now
       end
-    end
-  elseif algo == FIXED_WINDOW then
-    -- The fixed window, as window and store compute it, spelled out too
-    -- for a window written with the same period; window reads the others.
-    local w, curr, exp = (now - now % period) / period, 0, 0
-    local v = vals[i]
-    if v then
-      local sw, sp, scurr
-      sw, sp, scurr, exp = sunpack('<dddd', v)
-      if sp == period then
-        if sw > w and scurr > 0 then w = sw end
-        if sw == w then curr = scurr end
-      else
-        local _
-        w, _, curr, _, exp = lib().window(v, period, algo)
+      rem = full - d
+      if rem < 0 then rem = 0 end
+      rem = (rem - rem % p) / p
+      if d > 0 then
+        local q = d + rate - 1
+        reset = ts + (q - q % rate) / rate * tick - now
       end
-    end
-    local start = w * period
-    local ncurr = curr + cost
-    if ncurr <= cap then
-      ok = 1
-      if after then curr = ncurr end
-    else
-      retry = start + period - now
-    end
-    rem = cap - curr
-    if curr > 0 then reset = start + period - now end
-    if ok == 1 and after and cost > 0 then
-      local need = start + period + 999
-      need = (need - need % 1000) / 1000
-      if need <= exp then
-        wv[i], wp[i] = pack('<dddd', w, period, ncurr, exp), 0
-      else
-        local slack = period / 1000
-        if slack > 60000 then slack = 60000 elseif slack < 1 then slack = 1 end
-        exp = need + slack - slack % 1
-        wv[i], wp[i] = pack('<dddd', w, period, ncurr, exp), exp - now_ms + ttl_pad
+      if ok == 1 and after and cost > 0 then
+        local need = now + reset + 999
+        need = (need - need % 1000) / 1000
+        if need <= exp then
+          wv[i], wp[i] = pack('<dddd', ts, nd, p, exp), 0
+        else
+          local slack = period / 1000
+          if slack > 60000 then slack = 60000 elseif slack < 1 then slack = 1 end
+          exp = need + slack - slack % 1
+          wv[i], wp[i] = pack('<dddd', ts, nd, p, exp), exp - now_ms + ttl_pad
+        end
       end
-      if start + period - now > rec_ttl then rec_ttl = start + period - now end
-    end
-  elseif algo == SLIDING_WINDOW then
-    local L = lib()
-    local w, prev, curr, start, exp = L.window(vals[i], period, algo)
-    local ncurr = curr + cost
-    local p = period / tick
-    local e = now - start
-    if e < 0 then e = 0 end
-    e = floor(e / tick)
-    local full = cap * p
-    local used = curr * p + prev * (p - e)
-    if ncurr <= cap and used + cost * p <= full then
-      ok = 1
-      if after then
-        curr = ncurr
-        used = used + cost * p
+    elseif algo == FIXED_WINDOW then
+      -- The fixed window, as window and store compute it, spelled out too
+      -- for a window written with the same period; window reads the others.
+      local w, curr, exp = (now - now % period) / period, 0, 0
+      local v = vals[i]
+      if v then
+        local sw, sp, scurr
+        sw, sp, scurr, exp = sunpack('<dddd', v)
+        if sp == period then
+          if sw > w and scurr > 0 then w = sw end
+          if sw == w then curr = scurr end
+        else
+          local _
+          w, _, curr, _, exp = lib().window(v, period, algo)
+        end
       end
-    else
-      local target
+      local start = w * period
+      local ncurr = curr + cost
       if ncurr <= cap then
-        target = start + (p - floor((cap - curr - cost) * p / prev)) * tick
+        ok = 1
+        if after then curr = ncurr end
       else
-        target = start + period + (p - floor((cap - cost) * p / curr)) * tick
+        retry = start + period - now
       end
-      retry = target - now
-    end
-    rem = full - used
-    if rem < 0 then rem = 0 end
-    rem = floor(rem / p)
-    reset = L.window_reset(algo, prev, curr, start, period)
-    if ok == 1 and after and cost > 0 then
-      wv[i], wp[i] = L.store(w, prev, ncurr, L.window_reset(algo, prev, ncurr, start, period), exp, period, true)
-      if start + 2 * period - now > rec_ttl then rec_ttl = start + 2 * period - now end
-    end
-  elseif algo == MONTH_WINDOW then
-    -- A fixed window on calendar months (see lib's window).
-    local L = lib()
-    local w, _, curr, _, exp, stop, nend = L.window(vals[i], period, algo)
-    local ncurr = curr + cost
-    if ncurr <= cap then
-      ok = 1
-      if after then curr = ncurr end
+      rem = cap - curr
+      if curr > 0 then reset = start + period - now end
+      if ok == 1 and after and cost > 0 then
+        local need = start + period + 999
+        need = (need - need % 1000) / 1000
+        if need <= exp then
+          wv[i], wp[i] = pack('<dddd', w, period, ncurr, exp), 0
+        else
+          local slack = period / 1000
+          if slack > 60000 then slack = 60000 elseif slack < 1 then slack = 1 end
+          exp = need + slack - slack % 1
+          wv[i], wp[i] = pack('<dddd', w, period, ncurr, exp), exp - now_ms + ttl_pad
+        end
+        if start + period - now > rec_ttl then rec_ttl = start + period - now end
+      end
+    elseif algo == SLIDING_WINDOW then
+      local L = lib()
+      local w, prev, curr, start, exp = L.window(vals[i], period, algo)
+      local ncurr = curr + cost
+      local p = period / tick
+      local e = now - start
+      if e < 0 then e = 0 end
+      e = floor(e / tick)
+      local full = cap * p
+      -- A count carried from a larger capacity (a reload that lowered the
+      -- rate) can make a term pass 2^50 and round: used is then beyond
+      -- full either way, as spec.slidingUsed's saturated value is.
+      local used = curr * p + prev * (p - e)
+      if ncurr <= cap and used + cost * p <= full then
+        ok = 1
+        if after then
+          curr = ncurr
+          used = used + cost * p
+        end
+      else
+        local target
+        if ncurr <= cap then
+          target = start + (p - floor((cap - curr - cost) * p / prev)) * tick
+        else
+          target = start + period + (p - floor((cap - cost) * p / curr)) * tick
+        end
+        retry = target - now
+      end
+      rem = full - used
+      if rem < 0 then rem = 0 end
+      rem = floor(rem / p)
+      reset = L.window_reset(algo, prev, curr, start, period)
+      if ok == 1 and after and cost > 0 then
+        wv[i], wp[i] = L.store(w, prev, ncurr, L.window_reset(algo, prev, ncurr, start, period), exp, period, true)
+        if start + 2 * period - now > rec_ttl then rec_ttl = start + 2 * period - now end
+      end
+    elseif algo == MONTH_WINDOW then
+      -- A fixed window on calendar months (see lib's window).
+      local L = lib()
+      local w, _, curr, _, exp, stop, nend = L.window(vals[i], period, algo)
+      local ncurr = curr + cost
+      if ncurr <= cap then
+        ok = 1
+        if after then curr = ncurr end
+      else
+        retry = stop - now
+      end
+      rem = cap - curr
+      if curr > 0 then reset = stop - now end
+      if ok == 1 and after and cost > 0 then
+        wv[i], wp[i] = L.store(w, -1, ncurr, stop - now, exp, period)
+        if nend - now > rec_ttl then rec_ttl = nend - now end
+      end
     else
-      retry = stop - now
+      local L = lib()
+      if C then L.flush() end
+      local sum, gone, newest
+      ok, rem, retry, reset, sum, gone, newest = L.marks(algo, cap, period, KEYS[k + i], cost, after)
+      if ok == 1 and after and cost > 0 then
+        wm[i] = {algo, period, cost, sum, gone, newest}
+      end
     end
-    rem = cap - curr
-    if curr > 0 then reset = stop - now end
-    if ok == 1 and after and cost > 0 then
-      wv[i], wp[i] = L.store(w, -1, ncurr, stop - now, exp, period)
-      if nend - now > rec_ttl then rec_ttl = nend - now end
-    end
-  else
-    local L = lib()
-    if C then L.flush() end
-    local sum, gone, newest
-    ok, rem, retry, reset, sum, gone, newest = L.marks(algo, cap, period, KEYS[k + i], cost, after)
-    if ok == 1 and after and cost > 0 then
-      wm[i] = {algo, period, cost, sum, gone, newest}
-    end
+    if ok == 0 then out[1] = 0 end
+    local o = 4 * i - 2
+    out[o], out[o + 1], out[o + 2], out[o + 3] = ok, rem, retry, reset
   end
-  if ok == 0 then out[1] = 0 end
-  local o = 4 * i - 2
-  out[o], out[o + 1], out[o + 2], out[o + 3] = ok, rem, retry, reset
+  if out[1] == 1 or not after then break end
+  after, pos = false, items_at
 end
 if out[1] == 0 or not after then
   local m = 4 * n + 1

@@ -172,6 +172,13 @@ type Limit struct {
 // MaxPeriod is the longest Period a limit may have.
 const MaxPeriod = 400 * 24 * time.Hour
 
+// maxRefill is the longest a token bucket or GCRA may take to repay its
+// most debt, two capacities (see spec.maxDebt), in µs: 2^51 µs, about 71
+// years. A time plus a refill then stays below 2^53 µs (until the year
+// 2183), exact in the scripts' doubles, a refill in ms is an integer that
+// Redis accepts as a PX, and a refill fits a time.Duration.
+const maxRefill = 1 << 51
+
 // maxScaled bounds every product the algorithms form, so that the Lua
 // scripts, whose numbers are IEEE doubles exact to 2^53, compute exactly what
 // the Go code computes with int64: sums of a few such values stay below 2^53.
@@ -208,7 +215,10 @@ func (l Limit) String() string {
 // smallest power of ten microseconds that divides Period and keeps
 // capacity × (Period / tick) and Rate × (Period / tick) at most 2^50. A
 // limit of 10^11 units a day, for example, refills every 10 s; a limit for
-// which no such tick exists is invalid.
+// which no such tick exists is invalid. A TokenBucket or GCRA must also
+// repay a debt of two capacities (what a settlement may charge, see Store)
+// within about 71 years (2^51 µs): ceil(2 × capacity / Rate) periods at
+// most.
 func (l Limit) Validate() error {
 	_, err := l.spec()
 	return err
@@ -258,6 +268,9 @@ func (l Limit) spec() (spec, error) {
 	}
 	if l.Algorithm != TokenBucket && l.Algorithm != GCRA && l.Burst != 0 && l.Burst != l.Rate {
 		return bad("burst %d does not apply to %s (leave it 0; the capacity is the rate)", l.Burst, l.Algorithm)
+	}
+	if (l.Algorithm == TokenBucket || l.Algorithm == GCRA) && ceilDiv(2*s.cap, s.rate) > maxRefill/s.period {
+		return bad("capacity %d refills too slowly at %d per %s: repaying a debt of two capacities takes %d periods, more than 2^51µs (about 71 years)", s.cap, s.rate, l.Period, ceilDiv(2*s.cap, s.rate))
 	}
 	if !s.timed() {
 		s.tick, s.p = s.period, 1

@@ -301,6 +301,15 @@ func (m *Memory) debit(id string, items []Item, ss []spec, c *LeaseCall) (Result
 		res.Items[i] = ss[i].evaluate(stateOf(m.get(&h, i)), h.now, items[i].Cost, true)
 		allowed = allowed && res.Items[i].Allowed
 	}
+	if !allowed {
+		// A denied debit debits nothing: the items that fit report their
+		// state before the cost.
+		for i := range items {
+			if res.Items[i].Allowed {
+				res.Items[i] = ss[i].evaluate(stateOf(m.get(&h, i)), h.now, items[i].Cost, false)
+			}
+		}
+	}
 	if allowed {
 		var recTTL int64
 		wrote := false

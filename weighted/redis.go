@@ -215,8 +215,9 @@ func (c RedisConfig) Validate() error {
 // debited all or nothing in one script on one slot. Groups are debited one
 // after another in the order of their tags. When a group denies, or fails,
 // the groups already debited are cancelled (refunded, their concurrency
-// released) and the denial or error is returned; the groups after it are
-// peeked to fill the result (a stale group, see Generations, ends the
+// released) and the denial or error is returned; with a denial the other
+// groups are then peeked, so that every item reports its state before the
+// debit, as on one node (a stale group, see Generations, ends the
 // debit as a failing one does: the groups before it are cancelled and its
 // *StaleError is returned). Consistency across groups is
 // therefore weaker
@@ -672,15 +673,17 @@ func (r *Redis) Debit(ctx context.Context, id string, items []Item) (Result, err
 			if cerr := r.settleGroup(ctx, id, items, ss, &gs[c], nil); cerr != nil {
 				errs = append(errs, cerr)
 			}
-			for _, i := range gs[c].idx {
-				it := &res.Items[i]
-				it.Remaining = min(it.Remaining+items[i].Cost, it.Capacity)
-			}
 		}
 		if err != nil {
 			return Result{}, errors.Join(append([]error{err}, errs...)...)
 		}
-		for p := k + 1; p < len(gs); p++ {
+		// Fill the result as a denied debit reports it, every item's
+		// state before its cost: peek the groups compensated, whose
+		// replies described them after it, and those not reached.
+		for p := range gs {
+			if p == k || len(errs) > 0 {
+				continue
+			}
 			if _, perr := r.evalGroup(ctx, id, items, ss, &gs[p], opPeek, res.Items); perr != nil {
 				errs = append(errs, perr)
 			}

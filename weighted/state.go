@@ -280,9 +280,19 @@ func (s *spec) evaluateFixed(st *state, now, cost int64, after bool) ItemState {
 	return is
 }
 
-// slidingUsed is the weighted count, in units × ticks, at elapsed ticks e.
+// slidingUsed is the weighted count, in units × ticks, at elapsed ticks e
+// (0 ≤ e < p). A count carried from a larger capacity (a reload that
+// lowered the rate) can exceed this one's by far: when either term would
+// pass maxScaled, which is at least the limit's full cap × p, it returns
+// 2 × maxScaled, beyond full, instead of a product that wraps int64. The
+// scripts compute the same terms in doubles, which may round but stay
+// beyond full too.
 func (s *spec) slidingUsed(prev, curr, e int64) int64 {
-	return curr*s.p + prev*(s.p-e)
+	w := s.p - e
+	if curr > maxScaled/s.p || (prev > 0 && w > 0 && prev > maxScaled/w) {
+		return 2 * maxScaled
+	}
+	return curr*s.p + prev*w
 }
 
 func (s *spec) evaluateSliding(st *state, now, cost int64, after bool) ItemState {

@@ -68,19 +68,31 @@
 // between a Period and a Calendar starts from an empty window, and either
 // way the old state expires with its window.
 //
-// A limit whose rate, period or burst changes keeps its state: a count
-// above a smaller capacity simply fills the limit, a meter's debt is
-// rescaled to the new period, and a fixed or sliding window, which keeps
-// the period it was counted with, is carried into the new period's
-// windows: it counts in the latest window of the new period that ends no
-// later than one longer period (old or new) after the carried window's
-// start, and the debits made while it counts join it. So a period that
-// grows (10 per second to 10 per hour) keeps the count in the hour that
-// holds its second, and one that shrinks (10 per hour to 10 per second)
-// keeps it until its hour ends: a limit never denies for more than one
-// longer period after its last window started (a sliding window's count
-// then weighs as the previous window's for one new period more), and no
-// window holds more than the capacity.
+// A limit whose rate, period or burst changes reads the state written
+// before the change: a count above a smaller capacity simply fills the
+// limit, a meter's debt is rescaled to the new period, and a fixed or
+// sliding window, which keeps the period it was counted with, is carried
+// into the new period's windows: it counts in the latest window of the
+// new period that ends no later than one longer period (old or new) after
+// the carried window's start, and the debits made while it counts join
+// it. So a limit never denies for more than one longer period after its
+// last window started (a sliding window's count then weighs as the
+// previous window's for one new period more), and no window holds more
+// than the capacity.
+//
+// A key's state is kept, though, only as long as the limit that last
+// wrote it needs it: until the state would be empty under that limit
+// (Redis: the key's TTL, which adds up to a minute; Memory: until a sweep
+// drops the key, a minute or more later). After that the key may read as
+// empty under the new limit. So a change that makes the state last longer
+// (a longer period, or a meter's lower rate) counts what was spent before
+// it until the old limit would have refilled it or ended its window, not
+// for as long as the new one would: 10 spent on a token bucket of 10 per
+// 100ms just before it becomes 10 per hour are counted against the hour
+// for 100ms at least, and then possibly no more; the limit still never
+// holds more than its capacity. A change that makes the state last less
+// long (10 per hour to 10 per second) keeps it as described above. A debit
+// admitted under the new limit writes the key's expiry for it.
 package weighted
 
 import (
