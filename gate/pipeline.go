@@ -323,6 +323,9 @@ func (r *Reservation) check(ctx context.Context) Decision {
 	if d, undecided := r.undecided(err); undecided {
 		return d
 	}
+	if err != nil && r.callerLeft(ctx, err) {
+		return r.callerGone()
+	}
 	if err != nil {
 		if d, closed := r.failClosed(err); closed {
 			return d
@@ -351,6 +354,9 @@ func (r *Reservation) debit(ctx context.Context) Decision {
 	res, err := r.g.store.DebitInto(ctx, r.resID, r.items, r.statesBuf[:])
 	if d, undecided := r.undecided(err); undecided {
 		return d
+	}
+	if err != nil && r.callerLeft(ctx, err) {
+		return r.callerGone()
 	}
 	if err != nil {
 		return r.storeFailed(ctx, err)
@@ -441,6 +447,30 @@ func (r *Reservation) costTooBig(tooBig *weighted.CostError) Decision {
 			tooBig.Cost, r.limitFor(tooBig.Limit).unit, tooBig.Limit, tooBig.Capacity),
 	})
 }
+
+// callerLeft reports whether err is the caller's context ending, not the
+// store failing: a caller that hangs up during the store's call must not
+// be admitted on the local fallback as if the store were out.
+func (r *Reservation) callerLeft(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && !weighted.IsStoreFailure(err) &&
+		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+}
+
+// callerGone refuses a request whose caller left while the store decided.
+// What the call debited, if it reached the store, stays charged: whether
+// it did is unknown, and a refund of a debit never made would be a credit.
+func (r *Reservation) callerGone() Decision {
+	r.outcome, r.answer = telemetry.OutcomeNone, statusCallerGone
+	r.items = r.items[:0]
+	return refusal(telemetry.OutcomeNone, statusCallerGone, Error{
+		Type: "invalid_request_error", Code: "client_closed_request",
+		Message: "the client closed the request before costgate decided on it",
+	})
+}
+
+// statusCallerGone is the status of a request whose client left before
+// the answer (nginx's 499); no client reads it.
+const statusCallerGone = 499
 
 func (r *Reservation) overloaded() Decision {
 	r.outcome, r.answer = telemetry.OutcomeHard, http.StatusServiceUnavailable
@@ -656,7 +686,10 @@ func (r *Reservation) states() []LimitState {
 // one adds its friction to d.
 func (r *Reservation) decide(ctx context.Context, d Decision) Decision {
 	in := r.policyInput()
-	pd, err := r.st.policies().Decide(ctx, in)
+	// Without the caller's cancellation: a client that hangs up while a
+	// policy evaluates must not turn its answer into an error, and so into
+	// an allow of what it would refuse.
+	pd, err := r.st.policies().Decide(context.WithoutCancel(ctx), in)
 	if err != nil {
 		// A broken policy must not take the API down: it allows, loudly,
 		// and the policies that evaluated decide.
@@ -717,7 +750,7 @@ func (r *Reservation) policyInput() *policies.Input {
 	c, est := r.req.Caller, r.req.Estimate
 	in := &policies.Input{
 		Caller: policies.Caller{Tenant: c.Tenant, User: c.User, KeyID: c.KeyID, Plan: c.Plan, IP: r.req.IP, Region: r.st.cfg.Region},
-		Request: policies.Request{Route: r.policyRoute(), Upstream: r.req.Upstream, Model: est.Model, Stream: est.Stream,
+		Request: policies.Request{Route: r.policyRoute(), Upstream: r.req.Upstream, Model: r.model, Stream: est.Stream,
 			MaxOutputTokens: est.MaxOutputTokens, Page: r.req.Page, Attributes: r.req.Attributes},
 		Estimate: policies.Estimate{InputTokens: est.Usage.InputTokens, OutputTokens: est.Usage.OutputTokens, CostNanoUSD: int64(est.Cost)},
 		Time:     policies.Time{Unix: now.Unix(), Hour: now.Hour(), Weekday: int(now.Weekday())},

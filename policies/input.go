@@ -47,7 +47,10 @@ type Request struct {
 	// Route is the configured route name, Upstream the upstream name.
 	Route    string `json:"route"`
 	Upstream string `json:"upstream"`
-	// Model is the model the client asked for; empty for APIs without models.
+	// Model is the model the client asked for, by its canonical name (as
+	// per-model limits key it: lowercased, a dated alias by its model's
+	// name, "ft:" and the base of a fine-tuned model); empty for APIs
+	// without models.
 	Model  string `json:"model"`
 	Stream bool   `json:"stream"`
 	// MaxOutputTokens is the output token cap the client sent (max_tokens,
