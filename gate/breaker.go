@@ -80,6 +80,20 @@ func (b *breaker) done(err error) {
 	}
 }
 
+// ready tells whether a call now would be let through, without letting
+// one through.
+func (b *breaker) ready() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case telemetry.BreakerOpen:
+		return b.now().Sub(b.openedAt) >= b.cooldown
+	case telemetry.BreakerHalfOpen:
+		return !b.probing
+	}
+	return true
+}
+
 // abstain ends a call allow let through that the store did not answer
 // and that did not fail: a half-open breaker lets its next probe through,
 // and a closed one keeps its run of failures.

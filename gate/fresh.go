@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -64,6 +65,7 @@ func (f *freshStore) Debit(ctx context.Context, id string, items []weighted.Item
 // the store can (see weighted.Leased.DebitInto): a decision taken from
 // leases held then allocates nothing.
 func (f *freshStore) DebitInto(ctx context.Context, id string, items []weighted.Item, states []weighted.ItemState) (res weighted.Result, err error) {
+	f.catchUp(ctx, items)
 	for range maxRestores {
 		res, err = f.debitOnce(ctx, id, items, states)
 		if !f.restored(ctx, items, err) {
@@ -87,6 +89,7 @@ func (f *freshStore) SettleClaimed(ctx context.Context, id string, items []weigh
 }
 
 func (f *freshStore) Peek(ctx context.Context, items []weighted.Item) (res weighted.Result, err error) {
+	f.catchUp(ctx, items)
 	for range maxRestores {
 		res, err = f.store.Peek(ctx, items)
 		if !f.restored(ctx, items, err) {
@@ -378,4 +381,98 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// markBehind marks the tenants of items as lagging the ledger in the
+// limiter store (see Gate.behind).
+func (g *Gate) markBehind(items []weighted.Item) {
+	for _, it := range items {
+		if _, had := g.behind.LoadOrStore(weighted.HashTag(it.Key), struct{}{}); !had {
+			g.behindN.Add(1)
+		}
+	}
+}
+
+// catchUp brings the tenants of items that lag the ledger (see
+// Gate.behind) up to date before the limiter store decides on them: the
+// settlements the store failed are made again, then the tenant's budgets
+// are restored from the ledger, which holds what the local fallback
+// admitted. It waits for a store the breaker lets calls through to; a
+// catch-up that fails leaves the mark for the next call. With no tenant
+// behind it costs one atomic load.
+func (f *freshStore) catchUp(ctx context.Context, items []weighted.Item) {
+	if f.g.behindN.Load() == 0 || f != f.g.store || f.g.breaker != nil && !f.g.breaker.ready() {
+		return
+	}
+	for _, it := range items {
+		tag := weighted.HashTag(it.Key)
+		if _, ok := f.g.behind.Load(tag); !ok {
+			continue
+		}
+		f.group.Do("catch-up "+tag, func() (any, error) {
+			if _, ok := f.g.behind.LoadAndDelete(tag); !ok {
+				return nil, nil // another call caught it up
+			}
+			f.g.behindN.Add(-1)
+			for _, p := range f.g.takePending(tag) {
+				if err := f.store.Settle(ctx, p.id, p.items, p.actual); err != nil {
+					f.g.unsettled(p.id, p.items, p.actual)
+				}
+			}
+			// Deleted before the ledger is read: a mark made since stays.
+			if err := f.restore(ctx, tag, nil, false); err != nil {
+				f.g.markBehind([]weighted.Item{it})
+				return nil, err
+			}
+			return nil, nil
+		})
+	}
+}
+
+// pendingSettle is a settlement the store failed.
+type pendingSettle struct {
+	id     string
+	items  []weighted.Item
+	actual []int64
+}
+
+// maxPending bounds the settlements kept to be made again; past it the
+// oldest of a tenant are dropped (its budgets still catch up from the
+// ledger).
+const maxPending = 1 << 16
+
+// unsettled keeps a settlement the store failed, to be made again before
+// the store's next call on its tenants.
+func (g *Gate) unsettled(id string, items []weighted.Item, actual []int64) {
+	p := pendingSettle{id: id, items: slices.Clone(items), actual: slices.Clone(actual)}
+	g.pendingMu.Lock()
+	if g.pending == nil {
+		g.pending = map[string][]pendingSettle{}
+	}
+	for i, it := range items {
+		tag := weighted.HashTag(it.Key)
+		if slices.ContainsFunc(items[:i], func(o weighted.Item) bool { return weighted.HashTag(o.Key) == tag }) {
+			continue
+		}
+		if g.pendingN >= maxPending && len(g.pending[tag]) > 0 {
+			g.pending[tag] = g.pending[tag][1:]
+			g.pendingN--
+		}
+		if g.pendingN < maxPending {
+			g.pending[tag] = append(g.pending[tag], p)
+			g.pendingN++
+		}
+	}
+	g.pendingMu.Unlock()
+	g.markBehind(items)
+}
+
+// takePending removes and returns the settlements kept for tag.
+func (g *Gate) takePending(tag string) []pendingSettle {
+	g.pendingMu.Lock()
+	defer g.pendingMu.Unlock()
+	ps := g.pending[tag]
+	delete(g.pending, tag)
+	g.pendingN -= len(ps)
+	return ps
 }

@@ -47,6 +47,19 @@ type Gate struct {
 	learned  *learning                   // the learned output estimates; nil unless output_reserve is a quantile
 	dir      directory                   // the control plane's keys and budget observer
 
+	// behind holds the tenants (hash tags) whose counters in the store lag
+	// the ledger: charged on the fallback, or a settlement the store
+	// failed; behindN counts them. The store's next call on one catches
+	// it up first (see freshStore.catchUp).
+	behind  sync.Map
+	behindN atomic.Int64
+	// pending are the settlements the store failed, by tenant (hash tag),
+	// made again (each idempotent by its id) before the store's next call
+	// on the tenant; pendingN counts them, at most maxPending.
+	pendingMu sync.Mutex
+	pending   map[string][]pendingSettle
+	pendingN  int
+
 	promoMu   sync.Mutex        // orders promotions with Apply
 	promotion map[string]string // promoted policy id -> source SHA-256; see SetPromotions
 

@@ -556,6 +556,7 @@ func (l *compiledLimit) storeDown() Decision {
 // scaled to this replica's share, kept in process memory.
 func (r *Reservation) toFallback() {
 	r.degraded, r.fb = true, r.g.fallbackStore()
+	r.g.markBehind(r.items)
 	r.items = fallbackItems(r.items, r.st.cfg.Store.FallbackReplicas)
 }
 
@@ -940,6 +941,9 @@ func (r *Reservation) settle(ctx context.Context, c Charge, actual []int64, stor
 		} else if !unchanged(r.items, actual) {
 			if err := r.store().Settle(ctx, r.resID, r.items, actual); err != nil {
 				r.g.log.Warn("limiter settle failed", "request_id", r.req.ID, "err", err)
+				if !r.degraded {
+					r.g.unsettled(r.resID, r.items, actual)
+				}
 			}
 		} else {
 			r.g.endedAtEstimate(r.resID, r.items)
@@ -954,6 +958,9 @@ func (r *Reservation) settle(ctx context.Context, c Charge, actual []int64, stor
 	r.g.tel.Usage(r.req.Caller.Tenant, model, c.Usage.InputTokens, c.Usage.OutputTokens, int64(c.Cost))
 	if r.recorded && !r.billed {
 		r.Bill(ctx, c, false)
+	}
+	if r.degraded {
+		r.g.markBehind(r.items) // once billed: the catch-up reads the ledger
 	}
 	r.Report(c.HTTPStatus)
 }
