@@ -39,7 +39,11 @@ type exchange struct {
 	caller   *gate.Caller
 	upstream *upstream
 	ip       string
-	est      costmodel.Estimate
+	est      costmodel.Estimate // the estimate the gate reserved; Model is the model served after a downgrade
+	// served is the estimate of the body friction rewrote (a cap, a
+	// downgrade), which settlement falls back on; nil when the body is
+	// served as it was estimated.
+	served *costmodel.Estimate
 
 	client stallBound // the client's ResponseWriter, as the upstream's answer is copied to it
 
@@ -456,8 +460,13 @@ func withStreamUsage(body []byte) ([]byte, error) {
 	return json.Marshal(m)
 }
 
-// capMaxTokens lowers the output limit to n in the field the client used,
-// or sets the API's own field when the client used none.
+// capMaxTokens lowers the output limit to n in every output-limit field
+// the body holds, or sets the API's own field when it holds none. An
+// Anthropic request with extended thinking is kept one the API accepts
+// (max_tokens above thinking.budget_tokens, a budget of at least
+// minThinkingBudget): a budget not below n is lowered to n-1 when n is
+// above minThinkingBudget; otherwise thinking is disabled
+// ({"type":"disabled"}), as no valid budget fits below n.
 func capMaxTokens(body []byte, kind costmodel.Kind, n int64) ([]byte, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil {
@@ -480,7 +489,42 @@ func capMaxTokens(body []byte, kind costmodel.Kind, n int64) ([]byte, error) {
 			m["max_tokens"] = raw
 		}
 	}
+	if kind == costmodel.AnthropicMessages {
+		if t, ok := m["thinking"]; ok {
+			t, err := thinkingBelow(t, n)
+			if err != nil {
+				return nil, err
+			}
+			m["thinking"] = t
+		}
+	}
 	return json.Marshal(m)
+}
+
+// minThinkingBudget is the smallest thinking.budget_tokens Anthropic
+// accepts.
+const minThinkingBudget = 1024
+
+// thinkingBelow is an Anthropic thinking object that fits a max_tokens of
+// n: raw itself unless it enables thinking with a budget of n or more;
+// then the budget lowered to n-1 when n is above minThinkingBudget, else
+// thinking disabled.
+func thinkingBelow(raw json.RawMessage, n int64) (json.RawMessage, error) {
+	var t map[string]json.RawMessage
+	if json.Unmarshal(raw, &t) != nil {
+		return raw, nil // not an object: the upstream judges it as sent
+	}
+	var typ string
+	var budget int64
+	if json.Unmarshal(t["type"], &typ) != nil || typ != "enabled" ||
+		json.Unmarshal(t["budget_tokens"], &budget) != nil || budget < n {
+		return raw, nil
+	}
+	if n <= minThinkingBudget {
+		return json.RawMessage(`{"type":"disabled"}`), nil
+	}
+	t["budget_tokens"], _ = json.Marshal(n - 1)
+	return json.Marshal(t)
 }
 
 // setJSONField sets one top-level field of a JSON object.
@@ -499,15 +543,17 @@ func setJSONField(body []byte, field string, v any) ([]byte, error) {
 
 // actualUsage is the usage to charge and the model the upstream says it
 // served (empty when it said none): what the upstream reported; what a
-// cut stream produced, but never less than the reservation when the
-// request holds what costgate cannot count (hidden reasoning, audio,
-// files, images); nothing for an upstream that gave no answer; and the
-// estimate with the output limit for a success whose usage cannot be read
-// (too large to read whole, or without usage, as a background response).
+// cut stream produced, but never less than the estimate of the body served
+// (see servedEstimate) when the request holds what costgate cannot count
+// (hidden reasoning, audio, files, images); nothing for an upstream that
+// gave no answer; and that estimate with its output limit for a success
+// whose usage cannot be read (too large to read whole, or without usage,
+// as a background response).
 func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 	if x.upstreamErr != nil || x.body == nil {
 		return costmodel.Usage{}, "", ledger.StatusFailed
 	}
+	est := x.servedEstimate()
 	if x.rule != nil {
 		// A generic upstream reports units where its rule says, if
 		// anywhere; otherwise the estimate is the price. An upstream error
@@ -515,7 +561,7 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 		if x.status >= 400 {
 			return costmodel.Usage{}, "", ledger.StatusFailed
 		}
-		u := x.est.Usage
+		u := est.Usage
 		if au, ok, err := x.rule.Settle(x.respHeader, x.body.whole()); err == nil && ok {
 			u = au
 		}
@@ -523,8 +569,8 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 	}
 	u, model, reported, ok := x.body.usage()
 	switch {
-	case ok && !reported && x.est.Uncounted && x.status < 400:
-		u = atLeast(u, x.est.Usage)
+	case ok && !reported && est.Uncounted && x.status < 400:
+		u = atLeast(u, est.Usage)
 	case ok:
 	case x.status >= 400:
 		u = costmodel.Usage{}
@@ -535,13 +581,22 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 		// output may be far above what was reserved, so it is charged the
 		// request's output limit.
 		x.s.log.Warn("upstream usage unreadable; charging the output limit", "request_id", x.id, "too_large", x.body.overflow)
-		u = x.est.Usage
-		u.OutputTokens = max(u.OutputTokens, x.est.OutputCap)
+		u = est.Usage
+		u.OutputTokens = max(u.OutputTokens, est.OutputCap)
 	}
 	if x.status >= 400 {
 		return u, model, ledger.StatusFailed
 	}
-	return u.Asked(x.est.Usage), model, ledger.StatusSettled
+	return u.Asked(est.Usage), model, ledger.StatusSettled
+}
+
+// servedEstimate is the estimate of the body the upstream is sent: the
+// one friction rewrote, else the one the gate reserved.
+func (x *exchange) servedEstimate() *costmodel.Estimate {
+	if x.served != nil {
+		return x.served
+	}
+	return &x.est
 }
 
 // atLeast is u with each count raised to floor's where it is lower.
@@ -635,24 +690,16 @@ func (x *exchange) reachedUpstream() bool {
 	return !errors.As(x.upstreamErr, &op) || op.Op != "dial"
 }
 
-// applyFriction delays, caps max_tokens or downgrades the model as the
-// policies decided, and names what it did in Costgate-Friction.
+// applyFriction delays, caps the output limit or downgrades the model as
+// the policies decided, and names what it did in Costgate-Friction. A cap
+// or a downgrade rewrites only a request with output: not an embeddings
+// request, nor a generic upstream's (see rewriteForFriction).
 func (s *Server) applyFriction(w http.ResponseWriter, ctx context.Context, x *exchange, body *[]byte) bool {
 	f, src := x.decision.Friction, x.decision.Sources
 	var applied []string
 	did := func(action, policy string) { applied = append(applied, x.decision.FrictionNote(action, policy)) }
-	if f.CapMaxTokens > 0 && (x.est.MaxOutputTokens == 0 || x.est.MaxOutputTokens > f.CapMaxTokens) {
-		if b, err := capMaxTokens(*body, x.kind, f.CapMaxTokens); err == nil {
-			*body = b
-			did("cap_max_tokens", src.CapMaxTokens)
-		}
-	}
-	if f.DowngradeModel != "" && f.DowngradeModel != x.est.Model {
-		if b, err := setJSONField(*body, "model", f.DowngradeModel); err == nil {
-			*body = b
-			did("downgrade_model", src.DowngradeModel)
-			x.est.Model = f.DowngradeModel
-		}
+	if x.rule == nil && x.est.Outputs > 0 {
+		x.rewriteForFriction(body, did)
 	}
 	if f.DelayMS > 0 {
 		d := min(time.Duration(f.DelayMS)*time.Millisecond, 30*time.Second)
@@ -680,6 +727,57 @@ func (s *Server) applyFriction(w http.ResponseWriter, ctx context.Context, x *ex
 	}
 	x.res.Applied(x.friction, downgraded)
 	return true
+}
+
+// rewriteForFriction applies the decision's cap and downgrade to body and
+// names each with did. The cap applies when it is below each completion's
+// output limit (the request's own, else the model's maximum; always, for
+// an unknown model without a limit of its own). A downgrade to a model
+// whose maximum output is above the output limit reserved sets that limit
+// in the body, named cap_max_tokens by the downgrade's policy: the
+// upstream may write no more than was reserved. A rewritten body is
+// estimated again, as it would be sent by the client itself, and
+// settlement falls back on that estimate (x.served); x.est stays the
+// estimate the gate reserved, but for its Model, the one served.
+func (x *exchange) rewriteForFriction(body *[]byte, did func(action, policy string)) {
+	f, src := x.decision.Friction, x.decision.Sources
+	perOutput := x.est.OutputCap / x.est.Outputs // each completion's output limit, as the reservation counted it
+	b, capped, downgraded := *body, false, false
+	if f.CapMaxTokens > 0 && (f.CapMaxTokens < perOutput || x.est.MaxOutputTokens == 0 && x.est.UnknownModel) {
+		if nb, err := capMaxTokens(b, x.kind, f.CapMaxTokens); err == nil {
+			b, capped = nb, true
+			did("cap_max_tokens", src.CapMaxTokens)
+		}
+	}
+	if f.DowngradeModel != "" && f.DowngradeModel != x.est.Model {
+		if nb, err := setJSONField(b, "model", f.DowngradeModel); err == nil {
+			b, downgraded = nb, true
+			did("downgrade_model", src.DowngradeModel)
+			x.est.Model = f.DowngradeModel
+		}
+	}
+	if !capped && !downgraded {
+		return
+	}
+	*body = b
+	estimator := x.caller.Estimator()
+	e, err := estimator.Estimate(x.kind, b)
+	if err == nil && downgraded && e.OutputCap > x.est.OutputCap {
+		if nb, cerr := capMaxTokens(b, x.kind, perOutput); cerr == nil {
+			*body = nb
+			if !capped {
+				did("cap_max_tokens", src.DowngradeModel)
+			}
+			e, err = estimator.Estimate(x.kind, nb)
+		}
+	}
+	if err != nil {
+		// Not expected: only priced fields changed in a body that was
+		// estimated. Settlement falls back on the reserved estimate.
+		x.s.log.Warn("estimating the body friction rewrote", "request_id", x.id, "error", err)
+		return
+	}
+	x.served = &e
 }
 
 // settleLater settles the request on a goroutine the gate owns, once the
