@@ -181,18 +181,13 @@ func describe(t *tree, c *call, dc *desc, d *gate.Decision, st *rlsv3.RateLimitR
 		case !dc.named || !g.named:
 			continue
 		}
-		switch {
-		case dc.kind == kindCharge:
+		if dc.kind == kindCharge {
 			// The states are the debit's, of zero: the charge came after.
+			// (A refused debit's states are the ones before it: nothing
+			// was debited.)
 			charged := *ls
 			charged.Remaining = max(ls.Remaining-costOf(g, dc, info, ls), 0)
 			ls = &charged
-		case dc.kind == kindDebit && !d.Allowed() && ls.Allowed:
-			// A refused debit shows what the others would have left; nothing
-			// was debited.
-			kept := *ls
-			kept.Remaining = min(ls.Remaining+costOf(g, dc, info, ls), ls.Capacity)
-			ls = &kept
 		}
 		if best == nil || constrains(ls, best) {
 			best, bestInfo = ls, info
