@@ -97,6 +97,52 @@ func (c *Complexity) validate() error {
 	return nil
 }
 
+// ResultPage returns the 1-based page of results req asks for, read as Score
+// reads it: the offset's page (offset / page size + 1) when an offset is
+// given, else the page given; 0 when neither is.
+func (c *Complexity) ResultPage(req GenericRequest) (int64, error) {
+	size, offset, page, err := c.position(req, &lazyJSON{body: req.Body})
+	switch {
+	case err != nil:
+		return 0, err
+	case offset > 0:
+		return offset/max(size, 1) + 1, nil
+	}
+	return max(page, 0), nil
+}
+
+// position reads the page size, the offset and the page of req's results:
+// the offset is the one given, else the page's (page - 1) × size.
+func (c *Complexity) position(req GenericRequest, doc *lazyJSON) (size, offset, page int64, err error) {
+	if size, err = readSource(c.PageSize, "page_size", req, doc); err != nil {
+		return 0, 0, 0, err
+	}
+	if offset, err = readSource(c.Offset, "offset", req, doc); err != nil {
+		return 0, 0, 0, err
+	}
+	if offset == 0 {
+		if page, err = readSource(c.Page, "page", req, doc); err != nil {
+			return 0, 0, 0, err
+		}
+		if page > 1 {
+			offset = mulSat(page-1, max(size, 1))
+		}
+	}
+	return size, offset, page, nil
+}
+
+// readSource reads s from req (its default when it names no place).
+func readSource(s Source, what string, req GenericRequest, doc *lazyJSON) (int64, error) {
+	if s.JSON == "" && s.Query == "" && s.Header == "" {
+		return s.Default, nil
+	}
+	v, err := s.read(doc, req.Query, req.Header)
+	if err != nil {
+		return 0, badRequest(Generic, err, "%s", what)
+	}
+	return v, nil
+}
+
 // QueryStats are the parts of a query that Complexity weighs.
 type QueryStats struct {
 	Terms, Operators, Wildcards, Regexes, Filters int64
@@ -151,34 +197,11 @@ func (c *Complexity) score(req GenericRequest, doc *lazyJSON) (int64, error) {
 			consider(ParseQuery(vs[0]))
 		}
 	}
-	read := func(s Source, what string) (int64, error) {
-		if s.JSON == "" && s.Query == "" && s.Header == "" {
-			return s.Default, nil
-		}
-		v, err := s.read(doc, req.Query, req.Header)
-		if err != nil {
-			return 0, badRequest(Generic, err, "%s", what)
-		}
-		return v, nil
-	}
-	size, err := read(c.PageSize, "page_size")
+	size, offset, _, err := c.position(req, doc)
 	if err != nil {
 		return 0, err
 	}
-	offset, err := read(c.Offset, "offset")
-	if err != nil {
-		return 0, err
-	}
-	if offset == 0 {
-		page, err := read(c.Page, "page")
-		if err != nil {
-			return 0, err
-		}
-		if page > 1 {
-			offset = mulSat(page-1, max(size, 1))
-		}
-	}
-	filters, err := read(c.Filters, "filters")
+	filters, err := readSource(c.Filters, "filters", req, doc)
 	if err != nil {
 		return 0, err
 	}

@@ -9,9 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -391,12 +389,11 @@ func (s *Server) estimate(w http.ResponseWriter, r *http.Request, x *exchange, b
 	t := x.begin(telemetry.StageEstimate)
 	var err error
 	if x.rule != nil {
-		q := r.URL.Query()
-		x.est, err = x.rule.Estimate(costmodel.GenericRequest{
-			Method: r.Method, Path: x.subpath,
-			Query: q, Header: r.Header, Body: body,
-		})
-		x.page = requestPage(x.rule, q)
+		greq := costmodel.GenericRequest{Method: r.Method, Path: x.subpath, Query: r.URL.Query(), Header: r.Header, Body: body}
+		x.est, err = x.rule.Estimate(greq)
+		if err == nil {
+			x.page = requestPage(x.rule, greq)
+		}
 	} else {
 		x.est, err = x.caller.Estimator().Estimate(x.kind, body)
 	}
@@ -646,35 +643,19 @@ func (s *Server) serveModels(c *gin.Context) {
 	c.JSON(http.StatusOK, out)
 }
 
-// requestPage is the 1-based result page a generic request asks for, from
-// the query parameters its rule's complexity names (page, or offset and
-// page size); 0 when the rule has no pagination or the request sets none.
-func requestPage(r *costmodel.Rule, q url.Values) int64 {
-	c := r.Complexity
-	if c == nil {
+// requestPage is the 1-based result page a generic request asks for, read
+// as its rule's complexity prices it (Complexity.ResultPage: the offset's
+// page, else the page, wherever the rule reads them); 0 when the rule has
+// no pagination or the request sets none.
+func requestPage(r *costmodel.Rule, req costmodel.GenericRequest) int64 {
+	if r.Complexity == nil {
 		return 0
 	}
-	num := func(name string) int64 {
-		if name == "" {
-			return 0
-		}
-		n, err := strconv.ParseInt(q.Get(name), 10, 64)
-		if err != nil || n < 0 {
-			return 0
-		}
-		return n
+	p, err := r.Complexity.ResultPage(req) // Estimate read the same places: no error
+	if err != nil {
+		return 0
 	}
-	if p := num(c.Page.Query); p > 0 {
-		return p
-	}
-	size := num(c.PageSize.Query)
-	if size == 0 {
-		size = max(c.PageSize.Default, 1)
-	}
-	if off := num(c.Offset.Query); off > 0 {
-		return off/size + 1
-	}
-	return 0
+	return p
 }
 
 // reachedUpstream tells whether the request reached the upstream: it
@@ -694,6 +675,9 @@ func (x *exchange) reachedUpstream() bool {
 // the policies decided, and names what it did in Costgate-Friction. A cap
 // or a downgrade rewrites only a request with output: not an embeddings
 // request, nor a generic upstream's (see rewriteForFriction).
+// maxFrictionDelay bounds a policy's delay_ms.
+const maxFrictionDelay = 30 * time.Second
+
 func (s *Server) applyFriction(w http.ResponseWriter, ctx context.Context, x *exchange, body *[]byte) bool {
 	f, src := x.decision.Friction, x.decision.Sources
 	var applied []string
@@ -702,7 +686,7 @@ func (s *Server) applyFriction(w http.ResponseWriter, ctx context.Context, x *ex
 		x.rewriteForFriction(body, did)
 	}
 	if f.DelayMS > 0 {
-		d := min(time.Duration(f.DelayMS)*time.Millisecond, 30*time.Second)
+		d := time.Duration(min(f.DelayMS, maxFrictionDelay.Milliseconds())) * time.Millisecond
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
@@ -735,49 +719,61 @@ func (s *Server) applyFriction(w http.ResponseWriter, ctx context.Context, x *ex
 // an unknown model without a limit of its own). A downgrade to a model
 // whose maximum output is above the output limit reserved sets that limit
 // in the body, named cap_max_tokens by the downgrade's policy: the
-// upstream may write no more than was reserved. A rewritten body is
-// estimated again, as it would be sent by the client itself, and
-// settlement falls back on that estimate (x.served); x.est stays the
-// estimate the gate reserved, but for its Model, the one served.
+// upstream may write no more than was reserved. A downgrade whose body
+// would cost more than was reserved, in dollars or in tokens, is not
+// applied: limits debited for one model must not serve a dearer one. A
+// rewritten body is estimated again, as it would be sent by the client
+// itself, and settlement falls back on that estimate (x.served); x.est
+// stays the estimate the gate reserved, but for its Model, the one served.
 func (x *exchange) rewriteForFriction(body *[]byte, did func(action, policy string)) {
 	f, src := x.decision.Friction, x.decision.Sources
 	perOutput := x.est.OutputCap / x.est.Outputs // each completion's output limit, as the reservation counted it
-	b, capped, downgraded := *body, false, false
+	estimator := x.caller.Estimator()
+	b, rewritten, capped := *body, false, false
+	var served costmodel.Estimate
 	if f.CapMaxTokens > 0 && (f.CapMaxTokens < perOutput || x.est.MaxOutputTokens == 0 && x.est.UnknownModel) {
 		if nb, err := capMaxTokens(b, x.kind, f.CapMaxTokens); err == nil {
-			b, capped = nb, true
-			did("cap_max_tokens", src.CapMaxTokens)
+			if e, err := estimator.Estimate(x.kind, nb); err == nil {
+				b, served, rewritten, capped = nb, e, true, true
+				did("cap_max_tokens", src.CapMaxTokens)
+			}
 		}
 	}
 	if f.DowngradeModel != "" && f.DowngradeModel != x.est.Model {
-		if nb, err := setJSONField(b, "model", f.DowngradeModel); err == nil {
-			b, downgraded = nb, true
+		nb, err := setJSONField(b, "model", f.DowngradeModel)
+		var e costmodel.Estimate
+		if err == nil {
+			e, err = estimator.Estimate(x.kind, nb)
+		}
+		bounded := false
+		if err == nil && e.OutputCap > x.est.OutputCap {
+			if nb, err = capMaxTokens(nb, x.kind, perOutput); err == nil {
+				e, err = estimator.Estimate(x.kind, nb)
+				bounded = true
+			}
+		}
+		switch {
+		case err != nil:
+			// Not expected: only priced fields changed in a body that was
+			// estimated. The downgrade is not applied.
+			x.s.log.Warn("estimating the body a downgrade rewrote", "request_id", x.id, "error", err)
+		case e.Cost > x.est.Cost || e.Usage.TotalTokens() > x.est.Usage.TotalTokens():
+			x.s.log.Warn("downgrade not applied: it costs more than was reserved", "request_id", x.id,
+				"model", x.est.Model, "downgrade_model", f.DowngradeModel, "reserved_nano_usd", int64(x.est.Cost), "downgrade_nano_usd", int64(e.Cost))
+		default:
+			b, served, rewritten = nb, e, true
 			did("downgrade_model", src.DowngradeModel)
+			if bounded && !capped {
+				did("cap_max_tokens", src.DowngradeModel)
+			}
 			x.est.Model = f.DowngradeModel
 		}
 	}
-	if !capped && !downgraded {
+	if !rewritten {
 		return
 	}
 	*body = b
-	estimator := x.caller.Estimator()
-	e, err := estimator.Estimate(x.kind, b)
-	if err == nil && downgraded && e.OutputCap > x.est.OutputCap {
-		if nb, cerr := capMaxTokens(b, x.kind, perOutput); cerr == nil {
-			*body = nb
-			if !capped {
-				did("cap_max_tokens", src.DowngradeModel)
-			}
-			e, err = estimator.Estimate(x.kind, nb)
-		}
-	}
-	if err != nil {
-		// Not expected: only priced fields changed in a body that was
-		// estimated. Settlement falls back on the reserved estimate.
-		x.s.log.Warn("estimating the body friction rewrote", "request_id", x.id, "error", err)
-		return
-	}
-	x.served = &e
+	x.served = &served
 }
 
 // settleLater settles the request on a goroutine the gate owns, once the

@@ -262,7 +262,7 @@ func (s *Server) serveReserve(w http.ResponseWriter, r *http.Request) {
 	f := d.Friction
 	var applied []string
 	if f.DelayMS > 0 {
-		t := time.NewTimer(min(time.Duration(f.DelayMS)*time.Millisecond, 30*time.Second))
+		t := time.NewTimer(time.Duration(min(f.DelayMS, maxFrictionDelay.Milliseconds())) * time.Millisecond)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
