@@ -56,7 +56,7 @@ type Directory struct {
 	byKey    map[string]*keyRec   // by key id
 	byTenant map[string][]*keyRec // every key of each tenant, revoked ones too
 
-	slotMu sync.Mutex
+	slotMu sync.RWMutex
 	slots  map[string]*slot  // the tenants', teams' and users', by kind/tenant/name
 	names  map[string]string // one copy of each tenant, team and user name
 
@@ -99,8 +99,9 @@ func (d *Directory) slot(kind Kind, tenant, name string) *slot {
 }
 
 // Lookup implements gate.Directory: the key must be known and usable, and
-// so must its user, team and tenant where it has them (a tenant the config
-// file declares has no node, and is usable).
+// so must its user, team and tenant where it has them. A tenant the config
+// file declares has no node: its principal is marked ConfigTenant, with no
+// plan, and the gate takes both from the configuration.
 func (d *Directory) Lookup(sum [sha256.Size]byte, now time.Time) (gate.Principal, bool) {
 	d.mu.RLock()
 	e := d.keys[sum]
@@ -128,22 +129,40 @@ func (d *Directory) Lookup(sum [sha256.Size]byte, now time.Time) (gate.Principal
 		}
 		p.Levels[2] = n.level
 	}
-	if n := e.ten.p.Load(); n != nil {
-		if !n.usable(now) {
-			return gate.Principal{}, false
-		}
-		p.Levels[3], p.Plan = n.level, n.plan
+	n := e.ten.p.Load()
+	if n == nil {
+		p.ConfigTenant = true
+		return p, true
 	}
+	if !n.usable(now) {
+		return gate.Principal{}, false
+	}
+	p.Levels[3], p.Plan = n.level, n.plan
 	return p, true
 }
 
 // HasTenant implements gate.TenantDirectory: whether the control plane
 // holds a tenant named name (active or not).
 func (d *Directory) HasTenant(name string) bool {
-	d.slotMu.Lock()
+	_, known, _ := d.TenantPlan(name, time.Time{})
+	return known
+}
+
+// TenantPlan implements gate.TenantDirectory: the plan of the control
+// plane's tenant name, whether the control plane holds it, and whether it
+// is usable at now. A tenant the config file declares is not known.
+func (d *Directory) TenantPlan(name string, now time.Time) (plan string, known, usable bool) {
+	d.slotMu.RLock()
 	s := d.slots[slotKey(KindTenant, name, name)]
-	d.slotMu.Unlock()
-	return s != nil && s.p.Load() != nil
+	d.slotMu.RUnlock()
+	if s == nil {
+		return "", false, false
+	}
+	n := s.p.Load()
+	if n == nil {
+		return "", false, false
+	}
+	return n.plan, true, n.usable(now)
 }
 
 // Apply brings the directory up to entities, read at version seq.

@@ -49,8 +49,13 @@ type LevelBudget struct {
 type Principal struct {
 	Tenant, Team, User, KeyID string
 	// Plan is the tenant's plan: the configured limits of that plan apply
-	// too.
+	// too. It is unset when ConfigTenant is.
 	Plan string
+	// ConfigTenant tells that the tenant is the config file's, not the
+	// control plane's: its plan is the one the active configuration gives
+	// it, and the key identifies nobody while the configuration does not
+	// declare the tenant.
+	ConfigTenant bool
 	// Levels are the key's, the user's, the team's and the tenant's, in
 	// that order; a nil entry is a level the key does not have.
 	Levels [4]*Level
@@ -71,6 +76,11 @@ type Level struct {
 	// Limits are debited with the request's configured limits, in the
 	// same atomic call.
 	Limits []*LevelLimit
+
+	// disabled refuses every request of the level's caller (403): a
+	// control-plane tenant that is not active, named by a front door that
+	// trusts its callers (Trusted).
+	disabled bool
 }
 
 // LevelLimit is a budget or limit of a level, compiled for the request
@@ -278,6 +288,11 @@ type BudgetUse struct {
 type TenantDirectory interface {
 	Directory
 	HasTenant(name string) bool
+	// TenantPlan returns the plan of the control plane's tenant name,
+	// whether the control plane holds that tenant (known), and whether
+	// the tenant is usable at now (active, not expired). It answers from
+	// memory, on the request path.
+	TenantPlan(name string, now time.Time) (plan string, known, usable bool)
 }
 
 // TenantClash tells which tenant of cfg d holds too, as an error naming
@@ -327,10 +342,38 @@ func (g *Gate) lookup(st *state, sum [sha256.Size]byte) *Caller {
 	if !ok {
 		return nil
 	}
-	if p.Plan == "" {
-		p.Plan = st.tenants[p.Tenant] // a tenant the configuration declares
+	if p.ConfigTenant {
+		plan, ok := st.tenants[p.Tenant]
+		if !ok {
+			return nil // the configuration no longer declares the tenant: it exists nowhere
+		}
+		p.Plan = plan
 	}
 	return &Caller{Tenant: p.Tenant, User: p.User, KeyID: p.KeyID, Plan: p.Plan, Team: p.Team, levels: p.Levels, st: st}
+}
+
+// controlTenant gives c, a caller named by a trusted front door whose
+// tenant the configuration does not declare, its control-plane tenant's
+// plan; a tenant the control plane holds but that is not usable gets a
+// level that refuses its every request, as its keys identify nobody.
+// A tenant the control plane does not hold keeps c's plan.
+func (g *Gate) controlTenant(c *Caller) {
+	d := g.dir.dir.Load()
+	if d == nil {
+		return
+	}
+	td, ok := (*d).(TenantDirectory)
+	if !ok {
+		return
+	}
+	plan, known, usable := td.TenantPlan(c.Tenant, time.Now())
+	if !known {
+		return
+	}
+	c.Plan = plan
+	if !usable {
+		c.levels[3] = &Level{Kind: "tenant", Name: c.Tenant, disabled: true}
+	}
 }
 
 // Levels are the caller's control-plane levels (key, user, team, tenant;
@@ -343,6 +386,9 @@ func (r *Reservation) levelRefusal() (Decision, bool) {
 	for _, lv := range r.req.Caller.levels {
 		if lv == nil {
 			continue
+		}
+		if lv.disabled {
+			return r.forbidden(fmt.Sprintf("the %s %q is not active", lv.Kind, lv.Name)), true
 		}
 		if m := r.req.Estimate.Model; len(lv.Models) > 0 && m != "" && !slices.Contains(lv.Models, m) && !slices.Contains(lv.Models, r.model) {
 			return r.forbidden(fmt.Sprintf("the %s %q may not use model %q", lv.Kind, lv.Name, m)), true

@@ -405,15 +405,19 @@ func (g *Gate) Identify(key string) *Caller {
 
 // Trusted returns a caller for a front door that authenticates its
 // requests by other means than a costgate key (the RLS server trusts
-// Envoy): tenant with the plan the configuration gives it, or plan when
-// the configuration does not name the tenant. user and keyID may be
-// empty.
+// Envoy): tenant with the plan the configuration gives it, else the plan
+// the control plane gives it (a tenant the control plane holds but has
+// deactivated is refused, 403, as its keys identify nobody), else plan.
+// user and keyID may be empty.
 func (g *Gate) Trusted(tenant, user, keyID, plan string) *Caller {
 	st := g.state.Load()
+	c := &Caller{Tenant: tenant, User: user, KeyID: keyID, Plan: plan, st: st}
 	if p, ok := st.tenants[tenant]; ok {
-		plan = p
+		c.Plan = p
+	} else {
+		g.controlTenant(c)
 	}
-	return &Caller{Tenant: tenant, User: user, KeyID: keyID, Plan: plan, st: st}
+	return c
 }
 
 // closeWait bounds how long Close waits for settlements.

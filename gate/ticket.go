@@ -488,11 +488,18 @@ func (g *Gate) levelLimitNamed(c *Caller, tenant, name, key string, now time.Tim
 	return nil
 }
 
+// maxTicket bounds the length of a ticket verify accepts, in bytes: the
+// reserve/settle API's body bound (proxy's maxReserveBody, 1 MiB), which
+// no id the API carries can exceed. Hold makes a ticket as long as its
+// items need (a legal configuration keys limits by many long attributes),
+// so a lower bound would refuse ids the API handed out.
+const maxTicket = 1 << 20
+
 // verify returns the payload of ticket id, if its signature is this
 // gate's secret's.
 func (g *Gate) verify(id string) ([]byte, bool) {
 	body, ok := strings.CutPrefix(id, ticketPrefix)
-	if !ok || len(id) > 16<<10 {
+	if !ok || len(id) > maxTicket {
 		return nil, false
 	}
 	p64, s64, ok := strings.Cut(body, ".")
