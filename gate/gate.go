@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -345,6 +346,8 @@ func (g *Gate) Apply(cfg *config.Config) error {
 		return errors.New("ledger.dsn or data_dir changed: restart costgate to change the ledger")
 	case cfg.Costs.OutputReserve.Quantile > 0 && g.learned == nil:
 		return errors.New("costs.output_reserve: a learned quantile needs a restart when costgate started with a percentage")
+	case cfg.Reservations.SigningSecret() != old.Reservations.SigningSecret():
+		return errors.New("reservations.secret changed: restart costgate to change the key that signs reservation ids")
 	}
 	if dp := g.dir.dir.Load(); dp != nil {
 		if td, ok := (*dp).(TenantDirectory); ok {
@@ -361,7 +364,32 @@ func (g *Gate) Apply(cfg *config.Config) error {
 	g.promote(st)
 	g.state.Store(st)
 	g.promoMu.Unlock()
+	if budgetsMoved(old, cfg) {
+		// A budget renamed, made monthly, given another scope or plans, or
+		// a tenant given another plan, has counters that have not counted
+		// their period: bring them up to the ledger's spend now, not at the
+		// next reconciliation.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := g.ReconcileBudgets(ctx); err != nil {
+			g.log.Warn("budget reconciliation after a reload failed; it is retried", "err", err)
+		}
+		cancel()
+	}
 	return nil
+}
+
+// budgetsMoved tells whether going from old to cfg may give a budget a
+// counter that has not counted its period.
+func budgetsMoved(old, cfg *config.Config) bool {
+	if !reflect.DeepEqual(old.Budgets, cfg.Budgets) || len(old.Tenants) != len(cfg.Tenants) {
+		return true
+	}
+	for i, t := range cfg.Tenants {
+		if t.Name != old.Tenants[i].Name || t.Plan != old.Tenants[i].Plan {
+			return true
+		}
+	}
+	return false
 }
 
 // Config is the active configuration. It must not be modified.

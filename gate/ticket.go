@@ -86,7 +86,15 @@ type ticketItem struct {
 	Name string `json:"n"`
 	Key  string `json:"k"`
 	Cost int64  `json:"c"`
+	// Kind is the counter the item was debited on (see kindOf); 0 in a
+	// ticket made before it was carried.
+	Kind int64 `json:"a,omitempty"`
 }
+
+// kindOf names the counter a limit's items are kept in, beside its name
+// and key: its algorithm and calendar. A limit whose kind changed keeps
+// its items elsewhere.
+func kindOf(l *weighted.Limit) int64 { return 1 + int64(l.Algorithm) + 16*int64(l.Calendar) }
 
 // appendJSON appends t as JSON that json.Unmarshal reads back into t
 // (TestTicketJSON), with the field names of its tags, ID first (see
@@ -148,6 +156,7 @@ func (t *ticket) appendJSON(b []byte) []byte {
 			b = appendJSONString(b, it.Name)
 			str("k", it.Key, false)
 			num("c", it.Cost, false)
+			num("a", it.Kind, true)
 			b = append(b, '}')
 		}
 		b = append(b, ']')
@@ -317,7 +326,7 @@ func (r *Reservation) Hold(ttl time.Duration) (string, time.Time) {
 		t.ResID = r.resID
 	}
 	for _, it := range r.items {
-		t.Items = append(t.Items, ticketItem{Name: it.Limit.Name, Key: it.Key, Cost: it.Cost})
+		t.Items = append(t.Items, ticketItem{Name: it.Limit.Name, Key: it.Key, Cost: it.Cost, Kind: kindOf(&it.Limit)})
 	}
 	bp := ticketBufs.Get().(*[2][]byte)
 	payload := t.appendJSON(bp[0][:0])
@@ -444,8 +453,8 @@ func (g *Gate) rebuild(c *Caller, t *ticket, expires time.Time) *Reservation {
 		if l == nil {
 			l = g.levelLimitNamed(c, t.Tenant, it.Name, it.Key, r.start)
 		}
-		if l == nil {
-			continue // gone from the configuration: nothing to settle
+		if l == nil || it.Kind != 0 && kindOf(&l.limit) != it.Kind {
+			continue // gone from the configuration, or counted elsewhere now: nothing to settle
 		}
 		r.limits = append(r.limits, l)
 		r.items = append(r.items, weighted.Item{Limit: l.limit, Key: it.Key, Cost: it.Cost})

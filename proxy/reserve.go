@@ -392,7 +392,7 @@ func (s *Server) reserveRequest(w http.ResponseWriter, c *gate.Caller, in *reser
 		return nil, false
 	}
 	if !priced {
-		cost = priceUsage(c, u, in.Model, usage)
+		cost = priceUsage(c.Estimator(), u, in.Model, usage)
 	}
 	if overflows(usage, cost) {
 		badRequest(w, path, "cost_exceeds_limit", "this reservation's cost cannot be represented; lower its amounts")
@@ -429,12 +429,12 @@ func overflows(u costmodel.Usage, cost costmodel.NanoUSD) bool {
 // priceUsage prices usage that came without a dollar amount: by a generic
 // upstream's cost rule, or by model's price when a model is named; else
 // it costs nothing in dollars.
-func priceUsage(c *gate.Caller, u *upstream, model string, usage costmodel.Usage) costmodel.NanoUSD {
+func priceUsage(est *costmodel.Estimator, u *upstream, model string, usage costmodel.Usage) costmodel.NanoUSD {
 	switch {
 	case u != nil && u.kind == "generic" && u.cost != nil:
 		return u.cost.Price().Cost(usage)
 	case model != "":
-		return c.Estimator().Cost(model, usage)
+		return est.Cost(model, usage)
 	}
 	return 0
 }
@@ -584,13 +584,16 @@ func (s *Server) settlementCost(req *gate.Request, ch gate.Charge) costmodel.Nan
 		u = s.state.Load().upstreams[req.Upstream]
 	}
 	generic := u != nil && u.kind == "generic" && u.cost != nil
+	// At the prices in force when it is settled, as the upstream's rule
+	// is: whichever replica settles, the same settlement bills the same.
+	est := s.gate.Estimator()
 	switch {
 	case ch.Status == ledger.StatusFailed && model != "" && !generic:
-		return req.Caller.Estimator().Cost(model, ch.Usage)
+		return est.Cost(model, ch.Usage)
 	case ch.Status == ledger.StatusFailed:
 		return 0
 	case generic || model != "":
-		return priceUsage(req.Caller, u, model, ch.Usage)
+		return priceUsage(est, u, model, ch.Usage)
 	}
 	return req.Estimate.Cost
 }
