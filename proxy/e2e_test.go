@@ -52,6 +52,20 @@ type stackOptions struct {
 	telemetry *telemetry.Telemetry
 }
 
+// onEachStore runs f as a subtest on each limiter store, with url the
+// private Redis's address, or "" for the in-memory store.
+func onEachStore(t *testing.T, f func(t *testing.T, url string)) {
+	for _, store := range []string{"memory", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			url := ""
+			if store == "redis" {
+				url = redistest.New(t).URL
+			}
+			f(t, url)
+		})
+	}
+}
+
 // newStack starts the simulator and costgate with the given limits YAML;
 // redisURL empty means the in-memory store.
 func newStack(t testing.TB, redisURL, limits string) *stack {

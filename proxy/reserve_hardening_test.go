@@ -100,42 +100,36 @@ func TestReserveBodyTooLarge(t *testing.T) {
 // charge) instead of holding the budget and being charged its estimate
 // when it expires. On each store.
 func TestReserveCallerGone(t *testing.T) {
-	for _, store := range []string{"memory", "redis"} {
-		t.Run(store, func(t *testing.T) {
-			url := ""
-			if store == "redis" {
-				url = redistest.New(t).URL
-			}
-			s := newStack(t, url, `
+	onEachStore(t, func(t *testing.T, url string) {
+		s := newStack(t, url, `
 budgets:
   - {name: daily, scope: tenant, amount: "1.00"}
 `)
-			h := s.srv.Handler()
-			gone, cancel := context.WithCancel(context.Background())
-			cancel()
-			req := httptest.NewRequest(http.MethodPost, "/v1/costgate/reserve", strings.NewReader(`{"cost":{"usd":"0.50"}}`)).WithContext(gone)
-			req.Header.Set("Authorization", "Bearer cg-test-acme")
-			h.ServeHTTP(httptest.NewRecorder(), req)
+		h := s.srv.Handler()
+		gone, cancel := context.WithCancel(context.Background())
+		cancel()
+		req := httptest.NewRequest(http.MethodPost, "/v1/costgate/reserve", strings.NewReader(`{"cost":{"usd":"0.50"}}`)).WithContext(gone)
+		req.Header.Set("Authorization", "Bearer cg-test-acme")
+		h.ServeHTTP(httptest.NewRecorder(), req)
 
-			// The whole budget is left.
-			code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"cost":{"usd":"1.00"}}`)
-			if code != 200 {
-				t.Fatalf("reserving the whole budget after a reserve whose caller hung up: %d %v", code, out)
+		// The whole budget is left.
+		code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"cost":{"usd":"1.00"}}`)
+		if code != 200 {
+			t.Fatalf("reserving the whole budget after a reserve whose caller hung up: %d %v", code, out)
+		}
+		var open, charged int
+		for _, e := range s.entries(t) {
+			switch {
+			case e.Status == ledger.StatusReserved:
+				open++
+			case e.ActualCost != 0:
+				charged++
 			}
-			var open, charged int
-			for _, e := range s.entries(t) {
-				switch {
-				case e.Status == ledger.StatusReserved:
-					open++
-				case e.ActualCost != 0:
-					charged++
-				}
-			}
-			if open != 1 || charged != 0 {
-				t.Errorf("ledger: %d open (want the one reservation answered), %d charged (want none)", open, charged)
-			}
-		})
-	}
+		}
+		if open != 1 || charged != 0 {
+			t.Errorf("ledger: %d open (want the one reservation answered), %d charged (want none)", open, charged)
+		}
+	})
 }
 
 // TestSettleRetriedAfterExpiry: a settle retried after the reservation's

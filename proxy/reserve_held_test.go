@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/costgate/costgate/internal/redistest"
 	"github.com/costgate/costgate/ledger"
 )
 
@@ -26,61 +25,55 @@ func reserveID(t *testing.T, s *stack, body string) string {
 // already_settled false, no ledger entry stays reserved, and the limit
 // and the budget are charged exactly what the ledger bills.
 func TestConcurrentSettlesEndOnce(t *testing.T) {
-	for _, store := range []string{"memory", "redis"} {
-		t.Run(store, func(t *testing.T) {
-			url := ""
-			if store == "redis" {
-				url = redistest.New(t).URL
-			}
-			s := newStack(t, url, `
+	onEachStore(t, func(t *testing.T, url string) {
+		s := newStack(t, url, `
 limits:
   - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 100000, period: 1h}
 budgets:
   - {name: daily, scope: tenant, amount: "100.00"}
 `)
-			h := s.srv.Handler()
-			for round := range 5 {
-				id := reserveID(t, s, `{"cost":{"tokens":1000,"usd":"1.00"}}`)
-				var wg sync.WaitGroup
-				var mu sync.Mutex
-				firsts := 0
-				for i := range 12 {
-					wg.Go(func() {
-						path, body := "/v1/costgate/settle", fmt.Sprintf(`{"reservation_id":%q,"usage":{"tokens":%d,"usd":"0.%02d"}}`, id, 10*(i+1), i+1)
-						if i%4 == 3 {
-							path, body = "/v1/costgate/release", fmt.Sprintf(`{"reservation_id":%q}`, id)
-						}
-						code, out := reserveCall(t, h, "cg-test-acme", path, body)
-						mu.Lock()
-						defer mu.Unlock()
-						if code == 200 && out["already_settled"] == false {
-							firsts++
-						}
-					})
-				}
-				wg.Wait()
-				if firsts > 1 {
-					t.Errorf("round %d: %d settles answered already_settled false", round, firsts)
-				}
+		h := s.srv.Handler()
+		for round := range 5 {
+			id := reserveID(t, s, `{"cost":{"tokens":1000,"usd":"1.00"}}`)
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			firsts := 0
+			for i := range 12 {
+				wg.Go(func() {
+					path, body := "/v1/costgate/settle", fmt.Sprintf(`{"reservation_id":%q,"usage":{"tokens":%d,"usd":"0.%02d"}}`, id, 10*(i+1), i+1)
+					if i%4 == 3 {
+						path, body = "/v1/costgate/release", fmt.Sprintf(`{"reservation_id":%q}`, id)
+					}
+					code, out := reserveCall(t, h, "cg-test-acme", path, body)
+					mu.Lock()
+					defer mu.Unlock()
+					if code == 200 && out["already_settled"] == false {
+						firsts++
+					}
+				})
 			}
-			es := s.entries(t)
-			var sum, tokens int64
-			for _, e := range es {
-				if e.Status == ledger.StatusReserved {
-					t.Errorf("entry %s still reserved", e.RequestID)
-				}
-				sum += int64(e.ActualCost)
-				tokens += e.Actual.InputTokens
+			wg.Wait()
+			if firsts > 1 {
+				t.Errorf("round %d: %d settles answered already_settled false", round, firsts)
 			}
-			left := limitsLeft(t, s)
-			if len(left) != 2 || left[0] != 100000-tokens {
-				t.Errorf("tpm left %v; want %d (ledger tokens %d)", left, 100000-tokens, tokens)
+		}
+		es := s.entries(t)
+		var sum, tokens int64
+		for _, e := range es {
+			if e.Status == ledger.StatusReserved {
+				t.Errorf("entry %s still reserved", e.RequestID)
 			}
-			if len(left) == 2 && left[1] != 100_000_000_000-sum {
-				t.Errorf("budget left %d; want %d (ledger sum %d)", left[1], 100_000_000_000-sum, sum)
-			}
-		})
-	}
+			sum += int64(e.ActualCost)
+			tokens += e.Actual.InputTokens
+		}
+		left := limitsLeft(t, s)
+		if len(left) != 2 || left[0] != 100000-tokens {
+			t.Errorf("tpm left %v; want %d (ledger tokens %d)", left, 100000-tokens, tokens)
+		}
+		if len(left) == 2 && left[1] != 100_000_000_000-sum {
+			t.Errorf("budget left %d; want %d (ledger sum %d)", left[1], 100_000_000_000-sum, sum)
+		}
+	})
 }
 
 // TestHeldReservationKeepsItsSlot: a concurrency limit holds a request's
@@ -89,35 +82,29 @@ budgets:
 // stays taken past the lease period until it is settled, and then comes
 // back.
 func TestHeldReservationKeepsItsSlot(t *testing.T) {
-	for _, store := range []string{"memory", "redis"} {
-		t.Run(store, func(t *testing.T) {
-			url := ""
-			if store == "redis" {
-				url = redistest.New(t).URL
-			}
-			s := newStackWith(t, stackOptions{redisURL: url, policies: allowAll, extra: `
+	onEachStore(t, func(t *testing.T, url string) {
+		s := newStackWith(t, stackOptions{redisURL: url, policies: allowAll, extra: `
 limits:
   - {name: one-at-a-time, dimensions: [tenant], unit: requests, algorithm: concurrency, rate: 1, period: 1s}
 `})
-			h := s.srv.Handler()
-			first := reserveID(t, s, `{"ttl":"1m"}`)
-			if code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"ttl":"1m"}`); code != 429 {
-				t.Fatalf("second reserve while the first is open: %d %v; want 429", code, out)
-			}
-			time.Sleep(2500 * time.Millisecond) // past the 1 s lease, well before the 1 m ttl
-			if code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"ttl":"1m"}`); code != 429 {
-				t.Errorf("a reserve 2.5 s later, the first still open (ttl 1m): %d %s; want 429: two in flight under a concurrency limit of 1", code, errCode(out))
-			}
-			if code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/settle", `{"reservation_id":"`+first+`","usage":{}}`); code != 200 {
-				t.Fatalf("settle of the first: %d %v", code, out)
-			}
-			second := reserveID(t, s, `{"ttl":"1m"}`) // the slot is back
-			if code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/release", `{"reservation_id":"`+second+`"}`); code != 200 {
-				t.Fatalf("release of the second: %d %v", code, out)
-			}
-			reserveID(t, s, `{"ttl":"1m"}`)
-		})
-	}
+		h := s.srv.Handler()
+		first := reserveID(t, s, `{"ttl":"1m"}`)
+		if code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"ttl":"1m"}`); code != 429 {
+			t.Fatalf("second reserve while the first is open: %d %v; want 429", code, out)
+		}
+		time.Sleep(2500 * time.Millisecond) // past the 1 s lease, well before the 1 m ttl
+		if code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"ttl":"1m"}`); code != 429 {
+			t.Errorf("a reserve 2.5 s later, the first still open (ttl 1m): %d %s; want 429: two in flight under a concurrency limit of 1", code, errCode(out))
+		}
+		if code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/settle", `{"reservation_id":"`+first+`","usage":{}}`); code != 200 {
+			t.Fatalf("settle of the first: %d %v", code, out)
+		}
+		second := reserveID(t, s, `{"ttl":"1m"}`) // the slot is back
+		if code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/release", `{"reservation_id":"`+second+`"}`); code != 200 {
+			t.Fatalf("release of the second: %d %v", code, out)
+		}
+		reserveID(t, s, `{"ttl":"1m"}`)
+	})
 }
 
 // TestReserveAnswerCountsRequests: the answer's estimate is what the gate

@@ -167,42 +167,36 @@ budgets:
 // exceeds: the tenant cannot reserve again until they refill. On each
 // store.
 func TestReserveAPIAttackOverspendCharged(t *testing.T) {
-	for _, store := range []string{"memory", "redis"} {
-		t.Run(store, func(t *testing.T) {
-			url := ""
-			if store == "redis" {
-				url = redistest.New(t).URL
-			}
-			s := newStack(t, url, `
+	onEachStore(t, func(t *testing.T, url string) {
+		s := newStack(t, url, `
 limits:
   - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 1000, period: 24h}
 budgets:
   - {name: daily, scope: tenant, amount: "1.00"}
 `)
-			h := s.srv.Handler()
-			const acme = "cg-test-acme"
-			id := reserveOn(t, s, acme, `{"cost":{"tokens":10,"usd":"0.10"}}`)
-			code, out := reserveCall(t, h, acme, "/v1/costgate/settle", fmt.Sprintf(`{"reservation_id":%q,"usage":{"tokens":50000,"usd":"5.00"}}`, id))
-			if code != 200 || out["cost_usd"] != "5.000000000" {
-				t.Fatalf("settle of $5 on a $0.10 reservation: %d %v", code, out)
+		h := s.srv.Handler()
+		const acme = "cg-test-acme"
+		id := reserveOn(t, s, acme, `{"cost":{"tokens":10,"usd":"0.10"}}`)
+		code, out := reserveCall(t, h, acme, "/v1/costgate/settle", fmt.Sprintf(`{"reservation_id":%q,"usage":{"tokens":50000,"usd":"5.00"}}`, id))
+		if code != 200 || out["cost_usd"] != "5.000000000" {
+			t.Fatalf("settle of $5 on a $0.10 reservation: %d %v", code, out)
+		}
+		if code, out := reserveCall(t, h, acme, "/v1/costgate/reserve", `{"cost":{"usd":"0.000000001"}}`); code != 402 {
+			t.Errorf("a reserve after overspending the budget: %d %v; want 402", code, out)
+		}
+		if code, out := reserveCall(t, h, acme, "/v1/costgate/reserve", `{"cost":{"tokens":1}}`); code != 429 {
+			t.Errorf("a reserve after overspending tpm: %d %v; want 429", code, out)
+		}
+		var billed costmodel.NanoUSD
+		for _, e := range s.entries(t) {
+			if e.Status != ledger.StatusFailed {
+				billed += e.ActualCost
 			}
-			if code, out := reserveCall(t, h, acme, "/v1/costgate/reserve", `{"cost":{"usd":"0.000000001"}}`); code != 402 {
-				t.Errorf("a reserve after overspending the budget: %d %v; want 402", code, out)
-			}
-			if code, out := reserveCall(t, h, acme, "/v1/costgate/reserve", `{"cost":{"tokens":1}}`); code != 429 {
-				t.Errorf("a reserve after overspending tpm: %d %v; want 429", code, out)
-			}
-			var billed costmodel.NanoUSD
-			for _, e := range s.entries(t) {
-				if e.Status != ledger.StatusFailed {
-					billed += e.ActualCost
-				}
-			}
-			if billed != 5*costmodel.Dollar {
-				t.Errorf("ledger bills %v; want the $5.00 reported", billed)
-			}
-		})
-	}
+		}
+		if billed != 5*costmodel.Dollar {
+			t.Errorf("ledger bills %v; want the $5.00 reported", billed)
+		}
+	})
 }
 
 // TestReserveAPIAttackExpiredIsCharged: a reservation left to expire is
@@ -346,47 +340,41 @@ func TestReserveAPIAttackLargeTicketSettles(t *testing.T) {
 // most reservations.max_ttl): once it expires the slot comes back, and
 // its estimate is charged.
 func TestReserveAPIAttackHeldSlotEndsAtExpiry(t *testing.T) {
-	for _, store := range []string{"memory", "redis"} {
-		t.Run(store, func(t *testing.T) {
-			url := ""
-			if store == "redis" {
-				url = redistest.New(t).URL
-			}
-			s := newStackWith(t, stackOptions{redisURL: url, policies: allowAll, extra: `
+	onEachStore(t, func(t *testing.T, url string) {
+		s := newStackWith(t, stackOptions{redisURL: url, policies: allowAll, extra: `
 limits:
   - {name: one-at-a-time, dimensions: [tenant], unit: requests, algorithm: concurrency, rate: 1, period: 1s}
   - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 100000, period: 24h}
 `})
-			h := s.srv.Handler()
-			if code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"cost":{"tokens":700},"ttl":"2h"}`); code != 400 || errCode(out) != "invalid_ttl" {
-				t.Errorf("ttl past max_ttl: %d %v; want 400 invalid_ttl", code, out)
+		h := s.srv.Handler()
+		if code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"cost":{"tokens":700},"ttl":"2h"}`); code != 400 || errCode(out) != "invalid_ttl" {
+			t.Errorf("ttl past max_ttl: %d %v; want 400 invalid_ttl", code, out)
+		}
+		code, r := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"cost":{"tokens":700},"ttl":"2s"}`)
+		if code != 200 {
+			t.Fatalf("reserve: %d %v", code, r)
+		}
+		exp, err := time.Parse(time.RFC3339Nano, r["expires_at"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"cost":{"tokens":1}}`); code != 429 {
+			t.Fatalf("a second reserve while the first is held: %d %v; want 429", code, out)
+		}
+		for time.Now().Before(exp.Add(1500 * time.Millisecond)) {
+			time.Sleep(20 * time.Millisecond) // polls the wall clock past the expiry and the next expiry pass
+		}
+		if code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"cost":{"tokens":1},"ttl":"1m"}`); code != 200 {
+			t.Errorf("a reserve after the held one expired: %d %v; want 200 (the slot is back)", code, out)
+		}
+		var charged int64
+		for _, e := range s.entries(t) {
+			if e.Status == ledger.StatusExpired {
+				charged += e.Actual.InputTokens
 			}
-			code, r := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"cost":{"tokens":700},"ttl":"2s"}`)
-			if code != 200 {
-				t.Fatalf("reserve: %d %v", code, r)
-			}
-			exp, err := time.Parse(time.RFC3339Nano, r["expires_at"].(string))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"cost":{"tokens":1}}`); code != 429 {
-				t.Fatalf("a second reserve while the first is held: %d %v; want 429", code, out)
-			}
-			for time.Now().Before(exp.Add(1500 * time.Millisecond)) {
-				time.Sleep(20 * time.Millisecond) // polls the wall clock past the expiry and the next expiry pass
-			}
-			if code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"cost":{"tokens":1},"ttl":"1m"}`); code != 200 {
-				t.Errorf("a reserve after the held one expired: %d %v; want 200 (the slot is back)", code, out)
-			}
-			var charged int64
-			for _, e := range s.entries(t) {
-				if e.Status == ledger.StatusExpired {
-					charged += e.Actual.InputTokens
-				}
-			}
-			if charged != 700 {
-				t.Errorf("expired entries charge %d tokens; want the estimate, 700", charged)
-			}
-		})
-	}
+		}
+		if charged != 700 {
+			t.Errorf("expired entries charge %d tokens; want the estimate, 700", charged)
+		}
+	})
 }
