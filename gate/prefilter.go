@@ -37,6 +37,10 @@ type prefilter struct {
 	n     atomic.Int64 // entries in m, expired ones included
 	m     sync.Map     // refusalKey -> *spent
 	sweep sync.Mutex   // one sweeper at a time
+	swept atomic.Int64 // when the last sweep of a full table ran, Unix ns
+	// tenants counts each tenant's entries in m (tenant -> *atomic.Int64),
+	// at most maxRefusalsPerTenant.
+	tenants sync.Map
 }
 
 // refusalKey is a configured limit and one of its keys.
@@ -46,9 +50,10 @@ type refusalKey struct {
 }
 
 type spent struct {
-	until time.Time // when the limit frees for cost, as the store said
-	check time.Time // when to ask the store again: until, or sooner
-	cost  int64     // the cost refused: smaller ones go to the store
+	tenant string    // whose entry it is, counted in prefilter.tenants
+	until  time.Time // when the limit frees for cost, as the store said
+	check  time.Time // when to ask the store again: until, or sooner
+	cost   int64     // the cost refused: smaller ones go to the store
 }
 
 // refuses tells whether s refuses a request of cost requests of l, with
@@ -60,8 +65,22 @@ func (s *spent) refuses(l *compiledLimit, requests int64) bool {
 	return requests == s.cost || requests > s.cost && l.limit.Algorithm == weighted.FixedWindow
 }
 
-// maxRefusals bounds the keys the prefilter remembers.
-const maxRefusals = 1 << 16
+// maxRefusals bounds the keys the prefilter remembers, and
+// maxRefusalsPerTenant those of one tenant, so that one tenant's keys do
+// not crowd the others' out.
+const (
+	maxRefusals          = 1 << 16
+	maxRefusalsPerTenant = maxRefusals / 16
+)
+
+// sweepFullEvery is how often a full prefilter is swept at most: a sweep
+// walks every entry, which each denial must not pay.
+const sweepFullEvery = time.Second
+
+func (r *prefilter) count(tenant string) *atomic.Int64 {
+	c, _ := r.tenants.LoadOrStore(tenant, new(atomic.Int64))
+	return c.(*atomic.Int64)
+}
 
 // prefiltered tells whether l's denials can be remembered.
 func (l *compiledLimit) prefiltered() bool {
@@ -79,7 +98,7 @@ func (l *compiledLimit) prefiltered() bool {
 // add remembers that l is spent for key, for costs of cost or more, until
 // until, and no longer than check. An entry of a smaller cost still
 // current is kept: it refuses more requests.
-func (r *prefilter) add(l *compiledLimit, key string, cost int64, until, check, now time.Time) {
+func (r *prefilter) add(tenant string, l *compiledLimit, key string, cost int64, until, check, now time.Time) {
 	if cost <= 0 {
 		return // a cost of nothing is never refused
 	}
@@ -90,29 +109,39 @@ func (r *prefilter) add(l *compiledLimit, key string, cost int64, until, check, 
 	if old, ok := r.m.Load(k); ok {
 		o := old.(*spent)
 		if !o.check.After(now) || cost < o.cost || cost == o.cost && o.check.Before(check) {
-			r.m.Store(k, &spent{until: until, check: check, cost: cost})
+			r.m.Store(k, &spent{tenant: o.tenant, until: until, check: check, cost: cost})
 		}
 		return
 	}
-	if r.n.Load() >= maxRefusals && !r.expire(now) {
+	c := r.count(tenant)
+	if (r.n.Load() >= maxRefusals || c.Load() >= maxRefusalsPerTenant) && !r.expire(now) {
 		return
 	}
-	if _, loaded := r.m.LoadOrStore(k, &spent{until: until, check: check, cost: cost}); !loaded {
+	if c.Load() >= maxRefusalsPerTenant {
+		return
+	}
+	if _, loaded := r.m.LoadOrStore(k, &spent{tenant: tenant, until: until, check: check, cost: cost}); !loaded {
 		r.n.Add(1)
+		c.Add(1)
 	}
 }
 
 // expire drops the entries that have run out and tells whether there is
 // room again.
 func (r *prefilter) expire(now time.Time) bool {
+	if last := r.swept.Load(); last != 0 && now.Sub(time.Unix(0, last)) < sweepFullEvery {
+		return r.n.Load() < maxRefusals
+	}
 	if !r.sweep.TryLock() {
 		return false
 	}
 	defer r.sweep.Unlock()
+	r.swept.Store(now.UnixNano())
 	r.m.Range(func(k, v any) bool {
-		if !v.(*spent).check.After(now) {
+		if s := v.(*spent); !s.check.After(now) {
 			r.m.Delete(k)
 			r.n.Add(-1)
+			r.count(s.tenant).Add(-1)
 		}
 		return true
 	})
@@ -173,7 +202,7 @@ func (r *Reservation) remember() {
 	if p := r.limits[i].limit.Lease; p.On() {
 		check = now.Add(p.Life())
 	}
-	r.st.prefilter.add(r.limits[i], r.items[i].Key, r.items[i].Cost, until, check, now)
+	r.st.prefilter.add(r.req.Caller.Tenant, r.limits[i], r.items[i].Key, r.items[i].Cost, until, check, now)
 }
 
 // Prefilter refuses, before its body is read and estimated, a request

@@ -93,6 +93,6 @@ limits:
 		t.Fatalf("the lease holds %d unspent", held)
 	}
 	now := time.Now()
-	st.prefilter.add(l, key, denied, now.Add(time.Hour), now.Add(time.Minute), now)
+	st.prefilter.add("acme", l, key, denied, now.Add(time.Hour), now.Add(time.Minute), now)
 	return g, req, l, key, held
 }
