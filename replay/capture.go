@@ -176,6 +176,14 @@ func (w *Writer) drain() {
 
 func (w *Writer) write(p pending) {
 	b := append(appendRecord(w.line[:0], p.id, p.in, &p.d), '\n')
+	if len(b) > maxLine {
+		// A record longer than readers take would fail every replay of
+		// the file; nor is its buffer kept.
+		w.line = nil
+		w.dropped.Add(1)
+		w.cfg.Logf("capture: request %s: a record of %d bytes is longer than %d; dropped", p.id, len(b), maxLine)
+		return
+	}
 	w.line = b
 	if w.f == nil || w.size+int64(len(b)) > w.cfg.MaxBytes && w.size > int64(len(header)) {
 		if err := w.rotate(); err != nil {
@@ -187,6 +195,7 @@ func (w *Writer) write(p pending) {
 	if _, err := w.bw.Write(b); err != nil {
 		w.dropped.Add(1)
 		w.fail(err)
+		w.abandon()
 		return
 	}
 	w.size += int64(len(b))
@@ -197,8 +206,19 @@ func (w *Writer) flush() {
 	if w.bw != nil {
 		if err := w.bw.Flush(); err != nil {
 			w.fail(err)
+			w.abandon()
 		}
 	}
+}
+
+// abandon closes the current file after a failed write: a bufio.Writer's
+// error is sticky, so the next record starts a new file. The file left
+// may end in a record cut short, which readers skip.
+func (w *Writer) abandon() {
+	if w.f != nil {
+		w.f.Close()
+	}
+	w.f, w.bw = nil, nil
 }
 
 func (w *Writer) fail(err error) {
