@@ -100,8 +100,8 @@ func (l *labelSet) slow(v string) int {
 		names := append([]string(nil), *l.names.Load()...)
 		names[id] = clean
 		l.names.Store(&names) // before the map, so that a reader of the id finds its name
-		if clean == v {
-			l.add(old, id, clean)
+		if clean == v || len(v) > MaxLabelLen*4 {
+			l.add(old, id, clean) // a long raw value is not kept: it takes the slow path each time
 		} else {
 			l.add(old, id, clean, strings.Clone(v))
 		}
