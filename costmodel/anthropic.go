@@ -178,8 +178,8 @@ func (e *Estimator) estimateAnthropic(body []byte) (Estimate, error) {
 			return Estimate{}, err
 		}
 	}
-	if modelName == "" {
-		return Estimate{}, badRequest(kind, nil, "missing model")
+	if err := checkModelName(kind, modelName); err != nil {
+		return Estimate{}, err
 	}
 	if fMessages.raw(body) == nil {
 		return Estimate{}, badRequest(kind, nil, "missing messages")

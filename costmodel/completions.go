@@ -54,8 +54,8 @@ func (e *Estimator) estimateCompletions(body []byte) (Estimate, error) {
 			return Estimate{}, err
 		}
 	}
-	if modelName == "" {
-		return Estimate{}, badRequest(kind, nil, "missing model")
+	if err := checkModelName(kind, modelName); err != nil {
+		return Estimate{}, err
 	}
 	m := e.resolve(modelName)
 	in, prompts, err := textInputTokens(m, body, fPrompt)
@@ -93,8 +93,8 @@ func (e *Estimator) estimateEmbeddings(body []byte) (Estimate, error) {
 	if err := decodeField(kind, body, fModel, &modelName); err != nil {
 		return Estimate{}, err
 	}
-	if modelName == "" {
-		return Estimate{}, badRequest(kind, nil, "missing model")
+	if err := checkModelName(kind, modelName); err != nil {
+		return Estimate{}, err
 	}
 	if fInput.raw(body) == nil {
 		return Estimate{}, badRequest(kind, nil, "missing input")

@@ -313,3 +313,20 @@ func (e *Estimator) outputLimit(m model, requested int64) int64 {
 	}
 	return e.defaultMaxOut
 }
+
+// MaxModelName bounds the length of a request's model name, in bytes: no
+// provider's name comes near it (a Bedrock ARN is about 200), and a longer
+// one is refused before it reaches the policies, the ledger, the metrics
+// or a capture.
+const MaxModelName = 1024
+
+// checkModelName refuses a request's missing or overlong model name.
+func checkModelName(kind Kind, name string) error {
+	switch {
+	case name == "":
+		return badRequest(kind, nil, "missing model")
+	case len(name) > MaxModelName:
+		return badRequest(kind, nil, "model: %d bytes, longer than %d", len(name), MaxModelName)
+	}
+	return nil
+}

@@ -160,8 +160,8 @@ func (e *Estimator) estimateChat(body []byte) (Estimate, error) {
 	if stream, err = decodeBool(kind, body, &fs.stream); err != nil {
 		return Estimate{}, err
 	}
-	if modelName == "" {
-		return Estimate{}, badRequest(kind, nil, "missing model")
+	if err := checkModelName(kind, modelName); err != nil {
+		return Estimate{}, err
 	}
 	messages := fMessages.elems
 	switch raw := fMessages.raw(body); {

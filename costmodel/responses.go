@@ -121,8 +121,8 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 			return Estimate{}, err
 		}
 	}
-	if modelName == "" {
-		return Estimate{}, badRequest(kind, nil, "missing model")
+	if err := checkModelName(kind, modelName); err != nil {
+		return Estimate{}, err
 	}
 	m := e.resolve(modelName)
 	f := chatFormatFor(m)
