@@ -64,6 +64,20 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("demo config: %w", err)
 	}
 	cfg.WithPolicyFS(examples.DemoPolicies())
+	// The demo's keys and admin token are published: the addresses asked
+	// for are checked as serve checks them (loopback only).
+	if *listen != "" {
+		cfg.Listen = *listen
+	}
+	if *adminListen != "" {
+		cfg.AdminListen = *adminListen
+	}
+	if tok := os.Getenv("COSTGATE_ADMIN_TOKEN"); tok != "" {
+		cfg.AdminToken = tok // the published token gives way to the operator's own
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
 	dir, err := os.MkdirTemp("", "costgate-demo-")
 	if err != nil {
 		return err
