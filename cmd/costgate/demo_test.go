@@ -79,3 +79,24 @@ func TestDemoServesUntilStopped(t *testing.T) {
 		t.Errorf("the demo did not say goodbye:\n%s", stdout.String())
 	}
 }
+
+// TestDemoPublishedSecretsStayOnLoopback: the demo's keys and admin token
+// are published, so it listens on loopback addresses only, whatever its
+// flags ask, unless its admin token is the operator's own.
+func TestDemoPublishedSecretsStayOnLoopback(t *testing.T) {
+	for _, args := range [][]string{
+		{"--admin-listen", "0.0.0.0:0", "--listen", "127.0.0.1:0"},
+		{"--listen", "0.0.0.0:0", "--admin-listen", "127.0.0.1:0"},
+	} {
+		var stdout, stderr strings.Builder
+		err := run(context.Background(), append([]string{"demo", "--exit", "--duration", "1ms"}, args...), strings.NewReader(""), &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), "loopback") {
+			t.Errorf("demo %v: %v; want a refusal naming loopback addresses", args, err)
+		}
+	}
+	t.Setenv("COSTGATE_ADMIN_TOKEN", "an-operators-own-token")
+	var stdout, stderr strings.Builder
+	if err := run(context.Background(), []string{"demo", "--exit", "--duration", "1ms", "--admin-listen", "0.0.0.0:0", "--listen", "127.0.0.1:0"}, strings.NewReader(""), &stdout, &stderr); err != nil {
+		t.Errorf("demo with the operator's own admin token on 0.0.0.0: %v", err)
+	}
+}
