@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -21,7 +22,8 @@ import (
 // replayAtkCapture runs the chat bodies, each as a request of its tenant
 // (keys cg-acme and cg-globex, plan pro), through a real gate with the
 // example policies and capture on, and returns the capture directory and
-// the policies directory once the gate is closed.
+// the policies directory once the gate is closed. A body "model:NAME" is
+// an estimate of model NAME handed to the gate without a body.
 func replayAtkCapture(t *testing.T, calls []struct{ key, body string }) (captureDir, policiesDir string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -48,8 +50,12 @@ tenants:
 		if caller == nil {
 			t.Fatalf("key %s unknown", c.key)
 		}
-		est, err := caller.Estimator().Estimate(costmodel.ChatCompletions, []byte(c.body))
-		if err != nil {
+		var est costmodel.Estimate
+		if strings.HasPrefix(c.body, "model:") {
+			// An estimate naming the model as is, as a front door that
+			// does not bound model names could hand it to the gate.
+			est.Model = strings.TrimPrefix(c.body, "model:")
+		} else if est, err = caller.Estimator().Estimate(costmodel.ChatCompletions, []byte(c.body)); err != nil {
 			t.Fatalf("call %d: estimate: %v", i, err)
 		}
 		res, _ := g.Reserve(ctx, &gate.Request{ID: fmt.Sprintf("req_%03d", i), Caller: caller,
@@ -73,9 +79,18 @@ tenants:
 func TestReplayAttackLongModelNameBreaksReplay(t *testing.T) {
 	// 200,000 '<' escape to 1.2 MB of JSON (\u003c), past the reader's 1 MiB.
 	long := strings.Repeat("<", 200_000)
+	est, err := costmodel.NewEstimator(costmodel.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The proxy's front door refuses such a name (MaxModelName); the
+	// capture must hold for a gate handed one all the same.
+	if _, err := est.Estimate(costmodel.ChatCompletions, []byte(`{"model":"`+long+`","messages":[{"role":"user","content":"hi"}]}`)); err == nil {
+		t.Errorf("a %d-byte model name was estimated", len(long))
+	}
 	calls := []struct{ key, body string }{
 		{"cg-globex", `{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`},
-		{"cg-acme", `{"model":"` + long + `","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`},
+		{"cg-acme", "model:" + long},
 		{"cg-globex", `{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`},
 	}
 	captureDir, policiesDir := replayAtkCapture(t, calls)
@@ -128,6 +143,16 @@ func TestReplayAttackCaptureKeepsNoSecrets(t *testing.T) {
 // writing, not the capture: once writes succeed again, later records are
 // written, and every file still reads.
 func TestReplayAttackCaptureResumesAfterAWriteError(t *testing.T) {
+	// The file size limit is the process's: the test runs in a child of
+	// its own, so that the test framework's files are not cut by it.
+	if os.Getenv("REPLAY_ATK_FSIZE_CHILD") != "1" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestReplayAttackCaptureResumesAfterAWriteError$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), "REPLAY_ATK_FSIZE_CHILD=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("the child process: %v\n%s", err, out)
+		}
+		return
+	}
 	dir := t.TempDir()
 	w, err := replay.Open(replay.WriterConfig{Dir: dir, Queue: 1000})
 	if err != nil {
