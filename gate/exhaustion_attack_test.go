@@ -127,3 +127,25 @@ func TestExhaustionAttackPrefilterFullCostsEachDenial(t *testing.T) {
 		t.Fatalf("the prefilter holds %d keys, past its bound of %d", n, maxRefusals)
 	}
 }
+
+// TestExhaustionAttackPrefilterForgetsTenants: the prefilter counts each
+// tenant's keys, and a tenant whose keys all expired is no longer counted:
+// tenants named by requests (an RLS tenant is any string Envoy sends) do
+// not pile up.
+func TestExhaustionAttackPrefilterForgetsTenants(t *testing.T) {
+	var r prefilter
+	l := &compiledLimit{}
+	now := time.Now()
+	for i := range 5000 {
+		r.add(fmt.Sprintf("tenant-%d", i), l, fmt.Sprintf("key-%d", i), 1, now.Add(time.Second), now.Add(time.Second), now)
+	}
+	later := now.Add(2 * time.Second)
+	if !r.expire(later) {
+		t.Fatal("the sweep did not run")
+	}
+	n := 0
+	r.tenants.Range(func(any, any) bool { n++; return true })
+	if n != 0 || r.n.Load() != 0 {
+		t.Errorf("after every key expired: %d tenants and %d keys still counted", n, r.n.Load())
+	}
+}

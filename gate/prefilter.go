@@ -141,7 +141,14 @@ func (r *prefilter) expire(now time.Time) bool {
 		if s := v.(*spent); !s.check.After(now) {
 			r.m.Delete(k)
 			r.n.Add(-1)
-			r.count(s.tenant).Add(-1)
+			if c, ok := r.tenants.Load(s.tenant); ok && c.(*atomic.Int64).Add(-1) <= 0 {
+				// A tenant's counter goes with its last key, so that the
+				// tenants counted stay those with keys (an RLS tenant is any
+				// string Envoy sends). A key added meanwhile counts on a
+				// new counter: the share is a soft bound, maxRefusals the
+				// hard one.
+				r.tenants.Delete(s.tenant)
+			}
 		}
 		return true
 	})
