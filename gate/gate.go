@@ -381,7 +381,16 @@ func (g *Gate) Apply(cfg *config.Config) error {
 // budgetsMoved tells whether going from old to cfg may give a budget a
 // counter that has not counted its period.
 func budgetsMoved(old, cfg *config.Config) bool {
-	if !reflect.DeepEqual(old.Budgets, cfg.Budgets) || len(old.Tenants) != len(cfg.Tenants) {
+	// A budget's counter is its name, scope and period, applied by plans;
+	// its amount and lease change how much it admits, not what it counted.
+	counters := func(bs []config.BudgetConfig) []config.BudgetConfig {
+		out := make([]config.BudgetConfig, len(bs))
+		for i, b := range bs {
+			out[i] = config.BudgetConfig{Name: b.Name, Plans: b.Plans, Scope: b.Scope, Period: b.Period}
+		}
+		return out
+	}
+	if !reflect.DeepEqual(counters(old.Budgets), counters(cfg.Budgets)) || len(old.Tenants) != len(cfg.Tenants) {
 		return true
 	}
 	for i, t := range cfg.Tenants {

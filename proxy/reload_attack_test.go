@@ -383,13 +383,14 @@ budgets:
 	if int64(len(es)) != served.Load() {
 		t.Fatalf("%d ledger entries for %d requests served", len(es), served.Load())
 	}
-	var tokens, usd int64
+	var tokens, usd, refunds int64
 	for _, e := range es {
 		if e.Status != ledger.StatusSettled {
 			t.Errorf("entry %s is %s, want settled", e.RequestID, e.Status)
 		}
 		tokens += e.Actual.InputTokens + e.Actual.OutputTokens
 		usd += int64(e.ActualCost)
+		refunds += max(int64(e.EstimatedCost-e.ActualCost), 0)
 	}
 	used := func(s *reloadAtk) map[string]int64 {
 		g := s.srv.Gate()
@@ -403,8 +404,12 @@ budgets:
 		}
 		return out
 	}
-	if u := used(s); u["tpm"] != tokens || u["daily"] != usd {
-		t.Errorf("the limit counted %d tokens and the budget %d nano-USD; the ledger bills %d tokens and %d nano-USD", u["tpm"], u["daily"], tokens, usd)
+	// A reload that changes a budget reconciles it with the ledger, and a
+	// reconciliation racing a settlement may keep its refund counted (see
+	// TestReloadAttackReconcileRacingSettlements): the budget counts what
+	// the ledger bills, more by at most the refunds, never less.
+	if u := used(s); u["tpm"] != tokens || u["daily"] < usd || u["daily"] > usd+refunds {
+		t.Errorf("the limit counted %d tokens and the budget %d nano-USD; the ledger bills %d tokens and %d nano-USD (refunds %d)", u["tpm"], u["daily"], tokens, usd, refunds)
 	}
 	// The leased limit, once the replica returned its leases: read by a
 	// replica that holds none.
