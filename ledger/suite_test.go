@@ -70,7 +70,7 @@ func open(t *testing.T, cfg ledger.Config) *ledger.Ledger {
 
 func flush(t *testing.T, l *ledger.Ledger) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := l.Flush(ctx); err != nil {
 		t.Fatalf("Flush: %v", err)
