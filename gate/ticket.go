@@ -31,7 +31,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/redis/go-redis/v9"
 
 	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
@@ -360,8 +359,10 @@ func (r *Reservation) Hold(ttl time.Duration) (string, time.Time) {
 // ErrReleased, its Release ErrSettled or nil. Past its expiry, Resume
 // fails with ErrExpired unless the reservation was settled or released
 // before: this replica's hold tells so, else, with a Redis store, the
-// reservation's claim there (a GET bounded by ctx and a second, the one
-// call to Redis Resume makes; when it fails, ErrExpired).
+// reservation's claim there. Finding none, Resume claims the expiry
+// itself, so that a settlement racing it cannot end it too (a SETNX and,
+// when another end is there, a GET, bounded by ctx and a second: the
+// calls to Redis Resume makes; when they fail, ErrExpired).
 func (g *Gate) Resume(ctx context.Context, c *Caller, id string) (res *Reservation, expires time.Time, err error) {
 	payload, ok := g.verify(id)
 	if !ok {
@@ -415,16 +416,28 @@ func (g *Gate) endOf(ctx context.Context, t *ticket, expires time.Time, h *hold)
 	if g.redis == nil {
 		return nil, ErrExpired
 	}
+	// No end is recorded: this one is the expiry, claimed so that a
+	// settlement of it still in flight (one resumed before the expiry)
+	// loses to it rather than end it a second way. The replica holding it
+	// settles it at its estimate all the same (see expireHolds).
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	v, err := g.redis.Get(ctx, heldKey(t.Tenant, t.ID)).Result()
-	cancel()
+	defer cancel()
+	key := heldKey(t.Tenant, t.ID)
+	won, err := g.redis.SetNX(ctx, key, claim{state: holdExpired, token: newClaimToken()}.encode(), claimGrace).Result()
+	if err != nil || won {
+		if err != nil {
+			g.log.Warn("held reservation past its expiry: claiming its end in Redis failed; taken for expired", "request_id", t.ID, "err", err)
+		}
+		return nil, ErrExpired
+	}
+	v, err := g.redis.Get(ctx, key).Result()
 	c, ok := decodeClaim(v)
 	switch {
-	case err != nil && !errors.Is(err, redis.Nil):
+	case err != nil:
 		g.log.Warn("held reservation past its expiry: reading its claim in Redis failed; taken for expired", "request_id", t.ID, "err", err)
-	case err == nil && !ok:
+	case !ok:
 		g.log.Warn("held reservation past its expiry: unreadable claim; taken for expired", "request_id", t.ID, "claim", v)
-	case ok && c.state != holdExpired:
+	case c.state != holdExpired:
 		g.adopt(h, c) // an open hold must not expire after all
 		return &hold{tenant: t.Tenant, expires: expires, state: c.state, result: c.charge()}, nil
 	}
@@ -911,7 +924,9 @@ func (g *Gate) expireHolds(now time.Time) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		actual := r.actual(ch)
 		won, prior, stored, err := g.end(ctx, r, claim{state: holdExpired}, actual)
-		if err == nil && !won {
+		// An expiry claimed by a replica that resumed it late (see endOf)
+		// is this one: that replica settles nothing, this one settles it.
+		if err == nil && !won && prior.state != holdExpired {
 			cancel()
 			// Settled or released on another replica: the hold tells so
 			// from now on.
