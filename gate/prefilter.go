@@ -77,7 +77,12 @@ const (
 // walks every entry, which each denial must not pay.
 const sweepFullEvery = time.Second
 
+// count is tenant's count of entries, made at its first: a tenant counted
+// already costs a lookup, no allocation.
 func (r *prefilter) count(tenant string) *atomic.Int64 {
+	if c, ok := r.tenants.Load(tenant); ok {
+		return c.(*atomic.Int64)
+	}
 	c, _ := r.tenants.LoadOrStore(tenant, new(atomic.Int64))
 	return c.(*atomic.Int64)
 }
