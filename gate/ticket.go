@@ -31,7 +31,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-
 	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/ledger"
