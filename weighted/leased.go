@@ -83,7 +83,9 @@ type LeasedConfig struct {
 	// forgotten. 0 means 100ms.
 	Sweep time.Duration
 	// MaxKeys bounds the keys whose leases and demand are remembered; a
-	// key past it is debited strictly. 0 means 65,536.
+	// key past it is debited strictly. 0 means 65,536. The keys of one
+	// hash tag (a tenant's) take at most a sixteenth of it, so that one
+	// tenant's many keys do not leave the others' strict.
 	MaxKeys int
 }
 
@@ -196,7 +198,9 @@ type Leased struct {
 	now     func() time.Time
 	sweep   time.Duration
 	maxKeys int
-	prefix  string
+	// maxPerTag bounds the keys of one hash tag (see LeasedConfig.MaxKeys).
+	maxPerTag int
+	prefix    string
 	seq     atomic.Uint64
 	stats   leaseStats
 	stop    chan struct{}
@@ -209,6 +213,8 @@ type Leased struct {
 
 	mu   sync.RWMutex
 	keys map[leaseKey]*leaseState
+	// tags counts keys' states by their hash tag (see remember).
+	tags map[string]int
 	// nkeys is len(keys), read without mu: a store that keeps no state
 	// has no leases to end when a limit turns strict (endStrict).
 	nkeys atomic.Int64
@@ -292,9 +298,10 @@ type heldLease struct {
 func NewLeased(inner Store, cfg LeasedConfig) *Leased {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
+	maxKeys := cmp.Or(cfg.MaxKeys, 1<<16)
 	l := &Leased{
 		store: inner, now: cfg.Now, sweep: cmp.Or(cfg.Sweep, 100*time.Millisecond),
-		maxKeys: cmp.Or(cfg.MaxKeys, 1<<16), prefix: "lease-" + hex.EncodeToString(b[:]) + "-",
+		maxKeys: maxKeys, maxPerTag: cmp.Or(maxKeys/16, 1), tags: map[string]int{}, prefix: "lease-" + hex.EncodeToString(b[:]) + "-",
 		stop: make(chan struct{}), keys: map[leaseKey]*leaseState{}, seed: maphash.MakeSeed(),
 	}
 	if l.now == nil {
@@ -626,13 +633,26 @@ func (l *Leased) state(it *Item) *leaseState {
 	if st := l.keys[k]; st != nil {
 		return st
 	}
-	if len(l.keys) >= l.maxKeys {
+	tag := HashTag(it.Key)
+	if len(l.keys) >= l.maxKeys || l.tags[tag] >= l.maxPerTag {
 		return nil
 	}
 	st := l.newState(it)
 	l.keys[k] = st
 	l.nkeys.Add(1)
+	l.tags[tag]++
 	return st
+}
+
+// forget drops k's state, counted under the hash tag of key. The caller
+// holds l.mu.
+func (l *Leased) forget(k leaseKey, key string) {
+	delete(l.keys, k)
+	l.nkeys.Add(-1)
+	tag := HashTag(key)
+	if l.tags[tag]--; l.tags[tag] <= 0 {
+		delete(l.tags, tag)
+	}
 }
 
 // newState is a new state for its key, used now: the sweeper, which
@@ -702,8 +722,7 @@ func (l *Leased) endStrict(ctx context.Context, items []Item) {
 			l.mu.Unlock()
 			continue
 		}
-		delete(l.keys, k)
-		l.nkeys.Add(-1)
+		l.forget(k, st.item.Key)
 		debt, _, _ := l.retire(st)
 		l.mu.Unlock()
 		work := context.WithoutCancel(ctx)
@@ -1410,8 +1429,7 @@ func (l *Leased) Reset(ctx context.Context, items []Item) error {
 	for i := range items {
 		k := stateKeyOf(&items[i])
 		if _, ok := l.keys[k]; ok {
-			delete(l.keys, k)
-			l.nkeys.Add(-1)
+			l.forget(k, items[i].Key)
 		}
 	}
 	l.mu.Unlock()
@@ -1510,8 +1528,7 @@ func (l *Leased) sweepOnce(ctx context.Context) {
 			if l.keys[k] == st {
 				st.mu.Lock()
 				if len(st.leases) == 0 && len(st.ended) == 0 && st.fetching == nil && st.debt == 0 && now.Sub(st.lastUsed) > 10*ttl {
-					delete(l.keys, k)
-					l.nkeys.Add(-1)
+					l.forget(k, st.item.Key)
 					// A request that found it before it went takes from it
 					// no more: as a retired state, it debits strictly, and a
 					// lease it was taking goes back at once. A lease held by
