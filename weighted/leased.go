@@ -201,11 +201,11 @@ type Leased struct {
 	// maxPerTag bounds the keys of one hash tag (see LeasedConfig.MaxKeys).
 	maxPerTag int
 	prefix    string
-	seq     atomic.Uint64
-	stats   leaseStats
-	stop    chan struct{}
-	stopped sync.Once
-	wg      sync.WaitGroup
+	seq       atomic.Uint64
+	stats     leaseStats
+	stop      chan struct{}
+	stopped   sync.Once
+	wg        sync.WaitGroup
 	// inline takes a lease that renews one before it runs out in the
 	// request that notices, not in the background: tests use it to be
 	// deterministic.

@@ -22,7 +22,9 @@ func TestLeasedKeysShareByTag(t *testing.T) {
 	l.inline = true
 	defer l.Close(ctx)
 	lim := Limit{Name: "r", Algorithm: FixedWindow, Rate: 1_000_000, Period: time.Hour, Lease: Lease{Max: 1000, TTL: time.Minute}}
-	item := func(tag string, i int) Item { return Item{Limit: lim, Key: fmt.Sprintf("{%s}:user=%d", tag, i), Cost: 1} }
+	item := func(tag string, i int) Item {
+		return Item{Limit: lim, Key: fmt.Sprintf("{%s}:user=%d", tag, i), Cost: 1}
+	}
 	var mallory []Item
 	for i := range 100 {
 		it := item("mallory", i)
