@@ -144,25 +144,26 @@ func (d *Directory) Lookup(sum [sha256.Size]byte, now time.Time) (gate.Principal
 // HasTenant implements gate.TenantDirectory: whether the control plane
 // holds a tenant named name (active or not).
 func (d *Directory) HasTenant(name string) bool {
-	_, known, _ := d.TenantPlan(name, time.Time{})
+	_, _, known, _ := d.TenantPlan(name, time.Time{})
 	return known
 }
 
-// TenantPlan implements gate.TenantDirectory: the plan of the control
-// plane's tenant name, whether the control plane holds it, and whether it
-// is usable at now. A tenant the config file declares is not known.
-func (d *Directory) TenantPlan(name string, now time.Time) (plan string, known, usable bool) {
+// TenantPlan implements gate.TenantDirectory: the plan and level of the
+// control plane's tenant name, whether the control plane holds it, and
+// whether it is usable at now. A tenant the config file declares is not
+// known.
+func (d *Directory) TenantPlan(name string, now time.Time) (plan string, level *gate.Level, known, usable bool) {
 	d.slotMu.RLock()
 	s := d.slots[slotKey(KindTenant, name, name)]
 	d.slotMu.RUnlock()
 	if s == nil {
-		return "", false, false
+		return "", nil, false, false
 	}
 	n := s.p.Load()
 	if n == nil {
-		return "", false, false
+		return "", nil, false, false
 	}
-	return n.plan, true, n.usable(now)
+	return n.plan, n.level, true, n.usable(now)
 }
 
 // Apply brings the directory up to entities, read at version seq.

@@ -288,11 +288,12 @@ type BudgetUse struct {
 type TenantDirectory interface {
 	Directory
 	HasTenant(name string) bool
-	// TenantPlan returns the plan of the control plane's tenant name,
-	// whether the control plane holds that tenant (known), and whether
-	// the tenant is usable at now (active, not expired). It answers from
-	// memory, on the request path.
-	TenantPlan(name string, now time.Time) (plan string, known, usable bool)
+	// TenantPlan returns the plan of the control plane's tenant name, its
+	// level (its budgets, limits and allowed models and routes; nil for
+	// none), whether the control plane holds that tenant (known), and
+	// whether the tenant is usable at now (active, not expired). It
+	// answers from memory, on the request path.
+	TenantPlan(name string, now time.Time) (plan string, level *Level, known, usable bool)
 }
 
 // TenantClash tells which tenant of cfg d holds too, as an error naming
@@ -354,8 +355,9 @@ func (g *Gate) lookup(st *state, sum [sha256.Size]byte) *Caller {
 
 // controlTenant gives c, a caller named by a trusted front door whose
 // tenant the configuration does not declare, its control-plane tenant's
-// plan; a tenant the control plane holds but that is not usable gets a
-// level that refuses its every request, as its keys identify nobody.
+// plan and level (its budgets, limits and allowed models and routes); a
+// tenant the control plane holds but that is not usable gets a level that
+// refuses its every request, as its keys identify nobody.
 // A tenant the control plane does not hold keeps c's plan.
 func (g *Gate) controlTenant(c *Caller) {
 	d := g.dir.dir.Load()
@@ -366,14 +368,18 @@ func (g *Gate) controlTenant(c *Caller) {
 	if !ok {
 		return
 	}
-	plan, known, usable := td.TenantPlan(c.Tenant, time.Now())
+	plan, level, known, usable := td.TenantPlan(c.Tenant, time.Now())
 	if !known {
 		return
 	}
 	c.Plan = plan
 	if !usable {
 		c.levels[3] = &Level{Kind: "tenant", Name: c.Tenant, disabled: true}
+		return
 	}
+	// The tenant's own budgets, limits and lists hold whichever door its
+	// requests come by, as they do for its keys.
+	c.levels[3] = level
 }
 
 // Levels are the caller's control-plane levels (key, user, team, tenant;

@@ -100,3 +100,38 @@ func TestIdentityControlConfigTenantBack(t *testing.T) {
 		t.Errorf("acme's API key, acme back on plan pro: %v, want [200 200 200]", codes)
 	}
 }
+
+// TestIdentityControlTenantLevelRLS: a control-plane tenant's own limits
+// hold over the rate limit service as they hold for its keys: the tenant's
+// limit of three requests an hour answers OVER_LIMIT on the fourth
+// decision, and the proxy, counting on the same counter, refuses its key
+// then. Before, a tenant named by a trusted front door got its plan but
+// not its level: its own budgets and limits did not apply there.
+func TestIdentityControlTenantLevelRLS(t *testing.T) {
+	s := idAtkStack(t, idAtkTenants)
+	if code := s.adminCall(t, "POST", "/admin/v1/tenants", `{"name":"delta","plan":"pro","limits":[{"name":"hourly","rate":3,"period":"1h"}]}`, nil); code != http.StatusCreated {
+		t.Fatalf("create tenant delta: %d", code)
+	}
+	var k struct {
+		Key string `json:"key"`
+	}
+	if code := s.adminCall(t, "POST", "/admin/v1/keys", `{"tenant":"delta"}`, &k); code != http.StatusCreated {
+		t.Fatalf("create a key of delta: %d", code)
+	}
+	r := rls.New(s.srv.Gate(), rls.Options{})
+	var got []string
+	for range 4 {
+		resp, err := r.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 1,
+			Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: "delta"}}}}})
+		if err != nil {
+			t.Fatalf("ShouldRateLimit: %v", err)
+		}
+		got = append(got, resp.GetOverallCode().String())
+	}
+	if fmt.Sprint(got) != "[OK OK OK OVER_LIMIT]" {
+		t.Errorf("delta's decisions under its own limit of 3 an hour: %v, want [OK OK OK OVER_LIMIT]", got)
+	}
+	if code, body := s.chat(t, k.Key); code != http.StatusTooManyRequests {
+		t.Errorf("delta's key after three decisions of its three: %d %s, want 429", code, body)
+	}
+}
