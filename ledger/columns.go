@@ -15,6 +15,7 @@ var entryColumns = []string{
 	"est_input", "est_cached_input", "est_cache_write", "est_output", "est_reasoning", "est_units",
 	"act_input", "act_cached_input", "act_cache_write", "act_output", "act_reasoning", "act_units",
 	"estimated_cost", "actual_cost", "cost", "created_at", "settled_at",
+	"est_extra", "act_extra",
 }
 
 // readColumns are the columns scanEntry reads (all but node).
@@ -30,6 +31,7 @@ func entryArgs(node string, e *Entry, tm func(time.Time) any) []any {
 		e.Actual.InputTokens, e.Actual.CachedInputTokens, e.Actual.CacheWriteTokens,
 		e.Actual.OutputTokens, e.Actual.ReasoningTokens, e.Actual.Units,
 		int64(e.EstimatedCost), int64(e.ActualCost), int64(e.Charge()), tm(e.CreatedAt), tm(e.SettledAt),
+		extraOf(&e.Estimated), extraOf(&e.Actual),
 	}
 }
 
@@ -38,7 +40,7 @@ type scanner interface{ Scan(dest ...any) error }
 // scanEntry reads readColumns into e; created and settled receive the times
 // for the caller to convert.
 func scanEntry(s scanner, e *Entry, created, settled any) error {
-	var status string
+	var status, estExtra, actExtra string
 	var http, estCost, actCost, cost int64
 	err := s.Scan(&e.RequestID, &e.Tenant, &e.User, &e.KeyID, &e.Route, &e.Upstream, &e.Model, &e.Region,
 		&e.Decision, &e.Policy, &e.Friction, &status, &http,
@@ -46,7 +48,16 @@ func scanEntry(s scanner, e *Entry, created, settled any) error {
 		&e.Estimated.OutputTokens, &e.Estimated.ReasoningTokens, &e.Estimated.Units,
 		&e.Actual.InputTokens, &e.Actual.CachedInputTokens, &e.Actual.CacheWriteTokens,
 		&e.Actual.OutputTokens, &e.Actual.ReasoningTokens, &e.Actual.Units,
-		&estCost, &actCost, &cost, created, settled)
+		&estCost, &actCost, &cost, created, settled, &estExtra, &actExtra)
+	if err != nil {
+		return err
+	}
+	if err := setExtra(&e.Estimated, estExtra); err != nil {
+		return err
+	}
+	if err := setExtra(&e.Actual, actExtra); err != nil {
+		return err
+	}
 	e.Status, e.HTTPStatus = Status(status), int(http)
 	e.EstimatedCost, e.ActualCost = costmodel.NanoUSD(estCost), costmodel.NanoUSD(actCost)
 	return err

@@ -44,7 +44,9 @@ func (s Status) valid() bool {
 
 func negative(t costmodel.Usage) bool {
 	return t.InputTokens < 0 || t.CachedInputTokens < 0 || t.CacheWriteTokens < 0 ||
-		t.OutputTokens < 0 || t.ReasoningTokens < 0 || t.Units < 0
+		t.OutputTokens < 0 || t.ReasoningTokens < 0 || t.Units < 0 ||
+		t.CacheWrite1hTokens < 0 || t.AudioInputTokens < 0 || t.AudioOutputTokens < 0 ||
+		t.WebSearchRequests < 0 || t.FileSearchCalls < 0 || t.ContainerGB < 0
 }
 
 // Entry is the ledger's record of one admitted request. RequestID is the

@@ -115,6 +115,8 @@ var CSVHeader = []string{
 	"input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens", "reasoning_tokens", "units",
 	"estimated_cost_nanousd", "actual_cost_nanousd", "charge_nanousd", "charge_usd",
 	"created_at", "settled_at",
+	"cache_write_1h_tokens", "audio_input_tokens", "audio_output_tokens", "web_search_requests", "file_search_calls",
+	"container_gb", "service_tier", "inference_geo", "speed",
 }
 
 type csvExporter struct{ w *csv.Writer }
@@ -133,6 +135,9 @@ func (c *csvExporter) entry(e *Entry) error {
 		i(e.Actual.OutputTokens), i(e.Actual.ReasoningTokens), i(e.Actual.Units),
 		i(int64(e.EstimatedCost)), i(int64(e.ActualCost)), i(int64(e.Charge())), usd(e.Charge()),
 		timeText(e.CreatedAt), timeText(e.SettledAt),
+		i(e.Actual.CacheWrite1hTokens), i(e.Actual.AudioInputTokens), i(e.Actual.AudioOutputTokens),
+		i(e.Actual.WebSearchRequests), i(e.Actual.FileSearchCalls), i(e.Actual.ContainerGB),
+		t(e.Actual.ServiceTier), t(e.Actual.InferenceGeo), t(e.Actual.Speed),
 	})
 }
 

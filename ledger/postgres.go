@@ -197,7 +197,7 @@ func (t *pgTx) load(ctx context.Context, ids []string) (map[string]*Entry, error
 var updateColumns = []string{
 	"route", "upstream", "model", "region", "decision", "policy", "friction", "status", "http_status",
 	"act_input", "act_cached_input", "act_cache_write", "act_output", "act_reasoning", "act_units",
-	"actual_cost", "cost", "settled_at",
+	"actual_cost", "cost", "settled_at", "act_extra",
 }
 
 // pgUpdate updates a batch of rows from one array per column of
@@ -263,6 +263,8 @@ func copyRows(node string, rows []*Entry) []byte {
 		}
 		ts(e.CreatedAt)
 		ts(e.SettledAt)
+		text(extraOf(&e.Estimated))
+		text(extraOf(&e.Actual))
 	}
 	return binary.BigEndian.AppendUint16(b, 0xffff) // end of data
 }
@@ -273,6 +275,8 @@ func pgType(column string) string {
 	switch {
 	case column == "created_at" || column == "settled_at":
 		return "timestamptz"
+	case column == "est_extra" || column == "act_extra":
+		return "text"
 	case i >= slices.Index(entryColumns, "http_status"):
 		return "int8"
 	}
@@ -319,6 +323,8 @@ var columns = map[string]column{
 	"actual_cost":      {num: func(e *Entry) int64 { return int64(e.ActualCost) }},
 	"cost":             {num: func(e *Entry) int64 { return int64(e.Charge()) }},
 
+	"est_extra":  {text: func(_ string, e *Entry) string { return extraOf(&e.Estimated) }},
+	"act_extra":  {text: func(_ string, e *Entry) string { return extraOf(&e.Actual) }},
 	"created_at": {time: func(e *Entry) time.Time { return e.CreatedAt }},
 	"settled_at": {time: func(e *Entry) time.Time { return e.SettledAt }},
 }
@@ -412,7 +418,7 @@ func (t *pgTx) recover(ctx context.Context, node, marker string, at time.Time) (
 	}
 	tag, err = t.tx.Exec(ctx, `UPDATE ledger_entries SET status = 'recovered',
 		act_input = est_input, act_cached_input = est_cached_input, act_cache_write = est_cache_write,
-		act_output = est_output, act_reasoning = est_reasoning, act_units = est_units,
+		act_output = est_output, act_reasoning = est_reasoning, act_units = est_units, act_extra = est_extra,
 		actual_cost = estimated_cost, cost = estimated_cost, settled_at = $1
 		WHERE node = $2 AND status = 'reserved'
 		AND created_at >= (SELECT open_since FROM ledger_nodes WHERE node = $2)`, at, node)
@@ -425,7 +431,7 @@ func (t *pgTx) recover(ctx context.Context, node, marker string, at time.Time) (
 func (t *pgTx) recoverNode(ctx context.Context, node string, before, at time.Time) (int64, error) {
 	tag, err := t.tx.Exec(ctx, `UPDATE ledger_entries SET status = 'recovered',
 		act_input = est_input, act_cached_input = est_cached_input, act_cache_write = est_cache_write,
-		act_output = est_output, act_reasoning = est_reasoning, act_units = est_units,
+		act_output = est_output, act_reasoning = est_reasoning, act_units = est_units, act_extra = est_extra,
 		actual_cost = estimated_cost, cost = estimated_cost, settled_at = $1
 		WHERE node = $2 AND status = 'reserved' AND created_at < $3
 		AND created_at >= (SELECT open_since FROM ledger_nodes WHERE node = $2)`, at, node, before)

@@ -66,6 +66,14 @@ func appendFrame(b []byte, r *record) []byte {
 		int64(e.EstimatedCost), int64(e.ActualCost), unixMicro(e.CreatedAt), unixMicro(e.SettledAt)} {
 		b = binary.AppendVarint(b, v)
 	}
+	// The extra usage (see usageExtra), after the fields of earlier
+	// versions: their records end before it, and read as none.
+	if est, act := extraOf(&e.Estimated), extraOf(&e.Actual); est != "" || act != "" {
+		for _, s := range [...]string{est, act} {
+			b = binary.AppendUvarint(b, uint64(len(s)))
+			b = append(b, s...)
+		}
+	}
 	payload := b[start+frameHeader:]
 	binary.LittleEndian.PutUint32(b[start:], uint32(len(payload)))
 	binary.LittleEndian.PutUint32(b[start+4:], crc32.Checksum(payload, crcTable))
@@ -118,6 +126,12 @@ func decodePayload(p []byte, r *record, names *interner) error {
 		&e.Actual.OutputTokens, &e.Actual.ReasoningTokens, &e.Actual.Units,
 		&estCost, &actCost, &created, &settled} {
 		*v = d.varint()
+	}
+	if d.err == nil && len(d.b) != 0 {
+		est, act := d.string(), d.string()
+		if d.err == nil && (setExtra(&e.Estimated, est) != nil || setExtra(&e.Actual, act) != nil) {
+			return fmt.Errorf("%w: extra usage", errCorrupt)
+		}
 	}
 	if d.err != nil {
 		return d.err

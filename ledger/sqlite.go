@@ -328,7 +328,7 @@ func (t *sqliteTx) recover(ctx context.Context, node, marker string, at time.Tim
 	}
 	res, err = t.tx.ExecContext(ctx, `UPDATE ledger_entries SET status = 'recovered',
 		act_input = est_input, act_cached_input = est_cached_input, act_cache_write = est_cache_write,
-		act_output = est_output, act_reasoning = est_reasoning, act_units = est_units,
+		act_output = est_output, act_reasoning = est_reasoning, act_units = est_units, act_extra = est_extra,
 		actual_cost = estimated_cost, cost = estimated_cost, settled_at = ?
 		WHERE node = ? AND status = 'reserved'
 		AND created_at >= (SELECT open_since FROM ledger_nodes WHERE node = ? AND open_since > 0)`, unixMicro(at), node, node)
@@ -341,7 +341,7 @@ func (t *sqliteTx) recover(ctx context.Context, node, marker string, at time.Tim
 func (t *sqliteTx) recoverNode(ctx context.Context, node string, before, at time.Time) (int64, error) {
 	res, err := t.tx.ExecContext(ctx, `UPDATE ledger_entries SET status = 'recovered',
 		act_input = est_input, act_cached_input = est_cached_input, act_cache_write = est_cache_write,
-		act_output = est_output, act_reasoning = est_reasoning, act_units = est_units,
+		act_output = est_output, act_reasoning = est_reasoning, act_units = est_units, act_extra = est_extra,
 		actual_cost = estimated_cost, cost = estimated_cost, settled_at = ?
 		WHERE node = ? AND status = 'reserved' AND created_at < ?
 		AND created_at >= (SELECT open_since FROM ledger_nodes WHERE node = ? AND open_since > 0)`,

@@ -100,8 +100,10 @@ func reservation(id string, at time.Time) ledger.Entry {
 	return ledger.Entry{
 		RequestID: id, Tenant: "acme", User: "ann", KeyID: "k1", Route: "chat", Upstream: "openai",
 		Model: "gpt-4o", Region: "eu", Decision: "allow", Policy: "p1", Friction: "",
-		HTTPStatus:    0,
-		Estimated:     costmodel.Usage{InputTokens: 100, CachedInputTokens: 10, CacheWriteTokens: 5, OutputTokens: 200, ReasoningTokens: 7, Units: 1},
+		HTTPStatus: 0,
+		Estimated: costmodel.Usage{InputTokens: 100, CachedInputTokens: 10, CacheWriteTokens: 5, OutputTokens: 200, ReasoningTokens: 7, Units: 1,
+			// The usage the integer columns do not hold (est_extra).
+			CacheWrite1hTokens: 2, AudioInputTokens: 3, WebSearchRequests: 1, ContainerGB: 1, ServiceTier: "flex", Speed: "fast"},
 		EstimatedCost: 3_000,
 		CreatedAt:     at,
 	}
@@ -110,7 +112,9 @@ func reservation(id string, at time.Time) ledger.Entry {
 func settlement(id string, cost costmodel.NanoUSD) ledger.Entry {
 	return ledger.Entry{
 		RequestID: id, HTTPStatus: 200,
-		Actual:     costmodel.Usage{InputTokens: 90, CachedInputTokens: 9, CacheWriteTokens: 4, OutputTokens: 150, ReasoningTokens: 6, Units: 1},
+		Actual: costmodel.Usage{InputTokens: 90, CachedInputTokens: 9, CacheWriteTokens: 4, OutputTokens: 150, ReasoningTokens: 6, Units: 1,
+			CacheWrite1hTokens: 1, AudioOutputTokens: 4, WebSearchRequests: 2, FileSearchCalls: 3, ContainerGB: 1,
+			ServiceTier: "priority", InferenceGeo: "us", Speed: "fast"},
 		ActualCost: cost,
 	}
 }

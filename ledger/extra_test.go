@@ -1,0 +1,66 @@
+package ledger
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// TestRecordExtraRoundTrip: a spool record keeps the usage the entry's
+// integer columns do not hold (web searches, containers, the tier, the
+// speed...), estimated and actual, so that a ledger replayed from its
+// spool after a crash bills and shows what the one that wrote it did.
+func TestRecordExtraRoundTrip(t *testing.T) {
+	r := sampleRecord("x")
+	r.e.Estimated.WebSearchRequests, r.e.Estimated.ContainerGB, r.e.Estimated.Speed = 2, 64, "fast"
+	r.e.Actual.CacheWrite1hTokens, r.e.Actual.AudioInputTokens, r.e.Actual.AudioOutputTokens = 5, 6, 7
+	r.e.Actual.FileSearchCalls, r.e.Actual.ServiceTier, r.e.Actual.InferenceGeo = 3, "priority", "us"
+	b := appendFrame(nil, &r)
+	var got record
+	if n, err := readFrame(b, &got, nil); err != nil || n != len(b) {
+		t.Fatalf("readFrame: %d, %v", n, err)
+	}
+	if got != r {
+		t.Fatalf("round trip:\n got %+v\nwant %+v", got, r)
+	}
+	// A record without extra usage is the frame of earlier versions,
+	// which this one reads.
+	old := sampleRecord("y")
+	if b := appendFrame(nil, &old); len(b) != len(appendFrame(nil, &old)) || strings.Contains(string(b), "{") {
+		t.Fatalf("a record without extra usage carries some: %q", b)
+	}
+}
+
+// TestExtraTextIsCutNotRefused: an upstream that names its service tier
+// in 10 KB of invalid UTF-8 gets its entry stored, billed in full, the
+// tier cut to maxExtraText bytes of valid text: what the upstream says is
+// never a reason to lose the entry.
+func TestExtraTextIsCutNotRefused(t *testing.T) {
+	ctx := context.Background()
+	l, err := Open(ctx, Config{Dir: t.TempDir(), Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	r := sampleRecord("z").e
+	r.Status, r.Actual, r.ActualCost, r.SettledAt = "", r.Estimated, 0, r.CreatedAt
+	if err := l.Reserve(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	s := Entry{RequestID: "z", HTTPStatus: 200, ActualCost: 99}
+	s.Actual.InputTokens, s.Actual.ServiceTier = 5, strings.Repeat("\xff", 10<<10)
+	if err := l.Settle(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e, ok, err := l.Lookup(ctx, "z")
+	if err != nil || !ok {
+		t.Fatalf("lookup: %v %v", ok, err)
+	}
+	if tier := e.Actual.ServiceTier; e.ActualCost != 99 || tier == "" || len(tier) > maxExtraText || !utf8.ValidString(tier) {
+		t.Fatalf("entry %+v; want the cost 99 and the tier cut to valid text of at most %d bytes", e, maxExtraText)
+	}
+}
