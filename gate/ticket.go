@@ -667,6 +667,12 @@ func (r *Reservation) endedInLedger(ctx context.Context, h *hold) (out Charge, a
 		return Charge{}, false, nil, false
 	}
 	switch {
+	case e.Status == ledger.StatusRecovered && time.Now().Before(r.expires):
+		// Recovered at its estimate by the restart of the replica that
+		// made it, before its expiry: nobody ended it. It may still be
+		// settled or released until it expires (the claim decides); a
+		// settlement recorded beats the recovery in the ledger.
+		return Charge{}, false, nil, false
 	case e.Status == ledger.StatusExpired || e.Status == ledger.StatusRecovered:
 		return Charge{}, false, ErrExpired, true
 	case e.Status == ledger.StatusFailed && e.ActualCost == 0:
