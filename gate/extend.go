@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/telemetry"
 	"github.com/costgate/costgate/weighted"
 )
@@ -116,6 +117,17 @@ func (r *Reservation) Extend(ctx context.Context, extra costmodel.Usage) (Decisi
 	}
 	x.usage, x.cost = addUsage(x.usage, extra), x.cost+cost
 	r.ext = x
+	if r.recorded && cost > 0 {
+		// The ledger's estimate follows what the limits were debited, so
+		// that a crash before the settlement recovers the stream at the
+		// output it was let through, and budgets restored from the ledger
+		// count it, not only its first reservation.
+		le := r.entry(ledger.StatusReserved)
+		le.Estimated, le.EstimatedCost = total, r.req.Estimate.Cost+x.cost
+		if err := r.g.ledger.Extend(context.WithoutCancel(ctx), le); err != nil {
+			r.g.log.Warn("ledger: the stream's increment could not be recorded", "request_id", r.req.ID, "err", err)
+		}
+	}
 	return Decision{Outcome: telemetry.OutcomeAllow}, true
 }
 

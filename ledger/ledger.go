@@ -206,6 +206,23 @@ func (l *Ledger) Reserve(ctx context.Context, e Entry) error {
 	return l.append(&record{kind: kindReserve, e: e}, l.cfg.SpoolLimit, l.cfg.SyncEach)
 }
 
+// Extend raises the estimate of the open reservation e.RequestID to
+// e.Estimated and e.EstimatedCost (what its limits were debited in all:
+// the reservation and the increments beyond it), so that a recovery
+// finalizes it at that, and the spend counts it meanwhile. It is one
+// append to the spool, taken even when the spool is full, as a settlement
+// is; it changes nothing on an entry already final or an estimate not
+// above the recorded one.
+func (l *Ledger) Extend(ctx context.Context, e Entry) error {
+	if err := e.check(); err != nil {
+		return err
+	}
+	e.Status = StatusReserved
+	e.EstimatedCost = min(e.EstimatedCost, MaxCost)
+	e.CreatedAt, e.SettledAt = micro(e.CreatedAt), time.Time{}
+	return l.append(&record{kind: kindExtend, e: e}, 0, false) // a stream does not wait for the disk at each increment
+}
+
 // Settle finalizes e.RequestID with what the upstream reported: e.Actual,
 // e.ActualCost and e.HTTPStatus, and e.Status, which is StatusSettled (the
 // default), StatusFailed or StatusExpired. Non-empty descriptive fields (model, route,

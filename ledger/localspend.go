@@ -170,6 +170,13 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(keyID 
 				}
 				open[e.RequestID] = held{e.EstimatedCost, e.KeyID}
 				add(e.KeyID, e.EstimatedCost)
+			case kindExtend:
+				h, reserved := open[e.RequestID]
+				if reserved && e.EstimatedCost > h.estimate {
+					add(h.keyID, e.EstimatedCost-h.estimate)
+					h.estimate = e.EstimatedCost
+					open[e.RequestID] = h
+				}
 			case kindSettle:
 				h, reserved := open[e.RequestID]
 				if !reserved {

@@ -417,6 +417,14 @@ func merge(cur *Entry, r *record) (*Entry, int64) {
 			}
 		}
 		return &e, int64(e.Charge() - old)
+	case kindExtend:
+		if cur == nil || cur.Status != StatusReserved || boundCost(r.e.EstimatedCost) <= cur.EstimatedCost {
+			return nil, 0
+		}
+		old := cur.Charge()
+		e := *cur
+		e.Estimated, e.EstimatedCost = r.e.Estimated, boundCost(r.e.EstimatedCost)
+		return &e, int64(e.Charge() - old)
 	}
 	return nil, 0
 }

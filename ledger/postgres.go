@@ -193,11 +193,14 @@ func (t *pgTx) load(ctx context.Context, ids []string) (map[string]*Entry, error
 	return out, nil
 }
 
-// updateColumns are the columns a settlement may change.
+// updateColumns are the columns a settlement or an extension may change
+// (none is indexed).
 var updateColumns = []string{
 	"route", "upstream", "model", "region", "decision", "policy", "friction", "status", "http_status",
 	"act_input", "act_cached_input", "act_cache_write", "act_output", "act_reasoning", "act_units",
 	"actual_cost", "cost", "settled_at", "act_extra",
+	"est_input", "est_cached_input", "est_cache_write", "est_output", "est_reasoning", "est_units",
+	"estimated_cost", "est_extra",
 }
 
 // pgUpdate updates a batch of rows from one array per column of

@@ -28,6 +28,11 @@ const (
 	// that are still open when the record is applied. Open appends one
 	// after the records of the previous run.
 	kindRecover kind = 3
+	// kindExtend raises the estimate of a reservation still open to the
+	// record's (the stream guard debited more of its output beyond the
+	// reservation): a recovery finalizes it at that. It changes nothing
+	// on a final entry, or when not above the current estimate.
+	kindExtend kind = 4
 )
 
 type record struct {
@@ -108,7 +113,7 @@ func readFrame(b []byte, r *record, names *interner) (int, error) {
 func decodePayload(p []byte, r *record, names *interner) error {
 	d := decoder{b: p, names: names}
 	r.kind = kind(d.byte())
-	if r.kind < kindReserve || r.kind > kindRecover {
+	if r.kind < kindReserve || r.kind > kindExtend {
 		return fmt.Errorf("%w: kind %d", errCorrupt, r.kind)
 	}
 	e := &r.e
