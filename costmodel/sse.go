@@ -78,9 +78,10 @@ type StreamMeter struct {
 }
 
 // Reported tells whether the stream has carried its final usage report:
-// OpenAI's usage chunk (its choices empty) or a usage report followed by
-// [DONE], a Responses stream's completed, incomplete or failed event,
-// Anthropic's message_stop after a usage report. Reports before it (an
+// OpenAI's [DONE] after a usage report (its usage chunk, choices empty, is
+// not the end: an OpenAI-compatible upstream may send one more than once,
+// or before its text), a Responses stream's completed, incomplete or failed
+// event, Anthropic's message_stop after a usage report. Reports before it (an
 // OpenAI-compatible server's usage on every chunk, continuous_usage_stats;
 // Anthropic's message_delta, which may come more than once) are running
 // totals: Usage returns the last, and the stream goes on.
