@@ -161,6 +161,16 @@ type PriceConfig struct {
 	CacheWrite      USD   `yaml:"cache_write"`
 	Output          USD   `yaml:"output"`
 	MaxOutputTokens int64 `yaml:"max_output_tokens"`
+	// WebSearch, FileSearch and Container are per-call prices (per search,
+	// per file_search call, per GB of container session); zero keeps the
+	// built-in model's (see costmodel.Config.Prices).
+	WebSearch  USD `yaml:"web_search"`
+	FileSearch USD `yaml:"file_search"`
+	Container  USD `yaml:"container"`
+	// USInferencePercent and FastPercent are shares of the token rates, in
+	// percent; zero keeps the built-in model's.
+	USInferencePercent int64 `yaml:"us_inference_percent"`
+	FastPercent        int64 `yaml:"fast_percent"`
 }
 
 // USD is a dollar amount in the config file, read exactly.
@@ -863,6 +873,9 @@ func (c *Config) CostModel() costmodel.Config {
 			Input: costmodel.NanoUSD(p.Input), CachedInput: costmodel.NanoUSD(p.CachedInput),
 			CacheWrite: costmodel.NanoUSD(p.CacheWrite), Output: costmodel.NanoUSD(p.Output),
 			MaxOutputTokens: p.MaxOutputTokens,
+			WebSearch:       costmodel.NanoUSD(p.WebSearch), FileSearch: costmodel.NanoUSD(p.FileSearch),
+			Container:          costmodel.NanoUSD(p.Container),
+			USInferencePercent: p.USInferencePercent, FastPercent: p.FastPercent,
 		}
 	}
 	if len(c.Costs.Prices) > 0 {

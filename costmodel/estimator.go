@@ -1,6 +1,7 @@
 package costmodel
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -15,8 +16,10 @@ import (
 //	default_price: {input: 2.50, output: 10.00}
 //	output_reserve: 50
 type Config struct {
-	// Prices overrides entries of the embedded built-in table (a whole entry
-	// replaces the built-in one) and adds models to it, keyed by model name
+	// Prices overrides entries of the embedded built-in table (its token
+	// rates replace the built-in ones; the per-call prices, surcharge
+	// percents and long-context rates it leaves zero keep the built-in
+	// ones) and adds models to it, keyed by model name
 	// (case and surrounding space are ignored). A key "ft:BASE" prices the
 	// fine-tuned models of BASE ("ft:BASE:org::id"). A name prices only
 	// itself and its aliases (see Aliases): "gpt-4o" prices
@@ -139,6 +142,21 @@ func NewEstimator(cfg Config) (*Estimator, error) {
 				enc = old.Encoding
 			} else {
 				enc = encodingForModel(key)
+			}
+		}
+		if had {
+			// A restated model keeps the built-in per-call prices and
+			// surcharges its override leaves unset: an override of the
+			// token rates must not make web searches free.
+			p.WebSearch = cmp.Or(p.WebSearch, old.WebSearch)
+			p.FileSearch = cmp.Or(p.FileSearch, old.FileSearch)
+			p.Container = cmp.Or(p.Container, old.Container)
+			p.FlexPercent = cmp.Or(p.FlexPercent, old.FlexPercent)
+			p.PriorityPercent = cmp.Or(p.PriorityPercent, old.PriorityPercent)
+			p.USInferencePercent = cmp.Or(p.USInferencePercent, old.USInferencePercent)
+			p.FastPercent = cmp.Or(p.FastPercent, old.FastPercent)
+			if p.LongContext == (LongContextPrice{}) {
+				p.LongContext = old.LongContext
 			}
 		}
 		dst[key] = tableEntry{Price: p, Encoding: enc, Reasoning: had && old.Reasoning}

@@ -122,18 +122,19 @@ func (e *Estimator) estimateChat(body []byte) (Estimate, error) {
 	// One allocation for the fields: the scanner's recursion makes
 	// anything it is handed escape.
 	fs := &struct {
-		model, messages, tools, functions, streamOptions, maxTokens, maxCompletion, n, stream, modalities, tier, format topField
-		msgBuf                                                                                                          [64]span
+		model, messages, tools, functions, streamOptions, maxTokens, maxCompletion, n, stream, modalities, tier, format, webSearch topField
+		msgBuf                                                                                                                     [64]span
 	}{
 		model: topField{name: "model"}, messages: topField{name: "messages", collect: true}, tools: topField{name: "tools"},
 		functions: topField{name: "functions"}, streamOptions: topField{name: "stream_options"}, maxTokens: topField{name: "max_tokens"},
 		maxCompletion: topField{name: "max_completion_tokens"}, n: topField{name: "n"}, stream: topField{name: "stream"},
 		modalities: topField{name: "modalities"}, tier: topField{name: "service_tier"}, format: topField{name: "response_format"},
+		webSearch: topField{name: "web_search_options"},
 	}
 	fModel, fMessages, fTools, fFunctions, fStreamOptions, fModalities := &fs.model, &fs.messages, &fs.tools, &fs.functions, &fs.streamOptions, &fs.modalities
 	fMessages.elems = fs.msgBuf[:0]
 	if err := scanTop(kind, body, fModel, fMessages, fTools, fFunctions, fStreamOptions, &fs.maxTokens,
-		&fs.maxCompletion, &fs.n, &fs.stream, fModalities, &fs.tier, &fs.format); err != nil {
+		&fs.maxCompletion, &fs.n, &fs.stream, fModalities, &fs.tier, &fs.format, &fs.webSearch); err != nil {
 		return Estimate{}, err
 	}
 	var (
@@ -229,6 +230,12 @@ func (e *Estimator) estimateChat(body []byte) (Estimate, error) {
 		est.Usage.AudioOutputTokens = est.Usage.OutputTokens
 	}
 	est.Usage.ServiceTier = requestedTier(tier)
+	if raw := fs.webSearch.raw(body); raw != nil && string(raw) != "null" || chatSearchModel(modelName) {
+		// A search model, or web_search_options, has the upstream search
+		// on every request and bill it per call; the answer's usage does
+		// not report it.
+		est.Usage.WebSearchRequests = 1
+	}
 	est.Uncounted = c.uncounted
 	e.finish(m, &est)
 	return est, nil
@@ -485,4 +492,11 @@ func formatKey(m model, format uint32) uint32 {
 	}
 	f := chatFormatFor(m)
 	return imageRuleFor(m.name).id<<24 | enc<<16 | format<<8 | uint32(f.perMessage)
+}
+
+// chatSearchModel tells whether a chat completions model searches the web
+// on every request (gpt-4o-search-preview, gpt-5-search-api).
+func chatSearchModel(name string) bool {
+	name = strings.ToLower(name)
+	return strings.Contains(name, "-search-preview") || strings.Contains(name, "-search-api")
 }

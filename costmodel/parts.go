@@ -65,13 +65,14 @@ func audioTokens(data, format string) int64 {
 	return mulDivCeil(size, 1, audioBytesOther)
 }
 
-// checkedContainers are the members of a message whose objects (or arrays
+// checkedContainers are the members of a message or a tool whose objects (or arrays
 // of objects) costgate reads, so their keys are checked too. Tool inputs
 // and schemas are not: they are the client's own JSON, where "Name" and
 // "name" may both belong.
 func checkedContainer(key string) bool {
 	switch key {
-	case "content", "image_url", "input_audio", "file", "source", "tool_calls", "function", "function_call", "output", "custom", "audio":
+	case "content", "image_url", "input_audio", "file", "source", "tool_calls", "function", "function_call", "output", "custom", "audio",
+		"container", "environment": // a Responses tool's container, which is priced
 		return true
 	}
 	return false

@@ -113,6 +113,19 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 		stream, background            bool
 		rtools                        []responsesTool
 	)
+	if raw := fTools.raw(body); raw != nil && raw[0] == '[' {
+		// A tool's type, container and memory limit price it: each is
+		// read one way, or the request is refused.
+		var elems []json.RawMessage
+		if err := json.Unmarshal(raw, &elems); err != nil {
+			return Estimate{}, badRequest(kind, err, "tools")
+		}
+		for i, el := range elems {
+			if err := checkMembers(el); err != nil {
+				return Estimate{}, badRequest(kind, err, "tools[%d]", i)
+			}
+		}
+	}
 	for _, d := range []struct {
 		f *topField
 		v any
@@ -172,6 +185,10 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 			c.uncounted = true
 		case "custom":
 			in = addSat(in, f.funcInit+m.countText(t.Name+":"+t.Description+string(t.Format)))
+		case "image_generation":
+			// Its images are billed apart from the response's usage, at
+			// the image model's rates, which costgate does not price.
+			return Estimate{}, badRequest(kind, nil, "tools[%d]: the image_generation tool is not served through costgate: its images are billed apart from the response's usage", i)
 		default:
 			// file_search's results, an MCP server's tools and the other
 			// hosted tools' input are the server's to count.

@@ -584,6 +584,11 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 	if x.status >= 400 {
 		return u, model, ledger.StatusFailed
 	}
+	if x.kind == costmodel.ChatCompletions {
+		// A chat completion's search is billed per request and never
+		// reported: the one the request asked for is charged.
+		u.WebSearchRequests = max(u.WebSearchRequests, est.Usage.WebSearchRequests)
+	}
 	return u.Asked(est.Usage), model, ledger.StatusSettled
 }
 

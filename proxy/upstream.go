@@ -121,6 +121,11 @@ func (u *upstream) rewrite(pr *httputil.ProxyRequest) {
 	// The client's trailers would reach the upstream after a body that
 	// costgate has read and priced, unchecked (a trailer named X-Api-Key).
 	out.Trailer = nil
+	// An upgrade (a WebSocket) would make the exchange a tunnel whose
+	// frames costgate never reads, under its credential: the upstream is
+	// asked for a plain answer.
+	out.Header.Del("Upgrade")
+	out.Header.Del("Connection")
 	if u.authHeader != "" {
 		out.Header.Del(u.authHeader)
 	}
