@@ -102,16 +102,24 @@ func (c *Client) Reserve(ctx context.Context, req ReserveRequest) (*Reservation,
 func (c *Client) reserve(ctx context.Context, req ReserveRequest) (*Reservation, error) {
 	var w reservationWire
 	h, err := c.call(ctx, "reserve", "/v1/costgate/reserve", req.wire(), &w)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		var r *Reservation
+		if r, err = w.reservation(); err == nil {
+			r.RateLimit, r.RateLimitPolicy = h.Get("RateLimit"), h.Get("RateLimit-Policy")
+			r.c = c
+			return r, nil
+		}
+		err = fmt.Errorf("client: reserve: %w", err)
 	}
-	r, err := w.reservation()
-	if err != nil {
-		return nil, fmt.Errorf("client: reserve: %w", err)
+	if w.ReservationID != "" {
+		// costgate made a reservation whose answer cannot be used: the
+		// call will not be made, and only its id can end it before it
+		// expires and is charged its estimate.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonGrace)
+		c.Release(rctx, w.ReservationID)
+		cancel()
 	}
-	r.RateLimit, r.RateLimitPolicy = h.Get("RateLimit"), h.Get("RateLimit-Policy")
-	r.c = c
-	return r, nil
+	return nil, err
 }
 
 // SettleOption qualifies a settlement.
@@ -219,7 +227,9 @@ func readAnswer(op string, resp *http.Response, out any, now time.Time) error {
 	if resp.StatusCode != http.StatusOK {
 		return answerError(op, resp, raw, now)
 	}
-	if !isJSON(resp.Header) || json.Unmarshal(raw, out) != nil {
+	// A 200 that is not labelled JSON is still decoded, so that the
+	// caller can release a reservation whose answer it refuses.
+	if err := json.Unmarshal(raw, out); !isJSON(resp.Header) || err != nil {
 		return notJSON(op, resp, raw)
 	}
 	return nil

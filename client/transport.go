@@ -87,6 +87,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	out := req.Clone(ctx)
+	if rule.Actual != nil && rule.Actual.JSON != "" {
+		// The answer is metered: let Base ask for gzip itself and hand it
+		// on decoded, as the proxy does. An encoding the caller asks for
+		// would reach the rule still encoded, and settle the estimate.
+		out.Header.Del("Accept-Encoding")
+	}
 	var body []byte
 	if needsBody(rule) && req.Body != nil && req.Body != http.NoBody {
 		body, err = readBounded(req.Body, t.maxBody())
@@ -125,6 +131,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // settle reads resp's body up to the bound, settles what the response
 // reports, and returns resp with a body that reads what was read first.
 func (t *Transport) settle(ctx context.Context, req *http.Request, res *Reservation, rule costmodel.Rule, estimated int64, resp *http.Response) (*http.Response, error) {
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// The body is the upgraded connection: it has no end to read to,
+		// and the caller needs it as it is. Its header may state units.
+		t.end(ctx, req, res, t.usage(rule, estimated, resp.Header, nil), nil)
+		return resp, nil
+	}
 	limit := t.maxBody()
 	buf, readErr := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	whole := readErr == nil && int64(len(buf)) <= limit
@@ -139,28 +151,9 @@ func (t *Transport) settle(ctx context.Context, req *http.Request, res *Reservat
 		if !whole {
 			read = nil // a cut body says nothing; the header still may
 		}
-		u.Units = estimated
-		if actual, ok, err := rule.Settle(resp.Header, read); err == nil && ok {
-			u.Units = actual.Units
-		}
-		if t.Upstream == "" {
-			// Priced here: a call that cost nothing says so (Free), as a
-			// zero USD means "not stated" and would leave the estimate
-			// charged.
-			u.USD = rule.Price().Cost(costmodel.Usage{Units: u.Units})
-			u.Free = u.USD == 0
-		}
+		u = t.usage(rule, estimated, resp.Header, read)
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	var s *Settlement
-	err := retryEnd(sctx, func(ctx context.Context) (err error) {
-		s, err = t.Client.Settle(ctx, res.ID, u, opts...)
-		return err
-	})
-	cancel()
-	if t.Settled != nil {
-		t.Settled(req, s, err)
-	}
+	t.end(ctx, req, res, u, opts)
 
 	switch {
 	case readErr != nil:
@@ -173,6 +166,45 @@ func (t *Transport) settle(ctx context.Context, req *http.Request, res *Reservat
 		resp.Body = &joinedBody{Reader: io.MultiReader(bytes.NewReader(buf), resp.Body), rest: resp.Body}
 	}
 	return resp, nil
+}
+
+// maxUnits and maxCharge bound what a settlement states: the ledger
+// charges one entry at most 2^53 nano-dollars, and costgate refuses a
+// dollar amount it cannot represent, which would leave the reservation
+// to expire at its estimate.
+const (
+	maxUnits  = 1 << 53
+	maxCharge = costmodel.NanoUSD(1 << 53)
+)
+
+// usage is what a successful answer reports by rule, or the estimate.
+func (t *Transport) usage(rule costmodel.Rule, estimated int64, h http.Header, body []byte) Usage {
+	u := Usage{Units: estimated}
+	if actual, ok, err := rule.Settle(h, body); err == nil && ok {
+		u.Units = min(actual.Units, maxUnits)
+	}
+	if t.Upstream == "" {
+		// Priced here: a call that cost nothing says so (Free), as a
+		// zero USD means "not stated" and would leave the estimate
+		// charged.
+		u.USD = min(rule.Price().Cost(costmodel.Usage{Units: u.Units}), maxCharge)
+		u.Free = u.USD == 0
+	}
+	return u
+}
+
+// end settles res with u and reports it to the Settled hook.
+func (t *Transport) end(ctx context.Context, req *http.Request, res *Reservation, u Usage, opts []SettleOption) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	var s *Settlement
+	err := retryEnd(sctx, func(ctx context.Context) (err error) {
+		s, err = t.Client.Settle(ctx, res.ID, u, opts...)
+		return err
+	})
+	cancel()
+	if t.Settled != nil {
+		t.Settled(req, s, err)
+	}
 }
 
 // release releases res after a call that got no response.
@@ -199,7 +231,15 @@ func retryEnd(ctx context.Context, end func(context.Context) error) error {
 		if err == nil || attempt == endAttempts || !transient(err) {
 			return err
 		}
-		t := time.NewTimer(time.Duration(attempt) * 100 * time.Millisecond)
+		wait := time.Duration(attempt) * 100 * time.Millisecond
+		var re *RefusedError
+		if errors.As(err, &re) {
+			wait = max(wait, re.RetryAfter)
+		}
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < wait {
+			return err // no time left for the wait asked
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -210,16 +250,19 @@ func retryEnd(ctx context.Context, end func(context.Context) error) error {
 }
 
 // transient tells whether err, from a settle or a release call, may pass:
-// not an answer of costgate's that decides (a 4xx), nor a body that could
-// not be written.
+// not an answer of costgate's that decides (a 4xx other than 408 and
+// 429, which ask to try again: a gateway in front of costgate sends them),
+// nor a body that could not be written.
 func transient(err error) bool {
 	var ae *APIError
 	var re *RefusedError
 	var me *json.MarshalerError
 	switch {
 	case errors.As(err, &ae):
-		return ae.Status >= 500
-	case errors.As(err, &re), errors.As(err, &me):
+		return ae.Status >= 500 || ae.Status == http.StatusRequestTimeout || ae.Status == http.StatusTooManyRequests
+	case errors.As(err, &re):
+		return re.Status == http.StatusTooManyRequests
+	case errors.As(err, &me):
 		return false
 	}
 	return true

@@ -164,6 +164,13 @@ func (r Rule) Settle(header http.Header, body []byte) (u Usage, ok bool, err err
 	}
 	doc := lazyJSON{body: body}
 	v, found, err := r.Actual.lookup(&doc, nil, header)
+	if err != nil && doc.err != nil {
+		// An answer that is not JSON (CSV, an image) states no JSON
+		// field; its header may still report the units.
+		src := *r.Actual
+		src.JSON = ""
+		v, found, err = src.lookup(&doc, nil, header)
+	}
 	if err != nil || !found {
 		return Usage{}, false, err
 	}

@@ -552,6 +552,10 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 	if !priced {
 		ch.Cost = s.settlementCost(req, ch)
 	}
+	// A usage that costs more than one entry can be charged is charged
+	// that much, as the proxy charges such an answer: refused, it would
+	// leave the reservation to expire at its estimate.
+	ch.Cost = min(ch.Cost, ledger.MaxCost)
 	if overflows(ch.Usage, ch.Cost) {
 		badRequest(w, path, "cost_exceeds_limit", "this usage's cost cannot be represented")
 		return
