@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -588,6 +589,12 @@ func (c *Config) Validate() error {
 	for i, t := range c.Tenants {
 		p := fmt.Sprintf("tenants[%d]", i)
 		unique(tenants, p+".name", "tenant", t.Name)
+		switch {
+		case strings.ContainsAny(t.Name, "{}"):
+			bad(p+".name", "must not contain '{' or '}' (they delimit the limiter's hash tags: tenant %q would count under another tenant's)", t.Name)
+		case strings.ContainsAny(t.Name, "%\x00") || !utf8.ValidString(t.Name):
+			bad(p+".name", "must be UTF-8 text without '%%' or NUL (the rate limit service reads those as %%XX, and could never name tenant %q)", t.Name)
+		}
 		if t.Plan == "" {
 			bad(p+".plan", "required: limits and budgets apply by plan")
 		}

@@ -79,7 +79,10 @@ func NewDirectory() *Directory {
 	}
 }
 
-var _ gate.TenantDirectory = (*Directory)(nil)
+var (
+	_ gate.TenantDirectory = (*Directory)(nil)
+	_ gate.KeyLister       = (*Directory)(nil)
+)
 
 // slotKey is the key of slots of kind's tenant and name.
 func slotKey(kind Kind, tenant, name string) string {
@@ -146,6 +149,19 @@ func (d *Directory) Lookup(sum [sha256.Size]byte, now time.Time) (gate.Principal
 func (d *Directory) HasTenant(name string) bool {
 	_, _, known, _ := d.TenantPlan(name, time.Time{})
 	return known
+}
+
+// TenantKeys implements gate.KeyLister: every key of tenant, revoked ones
+// too.
+func (d *Directory) TenantKeys(tenant string) []gate.Principal {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	keys := d.byTenant[tenant]
+	out := make([]gate.Principal, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, gate.Principal{Tenant: k.tenant, Team: k.team, User: k.user, KeyID: k.id})
+	}
+	return out
 }
 
 // TenantPlan implements gate.TenantDirectory: the plan and level of the

@@ -296,6 +296,16 @@ type TenantDirectory interface {
 	TenantPlan(name string, now time.Time) (plan string, level *Level, known, usable bool)
 }
 
+// KeyLister is a Directory that lists its keys of a tenant, so that a
+// restore of the tenant's counters from the ledger (after the store lost
+// them) counts every caller's budgets, not only the configuration's keys'.
+type KeyLister interface {
+	// TenantKeys returns every key of tenant the directory holds (revoked
+	// and expired ones too: their spend counts on their user's budgets),
+	// with its user and team.
+	TenantKeys(tenant string) []Principal
+}
+
 // TenantClash tells which tenant of cfg d holds too, as an error naming
 // the field; nil when none does.
 func TenantClash(cfg *config.Config, d TenantDirectory) error {

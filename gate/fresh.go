@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -152,11 +153,16 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 	if items, counted, err = f.g.levelCounters(ctx, tenant, items, counted, seen); err != nil {
 		return err
 	}
+	st := f.g.state.Load()
 	for _, it := range extra {
 		if !seen[it.Limit.Name+"\x00"+it.Key] {
 			seen[it.Limit.Name+"\x00"+it.Key] = true
 			it.Cost = 0
-			items, counted = append(items, it), append(counted, 0)
+			spent, err := f.g.extraSpent(ctx, st, tenant, it, lost)
+			if err != nil {
+				return err
+			}
+			items, counted = append(items, it), append(counted, spent)
 		}
 	}
 	if f.share > 1 {
@@ -228,58 +234,147 @@ func (g *Gate) budgetCounters(ctx context.Context, tenant string, lost bool) ([]
 		counted []int64
 	)
 	seen := map[string]bool{}
+	callers, userless := g.budgetCallers(st, tenant)
+	for _, c := range callers {
+		for _, l := range st.limits {
+			if !l.budget || !l.appliesTo(c.Plan) {
+				continue
+			}
+			key := l.callerKey(c)
+			if seen[l.limit.Name+"\x00"+key] {
+				continue
+			}
+			seen[l.limit.Name+"\x00"+key] = true
+			spent, err := g.budgetSpent(ctx, st, l, c, key, lost, userless)
+			if err != nil {
+				return nil, nil, err
+			}
+			items = append(items, weighted.Item{Limit: l.limit, Key: key})
+			counted = append(counted, spent)
+		}
+	}
+	return items, counted, nil
+}
+
+// budgetCallers returns the callers of tenant whose configured budgets the
+// store counts: the configuration's keys of the tenant, and the control
+// plane's keys of it (KeyLister), of a tenant of either, each under its
+// tenant's plan; and the ids of those keys without a user, which share a
+// per-user budget's counter. A restore that counted only the
+// configuration's keys wrote back at 0 the counters of the control
+// plane's users and keys, once one request had marked the tenant fresh.
+func (g *Gate) budgetCallers(st *state, tenant string) (callers []*Caller, userless []string) {
+	plan, declared := st.tenants[tenant]
 	for _, t := range st.cfg.Tenants {
 		if t.Name != tenant {
 			continue
 		}
 		for _, k := range t.Keys {
-			c := &Caller{Tenant: t.Name, User: k.User, KeyID: k.KeyID(), Plan: t.Plan, st: st}
-			for _, l := range st.limits {
-				if !l.budget || !l.appliesTo(t.Plan) {
-					continue
-				}
-				key := l.callerKey(c)
-				if seen[l.limit.Name+"\x00"+key] {
-					continue
-				}
-				seen[l.limit.Name+"\x00"+key] = true
-				q := ledger.SpendQuery{Tenant: t.Name, Period: l.period}
-				switch l.dims[0] {
-				case "user":
-					q.User = c.User
-				case "api_key":
-					q.KeyID = c.KeyID
-				}
-				spent, err := g.ledger.Spend(ctx, q)
-				if err != nil {
-					var local *ledger.LocalSpendError
-					if !errors.As(err, &local) {
-						return nil, nil, fmt.Errorf("gate: spend of %s for %s: %w", tenant, l.limit.Name, err)
-					}
-					spent = local.Spend
-				}
-				if g.regions != nil {
-					// The ledger's spend is every region's; after a data
-					// loss this region's own entries count too.
-					var own costmodel.NanoUSD
-					if lost {
-						q.Region = st.cfg.Region
-						if own, err = g.ledger.Spend(ctx, q); err != nil {
-							var local *ledger.LocalSpendError
-							if !errors.As(err, &local) {
-								return nil, nil, fmt.Errorf("gate: spend of %s for %s in region %s: %w", tenant, l.limit.Name, q.Region, err)
-							}
-							own = local.Spend
-						}
-					}
-					spent = costmodel.NanoUSD(g.regions.spent(ctx, l.limit, key, int64(spent), int64(own), lost))
-				}
-				items = append(items, weighted.Item{Limit: l.limit, Key: key})
-				counted = append(counted, max(int64(spent), 0))
+			callers = append(callers, &Caller{Tenant: t.Name, User: k.User, KeyID: k.KeyID(), Plan: t.Plan, st: st})
+		}
+	}
+	if d := g.dir.dir.Load(); d != nil {
+		kl, lists := (*d).(KeyLister)
+		known := declared
+		if td, ok := (*d).(TenantDirectory); ok && !declared {
+			plan, _, known, _ = td.TenantPlan(tenant, time.Now())
+		}
+		if lists && known {
+			for _, p := range kl.TenantKeys(tenant) {
+				callers = append(callers, &Caller{Tenant: tenant, User: p.User, KeyID: p.KeyID, Plan: plan, st: st})
 			}
 		}
 	}
-	return items, counted, nil
+	for _, c := range callers {
+		if c.User == "" {
+			userless = append(userless, c.KeyID)
+		}
+	}
+	return callers, userless
+}
+
+// budgetSpent is what the ledger says caller c spent of the configured
+// budget l, whose key is key, this period (this region's share with
+// regions; lost tells that the store lost its counters).
+//
+// The ledger reads an empty user or key as "every one": the counter of
+// callers without a user (or key) counts the spend of userless, the keys
+// that share it, one by one; without them, nothing (a loss may then admit
+// its capacity once more, rather than the tenant's every user's spend
+// refuse callers who spent none of it).
+func (g *Gate) budgetSpent(ctx context.Context, st *state, l *compiledLimit, c *Caller, key string, lost bool, userless []string) (int64, error) {
+	q := ledger.SpendQuery{Tenant: c.Tenant, Period: l.period}
+	var queries []ledger.SpendQuery
+	switch {
+	case l.dims[0] == "user" && c.User == "", l.dims[0] == "api_key" && c.KeyID == "":
+		if l.dims[0] == "user" {
+			for _, id := range userless {
+				queries = append(queries, ledger.SpendQuery{Tenant: c.Tenant, Period: l.period, KeyID: id})
+			}
+		}
+	case l.dims[0] == "user":
+		q.User = c.User
+		queries = []ledger.SpendQuery{q}
+	case l.dims[0] == "api_key":
+		q.KeyID = c.KeyID
+		queries = []ledger.SpendQuery{q}
+	default:
+		queries = []ledger.SpendQuery{q}
+	}
+	read := func(q ledger.SpendQuery) (costmodel.NanoUSD, error) {
+		v, err := g.ledger.Spend(ctx, q)
+		if err != nil {
+			var local *ledger.LocalSpendError
+			if !errors.As(err, &local) {
+				return 0, fmt.Errorf("gate: spend of %s for %s: %w", c.Tenant, l.limit.Name, err)
+			}
+			v = local.Spend
+		}
+		return v, nil
+	}
+	var spent, own costmodel.NanoUSD
+	for _, q := range queries {
+		v, err := read(q)
+		if err != nil {
+			return 0, err
+		}
+		if spent += v; spent < v {
+			spent = math.MaxInt64 // the ledger saturates a sum; so does this one
+		}
+		if g.regions != nil && lost {
+			// The ledger's spend is every region's; after a data
+			// loss this region's own entries count too.
+			q.Region = st.cfg.Region
+			if v, err = read(q); err != nil {
+				return 0, err
+			}
+			if own += v; own < v {
+				own = math.MaxInt64
+			}
+		}
+	}
+	if g.regions != nil {
+		spent = costmodel.NanoUSD(g.regions.spent(ctx, l.limit, key, int64(spent), int64(own), lost))
+	}
+	return max(int64(spent), 0), nil
+}
+
+// extraSpent is what the ledger says was spent of item it, a counter of
+// tenant's that the request found stale: for a configured budget of a
+// caller the configuration does not list (a tenant of the control plane
+// or one the rate limit service names, their users and keys), the
+// caller's spend as budgetCounters reads it for a listed one; 0 for
+// anything else (a limit, which the ledger does not count).
+func (g *Gate) extraSpent(ctx context.Context, st *state, tenant string, it weighted.Item, lost bool) (int64, error) {
+	for _, l := range st.limits {
+		if !l.budget || l.fixedKey != "" || l.limit.Name != it.Limit.Name {
+			continue
+		}
+		if c, ok := l.callerOfKey(tenant, it.Key); ok {
+			return g.budgetSpent(ctx, st, l, c, it.Key, lost, nil)
+		}
+	}
+	return 0, nil
 }
 
 // levelCounters appends to items an item for every budget of the control

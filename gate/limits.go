@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -173,6 +174,29 @@ func (l *compiledLimit) callerScoped() bool {
 // request (the usage view, budget reconciliation).
 func (l *compiledLimit) callerKey(c *Caller) string {
 	return l.key(&Reservation{req: Request{Caller: c}})
+}
+
+// callerOfKey is the caller of tenant whose key of l, a caller-scoped
+// budget, is key; false when key is none of tenant's.
+func (l *compiledLimit) callerOfKey(tenant, key string) (*Caller, bool) {
+	if len(l.dims) != 1 {
+		return nil, false
+	}
+	v, ok := strings.CutPrefix(key, "{"+tenant+"}:"+l.dims[0]+"=")
+	if !ok {
+		return nil, false
+	}
+	if u, err := url.PathUnescape(v); err == nil {
+		v = u
+	}
+	c := &Caller{Tenant: tenant}
+	switch l.dims[0] {
+	case "user":
+		c.User = v
+	case "api_key":
+		c.KeyID = v
+	}
+	return c, l.callerKey(c) == key
 }
 
 // callerDims tells whether any dimension names the caller, which puts the
