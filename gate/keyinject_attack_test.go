@@ -59,6 +59,31 @@ func spendAs(t *testing.T, g *Gate, key string, n int) (admitted int) {
 	return admitted
 }
 
+// spentThenLost spends the $0.01 daily budget of each of keys on g (ten
+// requests of $0.001 admitted), has Redis srv lose its data once the
+// ledger has every entry, and returns, per key, how many more of $0.001
+// it is admitted: 0 when its budget survived the loss.
+func spentThenLost(t *testing.T, g *Gate, srv *redistest.Server, keys ...string) []int {
+	t.Helper()
+	ctx := context.Background()
+	for _, key := range keys {
+		if n := spendAs(t, g, key, 20); n != 10 {
+			t.Fatalf("%s before the loss: %d of $0.001 admitted under a $0.01 budget, want 10", key, n)
+		}
+	}
+	if err := g.Ledger().Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Client(t).FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	after := make([]int, len(keys))
+	for i, key := range keys {
+		after[i] = spendAs(t, g, key, 20)
+	}
+	return after
+}
+
 // TestKeyInjectAttackConfigTenantBraceTakesAnotherTag: a configured tenant
 // whose name holds a '}' ("beta}") gets keys "{beta}}:tenant=beta%7D": their
 // Redis Cluster hash tag is "beta", another tenant's. The tenant's counters
@@ -94,16 +119,7 @@ func TestKeyInjectAttackConfigTenantBraceTakesAnotherTag(t *testing.T) {
 			}
 		}
 	}
-	if n := spendAs(t, g, "cg-attacker", 20); n != 10 {
-		t.Fatalf("before the loss: %d of $0.001 admitted under a $0.01 budget, want 10", n)
-	}
-	if err := g.Ledger().Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Client(t).FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if n := spendAs(t, g, "cg-attacker", 20); n != 0 {
+	if n := spentThenLost(t, g, srv, "cg-attacker")[0]; n != 0 {
 		t.Errorf("after Redis lost its data: %d more of $0.001 admitted to tenant %q, whose $0.01 budget the ledger says is spent", n, c.Tenant)
 	}
 }
@@ -123,16 +139,7 @@ func TestKeyInjectAttackConfigTenantLossControl(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.Close() })
-	if n := spendAs(t, g, "cg-attacker", 20); n != 10 {
-		t.Fatalf("before the loss: %d admitted, want 10", n)
-	}
-	if err := g.Ledger().Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Client(t).FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if n := spendAs(t, g, "cg-attacker", 20); n != 0 {
+	if n := spentThenLost(t, g, srv, "cg-attacker")[0]; n != 0 {
 		t.Errorf("after Redis lost its data: %d more admitted past a spent budget", n)
 	}
 }
@@ -229,16 +236,7 @@ func TestKeyInjectAttackControlPlaneTenantPlanBudgetAfterLoss(t *testing.T) {
 	}
 	t.Cleanup(func() { g.Close() })
 	g.SetDirectory(keyInjectDir{})
-	if n := spendAs(t, g, "cg-cpco", 20); n != 10 {
-		t.Fatalf("before the loss: %d of $0.001 admitted under a $0.01 budget, want 10", n)
-	}
-	if err := g.Ledger().Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Client(t).FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if n := spendAs(t, g, "cg-cpco", 20); n != 0 {
+	if n := spentThenLost(t, g, srv, "cg-cpco")[0]; n != 0 {
 		t.Errorf("after Redis lost its data: %d more of $0.001 admitted to the control plane's tenant cpco, whose $0.01 plan budget the ledger says is spent", n)
 	}
 }
