@@ -32,16 +32,23 @@ budgets:
 `, t.TempDir(), srv.URL, dsn, victim, attacker)))
 }
 
-// spendAs makes up to n requests of $0.001 with key on g, each recorded
-// and settled at its estimate, and returns how many were admitted before
-// the first refusal (a 402).
+// spendAs makes up to n requests of $0.001 with key on g (see
+// spendCaller).
 func spendAs(t *testing.T, g *Gate, key string, n int) (admitted int) {
 	t.Helper()
-	ctx := context.Background()
 	c := g.Identify(key)
 	if c == nil {
 		t.Fatalf("key %s identifies nobody", key)
 	}
+	return spendCaller(t, g, c, n)
+}
+
+// spendCaller makes up to n requests of $0.001 as c on g, each recorded
+// and settled at its estimate, and returns how many were admitted before
+// the first refusal (a 402).
+func spendCaller(t *testing.T, g *Gate, c *Caller, n int) (admitted int) {
+	t.Helper()
+	ctx := context.Background()
 	for range n {
 		res, d := g.Reserve(ctx, &Request{Caller: c, Route: "/x", Estimate: costmodel.Estimate{Cost: 1_000_000}})
 		if res == nil {
@@ -59,16 +66,16 @@ func spendAs(t *testing.T, g *Gate, key string, n int) (admitted int) {
 	return admitted
 }
 
-// spentThenLost spends the $0.01 daily budget of each of keys on g (ten
-// requests of $0.001 admitted), has Redis srv lose its data once the
-// ledger has every entry, and returns, per key, how many more of $0.001
-// it is admitted: 0 when its budget survived the loss.
-func spentThenLost(t *testing.T, g *Gate, srv *redistest.Server, keys ...string) []int {
+// spentThenLost spends the $0.01 daily budget of each of callers on g
+// (ten requests of $0.001 admitted), has Redis srv lose its data once the
+// ledger has every entry, and returns, per caller, how many more of
+// $0.001 it is admitted: 0 when its budget survived the loss.
+func spentThenLost(t *testing.T, g *Gate, srv *redistest.Server, callers ...*Caller) []int {
 	t.Helper()
 	ctx := context.Background()
-	for _, key := range keys {
-		if n := spendAs(t, g, key, 20); n != 10 {
-			t.Fatalf("%s before the loss: %d of $0.001 admitted under a $0.01 budget, want 10", key, n)
+	for _, c := range callers {
+		if n := spendCaller(t, g, c, 20); n != 10 {
+			t.Fatalf("%s/%s before the loss: %d of $0.001 admitted under a $0.01 budget, want 10", c.Tenant, c.KeyID, n)
 		}
 	}
 	if err := g.Ledger().Flush(ctx); err != nil {
@@ -77,9 +84,9 @@ func spentThenLost(t *testing.T, g *Gate, srv *redistest.Server, keys ...string)
 	if err := srv.Client(t).FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	after := make([]int, len(keys))
-	for i, key := range keys {
-		after[i] = spendAs(t, g, key, 20)
+	after := make([]int, len(callers))
+	for i, c := range callers {
+		after[i] = spendCaller(t, g, c, 20)
 	}
 	return after
 }
@@ -119,7 +126,7 @@ func TestKeyInjectAttackConfigTenantBraceTakesAnotherTag(t *testing.T) {
 			}
 		}
 	}
-	if n := spentThenLost(t, g, srv, "cg-attacker")[0]; n != 0 {
+	if n := spentThenLost(t, g, srv, g.Identify("cg-attacker"))[0]; n != 0 {
 		t.Errorf("after Redis lost its data: %d more of $0.001 admitted to tenant %q, whose $0.01 budget the ledger says is spent", n, c.Tenant)
 	}
 }
@@ -139,7 +146,7 @@ func TestKeyInjectAttackConfigTenantLossControl(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.Close() })
-	if n := spentThenLost(t, g, srv, "cg-attacker")[0]; n != 0 {
+	if n := spentThenLost(t, g, srv, g.Identify("cg-attacker"))[0]; n != 0 {
 		t.Errorf("after Redis lost its data: %d more admitted past a spent budget", n)
 	}
 }
@@ -166,34 +173,7 @@ func TestKeyInjectAttackUnlistedTenantBudgetAfterLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.Close() })
-	spend := func(n int) (admitted int) {
-		c := g.Trusted("newco", "", "", "small")
-		for range n {
-			res, d := g.Reserve(ctx, &Request{Caller: c, Route: "rls:costgate", Estimate: costmodel.Estimate{Cost: 1_000_000}})
-			if res == nil {
-				if d.Status != 402 {
-					t.Fatalf("refused with %d: %+v", d.Status, d)
-				}
-				return admitted
-			}
-			if d, ok := res.Record(ctx); !ok {
-				t.Fatalf("record: %+v", d)
-			}
-			res.Settle(ctx, Charge{Cost: 1_000_000, HTTPStatus: 200})
-			admitted++
-		}
-		return admitted
-	}
-	if n := spend(20); n != 10 {
-		t.Fatalf("before the loss: %d of $0.001 admitted under a $0.01 budget, want 10", n)
-	}
-	if err := g.Ledger().Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Client(t).FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if n := spend(20); n != 0 {
+	if n := spentThenLost(t, g, srv, g.Trusted("newco", "", "", "small"))[0]; n != 0 {
 		t.Errorf("after Redis lost its data: %d more of $0.001 admitted to tenant newco, whose $0.01 budget the ledger says is spent", n)
 	}
 }
@@ -236,7 +216,7 @@ func TestKeyInjectAttackControlPlaneTenantPlanBudgetAfterLoss(t *testing.T) {
 	}
 	t.Cleanup(func() { g.Close() })
 	g.SetDirectory(keyInjectDir{})
-	if n := spentThenLost(t, g, srv, "cg-cpco")[0]; n != 0 {
+	if n := spentThenLost(t, g, srv, g.Identify("cg-cpco"))[0]; n != 0 {
 		t.Errorf("after Redis lost its data: %d more of $0.001 admitted to the control plane's tenant cpco, whose $0.01 plan budget the ledger says is spent", n)
 	}
 }

@@ -77,7 +77,11 @@ budgets:
 	t.Cleanup(func() { g.Close() })
 	g.SetDirectory(twoUserDir{})
 	keys := []string{"cg-ann", "cg-bob", "cg-cara", "cg-dave"}
-	for i, n := range spentThenLost(t, g, srv, keys...) {
+	var callers []*Caller
+	for _, k := range keys {
+		callers = append(callers, g.Identify(k))
+	}
+	for i, n := range spentThenLost(t, g, srv, callers...) {
 		if n != 0 {
 			t.Errorf("after Redis lost its data: %d more of $0.001 admitted to %s, whose $0.01 budget the ledger says is spent", n, keys[i])
 		}
