@@ -32,6 +32,17 @@ budgets:
 `, t.TempDir(), srv.URL, dsn, victim, attacker)))
 }
 
+// openConfig opens a gate on cfg, closed when t ends.
+func openConfig(t *testing.T, cfg *config.Config) *Gate {
+	t.Helper()
+	g, err := Open(context.Background(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return g
+}
+
 // spendAs makes up to n requests of $0.001 with key on g (see
 // spendCaller).
 func spendAs(t *testing.T, g *Gate, key string, n int) (admitted int) {
@@ -103,7 +114,6 @@ func spentThenLost(t *testing.T, g *Gate, srv *redistest.Server, callers ...*Cal
 // for its names), with an error naming the field, or the tenant's budget
 // survives the loss as every other tenant's does.
 func TestKeyInjectAttackConfigTenantBraceTakesAnotherTag(t *testing.T) {
-	ctx := context.Background()
 	dsn, srv := pgtest.New(t), redistest.New(t)
 	cfg, err := keyInjectConfig(t, dsn, srv, "beta", "beta}")
 	if err != nil {
@@ -112,11 +122,7 @@ func TestKeyInjectAttackConfigTenantBraceTakesAnotherTag(t *testing.T) {
 		}
 		return // refused, with a clear error: the attack has no door
 	}
-	g, err := Open(ctx, cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	g := openConfig(t, cfg)
 
 	c := g.Identify("cg-attacker")
 	for _, l := range g.state.Load().limits {
@@ -135,17 +141,12 @@ func TestKeyInjectAttackConfigTenantBraceTakesAnotherTag(t *testing.T) {
 // tenant name: its budget is restored from the ledger and holds. (The
 // reference the attack above is measured against.)
 func TestKeyInjectAttackConfigTenantLossControl(t *testing.T) {
-	ctx := context.Background()
 	dsn, srv := pgtest.New(t), redistest.New(t)
 	cfg, err := keyInjectConfig(t, dsn, srv, "beta", "gamma")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := Open(ctx, cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	g := openConfig(t, cfg)
 	if n := spentThenLost(t, g, srv, g.Identify("cg-attacker"))[0]; n != 0 {
 		t.Errorf("after Redis lost its data: %d more admitted past a spent budget", n)
 	}
@@ -162,17 +163,12 @@ func TestKeyInjectAttackConfigTenantLossControl(t *testing.T) {
 // budget the ledger says is spent stays spent after a loss, whoever's it
 // is (as it does for a listed tenant, TestKeyInjectAttackConfigTenantLossControl).
 func TestKeyInjectAttackUnlistedTenantBudgetAfterLoss(t *testing.T) {
-	ctx := context.Background()
 	dsn, srv := pgtest.New(t), redistest.New(t)
 	cfg, err := keyInjectConfig(t, dsn, srv, "beta", "gamma")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := Open(ctx, cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	g := openConfig(t, cfg)
 	if n := spentThenLost(t, g, srv, g.Trusted("newco", "", "", "small"))[0]; n != 0 {
 		t.Errorf("after Redis lost its data: %d more of $0.001 admitted to tenant newco, whose $0.01 budget the ledger says is spent", n)
 	}
@@ -204,17 +200,12 @@ func (keyInjectDir) TenantPlan(name string, _ time.Time) (string, *Level, bool, 
 // the ledger says is spent stays spent after a loss, whatever the
 // tenant's source.
 func TestKeyInjectAttackControlPlaneTenantPlanBudgetAfterLoss(t *testing.T) {
-	ctx := context.Background()
 	dsn, srv := pgtest.New(t), redistest.New(t)
 	cfg, err := keyInjectConfig(t, dsn, srv, "beta", "gamma")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := Open(ctx, cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	g := openConfig(t, cfg)
 	g.SetDirectory(keyInjectDir{})
 	if n := spentThenLost(t, g, srv, g.Identify("cg-cpco"))[0]; n != 0 {
 		t.Errorf("after Redis lost its data: %d more of $0.001 admitted to the control plane's tenant cpco, whose $0.01 plan budget the ledger says is spent", n)
@@ -250,11 +241,7 @@ budgets:
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := Open(ctx, cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	g := openConfig(t, cfg)
 	if n := spendAs(t, g, "cg-bob", 9); n != 9 {
 		t.Fatalf("bob: %d of 9 admitted", n)
 	}

@@ -1,7 +1,6 @@
 package gate
 
 import (
-	"context"
 	"crypto/sha256"
 	"fmt"
 	"testing"
@@ -55,7 +54,6 @@ func (twoUserDir) TenantKeys(tenant string) (out []Principal) {
 // counted the configuration's keys alone, and bob's counter, never asked,
 // started at 0 under the fresh mark (a second budget spent).
 func TestRestoreCountsControlPlaneUsers(t *testing.T) {
-	ctx := context.Background()
 	dsn, srv := pgtest.New(t), redistest.New(t)
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`
 admin_token: t
@@ -70,11 +68,7 @@ budgets:
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := Open(ctx, cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	g := openConfig(t, cfg)
 	g.SetDirectory(twoUserDir{})
 	keys := []string{"cg-ann", "cg-bob", "cg-cara", "cg-dave"}
 	var callers []*Caller
