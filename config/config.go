@@ -152,6 +152,11 @@ type CostsConfig struct {
 	// Aliases add to the built-in alias table: another name (a dated
 	// snapshot) of a priced model, priced and limited as that model.
 	Aliases map[string]string `yaml:"aliases"`
+	// ServerContextTokens and SearchResultTokens are the input tokens
+	// reserved for content the upstream adds to a prompt that the request
+	// does not hold (see costmodel.Config). Default 300000 and 10000.
+	ServerContextTokens int64 `yaml:"server_context_tokens"`
+	SearchResultTokens  int64 `yaml:"search_result_tokens"`
 }
 
 // PriceConfig is a price in dollars per million tokens, written as exact
@@ -874,7 +879,8 @@ func (c *Config) PolicyDir() string {
 // CostModel is the cost model's configuration: the prices, aliases and
 // output reserve the file sets.
 func (c *Config) CostModel() costmodel.Config {
-	cc := costmodel.Config{FreeUnknown: c.Costs.FreeUnknown, OutputReserve: c.Costs.OutputReserve.FallbackPercent(), Aliases: c.Costs.Aliases}
+	cc := costmodel.Config{FreeUnknown: c.Costs.FreeUnknown, OutputReserve: c.Costs.OutputReserve.FallbackPercent(), Aliases: c.Costs.Aliases,
+		ServerContextTokens: c.Costs.ServerContextTokens, SearchResultTokens: c.Costs.SearchResultTokens}
 	conv := func(p PriceConfig) costmodel.Price {
 		return costmodel.Price{
 			Input: costmodel.NanoUSD(p.Input), CachedInput: costmodel.NanoUSD(p.CachedInput),

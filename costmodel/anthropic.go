@@ -98,12 +98,31 @@ func anthropicToolPrompt(modelName, choice string) int64 {
 	return 346
 }
 
+// cacheControl is a block's or a tool's cache_control.
+type cacheControl struct {
+	Type string `json:"type"`
+	TTL  string `json:"ttl"`
+}
+
+// ttl returns the lifetime rank of c: 0 none, 1 five minutes, 2 one hour.
+func (c *cacheControl) ttl() int8 {
+	switch {
+	case c == nil:
+		return 0
+	case c.TTL == "1h":
+		return 2
+	}
+	return 1
+}
+
 type anthropicTool struct {
-	Type        string          `json:"type"`
-	MaxUses     int64           `json:"max_uses"`
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	InputSchema json.RawMessage `json:"input_schema"`
+	Type             string          `json:"type"`
+	MaxUses          int64           `json:"max_uses"`
+	MaxContentTokens int64           `json:"max_content_tokens"` // a web fetch's
+	CacheControl     *cacheControl   `json:"cache_control"`
+	Name             string          `json:"name"`
+	Description      string          `json:"description"`
+	InputSchema      json.RawMessage `json:"input_schema"`
 }
 
 type anthropicMessage struct {
@@ -121,6 +140,9 @@ type anthropicBlock struct {
 	Source   json.RawMessage `json:"source"`  // an object (image, document), a string (search_result)
 	Title    string          `json:"title"`
 	Context  string          `json:"context"`
+	// CacheControl marks the prompt up to this block for a cache write,
+	// billed above the input rate.
+	CacheControl *cacheControl `json:"cache_control"`
 }
 
 // source decodes a block's source object, nil when it has none or it is
@@ -218,7 +240,22 @@ func (e *Estimator) estimateAnthropic(body []byte) (Estimate, error) {
 	est.Uncounted = c.uncounted || fThinking.raw(body) != nil && thinking.Type != "disabled" || fMCP.raw(body) != nil
 	limit := max(maxTokens, 0)
 	est.MaxOutputTokens = limit
-	est.Usage.InputTokens = c.n
+	// Content the upstream adds: search results, fetched pages, an MCP
+	// server's tool list.
+	in := addSat(c.n, mulSat(c.searches, e.searchResult))
+	in = addSat(in, mulSat(c.fetches, e.serverContext))
+	if fMCP.raw(body) != nil {
+		in = addSat(in, e.serverContext)
+	}
+	est.Usage.InputTokens = in
+	// A cache write is billed above the input rate: the whole prompt is
+	// reserved at the rate of the longest lifetime it asks.
+	if c.cacheTTL > 0 {
+		est.Usage.CacheWriteTokens = in
+	}
+	if c.cacheTTL > 1 {
+		est.Usage.CacheWrite1hTokens = in
+	}
 	est.Usage.WebSearchRequests = c.searches
 	est.Usage.OutputTokens = e.reserve(e.outputLimit(m, limit))
 	est.OutputCap, est.Outputs = e.outputLimit(m, limit), 1
@@ -258,12 +295,22 @@ func anthropicToolCount(m model, raw []byte) (tokenCount, error) {
 		if s := bytes.TrimSpace(t.InputSchema); len(s) > 0 {
 			c.n += m.countText(string(s))
 		}
-		if strings.HasPrefix(t.Type, "web_search") {
-			uses := t.MaxUses
-			if uses <= 0 {
-				uses = defaultSearches
+		c.cacheTTL = max(c.cacheTTL, t.CacheControl.ttl())
+		uses := t.MaxUses
+		if uses <= 0 {
+			uses = defaultSearches
+		}
+		switch {
+		case strings.HasPrefix(t.Type, "web_search"):
+			c.searches = addSat(c.searches, uses) // their results: Estimator.searchResult each
+			c.uncounted = true
+		case strings.HasPrefix(t.Type, "web_fetch"):
+			// The fetched page or PDF is billed as input.
+			if t.MaxContentTokens > 0 {
+				c.n = addSat(c.n, mulSat(uses, t.MaxContentTokens))
+			} else {
+				c.fetches = addSat(c.fetches, uses)
 			}
-			c.searches = addSat(c.searches, uses)
 			c.uncounted = true
 		}
 	}
@@ -311,6 +358,7 @@ func anthropicContentTokens(m model, raw json.RawMessage, depth int) (tokenCount
 	var n int64
 	var c tokenCount
 	for _, b := range blocks {
+		c.cacheTTL = max(c.cacheTTL, b.CacheControl.ttl())
 		switch b.Type {
 		case "text":
 			n += m.countText(b.Text)

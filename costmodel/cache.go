@@ -107,7 +107,11 @@ func (e *Estimator) counted(m model, format uint32, raw []byte, count func() (to
 type tokenCount struct {
 	n, audio  int64
 	searches  int64 // web searches reserved (Anthropic's web search tool)
+	fetches   int64 // web fetches without max_content_tokens (each reserves the server context)
+	audioRefs int64 // previous answers' audio named by id (chat)
 	uncounted bool
+	stored    bool // names server-side state (an item_reference): reserves the server context once
+	cacheTTL  int8 // the longest cache_control lifetime asked: 0 none, 1 five minutes, 2 one hour
 }
 
 // add adds o to c, saturating.
@@ -115,7 +119,11 @@ func (c *tokenCount) add(o tokenCount) {
 	c.n = addSat(c.n, o.n)
 	c.audio = addSat(c.audio, o.audio)
 	c.searches = addSat(c.searches, o.searches)
+	c.fetches = addSat(c.fetches, o.fetches)
+	c.audioRefs = addSat(c.audioRefs, o.audioRefs)
 	c.uncounted = c.uncounted || o.uncounted
+	c.stored = c.stored || o.stored
+	c.cacheTTL = max(c.cacheTTL, o.cacheTTL)
 }
 
 // plain wraps a count of plain text, exact.

@@ -55,6 +55,19 @@ type Config struct {
 	// CacheEntries bounds the per-message count cache (see Estimator); 0
 	// means 65536, a negative value disables the cache.
 	CacheEntries int `yaml:"cache_entries"`
+	// ServerContextTokens is the input reserved for content the upstream
+	// adds to a prompt that is not in the request: a stored context
+	// (Responses' previous_response_id, conversation, a stored prompt, an
+	// item_reference; once per request), an MCP server's tool list (per mcp
+	// tool) and a web fetch without max_content_tokens (per fetch). The
+	// upstream may bill more: what it bills beyond this is what a budget
+	// can be exceeded by, per such request in flight. 0 means 300000 (a
+	// document by file id, docMaxTokens); a negative value is an error.
+	ServerContextTokens int64 `yaml:"server_context_tokens"`
+	// SearchResultTokens is the input reserved per web search for the
+	// results the upstream adds to the prompt. 0 means 10000; a negative
+	// value is an error.
+	SearchResultTokens int64 `yaml:"search_result_tokens"`
 }
 
 // Validate reports a configuration error.
@@ -64,6 +77,9 @@ func (c Config) Validate() error {
 	}
 	if c.DefaultMaxOutputTokens < 0 {
 		return fmt.Errorf("costmodel: default_max_output_tokens %d is negative", c.DefaultMaxOutputTokens)
+	}
+	if c.ServerContextTokens < 0 || c.SearchResultTokens < 0 {
+		return fmt.Errorf("costmodel: server_context_tokens %d or search_result_tokens %d is negative", c.ServerContextTokens, c.SearchResultTokens)
 	}
 	for name, p := range c.Prices {
 		if strings.TrimSpace(name) == "" {
@@ -100,6 +116,8 @@ type Estimator struct {
 	defaultPrice  Price
 	reservePct    int64
 	defaultMaxOut int64
+	serverContext int64 // Config.ServerContextTokens, defaulted
+	searchResult  int64 // Config.SearchResultTokens, defaulted
 	cache         *countCache
 	unknown       atomic.Uint64
 }
@@ -188,6 +206,8 @@ func NewEstimator(cfg Config) (*Estimator, error) {
 		defaultPrice:  def,
 		reservePct:    int64(cfg.OutputReserve),
 		defaultMaxOut: cfg.DefaultMaxOutputTokens,
+		serverContext: cmp.Or(cfg.ServerContextTokens, docMaxTokens),
+		searchResult:  cmp.Or(cfg.SearchResultTokens, 10_000),
 	}
 	if e.reservePct == 0 {
 		e.reservePct = 100

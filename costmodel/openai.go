@@ -217,8 +217,11 @@ func (e *Estimator) estimateChat(body []byte) (Estimate, error) {
 	limit := max(maxCompletion, maxTokens, 0)
 	est.MaxOutputTokens = limit
 	choices := max(n, 1)
-	est.Usage.InputTokens = c.n
-	est.Usage.AudioInputTokens = c.audio
+	// A previous answer's audio, by id, is billed as audio input: at most
+	// the model's maximum output each.
+	refs := mulSat(c.audioRefs, e.outputLimit(m, 0))
+	est.Usage.InputTokens = addSat(c.n, refs)
+	est.Usage.AudioInputTokens = addSat(c.audio, refs)
 	est.Usage.OutputTokens = mulSat(e.reserve(e.outputLimit(m, limit)), choices)
 	est.OutputCap, est.Outputs = mulSat(e.outputLimit(m, limit), choices), choices
 	est.Tools = fTools.val.end > fTools.val.start || fFunctions.val.end > fFunctions.val.start
@@ -354,6 +357,9 @@ func chatMessageCount(m model, f chatFormat, raw json.RawMessage) (tokenCount, e
 		n += toolCallExtra + m.countText(fc.Name) + m.countText(fc.Arguments)
 	}
 	c.add(tokenCount{n: n, uncounted: msg.Audio != nil})
+	if msg.Audio != nil {
+		c.audioRefs++ // a previous answer's audio: reserved at the model's maximum output
+	}
 	return c, nil
 }
 

@@ -103,13 +103,14 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 		fPrompt       = &topField{name: "prompt"}
 		fText         = &topField{name: "text"}
 		fBackground   = &topField{name: "background"}
+		fMaxToolCalls = &topField{name: "max_tool_calls"}
 	)
-	if err := scanTop(kind, body, fModel, fInput, fInstructions, fTools, fMaxOutput, fStream, fPrevious, fConversation, fServiceTier, fPrompt, fText, fBackground); err != nil {
+	if err := scanTop(kind, body, fModel, fInput, fInstructions, fTools, fMaxOutput, fStream, fPrevious, fConversation, fServiceTier, fPrompt, fText, fBackground, fMaxToolCalls); err != nil {
 		return Estimate{}, err
 	}
 	var (
 		modelName, instructions, tier string
-		maxOutput                     int64
+		maxOutput, maxToolCalls       int64
 		stream, background            bool
 		rtools                        []responsesTool
 	)
@@ -129,7 +130,7 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 	for _, d := range []struct {
 		f *topField
 		v any
-	}{{fModel, &modelName}, {fInstructions, &instructions}, {fMaxOutput, &maxOutput}, {fStream, &stream}, {fTools, &rtools}, {fServiceTier, &tier}, {fBackground, &background}} {
+	}{{fModel, &modelName}, {fInstructions, &instructions}, {fMaxOutput, &maxOutput}, {fStream, &stream}, {fTools, &rtools}, {fServiceTier, &tier}, {fBackground, &background}, {fMaxToolCalls, &maxToolCalls}} {
 		if err := decodeField(kind, body, d.f, d.v); err != nil {
 			return Estimate{}, err
 		}
@@ -141,8 +142,11 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 	f := chatFormatFor(m)
 	in := int64(replyPriming)
 	var c tokenCount
-	// A stored prompt, like a stored conversation, is the server's to count.
-	c.uncounted = fPrevious.raw(body) != nil || fConversation.raw(body) != nil || fPrompt.raw(body) != nil
+	// A stored prompt, like a stored conversation, is the server's to count:
+	// it is reserved at Estimator.serverContext (once, with the
+	// item_references of the input).
+	c.stored = fPrevious.raw(body) != nil || fConversation.raw(body) != nil || fPrompt.raw(body) != nil
+	c.uncounted = c.stored
 	if raw := fText.raw(body); raw != nil {
 		in = addSat(in, m.countText(string(raw))) // a structured output's schema, rendered into the prompt
 	}
@@ -169,8 +173,14 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 	default:
 		return Estimate{}, badRequest(kind, nil, "input: want a string or an array of items")
 	}
+	// A hosted tool is called up to max_tool_calls times, defaultSearches
+	// when the request sets none.
+	calls := maxToolCalls
+	if calls <= 0 {
+		calls = defaultSearches
+	}
 	var tools []functionDef
-	var searches, containerGB int64
+	var searches, fileSearches, mcpTools, containerGB int64
 	for i, t := range rtools {
 		gb, err := t.containerGB()
 		if err != nil {
@@ -181,7 +191,13 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 		case "function":
 			tools = append(tools, functionDef{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
 		case "web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11":
-			searches++ // at least one search; more are not foreseeable
+			searches = addSat(searches, calls)
+			c.uncounted = true
+		case "file_search":
+			fileSearches = addSat(fileSearches, calls)
+			c.uncounted = true
+		case "mcp":
+			mcpTools++ // its server's tool list, billed as input
 			c.uncounted = true
 		case "custom":
 			in = addSat(in, f.funcInit+m.countText(t.Name+":"+t.Description+string(t.Format)))
@@ -203,7 +219,14 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 	est := Estimate{Stream: stream, StreamUsage: stream, Uncounted: c.uncounted}
 	limit := max(maxOutput, 0)
 	est.MaxOutputTokens = limit
-	est.Usage.InputTokens = addSat(in, c.n)
+	in = addSat(in, c.n)
+	in = addSat(in, mulSat(addSat(searches, fileSearches), e.searchResult))
+	in = addSat(in, mulSat(mcpTools, e.serverContext))
+	if c.stored {
+		in = addSat(in, e.serverContext)
+	}
+	est.Usage.InputTokens = in
+	est.Usage.FileSearchCalls = fileSearches
 	est.Usage.AudioInputTokens = c.audio
 	est.Usage.WebSearchRequests = searches
 	est.Usage.ContainerGB = containerGB
@@ -279,7 +302,7 @@ func responsesItemCount(m model, f chatFormat, raw json.RawMessage) (tokenCount,
 	case "custom_tool_call":
 		n = f.perMessage + toolCallExtra + m.countText(it.Name) + m.countText(it.Input)
 	case "item_reference":
-		c.uncounted = true // a stored item: the server's to count
+		c.uncounted, c.stored = true, true // a stored item: the server's to count
 	default:
 		// Reasoning items, built-in tool calls and references carry no text
 		// the client wrote; they are not counted.
