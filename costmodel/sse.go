@@ -8,7 +8,8 @@ package costmodel
 // streamed text not yet counted. Each event's data is decoded on its own:
 //
 //   - OpenAI chat completions and completions: the content, refusal and tool
-//     call deltas of each choice, and the final chunk's usage (present when
+//     call deltas of each choice (and the reasoning_content or reasoning
+//     deltas of OpenAI-compatible servers), and the final chunk's usage (present when
 //     stream_options.include_usage is set);
 //   - OpenAI Responses: the output text, refusal and function-call argument
 //     deltas, and the usage of response.completed (or .incomplete, .failed);
@@ -73,7 +74,7 @@ type StreamMeter struct {
 
 	respModel    string // the model the stream says served it
 	serviceTier  string // the service tier the stream reports (OpenAI)
-	webSearches  int64  // web_search_call items completed (Responses)
+	webSearches  int64  // web_search_call items completed (Responses), web_search server tool uses (Anthropic)
 	fileSearches int64  // file_search_call items completed (Responses)
 }
 
@@ -317,6 +318,11 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 		if b := ev.ContentBlock; b != nil {
 			m.addText(b.Name)
 			m.addText(b.Text)
+			if b.Type == "server_tool_use" && b.Name == "web_search" {
+				// Billed per search: count it as it runs, for the guard
+				// and for a stream cut before message_delta's report.
+				m.webSearches++
+			}
 		}
 	case "content_block_delta":
 		if d := ev.Delta; d != nil {

@@ -82,6 +82,29 @@ func (m *StreamMeter) OutputAbove(n int64) (int64, bool) {
 	return out, out > n
 }
 
+// flushGuard counts all of the guard's uncounted text, when the guard is
+// on: the text that follows belongs to another choice, whose tokens the
+// upstream counts apart.
+func (m *StreamMeter) flushGuard() {
+	g := &m.guard
+	if !g.on || len(g.text) == 0 {
+		return
+	}
+	g.raw += m.rawCount(g.text)
+	g.nonASCII += nonASCII(g.text)
+	g.length += int64(len(g.text))
+	g.text = g.text[:0]
+	g.known, g.at = m.guardBase+m.scale(g.raw, g.nonASCII, g.length), m.textBytes
+}
+
+// Searches returns the web searches and file searches the stream has shown
+// so far (web_search_call and file_search_call items of a Responses
+// stream, Anthropic's web_search server tool uses), or its report's when
+// larger. Like Write, it is for the meter's one goroutine.
+func (m *StreamMeter) Searches() (web, file int64) {
+	return max(m.webSearches, m.usage.WebSearchRequests), max(m.fileSearches, m.usage.FileSearchCalls)
+}
+
 // rawCount is the tokenizer's count of text: cl100k for the Anthropic
 // approximation, which scale turns into its tokens.
 func (m *StreamMeter) rawCount(text []byte) int64 {

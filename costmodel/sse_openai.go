@@ -9,7 +9,7 @@ package costmodel
 // straight from the chunk's bytes. It reads exactly what openaiChunkJSON
 // (the encoding/json reader it replaces, kept as the reference in the
 // tests) reads, in the same order: each choice's text, then its delta's
-// content, refusal, tool-call names and arguments and legacy function call;
+// content, reasoning_content, reasoning, refusal, tool-call names and arguments and legacy function call;
 // a chunk that is not valid JSON, or has a field of the wrong type,
 // contributes nothing. The tests check that both agree on every input
 // without repeated or differently-cased keys, which encoding/json merges
@@ -33,7 +33,8 @@ type textSpan struct {
 type chunkChoice struct {
 	index                  int64
 	text, content, refusal textSpan
-	tools                  []textSpan // name, arguments, name, arguments...
+	reasoning              [2]textSpan // reasoning_content, reasoning: OpenAI-compatible servers' visible reasoning
+	tools                  []textSpan  // name, arguments, name, arguments...
 	fcName, fcArgs         textSpan
 }
 
@@ -101,11 +102,16 @@ func (m *StreamMeter) openaiChunk(data []byte) error {
 	for i := range list {
 		c := &list[i]
 		if int(c.index) != m.choice {
+			// Another choice's text: the tokenizer must not join it to
+			// this one's, neither in the meter's count nor the guard's.
 			m.flush(true)
+			m.flushGuard()
 			m.choice = int(c.index)
 		}
 		m.addSpan(data, c.text)
 		m.addSpan(data, c.content)
+		m.addSpan(data, c.reasoning[0])
+		m.addSpan(data, c.reasoning[1])
 		m.addSpan(data, c.refusal)
 		for _, t := range c.tools {
 			m.addSpan(data, t)
@@ -170,6 +176,21 @@ func (m *StreamMeter) readChoice(s *jsonScanner, c *chunkChoice) error {
 					return readString(s, &c.content)
 				case "refusal":
 					return readString(s, &c.refusal)
+				case "reasoning_content", "reasoning":
+					// OpenAI-compatible servers (DeepSeek, vLLM, SGLang,
+					// OpenRouter) stream a reasoning model's reasoning
+					// here, billed as output. A value that is not a
+					// string is skipped.
+					t := &c.reasoning[0]
+					if keyText(s, ks, ke, esc) == "reasoning" {
+						t = &c.reasoning[1]
+					}
+					if s.Peek() != '"' {
+						*t = textSpan{}
+						_, _, err := s.Value(4)
+						return err
+					}
+					return readString(s, t)
 				case "tool_calls":
 					c.tools = c.tools[:0]
 					switch s.Peek() {

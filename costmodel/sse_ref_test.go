@@ -17,9 +17,13 @@ type chatChunk struct {
 		Index int    `json:"index"`
 		Text  string `json:"text"`
 		Delta struct {
-			Content   string `json:"content"`
-			Refusal   string `json:"refusal"`
-			ToolCalls []struct {
+			Content string `json:"content"`
+			Refusal string `json:"refusal"`
+			// Visible reasoning of OpenAI-compatible servers; a value
+			// that is not a string counts nothing.
+			ReasoningContent json.RawMessage `json:"reasoning_content"`
+			Reasoning        json.RawMessage `json:"reasoning"`
+			ToolCalls        []struct {
 				Function struct {
 					Name      string `json:"name"`
 					Arguments string `json:"arguments"`
@@ -48,6 +52,8 @@ func (m *StreamMeter) openaiChunkJSON(data []byte) error {
 		}
 		m.addText(ch.Text)
 		m.addText(ch.Delta.Content)
+		m.addText(stringOrNothing(ch.Delta.ReasoningContent))
+		m.addText(stringOrNothing(ch.Delta.Reasoning))
 		m.addText(ch.Delta.Refusal)
 		for _, tc := range ch.Delta.ToolCalls {
 			m.addText(tc.Function.Name)
@@ -76,7 +82,7 @@ func (m *StreamMeter) openaiChunkJSON(data []byte) error {
 // or a key that equals one the readers look for only case-insensitively:
 // there encoding/json merges or folds where the fast path does not.
 func oddKeys(data []byte) bool {
-	known := []string{"choices", "index", "text", "delta", "content", "refusal", "tool_calls", "function", "name", "arguments", "function_call", "usage",
+	known := []string{"choices", "index", "text", "delta", "content", "refusal", "tool_calls", "function", "name", "arguments", "function_call", "usage", "reasoning_content", "reasoning",
 		"type", "response", "message", "content_block", "partial_json", "thinking"}
 	odd := false
 	var walk func(s *jsonScanner, depth int) error
@@ -183,4 +189,13 @@ func FuzzStreamEvents(f *testing.F) {
 			t.Fatalf("anthropic: fast %+v %v, encoding/json %+v %v, for %q", gotA, err, wantA, errA, data)
 		}
 	})
+}
+
+// stringOrNothing is the JSON string v, or "" when v is not a string.
+func stringOrNothing(v json.RawMessage) string {
+	var s string
+	if len(v) == 0 || v[0] != '"' || json.Unmarshal(v, &s) != nil {
+		return ""
+	}
+	return s
 }

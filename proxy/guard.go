@@ -31,6 +31,7 @@ type streamGuard struct {
 	x         *exchange
 	inc       int64 // tokens per increment
 	allowance int64 // output tokens the limits hold for the stream: reserved and extended
+	web, file int64 // web and file searches the limits hold for the stream: reserved and extended
 	refused   *gate.Decision
 }
 
@@ -50,27 +51,37 @@ func (x *exchange) guardFor() *streamGuard {
 	if !cfg.Enabled {
 		return nil
 	}
-	return &streamGuard{x: x, inc: cfg.IncrementTokens, allowance: x.est.Usage.OutputTokens}
+	u := x.est.Usage
+	return &streamGuard{x: x, inc: cfg.IncrementTokens, allowance: u.OutputTokens, web: u.WebSearchRequests, file: u.FileSearchCalls}
 }
 
 // allow debits what the output counted so far needs beyond the allowance,
 // rounded up to whole increments. It returns false, with the refusal kept,
 // when the limits refuse it.
+//
+// Searches the stream shows beyond those held (billed apart, per search)
+// are debited with it, one for one.
 func (g *streamGuard) allow(m *costmodel.StreamMeter) bool {
 	if g.refused != nil {
 		return false
 	}
-	out, above := m.OutputAbove(g.allowance)
-	if !above {
+	var extra costmodel.Usage
+	if out, above := m.OutputAbove(g.allowance); above {
+		extra.OutputTokens = (out - g.allowance + g.inc - 1) / g.inc * g.inc
+	}
+	web, file := m.Searches()
+	extra.WebSearchRequests, extra.FileSearchCalls = max(web-g.web, 0), max(file-g.file, 0)
+	if extra == (costmodel.Usage{}) {
 		return true
 	}
-	n := (out - g.allowance + g.inc - 1) / g.inc * g.inc
-	d, ok := g.x.res.Extend(context.WithoutCancel(g.x.ctx), costmodel.Usage{OutputTokens: n})
+	d, ok := g.x.res.Extend(context.WithoutCancel(g.x.ctx), extra)
 	if !ok {
 		g.refused = &d
 		return false
 	}
-	g.allowance += n
+	g.allowance += extra.OutputTokens
+	g.web += extra.WebSearchRequests
+	g.file += extra.FileSearchCalls
 	return true
 }
 
