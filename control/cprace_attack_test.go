@@ -372,3 +372,100 @@ func TestCPRaceAttackConcurrentAdmin(t *testing.T) {
 		}
 	}
 }
+
+// TestCPRaceAttackBudgetChangedUnderLoad: a budget spent for the day is
+// renamed (a key's or a team's), or given a longer period (same amount),
+// while 24 callers hammer the key on both replicas. The changed budget's
+// counter has not counted the day (a new key, or a window of another
+// length); the replica brings it up to the ledger's spend
+// (ReconcileTenant) only after it has applied the change, and a request
+// debited in between finds it empty: it is admitted, and the restore,
+// which raises the counter to the ledger's spend and no further, forgets
+// it. The day's spend is the new budget's whole amount, so every request
+// after the change must be 402, as TestControlAttackBudgetPeriodChange
+// checks one request at a time. The window lasts the restore's ledger
+// flush and read (a few ms: a whole budget's worth of requests here), so
+// each case tries a few times.
+func TestCPRaceAttackBudgetChangedUnderLoad(t *testing.T) {
+	a, b := cpraceTwo(t)
+	for _, c := range []struct {
+		name string
+		team bool
+		to   string
+	}{
+		{"key's renamed", false, `{"id":"c","amount_usd":"0.0002","period":"day"}`},
+		{"team's renamed", true, `{"id":"c","amount_usd":"0.0002","period":"day"}`},
+		{"day to week", false, `{"id":"b","amount_usd":"0.0002","period":"week"}`},
+		{"day to 72h", false, `{"id":"b","amount_usd":"0.0002","period":"72h"}`},
+		{"day to month", false, `{"id":"b","amount_usd":"0.0002","period":"month"}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for round := range 3 {
+				if n := cpraceChangeUnderLoad(t, a, b, c.team, c.to); n > 0 {
+					t.Fatalf("round %d: %d requests admitted after the change, on a budget whose spend for the day is its whole amount", round, n)
+				}
+			}
+		})
+	}
+}
+
+var cpraceTeams atomic.Int64
+
+// cpraceChangeUnderLoad spends a day budget b of $0.0002 (a new key's, or
+// with team a new team's, through a key of it), then PATCHes the budget's
+// owner's budgets to to while callers hammer the key on a and b, and
+// returns how many requests were admitted.
+func cpraceChangeUnderLoad(t *testing.T, a, b *replica, team bool, to string) int64 {
+	t.Helper()
+	const budget = `{"budgets":[{"id":"b","amount_usd":"0.0002","period":"day"}]`
+	var k, tm created
+	if team {
+		name := fmt.Sprintf("team%d", cpraceTeams.Add(1))
+		a.must(t, 201, "POST", "/admin/v1/teams", budget+`,"tenant":"t1","name":"`+name+`"}`, &tm)
+		a.must(t, 201, "POST", "/admin/v1/keys", `{"tenant":"t1","team":"`+name+`"}`, &k)
+	} else {
+		a.must(t, 201, "POST", "/admin/v1/keys", budget+`,"tenant":"t1"}`, &k)
+	}
+	if n, st := ctlAtkSpend(t, a, k.Key, 100); st != 402 || n == 0 {
+		t.Fatalf("spending the budget: %d admitted, then %d", n, st)
+	}
+	within(t, "the key on b", time.Second, func() bool { st, _ := b.chat(t, k.Key); return st == 402 })
+	var (
+		admitted atomic.Int64
+		sent     atomic.Int64
+		wg       sync.WaitGroup
+		stop     atomic.Bool
+	)
+	for i := range 24 {
+		r := a
+		if i%4 == 3 {
+			r = b
+		}
+		wg.Go(func() {
+			for !stop.Load() {
+				sent.Add(1)
+				switch st, body := r.chat(t, k.Key); st {
+				case 200:
+					admitted.Add(1)
+				case 402:
+				default:
+					t.Errorf("status %d: %s", st, body)
+					return
+				}
+			}
+		})
+	}
+	within(t, "the callers running", time.Second, func() bool { return sent.Load() > 48 })
+	path := "/admin/v1/keys/" + k.ID
+	if team {
+		path = "/admin/v1/teams/" + tm.ID
+	}
+	a.must(t, 200, "PATCH", path, `{"budgets":[`+to+`]}`, nil)
+	// b polls the change too (100 ms) while the callers go on.
+	n := sent.Load()
+	within(t, "the callers after the change", 2*time.Second, func() bool { return sent.Load() > n+200 })
+	time.Sleep(150 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	return admitted.Load()
+}
