@@ -75,32 +75,7 @@ func TestCPRaceAttackResetRacingRequests(t *testing.T) {
 		t.Fatalf("the other replica on the spent budget: %d %s", st, body)
 	}
 	fresh++ // b's probe, admitted on the same fresh budget
-	var (
-		admitted atomic.Int64
-		sent     atomic.Int64
-		wg       sync.WaitGroup
-		stop     atomic.Bool
-	)
-	for i := range 24 {
-		r := a
-		if i%2 == 1 {
-			r = b
-		}
-		wg.Go(func() {
-			for !stop.Load() {
-				sent.Add(1)
-				switch st, body := r.chat(t, k.Key); st {
-				case 200:
-					admitted.Add(1)
-				case 402:
-				default:
-					t.Errorf("status %d: %s", st, body)
-					return
-				}
-			}
-		})
-	}
-	within(t, "the callers running", time.Second, func() bool { return sent.Load() > 48 })
+	h := cpraceHammer(t, a, b, k.Key, 2)
 	a.must(t, 200, "POST", "/admin/v1/keys/"+k.ID+"/budgets/b/reset", "", nil)
 	// Both replicas have the reset after a poll; the callers then spend the
 	// fresh budget to its end.
@@ -116,9 +91,7 @@ func TestCPRaceAttackResetRacingRequests(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	stop.Store(true)
-	wg.Wait()
-	if n := admitted.Load(); n > int64(fresh) || n == 0 {
+	if n := h.halt(); n > int64(fresh) || n == 0 {
 		t.Fatalf("after one reset, %d requests admitted; a fresh budget admits %d", n, fresh)
 	}
 	amount, spent := cpraceLevel(t, a, k.ID, "key/"+k.ID+"/b")
@@ -430,23 +403,42 @@ func cpraceChangeUnderLoad(t *testing.T, a, b *replica, team bool, to string) in
 		t.Fatalf("spending the budget: %d admitted, then %d", n, st)
 	}
 	within(t, "the key on b", time.Second, func() bool { st, _ := b.chat(t, k.Key); return st == 402 })
-	var (
-		admitted atomic.Int64
-		sent     atomic.Int64
-		wg       sync.WaitGroup
-		stop     atomic.Bool
-	)
+	h := cpraceHammer(t, a, b, k.Key, 4)
+	path := "/admin/v1/keys/" + k.ID
+	if team {
+		path = "/admin/v1/teams/" + tm.ID
+	}
+	a.must(t, 200, "PATCH", path, `{"budgets":[`+to+`]}`, nil)
+	// b polls the change too (100 ms) while the callers go on.
+	n := h.sent.Load()
+	within(t, "the callers after the change", 2*time.Second, func() bool { return h.sent.Load() > n+200 })
+	time.Sleep(150 * time.Millisecond)
+	return h.halt()
+}
+
+// hammer is 24 callers sending chats with one key until halted.
+type hammer struct {
+	admitted, sent atomic.Int64
+	stop           atomic.Bool
+	wg             sync.WaitGroup
+}
+
+// cpraceHammer starts 24 callers of key, every every-th on b and the
+// others on a, and returns once they are running. A status other than 200
+// or 402 fails t.
+func cpraceHammer(t *testing.T, a, b *replica, key string, every int) *hammer {
+	h := &hammer{}
 	for i := range 24 {
 		r := a
-		if i%4 == 3 {
+		if i%every == every-1 {
 			r = b
 		}
-		wg.Go(func() {
-			for !stop.Load() {
-				sent.Add(1)
-				switch st, body := r.chat(t, k.Key); st {
+		h.wg.Go(func() {
+			for !h.stop.Load() {
+				h.sent.Add(1)
+				switch st, body := r.chat(t, key); st {
 				case 200:
-					admitted.Add(1)
+					h.admitted.Add(1)
 				case 402:
 				default:
 					t.Errorf("status %d: %s", st, body)
@@ -455,17 +447,13 @@ func cpraceChangeUnderLoad(t *testing.T, a, b *replica, team bool, to string) in
 			}
 		})
 	}
-	within(t, "the callers running", time.Second, func() bool { return sent.Load() > 48 })
-	path := "/admin/v1/keys/" + k.ID
-	if team {
-		path = "/admin/v1/teams/" + tm.ID
-	}
-	a.must(t, 200, "PATCH", path, `{"budgets":[`+to+`]}`, nil)
-	// b polls the change too (100 ms) while the callers go on.
-	n := sent.Load()
-	within(t, "the callers after the change", 2*time.Second, func() bool { return sent.Load() > n+200 })
-	time.Sleep(150 * time.Millisecond)
-	stop.Store(true)
-	wg.Wait()
-	return admitted.Load()
+	within(t, "the callers running", time.Second, func() bool { return h.sent.Load() > 48 })
+	return h
+}
+
+// halt stops the callers and returns how many requests were admitted.
+func (h *hammer) halt() int64 {
+	h.stop.Store(true)
+	h.wg.Wait()
+	return h.admitted.Load()
 }
