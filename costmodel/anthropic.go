@@ -276,14 +276,8 @@ func (e *Estimator) anthropicToolTokens(m model, raw []byte) (tokenCount, error)
 func anthropicToolCount(m model, raw []byte) (tokenCount, error) {
 	// A tool's type and max_uses price it (web searches): each is read
 	// one way, or the request is refused.
-	var elems []json.RawMessage
-	if err := json.Unmarshal(raw, &elems); err != nil {
+	if err := checkMembers(raw); err != nil {
 		return tokenCount{}, err
-	}
-	for i, el := range elems {
-		if err := checkMembers(el); err != nil {
-			return tokenCount{}, fmt.Errorf("[%d]: %w", i, err)
-		}
 	}
 	var tools []anthropicTool
 	if err := json.Unmarshal(raw, &tools); err != nil {

@@ -114,17 +114,11 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 		stream, background            bool
 		rtools                        []responsesTool
 	)
-	if raw := fTools.raw(body); raw != nil && raw[0] == '[' {
+	if raw := fTools.raw(body); raw != nil {
 		// A tool's type, container and memory limit price it: each is
-		// read one way, or the request is refused.
-		var elems []json.RawMessage
-		if err := json.Unmarshal(raw, &elems); err != nil {
+		// read one way, or the request is refused (one scan, no decoding).
+		if err := checkMembers(raw); err != nil {
 			return Estimate{}, badRequest(kind, err, "tools")
-		}
-		for i, el := range elems {
-			if err := checkMembers(el); err != nil {
-				return Estimate{}, badRequest(kind, err, "tools[%d]", i)
-			}
 		}
 	}
 	for _, d := range []struct {
