@@ -419,24 +419,11 @@ func (g *Gate) endOf(ctx context.Context, t *ticket, expires time.Time, h *hold)
 	// settlement of it still in flight (one resumed before the expiry)
 	// loses to it rather than end it a second way. The replica holding it
 	// settles it at its estimate all the same (see expireHolds).
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	key := heldKey(t.Tenant, t.ID)
-	won, err := g.redis.SetNX(ctx, key, claim{state: holdExpired, token: newClaimToken()}.encode(), claimGrace).Result()
-	if err != nil || won {
-		if err != nil {
-			g.log.Warn("held reservation past its expiry: claiming its end in Redis failed; taken for expired", "request_id", t.ID, "err", err)
-		}
-		return nil, ErrExpired
-	}
-	v, err := g.redis.Get(ctx, key).Result()
-	c, ok := decodeClaim(v)
+	won, c, err := g.claimAt(ctx, t.ID, heldKey(t.Tenant, t.ID), claimGrace, claim{state: holdExpired, token: newClaimToken()})
 	switch {
 	case err != nil:
-		g.log.Warn("held reservation past its expiry: reading its claim in Redis failed; taken for expired", "request_id", t.ID, "err", err)
-	case !ok:
-		g.log.Warn("held reservation past its expiry: unreadable claim; taken for expired", "request_id", t.ID, "claim", v)
-	case c.state != holdExpired:
+		g.log.Warn("held reservation past its expiry: its claim in Redis failed; taken for expired", "request_id", t.ID, "err", err)
+	case !won && c.state != holdExpired:
 		g.adopt(h, c) // an open hold must not expire after all
 		return &hold{tenant: t.Tenant, expires: expires, state: c.state, result: c.charge()}, nil
 	}
@@ -856,23 +843,31 @@ func (g *Gate) claim(ctx context.Context, r *Reservation, c claim) (won bool, pr
 		return true, claim{}, errNoArbiter
 	}
 	key, ttl := r.claimKey()
-	cctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	ok, err := g.redis.SetNX(cctx, key, c.encode(), ttl).Result()
+	won, prior, err = g.claimAt(ctx, r.req.ID, key, ttl, c)
 	if err != nil {
 		g.log.Warn("held reservation: the claim in Redis failed; this replica decides alone", "request_id", r.req.ID, "err", err)
 		return true, claim{}, err
 	}
-	if ok {
-		return true, claim{}, nil
+	return won, prior, nil
+}
+
+// claimAt records c under key for ttl unless an end of reservation id is
+// recorded there: won is false then, with that end. It makes a SETNX
+// and, when another end is there, a GET, bounded by ctx and a second.
+func (g *Gate) claimAt(ctx context.Context, id, key string, ttl time.Duration, c claim) (won bool, prior claim, err error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	ok, err := g.redis.SetNX(ctx, key, c.encode(), ttl).Result()
+	if err != nil || ok {
+		return true, claim{}, err
 	}
-	v, err := g.redis.Get(cctx, key).Result()
+	v, err := g.redis.Get(ctx, key).Result()
 	if err != nil {
 		return true, claim{}, err
 	}
 	p, valid := decodeClaim(v)
 	if !valid {
-		return true, claim{}, fmt.Errorf("gate: held reservation %s: unreadable claim %q", r.req.ID, v)
+		return true, claim{}, fmt.Errorf("gate: held reservation %s: unreadable claim %q", id, v)
 	}
 	return false, p, nil
 }
