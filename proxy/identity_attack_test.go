@@ -303,14 +303,7 @@ func TestIdentityAttackRLSTenantOfTheControlPlane(t *testing.T) {
 		t.Fatalf("beta's key under the free plan: %v, want [200 200 429]", codes)
 	}
 	r := rls.New(s.srv.Gate(), rls.Options{})
-	ask := func(tenant string) string {
-		resp, err := r.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 1,
-			Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: tenant}}}}})
-		if err != nil {
-			t.Fatalf("ShouldRateLimit: %v", err)
-		}
-		return resp.GetOverallCode().String()
-	}
+	ask := func(tenant string) string { return idAtkAsk(t, r, tenant) }
 	// The config file's tenant acme, for comparison: its plan applies.
 	for range 2 {
 		if got := ask("acme"); got != "OK" {
@@ -376,4 +369,16 @@ limits:
 	if n := len(routeAtkEntries(t, s, "globex")); n != 0 {
 		t.Errorf("globex has %d ledger entries, want 0", n)
 	}
+}
+
+// idAtkAsk asks r, in domain edge, for one request of tenant (a
+// descriptor [tenant=...]) and returns its overall code.
+func idAtkAsk(t *testing.T, r *rls.Server, tenant string) string {
+	t.Helper()
+	resp, err := r.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 1,
+		Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: tenant}}}}})
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	return resp.GetOverallCode().String()
 }

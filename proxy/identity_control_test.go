@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/costgate/costgate/rls"
-	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
 // TestIdentityControlTenantRLS: over the rate limit service, a tenant the
@@ -27,15 +25,7 @@ func TestIdentityControlTenantRLS(t *testing.T) {
 		t.Fatalf("create a key of beta: %d", code)
 	}
 	r := rls.New(s.srv.Gate(), rls.Options{})
-	ask := func(tenant string) string {
-		t.Helper()
-		resp, err := r.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 1,
-			Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: tenant}}}}})
-		if err != nil {
-			t.Fatalf("ShouldRateLimit: %v", err)
-		}
-		return resp.GetOverallCode().String()
-	}
+	ask := func(tenant string) string { return idAtkAsk(t, r, tenant) }
 	active := func(on bool) {
 		t.Helper()
 		if code := s.adminCall(t, "PATCH", "/admin/v1/tenants/beta", fmt.Sprintf(`{"active":%t}`, on), nil); code != http.StatusOK {
@@ -121,12 +111,7 @@ func TestIdentityControlTenantLevelRLS(t *testing.T) {
 	r := rls.New(s.srv.Gate(), rls.Options{})
 	var got []string
 	for range 4 {
-		resp, err := r.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 1,
-			Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: "delta"}}}}})
-		if err != nil {
-			t.Fatalf("ShouldRateLimit: %v", err)
-		}
-		got = append(got, resp.GetOverallCode().String())
+		got = append(got, idAtkAsk(t, r, "delta"))
 	}
 	if fmt.Sprint(got) != "[OK OK OK OVER_LIMIT]" {
 		t.Errorf("delta's decisions under its own limit of 3 an hour: %v, want [OK OK OK OVER_LIMIT]", got)
