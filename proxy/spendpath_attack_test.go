@@ -224,18 +224,12 @@ func TestSpendPathAttackChatWebSearchOptions(t *testing.T) {
 	up := &routeAtkSpy{next: spAtkJSON(answer)}
 	s := spAtkStack(t, up, "")
 	body := `{"model":"` + model + `","web_search_options":{"search_context_size":"high"},"messages":[{"role":"user","content":"weather?"}],"max_tokens":50}`
-	status, out := spAtkSend(t, s, "POST", "/v1/chat/completions", body)
-	if status == http.StatusBadRequest {
-		if len(up.take()) != 0 {
-			t.Fatal("refused, yet the request reached the upstream")
-		}
+	e, served := spAtkServed(t, s, up, "/v1/chat/completions", body)
+	if !served {
 		return // refused: holds
 	}
-	if status != http.StatusOK {
-		t.Fatalf("%d %s", status, out)
-	}
 	const perSearch = costmodel.NanoUSD(25_000_000)
-	if e := s.settled(t, 1)[0]; e.ActualCost < perSearch || e.EstimatedCost < perSearch {
+	if e.ActualCost < perSearch || e.EstimatedCost < perSearch {
 		t.Errorf("reserved %v and billed %v for a chat completion with web_search_options; OpenAI bills the search alone %v",
 			e.EstimatedCost, e.ActualCost, perSearch)
 	}
@@ -253,18 +247,12 @@ func TestSpendPathAttackResponsesImageGeneration(t *testing.T) {
 	up := &routeAtkSpy{next: spAtkJSON(spAtkResponse(model, items))}
 	s := spAtkStack(t, up, "")
 	body := `{"model":"` + model + `","input":"draw four cats","tools":[{"type":"image_generation","quality":"high","size":"1536x1024"}]}`
-	status, out := spAtkSend(t, s, "POST", "/v1/responses", body)
-	if status == http.StatusBadRequest {
-		if len(up.take()) != 0 {
-			t.Fatal("refused, yet the request reached the upstream")
-		}
+	e, served := spAtkServed(t, s, up, "/v1/responses", body)
+	if !served {
 		return
 	}
-	if status != http.StatusOK {
-		t.Fatalf("%d %s", status, out)
-	}
 	const perImage = costmodel.NanoUSD(5_000_000)
-	if e := s.settled(t, 1)[0]; e.ActualCost < 4*perImage {
+	if e.ActualCost < 4*perImage {
 		t.Errorf("billed %v for 4 generated images; OpenAI bills them at least %v", e.ActualCost, 4*perImage)
 	}
 }
@@ -290,19 +278,13 @@ func TestSpendPathAttackResponsesToolTypeTwice(t *testing.T) {
 			up := &routeAtkSpy{next: spAtkJSON(spAtkResponse(model, ""))}
 			s := spAtkStack(t, up, "")
 			body := `{"model":"` + model + `","input":"hi","tools":[` + c.tool + `]}`
-			status, out := spAtkSend(t, s, "POST", "/v1/responses", body)
-			if status == http.StatusBadRequest {
-				if len(up.take()) != 0 {
-					t.Fatal("refused, yet the request reached the upstream")
-				}
+			e, served := spAtkServed(t, s, up, "/v1/responses", body)
+			if !served {
 				return
 			}
-			if status != http.StatusOK {
-				t.Fatalf("%d %s", status, out)
-			}
-			if e := s.settled(t, 1)[0]; e.ActualCost < 64*containerGBPrice {
-				t.Errorf("served (%d) and billed %v; read as the upstream may read it, it creates a 64 GB container, %v",
-					status, e.ActualCost, 64*containerGBPrice)
+			if e.ActualCost < 64*containerGBPrice {
+				t.Errorf("billed %v; read as the upstream may read it, it creates a 64 GB container, %v",
+					e.ActualCost, 64*containerGBPrice)
 			}
 		})
 	}
@@ -329,17 +311,11 @@ func TestSpendPathAttackAnthropicSearchToolTwoSpellings(t *testing.T) {
 			up := &routeAtkSpy{next: spAtkJSON(answer)}
 			s := spAtkStack(t, up, "")
 			body := `{"model":"` + model + `","max_tokens":10,"messages":[{"role":"user","content":"news?"}],"tools":[` + c.tool + `]}`
-			status, out := spAtkSend(t, s, "POST", "/v1/messages", body)
-			if status == http.StatusBadRequest {
-				if len(up.take()) != 0 {
-					t.Fatal("refused, yet the request reached the upstream")
-				}
+			e, served := spAtkServed(t, s, up, "/v1/messages", body)
+			if !served {
 				return
 			}
-			if status != http.StatusOK {
-				t.Fatalf("%d %s", status, out)
-			}
-			if e := s.settled(t, 1)[0]; e.EstimatedCost < uses*10_000_000 {
+			if e.EstimatedCost < uses*10_000_000 {
 				t.Errorf("reserved %v for a tool the upstream may run %d searches with (%v)",
 					e.EstimatedCost, uses, costmodel.NanoUSD(uses*10_000_000))
 			}
@@ -398,4 +374,22 @@ func TestSpendPathAttackProtocolUpgrade(t *testing.T) {
 			t.Errorf("entry %s left reserved", e.RequestID)
 		}
 	}
+}
+
+// spAtkServed POSTs body to path on s. A 400 is a refusal, which must not
+// have reached up: served is false. Otherwise the answer must be 200, and
+// e is the request's settled entry.
+func spAtkServed(t *testing.T, s *stack, up *routeAtkSpy, path, body string) (e ledger.Entry, served bool) {
+	t.Helper()
+	status, out := spAtkSend(t, s, "POST", path, body)
+	if status == http.StatusBadRequest {
+		if len(up.take()) != 0 {
+			t.Fatal("refused, yet the request reached the upstream")
+		}
+		return ledger.Entry{}, false
+	}
+	if status != http.StatusOK {
+		t.Fatalf("%d %s", status, out)
+	}
+	return s.settled(t, 1)[0], true
 }
