@@ -242,7 +242,7 @@ func (e *Entity) level() (*gate.Level, error) {
 			return nil, err
 		}
 		spec := gate.LevelLimitSpec{Name: prefix + b.ID, Tenant: e.Tenant, Entity: e.ID, ID: b.ID,
-			KeySuffix: budgetKeySuffix(e, b),
+			KeySuffix: fmt.Sprintf("%s=%s:b=%s:g%d", e.Kind, e.ID, b.ID, b.Generation),
 			Budget:    true, AmountNano: int64(amount), Period: b.Period, SoftPercent: b.SoftPercent}
 		if b.ResetAt != nil {
 			spec.Since = *b.ResetAt
@@ -312,17 +312,4 @@ func newSecret() string {
 	var b [32]byte
 	_, _ = rand.Read(b[:])
 	return "cgk_" + hex.EncodeToString(b[:])
-}
-
-// budgetKeySuffix tells a budget's counters apart: its entity, its id,
-// its generation (a reset advances it) and, for a period other than a
-// day, its period, so that a budget given another period starts from a
-// counter of its own algorithm, brought up to the ledger before its first
-// debit (see Plane.sync), not from the old period's state.
-func budgetKeySuffix(e *Entity, b Budget) string {
-	s := fmt.Sprintf("%s=%s:b=%s:g%d", e.Kind, e.ID, b.ID, b.Generation)
-	if b.Period != "" && b.Period != "day" {
-		s += ":p=" + b.Period
-	}
-	return s
 }

@@ -169,14 +169,6 @@ func (p *Plane) sync(ctx context.Context) error {
 		if p.dir.Version() > 0 { // a first load: the gate reconciles as it starts
 			recount = p.budgetsRecounted(ents)
 		}
-		// The new counters hold the period's spend before a request can
-		// reach them; what the old ones admit until Apply is counted by the
-		// reconciliation after it.
-		for _, t := range recount {
-			if err := p.gate.RestorePending(ctx, t, p.pendingBudgets(ents, t)); err != nil {
-				p.log.Warn("control plane: a budget's period changed; its counter is reconciled at the next interval", "tenant", t, "err", err)
-			}
-		}
 		p.dir.Apply(ents, v)
 		for _, t := range recount {
 			if err := p.gate.ReconcileTenant(ctx, t); err != nil {
@@ -484,46 +476,6 @@ func (p *Plane) budgetsRecounted(ents []*Entity) []string {
 			if !kept {
 				out = append(out, e.Tenant)
 				break
-			}
-		}
-	}
-	return out
-}
-
-// pendingBudgets are the budgets of the entities of ents under tenant, as
-// the directory will hold them once it applies ents, each with the keys
-// whose spend it counts.
-func (p *Plane) pendingBudgets(ents []*Entity, tenant string) []gate.LevelBudget {
-	keys := p.dir.TenantKeys(tenant)
-	for _, e := range ents {
-		if e.Kind == KindKey && e.Tenant == tenant {
-			keys = append(keys, gate.Principal{Tenant: tenant, Team: e.Team, User: e.User, KeyID: e.ID})
-		}
-	}
-	var out []gate.LevelBudget
-	for _, e := range ents {
-		if e.Tenant != tenant {
-			continue
-		}
-		lv, _ := e.level()
-		if lv == nil {
-			continue
-		}
-		var ids []string
-		switch e.Kind {
-		case KindKey:
-			ids = []string{e.ID}
-		case KindTeam, KindUser:
-			ids = []string{}
-			for _, k := range keys {
-				if (e.Kind == KindTeam && k.Team == e.Name || e.Kind == KindUser && k.User == e.Name) && !slices.Contains(ids, k.KeyID) {
-					ids = append(ids, k.KeyID)
-				}
-			}
-		}
-		for _, ll := range lv.Limits {
-			if ll.Budget {
-				out = append(out, gate.LevelBudget{Limit: ll, KeyIDs: ids})
 			}
 		}
 	}

@@ -141,12 +141,6 @@ func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err er
 // budgets is marked fresh too). lost tells that the store lost the
 // tenant's counters (a stale answer), rather than a scheduled check.
 func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighted.Item, lost bool) error {
-	return f.restoreWith(ctx, tenant, extra, lost, nil)
-}
-
-// restoreWith is restore, with pending more level budgets of tenant that
-// the directory does not hold yet (a change about to be applied).
-func (f *freshStore) restoreWith(ctx context.Context, tenant string, extra []weighted.Item, lost bool, pending []LevelBudget) error {
 	items, counted, err := f.g.budgetCounters(ctx, tenant, lost)
 	if err != nil {
 		return err
@@ -156,7 +150,7 @@ func (f *freshStore) restoreWith(ctx context.Context, tenant string, extra []wei
 	for _, it := range items {
 		seen[it.Limit.Name+"\x00"+it.Key] = true
 	}
-	if items, counted, err = f.g.levelCounters(ctx, tenant, items, counted, seen, pending); err != nil {
+	if items, counted, err = f.g.levelCounters(ctx, tenant, items, counted, seen); err != nil {
 		return err
 	}
 	st := f.g.state.Load()
@@ -389,17 +383,12 @@ func (g *Gate) extraSpent(ctx context.Context, st *state, tenant string, it weig
 // marking the rest). A team's, user's or key's budget counts its keys'
 // spend, one read of the ledger per distinct window; a tenant's counts
 // the tenant's. While the ledger's database is out, the spend is what
-// this node knows. pending are budgets of a change the directory is about
-// to apply, counted first.
+// this node knows.
 func (g *Gate) levelCounters(ctx context.Context, tenant string, items []weighted.Item, counted []int64,
-	seen map[string]bool, pending []LevelBudget) ([]weighted.Item, []int64, error) {
+	seen map[string]bool) ([]weighted.Item, []int64, error) {
 	d := g.dir.dir.Load()
-	if d == nil && len(pending) == 0 {
+	if d == nil {
 		return items, counted, nil
-	}
-	lbs := slices.Clone(pending)
-	if d != nil {
-		lbs = append(lbs, (*d).Budgets(tenant)...)
 	}
 	type span struct{ from, to time.Time }
 	keys := map[span]map[string]costmodel.NanoUSD{}
@@ -428,7 +417,7 @@ func (g *Gate) levelCounters(ctx context.Context, tenant string, items []weighte
 		return v, nil
 	}
 	now := time.Now()
-	for _, lb := range lbs {
+	for _, lb := range (*d).Budgets(tenant) {
 		ll := lb.Limit.at(now)
 		l := ll.cl
 		if !l.budget || seen[l.limit.Name+"\x00"+l.fixedKey] {

@@ -66,25 +66,6 @@ func (g *Gate) restoreTenant(ctx context.Context, tenant string) error {
 	return nil
 }
 
-// RestorePending brings the counters of pending, budgets of tenant's
-// levels that a change about to be applied gives counters that have not
-// counted their period (a budget renamed, or of another period), up to
-// the ledger's spend, with the tenant's others: the control plane calls it
-// before it applies the change, so that no request debits such a counter
-// before it holds the period's spend.
-func (g *Gate) RestorePending(ctx context.Context, tenant string, pending []LevelBudget) error {
-	if err := g.ledger.Flush(ctx); err != nil {
-		g.tel.Reconcile(telemetry.ReconcileScheduled, err)
-		return fmt.Errorf("gate: reconcile %s: %w", tenant, err)
-	}
-	err := g.store.restoreWith(ctx, tenant, nil, false, pending)
-	g.tel.Reconcile(telemetry.ReconcileScheduled, err)
-	if err != nil {
-		return fmt.Errorf("gate: reconcile %s: %w", tenant, err)
-	}
-	return nil
-}
-
 // ReconcileTenant is ReconcileBudgets for tenant alone, at once: the
 // control plane calls it when a change gave one of the tenant's budgets a
 // counter that has not counted its period.
