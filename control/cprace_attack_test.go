@@ -160,10 +160,13 @@ func TestCPRaceAttackLoweredBelowSpend(t *testing.T) {
 	if st, body := a.chat(t, k.Key); st != 402 {
 		t.Fatalf("on the replica that lowered it: %d %s", st, body)
 	}
+	// b admits what it is asked until it polls the change: the spend may
+	// grow by those, and both views show it.
 	within(t, "b refuses", time.Second, func() bool { st, _ := b.chat(t, k.Key); return st == 402 })
+	_, spent = cpraceLevel(t, a, k.ID, name)
 	for _, r := range []*replica{a, b} {
 		amount, shown := cpraceLevel(t, r, k.ID, name)
-		if amount != low || shown != spent {
+		if amount != low || shown != spent || shown <= low {
 			t.Fatalf("after the budget went below the spend: the view shows %s spent of %s; %s was spent", shown, amount, spent)
 		}
 	}
@@ -386,4 +389,72 @@ func (h *hammer) halt() int64 {
 	h.stop.Store(true)
 	h.wg.Wait()
 	return h.admitted.Load()
+}
+
+// TestCPRaceAttackBudgetChangedUnderLoad: a budget spent for the day is
+// renamed (a key's or a team's), added, or given another period, while 24
+// callers hammer the key on both replicas. The changed budget's counter
+// has not counted the day (a new key, or a window of another length);
+// were it debited before it is brought up to the ledger's spend, every
+// request admitted meanwhile would be forgotten by the restore, which
+// raises a counter to the ledger's spend and no further. The day's spend
+// is the new budget's whole amount, so every request after the change
+// must be 402. Each case runs a few times: the window lasted a restore's
+// ledger flush and read.
+func TestCPRaceAttackBudgetChangedUnderLoad(t *testing.T) {
+	a, b := cpraceTwo(t)
+	for _, c := range []struct {
+		name string
+		team bool
+		to   string
+	}{
+		{"key's renamed", false, `{"id":"c","amount_usd":"0.0002","period":"day"}`},
+		{"team's renamed", true, `{"id":"c","amount_usd":"0.0002","period":"day"}`},
+		{"key's added", false, `{"id":"b","amount_usd":"0.0002","period":"day"},{"id":"c","amount_usd":"0.0002","period":"week"}`},
+		{"day to week", false, `{"id":"b","amount_usd":"0.0002","period":"week"}`},
+		{"day to 72h", false, `{"id":"b","amount_usd":"0.0002","period":"72h"}`},
+		{"day to month", false, `{"id":"b","amount_usd":"0.0002","period":"month"}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for round := range 3 {
+				if n := cpraceChangeUnderLoad(t, a, b, c.team, c.to); n > 0 {
+					t.Fatalf("round %d: %d requests admitted after the change, on a budget whose spend for the day is its whole amount", round, n)
+				}
+			}
+		})
+	}
+}
+
+var cpraceTeams atomic.Int64
+
+// cpraceChangeUnderLoad spends a day budget b of $0.0002 (a new key's, or
+// with team a new team's, through a key of it), then PATCHes the budget's
+// owner's budgets to to while callers hammer the key on a and b, and
+// returns how many requests were admitted.
+func cpraceChangeUnderLoad(t *testing.T, a, b *replica, team bool, to string) int64 {
+	t.Helper()
+	const budget = `{"budgets":[{"id":"b","amount_usd":"0.0002","period":"day"}]`
+	var k, tm created
+	if team {
+		name := fmt.Sprintf("team%d", cpraceTeams.Add(1))
+		a.must(t, 201, "POST", "/admin/v1/teams", budget+`,"tenant":"t1","name":"`+name+`"}`, &tm)
+		a.must(t, 201, "POST", "/admin/v1/keys", `{"tenant":"t1","team":"`+name+`"}`, &k)
+	} else {
+		a.must(t, 201, "POST", "/admin/v1/keys", budget+`,"tenant":"t1"}`, &k)
+	}
+	if n, st := ctlAtkSpend(t, a, k.Key, 100); st != 402 || n == 0 {
+		t.Fatalf("spending the budget: %d admitted, then %d", n, st)
+	}
+	within(t, "the key on b", 5*time.Second, func() bool { st, _ := b.chat(t, k.Key); return st == 402 })
+	h := cpraceHammer(t, a, b, k.Key, 4)
+	path := "/admin/v1/keys/" + k.ID
+	if team {
+		path = "/admin/v1/teams/" + tm.ID
+	}
+	a.must(t, 200, "PATCH", path, `{"budgets":[`+to+`]}`, nil)
+	// b polls the change too (100 ms) while the callers go on.
+	n := h.sent.Load()
+	within(t, "the callers after the change", 10*time.Second, func() bool { return h.sent.Load() > n+200 })
+	time.Sleep(150 * time.Millisecond)
+	return h.halt()
 }

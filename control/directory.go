@@ -182,22 +182,32 @@ func (d *Directory) TenantPlan(name string, now time.Time) (plan string, level *
 	return n.plan, n.level, true, n.usable(now)
 }
 
-// Apply brings the directory up to entities, read at version seq.
-func (d *Directory) Apply(ents []*Entity, seq int64) {
-	var head *string // the entity written at seq; none when seq wrote no entity
+// Apply brings the directory up to entities, read at version seq. Once
+// the directory has loaded, a budget whose counter the entity's level did
+// not have before (a budget added, renamed, reset or given another
+// period) is marked for a restore from the ledger before its first debit
+// (gate.LevelLimit.MarkUnrestored), except a new key's, which has spent
+// nothing; Apply returns the tenants of such budgets, in order, once each.
+func (d *Directory) Apply(ents []*Entity, seq int64) (recount []string) {
+	loaded := d.seq.Load() > 0 // a first load: the gate reconciles as it starts
+	var head *string           // the entity written at seq; none when seq wrote no entity
 	for _, e := range ents {
 		lv, _ := e.level() // what is stored was validated when it was written
 		n := &node{level: lv, active: e.Active && e.RevokedAt == nil, plan: e.Plan}
 		if e.ExpiresAt != nil {
 			n.expires = *e.ExpiresAt
 		}
+		marked := false
 		switch e.Kind {
 		case KindTenant:
-			d.slot(KindTenant, e.Tenant, e.Tenant).p.Store(n)
+			marked = d.slot(KindTenant, e.Tenant, e.Tenant).store(n, loaded)
 		case KindTeam, KindUser:
-			d.slot(e.Kind, e.Tenant, e.Name).p.Store(n)
+			marked = d.slot(e.Kind, e.Tenant, e.Name).store(n, loaded)
 		case KindKey:
-			d.applyKey(e, n)
+			marked = d.applyKey(e, n, loaded)
+		}
+		if marked && !slices.Contains(recount, e.Tenant) {
+			recount = append(recount, e.Tenant)
 		}
 		if e.seq == seq {
 			head = &e.ID
@@ -205,6 +215,39 @@ func (d *Directory) Apply(ents []*Entity, seq int64) {
 	}
 	d.head.Store(head)
 	d.seq.Store(seq)
+	return recount
+}
+
+// store makes n the slot's node. With mark, the budgets of n's level
+// whose counters the node it replaces did not have, or had not restored
+// yet, are marked unrestored first (see Directory.Apply); it tells
+// whether one was.
+func (s *slot) store(n *node, mark bool) bool {
+	marked := false
+	if old := s.p.Load(); mark && n.level != nil {
+		for _, ll := range n.level.Limits {
+			if ll.Budget && !old.counts(ll) {
+				ll.MarkUnrestored()
+				marked = true
+			}
+		}
+	}
+	s.p.Store(n)
+	return marked
+}
+
+// counts tells whether n's level has the counter of budget ll, restored:
+// a budget of the same key and period.
+func (n *node) counts(ll *gate.LevelLimit) bool {
+	if n == nil || n.level == nil {
+		return false
+	}
+	for _, o := range n.level.Limits {
+		if o.Budget && o.Key == ll.Key && o.Period == ll.Period {
+			return !o.Unrestored()
+		}
+	}
+	return false
 }
 
 // Head is the id of the entity written at the directory's version, as
@@ -231,10 +274,13 @@ func (d *Directory) replace(n *Directory) {
 	d.mu.Unlock()
 }
 
-func (d *Directory) applyKey(e *Entity, n *node) {
+// applyKey makes n key e's node; with mark, as slot.store, unless e is
+// new to the directory.
+func (d *Directory) applyKey(e *Entity, n *node, mark bool) (marked bool) {
 	d.mu.Lock()
 	rec := d.byKey[e.ID]
 	if rec == nil {
+		mark = false // a new key has spent nothing
 		rec = &keyRec{id: e.ID, tenant: d.intern(e.Tenant), team: d.intern(e.Team), user: d.intern(e.User),
 			ten: d.slot(KindTenant, e.Tenant, e.Tenant)}
 		if e.Team != "" {
@@ -246,7 +292,7 @@ func (d *Directory) applyKey(e *Entity, n *node) {
 		d.byKey[e.ID] = rec
 		d.byTenant[rec.tenant] = append(d.byTenant[rec.tenant], rec)
 	}
-	rec.p.Store(n)
+	marked = rec.slot.store(n, mark)
 	for _, h := range rec.hashes {
 		if k := d.keys[h]; k != nil && k.keyRec == rec {
 			delete(d.keys, h)
@@ -269,6 +315,7 @@ func (d *Directory) applyKey(e *Entity, n *node) {
 		delete(d.expiring, e.ID)
 	}
 	d.expiryMu.Unlock()
+	return marked
 }
 
 // Budgets implements gate.Directory: the budgets of tenant's own level

@@ -1,12 +1,10 @@
 package control
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -165,12 +163,7 @@ func (p *Plane) sync(ctx context.Context) error {
 			p.errMu.Unlock()
 			return err
 		}
-		var recount []string
-		if p.dir.Version() > 0 { // a first load: the gate reconciles as it starts
-			recount = p.budgetsRecounted(ents)
-		}
-		p.dir.Apply(ents, v)
-		for _, t := range recount {
+		for _, t := range p.dir.Apply(ents, v) {
 			if err := p.gate.ReconcileTenant(ctx, t); err != nil {
 				p.log.Warn("control plane: a budget's period changed; its counter is reconciled at the next interval", "tenant", t, "err", err)
 			}
@@ -451,33 +444,4 @@ func (p *Plane) BudgetRows(ctx context.Context, limit int) ([]dashboard.BudgetRo
 		rows[i].AmountNanoUSD, rows[i].SpentNanoUSD = st.Capacity, st.Capacity-st.Remaining
 	}
 	return rows, nil
-}
-
-// budgetsRecounted returns the tenants of ents that carry a budget the
-// directory holds with another period, or not at all: its counter has not
-// counted the period (a day budget made monthly keeps its key, and its
-// count is read as none), so the gate must bring it up to the ledger's
-// spend.
-func (p *Plane) budgetsRecounted(ents []*Entity) []string {
-	var out []string
-	for _, e := range ents {
-		if slices.Contains(out, e.Tenant) {
-			continue
-		}
-		old := p.dir.Level(e.Kind, e.Tenant, e.levelName())
-		for _, b := range e.Budgets {
-			id := cmp.Or(b.ID, b.Period)
-			kept := false
-			if old != nil {
-				for _, ll := range old.Limits {
-					kept = kept || ll.Budget && ll.ID == id && ll.Period == b.Period
-				}
-			}
-			if !kept {
-				out = append(out, e.Tenant)
-				break
-			}
-		}
-	}
-	return out
 }

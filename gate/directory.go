@@ -108,6 +108,36 @@ type LevelLimit struct {
 	Since time.Time
 
 	cl *compiledLimit
+	// unrestored tells that the budget's counter has not counted its
+	// period yet (see MarkUnrestored); safe for concurrent use.
+	unrestored atomic.Bool
+}
+
+// MarkUnrestored tells that the budget's counter does not hold its
+// period's spend: a budget new to a level that has spent (a budget
+// renamed, added, reset, or given another period). The request that
+// would debit it first brings its tenant's counters up to the ledger's
+// spend (Gate.ReconcileTenant), and the requests behind it wait for that,
+// so that no request is admitted on a counter that forgot the period.
+// Mark a limit before the directory serves it.
+func (l *LevelLimit) MarkUnrestored() {
+	l.unrestored.Store(true)
+	if l.Raised != nil {
+		l.Raised.unrestored.Store(true)
+	}
+}
+
+// Unrestored tells whether the budget's counter waits for a restore from
+// the ledger (see MarkUnrestored).
+func (l *LevelLimit) Unrestored() bool { return l.unrestored.Load() }
+
+// restored clears MarkUnrestored once its counter holds the ledger's
+// spend.
+func (l *LevelLimit) restored() {
+	l.unrestored.Store(false)
+	if l.Raised != nil {
+		l.Raised.unrestored.Store(false)
+	}
 }
 
 // Name is the limit's name as refusals and the usage view show it:
@@ -439,6 +469,7 @@ func (r *Reservation) collectLevels() {
 		}
 		for _, ll := range lv.Limits {
 			l := ll.at(now).cl
+			r.unrestored = r.unrestored || ll.unrestored.Load()
 			r.limits = append(r.limits, l)
 			r.items = append(r.items, weighted.Item{Limit: l.limit, Key: l.fixedKey, Cost: l.costOf(r.req.Requests, r.req.Estimate.Usage, r.req.Estimate.Cost)})
 		}

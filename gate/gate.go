@@ -92,6 +92,14 @@ type state struct {
 	tenants   map[string]string // tenant -> plan
 	limits    []*compiledLimit
 	prefilter *prefilter // request-count limits known to be spent
+
+	// moved tells that a reload to this state gave budgets counters that
+	// have not counted their period (see budgetsMoved): a tenant's request
+	// restores the tenant's counters from the ledger before its first
+	// debit, unless restored holds the tenant or allRestored is set.
+	moved       bool
+	restored    sync.Map // tenant -> struct{}
+	allRestored atomic.Bool
 }
 
 // Caller is who a request comes from: a tenant, one of its users and the
@@ -360,15 +368,17 @@ func (g *Gate) Apply(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
+	st.moved = budgetsMoved(old, cfg)
 	g.promoMu.Lock()
 	g.promote(st)
 	g.state.Store(st)
 	g.promoMu.Unlock()
-	if budgetsMoved(old, cfg) {
+	if st.moved {
 		// A budget renamed, made monthly, given another scope or plans, or
 		// a tenant given another plan, has counters that have not counted
 		// their period: bring them up to the ledger's spend now, not at the
-		// next reconciliation.
+		// next reconciliation. Until a tenant's are, its requests restore
+		// them before they debit (see Reservation.restoreCounters).
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := g.ReconcileBudgets(ctx); err != nil {
 			g.log.Warn("budget reconciliation after a reload failed; it is retried", "err", err)

@@ -149,12 +149,15 @@ type Reservation struct {
 	itemsBuf  [4]weighted.Item
 	statesBuf [4]weighted.ItemState // the debit's result, where the store can keep it (see freshStore.DebitInto)
 	result    weighted.Result
-	decision  policies.Decision
-	friction  string // the friction a front door applied (Costgate-Friction)
-	degraded  bool   // the store failed; the reservation is in the local fallback fb
-	fb        *freshStore
-	leased    atomic.Bool // registered with the renewer (see renewer.remove)
-	learnt    learnedOutput
+	// unrestored tells that a level budget of the caller waits for its
+	// counter's restore (see LevelLimit.MarkUnrestored).
+	unrestored bool
+	decision   policies.Decision
+	friction   string // the friction a front door applied (Costgate-Friction)
+	degraded   bool   // the store failed; the reservation is in the local fallback fb
+	fb         *freshStore
+	leased     atomic.Bool // registered with the renewer (see renewer.remove)
+	learnt     learnedOutput
 
 	outcome  telemetry.Outcome
 	answer   int            // the status costgate answered with itself
@@ -319,6 +322,7 @@ func (r *Reservation) check(ctx context.Context) Decision {
 	for i := range r.items { // a check reserves nothing: its items are its own
 		r.items[i].Cost = max(r.items[i].Cost, 1)
 	}
+	r.restoreCounters(ctx)
 	res, err := r.g.store.Peek(ctx, r.items)
 	if d, undecided := r.undecided(err); undecided {
 		return d
@@ -351,6 +355,7 @@ func (r *Reservation) debit(ctx context.Context) Decision {
 	if len(r.items) == 0 {
 		return Decision{Outcome: telemetry.OutcomeAllow}
 	}
+	r.restoreCounters(ctx)
 	res, err := r.g.store.DebitInto(ctx, r.resID, r.items, r.statesBuf[:])
 	if d, undecided := r.undecided(err); undecided {
 		return d

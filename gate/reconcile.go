@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/costgate/costgate/telemetry"
+	"github.com/costgate/costgate/weighted"
 )
 
 // ReconcileBudgets brings each budget's counter in the limiter store up to
@@ -50,9 +51,17 @@ func (g *Gate) ReconcileBudgets(ctx context.Context) error {
 	}
 	var errs []error
 	for _, t := range tenants {
-		errs = append(errs, g.restoreTenant(ctx, t))
+		err := g.restoreTenant(ctx, t)
+		if err == nil {
+			st.restored.Store(t, struct{}{})
+		}
+		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	if err == nil {
+		st.allRestored.Store(true)
+	}
+	return err
 }
 
 // restoreTenant raises tenant's budget counters to the ledger's spend,
@@ -68,13 +77,85 @@ func (g *Gate) restoreTenant(ctx context.Context, tenant string) error {
 
 // ReconcileTenant is ReconcileBudgets for tenant alone, at once: the
 // control plane calls it when a change gave one of the tenant's budgets a
-// counter that has not counted its period.
+// counter that has not counted its period, and so does the first request
+// that would debit such a counter (see LevelLimit.MarkUnrestored). Calls
+// for one tenant share one restore, which waits for the ledger records
+// of the other replicas' requests (Ledger.PeerLag) and this one's; the
+// budgets it restored are then marked restored. It runs apart from ctx's
+// cancellation, for at most restoreTimeout: the requests waiting on it
+// are not failed by the one that started it leaving.
 func (g *Gate) ReconcileTenant(ctx context.Context, tenant string) error {
-	if err := g.ledger.Flush(ctx); err != nil {
-		g.tel.Reconcile(telemetry.ReconcileScheduled, err)
-		return fmt.Errorf("gate: reconcile %s: %w", tenant, err)
+	ch := g.store.group.DoChan("reconcile "+tenant, func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restoreTimeout)
+		defer cancel()
+		st := g.state.Load()
+		var lbs []LevelBudget
+		if d := g.dir.dir.Load(); d != nil {
+			lbs = (*d).Budgets(tenant)
+		}
+		err := sleepCtx(ctx, g.ledger.PeerLag())
+		if err == nil {
+			err = g.ledger.Flush(ctx)
+		}
+		if err != nil {
+			g.tel.Reconcile(telemetry.ReconcileScheduled, err)
+			return nil, fmt.Errorf("gate: reconcile %s: %w", tenant, err)
+		}
+		if err := g.restoreTenant(ctx, tenant); err != nil {
+			return nil, err
+		}
+		st.restored.Store(tenant, struct{}{})
+		for _, lb := range lbs {
+			lb.Limit.restored()
+		}
+		return nil, nil
+	})
+	select {
+	case res := <-ch:
+		return res.Err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return g.restoreTenant(ctx, tenant)
+}
+
+// restoreTimeout bounds a restore that requests wait for.
+const restoreTimeout = 10 * time.Second
+
+// restoreCounters brings the counters of r's tenant up to the ledger's
+// spend before r debits a budget whose counter has not counted its period:
+// a level budget the control plane changed (see
+// LevelLimit.MarkUnrestored), or any of a configuration that a reload
+// gave such counters (see state.moved), until the tenant's are restored.
+// A restore started before the change did not count it: it is asked
+// again, a few times at most. A restore that fails leaves the marks for
+// the next request, and r is decided on the counters as they are.
+func (r *Reservation) restoreCounters(ctx context.Context) {
+	if st := r.st; st.moved && !st.allRestored.Load() {
+		if _, ok := st.restored.Load(r.req.Caller.Tenant); !ok {
+			if err := r.g.ReconcileTenant(ctx, r.req.Caller.Tenant); err != nil {
+				r.g.log.Warn("a reload's budget counters could not be restored from the ledger", "tenant", r.req.Caller.Tenant, "err", err)
+			}
+		}
+	}
+	if !r.unrestored {
+		return
+	}
+	for range maxRestores {
+		tenant := ""
+		for _, l := range r.limits {
+			if l.level != nil && l.level.unrestored.Load() {
+				tenant = weighted.HashTag(l.fixedKey)
+				break
+			}
+		}
+		if tenant == "" {
+			return
+		}
+		if err := r.g.ReconcileTenant(ctx, tenant); err != nil {
+			r.g.log.Warn("a changed budget's counter could not be restored from the ledger", "tenant", tenant, "err", err)
+			return
+		}
+	}
 }
 
 // reconcileLoop reconciles the budgets every interval, and as soon as the

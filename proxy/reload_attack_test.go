@@ -492,3 +492,83 @@ func TestReloadAttackReconcileRacingSettlements(t *testing.T) {
 		})
 	}
 }
+
+// TestReloadAttackBudgetChangedUnderLoad: a reload that renames a spent
+// budget, makes it monthly or moves it to another scope, while callers
+// keep asking the tenant's reserve API for more than is left. The new
+// configuration's counters have not counted the day until they are
+// restored from the ledger; a request decided on one before then would be
+// admitted, and the restore, which raises a counter to the ledger's spend
+// and no further, would forget it. Every request must be refused, before
+// the reload and after it.
+func TestReloadAttackBudgetChangedUnderLoad(t *testing.T) {
+	const before = `budgets:
+  - {name: daily, scope: tenant, amount: "1.00"}
+`
+	cases := []struct{ name, after string }{
+		{"renamed", `budgets:
+  - {name: daily-usd, scope: tenant, amount: "1.00"}
+`},
+		{"monthly", `budgets:
+  - {name: daily, scope: tenant, period: month, amount: "1.00"}
+`},
+		{"user scope", `budgets:
+  - {name: daily, scope: user, amount: "1.00"}
+`},
+	}
+	for _, store := range []string{"memory", "redis"} {
+		for _, tc := range cases {
+			t.Run(store+"/"+tc.name, func(t *testing.T) {
+				url := ""
+				if store == "redis" {
+					url = redistest.New(t).URL
+				}
+				s := reloadAtkStack(t, url, "", "", before)
+				h := s.srv.Handler()
+				if code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"cost":{"usd":"0.60"}}`); code != 200 {
+					t.Fatalf("first reserve: %d %v", code, out)
+				}
+				var (
+					admitted, sent atomic.Int64
+					stop           atomic.Bool
+					wg             sync.WaitGroup
+				)
+				for range 8 {
+					wg.Go(func() {
+						for !stop.Load() {
+							sent.Add(1)
+							switch code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"cost":{"usd":"0.60"}}`); code {
+							case 200:
+								admitted.Add(1)
+							case 402:
+							default:
+								t.Errorf("reserve: %d %v", code, out)
+								return
+							}
+						}
+					})
+				}
+				reloadAtkAwait(t, "the callers running", func() bool { return sent.Load() > 50 })
+				s.reload(t, tc.after)
+				n := sent.Load()
+				reloadAtkAwait(t, "the callers after the reload", func() bool { return sent.Load() > n+100 })
+				stop.Store(true)
+				wg.Wait()
+				if a := admitted.Load(); a > 0 {
+					t.Errorf("%d reservations of 0.60 admitted around the reload (%s), on a budget with 0.60 of 1.00 spent today", a, tc.name)
+				}
+			})
+		}
+	}
+}
+
+// reloadAtkAwait waits up to 10 s for cond, polling.
+func reloadAtkAwait(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within 10 s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
