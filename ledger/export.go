@@ -117,6 +117,8 @@ var CSVHeader = []string{
 	"created_at", "settled_at",
 	"cache_write_1h_tokens", "audio_input_tokens", "audio_output_tokens", "web_search_requests", "file_search_calls",
 	"container_gb", "service_tier", "inference_geo", "speed",
+	"est_cache_write_1h_tokens", "est_audio_input_tokens", "est_audio_output_tokens", "est_web_search_requests",
+	"est_file_search_calls", "est_container_gb", "est_service_tier", "est_inference_geo", "est_speed",
 }
 
 type csvExporter struct{ w *csv.Writer }
@@ -138,6 +140,9 @@ func (c *csvExporter) entry(e *Entry) error {
 		i(e.Actual.CacheWrite1hTokens), i(e.Actual.AudioInputTokens), i(e.Actual.AudioOutputTokens),
 		i(e.Actual.WebSearchRequests), i(e.Actual.FileSearchCalls), i(e.Actual.ContainerGB),
 		t(e.Actual.ServiceTier), t(e.Actual.InferenceGeo), t(e.Actual.Speed),
+		i(e.Estimated.CacheWrite1hTokens), i(e.Estimated.AudioInputTokens), i(e.Estimated.AudioOutputTokens),
+		i(e.Estimated.WebSearchRequests), i(e.Estimated.FileSearchCalls), i(e.Estimated.ContainerGB),
+		t(e.Estimated.ServiceTier), t(e.Estimated.InferenceGeo), t(e.Estimated.Speed),
 	})
 }
 
@@ -243,8 +248,19 @@ type UsageData struct {
 	OutputTokens      int64  `json:"output_tokens"`
 	ReasoningTokens   int64  `json:"reasoning_tokens"`
 	Units             int64  `json:"units"`
-	CostNanoUSD       int64  `json:"cost_nanousd"`
-	CostUSD           string `json:"cost_usd"`
+	// The usage the counts above do not hold, when not zero (see
+	// costmodel.Usage): it changes the price, and billing meters it.
+	CacheWrite1hTokens int64  `json:"cache_write_1h_tokens,omitempty"`
+	AudioInputTokens   int64  `json:"audio_input_tokens,omitempty"`
+	AudioOutputTokens  int64  `json:"audio_output_tokens,omitempty"`
+	WebSearchRequests  int64  `json:"web_search_requests,omitempty"`
+	FileSearchCalls    int64  `json:"file_search_calls,omitempty"`
+	ContainerGB        int64  `json:"container_gb,omitempty"`
+	ServiceTier        string `json:"service_tier,omitempty"`
+	InferenceGeo       string `json:"inference_geo,omitempty"`
+	Speed              string `json:"speed,omitempty"`
+	CostNanoUSD        int64  `json:"cost_nanousd"`
+	CostUSD            string `json:"cost_usd"`
 }
 
 func cloudEvent(source string, e *Entry) CloudEvent {
@@ -257,7 +273,10 @@ func cloudEvent(source string, e *Entry) CloudEvent {
 			Model: e.Model, Region: e.Region, Status: e.Status, HTTPStatus: e.HTTPStatus,
 			InputTokens: a.InputTokens, CachedInputTokens: a.CachedInputTokens, CacheWriteTokens: a.CacheWriteTokens,
 			OutputTokens: a.OutputTokens, ReasoningTokens: a.ReasoningTokens,
-			Units:       a.Units,
+			Units:              a.Units,
+			CacheWrite1hTokens: a.CacheWrite1hTokens, AudioInputTokens: a.AudioInputTokens, AudioOutputTokens: a.AudioOutputTokens,
+			WebSearchRequests: a.WebSearchRequests, FileSearchCalls: a.FileSearchCalls, ContainerGB: a.ContainerGB,
+			ServiceTier: a.ServiceTier, InferenceGeo: a.InferenceGeo, Speed: a.Speed,
 			CostNanoUSD: int64(e.Charge()), CostUSD: usd(e.Charge()),
 		},
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/costgate/costgate/costmodel"
 )
@@ -43,12 +44,19 @@ func extraOf(u *costmodel.Usage) string {
 	return string(b)
 }
 
-// extraText is s as stored: at most maxExtraText bytes of valid UTF-8.
+// extraText is s as stored: at most maxExtraText bytes of valid UTF-8,
+// invalid bytes replaced before the cut, so that the text stored again is
+// the same whichever path (the spool, the store) it took.
 func extraText(s string) string {
-	if len(s) > maxExtraText {
-		s = s[:maxExtraText]
+	s = strings.ToValidUTF8(s[:min(len(s), 4*maxExtraText)], "\uFFFD")
+	if len(s) <= maxExtraText {
+		return s
 	}
-	return strings.ToValidUTF8(s, "\uFFFD")
+	n := maxExtraText
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // setExtra sets u's extra usage from s, as extraOf stored it.

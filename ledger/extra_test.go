@@ -64,3 +64,30 @@ func TestExtraTextIsCutNotRefused(t *testing.T) {
 		t.Fatalf("entry %+v; want the cost 99 and the tier cut to valid text of at most %d bytes", e, maxExtraText)
 	}
 }
+
+// TestExtraTextOnePath: an upstream's text is stored the same whether it
+// went through the spool's record or straight to the store: invalid
+// bytes are replaced before the cut, so cutting again changes nothing,
+// and a rune is never split.
+func TestExtraTextOnePath(t *testing.T) {
+	for _, c := range []struct{ name, in string }{
+		{"invalid bytes", strings.Repeat("\xff=", 100)},
+		{"a rune across the cut", strings.Repeat("a", maxExtraText-1) + "é" + "tail"},
+		{"three-byte runes", strings.Repeat("€", 40)},
+		{"short", "flex"},
+		{"empty", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := extraText(c.in)
+			if len(s) > maxExtraText || !utf8.ValidString(s) {
+				t.Fatalf("extraText = %q: %d bytes, valid %v", s, len(s), utf8.ValidString(s))
+			}
+			if again := extraText(s); again != s {
+				t.Fatalf("cut again: %q, want %q", again, s)
+			}
+			if len(c.in) <= maxExtraText && utf8.ValidString(c.in) && s != c.in {
+				t.Fatalf("a short valid text changed: %q", s)
+			}
+		})
+	}
+}

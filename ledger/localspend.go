@@ -151,6 +151,37 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(keyID 
 		buf  []byte
 		err  error
 	)
+	// The estimates, as of pos, of the reservations still open then whose
+	// records the spool still holds: an extension after pos of one of
+	// them (a stream reserved before the read and extended since) counts
+	// its increment over that estimate, which the read counted.
+	before := map[string]held{}
+	for at := l.spool.first(); at < pos; {
+		var next int64
+		// One record at a time, to stop at pos; only while the store fails.
+		recs, next, err = l.spool.readNames(at, 1, recs, &buf, nil)
+		if err != nil {
+			return err
+		}
+		if next == at || next > pos {
+			break
+		}
+		at = next
+		for i := range recs {
+			e := &recs[i].e
+			switch recs[i].kind {
+			case kindReserve, kindExtend:
+				h, ok := before[e.RequestID]
+				if recs[i].kind == kindReserve && !ok || ok && e.EstimatedCost > h.estimate {
+					before[e.RequestID] = held{e.EstimatedCost, e.KeyID}
+				}
+			case kindSettle:
+				delete(before, e.RequestID)
+			case kindRecover:
+				clear(before)
+			}
+		}
+	}
 	for pos < end {
 		var next int64
 		recs, next, err = l.spool.readNames(pos, 4096, recs, &buf, nil)
@@ -172,7 +203,16 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(keyID 
 				add(e.KeyID, e.EstimatedCost)
 			case kindExtend:
 				h, reserved := open[e.RequestID]
-				if reserved && e.EstimatedCost > h.estimate {
+				if !reserved {
+					// Reserved before pos: the read counted it at its
+					// estimate then; count the increment over it.
+					if h, ok := before[e.RequestID]; ok && !done[e.RequestID] && match(e) && e.EstimatedCost > h.estimate {
+						add(h.keyID, e.EstimatedCost-h.estimate)
+						before[e.RequestID] = held{e.EstimatedCost, h.keyID}
+					}
+					continue
+				}
+				if e.EstimatedCost > h.estimate {
 					add(h.keyID, e.EstimatedCost-h.estimate)
 					h.estimate = e.EstimatedCost
 					open[e.RequestID] = h
@@ -180,7 +220,8 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(keyID 
 			case kindSettle:
 				h, reserved := open[e.RequestID]
 				if !reserved {
-					continue // reserved before pos (in the store at its estimate) or not matched
+					delete(before, e.RequestID) // stays at the estimate the read and the extensions since counted
+					continue                    // reserved before pos (in the store at its estimate) or not matched
 				}
 				delete(open, e.RequestID)
 				done[e.RequestID] = true
