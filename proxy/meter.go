@@ -155,6 +155,19 @@ func (m *meteredBody) readWhole(p []byte) (int, error) {
 	return n, err
 }
 
+// unread tells whether the answer was not kept whole as one document:
+// larger than maxCapture, or a stream of events.
+func (m *meteredBody) unread() bool {
+	return m.overflow || m.stream != nil && (!m.jsonStream || len(m.captured) > maxCapture)
+}
+
+// cutShort tells whether costgate ended the upstream's answer before its
+// end: the guard stopped it, or it was not read to io.EOF (the upstream's
+// timeout, a broken connection, the drain's bound).
+func (m *meteredBody) cutShort() bool {
+	return m.stopped || !errors.Is(m.err, io.EOF)
+}
+
 // whole is the plain answer's body, or nil when it was larger than
 // maxCapture.
 func (m *meteredBody) whole() []byte {

@@ -547,10 +547,18 @@ func setJSONField(body []byte, field string, v any) ([]byte, error) {
 // whose usage cannot be read (too large to read whole, or without usage,
 // as a background response).
 func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
+	est := x.servedEstimate()
+	if x.upstreamErr != nil && x.rule == nil && errors.Is(x.upstreamErr, context.DeadlineExceeded) && x.reachedUpstream() {
+		// The upstream has the request and runs it to its end whether or
+		// not its answer comes in time: it bills it. Charged as an answer
+		// whose usage cannot be read, at the request's output limit.
+		u := est.Usage
+		u.OutputTokens = max(u.OutputTokens, est.OutputCap)
+		return u.Asked(est.Usage), "", ledger.StatusFailed
+	}
 	if x.upstreamErr != nil || x.body == nil {
 		return costmodel.Usage{}, "", ledger.StatusFailed
 	}
-	est := x.servedEstimate()
 	if x.rule != nil {
 		// A generic upstream reports units where its rule says, if
 		// anywhere; otherwise the estimate is the price. An upstream error
@@ -559,8 +567,16 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 			return costmodel.Usage{}, "", ledger.StatusFailed
 		}
 		u := est.Usage
-		if au, ok, err := x.rule.Settle(x.respHeader, x.body.whole()); err == nil && ok {
+		au, ok, err := x.rule.Settle(x.respHeader, x.body.whole())
+		switch {
+		case err == nil && ok:
 			u = au
+		case x.rule.Actual != nil && x.body.unread():
+			// The report is in an answer costgate did not keep whole (over
+			// maxCapture, or a stream): charged the most the rule lets the
+			// upstream report, as an LLM answer is charged its output limit.
+			u.Units = max(u.Units, x.rule.Actual.Max)
+			x.s.log.Warn("upstream units unreadable; charging the actual's max", "request_id", x.id, "units", u.Units)
 		}
 		return u, "", ledger.StatusSettled
 	}
@@ -568,6 +584,14 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 	switch {
 	case ok && !reported && est.Uncounted && x.status < 400:
 		u = atLeast(u, est.Usage)
+		if x.body.cutShort() {
+			// costgate closed the upstream before its report (the guard
+			// stopped the stream, the upstream's timeout, the drain's
+			// bound): what it generated and never showed (hidden
+			// reasoning, thinking beyond its summary) is unknown, and
+			// billed up to the output limit.
+			u.OutputTokens = max(u.OutputTokens, est.OutputCap)
+		}
 	case ok:
 	case x.status >= 400:
 		u = costmodel.Usage{}

@@ -522,6 +522,12 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 			badRequest(w, path, "invalid_kind", "kind must name the LLM API that answered: chat_completions, completions, embeddings, responses or anthropic_messages")
 			return
 		}
+		if said, ok := answerKind(in.Response); ok && said != kind {
+			// Read as another API's, an answer loses what only its own
+			// API reports (Anthropic's cache tokens, Responses' searches).
+			badRequest(w, path, "invalid_kind", "kind is "+kind.String()+" but the response is a "+said.String()+" answer")
+			return
+		}
 		u, served, err := costmodel.ParseResponse(kind, bytes.TrimSpace(in.Response))
 		if err != nil {
 			badRequest(w, path, "invalid_response", "response: "+err.Error())
@@ -600,6 +606,32 @@ func (s *Server) settlementCost(req *gate.Request, ch gate.Charge) costmodel.Nan
 		return priceUsage(est, u, model, ch.Usage)
 	}
 	return req.Estimate.Cost
+}
+
+// answerKind is the API an upstream's answer says it comes from: its
+// "object" (OpenAI's), or its "type" "message" (Anthropic's); false when
+// it says none costgate knows.
+func answerKind(raw []byte) (costmodel.Kind, bool) {
+	var a struct {
+		Object string `json:"object"`
+		Type   string `json:"type"`
+	}
+	if json.Unmarshal(raw, &a) != nil {
+		return 0, false
+	}
+	switch {
+	case a.Object == "chat.completion":
+		return costmodel.ChatCompletions, true
+	case a.Object == "text_completion":
+		return costmodel.Completions, true
+	case a.Object == "response":
+		return costmodel.Responses, true
+	case a.Object == "list":
+		return costmodel.Embeddings, true
+	case a.Object == "" && a.Type == "message":
+		return costmodel.AnthropicMessages, true
+	}
+	return 0, false
 }
 
 // serveRelease is POST /v1/costgate/release.

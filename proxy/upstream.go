@@ -183,6 +183,11 @@ func errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 		status, code = http.StatusGatewayTimeout, "upstream_timeout"
 		msg = "the upstream did not answer in time"
 	}
+	charged := "; the request is not charged"
+	if code == "upstream_timeout" && x != nil && x.rule == nil {
+		// The upstream has the request and bills its run (see actualUsage).
+		charged = "; the request is charged its estimate, as the upstream bills its run"
+	}
 	gone := r.Context().Err() != nil && !errors.Is(err, context.DeadlineExceeded)
 	if x != nil {
 		x.upstreamErr = err
@@ -198,7 +203,7 @@ func errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	writeError(w, r.URL.Path, status, apiError{
 		Type: "upstream_error", Code: code,
-		Message: msg + "; the request is not charged (X-Request-Id names it in costgate's log)",
+		Message: msg + charged + " (X-Request-Id names it in costgate's log)",
 	})
 }
 
