@@ -245,7 +245,7 @@ func (g *Gate) openStore(ctx context.Context, cfg *config.Config) (*freshStore, 
 	})
 	// The guard's own bound backs up the store's two (the queue and the
 	// call) without cutting them short.
-	gs := &guardedStore{store: r, restorer: r, breaker: g.breaker, timeout: cfg.Store.QueueTimeout + cfg.Store.Timeout + 50*time.Millisecond, tel: g.tel}
+	gs := &guardedStore{store: r, restorer: r, breaker: g.breaker, timeout: cfg.Store.QueueTimeout + cfg.Store.Timeout + 50*time.Millisecond, bounded: true, tel: g.tel}
 	return g.fresh(g.leased(gs), 1), nil
 }
 
