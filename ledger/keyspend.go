@@ -26,23 +26,44 @@ import (
 // fails with ErrInvalid for a tenant that is not valid text (see
 // ValidText).
 func (l *Ledger) KeySpend(ctx context.Context, tenant string, from, to time.Time) (map[string]costmodel.NanoUSD, error) {
+	return l.spendBy(ctx, keyScope, tenant, from, to)
+}
+
+// UserSpend is KeySpend by user rather than by key: the spend of each user
+// of tenant over [from, to), in one read of the roll-up, users without
+// spend absent; the entries that name no user are under "". A limiter
+// that lost its counters finds with it the users a tenant's budgets
+// counted, whoever named them. While the store fails it answers as
+// KeySpend does.
+func (l *Ledger) UserSpend(ctx context.Context, tenant string, from, to time.Time) (map[string]costmodel.NanoUSD, error) {
+	return l.spendBy(ctx, userScope, tenant, from, to)
+}
+
+// spendBy is KeySpend (by keyScope) and UserSpend (by userScope).
+func (l *Ledger) spendBy(ctx context.Context, by, tenant string, from, to time.Time) (map[string]costmodel.NanoUSD, error) {
+	query := scopeQuery[by]
 	if tenant == "" {
-		return nil, fmt.Errorf("%w key spend query: tenant is required", ErrInvalid)
+		return nil, fmt.Errorf("%w %s: tenant is required", ErrInvalid, query)
 	}
-	if err := checkFilter("key spend query", "tenant", tenant); err != nil {
+	if err := checkFilter(query, "tenant", tenant); err != nil {
 		return nil, err
 	}
 	from, to, err := SpendQuery{From: from, To: to}.rangeOf(time.Time{}, time.UTC)
 	if err != nil {
 		return nil, err
 	}
-	k := spendQueryKey{tenant: tenant, key: "\x00each", from: from.UnixMicro(), to: to.UnixMicro()}
+	k := spendQueryKey{tenant: tenant, from: from.UnixMicro(), to: to.UnixMicro()}
+	if by == userScope {
+		k.user = "\x00each"
+	} else {
+		k.key = "\x00each"
+	}
 	var applied int64
 	if l.spool != nil {
 		_, applied = l.spool.positions()
 	}
 	readAt := l.cfg.Now()
-	v, err := l.rangeKeySpend(ctx, tenant, from, to)
+	v, err := l.rangeSpendBy(ctx, by, tenant, from, to)
 	if l.spool == nil {
 		return v, err
 	}
@@ -50,20 +71,20 @@ func (l *Ledger) KeySpend(ctx context.Context, tenant string, from, to time.Time
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		return l.localKeySpend(k, err)
+		return l.localSpendBy(by, k, err)
 	}
 	l.keyReads.put(k, keySpendRead{values: v, pos: applied, at: readAt})
 	return v, nil
 }
 
-// rangeKeySpend is KeySpend's read of the store: the entries of a bucket
+// rangeSpendBy is spendBy's read of the store: the entries of a bucket
 // that from cuts, then the roll-up's buckets.
-func (l *Ledger) rangeKeySpend(ctx context.Context, tenant string, from, to time.Time) (map[string]costmodel.NanoUSD, error) {
+func (l *Ledger) rangeSpendBy(ctx context.Context, by, tenant string, from, to time.Time) (map[string]costmodel.NanoUSD, error) {
 	head, from := splitHead(from, to)
 	out := map[string]costmodel.NanoUSD{}
 	if from.Before(to) {
 		var err error
-		if out, err = l.store.keySpend(ctx, tenant, from, to); err != nil {
+		if out, err = l.store.scopeSpend(ctx, tenant, by, from, to); err != nil {
 			return nil, err
 		}
 	}
@@ -73,7 +94,9 @@ func (l *Ledger) rangeKeySpend(ctx context.Context, tenant string, from, to time
 			return nil, err
 		}
 		for _, c := range cs {
-			if c.key != "" {
+			if by == userScope {
+				out[c.user] = addSat(out[c.user], c.cost)
+			} else if c.key != "" {
 				out[c.key] = addSat(out[c.key], c.cost)
 			}
 		}
@@ -81,15 +104,16 @@ func (l *Ledger) rangeKeySpend(ctx context.Context, tenant string, from, to time
 	return out, nil
 }
 
-// keySpendRead is KeySpend's last read of a tenant and range.
+// keySpendRead is spendBy's last read of a tenant and range.
 type keySpendRead struct {
 	values map[string]costmodel.NanoUSD
 	pos    int64
 	at     time.Time
 }
 
-// localKeySpend answers k from its last read and the spool after it.
-func (l *Ledger) localKeySpend(k spendQueryKey, storeErr error) (map[string]costmodel.NanoUSD, error) {
+// localSpendBy answers k, a read by by, from its last read and the spool
+// after it.
+func (l *Ledger) localSpendBy(by string, k spendQueryKey, storeErr error) (map[string]costmodel.NanoUSD, error) {
 	last, ok := l.keyReads.get(k)
 	from, partial := l.pendingFrom(last.pos, ok)
 	out := make(map[string]costmodel.NanoUSD, len(last.values))
@@ -99,8 +123,12 @@ func (l *Ledger) localKeySpend(k spendQueryKey, storeErr error) (map[string]cost
 		le.Stored = addSat(le.Stored, v)
 	}
 	whole := spendQueryKey{tenant: k.tenant, from: k.from, to: k.to}
-	err := l.pendingEach(from, whole.match, func(keyID string, d costmodel.NanoUSD) {
-		out[keyID] = addSat(out[keyID], d)
+	err := l.pendingEach(from, whole.match, func(user, keyID string, d costmodel.NanoUSD) {
+		id := keyID
+		if by == userScope {
+			id = user
+		}
+		out[id] = addSat(out[id], d)
 		le.Pending = addSat(le.Pending, d)
 	})
 	if err != nil {
@@ -110,8 +138,15 @@ func (l *Ledger) localKeySpend(k spendQueryKey, storeErr error) (map[string]cost
 	return out, le
 }
 
-// keyScope is the roll-up's scope prefix of one key's spend.
-const keyScope = "k:"
+// keyScope and userScope are the roll-up's scope prefixes of one key's
+// and one user's spend (see scopeOf).
+const (
+	keyScope  = "k:"
+	userScope = "u:"
+)
+
+// scopeQuery names spendBy's query of each scope prefix in its errors.
+var scopeQuery = map[string]string{keyScope: "key spend query", userScope: "user spend query"}
 
 // rows is a query's result as both stores' drivers return it.
 type rows interface {
@@ -120,10 +155,11 @@ type rows interface {
 	Err() error
 }
 
-// scanKeySpend turns roll-up rows (scope, cost) of key scopes into spend by
-// key id; with halves, a row's cost is two columns, the sums of its high
-// and low halves (sqliteSumCost).
-func scanKeySpend(rs rows, halves bool) (map[string]costmodel.NanoUSD, error) {
+// scanScopeSpend turns roll-up rows (scope, cost) of scopes that start
+// with prefix into spend by the scope's rest (a key id, a user); with
+// halves, a row's cost is two columns, the sums of its high and low
+// halves (sqliteSumCost).
+func scanScopeSpend(rs rows, prefix string, halves bool) (map[string]costmodel.NanoUSD, error) {
 	out := map[string]costmodel.NanoUSD{}
 	for rs.Next() {
 		var scope string
@@ -131,7 +167,7 @@ func scanKeySpend(rs rows, halves bool) (map[string]costmodel.NanoUSD, error) {
 		if err != nil {
 			return nil, err
 		}
-		id, ok := strings.CutPrefix(scope, keyScope)
+		id, ok := strings.CutPrefix(scope, prefix)
 		if !ok {
 			return nil, errors.New("a row of another scope")
 		}

@@ -35,7 +35,7 @@ type Ledger struct {
 	wg       sync.WaitGroup
 
 	spendReads readCache[spendRead]    // Spend's last reads, for its answers while the store fails
-	keyReads   readCache[keySpendRead] // KeySpend's, likewise
+	keyReads   readCache[keySpendRead] // KeySpend's and UserSpend's, likewise
 
 	mu       sync.Mutex
 	applied  int64         // spool position in the store
@@ -53,8 +53,10 @@ type store interface {
 	entries(ctx context.Context, q Query, after *cursor, limit int) ([]Entry, error)
 	spend(ctx context.Context, tenant, user, key string, from, to time.Time) (costmodel.NanoUSD, error)
 	summary(ctx context.Context, from, to time.Time) ([]TenantSpend, error)
-	// keySpend returns the spend of each key of tenant over [from, to).
-	keySpend(ctx context.Context, tenant string, from, to time.Time) (map[string]costmodel.NanoUSD, error)
+	// scopeSpend returns the spend of each scope of tenant that starts
+	// with prefix (keyScope, userScope) over [from, to), by the scope's
+	// rest (a key id, a user).
+	scopeSpend(ctx context.Context, tenant, prefix string, from, to time.Time) (map[string]costmodel.NanoUSD, error)
 	// headSpend returns the charge of tenant's entries created in
 	// [from, to), by user and key, read from the entries (a range shorter
 	// than a roll-up bucket).

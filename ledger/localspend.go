@@ -130,18 +130,18 @@ func (l *Ledger) pendingFrom(pos int64, known bool) (from int64, partial bool) {
 // fall in k.
 func (l *Ledger) pendingSpend(k spendQueryKey, pos int64) (costmodel.NanoUSD, error) {
 	var sum costmodel.NanoUSD
-	err := l.pendingEach(pos, k.match, func(_ string, d costmodel.NanoUSD) { sum = addSat(sum, d) })
+	err := l.pendingEach(pos, k.match, func(_, _ string, d costmodel.NanoUSD) { sum = addSat(sum, d) })
 	return sum, err
 }
 
-// pendingEach calls add with the key id and the charge of each of the
+// pendingEach calls add with the user, the key id and the charge of each of the
 // spool's records from pos onwards that match selects: a reservation's
 // estimate, and a settlement's difference from the estimate of a
 // reservation in the same records.
-func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(keyID string, d costmodel.NanoUSD)) error {
+func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(user, keyID string, d costmodel.NanoUSD)) error {
 	type held struct {
-		estimate costmodel.NanoUSD
-		keyID    string
+		estimate    costmodel.NanoUSD
+		user, keyID string
 	}
 	end, _ := l.spool.positions()
 	var (
@@ -173,7 +173,7 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(keyID 
 			case kindReserve, kindExtend:
 				h, ok := before[e.RequestID]
 				if recs[i].kind == kindReserve && !ok || ok && e.EstimatedCost > h.estimate {
-					before[e.RequestID] = held{e.EstimatedCost, e.KeyID}
+					before[e.RequestID] = held{e.EstimatedCost, e.User, e.KeyID}
 				}
 			case kindSettle:
 				delete(before, e.RequestID)
@@ -199,21 +199,21 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(keyID 
 				if _, seen := open[e.RequestID]; seen || done[e.RequestID] || !match(e) {
 					continue
 				}
-				open[e.RequestID] = held{e.EstimatedCost, e.KeyID}
-				add(e.KeyID, e.EstimatedCost)
+				open[e.RequestID] = held{e.EstimatedCost, e.User, e.KeyID}
+				add(e.User, e.KeyID, e.EstimatedCost)
 			case kindExtend:
 				h, reserved := open[e.RequestID]
 				if !reserved {
 					// Reserved before pos: the read counted it at its
 					// estimate then; count the increment over it.
 					if h, ok := before[e.RequestID]; ok && !done[e.RequestID] && match(e) && e.EstimatedCost > h.estimate {
-						add(h.keyID, e.EstimatedCost-h.estimate)
-						before[e.RequestID] = held{e.EstimatedCost, h.keyID}
+						add(h.user, h.keyID, e.EstimatedCost-h.estimate)
+						before[e.RequestID] = held{e.EstimatedCost, h.user, h.keyID}
 					}
 					continue
 				}
 				if e.EstimatedCost > h.estimate {
-					add(h.keyID, e.EstimatedCost-h.estimate)
+					add(h.user, h.keyID, e.EstimatedCost-h.estimate)
 					h.estimate = e.EstimatedCost
 					open[e.RequestID] = h
 				}
@@ -225,7 +225,7 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(keyID 
 				}
 				delete(open, e.RequestID)
 				done[e.RequestID] = true
-				add(h.keyID, e.ActualCost-h.estimate)
+				add(h.user, h.keyID, e.ActualCost-h.estimate)
 			}
 		}
 	}

@@ -548,18 +548,18 @@ func (s *pgStore) spend(ctx context.Context, tenant, user, key string, from, to 
 	return costmodel.NanoUSD(v), nil
 }
 
-func (s *pgStore) keySpend(ctx context.Context, tenant string, from, to time.Time) (map[string]costmodel.NanoUSD, error) {
+func (s *pgStore) scopeSpend(ctx context.Context, tenant, prefix string, from, to time.Time) (map[string]costmodel.NanoUSD, error) {
 	d0, d1, _, _ := spendRanges(from, to)
 	rows, err := s.pool.Query(ctx, `SELECT scope, `+pgSumCost+` FROM ledger_spend
 		WHERE tenant = $1 AND starts_with(scope, $2) AND `+pgPeriod(3)+` GROUP BY scope`,
-		tenant, keyScope, d0, d1, from, to)
+		tenant, prefix, d0, d1, from, to)
 	if err != nil {
-		return nil, fmt.Errorf("ledger: postgres key spend: %w", err)
+		return nil, fmt.Errorf("ledger: postgres %s: %w", scopeQuery[prefix], err)
 	}
 	defer rows.Close()
-	out, err := scanKeySpend(rows, false)
+	out, err := scanScopeSpend(rows, prefix, false)
 	if err != nil {
-		return nil, fmt.Errorf("ledger: postgres key spend: %w", err)
+		return nil, fmt.Errorf("ledger: postgres %s: %w", scopeQuery[prefix], err)
 	}
 	return out, nil
 }

@@ -454,17 +454,17 @@ func (s *sqliteStore) spend(ctx context.Context, tenant, user, key string, from,
 	return costmodel.NanoUSD(joinHalves(hi, lo)), nil
 }
 
-func (s *sqliteStore) keySpend(ctx context.Context, tenant string, from, to time.Time) (map[string]costmodel.NanoUSD, error) {
-	args := append([]any{tenant, keyScope}, sqlitePeriodArgs(from, to)...)
+func (s *sqliteStore) scopeSpend(ctx context.Context, tenant, prefix string, from, to time.Time) (map[string]costmodel.NanoUSD, error) {
+	args := append([]any{tenant, prefix}, sqlitePeriodArgs(from, to)...)
 	rows, err := s.db.QueryContext(ctx, `SELECT scope, `+sqliteSumCost+` FROM ledger_spend
 		WHERE tenant = ? AND substr(scope, 1, 2) = ? AND `+sqlitePeriod+` GROUP BY scope`, args...)
 	if err != nil {
-		return nil, fmt.Errorf("ledger: sqlite key spend: %w", err)
+		return nil, fmt.Errorf("ledger: sqlite %s: %w", scopeQuery[prefix], err)
 	}
 	defer rows.Close()
-	out, err := scanKeySpend(rows, true)
+	out, err := scanScopeSpend(rows, prefix, true)
 	if err != nil {
-		return nil, fmt.Errorf("ledger: sqlite key spend: %w", err)
+		return nil, fmt.Errorf("ledger: sqlite %s: %w", scopeQuery[prefix], err)
 	}
 	return out, nil
 }
