@@ -65,6 +65,11 @@ type Directory struct {
 	loadedAt atomic.Int64           // Unix nanoseconds of the last successful poll
 	expiryMu sync.Mutex
 	expiring map[string]time.Time // key id -> expiry, for the expiry alerts
+
+	// planMoved, when set, is called with a tenant whose plan an Apply
+	// changes, before the new plan is served: the plan's budgets are
+	// counters the tenant did not have (gate.Gate.MarkPlanMoved).
+	planMoved func(tenant string)
 }
 
 // NewDirectory returns an empty directory.
@@ -200,7 +205,15 @@ func (d *Directory) Apply(ents []*Entity, seq int64) (recount []string) {
 		marked := false
 		switch e.Kind {
 		case KindTenant:
-			marked = d.slot(KindTenant, e.Tenant, e.Tenant).store(n, loaded)
+			s := d.slot(KindTenant, e.Tenant, e.Tenant)
+			moved := loaded && d.planMoved != nil && s.p.Load() != nil && s.p.Load().plan != n.plan
+			if moved {
+				d.planMoved(e.Tenant) // before a request can see the new plan
+			}
+			marked = s.store(n, loaded) || moved
+			if moved {
+				d.planMoved(e.Tenant) // after it, for a restore that read the old plan
+			}
 		case KindTeam, KindUser:
 			marked = d.slot(e.Kind, e.Tenant, e.Name).store(n, loaded)
 		case KindKey:

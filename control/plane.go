@@ -67,6 +67,9 @@ func Open(ctx context.Context, g *gate.Gate, opts Options) (*Plane, error) {
 	}
 	p := &Plane{gate: g, store: st, dir: NewDirectory(), log: log, poll: cfg.Control.Poll, synced: make(chan struct{}),
 		seen: map[string]string{}}
+	if g != nil {
+		p.dir.planMoved = g.MarkPlanMoved
+	}
 	if a := cfg.Control.Alerts; a.URL != "" {
 		p.alert = newAlerter(p, a)
 	}

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -140,6 +141,18 @@ func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err er
 // more items under its tag, restored as they are (so that a tenant without
 // budgets is marked fresh too). lost tells that the store lost the
 // tenant's counters (a stale answer), rather than a scheduled check.
+//
+// The counters are those of the callers the gate lists (budgetCounters),
+// of the callers the ledger knows (ledgerCounters: users and keys that
+// only the rate limit service or the reserve API names), of the control
+// plane's levels, and extra. Its cost: a few reads of the ledger per
+// budget period (see ledgerCounters), a read per listed caller and
+// budget, and one Redis call that restores every counter of the tenant
+// at once. Past restoreBatch of the ledger's callers, the others go in
+// calls of restoreBatch before it: each writes the tenant's marker,
+// so a request decided between them may find a counter of the last call
+// not yet restored (the restore stays bounded, at the cost of that
+// window).
 func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighted.Item, lost bool) error {
 	items, counted, err := f.g.budgetCounters(ctx, tenant, lost)
 	if err != nil {
@@ -150,10 +163,14 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 	for _, it := range items {
 		seen[it.Limit.Name+"\x00"+it.Key] = true
 	}
+	st := f.g.state.Load()
+	known, knownSpent, err := f.g.ledgerCounters(ctx, st, tenant, seen, lost)
+	if err != nil {
+		return err
+	}
 	if items, counted, err = f.g.levelCounters(ctx, tenant, items, counted, seen); err != nil {
 		return err
 	}
-	st := f.g.state.Load()
 	for _, it := range extra {
 		if !seen[it.Limit.Name+"\x00"+it.Key] {
 			seen[it.Limit.Name+"\x00"+it.Key] = true
@@ -166,19 +183,31 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 		}
 	}
 	if f.share > 1 {
-		items = fallbackItems(items, f.share)
+		items, known = fallbackItems(items, f.share), fallbackItems(known, f.share)
 		for i := range counted {
 			counted[i] /= f.share
 		}
+		for i := range knownSpent {
+			knownSpent[i] /= f.share
+		}
 	}
-	if len(items) == 0 {
-		return nil
+	// The last restoreBatch of the ledger's callers ride with the rest in
+	// the last call; those before them, in calls of restoreBatch first.
+	last := max(len(known)-restoreBatch, 0)
+	for i := 0; i < last; i += restoreBatch {
+		j := min(i+restoreBatch, last)
+		if err := f.store.Restore(ctx, known[i:j], knownSpent[i:j]); err != nil {
+			return fmt.Errorf("gate: restore %s: %w", tenant, err)
+		}
 	}
-	if err := f.store.Restore(ctx, items, counted); err != nil {
-		return fmt.Errorf("gate: restore %s: %w", tenant, err)
+	all := append(items[:len(items):len(items)], known[last:]...)
+	if len(all) > 0 {
+		if err := f.store.Restore(ctx, all, append(counted[:len(counted):len(counted)], knownSpent[last:]...)); err != nil {
+			return fmt.Errorf("gate: restore %s: %w", tenant, err)
+		}
 	}
 	if f == f.g.store {
-		f.g.budgetRemaining(tenant, items[:budgets], counted[:budgets])
+		f.g.budgetRemaining(tenant, append(items[:budgets:budgets], known...), append(counted[:budgets:budgets], knownSpent...))
 	}
 	for i, it := range items[:budgets] {
 		if counted[i] > 0 {
@@ -186,7 +215,139 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 				"ledger_nano_usd", counted[i], "share", f.share)
 		}
 	}
+	if len(known) > 0 {
+		f.g.log.Info("budget counters of the ledger's callers restored", "tenant", tenant, "counters", len(known), "share", f.share)
+	}
 	return nil
+}
+
+// restoreBatch bounds the ledger's callers' counters one Redis call of a
+// restore carries (see restore).
+const restoreBatch = 1024
+
+// maxLedgerCallers bounds the counters of the ledger's callers one
+// restore writes (see ledgerCounters): the most spent first. Past it,
+// the least spent come back at 0, each able to spend its budget once
+// more; a warning says so.
+const maxLedgerCallers = 16 * restoreBatch
+
+// ledgerCounters returns an item for every configured budget of tenant
+// keyed by one caller (its tenant, user or key) whose key is not among
+// seen but whose caller the ledger says spent this period, with that
+// spend, and marks them seen: the users and keys that only the rate limit
+// service or the reserve API names, which no list holds, and the tenant of
+// a tenant known only from those. Without them a restore left those
+// counters at 0 under a fresh generation marker once one request had
+// restored the tenant, and each such caller spent its budget again.
+//
+// Its reads of the ledger do not grow with the callers: per budget period
+// (day, month), one of the spend by user and one by key (each a single
+// grouped query of the roll-up) and one of the tenant's; with regions,
+// one more per caller (as budgetSpent reads a listed caller's). It
+// returns at most maxLedgerCallers items, one a caller and budget with
+// spend. The budgets of the tenant's
+// plan when the gate knows it (the configuration's, the control plane's),
+// else every plan's budgets: the rate limit service names a plan with
+// each request, and a counter no request of the tenant debits costs a
+// Redis key. While the ledger's database is out, the spend is what this
+// node knows.
+func (g *Gate) ledgerCounters(ctx context.Context, st *state, tenant string, seen map[string]bool, lost bool) ([]weighted.Item, []int64, error) {
+	plan, planKnown := g.tenantPlan(st, tenant)
+	type read struct{ dim, period string }
+	reads := map[read]map[string]costmodel.NanoUSD{}
+	now := time.Now()
+	spendBy := func(dim, period string) (map[string]costmodel.NanoUSD, error) {
+		r := read{dim, period}
+		if v, ok := reads[r]; ok {
+			return v, nil
+		}
+		from, to, err := ledger.Period(period, now, time.UTC)
+		if err != nil {
+			return nil, err
+		}
+		var v map[string]costmodel.NanoUSD
+		if dim == "user" {
+			v, err = g.ledger.UserSpend(ctx, tenant, from, to)
+		} else {
+			v, err = g.ledger.KeySpend(ctx, tenant, from, to)
+		}
+		var local *ledger.LocalSpendError
+		if err != nil && !errors.As(err, &local) {
+			return nil, fmt.Errorf("gate: spend of %s by %s: %w", tenant, dim, err)
+		}
+		reads[r] = v
+		return v, nil
+	}
+	type counter struct {
+		l     *compiledLimit
+		c     *Caller
+		key   string
+		spent int64 // -1: to be read (budgetSpent)
+	}
+	var found []counter
+	for _, l := range st.limits {
+		if !l.budget || l.fixedKey != "" || len(l.dims) != 1 || planKnown && !l.appliesTo(plan) {
+			continue
+		}
+		add := func(c *Caller, spent int64) {
+			if key := l.callerKey(c); !seen[l.limit.Name+"\x00"+key] && weighted.HashTag(key) == tenant {
+				found = append(found, counter{l, c, key, spent})
+			}
+		}
+		switch l.dims[0] {
+		case "tenant":
+			add(&Caller{Tenant: tenant}, -1)
+		case "user", "api_key":
+			by, err := spendBy(l.dims[0], l.period)
+			if err != nil {
+				return nil, nil, err
+			}
+			for id, v := range by {
+				switch {
+				case id == "" || v <= 0:
+					// The counter of the callers without one is
+					// budgetSpent's; a counter the store holds is at
+					// least 0.
+				case l.dims[0] == "user":
+					add(&Caller{Tenant: tenant, User: id}, int64(v))
+				default:
+					add(&Caller{Tenant: tenant, KeyID: id}, int64(v))
+				}
+			}
+		}
+	}
+	if len(found) > maxLedgerCallers {
+		// The tenant's own counters (-1) first, then the most spent.
+		slices.SortFunc(found, func(a, b counter) int {
+			if (a.spent < 0) != (b.spent < 0) {
+				return cmp.Compare(a.spent, b.spent)
+			}
+			return cmp.Compare(b.spent, a.spent)
+		})
+		g.log.Warn("a restore leaves out the budget counters of the ledger's least spent callers", "tenant", tenant,
+			"callers", len(found), "restored", maxLedgerCallers)
+		found = found[:maxLedgerCallers]
+	}
+	kept := found[:0]
+	for _, c := range found {
+		if c.spent < 0 || g.regions != nil {
+			v, err := g.budgetSpent(ctx, st, c.l, c.c, c.key, lost, nil)
+			if err != nil {
+				return nil, nil, err
+			}
+			c.spent = v
+		}
+		if c.spent > 0 {
+			seen[c.l.limit.Name+"\x00"+c.key] = true
+			kept = append(kept, c)
+		}
+	}
+	found = kept
+	items, counted := make([]weighted.Item, len(found)), make([]int64, len(found))
+	for i, c := range found {
+		items[i], counted[i] = weighted.Item{Limit: c.l.limit, Key: c.key}, c.spent
+	}
+	return items, counted, nil
 }
 
 // budgetRemaining sets costgate.budget.remaining for each budget of
@@ -264,7 +425,6 @@ func (g *Gate) budgetCounters(ctx context.Context, tenant string, lost bool) ([]
 // configuration's keys wrote back at 0 the counters of the control
 // plane's users and keys, once one request had marked the tenant fresh.
 func (g *Gate) budgetCallers(st *state, tenant string) (callers []*Caller, userless []string) {
-	plan, declared := st.tenants[tenant]
 	for _, t := range st.cfg.Tenants {
 		if t.Name != tenant {
 			continue
@@ -275,11 +435,7 @@ func (g *Gate) budgetCallers(st *state, tenant string) (callers []*Caller, userl
 	}
 	if d := g.dir.dir.Load(); d != nil {
 		kl, lists := (*d).(KeyLister)
-		known := declared
-		if td, ok := (*d).(TenantDirectory); ok && !declared {
-			plan, _, known, _ = td.TenantPlan(tenant, time.Now())
-		}
-		if lists && known {
+		if plan, known := g.tenantPlan(st, tenant); lists && known {
 			for _, p := range kl.TenantKeys(tenant) {
 				callers = append(callers, &Caller{Tenant: tenant, User: p.User, KeyID: p.KeyID, Plan: plan, st: st})
 			}
@@ -291,6 +447,20 @@ func (g *Gate) budgetCallers(st *state, tenant string) (callers []*Caller, userl
 		}
 	}
 	return callers, userless
+}
+
+// tenantPlan returns the plan of tenant, and whether the gate knows it:
+// the configuration's, else the control plane's (a TenantDirectory).
+func (g *Gate) tenantPlan(st *state, tenant string) (plan string, known bool) {
+	if plan, ok := st.tenants[tenant]; ok {
+		return plan, true
+	}
+	if d := g.dir.dir.Load(); d != nil {
+		if td, ok := (*d).(TenantDirectory); ok {
+			plan, _, known, _ = td.TenantPlan(tenant, time.Now())
+		}
+	}
+	return plan, known
 }
 
 // budgetSpent is what the ledger says caller c spent of the configured

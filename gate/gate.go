@@ -54,6 +54,12 @@ type Gate struct {
 	// it up first (see freshStore.catchUp).
 	behind  sync.Map
 	behindN atomic.Int64
+	// planMoved holds the tenants whose plan the control plane changed
+	// (MarkPlanMoved), each with restores as it was then; planMovedN
+	// counts them. restores counts the restores ReconcileTenant started.
+	planMoved  sync.Map
+	planMovedN atomic.Int64
+	restores   atomic.Uint64
 	// pending are the settlements the store failed, by tenant (hash tag),
 	// made again (each idempotent by its id) before the store's next call
 	// on the tenant; pendingN counts them, at most maxPending.
@@ -409,6 +415,17 @@ func budgetsMoved(old, cfg *config.Config) bool {
 		}
 	}
 	return false
+}
+
+// MarkPlanMoved tells that the control plane moved tenant to another plan:
+// the new plan's budgets have counters that have not counted the period,
+// and the tenant's next request restores them from the ledger before it
+// is decided (see Reservation.restoreCounters). Mark before the
+// directory serves the new plan.
+func (g *Gate) MarkPlanMoved(tenant string) {
+	if _, had := g.planMoved.Swap(tenant, g.restores.Load()); !had {
+		g.planMovedN.Add(1)
+	}
 }
 
 // Config is the active configuration. It must not be modified.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/costgate/costgate/telemetry"
@@ -22,8 +23,9 @@ import (
 // it (see freshStore); this catches what that cannot see, such as spend
 // recorded by a replica on its local fallback.
 //
-// The tenants are the configuration's and those with budgets in the
-// control plane's directory. It runs when the server opens, every ReconcileInterval, and when the
+// The tenants are the configuration's, those with budgets in the control
+// plane's directory, and those with spend in the ledger this period (see
+// ledgerTenants). It runs when the server opens, every ReconcileInterval, and when the
 // store's circuit breaker closes again. Each tenant's restore counts in
 // costgate.budget.reconcile, as does a reconciliation that cannot start;
 // a successful one sets costgate.budget.remaining (see restore). It returns every tenant's error,
@@ -50,6 +52,21 @@ func (g *Gate) ReconcileBudgets(ctx context.Context) error {
 		}
 	}
 	var errs []error
+	ledgerTenants, lerr := g.ledgerTenants(ctx, st)
+	if lerr != nil {
+		g.tel.Reconcile(telemetry.ReconcileScheduled, lerr)
+		errs = append(errs, lerr)
+	}
+	listed := make(map[string]bool, len(tenants))
+	for _, t := range tenants {
+		listed[t] = true
+	}
+	for _, t := range ledgerTenants {
+		if !listed[t] {
+			listed[t] = true
+			tenants = append(tenants, t)
+		}
+	}
 	for _, t := range tenants {
 		err := g.restoreTenant(ctx, t)
 		if err == nil {
@@ -62,6 +79,36 @@ func (g *Gate) ReconcileBudgets(ctx context.Context) error {
 		st.allRestored.Store(true)
 	}
 	return err
+}
+
+// ledgerTenants returns the tenants with spend in the ledger in the
+// current period of a configured budget keyed by its caller: those that
+// only the rate limit service names are in no list. It reads the ledger
+// once per budget period (day, month). A tenant whose name would put its
+// keys under another's hash tag is left out: its restore would mark that
+// tenant's counters fresh.
+func (g *Gate) ledgerTenants(ctx context.Context, st *state) ([]string, error) {
+	var periods []string
+	for _, l := range st.limits {
+		if l.budget && l.fixedKey == "" && l.tagged && !slices.Contains(periods, l.period) {
+			periods = append(periods, l.period)
+		}
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range periods {
+		ts, err := g.ledger.Summary(ctx, p, time.Time{})
+		if err != nil {
+			return out, fmt.Errorf("gate: reconcile: the ledger's tenants: %w", err)
+		}
+		for _, t := range ts {
+			if t.Spend > 0 && weighted.HashTag("{"+t.Tenant+"}") == t.Tenant && !seen[t.Tenant] {
+				seen[t.Tenant] = true
+				out = append(out, t.Tenant)
+			}
+		}
+	}
+	return out, nil
 }
 
 // restoreTenant raises tenant's budget counters to the ledger's spend,
@@ -88,6 +135,7 @@ func (g *Gate) ReconcileTenant(ctx context.Context, tenant string) error {
 	ch := g.store.group.DoChan("reconcile "+tenant, func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restoreTimeout)
 		defer cancel()
+		started := g.restores.Add(1)
 		st := g.state.Load()
 		var lbs []LevelBudget
 		if d := g.dir.dir.Load(); d != nil {
@@ -102,9 +150,21 @@ func (g *Gate) ReconcileTenant(ctx context.Context, tenant string) error {
 			return nil, fmt.Errorf("gate: reconcile %s: %w", tenant, err)
 		}
 		if err := g.restoreTenant(ctx, tenant); err != nil {
+			// The store is out: the requests go to the local fallback,
+			// whose counters of the tenant may have been restored before
+			// the change. Bring them up to the ledger's spend there too;
+			// the marks stay, for the store.
+			if fb := g.fallbackStore(); fb != g.store {
+				if ferr := fb.restore(ctx, tenant, nil, false); ferr != nil {
+					err = errors.Join(err, ferr)
+				}
+			}
 			return nil, err
 		}
 		st.restored.Store(tenant, struct{}{})
+		if m, ok := g.planMoved.Load(tenant); ok && m.(uint64) < started && g.planMoved.CompareAndDelete(tenant, m) {
+			g.planMovedN.Add(-1)
+		}
 		for _, lb := range lbs {
 			lb.Limit.restored()
 		}
@@ -130,10 +190,14 @@ const restoreTimeout = 10 * time.Second
 // again, a few times at most. A restore that fails leaves the marks for
 // the next request, and r is decided on the counters as they are.
 func (r *Reservation) restoreCounters(ctx context.Context) {
-	if st := r.st; st.moved && !st.allRestored.Load() {
-		if _, ok := st.restored.Load(r.req.Caller.Tenant); !ok {
+	moved := false
+	if r.g.planMovedN.Load() > 0 {
+		_, moved = r.g.planMoved.Load(r.req.Caller.Tenant)
+	}
+	if st := r.st; moved || st.moved && !st.allRestored.Load() {
+		if _, ok := st.restored.Load(r.req.Caller.Tenant); !ok || moved {
 			if err := r.g.ReconcileTenant(ctx, r.req.Caller.Tenant); err != nil {
-				r.g.log.Warn("a reload's budget counters could not be restored from the ledger", "tenant", r.req.Caller.Tenant, "err", err)
+				r.g.log.Warn("a tenant's changed budget counters could not be restored from the ledger", "tenant", r.req.Caller.Tenant, "err", err)
 			}
 		}
 	}
