@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,57 +28,19 @@ import (
 // Every request must be refused, on both: the first one's new counter
 // must count the day's spend, wherever it was recorded.
 func TestNewCtrAtkReloadOneOfTwoReplicas(t *testing.T) {
-	const before = `budgets:
-  - {name: daily, scope: tenant, amount: "1.00"}
-`
-	for _, tc := range []struct{ name, after string }{
-		{"renamed", `budgets:
-  - {name: daily-usd, scope: tenant, amount: "1.00"}
-`},
-		{"monthly", `budgets:
-  - {name: daily, scope: tenant, period: month, amount: "1.00"}
-`},
-	} {
+	for _, tc := range reloadAtkMoves[:2] {
 		t.Run(tc.name, func(t *testing.T) {
 			url, dsn := redistest.New(t).URL, pgtest.New(t)
-			a, b := reloadAtkStack(t, url, dsn, "", before), reloadAtkStack(t, url, dsn, "", before)
+			a, b := reloadAtkStack(t, url, dsn, "", reloadAtkDaily), reloadAtkStack(t, url, dsn, "", reloadAtkDaily)
 			ha, hb := a.srv.Handler(), b.srv.Handler()
 			// The second replica reserves, so that the first one's restore
 			// needs the other's records.
 			if code, out := reserveCall(t, hb, "cg-test-acme", "/v1/costgate/reserve", `{"cost":{"usd":"0.60"}}`); code != 200 {
 				t.Fatalf("first reserve: %d %v", code, out)
 			}
-			var (
-				admitted, sent atomic.Int64
-				stop           atomic.Bool
-				wg             sync.WaitGroup
-			)
-			for i := range 8 {
-				h := ha
-				if i%2 == 1 {
-					h = hb
-				}
-				wg.Go(func() {
-					for !stop.Load() {
-						sent.Add(1)
-						switch code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"cost":{"usd":"0.60"}}`); code {
-						case http.StatusOK:
-							admitted.Add(1)
-						case http.StatusPaymentRequired:
-						default:
-							t.Errorf("reserve: %d %v", code, out)
-							return
-						}
-					}
-				})
-			}
-			reloadAtkAwait(t, "the callers running", func() bool { return sent.Load() > 50 })
+			hm := reloadAtkHammer(t, ha, hb)
 			a.reload(t, tc.after)
-			n := sent.Load()
-			reloadAtkAwait(t, "the callers after the reload", func() bool { return sent.Load() > n+200 })
-			stop.Store(true)
-			wg.Wait()
-			if got := admitted.Load(); got > 0 {
+			if got := hm.halt(t, 200); got > 0 {
 				t.Errorf("%d reservations of 0.60 admitted around a reload of one replica (%s), on a budget with 0.60 of 1.00 spent today", got, tc.name)
 			}
 		})

@@ -122,28 +122,33 @@ func (s *reloadAtk) tryReload(t *testing.T, extra string) error {
 	return s.srv.Reload()
 }
 
+// reloadAtkDaily is a tenant day budget of 1.00; reloadAtkMoves, reloads
+// that give it counters that have not counted the day.
+const reloadAtkDaily = `budgets:
+  - {name: daily, scope: tenant, amount: "1.00"}
+`
+
+var reloadAtkMoves = []struct{ name, after string }{
+	{"renamed", `budgets:
+  - {name: daily-usd, scope: tenant, amount: "1.00"}
+`},
+	{"monthly", `budgets:
+  - {name: daily, scope: tenant, period: month, amount: "1.00"}
+`},
+	{"user scope", `budgets:
+  - {name: daily, scope: user, amount: "1.00"}
+`},
+}
+
 // TestReloadAttackBudgetChangedKeepsItsSpend: a tenant that has spent its
 // day's budget gets no fresh one when a reload renames the budget, makes it
 // monthly or moves it to another scope: the budget's counter under the new
 // configuration counts what the ledger holds for its period, at once, not
 // from the next reconciliation (store.reconcile_interval) on.
 func TestReloadAttackBudgetChangedKeepsItsSpend(t *testing.T) {
-	const before = `budgets:
-  - {name: daily, scope: tenant, amount: "1.00"}
-`
-	cases := []struct{ name, after string }{
-		{"renamed", `budgets:
-  - {name: daily-usd, scope: tenant, amount: "1.00"}
-`},
-		{"monthly", `budgets:
-  - {name: daily, scope: tenant, period: month, amount: "1.00"}
-`},
-		{"user scope", `budgets:
-  - {name: daily, scope: user, amount: "1.00"}
-`},
-	}
+	const before = reloadAtkDaily
 	for _, store := range []string{"memory", "redis"} {
-		for _, tc := range cases {
+		for _, tc := range reloadAtkMoves {
 			t.Run(store+"/"+tc.name, func(t *testing.T) {
 				url := ""
 				if store == "redis" {
@@ -502,64 +507,68 @@ func TestReloadAttackReconcileRacingSettlements(t *testing.T) {
 // and no further, would forget it. Every request must be refused, before
 // the reload and after it.
 func TestReloadAttackBudgetChangedUnderLoad(t *testing.T) {
-	const before = `budgets:
-  - {name: daily, scope: tenant, amount: "1.00"}
-`
-	cases := []struct{ name, after string }{
-		{"renamed", `budgets:
-  - {name: daily-usd, scope: tenant, amount: "1.00"}
-`},
-		{"monthly", `budgets:
-  - {name: daily, scope: tenant, period: month, amount: "1.00"}
-`},
-		{"user scope", `budgets:
-  - {name: daily, scope: user, amount: "1.00"}
-`},
-	}
 	for _, store := range []string{"memory", "redis"} {
-		for _, tc := range cases {
+		for _, tc := range reloadAtkMoves {
 			t.Run(store+"/"+tc.name, func(t *testing.T) {
 				url := ""
 				if store == "redis" {
 					url = redistest.New(t).URL
 				}
-				s := reloadAtkStack(t, url, "", "", before)
+				s := reloadAtkStack(t, url, "", "", reloadAtkDaily)
 				h := s.srv.Handler()
 				if code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"cost":{"usd":"0.60"}}`); code != 200 {
 					t.Fatalf("first reserve: %d %v", code, out)
 				}
-				var (
-					admitted, sent atomic.Int64
-					stop           atomic.Bool
-					wg             sync.WaitGroup
-				)
-				for range 8 {
-					wg.Go(func() {
-						for !stop.Load() {
-							sent.Add(1)
-							switch code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"cost":{"usd":"0.60"}}`); code {
-							case 200:
-								admitted.Add(1)
-							case 402:
-							default:
-								t.Errorf("reserve: %d %v", code, out)
-								return
-							}
-						}
-					})
-				}
-				reloadAtkAwait(t, "the callers running", func() bool { return sent.Load() > 50 })
+				hm := reloadAtkHammer(t, h)
 				s.reload(t, tc.after)
-				n := sent.Load()
-				reloadAtkAwait(t, "the callers after the reload", func() bool { return sent.Load() > n+100 })
-				stop.Store(true)
-				wg.Wait()
-				if a := admitted.Load(); a > 0 {
+				if a := hm.halt(t, 100); a > 0 {
 					t.Errorf("%d reservations of 0.60 admitted around the reload (%s), on a budget with 0.60 of 1.00 spent today", a, tc.name)
 				}
 			})
 		}
 	}
+}
+
+// reserveHammer is 8 callers asking acme's reserve API for 0.60 each, in
+// turn on its handlers, until halted.
+type reserveHammer struct {
+	admitted, sent atomic.Int64
+	stop           atomic.Bool
+	wg             sync.WaitGroup
+}
+
+// reloadAtkHammer starts a reserveHammer on hs, once its callers have
+// made 50 calls.
+func reloadAtkHammer(t *testing.T, hs ...http.Handler) *reserveHammer {
+	hm := &reserveHammer{}
+	for i := range 8 {
+		h := hs[i%len(hs)]
+		hm.wg.Go(func() {
+			for !hm.stop.Load() {
+				hm.sent.Add(1)
+				switch code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/reserve", `{"cost":{"usd":"0.60"}}`); code {
+				case http.StatusOK:
+					hm.admitted.Add(1)
+				case http.StatusPaymentRequired:
+				default:
+					t.Errorf("reserve: %d %v", code, out)
+					return
+				}
+			}
+		})
+	}
+	reloadAtkAwait(t, "the callers running", func() bool { return hm.sent.Load() > 50 })
+	return hm
+}
+
+// halt lets the callers make more calls, then stops them and returns how
+// many were admitted.
+func (hm *reserveHammer) halt(t *testing.T, more int64) int64 {
+	n := hm.sent.Load()
+	reloadAtkAwait(t, "the callers after the change", func() bool { return hm.sent.Load() > n+more })
+	hm.stop.Store(true)
+	hm.wg.Wait()
+	return hm.admitted.Load()
 }
 
 // reloadAtkAwait waits up to 10 s for cond, polling.
