@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"unicode"
 	"unicode/utf8"
 
@@ -12,6 +13,10 @@ import (
 
 // ErrNoUsage reports a response body without a usage report.
 var ErrNoUsage = errors.New("costmodel: response has no usage")
+
+// ErrAmbiguousUsage is a response with more than one usage member (in any
+// spelling): its usage cannot be read.
+var ErrAmbiguousUsage = fmt.Errorf("%w: more than one usage member", ErrNoUsage)
 
 // openaiUsage is the usage object of chat completions, completions and
 // embeddings responses (prompt_/completion_ names) and of Responses API
@@ -222,11 +227,38 @@ func ParseUsage(kind Kind, body []byte) (Usage, error) {
 // even when the body has no usage (err ErrNoUsage). Settlement should price
 // that model (Estimator.Cost) rather than the one the client asked for.
 func ParseResponse(kind Kind, body []byte) (u Usage, model string, err error) {
+	if usageMembers(body) > 1 {
+		// Which report counts is the reader's choice: encoding/json takes
+		// the last, the official SDKs the first. Neither is billed.
+		return Usage{}, "", ErrAmbiguousUsage
+	}
 	u, model, ok, err := parseUsageFast(kind, body)
 	if !ok {
 		u, model, err = parseResponse(kind, body)
 	}
 	return u, servedModel(model), err
+}
+
+// usageMembers counts the top-level members of a JSON object named
+// "usage" in any case; 0 for a body that is not one.
+func usageMembers(body []byte) int {
+	s := jsonscan.Scanner{B: body}
+	if s.Peek() != '{' {
+		return 0
+	}
+	n := 0
+	s.Object(1, func(ks, ke int, esc bool) error {
+		name := s.B[ks:ke]
+		if esc {
+			name = []byte(s.Key(ks, ke, true))
+		}
+		if len(name) >= len("usage") && bytes.EqualFold(name, []byte("usage")) {
+			n++
+		}
+		_, _, err := s.Value(1)
+		return err
+	})
+	return n
 }
 
 // servedModel is model, the name an answer gives the model that served
@@ -240,7 +272,9 @@ func servedModel(model string) string {
 		return ""
 	}
 	for _, r := range model {
-		if !unicode.IsPrint(r) {
+		// U+FFFD is what encoding/json makes of invalid UTF-8: no
+		// model's name holds it.
+		if !unicode.IsPrint(r) || r == utf8.RuneError {
 			return ""
 		}
 	}

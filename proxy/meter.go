@@ -11,6 +11,26 @@ import (
 	"github.com/costgate/costgate/costmodel"
 )
 
+// ownTrailers is an upstream's body that drops the trailers costgate
+// writes itself (see ownField) when the body ends, before ReverseProxy
+// copies the trailers to the client.
+type ownTrailers struct {
+	io.ReadCloser
+	resp *http.Response
+}
+
+func (b *ownTrailers) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		for k := range b.resp.Trailer {
+			if ownField(k) {
+				delete(b.resp.Trailer, k)
+			}
+		}
+	}
+	return n, err
+}
+
 // maxCapture bounds how much of a JSON response is kept to read its usage.
 const maxCapture = 8 << 20
 
@@ -59,7 +79,7 @@ type meteredBody struct {
 }
 
 func (x *exchange) meter(resp *http.Response) io.ReadCloser {
-	m := &meteredBody{x: x, rc: resp.Body, kind: x.kind}
+	m := &meteredBody{x: x, rc: &ownTrailers{ReadCloser: resp.Body, resp: resp}, kind: x.kind}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		x.client.armed = true // the client gets the stream as it is read
 		m.stream = x.caller.Estimator().NewStreamMeter(x.kind, x.est.Model)
@@ -129,19 +149,7 @@ func (m *meteredBody) observe(b []byte) {
 // maxCapture bytes have, charged at the request's output limit (see
 // exchange.actualUsage).
 func (m *meteredBody) readWhole(p []byte) (int, error) {
-	if !m.filled {
-		m.filled = true
-		bp := buffers.Get().(*[]byte)
-		for !m.overflow && m.err == nil {
-			n, err := m.rc.Read(*bp)
-			m.observe((*bp)[:n])
-			m.err = err
-		}
-		buffers.Put(bp)
-		if m.x != nil && errors.Is(m.err, io.EOF) {
-			m.x.settleEarly()
-		}
-	}
+	m.fill()
 	if m.sent < len(m.captured) {
 		n := copy(p, m.captured[m.sent:])
 		m.sent += n
@@ -153,6 +161,32 @@ func (m *meteredBody) readWhole(p []byte) (int, error) {
 	n, err := m.rc.Read(p)
 	m.err = err
 	return n, err
+}
+
+// fill reads a plain answer whole, up to maxCapture, once, and settles
+// the request when it came to its end. It returns the upstream's read
+// error when the answer ended before its end (nil at io.EOF or past
+// maxCapture). modifyResponse calls it before the answer's header is
+// written, so that such an answer is an error to the client.
+func (m *meteredBody) fill() error {
+	if m.filled {
+		return nil
+	}
+	m.filled = true
+	bp := buffers.Get().(*[]byte)
+	for !m.overflow && m.err == nil {
+		n, err := m.rc.Read(*bp)
+		m.observe((*bp)[:n])
+		m.err = err
+	}
+	buffers.Put(bp)
+	if errors.Is(m.err, io.EOF) {
+		if m.x != nil {
+			m.x.settleEarly()
+		}
+		return nil
+	}
+	return m.err
 }
 
 // unread tells whether the answer was not kept whole as one document:

@@ -153,7 +153,26 @@ func (u *upstream) rewrite(pr *httputil.ProxyRequest) {
 	}
 }
 
+// errUnaskedUpgrade is an upstream's 101 Switching Protocols to a request
+// that asked for no upgrade (rewrite drops the client's Upgrade).
+var errUnaskedUpgrade = errors.New("proxy: the upstream switched protocols unasked")
+
+// cutAnswer is a plain answer the upstream did not send whole (its
+// timeout, a broken connection) before costgate wrote any of it: the
+// client is answered an error, and the request is settled from what was
+// read.
+type cutAnswer struct{ err error }
+
+func (c *cutAnswer) Error() string { return "proxy: the upstream's answer was cut: " + c.err.Error() }
+func (c *cutAnswer) Unwrap() error { return c.err }
+
 func modifyResponse(resp *http.Response) error {
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// ReverseProxy closes the body (the connection) only when
+		// ModifyResponse fails: its own refusal of an unasked upgrade
+		// leaves the connection open.
+		return errUnaskedUpgrade
+	}
 	x := exchangeFrom(resp.Request.Context())
 	if x == nil {
 		return nil
@@ -161,6 +180,13 @@ func modifyResponse(resp *http.Response) error {
 	x.status = resp.StatusCode
 	x.respHeader = resp.Header
 	x.setRateLimitHeaders(resp.Header)
+	// Costgate- fields are costgate's word to the client (its friction,
+	// its degraded mode, its warnings): none comes from the upstream.
+	for k := range resp.Header {
+		if strings.HasPrefix(k, "Costgate-") { // X-Request-Id is renamed below
+			delete(resp.Header, k)
+		}
+	}
 	// X-Request-Id is costgate's own; the upstream's is kept under
 	// another name.
 	if up := resp.Header.Get("X-Request-Id"); up != "" {
@@ -168,7 +194,18 @@ func modifyResponse(resp *http.Response) error {
 		resp.Header.Set("Costgate-Upstream-Request-Id", up)
 	}
 	resp.Body = x.meter(resp)
+	if m := x.body; m.stream == nil {
+		if err := m.fill(); err != nil {
+			return &cutAnswer{err}
+		}
+	}
 	return nil
+}
+
+// ownField tells whether a header field (in canonical form) is
+// costgate's to write: X-Request-Id and the Costgate- fields.
+func ownField(k string) bool {
+	return k == "X-Request-Id" || strings.HasPrefix(k, "Costgate-")
 }
 
 // errorHandler answers when the upstream could not be reached or did not
@@ -177,6 +214,20 @@ func modifyResponse(resp *http.Response) error {
 // with the request id, redacted, and never shown to the client.
 func errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	x := exchangeFrom(r.Context())
+	var cut *cutAnswer
+	if errors.As(err, &cut) {
+		// The upstream answered, and the request is settled from what it
+		// sent (x.status is its status); the client learns it was cut.
+		status, code, msg := http.StatusBadGateway, "upstream_cut", "the upstream's answer broke off"
+		if errors.Is(err, context.DeadlineExceeded) {
+			status, code, msg = http.StatusGatewayTimeout, "upstream_timeout", "the upstream's answer did not arrive whole in time"
+		}
+		if r.Context().Err() == nil || errors.Is(err, context.DeadlineExceeded) {
+			writeError(w, r.URL.Path, status, apiError{Type: "upstream_error", Code: code,
+				Message: msg + "; the request is charged the usage it reports, or its output limit (X-Request-Id names it in costgate's log)"})
+		}
+		return
+	}
 	status, code := http.StatusBadGateway, "upstream_unreachable"
 	msg := "costgate could not reach the upstream"
 	if errors.Is(err, context.DeadlineExceeded) {
