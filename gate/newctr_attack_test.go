@@ -11,6 +11,7 @@ import (
 
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/gate"
+	"github.com/costgate/costgate/internal/pgtest"
 	"github.com/costgate/costgate/internal/redistest"
 )
 
@@ -100,5 +101,44 @@ func TestNewCtrAtkRedisDownReload(t *testing.T) {
 				t.Errorf("a $0.01 day budget spent, then %s while Redis is down: %d of $0.001 admitted during the outage, %d after it", tc.name, during, after)
 			}
 		})
+	}
+}
+
+// TestNewCtrAtkLedgerDownChangeAnswers: a budget renamed while the
+// ledger's database is out, with records waiting in the spool, is
+// restored from what this node knows, at once: the restore does not wait
+// for a flush the database cannot take (it waited the restore's whole 10
+// s bound, request after request).
+func TestNewCtrAtkLedgerDownChangeAnswers(t *testing.T) {
+	srv, pg, dir := redistest.New(t), pgtest.NewPrivate(t), t.TempDir()
+	store := fmt.Sprintf("redis: %q", srv.URL)
+	ledger := fmt.Sprintf("dsn: %q", pg.URL())
+	g := openYAML(t, newCtrAtkYAML(dir, store, ledger, "name: daily"))
+	acme := g.Identify("cg-acme")
+	if n, _ := admitN(t, g, acme, costmodel.Estimate{Cost: usd("0.001")}, 5); n != 5 {
+		t.Fatalf("spending: %d admitted", n)
+	}
+	if err := g.Ledger().Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	pg.Stop()
+	if n, _ := admitN(t, g, acme, costmodel.Estimate{Cost: usd("0.001")}, 2); n != 2 {
+		t.Fatalf("spending with the database out: %d admitted", n)
+	}
+	for end := time.Now().Add(15 * time.Second); g.Ledger().Stats().StoreErr == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the ledger did not notice its database out")
+		}
+	}
+	if err := g.Apply(mustParse(t, newCtrAtkYAML(dir, store, ledger, "name: daily-usd"))); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	n, _ := admitN(t, g, g.Identify("cg-acme"), costmodel.Estimate{Cost: usd("0.001")}, 1)
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("the first request after the change took %v", d)
+	}
+	if n != 1 {
+		t.Fatalf("$0.001 of the $0.003 left refused after the rename")
 	}
 }

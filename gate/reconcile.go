@@ -142,7 +142,9 @@ func (g *Gate) ReconcileTenant(ctx context.Context, tenant string) error {
 			lbs = (*d).Budgets(tenant)
 		}
 		err := sleepCtx(ctx, g.ledger.PeerLag())
-		if err == nil {
+		if err == nil && g.ledger.Stats().StoreErr == nil {
+			// While the ledger's database fails, a flush would wait for
+			// it: the restore counts what this node knows (see restore).
 			err = g.ledger.Flush(ctx)
 		}
 		if err != nil {
