@@ -27,7 +27,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/costgate/costgate/costmodel"
-	"github.com/costgate/costgate/internal/pgtest"
 	"github.com/costgate/costgate/ledger"
 
 	_ "modernc.org/sqlite"
@@ -108,16 +107,7 @@ func ledAtkLastSegment(t *testing.T, dir string) string {
 // its counters would otherwise get back only the stream's first
 // reservation, the gap the extensions were made to close.
 func TestLedAtkLocalSpendCountsExtensions(t *testing.T) {
-	if testing.Short() {
-		t.Skip("outage test in -short mode")
-	}
-	t.Parallel()
-	pg := pgtest.NewPrivate(t)
-	now := t0.Add(time.Hour)
-	l := open(t, ledger.Config{Dir: t.TempDir(), DSN: pg.URL(), RetryMax: 100 * time.Millisecond,
-		Now: func() time.Time { return now }})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	l, pg, ctx := storeDownLedger(t, ledger.Config{})
 	if err := l.Reserve(ctx, reservation("stream", t0)); err != nil { // 3000
 		t.Fatal(err)
 	}

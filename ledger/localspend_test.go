@@ -20,13 +20,7 @@ func TestSpendWhileTheStoreIsDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("outage test in -short mode")
 	}
-	t.Parallel()
-	pg := pgtest.NewPrivate(t)
-	now := t0.Add(time.Hour)
-	l := open(t, ledger.Config{Dir: t.TempDir(), DSN: pg.URL(), RetryMax: 100 * time.Millisecond,
-		SegmentSize: 64 << 10, Now: func() time.Time { return now }})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	l, pg, ctx := storeDownLedger(t, ledger.Config{SegmentSize: 64 << 10})
 	reserve := func(id, user string, est costmodel.NanoUSD) {
 		t.Helper()
 		e := reservation(id, t0)
@@ -93,7 +87,7 @@ func TestSpendWhileTheStoreIsDown(t *testing.T) {
 		q    ledger.SpendQuery
 		want ledger.LocalSpendError
 	}{
-		{"read before", month, ledger.LocalSpendError{Spend: 13_000, Stored: 4_000, ReadAt: now, Pending: 9_000, Partial: true}},
+		{"read before", month, ledger.LocalSpendError{Spend: 13_000, Stored: 4_000, ReadAt: t0.Add(time.Hour), Pending: 9_000, Partial: true}},
 		{"never read: only what the store lacks", ann, ledger.LocalSpendError{Spend: 7_000, Pending: 7_000}},
 		{"one region", ledger.SpendQuery{Tenant: "acme", Region: "us", Period: "month", At: t0}, ledger.LocalSpendError{Spend: 2_000, Pending: 2_000}},
 	} {
@@ -120,7 +114,7 @@ func TestSpendWhileTheStoreIsDown(t *testing.T) {
 			t.Fatalf("KeySpend = %v, %v; want a *LocalSpendError", ks, err)
 		}
 		le.Err = nil
-		want := ledger.LocalSpendError{Spend: 13_000, Stored: 4_000, ReadAt: now, Pending: 9_000, Partial: true}
+		want := ledger.LocalSpendError{Spend: 13_000, Stored: 4_000, ReadAt: t0.Add(time.Hour), Pending: 9_000, Partial: true}
 		if !maps.Equal(ks, map[string]costmodel.NanoUSD{"k-ann": 11_000, "k-bob": 2_000}) || *le != want {
 			t.Fatalf("KeySpend = %v, %+v; want k-ann 11000, k-bob 2000, %+v", ks, *le, want)
 		}
@@ -131,4 +125,20 @@ func TestSpendWhileTheStoreIsDown(t *testing.T) {
 	if sp, err := l.Spend(ctx, month); err != nil || sp != 1_000+500+2_000+7_000 {
 		t.Fatalf("Spend after the outage = %d, %v; want 10500", sp, err)
 	}
+}
+
+// storeDownLedger opens, in parallel with the package's other tests, a
+// ledger of cfg on a private PostgreSQL that the test may stop, retrying
+// every 100 ms at most, on a clock fixed an hour after t0, and a context
+// that ends a minute on.
+func storeDownLedger(t *testing.T, cfg ledger.Config) (*ledger.Ledger, *pgtest.Private, context.Context) {
+	t.Helper()
+	t.Parallel()
+	pg := pgtest.NewPrivate(t)
+	now := t0.Add(time.Hour)
+	cfg.Dir, cfg.DSN, cfg.RetryMax, cfg.Now = t.TempDir(), pg.URL(), 100*time.Millisecond, func() time.Time { return now }
+	l := open(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return l, pg, ctx
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/costgate/costgate/costmodel"
-	"github.com/costgate/costgate/internal/pgtest"
 	"github.com/costgate/costgate/ledger"
 )
 
@@ -81,16 +80,7 @@ func TestLostUsersUserSpend(t *testing.T) {
 // *LocalSpendError whose Spend is their sum; and from the store again
 // once it is back.
 func TestLostUsersUserSpendWhileTheStoreIsDown(t *testing.T) {
-	if testing.Short() {
-		t.Skip("outage test in -short mode")
-	}
-	t.Parallel()
-	pg := pgtest.NewPrivate(t)
-	now := t0.Add(time.Hour)
-	l := open(t, ledger.Config{Dir: t.TempDir(), DSN: pg.URL(), RetryMax: 100 * time.Millisecond,
-		Now: func() time.Time { return now }})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	l, pg, ctx := storeDownLedger(t, ledger.Config{})
 	reserve := func(id, user string, est costmodel.NanoUSD) {
 		t.Helper()
 		e := reservation(id, t0)
