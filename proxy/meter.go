@@ -11,26 +11,6 @@ import (
 	"github.com/costgate/costgate/costmodel"
 )
 
-// ownTrailers is an upstream's body that drops the trailers costgate
-// writes itself (see ownField) when the body ends, before ReverseProxy
-// copies the trailers to the client.
-type ownTrailers struct {
-	io.ReadCloser
-	resp *http.Response
-}
-
-func (b *ownTrailers) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil {
-		for k := range b.resp.Trailer {
-			if ownField(k) {
-				delete(b.resp.Trailer, k)
-			}
-		}
-	}
-	return n, err
-}
-
 // maxCapture bounds how much of a JSON response is kept to read its usage.
 const maxCapture = 8 << 20
 
@@ -68,8 +48,9 @@ type meteredBody struct {
 	err       error  // the upstream's read error (io.EOF at the end), returned once out is drained
 	drained   int64  // bytes read by Close after the client stopped reading
 
-	guard   *streamGuard // debits the stream's output as it passes; nil when off
-	stopped bool         // the guard stopped the stream
+	resp    *http.Response // the upstream's answer, whose trailers Close scrubs; nil in tests of the body alone
+	guard   *streamGuard   // debits the stream's output as it passes; nil when off
+	stopped bool           // the guard stopped the stream
 
 	// jsonStream tells that a text/event-stream answer starts with '{':
 	// a JSON document, not events (a server that ignored "stream"). Its
@@ -79,7 +60,7 @@ type meteredBody struct {
 }
 
 func (x *exchange) meter(resp *http.Response) io.ReadCloser {
-	m := &meteredBody{x: x, rc: &ownTrailers{ReadCloser: resp.Body, resp: resp}, kind: x.kind}
+	m := &meteredBody{x: x, rc: resp.Body, resp: resp, kind: x.kind}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		x.client.armed = true // the client gets the stream as it is read
 		m.stream = x.caller.Estimator().NewStreamMeter(x.kind, x.est.Model)
@@ -366,7 +347,13 @@ func (m *meteredBody) Close() error {
 	if m.err == nil && !m.stopped {
 		m.drain()
 	}
-	return m.rc.Close()
+	err := m.rc.Close()
+	if m.resp != nil {
+		// The upstream's trailers are in once its body is closed, and
+		// ReverseProxy copies them after.
+		dropOwnTrailers(m.resp)
+	}
+	return err
 }
 
 func (m *meteredBody) drain() {

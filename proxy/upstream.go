@@ -183,7 +183,7 @@ func modifyResponse(resp *http.Response) error {
 	// Costgate- fields are costgate's word to the client (its friction,
 	// its degraded mode, its warnings): none comes from the upstream.
 	for k := range resp.Header {
-		if strings.HasPrefix(k, "Costgate-") { // X-Request-Id is renamed below
+		if ownField(k) && k != "X-Request-Id" { // X-Request-Id is renamed below
 			delete(resp.Header, k)
 		}
 	}
@@ -199,7 +199,20 @@ func modifyResponse(resp *http.Response) error {
 			return &cutAnswer{err}
 		}
 	}
+	// Before ReverseProxy announces the trailers: those announced, and a
+	// plain answer's, read whole above. A stream's come at Close.
+	dropOwnTrailers(resp)
 	return nil
+}
+
+// dropOwnTrailers deletes the trailers of resp that are costgate's to
+// write (see ownField).
+func dropOwnTrailers(resp *http.Response) {
+	for k := range resp.Trailer {
+		if ownField(k) {
+			delete(resp.Trailer, k)
+		}
+	}
 }
 
 // ownField tells whether a header field (in canonical form) is
@@ -208,8 +221,10 @@ func ownField(k string) bool {
 	return k == "X-Request-Id" || strings.HasPrefix(k, "Costgate-")
 }
 
-// errorHandler answers when the upstream could not be reached or did not
-// answer in time. The request is not charged. The error's detail names the
+// errorHandler answers when the upstream could not be reached, did not
+// answer in time, or cut a plain answer short (cutAnswer). An unreachable
+// upstream's request is not charged; one that reached it is settled as
+// exchange.actualUsage says. The error's detail names the
 // upstream's address (and, for a query credential, its URL): it is logged
 // with the request id, redacted, and never shown to the client.
 func errorHandler(w http.ResponseWriter, r *http.Request, err error) {
