@@ -227,13 +227,15 @@ func ParseUsage(kind Kind, body []byte) (Usage, error) {
 // even when the body has no usage (err ErrNoUsage). Settlement should price
 // that model (Estimator.Cost) rather than the one the client asked for.
 func ParseResponse(kind Kind, body []byte) (u Usage, model string, err error) {
-	if usageMembers(body) > 1 {
-		// Which report counts is the reader's choice: encoding/json takes
-		// the last, the official SDKs the first. Neither is billed.
-		return Usage{}, "", ErrAmbiguousUsage
-	}
+	// Two usage members: which report counts is the reader's choice
+	// (encoding/json takes the last, the official SDKs the first), and
+	// neither is billed (ErrAmbiguousUsage). The fast path counts them in
+	// its one scan.
 	u, model, ok, err := parseUsageFast(kind, body)
 	if !ok {
+		if usageMembers(body) > 1 {
+			return Usage{}, "", ErrAmbiguousUsage
+		}
 		u, model, err = parseResponse(kind, body)
 	}
 	return u, servedModel(model), err
@@ -333,6 +335,15 @@ func parseUsageFast(kind Kind, body []byte) (u Usage, model string, ok bool, err
 		return nil
 	}); err != nil || s.End() != nil {
 		return Usage{}, "", false, nil
+	}
+	usages := 0
+	for _, m := range matches {
+		if m.field == 0 { // usage
+			usages++
+		}
+	}
+	if usages > 1 {
+		return Usage{}, "", true, ErrAmbiguousUsage
 	}
 	if kind == AnthropicMessages {
 		var r anthropicResponse
