@@ -316,6 +316,11 @@ type BudgetConfig struct {
 	Amount USD    `yaml:"amount"`
 	// Lease makes the budget leased (see LeaseConfig); nil is strict.
 	Lease *LeaseConfig `yaml:"lease"`
+	// OnStoreFailure: fail_open (default) or fail_closed. A fail-closed
+	// budget answers 503 while the limiter store is out, and while its
+	// spend cannot be known for a restore (the ledger's database out and
+	// the spend of its period never read by this node).
+	OnStoreFailure string `yaml:"on_store_failure"`
 }
 
 // Defaults are the values a config takes where its file leaves the field
@@ -467,6 +472,7 @@ func (c *Config) applyDefaults(d Defaults) {
 		b := &c.Budgets[i]
 		def(&b.Scope, "tenant")
 		def(&b.Period, "day")
+		def(&b.OnStoreFailure, "fail_open")
 	}
 	c.guardDefaults()
 	c.RLS.applyDefaults()
@@ -676,6 +682,9 @@ func (c *Config) Validate() error {
 		}
 		if b.Amount <= 0 {
 			bad(p+".amount", "must be a positive dollar amount")
+		}
+		if b.OnStoreFailure != "fail_open" && b.OnStoreFailure != "fail_closed" {
+			bad(p+".on_store_failure", "must be fail_open or fail_closed, not %q", b.OnStoreFailure)
 		}
 		b.Lease.validate(p+".lease", false, bad)
 	}

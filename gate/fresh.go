@@ -55,6 +55,33 @@ func (g *Gate) fresh(st store, share int64) *freshStore {
 	return &freshStore{store: st, g: g, share: max(share, 1)}
 }
 
+// ErrSpendUnknown is a restore's error when the ledger's database cannot
+// be read and this node does not know what it holds of a fail-closed
+// budget's period (ledger.LocalSpendError.Unknown): no read of that spend
+// since the ledger opened. A counter restored from this node's records
+// alone would forget the spend already in the database, so the restore
+// fails, and the requests that need it are refused (503) until the
+// database answers. A fail-open budget (the default) is restored from
+// what this node knows: it keeps serving, and may admit again what the
+// database holds of its period.
+var ErrSpendUnknown = errors.New("gate: the ledger's database cannot be read, and this node has not read the spend it holds")
+
+// knownSpend is err, a ledger read's error, for a restore of a budget
+// (failClosed: a fail-closed one): nil when the read answered, or
+// answered from this node's records (see ErrSpendUnknown).
+func knownSpend(err error, failClosed bool) error {
+	var local *ledger.LocalSpendError
+	switch {
+	case err == nil:
+		return nil
+	case !errors.As(err, &local):
+		return err
+	case local.Unknown && failClosed:
+		return fmt.Errorf("%w: %w", ErrSpendUnknown, err)
+	}
+	return nil
+}
+
 // maxRestores bounds the restores one call may need: on Redis Cluster a
 // stale answer names one tag at a time.
 const maxRestores = 4
@@ -254,12 +281,17 @@ const maxLedgerCallers = 16 * restoreBatch
 func (g *Gate) ledgerCounters(ctx context.Context, st *state, tenant string, seen map[string]bool, lost bool) ([]weighted.Item, []int64, error) {
 	plan, planKnown := g.tenantPlan(st, tenant)
 	type read struct{ dim, period string }
-	reads := map[read]map[string]costmodel.NanoUSD{}
+	type answer struct {
+		v   map[string]costmodel.NanoUSD
+		err error // the read's, a *ledger.LocalSpendError
+	}
+	reads := map[read]answer{}
 	now := time.Now()
-	spendBy := func(dim, period string) (map[string]costmodel.NanoUSD, error) {
+	spendBy := func(l *compiledLimit) (map[string]costmodel.NanoUSD, error) {
+		dim, period := l.dims[0], l.period
 		r := read{dim, period}
-		if v, ok := reads[r]; ok {
-			return v, nil
+		if a, ok := reads[r]; ok {
+			return a.v, knownSpend(a.err, l.failClosed)
 		}
 		from, to, err := ledger.Period(period, now, time.UTC)
 		if err != nil {
@@ -271,11 +303,13 @@ func (g *Gate) ledgerCounters(ctx context.Context, st *state, tenant string, see
 		} else {
 			v, err = g.ledger.KeySpend(ctx, tenant, from, to)
 		}
-		var local *ledger.LocalSpendError
-		if err != nil && !errors.As(err, &local) {
+		if err := knownSpend(err, false); err != nil {
 			return nil, fmt.Errorf("gate: spend of %s by %s: %w", tenant, dim, err)
 		}
-		reads[r] = v
+		reads[r] = answer{v, err}
+		if err := knownSpend(err, l.failClosed); err != nil {
+			return nil, fmt.Errorf("gate: spend of %s by %s: %w", tenant, dim, err)
+		}
 		return v, nil
 	}
 	type counter struct {
@@ -298,7 +332,7 @@ func (g *Gate) ledgerCounters(ctx context.Context, st *state, tenant string, see
 		case "tenant":
 			add(&Caller{Tenant: tenant}, -1)
 		case "user", "api_key":
-			by, err := spendBy(l.dims[0], l.period)
+			by, err := spendBy(l)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -473,60 +507,76 @@ func (g *Gate) tenantPlan(st *state, tenant string) (plan string, known bool) {
 // its capacity once more, rather than the tenant's every user's spend
 // refuse callers who spent none of it).
 func (g *Gate) budgetSpent(ctx context.Context, st *state, l *compiledLimit, c *Caller, key string, lost bool, userless []string) (int64, error) {
+	queries := l.spendQueries(c, userless)
+	spent, err := g.sumSpend(ctx, l, c, queries, "")
+	if err != nil || g.regions == nil {
+		return max(spent, 0), err
+	}
+	// The ledger's spend is every region's: this region's own entries
+	// count apart (see Regions.spent).
+	own, err := g.sumSpend(ctx, l, c, queries, st.cfg.Region)
+	if err != nil {
+		return 0, err
+	}
+	return max(g.regions.spent(ctx, l.limit, key, spent, own, lost), 0), nil
+}
+
+// spendQueries are the ledger's queries whose spend, summed, is what
+// caller c spent of the configured budget l this period (see
+// budgetSpent).
+func (l *compiledLimit) spendQueries(c *Caller, userless []string) []ledger.SpendQuery {
 	q := ledger.SpendQuery{Tenant: c.Tenant, Period: l.period}
-	var queries []ledger.SpendQuery
 	switch {
 	case l.dims[0] == "user" && c.User == "", l.dims[0] == "api_key" && c.KeyID == "":
+		var queries []ledger.SpendQuery
 		if l.dims[0] == "user" {
 			for _, id := range userless {
 				queries = append(queries, ledger.SpendQuery{Tenant: c.Tenant, Period: l.period, KeyID: id})
 			}
 		}
+		return queries
 	case l.dims[0] == "user":
 		q.User = c.User
-		queries = []ledger.SpendQuery{q}
 	case l.dims[0] == "api_key":
 		q.KeyID = c.KeyID
-		queries = []ledger.SpendQuery{q}
-	default:
-		queries = []ledger.SpendQuery{q}
 	}
-	read := func(q ledger.SpendQuery) (costmodel.NanoUSD, error) {
-		v, err := g.ledger.Spend(ctx, q)
-		if err != nil {
-			var local *ledger.LocalSpendError
-			if !errors.As(err, &local) {
-				return 0, fmt.Errorf("gate: spend of %s for %s: %w", c.Tenant, l.limit.Name, err)
-			}
-			v = local.Spend
-		}
-		return v, nil
-	}
-	var spent, own costmodel.NanoUSD
+	return []ledger.SpendQuery{q}
+}
+
+// sumSpend sums the ledger's spend of queries, the entries of region
+// only unless region is empty; an unknown spend is an error (see
+// knownSpend).
+func (g *Gate) sumSpend(ctx context.Context, l *compiledLimit, c *Caller, queries []ledger.SpendQuery, region string) (int64, error) {
+	var sum costmodel.NanoUSD
 	for _, q := range queries {
-		v, err := read(q)
-		if err != nil {
-			return 0, err
+		q.Region = region
+		v, err := g.ledger.Spend(ctx, q)
+		if err := knownSpend(err, l.failClosed); err != nil {
+			return 0, fmt.Errorf("gate: spend of %s for %s: %w", c.Tenant, l.limit.Name, err)
 		}
-		if spent += v; spent < v {
-			spent = math.MaxInt64 // the ledger saturates a sum; so does this one
-		}
-		if g.regions != nil && lost {
-			// The ledger's spend is every region's; after a data
-			// loss this region's own entries count too.
-			q.Region = st.cfg.Region
-			if v, err = read(q); err != nil {
-				return 0, err
-			}
-			if own += v; own < v {
-				own = math.MaxInt64
-			}
+		if sum += v; sum < v {
+			sum = math.MaxInt64 // the ledger saturates a sum; so does this one
 		}
 	}
-	if g.regions != nil {
-		spent = costmodel.NanoUSD(g.regions.spent(ctx, l.limit, key, int64(spent), int64(own), lost))
+	return int64(sum), nil
+}
+
+// regionSpent is what the ledger says region spent of the configured
+// budget named budget.Name for key this period (Regions.Spent): its
+// caller's spend as budgetSpent reads it, the region's entries only; 0
+// for a key no configured budget's caller has.
+func (g *Gate) regionSpent(ctx context.Context, budget weighted.Limit, key, region string) (int64, error) {
+	st := g.state.Load()
+	tenant := weighted.HashTag(key)
+	for _, l := range st.limits {
+		if !l.budget || l.fixedKey != "" || l.limit.Name != budget.Name {
+			continue
+		}
+		if c, ok := l.callerOfKey(tenant, key); ok {
+			return g.sumSpend(ctx, l, c, l.spendQueries(c, nil), region)
+		}
 	}
-	return max(int64(spent), 0), nil
+	return 0, nil
 }
 
 // extraSpent is what the ledger says was spent of item it, a counter of
@@ -561,28 +611,31 @@ func (g *Gate) levelCounters(ctx context.Context, tenant string, items []weighte
 		return items, counted, nil
 	}
 	type span struct{ from, to time.Time }
-	keys := map[span]map[string]costmodel.NanoUSD{}
-	spend := func(lb LevelBudget, from, to time.Time) (costmodel.NanoUSD, error) {
-		var local *ledger.LocalSpendError
+	type answer struct {
+		byKey map[string]costmodel.NanoUSD
+		err   error // the read's, a *ledger.LocalSpendError
+	}
+	keys := map[span]answer{}
+	spend := func(lb LevelBudget, l *compiledLimit, from, to time.Time) (costmodel.NanoUSD, error) {
 		if lb.KeyIDs == nil {
 			v, err := g.ledger.Spend(ctx, ledger.SpendQuery{Tenant: tenant, From: from, To: to})
-			if err != nil && errors.As(err, &local) {
-				err = nil
-			}
-			return v, err
+			return v, knownSpend(err, l.failClosed)
 		}
-		byKey, ok := keys[span{from, to}]
+		a, ok := keys[span{from, to}]
 		if !ok {
-			var err error
-			byKey, err = g.ledger.KeySpend(ctx, tenant, from, to)
-			if err != nil && !errors.As(err, &local) {
+			byKey, err := g.ledger.KeySpend(ctx, tenant, from, to)
+			if err := knownSpend(err, false); err != nil {
 				return 0, err
 			}
-			keys[span{from, to}] = byKey
+			a = answer{byKey, err}
+			keys[span{from, to}] = a
+		}
+		if err := knownSpend(a.err, l.failClosed); err != nil {
+			return 0, err
 		}
 		var v costmodel.NanoUSD
 		for _, id := range lb.KeyIDs {
-			v += byKey[id]
+			v += a.byKey[id]
 		}
 		return v, nil
 	}
@@ -595,7 +648,7 @@ func (g *Gate) levelCounters(ctx context.Context, tenant string, items []weighte
 		}
 		seen[l.limit.Name+"\x00"+l.fixedKey] = true
 		from, to := ll.spendRange(now)
-		v, err := spend(lb, from, to)
+		v, err := spend(lb, l, from, to)
 		if err != nil {
 			return nil, nil, fmt.Errorf("gate: spend of %s for %s: %w", tenant, l.limit.Name, err)
 		}

@@ -68,15 +68,16 @@ func compileBudget(b config.BudgetConfig) *compiledLimit {
 	}
 	l.Lease = b.Lease.Weighted(l.Rate)
 	return &compiledLimit{
-		limit:     l,
-		unit:      "usd",
-		cost:      config.Units["usd"],
-		plans:     b.Plans,
-		dims:      []string{b.Scope},
-		dimension: b.Scope,
-		budget:    true,
-		period:    b.Period,
-		tagged:    true,
+		limit:      l,
+		unit:       "usd",
+		cost:       config.Units["usd"],
+		plans:      b.Plans,
+		dims:       []string{b.Scope},
+		dimension:  b.Scope,
+		budget:     true,
+		period:     b.Period,
+		tagged:     true,
+		failClosed: b.OnStoreFailure == "fail_closed",
 	}
 }
 

@@ -142,3 +142,149 @@ func TestNewCtrAtkLedgerDownChangeAnswers(t *testing.T) {
 		t.Fatalf("$0.001 of the $0.003 left refused after the rename")
 	}
 }
+
+// TestNewCtrAtkLedgerDownReload: a tenant spends its $0.01 day budget
+// (recorded in a PostgreSQL ledger, flushed); the ledger's database goes
+// down; a reload renames the budget, makes it monthly, or keys it by
+// user. The restore before the first debit of the new counter cannot
+// read the ledger: it answers from this node's last read of the same
+// query plus its own records since. A query never read before (another
+// period, another scope) is unknown spend: a fail-closed budget must not
+// admit on it, and says so with a 503 (the limiter cannot decide), not a
+// 402 (gate.ErrSpendUnknown); a fail-open one keeps serving on what this
+// node knows, at most its amount once more. Once the database is back,
+// the restore reads it and the spent budget answers 402.
+func TestNewCtrAtkLedgerDownReload(t *testing.T) {
+	for _, posture := range []string{"fail_closed", "fail_open"} {
+		for _, tc := range []struct{ name, after string }{
+			{"renamed", "name: daily-usd"},
+			{"monthly", "name: daily, period: month"},
+			{"user scope", "name: daily, scope: user"},
+		} {
+			t.Run(posture+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				srv, pg, dir := redistest.New(t), pgtest.NewPrivate(t), t.TempDir()
+				store := fmt.Sprintf("redis: %q", srv.URL)
+				ledger := fmt.Sprintf("dsn: %q", pg.URL())
+				budget := func(fields string) string { return fields + ", on_store_failure: " + posture }
+				g := openYAML(t, newCtrAtkYAML(dir, store, ledger, budget("name: daily")))
+				acme := g.Identify("cg-acme")
+				if n, d := admitN(t, g, acme, costmodel.Estimate{Cost: usd("0.001")}, 20); n != 10 || d.Status != http.StatusPaymentRequired {
+					t.Fatalf("spending the budget: %d admitted, then %d", n, d.Status)
+				}
+				if err := g.Ledger().Flush(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				pg.Stop()
+				if err := g.Apply(mustParse(t, newCtrAtkYAML(dir, store, ledger, budget(tc.after)))); err != nil {
+					t.Fatal(err)
+				}
+				start := time.Now()
+				n := newCtrAtkHammer(t, g, "cg-acme", 4, 5)
+				t.Logf("20 requests in %v: %d admitted", time.Since(start).Round(time.Millisecond), n)
+				known := tc.name == "renamed" // its query was read before the outage
+				switch {
+				case (known || posture == "fail_closed") && n != 0:
+					t.Errorf("a spent $0.01 day budget, %s while the ledger is down: %d of $0.001 admitted on its new counter", tc.name, n)
+				case n > 10:
+					t.Errorf("a spent $0.01 day budget, %s while the ledger is down: %d of $0.001 admitted on its new counter, more than its amount again", tc.name, n)
+				}
+				_, d := admitN(t, g, g.Identify("cg-acme"), costmodel.Estimate{Cost: usd("0.001")}, 1)
+				want := http.StatusPaymentRequired
+				if !known && posture == "fail_closed" {
+					want = http.StatusServiceUnavailable // unknown spend
+				}
+				if d.Status != want {
+					t.Errorf("%s while the ledger is down: answered %d, want %d", tc.name, d.Status, want)
+				}
+				if !known && posture == "fail_open" {
+					return // its new counter holds what it admitted meanwhile
+				}
+				pg.Start()
+				for end := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+					n, d := admitN(t, g, g.Identify("cg-acme"), costmodel.Estimate{Cost: usd("0.001")}, 1)
+					if n != 0 {
+						t.Fatalf("%s, the database back: $0.001 admitted on a spent budget", tc.name)
+					}
+					if d.Status == http.StatusPaymentRequired {
+						break
+					}
+					if time.Now().After(end) {
+						t.Fatalf("%s, the database back for 20 s: still answered %d, want 402", tc.name, d.Status)
+					}
+				}
+			})
+		}
+	}
+}
+
+// newCtrAtkRegionYAML is regAtkGate's configuration with the budget
+// budget (its YAML flow fields after its amount).
+func newCtrAtkRegionYAML(dir, region, redis, dsn, budget string) string {
+	return fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+region: %s
+regions: {names: [eu, us], interval: 50ms}
+store: {redis: %q}
+ledger: {dsn: %q}
+tenants:
+  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
+budgets:
+  - {scope: tenant, amount: "0.01", %s}
+`, dir, region, redis, dsn, budget)
+}
+
+// TestNewCtrAtkRegionsReload: two regions (eu, us) share acme's $0.01 day
+// budget; acme spends what it can of it ($0.001 a request) in both for a
+// while, rebalances included; then the shared file renames the budget or
+// makes it monthly, and both regions reload it. The ledger holds the
+// day's spend; the new budget's caps and counters must count it: the
+// requests admitted before and after the change together fit $0.01 (10).
+func TestNewCtrAtkRegionsReload(t *testing.T) {
+	for _, tc := range []struct{ name, after string }{
+		{"renamed", "name: daily-usd"},
+		{"monthly", "name: daily, period: month"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dsn := pgtest.New(t)
+			type region struct {
+				name, dir, redis string
+				g                *gate.Gate
+			}
+			rs := []*region{{name: "eu"}, {name: "us"}}
+			for _, r := range rs {
+				r.dir, r.redis = t.TempDir(), redistest.New(t).URL
+				r.g = openYAML(t, newCtrAtkRegionYAML(r.dir, r.name, r.redis, dsn, "name: daily"))
+			}
+			spend := func(d time.Duration) (n int) {
+				for end := time.Now().Add(d); time.Now().Before(end); {
+					for _, r := range rs {
+						if regAtkSpend(t, r.g, usd("0.001")) {
+							n++
+						} else {
+							time.Sleep(5 * time.Millisecond)
+						}
+					}
+				}
+				return n
+			}
+			before := spend(2 * time.Second)
+			for _, r := range rs {
+				if err := r.g.Ledger().Flush(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, r := range rs {
+				if err := r.g.Apply(mustParse(t, newCtrAtkRegionYAML(r.dir, r.name, r.redis, dsn, tc.after))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			after := spend(2 * time.Second)
+			t.Logf("admitted: %d before the reload, %d after", before, after)
+			if before+after > 10 {
+				t.Errorf("two regions sharing a $0.01 day budget admitted %d of $0.001 before it was %s and %d after: %d in all", before, tc.name, after, before+after)
+			}
+		})
+	}
+}

@@ -322,7 +322,9 @@ func (r *Reservation) check(ctx context.Context) Decision {
 	for i := range r.items { // a check reserves nothing: its items are its own
 		r.items[i].Cost = max(r.items[i].Cost, 1)
 	}
-	r.restoreCounters(ctx)
+	if r.restoreCounters(ctx) != nil {
+		return r.overloaded()
+	}
 	res, err := r.g.store.Peek(ctx, r.items)
 	if d, undecided := r.undecided(err); undecided {
 		return d
@@ -355,7 +357,9 @@ func (r *Reservation) debit(ctx context.Context) Decision {
 	if len(r.items) == 0 {
 		return Decision{Outcome: telemetry.OutcomeAllow}
 	}
-	r.restoreCounters(ctx)
+	if r.restoreCounters(ctx) != nil {
+		return r.overloaded()
+	}
 	res, err := r.g.store.DebitInto(ctx, r.resID, r.items, r.statesBuf[:])
 	if d, undecided := r.undecided(err); undecided {
 		return d

@@ -190,8 +190,11 @@ const restoreTimeout = 10 * time.Second
 // gave such counters (see state.moved), until the tenant's are restored.
 // A restore started before the change did not count it: it is asked
 // again, a few times at most. A restore that fails leaves the marks for
-// the next request, and r is decided on the counters as they are.
-func (r *Reservation) restoreCounters(ctx context.Context) {
+// the next request. r is then decided on the counters as they are (the
+// store out: the local fallback's, restored in its place), unless the
+// spend is unknown (ErrSpendUnknown): restoreCounters returns that error,
+// and r must not be decided.
+func (r *Reservation) restoreCounters(ctx context.Context) error {
 	moved := false
 	if r.g.planMovedN.Load() > 0 {
 		_, moved = r.g.planMoved.Load(r.req.Caller.Tenant)
@@ -200,11 +203,14 @@ func (r *Reservation) restoreCounters(ctx context.Context) {
 		if _, ok := st.restored.Load(r.req.Caller.Tenant); !ok || moved {
 			if err := r.g.ReconcileTenant(ctx, r.req.Caller.Tenant); err != nil {
 				r.g.log.Warn("a tenant's changed budget counters could not be restored from the ledger", "tenant", r.req.Caller.Tenant, "err", err)
+				if errors.Is(err, ErrSpendUnknown) {
+					return err
+				}
 			}
 		}
 	}
 	if !r.unrestored {
-		return
+		return nil
 	}
 	for range maxRestores {
 		tenant := ""
@@ -215,13 +221,17 @@ func (r *Reservation) restoreCounters(ctx context.Context) {
 			}
 		}
 		if tenant == "" {
-			return
+			return nil
 		}
 		if err := r.g.ReconcileTenant(ctx, tenant); err != nil {
 			r.g.log.Warn("a changed budget's counter could not be restored from the ledger", "tenant", tenant, "err", err)
-			return
+			if errors.Is(err, ErrSpendUnknown) {
+				return err
+			}
+			return nil
 		}
 	}
+	return nil
 }
 
 // reconcileLoop reconciles the budgets every interval, and as soon as the

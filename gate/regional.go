@@ -24,7 +24,8 @@ func (g *Gate) openRegions(ctx context.Context, cfg *config.Config) error {
 		return fmt.Errorf("gate: regions: %w", config.RedactErr(err))
 	}
 	g.closers = append(g.closers, func() error { pool.Close(); return nil })
-	rg, err := NewRegions(pool, g.store, RegionsConfig{Region: cfg.Region, Regions: rc.Names, Interval: rc.Interval, MinShare: rc.MinShare})
+	rg, err := NewRegions(pool, g.store, RegionsConfig{Region: cfg.Region, Regions: rc.Names, Interval: rc.Interval, MinShare: rc.MinShare,
+		Spent: g.regionSpent})
 	if err != nil {
 		return err
 	}
@@ -60,7 +61,8 @@ func (g *Gate) regional(ctx context.Context, l *compiledLimit, key string) (lim 
 
 // spent is what this region has spent of budget l for key, at least: the
 // count its Redis is restored to. A scheduled check (lost false) takes
-// what it last reported. After its Redis lost its data (lost), that is
+// the larger of what it last reported and own, the spend of the entries
+// this region recorded. After its Redis lost its data (lost), that is
 // raised, at most to its cap, to the larger of two readings of the
 // ledger: own, the spend of the entries this region recorded, and the
 // ledger's spend (every region's, ledger) less what the other regions
@@ -70,7 +72,7 @@ func (g *Gate) regional(ctx context.Context, l *compiledLimit, key string) (lim 
 // which name no region, but is low when another region reported spend
 // its ledger entries do not show yet (its spool lags its Redis), so
 // alone it would let this region spend twice what it spent since its
-// last report. (A scheduled check raises it neither way: the others'
+// last report. (A scheduled check does not take the second: the others'
 // spend since their reports would count as this region's.) When the rows
 // cannot be read, the others count for nothing (the whole ledger's
 // spend, at most the cap, which refuses rather than admits).
@@ -84,7 +86,10 @@ func (g *Regions) spent(ctx context.Context, l weighted.Limit, key string, ledge
 	}
 	g.mu.Unlock()
 	if !lost {
-		return used
+		// Its own entries are its spend, at least: a counter a change
+		// gave a new key counts the region's spend of its period under
+		// the old one.
+		return max(used, own)
 	}
 	var rowCap, rowUsed, others int64
 	var hasRow bool

@@ -57,6 +57,14 @@ type RegionsConfig struct {
 	// periods' caps at once. nil means PostgreSQL's clock, measured
 	// against Now at every rebalance.
 	SharedNow func() time.Time
+	// Spent is what the ledger says region spent this period of budget
+	// (the limit's name) for key. A region without a row of a key has
+	// taken no cap of it, but may have spent in its period: a budget a
+	// change gave a new key (renamed, another period) starts without
+	// rows while the regions spent under the old one. A rebalance counts
+	// the spend of each region without a row as used (see seeds). nil
+	// counts none.
+	Spent func(ctx context.Context, budget weighted.Limit, key, region string) (int64, error)
 }
 
 // Validate reports whether the config is usable.
@@ -109,6 +117,14 @@ type capKey struct {
 	period string // the window's name, such as "day:20423" or "month:2026-12"
 }
 
+// capRow is a region's row of a cap.
+type capRow struct {
+	cap, used int64
+	rate      float64
+	target    int64 // a lowering announced, -1 for none
+	since     time.Time
+}
+
 type regionCap struct {
 	first sync.Mutex     // held while the cap is read the first time
 	limit weighted.Limit // the budget, Rate = B
@@ -121,6 +137,10 @@ type regionCap struct {
 	// refused is the cost this region refused for the budget since the
 	// last rebalance: demand that its spend does not show.
 	refused int64
+	// seeds is what the ledger said each region had spent of the key's
+	// period when this region first found regions without a row of it
+	// (see seeds); nil until then.
+	seeds map[string]int64
 }
 
 // NewRegions returns the caps of region cfg.Region, kept in db and
@@ -565,16 +585,10 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 	if err != nil {
 		return fmt.Errorf("gate: regions: read: %w", err)
 	}
-	type row struct {
-		cap, used int64
-		rate      float64
-		target    int64 // a lowering announced, -1 for none
-		since     time.Time
-	}
-	all := map[string]row{}
+	all := map[string]capRow{}
 	for rows.Next() {
 		var name string
-		var r row
+		var r capRow
 		if err := rows.Scan(&name, &r.cap, &r.used, &r.rate, &r.target, &r.since); err != nil {
 			rows.Close()
 			return fmt.Errorf("gate: regions: read: %w", err)
@@ -586,8 +600,22 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 		return fmt.Errorf("gate: regions: read: %w", err)
 	}
 	// A region without a row has taken nothing: it spends nothing until
-	// it writes one, here, under the lock.
+	// it writes one, here, under the lock. What it spent before counts as
+	// used: this region's, raised to the ledger's reading; the others',
+	// as rows of no cap that are not written.
+	seeds, err := g.seeds(ctx, c, k, lim, all)
+	if err != nil {
+		return err
+	}
+	for r, v := range seeds {
+		if _, ok := all[r]; !ok && r != g.cfg.Region {
+			all[r] = capRow{used: v, target: -1}
+		}
+	}
 	mine, had := all[g.cfg.Region]
+	if !had {
+		used = max(used, seeds[g.cfg.Region])
+	}
 	// The region's demand is what it spent and what its cap refused: a
 	// region stopped at its cap spends nothing, and would otherwise look
 	// idle to the others for as long as it stays stopped.
@@ -669,6 +697,41 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 		g.setCap(k, inproc, total, used, mine.rate, refused, now)
 	}
 	return nil
+}
+
+// seeds returns what the ledger says each region without a row of cap
+// key k (rows all) spent of budget lim in k's period, read once per key
+// and period: a region without a row spends nothing of the key until it
+// writes one, so what it spent before, under the budget's old key, does
+// not change. (A region that had not reloaded the change yet when they
+// were read spends on under the old key until it does: by at most what it
+// admits in that time, the regions together may spend more than the
+// budget.) Nil when every region has a row, or without Spent.
+func (g *Regions) seeds(ctx context.Context, c *regionCap, k capKey, lim weighted.Limit, all map[string]capRow) (map[string]int64, error) {
+	if g.cfg.Spent == nil || len(all) >= len(g.cfg.Regions) {
+		return nil, nil
+	}
+	g.mu.Lock()
+	seeds := c.seeds
+	g.mu.Unlock()
+	if seeds != nil {
+		return seeds, nil
+	}
+	seeds = make(map[string]int64, len(g.cfg.Regions))
+	for _, r := range g.cfg.Regions {
+		if _, ok := all[r]; ok {
+			continue
+		}
+		v, err := g.cfg.Spent(ctx, lim, k.key, r)
+		if err != nil {
+			return nil, fmt.Errorf("gate: regions: %s %s: the spend of region %s: %w", k.budget, k.key, r, err)
+		}
+		seeds[r] = v
+	}
+	g.mu.Lock()
+	c.seeds = seeds
+	g.mu.Unlock()
+	return seeds, nil
 }
 
 // lowering is a region's cap when it computes next, at most its row's cap

@@ -73,6 +73,7 @@ func (l *Ledger) spendBy(ctx context.Context, by, tenant string, from, to time.T
 		}
 		return l.localSpendBy(by, k, err)
 	}
+	l.answered(readAt)
 	l.keyReads.put(k, keySpendRead{values: v, pos: applied, at: readAt})
 	return v, nil
 }
@@ -117,7 +118,7 @@ func (l *Ledger) localSpendBy(by string, k spendQueryKey, storeErr error) (map[s
 	last, ok := l.keyReads.get(k)
 	from, partial := l.pendingFrom(last.pos, ok)
 	out := make(map[string]costmodel.NanoUSD, len(last.values))
-	le := &LocalSpendError{ReadAt: last.at, Partial: partial, Err: storeErr}
+	le := &LocalSpendError{ReadAt: last.at, Partial: partial, Unknown: !ok && l.answeredAfter(k.from), Err: storeErr}
 	for id, v := range last.values {
 		out[id] = v
 		le.Stored = addSat(le.Stored, v)

@@ -36,6 +36,7 @@ type Ledger struct {
 
 	spendReads readCache[spendRead]    // Spend's last reads, for its answers while the store fails
 	keyReads   readCache[keySpendRead] // KeySpend's and UserSpend's, likewise
+	lastAnswer atomic.Int64            // Unix microseconds, by cfg.Now, when the store last answered (see answered); 0: not since Open
 
 	mu       sync.Mutex
 	applied  int64         // spool position in the store
@@ -512,6 +513,7 @@ func (l *Ledger) flushLoop(ctx context.Context) {
 		if err := l.spool.markApplied(pos); err != nil {
 			l.cfg.Logf("%v", err)
 		}
+		l.answered(l.cfg.Now())
 		l.mu.Lock()
 		l.applied, l.lastErr = pos, nil
 		if pos >= end {

@@ -43,13 +43,21 @@ type LocalSpendError struct {
 	// reached the store and left the spool before the store failed (more
 	// than Config.SegmentSize of records ago); they are not counted.
 	Partial bool
+	// Unknown reports that the store may hold spend of the query's range
+	// that Spend does not count: no read of the query since Open (Stored
+	// is 0), and the range begins before the store last answered this
+	// node (or it has not answered since Open). A caller that restores a
+	// limit from the value must not take it for the spend.
+	Unknown bool
 	// Err is the store's error.
 	Err error
 }
 
 func (e *LocalSpendError) Error() string {
 	read := "no earlier read"
-	if !e.ReadAt.IsZero() {
+	if e.Unknown {
+		read = "no earlier read, the store's part unknown"
+	} else if !e.ReadAt.IsZero() {
 		read = "read at " + e.ReadAt.UTC().Format(time.RFC3339)
 	}
 	return fmt.Sprintf("ledger: spend from this node's records (%s, %s stored + %s pending): %v",
@@ -107,9 +115,25 @@ func (l *Ledger) localSpend(k spendQueryKey, storeErr error) (costmodel.NanoUSD,
 	}
 	le := &LocalSpendError{
 		Spend: addSat(last.value, pending), Stored: last.value, ReadAt: last.at,
-		Pending: pending, Partial: partial, Err: storeErr,
+		Pending: pending, Partial: partial, Unknown: !ok && l.answeredAfter(k.from), Err: storeErr,
 	}
 	return le.Spend, le
+}
+
+// answered records that the store answered this node (an applied batch, a
+// read) at now.
+func (l *Ledger) answered(now time.Time) {
+	if t := now.UnixMicro(); l.lastAnswer.Load() < t {
+		l.lastAnswer.Store(t)
+	}
+}
+
+// answeredAfter reports whether the store may hold this node's records
+// created at from (Unix microseconds) or later: it answered at from or
+// later, or not since Open.
+func (l *Ledger) answeredAfter(from int64) bool {
+	t := l.lastAnswer.Load()
+	return t == 0 || t >= from
 }
 
 // pendingFrom is where the spool's records a read at pos does not hold

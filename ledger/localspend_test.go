@@ -88,8 +88,14 @@ func TestSpendWhileTheStoreIsDown(t *testing.T) {
 		want ledger.LocalSpendError
 	}{
 		{"read before", month, ledger.LocalSpendError{Spend: 13_000, Stored: 4_000, ReadAt: t0.Add(time.Hour), Pending: 9_000, Partial: true}},
-		{"never read: only what the store lacks", ann, ledger.LocalSpendError{Spend: 7_000, Pending: 7_000}},
-		{"one region", ledger.SpendQuery{Tenant: "acme", Region: "us", Period: "month", At: t0}, ledger.LocalSpendError{Spend: 2_000, Pending: 2_000}},
+		// A query never read counts only what the store lacks, and says
+		// that the store's part is unknown: the store answered (a flush)
+		// after the range began.
+		{"never read: only what the store lacks", ann, ledger.LocalSpendError{Spend: 7_000, Pending: 7_000, Unknown: true}},
+		{"one region", ledger.SpendQuery{Tenant: "acme", Region: "us", Period: "month", At: t0}, ledger.LocalSpendError{Spend: 2_000, Pending: 2_000, Unknown: true}},
+		// A range that begins after the store last answered holds none of
+		// this node's records there: what the spool holds is all of it.
+		{"never read, begun after the store's last answer", ledger.SpendQuery{Tenant: "acme", From: t0.Add(2 * time.Hour), To: t0.Add(3 * time.Hour)}, ledger.LocalSpendError{}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			sp, err := l.Spend(ctx, c.q)

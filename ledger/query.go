@@ -273,6 +273,7 @@ func (l *Ledger) Spend(ctx context.Context, q SpendQuery) (costmodel.NanoUSD, er
 		}
 		return l.localSpend(k, err)
 	}
+	l.answered(readAt)
 	l.spendReads.put(k, spendRead{value: v, pos: applied, at: readAt})
 	return v, nil
 }
