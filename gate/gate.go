@@ -106,6 +106,18 @@ type state struct {
 	moved       bool
 	restored    sync.Map // tenant -> struct{}
 	allRestored atomic.Bool
+
+	// inflight counts the reservations decided on this state's counters
+	// whose ledger entries are not written yet (see Reservation.track).
+	// superseded tells that a reload that moved budgets replaced this
+	// state: a request identified on it is decided on the active one, and
+	// the restore of the new counters waits for inflight to drain, so
+	// that the ledger it reads holds what was spent on the old ones (see
+	// Gate.drain). prev is the state this one moved budgets from, until
+	// it drained.
+	inflight   atomic.Int64
+	superseded atomic.Bool
+	prev       atomic.Pointer[state]
 }
 
 // Caller is who a request comes from: a tenant, one of its users and the
@@ -352,7 +364,8 @@ func compile(cfg *config.Config) (*state, error) {
 // changes store.redis, ledger.dsn or data_dir is refused, and the active
 // configuration stays.
 func (g *Gate) Apply(cfg *config.Config) error {
-	old := g.state.Load().cfg
+	prev := g.state.Load()
+	old := prev.cfg
 	switch {
 	case cfg.Store.Redis != old.Store.Redis:
 		return errors.New("store.redis changed: restart costgate to change the limiter store")
@@ -375,10 +388,16 @@ func (g *Gate) Apply(cfg *config.Config) error {
 		return err
 	}
 	st.moved = budgetsMoved(old, cfg)
+	if st.moved {
+		st.prev.Store(prev)
+	}
 	g.promoMu.Lock()
 	g.promote(st)
 	g.state.Store(st)
 	g.promoMu.Unlock()
+	if st.moved {
+		prev.superseded.Store(true) // after the store: a request that finds it finds st
+	}
 	if st.moved {
 		// A budget renamed, made monthly, given another scope or plans, or
 		// a tenant given another plan, has counters that have not counted

@@ -288,3 +288,80 @@ func TestNewCtrAtkRegionsReload(t *testing.T) {
 		})
 	}
 }
+
+// TestNewCtrAtkLeasedReload: the same change on a leased budget
+// (lease:), whose decisions come from this replica's local leases: 0.006
+// of the $0.01 spent, a reload renames it or makes it monthly while 8
+// callers reserve $0.001 each; at most the $0.004 left may be admitted.
+func TestNewCtrAtkLeasedReload(t *testing.T) {
+	const lease = ", lease: {max_share: 0.5, ttl: 1m}"
+	for _, tc := range []struct{ name, after string }{
+		{"renamed", "name: daily-usd" + lease},
+		{"monthly", "name: daily, period: month" + lease},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, dir := redistest.New(t), t.TempDir()
+			store := fmt.Sprintf("redis: %q", srv.URL)
+			g := openYAML(t, newCtrAtkYAML(dir, store, "", "name: daily"+lease))
+			acme := g.Identify("cg-acme")
+			if n, _ := admitN(t, g, acme, costmodel.Estimate{Cost: usd("0.001")}, 6); n != 6 {
+				t.Fatalf("spending $0.006: %d admitted", n)
+			}
+			var wg sync.WaitGroup
+			var n int64
+			wg.Go(func() { n = newCtrAtkHammer(t, g, "cg-acme", 8, 10) })
+			if err := g.Apply(mustParse(t, newCtrAtkYAML(dir, store, "", tc.after))); err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			n += newCtrAtkHammer(t, g, "cg-acme", 4, 5)
+			if n > 4 {
+				t.Errorf("a leased $0.01 budget with $0.006 spent, %s under load: %d of $0.001 admitted, at most 4 fit", tc.name, n)
+			}
+		})
+	}
+}
+
+// TestNewCtrAtkIdentifiedBeforeReload: callers identified before a
+// reload renames a budget (a proxy reads the key, then the body) reserve
+// after it, once the new counter is restored: they are decided on the new
+// counter, not the old one, which the restore did not count again: $0.006
+// of $0.01 spent, then 4 callers identified before and 4 after fit $0.004
+// in all.
+func TestNewCtrAtkIdentifiedBeforeReload(t *testing.T) {
+	for _, lease := range []string{"", ", lease: {max_share: 0.5, ttl: 1m}"} {
+		t.Run("lease="+fmt.Sprint(lease != ""), func(t *testing.T) {
+			srv, dir := redistest.New(t), t.TempDir()
+			store := fmt.Sprintf("redis: %q", srv.URL)
+			g := openYAML(t, newCtrAtkYAML(dir, store, "", "name: daily"+lease))
+			est := costmodel.Estimate{Cost: usd("0.001")}
+			if n, _ := admitN(t, g, g.Identify("cg-acme"), est, 6); n != 6 {
+				t.Fatalf("spending $0.006: %d admitted", n)
+			}
+			var early []*gate.Caller
+			for range 4 {
+				early = append(early, g.Identify("cg-acme"))
+			}
+			if err := g.Apply(mustParse(t, newCtrAtkYAML(dir, store, "", "name: daily-usd"+lease))); err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, c := range early {
+				res, d := g.Reserve(context.Background(), &gate.Request{Caller: c, Route: "/v1/chat/completions", Estimate: est})
+				if res == nil {
+					continue
+				}
+				if d.RateLimit == nil || d.RateLimit.Name != "daily-usd" {
+					t.Errorf("a caller identified before the reload was decided on %+v, want the budget's new counter daily-usd", d.RateLimit)
+				}
+				n++
+				res.Record(context.Background())
+				res.Settle(context.Background(), gate.Charge{Cost: est.Cost, HTTPStatus: http.StatusOK})
+			}
+			m, _ := admitN(t, g, g.Identify("cg-acme"), est, 4)
+			if n+m > 4 {
+				t.Errorf("$0.004 left: %d admitted to callers identified before the rename, %d after", n, m)
+			}
+		})
+	}
+}

@@ -157,6 +157,7 @@ type Reservation struct {
 	degraded   bool   // the store failed; the reservation is in the local fallback fb
 	fb         *freshStore
 	leased     atomic.Bool // registered with the renewer (see renewer.remove)
+	tracked    atomic.Bool // counted in st.inflight (see track)
 	learnt     learnedOutput
 
 	outcome  telemetry.Outcome
@@ -222,6 +223,7 @@ func (req *Request) requests() int64 {
 // none. A request with Check set gets no reservation either way.
 func (g *Gate) Reserve(ctx context.Context, req *Request) (*Reservation, Decision) {
 	r := &Reservation{g: g, st: req.Caller.st, req: *req, start: time.Now(), ctx: ctx}
+	r.track()
 	if r.req.ID == "" {
 		r.req.ID = NewID()
 	}
@@ -237,6 +239,7 @@ func (g *Gate) Reserve(ctx context.Context, req *Request) (*Reservation, Decisio
 	} else {
 		if d, refused := r.levelRefusal(); refused {
 			r.record(d.Status)
+			r.untrack()
 			return nil, d
 		}
 		r.learn() // after the refusals that would not give its exposure back
@@ -264,6 +267,7 @@ func (g *Gate) Reserve(ctx context.Context, req *Request) (*Reservation, Decisio
 	if !d.Allowed() || r.req.Check {
 		r.record(d.Status)
 		r.unexpose()
+		r.untrack()
 		return nil, d
 	}
 	// A concurrency limit's lease is renewed until settlement starts (see
@@ -275,6 +279,7 @@ func (g *Gate) Reserve(ctx context.Context, req *Request) (*Reservation, Decisio
 		t.end()
 		if !d.Allowed() {
 			r.record(d.Status)
+			r.untrack()
 			return nil, d
 		}
 	}
@@ -826,6 +831,7 @@ func (r *Reservation) Record(ctx context.Context) (Decision, bool) {
 	t := r.g.begin(ctx, telemetry.StageLedger)
 	err := r.g.ledger.Reserve(ctx, r.entry(ledger.StatusReserved))
 	t.end()
+	r.untrack()
 	if err == nil {
 		r.recorded = true
 		return Decision{}, true
@@ -858,6 +864,7 @@ func (r *Reservation) Cancel(ctx context.Context) {
 // cancel is Cancel; stored tells that the limiter store cancelled the
 // items already (see Gate.end).
 func (r *Reservation) cancel(ctx context.Context, stored bool) {
+	defer r.untrack() // after the limits have it back
 	r.g.renewer.remove(r)
 	r.unexpose()
 	if r.ended {
@@ -936,6 +943,7 @@ func (r *Reservation) Settle(ctx context.Context, c Charge) {
 // caller worked it out already (nil: worked out here); stored tells that
 // the limiter store settled the items already (see Gate.end).
 func (r *Reservation) settle(ctx context.Context, c Charge, actual []int64, stored bool) {
+	defer r.untrack() // once billed
 	r.g.renewer.remove(r)
 	if !r.ended {
 		r.observe(c)

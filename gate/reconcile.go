@@ -32,6 +32,7 @@ import (
 // joined; the other tenants are still reconciled.
 func (g *Gate) ReconcileBudgets(ctx context.Context) error {
 	st := g.state.Load()
+	g.drain(ctx, st)
 	if err := g.ledger.Stats().StoreErr; err != nil {
 		g.tel.Reconcile(telemetry.ReconcileScheduled, err)
 		return fmt.Errorf("gate: reconcile: the ledger's store is failing: %w", err)
@@ -126,7 +127,8 @@ func (g *Gate) restoreTenant(ctx context.Context, tenant string) error {
 // control plane calls it when a change gave one of the tenant's budgets a
 // counter that has not counted its period, and so does the first request
 // that would debit such a counter (see LevelLimit.MarkUnrestored). Calls
-// for one tenant share one restore, which waits for the ledger records
+// for one tenant share one restore, which waits for the requests decided
+// on a configuration a reload replaced (see drain), for the ledger records
 // of the other replicas' requests (Ledger.PeerLag) and this one's; the
 // budgets it restored are then marked restored. It runs apart from ctx's
 // cancellation, for at most restoreTimeout: the requests waiting on it
@@ -141,6 +143,7 @@ func (g *Gate) ReconcileTenant(ctx context.Context, tenant string) error {
 		if d := g.dir.dir.Load(); d != nil {
 			lbs = (*d).Budgets(tenant)
 		}
+		g.drain(ctx, st)
 		err := sleepCtx(ctx, g.ledger.PeerLag())
 		if err == nil && g.ledger.Stats().StoreErr == nil {
 			// While the ledger's database fails, a flush would wait for
