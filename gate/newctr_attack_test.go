@@ -218,23 +218,6 @@ func TestNewCtrAtkLedgerDownReload(t *testing.T) {
 	}
 }
 
-// newCtrAtkRegionYAML is regAtkGate's configuration with the budget
-// budget (its YAML flow fields after its amount).
-func newCtrAtkRegionYAML(dir, region, redis, dsn, budget string) string {
-	return fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-region: %s
-regions: {names: [eu, us], interval: 50ms}
-store: {redis: %q}
-ledger: {dsn: %q}
-tenants:
-  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
-budgets:
-  - {scope: tenant, amount: "0.01", %s}
-`, dir, region, redis, dsn, budget)
-}
-
 // TestNewCtrAtkRegionsReload: two regions (eu, us) share acme's $0.01 day
 // budget; acme spends what it can of it ($0.001 a request) in both for a
 // while, rebalances included; then the shared file renames the budget or
@@ -255,7 +238,7 @@ func TestNewCtrAtkRegionsReload(t *testing.T) {
 			rs := []*region{{name: "eu"}, {name: "us"}}
 			for _, r := range rs {
 				r.dir, r.redis = t.TempDir(), redistest.New(t).URL
-				r.g = openYAML(t, newCtrAtkRegionYAML(r.dir, r.name, r.redis, dsn, "name: daily"))
+				r.g = openYAML(t, regionYAML(r.dir, r.name, r.redis, dsn, "name: daily"))
 			}
 			spend := func(d time.Duration) (n int) {
 				for end := time.Now().Add(d); time.Now().Before(end); {
@@ -276,7 +259,7 @@ func TestNewCtrAtkRegionsReload(t *testing.T) {
 				}
 			}
 			for _, r := range rs {
-				if err := r.g.Apply(mustParse(t, newCtrAtkRegionYAML(r.dir, r.name, r.redis, dsn, tc.after))); err != nil {
+				if err := r.g.Apply(mustParse(t, regionYAML(r.dir, r.name, r.redis, dsn, tc.after))); err != nil {
 					t.Fatal(err)
 				}
 			}

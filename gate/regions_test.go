@@ -310,18 +310,7 @@ func TestRegionCapZeroAdmitsNothing(t *testing.T) {
 // (key cg-acme) and its daily budget of $0.01.
 func regionGate(t *testing.T, dsn, region string) *gate.Gate {
 	t.Helper()
-	cfg, err := config.Parse([]byte(fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-region: %s
-regions: {names: [eu, us], interval: 50ms}
-store: {redis: %q}
-ledger: {dsn: %q}
-tenants:
-  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
-budgets:
-  - {name: daily, scope: tenant, amount: "0.01"}
-`, t.TempDir(), region, redistest.New(t).URL, dsn)))
+	cfg, err := config.Parse([]byte(regionYAML(t.TempDir(), region, redistest.New(t).URL, dsn, "name: daily")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,4 +320,23 @@ budgets:
 	}
 	t.Cleanup(func() { g.Close() })
 	return g
+}
+
+// regionYAML is the configuration of region (eu or us, rebalanced every
+// 50 ms) on Redis redis and the ledger's PostgreSQL at dsn, with tenant
+// acme (key cg-acme) and a tenant budget of $0.01: budget is its YAML
+// flow fields after its amount.
+func regionYAML(dir, region, redis, dsn, budget string) string {
+	return fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+region: %s
+regions: {names: [eu, us], interval: 50ms}
+store: {redis: %q}
+ledger: {dsn: %q}
+tenants:
+  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
+budgets:
+  - {scope: tenant, amount: "0.01", %s}
+`, dir, region, redis, dsn, budget)
 }
