@@ -133,8 +133,11 @@ func (f *freshStore) Peek(ctx context.Context, items []weighted.Item) (res weigh
 // caller sees the stale answer, which is no store failure (the breaker
 // does not count it) and no decision.
 func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err error) bool {
+	if err == nil {
+		return false // before se, which escapes: no allocation per call
+	}
 	var se *weighted.StaleError
-	if err == nil || !errors.As(err, &se) {
+	if !errors.As(err, &se) {
 		return false
 	}
 	for _, tag := range se.Tags {

@@ -126,7 +126,10 @@ func NewID() string {
 		b[6+i] = byte(r1 >> (8 * i))
 	}
 	b[14], b[15] = byte(r2), byte(r2>>8)
-	return "req_" + hex.EncodeToString(b[:])
+	var id [4 + 2*len(b)]byte // "req_" and the hex, made a string in one allocation
+	copy(id[:], "req_")
+	hex.Encode(id[4:], b[:])
+	return string(id[:])
 }
 
 // Reservation is an admitted request's hold on its limits and its ledger
@@ -148,6 +151,7 @@ type Reservation struct {
 	limitsBuf [4]*compiledLimit
 	itemsBuf  [4]weighted.Item
 	statesBuf [4]weighted.ItemState // the debit's result, where the store can keep it (see freshStore.DebitInto)
+	actualBuf [4]int64              // the settlement's actual costs, where they fit (see settle)
 	result    weighted.Result
 	// unrestored tells that a level budget of the caller waits for its
 	// counter's restore (see LevelLimit.MarkUnrestored).
@@ -306,9 +310,14 @@ func (r *Reservation) collect() {
 		r.items = append(r.items, weighted.Item{Limit: lim, Key: k, Cost: cost})
 	}
 	r.collectLevels()
+	var extras []compiledLimit // the extra limits', in one allocation
+	if len(r.req.Extra) > 0 {
+		extras = make([]compiledLimit, len(r.req.Extra))
+	}
 	for i, e := range r.req.Extra {
-		r.limits = append(r.limits, &compiledLimit{limit: e.Limit, unit: e.Unit, dimension: e.Dimension,
-			shadow: e.Shadow, failClosed: e.FailClosed, extra: i + 1})
+		extras[i] = compiledLimit{limit: e.Limit, unit: e.Unit, dimension: e.Dimension,
+			shadow: e.Shadow, failClosed: e.FailClosed, extra: i + 1}
+		r.limits = append(r.limits, &extras[i])
 		r.items = append(r.items, weighted.Item{Limit: e.Limit, Key: e.Key, Cost: e.Cost})
 	}
 	if r.req.Final {
@@ -439,6 +448,9 @@ func (r *Reservation) served(ctx context.Context) Decision {
 // undecided is false for no error and for a store failure, which the
 // limits' posture answers.
 func (r *Reservation) undecided(err error) (Decision, bool) {
+	if err == nil {
+		return Decision{}, false // before tooBig, which escapes: no allocation per decision
+	}
 	var tooBig *weighted.CostError
 	switch {
 	case errors.As(err, &tooBig):
@@ -951,7 +963,7 @@ func (r *Reservation) settle(ctx context.Context, c Charge, actual []int64, stor
 	if !r.ended && len(r.items) > 0 && !stored {
 		r.ended = true
 		if actual == nil {
-			actual = r.actual(c)
+			actual = r.actualInto(c, r.actualBuf[:0])
 		}
 		if r.ext != nil {
 			r.settleExtended(ctx, actual)
@@ -984,7 +996,17 @@ func (r *Reservation) settle(ctx context.Context, c Charge, actual []int64, stor
 
 // actual is what c costs on each of the reservation's limits.
 func (r *Reservation) actual(c Charge) []int64 {
-	actual := make([]int64, len(r.items))
+	return r.actualInto(c, nil)
+}
+
+// actualInto is actual, in buf when it has room for every limit.
+func (r *Reservation) actualInto(c Charge, buf []int64) []int64 {
+	actual := buf[:0]
+	if cap(actual) < len(r.items) {
+		actual = make([]int64, len(r.items))
+	} else {
+		actual = actual[:len(r.items)]
+	}
 	for i, l := range r.limits {
 		switch {
 		case l.extra > 0:
