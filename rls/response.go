@@ -21,13 +21,14 @@ const (
 
 // respond builds the answer to c from the gate's decisions.
 func respond(t *tree, c *call, out *[numKinds]outcome) *rlsv3.RateLimitResponse {
-	resp := &rlsv3.RateLimitResponse{OverallCode: codeOK}
-	sts := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(c.descs))
-	durs := make([]durationpb.Duration, len(c.descs))
+	a := &answer{}
+	resp := &a.resp
+	resp.OverallCode = codeOK
+	ds := make([]descStatus, len(c.descs))
 	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(c.descs))
-	for i := range c.descs {
-		sts[i].Code = codeOK
-		resp.Statuses[i] = &sts[i]
+	for i := range ds {
+		ds[i].st.Code = codeOK
+		resp.Statuses[i] = &ds[i].st
 	}
 	// The decision that speaks for the request: a refusal, else the
 	// debit's, else the check's, else the charge's (a charge is never a
@@ -55,11 +56,11 @@ func respond(t *tree, c *call, out *[numKinds]outcome) *rlsv3.RateLimitResponse 
 			if dc.kind != kind(k) {
 				continue
 			}
-			refused := describe(t, c, dc, &o.d, &sts[i], &durs[i])
+			refused := describe(t, c, dc, &o.d, &ds[i].st, &ds[i].dur)
 			if dc.kind == kindCharge {
 				// Usage already served is never refused, whatever its
 				// limits say: its status is OK, as the answer is.
-				sts[i].Code = codeOK
+				ds[i].st.Code = codeOK
 				continue
 			}
 			over = refused || over
@@ -72,14 +73,14 @@ func respond(t *tree, c *call, out *[numKinds]outcome) *rlsv3.RateLimitResponse 
 				// carries it.
 				for i := range c.descs {
 					if c.descs[i].kind == kind(k) {
-						sts[i].Code = codeOver
+						ds[i].st.Code = codeOver
 					}
 				}
 			}
 		}
 	}
 	for i := range c.descs {
-		offLimits(c.limitOf(&c.descs[i]), &sts[i])
+		offLimits(c.limitOf(&c.descs[i]), &ds[i].st)
 	}
 	var hs headers
 	if decider != nil && decider.RateLimit != nil {
@@ -121,8 +122,28 @@ func respond(t *tree, c *call, out *[numKinds]outcome) *rlsv3.RateLimitResponse 
 			hs.add("Content-Type", "application/json")
 		}
 	}
-	resp.ResponseHeadersToAdd = hs.list()
+	resp.ResponseHeadersToAdd = hs.listIn(&a.headers)
 	return resp
+}
+
+// answer is a response with room for the headers of most answers (the
+// two RateLimit fields), in one allocation.
+type answer struct {
+	resp    rlsv3.RateLimitResponse
+	headers answerHeaders
+}
+
+// answerHeaders holds the headers of an answer that has at most two.
+type answerHeaders struct {
+	hv [2]corev3.HeaderValue
+	hp [2]*corev3.HeaderValue
+}
+
+// descStatus is a descriptor's status and the duration it points to,
+// allocated together.
+type descStatus struct {
+	st  rlsv3.RateLimitResponse_DescriptorStatus
+	dur durationpb.Duration
 }
 
 // headers collects the headers of an answer, at most maxHeaders, in two
@@ -140,8 +161,21 @@ func (h *headers) add(k, v string) {
 }
 
 func (h *headers) list() []*corev3.HeaderValue {
+	return h.listIn(nil)
+}
+
+// listIn is list, in room when the headers fit there.
+func (h *headers) listIn(room *answerHeaders) []*corev3.HeaderValue {
 	if h.n == 0 {
 		return nil
+	}
+	if room != nil && h.n <= len(room.hv) {
+		out := room.hp[:h.n]
+		for i := range out {
+			room.hv[i].Key, room.hv[i].Value = h.hv[i].Key, h.hv[i].Value
+			out[i] = &room.hv[i]
+		}
+		return out
 	}
 	hv := make([]corev3.HeaderValue, h.n)
 	out := make([]*corev3.HeaderValue, h.n)

@@ -249,7 +249,7 @@ func (s *Server) ask(ctx context.Context, caller *gate.Caller, c *call, k kind) 
 		// A debit is carried out whether or not Envoy waits for the
 		// answer: past its timeout Envoy lets the request through
 		// (failure_mode_deny off, its default), and it counts.
-		ctx = context.WithoutCancel(ctx)
+		ctx = detach(ctx)
 		req.Requests = g.requests
 		req.Estimate.Cost = g.cost
 		req.Final = true
@@ -263,7 +263,7 @@ func (s *Server) ask(ctx context.Context, caller *gate.Caller, c *call, k kind) 
 		// the answer (its filter's timeout is 20 ms by default), and
 		// whatever the limits say: the gate admits it (Served) and the
 		// settlement charges it, debt and clamps included.
-		ctx = context.WithoutCancel(ctx)
+		ctx = detach(ctx)
 		req.Served = true
 		res, d := s.g.Reserve(ctx, &req)
 		if res == nil {
@@ -280,9 +280,9 @@ func (s *Server) ask(ctx context.Context, caller *gate.Caller, c *call, k kind) 
 
 // settle ends an admitted reservation at once: an RLS decision is final.
 // A request that spends money is recorded in the ledger first; one that
-// counts only requests or unpriced tokens spends nothing and is not.
+// counts only requests or unpriced tokens spends nothing and is not. ctx
+// is without cancellation (see detach).
 func (s *Server) settle(ctx context.Context, res *gate.Reservation, c *call, ch gate.Charge, d gate.Decision) gate.Decision {
-	ctx = context.WithoutCancel(ctx)
 	if ch.Cost > 0 && c.tenant != "" {
 		if refused, ok := res.Record(ctx); !ok {
 			if res.Request().Served {
@@ -294,6 +294,18 @@ func (s *Server) settle(ctx context.Context, res *gate.Reservation, c *call, ch 
 	res.Settle(ctx, ch)
 	return d
 }
+
+// detach is ctx without its cancellation, as context.WithoutCancel makes
+// it, under a value of no meaning: a value looked up on WithoutCancel's
+// context itself (the telemetry's span, the tracer's) allocates each time,
+// its Value method boxing its receiver, while a lookup through a context
+// above it does not.
+func detach(ctx context.Context) context.Context {
+	return context.WithValue(context.WithoutCancel(ctx), detachedKey{}, nil)
+}
+
+// detachedKey is the key of detach's value.
+type detachedKey struct{}
 
 // unavailable tells whether a refusal says that costgate cannot decide
 // (the limiter is overloaded or its counters are not restored, the ledger

@@ -142,8 +142,8 @@ func (li *limitInfo) policyField(rl *gate.RateLimit) string {
 
 // field is rl's RateLimit field.
 func (li *limitInfo) field(rl *gate.RateLimit) string {
-	b := make([]byte, 0, len(li.quoted)+32)
-	b = append(b, li.quoted...)
+	var buf [128]byte // on the stack when the field fits: one allocation, the string's
+	b := append(buf[:0], li.quoted...)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, max(rl.Remaining, 0), 10)
 	b = append(b, ";t="...)
