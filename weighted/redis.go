@@ -425,12 +425,25 @@ type group struct {
 	tag  string
 }
 
+// oneGroup is the group of a store that is not sharded, with room for
+// its indexes, in one allocation.
+type oneGroup struct {
+	gs  [1]group
+	idx [4]int
+}
+
 // groups splits items into the groups of the Cluster protocol, in tag order,
 // or returns them as one group when the store is not sharded. Within a
 // group, meters and windows come first, as the scripts want them.
 func (r *Redis) groups(items []Item) []group {
 	if !r.sharded {
-		g := group{idx: make([]int, 0, len(items)), keys: make([]string, 0, len(items)+1)}
+		one := new(oneGroup)
+		g := &one.gs[0]
+		g.idx = one.idx[:0]
+		if len(items) > len(one.idx) {
+			g.idx = make([]int, 0, len(items))
+		}
+		g.keys = make([]string, 0, len(items)+1)
 		for pass := range 2 {
 			for i := range items {
 				if stringState(items[i].Limit.Algorithm) == (pass == 0) {
@@ -439,7 +452,7 @@ func (r *Redis) groups(items []Item) []group {
 			}
 		}
 		g.tag = HashTag(g.keys[0])
-		return []group{g}
+		return one.gs[:]
 	}
 	var gs []group
 	for pass := range 2 {
@@ -567,10 +580,13 @@ func (r *Redis) evalGroup(ctx context.Context, id string, items []Item, ss []spe
 // evalLease is evalGroup, and with op opLease the Lease lc of the group's
 // one item.
 func (r *Redis) evalLease(ctx context.Context, id string, items []Item, ss []spec, g *group, op int64, out []ItemState, lc *LeaseCall) (bool, error) {
-	keys := g.keys
+	// The keys: the group's, then the reservation record's, the markers'
+	// and the lease indexes', in a slice of their own (g.keys is the
+	// group's, for its other calls), made once.
+	record := false
 	for _, i := range g.idx {
 		if op != opPeek && ss[i].hasRecord() && items[i].Cost > 0 {
-			keys = append(keys[:len(keys):len(keys)], r.recordKey(g.tag, id))
+			record = true
 			break
 		}
 	}
@@ -578,19 +594,29 @@ func (r *Redis) evalLease(ctx context.Context, id string, items []Item, ss []spe
 	if r.gens {
 		var tbuf [2]string
 		tags = itemTags(items, g.idx, tbuf[:0])
-		if len(tags) > 0 {
-			keys = keys[:len(keys):len(keys)]
-			for _, t := range tags {
-				keys = append(keys, r.markerKey(t))
-			}
-		}
 	}
 	var lbuf [4]int
 	li := lbuf[:0]
 	for j, i := range g.idx {
 		if items[i].Limit.Lease.On() {
 			li = append(li, j+1)
-			keys = append(keys[:len(keys):len(keys)], r.leaseKey(&items[i]))
+		}
+	}
+	keys := g.keys
+	if more := len(tags) + len(li); record || more > 0 {
+		if record {
+			more++
+		}
+		keys = make([]string, len(g.keys), len(g.keys)+more)
+		copy(keys, g.keys)
+		if record {
+			keys = append(keys, r.recordKey(g.tag, id))
+		}
+		for _, t := range tags {
+			keys = append(keys, r.markerKey(t))
+		}
+		for _, j := range li {
+			keys = append(keys, r.leaseKey(&items[g.idx[j-1]]))
 		}
 	}
 	c := getCall(ctx)
