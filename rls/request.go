@@ -177,7 +177,7 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
 			}
 			switch n.as {
 			case roleTenant:
-				if strings.ContainsAny(v, "{}") {
+				if strings.IndexByte(v, '{') >= 0 || strings.IndexByte(v, '}') >= 0 {
 					return fmt.Errorf("%w: descriptor %d: a tenant must not contain '{' or '}'", errInvalid, i)
 				}
 				if v != "" {
@@ -448,11 +448,7 @@ func (c *call) addExtra(g *group, d *desc, tenant string, rd *commonv3.RateLimit
 // set (an entry's key before its '=' and value), so that the parts of a
 // key cannot run into each other.
 func appendEscaped(b []byte, v string, eq bool) []byte {
-	special := "%:"
-	if eq {
-		special = "%:="
-	}
-	if !strings.ContainsAny(v, special) {
+	if strings.IndexByte(v, '%') < 0 && strings.IndexByte(v, ':') < 0 && (!eq || strings.IndexByte(v, '=') < 0) {
 		return append(b, v...)
 	}
 	for i := 0; i < len(v); i++ {

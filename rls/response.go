@@ -51,12 +51,14 @@ func respond(t *tree, c *call, out *[numKinds]outcome) *rlsv3.RateLimitResponse 
 		}
 		degraded = degraded || o.d.Degraded
 		over := false
+		var ib [8]*limitInfo
+		infos := limitInfos(t, o.d.Limits, ib[:0])
 		for i := range c.descs {
 			dc := &c.descs[i]
 			if dc.kind != kind(k) {
 				continue
 			}
-			refused := describe(t, c, dc, &o.d, &ds[i].st, &ds[i].dur)
+			refused := describe(c, dc, &o.d, infos, &ds[i].st, &ds[i].dur)
 			if dc.kind == kindCharge {
 				// Usage already served is never refused, whatever its
 				// limits say: its status is OK, as the answer is.
@@ -186,11 +188,22 @@ func (h *headers) listIn(room *answerHeaders) []*corev3.HeaderValue {
 	return out
 }
 
+// limitInfos appends to buf the description of each limit of states, by
+// name (nil for a name the tree does not know), and returns it: looked up
+// once per decision rather than once per descriptor.
+func limitInfos(t *tree, states []gate.LimitState, buf []*limitInfo) []*limitInfo {
+	for i := range states {
+		buf = append(buf, t.limits[states[i].Name])
+	}
+	return buf
+}
+
 // describe fills st, the status of descriptor dc from decision d, and
-// tells whether it is OVER_LIMIT. A descriptor shows its own limit and,
-// when it names the caller's tenant, the tenant's limits and budgets: the
-// one that refused it (the longest wait), else the most spent.
-func describe(t *tree, c *call, dc *desc, d *gate.Decision, st *rlsv3.RateLimitResponse_DescriptorStatus, dur *durationpb.Duration) bool {
+// tells whether it is OVER_LIMIT. infos describes d's limits (see
+// limitInfos). A descriptor shows its own limit and, when it names the
+// caller's tenant, the tenant's limits and budgets: the one that refused
+// it (the longest wait), else the most spent.
+func describe(c *call, dc *desc, d *gate.Decision, infos []*limitInfo, st *rlsv3.RateLimitResponse_DescriptorStatus, dur *durationpb.Duration) bool {
 	g := &c.groups[dc.kind]
 	var own *limitInfo
 	key := ""
@@ -201,7 +214,7 @@ func describe(t *tree, c *call, dc *desc, d *gate.Decision, st *rlsv3.RateLimitR
 	var bestInfo *limitInfo
 	for i := range d.Limits {
 		ls := &d.Limits[i]
-		info := t.limits[ls.Name]
+		info := infos[i]
 		if info == nil && own != nil && ls.Name == own.current.Name {
 			info = own // a limit override's, which no configuration names
 		}
