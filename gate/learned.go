@@ -191,7 +191,7 @@ func (r *Reservation) learn() {
 	if !ok {
 		return
 	}
-	r.learnt = learnedOutput{key: key, on: true}
+	r.learnt = &learnedOutput{key: key, on: true}
 	q := r.st.cfg.Costs.OutputReserve.Quantile
 	if q == 0 {
 		return // learned, not reserved
@@ -228,6 +228,9 @@ func (r *Reservation) learn() {
 // It is safe to call from any goroutine: a held reservation that another
 // replica ended is given back by the one that learns it.
 func (r *Reservation) unexpose() {
+	if r.learnt == nil {
+		return
+	}
 	if x := r.learnt.x.Swap(nil); x != nil {
 		x.give(r.learnt.exposedUSD, r.learnt.exposedT)
 	}
@@ -238,7 +241,7 @@ func (r *Reservation) unexpose() {
 // never reached the upstream, or a held reservation that expired (charged
 // its estimate, not an output) teaches nothing.
 func (r *Reservation) observe(c Charge) {
-	if !r.learnt.on || (c.Status != "" && c.Status != ledger.StatusSettled) || c.Unreached || c.HTTPStatus >= 400 {
+	if r.learnt == nil || !r.learnt.on || (c.Status != "" && c.Status != ledger.StatusSettled) || c.Unreached || c.HTTPStatus >= 400 {
 		return // failed, expired at its estimate, or never reached the upstream
 	}
 	out := c.Usage.OutputTokens
@@ -252,6 +255,9 @@ func (r *Reservation) observe(c Charge) {
 // estimateInput adds the learned estimate to the policies' input.
 func (r *Reservation) estimateInput(e *policies.Estimate) {
 	e.OutputBasis = "limit"
+	if r.learnt == nil {
+		return
+	}
 	if r.learnt.quantile > 0 {
 		e.OutputQuantile = config.Reserve{Quantile: r.learnt.quantile}.String()
 		e.OutputSamples = int64(min(r.learnt.est.Samples, 1<<62))

@@ -156,13 +156,18 @@ type Reservation struct {
 	// unrestored tells that a level budget of the caller waits for its
 	// counter's restore (see LevelLimit.MarkUnrestored).
 	unrestored bool
-	decision   policies.Decision
-	friction   string // the friction a front door applied (Costgate-Friction)
-	degraded   bool   // the store failed; the reservation is in the local fallback fb
-	fb         *freshStore
-	leased     atomic.Bool // registered with the renewer (see renewer.remove)
-	tracked    atomic.Bool // counted in st.inflight (see track)
-	learnt     learnedOutput
+	// decision is what the ledger and the telemetry keep of the policies'
+	// decision (see decide).
+	decision struct {
+		Outcome policies.Outcome
+		Policy  string
+	}
+	friction string // the friction a front door applied (Costgate-Friction)
+	degraded bool   // the store failed; the reservation is in the local fallback fb
+	fb       *freshStore
+	leased   atomic.Bool    // registered with the renewer (see renewer.remove)
+	tracked  atomic.Bool    // counted in st.inflight (see track)
+	learnt   *learnedOutput // nil: the request's output is not learned (see learn)
 
 	outcome  telemetry.Outcome
 	answer   int            // the status costgate answered with itself
@@ -722,7 +727,7 @@ func (r *Reservation) decide(ctx context.Context, d Decision) Decision {
 		// and the policies that evaluated decide.
 		r.g.log.Error("policy evaluation failed; the other policies decide", "request_id", r.req.ID, "err", err)
 	}
-	r.decision = pd
+	r.decision.Outcome, r.decision.Policy = pd.Outcome, pd.Policy
 	if r.g.capture != nil {
 		r.g.capture.Capture(r.req.ID, in, &pd)
 	}

@@ -915,7 +915,7 @@ func (g *Gate) expireHolds(now time.Time) {
 	hs.mu.Unlock()
 	for _, r := range due {
 		est := r.req.Estimate
-		if r.learnt.applied {
+		if r.learnt != nil && r.learnt.applied {
 			// Nobody reported the answer: it may have used the whole
 			// output limit the learned estimate left unreserved.
 			est = r.learnt.full
