@@ -211,7 +211,9 @@ func (r *Redis) execOn(c *call, tag string, inline bool) (any, error) {
 // returns c's reply: a call without a reply by then is an
 // ErrUnknownOutcome, as one abandoned by its caller. It frees c.
 func (r *Redis) sendInline(b *batch, c *call) (any, error) {
-	r.sendWithin(b, r.callTimeout)
+	if next := r.sendWithin(b, r.callTimeout); next != nil {
+		go r.send(next) // others' calls: not on this caller's goroutine
+	}
 	<-c.wake // done: send signalled it
 	reply, err := c.reply, c.err
 	putCall(c)
@@ -368,17 +370,23 @@ func (r *Redis) queueOf(tag string) *queue {
 	return q
 }
 
-// send runs batch b and hands each call its reply. Then it starts the next
-// batch of b's queue, if calls wait. A call abandoned by its caller is
-// freed, after its debit is cancelled if the reply says it was admitted.
-// It frees b. The script call's context keeps the values of the first
-// call's and ends after ReplyTimeout, whatever the callers' contexts do.
+// send runs batch b and hands each call its reply. Then it runs the next
+// batch of b's queue, if calls wait, and so on: one goroutine carries a
+// queue's batches while calls keep coming. A call abandoned by its caller
+// is freed, after its debit is cancelled if the reply says it was
+// admitted. It frees b. Each script call's context keeps the values of
+// its first call's and ends after ReplyTimeout, whatever the callers'
+// contexts do.
 func (r *Redis) send(b *batch) {
-	r.sendWithin(b, r.replyTimeout)
+	for b != nil {
+		b = r.sendWithin(b, r.replyTimeout)
+	}
 }
 
-// sendWithin is send, the script call ending after d.
-func (r *Redis) sendWithin(b *batch, d time.Duration) {
+// sendWithin runs b as send does, the script call ending after d, and
+// returns the next batch of b's queue, taken from the calls that wait (see
+// nextBatch), for its caller to run; nil when none waits.
+func (r *Redis) sendWithin(b *batch, d time.Duration) *batch {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.calls[0].ctx), d)
 	defer cancel()
 	if len(b.calls) == 1 {
@@ -402,6 +410,7 @@ func (r *Redis) sendWithin(b *batch, d time.Duration) {
 
 	r.mu.Lock()
 	var free []*call
+	var next *batch
 	q := b.q
 	for i, c := range b.calls {
 		switch {
@@ -432,7 +441,7 @@ func (r *Redis) sendWithin(b *batch, d time.Duration) {
 		if b.detached {
 			q.inflight++ // the place b gave back is another's now
 		}
-		r.handOn(q)
+		next = r.nextBatch(q)
 	case !b.detached:
 		q.inflight--
 		fallthrough
@@ -451,6 +460,7 @@ func (r *Redis) sendWithin(b *batch, d time.Duration) {
 		b.keys = nil // c's, not the batch's
 	}
 	putBatch(b)
+	return next
 }
 
 // detach gives b's place in its queue back before b's reply comes: a call of
@@ -508,6 +518,12 @@ func (r *Redis) cancelOf(c *call) *call {
 // handOn makes the first MaxBatch pending calls of q a batch and sends it
 // in a goroutine. r.mu is held.
 func (r *Redis) handOn(q *queue) {
+	go r.send(r.nextBatch(q))
+}
+
+// nextBatch makes the first MaxBatch pending calls of q a batch, sent from
+// now, for its caller to run (send). r.mu is held.
+func (r *Redis) nextBatch(q *queue) *batch {
 	n := min(len(q.pending), r.maxBatch)
 	b := batchPool.Get().(*batch)
 	b.q = q
@@ -522,5 +538,5 @@ func (r *Redis) handOn(q *queue) {
 			c.state, c.sentAt = sent, now
 		}
 	}
-	go r.send(b)
+	return b
 }
