@@ -132,6 +132,8 @@ var (
 	_ weighted.Store      = (*guardedStore)(nil)
 	_ weighted.Restorer   = (*guardedStore)(nil)
 	_ weighted.LeaseStore = (*guardedStore)(nil)
+
+	_ weighted.StatesDebiter = (*guardedStore)(nil)
 )
 
 func (g *guardedStore) call(ctx context.Context, op telemetry.StoreOp, f func(context.Context) error) error {
@@ -183,6 +185,20 @@ func (g *guardedStore) Restore(ctx context.Context, items []weighted.Item, count
 func (g *guardedStore) Debit(ctx context.Context, id string, items []weighted.Item) (res weighted.Result, err error) {
 	err = g.call(ctx, telemetry.StoreDebit, func(ctx context.Context) error {
 		res, err = g.store.Debit(ctx, id, items)
+		return err
+	})
+	return res, err
+}
+
+// DebitInto is Debit, with the result's item states in states where the
+// store can keep them there (see weighted.StatesDebiter).
+func (g *guardedStore) DebitInto(ctx context.Context, id string, items []weighted.Item, states []weighted.ItemState) (res weighted.Result, err error) {
+	sd, ok := g.store.(weighted.StatesDebiter)
+	if !ok {
+		return g.Debit(ctx, id, items)
+	}
+	err = g.call(ctx, telemetry.StoreDebit, func(ctx context.Context) error {
+		res, err = sd.DebitInto(ctx, id, items, states)
 		return err
 	})
 	return res, err

@@ -409,6 +409,31 @@ func (l *Leased) DebitInto(ctx context.Context, id string, items []Item, states 
 	return l.debitInto(ctx, id, items, states, true)
 }
 
+// StatesDebiter is a store whose Debit can keep the result's item states
+// in the caller's memory. Redis and Leased implement it.
+type StatesDebiter interface {
+	// DebitInto is Debit with the result's item states kept in states
+	// when it has room for one per item, the result's Items then aliasing
+	// states; otherwise as Debit.
+	DebitInto(ctx context.Context, id string, items []Item, states []ItemState) (Result, error)
+}
+
+var (
+	_ StatesDebiter = (*Redis)(nil)
+	_ StatesDebiter = (*Leased)(nil)
+)
+
+// statesFor is states, cleared, for n items when it has room for them;
+// else a new slice.
+func statesFor(states []ItemState, n int) []ItemState {
+	if cap(states) < n {
+		return make([]ItemState, n)
+	}
+	states = states[:n]
+	clear(states)
+	return states
+}
+
 // debitInto is DebitInto; a strict debit the store refused is decided
 // again once when retry is set and regain says it may be.
 func (l *Leased) debitInto(ctx context.Context, id string, items []Item, states []ItemState, retry bool) (Result, error) {
@@ -426,6 +451,9 @@ func (l *Leased) debitInto(ctx context.Context, id string, items []Item, states 
 	}
 	if nl == 0 || l.closed() || len(items) > maxLeasedItems {
 		l.stats.calls.Add(1)
+		if sd, ok := l.store.(StatesDebiter); ok {
+			return sd.DebitInto(ctx, id, items, states)
+		}
 		return l.store.Debit(ctx, id, items)
 	}
 	var sbuf [4]spec
@@ -433,13 +461,7 @@ func (l *Leased) debitInto(ctx context.Context, id string, items []Item, states 
 	if err != nil {
 		return Result{}, err
 	}
-	var res Result
-	if cap(states) >= len(items) {
-		res.Items = states[:len(items)]
-		clear(res.Items)
-	} else {
-		res.Items = make([]ItemState, len(items))
-	}
+	res := Result{Items: statesFor(states, len(items))}
 	// Leased items first: a key known spent costs no store call at all.
 	var keys [maxLeasedItems]*leaseState
 	var local uint64 // items spent from leases

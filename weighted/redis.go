@@ -671,6 +671,13 @@ func replyNumber(reply string, k int) int64 {
 
 // Debit implements Store.
 func (r *Redis) Debit(ctx context.Context, id string, items []Item) (Result, error) {
+	return r.DebitInto(ctx, id, items, nil)
+}
+
+// DebitInto is Debit with the result's item states kept in states when it
+// has room for one per item (see StatesDebiter). The result's Items alias
+// states.
+func (r *Redis) DebitInto(ctx context.Context, id string, items []Item, states []ItemState) (Result, error) {
 	if id == "" {
 		return Result{}, errNoID
 	}
@@ -682,7 +689,7 @@ func (r *Redis) Debit(ctx context.Context, id string, items []Item) (Result, err
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Items: make([]ItemState, len(items))}
+	res := Result{Items: statesFor(states, len(items))}
 	op := int64(opDebit)
 	if final(items) {
 		op = opFinal
