@@ -567,7 +567,9 @@ func (g *Gate) sumSpend(ctx context.Context, l *compiledLimit, c *Caller, querie
 // regionSpent is what the ledger says region spent of the configured
 // budget named budget.Name for key this period (Regions.Spent): its
 // caller's spend as budgetSpent reads it, the region's entries only; 0
-// for a key no configured budget's caller has.
+// for a key no configured budget's caller has. Only the database's
+// answer will do: what this node knows says nothing of another region's
+// spend, and a region's cap counts its answer for the whole period.
 func (g *Gate) regionSpent(ctx context.Context, budget weighted.Limit, key, region string) (int64, error) {
 	st := g.state.Load()
 	tenant := weighted.HashTag(key)
@@ -575,9 +577,22 @@ func (g *Gate) regionSpent(ctx context.Context, budget weighted.Limit, key, regi
 		if !l.budget || l.fixedKey != "" || l.limit.Name != budget.Name {
 			continue
 		}
-		if c, ok := l.callerOfKey(tenant, key); ok {
-			return g.sumSpend(ctx, l, c, l.spendQueries(c, nil), region)
+		c, ok := l.callerOfKey(tenant, key)
+		if !ok {
+			continue
 		}
+		var sum int64
+		for _, q := range l.spendQueries(c, nil) {
+			q.Region = region
+			v, err := g.ledger.Spend(ctx, q)
+			if err != nil {
+				return 0, fmt.Errorf("gate: spend of %s for %s in region %s: %w", c.Tenant, l.limit.Name, region, err)
+			}
+			if sum += int64(v); sum < int64(v) {
+				sum = math.MaxInt64
+			}
+		}
+		return sum, nil
 	}
 	return 0, nil
 }
