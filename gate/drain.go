@@ -2,6 +2,8 @@ package gate
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -10,16 +12,39 @@ import (
 // the old state meanwhile debit the old counters, and the ledger learns
 // of them only when their entries are written: a restore that read it
 // before would forget them, and the new counters would admit them again.
-// So the old state counts its reservations until their entries are
-// written (track, untrack), the restore waits for the count to drain
-// (drain), and a request identified on a replaced state before the
-// reload is decided on the active one (rebind).
+// So the old state counts its reservations, per tenant, until their
+// entries are written (track, untrack), a tenant's restore waits for its
+// count to drain (drain), and a request identified on a replaced state
+// before the reload is decided on the active one (rebind).
 
-// drainWait bounds how long a restore waits for the requests decided on
-// replaced states: a request that holds its reservation unrecorded longer
-// (a friction delay) is not waited for, and its spend is counted by the
-// next reconciliation.
+// drainWait bounds how long the restores after a reload wait for the
+// requests decided on replaced states, from the reload on: a request that
+// holds its reservation unrecorded longer (a friction delay) is not
+// waited for, and its spend is counted by the next reconciliation.
 const drainWait = 2 * time.Second
+
+// inflight counts reservations without their ledger entries: in all,
+// and per tenant (tenant -> *atomic.Int64), so that a tenant's restore
+// waits for its own requests only. It is safe for concurrent use.
+type inflight struct {
+	total atomic.Int64
+	by    sync.Map
+}
+
+// of is tenant's count.
+func (n *inflight) of(tenant string) *atomic.Int64 {
+	if v, ok := n.by.Load(tenant); ok {
+		return v.(*atomic.Int64)
+	}
+	v, _ := n.by.LoadOrStore(tenant, new(atomic.Int64))
+	return v.(*atomic.Int64)
+}
+
+// replaced tells that a reload that moved budgets replaced st (or a state
+// st shares its counters with).
+func (g *Gate) replaced(st *state) bool {
+	return st.moveGen != g.state.Load().moveGen
+}
 
 // track counts r in the in-flight reservations of its caller's state,
 // after moving the caller to the active state when a reload that moved
@@ -27,14 +52,17 @@ const drainWait = 2 * time.Second
 func (r *Reservation) track() {
 	for {
 		st := r.req.Caller.st
-		if !st.superseded.Load() {
-			st.inflight.Add(1)
-			if !st.superseded.Load() {
-				r.st = st
+		if !r.g.replaced(st) {
+			n := st.counts.of(r.req.Caller.Tenant)
+			n.Add(1)
+			st.counts.total.Add(1)
+			if !r.g.replaced(st) {
+				r.st, r.inflight = st, n
 				r.tracked.Store(true)
 				return
 			}
-			st.inflight.Add(-1) // replaced meanwhile: its drain may have begun
+			n.Add(-1) // replaced meanwhile: its drain may have begun
+			st.counts.total.Add(-1)
 		}
 		r.req.Caller = r.g.rebind(r.req.Caller)
 		r.st = r.req.Caller.st
@@ -45,7 +73,8 @@ func (r *Reservation) track() {
 // ended without one. Only the first call counts.
 func (r *Reservation) untrack() {
 	if r.tracked.CompareAndSwap(true, false) {
-		r.st.inflight.Add(-1)
+		r.inflight.Add(-1)
+		r.st.counts.total.Add(-1)
 	}
 }
 
@@ -64,26 +93,39 @@ func (g *Gate) rebind(c *Caller) *Caller {
 	return &n
 }
 
-// drain waits, for at most drainWait and while ctx lasts, until the
-// states st replaced by moving budgets hold no reservation without its
-// ledger entry; then they are forgotten.
-func (g *Gate) drain(ctx context.Context, st *state) {
+// drain waits, until the bound the reload set (see drainWait) and while
+// ctx lasts, until the states st replaced by moving budgets hold no
+// reservation of tenant without its ledger entry ("" for every tenant);
+// once they hold none of any tenant, they are forgotten. It reports
+// whether it waited: the entries it waited for may not be in the ledger's
+// store yet.
+func (g *Gate) drain(ctx context.Context, st *state, tenant string) (waited bool) {
 	p := st.prev.Load()
 	if p == nil {
-		return
+		return false
 	}
-	end := time.Now().Add(drainWait)
+	end := time.Unix(0, st.drainBy.Load())
+	count := func(s *state) int64 {
+		if tenant == "" {
+			return s.counts.total.Load()
+		}
+		return s.counts.of(tenant).Load()
+	}
 	for s := p; s != nil; s = s.prev.Load() {
-		for s.inflight.Load() > 0 {
+		for count(s) > 0 {
 			if time.Now().After(end) {
-				g.log.Warn("a reload's restore did not wait for every request decided on the replaced configuration", "in_flight", s.inflight.Load())
+				g.log.Warn("a reload's restore did not wait for every request decided on the replaced configuration", "tenant", tenant, "in_flight", count(s))
 				st.prev.CompareAndSwap(p, nil)
-				return
+				return true
 			}
+			waited = true
 			if sleepCtx(ctx, time.Millisecond) != nil {
-				return
+				return true
 			}
 		}
 	}
-	st.prev.CompareAndSwap(p, nil)
+	if tenant == "" {
+		st.prev.CompareAndSwap(p, nil)
+	}
+	return waited
 }

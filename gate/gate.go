@@ -107,17 +107,20 @@ type state struct {
 	restored    sync.Map // tenant -> struct{}
 	allRestored atomic.Bool
 
-	// inflight counts the reservations decided on this state's counters
-	// whose ledger entries are not written yet (see Reservation.track).
-	// superseded tells that a reload that moved budgets replaced this
-	// state: a request identified on it is decided on the active one, and
-	// the restore of the new counters waits for inflight to drain, so
-	// that the ledger it reads holds what was spent on the old ones (see
-	// Gate.drain). prev is the state this one moved budgets from, until
-	// it drained.
-	inflight   atomic.Int64
-	superseded atomic.Bool
-	prev       atomic.Pointer[state]
+	// counts counts the reservations decided on this state's counters
+	// whose ledger entries are not written yet (see Reservation.track),
+	// shared with the states it replaced without moving budgets. moveGen
+	// is how many reloads that moved budgets made it: a state older than
+	// the active one's moveGen was replaced by one that did, and a request
+	// identified on it is decided on the active one, while the restore of
+	// the new counters waits for counts to drain, so that the ledger it
+	// reads holds what was spent on the old ones (see Gate.drain). prev is
+	// the state this one moved budgets from, until it drained; drainBy is
+	// when the restores stop waiting (Unix nanoseconds).
+	counts  *inflight
+	moveGen uint64
+	drainBy atomic.Int64
+	prev    atomic.Pointer[state]
 }
 
 // Caller is who a request comes from: a tenant, one of its users and the
@@ -330,6 +333,7 @@ func compile(cfg *config.Config) (*state, error) {
 		keys:      make(map[[sha256.Size]byte]*Caller),
 		tenants:   map[string]string{},
 		prefilter: &prefilter{},
+		counts:    &inflight{},
 	}
 	var err error
 	if st.est, err = costmodel.NewEstimator(cfg.CostModel()); err != nil {
@@ -387,17 +391,25 @@ func (g *Gate) Apply(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
+	// A change that moves no budget after one whose restore has not run
+	// for every tenant (the ledger's database or Redis out) leaves the
+	// same new counters unrestored: st restores them as prev would have.
 	st.moved = budgetsMoved(old, cfg)
+	if !st.moved && prev.moved && !prev.allRestored.Load() {
+		st.moved = true
+		prev.restored.Range(func(t, v any) bool { st.restored.Store(t, v); return true })
+	}
 	if st.moved {
+		st.moveGen = prev.moveGen + 1
 		st.prev.Store(prev)
+		st.drainBy.Store(time.Now().Add(drainWait).UnixNano())
+	} else {
+		st.moveGen, st.counts = prev.moveGen, prev.counts
 	}
 	g.promoMu.Lock()
 	g.promote(st)
 	g.state.Store(st)
 	g.promoMu.Unlock()
-	if st.moved {
-		prev.superseded.Store(true) // after the store: a request that finds it finds st
-	}
 	if st.moved {
 		// A budget renamed, made monthly, given another scope or plans, or
 		// a tenant given another plan, has counters that have not counted

@@ -162,12 +162,15 @@ type Reservation struct {
 		Outcome policies.Outcome
 		Policy  string
 	}
-	friction string // the friction a front door applied (Costgate-Friction)
-	degraded bool   // the store failed; the reservation is in the local fallback fb
-	fb       *freshStore
-	leased   atomic.Bool    // registered with the renewer (see renewer.remove)
-	tracked  atomic.Bool    // counted in st.inflight (see track)
-	learnt   *learnedOutput // nil: the request's output is not learned (see learn)
+	friction         string // the friction a front door applied (Costgate-Friction)
+	degraded         bool   // the store failed; the reservation is in the local fallback fb
+	fb               *freshStore
+	leased           atomic.Bool    // registered with the renewer (see renewer.remove)
+	tracked          atomic.Bool    // counted in st.inflight (see track)
+	inflight         *atomic.Int64  // the count track added r to
+	carried          bool           // carryOver ran
+	restoresAtRecord uint64         // Gate.restores when Record began (see carryOver)
+	learnt           *learnedOutput // nil: the request's output is not learned (see learn)
 
 	outcome  telemetry.Outcome
 	answer   int            // the status costgate answered with itself
@@ -846,6 +849,7 @@ func (r *Reservation) Applied(friction, model string) {
 // it, so that its limits count the usage whatever the ledger says.
 func (r *Reservation) Record(ctx context.Context) (Decision, bool) {
 	t := r.g.begin(ctx, telemetry.StageLedger)
+	r.restoresAtRecord = r.g.restores.Load()
 	err := r.g.ledger.Reserve(ctx, r.entry(ledger.StatusReserved))
 	t.end()
 	r.untrack()
@@ -894,6 +898,7 @@ func (r *Reservation) cancel(ctx context.Context, stored bool) {
 		}
 	}
 	r.cancelExtended(ctx)
+	r.carryOver(ctx, Charge{}, true)
 	if r.recorded && !r.billed {
 		r.Bill(ctx, Charge{Status: ledger.StatusFailed}, false)
 	}
@@ -990,6 +995,7 @@ func (r *Reservation) settle(ctx context.Context, c Charge, actual []int64, stor
 		model = r.req.Estimate.Model
 	}
 	r.g.tel.Usage(r.req.Caller.Tenant, model, c.Usage.InputTokens, c.Usage.OutputTokens, int64(c.Cost))
+	r.carryOver(ctx, c, false)
 	if r.recorded && !r.billed {
 		r.Bill(ctx, c, false)
 	}
@@ -1206,4 +1212,110 @@ func (r *Reservation) dimension(d string) string {
 		return r.req.Attributes[name]
 	}
 	return ""
+}
+
+// carryOver charges or refunds, on the active configuration's budget
+// counters, the difference between r's estimate and what it ended at (c;
+// cancelled: nothing), when r was decided on a state that a reload moving
+// budgets replaced and the new counters were restored from the ledger
+// while r's entry there held its estimate (the restore waited for it: see
+// drain). r's own settlement goes to the old counters only. It runs once,
+// before r's entry is billed: a restore still to come reads the entry
+// billed, and counts what r cost.
+func (r *Reservation) carryOver(ctx context.Context, c Charge, cancelled bool) {
+	if r.carried || !r.recorded || r.billed || r.degraded {
+		return
+	}
+	r.carried = true
+	type counter struct {
+		name, key string
+		algo      weighted.Algorithm
+		period    time.Duration
+		calendar  weighted.Calendar
+	}
+	counterOf := func(it weighted.Item) counter {
+		return counter{it.Limit.Name, it.Key, it.Limit.Algorithm, it.Limit.Period, it.Limit.Calendar}
+	}
+	old := make(map[counter]bool, len(r.items))
+	for _, it := range r.items {
+		old[counterOf(it)] = true
+	}
+	var items []weighted.Item
+	var actual []int64
+	add := func(l *compiledLimit, it weighted.Item) {
+		if !l.budget || old[counterOf(it)] {
+			return // a counter r's own settlement reaches
+		}
+		old[counterOf(it)] = true
+		a := int64(0)
+		if !cancelled {
+			a = l.costOf(r.req.Requests, c.Usage, c.Cost)
+		}
+		if a != it.Cost {
+			items, actual = append(items, it), append(actual, a)
+		}
+	}
+	// The configuration's budgets, when a reload moved them.
+	if st := r.g.state.Load(); r.g.replaced(r.st) {
+		if _, ok := st.restored.Load(r.req.Caller.Tenant); ok || st.allRestored.Load() {
+			n := &Reservation{g: r.g, st: st, req: r.req, ctx: ctx, start: r.start, model: r.model}
+			n.req.Caller = r.g.rebind(r.req.Caller)
+			n.req.Extra, n.req.Caller.levels = nil, [4]*Level{}
+			n.collect()
+			for i, l := range n.limits {
+				add(l, n.items[i])
+			}
+		}
+	}
+	// The control plane's budgets of the entities r's level budgets
+	// belong to, when a change gave them counters restored since r's
+	// record (a restore ran: see Record).
+	if r.g.restores.Load() != r.restoresAtRecord {
+		entities := map[string]bool{}
+		for _, l := range r.limits {
+			if l.level != nil && l.budget {
+				entities[l.level.Entity] = true
+			}
+		}
+		if d := r.g.dir.dir.Load(); d != nil && len(entities) > 0 {
+			for _, lb := range (*d).Budgets(r.req.Caller.Tenant) {
+				ll := lb.Limit
+				if !entities[ll.Entity] || ll.unrestored.Load() {
+					continue // another entity's; or its restore is to come, and reads r billed
+				}
+				l := ll.at(r.start).cl
+				add(l, weighted.Item{Limit: l.limit, Key: l.fixedKey, Cost: l.costOf(r.req.Requests, r.req.Estimate.Usage, r.req.Estimate.Cost)})
+			}
+		}
+	}
+	if len(items) == 0 {
+		return
+	}
+	// A settlement of an id the store never debited charges what it
+	// costs beyond its estimate, and refunds nothing (a window refunds
+	// only into the window debited). A refund first debits one unit under
+	// the id, now, in the windows the restore counted r's estimate in,
+	// and settles the estimate and that unit. (A counter without that
+	// unit of room keeps the refund until the period ends: a store
+	// operation that refunds into the current window would not.)
+	id := r.resID + ":moved"
+	var refund bool
+	for i := range items {
+		refund = refund || actual[i] < items[i].Cost
+	}
+	if refund {
+		unit := make([]weighted.Item, len(items))
+		for i, it := range items {
+			unit[i] = it
+			unit[i].Cost = 1
+			items[i].Cost++
+		}
+		if res, err := r.g.store.Debit(ctx, id, unit); err != nil || !res.Allowed {
+			r.g.log.Warn("a moved budget's new counters keep the estimate of a request decided on the old ones", "request_id", r.req.ID, "err", err)
+			return
+		}
+	}
+	if err := r.g.store.Settle(ctx, id, items, actual); err != nil {
+		r.g.log.Warn("limiter settle on a moved budget's new counters failed; the next reconciliation raises them", "request_id", r.req.ID, "err", err)
+	}
 }

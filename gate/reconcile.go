@@ -32,7 +32,6 @@ import (
 // joined; the other tenants are still reconciled.
 func (g *Gate) ReconcileBudgets(ctx context.Context) error {
 	st := g.state.Load()
-	g.drain(ctx, st)
 	if err := g.ledger.Stats().StoreErr; err != nil {
 		g.tel.Reconcile(telemetry.ReconcileScheduled, err)
 		return fmt.Errorf("gate: reconcile: the ledger's store is failing: %w", err)
@@ -69,12 +68,21 @@ func (g *Gate) ReconcileBudgets(ctx context.Context) error {
 		}
 	}
 	for _, t := range tenants {
+		// Each tenant waits for its own requests decided on a replaced
+		// configuration, within the reload's one bound (see drain).
+		if g.drain(ctx, st, t) {
+			if err := g.ledger.Flush(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("gate: reconcile %s: %w", t, err))
+				continue
+			}
+		}
 		err := g.restoreTenant(ctx, t)
 		if err == nil {
 			st.restored.Store(t, struct{}{})
 		}
 		errs = append(errs, err)
 	}
+	g.drain(ctx, st, "") // forgets the replaced states
 	err := errors.Join(errs...)
 	if err == nil {
 		st.allRestored.Store(true)
@@ -143,7 +151,7 @@ func (g *Gate) ReconcileTenant(ctx context.Context, tenant string) error {
 		if d := g.dir.dir.Load(); d != nil {
 			lbs = (*d).Budgets(tenant)
 		}
-		g.drain(ctx, st)
+		g.drain(ctx, st, tenant)
 		err := sleepCtx(ctx, g.ledger.PeerLag())
 		if err == nil && g.ledger.Stats().StoreErr == nil {
 			// While the ledger's database fails, a flush would wait for

@@ -1489,6 +1489,16 @@ func (l *Leased) Restore(ctx context.Context, items []Item, counted []int64) err
 			st.mu.Lock()
 			st.expire(now)
 			u := st.avail()
+			// Units leased before spend this replica's leases did not
+			// see (a budget renamed and back, made monthly and back: the
+			// spend went to another counter meanwhile) overlap the
+			// ledger's count: the leases keep only what fits the
+			// capacity above it. The rest is taken as spent, and the
+			// counter holds it: it refuses rather than admits twice.
+			if over := counted[i] + u - it.Limit.Capacity(); over > 0 && counted[i] >= 0 {
+				st.spend(min(over, u))
+				u = st.avail()
+			}
 			st.mu.Unlock()
 			if u <= 0 {
 				continue
