@@ -163,20 +163,10 @@ func TestNewCtrAtkLedgerDownReload(t *testing.T) {
 		} {
 			t.Run(posture+"/"+tc.name, func(t *testing.T) {
 				t.Parallel()
-				srv, pg, dir := redistest.New(t), pgtest.NewPrivate(t), t.TempDir()
-				store := fmt.Sprintf("redis: %q", srv.URL)
-				ledger := fmt.Sprintf("dsn: %q", pg.URL())
 				budget := func(fields string) string { return fields + ", on_store_failure: " + posture }
-				g := openYAML(t, newCtrAtkYAML(dir, store, ledger, budget("name: daily")))
-				acme := g.Identify("cg-acme")
-				if n, d := admitN(t, g, acme, costmodel.Estimate{Cost: usd("0.001")}, 20); n != 10 || d.Status != http.StatusPaymentRequired {
-					t.Fatalf("spending the budget: %d admitted, then %d", n, d.Status)
-				}
-				if err := g.Ledger().Flush(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-				pg.Stop()
-				if err := g.Apply(mustParse(t, newCtrAtkYAML(dir, store, ledger, budget(tc.after)))); err != nil {
+				s := spentLedgerDown(t, budget("name: daily"))
+				g, pg := s.g, s.pg
+				if err := g.Apply(mustParse(t, newCtrAtkYAML(s.dir, s.store, s.ledger, budget(tc.after)))); err != nil {
 					t.Fatal(err)
 				}
 				start := time.Now()
@@ -224,51 +214,72 @@ func TestNewCtrAtkLedgerDownReload(t *testing.T) {
 // makes it monthly, and both regions reload it. The ledger holds the
 // day's spend; the new budget's caps and counters must count it: the
 // requests admitted before and after the change together fit $0.01 (10).
+// Also when eu's Redis then loses its data (FLUSHALL): its new key's
+// counters are restored from the ledger and the caps.
 func TestNewCtrAtkRegionsReload(t *testing.T) {
 	for _, tc := range []struct{ name, after string }{
 		{"renamed", "name: daily-usd"},
 		{"monthly", "name: daily, period: month"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			dsn := pgtest.New(t)
-			type region struct {
-				name, dir, redis string
-				g                *gate.Gate
-			}
-			rs := []*region{{name: "eu"}, {name: "us"}}
-			for _, r := range rs {
-				r.dir, r.redis = t.TempDir(), redistest.New(t).URL
-				r.g = openYAML(t, regionYAML(r.dir, r.name, r.redis, dsn, "name: daily"))
-			}
-			spend := func(d time.Duration) (n int) {
-				for end := time.Now().Add(d); time.Now().Before(end); {
+		for _, loss := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/data loss=%v", tc.name, loss), func(t *testing.T) {
+				dsn := pgtest.New(t)
+				type region struct {
+					name, dir string
+					redis     *redistest.Server
+					g         *gate.Gate
+				}
+				rs := []*region{{name: "eu"}, {name: "us"}}
+				for _, r := range rs {
+					r.dir, r.redis = t.TempDir(), redistest.New(t)
+					r.g = openYAML(t, regionYAML(r.dir, r.name, r.redis.URL, dsn, "name: daily"))
+				}
+				spend := func(d time.Duration, most int) (n int) {
+					for end := time.Now().Add(d); time.Now().Before(end) && n < most; {
+						for _, r := range rs {
+							if regAtkSpend(t, r.g, usd("0.001")) {
+								n++
+							} else {
+								time.Sleep(5 * time.Millisecond)
+							}
+						}
+					}
+					return n
+				}
+				flush := func() {
 					for _, r := range rs {
-						if regAtkSpend(t, r.g, usd("0.001")) {
-							n++
-						} else {
-							time.Sleep(5 * time.Millisecond)
+						if err := r.g.Ledger().Flush(context.Background()); err != nil {
+							t.Fatal(err)
 						}
 					}
 				}
-				return n
-			}
-			before := spend(2 * time.Second)
-			for _, r := range rs {
-				if err := r.g.Ledger().Flush(context.Background()); err != nil {
-					t.Fatal(err)
+				before := 0
+				if loss {
+					before = spend(time.Second, 5)
+				} else {
+					before = spend(2*time.Second, 20)
 				}
-			}
-			for _, r := range rs {
-				if err := r.g.Apply(mustParse(t, regionYAML(r.dir, r.name, r.redis, dsn, tc.after))); err != nil {
-					t.Fatal(err)
+				flush()
+				for _, r := range rs {
+					if err := r.g.Apply(mustParse(t, regionYAML(r.dir, r.name, r.redis.URL, dsn, tc.after))); err != nil {
+						t.Fatal(err)
+					}
 				}
-			}
-			after := spend(2 * time.Second)
-			t.Logf("admitted: %d before the reload, %d after", before, after)
-			if before+after > 10 {
-				t.Errorf("two regions sharing a $0.01 day budget admitted %d of $0.001 before it was %s and %d after: %d in all", before, tc.name, after, before+after)
-			}
-		})
+				after := 0
+				if loss {
+					after = spend(time.Second, 2)
+					flush()
+					if err := rs[0].redis.Client(t).FlushAll(context.Background()).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				after += spend(2*time.Second, 20)
+				t.Logf("admitted: %d before the reload, %d after", before, after)
+				if before+after > 10 {
+					t.Errorf("two regions sharing a $0.01 day budget (data loss after the reload: %v) admitted %d of $0.001 before it was %s and %d after: %d in all", loss, before, tc.name, after, before+after)
+				}
+			})
+		}
 	}
 }
 
@@ -310,13 +321,22 @@ func TestNewCtrAtkLeasedReload(t *testing.T) {
 // after it, once the new counter is restored: they are decided on the new
 // counter, not the old one, which the restore did not count again: $0.006
 // of $0.01 spent, then 4 callers identified before and 4 after fit $0.004
-// in all.
+// in all. Also leased, and with a reload that moves no budget (the
+// budget's posture) before the one that renames it.
 func TestNewCtrAtkIdentifiedBeforeReload(t *testing.T) {
-	for _, lease := range []string{"", ", lease: {max_share: 0.5, ttl: 1m}"} {
-		t.Run("lease="+fmt.Sprint(lease != ""), func(t *testing.T) {
+	const lease = ", lease: {max_share: 0.5, ttl: 1m}"
+	for _, tc := range []struct {
+		name, before string
+		reloads      []string
+	}{
+		{"strict", "name: daily", []string{"name: daily-usd"}},
+		{"leased", "name: daily" + lease, []string{"name: daily-usd" + lease}},
+		{"two reloads", "name: daily", []string{"name: daily, on_store_failure: fail_closed", "name: daily-usd, on_store_failure: fail_closed"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			srv, dir := redistest.New(t), t.TempDir()
 			store := fmt.Sprintf("redis: %q", srv.URL)
-			g := openYAML(t, newCtrAtkYAML(dir, store, "", "name: daily"+lease))
+			g := openYAML(t, newCtrAtkYAML(dir, store, "", tc.before))
 			est := costmodel.Estimate{Cost: usd("0.001")}
 			if n, _ := admitN(t, g, g.Identify("cg-acme"), est, 6); n != 6 {
 				t.Fatalf("spending $0.006: %d admitted", n)
@@ -325,8 +345,10 @@ func TestNewCtrAtkIdentifiedBeforeReload(t *testing.T) {
 			for range 4 {
 				early = append(early, g.Identify("cg-acme"))
 			}
-			if err := g.Apply(mustParse(t, newCtrAtkYAML(dir, store, "", "name: daily-usd"+lease))); err != nil {
-				t.Fatal(err)
+			for _, b := range tc.reloads {
+				if err := g.Apply(mustParse(t, newCtrAtkYAML(dir, store, "", b))); err != nil {
+					t.Fatal(err)
+				}
 			}
 			n := 0
 			for _, c := range early {
@@ -347,4 +369,29 @@ func TestNewCtrAtkIdentifiedBeforeReload(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ledgerDown is a gate on Redis and a private PostgreSQL ledger, stopped.
+type ledgerDown struct {
+	g                  *gate.Gate
+	pg                 *pgtest.Private
+	dir, store, ledger string // for newCtrAtkYAML
+}
+
+// spentLedgerDown opens a gate with the $0.01 budget of budget's fields,
+// spends it (10 of $0.001 admitted, then 402), flushes the ledger and
+// stops its database.
+func spentLedgerDown(t *testing.T, budget string) ledgerDown {
+	t.Helper()
+	srv, pg, dir := redistest.New(t), pgtest.NewPrivate(t), t.TempDir()
+	s := ledgerDown{pg: pg, dir: dir, store: fmt.Sprintf("redis: %q", srv.URL), ledger: fmt.Sprintf("dsn: %q", pg.URL())}
+	s.g = openYAML(t, newCtrAtkYAML(dir, s.store, s.ledger, budget))
+	if n, d := admitN(t, s.g, s.g.Identify("cg-acme"), costmodel.Estimate{Cost: usd("0.001")}, 20); n != 10 || d.Status != http.StatusPaymentRequired {
+		t.Fatalf("spending the budget: %d admitted, then %d", n, d.Status)
+	}
+	if err := s.g.Ledger().Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	pg.Stop()
+	return s
 }

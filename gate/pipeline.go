@@ -1227,6 +1227,10 @@ func (r *Reservation) carryOver(ctx context.Context, c Charge, cancelled bool) {
 		return
 	}
 	r.carried = true
+	moved, restored := r.g.replaced(r.st), r.g.restores.Load() != r.restoresAtRecord
+	if !moved && !restored {
+		return // the common case: nothing to carry, nothing allocated
+	}
 	type counter struct {
 		name, key string
 		algo      weighted.Algorithm
@@ -1256,7 +1260,7 @@ func (r *Reservation) carryOver(ctx context.Context, c Charge, cancelled bool) {
 		}
 	}
 	// The configuration's budgets, when a reload moved them.
-	if st := r.g.state.Load(); r.g.replaced(r.st) {
+	if st := r.g.state.Load(); moved {
 		if _, ok := st.restored.Load(r.req.Caller.Tenant); ok || st.allRestored.Load() {
 			n := &Reservation{g: r.g, st: st, req: r.req, ctx: ctx, start: r.start, model: r.model}
 			n.req.Caller = r.g.rebind(r.req.Caller)
@@ -1270,7 +1274,7 @@ func (r *Reservation) carryOver(ctx context.Context, c Charge, cancelled bool) {
 	// The control plane's budgets of the entities r's level budgets
 	// belong to, when a change gave them counters restored since r's
 	// record (a restore ran: see Record).
-	if r.g.restores.Load() != r.restoresAtRecord {
+	if restored {
 		entities := map[string]bool{}
 		for _, l := range r.limits {
 			if l.level != nil && l.budget {
