@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
+	"sync/atomic"
 	"time"
 
 	"github.com/costgate/costgate/costmodel"
@@ -29,7 +31,12 @@ const settleTimeout = 10 * time.Second
 //
 // A refused reservation is returned as the *RefusedError (http.Client
 // wraps it in a *url.Error; errors.As finds it) and the API is not called.
-// A call that fails before any response releases its reservation. An
+// A call that fails before its request was written whole releases its
+// reservation; one that fails after (the connection cut, the caller's
+// context ended while the API worked) is settled at the estimate, as the
+// API may have served and billed it (known from httptrace's WroteRequest,
+// which http.Transport reports; a Base that does not report it releases).
+// An
 // answer with status 400 or more is settled as failed and free, as the
 // proxy charges nothing for a generic upstream's errors (the request
 // itself counts against request limits all the same). Otherwise the units
@@ -120,9 +127,26 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(out)
 		return nil, err
 	}
+	// Whether the request reached the API: one written whole may have
+	// been served (and billed) even when its answer never comes back.
+	var wrote atomic.Bool
+	out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				wrote.Store(true)
+			}
+		},
+	}))
 	resp, err := t.base().RoundTrip(out)
 	if err != nil {
-		t.release(ctx, req, res)
+		if wrote.Load() {
+			// No answer to a request the API has: it is charged what was
+			// reserved for it, as the proxy charges a request that reached
+			// its upstream.
+			t.end(ctx, req, res, t.usage(rule, est.Usage.Units, nil, nil), nil)
+		} else {
+			t.release(ctx, req, res)
+		}
 		return nil, err
 	}
 	return t.settle(ctx, req, res, rule, est.Usage.Units, resp)
@@ -207,7 +231,7 @@ func (t *Transport) end(ctx context.Context, req *http.Request, res *Reservation
 	}
 }
 
-// release releases res after a call that got no response.
+// release releases res after a call that never reached the API.
 func (t *Transport) release(ctx context.Context, req *http.Request, res *Reservation) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	err := retryEnd(rctx, func(ctx context.Context) error { return t.Client.Release(ctx, res.ID) })

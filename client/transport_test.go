@@ -231,7 +231,29 @@ func TestTransport(t *testing.T) {
 		}
 	})
 
-	t.Run("a cancelled call is released and ends with its context", func(t *testing.T) {
+	t.Run("the answer cut after the request reached the API: settled at the estimate", func(t *testing.T) {
+		f, _, hc, reports := setup(t, "search")
+		cut := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close() // served, and billed, but never answered
+			}
+		}))
+		defer cut.Close()
+		if _, err := hc.Get(cut.URL + "/search?count=20"); err == nil {
+			t.Fatal("no error from a cut answer")
+		}
+		_, settles, releases := f.calls()
+		if len(releases) != 0 || len(settles) != 1 || num(cost(settles[0], "usage")["units"]) != 20 {
+			t.Errorf("settles %v releases %v, want rsv_1 settled at its 20 units", settles, releases)
+		}
+		if len(*reports) != 1 || (*reports)[0].s == nil || (*reports)[0].err != nil {
+			t.Errorf("Settled hook saw %+v", *reports)
+		}
+	})
+
+	t.Run("a call cancelled while the API works is settled at the estimate and ends with its context", func(t *testing.T) {
 		f, api, hc, _ := setup(t, "search")
 		api.block.Store(true)
 		cctx, cancel := context.WithCancel(ctx)
@@ -250,8 +272,8 @@ func TestTransport(t *testing.T) {
 		if err := <-done; !errors.Is(err, context.Canceled) {
 			t.Errorf("error %v, want context.Canceled", err)
 		}
-		if _, _, releases := f.calls(); len(releases) != 1 {
-			t.Errorf("releases %v, want one", releases)
+		if _, settles, releases := f.calls(); len(releases) != 0 || len(settles) != 1 || num(cost(settles[0], "usage")["units"]) != 2 {
+			t.Errorf("settles %v releases %v, want one settled at its 2 units", settles, releases)
 		}
 	})
 
