@@ -830,6 +830,13 @@ func (x *exchange) final() settlement {
 	f := settlement{model: x.est.Model}
 	var served string
 	f.usage, served, f.status = x.actualUsage()
+	if limit := x.est.MaxOutputTokens; limit > 0 && f.usage.OutputTokens > limit {
+		// Billed as reported (what the upstream invoices), but no
+		// upstream that honours the request's output limit reports this:
+		// worth an operator's look.
+		x.s.log.Warn("upstream reported more output tokens than the request's output limit; billed as reported",
+			"request_id", x.id, "tenant", x.caller.Tenant, "model", x.est.Model, "output_tokens", f.usage.OutputTokens, "output_limit", limit)
+	}
 	if served != "" && x.rule == nil {
 		f.model = served
 	}
