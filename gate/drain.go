@@ -2,7 +2,7 @@ package gate
 
 import (
 	"context"
-	"sync"
+	"hash/maphash"
 	"sync/atomic"
 	"time"
 )
@@ -23,21 +23,29 @@ import (
 // waited for, and its spend is counted by the next reconciliation.
 const drainWait = 2 * time.Second
 
-// inflight counts reservations without their ledger entries: in all,
-// and per tenant (tenant -> *atomic.Int64), so that a tenant's restore
-// waits for its own requests only. It is safe for concurrent use.
-type inflight struct {
-	total atomic.Int64
-	by    sync.Map
+// inflight counts reservations without their ledger entries, in stripes
+// that tenants hash to, so that a tenant's restore waits for its own
+// requests (and those of the few tenants that share its stripe) only. A
+// fixed array: no allocation or map lookup per request, and no growth
+// with the tenant names a caller may invent (the rate limit service takes
+// them from Envoy). It is safe for concurrent use.
+type inflight [inflightStripes]atomic.Int64
+
+const inflightStripes = 64
+
+var inflightSeed = maphash.MakeSeed()
+
+// of is the count of tenant's stripe.
+func (n *inflight) of(tenant string) *atomic.Int64 {
+	return &n[maphash.String(inflightSeed, tenant)%inflightStripes]
 }
 
-// of is tenant's count.
-func (n *inflight) of(tenant string) *atomic.Int64 {
-	if v, ok := n.by.Load(tenant); ok {
-		return v.(*atomic.Int64)
+// total is every stripe's count.
+func (n *inflight) total() (t int64) {
+	for i := range n {
+		t += n[i].Load()
 	}
-	v, _ := n.by.LoadOrStore(tenant, new(atomic.Int64))
-	return v.(*atomic.Int64)
+	return t
 }
 
 // replaced tells that a reload that moved budgets replaced st (or a state
@@ -55,14 +63,12 @@ func (r *Reservation) track() {
 		if !r.g.replaced(st) {
 			n := st.counts.of(r.req.Caller.Tenant)
 			n.Add(1)
-			st.counts.total.Add(1)
 			if !r.g.replaced(st) {
 				r.st, r.inflight = st, n
 				r.tracked.Store(true)
 				return
 			}
 			n.Add(-1) // replaced meanwhile: its drain may have begun
-			st.counts.total.Add(-1)
 		}
 		r.req.Caller = r.g.rebind(r.req.Caller)
 		r.st = r.req.Caller.st
@@ -74,7 +80,6 @@ func (r *Reservation) track() {
 func (r *Reservation) untrack() {
 	if r.tracked.CompareAndSwap(true, false) {
 		r.inflight.Add(-1)
-		r.st.counts.total.Add(-1)
 	}
 }
 
@@ -107,7 +112,7 @@ func (g *Gate) drain(ctx context.Context, st *state, tenant string) (waited bool
 	end := time.Unix(0, st.drainBy.Load())
 	count := func(s *state) int64 {
 		if tenant == "" {
-			return s.counts.total.Load()
+			return s.counts.total()
 		}
 		return s.counts.of(tenant).Load()
 	}

@@ -105,8 +105,8 @@ func (f *freshStore) DebitInto(ctx context.Context, id string, items []weighted.
 }
 
 func (f *freshStore) debitOnce(ctx context.Context, id string, items []weighted.Item, states []weighted.ItemState) (weighted.Result, error) {
-	if l, ok := f.store.(*weighted.Leased); ok {
-		return l.DebitInto(ctx, id, items, states)
+	if sd, ok := f.store.(weighted.StatesDebiter); ok {
+		return sd.DebitInto(ctx, id, items, states)
 	}
 	return f.store.Debit(ctx, id, items)
 }
@@ -511,13 +511,13 @@ func (g *Gate) tenantPlan(st *state, tenant string) (plan string, known bool) {
 // refuse callers who spent none of it).
 func (g *Gate) budgetSpent(ctx context.Context, st *state, l *compiledLimit, c *Caller, key string, lost bool, userless []string) (int64, error) {
 	queries := l.spendQueries(c, userless)
-	spent, err := g.sumSpend(ctx, l, c, queries, "")
+	spent, err := g.sumSpend(ctx, l, c, queries, "", true)
 	if err != nil || g.regions == nil {
 		return max(spent, 0), err
 	}
 	// The ledger's spend is every region's: this region's own entries
 	// count apart (see Regions.spent).
-	own, err := g.sumSpend(ctx, l, c, queries, st.cfg.Region)
+	own, err := g.sumSpend(ctx, l, c, queries, st.cfg.Region, true)
 	if err != nil {
 		return 0, err
 	}
@@ -547,14 +547,18 @@ func (l *compiledLimit) spendQueries(c *Caller, userless []string) []ledger.Spen
 }
 
 // sumSpend sums the ledger's spend of queries, the entries of region
-// only unless region is empty; an unknown spend is an error (see
-// knownSpend).
-func (g *Gate) sumSpend(ctx context.Context, l *compiledLimit, c *Caller, queries []ledger.SpendQuery, region string) (int64, error) {
+// only unless region is empty. With local, an answer from this node's
+// records stands, unless the spend is unknown (see knownSpend); without
+// it, only the database's does.
+func (g *Gate) sumSpend(ctx context.Context, l *compiledLimit, c *Caller, queries []ledger.SpendQuery, region string, local bool) (int64, error) {
 	var sum costmodel.NanoUSD
 	for _, q := range queries {
 		q.Region = region
 		v, err := g.ledger.Spend(ctx, q)
-		if err := knownSpend(err, l.failClosed); err != nil {
+		if local {
+			err = knownSpend(err, l.failClosed)
+		}
+		if err != nil {
 			return 0, fmt.Errorf("gate: spend of %s for %s: %w", c.Tenant, l.limit.Name, err)
 		}
 		if sum += v; sum < v {
@@ -571,30 +575,25 @@ func (g *Gate) sumSpend(ctx context.Context, l *compiledLimit, c *Caller, querie
 // answer will do: what this node knows says nothing of another region's
 // spend, and a region's cap counts its answer for the whole period.
 func (g *Gate) regionSpent(ctx context.Context, budget weighted.Limit, key, region string) (int64, error) {
-	st := g.state.Load()
-	tenant := weighted.HashTag(key)
-	for _, l := range st.limits {
-		if !l.budget || l.fixedKey != "" || l.limit.Name != budget.Name {
-			continue
-		}
-		c, ok := l.callerOfKey(tenant, key)
-		if !ok {
-			continue
-		}
-		var sum int64
-		for _, q := range l.spendQueries(c, nil) {
-			q.Region = region
-			v, err := g.ledger.Spend(ctx, q)
-			if err != nil {
-				return 0, fmt.Errorf("gate: spend of %s for %s in region %s: %w", c.Tenant, l.limit.Name, region, err)
-			}
-			if sum += int64(v); sum < int64(v) {
-				sum = math.MaxInt64
-			}
-		}
-		return sum, nil
+	l, c, ok := g.state.Load().budgetOfKey(budget.Name, weighted.HashTag(key), key)
+	if !ok {
+		return 0, nil
 	}
-	return 0, nil
+	return g.sumSpend(ctx, l, c, l.spendQueries(c, nil), region, false)
+}
+
+// budgetOfKey finds the configured budget named name whose counter of a
+// caller of tenant is key, and that caller.
+func (st *state) budgetOfKey(name, tenant, key string) (*compiledLimit, *Caller, bool) {
+	for _, l := range st.limits {
+		if !l.budget || l.fixedKey != "" || l.limit.Name != name {
+			continue
+		}
+		if c, ok := l.callerOfKey(tenant, key); ok {
+			return l, c, true
+		}
+	}
+	return nil, nil, false
 }
 
 // extraSpent is what the ledger says was spent of item it, a counter of
@@ -604,13 +603,8 @@ func (g *Gate) regionSpent(ctx context.Context, budget weighted.Limit, key, regi
 // caller's spend as budgetCounters reads it for a listed one; 0 for
 // anything else (a limit, which the ledger does not count).
 func (g *Gate) extraSpent(ctx context.Context, st *state, tenant string, it weighted.Item, lost bool) (int64, error) {
-	for _, l := range st.limits {
-		if !l.budget || l.fixedKey != "" || l.limit.Name != it.Limit.Name {
-			continue
-		}
-		if c, ok := l.callerOfKey(tenant, it.Key); ok {
-			return g.budgetSpent(ctx, st, l, c, it.Key, lost, nil)
-		}
+	if l, c, ok := st.budgetOfKey(it.Limit.Name, tenant, it.Key); ok {
+		return g.budgetSpent(ctx, st, l, c, it.Key, lost, nil)
 	}
 	return 0, nil
 }
