@@ -26,6 +26,7 @@ import (
 	"hash/fnv"
 	"math"
 	"math/bits"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -708,8 +709,9 @@ func (g *Regions) rebalance(ctx context.Context, k capKey, now time.Time) error 
 // admits in that time, the regions together may spend more than the
 // budget.) Nil when every region has a row, or without Spent.
 func (g *Regions) seeds(ctx context.Context, c *regionCap, k capKey, lim weighted.Limit, all map[string]capRow) (map[string]int64, error) {
-	if g.cfg.Spent == nil || len(all) >= len(g.cfg.Regions) {
-		return nil, nil
+	rowless := func(r string) bool { _, ok := all[r]; return !ok }
+	if g.cfg.Spent == nil || !slices.ContainsFunc(g.cfg.Regions, rowless) {
+		return nil, nil // (a count of the rows would take a region no longer configured for one that is)
 	}
 	g.mu.Lock()
 	seeds := c.seeds
@@ -719,7 +721,7 @@ func (g *Regions) seeds(ctx context.Context, c *regionCap, k capKey, lim weighte
 	}
 	seeds = make(map[string]int64, len(g.cfg.Regions))
 	for _, r := range g.cfg.Regions {
-		if _, ok := all[r]; ok {
+		if !rowless(r) {
 			continue
 		}
 		v, err := g.cfg.Spent(ctx, lim, k.key, r)

@@ -1495,8 +1495,8 @@ func (l *Leased) Restore(ctx context.Context, items []Item, counted []int64) err
 			// ledger's count: the leases keep only what fits the
 			// capacity above it. The rest is taken as spent, and the
 			// counter holds it: it refuses rather than admits twice.
-			if over := counted[i] + u - it.Limit.Capacity(); over > 0 && counted[i] >= 0 {
-				st.spend(min(over, u))
+			if room := it.Limit.Capacity() - u; counted[i] > room {
+				st.spend(min(counted[i]-room, u)) // no sum to overflow: a saturated count cuts it all
 				u = st.avail()
 			}
 			st.mu.Unlock()
