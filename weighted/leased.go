@@ -1495,8 +1495,12 @@ func (l *Leased) Restore(ctx context.Context, items []Item, counted []int64) err
 			// ledger's count: the leases keep only what fits the
 			// capacity above it. The rest is taken as spent, and the
 			// counter holds it: it refuses rather than admits twice.
-			if room := it.Limit.Capacity() - u; counted[i] > room {
-				st.spend(min(counted[i]-room, u)) // no sum to overflow: a saturated count cuts it all
+			// Neither difference overflows, as the capacity and the count
+			// are not negative: a count the ledger saturated cuts the
+			// leases whole, even when they hold more than the capacity
+			// (taken under a larger one before a reload).
+			if keep := min(u, max(it.Limit.Capacity()-counted[i], 0)); keep < u {
+				st.spend(u - keep)
 				u = st.avail()
 			}
 			st.mu.Unlock()
