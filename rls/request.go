@@ -1,6 +1,8 @@
 package rls
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -57,6 +59,28 @@ func ledgerText(v string) string {
 	return string(b)
 }
 
+// maxKeyText is the longest tenant or user the ledger stores (its
+// maxKeyField, in bytes): a longer one would have the ledger refuse the
+// record of a charge of usage already served, which would go unbilled.
+const maxKeyText = 512
+
+// keyText is v as the ledger stores a tenant or a user: ledgerText(v),
+// and when that is longer than maxKeyText, its start and "%~" and the
+// SHA-256 of v in hex. No reading of a value that fits holds "%~" (every
+// '%' of it starts a %XX), so no two values share a counter.
+func keyText(v string) string {
+	t := ledgerText(v)
+	if len(t) <= maxKeyText {
+		return t
+	}
+	sum := sha256.Sum256([]byte(v))
+	cut := maxKeyText - 2 - 2*len(sum)
+	for cut > 0 && !utf8.RuneStart(t[cut]) {
+		cut--
+	}
+	return t[:cut] + "%~" + hex.EncodeToString(sum[:])
+}
+
 // errInvalid marks a request that is not a valid RateLimitRequest.
 var errInvalid = errors.New("rls: invalid request")
 
@@ -64,8 +88,8 @@ var errInvalid = errors.New("rls: invalid request")
 type kind uint8
 
 const (
-	// kindNone: the descriptor matched nothing, is unlimited, is a block
-	// in shadow mode or asks to refill; the gate is not asked.
+	// kindNone: the descriptor matched nothing, is unlimited, or asks
+	// to refill; the gate is not asked.
 	kindNone kind = iota
 	// kindCharge: hits in tokens above 0 are the usage of a request
 	// already served (the second phase); they are charged whatever the
@@ -181,10 +205,10 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
 					return fmt.Errorf("%w: descriptor %d: a tenant must not contain '{' or '}'", errInvalid, i)
 				}
 				if v != "" {
-					p.tenant, p.plan = ledgerText(v), n.plan
+					p.tenant, p.plan = keyText(v), n.plan
 				}
 			case roleUser:
-				p.user = ledgerText(v)
+				p.user = keyText(v)
 			case roleModel:
 				p.model = ledgerText(v)
 			}
@@ -224,8 +248,8 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
 		dc, p := &c.descs[i], ps[i]
 		switch l := c.limitOf(dc); {
 		case dc.n == nil, d.GetIsNegativeHits(), l != nil && l.unlimited:
-		case l != nil && l.block:
-			if !l.shadow && c.block < 0 {
+		case l != nil && l.block && !l.shadow:
+			if c.block < 0 {
 				c.block = i
 			}
 		case dc.hits == 0:
@@ -261,7 +285,11 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
 			g.named = true
 			c.count(g, dc)
 		}
-		if l := c.limitOf(dc); l != nil {
+		if l := c.limitOf(dc); l != nil && !l.block {
+			// A block in shadow mode has no counter: its would-blocks are
+			// counted apart (see Server.decide); the descriptor counts on
+			// its tenant's plan, and costs its price, as under any other
+			// shadow limit.
 			dc.extra = c.addExtra(g, dc, ps[i].tenant, ds[i])
 		}
 	}

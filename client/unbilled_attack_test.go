@@ -1,0 +1,99 @@
+package client_test
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/costgate/costgate/client"
+	"github.com/costgate/costgate/ledger"
+)
+
+// TestUnbilledAtkTransportErrorsRedirectsAndRereads: three answers a
+// metered API gives that are not a plain 200.
+//
+//   - A 500 that reports units (the API says what it spent on the error)
+//     is settled as failed at $0, as the proxy charges a generic
+//     upstream's error, and the caller reads the error body whole.
+//   - A POST answered 303 See Other is followed by http.Client as a GET
+//     without the body: each hop is reserved and settled once, the 303
+//     at its estimate (it reports nothing, as the proxy would charge it),
+//     the GET by the units it reports; nothing is left held.
+//   - The caller reads the body the Transport buffered twice: the second
+//     read is at its end, Close twice is harmless, and nothing is settled
+//     again.
+func TestUnbilledAtkTransportErrorsRedirectsAndRereads(t *testing.T) {
+	s := newStack(t, "memory", "", nil)
+	api, calls := meteredStub(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/fail":
+			w.Header().Set("X-Units", "7")
+			w.WriteHeader(http.StatusInternalServerError)
+			io.WriteString(w, `{"error":"boom","units_used":7}`)
+		case "/post":
+			w.Header().Set("Location", "/final?count=2")
+			w.WriteHeader(http.StatusSeeOther)
+		case "/final":
+			if r.Method != http.MethodGet {
+				http.Error(w, "want GET", http.StatusMethodNotAllowed)
+				return
+			}
+			io.WriteString(w, `{"units_used":3}`)
+		}
+	})
+	var ends attackEnds
+	hc := &http.Client{Transport: &client.Transport{Client: s.client("cg-test-acme"), Rule: creditsRule, Settled: ends.hook}}
+
+	resp, err := hc.Get(api + "/fail?count=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 500 || string(body) != `{"error":"boom","units_used":7}` {
+		t.Fatalf("the caller read %d %q", resp.StatusCode, body)
+	}
+	n, sts, errs := ends.snapshot()
+	if n != 1 || errs[0] != nil || sts[0] == nil {
+		t.Fatalf("Settled %d times: %v", n, errs)
+	}
+	if e := s.entry(t, "acme", sts[0].RequestID, final); e.Status != ledger.StatusFailed || e.ActualCost != 0 {
+		t.Errorf("a 500 reporting 7 units: ledger %s %v, want failed at $0", e.Status, e.ActualCost)
+	}
+
+	resp, err = hc.Post(api+"/post?count=6", "application/json", bytes.NewReader([]byte(`{"count":6}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	if string(body) != `{"units_used":3}` || calls.Load() != 3 {
+		t.Fatalf("caller read %q after %d calls", body, calls.Load())
+	}
+	// The body read twice: at its end, no error; Close twice.
+	if m, err := resp.Body.Read(make([]byte, 8)); m != 0 || err != io.EOF {
+		t.Errorf("a second read: %d, %v; want 0, EOF", m, err)
+	}
+	if err := resp.Body.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if err := resp.Body.Close(); err != nil {
+		t.Errorf("Close again: %v", err)
+	}
+	n, sts, errs = ends.snapshot()
+	if n != 3 || errs[1] != nil || errs[2] != nil {
+		t.Fatalf("Settled %d times: %v", n, errs)
+	}
+	for i, want := range map[int]int64{1: 6, 2: 3} {
+		e := s.entry(t, "acme", sts[i].RequestID, final)
+		if e.Status != ledger.StatusSettled || e.Actual.Units != want || e.ActualCost != creditsCost(want) {
+			t.Errorf("hop %d: ledger %s %d units %v, want settled %d units %v", i, e.Status, e.Actual.Units, e.ActualCost, want, creditsCost(want))
+		}
+	}
+	for _, e := range waitFinal(t, s) {
+		if !e.Status.Final() {
+			t.Errorf("entry %s left %s", e.RequestID, e.Status)
+		}
+	}
+}
