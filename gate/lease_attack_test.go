@@ -14,7 +14,9 @@ import (
 )
 
 // leaseAtkOpen opens n gates on one private Redis, each with tenant acme
-// (keys for users alice and bob) and limits.
+// (keys for users alice and bob) and limits, and a store as patient as
+// openRedisGate's: a store call timed out is an outage, decided on the
+// local fallback, and these tests count decisions of a working store.
 func leaseAtkOpen(t *testing.T, n int, limits string) []*gate.Gate {
 	t.Helper()
 	url := redistest.New(t).URL
@@ -23,7 +25,7 @@ func leaseAtkOpen(t *testing.T, n int, limits string) []*gate.Gate {
 		gs[i] = openYAML(t, fmt.Sprintf(`
 admin_token: t
 data_dir: %q
-store: {redis: %q}
+store: {redis: %q, timeout: 5s, queue_timeout: 5s}
 tenants:
   - {name: acme, plan: small, keys: [{id: ka, key: cg-alice, user: alice}, {id: kb, key: cg-bob, user: bob}]}
 limits:

@@ -11,13 +11,17 @@ import (
 	"github.com/costgate/costgate/internal/redistest"
 )
 
-// openRedisGate opens a gate on redisURL with one tenant and limits.
+// openRedisGate opens a gate on redisURL with one tenant and limits. Its
+// store waits for Redis as patient does: a call that outlived the default
+// 100 ms timeout on a loaded machine would be an outage to the gate, which
+// then admits on its local fallback and the counts these tests assert no
+// longer hold.
 func openRedisGate(t *testing.T, redisURL, limits string) *gate.Gate {
 	t.Helper()
 	return openYAML(t, fmt.Sprintf(`
 admin_token: t
 data_dir: %q
-store: {redis: %q}
+store: {redis: %q, timeout: 5s, queue_timeout: 5s}
 tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
   - {name: other, plan: none, keys: [{id: other-key, key: cg-other}]}
