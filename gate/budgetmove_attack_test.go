@@ -401,7 +401,7 @@ func TestBudgetMoveAtkHeldAcrossRename(t *testing.T) {
 		return fmt.Sprintf(`
 admin_token: t
 data_dir: %q
-store: {redis: %q}
+store: {redis: %q, timeout: 5s, queue_timeout: 5s}
 reservations: {secret: 0123456789abcdef0123}
 tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}

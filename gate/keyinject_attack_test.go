@@ -22,7 +22,7 @@ func keyInjectConfig(t *testing.T, dsn string, srv *redistest.Server, victim, at
 	return config.Parse([]byte(fmt.Sprintf(`
 admin_token: t
 data_dir: %q
-store: {redis: %q}
+store: {redis: %q, timeout: 5s, queue_timeout: 5s}
 ledger: {dsn: %q}
 tenants:
   - {name: %q, plan: small, keys: [{id: victim-key, key: cg-victim}]}
@@ -227,7 +227,7 @@ func TestKeyInjectAttackUserlessKeyTakesEveryUsersSpend(t *testing.T) {
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`
 admin_token: t
 data_dir: %q
-store: {redis: %q}
+store: {redis: %q, timeout: 5s, queue_timeout: 5s}
 ledger: {dsn: %q}
 tenants:
   - name: acme

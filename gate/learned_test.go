@@ -41,7 +41,7 @@ func openReserveGate(t *testing.T, dir, redisURL, reserve, extra string, learned
 	}
 	store := ""
 	if redisURL != "" {
-		store = fmt.Sprintf("store: {redis: %q}\n", redisURL)
+		store = fmt.Sprintf("store: {redis: %q, timeout: 5s, queue_timeout: 5s}\n", redisURL)
 	}
 	return openYAML(t, fmt.Sprintf(`
 admin_token: t

@@ -20,7 +20,7 @@ func lostUsersGate(t *testing.T, dsn string, srv *redistest.Server, scope string
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`
 admin_token: t
 data_dir: %q
-store: {redis: %q}
+store: {redis: %q, timeout: 5s, queue_timeout: 5s}
 ledger: {dsn: %q}
 tenants:
   - {name: acme, plan: small, keys: [{id: dave-key, key: cg-dave, user: dave}]}

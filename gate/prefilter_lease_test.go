@@ -69,7 +69,7 @@ func TestPrefilterLeasesHeldInPart(t *testing.T) {
 func leasedAcme(t *testing.T, denied int64) (*Gate, *Request, *compiledLimit, string, int64) {
 	t.Helper()
 	ctx := context.Background()
-	g := openAcme(t, fmt.Sprintf(`store: {redis: %q}
+	g := openAcme(t, fmt.Sprintf(`store: {redis: %q, timeout: 5s, queue_timeout: 5s}
 limits:
   - {name: hot, dimensions: [tenant], unit: requests, algorithm: fixed_window, rate: 1000, period: 24h, lease: {max_share: 0.5, ttl: 1m}}`,
 		redistest.New(t).URL))

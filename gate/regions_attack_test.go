@@ -187,7 +187,10 @@ func TestRegionsAttackHostDaysAheadSweepsRunningRows(t *testing.T) {
 	const budget = 100
 	lim := weighted.Limit{Name: "daily", Algorithm: weighted.FixedWindow, Rate: budget, Period: 24 * time.Hour}
 	names := []string{"eu", "us", "ap"}
-	trueClock, advance := fakeClock(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+	// The true clock starts at 10:00 of today (the sweep reads the
+	// database's clock, the system's here): a day already past by it,
+	// which a fixed date becomes, is one every region may sweep.
+	trueClock, advance := fakeClock(time.Now().UTC().Truncate(24 * time.Hour).Add(10 * time.Hour))
 	usStore := weighted.NewMemory(weighted.MemoryConfig{Now: trueClock})
 	apStore := weighted.NewMemory(weighted.MemoryConfig{Now: trueClock})
 	us := newRegion(t, dsn, "us", usStore, trueClock, names...)
@@ -575,7 +578,7 @@ admin_token: t
 data_dir: %q
 region: %s
 regions: {names: [eu, us], interval: %s}
-store: {redis: %q}
+store: {redis: %q, timeout: 5s, queue_timeout: 5s}
 ledger: {dsn: %q}
 tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}

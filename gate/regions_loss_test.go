@@ -118,7 +118,7 @@ func acmeGate(t *testing.T, dsn string, srv *redistest.Server, extra string) *Ga
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`
 admin_token: t
 data_dir: %q
-store: {redis: %q}
+store: {redis: %q, timeout: 5s, queue_timeout: 5s}
 ledger: {dsn: %q}
 tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}

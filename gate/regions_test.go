@@ -332,7 +332,7 @@ admin_token: t
 data_dir: %q
 region: %s
 regions: {names: [eu, us], interval: 50ms}
-store: {redis: %q}
+store: {redis: %q, timeout: 5s, queue_timeout: 5s}
 ledger: {dsn: %q}
 tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
