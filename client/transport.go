@@ -140,10 +140,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base().RoundTrip(out)
 	if err != nil {
 		if wrote.Load() {
-			// No answer to a request the API has: it is charged what was
-			// reserved for it, as the proxy charges a request that reached
-			// its upstream.
-			t.end(ctx, req, res, t.usage(rule, est.Usage.Units, nil, nil), nil)
+			// No answer to a request the API has: it is charged as the
+			// proxy charges a generic upstream's request that got no
+			// answer in time, the most the rule lets the answer report
+			// (its actual's max), else what was reserved for it.
+			units := est.Usage.Units
+			if rule.Actual != nil {
+				units = max(units, rule.Actual.Max)
+			}
+			t.end(ctx, req, res, t.usage(rule, units, nil, nil), nil)
 		} else {
 			t.release(ctx, req, res)
 		}

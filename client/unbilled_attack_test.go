@@ -2,9 +2,11 @@ package client_test
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/costgate/costgate/client"
 	"github.com/costgate/costgate/ledger"
@@ -95,5 +97,44 @@ func TestUnbilledAtkTransportErrorsRedirectsAndRereads(t *testing.T) {
 		if !e.Status.Final() {
 			t.Errorf("entry %s left %s", e.RequestID, e.Status)
 		}
+	}
+}
+
+// TestUnbilledAtkSilentCallBillsTheActualMax: the API has the request and
+// never answers before the caller gives up (a slow render that it runs
+// and bills all the same). A rule that reads the units from the answer
+// caps them at Actual.Max: the call is charged that, as the proxy charges
+// a generic upstream's request that got no answer in time, not the
+// estimate a tenant could keep low by asking for little.
+func TestUnbilledAtkSilentCallBillsTheActualMax(t *testing.T) {
+	s := newStack(t, "memory", "", nil)
+	release := make(chan struct{})
+	defer close(release)
+	api, _ := meteredStub(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	rule := creditsRule
+	actual := *creditsRule.Actual
+	actual.Max = 30
+	rule.Actual = &actual
+	var ends attackEnds
+	hc := &http.Client{Transport: &client.Transport{Client: s.client("cg-test-acme"), Rule: rule, Settled: ends.hook}}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", api+"/silent?count=2", nil)
+	if resp, err := hc.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatal("no error from a call with no answer")
+	}
+	n, sts, errs := ends.snapshot()
+	if n != 1 || errs[0] != nil || sts[0] == nil {
+		t.Fatalf("Settled %d times, settlement %v, error %v", n, sts, errs)
+	}
+	e := s.entry(t, "acme", sts[0].RequestID, final)
+	if e.Actual.Units != 30 || e.ActualCost != creditsCost(30) {
+		t.Errorf("ledger %d units %v for a call with no answer, want its actual's max, 30 (%v)", e.Actual.Units, e.ActualCost, creditsCost(30))
 	}
 }

@@ -144,6 +144,53 @@ func TestBillAtkGenericActualUnread(t *testing.T) {
 	}
 }
 
+// TestBillAtkGenericTimeoutBillsNothing: a generic upstream takes longer
+// than its timeout to answer (a page that renders slowly). costgate
+// answers 504, but the upstream has the request, runs it and bills it: a
+// tenant that asks for slow pages must not have them free. As an LLM call
+// with no answer in time is charged its output limit, a generic one is
+// charged the most its rule lets the upstream report (the actual's max),
+// or, without an actual, its estimate.
+func TestBillAtkGenericTimeoutBillsNothing(t *testing.T) {
+	const credits = 40
+	var billed atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(time.Second) // rendering; a gone client does not stop it
+		billed.Store(credits)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"content":"<html/>","credits_used":%d}`, credits)
+	}))
+	t.Cleanup(srv.Close)
+	withActual := strings.Replace(billAtkGeneric(srv.URL), "    cost:\n", "    timeout: 300ms\n    cost:\n", 1)
+	estimateOnly := strings.Replace(withActual, "      actual: {json: credits_used, max: 100}\n", "", 1)
+	for _, c := range []struct {
+		name, cfg string
+		want      int64 // credits charged at least
+	}{
+		{"actual", withActual, credits},
+		{"estimate", estimateOnly, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newStackWith(t, stackOptions{policies: allowAll, extra: c.cfg})
+			req, _ := http.NewRequest(http.MethodGet, s.url+"/u/scrape/fetch?credits=3", nil)
+			req.Header.Set("Authorization", "Bearer cg-test-acme")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusGatewayTimeout {
+				t.Fatalf("status %d, want 504", resp.StatusCode)
+			}
+			e := billAtkEntry(t, s, resp.Header.Get("X-Request-Id"))
+			if e.Actual.Units < c.want || e.ActualCost < costmodel.NanoUSD(c.want)*1_000_000 {
+				t.Errorf("charged %d credits (%v) for a call the upstream ran and bills; want at least %d", e.Actual.Units, e.ActualCost, c.want)
+			}
+		})
+	}
+}
+
 // billAtkAnthropicAnswer is an Anthropic message whose prompt was mostly
 // read from and written to the prompt cache: input_tokens counts only
 // the rest.

@@ -548,11 +548,18 @@ func setJSONField(body []byte, field string, v any) ([]byte, error) {
 // as a background response).
 func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 	est := x.servedEstimate()
-	if x.upstreamErr != nil && x.rule == nil && errors.Is(x.upstreamErr, context.DeadlineExceeded) && x.reachedUpstream() {
+	if x.timedOut() {
 		// The upstream has the request and runs it to its end whether or
 		// not its answer comes in time: it bills it. Charged as an answer
-		// whose usage cannot be read, at the request's output limit.
+		// whose usage cannot be read: at the request's output limit; a
+		// generic upstream's at the most its rule lets it report.
 		u := est.Usage
+		if x.rule != nil {
+			if x.rule.Actual != nil {
+				u.Units = max(u.Units, x.rule.Actual.Max)
+			}
+			return u, "", ledger.StatusFailed
+		}
 		u.OutputTokens = max(u.OutputTokens, est.OutputCap)
 		return u.Asked(est.Usage), "", ledger.StatusFailed
 	}
@@ -685,6 +692,12 @@ func requestPage(r *costmodel.Rule, req costmodel.GenericRequest) int64 {
 		return 0
 	}
 	return p
+}
+
+// timedOut tells whether the upstream has the request but gave no answer
+// within its timeout: it runs the request to its end and bills it.
+func (x *exchange) timedOut() bool {
+	return x.upstreamErr != nil && errors.Is(x.upstreamErr, context.DeadlineExceeded) && x.reachedUpstream()
 }
 
 // reachedUpstream tells whether the request reached the upstream: it
@@ -841,7 +854,7 @@ func (x *exchange) final() settlement {
 		f.model = served
 	}
 	f.cost = x.cost(f.model, f.usage)
-	if f.status == ledger.StatusFailed && x.rule != nil {
+	if f.status == ledger.StatusFailed && x.rule != nil && !x.timedOut() {
 		f.cost = 0 // a failed call to a generic API is not charged per call
 	}
 	x.fin, x.settled = f, true
