@@ -359,6 +359,14 @@ func validateRLSLevel(nodes []RLSDescriptor, p string, up rlsPath, names map[str
 		}
 		if r := n.RateLimit; r != nil {
 			validateRLSLimit(r, np+".rate_limit", names, bad)
+			// An unlimited descriptor is answered without the gate: a price
+			// or a usage in tokens on it would go uncounted and unbilled.
+			if r.Unlimited && n.PricePerHit != 0 {
+				bad(np+".price_per_hit", "an unlimited descriptor is neither counted nor charged: drop unlimited (without a rate_limit, a descriptor counts on its tenant's limits and budgets only) or the price")
+			}
+			if r.Unlimited && n.Hits != "requests" {
+				bad(np+".hits", "an unlimited descriptor is neither counted nor charged: its %s would go unbilled; drop unlimited (without a rate_limit, a descriptor counts on its tenant's limits and budgets only)", n.Hits)
+			}
 		}
 		validateRLSLevel(n.Descriptors, np, here, names, bad)
 	}
