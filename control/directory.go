@@ -336,6 +336,18 @@ func (d *Directory) applyKey(e *Entity, n *node, mark bool) (marked bool) {
 // users' with the keys under it). A team or user without keys spends
 // nothing and is left out.
 func (d *Directory) Budgets(tenant string) []gate.LevelBudget {
+	return d.levelLimits(tenant, true)
+}
+
+// LevelLimits returns every limit of the levels under tenant, budgets and
+// others, usable or not (gate.LevelLimiter): a reservation settled by
+// another of the tenant's keys charges the limits of the key that made it.
+func (d *Directory) LevelLimits(tenant string) []gate.LevelBudget {
+	return d.levelLimits(tenant, false)
+}
+
+// levelLimits is Budgets, or with budgetsOnly false LevelLimits.
+func (d *Directory) levelLimits(tenant string, budgetsOnly bool) []gate.LevelBudget {
 	d.mu.RLock()
 	recs := slices.Clone(d.byTenant[tenant])
 	d.mu.RUnlock()
@@ -346,7 +358,7 @@ func (d *Directory) Budgets(tenant string) []gate.LevelBudget {
 			return
 		}
 		for _, ll := range n.level.Limits {
-			if ll.Budget {
+			if ll.Budget || !budgetsOnly {
 				out = append(out, gate.LevelBudget{Limit: ll, KeyIDs: keyIDs})
 			}
 		}

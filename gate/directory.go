@@ -34,6 +34,16 @@ type Directory interface {
 	BudgetTenants() []string
 }
 
+// LevelLimiter is a Directory that also returns every limit of the levels
+// under a tenant, budgets and others, usable or not, as LevelBudgets: a
+// held reservation that another of the tenant's keys settles on another
+// replica is rebuilt with the limits of the key that made it, found there.
+// A Directory without it has only the budgets of the key that reserved
+// charged in that case.
+type LevelLimiter interface {
+	LevelLimits(tenant string) []LevelBudget
+}
+
 // LevelBudget is a level's budget with the ledger entries it counts.
 type LevelBudget struct {
 	Limit *LevelLimit

@@ -467,8 +467,9 @@ func (g *Gate) rebuild(c *Caller, t *ticket, expires time.Time) *Reservation {
 // levelLimitNamed is the control-plane level limit named name on key, as
 // it stood at now (a raised amount in force then), or nil: among the
 // levels of c, who settles (the key that reserved, most often), else among
-// the budgets of every level of tenant, so that a budget of the key that
-// reserved is charged whichever of the tenant's keys settles.
+// the limits of every level of tenant (LevelLimiter; a Directory without
+// it, the budgets), so that the limits of the key that reserved are
+// charged whichever of the tenant's keys settles.
 func (g *Gate) levelLimitNamed(c *Caller, tenant, name, key string, now time.Time) *compiledLimit {
 	match := func(ll *LevelLimit) *compiledLimit {
 		if l := ll.at(now).cl; l.limit.Name == name && l.fixedKey == key {
@@ -487,7 +488,11 @@ func (g *Gate) levelLimitNamed(c *Caller, tenant, name, key string, now time.Tim
 		}
 	}
 	if d := g.dir.dir.Load(); d != nil {
-		for _, lb := range (*d).Budgets(tenant) {
+		all := (*d).Budgets
+		if ll, ok := (*d).(LevelLimiter); ok {
+			all = ll.LevelLimits
+		}
+		for _, lb := range all(tenant) {
 			if l := match(lb.Limit); l != nil {
 				return l
 			}
