@@ -44,6 +44,16 @@ func (u *upstream) admit(r *http.Request) (string, *refusal) {
 				u.name, r.Method, strings.Join(u.methods, ", ")),
 		}}
 	}
+	// A method-override header would have the upstream run another method
+	// than the one checked above and priced, under costgate's credential.
+	for h := range r.Header {
+		if isMethodOverride(h) {
+			return "", &refusal{status: http.StatusBadRequest, err: apiError{
+				Type: "invalid_request_error", Code: "method_override",
+				Message: fmt.Sprintf("%s is not forwarded: send the request with its own method", h),
+			}}
+		}
+	}
 	p, err := genericPath(requestPath(r), u.name)
 	if err != nil {
 		return "", &refusal{status: http.StatusBadRequest, err: apiError{
@@ -51,6 +61,18 @@ func (u *upstream) admit(r *http.Request) (string, *refusal) {
 		}}
 	}
 	return p, nil
+}
+
+// isMethodOverride tells whether a header is one by which servers
+// (Google's APIs, many web frameworks) let a request name the method they
+// run instead of its own, in any case and with '_' for '-' (servers that
+// read headers through CGI-style names merge the two).
+func isMethodOverride(name string) bool {
+	if len(name) < len("x-http-method") || len(name) > len("x-http-method-override") {
+		return false
+	}
+	n := strings.ToLower(strings.ReplaceAll(name, "_", "-"))
+	return n == "x-http-method-override" || n == "x-http-method" || n == "x-method-override"
 }
 
 // requestPath is the request's path as the client sent it, still escaped:

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -150,6 +152,13 @@ func (u *upstream) rewrite(pr *httputil.ProxyRequest) {
 	}
 	if x != nil {
 		out.Header.Set("X-Request-Id", x.id)
+		// The upstream keeps one answer per idempotency key of costgate's
+		// one account: a key the client chose is scoped by its tenant, so
+		// that two tenants' keys never meet there.
+		if k := out.Header.Values("Idempotency-Key"); len(k) > 0 {
+			sum := sha256.Sum256([]byte(x.caller.Tenant + "\x00" + strings.Join(k, "\x00")))
+			out.Header.Set("Idempotency-Key", hex.EncodeToString(sum[:]))
+		}
 	}
 }
 
