@@ -109,11 +109,11 @@ func boundCost(c costmodel.NanoUSD) costmodel.NanoUSD {
 // maxField bounds every string field, so that a record stays small.
 const maxField = 4096
 
-// maxKeyField bounds the fields PostgreSQL indexes (request id; tenant and
+// MaxKeyField bounds the fields PostgreSQL indexes (request id; tenant and
 // request id; tenant, user and key in the spend roll-up): a B-tree key
 // must fit in about 2,700 bytes, and a row the store refused would stop
 // the flusher for every tenant.
-const maxKeyField = 512
+const MaxKeyField = 512
 
 // ValidText tells whether s can be a string field of an entry: valid
 // UTF-8 without NUL (PostgreSQL text holds neither; an entry the store
@@ -131,8 +131,8 @@ func (e *Entry) check() error {
 		name, v string
 		max     int
 	}{
-		{"request id", e.RequestID, maxKeyField}, {"tenant", e.Tenant, maxKeyField}, {"user", e.User, maxKeyField},
-		{"key id", e.KeyID, maxKeyField}, {"route", e.Route, maxField}, {"upstream", e.Upstream, maxField},
+		{"request id", e.RequestID, MaxKeyField}, {"tenant", e.Tenant, MaxKeyField}, {"user", e.User, MaxKeyField},
+		{"key id", e.KeyID, MaxKeyField}, {"route", e.Route, maxField}, {"upstream", e.Upstream, maxField},
 		{"model", e.Model, maxField}, {"region", e.Region, maxField}, {"decision", e.Decision, maxField},
 		{"policy", e.Policy, maxField}, {"friction", e.Friction, maxField},
 	} {

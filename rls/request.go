@@ -20,6 +20,7 @@ import (
 
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/gate"
+	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/weighted"
 )
 
@@ -59,22 +60,19 @@ func ledgerText(v string) string {
 	return string(b)
 }
 
-// maxKeyText is the longest tenant or user the ledger stores (its
-// maxKeyField, in bytes): a longer one would have the ledger refuse the
-// record of a charge of usage already served, which would go unbilled.
-const maxKeyText = 512
-
 // keyText is v as the ledger stores a tenant or a user: ledgerText(v),
-// and when that is longer than maxKeyText, its start and "%~" and the
+// and when that is longer than the ledger takes (ledger.MaxKeyField: it
+// would refuse the record of a charge of usage already served, which
+// would go unbilled), its start and "%~" and the
 // SHA-256 of v in hex. No reading of a value that fits holds "%~" (every
 // '%' of it starts a %XX), so no two values share a counter.
 func keyText(v string) string {
 	t := ledgerText(v)
-	if len(t) <= maxKeyText {
+	if len(t) <= ledger.MaxKeyField {
 		return t
 	}
 	sum := sha256.Sum256([]byte(v))
-	cut := maxKeyText - 2 - 2*len(sum)
+	cut := ledger.MaxKeyField - 2 - 2*len(sum)
 	for cut > 0 && !utf8.RuneStart(t[cut]) {
 		cut--
 	}
