@@ -144,11 +144,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			// proxy charges a generic upstream's request that got no
 			// answer in time, the most the rule lets the answer report
 			// (its actual's max), else what was reserved for it.
-			units := est.Usage.Units
-			if rule.Actual != nil {
-				units = max(units, rule.Actual.Max)
-			}
-			t.end(ctx, req, res, t.usage(rule, units, nil, nil), nil)
+			t.end(ctx, req, res, t.usage(rule, rule.Unreported(est.Usage.Units), nil, nil), nil)
 		} else {
 			t.release(ctx, req, res)
 		}

@@ -126,6 +126,18 @@ func (r Rule) Validate() error {
 // Price returns the rule's prices as a Price.
 func (r Rule) Price() Price { return Price{PerCall: r.PerCall, PerUnit: r.PerUnit} }
 
+// Unreported is the units to charge a call whose answer's report cannot
+// be read (not kept whole, cut, or never come) though the upstream has
+// the request: the most the rule's actual lets the answer report
+// (Actual.Max), never less than units, the estimate; units when the rule
+// reads no answer or bounds it by nothing.
+func (r Rule) Unreported(units int64) int64 {
+	if r.Actual != nil {
+		return max(units, r.Actual.Max)
+	}
+	return units
+}
+
 // Estimate prices one request. A JSON field named by the rule in a body that
 // is not JSON, or a number that is not a non-negative integer, gives a
 // *BadRequestError; so do units or a cost that cannot be represented (it

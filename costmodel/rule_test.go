@@ -187,3 +187,22 @@ cache_entries: 1024
 		t.Errorf("config %+v", c)
 	}
 }
+
+// TestRuleUnreported: a call whose report cannot be read is charged the
+// most the rule's actual lets the answer report, never less than the
+// estimate; without an actual, or one without a max, the estimate.
+func TestRuleUnreported(t *testing.T) {
+	for _, c := range []struct {
+		actual      *Source
+		units, want int64
+	}{
+		{nil, 3, 3},
+		{&Source{JSON: "n"}, 3, 3},
+		{&Source{JSON: "n", Max: 100}, 3, 100},
+		{&Source{JSON: "n", Max: 100}, 150, 150},
+	} {
+		if got := (Rule{Actual: c.actual}).Unreported(c.units); got != c.want {
+			t.Errorf("actual %+v, estimate %d: %d, want %d", c.actual, c.units, got, c.want)
+		}
+	}
+}

@@ -555,9 +555,7 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 		// generic upstream's at the most its rule lets it report.
 		u := est.Usage
 		if x.rule != nil {
-			if x.rule.Actual != nil {
-				u.Units = max(u.Units, x.rule.Actual.Max)
-			}
+			u.Units = x.rule.Unreported(u.Units)
 			return u, "", ledger.StatusFailed
 		}
 		u.OutputTokens = max(u.OutputTokens, est.OutputCap)
@@ -582,7 +580,7 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 			// The report is in an answer costgate did not keep whole (over
 			// maxCapture, or a stream): charged the most the rule lets the
 			// upstream report, as an LLM answer is charged its output limit.
-			u.Units = max(u.Units, x.rule.Actual.Max)
+			u.Units = x.rule.Unreported(u.Units)
 			x.s.log.Warn("upstream units unreadable; charging the actual's max", "request_id", x.id, "units", u.Units)
 		}
 		return u, "", ledger.StatusSettled
