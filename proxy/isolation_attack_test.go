@@ -296,18 +296,7 @@ func jsonString(s string) string {
 // method (a DELETE of data every tenant shares) under that credential,
 // priced as the method costgate saw.
 func TestIsolationAttackMethodOverride(t *testing.T) {
-	gen := &routeAtkSpy{}
-	genSrv := httptest.NewServer(gen)
-	t.Cleanup(genSrv.Close)
-	s := newStackWith(t, stackOptions{extra: `
-  - name: search
-    kind: generic
-    base_url: ` + genSrv.URL + `/api
-    api_key: sk-search
-    methods: [GET, POST]
-    cost: {per_call: "0.001"}
-` + roomyLimits})
-	host := strings.TrimPrefix(s.url, "http://")
+	gen, s, host := isoGenericStack(t, "search", "    methods: [GET, POST]\n")
 	if got := sendRaw(t, s.url, "GET /u/search/index/doc-1 HTTP/1.1\nHost: "+host+
 		"\nAuthorization: Bearer cg-test-acme\nContent-Length: 0\nConnection: close\n\n"); got.status != 200 || len(gen.take()) != 1 {
 		t.Fatalf("a plain GET: %d %s", got.status, got.body)
@@ -338,32 +327,50 @@ func TestIsolationAttackMethodOverride(t *testing.T) {
 // used (an order number), is handed acme's stored answer, and acme's
 // request, sent second, would get globex's.
 func TestIsolationAttackIdempotencyKeyAcrossTenants(t *testing.T) {
+	gen, s, host := isoGenericStack(t, "pay", "")
+	// Both send the key in one spelling of the header: a server that reads
+	// headers by CGI-style names takes Idempotency_Key for Idempotency-Key.
+	for _, spelling := range []string{"Idempotency-Key", "idempotency_key", "IDEMPOTENCY_KEY"} {
+		t.Run(spelling, func(t *testing.T) {
+			seen := map[string]string{} // the key the upstream saw -> the tenant that sent it
+			for _, c := range []struct{ tenant, key, header string }{{"acme", "cg-test-acme", spelling}, {"globex", "cg-test-globex", spelling}} {
+				got := sendRaw(t, s.url, "POST /u/pay/charges HTTP/1.1\nHost: "+host+"\nAuthorization: Bearer "+c.key+
+					"\n"+c.header+": order-1001\nContent-Type: application/json\nContent-Length: 2\nConnection: close\n\n{}")
+				if got.status != 200 {
+					t.Fatalf("%s: %d %s", c.tenant, got.status, got.body)
+				}
+				for _, r := range gen.take() {
+					for name, vs := range r.header {
+						if !strings.EqualFold(strings.ReplaceAll(name, "_", "-"), "Idempotency-Key") {
+							continue
+						}
+						for _, k := range vs {
+							if other, ok := seen[k]; ok && other != c.tenant {
+								t.Errorf("%s and %s reached the upstream with one idempotency key %q (%s): the upstream, one account to it, answers the second with the first's stored answer", other, c.tenant, k, name)
+							}
+							seen[k] = c.tenant
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// isoGenericStack is a stack with the generic upstream name (per call
+// $0.001, more of its config in more) on a spy, and the stack's host.
+func isoGenericStack(t *testing.T, name, more string) (*routeAtkSpy, *stack, string) {
 	gen := &routeAtkSpy{}
 	genSrv := httptest.NewServer(gen)
 	t.Cleanup(genSrv.Close)
 	s := newStackWith(t, stackOptions{extra: `
-  - name: pay
+  - name: ` + name + `
     kind: generic
     base_url: ` + genSrv.URL + `/api
-    api_key: sk-pay
-    cost: {per_call: "0.001"}
+    api_key: sk-` + name + `
+` + more + `    cost: {per_call: "0.001"}
 ` + roomyLimits})
-	host := strings.TrimPrefix(s.url, "http://")
-	seen := map[string]string{} // the key the upstream saw -> the tenant that sent it
-	for _, c := range []struct{ tenant, key string }{{"acme", "cg-test-acme"}, {"globex", "cg-test-globex"}} {
-		got := sendRaw(t, s.url, "POST /u/pay/charges HTTP/1.1\nHost: "+host+"\nAuthorization: Bearer "+c.key+
-			"\nIdempotency-Key: order-1001\nContent-Type: application/json\nContent-Length: 2\nConnection: close\n\n{}")
-		if got.status != 200 {
-			t.Fatalf("%s: %d %s", c.tenant, got.status, got.body)
-		}
-		for _, r := range gen.take() {
-			k := r.header.Get("Idempotency-Key")
-			if other, ok := seen[k]; ok && k != "" {
-				t.Errorf("%s and %s reached the upstream with one Idempotency-Key %q: the upstream, one account to it, answers the second with the first's stored answer", other, c.tenant, k)
-			}
-			seen[k] = c.tenant
-		}
-	}
+	return gen, s, strings.TrimPrefix(s.url, "http://")
 }
 
 // TestIsolationAttackUsageCredentialHeaders: the usage view reads the

@@ -65,14 +65,33 @@ func (u *upstream) admit(r *http.Request) (string, *refusal) {
 
 // isMethodOverride tells whether a header is one by which servers
 // (Google's APIs, many web frameworks) let a request name the method they
-// run instead of its own, in any case and with '_' for '-' (servers that
-// read headers through CGI-style names merge the two).
+// run instead of its own.
 func isMethodOverride(name string) bool {
-	if len(name) < len("x-http-method") || len(name) > len("x-http-method-override") {
+	return headerIs(name, "x-http-method-override") || headerIs(name, "x-http-method") || headerIs(name, "x-method-override")
+}
+
+// headerIs tells whether the header name is want (lower case, '-' between
+// its words) in any case and with '_' for '-': servers that read headers
+// by CGI-style names (HTTP_X_HTTP_METHOD_OVERRIDE) take the two for one,
+// and Go keeps a name with '_' apart from its canonical form. It
+// allocates nothing: it runs on every header of every request.
+func headerIs(name, want string) bool {
+	if len(name) != len(want) {
 		return false
 	}
-	n := strings.ToLower(strings.ReplaceAll(name, "_", "-"))
-	return n == "x-http-method-override" || n == "x-http-method" || n == "x-method-override"
+	for i := range len(name) {
+		c := name[i]
+		switch {
+		case c == '_':
+			c = '-'
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		if c != want[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // requestPath is the request's path as the client sent it, still escaped:

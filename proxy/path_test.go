@@ -119,3 +119,29 @@ func FuzzGenericPath(f *testing.F) {
 		}
 	})
 }
+
+// TestHeaderIs: a header name matches in any case and with '_' for '-',
+// and only the whole name; reading a request's headers allocates nothing.
+func TestHeaderIs(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		want bool
+	}{
+		{"X-Http-Method-Override", true}, {"x_http_method_override", true}, {"X_HTTP_Method_Override", true},
+		{"X-Http-Method", true}, {"X-Method-Override", true}, {"X-Method_override", true},
+		{"X-Http-Method-Overrid", false}, {"X-Http-Method-Overrides", false}, {"Content-Length", false},
+		{"X-Http-Methodxoverride", false}, {"", false},
+	} {
+		if got := isMethodOverride(c.name); got != c.want {
+			t.Errorf("isMethodOverride(%q) = %v, want %v", c.name, got, c.want)
+		}
+	}
+	h := http.Header{"Content-Type": {"a"}, "Authorization": {"b"}, "Accept-Encoding": {"c"}, "X-Forwarded-For": {"d"}, "Idempotency-Key": {"e"}}
+	if n := testing.AllocsPerRun(100, func() {
+		for name := range h {
+			_ = isMethodOverride(name) || headerIs(name, "idempotency-key")
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations to read a request's header names, want 0", n)
+	}
+}

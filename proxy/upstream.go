@@ -153,11 +153,17 @@ func (u *upstream) rewrite(pr *httputil.ProxyRequest) {
 	if x != nil {
 		out.Header.Set("X-Request-Id", x.id)
 		// The upstream keeps one answer per idempotency key of costgate's
-		// one account: a key the client chose is scoped by its tenant, so
-		// that two tenants' keys never meet there.
-		if k := out.Header.Values("Idempotency-Key"); len(k) > 0 {
-			sum := sha256.Sum256([]byte(x.caller.Tenant + "\x00" + strings.Join(k, "\x00")))
-			out.Header.Set("Idempotency-Key", hex.EncodeToString(sum[:]))
+		// one account: a key the client chose, in any spelling of the
+		// header, is scoped by its tenant, so that two tenants' keys never
+		// meet there. (out.Header is the request's clone: its values are
+		// the outgoing request's own.)
+		for name, vs := range out.Header {
+			if headerIs(name, "idempotency-key") {
+				for i, v := range vs {
+					sum := sha256.Sum256([]byte(x.caller.Tenant + "\x00" + v))
+					vs[i] = hex.EncodeToString(sum[:])
+				}
+			}
 		}
 	}
 }
