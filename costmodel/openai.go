@@ -122,19 +122,19 @@ func (e *Estimator) estimateChat(body []byte) (Estimate, error) {
 	// One allocation for the fields: the scanner's recursion makes
 	// anything it is handed escape.
 	fs := &struct {
-		model, messages, tools, functions, streamOptions, maxTokens, maxCompletion, n, stream, modalities, tier, format, webSearch topField
-		msgBuf                                                                                                                     [64]span
+		model, messages, tools, functions, streamOptions, maxTokens, maxCompletion, n, stream, modalities, tier, format, webSearch, prediction topField
+		msgBuf                                                                                                                                 [64]span
 	}{
 		model: topField{name: "model"}, messages: topField{name: "messages", collect: true}, tools: topField{name: "tools"},
 		functions: topField{name: "functions"}, streamOptions: topField{name: "stream_options"}, maxTokens: topField{name: "max_tokens"},
 		maxCompletion: topField{name: "max_completion_tokens"}, n: topField{name: "n"}, stream: topField{name: "stream"},
 		modalities: topField{name: "modalities"}, tier: topField{name: "service_tier"}, format: topField{name: "response_format"},
-		webSearch: topField{name: "web_search_options"},
+		webSearch: topField{name: "web_search_options"}, prediction: topField{name: "prediction"},
 	}
 	fModel, fMessages, fTools, fFunctions, fStreamOptions, fModalities := &fs.model, &fs.messages, &fs.tools, &fs.functions, &fs.streamOptions, &fs.modalities
 	fMessages.elems = fs.msgBuf[:0]
 	if err := scanTop(kind, body, fModel, fMessages, fTools, fFunctions, fStreamOptions, &fs.maxTokens,
-		&fs.maxCompletion, &fs.n, &fs.stream, fModalities, &fs.tier, &fs.format, &fs.webSearch); err != nil {
+		&fs.maxCompletion, &fs.n, &fs.stream, fModalities, &fs.tier, &fs.format, &fs.webSearch, &fs.prediction); err != nil {
 		return Estimate{}, err
 	}
 	var (
@@ -231,6 +231,15 @@ func (e *Estimator) estimateChat(body []byte) (Estimate, error) {
 		// whole, whatever output_reserve says.
 		est.Usage.OutputTokens = est.OutputCap
 		est.Usage.AudioOutputTokens = est.Usage.OutputTokens
+	}
+	if raw := fs.prediction.raw(body); raw != nil && string(raw) != "null" {
+		// A predicted output's tokens that the answer does not use are
+		// billed as output on top of the answer, and never streamed: at
+		// most the prediction's tokens (its JSON text, an upper bound) per
+		// completion, reserved beyond the output limit and counted as
+		// tokens the stream does not show.
+		est.Usage.OutputTokens = addSat(est.Usage.OutputTokens, mulSat(m.countText(string(raw)), choices))
+		c.uncounted = true
 	}
 	est.Usage.ServiceTier = requestedTier(tier)
 	if raw := fs.webSearch.raw(body); raw != nil && string(raw) != "null" || chatSearchModel(modelName) {
