@@ -12,9 +12,9 @@ import (
 )
 
 // totalConfig is Envoy AI Gateway's stream-done report as costgate maps
-// it: input and output tokens under the tenant and the model, and the
-// total (llm_total_token) under the tenant, on two keys, so that a total
-// can be sent once or twice. The tenant's plan counts tokens, input
+// it: input, output and total tokens (llm_total_token) under the tenant
+// and the model, and the total under the tenant alone too, on two keys,
+// so that a total can be sent once, twice, or without the model. The tenant's plan counts tokens, input
 // tokens and output tokens in windows of an hour (exact, unlike a
 // refilling bucket) and has a daily budget. test-model's output is the
 // dearer side, embed-model's input.
@@ -44,6 +44,7 @@ rls:
               descriptors:
                 - {key: tokens, value: input, hits: input_tokens}
                 - {key: tokens, value: output, hits: output_tokens}
+                - {key: tokens, value: total, hits: tokens}
             - {key: tokens, value: total, hits: tokens}
             - {key: total_tokens, hits: tokens}
 `
@@ -70,6 +71,9 @@ func TestTotalTokensCountedOnce(t *testing.T) {
 	total2 := func(n uint64) *commonv3.RateLimitDescriptor {
 		return hits(n, d("tenant", "acme", "total_tokens", "llm_total_token"))
 	}
+	modelTotal := func(n uint64) *commonv3.RateLimitDescriptor {
+		return hits(n, d("tenant", "acme", "model", model, "tokens", "total"))
+	}
 	embedIn := func(n uint64) *commonv3.RateLimitDescriptor {
 		return hits(n, d("tenant", "acme", "model", "embed-model", "tokens", "input"))
 	}
@@ -91,6 +95,10 @@ func TestTotalTokensCountedOnce(t *testing.T) {
 			in: 200, out: 900, cost: 9_200_000},
 		{name: "total on two descriptors", ds: []*commonv3.RateLimitDescriptor{total2(1100), in(200), total(1100), out(900)},
 			in: 200, out: 900, cost: 9_200_000},
+		{name: "total under the model", ds: []*commonv3.RateLimitDescriptor{modelTotal(1100), in(200), out(900)},
+			in: 200, out: 900, cost: 9_200_000},
+		{name: "total under the model and under the tenant", ds: []*commonv3.RateLimitDescriptor{in(200), total(1100), out(900), modelTotal(1100)},
+			in: 200, out: 900, cost: 9_200_000},
 		{name: "input and output twice", ds: []*commonv3.RateLimitDescriptor{in(200), total(1100), out(900), in(200), out(900)},
 			in: 200, out: 900, cost: 9_200_000},
 		// The opposite attack: the caller's reports disagree. None of
@@ -109,6 +117,8 @@ func TestTotalTokensCountedOnce(t *testing.T) {
 		// sent beside it) is billed at the dearer side: output for
 		// test-model, input for embed-model, whose output is free.
 		{name: "total alone", ds: []*commonv3.RateLimitDescriptor{in(0), total(1100)},
+			in: 0, out: 1100, cost: 11_000_000},
+		{name: "total alone under the model", ds: []*commonv3.RateLimitDescriptor{modelTotal(1100)},
 			in: 0, out: 1100, cost: 11_000_000},
 		{name: "total alone, input the dearer", ds: []*commonv3.RateLimitDescriptor{total(1100), embedIn(0)},
 			in: 1100, out: 0, cost: 2_200_000},
