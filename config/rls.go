@@ -70,11 +70,14 @@ type RLSDescriptor struct {
 	Model string `yaml:"model"`
 
 	// Hits is what a hit of a descriptor ending here counts: requests
-	// (default), or tokens, input_tokens or output_tokens. A descriptor
-	// in tokens is the two-phase pattern: a hits_addend of 0 checks that
-	// its limits have room left and debits nothing, and a positive one is
-	// the actual usage of a request already served (Envoy's
-	// apply_on_stream_done), debited whatever the limits say.
+	// (default), or tokens (a total: input plus output tokens),
+	// input_tokens or output_tokens. A descriptor in tokens is the
+	// two-phase pattern: a hits_addend of 0 checks that its limits have
+	// room left and debits nothing, and a positive one is the actual
+	// usage of a request already served (Envoy's apply_on_stream_done),
+	// debited whatever the limits say. A request's total bills only the
+	// tokens it reports beyond its input and output tokens, at the
+	// model's dearer price.
 	Hits string `yaml:"hits"`
 	// PricePerHit is what one hit costs, in dollars, debited from the
 	// tenant's usd limits and budgets and written to the ledger. Only for
@@ -239,7 +242,7 @@ func (c *Config) validateRLS(names map[string]bool, bad func(path, format string
 			bad(p+".domain", "duplicate domain %q", d.Domain)
 		}
 		domains[d.Domain] = true
-		validateRLSLevel(d.Descriptors, p, rlsPath{}, names, bad)
+		validateRLSLevel(d.Descriptors, p, names, bad)
 		validateReplaces(d.Descriptors, p, rlsLimitNames(d.Descriptors, map[string]bool{}), bad)
 	}
 }
@@ -297,13 +300,7 @@ func validateReplaces(nodes []RLSDescriptor, p string, names map[string]bool, ba
 	}
 }
 
-// rlsPath is what the nodes above a node name.
-type rlsPath struct {
-	tenant bool // as: tenant or tenant
-	model  bool // as: model or model
-}
-
-func validateRLSLevel(nodes []RLSDescriptor, p string, up rlsPath, names map[string]bool, bad func(path, format string, args ...any)) {
+func validateRLSLevel(nodes []RLSDescriptor, p string, names map[string]bool, bad func(path, format string, args ...any)) {
 	seen := map[[2]string]bool{}
 	for j, n := range nodes {
 		np := fmt.Sprintf("%s.descriptors[%d]", p, j)
@@ -335,10 +332,6 @@ func validateRLSLevel(nodes []RLSDescriptor, p string, up rlsPath, names map[str
 		if strings.ContainsAny(n.Tenant, "{}") {
 			bad(np+".tenant", "must not contain '{' or '}' (they delimit the limiter's hash tags)")
 		}
-		here := rlsPath{
-			tenant: up.tenant || n.Tenant != "" || n.As == "tenant",
-			model:  up.model || n.Model != "" || n.As == "model",
-		}
 		if n.Plan != "" && n.Tenant == "" && n.As != "tenant" {
 			bad(np+".plan", "a plan is for the tenant this node names: set tenant or as: tenant")
 		}
@@ -350,9 +343,6 @@ func validateRLSLevel(nodes []RLSDescriptor, p string, up rlsPath, names map[str
 		}
 		if n.PricePerHit != 0 && n.Hits != "requests" {
 			bad(np+".price_per_hit", "only hits in requests take a price; %s are priced by their model (model or as: model)", n.Hits)
-		}
-		if n.Hits == "tokens" && here.model {
-			bad(np+".hits", "tokens in total cannot be priced by a model: count input_tokens or output_tokens")
 		}
 		if n.OnStoreFailure != "fail_open" && n.OnStoreFailure != "fail_closed" {
 			bad(np+".on_store_failure", "must be fail_open or fail_closed, not %q", n.OnStoreFailure)
@@ -368,7 +358,7 @@ func validateRLSLevel(nodes []RLSDescriptor, p string, up rlsPath, names map[str
 				bad(np+".hits", "an unlimited descriptor is neither counted nor charged: its %s would go unbilled; drop unlimited (without a rate_limit, a descriptor counts on its tenant's limits and budgets only)", n.Hits)
 			}
 		}
-		validateRLSLevel(n.Descriptors, np, here, names, bad)
+		validateRLSLevel(n.Descriptors, np, names, bad)
 	}
 }
 

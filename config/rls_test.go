@@ -32,7 +32,6 @@ func TestRLSErrorsNameTheField(t *testing.T) {
 		{"bad hits", "rls: {domains: [{domain: d, descriptors: [{key: a, hits: bytes}]}]}", `rls.domains[0].descriptors[0].hits: must be one of requests, tokens, input_tokens, output_tokens, not "bytes"`},
 		{"price on tokens", "rls: {domains: [{domain: d, descriptors: [{key: a, hits: output_tokens, price_per_hit: '0.01'}]}]}", "rls.domains[0].descriptors[0].price_per_hit: only hits in requests take a price"},
 		{"negative price", "rls: {domains: [{domain: d, descriptors: [{key: a, price_per_hit: '-0.01'}]}]}", "rls.domains[0].descriptors[0].price_per_hit: must not be negative"},
-		{"total tokens priced", "rls: {domains: [{domain: d, descriptors: [{key: m, as: model, descriptors: [{key: t, hits: tokens}]}]}]}", "rls.domains[0].descriptors[0].descriptors[0].hits: tokens in total cannot be priced"},
 		{"bad posture", "rls: {domains: [{domain: d, descriptors: [{key: a, on_store_failure: maybe}]}]}", "rls.domains[0].descriptors[0].on_store_failure"},
 		{"bad unit", "rls: {domains: [{domain: d, descriptors: [{key: a, descriptors: [{key: b, rate_limit: {unit: fortnight, requests_per_unit: 1}}]}]}]}", `rls.domains[0].descriptors[0].descriptors[0].rate_limit.unit: must be second, minute, hour, day, week, month or year, not "fortnight"`},
 		{"no unit", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {requests_per_unit: 1}}]}]}", "rls.domains[0].descriptors[0].rate_limit.unit"},

@@ -135,12 +135,16 @@ type group struct {
 	named  bool
 	extras []gate.Extra
 	actual []int64 // a charge's hits per extra
-	// requests, usage and cost are what the descriptors that name the
-	// caller's tenant count on the tenant's own limits and budgets: the
-	// largest hits of each unit among them (Envoy sends one request's
-	// hits to each), and the sum of their prices.
+	// requests, usage, total and cost are what the descriptors that name
+	// the caller's tenant count on the tenant's own limits and budgets:
+	// the largest hits of each unit among them (Envoy sends one request's
+	// hits to each; a smaller report takes nothing off a larger one), and
+	// the sum of their prices. total is the largest total of tokens
+	// (hits: tokens) reported, which a charge bills only beyond its input
+	// and output tokens (see bill).
 	requests int64
 	usage    costmodel.Usage
+	total    int64
 	cost     costmodel.NanoUSD // a charge's: its usage priced, once asked
 }
 
@@ -151,7 +155,7 @@ func (c *call) reset(dom *domain) {
 		g := &c.groups[i]
 		clear(g.extras) // drop the keys of the last request
 		g.n, g.named, g.extras, g.actual = 0, false, g.extras[:0], g.actual[:0]
-		g.requests, g.usage, g.cost = 0, costmodel.Usage{}, 0
+		g.requests, g.usage, g.total, g.cost = 0, costmodel.Usage{}, 0, 0
 	}
 }
 
@@ -399,12 +403,38 @@ func (c *call) count(g *group, d *desc) {
 		g.cost = addSat(g.cost, mulSat(d.n.price, d.hits))
 	case kindCharge:
 		switch d.n.hits {
-		case hitTokens, hitInputTokens:
+		case hitInputTokens:
 			g.usage.InputTokens = max(g.usage.InputTokens, d.hits)
 		case hitOutputTokens:
 			g.usage.OutputTokens = max(g.usage.OutputTokens, d.hits)
+		case hitTokens:
+			g.total = max(g.total, d.hits)
 		}
 	}
+}
+
+// bill sets a charge's usage to what it bills the tenant: its input and
+// output tokens, each at the largest report of it, and of its total only
+// the tokens beyond their sum. A total sums the other two (Envoy AI
+// Gateway's llm_total_token is input plus output): counted beside them it
+// would bill their tokens twice, and a total short of them takes nothing
+// off. The tokens beyond are of unknown split, counted as whichever of
+// input and output tokens price costs more (output when it costs them
+// alike, or price is nil: the request names no model), so that a total
+// alone is billed at the dearer side, never below its usage.
+func (g *group) bill(price func(costmodel.Usage) costmodel.NanoUSD) {
+	rest := g.total - g.usage.InputTokens - g.usage.OutputTokens
+	if rest <= 0 {
+		return
+	}
+	in, out := g.usage, g.usage
+	in.InputTokens += rest
+	out.OutputTokens += rest
+	if price != nil && price(in) > price(out) {
+		g.usage = in
+		return
+	}
+	g.usage = out
 }
 
 // addExtra adds the descriptor's own limit to its group and returns its

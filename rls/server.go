@@ -269,8 +269,14 @@ func (s *Server) ask(ctx context.Context, caller *gate.Caller, c *call, k kind) 
 		if res == nil {
 			return d
 		}
+		priced := c.model != "" && g.named
+		var price func(costmodel.Usage) costmodel.NanoUSD
+		if priced {
+			price = func(u costmodel.Usage) costmodel.NanoUSD { return res.Price(c.model, u) }
+		}
+		g.bill(price)
 		ch := gate.Charge{Usage: g.usage, Model: c.model, HTTPStatus: 200, Extra: g.actual}
-		if c.model != "" && g.named {
+		if priced {
 			ch.Cost = res.Price(c.model, g.usage)
 			g.cost = ch.Cost
 		}
