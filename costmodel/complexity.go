@@ -37,7 +37,7 @@ type Complexity struct {
 	Query    Source `yaml:"query" json:"query"`         // where the query is: a string, or a JSON query object
 	PageSize Source `yaml:"page_size" json:"page_size"` // results per page
 	Offset   Source `yaml:"offset" json:"offset"`       // results skipped
-	Page     Source `yaml:"page" json:"page"`           // 1-based page number, when there is no offset
+	Page     Source `yaml:"page" json:"page"`           // 1-based page number; with an offset, the deeper counts
 	// Filters counts extra filters: a JSON field (an array or object counts
 	// its elements) or a query parameter; QueryPrefix also counts every query
 	// parameter whose name starts with it ("filter." counts filter.lang=go).

@@ -17,9 +17,11 @@ package costmodel
 //	    default: 10
 //	    max: 100
 //
-// The units are the first of the JSON field, query parameter and header that
-// is present (a JSON array counts its elements), else Default; Max caps
-// them. With a Complexity section, the units are multiplied by a search
+// The units are the largest of the JSON field, query parameter, form field
+// and header that the request gives (a JSON array counts its elements),
+// else Default; Max caps them. Each is read in every spelling some
+// upstream reads, and a request that gives one twice is refused (see
+// fields.go). With a Complexity section, the units are multiplied by a search
 // query's complexity score (see Complexity). The cost is
 // PerCall + units × PerUnit, in integer nano-dollars. After the response,
 // Settle reads the units the upstream reports, if the rule says where.
@@ -67,7 +69,8 @@ type Rule struct {
 
 // Source is where a number is read from: a JSON field of the body (a dotted
 // path; numeric parts index arrays, as in "queries.0.size"), a URL query
-// parameter, or a header. The first one present wins, in that order.
+// parameter, or a header; a form body's field named as the JSON field or
+// the query parameter. The largest of those the request gives counts.
 type Source struct {
 	JSON    string `yaml:"json" json:"json,omitempty"`
 	Query   string `yaml:"query" json:"query,omitempty"`
