@@ -13,7 +13,7 @@ package costmodel
 //     case, '.' or ' ' for '_'), a header as HeaderIs says (any case, '_'
 //     for '-'); a name whose spellings hold two values is an error;
 //   - a body whose Content-Type is application/x-www-form-urlencoded or
-//     multipart/form-data is also read as a form, for upstreams read it
+//     multipart/form-data is also read as a form, since upstreams read it
 //     as they read JSON, and many merge it with the query (Go's
 //     Request.FormValue prefers the body, PHP's $_REQUEST, Flask's
 //     request.values): the form field named as the JSON field (or as its
