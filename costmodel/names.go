@@ -3,7 +3,7 @@ package costmodel
 // How servers match the names a rule reads: a header, a query parameter or
 // a form field spelled otherwise than the rule spells it is the same one
 // to some upstream, so costgate reads every such spelling (and refuses a
-// request that gives one twice). JSON keys are matched in jsonfield.go.
+// request that gives one twice). JSON keys are matched in fields.go.
 
 import (
 	"strings"
