@@ -27,6 +27,8 @@ package costmodel
 import (
 	"fmt"
 	"strings"
+
+	"github.com/costgate/costgate/internal/jsonscan"
 )
 
 // Complexity scores a search query; see the top of this file. Zero weights
@@ -35,7 +37,7 @@ type Complexity struct {
 	Query    Source `yaml:"query" json:"query"`         // where the query is: a string, or a JSON query object
 	PageSize Source `yaml:"page_size" json:"page_size"` // results per page
 	Offset   Source `yaml:"offset" json:"offset"`       // results skipped
-	Page     Source `yaml:"page" json:"page"`           // 1-based page number, when there is no offset
+	Page     Source `yaml:"page" json:"page"`           // 1-based page number; with an offset, the deeper counts
 	// Filters counts extra filters: a JSON field (an array or object counts
 	// its elements) or a query parameter; QueryPrefix also counts every query
 	// parameter whose name starts with it ("filter." counts filter.lang=go).
@@ -98,41 +100,42 @@ func (c *Complexity) validate() error {
 }
 
 // ResultPage returns the 1-based page of results req asks for, read as Score
-// reads it: the offset's page (offset / page size + 1) when an offset is
-// given, else the page given; 0 when neither is.
+// reads it: the deeper of the offset's page (offset / page size + 1) and
+// the page given; 0 when neither is given.
 func (c *Complexity) ResultPage(req GenericRequest) (int64, error) {
-	size, offset, page, err := c.position(req, &lazyJSON{body: req.Body})
+	doc := newReqBody(req.Body, req.Header)
+	size, offset, page, err := c.position(req, &doc)
 	switch {
 	case err != nil:
 		return 0, err
 	case offset > 0:
-		return offset/max(size, 1) + 1, nil
+		return max(offset/max(size, 1)+1, page), nil
 	}
 	return max(page, 0), nil
 }
 
-// position reads the page size, the offset and the page of req's results:
-// the offset is the one given, else the page's (page - 1) × size.
-func (c *Complexity) position(req GenericRequest, doc *lazyJSON) (size, offset, page int64, err error) {
+// position reads the page size, the offset and the page of req's results.
+// An upstream may honour either of an offset and a page given together,
+// so the offset is the deeper of the one given and the page's
+// (page - 1) × size.
+func (c *Complexity) position(req GenericRequest, doc *reqBody) (size, offset, page int64, err error) {
 	if size, err = readSource(c.PageSize, "page_size", req, doc); err != nil {
 		return 0, 0, 0, err
 	}
 	if offset, err = readSource(c.Offset, "offset", req, doc); err != nil {
 		return 0, 0, 0, err
 	}
-	if offset == 0 {
-		if page, err = readSource(c.Page, "page", req, doc); err != nil {
-			return 0, 0, 0, err
-		}
-		if page > 1 {
-			offset = mulSat(page-1, max(size, 1))
-		}
+	if page, err = readSource(c.Page, "page", req, doc); err != nil {
+		return 0, 0, 0, err
+	}
+	if page > 1 {
+		offset = max(offset, mulSat(page-1, max(size, 1)))
 	}
 	return size, offset, page, nil
 }
 
 // readSource reads s from req (its default when it names no place).
-func readSource(s Source, what string, req GenericRequest, doc *lazyJSON) (int64, error) {
+func readSource(s Source, what string, req GenericRequest, doc *reqBody) (int64, error) {
 	if s.JSON == "" && s.Query == "" && s.Header == "" {
 		return s.Default, nil
 	}
@@ -150,16 +153,17 @@ type QueryStats struct {
 
 // Score returns the complexity score of req's query, at least 1.
 func (c *Complexity) Score(req GenericRequest) (int64, error) {
-	return c.score(req, &lazyJSON{body: req.Body})
+	doc := newReqBody(req.Body, req.Header)
+	return c.score(req, &doc)
 }
 
 // score is Score with req.Body read through doc, which the caller may
 // already have decoded.
-func (c *Complexity) score(req GenericRequest, doc *lazyJSON) (int64, error) {
+func (c *Complexity) score(req GenericRequest, doc *reqBody) (int64, error) {
 	w := c.Weights.withDefaults()
-	// Of the places given, an upstream may read any one: the most complex
-	// reading counts. A parameter or header given twice is refused, for an
-	// upstream may read its last value, or join them.
+	// Of the places given (see fields.go), an upstream may read any one:
+	// the most complex reading counts. A name given twice is refused, for
+	// an upstream may read its last value, or join them.
 	var st QueryStats
 	consider := func(s QueryStats) {
 		if w.weigh(s) > w.weigh(st) {
@@ -167,35 +171,31 @@ func (c *Complexity) score(req GenericRequest, doc *lazyJSON) (int64, error) {
 		}
 	}
 	if c.Query.JSON != "" {
-		v, ok, err := doc.get(c.Query.JSON)
+		raw, ok, err := doc.json(c.Query.JSON)
 		if err != nil {
 			return 0, badRequest(Generic, err, "query")
 		}
-		if ok && v != nil {
-			if s, isString := v.(string); isString {
-				consider(ParseQuery(s))
-			} else {
-				var js QueryStats
-				if !walkQueryDSL(v, "", &js, 0) {
-					return 0, badRequest(Generic, fmt.Errorf("json field %s: nested deeper than %d levels", c.Query.JSON, maxQueryDepth), "query")
-				}
-				consider(js)
+		if ok && raw[0] == '"' {
+			q, err := stringRaw(raw)
+			if err != nil {
+				return 0, badRequest(Generic, err, "query")
 			}
+			consider(ParseQuery(q))
+		} else if ok && raw[0] != 'n' {
+			var js QueryStats
+			s := jsonscan.Scanner{B: raw}
+			if err := walkQueryDSL(&s, nil, &js, 0); err != nil {
+				return 0, badRequest(Generic, fmt.Errorf("json field %s: %w", c.Query.JSON, err), "query")
+			}
+			consider(js)
 		}
 	}
-	if c.Query.Query != "" && req.Query != nil {
-		if vs := req.Query[c.Query.Query]; len(vs) > 1 {
-			return 0, badRequest(Generic, fmt.Errorf("query parameter %s: given %d times", c.Query.Query, len(vs)), "query")
-		} else if len(vs) == 1 {
-			consider(ParseQuery(vs[0]))
-		}
-	}
-	if c.Query.Header != "" && req.Header != nil {
-		if vs := req.Header.Values(c.Query.Header); len(vs) > 1 {
-			return 0, badRequest(Generic, fmt.Errorf("header %s: given %d times", c.Query.Header, len(vs)), "query")
-		} else if len(vs) == 1 {
-			consider(ParseQuery(vs[0]))
-		}
+	err := c.Query.texts(doc, req.Query, req.Header, func(_, _, q string) error {
+		consider(ParseQuery(q))
+		return nil
+	})
+	if err != nil {
+		return 0, badRequest(Generic, err, "query")
 	}
 	size, offset, _, err := c.position(req, doc)
 	if err != nil {
@@ -206,10 +206,22 @@ func (c *Complexity) score(req GenericRequest, doc *lazyJSON) (int64, error) {
 		return 0, err
 	}
 	if c.QueryPrefix != "" {
-		for k := range req.Query {
-			if strings.HasPrefix(k, c.QueryPrefix) {
+		// A filter parameter in a spelling some upstream reads as one
+		// counts; so does one in a form body, which upstreams merge with
+		// the query.
+		for k, vs := range req.Query {
+			if _, ok := paramPrefix(k, c.QueryPrefix); ok {
+				filters = addSat(filters, int64(len(vs)))
+			}
+		}
+		err := doc.formFields(func(k, _ string) error {
+			if _, ok := paramPrefix(k, c.QueryPrefix); ok {
 				filters = addSat(filters, 1)
 			}
+			return nil
+		})
+		if err != nil {
+			return 0, badRequest(Generic, err, "filters")
 		}
 	}
 	st.Filters = addSat(max(st.Filters, 0), filters)
@@ -321,13 +333,14 @@ func (st *QueryStats) addWord(w string) {
 	}
 }
 
-// walkQueryDSL adds what v, under key, asks of the index to st; false
-// when v is nested deeper than maxQueryDepth.
-func walkQueryDSL(v any, key string, st *QueryStats, depth int) bool {
+// walkQueryDSL adds what the JSON value at s.I, under key, asks of the
+// index to st. A key given twice counts each time: an upstream reads one
+// of them. A value nested deeper than maxQueryDepth is an error.
+func walkQueryDSL(s *jsonscan.Scanner, key []byte, st *QueryStats, depth int) error {
 	if depth > maxQueryDepth {
-		return false
+		return fmt.Errorf("nested deeper than %d levels", maxQueryDepth)
 	}
-	switch key {
+	switch string(key) {
 	case "bool", "must", "should", "must_not", "and", "or", "not":
 		st.Operators++
 	case "wildcard", "prefix", "fuzzy", "query_string", "simple_query_string":
@@ -337,23 +350,33 @@ func walkQueryDSL(v any, key string, st *QueryStats, depth int) bool {
 	case "term", "terms", "range", "exists", "filter", "geo_distance", "geo_bounding_box", "geo_shape":
 		st.Filters++
 	}
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			if !walkQueryDSL(e, k, st, depth+1) {
-				return false
+	switch s.Peek() {
+	case '{':
+		return s.Object(depth+1, func(ks, ke int, esc bool) error {
+			k := s.B[ks:ke]
+			if esc {
+				k = []byte(s.Key(ks, ke, true))
 			}
+			return walkQueryDSL(s, k, st, depth+1)
+		})
+	case '[':
+		return s.Array(depth+1, func() error {
+			return walkQueryDSL(s, nil, st, depth+1)
+		})
+	case '"':
+		st0, en, err := s.Value(depth)
+		if err != nil {
+			return err
 		}
-	case []any:
-		for _, e := range x {
-			if !walkQueryDSL(e, "", st, depth+1) {
-				return false
-			}
+		q, err := stringRaw(s.B[st0:en])
+		if err != nil {
+			return err
 		}
-	case string:
-		*st = addStats(*st, ParseQuery(x))
+		*st = addStats(*st, ParseQuery(q))
+		return nil
 	}
-	return true
+	_, _, err := s.Value(depth)
+	return err
 }
 
 func addStats(a, b QueryStats) QueryStats {

@@ -1,12 +1,15 @@
 package costmodel
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"math"
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -130,6 +133,9 @@ func FuzzRule(f *testing.F) {
 	f.Add("q=golang+AND+rust*&num=50&start=900", []byte(`{"query":"a OR b","size":20}`), "X-Results")
 	f.Add("", []byte(`{"query":{"bool":{"must":[{"regexp":{"x":"a.*"}}]}}}`), "")
 	f.Add("num=-5", []byte(`not json`), "")
+	f.Add("NUM=5&Num=6", []byte(`{"size":1,"Size":900}`), "7")
+	f.Add("", []byte(`{"size":1,"size":900}`), "")
+	f.Add("", []byte(`{"ſize":900,"query":{"bool":{"must":[],"must":[{"regexp":{"a":"b"}}]}}}`), "")
 	r := Rule{
 		PerCall: 1000, PerUnit: 10,
 		Units: &Source{JSON: "size", Query: "num", Header: "X-Results", Default: 10, Max: 100},
@@ -156,6 +162,36 @@ func FuzzRule(f *testing.F) {
 		}
 		if est.Cost < r.PerCall || est.Usage.Units < 0 {
 			t.Fatalf("estimate %+v below the per-call price", est)
+		}
+		// Every reading of the JSON field that a decoder may take (any
+		// key equal to "size" but for case, the first or the last) is
+		// the one costgate read: a body it accepts has at most one, spelled
+		// exactly, and its integer value is at most the units.
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber()
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+			return
+		}
+		var seen int
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return
+			}
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				return
+			}
+			key, _ := tok.(string)
+			if !strings.EqualFold(key, "size") {
+				continue
+			}
+			if seen++; seen > 1 || key != "size" {
+				t.Fatalf("accepted %q: its key %q (reading %d) is one of several spellings of size", body, key, seen)
+			}
+			if n, err := strconv.ParseInt(string(v), 10, 64); err == nil && n >= 0 && min(n, 100) > est.Usage.Units {
+				t.Fatalf("accepted %q at %d units; size is %d", body, est.Usage.Units, n)
+			}
 		}
 	})
 }

@@ -17,16 +17,16 @@ package costmodel
 //	    default: 10
 //	    max: 100
 //
-// The units are the first of the JSON field, query parameter and header that
-// is present (a JSON array counts its elements), else Default; Max caps
-// them. With a Complexity section, the units are multiplied by a search
+// The units are the largest of the JSON field, query parameter, form field
+// and header that the request gives (a JSON array counts its elements),
+// else Default; Max caps them. Each is read in every spelling some
+// upstream reads, and a request that gives one twice is refused (see
+// fields.go). With a Complexity section, the units are multiplied by a search
 // query's complexity score (see Complexity). The cost is
 // PerCall + units × PerUnit, in integer nano-dollars. After the response,
 // Settle reads the units the upstream reports, if the rule says where.
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -69,7 +69,8 @@ type Rule struct {
 
 // Source is where a number is read from: a JSON field of the body (a dotted
 // path; numeric parts index arrays, as in "queries.0.size"), a URL query
-// parameter, or a header. The first one present wins, in that order.
+// parameter, or a header; a form body's field named as the JSON field or
+// the query parameter. The largest of those the request gives counts.
 type Source struct {
 	JSON    string `yaml:"json" json:"json,omitempty"`
 	Query   string `yaml:"query" json:"query,omitempty"`
@@ -143,7 +144,7 @@ func (r Rule) Unreported(units int64) int64 {
 // *BadRequestError; so do units or a cost that cannot be represented (it
 // wraps ErrCostOverflow).
 func (r Rule) Estimate(req GenericRequest) (Estimate, error) {
-	doc := lazyJSON{body: req.Body}
+	doc := newReqBody(req.Body, req.Header)
 	units := int64(1)
 	if r.Units != nil {
 		v, err := r.Units.read(&doc, req.Query, req.Header)
@@ -174,9 +175,9 @@ func (r Rule) Settle(header http.Header, body []byte) (u Usage, ok bool, err err
 	if r.Actual == nil {
 		return Usage{}, false, nil
 	}
-	doc := lazyJSON{body: body}
+	doc := reqBody{b: body} // an answer's body is read as JSON only
 	v, found, err := r.Actual.lookup(&doc, nil, header)
-	if err != nil && doc.err != nil {
+	if err != nil && doc.notJSON {
 		// An answer that is not JSON (CSV, an image) states no JSON
 		// field; its header may still report the units.
 		src := *r.Actual
@@ -193,8 +194,8 @@ func (r Rule) Settle(header http.Header, body []byte) (u Usage, ok bool, err err
 }
 
 // read returns the source's value, Default when absent, capped by Max.
-func (s *Source) read(doc *lazyJSON, q url.Values, h http.Header) (int64, error) {
-	v, found, err := s.lookup(doc, q, h)
+func (s *Source) read(d *reqBody, q url.Values, h http.Header) (int64, error) {
+	v, found, err := s.lookup(d, q, h)
 	if err != nil {
 		return 0, err
 	}
@@ -207,73 +208,85 @@ func (s *Source) read(doc *lazyJSON, q url.Values, h http.Header) (int64, error)
 	return v, nil
 }
 
-func (s *Source) lookup(doc *lazyJSON, q url.Values, h http.Header) (v int64, found bool, err error) {
-	// Of the places given, an upstream may read any one: the largest
-	// reading counts. A parameter or header given twice is refused, for
-	// an upstream may read its last value, or join them.
-	take := func(n int64) {
-		v, found = max(v, n), true
-	}
+// lookup reads the source in every place the request gives it (see
+// fields.go): of these, an upstream may read any one, so the largest
+// reading counts. A name given twice is refused, for an upstream may read
+// its last value, or join them.
+func (s *Source) lookup(d *reqBody, q url.Values, h http.Header) (v int64, found bool, err error) {
 	if s.JSON != "" {
-		x, ok, err := doc.get(s.JSON)
+		raw, ok, err := d.json(s.JSON)
 		if err != nil {
 			return 0, false, err
 		}
-		if ok && x != nil {
-			n, err := countOf(x)
+		if ok {
+			n, ok, err := countRaw(raw)
 			if err != nil {
 				return 0, false, fmt.Errorf("json field %s: %w", s.JSON, err)
 			}
-			take(n)
+			if ok {
+				v, found = n, true
+			}
 		}
 	}
-	if s.Query != "" && q != nil {
-		if vs, ok := q[s.Query]; ok && len(vs) > 0 {
-			if len(vs) > 1 {
-				return 0, false, fmt.Errorf("query parameter %s: given %d times", s.Query, len(vs))
-			}
-			n, err := parseCount(vs[0])
-			if err != nil {
-				return 0, false, fmt.Errorf("query parameter %s: %w", s.Query, err)
-			}
-			take(n)
+	err = s.texts(d, q, h, func(place, name, text string) error {
+		n, err := parseCount(text)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", place, name, err)
 		}
-	}
-	if s.Header != "" && h != nil {
-		vs := h.Values(s.Header)
-		if len(vs) > 1 {
-			return 0, false, fmt.Errorf("header %s: given %d times", s.Header, len(vs))
-		}
-		if len(vs) == 1 && vs[0] != "" {
-			n, err := parseCount(vs[0])
-			if err != nil {
-				return 0, false, fmt.Errorf("header %s: %w", s.Header, err)
-			}
-			take(n)
-		}
+		v, found = max(v, n), true
+		return nil
+	})
+	if err != nil {
+		return 0, false, err
 	}
 	return v, found, nil
 }
 
-// countOf reads a JSON value as a count: a non-negative integer number (or
-// a string holding one), or the length of an array or object.
-func countOf(v any) (int64, error) {
-	switch x := v.(type) {
-	case json.Number:
-		return parseCount(x.String())
-	case string:
-		return parseCount(x)
-	case []any:
-		return int64(len(x)), nil
-	case map[string]any:
-		return int64(len(x)), nil
-	case bool:
-		if x {
-			return 1, nil
-		}
-		return 0, nil
+// texts calls fn with the source's value in each place but the JSON body
+// that gives it: the query parameter, the form fields named as the query
+// parameter or the JSON field, the header. A place that gives it twice
+// (in one spelling or two) is an error.
+func (s *Source) texts(d *reqBody, q url.Values, h http.Header, fn func(place, name, text string) error) error {
+	twice := func(place, name string, n int) error {
+		return fmt.Errorf("%s %s: given %d times", place, name, n)
 	}
-	return 0, fmt.Errorf("want a count, got %T", v)
+	if s.Query != "" {
+		if v, n := queryValue(q, s.Query); n > 1 {
+			return twice("query parameter", s.Query, n)
+		} else if n == 1 {
+			if err := fn("query parameter", s.Query, v); err != nil {
+				return err
+			}
+		}
+	}
+	if d.form != formNone {
+		for i, name := range [2]string{s.Query, s.JSON} {
+			if name == "" || i == 1 && name == s.Query {
+				continue
+			}
+			v, n, err := d.formValue(name)
+			switch {
+			case err != nil:
+				return err
+			case n > 1:
+				return twice("form field", name, n)
+			case n == 1:
+				if err := fn("form field", name, v); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if s.Header != "" {
+		if v, n := headerValue(h, s.Header); n > 1 {
+			return twice("header", s.Header, n)
+		} else if n == 1 && v != "" {
+			if err := fn("header", s.Header, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // parseCount reads a non-negative integer; a number with a fraction is
@@ -282,64 +295,21 @@ func parseCount(s string) (int64, error) {
 	s = strings.TrimSpace(s)
 	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 		if n < 0 {
-			return 0, fmt.Errorf("%q is negative", s)
+			return 0, fmt.Errorf("%q is negative", strings.Clone(s))
 		}
 		return n, nil
 	}
+	// The errors hold a copy of s, so that a caller's s need not be on
+	// the heap.
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, fmt.Errorf("%q is not a number", s)
+		return 0, fmt.Errorf("%q is not a number", strings.Clone(s))
 	}
 	if f < 0 {
-		return 0, fmt.Errorf("%q is negative", s)
+		return 0, fmt.Errorf("%q is negative", strings.Clone(s))
 	}
 	if f >= math.MaxInt64 {
 		return math.MaxInt64, nil
 	}
 	return int64(math.Ceil(f)), nil
-}
-
-// lazyJSON decodes a body the first time a rule needs a field of it.
-type lazyJSON struct {
-	body    []byte
-	decoded bool
-	value   any
-	err     error
-}
-
-func (d *lazyJSON) get(path string) (any, bool, error) {
-	if !d.decoded {
-		d.decoded = true
-		if len(bytes.TrimSpace(d.body)) > 0 {
-			dec := json.NewDecoder(bytes.NewReader(d.body))
-			dec.UseNumber()
-			if err := dec.Decode(&d.value); err != nil {
-				d.err = fmt.Errorf("body is not valid JSON: %w", err)
-			} else if dec.More() {
-				d.err = errors.New("body is not valid JSON: data after the value")
-			}
-		}
-	}
-	if d.err != nil {
-		return nil, false, d.err
-	}
-	v := d.value
-	for _, part := range strings.Split(path, ".") {
-		switch x := v.(type) {
-		case map[string]any:
-			var ok bool
-			if v, ok = x[part]; !ok {
-				return nil, false, nil
-			}
-		case []any:
-			i, err := strconv.Atoi(part)
-			if err != nil || i < 0 || i >= len(x) {
-				return nil, false, nil
-			}
-			v = x[i]
-		default:
-			return nil, false, nil
-		}
-	}
-	return v, true, nil
 }

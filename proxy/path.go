@@ -14,6 +14,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/costgate/costgate/costmodel"
 )
 
 // refusal is an answer costgate gives itself instead of forwarding a
@@ -65,33 +67,9 @@ func (u *upstream) admit(r *http.Request) (string, *refusal) {
 
 // isMethodOverride tells whether a header is one by which servers
 // (Google's APIs, many web frameworks) let a request name the method they
-// run instead of its own.
+// run instead of its own, in any of its spellings (costmodel.HeaderIs).
 func isMethodOverride(name string) bool {
-	return headerIs(name, "x-http-method-override") || headerIs(name, "x-http-method") || headerIs(name, "x-method-override")
-}
-
-// headerIs tells whether the header name is want (lower case, '-' between
-// its words) in any case and with '_' for '-': servers that read headers
-// by CGI-style names (HTTP_X_HTTP_METHOD_OVERRIDE) take the two for one,
-// and Go keeps a name with '_' apart from its canonical form. It
-// allocates nothing: it runs on every header of every request.
-func headerIs(name, want string) bool {
-	if len(name) != len(want) {
-		return false
-	}
-	for i := range len(name) {
-		c := name[i]
-		switch {
-		case c == '_':
-			c = '-'
-		case 'A' <= c && c <= 'Z':
-			c += 'a' - 'A'
-		}
-		if c != want[i] {
-			return false
-		}
-	}
-	return true
+	return costmodel.HeaderIs(name, "x-http-method-override") || costmodel.HeaderIs(name, "x-http-method") || costmodel.HeaderIs(name, "x-method-override")
 }
 
 // requestPath is the request's path as the client sent it, still escaped:

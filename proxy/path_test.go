@@ -139,7 +139,7 @@ func TestHeaderIs(t *testing.T) {
 	h := http.Header{"Content-Type": {"a"}, "Authorization": {"b"}, "Accept-Encoding": {"c"}, "X-Forwarded-For": {"d"}, "Idempotency-Key": {"e"}}
 	if n := testing.AllocsPerRun(100, func() {
 		for name := range h {
-			_ = isMethodOverride(name) || headerIs(name, "idempotency-key")
+			_ = isMethodOverride(name) || costmodel.HeaderIs(name, "idempotency-key")
 		}
 	}); n != 0 {
 		t.Errorf("%v allocations to read a request's header names, want 0", n)

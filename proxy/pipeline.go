@@ -678,9 +678,9 @@ func (s *Server) serveModels(c *gin.Context) {
 }
 
 // requestPage is the 1-based result page a generic request asks for, read
-// as its rule's complexity prices it (Complexity.ResultPage: the offset's
-// page, else the page, wherever the rule reads them); 0 when the rule has
-// no pagination or the request sets none.
+// as its rule's complexity prices it (Complexity.ResultPage: the deeper of
+// the offset's page and the page, wherever the rule reads them); 0 when
+// the rule has no pagination or the request sets none.
 func requestPage(r *costmodel.Rule, req costmodel.GenericRequest) int64 {
 	if r.Complexity == nil {
 		return 0

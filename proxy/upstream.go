@@ -158,7 +158,7 @@ func (u *upstream) rewrite(pr *httputil.ProxyRequest) {
 		// meet there. (out.Header is the request's clone: its values are
 		// the outgoing request's own.)
 		for name, vs := range out.Header {
-			if headerIs(name, "idempotency-key") {
+			if costmodel.HeaderIs(name, "idempotency-key") {
 				for i, v := range vs {
 					sum := sha256.Sum256([]byte(x.caller.Tenant + "\x00" + v))
 					vs[i] = hex.EncodeToString(sum[:])

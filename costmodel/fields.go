@@ -1,0 +1,330 @@
+package costmodel
+
+// Where a rule reads a number (or a search query) in a request: a field
+// of its JSON body, a query parameter, a field of its form body, a
+// header. Each is read in every spelling some upstream reads as the same
+// one, without allocating for the common request:
+//
+//   - a JSON key on the field's path must be spelled exactly and given
+//     once: encoding/json (and many servers) match keys in any case and
+//     keep the last of a repeated key, other decoders match exactly, some
+//     keep the first; a key given twice or in another case is an error;
+//   - a query parameter or form field is matched as paramIs says (any
+//     case, '.' or ' ' for '_'), a header as HeaderIs says (any case, '_'
+//     for '-'); a name whose spellings hold two values is an error;
+//   - a body whose Content-Type is application/x-www-form-urlencoded or
+//     multipart/form-data is also read as a form, since upstreams read it
+//     as they read JSON, and many merge it with the query (Go's
+//     Request.FormValue prefers the body, PHP's $_REQUEST, Flask's
+//     request.values): the form field named as the JSON field (or as its
+//     path in brackets, "params[num]") or as the query parameter is read.
+//
+// Of the places a request gives the number in, the largest counts (see
+// Source.lookup).
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/costgate/costgate/internal/jsonscan"
+)
+
+// Form body kinds.
+const (
+	formNone = iota
+	formURLEncoded
+	formMultipart
+)
+
+// reqBody is a request's (or an answer's) body as a rule reads it.
+type reqBody struct {
+	b    []byte
+	form int    // formNone, formURLEncoded or formMultipart
+	ct   string // the Content-Type, for a multipart body's boundary
+	// notJSON is set once a read found the body not to be JSON.
+	notJSON bool
+}
+
+// newReqBody reads body as the Content-Type in h says: a form, or JSON.
+func newReqBody(body []byte, h http.Header) reqBody {
+	d := reqBody{b: body}
+	if h == nil {
+		return d
+	}
+	ct := h.Get("Content-Type")
+	mt, _, _ := strings.Cut(ct, ";")
+	mt = strings.TrimSpace(mt)
+	switch {
+	case strings.EqualFold(mt, "application/x-www-form-urlencoded"):
+		d.form = formURLEncoded
+	case strings.EqualFold(mt, "multipart/form-data"):
+		d.form, d.ct = formMultipart, ct
+	}
+	return d
+}
+
+// jsonKeyError is a key on a priced field's path given twice or in
+// another case.
+type jsonKeyError struct{ msg string }
+
+func (e *jsonKeyError) Error() string { return e.msg }
+
+// json returns the value at path (dotted; numeric parts index arrays) in
+// the JSON body: found is false when the path is absent, or the body
+// empty. A body that is not JSON is an error, but for a form body, which
+// need not be JSON; so is a key on the path given twice or in another
+// case. The whole body is checked in one pass.
+func (d *reqBody) json(path string) (raw []byte, found bool, err error) {
+	if d.notJSON {
+		if d.form != formNone {
+			return nil, false, nil
+		}
+		return nil, false, errors.New("body is not valid JSON")
+	}
+	if len(bytes.TrimSpace(d.b)) == 0 {
+		return nil, false, nil
+	}
+	s := jsonscan.Scanner{B: d.b}
+	var at span
+	err = jsonPath(&s, path, path, 0, &at, &found)
+	if err == nil {
+		err = s.End()
+	}
+	_, badKey := err.(*jsonKeyError) // returned as it is, never wrapped
+	switch {
+	case badKey:
+		return nil, false, err
+	case err != nil:
+		d.notJSON = true
+		if d.form != formNone {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("body is not valid JSON: %w", err)
+	case !found:
+		return nil, false, nil
+	}
+	return d.b[at.start:at.end], true, nil
+}
+
+// jsonPath scans the value at s.I, which is at the path full less rest:
+// the value at the end of the path is at, and found is set.
+func jsonPath(s *jsonscan.Scanner, full, rest string, depth int, at *span, found *bool) error {
+	if rest == "" {
+		st, en, err := s.Value(depth)
+		*at, *found = span{st, en}, true
+		return err
+	}
+	part, next, _ := strings.Cut(rest, ".")
+	switch s.Peek() {
+	case '{':
+		seen := false
+		return s.Object(depth+1, func(ks, ke int, esc bool) error {
+			key := s.B[ks:ke]
+			if esc {
+				key = []byte(s.Key(ks, ke, true))
+			}
+			switch {
+			case string(key) == part:
+				if seen {
+					return &jsonKeyError{fmt.Sprintf("json field %s: %s appears twice", full, part)}
+				}
+				seen = true
+				return jsonPath(s, full, next, depth+1, at, found)
+			case bytes.EqualFold(key, []byte(part)):
+				return &jsonKeyError{fmt.Sprintf("json field %s: %s is spelled %q; priced fields must be spelled exactly", full, part, key)}
+			}
+			_, _, err := s.Value(depth + 1)
+			return err
+		})
+	case '[':
+		want, err := strconv.Atoi(part)
+		if err != nil {
+			want = -1
+		}
+		i := 0
+		return s.Array(depth+1, func() error {
+			i++
+			if i-1 == want {
+				return jsonPath(s, full, next, depth+1, at, found)
+			}
+			_, _, err := s.Value(depth + 1)
+			return err
+		})
+	}
+	_, _, err := s.Value(depth)
+	return err
+}
+
+// countRaw reads a JSON value as a count: a non-negative integer number
+// (or a string holding one), the number of elements of an array or
+// members of an object, 1 for true, 0 for false. ok is false for null.
+func countRaw(raw []byte) (n int64, ok bool, err error) {
+	switch raw[0] {
+	case 'n':
+		return 0, false, nil
+	case 't':
+		return 1, true, nil
+	case 'f':
+		return 0, true, nil
+	case '"':
+		v, err := stringRaw(raw)
+		if err != nil {
+			return 0, false, err
+		}
+		n, err = parseCount(v)
+		return n, err == nil, err
+	case '[', '{':
+		s := jsonscan.Scanner{B: raw}
+		if raw[0] == '[' {
+			err = s.Array(1, func() error {
+				n++
+				_, _, err := s.Value(1)
+				return err
+			})
+		} else {
+			err = s.Object(1, func(int, int, bool) error {
+				n++
+				_, _, err := s.Value(1)
+				return err
+			})
+		}
+		return n, err == nil, err
+	}
+	n, err = parseCount(string(raw))
+	return n, err == nil, err
+}
+
+// stringRaw decodes a JSON string.
+func stringRaw(raw []byte) (string, error) {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), nil
+	}
+	var v string
+	err := json.Unmarshal(raw, &v)
+	return v, err
+}
+
+// queryValue returns the value of the query parameter name, in any of its
+// spellings (paramIs), and how many values they hold.
+func queryValue(q url.Values, name string) (v string, n int) {
+	for k, vs := range q {
+		if paramIs(k, name) {
+			if len(vs) > 0 && n == 0 {
+				v = vs[0]
+			}
+			n += len(vs)
+		}
+	}
+	return v, n
+}
+
+// headerValue returns the value of the header name, in any of its
+// spellings (HeaderIs), and how many values they hold.
+func headerValue(h http.Header, name string) (v string, n int) {
+	for k, vs := range h {
+		if HeaderIs(k, name) {
+			if len(vs) > 0 && n == 0 {
+				v = vs[0]
+			}
+			n += len(vs)
+		}
+	}
+	return v, n
+}
+
+// maxFormValue bounds the value of a multipart form field that a rule
+// reads.
+const maxFormValue = 4 << 10
+
+// formFields calls fn with each field of a form body, its name and value
+// decoded; a urlencoded body's fields are separated by '&' or ';' (which
+// some servers take as '&'). It does nothing for a body that is not a
+// form. A multipart body that cannot be read is an error.
+func (d *reqBody) formFields(fn func(key, value string) error) error {
+	switch d.form {
+	case formURLEncoded:
+		rest := string(d.b)
+		for rest != "" {
+			i := strings.IndexAny(rest, "&;")
+			pair := rest
+			if i >= 0 {
+				pair, rest = rest[:i], rest[i+1:]
+			} else {
+				rest = ""
+			}
+			if pair == "" {
+				continue
+			}
+			k, v, _ := strings.Cut(pair, "=")
+			k, v = formUnescape(k), formUnescape(v)
+			if err := fn(k, v); err != nil {
+				return err
+			}
+		}
+	case formMultipart:
+		_, params, err := mime.ParseMediaType(d.ct)
+		if err != nil || params["boundary"] == "" {
+			return fmt.Errorf("multipart body: no boundary in its Content-Type")
+		}
+		mr := multipart.NewReader(bytes.NewReader(d.b), params["boundary"])
+		for {
+			p, err := mr.NextPart()
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("multipart body: %w", err)
+			}
+			if p.FileName() != "" || p.FormName() == "" {
+				continue // a file is not a field
+			}
+			b, err := io.ReadAll(io.LimitReader(p, maxFormValue+1))
+			if err != nil {
+				return fmt.Errorf("multipart body: %w", err)
+			}
+			if len(b) > maxFormValue {
+				return fmt.Errorf("multipart body: field %s: longer than %d bytes", p.FormName(), maxFormValue)
+			}
+			if err := fn(p.FormName(), string(b)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// formUnescape decodes a urlencoded form's name or value; one that is not
+// validly escaped is taken as it is.
+func formUnescape(s string) string {
+	if strings.IndexByte(s, '%') < 0 && strings.IndexByte(s, '+') < 0 {
+		return s
+	}
+	if u, err := url.QueryUnescape(s); err == nil {
+		return u
+	}
+	return s
+}
+
+// formValue returns the value of the form field named name (formKeyIs),
+// and how many values its spellings hold.
+func (d *reqBody) formValue(name string) (v string, n int, err error) {
+	err = d.formFields(func(key, value string) error {
+		if formKeyIs(key, name) {
+			if n == 0 {
+				v = value
+			}
+			n++
+		}
+		return nil
+	})
+	return v, n, err
+}

@@ -1,0 +1,123 @@
+package costmodel
+
+// How servers match the names a rule reads: a header, a query parameter or
+// a form field spelled otherwise than the rule spells it is the same one
+// to some upstream, so costgate reads every such spelling (and refuses a
+// request that gives one twice). JSON keys are matched in fields.go.
+
+import (
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// HeaderIs tells whether the header names name and want are one header to
+// a server: in any case, and with '_' for '-' (servers that read headers
+// by their CGI names, HTTP_X_CREDITS, take X_Credits for X-Credits). It
+// does not allocate.
+func HeaderIs(name, want string) bool {
+	if len(name) != len(want) {
+		return false
+	}
+	for i := range len(name) {
+		if headerFold(name[i]) != headerFold(want[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func headerFold(c byte) byte {
+	switch {
+	case c == '_':
+		return '-'
+	case 'A' <= c && c <= 'Z':
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// paramIs tells whether the query parameter or form field names name and
+// want are one to some server: in any case (ASP.NET's are
+// case-insensitive; Unicode folding, as strings.EqualFold), and with '.'
+// or ' ' for '_' (PHP reads "page.size" as "page_size").
+func paramIs(name, want string) bool {
+	n, ok := paramPrefix(name, want)
+	return ok && n == len(name)
+}
+
+// paramPrefix tells whether name starts with want as paramIs compares
+// them, and how many bytes of name that start takes.
+func paramPrefix(name, want string) (int, bool) {
+	i := 0
+	for want != "" {
+		if i >= len(name) {
+			return 0, false
+		}
+		a, na := utf8.DecodeRuneInString(name[i:])
+		b, nb := utf8.DecodeRuneInString(want)
+		if !paramRuneIs(a, b) {
+			return 0, false
+		}
+		i, want = i+na, want[nb:]
+	}
+	return i, true
+}
+
+func paramRuneIs(a, b rune) bool {
+	if a == '.' || a == ' ' {
+		a = '_'
+	}
+	if b == '.' || b == ' ' {
+		b = '_'
+	}
+	if a == b {
+		return true
+	}
+	if a < utf8.RuneSelf && b < utf8.RuneSelf {
+		la, lb := a|0x20, b|0x20
+		return la == lb && 'a' <= la && la <= 'z'
+	}
+	// The orbit of b under simple folding, as strings.EqualFold walks it.
+	if a < b {
+		a, b = b, a
+	}
+	r := unicode.SimpleFold(b)
+	for r != b && r < a {
+		r = unicode.SimpleFold(r)
+	}
+	return r == a
+}
+
+// formKeyIs tells whether the form field name key names the JSON path
+// (dotted, "params.num"): spelled as the path, or in brackets
+// ("params[num]", as PHP and Rails nest form fields).
+func formKeyIs(key, path string) bool {
+	if paramIs(key, path) {
+		return true
+	}
+	first := true
+	for path != "" {
+		var part string
+		part, path, _ = strings.Cut(path, ".")
+		if !first {
+			if key == "" || key[0] != '[' {
+				return false
+			}
+			key = key[1:]
+		}
+		n, ok := paramPrefix(key, part)
+		if !ok {
+			return false
+		}
+		key = key[n:]
+		if !first {
+			if key == "" || key[0] != ']' {
+				return false
+			}
+			key = key[1:]
+		}
+		first = false
+	}
+	return key == ""
+}
