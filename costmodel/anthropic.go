@@ -232,7 +232,7 @@ func (e *Estimator) estimateAnthropic(body []byte) (Estimate, error) {
 			return Estimate{}, badRequest(kind, err, "tools")
 		}
 		if tc.n > 0 {
-			tc.n = addSat(tc.n, anthropicToolPrompt(m.name, choice.Type))
+			tc.n = addSat(tc.n, anthropicToolPrompt(m.base, choice.Type))
 		}
 		c.add(tc)
 	}

@@ -272,7 +272,7 @@ func responsesItemCount(m model, f chatFormat, raw json.RawMessage) (tokenCount,
 			for _, p := range parts {
 				switch p.Type {
 				case "input_image":
-					in, exact := imageTokens(m.name, p.ImageURL, p.Detail)
+					in, exact := imageTokens(m, p.ImageURL, p.Detail)
 					c.add(tokenCount{n: in, uncounted: !exact})
 				case "input_file":
 					c.add(tokenCount{n: documentTokens(p.FileData), uncounted: true})

@@ -1,0 +1,144 @@
+package costmodel
+
+// Attack tests: text put where the estimator does not read it must still be
+// counted. A tenant who wants to pay less moves bulk text out of a plain
+// message into an item, a block or a field costgate does not know; the
+// upstream bills it all the same. Each case puts hiddenKB of prose in one
+// such place and checks that the estimate is at least what the same prose
+// counts in a plain user message, less a few tokens of message overhead.
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"image"
+	"image/png"
+	"os"
+	"testing"
+	"unicode/utf8"
+)
+
+const (
+	hiddenKB     = 8
+	hiddenMargin = 16 // tokens: the plain message's role and overhead
+)
+
+// hiddenText returns kb KiB of prose (cut at a rune boundary).
+func hiddenText(tb testing.TB, kb int) string {
+	tb.Helper()
+	prose, err := os.ReadFile("testdata/prose_contract.md")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for len(prose) < kb<<10 {
+		prose = append(prose, prose...)
+	}
+	s := prose[:kb<<10]
+	for !utf8.Valid(s) {
+		s = s[:len(s)-1]
+	}
+	return string(s)
+}
+
+// jsonText returns s as a JSON string.
+func jsonText(s string) string {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// pngBase64 returns a w×h PNG, base64-encoded.
+func pngBase64(tb testing.TB, w, h int) string {
+	tb.Helper()
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, image.NewGray(image.Rect(0, 0, w, h))); err != nil {
+		tb.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(buf.Bytes())
+}
+
+func inputTokensOf(tb testing.TB, e *Estimator, kind Kind, body string) int64 {
+	tb.Helper()
+	est, err := e.Estimate(kind, []byte(body))
+	if err != nil {
+		tb.Fatalf("%s: %v", kind, err)
+	}
+	return est.Usage.InputTokens
+}
+
+// hiddenCase is a request that hides something, and the plain request
+// that holds the same thing where costgate reads it.
+type hiddenCase struct {
+	name          string
+	hidden, plain string
+}
+
+func checkHidden(t *testing.T, e *Estimator, kind Kind, cases []hiddenCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			want := inputTokensOf(t, e, kind, c.plain)
+			got := inputTokensOf(t, e, kind, c.hidden)
+			if got < want-hiddenMargin {
+				t.Errorf("hidden: %d input tokens; the same in plain sight: %d", got, want)
+			}
+		})
+	}
+}
+
+// TestAttackImageRuleByName sends one image under other names of a model
+// (a fine-tune of it, a dated snapshot's fine-tune, another spelling, an
+// alias): each must count the image by the base model's rule, as it is
+// priced, not by the cheapest rule a name the rules do not know falls to.
+func TestAttackImageRuleByName(t *testing.T) {
+	e := estimatorWith(t, Config{Aliases: map[string]string{"acme-vision": "gpt-4o-mini"}})
+	const url = "https://x/y.png" // no size in the request: the rule's upper bound
+	chat := func(model string) string {
+		return `{"model":"` + model + `","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + url + `"}}]}]}`
+	}
+	responses := func(model string) string {
+		return `{"model":"` + model + `","input":[{"role":"user","content":[{"type":"input_image","image_url":"` + url + `"}]}]}`
+	}
+	names := []struct{ name, model, base string }{
+		{"ft of gpt-4o-mini", "ft:gpt-4o-mini:acme:name:id1", "gpt-4o-mini"},
+		{"ft of a gpt-4o-mini snapshot", "ft:gpt-4o-mini-2024-07-18:acme::id1", "gpt-4o-mini"},
+		{"ft of gpt-4o-mini, upper case", "FT:GPT-4O-MINI:acme::id1", "gpt-4o-mini"},
+		{"gpt-4o-mini, surrounding space", " gpt-4o-mini ", "gpt-4o-mini"},
+		{"configured alias of gpt-4o-mini", "acme-vision", "gpt-4o-mini"},
+		{"ft of gpt-4.1-mini", "ft:gpt-4.1-mini:acme::id1", "gpt-4.1-mini"},
+		{"ft of a gpt-4.1-nano snapshot", "ft:gpt-4.1-nano-2025-04-14:acme::id1", "gpt-4.1-nano"},
+		{"ft of o4-mini", "ft:o4-mini:acme::id1", "o4-mini"},
+		{"ft of an unpriced base", "ft:gpt-5-mini:acme::id1", "gpt-5-mini"},
+	}
+	for _, api := range []struct {
+		kind Kind
+		body func(string) string
+	}{{ChatCompletions, chat}, {Responses, responses}} {
+		cases := make([]hiddenCase, 0, len(names))
+		for _, n := range names {
+			cases = append(cases, hiddenCase{n.name, api.body(n.model), api.body(n.base)})
+		}
+		t.Run(api.kind.String(), func(t *testing.T) { checkHidden(t, e, api.kind, cases) })
+	}
+}
+
+// TestAttackToolPromptByName sends Anthropic tools under other spellings of
+// claude-3-opus, whose tool-use system prompt is the longest: each must
+// reserve that prompt, as the model is priced.
+func TestAttackToolPromptByName(t *testing.T) {
+	e := estimatorWith(t, Config{Aliases: map[string]string{"acme-opus": "claude-3-opus"}})
+	body := func(model string) string {
+		return `{"model":"` + model + `","max_tokens":16,"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"f","input_schema":{"type":"object"}}]}`
+	}
+	names := []struct{ name, model string }{
+		{"surrounding space", " claude-3-opus-20240229"},
+		{"configured alias", "acme-opus"},
+	}
+	cases := make([]hiddenCase, 0, len(names))
+	for _, n := range names {
+		cases = append(cases, hiddenCase{n.name, body(n.model), body("claude-3-opus")})
+	}
+	checkHidden(t, e, AnthropicMessages, cases)
+}
