@@ -81,11 +81,59 @@ func checkHidden(t *testing.T, e *Estimator, kind Kind, cases []hiddenCase) {
 		t.Run(c.name, func(t *testing.T) {
 			want := inputTokensOf(t, e, kind, c.plain)
 			got := inputTokensOf(t, e, kind, c.hidden)
+			t.Logf("hidden: %d input tokens; in plain sight: %d", got, want)
 			if got < want-hiddenMargin {
 				t.Errorf("hidden: %d input tokens; the same in plain sight: %d", got, want)
 			}
 		})
 	}
+}
+
+// TestAttackResponsesItemKinds hides text in /v1/responses input items and
+// parts of kinds the estimator did not read (tool calls and their outputs,
+// reasoning summaries, unknown kinds).
+func TestAttackResponsesItemKinds(t *testing.T) {
+	e := estimatorWith(t, Config{})
+	text := jsonText(hiddenText(t, hiddenKB))
+	const model = "gpt-4.1"
+	req := func(items string) string { return `{"model":"` + model + `","input":[` + items + `]}` }
+	plain := req(`{"role":"user","content":` + text + `}`)
+	img := "data:image/png;base64," + pngBase64(t, 2000, 1000)
+	plainImage := req(`{"role":"user","content":[{"type":"input_image","image_url":"` + img + `"}]}`)
+	items := []struct{ name, item string }{
+		{"local_shell_call_output", `{"type":"local_shell_call_output","id":"ls_1","output":` + text + `}`},
+		{"local_shell_call command", `{"type":"local_shell_call","id":"ls_1","call_id":"c","status":"completed","action":{"type":"exec","command":["echo",` + text + `],"env":{}}}`},
+		{"shell_call_output stdout", `{"type":"shell_call_output","call_id":"c","output":[{"stdout":` + text + `,"stderr":"","outcome":{"type":"exit","exit_code":0}}]}`},
+		{"shell_call commands", `{"type":"shell_call","call_id":"c","status":"completed","action":{"commands":[` + text + `]}}`},
+		{"mcp_call arguments", `{"type":"mcp_call","id":"mcp_1","server_label":"s","name":"f","arguments":` + text + `,"output":"ok"}`},
+		{"mcp_call output", `{"type":"mcp_call","id":"mcp_1","server_label":"s","name":"f","arguments":"{}","output":` + text + `}`},
+		{"mcp_call error", `{"type":"mcp_call","id":"mcp_1","server_label":"s","name":"f","arguments":"{}","error":` + text + `}`},
+		{"mcp_list_tools description", `{"type":"mcp_list_tools","id":"ml_1","server_label":"s","tools":[{"name":"t","description":` + text + `,"input_schema":{"type":"object"}}]}`},
+		{"mcp_approval_request arguments", `{"type":"mcp_approval_request","id":"ar_1","server_label":"s","name":"f","arguments":` + text + `}`},
+		{"apply_patch_call diff", `{"type":"apply_patch_call","call_id":"c","status":"completed","operation":{"type":"create_file","path":"a.txt","diff":` + text + `}}`},
+		{"apply_patch_call_output", `{"type":"apply_patch_call_output","call_id":"c","status":"completed","output":` + text + `}`},
+		{"computer_call action text", `{"type":"computer_call","id":"cu_1","call_id":"c","status":"completed","action":{"type":"type","text":` + text + `},"pending_safety_checks":[]}`},
+		{"computer_call_output safety message", `{"type":"computer_call_output","call_id":"c","output":{"type":"computer_screenshot","image_url":"https://x/s.png"},"acknowledged_safety_checks":[{"id":"sc","code":"c","message":` + text + `}]}`},
+		{"code_interpreter_call code", `{"type":"code_interpreter_call","id":"ci_1","status":"completed","container_id":"cntr","code":` + text + `,"outputs":[]}`},
+		{"code_interpreter_call logs", `{"type":"code_interpreter_call","id":"ci_1","status":"completed","container_id":"cntr","code":"print()","outputs":[{"type":"logs","logs":` + text + `}]}`},
+		{"file_search_call results", `{"type":"file_search_call","id":"fs_1","status":"completed","queries":["q"],"results":[{"file_id":"f","filename":"a","score":1,"text":` + text + `}]}`},
+		{"web_search_call query", `{"type":"web_search_call","id":"ws_1","status":"completed","action":{"type":"search","query":` + text + `}}`},
+		{"reasoning summary", `{"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":` + text + `}]}`},
+		{"reasoning content", `{"type":"reasoning","id":"rs_1","summary":[],"content":[{"type":"reasoning_text","text":` + text + `}]}`},
+		{"unknown item kind", `{"type":"future_tool_call_output","call_id":"c","output":` + text + `}`},
+		{"unknown item kind, nested", `{"type":"future_tool_call","call_id":"c","payload":{"a":[{"b":` + text + `}]}}`},
+		{"message refusal part", `{"type":"message","role":"assistant","content":[{"type":"refusal","refusal":` + text + `}]}`},
+		{"message unknown part", `{"type":"message","role":"user","content":[{"type":"input_future","data":` + text + `}]}`},
+	}
+	cases := make([]hiddenCase, 0, len(items)+2)
+	for _, it := range items {
+		cases = append(cases, hiddenCase{it.name, req(it.item), plain})
+	}
+	cases = append(cases,
+		hiddenCase{"computer_call_output screenshot", req(`{"type":"computer_call_output","call_id":"c","output":{"type":"computer_screenshot","image_url":"` + img + `"}}`), plainImage},
+		hiddenCase{"image_generation_call result", req(`{"type":"image_generation_call","id":"ig_1","status":"completed","result":"` + img[len("data:image/png;base64,"):] + `"}`), plainImage},
+	)
+	checkHidden(t, e, Responses, cases)
 }
 
 // TestAttackImageRuleByName sends one image under other names of a model
