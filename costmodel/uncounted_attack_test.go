@@ -136,6 +136,38 @@ func TestAttackResponsesItemKinds(t *testing.T) {
 	checkHidden(t, e, Responses, cases)
 }
 
+// TestAttackAnthropicBlockKinds hides text in /v1/messages content blocks of
+// kinds the estimator did not read (server tools' results, MCP blocks,
+// unknown kinds), at the top of a message and inside a tool result.
+func TestAttackAnthropicBlockKinds(t *testing.T) {
+	e := estimatorWith(t, Config{})
+	text := jsonText(hiddenText(t, hiddenKB))
+	req := func(role, blocks string) string {
+		return `{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"` + role + `","content":[` + blocks + `]}]}`
+	}
+	plain := `{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":` + text + `}]}`
+	blocks := []struct{ name, role, block string }{
+		{"code_execution_tool_result", "user", `{"type":"code_execution_tool_result","tool_use_id":"srvtoolu_1","content":{"type":"code_execution_result","stdout":` + text + `,"stderr":"","return_code":0,"content":[]}}`},
+		{"bash_code_execution_tool_result", "user", `{"type":"bash_code_execution_tool_result","tool_use_id":"srvtoolu_1","content":{"type":"bash_code_execution_result","stdout":` + text + `,"stderr":"","return_code":0,"content":[]}}`},
+		{"text_editor_code_execution_tool_result", "user", `{"type":"text_editor_code_execution_tool_result","tool_use_id":"srvtoolu_1","content":{"type":"text_editor_code_execution_view_result","file_type":"text","content":` + text + `,"num_lines":1,"start_line":1,"total_lines":1}}`},
+		{"web_fetch_tool_result", "user", `{"type":"web_fetch_tool_result","tool_use_id":"srvtoolu_1","content":{"type":"web_fetch_result","url":"https://x","content":{"type":"document","source":{"type":"text","media_type":"text/plain","data":` + text + `}}}}`},
+		{"web_search_tool_result", "user", `{"type":"web_search_tool_result","tool_use_id":"srvtoolu_1","content":[{"type":"web_search_result","url":"https://x","title":"t","encrypted_content":` + text + `}]}`},
+		{"mcp_tool_use input", "assistant", `{"type":"mcp_tool_use","id":"mcptoolu_1","name":"f","server_name":"s","input":{"q":` + text + `}}`},
+		{"mcp_tool_result", "user", `{"type":"mcp_tool_result","tool_use_id":"mcptoolu_1","is_error":false,"content":[{"type":"text","text":` + text + `}]}`},
+		{"mcp_tool_result string", "user", `{"type":"mcp_tool_result","tool_use_id":"mcptoolu_1","content":` + text + `}`},
+		{"container_upload file_id", "user", `{"type":"container_upload","file_id":` + text + `}`},
+		{"unknown block kind", "user", `{"type":"future_block","payload":{"a":[` + text + `]}}`},
+		{"unknown block in a tool_result", "user", `{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"future_block","data":` + text + `}]}`},
+	}
+	cases := make([]hiddenCase, 0, len(blocks)+1)
+	for _, b := range blocks {
+		cases = append(cases, hiddenCase{b.name, req(b.role, b.block), plain})
+	}
+	cases = append(cases, hiddenCase{"unknown block in the system prompt",
+		`{"model":"claude-sonnet-4-5","max_tokens":16,"system":[{"type":"future_block","data":` + text + `}],"messages":[]}`, plain})
+	checkHidden(t, e, AnthropicMessages, cases)
+}
+
 // TestAttackImageRuleByName sends one image under other names of a model
 // (a fine-tune of it, a dated snapshot's fine-tune, another spelling, an
 // alias): each must count the image by the base model's rule, as it is
