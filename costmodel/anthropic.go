@@ -23,6 +23,11 @@ package costmodel
 //     not in the request (a URL, a file), 1600, the rule's largest value;
 //   - documents other than plain text are estimated by the upper bound of
 //     parts.go; text documents are counted as text;
+//   - blocks of other kinds (server tools' results, MCP tool use and
+//     results, kinds newer than this code) are counted as the text of
+//     their JSON (opaqueTokens, an upper bound) and mark the estimate
+//     Uncounted; a redacted_thinking block, sealed by the upstream, is not
+//     counted;
 //   - a web search tool reserves its max_uses searches (defaultSearches
 //     when it sets none), and marks the estimate Uncounted, as does
 //     extended thinking ("thinking" enabled), whose tokens a stream shows
@@ -232,7 +237,7 @@ func (e *Estimator) estimateAnthropic(body []byte) (Estimate, error) {
 			return Estimate{}, badRequest(kind, err, "tools")
 		}
 		if tc.n > 0 {
-			tc.n = addSat(tc.n, anthropicToolPrompt(m.name, choice.Type))
+			tc.n = addSat(tc.n, anthropicToolPrompt(m.base, choice.Type))
 		}
 		c.add(tc)
 	}
@@ -351,7 +356,8 @@ func anthropicContentTokens(m model, raw json.RawMessage, depth int) (tokenCount
 	}
 	var n int64
 	var c tokenCount
-	for _, b := range blocks {
+	var opaque []int // blocks of kinds costgate does not read
+	for i, b := range blocks {
 		c.cacheTTL = max(c.cacheTTL, b.CacheControl.ttl())
 		switch b.Type {
 		case "text":
@@ -379,7 +385,21 @@ func anthropicContentTokens(m model, raw json.RawMessage, depth int) (tokenCount
 		case "document":
 			n += m.countText(b.Title) + m.countText(b.Context)
 			c.add(anthropicDocumentTokens(m, b.source()))
+		case "redacted_thinking":
+			// Thinking the upstream sealed (its data): not text a client
+			// can write, and not billed as input once a turn is over.
+		default:
+			// Server tools' results (code execution, web fetch, web
+			// search), MCP blocks and kinds newer than this code.
+			opaque = append(opaque, i)
 		}
+	}
+	if opaque != nil {
+		oc, err := opaqueParts(m, raw, opaque)
+		if err != nil {
+			return tokenCount{}, err
+		}
+		c.add(oc)
 	}
 	c.add(tokenCount{n: n})
 	return c, nil

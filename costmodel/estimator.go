@@ -263,6 +263,7 @@ func highestRates(t *priceTable, maxOutputTokens int64) Price {
 type model struct {
 	name      string // as the client spelled it
 	canonical string // see Estimator.Canonical
+	base      string // the model name is, or is fine-tuned from; see priceTable.lookup
 	price     Price
 	enc       *encoder // nil for anthropic-approx, which uses approxEncoder
 	encName   string
@@ -271,12 +272,12 @@ type model struct {
 }
 
 func (e *Estimator) resolve(name string) model {
-	ent, canonical, ok := e.table.lookup(name)
+	ent, canonical, base, ok := e.table.lookup(name)
 	if ok {
-		return model{name: name, canonical: canonical, price: ent.Price, encName: ent.Encoding, enc: encoderFor(ent.Encoding), reasoning: ent.Reasoning}
+		return model{name: name, canonical: canonical, base: base, price: ent.Price, encName: ent.Encoding, enc: encoderFor(ent.Encoding), reasoning: ent.Reasoning}
 	}
 	enc := encodingForModel(canonical)
-	return model{name: name, canonical: canonical, price: e.defaultPrice, encName: enc, enc: encoderFor(enc), unknown: true, reasoning: true}
+	return model{name: name, canonical: canonical, base: base, price: e.defaultPrice, encName: enc, enc: encoderFor(enc), unknown: true, reasoning: true}
 }
 
 // Canonical returns the name under which model is priced and under which
@@ -289,7 +290,7 @@ func (e *Estimator) resolve(name string) model {
 // share a price and a key. An unknown model is its own trimmed, lowercased
 // name.
 func (e *Estimator) Canonical(model string) string {
-	_, c, _ := e.table.lookup(model)
+	_, c, _, _ := e.table.lookup(model)
 	return c
 }
 

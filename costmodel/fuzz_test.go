@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"net/url"
@@ -11,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // FuzzEstimate feeds arbitrary bodies to every request parser: none may
@@ -34,7 +37,9 @@ func FuzzEstimate(f *testing.F) {
 		{Embeddings, `{"model":"text-embedding-3-small","input":["hello","world"]}`},
 		{Embeddings, `{"model":"text-embedding-3-small","input":[1,2,3]}`},
 		{Responses, `{"model":"gpt-4.1","instructions":"be brief","input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]},{"type":"function_call","name":"f","arguments":"{}","call_id":"1"},{"type":"function_call_output","call_id":"1","output":"x"}],"max_output_tokens":100}`},
+		{Responses, `{"model":"ft:gpt-4o-mini:org::id","input":[{"type":"mcp_call","id":"m","server_label":"s","name":"f","arguments":"{}","output":"x"},{"type":"reasoning","id":"r","summary":[{"type":"summary_text","text":"t"}],"encrypted_content":"e"},{"type":"computer_call_output","call_id":"c","output":{"type":"computer_screenshot","image_url":"https://x"}},{"type":"image_generation_call","id":"i","result":"iVBORw0KGgo="},{"role":"user","content":[{"type":"refusal","refusal":"r"},{"type":"input_future","data":[1]}]}]}`},
 		{AnthropicMessages, `{"model":"claude-sonnet-4-5","system":[{"type":"text","text":"sys"}],"messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image","source":{"type":"url","url":"https://x"}}]}],"tools":[{"name":"t","description":"d","input_schema":{"type":"object"}}],"max_tokens":1024}`},
+		{AnthropicMessages, `{"model":"claude-3-opus-latest","max_tokens":5,"system":[{"type":"future_block","data":"s"}],"messages":[{"role":"user","content":[{"type":"code_execution_tool_result","tool_use_id":"s","content":{"type":"code_execution_result","stdout":"x","return_code":0}},{"type":"tool_result","tool_use_id":"t","content":[{"type":"mcp_tool_result","content":"y"}]},{"type":"redacted_thinking","data":"z"}]}]}`},
 		{ChatCompletions, `{"model":5}`},
 		{ChatCompletions, `{"model":"gpt-4o","messages":"x"}`},
 		{AnthropicMessages, `[]`},
@@ -65,6 +70,59 @@ func FuzzEstimate(f *testing.F) {
 			t.Fatalf("%s: second estimate %+v, %v; first %+v", kind, again.Usage, err, est.Usage)
 		}
 	})
+}
+
+// FuzzOpaqueTokens checks the count of what costgate does not read
+// against the text it hides: a string value of any item or block counts at
+// least its text's tokens, however its JSON spells it, for each tokenizer;
+// and leaving out a member never panics.
+func FuzzOpaqueTokens(f *testing.F) {
+	f.Add("plain prose, with \"quotes\" and\nlines", "output", false)
+	f.Add("Ünïcödé 你好世界 😀 \u0000 \t\t", "encrypted_content", true)
+	f.Add(strings.Repeat("    indented\n", 20), "", false)
+	e, err := NewEstimator(Config{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, text, skip string, ascii bool) {
+		if !utf8.ValidString(text) {
+			return // not JSON text: an upstream refuses it
+		}
+		raw, err := json.Marshal(map[string]string{"type": "future", "data": text})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ascii {
+			raw = asciiJSON(raw)
+		}
+		for _, name := range []string{"gpt-4o", "gpt-4", "claude-sonnet-4-5"} {
+			m := e.resolve(name)
+			if got, want := opaqueTokens(m, raw), m.countText(text); got < want {
+				t.Fatalf("%s: %d tokens for %s; its text alone %d", name, got, raw, want)
+			}
+			if opaqueTokens(m, raw, skip) < 0 {
+				t.Fatalf("%s: negative count", name)
+			}
+		}
+	})
+}
+
+// asciiJSON rewrites raw, JSON, with every non-ASCII character of its
+// strings escaped as \uXXXX.
+func asciiJSON(raw []byte) []byte {
+	var b strings.Builder
+	for _, r := range string(raw) {
+		switch {
+		case r < 0x80:
+			b.WriteRune(r)
+		case r > 0xffff:
+			r1, r2 := utf16.EncodeRune(r)
+			fmt.Fprintf(&b, "\\u%04x\\u%04x", r1, r2)
+		default:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		}
+	}
+	return []byte(b.String())
 }
 
 // FuzzParseUsage checks that response parsing never panics and never

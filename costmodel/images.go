@@ -33,8 +33,11 @@ type imageRule struct {
 	patchMul   int64  // patch models: multiplier in hundredths; 0 for tile models
 }
 
-func imageRuleFor(modelName string) imageRule {
-	m := strings.ToLower(modelName)
+// imageRuleFor returns the rule of a model, chosen by its base (see
+// priceTable.lookup): a fine-tune, a snapshot or an alias counts images as
+// the model it is priced as.
+func imageRuleFor(base string) imageRule {
+	m := strings.ToLower(base)
 	switch {
 	case strings.HasPrefix(m, "gpt-4.1-mini"), strings.HasPrefix(m, "gpt-5-mini"):
 		return imageRule{id: 1, patchMul: 162}
@@ -52,12 +55,17 @@ func imageRuleFor(modelName string) imageRule {
 	return imageRule{id: 7, base: 85, tile: 170}
 }
 
-// imageTokens returns the prompt tokens of one image part, and whether
-// they follow from its size (exact is false for the upper bound of an image
-// whose size is not in the request).
-func imageTokens(modelName, url, detail string) (n int64, exact bool) {
-	r := imageRuleFor(modelName)
+// imageTokens returns the prompt tokens of one image part for model m, and
+// whether they follow from its size (exact is false for the upper bound of
+// an image whose size is not in the request).
+func imageTokens(m model, url, detail string) (n int64, exact bool) {
 	w, h, ok := inlineImageSize(url)
+	return imageRuleFor(m.base).tokens(w, h, ok, detail)
+}
+
+// tokens returns the tokens of an image of w×h pixels at the given detail,
+// or, when its size is not known (ok false), the most the rule allows.
+func (r imageRule) tokens(w, h int, ok bool, detail string) (n int64, exact bool) {
 	if r.patchMul > 0 {
 		patches := int64(1536)
 		if ok {

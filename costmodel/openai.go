@@ -398,7 +398,7 @@ func contentTokens(m model, raw json.RawMessage) (tokenCount, error) {
 		// image_url must not be priced as the image.
 		c.add(tokenCount{n: m.countText(p.Text) + m.countText(p.Refusal)})
 		if p.ImageURL != nil {
-			n, exact := imageTokens(m.name, p.ImageURL.URL, p.ImageURL.Detail)
+			n, exact := imageTokens(m, p.ImageURL.URL, p.ImageURL.Detail)
 			c.add(tokenCount{n: n, uncounted: !exact})
 		}
 		if p.InputAudio != nil {
@@ -506,7 +506,7 @@ func formatKey(m model, format uint32) uint32 {
 		enc = 3
 	}
 	f := chatFormatFor(m)
-	return imageRuleFor(m.name).id<<24 | enc<<16 | format<<8 | uint32(f.perMessage)
+	return imageRuleFor(m.base).id<<24 | enc<<16 | format<<8 | uint32(f.perMessage)
 }
 
 // chatSearchModel tells whether a chat completions model searches the web

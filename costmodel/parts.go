@@ -18,7 +18,12 @@ package costmodel
 //     kbit/s): one token per 400 bytes of WAV, per 50 of anything else. Its
 //     tokens are Usage.AudioInputTokens, priced at the audio rate;
 //   - an image whose size is not in the request is counted at the largest
-//     its rule allows (images.go, anthropic.go).
+//     its rule allows (images.go, anthropic.go);
+//   - an item, a part or a block of a kind costgate does not read (a hosted
+//     tool's call or output, a kind newer than this code) is counted as
+//     the text of its JSON, keys and punctuation included (opaqueTokens):
+//     whatever the upstream renders of it, text hidden there counts at
+//     least as much as in a message.
 //
 // Messages' members are decoded with encoding/json, which matches keys
 // case-insensitively; a member that appears twice in any spelling (in the
@@ -27,7 +32,9 @@ package costmodel
 // read what costgate counted.
 
 import (
+	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"strings"
 	"unicode"
 
@@ -53,6 +60,55 @@ func documentTokens(data string) int64 {
 	}
 	size := int64(base64.StdEncoding.DecodedLen(len(data)))
 	return min(max(mulDivCeil(size, 1, 2), docMinTokens), docMaxTokens)
+}
+
+// opaqueTokens returns the tokens of raw, a JSON value costgate does not
+// read, counted as text: its JSON text whole, keys, punctuation and escapes
+// included, an upper bound of the text an upstream renders of it. The
+// members of a top-level object that skip names (in any spelling) are left
+// out: what is not text and is counted apart (an image), or is sealed by
+// the upstream (encrypted reasoning). It allocates a copy of raw.
+func opaqueTokens(m model, raw []byte, skip ...string) int64 {
+	raw = bytes.TrimSpace(raw)
+	if len(skip) == 0 || len(raw) == 0 || raw[0] != '{' {
+		return m.countText(string(raw))
+	}
+	s := jsonscan.Scanner{B: raw}
+	kept := make([]byte, 0, len(raw))
+	from := 0
+	err := s.Object(1, func(ks, ke int, esc bool) error {
+		k := s.Key(ks, ke, esc)
+		_, end, err := s.Value(1)
+		for _, name := range skip {
+			if strings.EqualFold(k, name) {
+				kept = append(kept, raw[from:ks-1]...) // up to the key's quote
+				from = end
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return m.countText(string(raw))
+	}
+	kept = append(kept, raw[from:]...)
+	return m.countText(string(kept))
+}
+
+// opaqueParts counts, with opaqueTokens, the elements of raw, a JSON array,
+// at the given indices (ascending): the parts or blocks of a content that
+// costgate does not read. Each marks the count Uncounted.
+func opaqueParts(m model, raw []byte, indices []int) (tokenCount, error) {
+	var elems []json.RawMessage
+	if err := json.Unmarshal(raw, &elems); err != nil {
+		return tokenCount{}, err
+	}
+	var c tokenCount
+	for _, i := range indices {
+		if i < len(elems) {
+			c.add(tokenCount{n: opaqueTokens(m, elems[i]), uncounted: true})
+		}
+	}
+	return c, nil
 }
 
 // audioTokens returns the tokens reserved for base64 audio data of the

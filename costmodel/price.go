@@ -380,17 +380,22 @@ func normalName(model string) string {
 	return m
 }
 
-// lookup returns the entry of model and its canonical name: the model's
-// name in the table, "ft:" and the base's name for a fine-tuned model, or
-// the normalized name of an unknown model (ok false).
-func (t *priceTable) lookup(model string) (e tableEntry, canonical string, ok bool) {
+// lookup returns the entry of model, its canonical name and its base.
+// The canonical name is the model's name in the table, "ft:" and the base's
+// name for a fine-tuned model, or the normalized name of an unknown model
+// (ok false). The base is the model a name is or was fine-tuned from, as
+// the table names it: the canonical name of a model, the base's name (an
+// alias resolved) for a fine-tune, known or not; rules that follow the
+// model rather than its price (image tokens, the tool-use prompt) are
+// chosen by it.
+func (t *priceTable) lookup(model string) (e tableEntry, canonical, base string, ok bool) {
 	m := normalName(model)
 	if e, ok := t.models[m]; ok {
-		return e, m, true
+		return e, m, m, true
 	}
 	if name, ok := t.aliases[m]; ok {
 		if e, ok := t.models[name]; ok {
-			return e, name, true
+			return e, name, name, true
 		}
 	}
 	if rest, isFT := strings.CutPrefix(m, "ft:"); isFT {
@@ -399,10 +404,11 @@ func (t *priceTable) lookup(model string) (e tableEntry, canonical string, ok bo
 			base = name
 		}
 		if e, ok := t.fineTuned[base]; ok {
-			return e, "ft:" + base, true
+			return e, "ft:" + base, base, true
 		}
+		return tableEntry{}, m, base, false
 	}
-	return tableEntry{}, m, false
+	return tableEntry{}, m, m, false
 }
 
 // encodingForModel picks the tokenizer of a model that is not in the table,

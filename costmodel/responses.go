@@ -4,9 +4,13 @@ package costmodel
 // items into the same chat format as chat completions, so a message item is
 // counted as a chat message (3 + role + content), the instructions as a
 // developer message, function calls and their outputs like tool calls and
-// tool messages, and function tools like chat tools. OpenAI has published
-// no counting method for this API; these counts follow the chat format and
-// are an approximation. Conversation state kept by the server
+// tool messages, and function tools like chat tools. Items and parts of
+// other kinds (hosted tools' calls and outputs, reasoning, kinds newer than
+// this code) are counted as the text of their JSON (opaqueTokens), an upper
+// bound, and mark the estimate Uncounted; the images some of them carry (a
+// computer_call_output's screenshot, an image_generation_call's result)
+// are counted as images. OpenAI has published no counting method for this
+// API; these counts follow the chat format and are an approximation. Conversation state kept by the server
 // (previous_response_id, conversation) is not visible in the request and is
 // not counted.
 
@@ -76,12 +80,14 @@ type responsesItem struct {
 	Arguments string          `json:"arguments"`
 	CallID    string          `json:"call_id"`
 	Output    json.RawMessage `json:"output"`
-	Input     string          `json:"input"` // custom_tool_call
+	Input     string          `json:"input"`  // custom_tool_call
+	Result    string          `json:"result"` // image_generation_call: the image, base64
 }
 
 type responsesPart struct {
 	Type       string      `json:"type"`
 	Text       string      `json:"text"`
+	Refusal    string      `json:"refusal"`
 	ImageURL   string      `json:"image_url"`
 	Detail     string      `json:"detail"`
 	FileData   string      `json:"file_data"`
@@ -269,10 +275,15 @@ func responsesItemCount(m model, f chatFormat, raw json.RawMessage) (tokenCount,
 			if err := json.Unmarshal(content, &parts); err != nil {
 				return tokenCount{}, err
 			}
-			for _, p := range parts {
+			var opaque []int // parts of kinds costgate does not read
+			for i, p := range parts {
 				switch p.Type {
+				case "input_text", "output_text", "text", "summary_text", "reasoning_text":
+					n += m.countText(p.Text)
+				case "refusal":
+					n += m.countText(p.Refusal)
 				case "input_image":
-					in, exact := imageTokens(m.name, p.ImageURL, p.Detail)
+					in, exact := imageTokens(m, p.ImageURL, p.Detail)
 					c.add(tokenCount{n: in, uncounted: !exact})
 				case "input_file":
 					c.add(tokenCount{n: documentTokens(p.FileData), uncounted: true})
@@ -282,8 +293,15 @@ func responsesItemCount(m model, f chatFormat, raw json.RawMessage) (tokenCount,
 						c.add(tokenCount{n: a, audio: a, uncounted: true})
 					}
 				default:
-					n += m.countText(p.Text)
+					opaque = append(opaque, i)
 				}
+			}
+			if opaque != nil {
+				oc, err := opaqueParts(m, content, opaque)
+				if err != nil {
+					return tokenCount{}, err
+				}
+				c.add(oc)
 			}
 		default:
 			return tokenCount{}, fmt.Errorf("content: want a string or an array of parts")
@@ -297,9 +315,33 @@ func responsesItemCount(m model, f chatFormat, raw json.RawMessage) (tokenCount,
 		n = f.perMessage + toolCallExtra + m.countText(it.Name) + m.countText(it.Input)
 	case "item_reference":
 		c.uncounted, c.stored = true, true // a stored item: the server's to count
+	case "reasoning":
+		// Its summary and text as text; its encrypted_content is the
+		// upstream's own reasoning, sealed, not text a client can write.
+		n = f.perMessage + opaqueTokens(m, raw, "encrypted_content")
+		c.uncounted = true
+	case "computer_call_output":
+		var shot struct {
+			ImageURL string `json:"image_url"` // or a file_id: the image's upper bound
+		}
+		skip := []string{"output"}
+		if json.Unmarshal(it.Output, &shot) != nil {
+			skip = nil // not a screenshot object: all of it as text
+		}
+		in, _ := imageTokens(m, shot.ImageURL, "")
+		n = f.perMessage + in + opaqueTokens(m, raw, skip...)
+		c.uncounted = true
+	case "image_generation_call":
+		w, h, ok := base64ImageSize(it.Result)
+		in, _ := imageRuleFor(m.base).tokens(w, h, ok, "")
+		n = f.perMessage + in + opaqueTokens(m, raw, "result")
+		c.uncounted = true
 	default:
-		// Reasoning items, built-in tool calls and references carry no text
-		// the client wrote; they are not counted.
+		// Hosted tools' calls and outputs (shell, MCP, apply_patch, code
+		// interpreter, searches) and kinds newer than this code: their
+		// JSON as text, an upper bound.
+		n = f.perMessage + opaqueTokens(m, raw)
+		c.uncounted = true
 	}
 	c.add(tokenCount{n: n})
 	return c, nil
