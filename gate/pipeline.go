@@ -308,7 +308,7 @@ func (r *Reservation) collect() {
 		r.limits = append(r.limits, l)
 		k := l.key(r)
 		lim, shut := r.g.regional(r.ctx, l, k)
-		cost := l.costOf(r.req.Requests, r.req.Estimate.Usage, r.req.Estimate.Cost)
+		cost := r.reserved(l)
 		if shut && cost > 0 {
 			// This region's cap is 0, and a limit's least rate is 1: a
 			// cost above it is refused as the budget spent here
@@ -333,6 +333,21 @@ func (r *Reservation) collect() {
 			r.items[i].Final = true
 		}
 	}
+}
+
+// reserved is what the request reserves on limit l: its cost there, and
+// at least one unit, so that a request of no cost on l (0 tokens, $0, a
+// generic call of 0 units) needs room for one, as a check does, and is
+// refused once l is spent: its settlement may charge any amount. A
+// settlement at 0 refunds the unit. A Final debit (the RLS server's
+// hits_addend, settled at once) reserves its cost alone: it charges no
+// more than it asked. Served requests reserve 0 (see served).
+func (r *Reservation) reserved(l *compiledLimit) int64 {
+	cost := l.costOf(r.req.Requests, r.req.Estimate.Usage, r.req.Estimate.Cost)
+	if r.req.Final {
+		return cost
+	}
+	return max(cost, 1)
 }
 
 // check answers a Check request with the store's Peek: each limit must
