@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 )
 
@@ -73,16 +74,16 @@ limits:
 // not admitted at $0 and charged what the upstream reports beyond the
 // budget.
 func TestZeroReserveAttackGenericZeroUnits(t *testing.T) {
-	var calls int
+	var calls atomic.Int64
 	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls++
+		calls.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"content":"<html/>","credits_used":40}`)
 	})
 	srv := httptest.NewServer(up)
 	t.Cleanup(srv.Close)
 	onEachStore(t, func(t *testing.T, url string) {
-		calls = 0
+		calls.Store(0)
 		s := newStackWith(t, stackOptions{redisURL: url, policies: allowAll, extra: `
   - name: scrape
     kind: generic
@@ -118,8 +119,38 @@ budgets:
 		if code := get("credits=0"); code != http.StatusPaymentRequired {
 			t.Errorf("a call of 0 credits on the spent budget: %d; want 402", code)
 		}
-		if calls != 1 {
-			t.Errorf("the upstream ran %d calls, billing 40 credits each, on a budget of 40", calls)
+		if n := calls.Load(); n != 1 {
+			t.Errorf("the upstream ran %d calls, billing 40 credits each, on a budget of 40", n)
+		}
+	})
+}
+
+// TestZeroReserveEmbeddingOnSpentOutputLimit: the unit an open request
+// (the reserve API, a generic upstream that reports its units) reserves on
+// a limit it costs nothing on is not asked of a proxied LLM request, whose
+// estimate bounds what it is charged there: an embedding, which produces
+// no output, is served while the tenant's output tokens are spent, as
+// before.
+func TestZeroReserveEmbeddingOnSpentOutputLimit(t *testing.T) {
+	onEachStore(t, func(t *testing.T, url string) {
+		s := newStackWith(t, stackOptions{redisURL: url, policies: allowAll, extra: `
+limits:
+  - {name: otpd, dimensions: [tenant], unit: output_tokens, algorithm: fixed_window, rate: 100, period: 24h}
+`})
+		h := s.srv.Handler()
+		const acme = "cg-test-acme"
+		id := reserveOn(t, s, acme, `{"cost":{"output_tokens":100}}`)
+		if code, out := reserveCall(t, h, acme, "/v1/costgate/settle", fmt.Sprintf(`{"reservation_id":%q,"usage":{"output_tokens":100}}`, id)); code != 200 {
+			t.Fatalf("settle: %d %v", code, out)
+		}
+		if code, out := reserveCall(t, h, acme, "/v1/costgate/reserve", `{"cost":{"input_tokens":10}}`); code != http.StatusTooManyRequests {
+			t.Errorf("a reservation on the spent output limit: %d %v; want 429", code, out)
+		}
+		resp := s.post(t, t.Context(), "/v1/embeddings", `{"model":"text-embedding-3-small","input":"hello"}`)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("an embedding while output tokens are spent: %d %s; want 200", resp.StatusCode, body)
 		}
 	})
 }
