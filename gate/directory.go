@@ -481,7 +481,7 @@ func (r *Reservation) collectLevels() {
 			l := ll.at(now).cl
 			r.unrestored = r.unrestored || ll.unrestored.Load()
 			r.limits = append(r.limits, l)
-			r.items = append(r.items, weighted.Item{Limit: l.limit, Key: l.fixedKey, Cost: l.costOf(r.req.Requests, r.req.Estimate.Usage, r.req.Estimate.Cost)})
+			r.items = append(r.items, weighted.Item{Limit: l.limit, Key: l.fixedKey, Cost: r.reserved(l)})
 		}
 	}
 }

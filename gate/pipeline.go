@@ -92,6 +92,14 @@ type Request struct {
 	// (weighted.Item.Final), and that settlement makes no store call
 	// unless a concurrency unit is to be released.
 	Final bool
+	// Open marks a request whose settlement may charge any limit more
+	// than its estimate costs there (the reserve API's reported usage, a
+	// generic upstream's units read from its answer): on a limit where
+	// the estimate costs nothing it reserves one unit, so that it is
+	// refused once that limit is spent. Other requests reserve their
+	// estimate's cost, 0 included (an embedding on a limit in output
+	// tokens, which it never produces).
+	Open bool
 }
 
 // Extra is a limit a front door adds to a request.
@@ -308,7 +316,7 @@ func (r *Reservation) collect() {
 		r.limits = append(r.limits, l)
 		k := l.key(r)
 		lim, shut := r.g.regional(r.ctx, l, k)
-		cost := l.costOf(r.req.Requests, r.req.Estimate.Usage, r.req.Estimate.Cost)
+		cost := r.reserved(l)
 		if shut && cost > 0 {
 			// This region's cap is 0, and a limit's least rate is 1: a
 			// cost above it is refused as the budget spent here
@@ -333,6 +341,20 @@ func (r *Reservation) collect() {
 			r.items[i].Final = true
 		}
 	}
+}
+
+// reserved is what the request reserves on limit l: its cost there, and,
+// for an Open request, at least one unit, so that an Open request of no
+// cost on l (0 tokens, $0, a generic call of 0 units) needs room for one,
+// as a check does, and is refused once l is spent: its settlement may
+// charge any amount. A settlement at 0 refunds the unit. Served requests
+// reserve 0 (see served).
+func (r *Reservation) reserved(l *compiledLimit) int64 {
+	cost := l.costOf(r.req.Requests, r.req.Estimate.Usage, r.req.Estimate.Cost)
+	if !r.req.Open {
+		return cost
+	}
+	return max(cost, 1)
 }
 
 // check answers a Check request with the store's Peek: each limit must

@@ -667,10 +667,19 @@ func (r *Reservation) endedInLedger(ctx context.Context, h *hold) (out Charge, a
 		return Charge{}, false, nil, false
 	case e.Status == ledger.StatusExpired || e.Status == ledger.StatusRecovered:
 		return Charge{}, false, ErrExpired, true
-	case e.Status == ledger.StatusFailed && e.ActualCost == 0:
+	case released(e):
 		return Charge{}, false, ErrReleased, true
 	}
 	return Charge{Usage: e.Actual, Cost: e.ActualCost, Model: e.Model, Status: e.Status, HTTPStatus: e.HTTPStatus}, true, nil, true
+}
+
+// released tells whether ledger entry e is a release's: failed, at no
+// cost, with no HTTP status (Release bills it so). A settlement of a
+// failed call is failed too, at $0 as often as not, but with the status
+// its caller reported (the reserve API's 502): it is a settlement, which
+// a later settle answers and a release may not undo.
+func released(e ledger.Entry) bool {
+	return e.Status == ledger.StatusFailed && e.HTTPStatus == 0 && e.ActualCost == 0
 }
 
 func (g *Gate) ended(h *hold) (out Charge, again bool, err error, done bool) {

@@ -257,24 +257,36 @@ func TestIdentityAttackHopByHopCredential(t *testing.T) {
 // credential costgate injects and nothing the tenant chooses. OpenAI reads
 // OpenAI-Organization and OpenAI-Project beside the key to pick the
 // organization and project a request runs and is billed under (with a key
-// of several organizations, any of them): a tenant must not pick them.
+// of several organizations, any of them): a tenant must not pick them, in
+// any spelling of the header a server may take for it (any case, '_' for
+// '-', as Go keeps openai_organization apart from its canonical form).
 func TestIdentityAttackUpstreamAccountHeaders(t *testing.T) {
 	up := routeAtkSimSpy(t)
 	s := newStackWith(t, stackOptions{extra: roomyLimits, upstream: up})
 	host := strings.TrimPrefix(s.url, "http://")
-	got := sendRaw(t, s.url, routeAtkChat("/v1/chat/completions", host,
-		"Authorization: Bearer cg-test-acme\nOpenAI-Organization: org-someone-else\nOpenAI-Project: proj_someone_else\n"))
-	if got.status != http.StatusOK {
-		t.Fatalf("%d %s", got.status, got.body)
-	}
-	seen := up.take()
-	if len(seen) != 1 {
-		t.Fatalf("reached the upstream %d times", len(seen))
-	}
-	for _, name := range []string{"OpenAI-Organization", "OpenAI-Project"} {
-		if v := seen[0].header.Values(name); len(v) > 0 {
-			t.Errorf("the upstream saw the tenant's %s %q beside costgate's credential", name, v)
-		}
+	for _, names := range [][2]string{
+		{"OpenAI-Organization", "OpenAI-Project"},
+		{"openai-organization", "OPENAI-PROJECT"},
+		{"openai_organization", "openai_project"},
+		{"OPENAI_ORGANIZATION", "OpenAI_Project"},
+		{"OpenAI_organization", "openai_Project"},
+	} {
+		t.Run(names[0]+","+names[1], func(t *testing.T) {
+			got := sendRaw(t, s.url, routeAtkChat("/v1/chat/completions", host,
+				"Authorization: Bearer cg-test-acme\n"+names[0]+": org-someone-else\n"+names[1]+": proj_someone_else\n"))
+			if got.status != http.StatusOK {
+				t.Fatalf("%d %s", got.status, got.body)
+			}
+			seen := up.take()
+			if len(seen) != 1 {
+				t.Fatalf("reached the upstream %d times", len(seen))
+			}
+			for name, v := range seen[0].header {
+				if n := strings.ReplaceAll(strings.ToLower(name), "_", "-"); n == "openai-organization" || n == "openai-project" {
+					t.Errorf("the upstream saw the tenant's %s %q beside costgate's credential", name, v)
+				}
+			}
+		})
 	}
 }
 

@@ -272,7 +272,7 @@ func (t stageTimer) end() {
 // request is the gate's view of the exchange.
 func (x *exchange) request() *gate.Request {
 	return &gate.Request{ID: x.id, Caller: x.caller, Route: x.path, Upstream: x.upstream.name,
-		Estimate: x.est, IP: x.ip, Page: x.page}
+		Estimate: x.est, IP: x.ip, Page: x.page, Open: x.rule != nil && x.rule.Actual != nil}
 }
 
 // route picks the upstream of the request's route. It answers the client

@@ -322,7 +322,7 @@ func (s *Server) serveReserve(w http.ResponseWriter, r *http.Request) {
 // answers the client and returns false on bad input.
 func (s *Server) reserveRequest(w http.ResponseWriter, c *gate.Caller, in *reserveRequest) (*gate.Request, bool) {
 	const path = "/v1/costgate/reserve"
-	req := &gate.Request{Caller: c, Route: reserveRoute, Upstream: in.Upstream}
+	req := &gate.Request{Caller: c, Route: reserveRoute, Upstream: in.Upstream, Open: true}
 	if err := checkAttributes(in.Attributes); err != nil {
 		badRequest(w, path, "invalid_attributes", err.Error())
 		return nil, false

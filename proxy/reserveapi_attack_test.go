@@ -181,8 +181,11 @@ budgets:
 		if code != 200 || out["cost_usd"] != "5.000000000" {
 			t.Fatalf("settle of $5 on a $0.10 reservation: %d %v", code, out)
 		}
-		if code, out := reserveCall(t, h, acme, "/v1/costgate/reserve", `{"cost":{"usd":"0.000000001"}}`); code != 402 {
-			t.Errorf("a reserve after overspending the budget: %d %v; want 402", code, out)
+		if code, out := reserveCall(t, h, acme, "/v1/costgate/reserve", `{"cost":{"usd":"0.000000001","tokens":1}}`); code != 402 && code != 429 {
+			t.Errorf("a reserve after overspending the budget: %d %v; want 402 or 429 (tpm is spent too)", code, out)
+		}
+		if left := limitsLeft(t, s); len(left) != 2 || left[0] != 0 || left[1] != 0 {
+			t.Errorf("tpm and budget left %v after overspending both; want [0 0]", left)
 		}
 		if code, out := reserveCall(t, h, acme, "/v1/costgate/reserve", `{"cost":{"tokens":1}}`); code != 429 {
 			t.Errorf("a reserve after overspending tpm: %d %v; want 429", code, out)

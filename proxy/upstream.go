@@ -117,9 +117,14 @@ func (u *upstream) rewrite(pr *httputil.ProxyRequest) {
 	out.Header.Del("X-Api-Key")
 	out.Header.Del("X-Request-Id")
 	// The organization and project costgate's credential acts as (and is
-	// billed under) are costgate's to choose, not the tenant's.
-	out.Header.Del("OpenAI-Organization")
-	out.Header.Del("OpenAI-Project")
+	// billed under) are costgate's to choose, not the tenant's: in every
+	// spelling a server may read as theirs (openai_organization, which Go
+	// keeps apart from the canonical OpenAI-Organization).
+	for name := range out.Header {
+		if headerIs(name, "openai-organization") || headerIs(name, "openai-project") {
+			delete(out.Header, name)
+		}
+	}
 	// The client's trailers would reach the upstream after a body that
 	// costgate has read and priced, unchecked (a trailer named X-Api-Key).
 	out.Trailer = nil
