@@ -121,7 +121,7 @@ func (u *upstream) rewrite(pr *httputil.ProxyRequest) {
 	// spelling a server may read as theirs (openai_organization, which Go
 	// keeps apart from the canonical OpenAI-Organization).
 	for name := range out.Header {
-		if headerIs(name, "openai-organization") || headerIs(name, "openai-project") {
+		if costmodel.HeaderIs(name, "openai-organization") || costmodel.HeaderIs(name, "openai-project") {
 			delete(out.Header, name)
 		}
 	}
