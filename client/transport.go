@@ -205,8 +205,14 @@ const (
 // usage is what a successful answer reports by rule, or the estimate.
 func (t *Transport) usage(rule costmodel.Rule, estimated int64, h http.Header, body []byte) Usage {
 	u := Usage{Units: estimated}
-	if actual, ok, err := rule.Settle(h, body); err == nil && ok {
+	switch actual, ok, err := rule.Settle(h, body); {
+	case err == nil && ok:
 		u.Units = min(actual.Units, maxUnits)
+	case err != nil:
+		// A report that cannot be read (the field in two spellings, not
+		// a count) is charged the most the rule lets it report, as the
+		// proxy charges it.
+		u.Units = min(rule.Unreported(estimated), maxUnits)
 	}
 	if t.Upstream == "" {
 		// Priced here: a call that cost nothing says so (Free), as a

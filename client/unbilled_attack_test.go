@@ -3,8 +3,10 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -136,5 +138,40 @@ func TestUnbilledAtkSilentCallBillsTheActualMax(t *testing.T) {
 	e := s.entry(t, "acme", sts[0].RequestID, final)
 	if e.Actual.Units != 30 || e.ActualCost != creditsCost(30) {
 		t.Errorf("ledger %d units %v for a call with no answer, want its actual's max, 30 (%v)", e.Actual.Units, e.ActualCost, creditsCost(30))
+	}
+}
+
+// TestUnbilledAtkUnreadableReportBillsTheActualMax: the API answers with
+// a report costgate cannot read: its field in two spellings (a decoder
+// that folds case keeps the larger one) or not a count. It is charged the
+// most the rule lets the answer report, as the proxy charges it, not the
+// estimate a tenant keeps low by asking for little.
+func TestUnbilledAtkUnreadableReportBillsTheActualMax(t *testing.T) {
+	s := newStack(t, "memory", "", nil)
+	bodies := []string{`{"units_used":1,"Units_Used":40}`, `{"units_used":1,"units_used":40}`, `{"units_used":"forty"}`}
+	api, _ := meteredStub(t, func(w http.ResponseWriter, r *http.Request) {
+		i, _ := strconv.Atoi(r.URL.Query().Get("i"))
+		io.WriteString(w, bodies[i])
+	})
+	rule := creditsRule
+	actual := *creditsRule.Actual
+	actual.Max = 30
+	rule.Actual = &actual
+	var ends attackEnds
+	hc := &http.Client{Transport: &client.Transport{Client: s.client("cg-test-acme"), Rule: rule, Settled: ends.hook}}
+	for i, body := range bodies {
+		resp, err := hc.Get(fmt.Sprintf("%s/x?count=2&i=%d", api, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		n, sts, errs := ends.snapshot()
+		if n != i+1 || errs[i] != nil || sts[i] == nil {
+			t.Fatalf("%s: Settled %d times, %v", body, n, errs)
+		}
+		e := s.entry(t, "acme", sts[i].RequestID, final)
+		if e.Actual.Units != 30 || e.ActualCost != creditsCost(30) {
+			t.Errorf("%s: ledger %d units %v, want its actual's max, 30 (%v)", body, e.Actual.Units, e.ActualCost, creditsCost(30))
+		}
 	}
 }

@@ -97,13 +97,25 @@ func billAtkGeneric(base string) string {
 // over 8 MiB), or asks for it as a stream, is charged the estimate, 1
 // credit, though the upstream bills 40. An LLM answer that cannot be read
 // is charged its output limit; a generic one should be charged its
-// actual's max.
+// actual's max. So is an answer whose report costgate cannot read (the
+// field in two spellings, or not a count).
 func TestBillAtkGenericActualUnread(t *testing.T) {
 	const credits = 40
 	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		page := "<html>small</html>"
-		if r.URL.Query().Get("page") == "big" {
+		switch r.URL.Query().Get("page") {
+		case "big":
 			page = strings.Repeat("x", 9<<20)
+		case "two-spellings", "not-a-count":
+			// A report costgate cannot read: the field in two spellings
+			// (a decoder keeps the other one), or not a count.
+			bad := `"credits_used":1,"Credits_Used":40`
+			if r.URL.Query().Get("page") == "not-a-count" {
+				bad = `"credits_used":"forty"`
+			}
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"content":%q,%s}`, page, bad)
+			return
 		}
 		if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
 			w.Header().Set("Content-Type", "text/event-stream")
@@ -119,6 +131,8 @@ func TestBillAtkGenericActualUnread(t *testing.T) {
 		{"small-json", "page=small", ""}, // held: read whole
 		{"large-json", "page=big", ""},
 		{"event-stream", "page=small", "text/event-stream"},
+		{"two-spellings", "page=two-spellings", ""},
+		{"not-a-count", "page=not-a-count", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := newStackWith(t, stackOptions{policies: allowAll, extra: billAtkGeneric(srv.URL)})

@@ -576,12 +576,14 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 		switch {
 		case err == nil && ok:
 			u = au
-		case x.rule.Actual != nil && x.body.unread():
+		case err != nil || x.rule.Actual != nil && x.body.unread():
 			// The report is in an answer costgate did not keep whole (over
-			// maxCapture, or a stream): charged the most the rule lets the
-			// upstream report, as an LLM answer is charged its output limit.
+			// maxCapture, or a stream), or one it cannot read (the field
+			// in two spellings, not a count): charged the most the rule
+			// lets the upstream report, as an LLM answer is charged its
+			// output limit.
 			u.Units = x.rule.Unreported(u.Units)
-			x.s.log.Warn("upstream units unreadable; charging the actual's max", "request_id", x.id, "units", u.Units)
+			x.s.log.Warn("upstream units unreadable; charging the actual's max", "request_id", x.id, "units", u.Units, "error", err)
 		}
 		return u, "", ledger.StatusSettled
 	}
