@@ -27,7 +27,28 @@ func TestExpiryClaimedByLateResume(t *testing.T) {
 	limits := store + `
 limits:
   - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 1000000, period: 24h}`
-	maker, other := openAcme(t, limits), openAcme(t, limits)
+	// Each gate's expiry pass runs every second from its Open: a pass
+	// between the expiry and the late settlement would be the race this
+	// test keeps out. The holds expire 50 ms into the longer of the two
+	// gaps between the two gates' passes (at least half a second), so
+	// that the settlement, 50 ms past the expiry, comes well before the
+	// next pass of either.
+	maker := openAcme(t, limits)
+	tm := time.Now()
+	other := openAcme(t, limits)
+	po := time.Since(tm) % time.Second // the other's passes, as a phase of the maker's
+	gap := time.Duration(0)            // the phase where the longer gap starts
+	if po < time.Second/2 {
+		gap = po
+	}
+	holdFor := func() time.Duration {
+		now := time.Since(tm) % time.Second
+		d := (gap + 50*time.Millisecond - now + time.Second) % time.Second
+		if d < 400*time.Millisecond {
+			d += time.Second // time to record and resume it first
+		}
+		return d
+	}
 	ctx := context.Background()
 	cm, co := maker.Identify("cg-acme"), other.Identify("cg-acme")
 	var used int64
@@ -40,7 +61,7 @@ limits:
 		if d, ok := res.Record(ctx); !ok {
 			t.Fatal(d)
 		}
-		id, exp := res.Hold(300 * time.Millisecond)
+		id, exp := res.Hold(holdFor())
 		late, _, err := other.Resume(ctx, co, id) // before the expiry: open
 		if err != nil {
 			t.Fatal(err)
