@@ -303,3 +303,30 @@ func TestAttackToolSchemas(t *testing.T) {
 	t.Run("chat", func(t *testing.T) { checkHidden(t, e, ChatCompletions, chatCases) })
 	t.Run("responses", func(t *testing.T) { checkHidden(t, e, Responses, responsesCases) })
 }
+
+// TestAttackAnthropicTools hides text in members of an Anthropic tool
+// definition the estimator did not read (input_examples, unknown members)
+// and in the schema keywords of TestAttackToolSchemas; and in a structured
+// output's format.
+func TestAttackAnthropicTools(t *testing.T) {
+	e := estimatorWith(t, Config{})
+	text := jsonText(hiddenText(t, hiddenKB))
+	req := func(tool string) string {
+		return `{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hi"}],"tools":[` + tool + `]}`
+	}
+	plain := req(`{"name":"f","description":` + text + `,"input_schema":{"type":"object"}}`)
+	cases := []hiddenCase{
+		{"input_examples", req(`{"name":"f","input_schema":{"type":"object","properties":{"q":{"type":"string"}}},"input_examples":[{"q":` + text + `}]}`), plain},
+		{"unknown member", req(`{"name":"f","input_schema":{"type":"object"},"x_doc":{"a":[` + text + `]}}`), plain},
+		{"server tool member", req(`{"type":"text_editor_20250728","name":"str_replace_based_edit_tool","x_doc":{"a":` + text + `}}`), plain},
+	}
+	for _, h := range schemaHidings {
+		cases = append(cases, hiddenCase{"input_schema " + h.name, req(`{"name":"f","input_schema":` + fmt.Sprintf(h.schema, text) + `}`), plain})
+	}
+	noTools := `{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":` + text + `}]}`
+	cases = append(cases,
+		hiddenCase{"output_format", `{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[],"output_format":{"type":"json_schema","schema":{"type":"object","description":` + text + `}}}`, noTools},
+		hiddenCase{"output_config format", `{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[],"output_config":{"format":{"type":"json_schema","schema":{"type":"object","properties":{"a":{"type":"string","description":` + text + `}}}}}}`, noTools},
+	)
+	checkHidden(t, e, AnthropicMessages, cases)
+}
