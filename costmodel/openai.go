@@ -427,7 +427,8 @@ func chatMessageCount(m model, f chatFormat, raw json.RawMessage) (tokenCount, e
 
 // contentTokens counts a message content: null, a string, or an array of
 // parts (text, refusal, image_url, input_audio, file; the last two, and
-// images whose size is not inline, by the upper bounds of parts.go).
+// images whose size is not inline, by the upper bounds of parts.go; a part
+// of another kind as the text of its JSON, opaqueTokens).
 func contentTokens(m model, raw json.RawMessage) (tokenCount, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -445,11 +446,17 @@ func contentTokens(m model, raw json.RawMessage) (tokenCount, error) {
 		return tokenCount{}, err
 	}
 	var c tokenCount
-	for _, p := range parts {
+	var opaque []int // parts of kinds costgate does not read
+	for i, p := range parts {
 		// Every payload a part carries is counted: an upstream reads a
 		// part by its type, and a text part that also carries an
 		// image_url must not be priced as the image.
-		c.add(tokenCount{n: m.countText(p.Text) + m.countText(p.Refusal)})
+		switch p.Type {
+		case "text", "refusal", "image_url", "input_audio", "file":
+			c.add(tokenCount{n: m.countText(p.Text) + m.countText(p.Refusal)})
+		default:
+			opaque = append(opaque, i) // its text and all else, below
+		}
 		if p.ImageURL != nil {
 			n, exact := imageTokens(m, p.ImageURL.URL, p.ImageURL.Detail)
 			c.add(tokenCount{n: n, uncounted: !exact})
@@ -461,6 +468,15 @@ func contentTokens(m model, raw json.RawMessage) (tokenCount, error) {
 		if p.File != nil {
 			c.add(tokenCount{n: documentTokens(p.File.FileData), uncounted: true})
 		}
+	}
+	if opaque != nil {
+		// Its members as the text of their JSON, but for the payloads
+		// priced above.
+		oc, err := opaqueParts(m, raw, opaque, "image_url", "input_audio", "file")
+		if err != nil {
+			return tokenCount{}, err
+		}
+		c.add(oc)
 	}
 	return c, nil
 }

@@ -330,3 +330,27 @@ func TestAttackAnthropicTools(t *testing.T) {
 	)
 	checkHidden(t, e, AnthropicMessages, cases)
 }
+
+// TestAttackChatPartKinds hides text in chat completions content parts of
+// kinds the estimator did not read: all their members count, and the
+// estimate is Uncounted.
+func TestAttackChatPartKinds(t *testing.T) {
+	e := estimatorWith(t, Config{})
+	text := jsonText(hiddenText(t, hiddenKB))
+	req := func(part string) string {
+		return `{"model":"gpt-4.1","messages":[{"role":"user","content":[` + part + `]}]}`
+	}
+	plain := `{"model":"gpt-4.1","messages":[{"role":"user","content":` + text + `}]}`
+	cases := []hiddenCase{
+		{"unknown part kind", req(`{"type":"future_part","data":` + text + `}`), plain},
+		{"unknown part kind, nested", req(`{"type":"future_part","future_part":{"a":[{"b":` + text + `}]}}`), plain},
+	}
+	checkHidden(t, e, ChatCompletions, cases)
+	est, err := e.Estimate(ChatCompletions, []byte(cases[0].hidden))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !est.Uncounted {
+		t.Error("a part of a kind costgate does not read: the estimate is not Uncounted")
+	}
+}
