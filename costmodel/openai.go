@@ -490,7 +490,7 @@ func toolTokens(m model, f chatFormat, tools []functionDef) (int64, error) {
 	}
 	var n int64
 	for _, t := range tools {
-		n = addSat(n, f.funcInit+t.rest)
+		n = addSat(addSat(n, f.funcInit), t.rest)
 		n = addSat(n, m.countText(t.Name+":"+strings.TrimSuffix(t.Description, ".")))
 		if len(t.Parameters) == 0 {
 			continue
