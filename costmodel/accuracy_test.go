@@ -55,3 +55,49 @@ func newTestEstimator(t testing.TB) *Estimator {
 	}
 	return e
 }
+
+// TestToolSchemaWalk checks what schemaTokens leaves free: members that
+// render no text of the client's (strict, a boolean additionalProperties,
+// required entries that name properties, a type naming JSON types where
+// only properties are read) do not change the cookbook's count, in the
+// parameters or in an array's items; anything else adds its JSON text.
+func TestToolSchemaWalk(t *testing.T) {
+	e := newTestEstimator(t)
+	body := func(function string) []byte {
+		return []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":` + function + `}]}`)
+	}
+	count := func(function string) int64 {
+		t.Helper()
+		est, err := e.Estimate(ChatCompletions, body(function))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return est.Usage.InputTokens
+	}
+	const (
+		items = `{"type":"array","description":"Days","items":{"type":"object","properties":{"date":{"type":"string","description":"ISO date"}}}}`
+		free  = `{"type":"array","description":"Days","items":{"type":["object","null"],"properties":{"date":{"type":"string","description":"ISO date"}},"required":["date"],"additionalProperties":false}}`
+	)
+	cases := []struct {
+		name, base, same string
+	}{
+		{"cookbook", `{"name":"f","description":"d","parameters":{"type":"object","properties":{"unit":{"type":"string","description":"Unit","enum":["c","f"]}}}}`,
+			`{"name":"f","description":"d","strict":true,"parameters":{"type":"object","properties":{"unit":{"type":"string","description":"Unit","enum":["c","f"]}},"required":["unit"],"additionalProperties":false}}`},
+		{"items", `{"name":"f","parameters":{"type":"object","properties":{"days":` + items + `}}}`,
+			`{"name":"f","parameters":{"type":"object","properties":{"days":` + free + `},"required":["days"],"additionalProperties":true}}`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if b, s := count(c.base), count(c.same); b != s {
+				t.Errorf("%d input tokens; with members that render nothing, %d", b, s)
+			}
+		})
+	}
+	t.Run("cookbook/plus a title", func(t *testing.T) {
+		b := count(cases[0].base)
+		with := count(`{"name":"f","description":"d","parameters":{"type":"object","properties":{"unit":{"type":"string","description":"Unit","enum":["c","f"],"title":"Unit"}}}}`)
+		if want := b + int64(encoderFor(EncodingO200k).Count(`"title":"Unit"`)); with != want {
+			t.Errorf("with a title: %d input tokens, want %d", with, want)
+		}
+	})
+}

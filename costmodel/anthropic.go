@@ -28,6 +28,9 @@ package costmodel
 //     their JSON (opaqueTokens, an upper bound) and mark the estimate
 //     Uncounted; a redacted_thinking block, sealed by the upstream, is not
 //     counted;
+//   - a tool's members costgate does not read (input_examples, a server
+//     tool's settings) and a structured output's format (output_format,
+//     output_config) are counted as the text of their JSON;
 //   - a web search tool reserves its max_uses searches (defaultSearches
 //     when it sets none), and marks the estimate Uncounted, as does
 //     extended thinking ("thinking" enabled), whose tokens a stream shows
@@ -128,7 +131,17 @@ type anthropicTool struct {
 	Name             string          `json:"name"`
 	Description      string          `json:"description"`
 	InputSchema      json.RawMessage `json:"input_schema"`
+	Strict           *bool           `json:"strict"` // a boolean, not rendered
 }
+
+// outputConfigRead are the members of output_config that render no text
+// (effort, a level); the others (format) are counted as their JSON text.
+var outputConfigRead = []string{"effort"}
+
+// anthropicToolRead are the members of a tool that costgate reads; the
+// others (input_examples, a server tool's settings, members newer than
+// this code) are counted as the text of their JSON.
+var anthropicToolRead = []string{"type", "name", "description", "input_schema", "cache_control", "max_uses", "max_content_tokens", "strict"}
 
 type anthropicMessage struct {
 	Role    string          `json:"role"`
@@ -180,8 +193,10 @@ func (e *Estimator) estimateAnthropic(body []byte) (Estimate, error) {
 		fMCP       = &topField{name: "mcp_servers"}
 		fGeo       = &topField{name: "inference_geo"}
 		fSpeed     = &topField{name: "speed"}
+		fFormat    = &topField{name: "output_format"}
+		fOutput    = &topField{name: "output_config"}
 	)
-	if err := scanTop(kind, body, fModel, fSystem, fMessages, fTools, fChoice, fMaxTokens, fStream, fThinking, fMCP, fGeo, fSpeed); err != nil {
+	if err := scanTop(kind, body, fModel, fSystem, fMessages, fTools, fChoice, fMaxTokens, fStream, fThinking, fMCP, fGeo, fSpeed, fFormat, fOutput); err != nil {
 		return Estimate{}, err
 	}
 	var (
@@ -241,6 +256,16 @@ func (e *Estimator) estimateAnthropic(body []byte) (Estimate, error) {
 		}
 		c.add(tc)
 	}
+	// A structured output's format (output_format, or output_config's
+	// format): Anthropic tells the model the expected format in a system
+	// prompt of its own; the format's JSON text is counted, an upper bound
+	// of the schema's rendering.
+	if raw := fFormat.raw(body); raw != nil && string(raw) != "null" {
+		c.n = addSat(c.n, m.countText(string(raw)))
+	}
+	if raw := fOutput.raw(body); raw != nil {
+		c.n = addSat(c.n, unreadTokens(m, raw, outputConfigRead))
+	}
 	est := Estimate{Stream: stream, StreamUsage: stream}
 	est.Uncounted = c.uncounted || fThinking.raw(body) != nil && thinking.Type != "disabled" || fMCP.raw(body) != nil
 	limit := max(maxTokens, 0)
@@ -284,13 +309,17 @@ func anthropicToolCount(m model, raw []byte) (tokenCount, error) {
 	if err := checkMembers(raw); err != nil {
 		return tokenCount{}, err
 	}
-	var tools []anthropicTool
+	var tools []json.RawMessage
 	if err := json.Unmarshal(raw, &tools); err != nil {
 		return tokenCount{}, err
 	}
 	var c tokenCount
-	for _, t := range tools {
-		c.n += m.countText(t.Name) + m.countText(t.Description)
+	for _, tr := range tools {
+		var t anthropicTool
+		if err := json.Unmarshal(tr, &t); err != nil {
+			return tokenCount{}, err
+		}
+		c.n += m.countText(t.Name) + m.countText(t.Description) + unreadTokens(m, tr, anthropicToolRead)
 		if s := bytes.TrimSpace(t.InputSchema); len(s) > 0 {
 			c.n += m.countText(string(s))
 		}

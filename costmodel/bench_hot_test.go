@@ -62,3 +62,50 @@ func BenchmarkStreamMeter(b *testing.B) {
 	})
 	reportCPU(b, start)
 }
+
+// toolsSchema is a function's parameters as SDKs generate them for a
+// typed model (strict mode: required and additionalProperties, nested
+// objects, arrays, enums, anyOf for an optional field).
+const toolsSchema = `{"type":"object","properties":{` +
+	`"location":{"type":"string","description":"The city and state, e.g. San Francisco, CA"},` +
+	`"unit":{"type":"string","description":"The unit of temperature to return","enum":["celsius","fahrenheit"]},` +
+	`"days":{"type":"array","description":"Days to forecast","items":{"type":"object","properties":{"date":{"type":"string","description":"ISO date"},"hourly":{"type":"boolean"}},"required":["date","hourly"],"additionalProperties":false}},` +
+	`"note":{"anyOf":[{"type":"string"},{"type":"null"}],"description":"An optional note"}},` +
+	`"required":["location","unit","days","note"],"additionalProperties":false}`
+
+// BenchmarkTools estimates a short request with three function tools on
+// each API: chat completions and Anthropic count them through the count
+// cache, Responses on every request.
+func BenchmarkTools(b *testing.B) {
+	var chat, responses, anthropic []string
+	for _, name := range []string{"get_weather", "get_forecast", "get_alerts"} {
+		chat = append(chat, `{"type":"function","function":{"name":"`+name+`","description":"Get the weather","strict":true,"parameters":`+toolsSchema+`}}`)
+		responses = append(responses, `{"type":"function","name":"`+name+`","description":"Get the weather","strict":true,"parameters":`+toolsSchema+`}`)
+		anthropic = append(anthropic, `{"name":"`+name+`","description":"Get the weather","input_schema":`+toolsSchema+`}`)
+	}
+	for _, c := range []struct {
+		kind Kind
+		body string
+	}{
+		{ChatCompletions, `{"model":"gpt-4.1","messages":[{"role":"user","content":"Weather in Paris?"}],"tools":[` + strings.Join(chat, ",") + `]}`},
+		{Responses, `{"model":"gpt-4.1","input":"Weather in Paris?","tools":[` + strings.Join(responses, ",") + `]}`},
+		{AnthropicMessages, `{"model":"claude-sonnet-4-5","max_tokens":1024,"messages":[{"role":"user","content":"Weather in Paris?"}],"tools":[` + strings.Join(anthropic, ",") + `]}`},
+	} {
+		b.Run(c.kind.String(), func(b *testing.B) {
+			e, err := NewEstimator(Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			body := []byte(c.body)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := e.Estimate(c.kind, body); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

@@ -126,9 +126,6 @@ func (c *tokenCount) add(o tokenCount) {
 	c.cacheTTL = max(c.cacheTTL, o.cacheTTL)
 }
 
-// plain wraps a count of plain text, exact.
-func plain(n int64, err error) (tokenCount, error) { return tokenCount{n: n}, err }
-
 // len returns the number of entries held, both generations included.
 func (c *countCache) len() int {
 	n := 0

@@ -19,7 +19,9 @@ package costmodel
 // reproduce what the API reports in usage.prompt_tokens for the cookbook's
 // examples (see the accuracy tests). For what the cookbook does not cover
 // (tool calls in assistant messages, nested parameter schemas, response
-// formats) the count is a documented approximation, stated where it is made.
+// formats) the count is a documented approximation, stated where it is made;
+// what a schema or a tool holds beyond the cookbook's walk is counted as
+// the text of its JSON (schema.go).
 
 import (
 	"bytes"
@@ -56,14 +58,39 @@ const (
 
 type chatTool struct {
 	Type     string          `json:"type"`
-	Function functionDef     `json:"function"`
-	Custom   json.RawMessage `json:"custom"` // a custom tool: its name, description and grammar, counted as text
+	Function json.RawMessage `json:"function"` // a functionDef
+	Custom   json.RawMessage `json:"custom"`   // a custom tool: its name, description and grammar, counted as text
 }
 
 type functionDef struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	Parameters  json.RawMessage `json:"parameters"`
+	Strict      *bool           `json:"strict"` // a boolean, not rendered
+	// rest is the tokens of the definition's members costgate does not
+	// read (unreadTokens).
+	rest int64
+}
+
+// The members of a chat tool, of a function definition and of a custom
+// tool that costgate reads.
+var (
+	chatToolRead   = []string{"type", "function"}
+	chatCustomRead = []string{"type", "custom"}
+	functionRead   = []string{"name", "description", "parameters", "strict"}
+)
+
+// functionDefOf decodes raw, a function definition (absent: empty).
+func functionDefOf(m model, raw json.RawMessage) (functionDef, error) {
+	var d functionDef
+	if len(raw) == 0 {
+		return d, nil
+	}
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return d, err
+	}
+	d.rest = unreadTokens(m, raw, functionRead)
+	return d, nil
 }
 
 type chatMessage struct {
@@ -187,11 +214,11 @@ func (e *Estimator) estimateChat(body []byte) (Estimate, error) {
 		}
 		c.add(mc)
 	}
-	tn, err := e.chatToolTokens(m, f, body, fTools.val, fFunctions.val)
+	tc, err := e.chatToolTokens(m, f, body, fTools.val, fFunctions.val)
 	if err != nil {
 		return Estimate{}, badRequest(kind, err, "tools")
 	}
-	c.n = addSat(c.n, tn)
+	c.add(tc)
 	// A structured output's schema is rendered into the prompt; its JSON
 	// text is counted, an upper bound of its rendering.
 	if raw := fs.format.raw(body); raw != nil {
@@ -282,9 +309,9 @@ func requestedTier(tier string) string {
 // chatToolTokens counts the tools and legacy functions of a chat request,
 // through the count cache: a conversation resends the same tools on every
 // turn.
-func (e *Estimator) chatToolTokens(m model, f chatFormat, body []byte, tools, functions span) (int64, error) {
+func (e *Estimator) chatToolTokens(m model, f chatFormat, body []byte, tools, functions span) (tokenCount, error) {
 	if tools.end == tools.start && functions.end == functions.start {
-		return 0, nil
+		return tokenCount{}, nil
 	}
 	// Cache the count of a request with tools or functions, not both (rare:
 	// their spans are apart).
@@ -295,38 +322,64 @@ func (e *Estimator) chatToolTokens(m model, f chatFormat, body []byte, tools, fu
 	case tools.end == tools.start:
 		raw = body[functions.start:functions.end]
 	}
-	count := func() (int64, error) {
+	count := func() (tokenCount, error) {
 		var defs []functionDef
-		var custom int64
+		var c tokenCount
 		if tools.end > tools.start {
-			var ts []chatTool
-			if err := json.Unmarshal(body[tools.start:tools.end], &ts); err != nil {
-				return 0, err
+			raw := body[tools.start:tools.end]
+			if err := checkMembers(raw); err != nil {
+				return c, err
 			}
-			for _, t := range ts {
-				switch {
-				case t.Type == "" || t.Type == "function":
-					defs = append(defs, t.Function)
-				case len(t.Custom) > 0:
-					custom += m.countText(string(t.Custom))
+			var ts []json.RawMessage
+			if err := json.Unmarshal(raw, &ts); err != nil {
+				return c, err
+			}
+			for _, tr := range ts {
+				var t chatTool
+				if err := json.Unmarshal(tr, &t); err != nil {
+					return c, err
+				}
+				switch t.Type {
+				case "", "function":
+					d, err := functionDefOf(m, t.Function)
+					if err != nil {
+						return c, err
+					}
+					d.rest = addSat(d.rest, unreadTokens(m, tr, chatToolRead))
+					defs = append(defs, d)
+				case "custom":
+					c.n = addSat(c.n, addSat(m.countText(string(t.Custom)), unreadTokens(m, tr, chatCustomRead)))
+				default:
+					// A kind newer than this code: its JSON as text.
+					c.add(tokenCount{n: opaqueTokens(m, tr), uncounted: true})
 				}
 			}
 		}
 		if functions.end > functions.start {
-			var fs []functionDef
-			if err := json.Unmarshal(body[functions.start:functions.end], &fs); err != nil {
-				return 0, err
+			raw := body[functions.start:functions.end]
+			if err := checkMembers(raw); err != nil {
+				return c, err
 			}
-			defs = append(defs, fs...)
+			var fs []json.RawMessage
+			if err := json.Unmarshal(raw, &fs); err != nil {
+				return c, err
+			}
+			for _, fr := range fs {
+				d, err := functionDefOf(m, fr)
+				if err != nil {
+					return c, err
+				}
+				defs = append(defs, d)
+			}
 		}
 		n, err := toolTokens(m, f, defs)
-		return addSat(n, custom), err
+		c.n = addSat(c.n, n)
+		return c, err
 	}
 	if raw == nil {
 		return count()
 	}
-	c, err := e.counted(m, fmtTools, raw, func() (tokenCount, error) { return plain(count()) })
-	return c.n, err
+	return e.counted(m, fmtTools, raw, count)
 }
 
 // chatMessageTokens counts one message, overhead included, through the
@@ -374,7 +427,8 @@ func chatMessageCount(m model, f chatFormat, raw json.RawMessage) (tokenCount, e
 
 // contentTokens counts a message content: null, a string, or an array of
 // parts (text, refusal, image_url, input_audio, file; the last two, and
-// images whose size is not inline, by the upper bounds of parts.go).
+// images whose size is not inline, by the upper bounds of parts.go; a part
+// of another kind as the text of its JSON, opaqueTokens).
 func contentTokens(m model, raw json.RawMessage) (tokenCount, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -392,11 +446,17 @@ func contentTokens(m model, raw json.RawMessage) (tokenCount, error) {
 		return tokenCount{}, err
 	}
 	var c tokenCount
-	for _, p := range parts {
+	var opaque []int // parts of kinds costgate does not read
+	for i, p := range parts {
 		// Every payload a part carries is counted: an upstream reads a
 		// part by its type, and a text part that also carries an
 		// image_url must not be priced as the image.
-		c.add(tokenCount{n: m.countText(p.Text) + m.countText(p.Refusal)})
+		switch p.Type {
+		case "text", "refusal", "image_url", "input_audio", "file":
+			c.add(tokenCount{n: m.countText(p.Text) + m.countText(p.Refusal)})
+		default:
+			opaque = append(opaque, i) // its text and all else, below
+		}
 		if p.ImageURL != nil {
 			n, exact := imageTokens(m, p.ImageURL.URL, p.ImageURL.Detail)
 			c.add(tokenCount{n: n, uncounted: !exact})
@@ -409,64 +469,39 @@ func contentTokens(m model, raw json.RawMessage) (tokenCount, error) {
 			c.add(tokenCount{n: documentTokens(p.File.FileData), uncounted: true})
 		}
 	}
+	if opaque != nil {
+		// Its members as the text of their JSON, but for the payloads
+		// priced above.
+		oc, err := opaqueParts(m, raw, opaque, "image_url", "input_audio", "file")
+		if err != nil {
+			return tokenCount{}, err
+		}
+		c.add(oc)
+	}
 	return c, nil
 }
 
-// toolTokens counts tool definitions by the cookbook's method, extended to
-// nested schemas: a property's nested properties (of an object, or of an
-// array's items) count like top-level ones.
+// toolTokens counts tool definitions by the cookbook's method, their
+// parameters by schemaTokens, plus each definition's members costgate does
+// not read (functionDef.rest).
 func toolTokens(m model, f chatFormat, tools []functionDef) (int64, error) {
 	if len(tools) == 0 {
 		return 0, nil
 	}
 	var n int64
 	for _, t := range tools {
-		n += f.funcInit
-		n += m.countText(t.Name + ":" + strings.TrimSuffix(t.Description, "."))
-		if len(t.Parameters) == 0 || bytes.Equal(bytes.TrimSpace(t.Parameters), []byte("null")) {
+		n = addSat(addSat(n, f.funcInit), t.rest)
+		n = addSat(n, m.countText(t.Name+":"+strings.TrimSuffix(t.Description, ".")))
+		if len(t.Parameters) == 0 {
 			continue
 		}
-		var schema jsonSchema
-		if err := json.Unmarshal(t.Parameters, &schema); err != nil {
+		pn, err := schemaTokens(m, t.Parameters)
+		if err != nil {
 			return 0, err
 		}
-		n += propertiesTokens(m, schema.Properties)
+		n = addSat(n, pn)
 	}
-	return n + toolsEnd, nil
-}
-
-type jsonSchema struct {
-	Type        json.RawMessage   `json:"type"`
-	Description string            `json:"description"`
-	Enum        []json.RawMessage `json:"enum"`
-	Properties  orderedProps      `json:"properties"`
-	Items       *jsonSchema       `json:"items"`
-}
-
-// orderedProps is a JSON object of property schemas; order does not change
-// a count, so a map is enough.
-type orderedProps map[string]jsonSchema
-
-func propertiesTokens(m model, props orderedProps) int64 {
-	if len(props) == 0 {
-		return 0
-	}
-	n := int64(toolPropInit)
-	for name, p := range props {
-		n += toolPropKey
-		if len(p.Enum) > 0 {
-			n += toolEnumInit
-			for _, v := range p.Enum {
-				n += toolEnumItem + m.countText(jsonScalarText(v))
-			}
-		}
-		n += m.countText(name + ":" + jsonScalarText(p.Type) + ":" + strings.TrimSuffix(p.Description, "."))
-		n += propertiesTokens(m, p.Properties)
-		if p.Items != nil {
-			n += propertiesTokens(m, p.Items.Properties)
-		}
-	}
-	return n
+	return addSat(n, toolsEnd), nil
 }
 
 // jsonScalarText returns a JSON string's value, or the JSON text of anything

@@ -94,10 +94,11 @@ func opaqueTokens(m model, raw []byte, skip ...string) int64 {
 	return m.countText(string(kept))
 }
 
-// opaqueParts counts, with opaqueTokens, the elements of raw, a JSON array,
-// at the given indices (ascending): the parts or blocks of a content that
-// costgate does not read. Each marks the count Uncounted.
-func opaqueParts(m model, raw []byte, indices []int) (tokenCount, error) {
+// opaqueParts counts, with opaqueTokens (leaving out the members skip
+// names), the elements of raw, a JSON array, at the given indices
+// (ascending): the parts or blocks of a content that costgate does not
+// read. Each marks the count Uncounted.
+func opaqueParts(m model, raw []byte, indices []int, skip ...string) (tokenCount, error) {
 	var elems []json.RawMessage
 	if err := json.Unmarshal(raw, &elems); err != nil {
 		return tokenCount{}, err
@@ -105,7 +106,7 @@ func opaqueParts(m model, raw []byte, indices []int) (tokenCount, error) {
 	var c tokenCount
 	for _, i := range indices {
 		if i < len(elems) {
-			c.add(tokenCount{n: opaqueTokens(m, elems[i]), uncounted: true})
+			c.add(tokenCount{n: opaqueTokens(m, elems[i], skip...), uncounted: true})
 		}
 	}
 	return c, nil

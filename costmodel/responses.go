@@ -25,6 +25,7 @@ type responsesTool struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	Parameters  json.RawMessage `json:"parameters"`
+	Strict      *bool           `json:"strict"`      // a function's: a boolean, not rendered
 	Format      json.RawMessage `json:"format"`      // a custom tool's grammar
 	Container   json.RawMessage `json:"container"`   // code_interpreter's: {"type": "auto", ...} or a container's id
 	Environment json.RawMessage `json:"environment"` // shell's: {"type": "container_auto", ...}, "local", a reference
@@ -72,6 +73,14 @@ func (t responsesTool) containerGB() (int64, error) {
 	return 64, nil
 }
 
+// The members of a Responses tool that costgate reads: a function's, a
+// custom tool's, a hosted tool's (its container is priced apart).
+var (
+	responsesFunctionRead = []string{"type", "name", "description", "parameters", "strict"}
+	responsesCustomRead   = []string{"type", "name", "description", "format"}
+	responsesHostedRead   = []string{"type", "container", "environment"}
+)
+
 type responsesItem struct {
 	Type      string          `json:"type"`
 	Role      string          `json:"role"`
@@ -100,7 +109,7 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 		fModel        = &topField{name: "model"}
 		fInput        = &topField{name: "input", collect: true}
 		fInstructions = &topField{name: "instructions"}
-		fTools        = &topField{name: "tools"}
+		fTools        = &topField{name: "tools", collect: true}
 		fMaxOutput    = &topField{name: "max_output_tokens"}
 		fStream       = &topField{name: "stream"}
 		fPrevious     = &topField{name: "previous_response_id"}
@@ -182,6 +191,10 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 	var tools []functionDef
 	var searches, fileSearches, mcpTools, containerGB int64
 	for i, t := range rtools {
+		var raw []byte // the tool's JSON, for the members costgate does not read
+		if i < len(fTools.elems) {
+			raw = body[fTools.elems[i].start:fTools.elems[i].end]
+		}
 		gb, err := t.containerGB()
 		if err != nil {
 			return Estimate{}, badRequest(kind, err, "tools[%d]", i)
@@ -189,7 +202,8 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 		containerGB = addSat(containerGB, gb)
 		switch t.Type {
 		case "function":
-			tools = append(tools, functionDef{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+			tools = append(tools, functionDef{Name: t.Name, Description: t.Description, Parameters: t.Parameters,
+				rest: unreadTokens(m, raw, responsesFunctionRead)})
 		case "web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11":
 			searches = addSat(searches, calls)
 			c.uncounted = true
@@ -201,6 +215,7 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 			c.uncounted = true
 		case "custom":
 			in = addSat(in, f.funcInit+m.countText(t.Name+":"+t.Description+string(t.Format)))
+			in = addSat(in, unreadTokens(m, raw, responsesCustomRead))
 		case "image_generation":
 			// Its images are billed apart from the response's usage, at
 			// the image model's rates, which costgate does not price.
@@ -209,6 +224,12 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 			// file_search's results, an MCP server's tools and the other
 			// hosted tools' input are the server's to count.
 			c.uncounted = true
+		}
+		if t.Type != "function" && t.Type != "custom" {
+			// A hosted tool's settings (a location, a server's
+			// description, kinds newer than this code): their JSON as
+			// text, an upper bound of what the upstream renders of them.
+			in = addSat(in, unreadTokens(m, raw, responsesHostedRead))
 		}
 	}
 	tn, err := toolTokens(m, f, tools)

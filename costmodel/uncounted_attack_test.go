@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"image"
 	"image/png"
 	"os"
@@ -221,4 +222,135 @@ func TestAttackToolPromptByName(t *testing.T) {
 		cases = append(cases, hiddenCase{n.name, body(n.model), body("claude-3-opus")})
 	}
 	checkHidden(t, e, AnthropicMessages, cases)
+}
+
+// schemaHidings are places in a function's parameters schema where the
+// cookbook's walk (properties, with their type, description and enum)
+// reads nothing; %s is a JSON string of hidden text.
+var schemaHidings = []struct{ name, schema string }{
+	{"anyOf description", `{"type":"object","properties":{"x":{"anyOf":[{"type":"string","description":%s},{"type":"null"}]}}}`},
+	{"oneOf", `{"type":"object","properties":{"x":{"oneOf":[{"const":%s},{"type":"integer"}]}}}`},
+	{"allOf", `{"type":"object","properties":{"x":{"allOf":[{"title":%s}]}}}`},
+	{"$defs", `{"type":"object","properties":{"x":{"$ref":"#/$defs/d"}},"$defs":{"d":{"type":"string","description":%s}}}`},
+	{"definitions", `{"type":"object","properties":{"x":{"$ref":"#/definitions/d"}},"definitions":{"d":{"type":"string","description":%s}}}`},
+	{"examples", `{"type":"object","properties":{"x":{"type":"string","examples":[%s]}}}`},
+	{"default", `{"type":"object","properties":{"x":{"type":"string","default":%s}}}`},
+	{"const", `{"type":"object","properties":{"x":{"type":"string","const":%s}}}`},
+	{"title", `{"type":"object","properties":{"x":{"type":"string","title":%s}}}`},
+	{"pattern", `{"type":"object","properties":{"x":{"type":"string","pattern":%s}}}`},
+	{"additionalProperties schema", `{"type":"object","properties":{},"additionalProperties":{"type":"string","description":%s}}`},
+	{"not", `{"type":"object","properties":{"x":{"not":{"description":%s}}}}`},
+	{"if then else", `{"type":"object","properties":{"x":{"if":{"type":"string"},"then":{"description":%s},"else":{"type":"null"}}}}`},
+	{"prefixItems", `{"type":"object","properties":{"x":{"type":"array","prefixItems":[{"type":"string","description":%s}]}}}`},
+	{"unknown keyword, nested", `{"type":"object","properties":{"x":{"type":"string","x-meta":{"a":[{"b":%s}]}}}}`},
+	{"items description", `{"type":"object","properties":{"x":{"type":"array","items":{"type":"string","description":%s}}}}`},
+	{"items enum", `{"type":"object","properties":{"x":{"type":"array","items":{"type":"string","enum":[%s]}}}}`},
+	{"items of items", `{"type":"object","properties":{"x":{"type":"array","items":{"type":"array","items":{"type":"string","description":%s}}}}}`},
+	{"parameters description", `{"type":"object","description":%s,"properties":{}}`},
+	{"parameters type", `{"type":%s}`},
+	{"required, not a property", `{"type":"object","properties":{"x":{"type":"string"}},"required":["x",%s]}`},
+	{"property named twice", `{"type":"object","properties":{"x":{"type":"string","description":%s},"x":{"type":"string"}}}`},
+	{"description twice", `{"type":"object","properties":{"x":{"type":"string","description":%s,"description":"x"}}}`},
+	{"Properties, another spelling", `{"type":"object","Properties":{"x":{"type":"string","description":%s}}}`},
+}
+
+// TestAttackToolSchemas hides text in function tools' parameter schemas,
+// in members of a tool or a function the estimator did not read, and in
+// tools of kinds it did not read, on both OpenAI APIs: each must count at
+// least what the same text counts as the tool's description.
+func TestAttackToolSchemas(t *testing.T) {
+	e := estimatorWith(t, Config{})
+	text := jsonText(hiddenText(t, hiddenKB))
+	const empty = `{"type":"object","properties":{}}`
+	chat := func(tools string) string {
+		return `{"model":"gpt-4.1","messages":[{"role":"user","content":"hi"}],"tools":[` + tools + `]}`
+	}
+	chatTool := func(desc, params string) string {
+		return `{"type":"function","function":{"name":"f","description":` + desc + `,"parameters":` + params + `}}`
+	}
+	functions := func(desc, params string) string {
+		return `{"model":"gpt-4.1","messages":[{"role":"user","content":"hi"}],"functions":[{"name":"f","description":` + desc + `,"parameters":` + params + `}]}`
+	}
+	responses := func(tools string) string {
+		return `{"model":"gpt-4.1","input":"hi","tools":[` + tools + `]}`
+	}
+	responsesTool := func(desc, params string) string {
+		return `{"type":"function","name":"f","description":` + desc + `,"parameters":` + params + `}`
+	}
+	var chatCases, responsesCases []hiddenCase
+	for _, h := range schemaHidings {
+		schema := fmt.Sprintf(h.schema, text)
+		chatCases = append(chatCases,
+			hiddenCase{"tools/" + h.name, chat(chatTool(`"d"`, schema)), chat(chatTool(text, empty))},
+			hiddenCase{"functions/" + h.name, functions(`"d"`, schema), functions(text, empty)})
+		responsesCases = append(responsesCases,
+			hiddenCase{h.name, responses(responsesTool(`"d"`, schema)), responses(responsesTool(text, empty))})
+	}
+	chatPlain := chat(chatTool(text, empty))
+	chatCases = append(chatCases,
+		hiddenCase{"function member", chat(`{"type":"function","function":{"name":"f","parameters":` + empty + `,"x_doc":` + text + `}}`), chatPlain},
+		hiddenCase{"tool member", chat(`{"type":"function","function":{"name":"f","parameters":` + empty + `},"x_doc":` + text + `}`), chatPlain},
+		hiddenCase{"custom tool member", chat(`{"type":"custom","custom":{"name":"f"},"x_doc":` + text + `}`), chatPlain},
+		hiddenCase{"unknown tool kind", chat(`{"type":"future_tool","future_tool":{"name":"f","doc":` + text + `}}`), chatPlain},
+		hiddenCase{"legacy function member", functions(`"d"`, empty+`,"x_doc":`+text), functions(text, empty)},
+	)
+	responsesPlain := responses(responsesTool(text, empty))
+	responsesCases = append(responsesCases,
+		hiddenCase{"function tool member", responses(`{"type":"function","name":"f","parameters":` + empty + `,"x_doc":` + text + `}`), responsesPlain},
+		hiddenCase{"custom tool member", responses(`{"type":"custom","name":"f","x_doc":` + text + `}`), responsesPlain},
+		hiddenCase{"unknown tool kind", responses(`{"type":"future_tool","doc":` + text + `}`), responsesPlain},
+	)
+	t.Run("chat", func(t *testing.T) { checkHidden(t, e, ChatCompletions, chatCases) })
+	t.Run("responses", func(t *testing.T) { checkHidden(t, e, Responses, responsesCases) })
+}
+
+// TestAttackAnthropicTools hides text in members of an Anthropic tool
+// definition the estimator did not read (input_examples, unknown members)
+// and in the schema keywords of TestAttackToolSchemas; and in a structured
+// output's format.
+func TestAttackAnthropicTools(t *testing.T) {
+	e := estimatorWith(t, Config{})
+	text := jsonText(hiddenText(t, hiddenKB))
+	req := func(tool string) string {
+		return `{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hi"}],"tools":[` + tool + `]}`
+	}
+	plain := req(`{"name":"f","description":` + text + `,"input_schema":{"type":"object"}}`)
+	cases := []hiddenCase{
+		{"input_examples", req(`{"name":"f","input_schema":{"type":"object","properties":{"q":{"type":"string"}}},"input_examples":[{"q":` + text + `}]}`), plain},
+		{"unknown member", req(`{"name":"f","input_schema":{"type":"object"},"x_doc":{"a":[` + text + `]}}`), plain},
+		{"server tool member", req(`{"type":"text_editor_20250728","name":"str_replace_based_edit_tool","x_doc":{"a":` + text + `}}`), plain},
+	}
+	for _, h := range schemaHidings {
+		cases = append(cases, hiddenCase{"input_schema " + h.name, req(`{"name":"f","input_schema":` + fmt.Sprintf(h.schema, text) + `}`), plain})
+	}
+	noTools := `{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":` + text + `}]}`
+	cases = append(cases,
+		hiddenCase{"output_format", `{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[],"output_format":{"type":"json_schema","schema":{"type":"object","description":` + text + `}}}`, noTools},
+		hiddenCase{"output_config format", `{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[],"output_config":{"format":{"type":"json_schema","schema":{"type":"object","properties":{"a":{"type":"string","description":` + text + `}}}}}}`, noTools},
+	)
+	checkHidden(t, e, AnthropicMessages, cases)
+}
+
+// TestAttackChatPartKinds hides text in chat completions content parts of
+// kinds the estimator did not read: all their members count, and the
+// estimate is Uncounted.
+func TestAttackChatPartKinds(t *testing.T) {
+	e := estimatorWith(t, Config{})
+	text := jsonText(hiddenText(t, hiddenKB))
+	req := func(part string) string {
+		return `{"model":"gpt-4.1","messages":[{"role":"user","content":[` + part + `]}]}`
+	}
+	plain := `{"model":"gpt-4.1","messages":[{"role":"user","content":` + text + `}]}`
+	cases := []hiddenCase{
+		{"unknown part kind", req(`{"type":"future_part","data":` + text + `}`), plain},
+		{"unknown part kind, nested", req(`{"type":"future_part","future_part":{"a":[{"b":` + text + `}]}}`), plain},
+	}
+	checkHidden(t, e, ChatCompletions, cases)
+	est, err := e.Estimate(ChatCompletions, []byte(cases[0].hidden))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !est.Uncounted {
+		t.Error("a part of a kind costgate does not read: the estimate is not Uncounted")
+	}
 }
