@@ -213,25 +213,12 @@ func stringRaw(raw []byte) (string, error) {
 	return v, err
 }
 
-// queryValue returns the value of the query parameter name, in any of its
-// spellings (paramIs), and how many values they hold.
-func queryValue(q url.Values, name string) (v string, n int) {
-	for k, vs := range q {
-		if paramIs(k, name) {
-			if len(vs) > 0 && n == 0 {
-				v = vs[0]
-			}
-			n += len(vs)
-		}
-	}
-	return v, n
-}
-
-// headerValue returns the value of the header name, in any of its
-// spellings (HeaderIs), and how many values they hold.
-func headerValue(h http.Header, name string) (v string, n int) {
-	for k, vs := range h {
-		if HeaderIs(k, name) {
+// namedValue returns the value of name in m, a query's parameters or a
+// header, in any of its spellings (is: paramIs for a query, HeaderIs for
+// a header), and how many values they hold.
+func namedValue(m map[string][]string, name string, is func(name, want string) bool) (v string, n int) {
+	for k, vs := range m {
+		if is(k, name) {
 			if len(vs) > 0 && n == 0 {
 				v = vs[0]
 			}

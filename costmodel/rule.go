@@ -251,7 +251,7 @@ func (s *Source) texts(d *reqBody, q url.Values, h http.Header, fn func(place, n
 		return fmt.Errorf("%s %s: given %d times", place, name, n)
 	}
 	if s.Query != "" {
-		if v, n := queryValue(q, s.Query); n > 1 {
+		if v, n := namedValue(q, s.Query, paramIs); n > 1 {
 			return twice("query parameter", s.Query, n)
 		} else if n == 1 {
 			if err := fn("query parameter", s.Query, v); err != nil {
@@ -278,7 +278,7 @@ func (s *Source) texts(d *reqBody, q url.Values, h http.Header, fn func(place, n
 		}
 	}
 	if s.Header != "" {
-		if v, n := headerValue(h, s.Header); n > 1 {
+		if v, n := namedValue(h, s.Header, HeaderIs); n > 1 {
 			return twice("header", s.Header, n)
 		} else if n == 1 && v != "" {
 			if err := fn("header", s.Header, v); err != nil {
