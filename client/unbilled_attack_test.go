@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/costgate/costgate/client"
+	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/ledger"
 )
 
@@ -118,10 +119,7 @@ func TestUnbilledAtkSilentCallBillsTheActualMax(t *testing.T) {
 		case <-release:
 		}
 	})
-	rule := creditsRule
-	actual := *creditsRule.Actual
-	actual.Max = 30
-	rule.Actual = &actual
+	rule := creditsRuleUpTo(30)
 	var ends attackEnds
 	hc := &http.Client{Transport: &client.Transport{Client: s.client("cg-test-acme"), Rule: rule, Settled: ends.hook}}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -153,10 +151,7 @@ func TestUnbilledAtkUnreadableReportBillsTheActualMax(t *testing.T) {
 		i, _ := strconv.Atoi(r.URL.Query().Get("i"))
 		io.WriteString(w, bodies[i])
 	})
-	rule := creditsRule
-	actual := *creditsRule.Actual
-	actual.Max = 30
-	rule.Actual = &actual
+	rule := creditsRuleUpTo(30)
 	var ends attackEnds
 	hc := &http.Client{Transport: &client.Transport{Client: s.client("cg-test-acme"), Rule: rule, Settled: ends.hook}}
 	for i, body := range bodies {
@@ -174,4 +169,14 @@ func TestUnbilledAtkUnreadableReportBillsTheActualMax(t *testing.T) {
 			t.Errorf("%s: ledger %d units %v, want its actual's max, 30 (%v)", body, e.Actual.Units, e.ActualCost, creditsCost(30))
 		}
 	}
+}
+
+// creditsRuleUpTo is creditsRule with its answer's report capped at max
+// (Actual.Max): what a call whose report is unread is charged.
+func creditsRuleUpTo(max int64) costmodel.Rule {
+	rule := creditsRule
+	actual := *creditsRule.Actual
+	actual.Max = max
+	rule.Actual = &actual
+	return rule
 }
