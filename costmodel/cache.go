@@ -105,13 +105,16 @@ func (e *Estimator) counted(m model, format uint32, raw []byte, count func() (to
 // part of them that is audio, the web searches they allow, and whether it holds parts that costgate
 // cannot count exactly (see parts.go).
 type tokenCount struct {
-	n, audio  int64
-	searches  int64 // web searches reserved (Anthropic's web search tool)
-	fetches   int64 // web fetches without max_content_tokens (each reserves the server context)
-	audioRefs int64 // previous answers' audio named by id (chat)
-	uncounted bool
-	stored    bool // names server-side state (an item_reference): reserves the server context once
-	cacheTTL  int8 // the longest cache_control lifetime asked: 0 none, 1 five minutes, 2 one hour
+	n, audio int64
+	searches int64 // web searches reserved (Anthropic's web search tool); a Responses tool list's web search tools
+	fetches  int64 // web fetches without max_content_tokens (each reserves the server context)
+	// A Responses tool list's file search tools, MCP servers and the
+	// gigabytes of the containers its tools create.
+	fileSearches, mcps, containerGB int64
+	audioRefs                       int64 // previous answers' audio named by id (chat)
+	uncounted                       bool
+	stored                          bool // names server-side state (an item_reference): reserves the server context once
+	cacheTTL                        int8 // the longest cache_control lifetime asked: 0 none, 1 five minutes, 2 one hour
 }
 
 // add adds o to c, saturating.
@@ -121,6 +124,9 @@ func (c *tokenCount) add(o tokenCount) {
 	c.searches = addSat(c.searches, o.searches)
 	c.fetches = addSat(c.fetches, o.fetches)
 	c.audioRefs = addSat(c.audioRefs, o.audioRefs)
+	c.fileSearches = addSat(c.fileSearches, o.fileSearches)
+	c.mcps = addSat(c.mcps, o.mcps)
+	c.containerGB = addSat(c.containerGB, o.containerGB)
 	c.uncounted = c.uncounted || o.uncounted
 	c.stored = c.stored || o.stored
 	c.cacheTTL = max(c.cacheTTL, o.cacheTTL)

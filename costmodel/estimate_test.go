@@ -259,6 +259,28 @@ func TestCacheConsistency(t *testing.T) {
 			}
 		}
 	}
+	// A Responses request's tools are counted once for every number of
+	// calls its hosted tools may make, and apart from a chat request's
+	// tools of the same bytes.
+	tools := `[{"type":"web_search"},{"type":"file_search","vector_store_ids":["vs_1"]},{"type":"function","name":"f","description":"d","parameters":{"type":"object","properties":{"a":{"type":"string"}}}},{"type":"mcp","server_label":"s","server_url":"https://x"},{"type":"code_interpreter","container":{"type":"auto","memory_limit":"4g"}}]`
+	for round := 0; round < 3; round++ {
+		for _, calls := range []string{"", `,"max_tool_calls":3`, `,"max_tool_calls":7`} {
+			for _, model := range []string{"gpt-4o", "gpt-4"} {
+				body := `{"model":"` + model + `","input":"hi","tools":` + tools + calls + `}`
+				a, err1 := cached.Estimate(Responses, []byte(body))
+				b, err2 := plain.Estimate(Responses, []byte(body))
+				if err1 != nil || err2 != nil || a != b {
+					t.Fatalf("responses %s%s: cached %+v %v, plain %+v %v", model, calls, a, err1, b, err2)
+				}
+				chat := `{"model":"` + model + `","messages":[{"role":"user","content":"hi"}],"tools":` + tools + `}`
+				a, err1 = cached.Estimate(ChatCompletions, []byte(chat))
+				b, err2 = plain.Estimate(ChatCompletions, []byte(chat))
+				if (err1 == nil) != (err2 == nil) || a != b {
+					t.Fatalf("chat %s: cached %+v %v, plain %+v %v", model, a, err1, b, err2)
+				}
+			}
+		}
+	}
 	if n := cached.cache.len(); n > 64 {
 		t.Errorf("cache holds %d entries, bound 64", n)
 	}

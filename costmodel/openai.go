@@ -528,6 +528,7 @@ const (
 	fmtResponsesItem
 	fmtAnthropicMessage
 	fmtTools
+	fmtResponsesTools
 )
 
 func formatKey(m model, format uint32) uint32 {

@@ -127,19 +127,11 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 		modelName, instructions, tier string
 		maxOutput, maxToolCalls       int64
 		stream, background            bool
-		rtools                        []responsesTool
 	)
-	if raw := fTools.raw(body); raw != nil {
-		// A tool's type, container and memory limit price it: each is
-		// read one way, or the request is refused (one scan, no decoding).
-		if err := checkMembers(raw); err != nil {
-			return Estimate{}, badRequest(kind, err, "tools")
-		}
-	}
 	for _, d := range []struct {
 		f *topField
 		v any
-	}{{fModel, &modelName}, {fInstructions, &instructions}, {fMaxOutput, &maxOutput}, {fStream, &stream}, {fTools, &rtools}, {fServiceTier, &tier}, {fBackground, &background}, {fMaxToolCalls, &maxToolCalls}} {
+	}{{fModel, &modelName}, {fInstructions, &instructions}, {fMaxOutput, &maxOutput}, {fStream, &stream}, {fServiceTier, &tier}, {fBackground, &background}, {fMaxToolCalls, &maxToolCalls}} {
 		if err := decodeField(kind, body, d.f, d.v); err != nil {
 			return Estimate{}, err
 		}
@@ -188,55 +180,14 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 	if calls <= 0 {
 		calls = defaultSearches
 	}
-	var tools []functionDef
-	var searches, fileSearches, mcpTools, containerGB int64
-	for i, t := range rtools {
-		var raw []byte // the tool's JSON, for the members costgate does not read
-		if i < len(fTools.elems) {
-			raw = body[fTools.elems[i].start:fTools.elems[i].end]
-		}
-		gb, err := t.containerGB()
-		if err != nil {
-			return Estimate{}, badRequest(kind, err, "tools[%d]", i)
-		}
-		containerGB = addSat(containerGB, gb)
-		switch t.Type {
-		case "function":
-			tools = append(tools, functionDef{Name: t.Name, Description: t.Description, Parameters: t.Parameters,
-				rest: unreadTokens(m, raw, responsesFunctionRead)})
-		case "web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11":
-			searches = addSat(searches, calls)
-			c.uncounted = true
-		case "file_search":
-			fileSearches = addSat(fileSearches, calls)
-			c.uncounted = true
-		case "mcp":
-			mcpTools++ // its server's tool list, billed as input
-			c.uncounted = true
-		case "custom":
-			in = addSat(in, f.funcInit+m.countText(t.Name+":"+t.Description+string(t.Format)))
-			in = addSat(in, unreadTokens(m, raw, responsesCustomRead))
-		case "image_generation":
-			// Its images are billed apart from the response's usage, at
-			// the image model's rates, which costgate does not price.
-			return Estimate{}, badRequest(kind, nil, "tools[%d]: the image_generation tool is not served through costgate: its images are billed apart from the response's usage", i)
-		default:
-			// file_search's results, an MCP server's tools and the other
-			// hosted tools' input are the server's to count.
-			c.uncounted = true
-		}
-		if t.Type != "function" && t.Type != "custom" {
-			// A hosted tool's settings (a location, a server's
-			// description, kinds newer than this code): their JSON as
-			// text, an upper bound of what the upstream renders of them.
-			in = addSat(in, unreadTokens(m, raw, responsesHostedRead))
-		}
-	}
-	tn, err := toolTokens(m, f, tools)
+	tc, err := e.responsesTools(m, f, body, fTools)
 	if err != nil {
-		return Estimate{}, badRequest(kind, err, "tools")
+		return Estimate{}, err
 	}
-	in = addSat(in, tn)
+	in = addSat(in, tc.n)
+	c.uncounted = c.uncounted || tc.uncounted
+	searches, fileSearches := mulSat(tc.searches, calls), mulSat(tc.fileSearches, calls)
+	mcpTools, containerGB := tc.mcps, tc.containerGB
 	est := Estimate{Stream: stream, StreamUsage: stream, Uncounted: c.uncounted}
 	limit := max(maxOutput, 0)
 	est.MaxOutputTokens = limit
@@ -260,7 +211,7 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 		// it is reserved whole, and charged so unless its report is read.
 		est.Usage.OutputTokens, est.Uncounted = est.OutputCap, true
 	}
-	est.Tools = len(rtools) > 0
+	est.Tools = len(fTools.elems) > 0
 	e.finish(m, &est)
 	return est, nil
 }
@@ -365,5 +316,84 @@ func responsesItemCount(m model, f chatFormat, raw json.RawMessage) (tokenCount,
 		c.uncounted = true
 	}
 	c.add(tokenCount{n: n})
+	return c, nil
+}
+
+// responsesTools counts the tools of a Responses request, through the
+// count cache (a conversation resends the same tools on every turn): in
+// n the tokens of its functions and custom tools and of its hosted tools'
+// settings, in searches and fileSearches its web and file search tools
+// (each reserves its calls' results), in mcps its MCP servers, in
+// containerGB the containers its tools create.
+func (e *Estimator) responsesTools(m model, f chatFormat, body []byte, fTools *topField) (tokenCount, error) {
+	raw := fTools.raw(body)
+	if raw == nil {
+		return tokenCount{}, nil
+	}
+	return e.counted(m, fmtResponsesTools, raw, func() (tokenCount, error) { return responsesToolCount(m, f, body, fTools) })
+}
+
+// responsesToolCount counts the tools of fTools in body (see
+// responsesTools).
+func responsesToolCount(m model, f chatFormat, body []byte, fTools *topField) (tokenCount, error) {
+	const kind = Responses
+	// A tool's type, container and memory limit price it: each is read
+	// one way, or the request is refused (one scan, no decoding).
+	if err := checkMembers(fTools.raw(body)); err != nil {
+		return tokenCount{}, badRequest(kind, err, "tools")
+	}
+	var rtools []responsesTool
+	if err := decodeField(kind, body, fTools, &rtools); err != nil {
+		return tokenCount{}, err
+	}
+	var tools []functionDef
+	var c tokenCount
+	for i, t := range rtools {
+		var raw []byte // the tool's JSON, for the members costgate does not read
+		if i < len(fTools.elems) {
+			raw = body[fTools.elems[i].start:fTools.elems[i].end]
+		}
+		gb, err := t.containerGB()
+		if err != nil {
+			return tokenCount{}, badRequest(kind, err, "tools[%d]", i)
+		}
+		c.containerGB = addSat(c.containerGB, gb)
+		switch t.Type {
+		case "function":
+			tools = append(tools, functionDef{Name: t.Name, Description: t.Description, Parameters: t.Parameters,
+				rest: unreadTokens(m, raw, responsesFunctionRead)})
+		case "web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11":
+			c.searches++
+			c.uncounted = true
+		case "file_search":
+			c.fileSearches++
+			c.uncounted = true
+		case "mcp":
+			c.mcps++ // its server's tool list, billed as input
+			c.uncounted = true
+		case "custom":
+			c.n = addSat(c.n, f.funcInit+m.countText(t.Name+":"+t.Description+string(t.Format)))
+			c.n = addSat(c.n, unreadTokens(m, raw, responsesCustomRead))
+		case "image_generation":
+			// Its images are billed apart from the response's usage, at
+			// the image model's rates, which costgate does not price.
+			return tokenCount{}, badRequest(kind, nil, "tools[%d]: the image_generation tool is not served through costgate: its images are billed apart from the response's usage", i)
+		default:
+			// file_search's results, an MCP server's tools and the other
+			// hosted tools' input are the server's to count.
+			c.uncounted = true
+		}
+		if t.Type != "function" && t.Type != "custom" {
+			// A hosted tool's settings (a location, a server's
+			// description, kinds newer than this code): their JSON as
+			// text, an upper bound of what the upstream renders of them.
+			c.n = addSat(c.n, unreadTokens(m, raw, responsesHostedRead))
+		}
+	}
+	tn, err := toolTokens(m, f, tools)
+	if err != nil {
+		return tokenCount{}, badRequest(kind, err, "tools")
+	}
+	c.n = addSat(c.n, tn)
 	return c, nil
 }
