@@ -411,9 +411,27 @@ func chatMessageCount(m model, f chatFormat, raw json.RawMessage) (tokenCount, e
 	if err != nil {
 		return tokenCount{}, err
 	}
-	for _, tc := range msg.ToolCalls {
+	var unread []int // tool calls of kinds costgate does not read
+	for i, tc := range msg.ToolCalls {
 		n += toolCallExtra + m.countText(tc.Function.Name) + m.countText(tc.Function.Arguments) +
 			m.countText(tc.Custom.Name) + m.countText(tc.Custom.Input)
+		if tc.Type != "" && tc.Type != "function" && tc.Type != "custom" {
+			unread = append(unread, i)
+		}
+	}
+	if unread != nil {
+		// Counted as the text of their JSON, as parts of unknown kinds are.
+		var calls struct {
+			ToolCalls json.RawMessage `json:"tool_calls"`
+		}
+		if err := json.Unmarshal(raw, &calls); err != nil {
+			return tokenCount{}, err
+		}
+		oc, err := opaqueParts(m, calls.ToolCalls, unread)
+		if err != nil {
+			return tokenCount{}, err
+		}
+		c.add(oc)
 	}
 	if fc := msg.FunctionCall; fc != nil {
 		n += toolCallExtra + m.countText(fc.Name) + m.countText(fc.Arguments)

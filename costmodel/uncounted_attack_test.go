@@ -354,3 +354,27 @@ func TestAttackChatPartKinds(t *testing.T) {
 		t.Error("a part of a kind costgate does not read: the estimate is not Uncounted")
 	}
 }
+
+// TestAttackChatToolCallKinds: an assistant message's tool call of a kind
+// costgate does not read (neither a function's nor a custom tool's) holds
+// the text in its own member.
+func TestAttackChatToolCallKinds(t *testing.T) {
+	e := estimatorWith(t, Config{})
+	text := jsonText(hiddenText(t, hiddenKB))
+	req := func(call string) string {
+		return `{"model":"gpt-4.1","messages":[{"role":"user","content":"go"},{"role":"assistant","tool_calls":[` + call + `]},{"role":"tool","tool_call_id":"c","content":"ok"}]}`
+	}
+	plain := `{"model":"gpt-4.1","messages":[{"role":"user","content":` + text + `}]}`
+	cases := []hiddenCase{
+		{"unknown call kind", req(`{"id":"c","type":"future_call","future_call":{"input":` + text + `}}`), plain},
+		{"unknown call kind, nested", req(`{"id":"c","type":"future_call","future_call":{"a":[{"b":` + text + `}]}}`), plain},
+	}
+	checkHidden(t, e, ChatCompletions, cases)
+	est, err := e.Estimate(ChatCompletions, []byte(cases[0].hidden))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !est.Uncounted {
+		t.Error("a tool call of a kind costgate does not read: the estimate is not Uncounted")
+	}
+}
