@@ -36,6 +36,9 @@ type Estimate struct {
 	Outputs int64 `json:"outputs,omitempty"`
 	// Tools tells that the request offers tools or functions.
 	Tools bool `json:"tools,omitempty"`
+	// PreviousResponseID is the stored Responses answer a Responses
+	// request continues (its previous_response_id); empty for none.
+	PreviousResponseID string `json:"previous_response_id,omitempty"`
 }
 
 // MarshalJSON encodes e with its cost also written in dollars ("cost_usd"),

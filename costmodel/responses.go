@@ -139,6 +139,10 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 	if err := checkModelName(kind, modelName); err != nil {
 		return Estimate{}, err
 	}
+	previous, err := decodeString(kind, body, fPrevious)
+	if err != nil {
+		return Estimate{}, err
+	}
 	m := e.resolve(modelName)
 	f := chatFormatFor(m)
 	in := int64(replyPriming)
@@ -212,6 +216,7 @@ func (e *Estimator) estimateResponses(body []byte) (Estimate, error) {
 		est.Usage.OutputTokens, est.Uncounted = est.OutputCap, true
 	}
 	est.Tools = len(fTools.elems) > 0
+	est.PreviousResponseID = previous
 	e.finish(m, &est)
 	return est, nil
 }

@@ -47,8 +47,9 @@ const (
 // goroutine writes and then reads it. The zero value is not usable; get one
 // from Estimator.NewStreamMeter.
 type StreamMeter struct {
-	kind  Kind
-	model model
+	kind       Kind
+	model      model
+	responseID string // a Responses stream's answer id (ResponseID)
 
 	line     []byte // current incomplete line
 	afterCR  bool   // the last write ended a line with "\r": a "\n" next is part of it
@@ -87,6 +88,10 @@ type StreamMeter struct {
 // Anthropic's message_delta, which may come more than once) are running
 // totals: Usage returns the last, and the stream goes on.
 func (m *StreamMeter) Reported() bool { return m.final }
+
+// ResponseID is the id of the Responses answer the stream carries, from
+// its first event that names it (response.created); "" until then.
+func (m *StreamMeter) ResponseID() string { return m.responseID }
 
 // Model returns the model the stream says served the request (the "model"
 // of OpenAI chunks and Responses events, of Anthropic's message_start), or
@@ -254,6 +259,9 @@ func (m *StreamMeter) responsesEvent(data []byte) error {
 		}
 	}
 	if r := ev.Response; r != nil {
+		if m.responseID == "" {
+			m.responseID = r.ID
+		}
 		if r.Model != "" {
 			m.respModel = r.Model
 		}

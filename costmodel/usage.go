@@ -164,6 +164,7 @@ func countItems(items []outputItem, typ string) int64 {
 
 // openaiResponse is the part of an OpenAI response body that prices it.
 type openaiResponse struct {
+	ID          string       `json:"id"` // Responses API only: the stored answer's id
 	Usage       *openaiUsage `json:"usage"`
 	Model       string       `json:"model"`
 	ServiceTier string       `json:"service_tier"`
@@ -424,4 +425,18 @@ func parseResponse(kind Kind, body []byte) (Usage, string, error) {
 		return r.result()
 	}
 	return Usage{}, "", badRequest(kind, nil, "no usage format for %s responses", kind)
+}
+
+// ResponseID returns the id of a Responses answer (its top-level "id"),
+// or "" when it has none that is a string.
+func ResponseID(body []byte) string {
+	var id string
+	_ = scanEvent(body, func(s *jsonScanner, key string) error {
+		if key == "id" {
+			return readStringInto(s, &id)
+		}
+		_, _, err := s.Value(1)
+		return err
+	})
+	return id
 }

@@ -47,6 +47,7 @@ type Gate struct {
 	capture  *replay.Writer              // records the policies' inputs; nil when capture is off
 	learned  *learning                   // the learned output estimates; nil unless output_reserve is a quantile
 	dir      directory                   // the control plane's keys and budget observer
+	objects  objects                     // upstream objects' tenants, when the store is memory (see OwnObject)
 
 	// behind holds the tenants (hash tags) whose counters in the store lag
 	// the ledger: charged on the fallback, or a settlement the store

@@ -57,6 +57,7 @@ type meteredBody struct {
 	// start is kept in captured, to read its usage from.
 	jsonStream bool
 	started    bool // a stream's first byte that is not white space was seen
+	owned      bool // the Responses answer's id was recorded as the tenant's (see exchange.own)
 }
 
 func (x *exchange) meter(resp *http.Response) io.ReadCloser {
@@ -108,6 +109,12 @@ func (m *meteredBody) observe(b []byte) {
 			m.captured = append(m.captured, b...)
 		}
 		m.stream.Write(b)
+		if m.x != nil && !m.owned {
+			if id := m.stream.ResponseID(); id != "" {
+				m.owned = true
+				m.x.own(id) // before these bytes, which name it, reach the client
+			}
+		}
 		if m.x != nil && m.stream.Reported() {
 			m.x.settleEarly()
 		}
@@ -161,6 +168,11 @@ func (m *meteredBody) fill() error {
 		m.err = err
 	}
 	buffers.Put(bp)
+	if m.x != nil && m.kind == costmodel.Responses {
+		// Its id comes first: read from the start kept of a larger answer.
+		m.owned = true
+		m.x.own(costmodel.ResponseID(m.captured))
+	}
 	if errors.Is(m.err, io.EOF) {
 		if m.x != nil {
 			m.x.settleEarly()

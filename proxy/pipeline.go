@@ -146,6 +146,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 		return
 	}
 
+	// A stored answer the request continues must be the tenant's own.
+	if x.est.PreviousResponseID != "" && !s.ownsPrevious(w, x) {
+		return
+	}
+
 	// 3. Debit every applicable limit, all or nothing, and 4. decide.
 	req.Estimate, req.Page = x.est, x.page
 	res, d := s.gate.Reserve(x.ctx, req)
@@ -878,6 +883,49 @@ func (x *exchange) settleEarly() {
 	}
 	x.earlyTried = true // once: a failing ledger is retried by settle, not by every chunk
 	x.res.Bill(x.ctx, x.charge(), x.caller.Config().Ledger.DurableSettle)
+}
+
+// own records that the Responses answer id, which the upstream keeps
+// under costgate's one account, was made for the request's tenant: only
+// that tenant's requests may continue it (ownsPrevious). An answer that
+// is not a success makes nothing. It runs before the client has the
+// bytes that name the id, so that the client's next request finds it.
+func (x *exchange) own(id string) {
+	if id == "" || x.status < 200 || x.status > 299 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), ownTimeout)
+	defer cancel()
+	if err := x.s.gate.OwnObject(ctx, x.caller.Tenant, id); err != nil {
+		// The tenant's requests that continue it are refused (404).
+		x.s.log.Warn("recording a stored answer's tenant", "request_id", x.id, "tenant", x.caller.Tenant, "error", err)
+	}
+}
+
+// ownTimeout bounds the record of an answer's tenant.
+const ownTimeout = time.Second
+
+// ownsPrevious answers whether the stored Responses answer the request
+// continues (previous_response_id) was made for its tenant through
+// costgate. Another tenant's, or one costgate has no record of, is 404 as
+// the upstream answers an id it does not know; a record that cannot be
+// read is 503. It answers the client and returns false when refused.
+func (s *Server) ownsPrevious(w http.ResponseWriter, x *exchange) bool {
+	id := x.est.PreviousResponseID
+	tenant, found, err := s.gate.ObjectOwner(x.ctx, id)
+	switch {
+	case err != nil:
+		s.log.Warn("reading a stored answer's tenant", "request_id", x.id, "error", err)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, x.path, http.StatusServiceUnavailable, apiError{Type: "server_error", Code: "service_unavailable",
+			Message: "costgate cannot tell whose stored response this is now; retry"})
+		return false
+	case !found || tenant != x.caller.Tenant:
+		writeError(w, x.path, http.StatusNotFound, apiError{Type: "invalid_request_error", Code: "previous_response_not_found",
+			Message: fmt.Sprintf("Previous response with id '%s' not found.", id)})
+		return false
+	}
+	return true
 }
 
 // cost prices usage: by the model's price, or by a generic route's rule.

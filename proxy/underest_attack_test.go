@@ -76,6 +76,10 @@ func ueAttack(t *testing.T, budget, costs, path, body, answer string, maxInFligh
 	t.Cleanup(release)
 	extra := roomyLimits + fmt.Sprintf("budgets:\n  - name: acme-daily\n    scope: tenant\n    amount: %q\n", budget) + costs
 	s := newStackWith(t, stackOptions{extra: extra, policies: allowAll, upstream: up, upstreamURL: ts.URL})
+	// The stored answer the Responses requests continue is the tenant's own.
+	if err := s.srv.Gate().OwnObject(t.Context(), "acme", "resp_0123456789abcdef"); err != nil {
+		t.Fatal(err)
+	}
 
 	type answered struct {
 		status int

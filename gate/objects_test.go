@@ -1,0 +1,60 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/costgate/costgate/internal/redistest"
+)
+
+// TestObjectOwners: an object's tenant is what was recorded for it, on
+// each store; an id never recorded, or empty or too long, is no tenant's;
+// the in-memory table keeps at most memObjects records, the newest.
+func TestObjectOwners(t *testing.T) {
+	srv := redistest.New(t)
+	for _, c := range []struct{ name, store string }{
+		{"memory", ""},
+		{"redis", fmt.Sprintf("store: {redis: %q}", srv.URL)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := openAcme(t, c.store)
+			ctx := context.Background()
+			if err := g.OwnObject(ctx, "acme", "resp_1"); err != nil {
+				t.Fatal(err)
+			}
+			if tenant, ok, err := g.ObjectOwner(ctx, "resp_1"); err != nil || !ok || tenant != "acme" {
+				t.Errorf("resp_1: %q %v %v; want acme", tenant, ok, err)
+			}
+			if _, ok, err := g.ObjectOwner(ctx, "resp_2"); err != nil || ok {
+				t.Errorf("resp_2, never recorded: found %v, %v", ok, err)
+			}
+			long := strings.Repeat("x", maxObjectID+1)
+			for _, id := range []string{"", long} {
+				if err := g.OwnObject(ctx, "acme", id); !errors.Is(err, ErrObjectID) {
+					t.Errorf("recording %d bytes of id: %v; want ErrObjectID", len(id), err)
+				}
+				if _, ok, err := g.ObjectOwner(ctx, id); ok || err != nil {
+					t.Errorf("asking for %d bytes of id: found %v, %v", len(id), ok, err)
+				}
+			}
+		})
+	}
+	t.Run("memory bound", func(t *testing.T) {
+		g := openAcme(t, "")
+		ctx := context.Background()
+		for i := range memObjects + memObjects/2 {
+			if err := g.OwnObject(ctx, "acme", fmt.Sprintf("resp_%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := len(g.objects.cur) + len(g.objects.old); n > memObjects {
+			t.Errorf("%d records kept; bound %d", n, memObjects)
+		}
+		if _, ok, _ := g.ObjectOwner(ctx, fmt.Sprintf("resp_%d", memObjects+memObjects/2-1)); !ok {
+			t.Error("the newest record is gone")
+		}
+	})
+}
