@@ -48,6 +48,9 @@ type Gate struct {
 	learned  *learning                   // the learned output estimates; nil unless output_reserve is a quantile
 	dir      directory                   // the control plane's keys and budget observer
 	objects  objects                     // upstream objects' tenants, when the store is memory (see OwnObject)
+	// objTimeout bounds a limiter call as the guard does (the store's
+	// queue and call timeouts), and a record's Redis call (objectCall).
+	objTimeout time.Duration
 
 	// behind holds the tenants (hash tags) whose counters in the store lag
 	// the ledger: charged on the fallback, or a settlement the store
@@ -267,7 +270,8 @@ func (g *Gate) openStore(ctx context.Context, cfg *config.Config) (*freshStore, 
 	})
 	// The guard's own bound backs up the store's two (the queue and the
 	// call) without cutting them short.
-	gs := &guardedStore{store: r, restorer: r, breaker: g.breaker, timeout: cfg.Store.QueueTimeout + cfg.Store.Timeout + 50*time.Millisecond, bounded: true, tel: g.tel}
+	g.objTimeout = cfg.Store.QueueTimeout + cfg.Store.Timeout + 50*time.Millisecond
+	gs := &guardedStore{store: r, restorer: r, breaker: g.breaker, timeout: g.objTimeout, bounded: true, tel: g.tel}
 	return g.fresh(g.leased(gs), 1), nil
 }
 

@@ -53,7 +53,10 @@ func (g *Gate) OwnObject(ctx context.Context, tenant, id string) error {
 		return ErrObjectID
 	}
 	if g.redis != nil {
-		if err := g.redis.Set(ctx, objectKey(id), tenant, objectTTL).Err(); err != nil {
+		err := g.objectCall(ctx, func(ctx context.Context) error {
+			return g.redis.Set(ctx, objectKey(id), tenant, objectTTL).Err()
+		})
+		if err != nil {
 			return fmt.Errorf("gate: record object: %w", err)
 		}
 		return nil
@@ -76,7 +79,10 @@ func (g *Gate) ObjectOwner(ctx context.Context, id string) (tenant string, found
 		return "", false, nil
 	}
 	if g.redis != nil {
-		tenant, err := g.redis.Get(ctx, objectKey(id)).Result()
+		err := g.objectCall(ctx, func(ctx context.Context) (err error) {
+			tenant, err = g.redis.Get(ctx, objectKey(id)).Result()
+			return err
+		})
 		switch {
 		case errors.Is(err, redis.Nil):
 			return "", false, nil
@@ -93,6 +99,20 @@ func (g *Gate) ObjectOwner(ctx context.Context, id string) (tenant string, found
 	}
 	t, ok := o.old[id]
 	return t, ok, nil
+}
+
+// objectCall makes a record's Redis call, bounded as a limiter call is
+// (objTimeout). While the breaker holds the limiter's Redis out it fails
+// at once: a request that waits on a record would otherwise wait its
+// whole bound on every call of an outage. Records do not count for or
+// against the breaker.
+func (g *Gate) objectCall(ctx context.Context, f func(context.Context) error) error {
+	if g.breaker != nil && !g.breaker.ready() {
+		return errBreakerOpen
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.objTimeout)
+	defer cancel()
+	return f(ctx)
 }
 
 // objectKey is the Redis key of an object's record.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/costgate/costgate/internal/redistest"
 )
@@ -57,4 +58,32 @@ func TestObjectOwners(t *testing.T) {
 			t.Error("the newest record is gone")
 		}
 	})
+}
+
+// TestObjectOwnersRedisDown: with the limiter's Redis gone, a record can
+// be neither made nor read: each call says so with an error within the
+// store's bound, never a hang and never an answer of no tenant.
+func TestObjectOwnersRedisDown(t *testing.T) {
+	srv := redistest.New(t)
+	if !srv.Private() {
+		t.Fatal("the test stops its Redis: it needs redis-server installed")
+	}
+	g := openAcme(t, fmt.Sprintf("store: {redis: %q, timeout: 50ms, queue_timeout: 50ms}", srv.URL))
+	ctx := context.Background()
+	if err := g.OwnObject(ctx, "acme", "resp_1"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop(t)
+	for range 3 {
+		start := time.Now()
+		if err := g.OwnObject(ctx, "acme", "resp_2"); err == nil {
+			t.Error("a record made with Redis down")
+		}
+		if _, found, err := g.ObjectOwner(ctx, "resp_1"); err == nil || found {
+			t.Errorf("resp_1 read with Redis down: found %v, %v; want an error", found, err)
+		}
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("two calls took %v with Redis down", took)
+		}
+	}
 }

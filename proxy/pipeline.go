@@ -894,16 +894,12 @@ func (x *exchange) own(id string) {
 	if id == "" || x.status < 200 || x.status > 299 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), ownTimeout)
-	defer cancel()
-	if err := x.s.gate.OwnObject(ctx, x.caller.Tenant, id); err != nil {
+	// A client that hangs up does not stop the record; the gate bounds it.
+	if err := x.s.gate.OwnObject(context.WithoutCancel(x.ctx), x.caller.Tenant, id); err != nil {
 		// The tenant's requests that continue it are refused (404).
 		x.s.log.Warn("recording a stored answer's tenant", "request_id", x.id, "tenant", x.caller.Tenant, "error", err)
 	}
 }
-
-// ownTimeout bounds the record of an answer's tenant.
-const ownTimeout = time.Second
 
 // ownsPrevious answers whether the stored Responses answer the request
 // continues (previous_response_id) was made for its tenant through
