@@ -428,15 +428,22 @@ func parseResponse(kind Kind, body []byte) (Usage, string, error) {
 }
 
 // ResponseID returns the id of a Responses answer (its top-level "id"),
-// or "" when it has none that is a string.
+// or "" when it has none that is a string. It reads the answer up to the
+// id, which upstreams write first, and no further.
 func ResponseID(body []byte) string {
 	var id string
 	_ = scanEvent(body, func(s *jsonScanner, key string) error {
 		if key == "id" {
-			return readStringInto(s, &id)
+			if err := readStringInto(s, &id); err != nil {
+				return err
+			}
+			return errFound
 		}
 		_, _, err := s.Value(1)
 		return err
 	})
 	return id
 }
+
+// errFound stops a scan that found what it looked for.
+var errFound = errors.New("costmodel: found")

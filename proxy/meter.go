@@ -57,7 +57,7 @@ type meteredBody struct {
 	// start is kept in captured, to read its usage from.
 	jsonStream bool
 	started    bool // a stream's first byte that is not white space was seen
-	owned      bool // the Responses answer's id was recorded as the tenant's (see exchange.own)
+	owned      bool // a Responses stream's id was recorded as the tenant's (see exchange.own)
 }
 
 func (x *exchange) meter(resp *http.Response) io.ReadCloser {
@@ -170,7 +170,6 @@ func (m *meteredBody) fill() error {
 	buffers.Put(bp)
 	if m.x != nil && m.kind == costmodel.Responses {
 		// Its id comes first: read from the start kept of a larger answer.
-		m.owned = true
 		m.x.own(costmodel.ResponseID(m.captured))
 	}
 	if errors.Is(m.err, io.EOF) {
