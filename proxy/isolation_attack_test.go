@@ -329,8 +329,11 @@ func TestIsolationAttackMethodOverride(t *testing.T) {
 func TestIsolationAttackIdempotencyKeyAcrossTenants(t *testing.T) {
 	gen, s, host := isoGenericStack(t, "pay", "")
 	// Both send the key in one spelling of the header: a server that reads
-	// headers by CGI-style names takes Idempotency_Key for Idempotency-Key.
-	for _, spelling := range []string{"Idempotency-Key", "idempotency_key", "IDEMPOTENCY_KEY"} {
+	// headers by CGI-style names takes Idempotency_Key for Idempotency-Key;
+	// other APIs name theirs X-Idempotency-Key or Idempotency-Token (AWS's
+	// X-Amzn-Idempotency-Token).
+	for _, spelling := range []string{"Idempotency-Key", "idempotency_key", "IDEMPOTENCY_KEY",
+		"X-Idempotency-Key", "x_idempotency_key", "Idempotency-Token", "X-Amzn-Idempotency-Token"} {
 		t.Run(spelling, func(t *testing.T) {
 			seen := map[string]string{} // the key the upstream saw -> the tenant that sent it
 			for _, c := range []struct{ tenant, key, header string }{{"acme", "cg-test-acme", spelling}, {"globex", "cg-test-globex", spelling}} {
@@ -341,7 +344,7 @@ func TestIsolationAttackIdempotencyKeyAcrossTenants(t *testing.T) {
 				}
 				for _, r := range gen.take() {
 					for name, vs := range r.header {
-						if !strings.EqualFold(strings.ReplaceAll(name, "_", "-"), "Idempotency-Key") {
+						if !strings.EqualFold(strings.ReplaceAll(name, "_", "-"), strings.ReplaceAll(spelling, "_", "-")) {
 							continue
 						}
 						for _, k := range vs {

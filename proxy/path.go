@@ -72,6 +72,21 @@ func isMethodOverride(name string) bool {
 	return costmodel.HeaderIs(name, "x-http-method-override") || costmodel.HeaderIs(name, "x-http-method") || costmodel.HeaderIs(name, "x-method-override")
 }
 
+// isIdempotencyKey tells whether a header carries a key by which an
+// upstream keeps one answer per key of an account: any header whose name
+// holds "idempoten", in any of its spellings (costmodel.HeaderIs):
+// Idempotency-Key (OpenAI's, Stripe's), X-Idempotency-Key,
+// Idempotency-Token, X-Amzn-Idempotency-Token, X_IDEMPOTENCY_KEY.
+func isIdempotencyKey(name string) bool {
+	const word = "idempoten"
+	for i := 0; i+len(word) <= len(name); i++ {
+		if costmodel.HeaderIs(name[i:i+len(word)], word) {
+			return true
+		}
+	}
+	return false
+}
+
 // requestPath is the request's path as the client sent it, still escaped:
 // the request line's target without its query. Go has already decoded
 // r.URL.Path, and its EscapedPath re-encodes a path that held characters a

@@ -136,10 +136,22 @@ func TestHeaderIs(t *testing.T) {
 			t.Errorf("isMethodOverride(%q) = %v, want %v", c.name, got, c.want)
 		}
 	}
+	for _, c := range []struct {
+		name string
+		want bool
+	}{
+		{"Idempotency-Key", true}, {"IDEMPOTENCY_KEY", true}, {"X-Idempotency-Key", true}, {"Idempotence-Token", true},
+		{"X-Amzn-Idempotency-Token", true}, {"idempoten", true}, {"Idempotent", true},
+		{"Idempotenc", true}, {"Idempote", false}, {"X-Request-Id", false}, {"", false},
+	} {
+		if got := isIdempotencyKey(c.name); got != c.want {
+			t.Errorf("isIdempotencyKey(%q) = %v, want %v", c.name, got, c.want)
+		}
+	}
 	h := http.Header{"Content-Type": {"a"}, "Authorization": {"b"}, "Accept-Encoding": {"c"}, "X-Forwarded-For": {"d"}, "Idempotency-Key": {"e"}}
 	if n := testing.AllocsPerRun(100, func() {
 		for name := range h {
-			_ = isMethodOverride(name) || costmodel.HeaderIs(name, "idempotency-key")
+			_ = isMethodOverride(name) || isIdempotencyKey(name)
 		}
 	}); n != 0 {
 		t.Errorf("%v allocations to read a request's header names, want 0", n)

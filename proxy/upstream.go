@@ -158,12 +158,12 @@ func (u *upstream) rewrite(pr *httputil.ProxyRequest) {
 	if x != nil {
 		out.Header.Set("X-Request-Id", x.id)
 		// The upstream keeps one answer per idempotency key of costgate's
-		// one account: a key the client chose, in any spelling of the
-		// header, is scoped by its tenant, so that two tenants' keys never
-		// meet there. (out.Header is the request's clone: its values are
-		// the outgoing request's own.)
+		// one account: a key the client chose, in any header that names
+		// one (isIdempotencyKey), is scoped by its tenant, so that two
+		// tenants' keys never meet there. (out.Header is the request's
+		// clone: its values are the outgoing request's own.)
 		for name, vs := range out.Header {
-			if costmodel.HeaderIs(name, "idempotency-key") {
+			if isIdempotencyKey(name) {
 				for i, v := range vs {
 					sum := sha256.Sum256([]byte(x.caller.Tenant + "\x00" + v))
 					vs[i] = hex.EncodeToString(sum[:])
