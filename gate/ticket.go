@@ -715,8 +715,40 @@ func (g *Gate) adopt(h *hold, c claim) {
 	g.holds.mu.Unlock()
 	if res != nil {
 		res.unexpose() // another replica ended it
+		res.giveBackLeased(c)
 		g.renewer.remove(res)
 	}
+}
+
+// giveBackLeased gives back to this replica's leases what r, a held
+// reservation another replica ended as c says, spent from them beyond its
+// end: that replica refunded r's items held in Redis and charged what
+// they cost beyond their estimates, but knows nothing of units spent from
+// this replica's leases. A release gives back r's whole estimate; a
+// settlement what its cost leaves of the estimate on limits and budgets
+// counted in dollars (a claim records a cost, not the usage: limits
+// counted in tokens stay spent at their estimates, as do a request's
+// count and its extra units). An expiry gives back nothing.
+func (r *Reservation) giveBackLeased(c claim) {
+	l := r.g.leases
+	if l == nil || r.degraded || r.ext != nil || len(r.items) == 0 {
+		return
+	}
+	var actual []int64
+	switch c.state {
+	case holdReleased:
+	case holdSettled:
+		actual = make([]int64, len(r.items))
+		for i, lim := range r.limits {
+			actual[i] = r.items[i].Cost
+			if lim.extra == 0 && lim.unit == "usd" {
+				actual[i] = lim.costOf(r.req.Requests, costmodel.Usage{}, c.cost)
+			}
+		}
+	default:
+		return
+	}
+	l.GiveBack(r.resID, r.items, actual)
 }
 
 // claim is how a held reservation ended, as replicas record it in Redis.
@@ -946,6 +978,7 @@ func (g *Gate) expireHolds(now time.Time) {
 			// from now on.
 			g.adopt(r.held, prior)
 			r.unexpose()
+			r.giveBackLeased(prior)
 			g.renewer.remove(r)
 			continue
 		}

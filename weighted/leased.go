@@ -162,7 +162,9 @@ type LeaseInfo struct {
 //   - A reservation is settled against the leases of the replica that
 //     debited it, once. Settled again, or on another replica, its leased
 //     items are charged what exceeds their estimate and never refunded,
-//     so that no settle gives back twice.
+//     so that no settle gives back twice; the replica that debited them
+//     gives back what it spent from its leases beyond that end when told
+//     of it (GiveBack), once.
 //   - A replica that dies admits nothing more. In a LeaseStore, its
 //     leases come back a TTL after they were taken: the store gives back
 //     their units less what the replica reported spent. What it spent
@@ -1232,6 +1234,43 @@ func (l *Leased) settle(ctx context.Context, id string, items []Item, actual []i
 		return nil
 	}
 	return l.settleStrict(ctx, id, items, actual, local)
+}
+
+// GiveBack gives back, of reservation id, what this replica spent of it
+// from its leases and actual leaves unspent (actual nil: all of it), when
+// another replica ended the reservation: that one settled the items held
+// in the store and charged what any item cost beyond its estimate (see
+// settleUnknown), but cannot refund units spent from this replica's
+// leases, which the store counts spent until their window ends or their
+// meter refills. It charges nothing and calls no store; an item this
+// replica debited in the store is left as the other replica left it. It
+// reports whether this replica remembered the reservation; either way
+// it forgets it.
+func (l *Leased) GiveBack(id string, items []Item, actual []int64) bool {
+	if actual != nil && len(actual) != len(items) {
+		return false
+	}
+	local, at, ok := l.unpend(id)
+	if !ok || len(items) > maxLeasedItems {
+		return false
+	}
+	now := l.now()
+	for i := range items {
+		if local&(1<<i) == 0 {
+			continue
+		}
+		var a int64
+		if actual != nil {
+			a = max(actual[i], 0)
+		}
+		if d := items[i].Cost - a; d > 0 {
+			if st := l.state(&items[i]); st != nil {
+
+				st.give(d, now, at, true)
+			}
+		}
+	}
+	return true
 }
 
 // owe adds n to what the replica owes the key, within maxOwed.
