@@ -1,0 +1,150 @@
+package rls_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/ledger"
+	"github.com/costgate/costgate/rls"
+)
+
+// rawRequest is a RateLimitRequest already in the wire format, sent as it
+// is: Envoy's C++ protobuf writes a string that is not UTF-8 (a header of
+// the client's holding obs-text bytes), which Go's generated code refuses
+// to write.
+type rawRequest []byte
+
+// rawCodec sends a rawRequest's bytes and reads everything else as gRPC's
+// proto codec does.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return grpcproto.Name }
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if r, ok := v.(rawRequest); ok {
+		return mem.BufferSlice{mem.SliceBuffer(r)}, nil
+	}
+	return encoding.GetCodecV2(grpcproto.Name).Marshal(v)
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	return encoding.GetCodecV2(grpcproto.Name).Unmarshal(data, v)
+}
+
+// askRaw sends req with the bytes of each placeholder of subst replaced by
+// its value (of the same length) in the wire format.
+func (e *env) askRaw(t testing.TB, req *rlsv3.RateLimitRequest, subst ...string) (*rlsv3.RateLimitResponse, error) {
+	t.Helper()
+	b, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(subst); i += 2 {
+		if len(subst[i]) != len(subst[i+1]) || !bytes.Contains(b, []byte(subst[i])) {
+			t.Fatalf("placeholder %q for %q", subst[i], subst[i+1])
+		}
+		b = bytes.ReplaceAll(b, []byte(subst[i]), []byte(subst[i+1]))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp := &rlsv3.RateLimitResponse{}
+	err = e.conn.Invoke(ctx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, rawRequest(b), resp, grpc.ForceCodecV2(rawCodec{}))
+	return resp, err
+}
+
+// TestRLSAtkClientValueCannotFailOpen: an entry's value is often a header
+// of the client's that Envoy copies (the user, the model, in the example
+// the tenant). A request the server cannot read or refuses as invalid is
+// a gRPC error, which Envoy's failure_mode_deny: false (its default, and
+// the example's) lets through: a value not UTF-8 (Envoy sends a header's
+// obs-text bytes as they are; Go's generated code refuses them), longer
+// than 1,024 bytes, or a tenant holding '{' or '}' made the check of
+// phase one let the request through unlimited, and the charge of phase
+// two vanish, its tokens never counted nor billed. Each is a value like
+// any other: the check decides it, the charge is counted and billed.
+func TestRLSAtkClientValueCannotFailOpen(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		tenant, user string
+		subst        []string // placeholders in the wire format, and the bytes they stand for
+		limited      bool     // the tenant has a plan of 1,000 tokens a minute
+		ledgerTenant string
+	}{
+		{name: "user not UTF-8", tenant: "acme", user: "u\x01\x02", subst: []string{"u\x01\x02", "u\xff\xfe"}, limited: true, ledgerTenant: "acme"},
+		{name: "user of 2,000 bytes", tenant: "acme", user: strings.Repeat("u", 2000), limited: true, ledgerTenant: "acme"},
+		{name: "user of 1,500 bytes not UTF-8", tenant: "acme", user: strings.Repeat("\x01", 1500), subst: []string{strings.Repeat("\x01", 1500), strings.Repeat("\xc3", 1500)}, limited: true, ledgerTenant: "acme"},
+		{name: "tenant holding a brace", tenant: "acme}x", user: "u", ledgerTenant: "acme%7Dx"},
+		{name: "tenant of 2,000 bytes", tenant: strings.Repeat("t", 2000), user: "u"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, unbilledConfig, false, rls.Options{})
+			desc := func(n uint64) *rlsv3.RateLimitRequest {
+				return &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{
+					hits(n, d("tenant", tc.tenant, "user", tc.user, "model", "test-model", "tokens", "input")),
+				}}
+			}
+			// Phase one: a check.
+			resp, err := e.askRaw(t, desc(0), tc.subst...)
+			if err != nil || resp.GetOverallCode() != OK {
+				t.Fatalf("check: %s, %v; want OK (an error lets Envoy's request through unlimited)", codes_(resp), err)
+			}
+			// Phase two: 1,000 input tokens served, $0.001: the plan's
+			// tokens for the minute.
+			resp, err = e.askRaw(t, desc(1000), tc.subst...)
+			if err != nil || resp.GetOverallCode() != OK {
+				t.Fatalf("charge: %s, %v; want OK, counted", codes_(resp), err)
+			}
+			if tc.limited {
+				resp, err = e.askRaw(t, desc(0), tc.subst...)
+				if err != nil || resp.GetOverallCode() != OVER {
+					t.Errorf("check after 1,000 tokens charged: %s, %v; want OVER_LIMIT", codes_(resp), err)
+				}
+			}
+			ctx := context.Background()
+			if err := e.g.Ledger().Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			page, err := e.g.Ledger().Entries(ctx, ledger.Query{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := costmodel.NanoUSD(1_000_000); len(page.Entries) != 1 || page.Entries[0].ActualCost != want {
+				t.Fatalf("ledger after 1,000 tokens served: %+v, want one entry of %v", page.Entries, want)
+			}
+			if en := page.Entries[0]; tc.ledgerTenant != "" && en.Tenant != tc.ledgerTenant {
+				t.Errorf("ledger tenant %q, want %q", en.Tenant, tc.ledgerTenant)
+			}
+		})
+	}
+}
+
+// TestRLSAtkLongValuesCountApart: a value longer than 1,024 bytes is
+// written in a descriptor's counter key by its digest; two such values
+// that differ only past their start count apart, and each on its own.
+func TestRLSAtkLongValuesCountApart(t *testing.T) {
+	e := newEnv(t, testConfig, false, rls.Options{})
+	long := "/x" + strings.Repeat("x", 2000) // any-route: 1 a minute
+	for _, tc := range []struct {
+		value, want string
+	}{
+		{long + "a", "OK OK"},
+		{long + "b", "OK OK"},
+		{long + "a", "OVER_LIMIT OVER_LIMIT"},
+	} {
+		if got := codes_(e.ask(t, "edge", 0, d("route", tc.value))); got != tc.want {
+			t.Errorf("route of %d bytes ending %q: %s, want %s", len(tc.value), tc.value[len(tc.value)-1:], got, tc.want)
+		}
+	}
+}
