@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,4 +149,58 @@ func TestRLSAtkLongValuesCountApart(t *testing.T) {
 			t.Errorf("route of %d bytes ending %q: %s, want %s", len(tc.value), tc.value[len(tc.value)-1:], got, tc.want)
 		}
 	}
+}
+
+// TestRLSAtkAllOrNothingConcurrent: requests of two descriptors (an
+// address's limit, in the domain's Redis Cluster slot, and a tenant's
+// search limit, in the tenant's) race requests of each alone. Whatever
+// the interleaving, a refused request leaves no debit: each limit ends
+// with its capacity less exactly the admitted requests that name it, and
+// the tenant's plan less the admitted ones that name the tenant.
+func TestRLSAtkAllOrNothingConcurrent(t *testing.T) {
+	stores(t, func(t *testing.T, redis bool) {
+		e := newEnv(t, testConfig, redis, rls.Options{})
+		ip := func() *commonv3.RateLimitDescriptor { return d("remote_address", "198.51.100.77") }
+		search := func() *commonv3.RateLimitDescriptor { return d("tenant", "globex", "generic_key", "search") }
+		kinds := [][]func() *commonv3.RateLimitDescriptor{{ip, search}, {ip}, {search}}
+		var admitted [3]atomic.Int64
+		var wg sync.WaitGroup
+		for w := range 24 {
+			wg.Go(func() {
+				for i := range 4 {
+					k := (w + i) % len(kinds)
+					var ds []*commonv3.RateLimitDescriptor
+					for _, f := range kinds[k] {
+						ds = append(ds, f())
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					resp, err := e.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: ds})
+					cancel()
+					if err != nil {
+						t.Errorf("ShouldRateLimit: %v", err)
+						return
+					}
+					if resp.GetOverallCode() == OK {
+						admitted[k].Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		both, ipOnly, searchOnly := admitted[0].Load(), admitted[1].Load(), admitted[2].Load()
+		t.Logf("admitted: %d of both, %d of the address alone, %d of the search alone", both, ipOnly, searchOnly)
+		remaining := func(desc *commonv3.RateLimitDescriptor) uint32 {
+			return e.ask(t, "edge", 0, hits(0, desc)).GetStatuses()[0].GetLimitRemaining()
+		}
+		if got, want := int64(remaining(ip())), 4-both-ipOnly; got != want {
+			t.Errorf("per-ip: %d left, want %d (4 less the admitted requests that name it)", got, want)
+		}
+		// search refills 2 a minute: a token at most while the test runs.
+		if got, want := int64(remaining(search())), 2-both-searchOnly; got != want && got != want+1 {
+			t.Errorf("search: %d left, want %d", got, want)
+		}
+		if got, want := int64(remaining(d("tenant", "globex"))), 100-both-searchOnly; got < want || got > want+2 {
+			t.Errorf("pro-requests: %d left, want %d", got, want)
+		}
+	})
 }
