@@ -204,3 +204,40 @@ func TestRLSAtkAllOrNothingConcurrent(t *testing.T) {
 		}
 	})
 }
+
+// TestRLSAtkEmptyModelIsPriced: a descriptor's model is often a header
+// (Envoy sends a header present but empty as an empty value). An empty
+// model counted as no model at all: the tokens of phase two were counted
+// on the token limits but priced at nothing, neither in the budgets nor
+// in the ledger (and a control-plane tenant's allowed models, which pass a
+// request naming none, did not apply). It is a model no price table
+// names, priced and recorded as any other such model is.
+func TestRLSAtkEmptyModelIsPriced(t *testing.T) {
+	cost := func(model string) costmodel.NanoUSD {
+		e := newEnv(t, unbilledConfig, false, rls.Options{})
+		resp := e.ask(t, "edge", 0, hits(1000, d("tenant", "acme", "user", "u", "model", model, "tokens", "input")))
+		if got := codes_(resp); got != "OK OK" {
+			t.Fatalf("charge of model %q: %s", model, got)
+		}
+		ctx := context.Background()
+		if err := e.g.Ledger().Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		page, err := e.g.Ledger().Entries(ctx, ledger.Query{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Entries) != 1 {
+			t.Errorf("ledger after 1,000 tokens of model %q served: %d entries, want one", model, len(page.Entries))
+			return 0
+		}
+		return page.Entries[0].ActualCost
+	}
+	unknown := cost("no-such-model")
+	if unknown <= 0 {
+		t.Fatalf("an unknown model's 1,000 tokens cost %v", unknown)
+	}
+	if got := cost(""); got != unknown {
+		t.Errorf("1,000 tokens of an empty model billed %v, want %v as an unknown model's", got, unknown)
+	}
+}

@@ -67,6 +67,13 @@ func ledgerText(v string, tag bool) string {
 	return string(b)
 }
 
+// emptyModel is the reading of an empty model value: a model no price
+// table names, priced at the default price and restricted by a tenant's
+// allowed models as any such model is. Read as "", it would be no model,
+// and the tokens charged under it would be priced at nothing. No reading
+// of a value is "%empty" (every '%' of one starts a %XX of hex digits).
+const emptyModel = "%empty"
+
 // maxModelText bounds a model's reading, within the ledger's bound on a
 // model (4,096 bytes): every value of maxEntryLen bytes fits.
 const maxModelText = 3 * maxEntryLen
@@ -221,6 +228,9 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
 				p.user = boundedText(v, false, ledger.MaxKeyField)
 			case roleModel:
 				p.model = boundedText(v, false, maxModelText)
+				if p.model == "" {
+					p.model = emptyModel
+				}
 			}
 			if n.tenant != "" {
 				p.tenant, p.plan = n.tenant, n.plan
