@@ -241,3 +241,18 @@ func TestRLSAtkEmptyModelIsPriced(t *testing.T) {
 		t.Errorf("1,000 tokens of an empty model billed %v, want %v as an unknown model's", got, unknown)
 	}
 }
+
+// TestRLSAtkEmptyTenantKeepsThePlan: a tenant the configuration does not
+// list gets the plan its descriptor names (partner: pro, 100 requests a
+// minute). An empty value, a header present but empty, named no tenant
+// at all: no plan, no budget, no price, where any other unlisted value
+// gets the plan. It is a tenant like any other, on a counter of its own.
+func TestRLSAtkEmptyTenantKeepsThePlan(t *testing.T) {
+	e := newEnv(t, testConfig, false, rls.Options{})
+	for _, v := range []string{"newco", ""} {
+		st := e.ask(t, "edge", 0, d("partner", v)).GetStatuses()[0]
+		if st.GetCurrentLimit().GetName() != "pro-requests" || st.GetLimitRemaining() != 99 {
+			t.Errorf("partner %q: %v, want pro-requests with 99 left", v, st)
+		}
+	}
+}

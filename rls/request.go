@@ -67,12 +67,16 @@ func ledgerText(v string, tag bool) string {
 	return string(b)
 }
 
-// emptyModel is the reading of an empty model value: a model no price
-// table names, priced at the default price and restricted by a tenant's
-// allowed models as any such model is. Read as "", it would be no model,
-// and the tokens charged under it would be priced at nothing. No reading
-// of a value is "%empty" (every '%' of one starts a %XX of hex digits).
-const emptyModel = "%empty"
+// emptyValue is the reading of an empty tenant or model value: a header
+// present but empty names a tenant or a model all the same. Read as "",
+// it would name none: a tenant the configuration does not list would
+// escape the plan its descriptor gives it, and its price; tokens charged
+// under no model would be priced at nothing (and a tenant's allowed
+// models, which pass a request naming none, would not apply). As a model
+// it is one no price table names, priced at the default price. No
+// reading of a value is "%empty" (every '%' of one starts a %XX of hex
+// digits), and no configured tenant holds a '%'.
+const emptyValue = "%empty"
 
 // maxModelText bounds a model's reading, within the ledger's bound on a
 // model (4,096 bytes): every value of maxEntryLen bytes fits.
@@ -221,15 +225,16 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
 			}
 			switch n.as {
 			case roleTenant:
-				if v != "" {
-					p.tenant, p.plan = boundedText(v, true, ledger.MaxKeyField), n.plan
+				p.tenant, p.plan = boundedText(v, true, ledger.MaxKeyField), n.plan
+				if p.tenant == "" {
+					p.tenant = emptyValue
 				}
 			case roleUser:
 				p.user = boundedText(v, false, ledger.MaxKeyField)
 			case roleModel:
 				p.model = boundedText(v, false, maxModelText)
 				if p.model == "" {
-					p.model = emptyModel
+					p.model = emptyValue
 				}
 			}
 			if n.tenant != "" {
