@@ -5,16 +5,22 @@ package rls
 // entries, a second fills them in a few allocations, all its strings
 // pointing into one copy of the message. Anything it does not expect (an
 // unknown field, a field of another wire type, a descriptor's limit
-// override, a message field twice, a string that is not UTF-8, malformed
+// override, a message field twice, a domain that is not UTF-8, malformed
 // bytes) goes to proto.Unmarshal instead, so that the codec accepts,
-// refuses and reads exactly what the generated code does, except for a
-// request past the bounds (maxDescriptors, maxEntries), which is read for
-// its shape alone, for the server to refuse. A RateLimitResponse of the
+// refuses and reads exactly what the generated code does, with two
+// exceptions. An entry's key or value that is not UTF-8 is read as its
+// bytes, where the generated code refuses the whole request: Envoy's C++
+// protobuf writes a header's obs-text bytes as they are, and a request
+// the server cannot read is an error, which Envoy lets through unlimited
+// by default (see the server's reading of such values, ledgerText). And
+// a request past the bounds (maxDescriptors, maxEntries) is read for its
+// shape alone, for the server to refuse. A RateLimitResponse of the
 // fields the server sets is written without reflection too, byte for
 // byte as proto.Marshal writes it, and any other by proto.Marshal; every
 // other message (health, reflection) goes to gRPC's proto codec.
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"unicode/utf8"
@@ -105,7 +111,81 @@ func unmarshalRequest(b []byte, req *rlsv3.RateLimitRequest) error {
 	if outOfBounds(b) {
 		return decodeShape(b, req)
 	}
-	return proto.Unmarshal(b, req)
+	err := proto.Unmarshal(b, req)
+	if err == nil {
+		return nil
+	}
+	valid, ok := validEntries(b)
+	if !ok {
+		return err
+	}
+	proto.Reset(req)
+	if proto.Unmarshal(valid, req) != nil {
+		return err
+	}
+	readEntries(b, req)
+	return nil
+}
+
+// validEntries is a copy of b, a RateLimitRequest, in which each byte of
+// an entry's key or value that is not UTF-8 is '?'; ok is false when no
+// entry holds one, or b is malformed. The copy has b's layout: the
+// message proto.Unmarshal reads from it has b's descriptors and entries,
+// in b's order, for readEntries to give them b's keys and values.
+func validEntries(b []byte) (valid []byte, ok bool) {
+	valid = bytes.Clone(b)
+	eachEntry(valid, func(_, _ int, num protowire.Number, v []byte) {
+		for i := 0; i < len(v); {
+			r, n := utf8.DecodeRune(v[i:])
+			if r == utf8.RuneError && n == 1 {
+				v[i], ok = '?', true
+			}
+			i += n
+		}
+	})
+	return valid, ok
+}
+
+// readEntries sets the key and value of each entry of req, which
+// proto.Unmarshal read from validEntries(b), to b's: the last of each, as
+// proto.Unmarshal reads them.
+func readEntries(b []byte, req *rlsv3.RateLimitRequest) {
+	eachEntry(b, func(d, e int, num protowire.Number, v []byte) {
+		en := req.Descriptors[d].Entries[e]
+		if num == 1 {
+			en.Key = string(v)
+		} else {
+			en.Value = string(v)
+		}
+	})
+}
+
+// eachEntry calls f with each key (num 1) and value (num 2) field of each
+// entry of the request b, in order, with the index of its descriptor and
+// its index there; v is a part of b.
+func eachEntry(b []byte, f func(d, e int, num protowire.Number, v []byte)) {
+	d := 0
+	eachField(b, func(num protowire.Number, typ protowire.Type, desc []byte) bool {
+		if num != 2 || typ != protowire.BytesType {
+			return true
+		}
+		e := 0
+		eachField(desc, func(num protowire.Number, typ protowire.Type, entry []byte) bool {
+			if num != 1 || typ != protowire.BytesType {
+				return true
+			}
+			eachField(entry, func(num protowire.Number, typ protowire.Type, v []byte) bool {
+				if typ == protowire.BytesType && (num == 1 || num == 2) {
+					f(d, e, num, v)
+				}
+				return true
+			})
+			e++
+			return true
+		})
+		d++
+		return true
+	})
 }
 
 // outOfBounds tells whether b, a RateLimitRequest on the wire, has more
@@ -296,9 +376,6 @@ func decodeDescriptor(b []byte, s string, start, end int, dd *commonv3.RateLimit
 				tag, n := protowire.ConsumeVarint(b[j:ee])
 				j += n
 				vs, ve := bytesAt(b[:ee], j)
-				if !utf8.Valid(b[vs:ve]) {
-					return false
-				}
 				if tag == tagKey {
 					en.Key = s[vs:ve]
 				} else {

@@ -6,8 +6,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -94,12 +96,32 @@ func checkRequestCodec(t *testing.T, b []byte) {
 		checkShape(t, b, want, wantErr)
 		return
 	}
+	// An entry's key or value that is not UTF-8 is read as its bytes,
+	// where proto.Unmarshal refuses the request: the codec's reading, each
+	// such byte '?', is what proto.Unmarshal reads with them so.
+	notUTF8 := false
+	if valid, ok := validEntries(b); ok && wantErr != nil {
+		if w := (&rlsv3.RateLimitRequest{}); proto.Unmarshal(valid, w) == nil {
+			want, wantErr, notUTF8 = w, nil, true
+		}
+	}
+	same := func(got *rlsv3.RateLimitRequest) bool {
+		if notUTF8 {
+			got = proto.Clone(got).(*rlsv3.RateLimitRequest)
+			for _, dd := range got.Descriptors {
+				for _, en := range dd.Entries {
+					en.Key, en.Value = questioned(en.Key), questioned(en.Value)
+				}
+			}
+		}
+		return proto.Equal(got, want)
+	}
 	fast := &rlsv3.RateLimitRequest{}
 	if decodeRequest(b, fast) {
 		if wantErr != nil {
 			t.Fatalf("decodeRequest read %x, which proto.Unmarshal refuses: %v", b, wantErr)
 		}
-		if !proto.Equal(fast, want) {
+		if !same(fast) {
 			t.Fatalf("decodeRequest read %x as %v, proto.Unmarshal as %v", b, fast, want)
 		}
 	}
@@ -108,8 +130,85 @@ func checkRequestCodec(t *testing.T, b []byte) {
 	if (err == nil) != (wantErr == nil) {
 		t.Fatalf("codec: %v, proto.Unmarshal: %v, on %x", err, wantErr, b)
 	}
-	if err == nil && !proto.Equal(got, want) {
+	if err == nil && !same(got) {
 		t.Fatalf("codec read %x as %v, proto.Unmarshal as %v", b, got, want)
+	}
+}
+
+// questioned is s with each byte that is not UTF-8 '?'.
+func questioned(s string) string {
+	b := []byte(s)
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			b[i] = '?'
+		}
+		i += n
+	}
+	return string(b)
+}
+
+// TestRequestCodecEntriesNotUTF8: an entry's key and value that are not
+// UTF-8 are read as their bytes, by decodeRequest and by the fallback of a
+// request it leaves to proto.Unmarshal (a limit override); the last of
+// each wins, as in proto.Unmarshal; a domain that is not UTF-8 is still
+// refused.
+func TestRequestCodecEntriesNotUTF8(t *testing.T) {
+	entry := func(fields ...string) []byte { // key, value, key, value...
+		var e []byte
+		for i, f := range fields {
+			e = protowire.AppendTag(e, protowire.Number(1+i%2), protowire.BytesType)
+			e = protowire.AppendString(e, f)
+		}
+		return e
+	}
+	desc := func(override bool, entries ...[]byte) []byte {
+		var d []byte
+		for _, e := range entries {
+			d = protowire.AppendTag(d, 1, protowire.BytesType)
+			d = protowire.AppendBytes(d, e)
+		}
+		if override {
+			d = protowire.AppendTag(d, 2, protowire.BytesType)
+			d = protowire.AppendBytes(d, []byte{0x08, 0x05, 0x10, 0x02}) // 5 a minute
+		}
+		return d
+	}
+	request := func(domain string, descs ...[]byte) []byte {
+		b := protowire.AppendTag(nil, 1, protowire.BytesType)
+		b = protowire.AppendString(b, domain)
+		for _, d := range descs {
+			b = protowire.AppendTag(b, 2, protowire.BytesType)
+			b = protowire.AppendBytes(b, d)
+		}
+		return b
+	}
+	for _, override := range []bool{false, true} {
+		b := request("d",
+			desc(false, entry("user", "a\xff")),
+			desc(override, entry("k", "ok"), entry("k\xc3", "first\x80", "k\xc3(", "last\xed\xa0\x80")),
+		)
+		checkRequestCodec(t, b)
+		var req rlsv3.RateLimitRequest
+		if err := unmarshalRequest(b, &req); err != nil {
+			t.Fatalf("override %v: %v", override, err)
+		}
+		got := []string{}
+		for _, dd := range req.Descriptors {
+			for _, en := range dd.Entries {
+				got = append(got, en.Key, en.Value)
+			}
+		}
+		if want := []string{"user", "a\xff", "k", "ok", "k\xc3(", "last\xed\xa0\x80"}; !slices.Equal(got, want) {
+			t.Errorf("override %v: entries %q, want %q", override, got, want)
+		}
+		if (req.Descriptors[1].Limit != nil) != override {
+			t.Errorf("override %v: limit %v", override, req.Descriptors[1].Limit)
+		}
+	}
+	var req rlsv3.RateLimitRequest
+	if err := unmarshalRequest(request("d\xff", desc(false, entry("k", "v\xff"))), &req); err == nil {
+		t.Errorf("a domain not UTF-8 read as %q", req.Domain)
 	}
 }
 

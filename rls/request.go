@@ -28,7 +28,12 @@ import (
 const (
 	maxDescriptors = 64
 	maxEntries     = 16
-	maxEntryLen    = 1024 // bytes of an entry's key or value
+	// maxEntryLen bounds an entry's key. A value may be longer (it is
+	// often a header of the client's, which must not make the request an
+	// error that Envoy lets through): in a limiter key it is written as
+	// its digest (appendValue), in a tenant, user or model as boundedText
+	// reads it.
+	maxEntryLen = 1024
 	// maxHits bounds a hits_addend: larger than any limit can hold, it is
 	// refused as such (OVER_LIMIT) rather than overflow a price.
 	maxHits = 1 << 50
@@ -41,16 +46,18 @@ const (
 // uncounted. The reading is one to one, so that no value lands on
 // another's counters ("a\x00", "a\xff" and "a\uFFFD" are three users): a
 // value with a NUL, a byte that is not UTF-8 or a '%' has each of them
-// written %XX; any other value is itself.
-func ledgerText(v string) string {
-	if strings.IndexByte(v, 0) < 0 && strings.IndexByte(v, '%') < 0 && utf8.ValidString(v) {
+// written %XX; any other value is itself. A tenant's reading (tag set)
+// writes '{' and '}' so too: the tenant is the hash tag of its limiter
+// keys, which they delimit, and no configured tenant holds them.
+func ledgerText(v string, tag bool) string {
+	if strings.IndexByte(v, 0) < 0 && strings.IndexByte(v, '%') < 0 && (!tag || strings.IndexAny(v, "{}") < 0) && utf8.ValidString(v) {
 		return v
 	}
 	const hex = "0123456789ABCDEF"
 	b := make([]byte, 0, len(v)+8)
 	for i := 0; i < len(v); {
 		r, n := utf8.DecodeRuneInString(v[i:])
-		if r == 0 || r == '%' || r == utf8.RuneError && n == 1 {
+		if r == 0 || r == '%' || tag && (r == '{' || r == '}') || r == utf8.RuneError && n == 1 {
 			b = append(b, '%', hex[v[i]>>4], hex[v[i]&15])
 		} else {
 			b = append(b, v[i:i+n]...)
@@ -60,19 +67,34 @@ func ledgerText(v string) string {
 	return string(b)
 }
 
-// keyText is v as the ledger stores a tenant or a user: ledgerText(v),
-// and when that is longer than the ledger takes (ledger.MaxKeyField: it
-// would refuse the record of a charge of usage already served, which
-// would go unbilled), its start and "%~" and the
-// SHA-256 of v in hex. No reading of a value that fits holds "%~" (every
-// '%' of it starts a %XX), so no two values share a counter.
-func keyText(v string) string {
-	t := ledgerText(v)
-	if len(t) <= ledger.MaxKeyField {
+// emptyValue is the reading of an empty tenant or model value: a header
+// present but empty names a tenant or a model all the same. Read as "",
+// it would name none: a tenant the configuration does not list would
+// escape the plan its descriptor gives it, and its price; tokens charged
+// under no model would be priced at nothing (and a tenant's allowed
+// models, which pass a request naming none, would not apply). As a model
+// it is one no price table names, priced at the default price. No
+// reading of a value is "%empty" (every '%' of one starts a %XX of hex
+// digits), and no configured tenant holds a '%'.
+const emptyValue = "%empty"
+
+// maxModelText bounds a model's reading, within the ledger's bound on a
+// model (4,096 bytes): every value of maxEntryLen bytes fits.
+const maxModelText = 3 * maxEntryLen
+
+// boundedText is ledgerText(v, tag), and when that is longer than bound
+// (the ledger would refuse the record of a charge of usage already
+// served, which would go unbilled), its start and "%~" and the SHA-256 of
+// v in hex. No reading of a value that fits holds "%~" (every '%' of it
+// starts a %XX), so no two values share a counter. A tenant or a user is
+// bounded by ledger.MaxKeyField, a model by maxModelText.
+func boundedText(v string, tag bool, bound int) string {
+	t := ledgerText(v, tag)
+	if len(t) <= bound {
 		return t
 	}
 	sum := sha256.Sum256([]byte(v))
-	cut := ledger.MaxKeyField - 2 - 2*len(sum)
+	cut := bound - 2 - 2*len(sum)
 	for cut > 0 && !utf8.RuneStart(t[cut]) {
 		cut--
 	}
@@ -191,8 +213,8 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
 		lv := dom.root
 		for _, e := range es {
 			k, v := e.GetKey(), e.GetValue()
-			if len(k) > maxEntryLen || len(v) > maxEntryLen {
-				return fmt.Errorf("%w: descriptor %d has an entry longer than %d bytes", errInvalid, i, maxEntryLen)
+			if len(k) > maxEntryLen {
+				return fmt.Errorf("%w: descriptor %d has an entry key longer than %d bytes", errInvalid, i, maxEntryLen)
 			}
 			n = nil
 			if ch := lv[k]; ch != nil {
@@ -203,16 +225,17 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
 			}
 			switch n.as {
 			case roleTenant:
-				if strings.IndexByte(v, '{') >= 0 || strings.IndexByte(v, '}') >= 0 {
-					return fmt.Errorf("%w: descriptor %d: a tenant must not contain '{' or '}'", errInvalid, i)
-				}
-				if v != "" {
-					p.tenant, p.plan = keyText(v), n.plan
+				p.tenant, p.plan = boundedText(v, true, ledger.MaxKeyField), n.plan
+				if p.tenant == "" {
+					p.tenant = emptyValue
 				}
 			case roleUser:
-				p.user = keyText(v)
+				p.user = boundedText(v, false, ledger.MaxKeyField)
 			case roleModel:
-				p.model = ledgerText(v)
+				p.model = boundedText(v, false, maxModelText)
+				if p.model == "" {
+					p.model = emptyValue
+				}
 			}
 			if n.tenant != "" {
 				p.tenant, p.plan = n.tenant, n.plan
@@ -466,14 +489,14 @@ func (c *call) addExtra(g *group, d *desc, tenant string, rd *commonv3.RateLimit
 			b = append(b, ':')
 			b = appendEscaped(b, e.GetKey(), true)
 			b = append(b, '=')
-			b = appendEscaped(b, e.GetValue(), false)
+			b = appendValue(b, e.GetValue())
 		}
 	} else {
 		// A configured limit is its node's: the path to the node fixes
 		// the entries' keys, and the values alone tell counters apart.
 		for _, e := range rd.GetEntries() {
 			b = append(b, ':')
-			b = appendEscaped(b, e.GetValue(), false)
+			b = appendValue(b, e.GetValue())
 		}
 	}
 	c.key = b
@@ -498,6 +521,20 @@ func (c *call) addExtra(g *group, d *desc, tenant string, rd *commonv3.RateLimit
 	g.extras = append(g.extras, e)
 	g.actual = append(g.actual, actual)
 	return len(g.extras) - 1
+}
+
+// appendValue appends an entry's value v as appendEscaped does; a value
+// longer than maxEntryLen as the start of it, "%~" and its SHA-256 in hex,
+// which no escaped value holds, so that the key stays short and no two
+// values share it.
+func appendValue(b []byte, v string) []byte {
+	if len(v) <= maxEntryLen {
+		return appendEscaped(b, v, false)
+	}
+	sum := sha256.Sum256([]byte(v))
+	b = appendEscaped(b, v[:64], false)
+	b = append(b, "%~"...)
+	return hex.AppendEncode(b, sum[:])
 }
 
 // appendEscaped appends v with '%' and ':' escaped, and '=' too when eq is

@@ -529,8 +529,7 @@ func TestInvalidRequests(t *testing.T) {
 		{"no domain", &rlsv3.RateLimitRequest{Descriptors: []*commonv3.RateLimitDescriptor{d("a", "b")}}},
 		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "edge"}},
 		{"empty descriptor", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{{}}}},
-		{"long value", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{d("route", long)}}},
-		{"hash tag in a tenant", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{d("tenant", "a}b")}}},
+		{"long key", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{d(long, "x")}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := e.client.ShouldRateLimit(context.Background(), tc.req)
