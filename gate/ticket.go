@@ -588,6 +588,8 @@ func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge,
 		}
 		h.state, h.result, h.res = holdSettled, c, nil // the state is all a settled hold needs
 		r.g.holds.mu.Unlock()
+	} else if perr != nil && !r.g.endAlone(r, holdSettled, c) {
+		return r.SettleHeld(ctx, c) // another end came first: answered from it
 	}
 	r.settle(ctx, c, actual, stored)
 	return c, false, nil
@@ -624,17 +626,40 @@ func (r *Reservation) Release(ctx context.Context) error {
 	}
 	if h != nil {
 		r.g.holds.mu.Lock()
-		if h.state == holdOpen || perr == nil { // a claim won decides (see SettleHeld)
+		// A claim won decides (see SettleHeld); without one, the first
+		// end the hold records does, another release's included.
+		mine := h.state == holdOpen || perr == nil
+		if mine {
 			h.state, h.res = holdReleased, nil
 		}
-		st := h.state
 		r.g.holds.mu.Unlock()
-		if st != holdReleased {
+		if !mine {
 			return r.Release(ctx)
 		}
+	} else if perr != nil && !r.g.endAlone(r, holdReleased, Charge{}) {
+		return r.Release(ctx)
 	}
 	r.cancel(ctx, stored)
 	return nil
+}
+
+// endAlone records on this replica that held reservation r ends so (st,
+// c), when the replica holds no hold of r (made by another replica, or
+// before a restart) and no claim decided it (no Redis, or Redis failing):
+// the first end recorded wins, as a claim does, and the others, each with
+// a reservation of its own rebuilt from the id, answer from it instead of
+// ending r again. The ledger, which knows r's end once it is billed, cannot
+// tell ends at once. It reports whether this end is the first. The record
+// is an ended hold, kept as this replica's own are (see expireHolds).
+func (g *Gate) endAlone(r *Reservation, st holdState, c Charge) bool {
+	hs := &g.holds
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if hs.find(r.req.ID) != nil {
+		return false
+	}
+	hs.m[r.req.ID] = &hold{tenant: r.req.Caller.Tenant, expires: r.expires, state: st, result: c}
+	return true
 }
 
 // ended answers for a reservation this replica knows has ended: the first

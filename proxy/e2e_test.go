@@ -50,6 +50,8 @@ type stackOptions struct {
 	upstreamTimeout time.Duration
 	// telemetry is the server's; nil: one with defaults.
 	telemetry *telemetry.Telemetry
+	// dataDir is the data directory; empty: a new temporary one.
+	dataDir string
 }
 
 // onEachStore runs f as a subtest on each limiter store, with url the
@@ -103,6 +105,9 @@ func newStackWith(t testing.TB, o stackOptions) *stack {
 	if o.upstreamTimeout == 0 {
 		o.upstreamTimeout = 10 * time.Minute
 	}
+	if o.dataDir == "" {
+		o.dataDir = t.TempDir()
+	}
 
 	yaml := fmt.Sprintf(`
 admin_token: test-admin
@@ -133,7 +138,7 @@ tenants:
     keys:
       - id: globex-key
         key: cg-test-globex
-%s`, t.TempDir(), redisURL, o.store, upURL, o.upstreamTimeout, upURL, upstreams, limits)
+%s`, o.dataDir, redisURL, o.store, upURL, o.upstreamTimeout, upURL, upstreams, limits)
 	cfg, err := config.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatalf("config: %v", err)
