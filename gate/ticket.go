@@ -357,8 +357,10 @@ func (r *Reservation) Hold(ttl time.Duration) (string, time.Time) {
 // the same: its SettleHeld answers the first settlement (again true) or
 // ErrReleased, its Release ErrSettled or nil. Past its expiry, Resume
 // fails with ErrExpired unless the reservation was settled or released
-// before: this replica's hold tells so, else, with a Redis store, the
-// reservation's claim there. Finding none, Resume claims the expiry
+// before: this replica's hold tells so, else its final entry in the
+// ledger (when this replica holds none; a lookup bounded by a second),
+// else, with a Redis store, the reservation's claim there. Finding none,
+// Resume claims the expiry
 // itself, so that a settlement racing it cannot end it too (a SETNX and,
 // when another end is there, a GET, bounded by ctx and a second: the
 // calls to Redis Resume makes; when they fail, ErrExpired).
@@ -401,8 +403,9 @@ func (g *Gate) Resume(ctx context.Context, c *Caller, id string) (res *Reservati
 
 // endOf tells how held reservation t, past its expiry, ended: h, this
 // replica's hold of it (nil for none), when it was settled or released,
-// else a hold made from its claim in Redis, which h adopts. It is
-// ErrExpired when it expired, or when neither tells.
+// else a hold made from its entry in the ledger, final, when this replica
+// holds none, else from its claim in Redis, which h adopts. It is
+// ErrExpired when it expired, or when none tells.
 func (g *Gate) endOf(ctx context.Context, t *ticket, expires time.Time, h *hold) (*hold, error) {
 	if h != nil {
 		g.holds.mu.Lock()
@@ -410,6 +413,16 @@ func (g *Gate) endOf(ctx context.Context, t *ticket, expires time.Time, h *hold)
 		g.holds.mu.Unlock()
 		if st == holdSettled || st == holdReleased {
 			return h, nil
+		}
+	}
+	if h == nil {
+		// Made by another replica, or before a restart: a settlement or a
+		// release billed is in the ledger, when no claim in Redis tells.
+		switch out, again, err, _ := g.endedInLedger(ctx, t.ID, expires); {
+		case again:
+			return &hold{tenant: t.Tenant, expires: expires, state: holdSettled, result: out}, nil
+		case errors.Is(err, ErrReleased):
+			return &hold{tenant: t.Tenant, expires: expires, state: holdReleased}, nil
 		}
 	}
 	if g.redis == nil {
@@ -677,14 +690,20 @@ func (r *Reservation) endedInLedger(ctx context.Context, h *hold) (out Charge, a
 	if h != nil {
 		return Charge{}, false, nil, false
 	}
+	return r.g.endedInLedger(ctx, r.req.ID, r.expires)
+}
+
+// endedInLedger is how the held reservation of request id, which expires
+// at expires, ended, as the ledger tells (see Reservation.endedInLedger).
+func (g *Gate) endedInLedger(ctx context.Context, id string, expires time.Time) (out Charge, again bool, err error, done bool) {
 	lctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	e, ok, lerr := r.g.ledger.Lookup(lctx, r.req.ID)
+	e, ok, lerr := g.ledger.Lookup(lctx, id)
 	if lerr != nil || !ok || !e.Status.Final() {
 		return Charge{}, false, nil, false
 	}
 	switch {
-	case e.Status == ledger.StatusRecovered && time.Now().Before(r.expires):
+	case e.Status == ledger.StatusRecovered && time.Now().Before(expires):
 		// Recovered at its estimate by the restart of the replica that
 		// made it, before its expiry: nobody ended it. It may still be
 		// settled or released until it expires (the claim decides); a

@@ -216,3 +216,49 @@ budgets:
 		}
 	}
 }
+
+// TestReserveAtkSettledBeforeARestart: a reservation settled on a single
+// node (the in-memory store, the embedded ledger) that then restarts is
+// still settled once past its expiry: a settle retried then (a client
+// whose answer the restart lost) is told the first one, a release is 409
+// reservation_settled, as on a node that did not restart, and neither
+// says that it expired and was charged its estimate.
+func TestReserveAtkSettledBeforeARestart(t *testing.T) {
+	const extra = `
+budgets:
+  - {name: daily, scope: tenant, amount: "100.00"}
+`
+	dir := t.TempDir()
+	before := newStackWith(t, stackOptions{extra: extra, dataDir: dir})
+	code, r := reserveCall(t, before.srv.Handler(), "cg-test-acme", "/v1/costgate/reserve", `{"cost":{"usd":"1.00"},"ttl":"2s"}`)
+	if code != 200 {
+		t.Fatalf("reserve: %d %v", code, r)
+	}
+	id, _ := r["reservation_id"].(string)
+	exp, err := time.Parse(time.RFC3339Nano, r["expires_at"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle := fmt.Sprintf(`{"reservation_id":%q,"usage":{"usd":"0.30"}}`, id)
+	if code, out := reserveCall(t, before.srv.Handler(), "cg-test-acme", "/v1/costgate/settle", settle); code != 200 || out["already_settled"] != false {
+		t.Fatalf("settle: %d %v", code, out)
+	}
+	if err := before.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := newStackWith(t, stackOptions{extra: extra, dataDir: dir})
+	h := s.srv.Handler()
+	for time.Now().Before(exp.Add(1500 * time.Millisecond)) {
+		time.Sleep(20 * time.Millisecond) // polls the wall clock past the expiry and the next expiry pass
+	}
+	if code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/settle", settle); code != 200 || out["already_settled"] != true || out["cost_usd"] != "0.300000000" {
+		t.Errorf("settle retried past the expiry after the restart: %d %v; want the first's $0.30, already settled", code, out)
+	}
+	if code, out := reserveCall(t, h, "cg-test-acme", "/v1/costgate/release", fmt.Sprintf(`{"reservation_id":%q}`, id)); code != 409 || errCode(out) != "reservation_settled" {
+		t.Errorf("release past the expiry after the restart: %d %v; want 409 reservation_settled", code, out)
+	}
+	es := s.entries(t)
+	if len(es) != 1 || es[0].Status != ledger.StatusSettled || es[0].ActualCost != 300_000_000 {
+		t.Errorf("ledger %+v; want one entry settled at $0.30", es)
+	}
+}
