@@ -101,7 +101,7 @@ func startClusterNode(t testing.TB) (string, int, *exec.Cmd, error) {
 			return "", 0, nil, err
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		if err := waitPing(addr); err != nil {
+		if err := waitOwn(addr, cmd.Process.Pid); err != nil {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
@@ -113,19 +113,39 @@ func startClusterNode(t testing.TB) (string, int, *exec.Cmd, error) {
 	return "", 0, nil, lastErr
 }
 
-func waitPing(addr string) error {
+// waitOwn waits up to 5 s until the redis-server at addr answers and is
+// process pid. A free port is found before the server binds it, so another
+// test's server (another package's, run at the same time) may have taken
+// it: the server started then fails to bind and exits, and the one that
+// answers is the other's, whose keys the test would share.
+func waitOwn(addr string, pid int) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer c.Close()
 	var err error
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err = c.Ping(ctx).Err()
+		var info string
+		info, err = c.Info(ctx, "server").Result()
 		cancel()
-		if err == nil {
-			return nil
+		if err != nil {
+			continue
 		}
+		if got := infoField(info, "process_id"); got != strconv.Itoa(pid) {
+			return fmt.Errorf("port of %s taken by another redis-server (process %s)", addr, got)
+		}
+		return nil
 	}
 	return err
+}
+
+// infoField is the value of field in an INFO reply.
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // waitConsistent waits until every node reports the cluster ok and sees

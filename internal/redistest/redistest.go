@@ -147,25 +147,14 @@ func run(port int, dir string) (*exec.Cmd, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), MaxRetries: -1})
-	defer c.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return cmd, nil
-		}
-		if cmd.ProcessState != nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	err := waitOwn(fmt.Sprintf("127.0.0.1:%d", port), cmd.Process.Pid)
+	if err == nil {
+		return cmd, nil
 	}
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-	return nil, fmt.Errorf("redis-server on port %d did not answer: %s", port, log)
+	return nil, fmt.Errorf("redis-server on port %d: %v: %s", port, err, log)
 }
 
 func splitAddr(addr string) (string, int, error) {
