@@ -80,7 +80,7 @@ func isMethodOverride(name string) bool {
 func isIdempotencyKey(name string) bool {
 	const word = "idempoten"
 	for i := 0; i+len(word) <= len(name); i++ {
-		if costmodel.HeaderIs(name[i:i+len(word)], word) {
+		if c := name[i]; (c == 'i' || c == 'I') && costmodel.HeaderIs(name[i:i+len(word)], word) {
 			return true
 		}
 	}
