@@ -758,10 +758,19 @@ func (g *Gate) adopt(h *hold, c claim) {
 	}
 	g.holds.mu.Unlock()
 	if res != nil {
-		res.unexpose() // another replica ended it
-		res.giveBackLeased(c)
-		g.renewer.remove(res)
+		res.endedElsewhere(c)
 	}
+}
+
+// endedElsewhere lets go of r, held here, which another replica ended as
+// c says: what it left unreserved and what it spent from this replica's
+// leases are given back, and it is renewed no more. It runs once per
+// reservation (adopt takes r from its hold; the expiry pass from its due
+// list).
+func (r *Reservation) endedElsewhere(c claim) {
+	r.unexpose()
+	r.giveBackLeased(c)
+	r.g.renewer.remove(r)
 }
 
 // giveBackLeased gives back to this replica's leases what r, a held
@@ -1021,9 +1030,7 @@ func (g *Gate) expireHolds(now time.Time) {
 			// Settled or released on another replica: the hold tells so
 			// from now on.
 			g.adopt(r.held, prior)
-			r.unexpose()
-			r.giveBackLeased(prior)
-			g.renewer.remove(r)
+			r.endedElsewhere(prior)
 			continue
 		}
 		r.settle(ctx, ch, actual, stored)
