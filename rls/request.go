@@ -93,12 +93,22 @@ func boundedText(v string, tag bool, bound int) string {
 	if len(t) <= bound {
 		return t
 	}
-	sum := sha256.Sum256([]byte(v))
-	cut := bound - 2 - 2*len(sum)
+	cut := bound - digestLen
 	for cut > 0 && !utf8.RuneStart(t[cut]) {
 		cut--
 	}
-	return t[:cut] + "%~" + hex.EncodeToString(sum[:])
+	return string(appendDigest([]byte(t[:cut]), v))
+}
+
+// digestLen is the length of what appendDigest appends.
+const digestLen = 2 + 2*sha256.Size
+
+// appendDigest appends "%~" and the SHA-256 of v in hex: the end of a
+// value's reading too long to keep whole, which no escaped value holds.
+func appendDigest(b []byte, v string) []byte {
+	sum := sha256.Sum256([]byte(v))
+	b = append(b, "%~"...)
+	return hex.AppendEncode(b, sum[:])
 }
 
 // errInvalid marks a request that is not a valid RateLimitRequest.
@@ -531,10 +541,7 @@ func appendValue(b []byte, v string) []byte {
 	if len(v) <= maxEntryLen {
 		return appendEscaped(b, v, false)
 	}
-	sum := sha256.Sum256([]byte(v))
-	b = appendEscaped(b, v[:64], false)
-	b = append(b, "%~"...)
-	return hex.AppendEncode(b, sum[:])
+	return appendDigest(appendEscaped(b, v[:64], false), v)
 }
 
 // appendEscaped appends v with '%' and ':' escaped, and '=' too when eq is
