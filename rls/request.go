@@ -89,8 +89,13 @@ const maxModelText = 3 * maxEntryLen
 // starts a %XX), so no two values share a counter. A tenant or a user is
 // bounded by ledger.MaxKeyField, a model by maxModelText.
 func boundedText(v string, tag bool, bound int) string {
-	t := ledgerText(v, tag)
-	if len(t) <= bound {
+	// Escaping never shortens: of a value longer than bound, the reading
+	// keeps less than bound bytes, all from its first bound bytes, and
+	// only those are read (a 60 KiB header's value is not escaped whole
+	// to keep 446 bytes of it).
+	head := v[:min(len(v), bound)]
+	t := ledgerText(head, tag)
+	if len(t) <= bound && len(head) == len(v) {
 		return t
 	}
 	cut := bound - digestLen
