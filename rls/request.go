@@ -111,9 +111,18 @@ const digestLen = 2 + 2*sha256.Size
 // appendDigest appends "%~" and the SHA-256 of v in hex: the end of a
 // value's reading too long to keep whole, which no escaped value holds.
 func appendDigest(b []byte, v string) []byte {
-	sum := sha256.Sum256([]byte(v))
+	// Hashed through a buffer on the stack: []byte(v), and io.WriteString
+	// on the hash, copy v to the heap whole.
+	h := sha256.New()
+	var buf [1024]byte
+	for rest := v; rest != ""; {
+		n := copy(buf[:], rest)
+		h.Write(buf[:n])
+		rest = rest[n:]
+	}
+	var sum [sha256.Size]byte
 	b = append(b, "%~"...)
-	return hex.AppendEncode(b, sum[:])
+	return hex.AppendEncode(b, h.Sum(sum[:0]))
 }
 
 // errInvalid marks a request that is not a valid RateLimitRequest.
