@@ -219,11 +219,14 @@ func (c RedisConfig) Validate() error {
 // groups are then peeked, so that every item reports its state before the
 // debit, as on one node (a stale group, see Generations, ends the
 // debit as a failing one does: the groups before it are cancelled and its
-// *StaleError is returned). Consistency across groups is
-// therefore weaker
-// than within one: a request never gets more than every limit allows, but
-// for the moment between a debit and its compensation other requests can
-// see the reservation and be denied. A group whose script fails is not
+// *StaleError is returned). The groups cancelled for a stale group forget
+// the id, so that the Debit under the same id after a Restore (see
+// Generations) starts a reservation that settles on every group, as on
+// one node; after a denial or an error they keep it ended: a Settle or
+// Cancel of it changes nothing there. Consistency across groups is
+// therefore weaker than within one: a request never gets more than every
+// limit allows, but for the moment between a debit and its compensation
+// other requests can see the reservation and be denied. A group whose script fails is not
 // compensated, since it cannot be known whether it ran; its reservation
 // expires as its limits refill (one whose reply comes late is cancelled
 // by the store, see Batching). Settle, Cancel, Peek and Reset act group by
@@ -700,10 +703,17 @@ func (r *Redis) DebitInto(ctx context.Context, id string, items []Item, states [
 		if err == nil && ok {
 			continue
 		}
-		// Compensate the groups already debited.
+		// Compensate the groups already debited. A stale tag tells the
+		// caller that nothing was debited, and it debits again under the
+		// same id once the tag is restored: the compensation then forgets
+		// the id, as a group never debited knows nothing of it, so that
+		// the reservation admitted then settles there (and a second stale
+		// tag's compensation refunds it). After a denial or an error the
+		// id stays ended there: a Settle or Cancel of it changes nothing.
+		forget := errors.Is(err, ErrStale)
 		var errs []error
 		for c := range k {
-			if cerr := r.settleGroup(ctx, id, items, ss, &gs[c], nil); cerr != nil {
+			if cerr := r.settleGroup(ctx, id, items, ss, &gs[c], nil, forget); cerr != nil {
 				errs = append(errs, cerr)
 			}
 		}
@@ -777,18 +787,24 @@ func (r *Redis) settle(ctx context.Context, id string, items []Item, actual []in
 	}
 	var errs []error
 	for _, g := range r.groups(items) {
-		if err := r.settleGroup(ctx, id, items, ss, &g, actual); err != nil {
+		if err := r.settleGroup(ctx, id, items, ss, &g, actual, false); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// settleGroup settles one group; nil actual cancels.
-func (r *Redis) settleGroup(ctx context.Context, id string, items []Item, ss []spec, g *group, actual []int64) error {
+// settleGroup settles one group; nil actual cancels. With forget, the
+// group's record of id is deleted rather than marked settled: a later
+// debit of id there starts a reservation that settles.
+func (r *Redis) settleGroup(ctx context.Context, id string, items []Item, ss []spec, g *group, actual []int64, forget bool) error {
 	keys := append(g.keys[:len(g.keys):len(g.keys)], r.recordKey(g.tag, id))
 	c := getCall(ctx)
 	c.buf = r.header(c.buf, len(g.idx), len(keys), opSettle, g.strings(items), nil)
+	if forget {
+		// The header's time to remember a settled id: 0 deletes the record.
+		binary.LittleEndian.PutUint64(c.buf[8*5:], math.Float64bits(0))
+	}
 	for _, i := range g.idx {
 		c.buf = appendItem(c.buf, &ss[i], items[i].Cost)
 		c.buf = appendNumber(c.buf, actualCost(items, ss, actual, i))

@@ -4,8 +4,9 @@
 -- (meters and windows first), then the reservation's record key
 -- KEYS[k + n + 1]. Its items are in buf from pos on: per item, doubles
 -- algo, cap, rate, period, tick, reserved cost, actual cost. remember is
--- how long to remember the id (ms). In a batch (C set), it reads and
--- writes meters and windows through lib's cache (see C there).
+-- how long to remember the id (ms); 0 deletes its record instead. In a
+-- batch (C set), it reads and writes meters and windows through lib's
+-- cache (see C there).
 -- Its reply, replies[r], is 1, or 0 when the id was settled already.
 local L = lib()
 local rkey = KEYS[k + n + 1]
@@ -30,5 +31,11 @@ for i = 1, n do
   algo, cap, rate, period, tick, reserved, actual, pos = sunpack('<ddddddd', buf, pos)
   L.adjust(key, algo, cap, rate, period, tick, reserved, actual, id, debited)
 end
-redis.call('SET', rkey, 'd', 'PX', remember)
+if remember > 0 then
+  redis.call('SET', rkey, 'd', 'PX', remember)
+else
+  -- A compensation (remember 0): the id is forgotten, as if never
+  -- debited here (see Redis.DebitInto).
+  redis.call('DEL', rkey)
+end
 replies[r] = 1
