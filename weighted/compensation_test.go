@@ -89,3 +89,59 @@ func TestStaleCompensationForgetsTheID(t *testing.T) {
 		}
 	}
 }
+
+// TestLeasedRegainSettlesOnEveryGroup drives the denial case through
+// Leased, which debits a request again under its id when the store
+// refused it for units this replica's leases held (see regain): on a
+// sharded store, the group before the refused one was compensated, then
+// debited again under that id. Its settlement must count there; before,
+// the compensation had marked the id settled on that group, and the
+// model's charge of 300 against an estimate of 10 was dropped (990 left
+// of 1,000 where 700 should be).
+func TestLeasedRegainSettlesOnEveryGroup(t *testing.T) {
+	c := testRedis(t)
+	ctx := context.Background()
+	model := Limit{Name: "model", Rate: 1000, Period: 24 * time.Hour}
+	for _, lim := range unrefilled(1000, 100) {
+		for _, sn := range []string{"memory", "redis sharded"} {
+			t.Run(lim.Name+"/"+sn, func(t *testing.T) {
+				clk := newClock()
+				var inner LeaseStore = NewMemory(MemoryConfig{Now: clk.Now})
+				if sn != "memory" {
+					r := NewRedis(c, patient(RedisConfig{Prefix: "regain" + strconv.FormatInt(prefixSeq.Add(1), 10) + ":", Sharded: true}))
+					r.now = clk.Now
+					inner = r
+				}
+				l := inlineOver(t, inner, clk)
+				it := Item{Limit: lim, Key: "{zeta}", Cost: 1}
+				l.state(&it).rate = 1e9 // hot: a lease from the first request
+				if res, err := l.Debit(ctx, "first", []Item{it}); err != nil || !res.Allowed {
+					t.Fatalf("the first request: %+v %v", res, err)
+				}
+				other := it
+				other.Cost = 780
+				if res, err := inner.Debit(ctx, "other", []Item{other}); err != nil || !res.Allowed {
+					t.Fatalf("the other replica's %d: %+v %v", other.Cost, res, err)
+				}
+				// 150 is more than a lease holds: strict, refused by the
+				// store (120 left), admitted again with the 99 held given
+				// back. "model=gpt-4o" sorts before "zeta".
+				it.Cost = 150
+				big := []Item{{Limit: model, Key: "model=gpt-4o", Cost: 10}, it}
+				if res, err := l.Debit(ctx, "big", big); err != nil || !res.Allowed {
+					t.Fatalf("the request of 150: %+v %v", res, err)
+				}
+				if err := l.Settle(ctx, "big", big, []int64{300, 150}); err != nil {
+					t.Fatal(err)
+				}
+				res, err := inner.Peek(ctx, big[:1])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := res.Items[0].Remaining; got != 700 {
+					t.Fatalf("the model after a settlement of 300: %d left, want 700", got)
+				}
+			})
+		}
+	}
+}

@@ -219,14 +219,15 @@ func (c RedisConfig) Validate() error {
 // groups are then peeked, so that every item reports its state before the
 // debit, as on one node (a stale group, see Generations, ends the
 // debit as a failing one does: the groups before it are cancelled and its
-// *StaleError is returned). The groups cancelled for a stale group forget
-// the id, so that the Debit under the same id after a Restore (see
-// Generations) starts a reservation that settles on every group, as on
-// one node; after a denial or an error they keep it ended: a Settle or
-// Cancel of it changes nothing there. Consistency across groups is
-// therefore weaker than within one: a request never gets more than every
-// limit allows, but for the moment between a debit and its compensation
-// other requests can see the reservation and be denied. A group whose script fails is not
+// *StaleError is returned). After a denial or a stale group, the groups
+// cancelled forget the id, as on one node a debit not admitted leaves no
+// record: a Debit under the same id later (after a Restore, see
+// Generations) starts a reservation that settles on every group. After
+// an error they keep the id ended: a Settle or Cancel of it changes
+// nothing there. Consistency across groups is therefore weaker than
+// within one: a request never gets more than every limit allows, but for
+// the moment between a debit and its compensation other requests can see
+// the reservation and be denied. A group whose script fails is not
 // compensated, since it cannot be known whether it ran; its reservation
 // expires as its limits refill (one whose reply comes late is cancelled
 // by the store, see Batching). Settle, Cancel, Peek and Reset act group by
@@ -703,14 +704,17 @@ func (r *Redis) DebitInto(ctx context.Context, id string, items []Item, states [
 		if err == nil && ok {
 			continue
 		}
-		// Compensate the groups already debited. A stale tag tells the
-		// caller that nothing was debited, and it debits again under the
-		// same id once the tag is restored: the compensation then forgets
-		// the id, as a group never debited knows nothing of it, so that
-		// the reservation admitted then settles there (and a second stale
-		// tag's compensation refunds it). After a denial or an error the
-		// id stays ended there: a Settle or Cancel of it changes nothing.
-		forget := errors.Is(err, ErrStale)
+		// Compensate the groups already debited. A denial or a stale tag
+		// tells the caller that nothing was debited, and it may debit
+		// again under the same id (Leased does when its leases held the
+		// units refused; the caller of a stale debit does once the tag is
+		// restored): the compensation then forgets the id, as a group
+		// never debited knows nothing of it, so that the reservation
+		// admitted then settles there (and a second compensation refunds
+		// it). After an error the id stays ended there: a Cancel of what
+		// the failed group may have debited refunds the others no second
+		// time.
+		forget := err == nil || errors.Is(err, ErrStale)
 		var errs []error
 		for c := range k {
 			if cerr := r.settleGroup(ctx, id, items, ss, &gs[c], nil, forget); cerr != nil {
