@@ -120,7 +120,7 @@ limits:
 // tag's settlements stay oldest first, and the table never holds more
 // than maxPending.
 func TestPendingTableEvictsTheLongest(t *testing.T) {
-	var tb pendingTable
+	tb := newQueues[pendingSettle](maxPending)
 	id := func(tag string, i int) pendingSettle { return pendingSettle{id: fmt.Sprint(tag, i)} }
 	for i := range maxPending - 2 {
 		tb.add("acme", id("acme", i))
@@ -144,16 +144,16 @@ func TestPendingTableEvictsTheLongest(t *testing.T) {
 	if want := maxPending - 6; len(ps) != want || ps[0].id != "acme4" || ps[len(ps)-1].id != fmt.Sprint("acme", maxPending-3) {
 		t.Errorf("acme keeps %d settlements from %s, want %d from acme4", len(ps), ps[0].id, want)
 	}
-	if tb.n != 0 || len(tb.byTag) != 0 || len(tb.most) != 0 {
-		t.Errorf("after every take: n %d, %d tags, heap of %d", tb.n, len(tb.byTag), len(tb.most))
+	if tb.n != 0 || len(tb.byKey) != 0 || len(tb.most) != 0 {
+		t.Errorf("after every take: n %d, %d tags, heap of %d", tb.n, len(tb.byKey), len(tb.most))
 	}
 	// Two tags level: the one that adds may give up its own.
 	for i := range maxPending {
 		tb.add(fmt.Sprint("t", i%2), id("x", i))
 	}
 	tb.add("t0", id("y", 0))
-	if tb.n != maxPending || len(tb.byTag["t0"].ps)+len(tb.byTag["t1"].ps) != maxPending ||
-		max(len(tb.byTag["t0"].ps), len(tb.byTag["t1"].ps))-min(len(tb.byTag["t0"].ps), len(tb.byTag["t1"].ps)) > 1 {
-		t.Errorf("two tags: t0 %d, t1 %d, n %d", len(tb.byTag["t0"].ps), len(tb.byTag["t1"].ps), tb.n)
+	if tb.n != maxPending || len(tb.byKey["t0"].vs)+len(tb.byKey["t1"].vs) != maxPending ||
+		max(len(tb.byKey["t0"].vs), len(tb.byKey["t1"].vs))-min(len(tb.byKey["t0"].vs), len(tb.byKey["t1"].vs)) > 1 {
+		t.Errorf("two tags: t0 %d, t1 %d, n %d", len(tb.byKey["t0"].vs), len(tb.byKey["t1"].vs), tb.n)
 	}
 }
