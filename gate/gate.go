@@ -66,10 +66,9 @@ type Gate struct {
 	restores   atomic.Uint64
 	// pending are the settlements the store failed, by tenant (hash tag),
 	// made again (each idempotent by its id) before the store's next call
-	// on the tenant; pendingN counts them, at most maxPending.
+	// on the tenant; at most maxPending. nil until the first.
 	pendingMu sync.Mutex
-	pending   map[string][]pendingSettle
-	pendingN  int
+	pending   *queues[pendingSettle]
 
 	promoMu   sync.Mutex        // orders promotions with Apply
 	promotion map[string]string // promoted policy id -> source SHA-256; see SetPromotions

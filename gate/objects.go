@@ -13,7 +13,8 @@ package gate
 //
 // The records live where the limiter's counters do: in Redis, shared by
 // every replica, kept objectTTL (an upstream keeps a stored response 30
-// days); in memory, in a bounded table of this process.
+// days); in memory, in a bounded table of this process, where a tenant
+// that fills it gives up its own oldest records, never another's.
 
 import (
 	"context"
@@ -32,8 +33,8 @@ const objectTTL = 30 * 24 * time.Hour
 // maxObjectID bounds the id of an object recorded or asked for.
 const maxObjectID = 256
 
-// memObjects is how many records the in-memory table keeps, in two
-// generations of half as many: when the newer fills, the older is dropped.
+// memObjects is how many records the in-memory table keeps: past it the
+// oldest record of the tenant that holds the most is dropped.
 const memObjects = 1 << 18
 
 // ErrObjectID is an object id that is empty or longer than maxObjectID.
@@ -42,8 +43,9 @@ var ErrObjectID = errors.New("gate: object id empty or too long")
 // objects records which tenant each upstream object was made for. It is
 // safe for concurrent use.
 type objects struct {
-	mu       sync.Mutex
-	cur, old map[string]string // id -> tenant
+	mu    sync.Mutex
+	owner map[string]string // id -> tenant; nil until the first record
+	ids   *queues[string]   // each tenant's ids, oldest first
 }
 
 // OwnObject records that the upstream object id was made for tenant. With
@@ -64,10 +66,19 @@ func (g *Gate) OwnObject(ctx context.Context, tenant, id string) error {
 	o := &g.objects
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.cur == nil || len(o.cur) >= memObjects/2 {
-		o.old, o.cur = o.cur, make(map[string]string)
+	if o.owner == nil {
+		o.owner, o.ids = map[string]string{}, newQueues[string](memObjects)
+		o.ids.dropped = func(tenant, id string) {
+			if o.owner[id] == tenant { // not recorded since for another
+				delete(o.owner, id)
+			}
+		}
 	}
-	o.cur[id] = tenant
+	if o.owner[id] == tenant {
+		return nil
+	}
+	o.owner[id] = tenant
+	o.ids.add(tenant, id)
 	return nil
 }
 
@@ -94,10 +105,7 @@ func (g *Gate) ObjectOwner(ctx context.Context, id string) (tenant string, found
 	o := &g.objects
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if t, ok := o.cur[id]; ok {
-		return t, true, nil
-	}
-	t, ok := o.old[id]
+	t, ok := o.owner[id]
 	return t, ok, nil
 }
 

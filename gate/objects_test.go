@@ -51,7 +51,7 @@ func TestObjectOwners(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if n := len(g.objects.cur) + len(g.objects.old); n > memObjects {
+		if n := len(g.objects.owner); n > memObjects {
 			t.Errorf("%d records kept; bound %d", n, memObjects)
 		}
 		if _, ok, _ := g.ObjectOwner(ctx, fmt.Sprintf("resp_%d", memObjects+memObjects/2-1)); !ok {
