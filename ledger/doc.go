@@ -47,9 +47,12 @@
 // no settlement will follow. Open appends a recovery marker after the dead
 // run's records; when the flusher applies it, every reservation of this
 // node still open is finalized at its estimate (Actual = Estimated, status
-// recovered). A settlement found later in the spool still wins over the
-// recovery, so an entry is charged at its estimate only when no settlement
-// was ever recorded. Several nodes may share one PostgreSQL: entries carry
+// recovered). Only the running process's marker recovers: an earlier
+// run's, met again when the spool is replayed from before it (the applied
+// hint lost), changes nothing, so that no reservation is recovered before
+// the records of its own run that follow. A settlement found later in the
+// spool still wins over the recovery, so an entry is charged at its
+// estimate only when no settlement was ever recorded. Several nodes may share one PostgreSQL: entries carry
 // the node of the Dir that wrote them, and recovery touches only its own.
 // To find them without an index on status (which would cost an index write
 // per settlement), each node keeps an open-since mark in the store: the

@@ -20,11 +20,12 @@ import (
 // Ledger records entries durably and moves them to its store. It is safe for
 // concurrent use. Create it with Open and release it with Close.
 type Ledger struct {
-	cfg   Config
-	node  string
-	lock  *os.File
-	spool *spool
-	store store
+	cfg    Config
+	node   string
+	marker string // the id of this run's recovery marker
+	lock   *os.File
+	spool  *spool
+	store  store
 
 	wake     chan struct{} // nudges the flusher; buffered 1
 	hurry    chan struct{} // cuts the flusher's batch delay short (Flush); buffered 1
@@ -140,8 +141,9 @@ func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 	if _, err := rand.Read(marker[:]); err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
 	}
+	l.marker = hex.EncodeToString(marker[:])
 	if _, err := l.spool.append(&record{kind: kindRecover, e: Entry{
-		RequestID: hex.EncodeToString(marker[:]), CreatedAt: micro(cfg.Now()),
+		RequestID: l.marker, CreatedAt: micro(cfg.Now()),
 	}}, 0); err != nil {
 		return nil, err
 	}
@@ -549,7 +551,7 @@ func (l *Ledger) applyBatch(ctx context.Context, recs []record, st *openSet) (in
 	if err != nil {
 		return 0, err
 	}
-	r, err := applyRecords(ctx, tx, l.node, recs, st)
+	r, err := applyRecords(ctx, tx, l.node, l.marker, recs, st)
 	if err != nil {
 		tx.rollback(ctx)
 		return 0, err

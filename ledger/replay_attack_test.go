@@ -1,0 +1,80 @@
+package ledger_test
+
+// Attacks on the replay of the spool: the "applied" file is a hint, and
+// replay from before it must be idempotent, recovery markers included.
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/costgate/costgate/ledger"
+)
+
+// TestLedAtkLostHintReplaysOldMarkers: a node restarted twice (two
+// recovery markers in its spool's one segment), then killed while a
+// stream's last extension was still in the spool, and its "applied" hint
+// lost (a hint: losing it only costs time). The next Open replays the
+// segment from its first record, the markers of the earlier runs
+// included, which the store has applied already: they must not recover the
+// last run's reservations before its later records are applied. The
+// stream is recovered once, at its last extension and at the recovery of
+// the run that found it open, never before it was created.
+func TestLedAtkLostHintReplaysOldMarkers(t *testing.T) {
+	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
+		ctx := context.Background()
+		var clock atomic.Int64 // Unix µs: the flusher reads it while the test moves it
+		clock.Store(t0.UnixMicro())
+		cfg.Now = func() time.Time { return time.UnixMicro(clock.Load()).UTC() }
+		for range 2 { // runs 1 and 2: a marker each, then a clean close
+			l := open(t, cfg)
+			flush(t, l)
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			clock.Add(time.Hour.Microseconds())
+		}
+
+		cfg.BatchDelay = time.Minute // the extension below stays in the spool
+		l := open(t, cfg)
+		created := cfg.Now().Add(time.Minute)
+		if err := l.Reserve(ctx, reservation("stream", created)); err != nil {
+			t.Fatal(err)
+		}
+		flush(t, l)
+		ledAtkExtend(t, l, "stream", created, 712, 7_000, 3)
+		if e, ok, err := l.Lookup(ctx, "stream"); err != nil || !ok || e.EstimatedCost != 3_000 {
+			t.Fatalf("stream before the crash: %+v %v %v; want reserved at 3000, its extension in the spool only", e, ok, err)
+		}
+		crashed := cfg
+		crashed.Dir = ledAtkSnapshot(t, cfg.Dir)
+		if err := os.Remove(filepath.Join(crashed.Dir, "spool", "applied")); err != nil {
+			t.Fatal(err)
+		}
+
+		clock.Add(time.Hour.Microseconds())
+		recoveredAt := cfg.Now()
+		l2 := open(t, crashed)
+		flush(t, l2)
+		s, ok, err := l2.Lookup(ctx, "stream")
+		if err != nil || !ok {
+			t.Fatalf("stream after the replay: %v %v", ok, err)
+		}
+		if s.Status != ledger.StatusRecovered || s.ActualCost != 7_000 || s.EstimatedCost != 7_000 ||
+			s.Actual.OutputTokens != 712 || s.Actual.WebSearchRequests != 3 {
+			t.Errorf("stream after the replay: %s, estimate %d, actual %d (%d output tokens, %d web searches); want recovered at its extension, 7000 (712, 3)",
+				s.Status, s.EstimatedCost, s.ActualCost, s.Actual.OutputTokens, s.Actual.WebSearchRequests)
+		}
+		if !s.SettledAt.Equal(recoveredAt) {
+			t.Errorf("stream created at %s recovered at %s; want at the Open that found it open, %s", s.CreatedAt, s.SettledAt, recoveredAt)
+		}
+		for _, p := range []string{"day", "month"} {
+			if sp, err := l2.Spend(ctx, ledger.SpendQuery{Tenant: "acme", Period: p, At: created}); err != nil || sp != 7_000 {
+				t.Errorf("Spend(%s) after the replay = %d, %v; want 7000", p, sp, err)
+			}
+		}
+	})
+}
