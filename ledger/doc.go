@@ -64,7 +64,8 @@
 // RecoverNode finalizes a dead node's reservations created before a time
 // the operator gives, at their estimate, in a transaction of its own; a
 // tool opens the ledger for it with Config.Admin. A settlement recorded
-// later, by a node that was alive after all, still wins.
+// later, by a node that was alive after all, still wins, and an extension
+// it records (Extend) raises the estimate the entry is charged.
 //
 // # Outages
 //

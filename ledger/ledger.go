@@ -216,8 +216,10 @@ func (l *Ledger) Reserve(ctx context.Context, e Entry) error {
 // the reservation and the increments beyond it), so that a recovery
 // finalizes it at that, and the spend counts it meanwhile. It is one
 // append to the spool, taken even when the spool is full, as a settlement
-// is; it changes nothing on an entry already final or an estimate not
-// above the recorded one.
+// is; it changes nothing on an entry settled, failed or expired, nor an
+// estimate not above the recorded one. An entry recovered while its
+// process still ran (RecoverNode) is charged at its estimate, which
+// Extend raises.
 func (l *Ledger) Extend(ctx context.Context, e Entry) error {
 	if err := e.check(); err != nil {
 		return err

@@ -10,6 +10,10 @@ package ledger
 //   - a settlement finalizes an entry that is reserved or recovered (a
 //     recorded settlement beats a recovery at the estimate), creates it if
 //     none exists, and does nothing to an entry already settled or failed;
+//   - an extension raises the estimate of an entry that is reserved or
+//     recovered (charged at its estimate, which it raises too), and does
+//     nothing to one that is not there or already settled, failed or
+//     expired;
 //   - the running process's recovery marker finalizes at their estimate the
 //     node's entries still reserved when it is applied, which is after
 //     every record the dead runs wrote, since records are applied in spool
@@ -426,12 +430,18 @@ func merge(cur *Entry, r *record) (*Entry, int64) {
 		}
 		return &e, int64(e.Charge() - old)
 	case kindExtend:
-		if cur == nil || cur.Status != StatusReserved || boundCost(r.e.EstimatedCost) <= cur.EstimatedCost {
+		if cur == nil || (cur.Status != StatusReserved && cur.Status != StatusRecovered) ||
+			boundCost(r.e.EstimatedCost) <= cur.EstimatedCost {
 			return nil, 0
 		}
 		old := cur.Charge()
 		e := *cur
 		e.Estimated, e.EstimatedCost = r.e.Estimated, boundCost(r.e.EstimatedCost)
+		if e.Status == StatusRecovered {
+			// Recovered while its process still ran (RecoverNode): it is
+			// charged at its estimate, which this raises.
+			e.Actual, e.ActualCost = e.Estimated, e.EstimatedCost
+		}
 		return &e, int64(e.Charge() - old)
 	}
 	return nil, 0

@@ -78,3 +78,51 @@ func TestLedAtkLostHintReplaysOldMarkers(t *testing.T) {
 		}
 	})
 }
+
+// TestLedAtkRecoveredLiveStreamKeepsItsExtension: an operator recovers a
+// node that is in fact alive (RecoverNode, a time past its last request),
+// while one of its streams is in flight; the stream's guard then extends
+// the reservation, and the node dies before the settlement. A recovered
+// entry is charged at its estimate, and the estimate is what the limits
+// were debited: the extension recorded after the recovery raises it, as it
+// would have raised the reservation, and the node's restart keeps it.
+func TestLedAtkRecoveredLiveStreamKeepsItsExtension(t *testing.T) {
+	// PostgreSQL only: the embedded store has one node at a time, its Dir's.
+	t.Parallel()
+	cfg := postgresConfig(t)
+	ctx := context.Background()
+	now := t0.Add(time.Hour)
+	cfg.Now = func() time.Time { return now }
+	a := open(t, cfg)
+	if err := a.Reserve(ctx, reservation("stream", t0)); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, a)
+	admin := open(t, ledger.Config{DSN: cfg.DSN, Admin: true, Now: cfg.Now})
+	if n, err := admin.RecoverNode(ctx, ownNode(t, cfg.Dir), now); err != nil || n != 1 {
+		t.Fatalf("RecoverNode = %d, %v, want 1", n, err)
+	}
+	ledAtkExtend(t, a, "stream", t0, 712, 7_000, 3)
+	flush(t, a)
+	check := func(when string) {
+		t.Helper()
+		s, ok, err := admin.Lookup(ctx, "stream")
+		if err != nil || !ok {
+			t.Fatalf("stream %s: %v %v", when, ok, err)
+		}
+		if s.Status != ledger.StatusRecovered || s.EstimatedCost != 7_000 || s.ActualCost != 7_000 ||
+			s.Actual.OutputTokens != 712 || s.Actual.WebSearchRequests != 3 || s.Actual != s.Estimated {
+			t.Errorf("stream %s: %s, estimate %d, actual %d (%d output tokens, %d web searches); want recovered at its extension, 7000 (712, 3)",
+				when, s.Status, s.EstimatedCost, s.ActualCost, s.Actual.OutputTokens, s.Actual.WebSearchRequests)
+		}
+		if sp, err := admin.Spend(ctx, ledger.SpendQuery{Tenant: "acme", Period: "day", At: t0}); err != nil || sp != 7_000 {
+			t.Errorf("Spend %s = %d, %v; want 7000", when, sp, err)
+		}
+	}
+	check("after its extension")
+	if err := a.Close(); err != nil { // the node dies before the settlement
+		t.Fatal(err)
+	}
+	flush(t, open(t, cfg))
+	check("after the node's restart")
+}
