@@ -5,6 +5,8 @@ package ledger_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -125,4 +127,35 @@ func TestLedAtkRecoveredLiveStreamKeepsItsExtension(t *testing.T) {
 	}
 	flush(t, open(t, cfg))
 	check("after the node's restart")
+}
+
+// TestLedAtkTimeInAZonePastYear9999: the ledger refuses times past the
+// year 9999, which JSON cannot write; a time of 9999-12-31 in a zone west
+// of UTC is in the year 10000 once stored in UTC. Reserve and Settle must
+// refuse it too: stored, it made every JSON and CloudEvents export of the
+// tenant fail, its other entries with it.
+func TestLedAtkTimeInAZonePastYear9999(t *testing.T) {
+	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
+		ctx := context.Background()
+		l := open(t, cfg)
+		late := time.Date(9999, 12, 31, 23, 30, 0, 0, time.FixedZone("-01", -3600))
+		if err := l.Reserve(ctx, reservation("near", t0)); err != nil {
+			t.Fatal(err)
+		}
+		far := reservation("far", late)
+		if err := l.Reserve(ctx, far); !errors.Is(err, ledger.ErrInvalid) {
+			t.Errorf("Reserve created at %s (%s in UTC): %v, want ErrInvalid", late, late.UTC(), err)
+		}
+		s := settlement("far-settled", 5)
+		s.Tenant, s.CreatedAt, s.SettledAt = "acme", t0, late
+		if err := l.Settle(ctx, s); !errors.Is(err, ledger.ErrInvalid) {
+			t.Errorf("Settle settled at %s (%s in UTC): %v, want ErrInvalid", late, late.UTC(), err)
+		}
+		flush(t, l)
+		for _, f := range []string{ledger.FormatJSON, ledger.FormatCloudEvents, ledger.FormatCSV} {
+			if err := l.Export(ctx, io.Discard, ledger.Query{Tenant: "acme"}, f); err != nil {
+				t.Errorf("Export %s: %v", f, err)
+			}
+		}
+	})
 }
