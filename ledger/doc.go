@@ -52,8 +52,9 @@
 // hint lost), changes nothing, so that no reservation is recovered before
 // the records of its own run that follow. A settlement found later in the
 // spool still wins over the recovery, so an entry is charged at its
-// estimate only when no settlement was ever recorded. Several nodes may share one PostgreSQL: entries carry
-// the node of the Dir that wrote them, and recovery touches only its own.
+// estimate only when no settlement was ever recorded. Several nodes may
+// share one PostgreSQL: entries carry the node of the Dir that wrote
+// them, and recovery touches only its own.
 // To find them without an index on status (which would cost an index write
 // per settlement), each node keeps an open-since mark in the store: the
 // earliest creation time of its reservations that may be open.
