@@ -58,7 +58,7 @@ func TestBatchesApplyIdempotently(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					r, err := applyRecords(ctx, tx, "node1", b, &st)
+					r, err := applyRecords(ctx, tx, "node1", "m1", b, &st)
 					if err != nil {
 						t.Fatalf("batch %d, try %d: %v", i, try, err)
 					}
@@ -169,7 +169,7 @@ func TestSettlementOfARecoveredEntryClosesIt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := applyRecords(ctx, tx, "x", recs, st)
+		r, err := applyRecords(ctx, tx, "x", "m", recs, st)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -47,10 +47,14 @@
 // no settlement will follow. Open appends a recovery marker after the dead
 // run's records; when the flusher applies it, every reservation of this
 // node still open is finalized at its estimate (Actual = Estimated, status
-// recovered). A settlement found later in the spool still wins over the
-// recovery, so an entry is charged at its estimate only when no settlement
-// was ever recorded. Several nodes may share one PostgreSQL: entries carry
-// the node of the Dir that wrote them, and recovery touches only its own.
+// recovered). Only the running process's marker recovers: an earlier
+// run's, met again when the spool is replayed from before it (the applied
+// hint lost), changes nothing, so that no reservation is recovered before
+// the records of its own run that follow. A settlement found later in the
+// spool still wins over the recovery, so an entry is charged at its
+// estimate only when no settlement was ever recorded. Several nodes may
+// share one PostgreSQL: entries carry the node of the Dir that wrote
+// them, and recovery touches only its own.
 // To find them without an index on status (which would cost an index write
 // per settlement), each node keeps an open-since mark in the store: the
 // earliest creation time of its reservations that may be open.
@@ -61,7 +65,8 @@
 // RecoverNode finalizes a dead node's reservations created before a time
 // the operator gives, at their estimate, in a transaction of its own; a
 // tool opens the ledger for it with Config.Admin. A settlement recorded
-// later, by a node that was alive after all, still wins.
+// later, by a node that was alive after all, still wins, and an extension
+// it records (Extend) raises the estimate the entry is charged.
 //
 // # Outages
 //

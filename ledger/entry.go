@@ -151,8 +151,9 @@ func (e *Entry) check() error {
 	}
 	for _, t := range [...]time.Time{e.CreatedAt, e.SettledAt} {
 		// The spool writes a zero time as 0 µs, so the epoch itself, to
-		// the microsecond, would come back as no time at all.
-		if !t.IsZero() && (t.UnixMicro() <= 0 || t.Year() > 9999) {
+		// the microsecond, would come back as no time at all. The year is
+		// the stored one, in UTC: JSON writes no year past 9999.
+		if !t.IsZero() && (t.UnixMicro() <= 0 || t.UTC().Year() > 9999) {
 			return fmt.Errorf("%w entry %q: time %s not after 1970-01-01 or past the year 9999", ErrInvalid, e.RequestID, t)
 		}
 	}

@@ -20,11 +20,12 @@ import (
 // Ledger records entries durably and moves them to its store. It is safe for
 // concurrent use. Create it with Open and release it with Close.
 type Ledger struct {
-	cfg   Config
-	node  string
-	lock  *os.File
-	spool *spool
-	store store
+	cfg    Config
+	node   string
+	marker string // the id of this run's recovery marker
+	lock   *os.File
+	spool  *spool
+	store  store
 
 	wake     chan struct{} // nudges the flusher; buffered 1
 	hurry    chan struct{} // cuts the flusher's batch delay short (Flush); buffered 1
@@ -140,8 +141,9 @@ func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 	if _, err := rand.Read(marker[:]); err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
 	}
+	l.marker = hex.EncodeToString(marker[:])
 	if _, err := l.spool.append(&record{kind: kindRecover, e: Entry{
-		RequestID: hex.EncodeToString(marker[:]), CreatedAt: micro(cfg.Now()),
+		RequestID: l.marker, CreatedAt: micro(cfg.Now()),
 	}}, 0); err != nil {
 		return nil, err
 	}
@@ -214,8 +216,10 @@ func (l *Ledger) Reserve(ctx context.Context, e Entry) error {
 // the reservation and the increments beyond it), so that a recovery
 // finalizes it at that, and the spend counts it meanwhile. It is one
 // append to the spool, taken even when the spool is full, as a settlement
-// is; it changes nothing on an entry already final or an estimate not
-// above the recorded one.
+// is; it changes nothing on an entry settled, failed or expired, nor an
+// estimate not above the recorded one. An entry recovered while its
+// process still ran (RecoverNode) is charged at its estimate, which
+// Extend raises.
 func (l *Ledger) Extend(ctx context.Context, e Entry) error {
 	if err := e.check(); err != nil {
 		return err
@@ -549,7 +553,7 @@ func (l *Ledger) applyBatch(ctx context.Context, recs []record, st *openSet) (in
 	if err != nil {
 		return 0, err
 	}
-	r, err := applyRecords(ctx, tx, l.node, recs, st)
+	r, err := applyRecords(ctx, tx, l.node, l.marker, recs, st)
 	if err != nil {
 		tx.rollback(ctx)
 		return 0, err

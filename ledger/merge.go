@@ -10,9 +10,17 @@ package ledger
 //   - a settlement finalizes an entry that is reserved or recovered (a
 //     recorded settlement beats a recovery at the estimate), creates it if
 //     none exists, and does nothing to an entry already settled or failed;
-//   - a recovery marker finalizes at their estimate the node's entries still
-//     reserved when it is applied, which is after every record the dead run
-//     wrote, since records are applied in spool order.
+//   - an extension raises the estimate of an entry that is reserved or
+//     recovered (charged at its estimate, which it raises too), and does
+//     nothing to one that is not there or already settled, failed or
+//     expired;
+//   - the running process's recovery marker finalizes at their estimate the
+//     node's entries still reserved when it is applied, which is after
+//     every record the dead runs wrote, since records are applied in spool
+//     order; the marker of an earlier run, met again when the spool is
+//     replayed from before it (the applied hint lost), changes nothing: the
+//     store has applied it, and a later run's reservations, recovered at it
+//     now, would lose the records of theirs that follow it.
 
 import (
 	"context"
@@ -247,12 +255,13 @@ func (st *openSet) since(r *batchResult) time.Time {
 }
 
 // applyRecords applies recs, in order, within tx, and keeps the node's
-// open-since mark.
-func applyRecords(ctx context.Context, tx storeTx, node string, recs []record, st *openSet) (*batchResult, error) {
+// open-since mark. marker is the id of the running process's recovery
+// marker, the only one that recovers (see the merge rules).
+func applyRecords(ctx context.Context, tx storeTx, node, marker string, recs []record, st *openSet) (*batchResult, error) {
 	r := &batchResult{opened: make(map[string]int64), closed: make(map[string]bool)}
 	for len(recs) > 0 {
 		i := 0
-		for i < len(recs) && recs[i].kind != kindRecover {
+		for i < len(recs) && (recs[i].kind != kindRecover || recs[i].e.RequestID != marker) {
 			i++
 		}
 		if i > 0 {
@@ -293,6 +302,9 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 	seen := make(map[string]struct{}, len(recs))
 	for i := range recs {
 		id := recs[i].e.RequestID
+		if recs[i].kind == kindRecover {
+			continue // an earlier run's marker: nothing to load
+		}
 		if _, ok := seen[id]; !ok {
 			seen[id] = struct{}{}
 			ids = append(ids, id)
@@ -418,12 +430,18 @@ func merge(cur *Entry, r *record) (*Entry, int64) {
 		}
 		return &e, int64(e.Charge() - old)
 	case kindExtend:
-		if cur == nil || cur.Status != StatusReserved || boundCost(r.e.EstimatedCost) <= cur.EstimatedCost {
+		if cur == nil || (cur.Status != StatusReserved && cur.Status != StatusRecovered) ||
+			boundCost(r.e.EstimatedCost) <= cur.EstimatedCost {
 			return nil, 0
 		}
 		old := cur.Charge()
 		e := *cur
 		e.Estimated, e.EstimatedCost = r.e.Estimated, boundCost(r.e.EstimatedCost)
+		if e.Status == StatusRecovered {
+			// Recovered while its process still ran (RecoverNode): it is
+			// charged at its estimate, which this raises.
+			e.Actual, e.ActualCost = e.Estimated, e.EstimatedCost
+		}
 		return &e, int64(e.Charge() - old)
 	}
 	return nil, 0

@@ -56,7 +56,8 @@ var ErrOwnNode = errors.New("ledger: refusing to recover this process's own node
 // entry recovered here is not lost: a recorded settlement beats a recovery
 // at the estimate, so the entry becomes settled at its actual cost and
 // spend follows; until that settlement arrives, Spend and Export show the
-// estimate, as they did while the entry was reserved. RecoverNode fails with ErrOwnNode for the node of
+// estimate, as they did while the entry was reserved, raised by the
+// node's extensions of it (Extend) recorded since. RecoverNode fails with ErrOwnNode for the node of
 // this ledger's Dir, and with ErrReadOnly on a ledger opened with
 // Config.ReadOnly.
 func (l *Ledger) RecoverNode(ctx context.Context, node string, before time.Time) (int64, error) {

@@ -30,8 +30,9 @@ const (
 	kindRecover kind = 3
 	// kindExtend raises the estimate of a reservation still open to the
 	// record's (the stream guard debited more of its output beyond the
-	// reservation): a recovery finalizes it at that. It changes nothing
-	// on a final entry, or when not above the current estimate.
+	// reservation): a recovery finalizes it at that. It raises a
+	// recovered entry's charge with it, and changes nothing on another
+	// final entry, or when not above the current estimate.
 	kindExtend kind = 4
 )
 
