@@ -236,10 +236,10 @@ while true do
     else
       local L = lib()
       if C then L.flush() end
-      local sum, gone, newest
-      ok, rem, retry, reset, sum, gone, newest = L.marks(algo, cap, period, KEYS[k + i], cost, after)
+      local sum, newest
+      ok, rem, retry, reset, sum, newest = L.marks(algo, cap, period, KEYS[k + i], cost, after)
       if ok == 1 and after and cost > 0 then
-        wm[i] = {algo, period, cost, sum, gone, newest}
+        wm[i] = {algo, period, cost, sum, newest}
       end
     end
     if ok == 0 then out[1] = 0 end
@@ -267,7 +267,7 @@ for i = 1, n do
     lib().write(KEYS[k + i], wv[i], px)
   elseif wm[i] then
     local L = lib()
-    local key, algo, period, cost, sum, gone, newest = KEYS[k + i], unpack(wm[i])
+    local key, algo, period, cost, sum, newest = KEYS[k + i], unpack(wm[i])
     local lo, hi, lag = now - period, now, period
     if algo == CONCURRENCY then
       lo, hi, lag = now, now + period, 0
@@ -277,7 +277,7 @@ for i = 1, n do
     if at and tonumber(at) > lo then
       sum = sum - cost -- a debit retried under the same id moves its mark
     end
-    L.marks_set(key, lo, gone, sum + cost)
+    redis.call('ZADD', key, -(sum + cost), '')
     redis.call('ZADD', key, hi, mb)
     if hi > newest then newest = hi end
     redis.call('PEXPIRE', key, ceil_div(newest + lag - now, 1000) + ttl_pad)

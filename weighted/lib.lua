@@ -25,6 +25,9 @@ local TOKEN_BUCKET, GCRA, SLIDING_WINDOW, FIXED_WINDOW, SLIDING_LOG, CONCURRENCY
 -- How long a final debit's (op 7) reservation record lives, in ms (Go's
 -- FinalRecordTTL).
 local FINAL_RECORD_MS = 10000
+-- How many of a sliding log's or concurrency limit's oldest counting marks
+-- a denial reads to tell its Retry-After (Go's maxRetryWalk).
+local MAX_RETRY_WALK = 256
 local floor, pack, sunpack = math.floor, struct.pack, struct.unpack
 
 -- The script's time, set by set_now first. ttl_pad lengthens every TTL when
@@ -373,19 +376,32 @@ local function lib()
   end
 
   -- marks_sum returns the sum of the costs of the marks of key with ts > lo:
-  -- the sum of all minus those of the expired ones, and the expired ones'
-  -- sum.
+  -- the sum of all minus those of the expired ones, which it trims first,
+  -- recording the sum of those left (or deleting the key when none is):
+  -- each expired mark is read once, not again by every call after, denials
+  -- and peeks included, which write nothing else (a tenant denied again and
+  -- again while its log's old marks expire made each denial read them all:
+  -- 10 ms of Redis a denial at 20,000; TestMarksAtkLongLogDenial).
   local function marks_sum(key, lo)
     local all = redis.call('ZSCORE', key, '')
     if not all then
-      return 0, 0
+      return 0
     end
-    local gone = 0
+    local sum = -tonumber(all)
     local old = redis.call('ZRANGEBYSCORE', key, '(0', lo)
-    for i = 1, #old do
-      gone = gone + mark_cost(old[i])
+    if #old == 0 then
+      return sum
     end
-    return -tonumber(all) - gone, gone
+    for i = 1, #old do
+      sum = sum - mark_cost(old[i])
+    end
+    redis.call('ZREMRANGEBYSCORE', key, '(0', lo)
+    if sum > 0 then
+      redis.call('ZADD', key, -sum, '')
+    else
+      redis.call('DEL', key)
+    end
+    return sum
   end
 
   -- marks_ttl sets the TTL of a sliding log or concurrency key to when its
@@ -401,19 +417,10 @@ local function lib()
     redis.call('PEXPIRE', key, ceil_div(tonumber(last[2]) + lag - now, 1000) + ttl_pad)
   end
 
-  -- marks_set trims the marks of key with ts <= lo, whose costs sum to gone,
-  -- and records sum as the sum of those left.
-  local function marks_set(key, lo, gone, sum)
-    if gone > 0 then
-      redis.call('ZREMRANGEBYSCORE', key, '(0', lo)
-    end
-    redis.call('ZADD', key, -sum, '')
-  end
-
   -- marks evaluates cost on a sliding log or concurrency key (see
   -- spec.evaluateMarks) and returns allowed, remaining, retry and reset,
-  -- then what a debit writes with: the sum of the marks that count, that of
-  -- the expired ones, and the newest mark's ts, all before the debit.
+  -- then what a debit writes with: the sum of the marks that count and the
+  -- newest mark's ts, both before the debit.
   local function marks(algo, cap, period, key, cost, after)
     -- A sliding log counts marks with ts > now - period and adds one at now;
     -- a concurrency limit counts marks with ts > now (live leases) and adds
@@ -422,7 +429,7 @@ local function lib()
     if algo == SLIDING_LOG then
       lo, lag, hi = now - period, period, now
     end
-    local sum, gone = marks_sum(key, lo)
+    local sum = marks_sum(key, lo)
     local sum0, newest = sum, 0
     if sum > 0 then
       newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
@@ -435,26 +442,28 @@ local function lib()
         if hi > newest then newest = hi end
       end
     else
-      -- Wait for the oldest marks to stop counting, a few at a time.
-      local need, acc, from = sum + cost - cap, 0, 0
-      while retry == 0 do
-        local ms = redis.call('ZRANGEBYSCORE', key, '(' .. string.format('%d', lo), '+inf', 'WITHSCORES', 'LIMIT', from, 16)
-        if #ms == 0 then
-          error(redis.error_reply('weighted: marks of ' .. key .. ' do not add up to their recorded sum'))
+      -- Wait for the oldest marks to stop counting: until those whose
+      -- costs add up to need do, among the oldest MAX_RETRY_WALK; past
+      -- them, until the last of those does (sooner than the exact answer,
+      -- which the request is told again then). A denial reads a bounded
+      -- part of the log: Redis runs one script at a time, for every
+      -- tenant (see spec.evaluateMarks).
+      local need, acc = sum + cost - cap, 0
+      local ms = redis.call('ZRANGEBYSCORE', key, '(' .. string.format('%d', lo), '+inf', 'WITHSCORES', 'LIMIT', 0, MAX_RETRY_WALK)
+      for i = 1, #ms, 2 do
+        acc = acc + mark_cost(ms[i])
+        if acc >= need or i + 1 == 2 * MAX_RETRY_WALK then
+          retry = tonumber(ms[i + 1]) + lag - now
+          break
         end
-        for i = 1, #ms, 2 do
-          acc = acc + mark_cost(ms[i])
-          if acc >= need then
-            retry = tonumber(ms[i + 1]) + lag - now
-            break
-          end
-        end
-        from = from + 16
+      end
+      if retry == 0 then
+        error(redis.error_reply('weighted: marks of ' .. key .. ' do not add up to their recorded sum'))
       end
     end
     local reset = 0
     if sum > 0 then reset = newest + lag - now end
-    return ok, cap - sum, retry, reset, sum0, gone, newest
+    return ok, cap - sum, retry, reset, sum0, newest
   end
 
   -- adjust charges or refunds actual - reserved on key, an item of
@@ -480,10 +489,7 @@ local function lib()
       end
     elseif delta ~= 0 and algo == SLIDING_LOG then
       local lo = now - period
-      local sum, gone = marks_sum(key, lo)
-      if gone > 0 then
-        redis.call('ZREMRANGEBYSCORE', key, '(0', lo)
-      end
+      local sum = marks_sum(key, lo)
       local m = member(reserved, id)
       local score = redis.call('ZSCORE', key, m)
       if score then
@@ -623,7 +629,7 @@ local function lib()
   L = {
     store = store, batch = batch, flush = flush, write = write, checked = checked, mget = mget, get = get,
     meter = meter, window = window, window_reset = window_reset, member = member,
-    mark_cost = mark_cost, marks_sum = marks_sum, marks_ttl = marks_ttl, marks_set = marks_set,
+    mark_cost = mark_cost, marks_sum = marks_sum, marks_ttl = marks_ttl,
     marks = marks, adjust = adjust, lease_reports = lease_reports, lease_expire = lease_expire,
   }
   return L

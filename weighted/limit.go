@@ -35,7 +35,10 @@ const (
 	// entries of the last Period, plus the cost, fit. It is exact, and its
 	// memory is one entry per admitted debit still inside the window:
 	// at most Rate entries per key, because every entry holds at least one
-	// unit.
+	// unit. A denial's RetryAfter is when enough of the oldest entries
+	// leave the window, read from the oldest 256 at most: when those free
+	// too little, it is when the last of them leaves, sooner than the
+	// exact answer (so is Concurrency's, of its oldest leases).
 	SlidingLog
 	// Concurrency counts units in flight: a debit holds its cost until the
 	// reservation is settled or cancelled, or until its lease (Period)

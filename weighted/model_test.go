@@ -14,8 +14,13 @@ import (
 // Two rules are part of every definition. A clock behind the state's own
 // time (the last write, or the window written) is taken to be at the state's
 // time, so going backwards neither refills nor reopens a window; and a state
-// back to empty forgets its time.
+// back to empty forgets its time. A third is the sliding log's and the
+// concurrency limit's: every call that reads the key (a debit, a peek)
+// forgets the marks that stopped counting by its time, so that a clock
+// going back later does not count them again.
 type model interface {
+	// read is a call reading the key at t.
+	read(t int64)
 	// admits reports whether cost fits at t. It does not change the model.
 	admits(t, cost int64) bool
 	// remaining is how many units fit at t.
@@ -106,6 +111,8 @@ func (m *bucketModel) at(t int64) *big.Rat {
 	return tok
 }
 
+func (m *bucketModel) read(int64) {}
+
 func (m *bucketModel) admits(t, cost int64) bool { return m.at(t).Cmp(rat(cost)) >= 0 }
 func (m *bucketModel) remaining(t int64) int64   { return max(floorRat(m.at(t)), 0) }
 func (m *bucketModel) empty(t int64) bool        { return m.at(t).Cmp(rat(m.cap)) == 0 }
@@ -167,6 +174,8 @@ func (m *gcraModel) tatAt(t int64) *big.Rat {
 	}
 	return rat(t)
 }
+
+func (m *gcraModel) read(int64) {}
 
 func (m *gcraModel) admits(t, cost int64) bool {
 	n := m.arrival(t)
@@ -235,6 +244,8 @@ func (m *windowModel) usage(t int64) (*big.Rat, int64) {
 	}
 	return u, curr
 }
+
+func (m *windowModel) read(int64) {}
 
 func (m *windowModel) admits(t, cost int64) bool {
 	u, curr := m.usage(t)
@@ -315,6 +326,10 @@ func (m *logModel) sum(t int64) int64 {
 	return s
 }
 
+func (m *logModel) read(t int64) {
+	m.entries = slices.DeleteFunc(m.entries, func(e mark) bool { return e.ts <= t-m.period })
+}
+
 func (m *logModel) admits(t, cost int64) bool { return m.sum(t)+cost <= m.cap }
 func (m *logModel) remaining(t int64) int64   { return m.cap - m.sum(t) }
 func (m *logModel) empty(t int64) bool        { return m.sum(t) == 0 }
@@ -355,6 +370,10 @@ func (m *holdModel) sum(t int64) int64 {
 		}
 	}
 	return s
+}
+
+func (m *holdModel) read(t int64) {
+	maps.DeleteFunc(m.held, func(_ string, h mark) bool { return h.ts <= t })
 }
 
 func (m *holdModel) admits(t, cost int64) bool { return m.sum(t)+cost <= m.cap }

@@ -53,6 +53,7 @@ func runSteps(t *testing.T, s Store, clk *clock, l Limit, key string, steps []st
 			if err != nil {
 				t.Fatalf("%s: %v", where, err)
 			}
+			m.read(us)
 			ok := m.admits(us, st.cost)
 			if st.op == 'd' && ok && st.cost > 0 {
 				m.debit(us, st.cost, id)
@@ -94,6 +95,7 @@ func runSteps(t *testing.T, s Store, clk *clock, l Limit, key string, steps []st
 			if err != nil {
 				t.Fatalf("%s: peek: %v", where, err)
 			}
+			m.read(us)
 			if got, want := res.Items[0], modelState(m, l, us, 0, m.admits(us, 0)); got != want {
 				t.Fatalf("%s: after settling:\n got %+v\nwant %+v (model)", where, got, want)
 			}
