@@ -285,7 +285,10 @@ func (g *Gate) openStore(ctx context.Context, cfg *config.Config) (*freshStore, 
 // concurrent calls share the script call. A failed call is a store failure
 // instead, which the limits' posture and the breaker handle. A URL's own
 // max_retries still wins. (A Cluster client still follows MOVED, ASK and
-// TRYAGAIN, which are answered before the script runs.) The client speaks
+// TRYAGAIN, which are answered before the script runs; and, whatever
+// MaxRetries says, it resends a call whose connection broke (EOF) after
+// the write, up to MaxRedirects times: a debit that ran counts again, so
+// its tenant is admitted less, never more. README, "Operating it".) The client speaks
 // RESP2 unless the URL says protocol=3: costgate uses no RESP3 push
 // notification, and their handling costs every call.
 func redisClient(u string) (redis.UniversalClient, error) {
