@@ -255,6 +255,8 @@ func (g *Gate) openStore(ctx context.Context, cfg *config.Config) (*freshStore, 
 	if err := c.Ping(ctx).Err(); err != nil {
 		// Redis may come back; the limits' failure posture applies meanwhile.
 		g.log.Warn("limiter store unreachable at start", "err", err)
+	} else {
+		g.checkEviction(ctx, c)
 	}
 	g.breaker = newBreaker(cfg.Store.BreakerFailures, cfg.Store.BreakerCooldown, time.Now)
 	g.tel.ObserveBreaker(g.breaker.State)
@@ -272,6 +274,26 @@ func (g *Gate) openStore(ctx context.Context, cfg *config.Config) (*freshStore, 
 	g.objTimeout = cfg.Store.QueueTimeout + cfg.Store.Timeout + 50*time.Millisecond
 	gs := &guardedStore{store: r, restorer: r, breaker: g.breaker, timeout: g.objTimeout, bounded: true, tel: g.tel}
 	return g.fresh(g.leased(gs), 1), nil
+}
+
+// checkEviction warns when Redis may evict keys (a memory limit with an
+// eviction policy, as managed Redis services set by default): a counter
+// evicted while its tenant's generation marker stays is an unnoticed data
+// loss, and its tenant is admitted again what it had spent of its limits.
+// The generation markers see a restart, a flush or a failover, not an
+// eviction. A Redis that refuses CONFIG is logged and trusted.
+func (g *Gate) checkEviction(ctx context.Context, c redis.UniversalClient) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	cfg, err := c.ConfigGet(ctx, "maxmemory*").Result()
+	if err != nil {
+		g.log.Info("cannot read the limiter store's eviction policy (CONFIG GET); make sure it is noeviction", "err", err)
+		return
+	}
+	if policy := cfg["maxmemory-policy"]; cfg["maxmemory"] != "0" && policy != "" && policy != "noeviction" {
+		g.log.Warn("the limiter store may evict keys: a counter evicted is forgotten, and its tenant is admitted again what it spent; set maxmemory-policy noeviction (Redis then refuses writes when full, which the limits' failure posture handles)",
+			"maxmemory", cfg["maxmemory"], "maxmemory-policy", policy)
+	}
 }
 
 // redisClient connects to one Redis (redis:// or rediss://) or to a Redis
