@@ -134,7 +134,10 @@ func newEnv(t testing.TB, yaml string, withRedis bool, opts rls.Options) *env {
 	yaml += "\ndata_dir: " + t.TempDir() + "\n"
 	if withRedis {
 		e.redis = redistest.New(t)
-		yaml += "store: {redis: '" + e.redis.URL + "', breaker_failures: 1}\n"
+		// Calls get 5 s: on a loaded machine (the race detector, the other
+		// packages' tests) a call past the default 100 ms was an outage,
+		// and a charge made then went to the fallback, not to Redis.
+		yaml += "store: {redis: '" + e.redis.URL + "', breaker_failures: 1, timeout: 5s, queue_timeout: 5s}\n"
 	}
 	cfg, err := config.Parse([]byte(yaml))
 	if err != nil {
