@@ -7,31 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/costgate/costgate/control"
+	"github.com/costgate/costgate/internal/logtest"
 	"github.com/costgate/costgate/internal/pgtest"
 )
-
-// syncBuffer is a log sink safe for the replica's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestRestartWithTheDatabaseDown: a replica that restarts while the
 // database is down serves the control plane's keys from its snapshot (a
@@ -62,7 +44,7 @@ func TestRestartWithTheDatabaseDown(t *testing.T) {
 	}
 	pg.Stop()
 
-	var logs syncBuffer
+	var logs logtest.Buffer
 	r2 := newReplica(t, up, replicaOptions{dsn: pg.URL(), dir: dataDir, log: slog.New(slog.NewJSONHandler(&logs, nil))})
 	if st, body := r2.chat(t, live.Key); st != 200 {
 		t.Fatalf("a key of the snapshot, with the database down: %d %s", st, body)
@@ -101,7 +83,7 @@ func TestRestartWithTheDatabaseDown(t *testing.T) {
 			if _, err := control.ReadSnapshot(path); err == nil {
 				t.Fatal("ReadSnapshot accepts it")
 			}
-			var logs syncBuffer
+			var logs logtest.Buffer
 			r := newReplica(t, up, replicaOptions{dsn: pg.URL(), dir: dataDir, log: slog.New(slog.NewJSONHandler(&logs, nil))})
 			defer r.srv.Close()
 			if !strings.Contains(logs.String(), "the snapshot is ignored") {
@@ -117,7 +99,7 @@ func TestRestartWithTheDatabaseDown(t *testing.T) {
 	}
 
 	t.Run("the database back replaces the snapshot", func(t *testing.T) {
-		var logs syncBuffer
+		var logs logtest.Buffer
 		r := newReplica(t, up, replicaOptions{dsn: pg.URL(), dir: dataDir, log: slog.New(slog.NewJSONHandler(&logs, nil))})
 		pg.Start()
 		within(t, "the key back", 10*time.Second, func() bool { st, _ := r.chat(t, live.Key); return st == 200 })
@@ -139,7 +121,7 @@ func TestDatabaseBehindTheCopy(t *testing.T) {
 	dsn := pgtest.New(t)
 	up := simulatorURL(t)
 	dir := t.TempDir()
-	var logs syncBuffer
+	var logs logtest.Buffer
 	r := newReplica(t, up, replicaOptions{dsn: dsn, dir: dir, log: slog.New(slog.NewJSONHandler(&logs, nil))})
 	r.must(t, 201, "POST", "/admin/v1/tenants", `{"name":"t1"}`, nil)
 	var k1, k2 created

@@ -1,35 +1,16 @@
 package gate_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/costgate/costgate/gate"
+	"github.com/costgate/costgate/internal/logtest"
 	"github.com/costgate/costgate/internal/redistest"
 )
-
-// syncBuffer is a bytes.Buffer safe for the gate's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestEvictingStoreIsWarnedOf: a Redis that may evict keys (a memory limit
 // with an eviction policy, a managed service's default) can drop a
@@ -56,7 +37,7 @@ func TestEvictingStoreIsWarnedOf(t *testing.T) {
 			if err := c.ConfigSet(ctx, "maxmemory-policy", tc.policy).Err(); err != nil {
 				t.Fatal(err)
 			}
-			var logs syncBuffer
+			var logs logtest.Buffer
 			cfg := mustParse(t, fmt.Sprintf("admin_token: t\ndata_dir: %q\nstore: {redis: %q}\n", t.TempDir(), srv.URL))
 			g, err := gate.Open(ctx, cfg, gate.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			if err != nil {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/costgate/costgate/internal/logtest"
 )
 
 // TestDemoServesUntilStopped: when its traffic ends, the demo's proxy and
@@ -16,7 +18,7 @@ import (
 func TestDemoServesUntilStopped(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr logtest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"demo", "--duration", "2500ms", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, strings.NewReader(""), &stdout, &stderr)

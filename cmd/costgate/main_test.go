@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/internal/logtest"
 	"github.com/costgate/costgate/ledger"
 )
 
@@ -213,24 +214,6 @@ func TestPolicy(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer that serve may write while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
@@ -291,7 +274,7 @@ func serveOnce(t *testing.T, args ...string) served {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr logtest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, append([]string{"serve"}, args...), strings.NewReader(""), &stdout, &stderr)
@@ -541,7 +524,7 @@ func TestServeCutsStreamsAfterTheDrain(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr logtest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--config", config}, strings.NewReader(""), &stdout, &stderr)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costgate/costgate/internal/logtest"
 	"github.com/costgate/costgate/ledger"
 )
 
@@ -136,7 +137,7 @@ func TestServeLogsLedgerRecovery(t *testing.T) {
 	reserveAndClose(t, data, map[string]time.Time{"one": time.Now().Add(-time.Minute), "two": time.Now().Add(-time.Minute)})
 
 	ctx, cancel := context.WithCancel(t.Context())
-	var stdout, stderr syncBuffer
+	var stdout, stderr logtest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--config", config}, strings.NewReader(""), &stdout, &stderr)
