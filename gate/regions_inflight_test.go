@@ -107,7 +107,16 @@ func TestRegionsInFlightAcrossRebalances(t *testing.T) {
 			}
 		})
 	}
-	for range 12 {
+	spent := func() (n int64) {
+		for _, r := range regions {
+			n += r.spent.Load()
+		}
+		return n
+	}
+	// Twelve phases of 100 ms, and more (10 s in all at most) while the
+	// regions have spent less than half the budget: a loaded machine
+	// makes slow progress.
+	for i := 0; i < 12 || i < 100 && spent() < budget/2; i++ {
 		time.Sleep(100 * time.Millisecond)
 		phase.Add(1)
 	}
