@@ -47,7 +47,10 @@ const CloudEventType = "com.costgate.usage"
 //     usage event per final entry. Reserved entries are left out, as their
 //     usage is not known yet. The event id is the request id, so a billing
 //     system that deduplicates by id counts each request once however often
-//     it is exported.
+//     it is exported. A recovered entry can still be settled later (its
+//     node's settlement replayed after an operator's RecoverNode of a node
+//     that was running): its event keeps its id with the settled usage, and
+//     such a system keeps the one it saw first.
 //
 // Export reads the store page by page, so it runs in constant memory. It
 // fails with ErrInvalid, before writing anything, for a tenant that is not
