@@ -48,11 +48,18 @@ func (u *upstream) admit(r *http.Request) (string, *refusal) {
 	}
 	// A method-override header would have the upstream run another method
 	// than the one checked above and priced, under costgate's credential.
+	// A path-override header, likewise, another path than the one priced.
 	for h := range r.Header {
 		if isMethodOverride(h) {
 			return "", &refusal{status: http.StatusBadRequest, err: apiError{
 				Type: "invalid_request_error", Code: "method_override",
 				Message: fmt.Sprintf("%s is not forwarded: send the request with its own method", h),
+			}}
+		}
+		if isPathOverride(h) {
+			return "", &refusal{status: http.StatusBadRequest, err: apiError{
+				Type: "invalid_request_error", Code: "path_override",
+				Message: fmt.Sprintf("%s is not forwarded: send the request to its own path", h),
 			}}
 		}
 	}
@@ -70,6 +77,14 @@ func (u *upstream) admit(r *http.Request) (string, *refusal) {
 // run instead of its own, in any of its spellings (costmodel.HeaderIs).
 func isMethodOverride(name string) bool {
 	return costmodel.HeaderIs(name, "x-http-method-override") || costmodel.HeaderIs(name, "x-http-method") || costmodel.HeaderIs(name, "x-method-override")
+}
+
+// isPathOverride tells whether a header is one by which servers run
+// another path than the request line's, in any of its spellings
+// (costmodel.HeaderIs): X-Original-URL and X-Rewrite-URL, which IIS's URL
+// Rewrite sets for ASP.NET behind it, and Zend and older Symfony read.
+func isPathOverride(name string) bool {
+	return costmodel.HeaderIs(name, "x-original-url") || costmodel.HeaderIs(name, "x-rewrite-url")
 }
 
 // isIdempotencyKey tells whether a header carries a key by which an
