@@ -10,7 +10,8 @@ package costmodel
 //     keep the last of a repeated key, other decoders match exactly, some
 //     keep the first; a key given twice or in another case is an error;
 //   - a query parameter or form field is matched as paramIs says (any
-//     case, '.' or ' ' for '_', array brackets after it: "num[]"), a
+//     case, '.' or ' ' for '_', leading spaces and a NUL's tail
+//     dropped, array brackets after it: "num[]"), a
 //     header as HeaderIs says (any case, '_' for '-'); a name whose
 //     spellings hold two values is an error;
 //   - a body whose Content-Type is application/x-www-form-urlencoded or

@@ -40,12 +40,25 @@ func headerFold(c byte) byte {
 // paramIs tells whether the query parameter or form field names name and
 // want are one to some server: in any case (ASP.NET's are
 // case-insensitive; Unicode folding, as strings.EqualFold), with '.'
-// or ' ' for '_' (PHP reads "page.size" as "page_size"), and with array
-// brackets after it (arrayIndex: Node's qs reads "num[]=1000" as num,
-// ["1000"], which parseInt and Number read as 1000).
+// or ' ' for '_' (PHP reads "page.size" as "page_size"), as PHP names it
+// (phpName), and with array brackets after it (arrayIndex: Node's qs
+// reads "num[]=1000" as num, ["1000"], which parseInt and Number read as
+// 1000).
 func paramIs(name, want string) bool {
+	name = phpName(name)
 	n, ok := paramPrefix(name, want)
 	return ok && arrayIndex(name[n:])
+}
+
+// phpName is a parameter's name as PHP registers it: its leading spaces
+// dropped, and cut at a NUL (PHP reads the name as a C string), so that
+// " num" and "num\x00x" are num.
+func phpName(name string) string {
+	name = strings.TrimLeft(name, " ")
+	if i := strings.IndexByte(name, 0); i >= 0 {
+		name = name[:i]
+	}
+	return name
 }
 
 // arrayIndex tells whether s, what follows a parameter's name, makes it
@@ -120,6 +133,7 @@ func formKeyIs(key, path string) bool {
 	if paramIs(key, path) {
 		return true
 	}
+	key = phpName(key)
 	first := true
 	for path != "" {
 		var part string

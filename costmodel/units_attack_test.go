@@ -268,3 +268,33 @@ func TestUnitsAtkArrayBrackets(t *testing.T) {
 		{"nested as brackets, then []", form("params[num][]=1000"), 1000},
 	})
 }
+
+// TestUnitsAtkPHPNames: PHP drops the leading spaces of a parameter's
+// name and reads it as a C string, up to a NUL: " num=1000" and
+// "num%00x=1000" are num to $_GET, $_POST and $_REQUEST. Such a units
+// parameter or form field is read as the parameter.
+func TestUnitsAtkPHPNames(t *testing.T) {
+	q := func(raw string) costmodel.GenericRequest {
+		v, err := url.ParseQuery(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return costmodel.GenericRequest{Method: "GET", Path: "/", Query: v}
+	}
+	form := func(body string) costmodel.GenericRequest {
+		return costmodel.GenericRequest{Method: "POST", Path: "/",
+			Header: http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, Body: []byte(body)}
+	}
+	unitsAtkCheck(t, unitsAtkRule, []unitsAtkCase{
+		{"query leading space", q("%20num=1000"), 1000},
+		{"query leading pluses", q("++num=1000"), 1000},
+		{"query NUL", q("num%00x=1000"), 1000},
+		{"query NUL beside the plain name", q("num=1&num%00x=1000"), -1},
+		{"form leading space", form("+credits=1000"), 1000},
+		{"form NUL", form("credits%00=1000"), 1000},
+	})
+	nested := costmodel.Rule{PerCall: 1000, PerUnit: 10, Units: &costmodel.Source{JSON: "params.num", Default: 1}}
+	unitsAtkCheck(t, nested, []unitsAtkCase{
+		{"nested with a leading space", form("+params[num]=1000"), 1000},
+	})
+}
