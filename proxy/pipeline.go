@@ -140,6 +140,18 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	if !ok {
 		return
 	}
+	if generic != "" {
+		// A method named in the query or the form would have the upstream
+		// run another method than the one checked against its methods, as
+		// a method-override header would (see upstream.admit).
+		if p := methodOverrideParam(r, body); p != "" {
+			writeError(w, path, http.StatusBadRequest, apiError{
+				Type: "invalid_request_error", Code: "method_override",
+				Message: fmt.Sprintf("%s is not forwarded: send the request with its own method", p),
+			})
+			return
+		}
+	}
 
 	// 2. Estimate.
 	if !s.estimate(w, r, x, body) {
