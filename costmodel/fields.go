@@ -10,8 +10,10 @@ package costmodel
 //     keep the last of a repeated key, other decoders match exactly, some
 //     keep the first; a key given twice or in another case is an error;
 //   - a query parameter or form field is matched as paramIs says (any
-//     case, '.' or ' ' for '_'), a header as HeaderIs says (any case, '_'
-//     for '-'); a name whose spellings hold two values is an error;
+//     case, '.' or ' ' for '_', leading spaces and a NUL's tail
+//     dropped, array brackets after it: "num[]"), a
+//     header as HeaderIs says (any case, '_' for '-'); a name whose
+//     spellings hold two values is an error;
 //   - a body whose Content-Type is application/x-www-form-urlencoded or
 //     multipart/form-data is also read as a form, since upstreams read it
 //     as they read JSON, and many merge it with the query (Go's

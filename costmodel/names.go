@@ -39,11 +39,47 @@ func headerFold(c byte) byte {
 
 // paramIs tells whether the query parameter or form field names name and
 // want are one to some server: in any case (ASP.NET's are
-// case-insensitive; Unicode folding, as strings.EqualFold), and with '.'
-// or ' ' for '_' (PHP reads "page.size" as "page_size").
+// case-insensitive; Unicode folding, as strings.EqualFold), with '.'
+// or ' ' for '_' (PHP reads "page.size" as "page_size"), as PHP names it
+// (phpName), and with array brackets after it (arrayIndex: Node's qs
+// reads "num[]=1000" as num, ["1000"], which parseInt and Number read as
+// 1000).
 func paramIs(name, want string) bool {
+	name = phpName(name)
 	n, ok := paramPrefix(name, want)
-	return ok && n == len(name)
+	return ok && arrayIndex(name[n:])
+}
+
+// phpName is a parameter's name as PHP registers it: its leading spaces
+// dropped, and cut at a NUL (PHP reads the name as a C string), so that
+// " num" and "num\x00x" are num.
+func phpName(name string) string {
+	name = strings.TrimLeft(name, " ")
+	if i := strings.IndexByte(name, 0); i >= 0 {
+		name = name[:i]
+	}
+	return name
+}
+
+// arrayIndex tells whether s, what follows a parameter's name, makes it
+// that parameter as an array or an element of one to some server: empty,
+// or one or more of "[]" and "[N]" ("[]", "[0]", "[][]"), which Node's qs,
+// PHP and Rails read as the parameter's value given in an array.
+func arrayIndex(s string) bool {
+	for s != "" {
+		if s[0] != '[' {
+			return false
+		}
+		i := 1
+		for i < len(s) && '0' <= s[i] && s[i] <= '9' {
+			i++
+		}
+		if i == len(s) || s[i] != ']' {
+			return false
+		}
+		s = s[i+1:]
+	}
+	return true
 }
 
 // paramPrefix tells whether name starts with want as paramIs compares
@@ -91,11 +127,13 @@ func paramRuneIs(a, b rune) bool {
 
 // formKeyIs tells whether the form field name key names the JSON path
 // (dotted, "params.num"): spelled as the path, or in brackets
-// ("params[num]", as PHP and Rails nest form fields).
+// ("params[num]", as PHP and Rails nest form fields), either followed by
+// array brackets (arrayIndex).
 func formKeyIs(key, path string) bool {
 	if paramIs(key, path) {
 		return true
 	}
+	key = phpName(key)
 	first := true
 	for path != "" {
 		var part string
@@ -119,5 +157,5 @@ func formKeyIs(key, path string) bool {
 		}
 		first = false
 	}
-	return key == ""
+	return arrayIndex(key)
 }

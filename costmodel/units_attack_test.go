@@ -233,3 +233,68 @@ func TestUnitsAtkFormBody(t *testing.T) {
 		{"search query in a form", form("q=golang", "q="+url.QueryEscape(strings.Repeat("/a.*/ ", 40))), 400},
 	})
 }
+
+// TestUnitsAtkArrayBrackets: Node's qs (Express's query parser, and its
+// body parser for forms) reads "num[]=1000" and "num[0]=1000" as num, an
+// array ["1000"], which parseInt and Number read as 1000; PHP and Rails
+// name such a parameter num too. A units parameter or form field with a
+// trailing "[]" or "[N]" is read as the parameter; beside another
+// spelling of it, it is given twice.
+func TestUnitsAtkArrayBrackets(t *testing.T) {
+	q := func(raw string) costmodel.GenericRequest {
+		v, err := url.ParseQuery(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return costmodel.GenericRequest{Method: "GET", Path: "/", Query: v}
+	}
+	form := func(body string) costmodel.GenericRequest {
+		return costmodel.GenericRequest{Method: "POST", Path: "/",
+			Header: http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, Body: []byte(body)}
+	}
+	unitsAtkCheck(t, unitsAtkRule, []unitsAtkCase{
+		{"query []", q("num%5B%5D=1000"), 1000},
+		{"query [] unescaped", q("num[]=1000"), 1000},
+		{"query [0]", q("num[0]=1000"), 1000},
+		{"query [] upper case", q("NUM[]=1000"), 1000},
+		{"query [] twice", q("num[]=1000&num[]=5"), -1},
+		{"query [] beside the plain name", q("num=1&num[]=1000"), -1},
+		{"form []", form("credits[]=1000"), 1000},
+		{"form [0] escaped", form("credits%5B0%5D=1000"), 1000},
+		{"form [] beside the plain name", form("credits=1&credits[]=1000"), -1},
+	})
+	nested := costmodel.Rule{PerCall: 1000, PerUnit: 10, Units: &costmodel.Source{JSON: "params.num", Default: 1}}
+	unitsAtkCheck(t, nested, []unitsAtkCase{
+		{"nested as brackets, then []", form("params[num][]=1000"), 1000},
+	})
+}
+
+// TestUnitsAtkPHPNames: PHP drops the leading spaces of a parameter's
+// name and reads it as a C string, up to a NUL: " num=1000" and
+// "num%00x=1000" are num to $_GET, $_POST and $_REQUEST. Such a units
+// parameter or form field is read as the parameter.
+func TestUnitsAtkPHPNames(t *testing.T) {
+	q := func(raw string) costmodel.GenericRequest {
+		v, err := url.ParseQuery(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return costmodel.GenericRequest{Method: "GET", Path: "/", Query: v}
+	}
+	form := func(body string) costmodel.GenericRequest {
+		return costmodel.GenericRequest{Method: "POST", Path: "/",
+			Header: http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, Body: []byte(body)}
+	}
+	unitsAtkCheck(t, unitsAtkRule, []unitsAtkCase{
+		{"query leading space", q("%20num=1000"), 1000},
+		{"query leading pluses", q("++num=1000"), 1000},
+		{"query NUL", q("num%00x=1000"), 1000},
+		{"query NUL beside the plain name", q("num=1&num%00x=1000"), -1},
+		{"form leading space", form("+credits=1000"), 1000},
+		{"form NUL", form("credits%00=1000"), 1000},
+	})
+	nested := costmodel.Rule{PerCall: 1000, PerUnit: 10, Units: &costmodel.Source{JSON: "params.num", Default: 1}}
+	unitsAtkCheck(t, nested, []unitsAtkCase{
+		{"nested with a leading space", form("+params[num]=1000"), 1000},
+	})
+}

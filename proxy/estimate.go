@@ -115,11 +115,8 @@ func quoteGeneric(c *config.Config, method, target string, header http.Header, b
 		return Quote{}, err
 	}
 	which := fmt.Sprintf("upstream %s's cost rule", name)
-	for _, pc := range u.paths {
-		if strings.HasPrefix(sub, pc.Prefix) {
-			which = fmt.Sprintf("upstream %s's cost rule for paths under %s", name, pc.Prefix)
-			break
-		}
+	if pc := u.pathCost(sub); pc != nil {
+		which = fmt.Sprintf("upstream %s's cost rule for paths under %s", name, pc.Prefix)
 	}
 	unit := rule.Unit
 	if unit == "" {

@@ -9,7 +9,10 @@ package proxy
 // dot-segment that climbs above /u/NAME) is refused instead of guessed.
 
 import (
+	"bytes"
 	"fmt"
+	"mime"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 	"slices"
@@ -48,11 +51,18 @@ func (u *upstream) admit(r *http.Request) (string, *refusal) {
 	}
 	// A method-override header would have the upstream run another method
 	// than the one checked above and priced, under costgate's credential.
+	// A path-override header, likewise, another path than the one priced.
 	for h := range r.Header {
 		if isMethodOverride(h) {
 			return "", &refusal{status: http.StatusBadRequest, err: apiError{
 				Type: "invalid_request_error", Code: "method_override",
 				Message: fmt.Sprintf("%s is not forwarded: send the request with its own method", h),
+			}}
+		}
+		if isPathOverride(h) {
+			return "", &refusal{status: http.StatusBadRequest, err: apiError{
+				Type: "invalid_request_error", Code: "path_override",
+				Message: fmt.Sprintf("%s is not forwarded: send the request to its own path", h),
 			}}
 		}
 	}
@@ -70,6 +80,63 @@ func (u *upstream) admit(r *http.Request) (string, *refusal) {
 // run instead of its own, in any of its spellings (costmodel.HeaderIs).
 func isMethodOverride(name string) bool {
 	return costmodel.HeaderIs(name, "x-http-method-override") || costmodel.HeaderIs(name, "x-http-method") || costmodel.HeaderIs(name, "x-method-override")
+}
+
+// isPathOverride tells whether a header is one by which servers run
+// another path than the request line's, in any of its spellings
+// (costmodel.HeaderIs): X-Original-URL and X-Rewrite-URL, which IIS's URL
+// Rewrite sets for ASP.NET behind it, and Zend and older Symfony read.
+func isPathOverride(name string) bool {
+	return costmodel.HeaderIs(name, "x-original-url") || costmodel.HeaderIs(name, "x-rewrite-url")
+}
+
+// methodOverrideParam returns the name of a query parameter or form
+// field by which servers let a POST name the method they run instead
+// (_method: Rails' Rack::MethodOverride, Laravel and Symfony, Express's
+// method-override), in any case, or "" when the request has none. body is
+// the request's body, a form when its Content-Type says so.
+func methodOverrideParam(r *http.Request, body []byte) string {
+	for k := range r.URL.Query() {
+		if isMethodParam(k) {
+			return k
+		}
+	}
+	ct := r.Header.Get("Content-Type")
+	mt, _, _ := strings.Cut(ct, ";")
+	switch mt = strings.TrimSpace(mt); {
+	case strings.EqualFold(mt, "application/x-www-form-urlencoded"):
+		for pair := range strings.FieldsFuncSeq(string(body), func(c rune) bool { return c == '&' || c == ';' }) {
+			k, _, _ := strings.Cut(pair, "=")
+			if u, err := url.QueryUnescape(k); err == nil {
+				k = u
+			}
+			if isMethodParam(k) {
+				return k
+			}
+		}
+	case strings.EqualFold(mt, "multipart/form-data"):
+		_, params, err := mime.ParseMediaType(ct)
+		if err != nil || params["boundary"] == "" {
+			return "" // no upstream reads its fields either
+		}
+		mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+		for {
+			p, err := mr.NextPart()
+			if err != nil {
+				return ""
+			}
+			if isMethodParam(p.FormName()) {
+				return p.FormName()
+			}
+		}
+	}
+	return ""
+}
+
+// isMethodParam tells whether a parameter is _method, in any case and
+// with PHP's leading spaces.
+func isMethodParam(name string) bool {
+	return strings.EqualFold(strings.TrimLeft(name, " "), "_method")
 }
 
 // isIdempotencyKey tells whether a header carries a key by which an

@@ -140,6 +140,18 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 	if !ok {
 		return
 	}
+	if generic != "" {
+		// A method named in the query or the form would have the upstream
+		// run another method than the one checked against its methods, as
+		// a method-override header would (see upstream.admit).
+		if p := methodOverrideParam(r, body); p != "" {
+			writeError(w, path, http.StatusBadRequest, apiError{
+				Type: "invalid_request_error", Code: "method_override",
+				Message: fmt.Sprintf("%s is not forwarded: send the request with its own method", p),
+			})
+			return
+		}
+	}
 
 	// 2. Estimate.
 	if !s.estimate(w, r, x, body) {
@@ -309,14 +321,47 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, x *exchange, gene
 }
 
 // readBody reads the request's body within the size and time bounds. It
-// answers the client and returns false when it cannot.
+// answers the client and returns false when it cannot, or when the body
+// is declared in a content coding (see codedBody).
 func readBody(w http.ResponseWriter, r *http.Request, x *exchange) ([]byte, bool) {
+	if coding := codedBody(r.Header); coding != "" {
+		w.Header().Set("Accept-Encoding", "identity")
+		writeError(w, x.path, http.StatusBadRequest, apiError{
+			Type: "invalid_request_error", Code: "unsupported_content_encoding",
+			Message: "costgate prices a request body as it reads it and reads no content coding (" + coding + "): send the body uncompressed",
+		})
+		return nil, false
+	}
 	body, err := readBodyWithin(w, r, x.start, x.caller.Config().MaxBodyBytes)
 	if err != nil {
 		writeBodyError(w, x.path, err)
 		return nil, false
 	}
 	return body, true
+}
+
+// codedBody returns the first content coding other than identity that h
+// declares the body in, in any Content-Encoding field of any spelling a
+// server reads as one (costmodel.HeaderIs: Content_Encoding is
+// HTTP_CONTENT_ENCODING too), or "" for none. An upstream that decodes a
+// request body (Elasticsearch, Apache's DEFLATE input filter, many
+// frameworks' middleware) would read the body costgate never priced: a
+// gzipped form body held no field costgate could see, so its rule read
+// its default while the upstream served what the decoded body asked for.
+func codedBody(h http.Header) string {
+	for name, vs := range h {
+		if len(name) != len("content-encoding") || !costmodel.HeaderIs(name, "content-encoding") {
+			continue
+		}
+		for _, v := range vs {
+			for c := range strings.SplitSeq(v, ",") {
+				if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+					return c
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // errBodyTimeout is a body that did not arrive within bodyReadTimeout.

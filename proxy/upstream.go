@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
@@ -39,12 +40,40 @@ type upstream struct {
 // rule returns the cost rule of a generic upstream for a path: the part
 // after /u/NAME as genericPath reads it, which is also what is forwarded.
 func (u *upstream) rule(path string) *costmodel.Rule {
-	for i := range u.paths {
-		if strings.HasPrefix(path, u.paths[i].Prefix) {
-			return &u.paths[i].Cost
-		}
+	if pc := u.pathCost(path); pc != nil {
+		return &pc.Cost
 	}
 	return u.cost
+}
+
+// pathCost returns the longest of u's path prefixes that path begins
+// with, in any case (hasPrefixFold), or nil: ASP.NET Core and Express
+// route a path in any case by default, and run /EXPENSIVE as /expensive.
+func (u *upstream) pathCost(path string) *config.PathCost {
+	for i := range u.paths {
+		if hasPrefixFold(path, u.paths[i].Prefix) {
+			return &u.paths[i]
+		}
+	}
+	return nil
+}
+
+// hasPrefixFold tells whether s begins with prefix in any case, as
+// strings.EqualFold compares them (Unicode simple folding: "ſ" is "s",
+// as ASP.NET Core's OrdinalIgnoreCase takes it). It does not allocate.
+func hasPrefixFold(s, prefix string) bool {
+	for prefix != "" {
+		if s == "" {
+			return false
+		}
+		_, np := utf8.DecodeRuneInString(prefix)
+		_, ns := utf8.DecodeRuneInString(s)
+		if !strings.EqualFold(prefix[:np], s[:ns]) {
+			return false
+		}
+		prefix, s = prefix[np:], s[ns:]
+	}
+	return true
 }
 
 // transport is shared by all upstreams: a keep-alive pool sized for many
