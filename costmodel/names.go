@@ -51,12 +51,17 @@ func paramIs(name, want string) bool {
 }
 
 // phpName is a parameter's name as PHP registers it: its leading spaces
-// dropped, and cut at a NUL (PHP reads the name as a C string), so that
-// " num" and "num\x00x" are num.
+// dropped, cut at a NUL (PHP reads the name as a C string), so that
+// " num" and "num\x00x" are num; and a "[" that no "]" closes, and every
+// "[" after it, read as "_" (PHP's php_register_variable_ex), so that
+// "page[size" is page_size. ('.' and ' ' are '_' to paramRuneIs.)
 func phpName(name string) string {
 	name = strings.TrimLeft(name, " ")
 	if i := strings.IndexByte(name, 0); i >= 0 {
 		name = name[:i]
+	}
+	if i := strings.IndexByte(name, '['); i >= 0 && strings.IndexByte(name[i:], ']') < 0 {
+		name = name[:i] + strings.ReplaceAll(name[i:], "[", "_")
 	}
 	return name
 }

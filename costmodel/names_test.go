@@ -25,7 +25,10 @@ func TestNames(t *testing.T) {
 		{formKeyIs, "formKeyIs", "Params[NUM]", "params.num", true},
 		{formKeyIs, "formKeyIs", "params.num", "params.num", true},
 		{formKeyIs, "formKeyIs", "queries[0][size]", "queries.0.size", true},
-		{formKeyIs, "formKeyIs", "params[num", "params.num", false},
+		{formKeyIs, "formKeyIs", "params[num", "params.num", true}, // PHP: params_num
+		{formKeyIs, "formKeyIs", "params[num", "params.nu", false},
+		{paramIs, "paramIs", "page[size", "page_size", true}, // PHP reads an unclosed [ as _
+		{paramIs, "paramIs", "page[size]", "page_size", false},
 		{formKeyIs, "formKeyIs", "params[num]x", "params.num", false},
 		{formKeyIs, "formKeyIs", "params", "params.num", false},
 	} {

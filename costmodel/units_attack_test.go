@@ -296,5 +296,16 @@ func TestUnitsAtkPHPNames(t *testing.T) {
 	nested := costmodel.Rule{PerCall: 1000, PerUnit: 10, Units: &costmodel.Source{JSON: "params.num", Default: 1}}
 	unitsAtkCheck(t, nested, []unitsAtkCase{
 		{"nested with a leading space", form("+params[num]=1000"), 1000},
+		// PHP reads an unclosed "[" as "_": params[num is params_num,
+		// which it also reads params.num as.
+		{"nested, bracket unclosed", form("params[num=1000"), 1000},
+	})
+	// An unclosed "[" is "_" to PHP: page[size=1000 is $_GET['page_size'].
+	underscored := costmodel.Rule{PerCall: 1000, PerUnit: 10, Units: &costmodel.Source{Query: "page_size", JSON: "page_size", Default: 1}}
+	unitsAtkCheck(t, underscored, []unitsAtkCase{
+		{"query bracket unclosed", q("page[size=1000"), 1000},
+		{"query brackets unclosed", q("page[size=1&page_size[0=1000"), 1}, // page_size_0 to PHP
+		{"query bracket unclosed beside the plain name", q("page_size=1&page[size=1000"), -1},
+		{"form bracket unclosed", form("page[size=1000"), 1000},
 	})
 }
