@@ -560,6 +560,12 @@ func (c *Config) Validate() error {
 				if err := pc.Cost.Validate(); err != nil {
 					bad(fmt.Sprintf("%s.paths[%d].cost", p, j), "%v", err)
 				}
+				// Paths match in any case (servers route /EXPENSIVE as
+				// /expensive): two prefixes that differ only in case would
+				// leave the rule a request pays to their order.
+				if k := slices.IndexFunc(u.Paths[:j], func(o PathCost) bool { return strings.EqualFold(o.Prefix, pc.Prefix) }); k >= 0 {
+					bad(fmt.Sprintf("%s.paths[%d].prefix", p, j), "%q is paths[%d]'s prefix %q: paths match in any case", pc.Prefix, k, u.Paths[k].Prefix)
+				}
 			}
 		} else {
 			if u.Cost != nil || len(u.Paths) > 0 {

@@ -46,6 +46,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"CONNECT forwarded", "admin_token: x\nupstreams: [{name: s, kind: generic, base_url: 'http://127.0.0.1:1', cost: {per_call: '0.01'}, methods: [CONNECT]}]\n", "upstreams[0].methods[0]: CONNECT is never forwarded"},
 		{"unknown method", "admin_token: x\nupstreams: [{name: s, kind: generic, base_url: 'http://127.0.0.1:1', cost: {per_call: '0.01'}, methods: [FETCH]}]\n", "upstreams[0].methods[0]: unknown method"},
 		{"methods on an LLM upstream", "admin_token: x\nupstreams: [{name: o, kind: openai, base_url: 'http://127.0.0.1:1', methods: [GET]}]\n", "upstreams[0].methods: only a generic upstream"},
+		{"path prefixes that differ in case", "admin_token: x\nupstreams: [{name: s, kind: generic, base_url: 'http://127.0.0.1:1', cost: {per_call: '0.01'}, paths: [{prefix: /Expensive, cost: {per_call: '1'}}, {prefix: /expensive, cost: {per_call: '0.001'}}]}]\n", "upstreams[0].paths[1].prefix: \"/expensive\" is paths[0]'s prefix \"/Expensive\": paths match in any case"},
 		{"unclean path prefix", "admin_token: x\nupstreams: [{name: s, kind: generic, base_url: 'http://127.0.0.1:1', cost: {per_call: '0.01'}, paths: [{prefix: /a/../b, cost: {per_call: '1'}}]}]\n", "upstreams[0].paths[0].prefix: must be a clean path"},
 		{"demo key in public", base + "listen: ':8080'\ntenants: [{name: t, plan: p, keys: [{key: cg-demo-free}]}]\n", "tenants[0].keys[0].key: \"cg-demo-free\" is a published demo key"},
 		{"capture sample above 1", base + "capture: {enabled: true, sample: 1.5}\n", "capture.sample: must be in (0, 1]"},
