@@ -8,9 +8,11 @@ package proxy_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -404,5 +406,44 @@ func TestIsolationAttackUsageCredentialHeaders(t *testing.T) {
 				t.Errorf("%d tenant %q, want 200 for %s", got.status, out.Tenant, c.tenant)
 			}
 		})
+	}
+}
+
+// TestIsolationAttackOverridesToAnLLMUpstream: an LLM route's method and
+// path are the API's (POST /v1/chat/completions, priced as a chat). A
+// client's method-override or path-override header must not reach an
+// OpenAI-compatible server that obeys them (a framework's middleware in
+// front of it, IIS's URL Rewrite) and have it run, under costgate's
+// credential, another operation than the one priced: they are dropped.
+func TestIsolationAttackOverridesToAnLLMUpstream(t *testing.T) {
+	var mu sync.Mutex
+	var seen []http.Header
+	up := &stubUpstream{fn: func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		mu.Lock()
+		seen = append(seen, r.Header.Clone())
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, hostileUpChat(`"gpt-4o-mini"`, `{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10}`))
+	}}
+	s := hostileUpStack(t, up, 0, "")
+	overrides := map[string]string{
+		"X-HTTP-Method-Override": "DELETE", "X_HTTP_Method": "DELETE", "x-method-override": "DELETE",
+		"X-Original-URL": "/v1/fine_tuning/jobs", "X_Rewrite_URL": "/v1/batches",
+	}
+	e, _ := oneEntry(t, s, "/v1/chat/completions", hostileUpChatReq, overrides)
+	if e.HTTPStatus != 200 {
+		t.Fatalf("the chat request: %+v", e)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 {
+		t.Fatalf("the upstream got %d requests, want 1", len(seen))
+	}
+	for k, v := range seen[0] {
+		for o := range overrides {
+			if strings.EqualFold(strings.ReplaceAll(k, "_", "-"), strings.ReplaceAll(o, "_", "-")) {
+				t.Errorf("the upstream got %s: %q, priced as a chat completion", k, v)
+			}
+		}
 	}
 }

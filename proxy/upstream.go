@@ -148,9 +148,13 @@ func (u *upstream) rewrite(pr *httputil.ProxyRequest) {
 	// The organization and project costgate's credential acts as (and is
 	// billed under) are costgate's to choose, not the tenant's: in every
 	// spelling a server may read as theirs (openai_organization, which Go
-	// keeps apart from the canonical OpenAI-Organization).
+	// keeps apart from the canonical OpenAI-Organization). A method or
+	// path override would have an OpenAI-compatible server that obeys it
+	// run another operation than the one priced (a generic upstream's
+	// request that carries one was refused: upstream.admit).
 	for name := range out.Header {
-		if costmodel.HeaderIs(name, "openai-organization") || costmodel.HeaderIs(name, "openai-project") {
+		if costmodel.HeaderIs(name, "openai-organization") || costmodel.HeaderIs(name, "openai-project") ||
+			isMethodOverride(name) || isPathOverride(name) {
 			delete(out.Header, name)
 		}
 	}
