@@ -51,7 +51,9 @@ func (x *exchange) guardFor() *streamGuard {
 	if !cfg.Enabled {
 		return nil
 	}
-	u := x.est.Usage
+	// What the gate reserved, which is less than the estimate's output
+	// under output_reserve: pNN (the learned quantile of the key's output).
+	u := x.res.Request().Estimate.Usage
 	return &streamGuard{x: x, inc: cfg.IncrementTokens, allowance: u.OutputTokens, web: u.WebSearchRequests, file: u.FileSearchCalls}
 }
 
