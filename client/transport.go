@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -48,7 +49,12 @@ const settleTimeout = 10 * time.Second
 // up to MaxBody bytes, which the caller then reads from memory. A longer
 // body is settled by its header or the estimate and passed on unread
 // beyond the bound. The request body is read only when Rule reads it (a
-// JSON source or a complexity score), likewise bounded.
+// JSON source, a complexity score, or a form body, whose field named as
+// the query parameter the rule reads as the proxy does), likewise
+// bounded; such a body in a content coding (Content-Encoding other than
+// identity) is refused before reserving, as the proxy refuses it: the
+// rule would price the coded bytes, and an API that decodes the body
+// would serve what the decoded body asks for.
 //
 // RoundTrip does not modify the request. A Transport is safe for
 // concurrent use; its fields must not change once it is in use.
@@ -101,7 +107,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		out.Header.Del("Accept-Encoding")
 	}
 	var body []byte
-	if needsBody(rule) && req.Body != nil && req.Body != http.NoBody {
+	if needsBody(rule, req.Header) && req.Body != nil && req.Body != http.NoBody {
+		if coding := codedBody(req.Header); coding != "" {
+			// An API that decodes request bodies serves what the decoded
+			// body asks for, which the rule cannot read in the coded
+			// bytes: the proxy refuses such a body, and so does this.
+			req.Body.Close()
+			return nil, fmt.Errorf("client: transport: the request body is in a content coding (%s) and its rule reads the body, which it reads only uncompressed: send it without Content-Encoding", coding)
+		}
 		body, err = readBounded(req.Body, t.maxBody())
 		req.Body.Close()
 		if err != nil {
@@ -328,9 +341,40 @@ func (t *Transport) maxBody() int64 {
 	return DefaultMaxBody
 }
 
-// needsBody tells whether r reads the request body.
-func needsBody(r costmodel.Rule) bool {
-	return (r.Units != nil && r.Units.JSON != "") || r.Complexity != nil
+// needsBody tells whether r reads the body of a request with header h: a
+// JSON field or a complexity score, or a form field named as its query
+// parameter in a form body (costmodel reads one there, as frameworks that
+// merge the query and the form do).
+func needsBody(r costmodel.Rule, h http.Header) bool {
+	switch {
+	case r.Complexity != nil || r.Units != nil && r.Units.JSON != "":
+		return true
+	case r.Units != nil && r.Units.Query != "":
+		mt, _, _ := strings.Cut(h.Get("Content-Type"), ";")
+		mt = strings.TrimSpace(mt)
+		return strings.EqualFold(mt, "application/x-www-form-urlencoded") || strings.EqualFold(mt, "multipart/form-data")
+	}
+	return false
+}
+
+// codedBody returns the first content coding other than identity that h
+// declares the body in, in any Content-Encoding field of any spelling a
+// server reads as one (costmodel.HeaderIs: Content_Encoding too), or ""
+// for none.
+func codedBody(h http.Header) string {
+	for name, vs := range h {
+		if !costmodel.HeaderIs(name, "Content-Encoding") {
+			continue
+		}
+		for _, v := range vs {
+			for c := range strings.SplitSeq(v, ",") {
+				if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+					return c
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // readBounded reads all of r, failing when it holds more than limit bytes.
