@@ -47,8 +47,10 @@ const settleTimeout = 10 * time.Second
 //
 // To read the units, RoundTrip reads the response body before it returns:
 // up to MaxBody bytes, which the caller then reads from memory. A longer
-// body is settled by its header or the estimate and passed on unread
-// beyond the bound. The request body is read only when Rule reads it (a
+// body, or a stream of server-sent events, is settled by its header, else
+// at the most Rule.Actual lets the answer report (its Max; the estimate
+// when it has none), as the proxy charges such an answer, and a longer
+// body is passed on unread beyond the bound. The request body is read only when Rule reads it (a
 // JSON source, a complexity score, or a form body, whose field named as
 // the query parameter the rule reads as the proxy does), likewise
 // bounded; such a body in a content coding (Content-Encoding other than
@@ -157,7 +159,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			// proxy charges a generic upstream's request that got no
 			// answer in time, the most the rule lets the answer report
 			// (its actual's max), else what was reserved for it.
-			t.end(ctx, req, res, t.usage(rule, rule.Unreported(est.Usage.Units), nil, nil), nil)
+			t.end(ctx, req, res, t.usage(rule, rule.Unreported(est.Usage.Units), nil, nil, false), nil)
 		} else {
 			t.release(ctx, req, res)
 		}
@@ -172,7 +174,7 @@ func (t *Transport) settle(ctx context.Context, req *http.Request, res *Reservat
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// The body is the upgraded connection: it has no end to read to,
 		// and the caller needs it as it is. Its header may state units.
-		t.end(ctx, req, res, t.usage(rule, estimated, resp.Header, nil), nil)
+		t.end(ctx, req, res, t.usage(rule, estimated, resp.Header, nil, false), nil)
 		return resp, nil
 	}
 	limit := t.maxBody()
@@ -189,7 +191,7 @@ func (t *Transport) settle(ctx context.Context, req *http.Request, res *Reservat
 		if !whole {
 			read = nil // a cut body says nothing; the header still may
 		}
-		u = t.usage(rule, estimated, resp.Header, read)
+		u = t.usage(rule, estimated, resp.Header, read, unkept(resp.Header, buf, whole, readErr))
 	}
 	t.end(ctx, req, res, u, opts)
 
@@ -215,16 +217,19 @@ const (
 	maxCharge = costmodel.NanoUSD(1 << 53)
 )
 
-// usage is what a successful answer reports by rule, or the estimate.
-func (t *Transport) usage(rule costmodel.Rule, estimated int64, h http.Header, body []byte) Usage {
+// usage is what a successful answer reports by rule, or the estimate;
+// unread tells that the answer was not kept whole to read its report
+// (see unkept).
+func (t *Transport) usage(rule costmodel.Rule, estimated int64, h http.Header, body []byte, unread bool) Usage {
 	u := Usage{Units: estimated}
 	switch actual, ok, err := rule.Settle(h, body); {
 	case err == nil && ok:
 		u.Units = min(actual.Units, maxUnits)
-	case err != nil:
+	case err != nil || unread:
 		// A report that cannot be read (the field in two spellings, not
-		// a count) is charged the most the rule lets it report, as the
-		// proxy charges it.
+		// a count), or that may be in an answer not kept whole, is
+		// charged the most the rule lets it report, as the proxy
+		// charges it.
 		u.Units = min(rule.Unreported(estimated), maxUnits)
 	}
 	if t.Upstream == "" {
@@ -235,6 +240,27 @@ func (t *Transport) usage(rule costmodel.Rule, estimated int64, h http.Header, b
 		u.Free = u.USD == 0
 	}
 	return u
+}
+
+// unkept tells whether a successful answer, read whole or not (readErr
+// nil), was not kept as one JSON document whose report could be read:
+// longer than the bound, or a stream of server-sent events (one that is
+// a JSON document, from a server that ignored the stream, is one). The
+// proxy charges such an answer on a generic route the most its rule lets
+// it report.
+func unkept(h http.Header, buf []byte, whole bool, readErr error) bool {
+	if readErr != nil {
+		return false // cut: the header, else the estimate, as before
+	}
+	if !whole {
+		return true
+	}
+	mt, _, _ := strings.Cut(h.Get("Content-Type"), ";")
+	if !strings.EqualFold(strings.TrimSpace(mt), "text/event-stream") {
+		return false
+	}
+	b := bytes.TrimLeft(buf, " \t\r\n")
+	return len(b) == 0 || b[0] != '{'
 }
 
 // end settles res with u and reports it to the Settled hook.
