@@ -534,7 +534,7 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if ch.Status == ledger.StatusSettled {
-			u = u.Asked(req.Estimate.Usage)
+			u = askedFor(u, req.Estimate.Usage)
 		}
 		ch.Usage = u
 		if ch.Model == "" {
@@ -549,6 +549,11 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			badRequest(w, path, "invalid_usage", "usage: "+err.Error())
 			return
+		}
+		if ch.Status == ledger.StatusSettled {
+			// The counts say nothing of what the request asked for that
+			// the upstream bills apart (a search, a speed, a container).
+			u = askedFor(u, req.Estimate.Usage)
 		}
 		ch.Usage, ch.Cost, priced = u, cost, p
 	case ch.Status != ledger.StatusFailed:
@@ -606,6 +611,18 @@ func (s *Server) settlementCost(req *gate.Request, ch gate.Charge) costmodel.Nan
 		return priceUsage(est, u, model, ch.Usage)
 	}
 	return req.Estimate.Cost
+}
+
+// askedFor is u, the usage of a call that succeeded, with what its
+// reservation's request asked for (est, its estimated usage) that the
+// upstream bills and its answer does not report, as the proxy charges a
+// call: the speed and the containers (Usage.Asked), and the web searches
+// of a chat completion (web_search_options, a search model), billed per
+// request and never in its usage; a chat completion's estimate is the
+// only one that holds searches.
+func askedFor(u, est costmodel.Usage) costmodel.Usage {
+	u.WebSearchRequests = max(u.WebSearchRequests, est.WebSearchRequests)
+	return u.Asked(est)
 }
 
 // answerKind is the API an upstream's answer says it comes from: its
