@@ -165,3 +165,50 @@ func TestClientAtkCodedRequestBody(t *testing.T) {
 		t.Errorf("identity body asking 7 credits: ledger %d units", e.Actual.Units)
 	}
 }
+
+// TestClientAtkSemicolonQuery: an API that splits its query at ';' as at
+// '&' (Rack before 3, Python's parse_qs before 3.9.2, Perl's CGI) reads
+// ?q=x;credits=1000 as credits=1000, which Go's url.Values drops whole
+// (a pair holding ';' is not parsed). The Transport priced that call at
+// the rule's default, 1 credit, for 1000 served. (Through the proxy,
+// httputil.ReverseProxy drops that pair before the upstream: it serves
+// what was priced.) What must hold: the Transport prices a query holding
+// ';' by its reading at '&' and ';' both, which holds every pair Go
+// reads and the ones it drops.
+func TestClientAtkSemicolonQuery(t *testing.T) {
+	s := newStack(t, "memory", "", nil)
+	api, _ := meteredStub(t, func(w http.ResponseWriter, r *http.Request) {
+		var credits string
+		for _, pair := range strings.FieldsFunc(r.URL.RawQuery, func(c rune) bool { return c == '&' || c == ';' }) {
+			if k, v, _ := strings.Cut(pair, "="); k == "credits" {
+				credits = v
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"served":%q}`, credits)
+	})
+	var ends attackEnds
+	hc := &http.Client{Transport: &client.Transport{Client: s.client("cg-test-acme"), Rule: formCreditsRule, Settled: ends.hook}}
+	for i, c := range []struct {
+		query string
+		want  int64
+	}{
+		{"q=x;credits=1000", 1000},
+		{"credits=1000;q=x", 1000},
+		{"q=a;b&credits=7", 7},
+		{"q=plain&credits=3", 3},
+	} {
+		resp, err := hc.Get(api + "/search?" + c.query)
+		if err != nil {
+			t.Fatalf("%s: %v", c.query, err)
+		}
+		resp.Body.Close()
+		n, sts, errs := ends.snapshot()
+		if n != i+1 || errs[i] != nil || sts[i] == nil {
+			t.Fatalf("%s: Settled %d times, %v", c.query, n, errs)
+		}
+		if e := s.entry(t, "acme", sts[i].RequestID, final); e.Actual.Units != c.want || e.Estimated.Units != c.want {
+			t.Errorf("?%s: reserved %d units, settled %d; want %d", c.query, e.Estimated.Units, e.Actual.Units, c.want)
+		}
+	}
+}

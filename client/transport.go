@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -127,7 +128,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		out.ContentLength = int64(len(body))
 	}
 	est, err := rule.Estimate(costmodel.GenericRequest{
-		Method: req.Method, Path: req.URL.Path, Query: req.URL.Query(), Header: req.Header, Body: body,
+		Method: req.Method, Path: req.URL.Path, Query: pricedQuery(req.URL), Header: req.Header, Body: body,
 	})
 	if err != nil {
 		closeBody(out)
@@ -365,6 +366,29 @@ func (t *Transport) maxBody() int64 {
 		return t.MaxBody
 	}
 	return DefaultMaxBody
+}
+
+// pricedQuery is u's query as the rule prices it: as Go reads it, which
+// drops a pair holding ';', or, when the query holds one, as it reads
+// split at '&' and ';' both, as APIs that take ';' for a separator do
+// (Rack before 3, Python's parse_qs before 3.9.2, Perl's CGI): that
+// reading holds every pair of the other and the ones it dropped.
+func pricedQuery(u *url.URL) url.Values {
+	if !strings.Contains(u.RawQuery, ";") {
+		return u.Query()
+	}
+	q := url.Values{}
+	for pair := range strings.FieldsFuncSeq(u.RawQuery, func(c rune) bool { return c == '&' || c == ';' }) {
+		k, v, _ := strings.Cut(pair, "=")
+		if uk, err := url.QueryUnescape(k); err == nil {
+			k = uk
+		}
+		if uv, err := url.QueryUnescape(v); err == nil {
+			v = uv
+		}
+		q.Add(k, v)
+	}
+	return q
 }
 
 // needsBody tells whether r reads the body of a request with header h: a
