@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -51,7 +52,10 @@ const settleTimeout = 10 * time.Second
 // body, or a stream of server-sent events, is settled by its header, else
 // at the most Rule.Actual lets the answer report (its Max; the estimate
 // when it has none), as the proxy charges such an answer, and a longer
-// body is passed on unread beyond the bound. The request body is read only when Rule reads it (a
+// body is passed on unread beyond the bound. An answer a Base hands on in
+// a content coding (it asked for one itself) is read gunzipped, for gzip,
+// and otherwise charged as one whose report was not read; the caller
+// gets it as it came. The request body is read only when Rule reads it (a
 // JSON source, a complexity score, or a form body, whose field named as
 // the query parameter the rule reads as the proxy does), likewise
 // bounded; such a body in a content coding (Content-Encoding other than
@@ -188,11 +192,13 @@ func (t *Transport) settle(ctx context.Context, req *http.Request, res *Reservat
 		u.Free = true // as the proxy charges nothing for a generic upstream's error
 		opts = append(opts, Failed())
 	} else {
-		read := buf
-		if !whole {
+		read, decoded := buf, true
+		if whole {
+			read, decoded = decodeAnswer(resp.Header, buf, limit)
+		} else {
 			read = nil // a cut body says nothing; the header still may
 		}
-		u = t.usage(rule, estimated, resp.Header, read, unkept(resp.Header, buf, whole, readErr))
+		u = t.usage(rule, estimated, resp.Header, read, !decoded || unkept(resp.Header, read, whole, readErr))
 	}
 	t.end(ctx, req, res, u, opts)
 
@@ -241,6 +247,42 @@ func (t *Transport) usage(rule costmodel.Rule, estimated int64, h http.Header, b
 		u.Free = u.USD == 0
 	}
 	return u
+}
+
+// decodeAnswer returns body decoded from the content coding its header
+// h declares, when a Base handed it on coded (it asked for the coding
+// itself): gunzipped, up to limit bytes, for gzip; ok is false for an
+// answer the Transport cannot decode (another coding, several, a broken
+// or longer gzip stream), whose report is then not read.
+func decodeAnswer(h http.Header, body []byte, limit int64) (decoded []byte, ok bool) {
+	var codings []string
+	for name, vs := range h {
+		if !costmodel.HeaderIs(name, "Content-Encoding") {
+			continue
+		}
+		for _, v := range vs {
+			for c := range strings.SplitSeq(v, ",") {
+				if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+					codings = append(codings, c)
+				}
+			}
+		}
+	}
+	switch {
+	case len(codings) == 0:
+		return body, true
+	case len(codings) > 1 || !strings.EqualFold(codings[0], "gzip") && !strings.EqualFold(codings[0], "x-gzip"):
+		return nil, false
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(body))
+	if err != nil {
+		return nil, false
+	}
+	out, err := readBounded(zr, limit)
+	if err != nil {
+		return nil, false
+	}
+	return out, true
 }
 
 // unkept tells whether a successful answer, read whole or not (readErr
