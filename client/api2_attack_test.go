@@ -212,3 +212,48 @@ func TestClientAtkSemicolonQuery(t *testing.T) {
 		}
 	}
 }
+
+// TestClientAtkContentTypeSpelling: a caller that writes the header map
+// itself (req.Header["content-type"]) sends its form body under a field
+// name Go does not canonicalize; the API reads the field in any case, a
+// form, and serves credits=1000. costmodel looks the Content-Type up by
+// its canonical name: the Transport took the body for no form and priced
+// the rule's default, 1 credit. What must hold: the body is priced by
+// its Content-Type in whatever case the map holds it, and a request
+// that states two different ones is refused before reserving.
+func TestClientAtkContentTypeSpelling(t *testing.T) {
+	s := newStack(t, "memory", "", nil)
+	api, calls := meteredStub(t, func(w http.ResponseWriter, r *http.Request) {
+		r.ParseForm()
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"served":%q}`, r.PostForm.Get("credits"))
+	})
+	var ends attackEnds
+	hc := &http.Client{Transport: &client.Transport{Client: s.client("cg-test-acme"), Rule: formCreditsRule, Settled: ends.hook}}
+	req, _ := http.NewRequest("POST", api+"/search", strings.NewReader("credits=1000"))
+	req.Header["content-type"] = []string{"application/x-www-form-urlencoded"}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	n, sts, errs := ends.snapshot()
+	if n != 1 || errs[0] != nil || sts[0] == nil {
+		t.Fatalf("Settled %d times, %v", n, errs)
+	}
+	if e := s.entry(t, "acme", sts[0].RequestID, final); e.Actual.Units != 1000 || e.Estimated.Units != 1000 {
+		t.Errorf("a form body under content-type asking 1000 credits (the API served %s): reserved %d, settled %d; want 1000",
+			got, e.Estimated.Units, e.Actual.Units)
+	}
+
+	req, _ = http.NewRequest("POST", api+"/search", strings.NewReader("credits=1000"))
+	req.Header["content-type"] = []string{"application/x-www-form-urlencoded"}
+	req.Header.Set("Content-Type", "application/json")
+	if _, err := hc.Do(req); err == nil || !strings.Contains(err.Error(), "Content-Type") {
+		t.Errorf("two Content-Types: error %v, want a refusal naming them", err)
+	}
+	if calls.Load() != 1 || len(s.entries(t, "acme")) != 1 {
+		t.Errorf("two Content-Types: %d API calls, %d ledger entries; want the first call's alone", calls.Load(), len(s.entries(t, "acme")))
+	}
+}

@@ -113,8 +113,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// would reach the rule still encoded, and settle the estimate.
 		out.Header.Del("Accept-Encoding")
 	}
+	header, err := pricedHeader(req.Header)
+	if err != nil {
+		closeBody(req)
+		return nil, fmt.Errorf("client: transport: %w", err)
+	}
 	var body []byte
-	if needsBody(rule, req.Header) && req.Body != nil && req.Body != http.NoBody {
+	if needsBody(rule, header) && req.Body != nil && req.Body != http.NoBody {
 		if coding := codedBody(req.Header); coding != "" {
 			// An API that decodes request bodies serves what the decoded
 			// body asks for, which the rule cannot read in the coded
@@ -132,7 +137,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		out.ContentLength = int64(len(body))
 	}
 	est, err := rule.Estimate(costmodel.GenericRequest{
-		Method: req.Method, Path: req.URL.Path, Query: pricedQuery(req.URL), Header: req.Header, Body: body,
+		Method: req.Method, Path: req.URL.Path, Query: pricedQuery(req.URL), Header: header, Body: body,
 	})
 	if err != nil {
 		closeBody(out)
@@ -408,6 +413,34 @@ func (t *Transport) maxBody() int64 {
 		return t.MaxBody
 	}
 	return DefaultMaxBody
+}
+
+// pricedHeader is h as the rule reads it: its Content-Type under the
+// canonical name when the caller's map holds it under another case
+// (req.Header["content-type"], which Go sends as it is and servers read
+// in any case). Two different Content-Types are an error: which one the
+// API reads is its choice.
+func pricedHeader(h http.Header) (http.Header, error) {
+	var key string
+	var vs []string
+	for k, v := range h {
+		if !strings.EqualFold(k, "Content-Type") || len(v) == 0 {
+			continue
+		}
+		for _, x := range v {
+			if len(vs) > 0 && x != vs[0] {
+				return nil, fmt.Errorf("the request states two Content-Types, %q and %q", vs[0], x)
+			}
+			vs = append(vs, x)
+		}
+		key = k
+	}
+	if vs == nil || key == "Content-Type" {
+		return h, nil
+	}
+	h = h.Clone()
+	h["Content-Type"] = vs[:1]
+	return h, nil
 }
 
 // pricedQuery is u's query as the rule prices it: as Go reads it, which
