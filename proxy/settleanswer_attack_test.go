@@ -46,7 +46,8 @@ func TestSettleAnswerAtkChatSearchIsCharged(t *testing.T) {
 	}
 
 	// Reserved from the same body, settled with the same answer or its
-	// counts, on the replica that made the reservation or on another.
+	// counts (which cannot say the search: the one reserved is charged),
+	// on the replica that made the reservation or on another.
 	a, b := replicaPair(t, "")
 	for _, c := range []struct{ name, settle string }{
 		{"its answer", `"kind":"chat_completions","response":` + answer},
@@ -66,6 +67,33 @@ func TestSettleAnswerAtkChatSearchIsCharged(t *testing.T) {
 				t.Errorf("settled with %s on %s: charged %v; the proxy charges %v, its search included",
 					c.name, where, costmodel.NanoUSD(got), want)
 			}
+		}
+	}
+}
+
+// TestSettleAnswerReportedSearchesAreRead: a Responses request that may
+// search is reserved for several searches (its calls times its search
+// tools); its answer reports the searches it made, which are what it is
+// charged when it is settled with that answer, on either replica: the
+// reserved searches are a chat completion's charge alone, whose answer
+// never reports one.
+func TestSettleAnswerReportedSearchesAreRead(t *testing.T) {
+	const answer = `{"id":"resp_1","object":"response","created_at":1,"status":"completed","model":"gpt-4o-mini",` +
+		`"output":[{"type":"web_search_call","id":"ws_1","status":"completed"},` +
+		`{"type":"message","id":"msg_1","role":"assistant","content":[{"type":"output_text","text":"Sunny."}]}],` +
+		`"usage":{"input_tokens":20,"output_tokens":30,"total_tokens":50}}`
+	const acme = "cg-test-acme"
+	body := `{"model":"gpt-4o-mini","input":"Weather in Paris?","tools":[{"type":"web_search"}],"max_output_tokens":100}`
+	want := estimator(t).Cost("gpt-4o-mini", costmodel.Usage{InputTokens: 20, OutputTokens: 30, WebSearchRequests: 1})
+	a, b := replicaPair(t, "")
+	for _, on := range []*stack{a, b} {
+		id := reserveOn(t, a, acme, `{"kind":"responses","body":`+body+`}`)
+		code, out := reserveCall(t, on.srv.Handler(), acme, "/v1/costgate/settle", fmt.Sprintf(`{"reservation_id":%q,"kind":"responses","response":%s}`, id, answer))
+		if code != http.StatusOK {
+			t.Fatalf("settle: %d %v", code, out)
+		}
+		if got, _ := out["cost_nanousd"].(float64); costmodel.NanoUSD(got) != want {
+			t.Errorf("settled with its answer of one search: charged %v, want %v", costmodel.NanoUSD(got), want)
 		}
 	}
 }
