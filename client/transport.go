@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -46,9 +49,19 @@ const settleTimeout = 10 * time.Second
 //
 // To read the units, RoundTrip reads the response body before it returns:
 // up to MaxBody bytes, which the caller then reads from memory. A longer
-// body is settled by its header or the estimate and passed on unread
-// beyond the bound. The request body is read only when Rule reads it (a
-// JSON source or a complexity score), likewise bounded.
+// body, or a stream of server-sent events, is settled by its header, else
+// at the most Rule.Actual lets the answer report (its Max; the estimate
+// when it has none), as the proxy charges such an answer, and a longer
+// body is passed on unread beyond the bound. An answer a Base hands on in
+// a content coding (it asked for one itself) is read gunzipped, for gzip,
+// and otherwise charged as one whose report was not read; the caller
+// gets it as it came. The request body is read only when Rule reads it (a
+// JSON source, a complexity score, or a form body, whose field named as
+// the query parameter the rule reads as the proxy does), likewise
+// bounded; such a body in a content coding (Content-Encoding other than
+// identity) is refused before reserving, as the proxy refuses it: the
+// rule would price the coded bytes, and an API that decodes the body
+// would serve what the decoded body asks for.
 //
 // RoundTrip does not modify the request. A Transport is safe for
 // concurrent use; its fields must not change once it is in use.
@@ -100,8 +113,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// would reach the rule still encoded, and settle the estimate.
 		out.Header.Del("Accept-Encoding")
 	}
+	header, err := pricedHeader(req.Header)
+	if err != nil {
+		closeBody(req)
+		return nil, fmt.Errorf("client: transport: %w", err)
+	}
 	var body []byte
-	if needsBody(rule) && req.Body != nil && req.Body != http.NoBody {
+	if needsBody(rule, header) && req.Body != nil && req.Body != http.NoBody {
+		if coding := codedBody(req.Header); coding != "" {
+			// An API that decodes request bodies serves what the decoded
+			// body asks for, which the rule cannot read in the coded
+			// bytes: the proxy refuses such a body, and so does this.
+			req.Body.Close()
+			return nil, fmt.Errorf("client: transport: the request body is in a content coding (%s) and its rule reads the body, which it reads only uncompressed: send it without Content-Encoding", coding)
+		}
 		body, err = readBounded(req.Body, t.maxBody())
 		req.Body.Close()
 		if err != nil {
@@ -112,7 +137,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		out.ContentLength = int64(len(body))
 	}
 	est, err := rule.Estimate(costmodel.GenericRequest{
-		Method: req.Method, Path: req.URL.Path, Query: req.URL.Query(), Header: req.Header, Body: body,
+		Method: req.Method, Path: req.URL.Path, Query: pricedQuery(req.URL), Header: header, Body: body,
 	})
 	if err != nil {
 		closeBody(out)
@@ -144,7 +169,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			// proxy charges a generic upstream's request that got no
 			// answer in time, the most the rule lets the answer report
 			// (its actual's max), else what was reserved for it.
-			t.end(ctx, req, res, t.usage(rule, rule.Unreported(est.Usage.Units), nil, nil), nil)
+			t.end(ctx, req, res, t.usage(rule, rule.Unreported(est.Usage.Units), nil, nil, false), nil)
 		} else {
 			t.release(ctx, req, res)
 		}
@@ -159,7 +184,7 @@ func (t *Transport) settle(ctx context.Context, req *http.Request, res *Reservat
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// The body is the upgraded connection: it has no end to read to,
 		// and the caller needs it as it is. Its header may state units.
-		t.end(ctx, req, res, t.usage(rule, estimated, resp.Header, nil), nil)
+		t.end(ctx, req, res, t.usage(rule, estimated, resp.Header, nil, false), nil)
 		return resp, nil
 	}
 	limit := t.maxBody()
@@ -172,11 +197,13 @@ func (t *Transport) settle(ctx context.Context, req *http.Request, res *Reservat
 		u.Free = true // as the proxy charges nothing for a generic upstream's error
 		opts = append(opts, Failed())
 	} else {
-		read := buf
-		if !whole {
+		read, decoded := buf, true
+		if whole {
+			read, decoded = decodeAnswer(resp.Header, buf, limit)
+		} else {
 			read = nil // a cut body says nothing; the header still may
 		}
-		u = t.usage(rule, estimated, resp.Header, read)
+		u = t.usage(rule, estimated, resp.Header, read, !decoded || unkept(resp.Header, read, whole, readErr))
 	}
 	t.end(ctx, req, res, u, opts)
 
@@ -202,16 +229,19 @@ const (
 	maxCharge = costmodel.NanoUSD(1 << 53)
 )
 
-// usage is what a successful answer reports by rule, or the estimate.
-func (t *Transport) usage(rule costmodel.Rule, estimated int64, h http.Header, body []byte) Usage {
+// usage is what a successful answer reports by rule, or the estimate;
+// unread tells that the answer was not kept whole to read its report
+// (see unkept).
+func (t *Transport) usage(rule costmodel.Rule, estimated int64, h http.Header, body []byte, unread bool) Usage {
 	u := Usage{Units: estimated}
 	switch actual, ok, err := rule.Settle(h, body); {
 	case err == nil && ok:
 		u.Units = min(actual.Units, maxUnits)
-	case err != nil:
+	case err != nil || unread:
 		// A report that cannot be read (the field in two spellings, not
-		// a count) is charged the most the rule lets it report, as the
-		// proxy charges it.
+		// a count), or that may be in an answer not kept whole, is
+		// charged the most the rule lets it report, as the proxy
+		// charges it.
 		u.Units = min(rule.Unreported(estimated), maxUnits)
 	}
 	if t.Upstream == "" {
@@ -222,6 +252,63 @@ func (t *Transport) usage(rule costmodel.Rule, estimated int64, h http.Header, b
 		u.Free = u.USD == 0
 	}
 	return u
+}
+
+// decodeAnswer returns body decoded from the content coding its header
+// h declares, when a Base handed it on coded (it asked for the coding
+// itself): gunzipped, up to limit bytes, for gzip; ok is false for an
+// answer the Transport cannot decode (another coding, several, a broken
+// or longer gzip stream), whose report is then not read.
+func decodeAnswer(h http.Header, body []byte, limit int64) (decoded []byte, ok bool) {
+	var codings []string
+	for name, vs := range h {
+		if !costmodel.HeaderIs(name, "Content-Encoding") {
+			continue
+		}
+		for _, v := range vs {
+			for c := range strings.SplitSeq(v, ",") {
+				if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+					codings = append(codings, c)
+				}
+			}
+		}
+	}
+	switch {
+	case len(codings) == 0:
+		return body, true
+	case len(codings) > 1 || !strings.EqualFold(codings[0], "gzip") && !strings.EqualFold(codings[0], "x-gzip"):
+		return nil, false
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(body))
+	if err != nil {
+		return nil, false
+	}
+	out, err := readBounded(zr, limit)
+	if err != nil {
+		return nil, false
+	}
+	return out, true
+}
+
+// unkept tells whether a successful answer, read whole or not (readErr
+// nil), was not kept as one JSON document whose report could be read:
+// longer than the bound, or a stream of server-sent events (one that is
+// a JSON document, from a server that ignored the stream, is one). The
+// proxy charges such an answer on a generic route the most its rule lets
+// it report.
+func unkept(h http.Header, buf []byte, whole bool, readErr error) bool {
+	if readErr != nil {
+		return false // cut: the header, else the estimate, as before
+	}
+	if !whole {
+		return true
+	}
+	mt, _, _ := strings.Cut(h.Get("Content-Type"), ";")
+	if !strings.EqualFold(strings.TrimSpace(mt), "text/event-stream") {
+		return false
+	}
+	b := bytes.TrimLeft(buf, " \t\r\n")
+	return len(b) == 0 || b[0] != '{'
 }
 
 // end settles res with u and reports it to the Settled hook.
@@ -328,9 +415,91 @@ func (t *Transport) maxBody() int64 {
 	return DefaultMaxBody
 }
 
-// needsBody tells whether r reads the request body.
-func needsBody(r costmodel.Rule) bool {
-	return (r.Units != nil && r.Units.JSON != "") || r.Complexity != nil
+// pricedHeader is h as the rule reads it: its Content-Type under the
+// canonical name when the caller's map holds it under another case
+// (req.Header["content-type"], which Go sends as it is and servers read
+// in any case). Two different Content-Types are an error: which one the
+// API reads is its choice.
+func pricedHeader(h http.Header) (http.Header, error) {
+	var key string
+	var vs []string
+	for k, v := range h {
+		if !strings.EqualFold(k, "Content-Type") || len(v) == 0 {
+			continue
+		}
+		for _, x := range v {
+			if len(vs) > 0 && x != vs[0] {
+				return nil, fmt.Errorf("the request states two Content-Types, %q and %q", vs[0], x)
+			}
+			vs = append(vs, x)
+		}
+		key = k
+	}
+	if vs == nil || key == "Content-Type" {
+		return h, nil
+	}
+	h = h.Clone()
+	h["Content-Type"] = vs[:1]
+	return h, nil
+}
+
+// pricedQuery is u's query as the rule prices it: as Go reads it, which
+// drops a pair holding ';', or, when the query holds one, as it reads
+// split at '&' and ';' both, as APIs that take ';' for a separator do
+// (Rack before 3, Python's parse_qs before 3.9.2, Perl's CGI): that
+// reading holds every pair of the other and the ones it dropped.
+func pricedQuery(u *url.URL) url.Values {
+	if !strings.Contains(u.RawQuery, ";") {
+		return u.Query()
+	}
+	q := url.Values{}
+	for pair := range strings.FieldsFuncSeq(u.RawQuery, func(c rune) bool { return c == '&' || c == ';' }) {
+		k, v, _ := strings.Cut(pair, "=")
+		if uk, err := url.QueryUnescape(k); err == nil {
+			k = uk
+		}
+		if uv, err := url.QueryUnescape(v); err == nil {
+			v = uv
+		}
+		q.Add(k, v)
+	}
+	return q
+}
+
+// needsBody tells whether r reads the body of a request with header h: a
+// JSON field or a complexity score, or a form field named as its query
+// parameter in a form body (costmodel reads one there, as frameworks that
+// merge the query and the form do).
+func needsBody(r costmodel.Rule, h http.Header) bool {
+	switch {
+	case r.Complexity != nil || r.Units != nil && r.Units.JSON != "":
+		return true
+	case r.Units != nil && r.Units.Query != "":
+		mt, _, _ := strings.Cut(h.Get("Content-Type"), ";")
+		mt = strings.TrimSpace(mt)
+		return strings.EqualFold(mt, "application/x-www-form-urlencoded") || strings.EqualFold(mt, "multipart/form-data")
+	}
+	return false
+}
+
+// codedBody returns the first content coding other than identity that h
+// declares the body in, in any Content-Encoding field of any spelling a
+// server reads as one (costmodel.HeaderIs: Content_Encoding too), or ""
+// for none.
+func codedBody(h http.Header) string {
+	for name, vs := range h {
+		if !costmodel.HeaderIs(name, "Content-Encoding") {
+			continue
+		}
+		for _, v := range vs {
+			for c := range strings.SplitSeq(v, ",") {
+				if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+					return c
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // readBounded reads all of r, failing when it holds more than limit bytes.

@@ -534,7 +534,7 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if ch.Status == ledger.StatusSettled {
-			u = u.Asked(req.Estimate.Usage)
+			u = askedFor(kind, u, req.Estimate.Usage)
 		}
 		ch.Usage = u
 		if ch.Model == "" {
@@ -549,6 +549,14 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			badRequest(w, path, "invalid_usage", "usage: "+err.Error())
 			return
+		}
+		if ch.Status == ledger.StatusSettled {
+			// Counts say nothing of what the request asked for that the
+			// upstream bills apart, searches and containers among them:
+			// charged as reserved, which is never less than the
+			// reservation for what the settlement cannot count.
+			u.WebSearchRequests = max(u.WebSearchRequests, req.Estimate.Usage.WebSearchRequests)
+			u = u.Asked(req.Estimate.Usage)
 		}
 		ch.Usage, ch.Cost, priced = u, cost, p
 	case ch.Status != ledger.StatusFailed:
@@ -606,6 +614,22 @@ func (s *Server) settlementCost(req *gate.Request, ch gate.Charge) costmodel.Nan
 		return priceUsage(est, u, model, ch.Usage)
 	}
 	return req.Estimate.Cost
+}
+
+// askedFor is u, the usage read from an answer of API kind to a call that
+// succeeded, with what its reservation's request asked for (est, its
+// estimated usage) that the upstream bills and its answer does not report,
+// as the proxy charges a call: the speed and the containers (Usage.Asked),
+// and a chat completion's web search (web_search_options, a search model),
+// billed per request and never in its usage. (The kind is the settlement's,
+// which the answer itself confirms: a reservation resumed on another
+// replica does not know the API it was estimated for. Responses and
+// Anthropic answers report their searches, which are read.)
+func askedFor(kind costmodel.Kind, u, est costmodel.Usage) costmodel.Usage {
+	if kind == costmodel.ChatCompletions {
+		u.WebSearchRequests = max(u.WebSearchRequests, est.WebSearchRequests)
+	}
+	return u.Asked(est)
 }
 
 // answerKind is the API an upstream's answer says it comes from: its
