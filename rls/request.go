@@ -162,6 +162,12 @@ type call struct {
 	descs  []desc
 	groups [numKinds]group
 	key    []byte // scratch for building keys
+	// others are the tenants other than the caller that descriptors
+	// asking the gate name, in order (the first call's: a call for one
+	// tenant lists none); othersAsk tells that one of those descriptors
+	// checks or debits. Their descriptors are in no group of this call.
+	others    []string
+	othersAsk bool
 }
 
 // desc is one descriptor of the request.
@@ -173,6 +179,10 @@ type desc struct {
 	hits     int64
 	named    bool // it names the caller's tenant: the tenant's limits show in its status
 	extra    int  // its limit's index in its group's extras; -1 for none
+	// other: it names another tenant than the call's (or, on a call for
+	// one tenant, none): it is decided on a call of its own, in no group
+	// of this one.
+	other bool
 }
 
 // group is the gate request of one kind.
@@ -197,6 +207,7 @@ type group struct {
 func (c *call) reset(dom *domain) {
 	c.dom, c.tenant, c.plan, c.user, c.model, c.block = dom, "", "", "", "", -1
 	c.descs = c.descs[:0]
+	c.others, c.othersAsk = c.others[:0], false
 	for i := range c.groups {
 		g := &c.groups[i]
 		clear(g.extras) // drop the keys of the last request
@@ -210,9 +221,14 @@ type path struct {
 	tenant, plan, user, model string
 }
 
-// convert fills c from req against dom. It fails with errInvalid for a
-// request that is not valid; it never asks the gate anything.
-func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
+// convert fills c from req against dom for one tenant: tenant, or when
+// it is empty the first tenant a descriptor asking the gate names. The
+// descriptors that name another tenant are left out of c's groups (and
+// on a call for tenant, those that name none): a tenant's plan applies to
+// its own descriptors, whichever comes first, and c.others lists the
+// tenants they name. It fails with errInvalid for a request that is not
+// valid; it never asks the gate anything.
+func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest, tenant string) error {
 	c.reset(dom)
 	ds := req.GetDescriptors()
 	switch {
@@ -294,7 +310,7 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
 		c.replace()
 	}
 	for i, d := range ds {
-		dc, p := &c.descs[i], ps[i]
+		dc := &c.descs[i]
 		switch l := c.limitOf(dc); {
 		case dc.n == nil, d.GetIsNegativeHits(), l != nil && l.unlimited:
 		case l != nil && l.block && !l.shadow:
@@ -309,11 +325,36 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
 			dc.kind = kindCharge
 		}
 		if dc.kind == kindNone {
-			p = path{}
-			ps[i] = p
+			ps[i] = path{}
 		}
-		if c.tenant == "" && p.tenant != "" {
-			c.tenant, c.plan = p.tenant, p.plan
+	}
+	// The caller: tenant, else the first tenant a check or a debit names,
+	// else the first named; its plan is the first its descriptors give.
+	// Its user and model are the first that its descriptors, or those
+	// naming no tenant, name.
+	c.tenant = tenant
+	if c.tenant == "" {
+		c.tenant = c.firstTenant(ps, true)
+	}
+	if c.tenant == "" {
+		c.tenant = c.firstTenant(ps, false)
+	}
+	for i := range ps {
+		if ps[i].tenant != "" && ps[i].tenant == c.tenant {
+			c.plan = ps[i].plan
+			break
+		}
+	}
+	for i := range c.descs {
+		dc, p := &c.descs[i], &ps[i]
+		if dc.other = !(p.tenant == c.tenant || p.tenant == "" && tenant == ""); dc.other {
+			if dc.kind != kindNone && tenant == "" {
+				if !slices.Contains(c.others, p.tenant) {
+					c.others = append(c.others, p.tenant)
+				}
+				c.othersAsk = c.othersAsk || dc.kind == kindCheck || dc.kind == kindDebit
+			}
+			continue
 		}
 		if c.user == "" {
 			c.user = p.user
@@ -324,7 +365,7 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
 	}
 	for i := range c.descs {
 		dc := &c.descs[i]
-		if dc.kind == kindNone {
+		if dc.kind == kindNone || dc.other {
 			continue
 		}
 		g := &c.groups[dc.kind]
@@ -343,6 +384,17 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
 		}
 	}
 	return nil
+}
+
+// firstTenant is the first tenant that ps, the paths of c's descriptors,
+// name; with asks, only of a descriptor that checks or debits.
+func (c *call) firstTenant(ps []path, asks bool) string {
+	for i := range ps {
+		if k := c.descs[i].kind; ps[i].tenant != "" && (!asks || k == kindCheck || k == kindDebit) {
+			return ps[i].tenant
+		}
+	}
+	return ""
 }
 
 // replace marks the descriptors whose limit another descriptor of the
