@@ -105,7 +105,7 @@ func FuzzConvert(f *testing.F) {
 			}
 			req.Descriptors = append(req.Descriptors, d)
 		}
-		if err := c.convert(dom, req, ""); err != nil {
+		if err := c.convert(dom, req, nil); err != nil {
 			return
 		}
 		if len(c.descs) != len(req.Descriptors) {
@@ -140,7 +140,7 @@ func FuzzConvert(f *testing.F) {
 			}
 			if dc.other {
 				// Another tenant's: decided on a call of its own.
-				if dc.extra >= 0 || dc.named || dc.kind != kindNone && (len(c.others) == 0 || c.tenant == "") {
+				if dc.extra >= 0 || dc.named || dc.kind != kindNone && len(c.others) == 0 {
 					t.Fatalf("descriptor %d names another tenant than %q (others %q) but has an item or names the caller", i, c.tenant, c.others)
 				}
 				continue

@@ -319,7 +319,8 @@ func blocked(c *call) *rlsv3.RateLimitResponse {
 	return resp
 }
 
-// twoTenants answers a request whose checks or debits name two tenants:
+// twoTenants answers a request whose checks or debits name two tenants
+// or two models:
 // it is refused, and nothing is debited (the usage it reports is charged
 // apart, see Server.decideTenants).
 func twoTenants(c *call) *rlsv3.RateLimitResponse {
@@ -333,8 +334,13 @@ func twoTenants(c *call) *rlsv3.RateLimitResponse {
 		}
 		resp.Statuses[i] = st
 	}
-	resp.RawBody = errorBody(&gate.Error{Type: "invalid_request_error", Code: "two_tenants",
-		Message: "the descriptors name two tenants, " + strconv.Quote(c.tenant) + " and " + strconv.Quote(c.others[0]) + ": a request's limits are one tenant's"})
+	e := &gate.Error{Type: "invalid_request_error", Code: "two_tenants",
+		Message: "the descriptors name two tenants, " + strconv.Quote(c.tenant) + " and " + strconv.Quote(c.asked.tenant) + ": a request's limits are one tenant's"}
+	if c.asked.tenant == c.tenant {
+		e.Code = "two_models"
+		e.Message = "the descriptors name two models, " + strconv.Quote(c.model) + " and " + strconv.Quote(c.asked.model) + ": a request's limits are one model's"
+	}
+	resp.RawBody = errorBody(e)
 	var hs headers
 	hs.add("Content-Type", "application/json")
 	resp.ResponseHeadersToAdd = hs.list()

@@ -160,7 +160,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	c := s.calls.Get().(*call)
 	defer s.calls.Put(c)
-	if err := c.convert(dom, req, ""); err != nil {
+	if err := c.convert(dom, req, nil); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if len(c.others) > 0 {
@@ -170,13 +170,15 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 }
 
 // decideTenants decides c, a request whose descriptors name other
-// tenants than its caller (c.others). Each tenant's plan applies to the
-// descriptors that name it, whichever comes first: a request whose
-// checks or debits name two tenants is refused, debiting nothing (two
-// plans cannot be decided all or nothing as one caller's, and decided as
-// the first tenant's, the other's descriptors counted on no plan). The
-// usage that descriptors report was served all the same: each tenant's
-// is charged on a call of its own, on its plan and in its ledger entry.
+// tenants or models than its caller's (c.others). Each tenant's plan
+// applies to the descriptors that name it, and each model's usage is
+// priced as that model's, whichever comes first: a request whose checks
+// or debits name two tenants or two models is refused, debiting nothing
+// (two plans cannot be decided all or nothing as one caller's; decided
+// as the first tenant's, the other's descriptors counted on no plan). The
+// usage that descriptors report was served all the same: each tenant's,
+// of each model, is charged on a call of its own, on the tenant's plan
+// and in a ledger entry of its model.
 func (s *Server) decideTenants(ctx context.Context, t *tree, c *call, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	var resp *rlsv3.RateLimitResponse
 	if c.othersAsk {
@@ -194,9 +196,9 @@ func (s *Server) decideTenants(ctx context.Context, t *tree, c *call, req *rlsv3
 			return nil, err
 		}
 	}
-	for _, tenant := range c.others {
+	for i := range c.others {
 		o := s.calls.Get().(*call)
-		if err := o.convert(c.dom, req, tenant); err != nil || o.groups[kindCharge].n == 0 {
+		if err := o.convert(c.dom, req, &c.others[i]); err != nil || o.groups[kindCharge].n == 0 {
 			s.calls.Put(o) // c converted: o does too
 			continue
 		}
@@ -204,7 +206,7 @@ func (s *Server) decideTenants(ctx context.Context, t *tree, c *call, req *rlsv3
 		out[kindCharge] = outcome{ran: true, d: s.ask(ctx, s.g.Trusted(o.tenant, o.user, "", o.plan), o, kindCharge)}
 		if d := &out[kindCharge].d; unavailable(*d) {
 			s.calls.Put(o)
-			s.log.Warn("rls: costgate cannot decide", "domain", c.dom.name, "tenant", tenant, "code", d.Error.Code)
+			s.log.Warn("rls: costgate cannot decide", "domain", c.dom.name, "tenant", o.tenant, "code", d.Error.Code)
 			return nil, status.Error(codes.Unavailable, d.Error.Message)
 		}
 		sub := respond(t, o, &out)

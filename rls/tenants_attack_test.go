@@ -1,6 +1,7 @@
 package rls_test
 
 import (
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"strings"
 	"testing"
 
@@ -78,6 +79,40 @@ func TestRLSAtkSecondTenantKeepsItsPlan(t *testing.T) {
 		resp = e.ask(t, "edge", 0, hits(0, d("tenant", "acme", "model", "test-model", "tokens", "output")))
 		if resp.GetOverallCode() != OVER {
 			t.Errorf("acme's check after 1,800 tokens of its 1,000 a minute: %s, want OVER_LIMIT", codes_(resp))
+		}
+	})
+}
+
+// TestRLSAtkChargePricedAtItsModel: a request's charge was priced at the
+// first model its descriptors name, and of each kind of tokens counted
+// its largest report: 100,000 output tokens of test-model ($10/M)
+// reported beside one input token of gpt-4o-mini ($0.60/M output) cost
+// $0.06 instead of $1, and 1,000 output tokens of each model counted
+// once. Each model's usage is charged at its own price; a request whose
+// checks or debits name two models is refused, as one naming two tenants
+// is (a tenant's allowed models were held to the first alone).
+func TestRLSAtkChargePricedAtItsModel(t *testing.T) {
+	stores(t, func(t *testing.T, redis bool) {
+		e := newEnv(t, testConfig, redis, rls.Options{})
+		tok := func(model, kind string, n uint64) *commonv3.RateLimitDescriptor {
+			return hits(n, d("tenant", "globex", "model", model, "tokens", kind))
+		}
+		resp := e.ask(t, "edge", 0, tok("gpt-4o-mini", "input", 1), tok("test-model", "output", 100_000))
+		if got := codes_(resp); got != "OK OK OK" {
+			t.Fatalf("charges of two models: %s", got)
+		}
+		// 1 × $0.15/M + 100,000 × $10/M.
+		if got := e.spentOf(t, "globex"); got != 1_000_000_150 {
+			t.Fatalf("globex is billed %d nano-dollars, want 1000000150", got)
+		}
+		// 1,000 output tokens of each: $0.0006 + $0.01.
+		e.ask(t, "edge", 0, tok("gpt-4o-mini", "output", 1000), tok("test-model", "output", 1000))
+		if got := e.spentOf(t, "globex"); got != 1_000_000_150+10_600_000 {
+			t.Errorf("globex is billed %d nano-dollars, want %d", got, 1_000_000_150+10_600_000)
+		}
+		resp = e.ask(t, "edge", 0, tok("gpt-4o-mini", "output", 0), tok("test-model", "output", 0))
+		if got := codes_(resp); got != "OVER_LIMIT OVER_LIMIT OVER_LIMIT" || !strings.Contains(string(resp.GetRawBody()), "two_models") {
+			t.Errorf("checks of two models: %s %s, want OVER_LIMIT two_models", got, resp.GetRawBody())
 		}
 	})
 }
