@@ -294,7 +294,7 @@ func TestRequestPastTheBounds(t *testing.T) {
 				t.Errorf("read %d entries, want %d", len(req.Descriptors[0].GetEntries()), tc.entries)
 			}
 			c := new(call)
-			if err := c.convert(&domain{name: "d"}, &req); !errors.Is(err, errInvalid) {
+			if err := c.convert(&domain{name: "d"}, &req, nil); !errors.Is(err, errInvalid) {
 				t.Errorf("convert: %v, want errInvalid", err)
 			}
 		})

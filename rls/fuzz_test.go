@@ -105,7 +105,7 @@ func FuzzConvert(f *testing.F) {
 			}
 			req.Descriptors = append(req.Descriptors, d)
 		}
-		if err := c.convert(dom, req); err != nil {
+		if err := c.convert(dom, req, nil); err != nil {
 			return
 		}
 		if len(c.descs) != len(req.Descriptors) {
@@ -137,6 +137,13 @@ func FuzzConvert(f *testing.F) {
 			}
 			if want != nil && limitName(want) != nodeName(dc.n) {
 				t.Fatalf("descriptor %d matched limit %q, the configuration says %q", i, nodeName(dc.n), limitName(want))
+			}
+			if dc.other {
+				// Another tenant's: decided on a call of its own.
+				if dc.extra >= 0 || dc.named || dc.kind != kindNone && len(c.others) == 0 {
+					t.Fatalf("descriptor %d names another tenant than %q (others %q) but has an item or names the caller", i, c.tenant, c.others)
+				}
+				continue
 			}
 			n[dc.kind]++
 			if dc.kind == kindNone {

@@ -162,6 +162,14 @@ type call struct {
 	descs  []desc
 	groups [numKinds]group
 	key    []byte // scratch for building keys
+	// others are the tenants and models other than the caller's that
+	// descriptors asking the gate name, in order (the first call's: a
+	// call for one party lists none); othersAsk tells that one of those
+	// descriptors checks or debits, asked names the first such. Their
+	// descriptors are in no group of this call.
+	others    []party
+	othersAsk bool
+	asked     party
 }
 
 // desc is one descriptor of the request.
@@ -173,6 +181,10 @@ type desc struct {
 	hits     int64
 	named    bool // it names the caller's tenant: the tenant's limits show in its status
 	extra    int  // its limit's index in its group's extras; -1 for none
+	// other: it names another tenant than the call's (or, on a call for
+	// one tenant, none): it is decided on a call of its own, in no group
+	// of this one.
+	other bool
 }
 
 // group is the gate request of one kind.
@@ -197,6 +209,7 @@ type group struct {
 func (c *call) reset(dom *domain) {
 	c.dom, c.tenant, c.plan, c.user, c.model, c.block = dom, "", "", "", "", -1
 	c.descs = c.descs[:0]
+	c.others, c.othersAsk, c.asked = c.others[:0], false, party{}
 	for i := range c.groups {
 		g := &c.groups[i]
 		clear(g.extras) // drop the keys of the last request
@@ -210,9 +223,15 @@ type path struct {
 	tenant, plan, user, model string
 }
 
-// convert fills c from req against dom. It fails with errInvalid for a
-// request that is not valid; it never asks the gate anything.
-func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
+// convert fills c from req against dom for one party: sub, or when it
+// is nil the first tenant and model that descriptors asking the gate
+// name. The descriptors that name another tenant, or another model, are
+// left out of c's groups, and c.others lists them: a tenant's plan
+// applies to its own descriptors, and a model's usage is priced as that
+// model's, whichever comes first. A call for sub holds the charges of
+// exactly its tenant and model. It fails with errInvalid for a request
+// that is not valid; it never asks the gate anything.
+func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest, sub *party) error {
 	c.reset(dom)
 	ds := req.GetDescriptors()
 	switch {
@@ -294,7 +313,7 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
 		c.replace()
 	}
 	for i, d := range ds {
-		dc, p := &c.descs[i], ps[i]
+		dc := &c.descs[i]
 		switch l := c.limitOf(dc); {
 		case dc.n == nil, d.GetIsNegativeHits(), l != nil && l.unlimited:
 		case l != nil && l.block && !l.shadow:
@@ -309,22 +328,62 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
 			dc.kind = kindCharge
 		}
 		if dc.kind == kindNone {
-			p = path{}
-			ps[i] = p
+			ps[i] = path{}
 		}
-		if c.tenant == "" && p.tenant != "" {
-			c.tenant, c.plan = p.tenant, p.plan
+	}
+	// The caller: sub's tenant, else the first tenant a check or a debit
+	// names, else the first named; its plan and user are the first that
+	// its descriptors (and, on the first call, those naming no tenant)
+	// give. Its model likewise: sub's, else the first model a check or a
+	// debit of its names, else the first.
+	main := sub == nil
+	if main {
+		c.tenant = c.first(ps, roleTenant, "", true)
+	} else {
+		c.tenant = sub.tenant
+	}
+	mine := func(p *path) bool { return p.tenant == c.tenant || main && p.tenant == "" }
+	for i := range ps {
+		if p := &ps[i]; p.tenant != "" && p.tenant == c.tenant {
+			c.plan = p.plan
+			break
 		}
-		if c.user == "" {
+	}
+	for i := range ps {
+		if p := &ps[i]; c.user == "" && mine(p) {
 			c.user = p.user
 		}
-		if c.model == "" {
-			c.model = p.model
+	}
+	if !main {
+		c.model = sub.model
+	}
+	if c.model == "" {
+		c.model = c.first(ps, roleModel, c.tenant, main)
+	}
+	// A descriptor is this call's when it names its tenant (or none, on
+	// the first call) and, if it names a model, its model; on a call for
+	// one party, only charges of exactly its tenant and model are.
+	for i := range c.descs {
+		dc, p := &c.descs[i], &ps[i]
+		in := mine(p)
+		if main {
+			in = in && (p.model == "" || p.model == c.model)
+		} else {
+			in = in && dc.kind == kindCharge && p.model == sub.model
+		}
+		if dc.other = !in; dc.other && main && dc.kind != kindNone {
+			o := party{p.tenant, p.model}
+			if !slices.Contains(c.others, o) {
+				c.others = append(c.others, o)
+			}
+			if (dc.kind == kindCheck || dc.kind == kindDebit) && !c.othersAsk {
+				c.othersAsk, c.asked = true, o
+			}
 		}
 	}
 	for i := range c.descs {
 		dc := &c.descs[i]
-		if dc.kind == kindNone {
+		if dc.kind == kindNone || dc.other {
 			continue
 		}
 		g := &c.groups[dc.kind]
@@ -343,6 +402,33 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest) error {
 		}
 	}
 	return nil
+}
+
+// first is the first tenant (r roleTenant) or model (roleModel) that
+// ps, the paths of c's descriptors, name: of a check or a debit, else of
+// any descriptor; a model only of a descriptor of tenant (or, with
+// none, of no tenant too).
+func (c *call) first(ps []path, r role, tenant string, none bool) string {
+	for _, asks := range [...]bool{true, false} {
+		for i := range ps {
+			p := &ps[i]
+			v := p.tenant
+			if r == roleModel {
+				if v = p.model; !(p.tenant == tenant || none && p.tenant == "") {
+					continue
+				}
+			}
+			if k := c.descs[i].kind; v != "" && (!asks || k == kindCheck || k == kindDebit) {
+				return v
+			}
+		}
+	}
+	return ""
+}
+
+// party is who a descriptor's usage is charged to: a tenant and a model.
+type party struct {
+	tenant, model string
 }
 
 // replace marks the descriptors whose limit another descriptor of the

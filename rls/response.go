@@ -319,6 +319,34 @@ func blocked(c *call) *rlsv3.RateLimitResponse {
 	return resp
 }
 
+// twoTenants answers a request whose checks or debits name two tenants
+// or two models:
+// it is refused, and nothing is debited (the usage it reports is charged
+// apart, see Server.decideTenants).
+func twoTenants(c *call) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{OverallCode: codeOver}
+	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(c.descs))
+	for i := range c.descs {
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: codeOK}
+		offLimits(c.limitOf(&c.descs[i]), st)
+		if k := c.descs[i].kind; k == kindCheck || k == kindDebit {
+			st.Code = codeOver
+		}
+		resp.Statuses[i] = st
+	}
+	e := &gate.Error{Type: "invalid_request_error", Code: "two_tenants",
+		Message: "the descriptors name two tenants, " + strconv.Quote(c.tenant) + " and " + strconv.Quote(c.asked.tenant) + ": a request's limits are one tenant's"}
+	if c.asked.tenant == c.tenant {
+		e.Code = "two_models"
+		e.Message = "the descriptors name two models, " + strconv.Quote(c.model) + " and " + strconv.Quote(c.asked.model) + ": a request's limits are one model's"
+	}
+	resp.RawBody = errorBody(e)
+	var hs headers
+	hs.add("Content-Type", "application/json")
+	resp.ResponseHeadersToAdd = hs.list()
+	return resp
+}
+
 // offLimits fills the status of a descriptor the gate was not asked
 // about: an unlimited one has all it could want left, a limit of 0 none.
 func offLimits(l *limit, st *rlsv3.RateLimitResponse_DescriptorStatus) {

@@ -160,10 +160,64 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	c := s.calls.Get().(*call)
 	defer s.calls.Put(c)
-	if err := c.convert(dom, req); err != nil {
+	if err := c.convert(dom, req, nil); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	if len(c.others) > 0 {
+		return s.decideTenants(ctx, t, c, req)
+	}
 	return s.decide(ctx, t, c)
+}
+
+// decideTenants decides c, a request whose descriptors name other
+// tenants or models than its caller's (c.others). Each tenant's plan
+// applies to the descriptors that name it, and each model's usage is
+// priced as that model's, whichever comes first: a request whose checks
+// or debits name two tenants or two models is refused, debiting nothing
+// (two plans cannot be decided all or nothing as one caller's; decided
+// as the first tenant's, the other's descriptors counted on no plan). The
+// usage that descriptors report was served all the same: each tenant's,
+// of each model, is charged on a call of its own, on the tenant's plan
+// and in a ledger entry of its model.
+func (s *Server) decideTenants(ctx context.Context, t *tree, c *call, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	var resp *rlsv3.RateLimitResponse
+	if c.othersAsk {
+		if c.groups[kindCharge].n > 0 {
+			caller := s.g.Trusted(c.tenant, c.user, "", c.plan)
+			if d := s.ask(ctx, caller, c, kindCharge); unavailable(d) {
+				s.log.Warn("rls: costgate cannot decide", "domain", c.dom.name, "tenant", c.tenant, "code", d.Error.Code)
+				return nil, status.Error(codes.Unavailable, d.Error.Message)
+			}
+		}
+		resp = twoTenants(c)
+	} else {
+		var err error
+		if resp, err = s.decide(ctx, t, c); err != nil {
+			return nil, err
+		}
+	}
+	for i := range c.others {
+		o := s.calls.Get().(*call)
+		if err := o.convert(c.dom, req, &c.others[i]); err != nil || o.groups[kindCharge].n == 0 {
+			s.calls.Put(o) // c converted: o does too
+			continue
+		}
+		var out [numKinds]outcome
+		out[kindCharge] = outcome{ran: true, d: s.ask(ctx, s.g.Trusted(o.tenant, o.user, "", o.plan), o, kindCharge)}
+		if d := &out[kindCharge].d; unavailable(*d) {
+			s.calls.Put(o)
+			s.log.Warn("rls: costgate cannot decide", "domain", c.dom.name, "tenant", o.tenant, "code", d.Error.Code)
+			return nil, status.Error(codes.Unavailable, d.Error.Message)
+		}
+		sub := respond(t, o, &out)
+		for i := range o.descs {
+			if !o.descs[i].other && o.descs[i].kind == kindCharge {
+				resp.Statuses[i] = sub.Statuses[i]
+			}
+		}
+		s.calls.Put(o)
+	}
+	return resp, nil
 }
 
 // current returns the tree of the gate's active configuration, compiling
