@@ -60,9 +60,14 @@ type meteredBody struct {
 	owned      bool // a Responses stream's id was recorded as the tenant's (see exchange.own)
 }
 
+// eventStream is the media type of a stream of server-sent events.
+const eventStream = "text/event-stream"
+
 func (x *exchange) meter(resp *http.Response) io.ReadCloser {
 	m := &meteredBody{x: x, rc: resp.Body, resp: resp, kind: x.kind}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+	if ct := resp.Header.Get("Content-Type"); len(ct) >= len(eventStream) && strings.EqualFold(ct[:len(eventStream)], eventStream) {
+		// A media type is case-insensitive: Text/Event-Stream is a stream
+		// (ReverseProxy flushes it as one).
 		x.client.armed = true // the client gets the stream as it is read
 		m.stream = x.caller.Estimator().NewStreamMeter(x.kind, x.est.Model)
 		// A stream cut before its usage report never states its input;

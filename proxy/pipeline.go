@@ -626,12 +626,14 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 		switch {
 		case err == nil && ok:
 			u = au
-		case err != nil || x.rule.Actual != nil && x.body.unread():
+		case err != nil || x.rule.Actual != nil && (x.body.unread() || x.body.cutShort() || coded(x.respHeader)):
 			// The report is in an answer costgate did not keep whole (over
-			// maxCapture, or a stream), or one it cannot read (the field
-			// in two spellings, not a count): charged the most the rule
-			// lets the upstream report, as an LLM answer is charged its
-			// output limit.
+			// maxCapture, a stream, or cut before its end), one in a
+			// content coding it did not decode (an upstream that
+			// compresses unasked), or one it cannot read (the field in
+			// two spellings, not a count): charged the most the rule lets
+			// the upstream report, as an LLM answer is charged its output
+			// limit.
 			u.Units = x.rule.Unreported(u.Units)
 			x.s.log.Warn("upstream units unreadable; charging the actual's max", "request_id", x.id, "units", u.Units, "error", err)
 		}
@@ -671,6 +673,21 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 		u.WebSearchRequests = max(u.WebSearchRequests, est.Usage.WebSearchRequests)
 	}
 	return u.Asked(est.Usage), model, ledger.StatusSettled
+}
+
+// coded tells whether an answer's header says its body is in a content
+// coding (other than identity): the transport decodes the gzip it asks
+// for and drops that header, so such a body reached costgate as coded
+// bytes, whose report it cannot read.
+func coded(h http.Header) bool {
+	for _, v := range h.Values("Content-Encoding") {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // servedEstimate is the estimate of the body the upstream is sent: the
