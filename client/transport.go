@@ -260,19 +260,7 @@ func (t *Transport) usage(rule costmodel.Rule, estimated int64, h http.Header, b
 // answer the Transport cannot decode (another coding, several, a broken
 // or longer gzip stream), whose report is then not read.
 func decodeAnswer(h http.Header, body []byte, limit int64) (decoded []byte, ok bool) {
-	var codings []string
-	for name, vs := range h {
-		if !costmodel.HeaderIs(name, "Content-Encoding") {
-			continue
-		}
-		for _, v := range vs {
-			for c := range strings.SplitSeq(v, ",") {
-				if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
-					codings = append(codings, c)
-				}
-			}
-		}
-	}
+	codings := costmodel.ContentCodings(h)
 	switch {
 	case len(codings) == 0:
 		return body, true
@@ -483,21 +471,10 @@ func needsBody(r costmodel.Rule, h http.Header) bool {
 }
 
 // codedBody returns the first content coding other than identity that h
-// declares the body in, in any Content-Encoding field of any spelling a
-// server reads as one (costmodel.HeaderIs: Content_Encoding too), or ""
-// for none.
+// declares the body in (costmodel.ContentCodings), or "" for none.
 func codedBody(h http.Header) string {
-	for name, vs := range h {
-		if !costmodel.HeaderIs(name, "Content-Encoding") {
-			continue
-		}
-		for _, v := range vs {
-			for c := range strings.SplitSeq(v, ",") {
-				if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
-					return c
-				}
-			}
-		}
+	if cs := costmodel.ContentCodings(h); len(cs) > 0 {
+		return cs[0]
 	}
 	return ""
 }

@@ -6,6 +6,7 @@ package costmodel
 // request that gives one twice). JSON keys are matched in fields.go.
 
 import (
+	"net/http"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -25,6 +26,29 @@ func HeaderIs(name, want string) bool {
 		}
 	}
 	return true
+}
+
+// ContentCodings returns the content codings other than identity that h
+// declares a body in, in order, in every Content-Encoding field of any
+// spelling a server reads as one (HeaderIs: Content_Encoding is
+// HTTP_CONTENT_ENCODING too); nil for none. A body in a coding is read by
+// a server that decodes it as the decoded body, which its coded bytes do
+// not tell.
+func ContentCodings(h http.Header) []string {
+	var codings []string
+	for name, vs := range h {
+		if !HeaderIs(name, "content-encoding") {
+			continue
+		}
+		for _, v := range vs {
+			for c := range strings.SplitSeq(v, ",") {
+				if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+					codings = append(codings, c)
+				}
+			}
+		}
+	}
+	return codings
 }
 
 func headerFold(c byte) byte {

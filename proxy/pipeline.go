@@ -349,17 +349,8 @@ func readBody(w http.ResponseWriter, r *http.Request, x *exchange) ([]byte, bool
 // gzipped form body held no field costgate could see, so its rule read
 // its default while the upstream served what the decoded body asked for.
 func codedBody(h http.Header) string {
-	for name, vs := range h {
-		if len(name) != len("content-encoding") || !costmodel.HeaderIs(name, "content-encoding") {
-			continue
-		}
-		for _, v := range vs {
-			for c := range strings.SplitSeq(v, ",") {
-				if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
-					return c
-				}
-			}
-		}
+	if cs := costmodel.ContentCodings(h); len(cs) > 0 {
+		return cs[0]
 	}
 	return ""
 }
@@ -626,10 +617,11 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 		switch {
 		case err == nil && ok:
 			u = au
-		case err != nil || x.rule.Actual != nil && (x.body.unread() || x.body.cutShort() || coded(x.respHeader)):
+		case err != nil || x.rule.Actual != nil && (x.body.unread() || x.body.cutShort() || len(costmodel.ContentCodings(x.respHeader)) > 0):
 			// The report is in an answer costgate did not keep whole (over
 			// maxCapture, a stream, or cut before its end), one in a
-			// content coding it did not decode (an upstream that
+			// content coding it did not decode (the transport decodes the
+			// gzip it asks for and drops the header; an upstream that
 			// compresses unasked), or one it cannot read (the field in
 			// two spellings, not a count): charged the most the rule lets
 			// the upstream report, as an LLM answer is charged its output
@@ -673,21 +665,6 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 		u.WebSearchRequests = max(u.WebSearchRequests, est.Usage.WebSearchRequests)
 	}
 	return u.Asked(est.Usage), model, ledger.StatusSettled
-}
-
-// coded tells whether an answer's header says its body is in a content
-// coding (other than identity): the transport decodes the gzip it asks
-// for and drops that header, so such a body reached costgate as coded
-// bytes, whose report it cannot read.
-func coded(h http.Header) bool {
-	for _, v := range h.Values("Content-Encoding") {
-		for c := range strings.SplitSeq(v, ",") {
-			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // servedEstimate is the estimate of the body the upstream is sent: the
