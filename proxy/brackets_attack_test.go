@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/costgate/costgate/costmodel"
 )
 
 // bracketsAtkQS reads a request's credits as an Express application does
@@ -72,26 +70,7 @@ func TestUnitsAttackArrayBrackets(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			line, rest, _ := strings.Cut(c.req, "\n")
-			got := sendRaw(t, s.url, line+"\nHost: "+host+"\nAuthorization: Bearer cg-test-acme\nConnection: close\n"+rest)
-			seen := up.take()
-			if got.status == http.StatusBadRequest && len(seen) == 0 {
-				return // refused
-			}
-			if got.status != http.StatusOK || len(seen) != 1 {
-				t.Fatalf("%d %s; reached the upstream %d times", got.status, got.body, len(seen))
-			}
-			read, _ := strconv.ParseInt(got.header.Get("X-Credits-Read"), 10, 64)
-			id := got.header.Get("X-Request-Id")
-			for _, e := range s.entries(t) {
-				if e.RequestID != id {
-					continue
-				}
-				if want := unitsAtkPerUnit * costmodel.NanoUSD(read); e.ActualCost < want {
-					t.Errorf("billed %s; the upstream read %d credits, %s", e.ActualCost, read, want)
-				}
-				return
-			}
-			t.Errorf("no ledger entry")
+			unitsAtkBilled(t, s, up, sendRaw(t, s.url, line+"\nHost: "+host+"\nAuthorization: Bearer cg-test-acme\nConnection: close\n"+rest))
 		})
 	}
 }

@@ -125,26 +125,34 @@ func TestUnitsAttackSpellings(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			line, rest, _ := strings.Cut(c.req, "\n")
-			got := sendRaw(t, s.url, line+"\nHost: "+host+"\nAuthorization: Bearer cg-test-acme\nConnection: close\n"+rest)
-			seen := up.take()
-			if got.status == http.StatusBadRequest && len(seen) == 0 {
-				return // refused
-			}
-			if got.status != http.StatusOK || len(seen) != 1 {
-				t.Fatalf("%d %s; reached the upstream %d times", got.status, got.body, len(seen))
-			}
-			read, _ := strconv.ParseInt(got.header.Get("X-Credits-Read"), 10, 64)
-			id := got.header.Get("X-Request-Id")
-			for _, e := range s.entries(t) {
-				if e.RequestID != id {
-					continue
-				}
-				if want := unitsAtkPerUnit * costmodel.NanoUSD(read); e.ActualCost < want {
-					t.Errorf("billed %s; the upstream read %d credits, %s", e.ActualCost, read, want)
-				}
-				return
-			}
-			t.Errorf("no ledger entry")
+			unitsAtkBilled(t, s, up, sendRaw(t, s.url, line+"\nHost: "+host+"\nAuthorization: Bearer cg-test-acme\nConnection: close\n"+rest))
 		})
 	}
+}
+
+// unitsAtkBilled checks got, the answer to a request sent to s in front of
+// up: refused (400) before it reached the upstream, or served once and
+// billed at least the credits the upstream read (its X-Credits-Read) at
+// unitsAtkPerUnit.
+func unitsAtkBilled(t *testing.T, s *stack, up *routeAtkSpy, got rawResponse) {
+	t.Helper()
+	seen := up.take()
+	if got.status == http.StatusBadRequest && len(seen) == 0 {
+		return // refused
+	}
+	if got.status != http.StatusOK || len(seen) != 1 {
+		t.Fatalf("%d %s; reached the upstream %d times", got.status, got.body, len(seen))
+	}
+	read, _ := strconv.ParseInt(got.header.Get("X-Credits-Read"), 10, 64)
+	id := got.header.Get("X-Request-Id")
+	for _, e := range s.entries(t) {
+		if e.RequestID != id {
+			continue
+		}
+		if want := unitsAtkPerUnit * costmodel.NanoUSD(read); e.ActualCost < want {
+			t.Errorf("billed %s; the upstream read %d credits, %s", e.ActualCost, read, want)
+		}
+		return
+	}
+	t.Errorf("%d %s: no ledger entry", got.status, got.body)
 }
