@@ -64,6 +64,22 @@ func unitsAtkJSON(body string) costmodel.GenericRequest {
 	return costmodel.GenericRequest{Method: "POST", Path: "/", Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(body)}
 }
 
+// unitsAtkQuery is a GET with the query raw.
+func unitsAtkQuery(t *testing.T, raw string) costmodel.GenericRequest {
+	t.Helper()
+	v, err := url.ParseQuery(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return costmodel.GenericRequest{Method: "GET", Path: "/", Query: v}
+}
+
+// unitsAtkForm is a POST of the urlencoded form body.
+func unitsAtkForm(body string) costmodel.GenericRequest {
+	return costmodel.GenericRequest{Method: "POST", Path: "/",
+		Header: http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, Body: []byte(body)}
+}
+
 // TestUnitsAtkJSONKeySpellings: encoding/json (and many servers) match a
 // key in any case (Unicode folding: "ſ" is "s") and keep the last of a
 // repeated key; other decoders match exactly, and some keep the first. A
@@ -135,13 +151,7 @@ func TestUnitsAtkHeaderSpellings(t *testing.T) {
 // "page.size" and "page size" as "page_size". A units parameter in such a
 // spelling is read; given in two spellings, it is given twice.
 func TestUnitsAtkQuerySpellings(t *testing.T) {
-	q := func(raw string) costmodel.GenericRequest {
-		v, err := url.ParseQuery(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return costmodel.GenericRequest{Method: "GET", Path: "/", Query: v}
-	}
+	q := func(raw string) costmodel.GenericRequest { return unitsAtkQuery(t, raw) }
 	unitsAtkCheck(t, unitsAtkRule, []unitsAtkCase{
 		{"plain", q("num=9"), 9},
 		{"upper case", q("NUM=1000"), 1000},
@@ -241,17 +251,8 @@ func TestUnitsAtkFormBody(t *testing.T) {
 // trailing "[]" or "[N]" is read as the parameter; beside another
 // spelling of it, it is given twice.
 func TestUnitsAtkArrayBrackets(t *testing.T) {
-	q := func(raw string) costmodel.GenericRequest {
-		v, err := url.ParseQuery(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return costmodel.GenericRequest{Method: "GET", Path: "/", Query: v}
-	}
-	form := func(body string) costmodel.GenericRequest {
-		return costmodel.GenericRequest{Method: "POST", Path: "/",
-			Header: http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, Body: []byte(body)}
-	}
+	q := func(raw string) costmodel.GenericRequest { return unitsAtkQuery(t, raw) }
+	form := unitsAtkForm
 	unitsAtkCheck(t, unitsAtkRule, []unitsAtkCase{
 		{"query []", q("num%5B%5D=1000"), 1000},
 		{"query [] unescaped", q("num[]=1000"), 1000},
@@ -274,17 +275,8 @@ func TestUnitsAtkArrayBrackets(t *testing.T) {
 // "num%00x=1000" are num to $_GET, $_POST and $_REQUEST. Such a units
 // parameter or form field is read as the parameter.
 func TestUnitsAtkPHPNames(t *testing.T) {
-	q := func(raw string) costmodel.GenericRequest {
-		v, err := url.ParseQuery(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return costmodel.GenericRequest{Method: "GET", Path: "/", Query: v}
-	}
-	form := func(body string) costmodel.GenericRequest {
-		return costmodel.GenericRequest{Method: "POST", Path: "/",
-			Header: http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, Body: []byte(body)}
-	}
+	q := func(raw string) costmodel.GenericRequest { return unitsAtkQuery(t, raw) }
+	form := unitsAtkForm
 	unitsAtkCheck(t, unitsAtkRule, []unitsAtkCase{
 		{"query leading space", q("%20num=1000"), 1000},
 		{"query leading pluses", q("++num=1000"), 1000},
