@@ -28,10 +28,15 @@ import (
 // admitted on 1% of their output, and the stream guard on with increments
 // of inc tokens.
 func guardConfig(amount string, inc int) string {
+	return guardConfigCosts("  output_reserve: 1\n", amount, inc)
+}
+
+// guardConfigCosts is guardConfig with costs, the costs section's lines,
+// in place of its output reserve of 1%.
+func guardConfigCosts(costs, amount string, inc int) string {
 	return fmt.Sprintf(`
 costs:
-  output_reserve: 1
-stream_guard:
+%sstream_guard:
   enabled: true
   increment_tokens: %d
 limits:
@@ -44,7 +49,7 @@ budgets:
   - name: acme-daily
     scope: tenant
     amount: %q
-`, inc, amount)
+`, costs, inc, amount)
 }
 
 // streamed is what a client got from a stream.

@@ -2,7 +2,6 @@ package proxy_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -40,24 +39,8 @@ func TestGuardLearnedAttackStreamPastLearnedReservation(t *testing.T) {
 					}
 					short.ServeHTTP(w, r)
 				})
-				o := stackOptions{policies: allowAll, upstream: up, extra: fmt.Sprintf(`
-costs:
-  output_reserve: p95
-  learned: {min_samples: 5, interval: 1h}
-stream_guard:
-  enabled: true
-  increment_tokens: %d
-limits:
-  - name: acme-requests
-    dimensions: [tenant]
-    unit: requests
-    rate: 1000
-    period: 1m
-budgets:
-  - name: acme-daily
-    scope: tenant
-    amount: %q
-`, inc, budget.String())}
+				o := stackOptions{policies: allowAll, upstream: up,
+					extra: guardConfigCosts("  output_reserve: p95\n  learned: {min_samples: 5, interval: 1h}\n", budget.String(), inc)}
 				if store == "redis" {
 					o.redisURL = redistest.New(t).URL
 				}
