@@ -300,45 +300,37 @@ func constrains(a, b *gate.LimitState) bool {
 // blocked answers a request one of whose descriptors matches a limit of 0:
 // it is refused and nothing is debited.
 func blocked(c *call) *rlsv3.RateLimitResponse {
-	resp := &rlsv3.RateLimitResponse{OverallCode: codeOver}
-	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(c.descs))
-	for i := range c.descs {
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: codeOK}
-		offLimits(c.limitOf(&c.descs[i]), st)
-		if i == c.block {
-			st.Code = codeOver
-		}
-		resp.Statuses[i] = st
-	}
 	name := c.limitOf(&c.descs[c.block]).info.current.Name
-	resp.RawBody = errorBody(&gate.Error{Type: "rate_limit_exceeded", Code: name, Policy: name,
+	return refused(c, func(i int) bool { return i == c.block }, &gate.Error{Type: "rate_limit_exceeded", Code: name, Policy: name,
 		Message: "limit " + name + " admits no request"})
-	var hs headers
-	hs.add("Content-Type", "application/json")
-	resp.ResponseHeadersToAdd = hs.list()
-	return resp
 }
 
 // twoTenants answers a request whose checks or debits name two tenants
-// or two models:
-// it is refused, and nothing is debited (the usage it reports is charged
-// apart, see Server.decideTenants).
+// or two models: it is refused, and nothing is debited (the usage it
+// reports is charged apart, see Server.decideTenants).
 func twoTenants(c *call) *rlsv3.RateLimitResponse {
-	resp := &rlsv3.RateLimitResponse{OverallCode: codeOver}
-	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(c.descs))
-	for i := range c.descs {
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: codeOK}
-		offLimits(c.limitOf(&c.descs[i]), st)
-		if k := c.descs[i].kind; k == kindCheck || k == kindDebit {
-			st.Code = codeOver
-		}
-		resp.Statuses[i] = st
-	}
 	e := &gate.Error{Type: "invalid_request_error", Code: "two_tenants",
 		Message: "the descriptors name two tenants, " + strconv.Quote(c.tenant) + " and " + strconv.Quote(c.asked.tenant) + ": a request's limits are one tenant's"}
 	if c.asked.tenant == c.tenant {
 		e.Code = "two_models"
 		e.Message = "the descriptors name two models, " + strconv.Quote(c.model) + " and " + strconv.Quote(c.asked.model) + ": a request's limits are one model's"
+	}
+	return refused(c, func(i int) bool { k := c.descs[i].kind; return k == kindCheck || k == kindDebit }, e)
+}
+
+// refused answers c, refused without asking the gate: OVER_LIMIT for the
+// descriptors over tells, OK for the others (with what offLimits tells of
+// each), and e as the body.
+func refused(c *call, over func(i int) bool, e *gate.Error) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{OverallCode: codeOver}
+	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(c.descs))
+	for i := range c.descs {
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: codeOK}
+		offLimits(c.limitOf(&c.descs[i]), st)
+		if over(i) {
+			st.Code = codeOver
+		}
+		resp.Statuses[i] = st
 	}
 	resp.RawBody = errorBody(e)
 	var hs headers
