@@ -22,9 +22,6 @@ import (
 // estimate. Before, a full table refused every entry of a tenant that had
 // none in it, and globex's 900 tokens were never counted.
 func TestPendingAttackOneTenantFillsTheTable(t *testing.T) {
-	if testing.Short() {
-		t.Skip("reserves maxPending requests")
-	}
 	ctx := context.Background()
 	srv := redistest.New(t)
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`
