@@ -441,14 +441,7 @@ func pricedQuery(u *url.URL) url.Values {
 		return u.Query()
 	}
 	q := url.Values{}
-	for pair := range strings.FieldsFuncSeq(u.RawQuery, func(c rune) bool { return c == '&' || c == ';' }) {
-		k, v, _ := strings.Cut(pair, "=")
-		if uk, err := url.QueryUnescape(k); err == nil {
-			k = uk
-		}
-		if uv, err := url.QueryUnescape(v); err == nil {
-			v = uv
-		}
+	for k, v := range costmodel.FormPairs(u.RawQuery) {
 		q.Add(k, v)
 	}
 	return q

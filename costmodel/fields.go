@@ -9,7 +9,7 @@ package costmodel
 //     once: encoding/json (and many servers) match keys in any case and
 //     keep the last of a repeated key, other decoders match exactly, some
 //     keep the first; a key given twice or in another case is an error;
-//   - a query parameter or form field is matched as paramIs says (any
+//   - a query parameter or form field is matched as ParamIs says (any
 //     case, '.' or ' ' for '_', leading spaces and a NUL's tail
 //     dropped, array brackets after it: "num[]"), a
 //     header as HeaderIs says (any case, '_' for '-'); a name whose
@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"mime"
 	"mime/multipart"
 	"net/http"
@@ -216,7 +217,7 @@ func stringRaw(raw []byte) (string, error) {
 }
 
 // namedValue returns the value of name in m, a query's parameters or a
-// header, in any of its spellings (is: paramIs for a query, HeaderIs for
+// header, in any of its spellings (is: ParamIs for a query, HeaderIs for
 // a header), and how many values they hold.
 func namedValue(m map[string][]string, name string, is func(name, want string) bool) (v string, n int) {
 	for k, vs := range m {
@@ -241,20 +242,7 @@ const maxFormValue = 4 << 10
 func (d *reqBody) formFields(fn func(key, value string) error) error {
 	switch d.form {
 	case formURLEncoded:
-		rest := string(d.b)
-		for rest != "" {
-			i := strings.IndexAny(rest, "&;")
-			pair := rest
-			if i >= 0 {
-				pair, rest = rest[:i], rest[i+1:]
-			} else {
-				rest = ""
-			}
-			if pair == "" {
-				continue
-			}
-			k, v, _ := strings.Cut(pair, "=")
-			k, v = formUnescape(k), formUnescape(v)
+		for k, v := range FormPairs(string(d.b)) {
 			if err := fn(k, v); err != nil {
 				return err
 			}
@@ -289,6 +277,32 @@ func (d *reqBody) formFields(fn func(key, value string) error) error {
 		}
 	}
 	return nil
+}
+
+// FormPairs yields the name and value of each pair of a urlencoded form or
+// query, decoded, separated by '&' or ';' (which some servers take as '&':
+// Rack before 3, Python's parse_qs before 3.9.2, Perl's CGI); a pair
+// whose escapes are not valid is yielded as it is.
+func FormPairs(raw string) iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		rest := raw
+		for rest != "" {
+			i := strings.IndexAny(rest, "&;")
+			pair := rest
+			if i >= 0 {
+				pair, rest = rest[:i], rest[i+1:]
+			} else {
+				rest = ""
+			}
+			if pair == "" {
+				continue
+			}
+			k, v, _ := strings.Cut(pair, "=")
+			if !yield(formUnescape(k), formUnescape(v)) {
+				return
+			}
+		}
+	}
 }
 
 // formUnescape decodes a urlencoded form's name or value; one that is not

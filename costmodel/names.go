@@ -61,14 +61,14 @@ func headerFold(c byte) byte {
 	return c
 }
 
-// paramIs tells whether the query parameter or form field names name and
+// ParamIs tells whether the query parameter or form field names name and
 // want are one to some server: in any case (ASP.NET's are
 // case-insensitive; Unicode folding, as strings.EqualFold), with '.'
 // or ' ' for '_' (PHP reads "page.size" as "page_size"), as PHP names it
 // (phpName), and with array brackets after it (arrayIndex: Node's qs
 // reads "num[]=1000" as num, ["1000"], which parseInt and Number read as
 // 1000).
-func paramIs(name, want string) bool {
+func ParamIs(name, want string) bool {
 	name = phpName(name)
 	n, ok := paramPrefix(name, want)
 	return ok && arrayIndex(name[n:])
@@ -111,7 +111,7 @@ func arrayIndex(s string) bool {
 	return true
 }
 
-// paramPrefix tells whether name starts with want as paramIs compares
+// paramPrefix tells whether name starts with want as ParamIs compares
 // them, and how many bytes of name that start takes.
 func paramPrefix(name, want string) (int, bool) {
 	i := 0
@@ -159,7 +159,7 @@ func paramRuneIs(a, b rune) bool {
 // ("params[num]", as PHP and Rails nest form fields), either followed by
 // array brackets (arrayIndex).
 func formKeyIs(key, path string) bool {
-	if paramIs(key, path) {
+	if ParamIs(key, path) {
 		return true
 	}
 	key = phpName(key)

@@ -251,7 +251,7 @@ func (s *Source) texts(d *reqBody, q url.Values, h http.Header, fn func(place, n
 		return fmt.Errorf("%s %s: given %d times", place, name, n)
 	}
 	if s.Query != "" {
-		if v, n := namedValue(q, s.Query, paramIs); n > 1 {
+		if v, n := namedValue(q, s.Query, ParamIs); n > 1 {
 			return twice("query parameter", s.Query, n)
 		} else if n == 1 {
 			if err := fn("query parameter", s.Query, v); err != nil {

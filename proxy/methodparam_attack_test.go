@@ -47,6 +47,19 @@ func TestIsolationAttackMethodOverrideParameter(t *testing.T) {
 			}
 		})
 	}
+	// Spellings PHP (Laravel, Symfony) reads as _method: a '.' for the
+	// '_', a leading space, a NUL cutting the name; and a field after a
+	// ';', which Rack before 3 takes for '&'. Each is refused before the
+	// upstream.
+	for _, body := range []string{".method=DELETE", "+_method=DELETE", "_method%00x=DELETE", "a=1;_method=DELETE"} {
+		t.Run("form "+body, func(t *testing.T) {
+			got := sendRaw(t, s.url, fmt.Sprintf("POST /u/search/index/doc-1 HTTP/1.1\nHost: %s\nAuthorization: Bearer cg-test-acme\nContent-Type: application/x-www-form-urlencoded\nContent-Length: %d\nConnection: close\n\n%s",
+				host, len(body), body))
+			if n := len(gen.take()); got.status != http.StatusBadRequest || n != 0 {
+				t.Errorf("%d %s, reached the upstream %d times; want 400 method_override", got.status, got.body, n)
+			}
+		})
+	}
 	// A plain POST, and a _method that names no other method than POST's
 	// own spelling in a field of another name, still pass.
 	got := sendRaw(t, s.url, "POST /u/search/index/doc-1 HTTP/1.1\nHost: "+host+"\nAuthorization: Bearer cg-test-acme\nContent-Type: application/x-www-form-urlencoded\nContent-Length: 12\nConnection: close\n\nmethod=GET&a")

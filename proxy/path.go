@@ -105,11 +105,7 @@ func methodOverrideParam(r *http.Request, body []byte) string {
 	mt, _, _ := strings.Cut(ct, ";")
 	switch mt = strings.TrimSpace(mt); {
 	case strings.EqualFold(mt, "application/x-www-form-urlencoded"):
-		for pair := range strings.FieldsFuncSeq(string(body), func(c rune) bool { return c == '&' || c == ';' }) {
-			k, _, _ := strings.Cut(pair, "=")
-			if u, err := url.QueryUnescape(k); err == nil {
-				k = u
-			}
+		for k := range costmodel.FormPairs(string(body)) {
 			if isMethodParam(k) {
 				return k
 			}
@@ -133,10 +129,11 @@ func methodOverrideParam(r *http.Request, body []byte) string {
 	return ""
 }
 
-// isMethodParam tells whether a parameter is _method, in any case and
-// with PHP's leading spaces.
+// isMethodParam tells whether a parameter is _method to some server, in
+// any of the spellings costmodel.ParamIs reads (any case; PHP's ".method",
+// " _method", "_method\x00x").
 func isMethodParam(name string) bool {
-	return strings.EqualFold(strings.TrimLeft(name, " "), "_method")
+	return costmodel.ParamIs(name, "_method")
 }
 
 // isIdempotencyKey tells whether a header carries a key by which an
