@@ -93,15 +93,14 @@ func isPathOverride(name string) bool {
 // methodOverrideParam returns the name of a query parameter or form
 // field by which servers let a POST name the method they run instead
 // (_method: Rails' Rack::MethodOverride, Laravel and Symfony, Express's
-// method-override), in any case, or "" when the request has none. body is
-// the request's body, a form when its Content-Type says so.
-func methodOverrideParam(r *http.Request, body []byte) string {
-	for k := range r.URL.Query() {
+// method-override), in any case, or "" when the request has none: of the
+// query q, or of body, a form when its Content-Type ct says so.
+func methodOverrideParam(q url.Values, ct string, body []byte) string {
+	for k := range q {
 		if isMethodParam(k) {
 			return k
 		}
 	}
-	ct := r.Header.Get("Content-Type")
 	mt, _, _ := strings.Cut(ct, ";")
 	switch mt = strings.TrimSpace(mt); {
 	case strings.EqualFold(mt, "application/x-www-form-urlencoded"):

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -56,6 +57,7 @@ type exchange struct {
 	injectedUsage bool            // costgate asked the upstream for a stream usage report
 	rule          *costmodel.Rule // a generic upstream's cost rule; nil for LLM routes
 	subpath       string          // a generic request's path after /u/NAME, read once (see genericPath)
+	query         url.Values      // a generic request's query, read once
 	respHeader    http.Header     // the upstream's response header
 	page          int64           // the result page a paginated generic request asks for; 0: none
 	settled       bool            // fin is worked out (see final)
@@ -144,7 +146,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, kind
 		// A method named in the query or the form would have the upstream
 		// run another method than the one checked against its methods, as
 		// a method-override header would (see upstream.admit).
-		if p := methodOverrideParam(r, body); p != "" {
+		if p := methodOverrideParam(x.query, r.Header.Get("Content-Type"), body); p != "" {
 			writeError(w, path, http.StatusBadRequest, apiError{
 				Type: "invalid_request_error", Code: "method_override",
 				Message: fmt.Sprintf("%s is not forwarded: send the request with its own method", p),
@@ -316,6 +318,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, x *exchange, gene
 			return false
 		}
 		x.rule = x.upstream.rule(x.subpath)
+		x.query = r.URL.Query()
 	}
 	return true
 }
@@ -430,7 +433,7 @@ func (s *Server) estimate(w http.ResponseWriter, r *http.Request, x *exchange, b
 	t := x.begin(telemetry.StageEstimate)
 	var err error
 	if x.rule != nil {
-		greq := costmodel.GenericRequest{Method: r.Method, Path: x.subpath, Query: r.URL.Query(), Header: r.Header, Body: body}
+		greq := costmodel.GenericRequest{Method: r.Method, Path: x.subpath, Query: x.query, Header: r.Header, Body: body}
 		x.est, err = x.rule.Estimate(greq)
 		if err == nil {
 			x.page = requestPage(x.rule, greq)
