@@ -291,8 +291,7 @@ func unkept(h http.Header, buf []byte, whole bool, readErr error) bool {
 	if !whole {
 		return true
 	}
-	mt, _, _ := strings.Cut(h.Get("Content-Type"), ";")
-	if !strings.EqualFold(strings.TrimSpace(mt), "text/event-stream") {
+	if !costmodel.IsEventStream(h.Get("Content-Type")) {
 		return false
 	}
 	b := bytes.TrimLeft(buf, " \t\r\n")

@@ -51,6 +51,14 @@ func ContentCodings(h http.Header) []string {
 	return codings
 }
 
+// IsEventStream tells whether the Content-Type ct is a stream of
+// server-sent events, text/event-stream in any case (a media type is
+// case-insensitive), whatever its parameters.
+func IsEventStream(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.EqualFold(strings.TrimSpace(mt), "text/event-stream")
+}
+
 func headerFold(c byte) byte {
 	switch {
 	case c == '_':

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strings"
 
 	"github.com/costgate/costgate/costmodel"
 )
@@ -60,14 +59,10 @@ type meteredBody struct {
 	owned      bool // a Responses stream's id was recorded as the tenant's (see exchange.own)
 }
 
-// eventStream is the media type of a stream of server-sent events.
-const eventStream = "text/event-stream"
-
 func (x *exchange) meter(resp *http.Response) io.ReadCloser {
 	m := &meteredBody{x: x, rc: resp.Body, resp: resp, kind: x.kind}
-	if ct := resp.Header.Get("Content-Type"); len(ct) >= len(eventStream) && strings.EqualFold(ct[:len(eventStream)], eventStream) {
-		// A media type is case-insensitive: Text/Event-Stream is a stream
-		// (ReverseProxy flushes it as one).
+	if costmodel.IsEventStream(resp.Header.Get("Content-Type")) {
+		// Text/Event-Stream too: ReverseProxy flushes it as a stream.
 		x.client.armed = true // the client gets the stream as it is read
 		m.stream = x.caller.Estimator().NewStreamMeter(x.kind, x.est.Model)
 		// A stream cut before its usage report never states its input;
