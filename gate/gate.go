@@ -301,16 +301,13 @@ func (g *Gate) checkEviction(ctx context.Context, c redis.UniversalClient) {
 // redis:// URLs naming some of its nodes (credentials and TLS from the
 // first).
 //
-// A limiter call is sent once: go-redis would resend a script whose reply
-// was lost (a connection reset after the write), and a resent debit counts
-// twice on meters and windows, a whole batch of requests' worth when
-// concurrent calls share the script call. A failed call is a store failure
-// instead, which the limits' posture and the breaker handle. A URL's own
-// max_retries still wins. (A Cluster client still follows MOVED, ASK and
-// TRYAGAIN, which are answered before the script runs; and, whatever
-// MaxRetries says, it resends a call whose connection broke (EOF) after
-// the write, up to MaxRedirects times: a debit that ran counts again, so
-// its tenant is admitted less, never more. README, "Operating it".) The client speaks
+// A limiter call is sent once: weighted sends its scripts as commands that
+// go-redis must not resend whatever MaxRetries or MaxRedirects say (a
+// resent debit whose reply was lost would count twice), and the client's
+// other commands are not resent either unless the URL's max_retries says
+// so. A failed call is a store failure, which the limits' posture and the
+// breaker handle. A Cluster client still follows MOVED and ASK, which are
+// answered before a script runs. The client speaks
 // RESP2 unless the URL says protocol=3: costgate uses no RESP3 push
 // notification, and their handling costs every call.
 func redisClient(u string) (redis.UniversalClient, error) {

@@ -20,10 +20,11 @@ import (
 )
 
 // Scripter is what Redis needs of a Redis client: *redis.Client,
-// *redis.ClusterClient and *redis.Ring all satisfy it.
+// *redis.ClusterClient and *redis.Ring all satisfy it. The store sends its
+// script calls through Process as commands that the client must not resend
+// (see Redis).
 type Scripter interface {
-	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
-	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd
+	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
 // RedisConfig configures a Redis store. The zero value is ready to use.
@@ -164,11 +165,18 @@ func (c RedisConfig) Validate() error {
 // go-redis/redis_rate's AllowN, and one of three limits that share a hash
 // tag about 1.4 times as much (bench/README.md).
 //
-// A Debit whose reply is lost may have run: a client that then retries it
-// (go-redis does on network errors, up to its MaxRetries) debits meters and
-// windows twice, while sliding logs and concurrency limits, whose marks are
-// named by the reservation id, count it once (the retry is still judged as
-// a new debit). Settle and Cancel are idempotent per id. Renew of a
+// A Debit whose reply is lost may have run, and a resent debit would count
+// twice on meters and windows (sliding logs and concurrency limits, whose
+// marks are named by the reservation id, count it once), a whole batch's
+// worth when concurrent requests share the call. So every script call is
+// sent once: it is a command whose NoRetry says so, which go-redis's
+// clients (*redis.Client, the nodes of a *redis.Ring, *redis.ClusterClient)
+// honour whatever their MaxRetries or MaxRedirects, resending it only when
+// it provably was not written (a dial error, a connection that failed
+// before the write). A call whose connection breaks after the write fails,
+// as a store failure. Replies that Redis gives before it runs a script
+// (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, LOADING) are still followed or sent
+// again (see Redis Cluster). Settle and Cancel are idempotent per id. Renew of a
 // concurrency item is a ZSCORE of its mark, and when the lease moves a
 // ZADD, a PTTL and perhaps a PEXPIRE; it reads no reservation record.
 //
@@ -231,10 +239,11 @@ func (c RedisConfig) Validate() error {
 // compensated, since it cannot be known whether it ran; its reservation
 // expires as its limits refill (one whose reply comes late is cancelled
 // by the store, see Batching). Settle, Cancel, Peek and Reset act group by
-// group. MOVED, ASK and TRYAGAIN replies are followed and retried by the
-// go-redis cluster client (give it MaxRedirects to outlast a slot
-// migration: while a slot migrates, a debit that writes a new reservation
-// key there is answered TRYAGAIN until the slot's keys have moved).
+// group. MOVED and ASK replies are followed by the go-redis cluster
+// client; TRYAGAIN, CLUSTERDOWN and the redirections it did not follow are
+// sent again by the store until the call's ReplyTimeout (while a slot
+// migrates, a debit that writes a new reservation key there is answered
+// TRYAGAIN until the slot's keys have moved).
 //
 // # Generations
 //
@@ -359,19 +368,79 @@ func NewRedis(client Scripter, cfg RedisConfig) *Redis {
 	return r
 }
 
-// run runs s by its SHA, and by its source when Redis does not know it yet.
+// run runs s by its SHA, and by its source when Redis does not know it yet
+// (a NOSCRIPT reply, which Redis gives before it runs anything).
 func (r *Redis) run(ctx context.Context, s *script, keys []string, args ...any) (any, error) {
 	if s == batchScript {
 		r.scriptCalls.Add(1)
 	}
-	v, err := r.c.EvalSha(ctx, s.sha, keys, args...).Result()
+	v, err := r.eval(ctx, "evalsha", s.sha, keys, args)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		v, err = r.c.Eval(ctx, s.src, keys, args...).Result()
+		v, err = r.eval(ctx, "eval", s.src, keys, args)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("weighted: run script: %w", err)
 	}
 	return v, nil
+}
+
+// onceCmd is a script call that the Redis client sends at most once (see
+// Redis): go-redis reads NoRetry before it resends a command whose
+// connection failed.
+type onceCmd struct{ *redis.Cmd }
+
+func (onceCmd) NoRetry() bool { return true }
+
+// eval sends EVAL or EVALSHA (name) of script with keys and args, once,
+// and again only after a reply that Redis gives before it runs a script
+// (see notRun), after a pause that doubles from 8 ms to 512 ms, until ctx
+// ends: a Cluster's slot that migrates answers TRYAGAIN until its keys
+// have moved, a failover CLUSTERDOWN until a replica is promoted.
+func (r *Redis) eval(ctx context.Context, name, script string, keys []string, args []any) (any, error) {
+	a := make([]any, 3, 3+len(keys)+len(args))
+	a[0], a[1], a[2] = name, script, len(keys)
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	a = append(a, args...)
+	for pause := 8 * time.Millisecond; ; pause = min(2*pause, 512*time.Millisecond) {
+		cmd := redis.NewCmd(ctx, a...)
+		if len(keys) > 0 {
+			cmd.SetFirstKeyPos(3) // the slot a Cluster client routes it to
+		}
+		_ = r.c.Process(ctx, onceCmd{cmd})
+		v, err := cmd.Result()
+		if err == nil || !notRun(err) {
+			return v, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
+}
+
+// notRun reports whether err is a reply that Redis gives before it runs a
+// command, so that sending it again cannot apply it twice: TRYAGAIN (a
+// multi-key call on a slot that migrates), CLUSTERDOWN, MASTERDOWN,
+// LOADING, and MOVED and ASK when a Cluster client did not follow them
+// itself (its MaxRedirects spent while a slot moves). A broken connection
+// is not one: the call may have run.
+func notRun(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	s := rerr.Error()
+	for _, p := range [...]string{"TRYAGAIN ", "CLUSTERDOWN ", "MASTERDOWN ", "LOADING ", "MOVED ", "ASK "} {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // key returns the Redis key of an item.

@@ -23,17 +23,16 @@ type gatedScripter struct {
 	fail    error
 }
 
-func (g *gatedScripter) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+func (g *gatedScripter) Process(ctx context.Context, cmd redis.Cmder) error {
 	if g.held.Add(-1) >= 0 {
 		g.entered <- struct{}{}
 		<-g.gate
 		if g.fail != nil {
-			cmd := redis.NewCmd(ctx)
 			cmd.SetErr(g.fail)
-			return cmd
+			return g.fail
 		}
 	}
-	return g.Scripter.EvalSha(ctx, sha, keys, args...)
+	return g.Scripter.Process(ctx, cmd)
 }
 
 // testTimers gives a store timers that fire when the test says, in the
