@@ -49,7 +49,9 @@ const settleTimeout = 10 * time.Second
 //
 // To read the units, RoundTrip reads the response body before it returns:
 // up to MaxBody bytes, which the caller then reads from memory. A longer
-// body, or a stream of server-sent events, is settled by its header, else
+// body, one cut before its end (the connection dropped, the caller's
+// context ended), or a stream of server-sent events, is settled by its
+// header, else
 // at the most Rule.Actual lets the answer report (its Max; the estimate
 // when it has none), as the proxy charges such an answer, and a longer
 // body is passed on unread beyond the bound. An answer a Base hands on in
@@ -278,17 +280,15 @@ func decodeAnswer(h http.Header, body []byte, limit int64) (decoded []byte, ok b
 	return out, true
 }
 
-// unkept tells whether a successful answer, read whole or not (readErr
-// nil), was not kept as one JSON document whose report could be read:
+// unkept tells whether a successful answer was not kept as one JSON
+// document whose report could be read: cut before its end (readErr set:
+// the connection dropped, the caller's context ended while it came),
 // longer than the bound, or a stream of server-sent events (one that is
 // a JSON document, from a server that ignored the stream, is one). The
 // proxy charges such an answer on a generic route the most its rule lets
 // it report.
 func unkept(h http.Header, buf []byte, whole bool, readErr error) bool {
-	if readErr != nil {
-		return false // cut: the header, else the estimate, as before
-	}
-	if !whole {
+	if readErr != nil || !whole {
 		return true
 	}
 	if !costmodel.IsEventStream(h.Get("Content-Type")) {

@@ -426,17 +426,33 @@ func overflows(u costmodel.Usage, cost costmodel.NanoUSD) bool {
 		tokens < 0 || tokens == top
 }
 
-// priceUsage prices usage that came without a dollar amount: by a generic
-// upstream's cost rule, or by model's price when a model is named; else
-// it costs nothing in dollars.
+// priceUsage prices usage that came without a dollar amount: its units by
+// a generic upstream's cost rule, its tokens by model's price when a model
+// is named, the two added when both are; with neither it costs nothing in
+// dollars. (A rule priced tokens at nothing: naming an upstream made a
+// model's tokens free.)
 func priceUsage(est *costmodel.Estimator, u *upstream, model string, usage costmodel.Usage) costmodel.NanoUSD {
+	generic := u != nil && u.kind == "generic" && u.cost != nil
 	switch {
-	case u != nil && u.kind == "generic" && u.cost != nil:
+	case generic && model != "":
+		tokens := usage
+		tokens.Units = 0
+		return addUSD(u.cost.Price().Cost(costmodel.Usage{Units: usage.Units}), est.Cost(model, tokens))
+	case generic:
 		return u.cost.Price().Cost(usage)
 	case model != "":
 		return est.Cost(model, usage)
 	}
 	return 0
+}
+
+// addUSD is a+b of two amounts that are not negative, saturated at the
+// largest NanoUSD (which overflows reads as a cost not represented).
+func addUSD(a, b costmodel.NanoUSD) costmodel.NanoUSD {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 type settleRequest struct {
@@ -606,8 +622,12 @@ func (s *Server) settlementCost(req *gate.Request, ch gate.Charge) costmodel.Nan
 	// is: whichever replica settles, the same settlement bills the same.
 	est := s.gate.Estimator()
 	switch {
-	case ch.Status == ledger.StatusFailed && model != "" && !generic:
-		return est.Cost(model, ch.Usage)
+	case ch.Status == ledger.StatusFailed && model != "":
+		u := ch.Usage
+		if generic {
+			u.Units = 0 // a generic upstream's units are its rule's, which charges no error; the model's tokens are charged
+		}
+		return est.Cost(model, u)
 	case ch.Status == ledger.StatusFailed:
 		return 0
 	case generic || model != "":
