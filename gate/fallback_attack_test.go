@@ -14,7 +14,7 @@ import (
 )
 
 // TestFallbackAtkFlappingRedisWithTheLedgerDown: two replicas
-// (fallback_replicas: 2) share Redis and a PostgreSQL ledger; acme has
+// (fallback_replicas: 2) share Redis and a PostgreSQL ledger; a caller has
 // spent $0.002 of its $0.01 day, which both replicas have read. The
 // ledger's database goes down, then Redis refuses every write, comes back
 // and refuses again, three times. Each outage starts a fallback restored
@@ -23,8 +23,25 @@ import (
 // fallbacks. Dividing that whole figure by the replicas forgot half of
 // each replica's own fallback spend at each outage: the two replicas
 // admitted $0.014 of the $0.008 left. The fallbacks together must stay
-// within the budget: 8 requests of $0.001.
+// within the budget: 8 requests of $0.001. So for a tenant's budget (read
+// as one spend) and for a user's that only the rate limit service names
+// (read with the tenant's other users, by user).
 func TestFallbackAtkFlappingRedisWithTheLedgerDown(t *testing.T) {
+	for _, tc := range []struct {
+		name, scope string
+		caller      func(g *gate.Gate) *gate.Caller
+	}{
+		{"tenant", "tenant", func(g *gate.Gate) *gate.Caller { return g.Identify("cg-acme") }},
+		{"user the RLS names", "user", func(g *gate.Gate) *gate.Caller { return g.Trusted("acme", "ann", "", "small") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fallbackAtkFlapping(t, tc.scope, tc.caller)
+		})
+	}
+}
+
+func fallbackAtkFlapping(t *testing.T, scope string, caller func(g *gate.Gate) *gate.Caller) {
 	ctx := context.Background()
 	srv, pg := redistest.New(t), pgtest.NewPrivate(t)
 	replica := func() *gate.Gate {
@@ -36,13 +53,13 @@ ledger: {dsn: %q}
 tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
 budgets:
-  - {name: daily, scope: tenant, amount: "0.01"}
-`, t.TempDir(), srv.URL, pg.URL()))
+  - {name: daily, scope: %s, amount: "0.01"}
+`, t.TempDir(), srv.URL, pg.URL(), scope))
 	}
 	replicas := []*gate.Gate{replica(), replica()}
 	milli := costmodel.Estimate{Cost: usd("0.001")}
 	for _, g := range replicas {
-		if n, d := admitN(t, g, g.Identify("cg-acme"), milli, 1); n != 1 {
+		if n, d := admitN(t, g, caller(g), milli, 1); n != 1 {
 			t.Fatalf("a first request: %+v", d)
 		}
 	}
@@ -60,7 +77,7 @@ budgets:
 	for _, g := range replicas {
 		// A request cancelled writes two records that the ledger cannot
 		// store: it notices its database out, and charges nothing.
-		res, d := g.Reserve(ctx, &gate.Request{Caller: g.Identify("cg-acme"), Route: "/v1/chat/completions", Estimate: milli})
+		res, d := g.Reserve(ctx, &gate.Request{Caller: caller(g), Route: "/v1/chat/completions", Estimate: milli})
 		if res == nil {
 			t.Fatalf("with the ledger down: %+v", d)
 		}
@@ -81,7 +98,7 @@ budgets:
 			t.Fatal(err)
 		}
 		for i, g := range replicas {
-			n, d := admitN(t, g, g.Identify("cg-acme"), milli, 20)
+			n, d := admitN(t, g, caller(g), milli, 20)
 			if !d.Degraded || d.Status != http.StatusPaymentRequired {
 				t.Fatalf("outage %d, replica %d: %d admitted, then %d (degraded %v); want a degraded 402", outage, i, n, d.Status, d.Degraded)
 			}
@@ -94,7 +111,7 @@ budgets:
 		for i, g := range replicas {
 			// Redis decides again (and closes the breaker): a request of
 			// more than is left is refused there, not on the fallback.
-			res, d := g.Reserve(ctx, &gate.Request{Caller: g.Identify("cg-acme"), Route: "/v1/chat/completions", Estimate: costmodel.Estimate{Cost: usd("0.0099")}})
+			res, d := g.Reserve(ctx, &gate.Request{Caller: caller(g), Route: "/v1/chat/completions", Estimate: costmodel.Estimate{Cost: usd("0.0099")}})
 			if res != nil || d.Degraded || d.Status != http.StatusPaymentRequired {
 				if res != nil {
 					res.Cancel(ctx)
@@ -106,6 +123,6 @@ budgets:
 	pg.Start() // the replicas' Close then flushes their spools at once
 	t.Logf("the fallbacks of three outages admitted %d", admitted)
 	if admitted > 8 {
-		t.Errorf("over three outages with the ledger down, the two replicas' fallbacks admitted %d requests of $0.001; $0.008 was left", admitted)
+		t.Errorf("%s: over three outages with the ledger down, the two replicas' fallbacks admitted %d requests of $0.001; $0.008 was left", scope, admitted)
 	}
 }
