@@ -184,7 +184,7 @@ func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err er
 // not yet restored (the restore stays bounded, at the cost of that
 // window).
 func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighted.Item, lost bool) error {
-	items, counted, err := f.g.budgetCounters(ctx, tenant, lost)
+	items, counted, err := f.g.budgetCounters(ctx, tenant, lost, f.share)
 	if err != nil {
 		return err
 	}
@@ -194,18 +194,18 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 		seen[it.Limit.Name+"\x00"+it.Key] = true
 	}
 	st := f.g.state.Load()
-	known, knownSpent, err := f.g.ledgerCounters(ctx, st, tenant, seen, lost)
+	known, knownSpent, err := f.g.ledgerCounters(ctx, st, tenant, seen, lost, f.share)
 	if err != nil {
 		return err
 	}
-	if items, counted, err = f.g.levelCounters(ctx, tenant, items, counted, seen); err != nil {
+	if items, counted, err = f.g.levelCounters(ctx, tenant, items, counted, seen, f.share); err != nil {
 		return err
 	}
 	for _, it := range extra {
 		if !seen[it.Limit.Name+"\x00"+it.Key] {
 			seen[it.Limit.Name+"\x00"+it.Key] = true
 			it.Cost = 0
-			spent, err := f.g.extraSpent(ctx, st, tenant, it, lost)
+			spent, err := f.g.extraSpent(ctx, st, tenant, it, lost, f.share)
 			if err != nil {
 				return err
 			}
@@ -213,13 +213,8 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 		}
 	}
 	if f.share > 1 {
+		// The counted amounts are the share's already (see shareOf).
 		items, known = fallbackItems(items, f.share), fallbackItems(known, f.share)
-		for i := range counted {
-			counted[i] /= f.share
-		}
-		for i := range knownSpent {
-			knownSpent[i] /= f.share
-		}
 	}
 	// The last restoreBatch of the ledger's callers ride with the rest in
 	// the last call; those before them, in calls of restoreBatch first.
@@ -280,8 +275,9 @@ const maxLedgerCallers = 16 * restoreBatch
 // else every plan's budgets: the rate limit service names a plan with
 // each request, and a counter no request of the tenant debits costs a
 // Redis key. While the ledger's database is out, the spend is what this
-// node knows.
-func (g *Gate) ledgerCounters(ctx context.Context, st *state, tenant string, seen map[string]bool, lost bool) ([]weighted.Item, []int64, error) {
+// node knows. The amounts are a fallback's of share replicas (see
+// shareOf).
+func (g *Gate) ledgerCounters(ctx context.Context, st *state, tenant string, seen map[string]bool, lost bool, share int64) ([]weighted.Item, []int64, error) {
 	plan, planKnown := g.tenantPlan(st, tenant)
 	type read struct{ dim, period string }
 	type answer struct {
@@ -308,6 +304,19 @@ func (g *Gate) ledgerCounters(ctx context.Context, st *state, tenant string, see
 		}
 		if err := knownSpend(err, false); err != nil {
 			return nil, fmt.Errorf("gate: spend of %s by %s: %w", tenant, dim, err)
+		}
+		if share > 1 {
+			var local *ledger.LocalSpendError
+			errors.As(err, &local)
+			shared := make(map[string]costmodel.NanoUSD, len(v))
+			for id, spent := range v {
+				var pending costmodel.NanoUSD
+				if local != nil {
+					pending = local.PendingOf(id)
+				}
+				shared[id] = costmodel.NanoUSD(shareOf(spent, pending, share))
+			}
+			v = shared
 		}
 		reads[r] = answer{v, err}
 		if err := knownSpend(err, l.failClosed); err != nil {
@@ -368,7 +377,7 @@ func (g *Gate) ledgerCounters(ctx context.Context, st *state, tenant string, see
 	kept := found[:0]
 	for _, c := range found {
 		if c.spent < 0 || g.regions != nil {
-			v, err := g.budgetSpent(ctx, st, c.l, c.c, c.key, lost, nil)
+			v, err := g.budgetSpent(ctx, st, c.l, c.c, c.key, lost, nil, share)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -411,8 +420,9 @@ func (g *Gate) budgetRemaining(tenant string, items []weighted.Item, spent []int
 // this period. While the ledger's database is out, the spend is what this
 // node knows (its last read plus what it recorded since). With regions,
 // the spend is this region's (see Regions.spent; lost tells that the
-// store lost its counters).
-func (g *Gate) budgetCounters(ctx context.Context, tenant string, lost bool) ([]weighted.Item, []int64, error) {
+// store lost its counters). The amounts are a fallback's of share
+// replicas (see shareOf).
+func (g *Gate) budgetCounters(ctx context.Context, tenant string, lost bool, share int64) ([]weighted.Item, []int64, error) {
 	st := g.state.Load()
 	if lost {
 		// The store lost counters that other replicas debited too: the
@@ -443,7 +453,7 @@ func (g *Gate) budgetCounters(ctx context.Context, tenant string, lost bool) ([]
 				continue
 			}
 			seen[l.limit.Name+"\x00"+key] = true
-			spent, err := g.budgetSpent(ctx, st, l, c, key, lost, userless)
+			spent, err := g.budgetSpent(ctx, st, l, c, key, lost, userless, share)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -509,19 +519,45 @@ func (g *Gate) tenantPlan(st *state, tenant string) (plan string, known bool) {
 // that share it, one by one; without them, nothing (a loss may then admit
 // its capacity once more, rather than the tenant's every user's spend
 // refuse callers who spent none of it).
-func (g *Gate) budgetSpent(ctx context.Context, st *state, l *compiledLimit, c *Caller, key string, lost bool, userless []string) (int64, error) {
+//
+// It is a fallback's amount of share replicas (see shareOf); with
+// regions, the region's spend divided by share.
+func (g *Gate) budgetSpent(ctx context.Context, st *state, l *compiledLimit, c *Caller, key string, lost bool, userless []string, share int64) (int64, error) {
 	queries := l.spendQueries(c, userless)
-	spent, err := g.sumSpend(ctx, l, c, queries, "", true)
-	if err != nil || g.regions == nil {
+	if g.regions == nil {
+		spent, err := g.sumSpend(ctx, l, c, queries, "", true, share)
 		return max(spent, 0), err
 	}
-	// The ledger's spend is every region's: this region's own entries
-	// count apart (see Regions.spent).
-	own, err := g.sumSpend(ctx, l, c, queries, st.cfg.Region, true)
+	spent, err := g.sumSpend(ctx, l, c, queries, "", true, 1)
 	if err != nil {
 		return 0, err
 	}
-	return max(g.regions.spent(ctx, l.limit, key, spent, own, lost), 0), nil
+	// The ledger's spend is every region's: this region's own entries
+	// count apart (see Regions.spent).
+	own, err := g.sumSpend(ctx, l, c, queries, st.cfg.Region, true, 1)
+	if err != nil {
+		return 0, err
+	}
+	return max(g.regions.spent(ctx, l.limit, key, spent, own, lost), 0) / max(share, 1), nil
+}
+
+// shareOf is what a counter of a fallback of share replicas counts of
+// spend, which the ledger answered with pending of it from this node's
+// records that its database does not hold yet (a *ledger.LocalSpendError's
+// part spooled since its last read; 0 for the database's answer). Share
+// 1, the limiter store's counter, counts spend whole. A fallback holds
+// 1/share of each budget, so it counts 1/share of the spend the database
+// holds, which every replica reads; but this node's pending records are
+// this replica's own admissions, on the fallbacks of the outages since
+// the database went out among them, and count whole: divided too, each
+// outage forgot part of what this replica admitted on the last one's
+// fallback, and a replica spent, over outages, the whole budget left.
+func shareOf(spend, pending costmodel.NanoUSD, share int64) int64 {
+	if share <= 1 {
+		return int64(spend)
+	}
+	pending = min(max(pending, 0), max(spend, 0))
+	return int64(spend-pending)/share + int64(pending)
 }
 
 // spendQueries are the ledger's queries whose spend, summed, is what
@@ -547,20 +583,26 @@ func (l *compiledLimit) spendQueries(c *Caller, userless []string) []ledger.Spen
 }
 
 // sumSpend sums the ledger's spend of queries, the entries of region
-// only unless region is empty. With local, an answer from this node's
-// records stands, unless the spend is unknown (see knownSpend); without
-// it, only the database's does.
-func (g *Gate) sumSpend(ctx context.Context, l *compiledLimit, c *Caller, queries []ledger.SpendQuery, region string, local bool) (int64, error) {
+// only unless region is empty, each as a fallback of share replicas
+// counts it (see shareOf). With local, an answer from this node's records
+// stands, unless the spend is unknown (see knownSpend); without it, only
+// the database's does.
+func (g *Gate) sumSpend(ctx context.Context, l *compiledLimit, c *Caller, queries []ledger.SpendQuery, region string, local bool, share int64) (int64, error) {
 	var sum costmodel.NanoUSD
 	for _, q := range queries {
 		q.Region = region
-		v, err := g.ledger.Spend(ctx, q)
+		spend, err := g.ledger.Spend(ctx, q)
+		var pending costmodel.NanoUSD
+		if le := (*ledger.LocalSpendError)(nil); errors.As(err, &le) {
+			pending = le.Pending
+		}
 		if local {
 			err = knownSpend(err, l.failClosed)
 		}
 		if err != nil {
 			return 0, fmt.Errorf("gate: spend of %s for %s: %w", c.Tenant, l.limit.Name, err)
 		}
+		v := costmodel.NanoUSD(shareOf(spend, pending, share))
 		if sum += v; sum < v {
 			sum = math.MaxInt64 // the ledger saturates a sum; so does this one
 		}
@@ -579,7 +621,7 @@ func (g *Gate) regionSpent(ctx context.Context, budget weighted.Limit, key, regi
 	if !ok {
 		return 0, nil
 	}
-	return g.sumSpend(ctx, l, c, l.spendQueries(c, nil), region, false)
+	return g.sumSpend(ctx, l, c, l.spendQueries(c, nil), region, false, 1)
 }
 
 // budgetOfKey finds the configured budget named name whose counter of a
@@ -601,10 +643,11 @@ func (st *state) budgetOfKey(name, tenant, key string) (*compiledLimit, *Caller,
 // caller the configuration does not list (a tenant of the control plane
 // or one the rate limit service names, their users and keys), the
 // caller's spend as budgetCounters reads it for a listed one; 0 for
-// anything else (a limit, which the ledger does not count).
-func (g *Gate) extraSpent(ctx context.Context, st *state, tenant string, it weighted.Item, lost bool) (int64, error) {
+// anything else (a limit, which the ledger does not count). It is a
+// fallback's amount of share replicas (see shareOf).
+func (g *Gate) extraSpent(ctx context.Context, st *state, tenant string, it weighted.Item, lost bool, share int64) (int64, error) {
 	if l, c, ok := st.budgetOfKey(it.Limit.Name, tenant, it.Key); ok {
-		return g.budgetSpent(ctx, st, l, c, it.Key, lost, nil)
+		return g.budgetSpent(ctx, st, l, c, it.Key, lost, nil, share)
 	}
 	return 0, nil
 }
@@ -615,9 +658,10 @@ func (g *Gate) extraSpent(ctx context.Context, st *state, tenant string, it weig
 // marking the rest). A team's, user's or key's budget counts its keys'
 // spend, one read of the ledger per distinct window; a tenant's counts
 // the tenant's. While the ledger's database is out, the spend is what
-// this node knows.
+// this node knows. The amounts are a fallback's of share replicas (see
+// shareOf).
 func (g *Gate) levelCounters(ctx context.Context, tenant string, items []weighted.Item, counted []int64,
-	seen map[string]bool) ([]weighted.Item, []int64, error) {
+	seen map[string]bool, share int64) ([]weighted.Item, []int64, error) {
 	d := g.dir.dir.Load()
 	if d == nil {
 		return items, counted, nil
@@ -628,10 +672,14 @@ func (g *Gate) levelCounters(ctx context.Context, tenant string, items []weighte
 		err   error // the read's, a *ledger.LocalSpendError
 	}
 	keys := map[span]answer{}
-	spend := func(lb LevelBudget, l *compiledLimit, from, to time.Time) (costmodel.NanoUSD, error) {
+	spend := func(lb LevelBudget, l *compiledLimit, from, to time.Time) (int64, error) {
 		if lb.KeyIDs == nil {
 			v, err := g.ledger.Spend(ctx, ledger.SpendQuery{Tenant: tenant, From: from, To: to})
-			return v, knownSpend(err, l.failClosed)
+			var pending costmodel.NanoUSD
+			if le := (*ledger.LocalSpendError)(nil); errors.As(err, &le) {
+				pending = le.Pending
+			}
+			return shareOf(v, pending, share), knownSpend(err, l.failClosed)
 		}
 		a, ok := keys[span{from, to}]
 		if !ok {
@@ -645,11 +693,16 @@ func (g *Gate) levelCounters(ctx context.Context, tenant string, items []weighte
 		if err := knownSpend(a.err, l.failClosed); err != nil {
 			return 0, err
 		}
-		var v costmodel.NanoUSD
+		var local *ledger.LocalSpendError
+		errors.As(a.err, &local)
+		var v, pending costmodel.NanoUSD
 		for _, id := range lb.KeyIDs {
-			v += a.byKey[id]
+			v = addSpend(v, a.byKey[id])
+			if local != nil {
+				pending = addSpend(pending, local.PendingOf(id))
+			}
 		}
-		return v, nil
+		return shareOf(v, pending, share), nil
 	}
 	now := time.Now()
 	for _, lb := range (*d).Budgets(tenant) {
@@ -665,9 +718,17 @@ func (g *Gate) levelCounters(ctx context.Context, tenant string, items []weighte
 			return nil, nil, fmt.Errorf("gate: spend of %s for %s: %w", tenant, l.limit.Name, err)
 		}
 		items = append(items, weighted.Item{Limit: l.limit, Key: l.fixedKey})
-		counted = append(counted, max(int64(v), 0))
+		counted = append(counted, max(v, 0))
 	}
 	return items, counted, nil
+}
+
+// addSpend is a+b, saturating at the largest int64 as the ledger's sums do.
+func addSpend(a, b costmodel.NanoUSD) costmodel.NanoUSD {
+	if s := a + b; s >= a || b < 0 {
+		return s
+	}
+	return math.MaxInt64
 }
 
 // fallback is the local fallback store of one outage of the limiter store

@@ -20,7 +20,7 @@ import (
 // When the store fails (and ctx is not done), a ledger with a spool answers
 // as Spend does: the last values read for the same tenant and range plus
 // this node's records spooled since, with a *LocalSpendError whose Spend
-// is their sum.
+// is their sum and whose PendingOf tells each value's part spooled since.
 //
 // A key's sum past the largest int64 answers math.MaxInt64. KeySpend
 // fails with ErrInvalid for a tenant that is not valid text (see
@@ -118,7 +118,8 @@ func (l *Ledger) localSpendBy(by string, k spendQueryKey, storeErr error) (map[s
 	last, ok := l.keyReads.get(k)
 	from, partial := l.pendingFrom(last.pos, ok)
 	out := make(map[string]costmodel.NanoUSD, len(last.values))
-	le := &LocalSpendError{ReadAt: last.at, Partial: partial, Unknown: !ok && l.answeredAfter(k.from), Err: storeErr}
+	pendingBy := map[string]costmodel.NanoUSD{}
+	le := &LocalSpendError{ReadAt: last.at, Partial: partial, Unknown: !ok && l.answeredAfter(k.from), Err: storeErr, pendingBy: &pendingBy}
 	for id, v := range last.values {
 		out[id] = v
 		le.Stored = addSat(le.Stored, v)
@@ -130,6 +131,7 @@ func (l *Ledger) localSpendBy(by string, k spendQueryKey, storeErr error) (map[s
 			id = user
 		}
 		out[id] = addSat(out[id], d)
+		pendingBy[id] = addSat(pendingBy[id], d)
 		le.Pending = addSat(le.Pending, d)
 	})
 	if err != nil {

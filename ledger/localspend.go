@@ -51,6 +51,20 @@ type LocalSpendError struct {
 	Unknown bool
 	// Err is the store's error.
 	Err error
+	// pendingBy is Pending by the ids of KeySpend's or UserSpend's
+	// answer (see PendingOf); nil for Spend's. A pointer, so that the
+	// error compares as a value.
+	pendingBy *map[string]costmodel.NanoUSD
+}
+
+// PendingOf is the part of the value of id (a key id, a user) in
+// KeySpend's or UserSpend's answer that is this node's records spooled
+// after the read, as Pending is of the whole; 0 for Spend's answer.
+func (e *LocalSpendError) PendingOf(id string) costmodel.NanoUSD {
+	if e.pendingBy == nil {
+		return 0
+	}
+	return (*e.pendingBy)[id]
 }
 
 func (e *LocalSpendError) Error() string {
