@@ -521,6 +521,12 @@ func (g *Gate) levelLimitNamed(c *Caller, tenant, name, key string, now time.Tim
 // so a lower bound would refuse ids the API handed out.
 const maxTicket = 1 << 20
 
+// ticketEncoding reads a ticket's parts: one spelling per ticket, so that
+// no two ids verify as one. Strict base64 refuses bits set past the data in
+// a last character; line breaks, which any base64 decoder skips, verify
+// refuses itself.
+var ticketEncoding = base64.RawURLEncoding.Strict()
+
 // verify returns the payload of ticket id, if its signature is this
 // gate's secret's.
 func (g *Gate) verify(id string) ([]byte, bool) {
@@ -529,10 +535,10 @@ func (g *Gate) verify(id string) ([]byte, bool) {
 		return nil, false
 	}
 	p64, s64, ok := strings.Cut(body, ".")
-	if !ok {
+	if !ok || strings.ContainsAny(body, "\r\n") {
 		return nil, false
 	}
-	enc := base64.RawURLEncoding
+	enc := ticketEncoding
 	if len(s64) != enc.EncodedLen(sigLen) {
 		return nil, false
 	}
