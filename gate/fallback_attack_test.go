@@ -43,6 +43,111 @@ func TestFallbackAtkFlappingRedisWithTheLedgerDown(t *testing.T) {
 
 func fallbackAtkFlapping(t *testing.T, scope string, caller func(g *gate.Gate) *gate.Caller) {
 	ctx := context.Background()
+	replicas, srv, pg := ledgerDownReplicas(t, scope, caller)
+	rc := srv.Client(t)
+	admitted := 0
+	for outage := range 3 {
+		if err := rc.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		for i, g := range replicas {
+			n, d := admitN(t, g, caller(g), milli, 20)
+			// After the first outage, Redis holds what the fallbacks
+			// admitted (see TestFallbackAtkRedisBackWithTheLedgerDown), and
+			// it answers a refusal itself, which writes nothing.
+			if d.Status != http.StatusPaymentRequired || outage == 0 && !d.Degraded {
+				t.Fatalf("outage %d, replica %d: %d admitted, then %d (degraded %v); want a 402", outage, i, n, d.Status, d.Degraded)
+			}
+			admitted += n
+		}
+		if err := rc.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(30 * time.Millisecond) // past the cooldown
+		for i, g := range replicas {
+			// Redis decides again (and closes the breaker): a request of
+			// more than is left is refused there, not on the fallback.
+			res, d := g.Reserve(ctx, &gate.Request{Caller: caller(g), Route: "/v1/chat/completions", Estimate: costmodel.Estimate{Cost: usd("0.0099")}})
+			if res != nil || d.Degraded || d.Status != http.StatusPaymentRequired {
+				if res != nil {
+					res.Cancel(ctx)
+				}
+				t.Fatalf("Redis back after outage %d, replica %d: %+v, want a 402 from Redis", outage, i, d)
+			}
+		}
+	}
+	pg.Start() // the replicas' Close then flushes their spools at once
+	t.Logf("the fallbacks of three outages admitted %d", admitted)
+	if admitted > 8 {
+		t.Errorf("%s: over three outages with the ledger down, the two replicas' fallbacks admitted %d requests of $0.001; $0.008 was left", scope, admitted)
+	}
+}
+
+// TestFallbackAtkRedisBackWithTheLedgerDown: as above, two replicas with
+// $0.008 of a $0.01 day left and the ledger's database down; Redis
+// refuses writes while each replica's fallback admits its share (4 of
+// $0.001), then comes back while the database stays out. Each replica
+// caught Redis up to what it knew (the spend the database held at its
+// last read and its own records since), which leaves out the other
+// replica's fallback admissions: Redis then admitted 4 more, 12 of the 8
+// left. Each replica now adds its own fallback spend to Redis's counters
+// as soon as Redis is back, so that Redis then admits nothing more.
+func TestFallbackAtkRedisBackWithTheLedgerDown(t *testing.T) {
+	for _, tc := range []struct {
+		name, scope string
+		caller      func(g *gate.Gate) *gate.Caller
+	}{
+		{"tenant", "tenant", func(g *gate.Gate) *gate.Caller { return g.Identify("cg-acme") }},
+		{"user the RLS names", "user", func(g *gate.Gate) *gate.Caller { return g.Trusted("acme", "ann", "", "small") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			replicas, srv, pg := ledgerDownReplicas(t, tc.scope, tc.caller)
+			rc := srv.Client(t)
+			if err := rc.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+				t.Fatal(err)
+			}
+			admitted := 0
+			for i, g := range replicas {
+				n, d := admitN(t, g, tc.caller(g), milli, 20)
+				if !d.Degraded || d.Status != http.StatusPaymentRequired {
+					t.Fatalf("replica %d: %d admitted, then %d (degraded %v); want a degraded 402", i, n, d.Status, d.Degraded)
+				}
+				admitted += n
+			}
+			if err := rc.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+				t.Fatal(err)
+			}
+			// Past the cooldown, and a few more: each replica adds its
+			// fallback's spend to Redis's counters as soon as its breaker
+			// lets calls through, without waiting for a request.
+			time.Sleep(200 * time.Millisecond)
+			onRedis := 0
+			for i, g := range replicas {
+				n, d := admitN(t, g, tc.caller(g), milli, 20)
+				if d.Degraded || d.Status != http.StatusPaymentRequired {
+					t.Fatalf("Redis back, replica %d: %d admitted, then %+v; want a 402 from Redis", i, n, d)
+				}
+				onRedis += n
+			}
+			pg.Start()
+			t.Logf("the fallbacks admitted %d, Redis back %d", admitted, onRedis)
+			if admitted+onRedis > 8 {
+				t.Errorf("%s: with the ledger down, the fallbacks admitted %d and Redis back %d requests of $0.001; $0.008 was left", tc.scope, admitted, onRedis)
+			}
+		})
+	}
+}
+
+var milli = costmodel.Estimate{Cost: usd("0.001")}
+
+// ledgerDownReplicas starts two replicas (fallback_replicas: 2) on one
+// Redis and one PostgreSQL with a $0.01 day budget of scope, of which
+// caller has spent $0.002, read by both; then stops the database and
+// makes sure both replicas noticed.
+func ledgerDownReplicas(t *testing.T, scope string, caller func(g *gate.Gate) *gate.Caller) ([]*gate.Gate, *redistest.Server, *pgtest.Private) {
+	ctx := context.Background()
 	srv, pg := redistest.New(t), pgtest.NewPrivate(t)
 	replica := func() *gate.Gate {
 		return openYAML(t, fmt.Sprintf(`
@@ -57,7 +162,6 @@ budgets:
 `, t.TempDir(), srv.URL, pg.URL(), scope))
 	}
 	replicas := []*gate.Gate{replica(), replica()}
-	milli := costmodel.Estimate{Cost: usd("0.001")}
 	for _, g := range replicas {
 		if n, d := admitN(t, g, caller(g), milli, 1); n != 1 {
 			t.Fatalf("a first request: %+v", d)
@@ -91,38 +195,5 @@ budgets:
 			}
 		}
 	}
-	rc := srv.Client(t)
-	admitted := 0
-	for outage := range 3 {
-		if err := rc.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
-			t.Fatal(err)
-		}
-		for i, g := range replicas {
-			n, d := admitN(t, g, caller(g), milli, 20)
-			if !d.Degraded || d.Status != http.StatusPaymentRequired {
-				t.Fatalf("outage %d, replica %d: %d admitted, then %d (degraded %v); want a degraded 402", outage, i, n, d.Status, d.Degraded)
-			}
-			admitted += n
-		}
-		if err := rc.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(30 * time.Millisecond) // past the cooldown
-		for i, g := range replicas {
-			// Redis decides again (and closes the breaker): a request of
-			// more than is left is refused there, not on the fallback.
-			res, d := g.Reserve(ctx, &gate.Request{Caller: caller(g), Route: "/v1/chat/completions", Estimate: costmodel.Estimate{Cost: usd("0.0099")}})
-			if res != nil || d.Degraded || d.Status != http.StatusPaymentRequired {
-				if res != nil {
-					res.Cancel(ctx)
-				}
-				t.Fatalf("Redis back after outage %d, replica %d: %+v, want a 402 from Redis", outage, i, d)
-			}
-		}
-	}
-	pg.Start() // the replicas' Close then flushes their spools at once
-	t.Logf("the fallbacks of three outages admitted %d", admitted)
-	if admitted > 8 {
-		t.Errorf("%s: over three outages with the ledger down, the two replicas' fallbacks admitted %d requests of $0.001; $0.008 was left", scope, admitted)
-	}
+	return replicas, srv, pg
 }

@@ -778,9 +778,15 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // limiter store (see Gate.behind).
 func (g *Gate) markBehind(items []weighted.Item) {
 	for _, it := range items {
-		if _, had := g.behind.LoadOrStore(weighted.HashTag(it.Key), struct{}{}); !had {
-			g.behindN.Add(1)
-		}
+		g.markBehindTag(weighted.HashTag(it.Key))
+	}
+}
+
+// markBehindTag marks the tenants of hash tag tag as lagging (see
+// markBehind).
+func (g *Gate) markBehindTag(tag string) {
+	if _, had := g.behind.LoadOrStore(tag, struct{}{}); !had {
+		g.behindN.Add(1)
 	}
 }
 
@@ -800,22 +806,56 @@ func (f *freshStore) catchUp(ctx context.Context, items []weighted.Item) {
 		if _, ok := f.g.behind.Load(tag); !ok {
 			continue
 		}
-		f.group.Do("catch-up "+tag, func() (any, error) {
-			if _, ok := f.g.behind.LoadAndDelete(tag); !ok {
-				return nil, nil // another call caught it up
-			}
-			f.g.behindN.Add(-1)
-			for _, p := range f.g.takePending(tag) {
-				if err := f.store.Settle(ctx, p.id, p.items, p.actual); err != nil {
-					f.g.unsettled(p.id, p.items, p.actual)
+		f.catchUpTag(ctx, tag)
+	}
+}
+
+// catchUpTag catches up the tenants of hash tag tag (see catchUp).
+func (f *freshStore) catchUpTag(ctx context.Context, tag string) {
+	f.group.Do("catch-up "+tag, func() (any, error) {
+		if _, ok := f.g.behind.LoadAndDelete(tag); !ok {
+			return nil, nil // another call caught it up
+		}
+		f.g.behindN.Add(-1)
+		for _, p := range f.g.takePending(tag) {
+			if err := f.replay(ctx, p); err != nil {
+				if errors.Is(err, weighted.ErrStale) {
+					continue // the store lost the tag: the restore below counts from the ledger
 				}
+				f.g.unsettledAs(p)
 			}
-			// Deleted before the ledger is read: a mark made since stays.
-			if err := f.restore(ctx, tag, nil, false); err != nil {
-				f.g.markBehind([]weighted.Item{it})
-				return nil, err
-			}
-			return nil, nil
+		}
+		// Deleted before the ledger is read: a mark made since stays.
+		if err := f.restore(ctx, tag, nil, false); err != nil {
+			f.g.markBehindTag(tag)
+			return nil, err
+		}
+		return nil, nil
+	})
+}
+
+// catchUpLoop catches up every tenant that lags the ledger in the store
+// (see catchUp) once the breaker lets calls through again, checking every
+// interval, without waiting for the tenant's next request here: until a
+// replica adds what its fallback admitted to the store's counters, the
+// other replicas decide without it (with the ledger's database out, until
+// it is back). With no tenant behind a round costs one atomic load.
+func (g *Gate) catchUpLoop(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if g.behindN.Load() == 0 || !g.breaker.ready() {
+			continue
+		}
+		f := g.store
+		g.behind.Range(func(k, _ any) bool {
+			f.catchUpTag(ctx, k.(string))
+			return ctx.Err() == nil && g.breaker.ready()
 		})
 	}
 }

@@ -235,6 +235,10 @@ func (g *Gate) open(ctx context.Context, cfg *config.Config) error {
 	g.closers = append(g.closers, func() error { cancel(); return nil })
 	g.wg.Go(func() { g.reconcileLoop(rctx, cfg.Store.ReconcileInterval) })
 	g.wg.Go(func() { g.expireLoop(rctx) })
+	if g.breaker != nil {
+		// Every breaker cooldown (a probe's pace), at least every 10 ms.
+		g.wg.Go(func() { g.catchUpLoop(rctx, max(cfg.Store.BreakerCooldown, 10*time.Millisecond)) })
+	}
 	return nil
 }
 

@@ -1,16 +1,20 @@
 package gate
 
 import (
+	"context"
 	"slices"
 
 	"github.com/costgate/costgate/weighted"
 )
 
-// pendingSettle is a settlement the store failed.
+// pendingSettle is a settlement the store failed, or, with unreserved,
+// the spend of a request admitted on the local fallback, which the store
+// never debited.
 type pendingSettle struct {
-	id     string
-	items  []weighted.Item
-	actual []int64
+	id         string
+	items      []weighted.Item
+	actual     []int64
+	unreserved bool
 }
 
 // maxPending bounds the settlements kept to be made again, counted once
@@ -22,7 +26,12 @@ const maxPending = 1 << 16
 // unsettled keeps a settlement the store failed, to be made again before
 // the store's next call on its tenants.
 func (g *Gate) unsettled(id string, items []weighted.Item, actual []int64) {
-	p := pendingSettle{id: id, items: slices.Clone(items), actual: slices.Clone(actual)}
+	g.unsettledAs(pendingSettle{id: id, items: slices.Clone(items), actual: slices.Clone(actual)})
+}
+
+// unsettledAs keeps p, which owns its slices (see unsettled).
+func (g *Gate) unsettledAs(p pendingSettle) {
+	items := p.items
 	g.pendingMu.Lock()
 	if g.pending == nil {
 		g.pending = newQueues[pendingSettle](maxPending)
@@ -36,6 +45,62 @@ func (g *Gate) unsettled(id string, items []weighted.Item, actual []int64) {
 	}
 	g.pendingMu.Unlock()
 	g.markBehind(items)
+}
+
+// spentOnFallback keeps what a request admitted on the local fallback
+// spent (actual, on items as the store has them), to be added to the
+// store's counters when it is back, before its next call on the request's
+// tenants (see freshStore.catchUp). The catch-up's restore from the
+// ledger alone raises a counter to what this replica knows: with the
+// ledger's database out too, that leaves out every other replica's
+// fallback admissions, and the replicas together admitted again what
+// their fallbacks had spent. Each replica adding its own counts each
+// admission once. A limit of concurrency holds nothing once settled, so
+// it has nothing to add. The spend is kept per hash tag, each added
+// apart: a tag's catch-up replays its own queue, and one spend kept in
+// two queues would be added twice.
+func (g *Gate) spentOnFallback(id string, items []weighted.Item, actual []int64) {
+	done := make([]bool, len(items))
+	for i := range items {
+		if done[i] {
+			continue
+		}
+		tag := weighted.HashTag(items[i].Key)
+		var kept []weighted.Item
+		var costs []int64
+		for j := i; j < len(items); j++ {
+			if done[j] || weighted.HashTag(items[j].Key) != tag {
+				continue
+			}
+			done[j] = true
+			if actual[j] > 0 && items[j].Limit.Algorithm != weighted.Concurrency {
+				kept, costs = append(kept, items[j]), append(costs, actual[j])
+			}
+		}
+		if len(kept) > 0 {
+			g.unsettledAs(pendingSettle{id: id + "/fallback", items: kept, actual: costs, unreserved: true})
+		}
+	}
+}
+
+// replay makes a kept settlement on the store. Spend of the fallback
+// (unreserved) is a debit of nothing, then its settlement at the actual
+// costs, under an id of its own: the store owes it as it owes any
+// settlement above its estimate. A zero debit refused (a counter that
+// already owes a charge past empty) adds nothing.
+func (f *freshStore) replay(ctx context.Context, p pendingSettle) error {
+	if !p.unreserved {
+		return f.store.Settle(ctx, p.id, p.items, p.actual)
+	}
+	zero := slices.Clone(p.items)
+	for i := range zero {
+		zero[i].Cost = 0
+	}
+	res, err := f.store.Debit(ctx, p.id, zero)
+	if err != nil || !res.Allowed {
+		return err
+	}
+	return f.store.Settle(ctx, p.id, zero, p.actual)
 }
 
 // takePending removes and returns the settlements kept for tag, oldest

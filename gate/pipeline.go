@@ -173,12 +173,13 @@ type Reservation struct {
 	friction         string // the friction a front door applied (Costgate-Friction)
 	degraded         bool   // the store failed; the reservation is in the local fallback fb
 	fb               *freshStore
-	leased           atomic.Bool    // registered with the renewer (see renewer.remove)
-	tracked          atomic.Bool    // counted in st.inflight (see track)
-	inflight         *atomic.Int64  // the count track added r to
-	carried          bool           // carryOver ran
-	restoresAtRecord uint64         // Gate.restores when Record began (see carryOver)
-	learnt           *learnedOutput // nil: the request's output is not learned (see learn)
+	unscaled         []weighted.Item // a degraded reservation's items as the store has them (see spentOnFallback)
+	leased           atomic.Bool     // registered with the renewer (see renewer.remove)
+	tracked          atomic.Bool     // counted in st.inflight (see track)
+	inflight         *atomic.Int64   // the count track added r to
+	carried          bool            // carryOver ran
+	restoresAtRecord uint64          // Gate.restores when Record began (see carryOver)
+	learnt           *learnedOutput  // nil: the request's output is not learned (see learn)
 
 	outcome  telemetry.Outcome
 	answer   int            // the status costgate answered with itself
@@ -613,6 +614,7 @@ func (l *compiledLimit) storeDown() Decision {
 func (r *Reservation) toFallback() {
 	r.degraded, r.fb = true, r.g.fallbackStore()
 	r.g.markBehind(r.items)
+	r.unscaled = r.items
 	r.items = fallbackItems(r.items, r.st.cfg.Store.FallbackReplicas)
 }
 
@@ -1008,6 +1010,9 @@ func (r *Reservation) settle(ctx context.Context, c Charge, actual []int64, stor
 			}
 		} else {
 			r.g.endedAtEstimate(r.resID, r.items)
+		}
+		if r.degraded && r.ext == nil {
+			r.g.spentOnFallback(r.resID, r.unscaled, actual)
 		}
 	}
 	r.ended = true
