@@ -25,6 +25,7 @@ type compiledLimit struct {
 	failClosed bool
 	tagged     bool        // the key carries the tenant as its hash tag
 	byIP       bool        // the key has the ip dimension
+	attrs      []string    // the attributes the key names (attr.NAME), without the prefix
 	extra      int         // 1 + the index of a request's extra limit; 0 for a configured one
 	fixedKey   string      // a control-plane level's limit: its key, whatever the request
 	level      *LevelLimit // a control-plane level's limit, nil for a configured one
@@ -55,7 +56,19 @@ func compileLimit(l config.LimitConfig) (*compiledLimit, error) {
 		failClosed: l.OnStoreFailure == "fail_closed",
 		tagged:     callerDims(l.Dimensions),
 		byIP:       slices.Contains(l.Dimensions, "ip"),
+		attrs:      attrDims(l.Dimensions),
 	}, nil
+}
+
+// attrDims lists the attributes that dims name, without their prefix.
+func attrDims(dims []string) []string {
+	var out []string
+	for _, d := range dims {
+		if name, ok := strings.CutPrefix(d, config.AttributePrefix); ok {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // compileBudget makes a budget a fixed-window limit in nano-dollars whose
@@ -99,9 +112,23 @@ func (l *compiledLimit) appliesTo(plan string) bool {
 // keyedFor tells whether req carries what l's key needs: a limit keyed by
 // ip does not apply to a request that comes with no client address (the
 // rate limit service's, a trusted caller's), whose key would be one
-// ":ip=" shared by every tenant's such requests.
+// ":ip=" shared by every tenant's such requests; nor does a limit keyed by
+// an attribute apply to a request without it (or with it empty), as every
+// proxied request is, whose key would be one ":attr.NAME=" shared by all
+// of them: one tenant's proxied traffic would spend it for the others,
+// and hold each tenant's proxied traffic to one attribute value's rate.
+// (A caller that leaves an attribute out gains nothing it could not have
+// by naming a value of its own.)
 func (l *compiledLimit) keyedFor(req *Request) bool {
-	return req.IP != "" || !l.byIP
+	if l.byIP && req.IP == "" {
+		return false
+	}
+	for _, a := range l.attrs {
+		if req.Attributes[a] == "" {
+			return false
+		}
+	}
+	return true
 }
 
 // key builds the limit's key from the request's attributes. Keys that carry
