@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -152,6 +153,30 @@ func (l *compiledLimit) key(r *Reservation) string {
 		writeKeyValue(&b, r.dimension(d))
 	}
 	return b.String()
+}
+
+// ipKey is what a limit's key holds of a client address: an IPv4
+// address (an IPv4-mapped IPv6 address as its IPv4 form), or an IPv6
+// address's /64, the least a host is given and which it picks addresses
+// in as it likes (RFC 4941 privacy addresses change on their own): keyed
+// by the whole address, a per-IP limit would be a fresh key for each
+// request of an IPv6 client. Text that is no address is kept as it is.
+func ipKey(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return ip
+	}
+	switch {
+	case a.Is4():
+		return ip // already its one spelling: ParseAddr takes no other
+	case a.Is4In6():
+		return a.Unmap().String()
+	}
+	p, err := a.WithZone("").Prefix(64)
+	if err != nil {
+		return ip
+	}
+	return p.String()
 }
 
 // writeKeyValue writes a dimension's value into a limit's key with '%',
