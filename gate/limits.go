@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -25,6 +26,7 @@ type compiledLimit struct {
 	failClosed bool
 	tagged     bool        // the key carries the tenant as its hash tag
 	byIP       bool        // the key has the ip dimension
+	attrs      []string    // the attributes the key names (attr.NAME), without the prefix
 	extra      int         // 1 + the index of a request's extra limit; 0 for a configured one
 	fixedKey   string      // a control-plane level's limit: its key, whatever the request
 	level      *LevelLimit // a control-plane level's limit, nil for a configured one
@@ -55,7 +57,19 @@ func compileLimit(l config.LimitConfig) (*compiledLimit, error) {
 		failClosed: l.OnStoreFailure == "fail_closed",
 		tagged:     callerDims(l.Dimensions),
 		byIP:       slices.Contains(l.Dimensions, "ip"),
+		attrs:      attrDims(l.Dimensions),
 	}, nil
+}
+
+// attrDims lists the attributes that dims name, without their prefix.
+func attrDims(dims []string) []string {
+	var out []string
+	for _, d := range dims {
+		if name, ok := strings.CutPrefix(d, config.AttributePrefix); ok {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // compileBudget makes a budget a fixed-window limit in nano-dollars whose
@@ -99,9 +113,23 @@ func (l *compiledLimit) appliesTo(plan string) bool {
 // keyedFor tells whether req carries what l's key needs: a limit keyed by
 // ip does not apply to a request that comes with no client address (the
 // rate limit service's, a trusted caller's), whose key would be one
-// ":ip=" shared by every tenant's such requests.
+// ":ip=" shared by every tenant's such requests; nor does a limit keyed by
+// an attribute apply to a request without it (or with it empty), as every
+// proxied request is, whose key would be one ":attr.NAME=" shared by all
+// of them: one tenant's proxied traffic would spend it for the others,
+// and hold each tenant's proxied traffic to one attribute value's rate.
+// (A caller that leaves an attribute out gains nothing it could not have
+// by naming a value of its own.)
 func (l *compiledLimit) keyedFor(req *Request) bool {
-	return req.IP != "" || !l.byIP
+	if l.byIP && req.IP == "" {
+		return false
+	}
+	for _, a := range l.attrs {
+		if req.Attributes[a] == "" {
+			return false
+		}
+	}
+	return true
 }
 
 // key builds the limit's key from the request's attributes. Keys that carry
@@ -125,6 +153,30 @@ func (l *compiledLimit) key(r *Reservation) string {
 		writeKeyValue(&b, r.dimension(d))
 	}
 	return b.String()
+}
+
+// ipKey is what a limit's key holds of a client address: an IPv4
+// address (an IPv4-mapped IPv6 address as its IPv4 form), or an IPv6
+// address's /64, the least a host is given and which it picks addresses
+// in as it likes (RFC 4941 privacy addresses change on their own): keyed
+// by the whole address, a per-IP limit would be a fresh key for each
+// request of an IPv6 client. Text that is no address is kept as it is.
+func ipKey(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return ip
+	}
+	switch {
+	case a.Is4():
+		return ip // already its one spelling: ParseAddr takes no other
+	case a.Is4In6():
+		return a.Unmap().String()
+	}
+	p, err := a.WithZone("").Prefix(64)
+	if err != nil {
+		return ip
+	}
+	return p.String()
 }
 
 // writeKeyValue writes a dimension's value into a limit's key with '%',

@@ -1225,7 +1225,7 @@ func (r *Reservation) dimension(d string) string {
 	case "api_key":
 		return r.req.Caller.KeyID
 	case "ip":
-		return r.req.IP
+		return ipKey(r.req.IP)
 	case "model":
 		return r.model
 	case "route":
