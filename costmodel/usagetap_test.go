@@ -1,6 +1,9 @@
 package costmodel
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+)
 
 // TestUsageTapReadsAsParseUsage: the tap, fed an answer in pieces of
 // every size, reads the usage ParseUsage reads from the whole, and no
@@ -33,4 +36,26 @@ func TestUsageTapReadsAsParseUsage(t *testing.T) {
 			}
 		}
 	}
+}
+
+// FuzzUsageTap: on any input the tap does not panic, and on a valid JSON
+// answer a usage it reads, in two pieces split anywhere, is ParseUsage's.
+func FuzzUsageTap(f *testing.F) {
+	f.Add([]byte(`{"choices":[{"text":"}\"{"}],"usage":{"prompt_tokens":1,"completion_tokens":2}}`), 7)
+	f.Add([]byte(`{"usage":{"input_tokens":3},"USAGE":null}`), 3)
+	f.Add([]byte(`[{"usage":{"prompt_tokens":1}}]`), 1)
+	f.Fuzz(func(t *testing.T, data []byte, cut int) {
+		cut = min(max(cut, 0), len(data))
+		var tap UsageTap
+		tap.Write(data[:cut])
+		tap.Write(data[cut:])
+		got, ok := tap.Usage(ChatCompletions)
+		if !ok || !json.Valid(data) {
+			return
+		}
+		want, err := ParseUsage(ChatCompletions, data)
+		if err != nil || got != want {
+			t.Fatalf("tap read %+v; ParseUsage %+v, %v", got, want, err)
+		}
+	})
 }
