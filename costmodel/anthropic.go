@@ -340,9 +340,31 @@ func anthropicToolCount(m model, raw []byte) (tokenCount, error) {
 				c.fetches = addSat(c.fetches, uses)
 			}
 			c.uncounted = true
+		case !anthropicClientTool(t.Type):
+			// A server tool of another kind (code execution, tool search,
+			// a kind newer than this code) adds what the request does
+			// not hold (the code's output, the tools it loads), billed as
+			// input and never streamed as text.
+			c.uncounted = true
 		}
 	}
 	return c, nil
+}
+
+// anthropicClientTool tells whether an Anthropic tool of type typ runs on
+// the client: a custom tool ("" or "custom") or one of Anthropic's client
+// tools (bash, text editor, computer use, memory), whose results the next
+// request carries. Any other type is a server tool.
+func anthropicClientTool(typ string) bool {
+	if typ == "" || typ == "custom" {
+		return true
+	}
+	for _, p := range []string{"bash_", "text_editor_", "computer_", "memory_"} {
+		if strings.HasPrefix(typ, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *Estimator) anthropicMessageTokens(m model, raw json.RawMessage) (tokenCount, error) {

@@ -19,8 +19,10 @@ type Estimate struct {
 	// Uncounted is set when the request's real usage may exceed what
 	// costgate can see: it holds parts whose tokens only the provider can
 	// count (documents, audio, images whose size is not in the request:
-	// reserved at the upper bounds of parts.go), server-side state
-	// (Responses' previous_response_id or conversation), a web search tool,
+	// reserved at the upper bounds of parts.go), audio output (a chat
+	// request whose modalities hold "audio"), server-side state
+	// (Responses' previous_response_id or conversation), a hosted or
+	// server tool (web search, an Anthropic code execution or tool search),
 	// or the model produces hidden reasoning tokens that a stream does not
 	// show (a reasoning model of the table, an unknown model, Claude with
 	// thinking enabled). A stream cut without a usage report must then

@@ -253,11 +253,14 @@ func (e *Estimator) estimateChat(body []byte) (Estimate, error) {
 	est.OutputCap, est.Outputs = mulSat(e.outputLimit(m, limit), choices), choices
 	est.Tools = fTools.val.end > fTools.val.start || fFunctions.val.end > fFunctions.val.start
 	if audioOut {
-		// Audio streams as base64 the guard cannot count (and is billed
-		// at the audio rate): an answer that may be audio is reserved
-		// whole, whatever output_reserve says.
+		// Audio streams as base64 that neither the guard nor the stream
+		// meter counts (and is billed at the audio rate): an answer that
+		// may be audio is reserved whole, whatever output_reserve says,
+		// and a stream of it that ends without its usage report is
+		// charged no less than that (Uncounted).
 		est.Usage.OutputTokens = est.OutputCap
 		est.Usage.AudioOutputTokens = est.Usage.OutputTokens
+		c.uncounted = true
 	}
 	if raw := fs.prediction.raw(body); raw != nil && string(raw) != "null" {
 		// A predicted output's tokens that the answer does not use are

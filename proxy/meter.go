@@ -37,6 +37,7 @@ type meteredBody struct {
 	stream   *costmodel.StreamMeter // set for text/event-stream
 	captured []byte                 // the body so far, for a plain response
 	overflow bool                   // the body is larger than maxCapture: captured holds its start
+	tail     costmodel.UsageTap     // an overflowing plain answer, from its start: its usage report
 	filled   bool                   // a plain response has been read up to its end or maxCapture
 	sent     int                    // bytes of captured passed to the client
 
@@ -120,10 +121,17 @@ func (m *meteredBody) observe(b []byte) {
 		}
 		return
 	}
-	if !m.overflow {
-		m.captured = append(m.captured, b...)
-		m.overflow = len(m.captured) > maxCapture
-		if m.overflow && m.x != nil {
+	if m.overflow {
+		m.tail.Write(b)
+		return
+	}
+	m.captured = append(m.captured, b...)
+	m.overflow = len(m.captured) > maxCapture
+	if m.overflow {
+		// The usage report comes after the output: read it as the rest
+		// passes.
+		m.tail.Write(m.captured)
+		if m.x != nil {
 			m.x.client.armed = true // the rest passes through as it is read
 		}
 	}
@@ -147,6 +155,9 @@ func (m *meteredBody) readWhole(p []byte) (int, error) {
 		return 0, m.err
 	}
 	n, err := m.rc.Read(p)
+	if n > 0 {
+		m.observe(p[:n])
+	}
 	m.err = err
 	return n, err
 }
@@ -192,6 +203,16 @@ func (m *meteredBody) unread() bool {
 // timeout, a broken connection, the drain's bound).
 func (m *meteredBody) cutShort() bool {
 	return m.stopped || !errors.Is(m.err, io.EOF)
+}
+
+// overflowUsage is the usage report of a plain answer too large to keep
+// whole, read as it passed (see costmodel.UsageTap); ok is false when it
+// was not read whole, or not read.
+func (m *meteredBody) overflowUsage() (costmodel.Usage, bool) {
+	if m.stream != nil || !m.overflow || !errors.Is(m.err, io.EOF) {
+		return costmodel.Usage{}, false
+	}
+	return m.tail.Usage(m.kind)
 }
 
 // whole is the plain answer's body, or nil when it was larger than

@@ -658,6 +658,12 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 		x.s.log.Warn("upstream usage unreadable; charging the output limit", "request_id", x.id, "too_large", x.body.overflow)
 		u = est.Usage
 		u.OutputTokens = max(u.OutputTokens, est.OutputCap)
+		if tu, ok := x.body.overflowUsage(); ok {
+			// A large answer's report, read as it passed: never less
+			// than it (the upstream's input may exceed what the
+			// estimate reserved for search results or stored context).
+			u = atLeast(u, tu)
+		}
 	}
 	if x.status >= 400 {
 		return u, model, ledger.StatusFailed
