@@ -25,7 +25,7 @@ type UsageTap struct {
 	keyLong   bool
 	taking    bool     // inside the value of a top-level usage member
 	cur       []byte   // that value so far
-	values    [][]byte // the usage members' values, whole
+	values    [][]byte // the usage member's value, whole; none after a second one
 	broken    bool     // a value passed maxTapValue, or the document is not an object
 }
 
@@ -107,6 +107,12 @@ func (t *UsageTap) step(c byte) {
 // '}' that ended it).
 func (t *UsageTap) end(n int) {
 	t.taking = false
+	if len(t.values) > 0 {
+		// A second usage member: ambiguous, and none is kept, so that an
+		// answer of many holds no more than one value's bound.
+		t.broken, t.values = true, nil
+		return
+	}
 	if len(t.cur) >= n {
 		t.values = append(t.values, bytes.TrimSpace(append([]byte(nil), t.cur[:len(t.cur)-n]...)))
 	}

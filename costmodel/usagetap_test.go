@@ -2,6 +2,8 @@ package costmodel
 
 import (
 	"encoding/json"
+	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -58,4 +60,29 @@ func FuzzUsageTap(f *testing.F) {
 			t.Fatalf("tap read %+v; ParseUsage %+v, %v", got, want, err)
 		}
 	})
+}
+
+// TestUsageTapAtkManyUsageMembers: an answer of a million top-level usage
+// members (an upstream's, past the proxy's 8 MiB capture) keeps none of
+// them: two are ambiguous, and the tap's memory stays within one value's
+// bound however many follow.
+func TestUsageTapAtkManyUsageMembers(t *testing.T) {
+	member := []byte(`"usage":{"prompt_tokens":1,"completion_tokens":1,"pad":"` + strings.Repeat("x", 1000) + `"},`)
+	var tap UsageTap
+	tap.Write([]byte(`{`))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range 100_000 { // 100 MB of answer
+		tap.Write(member)
+	}
+	tap.Write([]byte(`"x":1}`))
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if _, ok := tap.Usage(ChatCompletions); ok {
+		t.Fatal("a usage read from an answer of many usage members")
+	}
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 4<<20 {
+		t.Fatalf("the tap holds %d bytes more after 100,000 usage members", grew)
+	}
 }
