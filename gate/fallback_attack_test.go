@@ -27,13 +27,7 @@ import (
 // as one spend) and for a user's that only the rate limit service names
 // (read with the tenant's other users, by user).
 func TestFallbackAtkFlappingRedisWithTheLedgerDown(t *testing.T) {
-	for _, tc := range []struct {
-		name, scope string
-		caller      func(g *gate.Gate) *gate.Caller
-	}{
-		{"tenant", "tenant", func(g *gate.Gate) *gate.Caller { return g.Identify("cg-acme") }},
-		{"user the RLS names", "user", func(g *gate.Gate) *gate.Caller { return g.Trusted("acme", "ann", "", "small") }},
-	} {
+	for _, tc := range budgetScopes {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			fallbackAtkFlapping(t, tc.scope, tc.caller)
@@ -93,13 +87,7 @@ func fallbackAtkFlapping(t *testing.T, scope string, caller func(g *gate.Gate) *
 // left. Each replica now adds its own fallback spend to Redis's counters
 // as soon as Redis is back, so that Redis then admits nothing more.
 func TestFallbackAtkRedisBackWithTheLedgerDown(t *testing.T) {
-	for _, tc := range []struct {
-		name, scope string
-		caller      func(g *gate.Gate) *gate.Caller
-	}{
-		{"tenant", "tenant", func(g *gate.Gate) *gate.Caller { return g.Identify("cg-acme") }},
-		{"user the RLS names", "user", func(g *gate.Gate) *gate.Caller { return g.Trusted("acme", "ann", "", "small") }},
-	} {
+	for _, tc := range budgetScopes {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
@@ -141,6 +129,17 @@ func TestFallbackAtkRedisBackWithTheLedgerDown(t *testing.T) {
 }
 
 var milli = costmodel.Estimate{Cost: usd("0.001")}
+
+// budgetScopes are the budgets the fallback tests spend: a tenant's (read
+// as one spend) and a user's that only the rate limit service names (read
+// with the tenant's other users, by user).
+var budgetScopes = []struct {
+	name, scope string
+	caller      func(g *gate.Gate) *gate.Caller
+}{
+	{"tenant", "tenant", func(g *gate.Gate) *gate.Caller { return g.Identify("cg-acme") }},
+	{"user the RLS names", "user", func(g *gate.Gate) *gate.Caller { return g.Trusted("acme", "ann", "", "small") }},
+}
 
 // ledgerDownReplicas starts two replicas (fallback_replicas: 2) on one
 // Redis and one PostgreSQL with a $0.01 day budget of scope, of which
