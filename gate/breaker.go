@@ -94,6 +94,23 @@ func (b *breaker) ready() bool {
 	return true
 }
 
+// closedOrIdle tells whether the breaker is closed, or open for at least
+// its cooldown and wait more without a probe since: background calls
+// (see Gate.catchUpLoop) leave the probe of a breaker that just cooled
+// down to a request, which would otherwise find it taken and go to the
+// fallback, and probe themselves only on a replica no request came to.
+func (b *breaker) closedOrIdle(wait time.Duration) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case telemetry.BreakerOpen:
+		return b.now().Sub(b.openedAt) >= b.cooldown+wait
+	case telemetry.BreakerHalfOpen:
+		return false
+	}
+	return true
+}
+
 // abstain ends a call allow let through that the store did not answer
 // and that did not fail: a half-open breaker lets its next probe through,
 // and a closed one keeps its run of failures.

@@ -835,11 +835,13 @@ func (f *freshStore) catchUpTag(ctx context.Context, tag string) {
 }
 
 // catchUpLoop catches up every tenant that lags the ledger in the store
-// (see catchUp) once the breaker lets calls through again, checking every
+// (see catchUp) once the breaker is closed again, checking every
 // interval, without waiting for the tenant's next request here: until a
 // replica adds what its fallback admitted to the store's counters, the
 // other replicas decide without it (with the ledger's database out, until
-// it is back). With no tenant behind a round costs one atomic load.
+// it is back). A breaker that cooled down is left to a request's probe
+// for one interval more; on a replica no request comes to, the loop
+// probes. With no tenant behind a round costs one atomic load.
 func (g *Gate) catchUpLoop(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -849,7 +851,7 @@ func (g *Gate) catchUpLoop(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		if g.behindN.Load() == 0 || !g.breaker.ready() {
+		if g.behindN.Load() == 0 || !g.breaker.closedOrIdle(interval) {
 			continue
 		}
 		f := g.store

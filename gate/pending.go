@@ -84,23 +84,25 @@ func (g *Gate) spentOnFallback(id string, items []weighted.Item, actual []int64)
 }
 
 // replay makes a kept settlement on the store. Spend of the fallback
-// (unreserved) is a debit of nothing, then its settlement at the actual
-// costs, under an id of its own: the store owes it as it owes any
-// settlement above its estimate. A zero debit refused (a counter that
-// already owes a charge past empty) adds nothing.
+// (unreserved) is a debit of one unit of each limit, then its settlement
+// at the actual costs, under an id of its own: the store owes it as it
+// owes any settlement above its estimate. The debit writes, so that a
+// store that refuses writes fails it (a debit of nothing would pass there
+// and close the breaker, starting a new outage, and a new fallback burst,
+// with each catch-up). A debit refused (a counter full) adds nothing.
 func (f *freshStore) replay(ctx context.Context, p pendingSettle) error {
 	if !p.unreserved {
 		return f.store.Settle(ctx, p.id, p.items, p.actual)
 	}
-	zero := slices.Clone(p.items)
-	for i := range zero {
-		zero[i].Cost = 0
+	one := slices.Clone(p.items)
+	for i := range one {
+		one[i].Cost = 1
 	}
-	res, err := f.store.Debit(ctx, p.id, zero)
+	res, err := f.store.Debit(ctx, p.id, one)
 	if err != nil || !res.Allowed {
 		return err
 	}
-	return f.store.Settle(ctx, p.id, zero, p.actual)
+	return f.store.Settle(ctx, p.id, one, p.actual)
 }
 
 // takePending removes and returns the settlements kept for tag, oldest

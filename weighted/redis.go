@@ -174,8 +174,8 @@ func (c RedisConfig) Validate() error {
 // honour whatever their MaxRetries or MaxRedirects, resending it only when
 // it provably was not written (a dial error, a connection that failed
 // before the write). A call whose connection breaks after the write fails,
-// as a store failure. Replies that Redis gives before it runs a script
-// (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, LOADING) are still followed or sent
+// as a store failure. A Cluster's replies that Redis gives before it runs
+// a script (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) are still followed or sent
 // again (see Redis Cluster). Settle and Cancel are idempotent per id. Renew of a
 // concurrency item is a ZSCORE of its mark, and when the lease moves a
 // ZADD, a PTTL and perhaps a PEXPIRE; it reads no reservation record.
@@ -423,19 +423,22 @@ func (r *Redis) eval(ctx context.Context, name, script string, keys []string, ar
 	}
 }
 
-// notRun reports whether err is a reply that Redis gives before it runs a
-// command, so that sending it again cannot apply it twice: TRYAGAIN (a
-// multi-key call on a slot that migrates), CLUSTERDOWN, MASTERDOWN,
-// LOADING, and MOVED and ASK when a Cluster client did not follow them
-// itself (its MaxRedirects spent while a slot moves). A broken connection
-// is not one: the call may have run.
+// notRun reports whether err is a Cluster's reply that Redis gives before
+// it runs a command and that passes when the cluster settles, so that
+// sending it again cannot apply it twice: TRYAGAIN (a multi-key call on a
+// slot that migrates), CLUSTERDOWN (a failover under way), and MOVED and
+// ASK when a Cluster client did not follow them itself (its MaxRedirects
+// spent while a slot moves). A broken connection is not one: the call may
+// have run. Nor is LOADING, from a Redis that restarted and reads its
+// data: it may last minutes, and the call fails at once, to the limits'
+// posture, rather than waiting.
 func notRun(err error) bool {
 	var rerr redis.Error
 	if !errors.As(err, &rerr) {
 		return false
 	}
 	s := rerr.Error()
-	for _, p := range [...]string{"TRYAGAIN ", "CLUSTERDOWN ", "MASTERDOWN ", "LOADING ", "MOVED ", "ASK "} {
+	for _, p := range [...]string{"TRYAGAIN ", "CLUSTERDOWN ", "MOVED ", "ASK "} {
 		if strings.HasPrefix(s, p) {
 			return true
 		}
