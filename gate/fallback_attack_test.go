@@ -202,3 +202,63 @@ budgets:
 	}
 	return replicas, srv, pg
 }
+
+// TestFallbackAtkLossAfterAnOutageCountsOnce: a replica's fallback admits
+// 3 requests of $0.001 while Redis refuses writes, then Redis comes back
+// empty (FLUSHALL). The catch-up's replay of those admissions finds the
+// tenant's counters lost and is dropped: the restore from the ledger,
+// which holds them, counts them. Replayed after it, they would count
+// twice, and the tenant be refused $0.003 short of its budget: of the
+// $0.01 day, $0.002 spent before and $0.003 on the fallback, Redis must
+// admit 5 more (2 when the replay is kept for after the restore).
+func TestFallbackAtkLossAfterAnOutageCountsOnce(t *testing.T) {
+	ctx := context.Background()
+	srv, pg := redistest.New(t), pgtest.NewPrivate(t)
+	g := openYAML(t, fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+store: {redis: %q, fallback_replicas: 1, timeout: 5s, queue_timeout: 5s, breaker_failures: 1, breaker_cooldown: 300ms}
+ledger: {dsn: %q}
+tenants:
+  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
+budgets:
+  - {name: daily, scope: tenant, amount: "0.01"}
+`, t.TempDir(), srv.URL, pg.URL()))
+	c := g.Identify("cg-acme")
+	if n, d := admitN(t, g, c, milli, 2); n != 2 {
+		t.Fatalf("before: %d admitted, then %+v", n, d)
+	}
+	rc := srv.Client(t)
+	if err := rc.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		res, d := g.Reserve(ctx, &gate.Request{Caller: c, Route: "/v1/chat/completions", Estimate: milli})
+		if res == nil || !d.Degraded {
+			t.Fatalf("fallback request %d: %+v, want admitted on the fallback", i, d)
+		}
+		if d, ok := res.Record(ctx); !ok {
+			t.Fatal(d)
+		}
+		res.Settle(ctx, gate.Charge{Cost: milli.Cost, HTTPStatus: http.StatusOK})
+	}
+	if err := g.Ledger().Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Past the cooldown, before the catch-up loop's turn (a cooldown and
+	// one more): the next request is the breaker's probe, and catches up.
+	time.Sleep(350 * time.Millisecond)
+	n, d := admitN(t, g, c, milli, 20)
+	if d.Degraded || d.Status != http.StatusPaymentRequired {
+		t.Fatalf("Redis back empty: %d admitted, then %+v; want a 402 from Redis", n, d)
+	}
+	if n != 5 {
+		t.Errorf("Redis back empty admitted %d of the $0.005 left, want 5 (the fallback's $0.003 counted %s)", n, map[bool]string{true: "twice", false: "not at all"}[n < 5])
+	}
+}
