@@ -804,19 +804,26 @@ func (f *freshStore) catchUp(ctx context.Context, items []weighted.Item) {
 	for _, it := range items {
 		tag := weighted.HashTag(it.Key)
 		if _, ok := f.g.behind.Load(tag); !ok {
-			continue
+			if _, busy := f.g.catching.Load(tag); !busy {
+				continue
+			}
 		}
-		f.catchUpTag(ctx, tag)
+		f.catchUpTag(ctx, tag) // or wait for the one under way
 	}
 }
 
-// catchUpTag catches up the tenants of hash tag tag (see catchUp).
+// catchUpTag catches up the tenants of hash tag tag (see catchUp). Until
+// it is done, the tag is in catching (and counted in behindN), so that a
+// call on the tag that finds it no longer marked behind waits for it
+// rather than deciding on counters not caught up yet.
 func (f *freshStore) catchUpTag(ctx context.Context, tag string) {
 	f.group.Do("catch-up "+tag, func() (any, error) {
+		f.g.catching.Store(tag, struct{}{})
+		defer f.g.catching.Delete(tag)
 		if _, ok := f.g.behind.LoadAndDelete(tag); !ok {
 			return nil, nil // another call caught it up
 		}
-		f.g.behindN.Add(-1)
+		defer f.g.behindN.Add(-1)
 		for _, p := range f.g.takePending(tag) {
 			if err := f.replay(ctx, p); err != nil {
 				if errors.Is(err, weighted.ErrStale) {

@@ -54,10 +54,12 @@ type Gate struct {
 
 	// behind holds the tenants (hash tags) whose counters in the store lag
 	// the ledger: charged on the fallback, or a settlement the store
-	// failed; behindN counts them. The store's next call on one catches
-	// it up first (see freshStore.catchUp).
-	behind  sync.Map
-	behindN atomic.Int64
+	// failed; behindN counts them, and those being caught up. The store's
+	// next call on one catches it up first (see freshStore.catchUp), and
+	// a call on one being caught up (in catching) waits for it.
+	behind   sync.Map
+	behindN  atomic.Int64
+	catching sync.Map
 	// planMoved holds the tenants whose plan the control plane changed
 	// (MarkPlanMoved), each with restores as it was then; planMovedN
 	// counts them. restores counts the restores ReconcileTenant started.
