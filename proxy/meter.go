@@ -205,6 +205,13 @@ func (m *meteredBody) cutShort() bool {
 	return m.stopped || !errors.Is(m.err, io.EOF)
 }
 
+// skipped tells whether a stream carried an event too long for the meter
+// to read, in which a usage report would be lost (see
+// costmodel.StreamMeter.Skipped).
+func (m *meteredBody) skipped() bool {
+	return m.stream != nil && m.stream.Skipped() > 0
+}
+
 // overflowUsage is the usage report of a plain answer too large to keep
 // whole, read as it passed (see costmodel.UsageTap); ok is false when it
 // was not read whole, or not read.
