@@ -426,14 +426,23 @@ func (m *meteredBody) usage() (u costmodel.Usage, model string, reported, ok boo
 		if m.jsonStream && m.stream.Events() == 0 {
 			// Not a stream: read it as the document it is, or charge it
 			// as an answer whose usage cannot be read.
-			u, model, err := costmodel.ParseResponse(m.kind, m.captured)
-			return u, model, err == nil, err == nil
+			return m.document()
 		}
 		return u, m.stream.Model(), reported, true
 	}
 	if m.overflow || len(m.captured) == 0 {
 		return costmodel.Usage{}, "", false, false
 	}
+	return m.document()
+}
+
+// document reads the usage of the answer kept whole. A Responses answer
+// whose run is not over (a background request's, queued or in progress)
+// has no usage that can be read, whatever it states (zeros).
+func (m *meteredBody) document() (u costmodel.Usage, model string, reported, ok bool) {
 	u, model, err := costmodel.ParseResponse(m.kind, m.captured)
+	if err == nil && m.kind == costmodel.Responses && costmodel.ResponseRunning(m.captured) {
+		return costmodel.Usage{}, model, false, false
+	}
 	return u, model, err == nil, err == nil
 }

@@ -62,3 +62,24 @@ func TestStreamAtkOverlongCompletedEvent(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamAtkBackgroundZeroUsage: a background Responses request is
+// answered at once, queued or in progress, and the upstream bills its
+// run later. An answer that states its usage as zeros rather than null
+// (the run has produced nothing yet) is no report of that run: the
+// request is charged its output limit, as one answered with null usage.
+func TestStreamAtkBackgroundZeroUsage(t *testing.T) {
+	for _, status := range []string{"queued", "in_progress"} {
+		t.Run(status, func(t *testing.T) {
+			up := &stubUpstream{fn: func(w http.ResponseWriter, r *http.Request, body []byte) {
+				w.Header().Set("Content-Type", "application/json")
+				fmt.Fprintf(w, `{"id":"resp_1","object":"response","status":%q,"background":true,"model":"o3-2025-04-16","output":[],"usage":{"input_tokens":0,"output_tokens":0,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":0}}`, status)
+			}}
+			s := newStackWith(t, stackOptions{policies: allowAll, extra: "\ncosts:\n  output_reserve: 10\n" + roomyLimits, upstream: up})
+			e, _ := oneEntry(t, s, "/v1/responses", `{"model":"o3","background":true,"max_output_tokens":20000,"input":"think hard"}`, nil)
+			if e.Actual.OutputTokens < 20000 || e.Actual.InputTokens == 0 {
+				t.Errorf("charged %+v (%v); the %s run may bill up to 20000 output tokens", e.Actual, e.ActualCost, status)
+			}
+		})
+	}
+}
