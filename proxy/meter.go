@@ -417,12 +417,17 @@ func (m *meteredBody) drain() {
 }
 
 // usage is what the upstream reported, or, for a stream that ended without
-// a report, what was counted from the content seen (reported false); model
+// its final report, what was counted from the content seen, never less
+// than a running report it carried (reported false); model
 // is the model the answer says served it. ok is false when nothing could be
 // read.
 func (m *meteredBody) usage() (u costmodel.Usage, model string, reported, ok bool) {
 	if m.stream != nil {
 		u, reported = m.stream.Usage()
+		// A running report (a stream cut before its final one) is not
+		// the bill: the stream is charged as one cut before any report,
+		// no less than it.
+		reported = reported && m.stream.Reported()
 		if m.jsonStream && m.stream.Events() == 0 {
 			// Not a stream: read it as the document it is, or charge it
 			// as an answer whose usage cannot be read.

@@ -9,6 +9,7 @@ package proxy_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -79,6 +80,40 @@ func TestStreamAtkBackgroundZeroUsage(t *testing.T) {
 			e, _ := oneEntry(t, s, "/v1/responses", `{"model":"o3","background":true,"max_output_tokens":20000,"input":"think hard"}`, nil)
 			if e.Actual.OutputTokens < 20000 || e.Actual.InputTokens == 0 {
 				t.Errorf("charged %+v (%v); the %s run may bill up to 20000 output tokens", e.Actual, e.ActualCost, status)
+			}
+		})
+	}
+}
+
+// TestStreamAtkRunningReportThenCut: a stream of a request whose output
+// costgate cannot count (a reasoning model's hidden reasoning) that is cut
+// before its final report is charged its output limit; one that carried a
+// running usage report first (an OpenAI-compatible chunk with choices and
+// usage, as continuous_usage_stats asks; Anthropic's message_delta) is cut
+// before its final report too, and is charged no less.
+func TestStreamAtkRunningReportThenCut(t *testing.T) {
+	for _, c := range []struct{ name, path, body, head, more string }{
+		{"openai-running", "/v1/chat/completions", `{"model":"o3","stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true},"max_completion_tokens":8000,"messages":[{"role":"user","content":"think hard"}]}`,
+			`data: {"id":"c","object":"chat.completion.chunk","model":"o3","choices":[{"index":0,"delta":{"content":"hi"}}],"usage":{"prompt_tokens":10,"completion_tokens":1}}` + "\n\n",
+			`data: {"id":"c","object":"chat.completion.chunk","model":"o3","choices":[{"index":0,"delta":{"content":" more"}}]}` + "\n\n"},
+		{"anthropic-thinking", "/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":8000,"stream":true,"thinking":{"type":"enabled","budget_tokens":4000},"messages":[{"role":"user","content":"think hard"}]}`,
+			"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"claude-sonnet-4-5\",\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n" +
+				"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{},\"usage\":{\"output_tokens\":2}}\n\n",
+			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\" more\"}}\n\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			up := &stubUpstream{fn: func(w http.ResponseWriter, r *http.Request, _ []byte) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				io.WriteString(w, c.head)
+				io.WriteString(w, strings.Repeat(c.more, 1000))
+				// The upstream's connection breaks here: no final report.
+				panic(http.ErrAbortHandler)
+			}}
+			s := newStackWith(t, stackOptions{policies: allowAll, extra: "\ncosts:\n  output_reserve: 10\n" + roomyLimits, upstream: up})
+			e, _ := oneEntry(t, s, c.path, c.body, nil)
+			t.Logf("billed %d output tokens (%v)", e.Actual.OutputTokens, e.ActualCost)
+			if e.Actual.OutputTokens < 8000 {
+				t.Errorf("billed %d output tokens; a cut stream of a request with hidden reasoning is charged its output limit, 8000", e.Actual.OutputTokens)
 			}
 		})
 	}
