@@ -42,3 +42,19 @@ func TestStreamMeterAtkOverlongResponsesReport(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamMeterAtkDeepResponsesReport: a Responses event nested deeper
+// than the meter's scanner reads (a tool schema the request held at the
+// deepest costgate reads, echoed a level deeper) still gives its usage.
+func TestStreamMeterAtkDeepResponsesReport(t *testing.T) {
+	e, err := NewEstimator(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deep := strings.Repeat(`{"a":`, 1200) + `1` + strings.Repeat(`}`, 1200)
+	m := e.NewStreamMeter(Responses, "o3")
+	m.Write([]byte(`data: {"type":"response.completed","response":{"id":"r","tools":[{"parameters":` + deep + `}],"usage":{"input_tokens":9,"output_tokens":700}}}` + "\n\n"))
+	if u, reported := m.Usage(); !reported || u.OutputTokens != 700 || m.Malformed() != 0 {
+		t.Errorf("usage %+v reported %v malformed %d; want 700 output tokens reported", u, reported, m.Malformed())
+	}
+}

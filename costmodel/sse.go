@@ -209,16 +209,25 @@ func (m *StreamMeter) endLongLine() {
 		return
 	}
 	m.longTap = nil
+	if m.tapped(t) {
+		m.skipped--
+		m.events++
+	}
+}
+
+// tapped takes the usage report t read from a Responses event the meter
+// could not read otherwise (too long to keep, nested deeper than its
+// scanner goes) as the stream's final report, and tells whether there was
+// one. Only the completed, incomplete and failed events carry a usage
+// report; the searches are those counted from their items.
+func (m *StreamMeter) tapped(t *UsageTap) bool {
 	u, ok := t.Usage(Responses)
 	if !ok {
-		return
+		return false
 	}
-	// Only the completed, incomplete and failed events carry a usage
-	// report; the searches are those counted from their items.
-	m.skipped--
-	m.events++
 	u.WebSearchRequests, u.FileSearchCalls = m.webSearches, m.fileSearches
 	m.usage, m.reported, m.final = u, true, true
+	return true
 }
 
 func (m *StreamMeter) handleLine(line []byte) {
@@ -276,6 +285,15 @@ func (m *StreamMeter) dispatch() {
 		err = m.anthropicEvent(data)
 	}
 	if err != nil {
+		if m.kind == Responses {
+			// Its response echoes the request's instructions and tools,
+			// which may nest deeper than the event's scanner reads.
+			t := UsageTap{under: "response"}
+			t.Write(data)
+			if m.tapped(&t) {
+				return
+			}
+		}
 		m.malformed++
 	}
 }
@@ -549,7 +567,7 @@ func (m *StreamMeter) Malformed() int { return m.malformed }
 
 // Skipped returns how many data lines were longer than the meter keeps
 // and not read: a usage report in one of them is lost. (The report in a
-// Responses event that long is read as it passes.)
+// Responses event that long is read as it passes.) See also Malformed.
 func (m *StreamMeter) Skipped() int { return m.skipped }
 
 // Events returns how many data events the meter has read.

@@ -205,11 +205,11 @@ func (m *meteredBody) cutShort() bool {
 	return m.stopped || !errors.Is(m.err, io.EOF)
 }
 
-// skipped tells whether a stream carried an event too long for the meter
-// to read, in which a usage report would be lost (see
-// costmodel.StreamMeter.Skipped).
+// skipped tells whether a stream carried an event the meter could not
+// read (too long, or not JSON it reads), in which a usage report would be
+// lost (see costmodel.StreamMeter.Skipped and Malformed).
 func (m *meteredBody) skipped() bool {
-	return m.stream != nil && m.stream.Skipped() > 0
+	return m.stream != nil && m.stream.Skipped()+m.stream.Malformed() > 0
 }
 
 // overflowUsage is the usage report of a plain answer too large to keep

@@ -118,3 +118,46 @@ func TestStreamAtkRunningReportThenCut(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamAtkDeepEchoedTool: a Responses stream's response.completed
+// echoes the request's tools one level deeper than the request holds
+// them, so a tool whose schema nests as deep as costgate reads a request
+// makes the event deeper than its stream meter's scanner reads. The usage
+// report in it is still read; and a stream with an event the meter could
+// not read and no report is charged the reservation with its output limit.
+func TestStreamAtkDeepEchoedTool(t *testing.T) {
+	const reasoning = 15000
+	const depth = 995 // the deepest such schema costgate estimates
+	for _, c := range []struct {
+		name   string
+		report string
+	}{
+		{"read", fmt.Sprintf(`{"input_tokens":50,"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":%d},"total_tokens":%d}`, reasoning+1, reasoning, reasoning+51)},
+		{"garbled", fmt.Sprintf(`{"input_tokens":50,"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":%d},"total_tokens":%d,}`, reasoning+1, reasoning, reasoning+51)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			up := &stubUpstream{fn: func(w http.ResponseWriter, r *http.Request, body []byte) {
+				var req struct {
+					Tools json.RawMessage `json:"tools"`
+				}
+				if err := json.Unmarshal(body, &req); err != nil {
+					t.Errorf("upstream: %v", err)
+				}
+				w.Header().Set("Content-Type", "text/event-stream")
+				fmt.Fprint(w, "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"model\":\"o3\",\"status\":\"in_progress\",\"usage\":null}}\n\n")
+				fmt.Fprint(w, streamAtkResponsesEvent("response.output_text.delta", "ok"))
+				fmt.Fprintf(w, "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"model\":\"o3\",\"status\":\"completed\",\"tools\":%s,\"usage\":%s}}\n\n", req.Tools, c.report)
+			}}
+			s := newStackWith(t, stackOptions{policies: allowAll, extra: "\ncosts:\n  output_reserve: 10\n" + roomyLimits, upstream: up})
+			schema := strings.Repeat(`{"a":`, depth) + `1` + strings.Repeat(`}`, depth)
+			e, got := oneEntry(t, s, "/v1/responses", `{"model":"o3","stream":true,"max_output_tokens":20000,"input":"think hard","tools":[{"type":"function","name":"f","parameters":{"type":"object","properties":{"a":`+schema+`}}}]}`, nil)
+			if !strings.Contains(string(got), `"usage":{"input_tokens":50`) {
+				t.Fatalf("the client did not get the completed event: %.300s", got)
+			}
+			t.Logf("billed %d output tokens (%v); the upstream billed %d", e.Actual.OutputTokens, e.ActualCost, reasoning+1)
+			if e.Actual.OutputTokens < reasoning+1 {
+				t.Errorf("billed %d output tokens; the upstream's report, in an event the client got, billed %d", e.Actual.OutputTokens, reasoning+1)
+			}
+		})
+	}
+}
