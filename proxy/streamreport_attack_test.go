@@ -28,10 +28,12 @@ func TestStreamAtkOverlongCompletedEvent(t *testing.T) {
 	for _, c := range []struct {
 		name, model string
 		split       bool // the event's data in two lines, which the meter cannot read
+		guard       bool // the stream guard on
 	}{
-		{"reasoning", "o3", false},
-		{"plain", "gpt-4.1", false},
-		{"unreadable", "o3", true},
+		{"reasoning", "o3", false, false},
+		{"plain", "gpt-4.1", false, false},
+		{"unreadable", "o3", true, false},
+		{"guarded", "gpt-4.1", false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			up := &stubUpstream{fn: func(w http.ResponseWriter, r *http.Request, body []byte) {
@@ -50,7 +52,11 @@ func TestStreamAtkOverlongCompletedEvent(t *testing.T) {
 				fmt.Fprintf(w, "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"model\":%q,\"status\":\"completed\",\"instructions\":%s,"+sep+"\"output\":[{\"type\":\"message\",\"content\":[{\"type\":\"output_text\",\"text\":\"ok\"}]}],\"usage\":{\"input_tokens\":300000,\"output_tokens\":%d,\"output_tokens_details\":{\"reasoning_tokens\":%d},\"total_tokens\":%d}}}\n\n",
 					c.model, ins, reasoning+1, reasoning, 300000+reasoning+1)
 			}}
-			s := newStackWith(t, stackOptions{policies: allowAll, extra: "\ncosts:\n  output_reserve: 10\n" + roomyLimits, upstream: up})
+			extra := "\ncosts:\n  output_reserve: 10\n" + roomyLimits
+			if c.guard {
+				extra = guardConfigCosts("  output_reserve: 10\n", "100", 16)
+			}
+			s := newStackWith(t, stackOptions{policies: allowAll, extra: extra, upstream: up})
 			ins, _ := json.Marshal(strings.Repeat("hello world ", 100_000)) // 1.2 MB
 			e, got := oneEntry(t, s, "/v1/responses", fmt.Sprintf(`{"model":%q,"stream":true,"max_output_tokens":20000,"instructions":%s,"input":"think hard"}`, c.model, ins), nil)
 			if !strings.Contains(string(got), `"usage":{"input_tokens":300000`) {
