@@ -51,10 +51,12 @@ type StreamMeter struct {
 	model      model
 	responseID string // a Responses stream's answer id (ResponseID)
 
-	line     []byte // current incomplete line
-	afterCR  bool   // the last write ended a line with "\r": a "\n" next is part of it
-	skipLine bool   // the current line is over maxSSELine: drop it
-	data     []byte // data lines of the current event
+	line     []byte    // current incomplete line
+	afterCR  bool      // the last write ended a line with "\r": a "\n" next is part of it
+	skipLine bool      // the current line is over maxSSELine: drop it
+	longTap  *UsageTap // a skipped data line of a Responses stream: its report, read as it passes
+	skipped  int       // data lines skipped whose usage, if any, was not read
+	data     []byte    // data lines of the current event
 
 	pending []byte // text not yet counted
 	counted int64  // tokens of text already counted
@@ -137,6 +139,7 @@ func (m *StreamMeter) Write(p []byte) (int, error) {
 		if m.skipLine {
 			m.skipLine = false
 			m.line = m.line[:0]
+			m.endLongLine()
 			continue
 		}
 		m.handleLine(m.line)
@@ -162,14 +165,69 @@ func LineEnd(p []byte) int {
 
 func (m *StreamMeter) appendLine(p []byte) {
 	if m.skipLine {
+		if m.longTap != nil {
+			m.longTap.Write(p)
+		}
 		return
 	}
 	if len(m.line)+len(p) > maxSSELine {
 		m.skipLine = true
+		m.startLongLine(p)
 		m.line = m.line[:0]
 		return
 	}
 	m.line = append(m.line, p...)
+}
+
+// startLongLine begins to skip a line longer than maxSSELine, of which
+// m.line holds the start and p the next piece. A Responses stream's
+// final event echoes the request's instructions and tools, so a request
+// can make it that long: its usage report is read as the line passes
+// (see UsageTap), without keeping it.
+func (m *StreamMeter) startLongLine(p []byte) {
+	const prefix = "data:"
+	var head [len(prefix)]byte
+	k := copy(head[:], m.line)
+	copy(head[k:], p)
+	if string(head[:]) != prefix {
+		return // not a data line ("event:", a comment): nothing to read
+	}
+	m.skipped++
+	if m.kind != Responses || len(m.data) > 0 {
+		return // an event of several data lines is not read
+	}
+	m.longTap = &UsageTap{under: "response"}
+	m.longTap.Write(m.line[min(len(prefix), len(m.line)):])
+	m.longTap.Write(p[min(max(len(prefix)-len(m.line), 0), len(p)):])
+}
+
+// endLongLine ends a skipped line: the usage report read from it, if
+// any, is the stream's final one.
+func (m *StreamMeter) endLongLine() {
+	t := m.longTap
+	if t == nil {
+		return
+	}
+	m.longTap = nil
+	if m.tapped(t) {
+		m.skipped--
+		m.events++
+	}
+}
+
+// tapped takes the usage report t read from a Responses event the meter
+// could not read otherwise (too long to keep, nested deeper than its
+// scanner goes) as the stream's final report, and tells whether there was
+// one. Only the completed, incomplete and failed events carry a usage
+// report; the searches are those counted from their items.
+func (m *StreamMeter) tapped(t *UsageTap) bool {
+	u, ok := t.Usage(Responses)
+	if !ok {
+		return false
+	}
+	u.WebSearchRequests, u.FileSearchCalls = m.webSearches, m.fileSearches
+	m.usage, m.reported, m.final = u, true, true
+	return true
 }
 
 func (m *StreamMeter) handleLine(line []byte) {
@@ -227,6 +285,15 @@ func (m *StreamMeter) dispatch() {
 		err = m.anthropicEvent(data)
 	}
 	if err != nil {
+		if m.kind == Responses {
+			// Its response echoes the request's instructions and tools,
+			// which may nest deeper than the event's scanner reads.
+			t := UsageTap{under: "response"}
+			t.Write(data)
+			if m.tapped(&t) {
+				return
+			}
+		}
 		m.malformed++
 	}
 }
@@ -497,6 +564,11 @@ func (m *StreamMeter) Usage() (u Usage, reported bool) {
 
 // Malformed returns how many events carried data that was not valid JSON.
 func (m *StreamMeter) Malformed() int { return m.malformed }
+
+// Skipped returns how many data lines were longer than the meter keeps
+// and not read: a usage report in one of them is lost. (The report in a
+// Responses event that long is read as it passes.) See also Malformed.
+func (m *StreamMeter) Skipped() int { return m.skipped }
 
 // Events returns how many data events the meter has read.
 func (m *StreamMeter) Events() int { return m.events }

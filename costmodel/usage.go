@@ -445,5 +445,24 @@ func ResponseID(body []byte) string {
 	return id
 }
 
+// ResponseRunning tells whether a Responses answer says its run is not
+// over (its top-level "status" is "queued" or "in_progress", as a
+// background request is answered): whatever usage it states is not what
+// the run bills.
+func ResponseRunning(body []byte) bool {
+	var status string
+	_ = scanEvent(body, func(s *jsonScanner, key string) error {
+		if key == "status" {
+			if err := readStringInto(s, &status); err != nil {
+				return err
+			}
+			return errFound
+		}
+		_, _, err := s.Value(1)
+		return err
+	})
+	return status == "queued" || status == "in_progress"
+}
+
 // errFound stops a scan that found what it looked for.
 var errFound = errors.New("costmodel: found")

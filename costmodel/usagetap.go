@@ -15,7 +15,14 @@ const maxTapValue = 64 << 10
 // after the output. Write it every byte of the answer from its start;
 // read Usage at the end. The zero value is ready to use; it is not safe
 // for concurrent use.
+//
+// A tap made by the stream meter for an over-long Responses event reads
+// instead the "usage" member of the event's top-level "response" object
+// (under): the event is as long as the instructions and tools it echoes.
 type UsageTap struct {
+	under     string // when set, the usage is read in the object of the top-level member of this name
+	pending   bool   // under is set and the top-level member being read is its
+	inUnder   bool   // inside that object, at depth 2
 	depth     int
 	inStr     bool
 	esc       bool
@@ -70,7 +77,7 @@ func (t *UsageTap) step(c byte) {
 	switch c {
 	case '"':
 		t.inStr = true
-		if t.depth == 1 && t.expectKey {
+		if t.keyed() && t.expectKey {
 			t.inKey, t.key, t.keyLong = true, t.key[:0], false
 		}
 	case '{', '[':
@@ -78,29 +85,55 @@ func (t *UsageTap) step(c byte) {
 			t.broken = true
 		}
 		t.depth++
-		if t.depth == 1 {
+		switch {
+		case t.depth == 1:
 			t.expectKey = true
+		case t.depth == 2 && t.pending && c == '{':
+			t.inUnder, t.expectKey = true, true
 		}
+		t.pending = false
 	case '}', ']':
 		t.depth--
-		if t.depth == 0 && t.taking {
+		if t.depth == t.level()-1 && t.taking {
 			t.end(1) // the object's '}' is not the value's
 		}
+		if t.depth == 1 && t.inUnder {
+			t.inUnder = false
+		}
 	case ':':
-		if t.depth == 1 {
+		if t.keyed() {
 			t.expectKey = false
-			if !t.keyLong && t.isUsage() {
+			switch {
+			case t.keyLong:
+			case t.under != "" && t.depth == 1:
+				t.pending = t.isName(t.under)
+			case t.isName("usage"):
 				t.taking, t.cur = true, t.cur[:0]
 			}
 		}
 	case ',':
-		if t.depth == 1 {
-			if t.taking {
+		if t.keyed() {
+			if t.taking && t.depth == t.level() {
 				t.end(1)
 			}
 			t.expectKey = true
+			t.pending = false
 		}
 	}
+}
+
+// level is the depth of the object whose usage member the tap reads.
+func (t *UsageTap) level() int {
+	if t.under != "" {
+		return 2
+	}
+	return 1
+}
+
+// keyed tells whether the tap is at a depth whose member names it reads:
+// the top level, and the object under names.
+func (t *UsageTap) keyed() bool {
+	return t.depth == 1 || t.depth == 2 && t.inUnder
 }
 
 // end closes the value being taken, less its last n bytes (the ',' or
@@ -118,7 +151,9 @@ func (t *UsageTap) end(n int) {
 	}
 }
 
-func (t *UsageTap) isUsage() bool {
+// isName tells whether the member name just read is want, in any case, as
+// encoding/json matches it.
+func (t *UsageTap) isName(want string) bool {
 	name := t.key
 	if bytes.IndexByte(name, '\\') >= 0 {
 		var s string
@@ -127,7 +162,7 @@ func (t *UsageTap) isUsage() bool {
 		}
 		name = []byte(s)
 	}
-	return len(name) >= len("usage") && bytes.EqualFold(name, []byte("usage"))
+	return len(name) >= len(want) && bytes.EqualFold(name, []byte(want))
 }
 
 // Usage is the usage the answer reported, read as ParseUsage reads it,

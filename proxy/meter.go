@@ -205,6 +205,13 @@ func (m *meteredBody) cutShort() bool {
 	return m.stopped || !errors.Is(m.err, io.EOF)
 }
 
+// skipped tells whether a stream carried an event the meter could not
+// read (too long, or not JSON it reads), in which a usage report would be
+// lost (see costmodel.StreamMeter.Skipped and Malformed).
+func (m *meteredBody) skipped() bool {
+	return m.stream != nil && m.stream.Skipped()+m.stream.Malformed() > 0
+}
+
 // overflowUsage is the usage report of a plain answer too large to keep
 // whole, read as it passed (see costmodel.UsageTap); ok is false when it
 // was not read whole, or not read.
@@ -410,23 +417,37 @@ func (m *meteredBody) drain() {
 }
 
 // usage is what the upstream reported, or, for a stream that ended without
-// a report, what was counted from the content seen (reported false); model
+// its final report, what was counted from the content seen, never less
+// than a running report it carried (reported false); model
 // is the model the answer says served it. ok is false when nothing could be
 // read.
 func (m *meteredBody) usage() (u costmodel.Usage, model string, reported, ok bool) {
 	if m.stream != nil {
 		u, reported = m.stream.Usage()
+		// A running report (a stream cut before its final one) is not
+		// the bill: the stream is charged as one cut before any report,
+		// no less than it.
+		reported = reported && m.stream.Reported()
 		if m.jsonStream && m.stream.Events() == 0 {
 			// Not a stream: read it as the document it is, or charge it
 			// as an answer whose usage cannot be read.
-			u, model, err := costmodel.ParseResponse(m.kind, m.captured)
-			return u, model, err == nil, err == nil
+			return m.document()
 		}
 		return u, m.stream.Model(), reported, true
 	}
 	if m.overflow || len(m.captured) == 0 {
 		return costmodel.Usage{}, "", false, false
 	}
+	return m.document()
+}
+
+// document reads the usage of the answer kept whole. A Responses answer
+// whose run is not over (a background request's, queued or in progress)
+// has no usage that can be read, whatever it states (zeros).
+func (m *meteredBody) document() (u costmodel.Usage, model string, reported, ok bool) {
 	u, model, err := costmodel.ParseResponse(m.kind, m.captured)
+	if err == nil && m.kind == costmodel.Responses && costmodel.ResponseRunning(m.captured) {
+		return costmodel.Usage{}, model, false, false
+	}
 	return u, model, err == nil, err == nil
 }

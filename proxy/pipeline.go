@@ -636,6 +636,14 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 	}
 	u, model, reported, ok := x.body.usage()
 	switch {
+	case ok && !reported && x.status < 400 && x.body.skipped():
+		// An event the meter could not read went by (the client has
+		// it), and no report was read: it may have been in it. Charged
+		// as an answer whose usage cannot be read, and no less than what
+		// the stream carried.
+		x.s.log.Warn("stream usage report unreadable; charging the output limit", "request_id", x.id)
+		u = atLeast(u, est.Usage)
+		u.OutputTokens = max(u.OutputTokens, est.OutputCap)
 	case ok && !reported && est.Uncounted && x.status < 400:
 		u = atLeast(u, est.Usage)
 		if x.body.cutShort() {
