@@ -68,12 +68,21 @@
 //   - shadow decisions that are not allow are listed in Decision.Shadow in
 //     policy id order, with what they would have done.
 //
-// An enforced policy that fails to evaluate makes Decide return an error:
-// an outage of the policy engine is reported as an error, never as a
-// refusal, and the caller chooses to fail open or closed. The Decision
-// returned with it is that of the other policies: an input that breaks
-// one policy does not switch off the rest. A shadow policy that fails is
-// recorded in Decision.Shadow with its error.
+// An enforced policy that fails to evaluate makes Decide return an error,
+// and the Decision returned with it is that of the other policies: an
+// input that breaks one policy does not switch off the rest. By default
+// the failed policy itself allows (a broken policy does not take the API
+// down). A package whose METADATA says
+//
+//	# METADATA
+//	# custom:
+//	#   on_error: deny
+//
+// refuses instead: its failure is a hard 403 decision ("policy ID could
+// not decide on this request"), combined with the others as any refusal,
+// so that a caller who can make its input break the policy (an attribute
+// that is not the number it converts) does not pass its hard limit. A
+// shadow policy that fails is recorded in Decision.Shadow with its error.
 //
 // # Loading, reloading, testing
 //

@@ -74,6 +74,10 @@ type PolicyInfo struct {
 	// Promoted reports that the policy is declared shadow in its files and
 	// enforced by a promotion (see Set.Promote); Shadow is then false.
 	Promoted bool
+	// DenyOnError reports that the package's METADATA says on_error: deny:
+	// a request its enforced decision fails to evaluate for is refused
+	// (hard, 403) rather than decided by the other policies alone.
+	DenyOnError bool
 }
 
 type policy struct {
@@ -367,6 +371,15 @@ func (s *Set) collect(mods map[string]*ast.Module) error {
 				}
 				p.Shadow = p.Shadow || b
 			}
+			if v, ok := a.Custom["on_error"]; ok {
+				switch v {
+				case "deny":
+					p.DenyOnError = true
+				case "allow":
+				default:
+					problems = append(problems, problemAt(a.Location, "costgate_policy_error", `custom.on_error must be "allow" or "deny"`))
+				}
+			}
 		}
 	}
 	ids := make([]string, 0, len(byID))
@@ -498,6 +511,10 @@ func (s *Set) decide(ctx context.Context, in *Input, fast bool) (Decision, error
 				err = fmt.Errorf("policies: policy %s: %s: %w", p.ID, r.name, err)
 				if !r.shadow {
 					errs = append(errs, err)
+					if p.DenyOnError {
+						rs = append(rs, ruling{policy: p.ID, verdict: verdict{outcome: Hard, status: 403,
+							reason: "policy " + p.ID + " could not decide on this request"}})
+					}
 					continue
 				}
 				rs = append(rs, ruling{policy: p.ID, shadow: true, err: err.Error()})
