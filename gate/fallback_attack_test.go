@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -260,5 +261,63 @@ budgets:
 	}
 	if n != 5 {
 		t.Errorf("Redis back empty admitted %d of the $0.005 left, want 5 (the fallback's $0.003 counted %s)", n, map[bool]string{true: "twice", false: "not at all"}[n < 5])
+	}
+}
+
+// TestFallbackAtkManyAdmissionsOneReplay: a replica's fallback admits 200
+// requests of a tenant while Redis refuses writes; when Redis is back,
+// their spend is added to its counters, and the tenant's requests wait
+// for that. Replayed one by one, it took two script calls per request
+// (400); the spend on the same limits is added at once, in a few, and
+// counts whole: of the $0.01 day, a nano-dollar went before and $0.002 on
+// the fallback, and Redis back admits 7 more of $0.001.
+func TestFallbackAtkManyAdmissionsOneReplay(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.New(t)
+	g := openYAML(t, fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+store: {redis: %q, fallback_replicas: 1, timeout: 5s, queue_timeout: 5s, breaker_failures: 1, breaker_cooldown: 20ms}
+tenants:
+  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
+budgets:
+  - {name: daily, scope: tenant, amount: "0.01"}
+`, t.TempDir(), srv.URL))
+	c := g.Identify("cg-acme")
+	if n, d := admitN(t, g, c, costmodel.Estimate{Cost: 1}, 1); n != 1 {
+		t.Fatalf("before: %+v", d)
+	}
+	rc := srv.Client(t)
+	if err := rc.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	tenth := costmodel.Estimate{Cost: usd("0.00001")}
+	for i := range 200 {
+		res, d := g.Reserve(ctx, &gate.Request{Caller: c, Route: "/v1/chat/completions", Estimate: tenth})
+		if res == nil || !d.Degraded {
+			t.Fatalf("fallback request %d: %+v, want admitted on the fallback", i, d)
+		}
+		if d, ok := res.Record(ctx); !ok {
+			t.Fatal(d)
+		}
+		res.Settle(ctx, gate.Charge{Cost: tenth.Cost, HTTPStatus: http.StatusOK})
+	}
+	addr, _, _ := strings.Cut(strings.TrimPrefix(srv.URL, "redis://"), "/")
+	mon := redistest.NewMonitor(t, addr)
+	if err := rc.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the catch-up loop's turn
+	n, d := admitN(t, g, c, milli, 20)
+	if d.Degraded || d.Status != http.StatusPaymentRequired {
+		t.Fatalf("Redis back: %d admitted, then %+v; want a 402 from Redis", n, d)
+	}
+	calls := mon.Count("evalsha") + mon.Count(`"eval"`)
+	t.Logf("Redis back: %d admitted; %d script calls in all", n, calls)
+	if n != 7 {
+		t.Errorf("Redis back admitted %d requests of $0.001, want 7 (of the $0.01 day, a nano-dollar and the fallback's $0.002 spent)", n)
+	}
+	if calls > 40 {
+		t.Errorf("%d script calls to catch up 200 fallback admissions and decide %d requests", calls, n+1)
 	}
 }

@@ -824,7 +824,7 @@ func (f *freshStore) catchUpTag(ctx context.Context, tag string) {
 			return nil, nil // another call caught it up
 		}
 		defer f.g.behindN.Add(-1)
-		for _, p := range f.g.takePending(tag) {
+		for _, p := range mergeSpent(f.g.takePending(tag)) {
 			if err := f.replay(ctx, p); err != nil {
 				if errors.Is(err, weighted.ErrStale) {
 					continue // the store lost the tag: the restore below counts from the ledger

@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"math"
 	"slices"
 
 	"github.com/costgate/costgate/weighted"
@@ -103,6 +104,43 @@ func (f *freshStore) replay(ctx context.Context, p pendingSettle) error {
 		return err
 	}
 	return f.store.Settle(ctx, p.id, one, p.actual)
+}
+
+// mergeSpent folds the fallback spend of ps (unreserved) on the same
+// limits and keys into one, its actual costs summed (saturating), in the
+// place of the first: spend is added, so a thousand admissions of an
+// outage are one replay, two store calls, not two thousand, while the
+// tenant's requests wait for the catch-up. Settlements the store failed
+// stay as they are.
+func mergeSpent(ps []pendingSettle) []pendingSettle {
+	out := ps[:0]
+	first := map[string]int{} // an items' identity: its index in out
+	var key []byte
+	for _, p := range ps {
+		if !p.unreserved {
+			out = append(out, p)
+			continue
+		}
+		key = key[:0]
+		for _, it := range p.items {
+			key = append(append(append(key, it.Limit.Name...), 0), it.Key...)
+			key = append(key, 0)
+		}
+		i, ok := first[string(key)]
+		if !ok {
+			first[string(key)] = len(out)
+			out = append(out, p)
+			continue
+		}
+		for j, c := range p.actual {
+			if out[i].actual[j] > math.MaxInt64-c {
+				out[i].actual[j] = math.MaxInt64
+			} else {
+				out[i].actual[j] += c
+			}
+		}
+	}
+	return out
 }
 
 // takePending removes and returns the settlements kept for tag, oldest
