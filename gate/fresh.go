@@ -848,7 +848,11 @@ func (f *freshStore) catchUpTag(ctx context.Context, tag string) {
 // other replicas decide without it (with the ledger's database out, until
 // it is back). A breaker that cooled down is left to a request's probe
 // for one interval more; on a replica no request comes to, the loop
-// probes. With no tenant behind a round costs one atomic load.
+// probes, once a write outside the breaker (storeWritable) says the store
+// takes writes again: a probe of the loop that failed would hold the
+// breaker open for another cooldown, sending the requests that come as
+// the store recovers to the fallback. With no tenant behind a round costs
+// one atomic load.
 func (g *Gate) catchUpLoop(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -861,10 +865,22 @@ func (g *Gate) catchUpLoop(ctx context.Context, interval time.Duration) {
 		if g.behindN.Load() == 0 || !g.breaker.closedOrIdle(interval) {
 			continue
 		}
+		if g.breaker.State() != telemetry.BreakerClosed && !g.storeWritable(ctx) {
+			continue
+		}
 		f := g.store
 		g.behind.Range(func(k, _ any) bool {
 			f.catchUpTag(ctx, k.(string))
 			return ctx.Err() == nil && g.breaker.ready()
 		})
 	}
+}
+
+// storeWritable tells whether the limiter store's Redis takes a write
+// now (a SET of a key of its own, expiring in a second), without the
+// breaker: it neither counts as the breaker's probe nor opens it again.
+func (g *Gate) storeWritable(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, g.objTimeout)
+	defer cancel()
+	return g.redis.Set(ctx, "cg:writable", "1", time.Second).Err() == nil
 }
