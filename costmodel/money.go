@@ -107,7 +107,11 @@ func mulDivCeil(a, b, d int64) int64 {
 }
 
 // addSat adds non-negative amounts, saturating at math.MaxInt64.
-func addSat(a, b int64) int64 {
+func addSat(a, b int64) int64 { return AddSat(a, b) }
+
+// AddSat adds amounts that are not negative (costs, units, tokens),
+// saturating at math.MaxInt64, which a cost that overflows reads as.
+func AddSat[T ~int64](a, b T) T {
 	if s := a + b; s >= a {
 		return s
 	}

@@ -2,9 +2,9 @@ package gate
 
 import (
 	"context"
-	"math"
 	"slices"
 
+	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/weighted"
 )
 
@@ -133,11 +133,7 @@ func mergeSpent(ps []pendingSettle) []pendingSettle {
 			continue
 		}
 		for j, c := range p.actual {
-			if out[i].actual[j] > math.MaxInt64-c {
-				out[i].actual[j] = math.MaxInt64
-			} else {
-				out[i].actual[j] += c
-			}
+			out[i].actual[j] = costmodel.AddSat(out[i].actual[j], c)
 		}
 	}
 	return out

@@ -437,22 +437,13 @@ func priceUsage(est *costmodel.Estimator, u *upstream, model string, usage costm
 	case generic && model != "":
 		tokens := usage
 		tokens.Units = 0
-		return addUSD(u.cost.Price().Cost(costmodel.Usage{Units: usage.Units}), est.Cost(model, tokens))
+		return costmodel.AddSat(u.cost.Price().Cost(costmodel.Usage{Units: usage.Units}), est.Cost(model, tokens))
 	case generic:
 		return u.cost.Price().Cost(usage)
 	case model != "":
 		return est.Cost(model, usage)
 	}
 	return 0
-}
-
-// addUSD is a+b of two amounts that are not negative, saturated at the
-// largest NanoUSD (which overflows reads as a cost not represented).
-func addUSD(a, b costmodel.NanoUSD) costmodel.NanoUSD {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
 }
 
 type settleRequest struct {
