@@ -394,7 +394,7 @@ func (onceCmd) NoRetry() bool { return true }
 // eval sends EVAL or EVALSHA (name) of script with keys and args, once,
 // and again only after a reply that Redis gives before it runs a script
 // (see notRun), after a pause that doubles from 8 ms to 512 ms, until ctx
-// ends: a Cluster's slot that migrates answers TRYAGAIN until its keys
+// ends or maxEvalAttempts calls were made: a Cluster's slot that migrates answers TRYAGAIN until its keys
 // have moved, a failover CLUSTERDOWN until a replica is promoted.
 func (r *Redis) eval(ctx context.Context, name, script string, keys []string, args []any) (any, error) {
 	a := make([]any, 3, 3+len(keys)+len(args))
@@ -403,14 +403,15 @@ func (r *Redis) eval(ctx context.Context, name, script string, keys []string, ar
 		a = append(a, k)
 	}
 	a = append(a, args...)
-	for pause := 8 * time.Millisecond; ; pause = min(2*pause, 512*time.Millisecond) {
+	pause := 8 * time.Millisecond
+	for attempt := 1; ; attempt, pause = attempt+1, min(2*pause, 512*time.Millisecond) {
 		cmd := redis.NewCmd(ctx, a...)
 		if len(keys) > 0 {
 			cmd.SetFirstKeyPos(3) // the slot a Cluster client routes it to
 		}
 		_ = r.c.Process(ctx, onceCmd{cmd})
 		v, err := cmd.Result()
-		if err == nil || !notRun(err) {
+		if err == nil || !notRun(err) || attempt == maxEvalAttempts {
 			return v, err
 		}
 		t := time.NewTimer(pause)
@@ -422,6 +423,12 @@ func (r *Redis) eval(ctx context.Context, name, script string, keys []string, ar
 		}
 	}
 }
+
+// maxEvalAttempts bounds how often eval sends a call answered notRun,
+// whatever ctx's deadline (a caller's context may have none, and a
+// cluster may stay down): about 5.6 s of pauses, as go-redis's cluster
+// client's MaxRedirects of 16 bounded it.
+const maxEvalAttempts = 16
 
 // notRun reports whether err is a Cluster's reply that Redis gives before
 // it runs a command and that passes when the cluster settles, so that
