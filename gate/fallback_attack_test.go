@@ -156,16 +156,7 @@ func ledgerDownReplicas(t *testing.T, scope string, caller func(g *gate.Gate) *g
 	ctx := context.Background()
 	srv, pg := redistest.New(t), pgtest.NewPrivate(t)
 	replica := func() *gate.Gate {
-		return openYAML(t, fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-store: {redis: %q, fallback_replicas: 2, timeout: 5s, queue_timeout: 5s, breaker_failures: 1, breaker_cooldown: 20ms}
-ledger: {dsn: %q}
-tenants:
-  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
-budgets:
-  - {name: daily, scope: %s, amount: "0.01"}
-`, t.TempDir(), srv.URL, pg.URL(), scope))
+		return fallbackGate(t, srv.URL, pg.URL(), scope, 2, "20ms")
 	}
 	replicas := []*gate.Gate{replica(), replica()}
 	for _, g := range replicas {
@@ -215,16 +206,7 @@ budgets:
 func TestFallbackAtkLossAfterAnOutageCountsOnce(t *testing.T) {
 	ctx := context.Background()
 	srv, pg := redistest.New(t), pgtest.NewPrivate(t)
-	g := openYAML(t, fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-store: {redis: %q, fallback_replicas: 1, timeout: 5s, queue_timeout: 5s, breaker_failures: 1, breaker_cooldown: 300ms}
-ledger: {dsn: %q}
-tenants:
-  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
-budgets:
-  - {name: daily, scope: tenant, amount: "0.01"}
-`, t.TempDir(), srv.URL, pg.URL()))
+	g := fallbackGate(t, srv.URL, pg.URL(), "tenant", 1, "300ms")
 	c := g.Identify("cg-acme")
 	if n, d := admitN(t, g, c, milli, 2); n != 2 {
 		t.Fatalf("before: %d admitted, then %+v", n, d)
@@ -274,15 +256,7 @@ budgets:
 func TestFallbackAtkManyAdmissionsOneReplay(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.New(t)
-	g := openYAML(t, fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-store: {redis: %q, fallback_replicas: 1, timeout: 5s, queue_timeout: 5s, breaker_failures: 1, breaker_cooldown: 20ms}
-tenants:
-  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
-budgets:
-  - {name: daily, scope: tenant, amount: "0.01"}
-`, t.TempDir(), srv.URL))
+	g := fallbackGate(t, srv.URL, "", "tenant", 1, "20ms")
 	c := g.Identify("cg-acme")
 	if n, d := admitN(t, g, c, costmodel.Estimate{Cost: 1}, 1); n != 1 {
 		t.Fatalf("before: %+v", d)
@@ -320,4 +294,25 @@ budgets:
 	if calls > 40 {
 		t.Errorf("%d script calls to catch up 200 fallback admissions and decide %d requests", calls, n+1)
 	}
+}
+
+// fallbackGate opens a replica on Redis at redisURL whose tenant acme
+// has a $0.01 day budget of scope, with fallback_replicas replicas, a
+// breaker that opens at the first failure and cools down for cooldown,
+// and its ledger in PostgreSQL at dsn ("" for the embedded one).
+func fallbackGate(t *testing.T, redisURL, dsn, scope string, replicas int, cooldown string) *gate.Gate {
+	t.Helper()
+	ledger := ""
+	if dsn != "" {
+		ledger = fmt.Sprintf("ledger: {dsn: %q}\n", dsn)
+	}
+	return openYAML(t, fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+store: {redis: %q, fallback_replicas: %d, timeout: 5s, queue_timeout: 5s, breaker_failures: 1, breaker_cooldown: %s}
+%stenants:
+  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
+budgets:
+  - {name: daily, scope: %s, amount: "0.01"}
+`, t.TempDir(), redisURL, replicas, cooldown, ledger, scope))
 }
