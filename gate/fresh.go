@@ -427,8 +427,9 @@ func (g *Gate) budgetCounters(ctx context.Context, tenant string, lost bool, sha
 	if lost {
 		// The store lost counters that other replicas debited too: the
 		// records of their requests admitted before the loss reach the
-		// ledger's store a batch later. Read it once they have.
-		if err := sleepCtx(ctx, g.ledger.PeerLag()); err != nil {
+		// ledger's store a batch later, or later still when the database
+		// is slow. Read it once they have.
+		if err := g.syncPeers(ctx); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -757,6 +758,20 @@ func (g *Gate) fallbackStore() *freshStore {
 		fb = g.fallback.Load()
 	}
 	return fb.freshStore
+}
+
+// syncPeers waits until the other replicas on the ledger's database have
+// written there what they had recorded (ledger.SyncPeers). One that does
+// not answer in time (gone without a word, or its writes held up) is
+// logged and not waited for further: the restore goes on with what the
+// ledger holds. ctx's end is its error.
+func (g *Gate) syncPeers(ctx context.Context) error {
+	err := g.ledger.SyncPeers(ctx)
+	if err != nil && ctx.Err() == nil {
+		g.log.Warn("a restore from the ledger goes on without every replica's latest records", "err", err)
+		return nil
+	}
+	return err
 }
 
 // sleepCtx waits d, or until ctx is done (its error).

@@ -137,7 +137,7 @@ func (g *Gate) restoreTenant(ctx context.Context, tenant string) error {
 // that would debit such a counter (see LevelLimit.MarkUnrestored). Calls
 // for one tenant share one restore, which waits for the requests decided
 // on a configuration a reload replaced (see drain), for the ledger records
-// of the other replicas' requests (Ledger.PeerLag) and this one's; the
+// of the other replicas' requests (Ledger.SyncPeers) and this one's; the
 // budgets it restored are then marked restored. It runs apart from ctx's
 // cancellation, for at most restoreTimeout: the requests waiting on it
 // are not failed by the one that started it leaving.
@@ -152,7 +152,7 @@ func (g *Gate) ReconcileTenant(ctx context.Context, tenant string) error {
 			lbs = (*d).Budgets(tenant)
 		}
 		g.drain(ctx, st, tenant)
-		err := sleepCtx(ctx, g.ledger.PeerLag())
+		err := g.syncPeers(ctx)
 		if err == nil && g.ledger.Stats().StoreErr == nil {
 			// While the ledger's database fails, a flush would wait for
 			// it: the restore counts what this node knows (see restore).

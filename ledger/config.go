@@ -75,6 +75,10 @@ type Config struct {
 	// Zero means 50ms; negative means no delay.
 	BatchDelay time.Duration
 
+	// PeerWait is the longest SyncPeers waits for the other processes on
+	// the PostgreSQL store to flush. Zero means 2s.
+	PeerWait time.Duration
+
 	// RetryMin and RetryMax bound the backoff of the flusher while the store
 	// fails. Zero means 50ms and 1s.
 	RetryMin, RetryMax time.Duration
@@ -115,6 +119,9 @@ func (c Config) withDefaults() Config {
 	if c.BatchDelay == 0 {
 		c.BatchDelay = 50 * time.Millisecond
 	}
+	if c.PeerWait == 0 {
+		c.PeerWait = 2 * time.Second
+	}
 	if c.RetryMin == 0 {
 		c.RetryMin = 50 * time.Millisecond
 	}
@@ -152,7 +159,7 @@ func (c Config) Validate() error {
 	if c.DSN != "" && !c.postgres() {
 		errs = append(errs, fmt.Errorf("dsn must start with postgres:// or postgresql://, or be empty for the embedded store"))
 	}
-	if c.SyncInterval < 0 || c.RetryMin < 0 || c.RetryMax < 0 || c.CloseTimeout < 0 {
+	if c.SyncInterval < 0 || c.RetryMin < 0 || c.RetryMax < 0 || c.CloseTimeout < 0 || c.PeerWait < 0 {
 		errs = append(errs, errors.New("durations must not be negative"))
 	}
 	if c.BatchDelay > time.Minute {

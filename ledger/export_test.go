@@ -19,3 +19,13 @@ func Fsyncs(l *Ledger) int64 {
 	defer l.spool.mu.Unlock()
 	return l.spool.fsyncs
 }
+
+// PeersHeard is the number of other processes l heard from lately.
+func PeersHeard(l *Ledger) int {
+	if l.peers == nil {
+		return 0
+	}
+	l.peers.mu.Lock()
+	defer l.peers.mu.Unlock()
+	return len(l.peers.heard)
+}

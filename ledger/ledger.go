@@ -26,6 +26,7 @@ type Ledger struct {
 	lock   *os.File
 	spool  *spool
 	store  store
+	peers  *peers // the other processes on the store (PostgreSQL only); nil otherwise
 
 	wake     chan struct{} // nudges the flusher; buffered 1
 	hurry    chan struct{} // cuts the flusher's batch delay short (Flush); buffered 1
@@ -155,6 +156,11 @@ func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 	l.wg.Add(2)
 	go func() { defer l.wg.Done(); l.spool.syncLoop(cfg.SyncInterval, l.syncKick, l.stop) }()
 	go func() { defer l.wg.Done(); l.flushLoop(runCtx) }()
+	if pg, ok := l.store.(*pgStore); ok {
+		l.peers = newPeers(pg.pool, l.node, l.Flush, cfg.PeerWait, cfg.Logf)
+		l.wg.Add(1)
+		go func() { defer l.wg.Done(); l.peers.listen(runCtx) }()
+	}
 	return l, nil
 }
 
@@ -323,10 +329,10 @@ func (l *Ledger) append(r *record, limit int64, sync bool) error {
 // the store (a replica on the same PostgreSQL, with this configuration)
 // has it in the store, while the store keeps up: a batch delay and a
 // batch's write, taken as two batch delays, and as 50 ms when batches are
-// not delayed (BatchDelay negative: the write alone). Zero for the embedded store,
-// which no other process shares. A reader that needs the others' records
-// of before some moment (a limiter restoring counters from the ledger
-// after its store lost them) waits that long after it.
+// not delayed (BatchDelay negative: the write alone). Zero for the
+// embedded store, which no other process shares. It is what SyncPeers
+// waits when it cannot ask the others, which it does not bound: a write
+// slowed by a busy database takes longer.
 func (l *Ledger) PeerLag() time.Duration {
 	if !l.cfg.postgres() {
 		return 0

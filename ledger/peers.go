@@ -1,0 +1,393 @@
+package ledger
+
+// Peers: the processes that write one PostgreSQL ledger (replicas of one
+// deployment) each hold the records of their last batch delay in their own
+// spool. A reader that needs every process's records of before some moment
+// (a limiter restoring its counters from the ledger after its store lost
+// them) asks the others to flush, and waits for their answers: SyncPeers.
+//
+// They talk over PostgreSQL's LISTEN/NOTIFY on one channel, so the store
+// they already share is the only thing they need. Each process listens on
+// a connection of its own and says, in JSON payloads:
+//
+//   - beat: "I am here", at start and every peerBeat. A process that hears
+//     a beat of one it did not know answers with its own, so a newcomer
+//     learns the others at once. A process not heard from for peerAlive is
+//     gone (a crash); bye says so at once on Close.
+//   - sync (seq): "flush": each other process flushes everything it had
+//     appended when it heard it, then answers ack (seq) to the sender.
+//
+// A sender's syncs go out one after another, so a peer hears them in the
+// order of their seq, and an ack of seq answers every lower one too.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// peerChannel is the NOTIFY channel of the ledger's processes.
+const peerChannel = "costgate_ledger"
+
+// The peers' timings: a process beats every peerBeat and is gone when not
+// heard from for peerAlive; a listener that lost its connection tries
+// again after peerRetry.
+var (
+	peerBeat  = 2 * time.Second
+	peerAlive = 3 * peerBeat
+	peerRetry = time.Second
+)
+
+// maxPeers bounds the processes one process keeps track of (the channel is
+// open to any session of the database).
+const maxPeers = 4096
+
+// peerMsg is one notification's payload.
+type peerMsg struct {
+	Kind string `json:"t"`            // beat, bye, sync, ack
+	From string `json:"n"`            // the sender's node
+	Seq  uint64 `json:"s,omitempty"`  // sync, ack
+	To   string `json:"to,omitempty"` // ack: the node whose sync it answers
+}
+
+// peers is a process's side of the protocol.
+type peers struct {
+	pool  *pgxpool.Pool
+	node  string
+	flush func(context.Context) error
+	wait  time.Duration // the longest SyncPeers waits (Config.PeerWait)
+	logf  func(string, ...any)
+	wg    sync.WaitGroup // the listener's goroutines (answers, beats); listen waits for them
+
+	mu        sync.Mutex
+	heard     map[string]time.Time // node → when last heard
+	acked     map[string]uint64    // node → the highest seq it acked of ours
+	changed   chan struct{}        // closed and replaced when acked grows
+	listening time.Time            // since when the listener is subscribed; zero when not
+	seq       uint64               // our last sync's
+	next      *syncRound           // the sync callers join, not yet sent
+	sending   bool                 // a caller is sending syncs
+	toAck     map[string]uint64    // syncs heard, not yet answered
+	acking    bool                 // a goroutine is answering them
+}
+
+// syncRound is one sync sent: the callers that asked before it was sent
+// share it.
+type syncRound struct {
+	seq  uint64
+	sent chan struct{} // closed once sent (or failed)
+	err  error
+}
+
+func newPeers(pool *pgxpool.Pool, node string, flush func(context.Context) error, wait time.Duration, logf func(string, ...any)) *peers {
+	return &peers{pool: pool, node: node, flush: flush, wait: wait, logf: logf,
+		heard: map[string]time.Time{}, acked: map[string]uint64{}, changed: make(chan struct{}), toAck: map[string]uint64{}}
+}
+
+// notify sends m on the channel, from a connection of the pool.
+func (p *peers) notify(ctx context.Context, m peerMsg) error {
+	m.From = p.node
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if _, err := p.pool.Exec(ctx, "SELECT pg_notify($1, $2)", peerChannel, string(b)); err != nil {
+		return fmt.Errorf("ledger: notify peers: %w", err)
+	}
+	return nil
+}
+
+// listen keeps a connection subscribed to the channel until ctx ends,
+// answering what it hears, and beats. On its end it says bye.
+func (p *peers) listen(ctx context.Context) {
+	var failing bool // logged: one line per run of failures
+	for ctx.Err() == nil {
+		err := p.listenOnce(ctx)
+		p.mu.Lock()
+		heard := !p.listening.IsZero()
+		p.listening = time.Time{}
+		p.mu.Unlock()
+		if ctx.Err() != nil {
+			break
+		}
+		if heard {
+			failing = false // it listened: a new run of failures
+		}
+		if !failing {
+			failing = true
+			p.logf("ledger: listening to the other replicas: %v (retrying every %v; meanwhile a sync waits a fixed lag)", err, peerRetry)
+		}
+		select {
+		case <-time.After(peerRetry):
+		case <-ctx.Done():
+		}
+	}
+	p.wg.Wait()
+	bctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	p.notify(bctx, peerMsg{Kind: "bye"})
+}
+
+func (p *peers) listenOnce(ctx context.Context) error {
+	pc, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// The connection leaves the pool: one that listens must not serve
+	// queries, and is closed when done.
+	conn := pc.Hijack()
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+peerChannel); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.listening = time.Now()
+	p.mu.Unlock()
+	beat := time.Now() // beat at once
+	for {
+		if time.Since(beat) >= 0 {
+			if err := p.notify(ctx, peerMsg{Kind: "beat"}); err != nil && ctx.Err() == nil {
+				p.logf("%v", err)
+			}
+			beat = time.Now().Add(peerBeat)
+			p.prune()
+		}
+		wctx, cancel := context.WithDeadline(ctx, beat)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, context.DeadlineExceeded):
+			continue
+		case err != nil:
+			return err
+		}
+		var m peerMsg
+		if json.Unmarshal([]byte(n.Payload), &m) != nil || m.From == "" || m.From == p.node {
+			continue
+		}
+		p.hear(ctx, m)
+	}
+}
+
+// hear handles one message of another process.
+func (p *peers) hear(ctx context.Context, m peerMsg) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m.Kind == "bye" {
+		delete(p.heard, m.From)
+		delete(p.acked, m.From)
+		return
+	}
+	// Only a beat makes a process known (a sync or an ack of one not
+	// known is answered, or taken, and that is all).
+	_, known := p.heard[m.From]
+	if known || (m.Kind == "beat" && len(p.heard) < maxPeers) {
+		p.heard[m.From] = time.Now()
+	}
+	switch m.Kind {
+	case "beat":
+		if !known {
+			p.wg.Go(func() { p.notify(ctx, peerMsg{Kind: "beat"}) }) // the newcomer learns of us
+		}
+	case "sync":
+		if m.Seq > p.toAck[m.From] && (len(p.toAck) < maxPeers || p.toAck[m.From] > 0) {
+			p.toAck[m.From] = m.Seq
+		}
+		if !p.acking {
+			p.acking = true
+			p.wg.Go(func() { p.answer(ctx) })
+		}
+	case "ack":
+		if m.To == p.node && m.Seq > p.acked[m.From] {
+			p.acked[m.From] = m.Seq
+			close(p.changed)
+			p.changed = make(chan struct{})
+		}
+	}
+}
+
+// answer flushes and acks the syncs heard, until none wait: the syncs of
+// one flush are those heard before it started.
+func (p *peers) answer(ctx context.Context) {
+	for {
+		p.mu.Lock()
+		asked := p.toAck
+		if len(asked) == 0 {
+			p.acking = false
+			p.mu.Unlock()
+			return
+		}
+		p.toAck = map[string]uint64{}
+		p.mu.Unlock()
+		fctx, cancel := context.WithTimeout(ctx, p.wait)
+		err := p.flush(fctx)
+		cancel()
+		if err != nil {
+			// No ack: the asker waits its PeerWait out, as for a
+			// process that is gone.
+			if ctx.Err() != nil {
+				continue
+			}
+			p.logf("ledger: a replica asked for this one's records, which could not be flushed: %v", err)
+			continue
+		}
+		for node, seq := range asked {
+			if err := p.notify(ctx, peerMsg{Kind: "ack", Seq: seq, To: node}); err != nil && ctx.Err() == nil {
+				p.logf("%v", err)
+			}
+		}
+	}
+}
+
+// prune forgets the processes not heard from for peerAlive.
+func (p *peers) prune() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for node, at := range p.heard {
+		if time.Since(at) > peerAlive {
+			delete(p.heard, node)
+			delete(p.acked, node)
+		}
+	}
+}
+
+// round returns a sync sent after the call began: the one being gathered,
+// which this caller sends (with every one gathered while it sends) when no
+// other caller is sending.
+func (p *peers) round(ctx context.Context) *syncRound {
+	p.mu.Lock()
+	r := p.next
+	if r == nil {
+		r = &syncRound{sent: make(chan struct{})}
+		p.next = r
+	}
+	if p.sending {
+		p.mu.Unlock()
+		<-r.sent
+		return r
+	}
+	p.sending = true
+	for {
+		s := p.next
+		p.next = nil
+		p.seq++
+		s.seq = p.seq
+		p.mu.Unlock()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.wait)
+		s.err = p.notify(sctx, peerMsg{Kind: "sync", Seq: s.seq})
+		cancel()
+		close(s.sent)
+		p.mu.Lock()
+		if p.next == nil {
+			p.sending = false
+			p.mu.Unlock()
+			break
+		}
+	}
+	<-r.sent
+	return r
+}
+
+// PeersBehindError is SyncPeers's error when processes it heard from did
+// not answer within Config.PeerWait.
+type PeersBehindError struct {
+	Nodes []string
+	Wait  time.Duration
+}
+
+func (e *PeersBehindError) Error() string {
+	return fmt.Sprintf("ledger: %d other replicas did not flush their records within %v: %v", len(e.Nodes), e.Wait, e.Nodes)
+}
+
+// sync is SyncPeers on PostgreSQL; ok is false when this process is not
+// listening to the others, so it does not know them.
+func (p *peers) sync(ctx context.Context) (ok bool, err error) {
+	p.mu.Lock()
+	since := p.listening
+	p.mu.Unlock()
+	if since.IsZero() {
+		return false, nil
+	}
+	// A listener that just started may not have heard the others' answers
+	// to its first beat yet.
+	if d := 100*time.Millisecond - time.Since(since); d > 0 {
+		if err := sleep(ctx, d); err != nil {
+			return true, err
+		}
+	}
+	r := p.round(ctx)
+	if r.err != nil {
+		return false, r.err
+	}
+	timer := time.NewTimer(p.wait)
+	defer timer.Stop()
+	for {
+		p.mu.Lock()
+		var behind []string
+		for node, at := range p.heard {
+			if p.acked[node] < r.seq && time.Since(at) <= peerAlive {
+				behind = append(behind, node)
+			}
+		}
+		changed := p.changed
+		p.mu.Unlock()
+		if len(behind) == 0 {
+			return true, nil
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return true, &PeersBehindError{Nodes: behind, Wait: p.wait}
+		case <-ctx.Done():
+			return true, ctx.Err()
+		}
+	}
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// SyncPeers returns once every other process that writes this ledger's
+// PostgreSQL store, and that this one heard from, has in the store what
+// it had appended when it heard the request (a batch delay sooner than it
+// would have written it): call it after some moment, and the store then
+// holds the others' records of before it, as Flush does this process's.
+// The processes are the replicas of one deployment: each listens on a
+// connection of its own (PostgreSQL's LISTEN/NOTIFY) and answers as soon
+// as its flush is done.
+//
+// It waits at most Config.PeerWait for the answers, then fails with a
+// *PeersBehindError naming the processes that did not answer (one that
+// crashed is dropped a few seconds after its last beat; one that closed,
+// at once). Before this process hears the others (its listener not
+// connected), it waits PeerLag instead. With the embedded store, which no
+// other process shares, it returns at once.
+func (l *Ledger) SyncPeers(ctx context.Context) error {
+	if l.peers == nil {
+		return sleep(ctx, l.PeerLag())
+	}
+	ok, err := l.peers.sync(ctx)
+	if !ok {
+		if err != nil {
+			l.cfg.Logf("ledger: asking the other replicas to flush: %v (waiting %v instead)", err, l.PeerLag())
+		}
+		return sleep(ctx, l.PeerLag())
+	}
+	return err
+}

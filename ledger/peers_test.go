@@ -1,0 +1,171 @@
+package ledger_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/costgate/costgate/ledger"
+)
+
+// peerPair opens two ledgers on one PostgreSQL database, as two replicas
+// of one deployment, both migrated, each having heard the other.
+func peerPair(t *testing.T, wait time.Duration) (a, b *ledger.Ledger, dsn string) {
+	t.Helper()
+	cfg := postgresConfig(t)
+	cfg.PeerWait = wait
+	a = open(t, cfg)
+	cfg.Dir = t.TempDir()
+	b = open(t, cfg)
+	ctx := context.Background()
+	for _, l := range []*ledger.Ledger{a, b} {
+		if err := l.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each has heard the other once a sync of each returns without
+	// waiting its PeerWait out (a sync of a process that heard nobody
+	// returns at once, so ask until one took an answer).
+	deadline := time.Now().Add(10 * time.Second)
+	for _, l := range []*ledger.Ledger{a, b} {
+		for {
+			if err := l.SyncPeers(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if ledger.PeersHeard(l) == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the two ledgers did not hear each other in 10 s")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return a, b, cfg.DSN
+}
+
+// holdApplyLock takes the advisory lock that every batch of every node
+// takes, so that no ledger on dsn writes a batch until the returned
+// function is called: a database slowed down (a long transaction, a
+// vacuum, a failover), which delays a replica's writes past any fixed lag.
+func holdApplyLock(t *testing.T, dsn string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(ledger.ApplyLock)); err != nil {
+		t.Fatal(err)
+	}
+	done := false
+	release = func() {
+		if !done {
+			done = true
+			tx.Rollback(ctx)
+			conn.Close(ctx)
+		}
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// TestSyncPeersWaitsForASlowReplica: replica b records a reservation of
+// 7 while the database holds every batch back for 600 ms. a then asks its
+// peers to flush (as a limiter that lost its counters does before it
+// reads the ledger's spend): once SyncPeers returns, a reads b's 7. A
+// fixed wait (two batch delays, 100 ms) read 0, and a restore from that
+// read let the tenant spend b's 7 again.
+func TestSyncPeersWaitsForASlowReplica(t *testing.T) {
+	a, b, dsn := peerPair(t, 5*time.Second)
+	ctx := context.Background()
+	release := holdApplyLock(t, dsn)
+	if err := b.Reserve(ctx, ledger.Entry{RequestID: "r-b", Tenant: "acme", EstimatedCost: 7}); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(600*time.Millisecond, release)
+	start := time.Now()
+	if err := a.SyncPeers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	spent, err := a.Spend(ctx, ledger.SpendQuery{Tenant: "acme", Period: "day"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("SyncPeers took %v; a reads %d", took, spent)
+	if spent != 7 {
+		t.Fatalf("after SyncPeers a reads a spend of %d; b recorded 7 before the call", spent)
+	}
+}
+
+// TestSyncPeersBounded: a replica whose writes stay held back does not
+// hold a sync past PeerWait, which fails naming it; a replica that
+// closed is not waited for.
+func TestSyncPeersBounded(t *testing.T) {
+	a, b, dsn := peerPair(t, 300*time.Millisecond)
+	ctx := context.Background()
+	release := holdApplyLock(t, dsn)
+	if err := b.Reserve(ctx, ledger.Entry{RequestID: "r-b", Tenant: "acme", EstimatedCost: 7}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err := a.SyncPeers(ctx)
+	var behind *ledger.PeersBehindError
+	if !errors.As(err, &behind) || len(behind.Nodes) != 1 {
+		t.Fatalf("a sync while b cannot write: %v, want a PeersBehindError naming b", err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond || d > 2*time.Second {
+		t.Errorf("the sync failed after %v, PeerWait is 300ms", d)
+	}
+	release()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if err := a.SyncPeers(ctx); err != nil {
+		t.Fatalf("a sync after b closed: %v", err)
+	}
+	if d := time.Since(start); d > 250*time.Millisecond {
+		t.Errorf("a sync after b closed waited %v for it", d)
+	}
+}
+
+// TestSyncPeersIgnoresNoise: anything else on the channel (not JSON, a
+// payload of the wrong shape, an ack for another node, a sync from a
+// session that is no ledger) neither breaks a listener nor answers a
+// sync in b's name.
+func TestSyncPeersIgnoresNoise(t *testing.T) {
+	a, b, dsn := peerPair(t, 5*time.Second)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, p := range []string{"", "{", "null", `{"t":7}`, `{"t":"ack","s":99}`, `{"t":"ack","n":"x","s":99,"to":"nobody"}`,
+		`{"t":"sync","n":"intruder","s":1}`, `{"t":"beat","n":""}`, strings.Repeat("x", 7000)} {
+		if _, err := conn.Exec(ctx, "SELECT pg_notify('costgate_ledger', $1)", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := holdApplyLock(t, dsn)
+	if err := b.Reserve(ctx, ledger.Entry{RequestID: "r-b", Tenant: "acme", EstimatedCost: 7}); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(300*time.Millisecond, release)
+	if err := a.SyncPeers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if spent, err := a.Spend(ctx, ledger.SpendQuery{Tenant: "acme", Period: "day"}); err != nil || spent != 7 {
+		t.Fatalf("after the noise and a sync, a reads %d (%v), want b's 7", spent, err)
+	}
+}
