@@ -36,9 +36,10 @@ type store interface {
 // says was spent this period, divided by share for the fallback) and
 // retries the call. So no request is charged against a counter that has
 // not been brought up to the ledger's spend, and a restart, a data loss
-// and a failover all give the same answer. Rate limits other than budgets
-// are not restored: they come back empty, which admits at most one more
-// window of each.
+// and a failover all give the same answer. So are the limits in dollars
+// keyed by the caller alone (compiledLimit.restorable), to the spend in
+// their window. Other rate limits are not restored: they come back empty,
+// which admits at most one more window of each.
 //
 // It is safe for concurrent use: concurrent calls that find one tenant
 // stale share one restore.
@@ -200,6 +201,13 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 	}
 	if items, counted, err = f.g.levelCounters(ctx, tenant, items, counted, seen, f.share); err != nil {
 		return err
+	}
+	if lost {
+		// A scheduled check leaves limits alone: a token bucket's
+		// counter holds less than the spend its restore counts.
+		if items, counted, err = f.g.limitCounters(ctx, st, tenant, items, counted, seen, f.share); err != nil {
+			return err
+		}
 	}
 	for _, it := range extra {
 		if !seen[it.Limit.Name+"\x00"+it.Key] {
@@ -566,19 +574,20 @@ func shareOf(spend, pending costmodel.NanoUSD, share int64) int64 {
 // budgetSpent).
 func (l *compiledLimit) spendQueries(c *Caller, userless []string) []ledger.SpendQuery {
 	q := ledger.SpendQuery{Tenant: c.Tenant, Period: l.period}
+	byUser, byKey := slices.Contains(l.dims, "user"), slices.Contains(l.dims, "api_key")
 	switch {
-	case l.dims[0] == "user" && c.User == "", l.dims[0] == "api_key" && c.KeyID == "":
+	case byKey && c.KeyID == "":
+		return nil
+	case byKey:
+		q.KeyID = c.KeyID // a key has one user
+	case byUser && c.User == "":
 		var queries []ledger.SpendQuery
-		if l.dims[0] == "user" {
-			for _, id := range userless {
-				queries = append(queries, ledger.SpendQuery{Tenant: c.Tenant, Period: l.period, KeyID: id})
-			}
+		for _, id := range userless {
+			queries = append(queries, ledger.SpendQuery{Tenant: c.Tenant, Period: l.period, KeyID: id})
 		}
 		return queries
-	case l.dims[0] == "user":
+	case byUser:
 		q.User = c.User
-	case l.dims[0] == "api_key":
-		q.KeyID = c.KeyID
 	}
 	return []ledger.SpendQuery{q}
 }
@@ -650,7 +659,70 @@ func (g *Gate) extraSpent(ctx context.Context, st *state, tenant string, it weig
 	if l, c, ok := st.budgetOfKey(it.Limit.Name, tenant, it.Key); ok {
 		return g.budgetSpent(ctx, st, l, c, it.Key, lost, nil, share)
 	}
+	for _, l := range st.limits {
+		if !lost || l.limit.Name != it.Limit.Name || !l.restorable() {
+			continue
+		}
+		if c, ok := l.callerOfKey(tenant, it.Key); ok {
+			return g.limitSpent(ctx, st, l, c, nil, share)
+		}
+	}
 	return 0, nil
+}
+
+// limitCounters appends to items an item for every restorable limit (see
+// compiledLimit.restorable) of every caller of tenant the gate lists, and
+// to counted what the ledger says each spent in the limit's window,
+// skipping those seen (and marking the rest): a limit in dollars keyed by
+// the caller is a budget over a window of its own, and a store that lost
+// its counter must not admit that window's spend again. The amounts are a
+// fallback's of share replicas (see shareOf).
+func (g *Gate) limitCounters(ctx context.Context, st *state, tenant string, items []weighted.Item, counted []int64,
+	seen map[string]bool, share int64) ([]weighted.Item, []int64, error) {
+	var callers []*Caller
+	var userless []string
+	for _, l := range st.limits {
+		if !l.restorable() {
+			continue
+		}
+		if callers == nil {
+			callers, userless = g.budgetCallers(st, tenant)
+		}
+		for _, c := range callers {
+			if !l.appliesTo(c.Plan) {
+				continue
+			}
+			key := l.callerKey(c)
+			if seen[l.limit.Name+"\x00"+key] {
+				continue
+			}
+			seen[l.limit.Name+"\x00"+key] = true
+			spent, err := g.limitSpent(ctx, st, l, c, userless, share)
+			if err != nil {
+				return nil, nil, err
+			}
+			items, counted = append(items, weighted.Item{Limit: l.limit, Key: key}), append(counted, spent)
+		}
+	}
+	return items, counted, nil
+}
+
+// limitSpent is what the ledger says caller c spent of restorable limit l
+// in its window (see compiledLimit.spentSince), this region's entries only
+// with regions (each region's store counts its own), as a fallback of
+// share replicas counts it.
+func (g *Gate) limitSpent(ctx context.Context, st *state, l *compiledLimit, c *Caller, userless []string, share int64) (int64, error) {
+	from := l.spentSince(time.Now())
+	queries := l.spendQueries(c, userless)
+	for i := range queries {
+		queries[i].Period, queries[i].From, queries[i].To = "", from, from.AddDate(100, 0, 0)
+	}
+	region := ""
+	if g.regions != nil {
+		region = st.cfg.Region
+	}
+	spent, err := g.sumSpend(ctx, l, c, queries, region, true, share)
+	return max(spent, 0), err
 }
 
 // levelCounters appends to items an item for every budget of the control

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"cmp"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -221,6 +222,45 @@ func (l *compiledLimit) callerScoped() bool {
 		}
 	}
 	return true
+}
+
+// restorable tells whether the limit's counter is brought up to the
+// ledger's spend when the store lost it, as a budget's is: a configured
+// limit in dollars keyed by the caller alone (tenant, user, api_key), of
+// an algorithm that counts an amount (not a sliding log's marks nor a
+// concurrency limit's units in flight). Its spend is the ledger's, the
+// caller's charges in the limit's window (see spentSince). Limits in
+// other units, or keyed by more than the caller, are not: the ledger
+// holds dollars by caller.
+func (l *compiledLimit) restorable() bool {
+	return !l.budget && l.level == nil && l.extra == 0 && l.unit == "usd" && l.callerScoped() &&
+		l.limit.Algorithm != weighted.SlidingLog && l.limit.Algorithm != weighted.Concurrency
+}
+
+// spentSince is when the spend that the limit's counter holds at now
+// starts: a fixed window's start (the store's windows are multiples of
+// the period since the Unix epoch, or calendar months); a sliding
+// window's period back; for a token bucket or GCRA, the time it takes to
+// refill from empty back, an upper bound of its debt (the ledger's
+// totals do not say how the spend spread over it). The start is rounded
+// down to the minute, which counts at most a minute more.
+func (l *compiledLimit) spentSince(now time.Time) time.Time {
+	now = now.UTC()
+	var from time.Time
+	switch p := l.limit.Period; l.limit.Algorithm {
+	case weighted.FixedWindow:
+		if l.limit.Calendar == weighted.Month {
+			return time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+		}
+		return time.UnixMicro(now.UnixMicro() / p.Microseconds() * p.Microseconds()).UTC()
+	case weighted.SlidingWindow:
+		from = now.Add(-p)
+	default:
+		burst := cmp.Or(l.limit.Burst, l.limit.Rate)
+		refill := time.Duration(min(float64(p)*float64(burst)/float64(max(l.limit.Rate, 1)), float64(weighted.MaxPeriod)))
+		from = now.Add(-refill)
+	}
+	return from.Truncate(time.Minute)
 }
 
 // callerKey is the key of a caller-scoped limit for caller c, outside any

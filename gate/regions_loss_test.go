@@ -141,12 +141,18 @@ budgets:
 // the first refusal (a 402).
 func spendAcme(t *testing.T, g *Gate, n int) (admitted int) {
 	t.Helper()
+	return spendAcmeUntil(t, g, n, 402)
+}
+
+// spendAcmeUntil is spendAcme with the refusal's status.
+func spendAcmeUntil(t *testing.T, g *Gate, n, status int) (admitted int) {
+	t.Helper()
 	ctx := context.Background()
 	c := g.Identify("cg-acme")
 	for range n {
 		res, d := g.Reserve(ctx, &Request{Caller: c, Route: "/x", Estimate: costmodel.Estimate{Cost: 1_000_000}})
 		if res == nil {
-			if d.Status != 402 {
+			if d.Status != status {
 				t.Fatalf("refused with %d: %+v", d.Status, d)
 			}
 			return admitted
