@@ -29,3 +29,11 @@ func PeersHeard(l *Ledger) int {
 	defer l.peers.mu.Unlock()
 	return len(l.peers.heard)
 }
+
+// SetPeerBeat sets how often the ledgers beat (and so how soon one that
+// stopped beating is gone), until the returned function restores it.
+func SetPeerBeat(d time.Duration) (restore func()) {
+	beat, alive := peerBeat, peerAlive
+	peerBeat, peerAlive = d, 3*d
+	return func() { peerBeat, peerAlive = beat, alive }
+}

@@ -3,7 +3,9 @@ package ledger_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -167,5 +169,44 @@ func TestSyncPeersIgnoresNoise(t *testing.T) {
 	}
 	if spent, err := a.Spend(ctx, ledger.SpendQuery{Tenant: "acme", Period: "day"}); err != nil || spent != 7 {
 		t.Fatalf("after the noise and a sync, a reads %d (%v), want b's 7", spent, err)
+	}
+}
+
+// TestSyncPeersListenersLast: the listeners keep their connections across
+// many beats (each a wait for a notification cut by its deadline), log
+// nothing, and still answer.
+func TestSyncPeersListenersLast(t *testing.T) {
+	t.Cleanup(ledger.SetPeerBeat(50 * time.Millisecond)) // after the ledgers close
+	var logs strings.Builder
+	var mu sync.Mutex
+	cfg := postgresConfig(t)
+	cfg.Logf = func(f string, a ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(&logs, f+"\n", a...)
+	}
+	a := open(t, cfg)
+	cfg.Dir = t.TempDir()
+	b := open(t, cfg)
+	ctx := context.Background()
+	time.Sleep(600 * time.Millisecond) // a dozen beats each
+	if ledger.PeersHeard(a) != 1 || ledger.PeersHeard(b) != 1 {
+		t.Fatalf("after a dozen beats a hears %d, b %d, want 1 each", ledger.PeersHeard(a), ledger.PeersHeard(b))
+	}
+	release := holdApplyLock(t, cfg.DSN)
+	if err := b.Reserve(ctx, ledger.Entry{RequestID: "r-b", Tenant: "acme", EstimatedCost: 7}); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(300*time.Millisecond, release)
+	if err := a.SyncPeers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if spent, err := a.Spend(ctx, ledger.SpendQuery{Tenant: "acme", Period: "day"}); err != nil || spent != 7 {
+		t.Fatalf("a reads %d (%v), want b's 7", spent, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(logs.String(), "listening to the other replicas") {
+		t.Errorf("a listener lost its connection:\n%s", logs.String())
 	}
 }
