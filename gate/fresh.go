@@ -156,6 +156,11 @@ func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err er
 			return false // not this call's tag: a restore would not help it
 		}
 		_, rerr, _ := f.group.Do(tag, func() (any, error) {
+			if tag == globalTag {
+				err := f.restoreGlobal(ctx, mine)
+				f.g.tel.Reconcile(telemetry.ReconcileStale, err)
+				return nil, err
+			}
 			err := f.restore(ctx, tag, mine, true)
 			f.g.tel.Reconcile(telemetry.ReconcileStale, err)
 			return nil, err
@@ -166,6 +171,67 @@ func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err er
 		}
 	}
 	return true
+}
+
+// restoreGlobal brings the counters of the global dollar limits (see
+// compiledLimit.globalCap), which share the hash tag globalTag, up to the
+// ledger's spend of every tenant in their window, and writes the tag's
+// marker: a store restarted empty or flushed lost them with every
+// tenant's. extra are more items under the tag, restored as they are.
+// With regions each region's store counts its own, where the ledger's
+// spend is every region's: the counters are then marked as they are (the
+// limit may admit its window once more).
+func (f *freshStore) restoreGlobal(ctx context.Context, extra []weighted.Item) error {
+	if err := f.g.ledgerCaughtUp(ctx, true); err != nil {
+		return err
+	}
+	st := f.g.state.Load()
+	var (
+		items   []weighted.Item
+		counted []int64
+		seen    = map[string]bool{}
+		now     = time.Now()
+	)
+	for _, l := range st.limits {
+		if !l.global {
+			continue
+		}
+		it := weighted.Item{Limit: l.limit, Key: l.key(&Reservation{st: st})}
+		seen[it.Limit.Name+"\x00"+it.Key] = true
+		var spent costmodel.NanoUSD
+		if f.g.regions == nil {
+			var err error
+			spent, err = f.g.ledger.TotalSpend(ctx, l.spentSince(now), now.AddDate(100, 0, 0))
+			switch {
+			case err != nil && l.failClosed:
+				return fmt.Errorf("gate: restore of the global limit %s: %w", l.limit.Name, err)
+			case err != nil:
+				// Fail-open: restored from nothing rather than refusing
+				// every request until the database answers.
+				f.g.log.Warn("a global limit's counter restored without the ledger's spend", "limit", l.limit.Name, "err", err)
+				spent = 0
+			}
+		}
+		items, counted = append(items, it), append(counted, int64(spent)/f.share)
+	}
+	for _, it := range extra {
+		if !seen[it.Limit.Name+"\x00"+it.Key] {
+			it.Cost = 0
+			items, counted = append(items, it), append(counted, 0)
+		}
+	}
+	if f.share > 1 {
+		items = fallbackItems(items, f.share)
+	}
+	if err := f.store.Restore(ctx, items, counted); err != nil {
+		return fmt.Errorf("gate: restore of the global limits: %w", err)
+	}
+	for i, it := range items {
+		if counted[i] > 0 {
+			f.g.log.Info("global limit counter restored from the ledger", "limit", it.Limit.Name, "ledger_nano_usd", counted[i], "share", f.share)
+		}
+	}
+	return nil
 }
 
 // restore brings tenant's counters up to the ledger's spend; extra are
@@ -432,19 +498,8 @@ func (g *Gate) budgetRemaining(tenant string, items []weighted.Item, spent []int
 // replicas (see shareOf).
 func (g *Gate) budgetCounters(ctx context.Context, tenant string, lost bool, share int64) ([]weighted.Item, []int64, error) {
 	st := g.state.Load()
-	if lost {
-		// The store lost counters that other replicas debited too: the
-		// records of their requests admitted before the loss reach the
-		// ledger's store a batch later, or later still when the database
-		// is slow. Read it once they have.
-		if err := g.syncPeers(ctx); err != nil {
-			return nil, nil, err
-		}
-	}
-	if g.ledger.Stats().StoreErr == nil {
-		if err := g.ledger.Flush(ctx); err != nil {
-			g.log.Warn("ledger flush before a restore failed", "err", err)
-		}
+	if err := g.ledgerCaughtUp(ctx, lost); err != nil {
+		return nil, nil, err
 	}
 	var (
 		items   []weighted.Item
@@ -471,6 +526,25 @@ func (g *Gate) budgetCounters(ctx context.Context, tenant string, lost bool, sha
 		}
 	}
 	return items, counted, nil
+}
+
+// ledgerCaughtUp returns once the ledger's store holds this replica's
+// records, and with lost (the store lost counters that other replicas
+// debited too) the other replicas' (see syncPeers): the records of
+// requests admitted before the loss reach the ledger's store a batch
+// later, or later still when the database is slow. Its error is ctx's.
+func (g *Gate) ledgerCaughtUp(ctx context.Context, lost bool) error {
+	if lost {
+		if err := g.syncPeers(ctx); err != nil {
+			return err
+		}
+	}
+	if g.ledger.Stats().StoreErr == nil {
+		if err := g.ledger.Flush(ctx); err != nil {
+			g.log.Warn("ledger flush before a restore failed", "err", err)
+		}
+	}
+	return nil
 }
 
 // budgetCallers returns the callers of tenant whose configured budgets the
@@ -918,6 +992,9 @@ func (f *freshStore) catchUpTag(ctx context.Context, tag string) {
 				}
 				f.g.unsettledAs(p)
 			}
+		}
+		if tag == globalTag {
+			return nil, nil // no tenant's: the global limits' counters have what was replayed
 		}
 		// Deleted before the ledger is read: a mark made since stays.
 		if err := f.restore(ctx, tag, nil, false); err != nil {

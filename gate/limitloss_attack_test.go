@@ -9,6 +9,20 @@ import (
 	"github.com/costgate/costgate/internal/redistest"
 )
 
+// openYAML opens a gate on the configuration yaml; the caller closes it.
+func openYAML(t *testing.T, yaml string) *Gate {
+	t.Helper()
+	cfg, err := config.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Open(context.Background(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 // TestLimitLossAtkDollarLimitsHold: a limit in dollars keyed by the
 // caller is a spend cap over a window of its own, as a budget is over
 // its period. acme spends it ($0.01 in $0.001 requests) and Redis then
@@ -22,7 +36,7 @@ func TestLimitLossAtkDollarLimitsHold(t *testing.T) {
 			t.Run(algo+dims, func(t *testing.T) {
 				t.Parallel()
 				srv := redistest.New(t)
-				cfg, err := config.Parse([]byte(fmt.Sprintf(`
+				g := openYAML(t, fmt.Sprintf(`
 admin_token: t
 data_dir: %q
 store: {redis: %q, timeout: 5s, queue_timeout: 5s}
@@ -30,14 +44,7 @@ tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme, user: ann}]}
 limits:
   - {name: spend, dimensions: %s, unit: usd, rate_usd: "0.01", period: 24h, algorithm: %s}
-`, t.TempDir(), srv.URL, dims, algo)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				g, err := Open(context.Background(), cfg, Options{})
-				if err != nil {
-					t.Fatal(err)
-				}
+`, t.TempDir(), srv.URL, dims, algo))
 				t.Cleanup(func() { g.Close() })
 				if n := spendAcmeUntil(t, g, 4, 429); n != 4 {
 					t.Fatalf("before the first loss: %d admitted of 4", n)
@@ -66,22 +73,14 @@ limits:
 func TestLimitLossAtkRestartOnMemory(t *testing.T) {
 	dir := t.TempDir()
 	open := func() *Gate {
-		cfg, err := config.Parse([]byte(fmt.Sprintf(`
+		return openYAML(t, fmt.Sprintf(`
 admin_token: t
 data_dir: %q
 tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
 limits:
   - {name: spend, dimensions: [tenant], unit: usd, rate_usd: "0.01", period: 1h, algorithm: sliding_window}
-`, dir)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := Open(context.Background(), cfg, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return g
+`, dir))
 	}
 	g := open()
 	if n := spendAcmeUntil(t, g, 20, 429); n != 10 {
@@ -94,5 +93,61 @@ limits:
 	defer g.Close()
 	if n := spendAcmeUntil(t, g, 20, 429); n > 0 {
 		t.Fatalf("after a restart: %d more admitted of a $0.01 limit acme had spent this hour", n)
+	}
+}
+
+// TestLimitLossAtkGlobalDollarLimitHolds: a limit in dollars with one key
+// for the whole deployment (no dimension, or the region) is its spend
+// cap. Two tenants spend it ($0.006 and $0.004 of $0.01) and the store
+// then loses its data (Redis flushed; the embedded default restarted):
+// the counter has no tenant's marker, and must still not come back
+// empty.
+func TestLimitLossAtkGlobalDollarLimitHolds(t *testing.T) {
+	for _, algo := range []string{"fixed_window", "sliding_window", "token_bucket", "gcra"} {
+		for _, dims := range []string{"[]", "[region]"} {
+			for _, store := range []string{"redis", "memory"} {
+				t.Run(algo+dims+"/"+store, func(t *testing.T) {
+					t.Parallel()
+					dir := t.TempDir()
+					var srv *redistest.Server
+					storeYAML := ""
+					if store == "redis" {
+						srv = redistest.New(t)
+						storeYAML = fmt.Sprintf("store: {redis: %q, timeout: 5s, queue_timeout: 5s}", srv.URL)
+					}
+					open := func() *Gate {
+						return openYAML(t, fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+region: eu
+%s
+tenants:
+  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
+  - {name: beta, plan: small, keys: [{id: beta-key, key: cg-beta}]}
+limits:
+  - {name: all-spend, dimensions: %s, unit: usd, rate_usd: "0.01", period: 24h, algorithm: %s}
+`, dir, storeYAML, dims, algo))
+					}
+					g := open()
+					defer func() { g.Close() }()
+					if a, b := spendAsUntil(t, g, "cg-acme", 6, 429), spendAsUntil(t, g, "cg-beta", 4, 429); a+b != 10 {
+						t.Fatalf("before the loss: %d and %d admitted of 6 and 4", a, b)
+					}
+					if store == "redis" {
+						if err := srv.Client(t).FlushAll(context.Background()).Err(); err != nil {
+							t.Fatal(err)
+						}
+					} else {
+						if err := g.Close(); err != nil {
+							t.Fatal(err)
+						}
+						g = open()
+					}
+					if n := spendAsUntil(t, g, "cg-beta", 20, 429) + spendAsUntil(t, g, "cg-acme", 20, 429); n > 0 {
+						t.Fatalf("after the store lost its data: %d more admitted of a $0.01 global limit both tenants had spent", n)
+					}
+				})
+			}
+		}
 	}
 }

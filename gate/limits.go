@@ -26,6 +26,7 @@ type compiledLimit struct {
 	shadow     bool   // a denial is recorded, never enforced
 	failClosed bool
 	tagged     bool        // the key carries the tenant as its hash tag
+	global     bool        // a global dollar limit (globalCap): the key carries globalTag as its hash tag
 	byIP       bool        // the key has the ip dimension
 	attrs      []string    // the attributes the key names (attr.NAME), without the prefix
 	extra      int         // 1 + the index of a request's extra limit; 0 for a configured one
@@ -57,6 +58,7 @@ func compileLimit(l config.LimitConfig) (*compiledLimit, error) {
 		shadow:     l.Mode == "shadow",
 		failClosed: l.OnStoreFailure == "fail_closed",
 		tagged:     callerDims(l.Dimensions),
+		global:     globalCap(l),
 		byIP:       slices.Contains(l.Dimensions, "ip"),
 		attrs:      attrDims(l.Dimensions),
 	}, nil
@@ -142,10 +144,13 @@ func (l *compiledLimit) key(r *Reservation) string {
 	}
 	var b strings.Builder
 	b.Grow(64)
-	if l.tagged {
+	switch {
+	case l.tagged:
 		b.WriteString("{")
 		b.WriteString(r.req.Caller.Tenant)
 		b.WriteString("}")
+	case l.global:
+		b.WriteString("{" + globalTag + "}")
 	}
 	for _, d := range l.dims {
 		b.WriteByte(':')
@@ -235,6 +240,28 @@ func (l *compiledLimit) callerScoped() bool {
 func (l *compiledLimit) restorable() bool {
 	return !l.budget && l.level == nil && l.extra == 0 && l.unit == "usd" && l.callerScoped() &&
 		l.limit.Algorithm != weighted.SlidingLog && l.limit.Algorithm != weighted.Concurrency
+}
+
+// globalTag is the hash tag of the global dollar limits' keys (see
+// globalCap), "{{global}:...", so that their store keeps a generation
+// marker for them as for a tenant's: no tenant has it, as no tenant's
+// name holds a '{' (the configuration refuses one, the control plane's
+// names are [a-z0-9_.-], the rate limit service writes %7B).
+const globalTag = "{global"
+
+// globalCap tells whether configured limit l is a spend cap of the whole
+// deployment: in dollars, with one key for every request (no dimension,
+// or the region alone), of an algorithm that counts an amount. Its key
+// carries globalTag, and its counter is restored from every tenant's
+// spend in the ledger when the store lost its data (see
+// freshStore.restoreGlobal).
+func globalCap(l config.LimitConfig) bool {
+	for _, d := range l.Dimensions {
+		if d != "region" {
+			return false
+		}
+	}
+	return l.Unit == "usd" && l.Algorithm != "sliding_log" && l.Algorithm != "concurrency"
 }
 
 // spentSince is when the spend that the limit's counter holds at now

@@ -147,8 +147,14 @@ func spendAcme(t *testing.T, g *Gate, n int) (admitted int) {
 // spendAcmeUntil is spendAcme with the refusal's status.
 func spendAcmeUntil(t *testing.T, g *Gate, n, status int) (admitted int) {
 	t.Helper()
+	return spendAsUntil(t, g, "cg-acme", n, status)
+}
+
+// spendAsUntil is spendAcmeUntil as the caller of key.
+func spendAsUntil(t *testing.T, g *Gate, key string, n, status int) (admitted int) {
+	t.Helper()
 	ctx := context.Background()
-	c := g.Identify("cg-acme")
+	c := g.Identify(key)
 	for range n {
 		res, d := g.Reserve(ctx, &Request{Caller: c, Route: "/x", Estimate: costmodel.Estimate{Cost: 1_000_000}})
 		if res == nil {

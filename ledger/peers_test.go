@@ -80,6 +80,32 @@ func holdApplyLock(t *testing.T, dsn string) (release func()) {
 	return release
 }
 
+// syncSeesHeldRecord has b record a reservation of 7 while the database
+// holds every batch back for hold, then a sync: once SyncPeers returns, a
+// must read b's 7. It returns how long the sync took.
+func syncSeesHeldRecord(t *testing.T, a, b *ledger.Ledger, dsn string, hold time.Duration) time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	release := holdApplyLock(t, dsn)
+	if err := b.Reserve(ctx, ledger.Entry{RequestID: "r-b", Tenant: "acme", EstimatedCost: 7}); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(hold, release)
+	start := time.Now()
+	if err := a.SyncPeers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	spent, err := a.Spend(ctx, ledger.SpendQuery{Tenant: "acme", From: start.Add(-time.Hour), To: start.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spent != 7 {
+		t.Fatalf("after SyncPeers (%v) a reads a spend of %d; b recorded 7 before the call", took, spent)
+	}
+	return took
+}
+
 // TestSyncPeersWaitsForASlowReplica: replica b records a reservation of
 // 7 while the database holds every batch back for 600 ms. a then asks its
 // peers to flush (as a limiter that lost its counters does before it
@@ -88,25 +114,7 @@ func holdApplyLock(t *testing.T, dsn string) (release func()) {
 // read let the tenant spend b's 7 again.
 func TestSyncPeersWaitsForASlowReplica(t *testing.T) {
 	a, b, dsn := peerPair(t, 5*time.Second)
-	ctx := context.Background()
-	release := holdApplyLock(t, dsn)
-	if err := b.Reserve(ctx, ledger.Entry{RequestID: "r-b", Tenant: "acme", EstimatedCost: 7}); err != nil {
-		t.Fatal(err)
-	}
-	time.AfterFunc(600*time.Millisecond, release)
-	start := time.Now()
-	if err := a.SyncPeers(ctx); err != nil {
-		t.Fatal(err)
-	}
-	took := time.Since(start)
-	spent, err := a.Spend(ctx, ledger.SpendQuery{Tenant: "acme", Period: "day"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("SyncPeers took %v; a reads %d", took, spent)
-	if spent != 7 {
-		t.Fatalf("after SyncPeers a reads a spend of %d; b recorded 7 before the call", spent)
-	}
+	t.Logf("SyncPeers took %v", syncSeesHeldRecord(t, a, b, dsn, 600*time.Millisecond))
 }
 
 // TestSyncPeersBounded: a replica whose writes stay held back does not
@@ -159,17 +167,7 @@ func TestSyncPeersIgnoresNoise(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	release := holdApplyLock(t, dsn)
-	if err := b.Reserve(ctx, ledger.Entry{RequestID: "r-b", Tenant: "acme", EstimatedCost: 7}); err != nil {
-		t.Fatal(err)
-	}
-	time.AfterFunc(300*time.Millisecond, release)
-	if err := a.SyncPeers(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if spent, err := a.Spend(ctx, ledger.SpendQuery{Tenant: "acme", Period: "day"}); err != nil || spent != 7 {
-		t.Fatalf("after the noise and a sync, a reads %d (%v), want b's 7", spent, err)
-	}
+	syncSeesHeldRecord(t, a, b, dsn, 300*time.Millisecond)
 }
 
 // TestSyncPeersListenersLast: the listeners keep their connections across
@@ -188,22 +186,11 @@ func TestSyncPeersListenersLast(t *testing.T) {
 	a := open(t, cfg)
 	cfg.Dir = t.TempDir()
 	b := open(t, cfg)
-	ctx := context.Background()
 	time.Sleep(600 * time.Millisecond) // a dozen beats each
 	if ledger.PeersHeard(a) != 1 || ledger.PeersHeard(b) != 1 {
 		t.Fatalf("after a dozen beats a hears %d, b %d, want 1 each", ledger.PeersHeard(a), ledger.PeersHeard(b))
 	}
-	release := holdApplyLock(t, cfg.DSN)
-	if err := b.Reserve(ctx, ledger.Entry{RequestID: "r-b", Tenant: "acme", EstimatedCost: 7}); err != nil {
-		t.Fatal(err)
-	}
-	time.AfterFunc(300*time.Millisecond, release)
-	if err := a.SyncPeers(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if spent, err := a.Spend(ctx, ledger.SpendQuery{Tenant: "acme", Period: "day"}); err != nil || spent != 7 {
-		t.Fatalf("a reads %d (%v), want b's 7", spent, err)
-	}
+	syncSeesHeldRecord(t, a, b, cfg.DSN, 300*time.Millisecond)
 	mu.Lock()
 	defer mu.Unlock()
 	if strings.Contains(logs.String(), "listening to the other replicas") {

@@ -349,6 +349,27 @@ type TenantSpend struct {
 	Entries int64             `json:"entries"` // entries created in the period
 }
 
+// TotalSpend returns the spend of every tenant together over the entries
+// created in [from, to): from rounded down to the roll-up's 15-minute
+// buckets (so it may count up to 15 minutes more), to a bucket's start or
+// a time after the last entry. It reads the roll-up, one row per tenant
+// and bucket; the sum saturates.
+func (l *Ledger) TotalSpend(ctx context.Context, from, to time.Time) (costmodel.NanoUSD, error) {
+	from = from.UTC().Truncate(bucketSize)
+	if !from.Before(to) {
+		return 0, fmt.Errorf("%w total spend: from %s is not before to %s", ErrInvalid, from.Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+	}
+	ts, err := l.store.summary(ctx, from, to.UTC())
+	if err != nil {
+		return 0, err
+	}
+	var v costmodel.NanoUSD
+	for _, t := range ts {
+		v = addSat(v, t.Spend)
+	}
+	return v, nil
+}
+
 // Summary returns the spend of every tenant with entries in the period
 // ("day" or "month", in Config.TimeZone) that contains at (zero: now),
 // ordered by tenant, as it is in the store. It reads the same roll-up as
