@@ -65,6 +65,11 @@ const settleTimeout = 10 * time.Second
 // rule would price the coded bytes, and an API that decodes the body
 // would serve what the decoded body asks for.
 //
+// A Base outside the RoundTripper contract is read as http.Client reads
+// it: a nil Body as an empty one (one whose Content-Length promised bytes
+// as an answer cut before its first), and neither a response nor an
+// error as a call that failed once its request was written.
+//
 // RoundTrip does not modify the request. A Transport is safe for
 // concurrent use; its fields must not change once it is in use.
 type Transport struct {
@@ -165,6 +170,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		},
 	}))
 	resp, err := t.base().RoundTrip(out)
+	if err == nil && resp == nil {
+		// Outside the RoundTripper contract, as http.Client answers it:
+		// a call that may have been served, with no answer.
+		err = fmt.Errorf("client: transport: %T returned a nil *Response with a nil error", t.base())
+	}
 	if err != nil {
 		if wrote.Load() {
 			// No answer to a request the API has: it is charged as the
@@ -188,6 +198,14 @@ func (t *Transport) settle(ctx context.Context, req *http.Request, res *Reservat
 		// and the caller needs it as it is. Its header may state units.
 		t.end(ctx, req, res, t.usage(rule, estimated, resp.Header, nil, false), nil)
 		return resp, nil
+	}
+	if resp.Body == nil {
+		// Outside the contract too: http.Client reads it as an empty
+		// body, unless its length promised bytes, which never came.
+		resp.Body = http.NoBody
+		if resp.ContentLength > 0 && req.Method != http.MethodHead {
+			resp.Body = missingBody{}
+		}
 	}
 	limit := t.maxBody()
 	buf, readErr := io.ReadAll(io.LimitReader(resp.Body, limit+1))
@@ -497,3 +515,10 @@ type joinedBody struct {
 }
 
 func (b *joinedBody) Close() error { return b.rest.Close() }
+
+// missingBody is the body of an answer a Base gave none whose length
+// promised one: it ends before its first byte.
+type missingBody struct{}
+
+func (missingBody) Read([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }
+func (missingBody) Close() error             { return nil }
