@@ -28,6 +28,8 @@ type compiledLimit struct {
 	tagged     bool        // the key carries the tenant as its hash tag
 	global     bool        // a global dollar limit (globalCap): the key carries globalTag as its hash tag
 	byIP       bool        // the key has the ip dimension
+	byModel    bool        // the key has the model dimension
+	byUpstream bool        // the key has the upstream dimension
 	attrs      []string    // the attributes the key names (attr.NAME), without the prefix
 	extra      int         // 1 + the index of a request's extra limit; 0 for a configured one
 	fixedKey   string      // a control-plane level's limit: its key, whatever the request
@@ -60,6 +62,8 @@ func compileLimit(l config.LimitConfig) (*compiledLimit, error) {
 		tagged:     callerDims(l.Dimensions),
 		global:     globalCap(l),
 		byIP:       slices.Contains(l.Dimensions, "ip"),
+		byModel:    slices.Contains(l.Dimensions, "model"),
+		byUpstream: slices.Contains(l.Dimensions, "upstream"),
 		attrs:      attrDims(l.Dimensions),
 	}, nil
 }
@@ -122,9 +126,18 @@ func (l *compiledLimit) appliesTo(plan string) bool {
 // of them: one tenant's proxied traffic would spend it for the others,
 // and hold each tenant's proxied traffic to one attribute value's rate.
 // (A caller that leaves an attribute out gains nothing it could not have
-// by naming a value of its own.)
+// by naming a value of its own.) Likewise a limit keyed by model does not
+// apply to a request that uses no model (a generic upstream's, a
+// reservation or a rate limit call that names none: its estimate counted
+// no tokens), nor one keyed by upstream to a request that names no
+// upstream (a reservation's, a rate limit call's): each would be one
+// ":model=" or ":upstream=" key every tenant's such requests spend. A
+// request to a model API that names no model still counts under the
+// empty model, as what the upstream serves it is not known.
 func (l *compiledLimit) keyedFor(req *Request) bool {
-	if l.byIP && req.IP == "" {
+	if l.byIP && req.IP == "" ||
+		l.byModel && req.Estimate.Model == "" && req.Estimate.Encoding == "" ||
+		l.byUpstream && req.Upstream == "" {
 		return false
 	}
 	for _, a := range l.attrs {

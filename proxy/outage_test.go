@@ -188,9 +188,9 @@ limits:
 	if served != 3 {
 		t.Errorf("served %d on the cluster, want the limit of 3", served)
 	}
-	// Held reservations on the cluster, whose per-model limit (keyed by
-	// an empty model when none is named) lives in another slot than the
-	// tenant's limits, so that their ends are claimed apart (SET NX; a
+	// Held reservations on the cluster, whose per-model limit lives in
+	// another slot than the tenant's limits, so that their ends are
+	// claimed apart (SET NX; a
 	// claim in the settlement's script call on a cluster is
 	// weighted.TestCluster's): each settles once, a second settle is told
 	// the first, a release after it is refused.
@@ -199,7 +199,7 @@ limits:
 	for i, addr := range c.Addrs {
 		mons[i] = redistest.NewMonitor(t, addr)
 	}
-	for _, body := range []string{`{"cost":{"tokens":10}}`, `{"cost":{"tokens":10},"model":"gpt-4o-mini"}`} {
+	for _, body := range []string{`{"cost":{"tokens":10},"model":"gpt-4o"}`, `{"cost":{"tokens":10},"model":"gpt-4o-mini"}`} {
 		code, r := reserveCall(t, h, "cg-test-globex", "/v1/costgate/reserve", body)
 		if code != 200 {
 			t.Fatalf("reserve %s on the cluster: %d %v", body, code, r)
