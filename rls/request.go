@@ -316,6 +316,11 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest, sub *party) err
 		dc := &c.descs[i]
 		switch l := c.limitOf(dc); {
 		case dc.n == nil, d.GetIsNegativeHits(), l != nil && l.unlimited:
+		case dc.hits > 0 && dc.n.hits != hitRequests:
+			// Usage already served, charged whatever its limits say: a
+			// limit of 0 refuses requests, and a charge is none (it has
+			// no counter, as a block in shadow mode has none).
+			dc.kind = kindCharge
 		case l != nil && l.block && !l.shadow:
 			if c.block < 0 {
 				c.block = i
