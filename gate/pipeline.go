@@ -381,11 +381,7 @@ func (r *Reservation) check(ctx context.Context) Decision {
 		if d, closed := r.failClosed(err); closed {
 			return d
 		}
-		r.dropShadow()
-		for _, l := range r.limits {
-			r.g.tel.FailOpen(l.limit.Name)
-		}
-		return Decision{Outcome: telemetry.OutcomeAllow, Degraded: true}
+		return r.checkFallback(ctx)
 	}
 	r.result = res
 	if res.Allowed || r.deniedOnlyByShadow() {
@@ -393,6 +389,46 @@ func (r *Reservation) check(ctx context.Context) Decision {
 		return r.admitted()
 	}
 	return r.deny()
+}
+
+// checkFallback answers a check when the store cannot, as storeFailed
+// decides a debit: on the local fallback, where the requests and the
+// usage admitted during the outage count and the budgets start from the
+// ledger's spend. Nothing is written there.
+func (r *Reservation) checkFallback(ctx context.Context) Decision {
+	r.dropShadow()
+	for _, l := range r.limits {
+		r.g.tel.FailOpen(l.limit.Name)
+	}
+	r.items = fallbackItems(r.items, r.st.cfg.Store.FallbackReplicas)
+	res, err := r.g.fallbackStore().Peek(ctx, r.items)
+	var d Decision
+	switch {
+	case err != nil && !errors.As(err, new(*weighted.CostError)):
+		// The fallback could not be brought up to the ledger's spend.
+		r.outcome, r.answer = telemetry.OutcomeHard, http.StatusServiceUnavailable
+		r.items = r.items[:0]
+		d = refusal(telemetry.OutcomeHard, http.StatusServiceUnavailable, Error{
+			Type: "service_unavailable", Code: "limiter_unavailable",
+			Message: "the limiter store is unavailable and the local budgets cannot be restored; retry in 1 s",
+		})
+		d.RetryAfter = 1
+	case err != nil:
+		// One unit more than this replica's share of a limit.
+		r.result = weighted.Result{Decider: 0, Items: make([]weighted.ItemState, len(r.items)), RetryAfter: time.Second}
+		for i := range r.items {
+			r.result.Items[i] = weighted.ItemState{Capacity: r.items[i].Limit.Capacity()}
+		}
+		d = r.deny()
+	case res.Allowed:
+		r.result = res
+		d = r.admitted()
+	default:
+		r.result = res
+		d = r.deny()
+	}
+	d.Degraded = true
+	return d
 }
 
 // debit reserves the estimate on every limit that applies, all or
