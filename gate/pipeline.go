@@ -412,7 +412,7 @@ func (r *Reservation) checkFallback(ctx context.Context) Decision {
 			Type: "service_unavailable", Code: "limiter_unavailable",
 			Message: "the limiter store is unavailable and the local budgets cannot be restored; retry in 1 s",
 		})
-		d.RetryAfter = 1
+		d.RetryAfter, d.Undecided = 1, true
 	case err != nil:
 		// One unit more than this replica's share of a limit.
 		r.result = weighted.Result{Decider: 0, Items: make([]weighted.ItemState, len(r.items)), RetryAfter: time.Second}
@@ -572,7 +572,7 @@ func (r *Reservation) overloaded() Decision {
 		Type: "service_unavailable", Code: "overloaded",
 		Message: "costgate's limiter cannot take a decision now; retry in 1 s",
 	})
-	d.RetryAfter = 1
+	d.RetryAfter, d.Undecided = 1, true
 	return d
 }
 
@@ -677,7 +677,7 @@ func (r *Reservation) storeFailed(ctx context.Context, err error) Decision {
 			Type: "service_unavailable", Code: "limiter_unavailable",
 			Message: "the limiter store is unavailable and the local budgets cannot be restored; retry in 1 s",
 		})
-		d.RetryAfter, d.Degraded = 1, true
+		d.RetryAfter, d.Degraded, d.Undecided = 1, true, true
 		return d
 	}
 	if err != nil {
@@ -929,10 +929,12 @@ func (r *Reservation) Record(ctx context.Context) (Decision, bool) {
 	r.outcome, r.answer = telemetry.OutcomeHard, http.StatusServiceUnavailable
 	r.g.log.Error("ledger reserve failed", "request_id", r.req.ID, "err", err)
 	r.Report(http.StatusServiceUnavailable)
-	return refusal(telemetry.OutcomeHard, http.StatusServiceUnavailable, Error{
+	d := refusal(telemetry.OutcomeHard, http.StatusServiceUnavailable, Error{
 		Type: "service_unavailable", Code: "ledger_unavailable",
 		Message: "costgate cannot record the request in its ledger; try again",
-	}), false
+	})
+	d.Undecided = true
+	return d, false
 }
 
 // Cancel returns the whole reservation to the limits. A reservation

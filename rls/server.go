@@ -383,17 +383,10 @@ type detachedKey struct{}
 
 // unavailable tells whether a refusal says that costgate cannot decide
 // (the limiter is overloaded or its counters are not restored, the ledger
-// cannot record), as opposed to a decision: a fail-closed limit's 503
-// names its limit.
+// cannot record), as opposed to a decision: a fail-closed limit's 503 is
+// one, whatever its limit is named.
 func unavailable(d gate.Decision) bool {
-	if d.Status != 503 || d.Error == nil {
-		return false
-	}
-	switch d.Error.Code {
-	case "overloaded", "limiter_unavailable", "ledger_unavailable":
-		return true
-	}
-	return false
+	return d.Undecided
 }
 
 // errorBody is the raw_body of an OVER_LIMIT answer: the refusal as the
