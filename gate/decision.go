@@ -45,6 +45,11 @@ type Decision struct {
 	// Degraded tells that the limiter store failed and the request was
 	// admitted on the local fallback budgets (fail-open).
 	Degraded bool
+	// Undecided tells that costgate could not decide (Status 503: its
+	// limiter is overloaded, the counters cannot be restored, the ledger
+	// cannot record), as opposed to a limit's refusal, a fail-closed
+	// limit's 503 among them, whatever the limit's name.
+	Undecided bool
 }
 
 // Allowed tells whether the request is admitted.

@@ -107,7 +107,7 @@ func (r *Reservation) Extend(ctx context.Context, extra costmodel.Usage) (Decisi
 				Type: "service_unavailable", Code: "overloaded",
 				Message: "costgate's limiter cannot debit the stream's next increment now",
 			})
-			d.RetryAfter = 1
+			d.RetryAfter, d.Undecided = 1, true
 			return d, false
 		case !res.Allowed:
 			i := max(res.Decider, 0)

@@ -381,11 +381,7 @@ func (r *Reservation) check(ctx context.Context) Decision {
 		if d, closed := r.failClosed(err); closed {
 			return d
 		}
-		r.dropShadow()
-		for _, l := range r.limits {
-			r.g.tel.FailOpen(l.limit.Name)
-		}
-		return Decision{Outcome: telemetry.OutcomeAllow, Degraded: true}
+		return r.checkFallback(ctx)
 	}
 	r.result = res
 	if res.Allowed || r.deniedOnlyByShadow() {
@@ -393,6 +389,46 @@ func (r *Reservation) check(ctx context.Context) Decision {
 		return r.admitted()
 	}
 	return r.deny()
+}
+
+// checkFallback answers a check when the store cannot, as storeFailed
+// decides a debit: on the local fallback, where the requests and the
+// usage admitted during the outage count and the budgets start from the
+// ledger's spend. Nothing is written there.
+func (r *Reservation) checkFallback(ctx context.Context) Decision {
+	r.dropShadow()
+	for _, l := range r.limits {
+		r.g.tel.FailOpen(l.limit.Name)
+	}
+	r.items = fallbackItems(r.items, r.st.cfg.Store.FallbackReplicas)
+	res, err := r.g.fallbackStore().Peek(ctx, r.items)
+	var d Decision
+	switch {
+	case err != nil && !errors.As(err, new(*weighted.CostError)):
+		// The fallback could not be brought up to the ledger's spend.
+		r.outcome, r.answer = telemetry.OutcomeHard, http.StatusServiceUnavailable
+		r.items = r.items[:0]
+		d = refusal(telemetry.OutcomeHard, http.StatusServiceUnavailable, Error{
+			Type: "service_unavailable", Code: "limiter_unavailable",
+			Message: "the limiter store is unavailable and the local budgets cannot be restored; retry in 1 s",
+		})
+		d.RetryAfter, d.Undecided = 1, true
+	case err != nil:
+		// One unit more than this replica's share of a limit.
+		r.result = weighted.Result{Decider: 0, Items: make([]weighted.ItemState, len(r.items)), RetryAfter: time.Second}
+		for i := range r.items {
+			r.result.Items[i] = weighted.ItemState{Capacity: r.items[i].Limit.Capacity()}
+		}
+		d = r.deny()
+	case res.Allowed:
+		r.result = res
+		d = r.admitted()
+	default:
+		r.result = res
+		d = r.deny()
+	}
+	d.Degraded = true
+	return d
 }
 
 // debit reserves the estimate on every limit that applies, all or
@@ -536,7 +572,7 @@ func (r *Reservation) overloaded() Decision {
 		Type: "service_unavailable", Code: "overloaded",
 		Message: "costgate's limiter cannot take a decision now; retry in 1 s",
 	})
-	d.RetryAfter = 1
+	d.RetryAfter, d.Undecided = 1, true
 	return d
 }
 
@@ -641,7 +677,7 @@ func (r *Reservation) storeFailed(ctx context.Context, err error) Decision {
 			Type: "service_unavailable", Code: "limiter_unavailable",
 			Message: "the limiter store is unavailable and the local budgets cannot be restored; retry in 1 s",
 		})
-		d.RetryAfter, d.Degraded = 1, true
+		d.RetryAfter, d.Degraded, d.Undecided = 1, true, true
 		return d
 	}
 	if err != nil {
@@ -893,10 +929,12 @@ func (r *Reservation) Record(ctx context.Context) (Decision, bool) {
 	r.outcome, r.answer = telemetry.OutcomeHard, http.StatusServiceUnavailable
 	r.g.log.Error("ledger reserve failed", "request_id", r.req.ID, "err", err)
 	r.Report(http.StatusServiceUnavailable)
-	return refusal(telemetry.OutcomeHard, http.StatusServiceUnavailable, Error{
+	d := refusal(telemetry.OutcomeHard, http.StatusServiceUnavailable, Error{
 		Type: "service_unavailable", Code: "ledger_unavailable",
 		Message: "costgate cannot record the request in its ledger; try again",
-	}), false
+	})
+	d.Undecided = true
+	return d, false
 }
 
 // Cancel returns the whole reservation to the limits. A reservation

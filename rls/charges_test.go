@@ -167,8 +167,8 @@ func TestChargeWithTheStoreDown(t *testing.T) {
 			t.Errorf("%s: ledger %d nano-dollars, want %d: 1,200 input tokens at $1/M", tenant, got, want)
 		}
 	}
-	// A check with the store down fails open without the fallback; a
-	// debit of one token meets the charges there.
+	// A debit of one token meets the charges on the fallback (a check
+	// does too: TestRLSAtkCheckWithTheStoreDownMeetsTheFallback).
 	one := &gate.Request{Caller: e.g.Trusted("open", "", "", ""), Route: "rls:charges", NoRequests: true,
 		Estimate: costmodel.Estimate{Model: "test-model", Usage: costmodel.Usage{InputTokens: 1}}}
 	if res, d := e.g.Reserve(context.Background(), one); res != nil || d.Status != 429 || !d.Degraded {

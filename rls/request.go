@@ -296,7 +296,11 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest, sub *party) err
 		if lo := d.GetLimit(); lo != nil {
 			ov, err := override(dom, lo)
 			if err != nil {
-				return fmt.Errorf("%w: descriptor %d: %v", errInvalid, i, err)
+				// Refused as a limit of 0 refuses, not as an invalid
+				// request: Envoy lets a request the server answers with an
+				// error through unlimited (failure_mode_deny: false), and
+				// the usage it reports would go uncounted.
+				ov = badOverride(dom, i, err)
 			}
 			if l := n.limitOrNil(); l != nil {
 				ov.failClosed = l.failClosed // the descriptor's posture stays
@@ -316,6 +320,11 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest, sub *party) err
 		dc := &c.descs[i]
 		switch l := c.limitOf(dc); {
 		case dc.n == nil, d.GetIsNegativeHits(), l != nil && l.unlimited:
+		case dc.hits > 0 && dc.n.hits != hitRequests:
+			// Usage already served, charged whatever its limits say: a
+			// limit of 0 refuses requests, and a charge is none (it has
+			// no counter, as a block in shadow mode has none).
+			dc.kind = kindCharge
 		case l != nil && l.block && !l.shadow:
 			if c.block < 0 {
 				c.block = i
@@ -517,6 +526,15 @@ func override(dom *domain, lo *commonv3.RateLimitDescriptor_RateLimitOverride) (
 		return nil, fmt.Errorf("a limit override: %v", err)
 	}
 	return l, nil
+}
+
+// badOverride stands for the limit override of descriptor i that cannot
+// be applied (err says why): it refuses every check and debit, as an
+// override of 0 does, with err in the answer's body.
+func badOverride(dom *domain, i int, err error) *limit {
+	name := dom.limitPrefix + ".override.invalid"
+	return &limit{info: newInfo(&rlsv3.RateLimitResponse_RateLimit{Name: name}, true), block: true,
+		invalid: "descriptor " + strconv.Itoa(i) + ": " + err.Error()}
 }
 
 // limitOrNil is n's limit; nil for none, or no node.

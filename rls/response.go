@@ -300,8 +300,14 @@ func constrains(a, b *gate.LimitState) bool {
 // blocked answers a request one of whose descriptors matches a limit of 0:
 // it is refused and nothing is debited.
 func blocked(c *call) *rlsv3.RateLimitResponse {
-	name := c.limitOf(&c.descs[c.block]).info.current.Name
-	return refused(c, func(i int) bool { return i == c.block }, &gate.Error{Type: "rate_limit_exceeded", Code: name, Policy: name,
+	l := c.limitOf(&c.descs[c.block])
+	over := func(i int) bool { return i == c.block }
+	if l.invalid != "" {
+		return refused(c, over, &gate.Error{Type: "invalid_request_error", Code: "invalid_limit_override",
+			Message: "a limit override costgate cannot apply: " + l.invalid})
+	}
+	name := l.info.current.Name
+	return refused(c, over, &gate.Error{Type: "rate_limit_exceeded", Code: name, Policy: name,
 		Message: "limit " + name + " admits no request"})
 }
 

@@ -24,8 +24,9 @@
 //
 // Outcomes map onto Envoy's answers so that an outage is never reported
 // as throttling: a limit or budget spent, a hits_addend no limit can hold,
-// a descriptor whose limit is 0, and a fail-closed limit whose store is
-// down are OVER_LIMIT; a limiter that cannot decide (overloaded, or its
+// a check or debit of a descriptor whose limit is 0 or whose limit
+// override cannot be applied (a charge of one is charged all the same),
+// and a fail-closed limit whose store is down are OVER_LIMIT; a limiter that cannot decide (overloaded, or its
 // counters not yet restored) and a ledger that cannot record a priced
 // request are the gRPC error UNAVAILABLE, which Envoy's failure_mode_deny
 // turns into an answer.
@@ -178,23 +179,23 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 // as the first tenant's, the other's descriptors counted on no plan). The
 // usage that descriptors report was served all the same: each tenant's,
 // of each model, is charged on a call of its own, on the tenant's plan
-// and in a ledger entry of its model.
+// and in a ledger entry of its model. Every party is charged before the
+// answer, even when costgate cannot decide or record for one of them
+// (the answer is then UNAVAILABLE): a charge is counted on its limits
+// whatever the ledger says.
 func (s *Server) decideTenants(ctx context.Context, t *tree, c *call, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	var resp *rlsv3.RateLimitResponse
+	var failed error // the first party's that costgate could not decide or record
 	if c.othersAsk {
 		if c.groups[kindCharge].n > 0 {
 			caller := s.g.Trusted(c.tenant, c.user, "", c.plan)
 			if d := s.ask(ctx, caller, c, kindCharge); unavailable(d) {
-				s.log.Warn("rls: costgate cannot decide", "domain", c.dom.name, "tenant", c.tenant, "code", d.Error.Code)
-				return nil, status.Error(codes.Unavailable, d.Error.Message)
+				failed = s.cannotDecide(c, c.tenant, d)
 			}
 		}
 		resp = twoTenants(c)
 	} else {
-		var err error
-		if resp, err = s.decide(ctx, t, c); err != nil {
-			return nil, err
-		}
+		resp, failed = s.decide(ctx, t, c)
 	}
 	for i := range c.others {
 		o := s.calls.Get().(*call)
@@ -204,20 +205,35 @@ func (s *Server) decideTenants(ctx context.Context, t *tree, c *call, req *rlsv3
 		}
 		var out [numKinds]outcome
 		out[kindCharge] = outcome{ran: true, d: s.ask(ctx, s.g.Trusted(o.tenant, o.user, "", o.plan), o, kindCharge)}
-		if d := &out[kindCharge].d; unavailable(*d) {
+		if d := out[kindCharge].d; unavailable(d) {
+			if failed == nil {
+				failed = s.cannotDecide(c, o.tenant, d)
+			}
 			s.calls.Put(o)
-			s.log.Warn("rls: costgate cannot decide", "domain", c.dom.name, "tenant", o.tenant, "code", d.Error.Code)
-			return nil, status.Error(codes.Unavailable, d.Error.Message)
+			continue
 		}
-		sub := respond(t, o, &out)
-		for i := range o.descs {
-			if !o.descs[i].other && o.descs[i].kind == kindCharge {
-				resp.Statuses[i] = sub.Statuses[i]
+		if failed == nil {
+			sub := respond(t, o, &out)
+			for i := range o.descs {
+				if !o.descs[i].other && o.descs[i].kind == kindCharge {
+					resp.Statuses[i] = sub.Statuses[i]
+				}
 			}
 		}
 		s.calls.Put(o)
 	}
+	if failed != nil {
+		return nil, failed
+	}
 	return resp, nil
+}
+
+// cannotDecide logs and returns the gRPC error UNAVAILABLE of d, the
+// answer to tenant's part of c when costgate cannot decide it or record
+// it (see unavailable).
+func (s *Server) cannotDecide(c *call, tenant string, d gate.Decision) error {
+	s.log.Warn("rls: costgate cannot decide", "domain", c.dom.name, "tenant", tenant, "code", d.Error.Code)
+	return status.Error(codes.Unavailable, d.Error.Message)
 }
 
 // current returns the tree of the gate's active configuration, compiling
@@ -256,8 +272,7 @@ func (s *Server) decide(ctx context.Context, t *tree, c *call) (*rlsv3.RateLimit
 		// charged.
 		if c.groups[kindCharge].n > 0 {
 			if d := s.ask(ctx, caller, c, kindCharge); unavailable(d) {
-				s.log.Warn("rls: costgate cannot decide", "domain", c.dom.name, "tenant", c.tenant, "code", d.Error.Code)
-				return nil, status.Error(codes.Unavailable, d.Error.Message)
+				return nil, s.cannotDecide(c, c.tenant, d)
 			}
 		}
 		return blocked(c), nil
@@ -273,8 +288,7 @@ func (s *Server) decide(ctx context.Context, t *tree, c *call) (*rlsv3.RateLimit
 		o.d = s.ask(ctx, caller, c, k)
 		if !o.d.Allowed() {
 			if unavailable(o.d) {
-				s.log.Warn("rls: costgate cannot decide", "domain", c.dom.name, "tenant", c.tenant, "code", o.d.Error.Code)
-				return nil, status.Error(codes.Unavailable, o.d.Error.Message)
+				return nil, s.cannotDecide(c, c.tenant, o.d)
 			}
 			if k != kindCharge {
 				break
@@ -369,17 +383,10 @@ type detachedKey struct{}
 
 // unavailable tells whether a refusal says that costgate cannot decide
 // (the limiter is overloaded or its counters are not restored, the ledger
-// cannot record), as opposed to a decision: a fail-closed limit's 503
-// names its limit.
+// cannot record), as opposed to a decision: a fail-closed limit's 503 is
+// one, whatever its limit is named.
 func unavailable(d gate.Decision) bool {
-	if d.Status != 503 || d.Error == nil {
-		return false
-	}
-	switch d.Error.Code {
-	case "overloaded", "limiter_unavailable", "ledger_unavailable":
-		return true
-	}
-	return false
+	return d.Undecided
 }
 
 // errorBody is the raw_body of an OVER_LIMIT answer: the refusal as the

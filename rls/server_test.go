@@ -771,8 +771,8 @@ func overridden(desc *commonv3.RateLimitDescriptor, rate uint32, unit typev3.Rat
 // place of the configured one, as envoyproxy/ratelimit applies it: a fixed
 // window of its own (the configured limit is not debited), also for a
 // descriptor the configuration does not match; 0 refuses; a tenant the
-// descriptor names still has its plan applied; a malformed override is
-// refused as invalid.
+// descriptor names still has its plan applied; an override costgate
+// cannot apply refuses too.
 func TestLimitOverride(t *testing.T) {
 	stores(t, func(t *testing.T, redis bool) {
 		e := newEnv(t, testConfig, redis, rls.Options{})
@@ -834,9 +834,9 @@ func TestLimitOverride(t *testing.T) {
 		} {
 			desc := d("remote_address", "198.51.100.22")
 			desc.Limit = lo
-			_, err := e.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc}})
-			if status.Code(err) != codes.InvalidArgument {
-				t.Errorf("override %v: %v, want InvalidArgument", lo, err)
+			resp, err := e.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc}})
+			if err != nil || resp.GetOverallCode() != OVER || !strings.Contains(string(resp.GetRawBody()), "invalid_limit_override") {
+				t.Errorf("override %v: %s %s, %v; want OVER_LIMIT, invalid_limit_override (see TestRLSAtkOverrideCannotFailOpen)", lo, codes_(resp), resp.GetRawBody(), err)
 			}
 		}
 	})

@@ -98,9 +98,12 @@ type node struct {
 
 // limit is a descriptor's own limit.
 type limit struct {
-	w          weighted.Limit
-	unlimited  bool
-	block      bool // requests_per_unit 0: every match is refused
+	w         weighted.Limit
+	unlimited bool
+	block     bool // requests_per_unit 0: every match is refused
+	// invalid is why a limit override Envoy sent cannot be applied (it
+	// refuses as a block); empty for any other limit.
+	invalid    string
 	shadow     bool
 	failClosed bool
 	info       *limitInfo
