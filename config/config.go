@@ -640,6 +640,11 @@ func (c *Config) Validate() error {
 				bad(kp+".key", "%q is a published demo key: give the tenant a key of its own to listen on %q, which is not a loopback address", secret, c.Listen)
 			}
 			keys[secret] = true
+			if strings.ContainsAny(k.User, "%\x00") || !utf8.ValidString(k.User) {
+				// One user, two counters: the proxy would key the user as
+				// written, the rate limit service as it reads it.
+				bad(kp+".user", "must be UTF-8 text without '%%' or NUL (the rate limit service reads those as %%XX, and would count user %q apart)", k.User)
+			}
 		}
 	}
 	names := map[string]bool{}

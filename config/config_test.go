@@ -39,6 +39,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"huge batch", base + "store: {max_batch: 100000}\n", "store.max_batch"},
 		{"empty file", "", "the config is empty"},
 		{"tenant without plan", base + "tenants: [{name: t, keys: [{key: a}]}]\n", "tenants[0].plan: required"},
+		{"user the RLS reads apart", base + "tenants: [{name: t, plan: p, keys: [{key: a, user: '50%off'}]}]\n", "tenants[0].keys[0].user: must be UTF-8 text without '%'"},
+		{"user with a NUL", base + "tenants: [{name: t, plan: p, keys: [{key: a, user: \"a\\0b\"}]}]\n", "tenants[0].keys[0].user"},
 		{"limit plan nobody has", base + "tenants: [{name: t, plan: free, keys: [{key: a}]}]\nlimits: [{name: a, plans: [free, gold], rate: 1, period: 1s}]\n", `limits[0].plans[1]: no tenant has plan "gold"`},
 		{"budget plan nobody has", base + "tenants: [{name: t, plan: free, keys: [{key: a}]}]\nbudgets: [{name: b, plans: [pro], amount: '1'}]\n", `budgets[0].plans[0]: no tenant has plan "pro"`},
 		{"rate_usd on requests", base + "limits: [{name: a, rate: 1, rate_usd: '1', period: 1s}]\n", "limits[0].rate_usd: only a usd limit takes rate_usd"},
