@@ -38,8 +38,9 @@ type store interface {
 // not been brought up to the ledger's spend, and a restart, a data loss
 // and a failover all give the same answer. So are the limits in dollars
 // keyed by the caller alone (compiledLimit.restorable), to the spend in
-// their window. Other rate limits are not restored: they come back empty,
-// which admits at most one more window of each.
+// their window, and the global ones under their own tag (restoreGlobal).
+// Other rate limits are not restored: they come back empty, which admits
+// at most one more window of each.
 //
 // It is safe for concurrent use: concurrent calls that find one tenant
 // stale share one restore.
@@ -174,7 +175,7 @@ func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err er
 }
 
 // restoreGlobal brings the counters of the global dollar limits (see
-// compiledLimit.globalCap), which share the hash tag globalTag, up to the
+// globalCap), which share the hash tag globalTag, up to the
 // ledger's spend of every tenant in their window, and writes the tag's
 // marker: a store restarted empty or flushed lost them with every
 // tenant's. extra are more items under the tag, restored as they are.
