@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/internal/redistest"
@@ -23,6 +24,17 @@ func openYAML(t *testing.T, yaml string) *Gate {
 	return g
 }
 
+// awayFromWindowEdge waits, when a fixed window of period ends within a
+// minute, until it has ended: a test that spends a window and then checks
+// what is left of it must do both in one window.
+func awayFromWindowEdge(t *testing.T, period time.Duration) {
+	t.Helper()
+	if d := time.Until(time.Now().Truncate(period).Add(period)); d < time.Minute {
+		t.Logf("waiting %v for the window to turn", d)
+		time.Sleep(d + 100*time.Millisecond)
+	}
+}
+
 // TestLimitLossAtkDollarLimitsHold: a limit in dollars keyed by the
 // caller is a spend cap over a window of its own, as a budget is over
 // its period. acme spends it ($0.01 in $0.001 requests) and Redis then
@@ -35,6 +47,7 @@ func TestLimitLossAtkDollarLimitsHold(t *testing.T) {
 		for _, dims := range []string{"[tenant]", "[user]", "[api_key]", "[tenant, user]"} {
 			t.Run(algo+dims, func(t *testing.T) {
 				t.Parallel()
+				awayFromWindowEdge(t, 24*time.Hour)
 				srv := redistest.New(t)
 				g := openYAML(t, fmt.Sprintf(`
 admin_token: t
@@ -108,6 +121,7 @@ func TestLimitLossAtkGlobalDollarLimitHolds(t *testing.T) {
 			for _, store := range []string{"redis", "memory"} {
 				t.Run(algo+dims+"/"+store, func(t *testing.T) {
 					t.Parallel()
+					awayFromWindowEdge(t, 24*time.Hour)
 					dir := t.TempDir()
 					var srv *redistest.Server
 					storeYAML := ""
