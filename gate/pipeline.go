@@ -378,10 +378,7 @@ func (r *Reservation) check(ctx context.Context) Decision {
 		return r.callerGone()
 	}
 	if err != nil {
-		if d, closed := r.failClosed(err); closed {
-			return d
-		}
-		return r.checkFallback(ctx)
+		return r.storeFailed(ctx, err, true)
 	}
 	r.result = res
 	if res.Allowed || r.deniedOnlyByShadow() {
@@ -389,46 +386,6 @@ func (r *Reservation) check(ctx context.Context) Decision {
 		return r.admitted()
 	}
 	return r.deny()
-}
-
-// checkFallback answers a check when the store cannot, as storeFailed
-// decides a debit: on the local fallback, where the requests and the
-// usage admitted during the outage count and the budgets start from the
-// ledger's spend. Nothing is written there.
-func (r *Reservation) checkFallback(ctx context.Context) Decision {
-	r.dropShadow()
-	for _, l := range r.limits {
-		r.g.tel.FailOpen(l.limit.Name)
-	}
-	r.items = fallbackItems(r.items, r.st.cfg.Store.FallbackReplicas)
-	res, err := r.g.fallbackStore().Peek(ctx, r.items)
-	var d Decision
-	switch {
-	case err != nil && !errors.As(err, new(*weighted.CostError)):
-		// The fallback could not be brought up to the ledger's spend.
-		r.outcome, r.answer = telemetry.OutcomeHard, http.StatusServiceUnavailable
-		r.items = r.items[:0]
-		d = refusal(telemetry.OutcomeHard, http.StatusServiceUnavailable, Error{
-			Type: "service_unavailable", Code: "limiter_unavailable",
-			Message: "the limiter store is unavailable and the local budgets cannot be restored; retry in 1 s",
-		})
-		d.RetryAfter, d.Undecided = 1, true
-	case err != nil:
-		// One unit more than this replica's share of a limit.
-		r.result = weighted.Result{Decider: 0, Items: make([]weighted.ItemState, len(r.items)), RetryAfter: time.Second}
-		for i := range r.items {
-			r.result.Items[i] = weighted.ItemState{Capacity: r.items[i].Limit.Capacity()}
-		}
-		d = r.deny()
-	case res.Allowed:
-		r.result = res
-		d = r.admitted()
-	default:
-		r.result = res
-		d = r.deny()
-	}
-	d.Degraded = true
-	return d
 }
 
 // debit reserves the estimate on every limit that applies, all or
@@ -449,7 +406,7 @@ func (r *Reservation) debit(ctx context.Context) Decision {
 		return r.callerGone()
 	}
 	if err != nil {
-		return r.storeFailed(ctx, err)
+		return r.storeFailed(ctx, err, false)
 	}
 	r.result = res
 	if res.Allowed {
@@ -656,8 +613,11 @@ func (r *Reservation) toFallback() {
 
 // storeFailed applies the limits' posture when the store cannot answer: a
 // fail-closed limit refuses with 503; otherwise the request goes on within
-// the local fallback budget and says so.
-func (r *Reservation) storeFailed(ctx context.Context, err error) Decision {
+// the local fallback budget and says so. A check (Request.Check) is
+// answered there too, where the requests and the usage admitted during the
+// outage count and the budgets start from the ledger's spend, and writes
+// nothing.
+func (r *Reservation) storeFailed(ctx context.Context, err error, check bool) Decision {
 	if d, closed := r.failClosed(err); closed {
 		return d
 	}
@@ -667,8 +627,14 @@ func (r *Reservation) storeFailed(ctx context.Context, err error) Decision {
 	for _, l := range r.limits {
 		r.g.tel.FailOpen(l.limit.Name)
 	}
-	r.toFallback()
-	res, err := r.fb.Debit(ctx, r.resID, r.items)
+	var res weighted.Result
+	if check {
+		r.items = fallbackItems(r.items, r.st.cfg.Store.FallbackReplicas)
+		res, err = r.g.fallbackStore().Peek(ctx, r.items)
+	} else {
+		r.toFallback()
+		res, err = r.fb.Debit(ctx, r.resID, r.items)
+	}
 	if err != nil && !errors.As(err, new(*weighted.CostError)) {
 		// The fallback could not be brought up to the ledger's spend.
 		r.outcome, r.answer = telemetry.OutcomeHard, http.StatusServiceUnavailable
