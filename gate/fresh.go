@@ -215,12 +215,7 @@ func (f *freshStore) restoreGlobal(ctx context.Context, extra []weighted.Item) e
 		}
 		items, counted = append(items, it), append(counted, int64(spent)/f.share)
 	}
-	for _, it := range extra {
-		if !seen[it.Limit.Name+"\x00"+it.Key] {
-			it.Cost = 0
-			items, counted = append(items, it), append(counted, 0)
-		}
-	}
+	items, counted, _ = extraCounters(items, counted, seen, extra, func(weighted.Item) (int64, error) { return 0, nil })
 	if f.share > 1 {
 		items = fallbackItems(items, f.share)
 	}
@@ -252,15 +247,12 @@ func (f *freshStore) restoreGlobal(ctx context.Context, extra []weighted.Item) e
 // not yet restored (the restore stays bounded, at the cost of that
 // window).
 func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighted.Item, lost bool) error {
-	items, counted, err := f.g.budgetCounters(ctx, tenant, lost, f.share)
+	seen := map[string]bool{}
+	items, counted, err := f.g.budgetCounters(ctx, tenant, lost, f.share, seen)
 	if err != nil {
 		return err
 	}
 	budgets := len(items) // the configured budgets; the items after these are the levels' and extra
-	seen := make(map[string]bool, len(items))
-	for _, it := range items {
-		seen[it.Limit.Name+"\x00"+it.Key] = true
-	}
 	st := f.g.state.Load()
 	known, knownSpent, err := f.g.ledgerCounters(ctx, st, tenant, seen, lost, f.share)
 	if err != nil {
@@ -276,16 +268,11 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 			return err
 		}
 	}
-	for _, it := range extra {
-		if !seen[it.Limit.Name+"\x00"+it.Key] {
-			seen[it.Limit.Name+"\x00"+it.Key] = true
-			it.Cost = 0
-			spent, err := f.g.extraSpent(ctx, st, tenant, it, lost, f.share)
-			if err != nil {
-				return err
-			}
-			items, counted = append(items, it), append(counted, spent)
-		}
+	items, counted, err = extraCounters(items, counted, seen, extra, func(it weighted.Item) (int64, error) {
+		return f.g.extraSpent(ctx, st, tenant, it, lost, f.share)
+	})
+	if err != nil {
+		return err
 	}
 	if f.share > 1 {
 		// The counted amounts are the share's already (see shareOf).
@@ -496,21 +483,29 @@ func (g *Gate) budgetRemaining(tenant string, items []weighted.Item, spent []int
 // node knows (its last read plus what it recorded since). With regions,
 // the spend is this region's (see Regions.spent; lost tells that the
 // store lost its counters). The amounts are a fallback's of share
-// replicas (see shareOf).
-func (g *Gate) budgetCounters(ctx context.Context, tenant string, lost bool, share int64) ([]weighted.Item, []int64, error) {
+// replicas (see shareOf). It marks the counters in seen.
+func (g *Gate) budgetCounters(ctx context.Context, tenant string, lost bool, share int64, seen map[string]bool) ([]weighted.Item, []int64, error) {
 	st := g.state.Load()
 	if err := g.ledgerCaughtUp(ctx, lost); err != nil {
 		return nil, nil, err
 	}
-	var (
-		items   []weighted.Item
-		counted []int64
-	)
-	seen := map[string]bool{}
 	callers, userless := g.budgetCallers(st, tenant)
+	return callerCounters(st, callers, seen, nil, nil,
+		func(l *compiledLimit) bool { return l.budget },
+		func(l *compiledLimit, c *Caller, key string) (int64, error) {
+			return g.budgetSpent(ctx, st, l, c, key, lost, userless, share)
+		})
+}
+
+// callerCounters appends to items an item for every limit of st that pick
+// chooses, of every caller in callers whose plan it applies to, skipping
+// the counters seen (and marking the rest), and to counted what spent says
+// the caller spent of it.
+func callerCounters(st *state, callers []*Caller, seen map[string]bool, items []weighted.Item, counted []int64,
+	pick func(*compiledLimit) bool, spent func(l *compiledLimit, c *Caller, key string) (int64, error)) ([]weighted.Item, []int64, error) {
 	for _, c := range callers {
 		for _, l := range st.limits {
-			if !l.budget || !l.appliesTo(c.Plan) {
+			if !pick(l) || !l.appliesTo(c.Plan) {
 				continue
 			}
 			key := l.callerKey(c)
@@ -518,13 +513,32 @@ func (g *Gate) budgetCounters(ctx context.Context, tenant string, lost bool, sha
 				continue
 			}
 			seen[l.limit.Name+"\x00"+key] = true
-			spent, err := g.budgetSpent(ctx, st, l, c, key, lost, userless, share)
+			v, err := spent(l, c, key)
 			if err != nil {
 				return nil, nil, err
 			}
-			items = append(items, weighted.Item{Limit: l.limit, Key: key})
-			counted = append(counted, spent)
+			items, counted = append(items, weighted.Item{Limit: l.limit, Key: key}), append(counted, v)
 		}
+	}
+	return items, counted, nil
+}
+
+// extraCounters appends to items the items of extra whose counters are
+// not among seen (marking them), at cost 0, and to counted what spent says
+// was spent of each.
+func extraCounters(items []weighted.Item, counted []int64, seen map[string]bool, extra []weighted.Item,
+	spent func(weighted.Item) (int64, error)) ([]weighted.Item, []int64, error) {
+	for _, it := range extra {
+		if seen[it.Limit.Name+"\x00"+it.Key] {
+			continue
+		}
+		seen[it.Limit.Name+"\x00"+it.Key] = true
+		it.Cost = 0
+		v, err := spent(it)
+		if err != nil {
+			return nil, nil, err
+		}
+		items, counted = append(items, it), append(counted, v)
 	}
 	return items, counted, nil
 }
@@ -754,32 +768,14 @@ func (g *Gate) extraSpent(ctx context.Context, st *state, tenant string, it weig
 // fallback's of share replicas (see shareOf).
 func (g *Gate) limitCounters(ctx context.Context, st *state, tenant string, items []weighted.Item, counted []int64,
 	seen map[string]bool, share int64) ([]weighted.Item, []int64, error) {
-	var callers []*Caller
-	var userless []string
-	for _, l := range st.limits {
-		if !l.restorable() {
-			continue
-		}
-		if callers == nil {
-			callers, userless = g.budgetCallers(st, tenant)
-		}
-		for _, c := range callers {
-			if !l.appliesTo(c.Plan) {
-				continue
-			}
-			key := l.callerKey(c)
-			if seen[l.limit.Name+"\x00"+key] {
-				continue
-			}
-			seen[l.limit.Name+"\x00"+key] = true
-			spent, err := g.limitSpent(ctx, st, l, c, userless, share)
-			if err != nil {
-				return nil, nil, err
-			}
-			items, counted = append(items, weighted.Item{Limit: l.limit, Key: key}), append(counted, spent)
-		}
+	if !slices.ContainsFunc(st.limits, (*compiledLimit).restorable) {
+		return items, counted, nil // no caller list to build
 	}
-	return items, counted, nil
+	callers, userless := g.budgetCallers(st, tenant)
+	return callerCounters(st, callers, seen, items, counted, (*compiledLimit).restorable,
+		func(l *compiledLimit, c *Caller, _ string) (int64, error) {
+			return g.limitSpent(ctx, st, l, c, userless, share)
+		})
 }
 
 // limitSpent is what the ledger says caller c spent of restorable limit l
