@@ -189,7 +189,7 @@ func (s *Server) decideTenants(ctx context.Context, t *tree, c *call, req *rlsv3
 	if c.othersAsk {
 		if c.groups[kindCharge].n > 0 {
 			caller := s.g.Trusted(c.tenant, c.user, "", c.plan)
-			if d := s.ask(ctx, caller, c, kindCharge); unavailable(d) {
+			if d := s.ask(ctx, caller, c, kindCharge); d.Undecided {
 				failed = s.cannotDecide(c, c.tenant, d)
 			}
 		}
@@ -205,7 +205,7 @@ func (s *Server) decideTenants(ctx context.Context, t *tree, c *call, req *rlsv3
 		}
 		var out [numKinds]outcome
 		out[kindCharge] = outcome{ran: true, d: s.ask(ctx, s.g.Trusted(o.tenant, o.user, "", o.plan), o, kindCharge)}
-		if d := out[kindCharge].d; unavailable(d) {
+		if d := out[kindCharge].d; d.Undecided {
 			if failed == nil {
 				failed = s.cannotDecide(c, o.tenant, d)
 			}
@@ -230,7 +230,7 @@ func (s *Server) decideTenants(ctx context.Context, t *tree, c *call, req *rlsv3
 
 // cannotDecide logs and returns the gRPC error UNAVAILABLE of d, the
 // answer to tenant's part of c when costgate cannot decide it or record
-// it (see unavailable).
+// it (gate.Decision.Undecided).
 func (s *Server) cannotDecide(c *call, tenant string, d gate.Decision) error {
 	s.log.Warn("rls: costgate cannot decide", "domain", c.dom.name, "tenant", tenant, "code", d.Error.Code)
 	return status.Error(codes.Unavailable, d.Error.Message)
@@ -271,7 +271,7 @@ func (s *Server) decide(ctx context.Context, t *tree, c *call) (*rlsv3.RateLimit
 		// nothing; the usage it reports was served all the same, and is
 		// charged.
 		if c.groups[kindCharge].n > 0 {
-			if d := s.ask(ctx, caller, c, kindCharge); unavailable(d) {
+			if d := s.ask(ctx, caller, c, kindCharge); d.Undecided {
 				return nil, s.cannotDecide(c, c.tenant, d)
 			}
 		}
@@ -287,7 +287,7 @@ func (s *Server) decide(ctx context.Context, t *tree, c *call) (*rlsv3.RateLimit
 		o.ran = true
 		o.d = s.ask(ctx, caller, c, k)
 		if !o.d.Allowed() {
-			if unavailable(o.d) {
+			if o.d.Undecided {
 				return nil, s.cannotDecide(c, c.tenant, o.d)
 			}
 			if k != kindCharge {
@@ -380,14 +380,6 @@ func detach(ctx context.Context) context.Context {
 
 // detachedKey is the key of detach's value.
 type detachedKey struct{}
-
-// unavailable tells whether a refusal says that costgate cannot decide
-// (the limiter is overloaded or its counters are not restored, the ledger
-// cannot record), as opposed to a decision: a fail-closed limit's 503 is
-// one, whatever its limit is named.
-func unavailable(d gate.Decision) bool {
-	return d.Undecided
-}
 
 // errorBody is the raw_body of an OVER_LIMIT answer: the refusal as the
 // proxy's OpenAI-shaped error.
