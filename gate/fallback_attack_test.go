@@ -215,16 +215,7 @@ func TestFallbackAtkLossAfterAnOutageCountsOnce(t *testing.T) {
 	if err := rc.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 3 {
-		res, d := g.Reserve(ctx, &gate.Request{Caller: c, Route: "/v1/chat/completions", Estimate: milli})
-		if res == nil || !d.Degraded {
-			t.Fatalf("fallback request %d: %+v, want admitted on the fallback", i, d)
-		}
-		if d, ok := res.Record(ctx); !ok {
-			t.Fatal(d)
-		}
-		res.Settle(ctx, gate.Charge{Cost: milli.Cost, HTTPStatus: http.StatusOK})
-	}
+	admitOnFallback(t, g, c, milli, 3)
 	if err := g.Ledger().Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -266,16 +257,7 @@ func TestFallbackAtkManyAdmissionsOneReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	tenth := costmodel.Estimate{Cost: usd("0.00001")}
-	for i := range 200 {
-		res, d := g.Reserve(ctx, &gate.Request{Caller: c, Route: "/v1/chat/completions", Estimate: tenth})
-		if res == nil || !d.Degraded {
-			t.Fatalf("fallback request %d: %+v, want admitted on the fallback", i, d)
-		}
-		if d, ok := res.Record(ctx); !ok {
-			t.Fatal(d)
-		}
-		res.Settle(ctx, gate.Charge{Cost: tenth.Cost, HTTPStatus: http.StatusOK})
-	}
+	admitOnFallback(t, g, c, tenth, 200)
 	addr, _, _ := strings.Cut(strings.TrimPrefix(srv.URL, "redis://"), "/")
 	mon := redistest.NewMonitor(t, addr)
 	if err := rc.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
@@ -315,4 +297,21 @@ store: {redis: %q, fallback_replicas: %d, timeout: 5s, queue_timeout: 5s, breake
 budgets:
   - {name: daily, scope: %s, amount: "0.01"}
 `, t.TempDir(), redisURL, replicas, cooldown, ledger, scope))
+}
+
+// admitOnFallback has n requests of est admitted on the local fallback,
+// each recorded and settled at its estimate.
+func admitOnFallback(t *testing.T, g *gate.Gate, c *gate.Caller, est costmodel.Estimate, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
+		res, d := g.Reserve(ctx, &gate.Request{Caller: c, Route: "/v1/chat/completions", Estimate: est})
+		if res == nil || !d.Degraded {
+			t.Fatalf("fallback request %d: %+v, want admitted on the fallback", i, d)
+		}
+		if d, ok := res.Record(ctx); !ok {
+			t.Fatal(d)
+		}
+		res.Settle(ctx, gate.Charge{Cost: est.Cost, HTTPStatus: http.StatusOK})
+	}
 }
