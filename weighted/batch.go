@@ -24,6 +24,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // DefaultMaxBatch is the most requests one script call carries when
@@ -420,6 +422,10 @@ func (r *Redis) sendWithin(b *batch, d time.Duration) *batch {
 			c.reply = v
 		default:
 			c.reply = replies[i]
+			if rerr, ok := c.reply.(redis.Error); ok {
+				// This request failed alone (see batch.lua): the others' replies stand.
+				c.reply, c.err = nil, fmt.Errorf("weighted: run script: %w", rerr)
+			}
 		}
 		if c.state != abandoned {
 			c.state = done
@@ -428,7 +434,7 @@ func (r *Redis) sendWithin(b *batch, d time.Duration) *batch {
 		}
 		free = append(free, c)
 		switch {
-		case err != nil:
+		case c.err != nil:
 			r.stats.lateLost.Add(1)
 		case admitted(c):
 			// The caller took it for applied; it is not: cancel it.

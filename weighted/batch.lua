@@ -5,9 +5,11 @@
 -- 1 or 0 (a claimed settle's, or the claim found), or renew's count. A batch of one request replies as that
 -- request, without the table. A batch of more reads each meter and window key once and writes it once,
 -- at the end, with the value and TTL the requests one by one would have
--- left (see C in lib). An error (a key of the wrong type) ends the script
--- and fails the whole batch; the requests before it keep their writes, as
--- a script that fails does.
+-- left (see C in lib). An error (a key of the wrong type, a value too
+-- short to read) ends its request alone: in a batch of more than one, its
+-- reply is the error, and the requests after it run, so that one tenant's
+-- spoiled key fails no other tenant's call (a lone request's error is the
+-- script's). The requests before it keep their writes.
 -- ARGV[1]: the requests, one after another, each a header of doubles n
 -- (items), its number of keys, time override (0: TIME), op (0 peek, 1
 -- debit, 2 settle, 3 renew, 4 restore, 5 lease, 6 claimed settle, 7 final
@@ -35,7 +37,14 @@ local C = false
 if m > 1 then
   C = lib().batch()
 end
-for r = 1, m do
+-- cur is the request that runs, and nk its number of keys once it has
+-- been read (0 before): a request that fails is skipped by them.
+local cur, nk = 0, 0
+-- run runs the requests from the from-th on. It is one function per
+-- script call, so that a batch can catch a request's error (pcall).
+local function run(from)
+for r = from, m do
+  cur, nk = r, 0
   local n, nkeys, override, op, ns, remember, ng, nl, pos = sunpack('<dddddddd', buf, at)
   local seen = false
   if ng > 0 then
@@ -88,6 +97,7 @@ for r = 1, m do
   else
     at = pos + 48 * n
   end
+  nk = nkeys
   repeat
     if op == 2 then
       if claim then
@@ -112,10 +122,27 @@ for r = 1, m do
   until true
   k = k + nkeys
 end
-if C then
-  lib().flush()
 end
 if m == 1 then
+  run(1)
   return replies[1]
 end
+local from = 1
+while true do
+  local ok, e = pcall(run, from)
+  if ok then
+    break
+  end
+  if nk == 0 then
+    error(e) -- a request the script cannot read: the client's bug
+  end
+  -- A redis.call's error is a table; Lua's own a string. Its reply starts
+  -- with ERR, so that the client reads it as an error of its own.
+  if type(e) == 'table' then
+    e = e.err
+  end
+  replies[cur] = redis.error_reply('ERR weighted: request failed: ' .. tostring(e))
+  k, from = k + nk, cur + 1
+end
+lib().flush()
 return replies
