@@ -3,6 +3,10 @@ package weighted
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -99,4 +103,103 @@ func TestBatchFaultAtkOneCallFailsAlone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBatchFaultAtkOneTenantFloodsTheQueue: on a store that is not
+// sharded every tenant's requests wait in one queue while a script call
+// runs, and go in arrival order, MaxBatch a call. One tenant that keeps
+// many requests waiting (each a fresh key, say, which no prefilter
+// refuses) put every other tenant's request behind all of its own: past
+// QueueTimeout, the others were shed as overloaded (503) whatever their
+// own limits. A tenant's hash tag may keep at most sixteen script calls'
+// worth of debits waiting; its debits past that are shed at once, and
+// another tenant's debit goes within seventeen script calls, also when
+// both debit a global limit too, whose key comes first.
+func TestBatchFaultAtkOneTenantFloodsTheQueue(t *testing.T) {
+	c := testRedis(t)
+	ctx := context.Background()
+	const maxBatch, flood = 4, 400
+	lim := Limit{Name: "per-user", Rate: 1000, Period: time.Hour}
+	global := Limit{Name: "global", Rate: 1 << 20, Period: time.Hour}
+	for _, tc := range []struct {
+		name  string
+		items func(tenant, user string) []Item
+	}{
+		{"tenant limit", func(tenant, user string) []Item {
+			return []Item{{Limit: lim, Key: "{" + tenant + "}:user=" + user, Cost: 1}}
+		}},
+		{"global limit first", func(tenant, user string) []Item {
+			return []Item{{Limit: global, Key: "{global}", Cost: 1}, {Limit: lim, Key: "{" + tenant + "}:user=" + user, Cost: 1}}
+		}},
+	} {
+		for _, gens := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/generations %v", tc.name, gens), func(t *testing.T) {
+				r := newBatchStore(c, newClock(), RedisConfig{MaxBatch: maxBatch, Generations: gens})
+				if gens {
+					// The tags' generation markers are set: the debits are not stale.
+					for _, tenant := range []string{"evil", "acme"} {
+						items := tc.items(tenant, "u")
+						if err := r.Restore(ctx, items, make([]int64, len(items))); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				floodQueue(t, r, flood, func(i int) []Item { return tc.items("evil", strconv.Itoa(i)) }, tc.items("acme", "u"), maxBatch)
+			})
+		}
+	}
+}
+
+// floodQueue queues n debits of flood(i) behind a held script call, then
+// one of victim, and requires victim's to be admitted within seventeen
+// script calls of the release.
+func floodQueue(t *testing.T, r *Redis, n int, flood func(i int) []Item, victim []Item, maxBatch int) {
+	t.Helper()
+	ctx := context.Background()
+	hold(r)
+	var shed atomic.Int64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := r.Debit(ctx, "e"+strconv.Itoa(i), flood(i))
+			if errors.Is(err, ErrOverloaded) {
+				shed.Add(1)
+			} else if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	// Every flooding request waits or was shed.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		r.mu.Lock()
+		q := len(r.queue.pending)
+		r.mu.Unlock()
+		if q+int(shed.Load()) == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d queued, %d shed, of %d", q, shed.Load(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	before := r.scriptCalls.Load()
+	done := make(chan int64, 1)
+	go func() {
+		res, err := r.Debit(ctx, "victim", victim)
+		if err != nil || !res.Allowed {
+			t.Errorf("the victim's debit behind the flood: %+v, %v", res, err)
+		}
+		done <- r.scriptCalls.Load() - before
+	}()
+	r.mu.Lock()
+	q := len(r.queue.pending)
+	r.mu.Unlock()
+	waitPending(t, r, q+1)
+	release(r)
+	if calls := <-done; calls > 16+1+1 {
+		t.Errorf("the victim's debit was answered after %d script calls of %d requests each, behind %d waiting requests of the flood", calls, maxBatch, int64(n)-shed.Load())
+	}
+	wg.Wait()
 }

@@ -708,6 +708,14 @@ func (r *Redis) evalLease(ctx context.Context, id string, items []Item, ss []spe
 		c.buf = appendItem(c.buf, &ss[i], items[i].Cost)
 	}
 	c.keys, c.id = keys, id
+	if r.gens {
+		c.tags = append(c.tags, tags...)
+	} else {
+		c.tags = itemTags(items, g.idx, c.tags)
+	}
+	if len(c.tags) == 0 {
+		c.tags = append(c.tags, g.tag)
+	}
 	v, err := r.exec(c, g.tag)
 	if err != nil {
 		return false, err
