@@ -97,7 +97,7 @@ type queue struct {
 // queuedPerTag is how many script calls' worth (MaxBatch each) of
 // debits and peeks of one hash tag may wait in a queue: a debit or peek
 // each of whose tags has that many waiting is shed at once
-// (ErrOverloaded). On a store that is not sharded every tenant's requests
+// (ErrCrowded, ErrOverloaded). On a store that is not sharded every tenant's requests
 // share one queue, in arrival order: one tenant that kept thousands
 // waiting put each other tenant's request behind them all, past
 // QueueTimeout. A tenant's requests carry its tag, so another tenant's
@@ -229,7 +229,7 @@ func (r *Redis) execOn(c *call, tag string, inline bool) (any, error) {
 			r.mu.Unlock()
 			putCall(c)
 			r.stats.overloaded.Add(1)
-			return nil, fmt.Errorf("weighted: run script: %d requests of each of its hash tags wait already: %w", queuedPerTag*r.maxBatch, ErrOverloaded)
+			return nil, fmt.Errorf("weighted: run script: %d requests of each of its hash tags wait already: %w (%w)", queuedPerTag*r.maxBatch, ErrCrowded, ErrOverloaded)
 		}
 		if q.waiting == nil {
 			q.waiting = map[string]int{}

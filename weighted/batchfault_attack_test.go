@@ -164,7 +164,7 @@ func floodQueue(t *testing.T, r *Redis, n int, flood func(i int) []Item, victim 
 		go func() {
 			defer wg.Done()
 			_, err := r.Debit(ctx, "e"+strconv.Itoa(i), flood(i))
-			if errors.Is(err, ErrOverloaded) {
+			if errors.Is(err, ErrCrowded) && errors.Is(err, ErrOverloaded) && !IsStoreFailure(err) {
 				shed.Add(1)
 			} else if err != nil {
 				t.Error(err)
