@@ -184,6 +184,9 @@ func floodQueue(t *testing.T, r *Redis, n int, flood func(i int) []Item, victim 
 		}
 		time.Sleep(time.Millisecond)
 	}
+	r.mu.Lock()
+	q := len(r.queue.pending)
+	r.mu.Unlock()
 	before := r.scriptCalls.Load()
 	done := make(chan int64, 1)
 	go func() {
@@ -193,9 +196,6 @@ func floodQueue(t *testing.T, r *Redis, n int, flood func(i int) []Item, victim 
 		}
 		done <- r.scriptCalls.Load() - before
 	}()
-	r.mu.Lock()
-	q := len(r.queue.pending)
-	r.mu.Unlock()
 	waitPending(t, r, q+1)
 	release(r)
 	if calls := <-done; calls > 16+1+1 {
