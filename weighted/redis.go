@@ -331,9 +331,12 @@ var (
 	restoreLua string
 	//go:embed batch.lua
 	batchLua string
+	//go:embed request.lua
+	requestLua string
 
 	batchScript = newScript(libLua + strings.NewReplacer("-- settle.lua\n", settleLua, "-- debit.lua\n", debitLua,
-		"-- renew.lua\n", renewLua, "-- restore.lua\n", restoreLua).Replace(batchLua))
+		"-- renew.lua\n", renewLua, "-- restore.lua\n", restoreLua).Replace(
+		strings.ReplaceAll(batchLua, "-- request.lua\n", requestLua)))
 	resetScript = newScript("return redis.call('DEL', unpack(KEYS))")
 )
 
