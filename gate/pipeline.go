@@ -482,10 +482,27 @@ func (r *Reservation) undecided(err error) (Decision, bool) {
 			return d, true
 		}
 		return r.costTooBig(tooBig), true
+	case errors.Is(err, weighted.ErrCrowded):
+		return r.crowded(), true
 	case errors.Is(err, weighted.ErrOverloaded), errors.Is(err, weighted.ErrStale):
 		return r.overloaded(), true
 	}
 	return Decision{}, false
+}
+
+// crowded refuses a request that the store shed because its tenant's
+// requests already fill its queue (weighted.ErrCrowded): the tenant's own
+// excess, a 429, not the limiter's overload, which the rate limit service
+// answers UNAVAILABLE and Envoy lets through.
+func (r *Reservation) crowded() Decision {
+	r.outcome, r.answer = telemetry.OutcomeHard, http.StatusTooManyRequests
+	r.items = r.items[:0]
+	d := refusal(telemetry.OutcomeHard, http.StatusTooManyRequests, Error{
+		Type: "rate_limit_exceeded", Code: "too_many_requests_waiting",
+		Message: "too many of this tenant's requests wait for costgate's limiter; retry in 1 s",
+	})
+	d.RetryAfter = 1
+	return d
 }
 
 func (r *Reservation) costTooBig(tooBig *weighted.CostError) Decision {

@@ -26,7 +26,8 @@
 // as throttling: a limit or budget spent, a hits_addend no limit can hold,
 // a check or debit of a descriptor whose limit is 0 or whose limit
 // override cannot be applied (a charge of one is charged all the same),
-// and a fail-closed limit whose store is down are OVER_LIMIT; a limiter that cannot decide (overloaded, or its
+// a tenant whose requests already fill the limiter's queue, and a
+// fail-closed limit whose store is down are OVER_LIMIT; a limiter that cannot decide (overloaded, or its
 // counters not yet restored) and a ledger that cannot record a priced
 // request are the gRPC error UNAVAILABLE, which Envoy's failure_mode_deny
 // turns into an answer.

@@ -24,6 +24,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // DefaultMaxBatch is the most requests one script call carries when
@@ -61,6 +63,11 @@ type call struct {
 	buf  []byte // header and items, as batch.lua reads them
 	id   string
 	tag  string // the hash tag of its keys
+	// tags are whose request it is, for a queue's bound per tag (see
+	// queuedPerTag): a debit's or peek's items' own hash tags (a tenant's,
+	// a global limit's), else its keys' one; empty for the calls the
+	// bound does not shed (settlements, renewals, restores, cancels).
+	tags []string
 	q    *queue
 	b    *batch // its batch, once sent
 
@@ -82,7 +89,21 @@ type queue struct {
 	// pending is in order of arrival. It is empty unless inflight is at the
 	// limit: a returning script call hands pending calls on at once.
 	pending []*call
+	// waiting counts the calls in pending by each of their tags (see
+	// call.tags); a tag with none has no entry.
+	waiting map[string]int
 }
+
+// queuedPerTag is how many script calls' worth (MaxBatch each) of
+// debits and peeks of one hash tag may wait in a queue: a debit or peek
+// each of whose tags has that many waiting is shed at once
+// (ErrCrowded, ErrOverloaded). On a store that is not sharded every tenant's requests
+// share one queue, in arrival order: one tenant that kept thousands
+// waiting put each other tenant's request behind them all, past
+// QueueTimeout. A tenant's requests carry its tag, so another tenant's
+// request waits behind at most this many script calls of one tenant's,
+// even when both share a global limit's tag.
+const queuedPerTag = 16
 
 // A batch is the calls of one script call, and its arguments.
 type batch struct {
@@ -109,6 +130,8 @@ func getCall(ctx context.Context) *call {
 
 func putCall(c *call) {
 	c.ctx, c.keys, c.id, c.tag, c.q, c.b, c.reply, c.err = nil, nil, "", "", nil, nil, nil, nil
+	clear(c.tags)
+	c.tags = c.tags[:0]
 	c.state, c.sentAt = queued, time.Time{}
 	if cap(c.buf) <= 4096 {
 		c.buf = c.buf[:0]
@@ -201,9 +224,46 @@ func (r *Redis) execOn(c *call, tag string, inline bool) (any, error) {
 		go r.send(b)
 		return r.wait(c, false)
 	}
+	if len(c.tags) > 0 {
+		if q.crowded(c.tags, queuedPerTag*r.maxBatch) {
+			r.mu.Unlock()
+			putCall(c)
+			r.stats.overloaded.Add(1)
+			return nil, fmt.Errorf("weighted: run script: %d requests of each of its hash tags wait already: %w (%w)", queuedPerTag*r.maxBatch, ErrCrowded, ErrOverloaded)
+		}
+		if q.waiting == nil {
+			q.waiting = map[string]int{}
+		}
+		for _, t := range c.tags {
+			q.waiting[t]++
+		}
+	}
 	q.pending = append(q.pending, c)
 	r.mu.Unlock()
 	return r.wait(c, true)
+}
+
+// crowded tells whether each of tags has at least n calls waiting in q.
+// r.mu is held.
+func (q *queue) crowded(tags []string, n int) bool {
+	for _, t := range tags {
+		if q.waiting[t] < n {
+			return false
+		}
+	}
+	return true
+}
+
+// unwait counts c, which leaves q's pending calls, out of q.waiting. r.mu
+// is held.
+func (q *queue) unwait(c *call) {
+	for _, t := range c.tags {
+		if n := q.waiting[t] - 1; n > 0 {
+			q.waiting[t] = n
+		} else {
+			delete(q.waiting, t)
+		}
+	}
 }
 
 // sendInline runs b, of c alone, on the caller's goroutine, within
@@ -336,6 +396,7 @@ func (r *Redis) unqueue(c *call) {
 	q := c.q
 	i := slices.Index(q.pending, c)
 	q.pending = slices.Delete(q.pending, i, i+1)
+	q.unwait(c)
 }
 
 // splitReply checks that v, the reply of a batch of n > 1 requests, holds
@@ -420,6 +481,10 @@ func (r *Redis) sendWithin(b *batch, d time.Duration) *batch {
 			c.reply = v
 		default:
 			c.reply = replies[i]
+			if rerr, ok := c.reply.(redis.Error); ok {
+				// This request failed alone (see batch.lua): the others' replies stand.
+				c.reply, c.err = nil, fmt.Errorf("weighted: run script: %w", rerr)
+			}
 		}
 		if c.state != abandoned {
 			c.state = done
@@ -428,7 +493,7 @@ func (r *Redis) sendWithin(b *batch, d time.Duration) *batch {
 		}
 		free = append(free, c)
 		switch {
-		case err != nil:
+		case c.err != nil:
 			r.stats.lateLost.Add(1)
 		case admitted(c):
 			// The caller took it for applied; it is not: cancel it.
@@ -536,6 +601,7 @@ func (r *Redis) nextBatch(q *queue) *batch {
 		c.b = b
 		if c.state == queued {
 			c.state, c.sentAt = sent, now
+			q.unwait(c)
 		}
 	}
 	return b

@@ -22,6 +22,15 @@ var ErrInvalidCost = errors.New("weighted: invalid cost")
 // count it against a circuit breaker.
 var ErrOverloaded = errors.New("weighted: overloaded: the request was not sent")
 
+// ErrCrowded is returned, with ErrOverloaded, when a debit or peek was not
+// sent because each of its items' hash tags (a tenant's) already had as
+// many requests waiting in its queue as it may (16 script calls' worth):
+// nothing was applied. It is the tenant's own excess, not the store's:
+// answer it as a refusal of that request (429), which a front door that
+// lets an unavailable limiter's requests through (Envoy's rate limit
+// filter by default) does not let through.
+var ErrCrowded = errors.New("weighted: crowded: the request's hash tags have too many requests waiting")
+
 // ErrUnknownOutcome is returned when a request was sent to Redis and no
 // reply came within RedisConfig.CallTimeout (or before the caller's
 // context ended): the request may have run. A Debit of that outcome must

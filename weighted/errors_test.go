@@ -25,10 +25,10 @@ func TestIsStoreFailure(t *testing.T) {
 	l := Limit{Name: "l", Rate: 10, Period: time.Second}
 	one := []Item{{Limit: l, Key: "{k}", Cost: 1}}
 	// A key of the wrong type: Redis answers the script with an error.
-	if err := c.Set(ctx, "e:log:log:{k}", "x", 0).Err(); err != nil {
+	wrongType := []Item{{Limit: Limit{Name: "log", Algorithm: SlidingLog, Rate: 10, Period: time.Second}, Key: "{k}", Cost: 1}}
+	if err := c.Set(ctx, r.key(&wrongType[0]), "x", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	wrongType := []Item{{Limit: Limit{Name: "log", Algorithm: SlidingLog, Rate: 10, Period: time.Second}, Key: "{k}", Cost: 1}}
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	expired, cancel2 := context.WithDeadline(ctx, time.Unix(1, 0))

@@ -115,9 +115,13 @@ func (c RedisConfig) Validate() error {
 //
 //	<prefix><limit name>:<algorithm code>:<item key>
 //
-// with the item key wrapped in braces when it has no hash tag of its own, so
-// that its hash tag is always the item key's tag or the whole item key (see
-// Item.Key). Algorithm codes are tb, gcra, sw, fw, log and conc, and fwm
+// with the item key wrapped in braces when it has no hash tag of its own
+// ("{_" and '}' when it is empty or starts with '}' or '_'), so that its
+// hash tag is always the item key's tag or the whole item key (see
+// Item.Key); an item key with a hash tag that a wrapping could give (the
+// whole key is "{...}" around text without a hash tag) follows '~' in
+// place of the last ':'. So two item keys are two Redis keys, as they are
+// two counters in Memory. Algorithm codes are tb, gcra, sw, fw, log and conc, and fwm
 // for a fixed window on calendar months (Limit.Calendar); a limit whose
 // algorithm or calendar changes starts from fresh keys, and one whose rate, period
 // or burst changes carries its state over (see the package documentation).
@@ -327,9 +331,12 @@ var (
 	restoreLua string
 	//go:embed batch.lua
 	batchLua string
+	//go:embed request.lua
+	requestLua string
 
 	batchScript = newScript(libLua + strings.NewReplacer("-- settle.lua\n", settleLua, "-- debit.lua\n", debitLua,
-		"-- renew.lua\n", renewLua, "-- restore.lua\n", restoreLua).Replace(batchLua))
+		"-- renew.lua\n", renewLua, "-- restore.lua\n", restoreLua).Replace(
+		strings.ReplaceAll(batchLua, "-- request.lua\n", requestLua)))
 	resetScript = newScript("return redis.call('DEL', unpack(KEYS))")
 )
 
@@ -453,18 +460,30 @@ func notRun(err error) bool {
 	return false
 }
 
-// key returns the Redis key of an item.
+// key returns the Redis key of an item: its limit's name and code, then
+// its key. A key with a hash tag is written as it is, after ':'; a key
+// without one is wrapped in one, "{KEY}", after ':', so that it has a
+// slot of its own; a key with a hash tag that such a wrapping could give
+// (it is "{...}" around a key without a hash tag, as "{x}" or "{x}}")
+// goes after '~' instead. So no two keys of a limit share a Redis key, as
+// no two share a counter in Memory: "x" and "{x}" are two counters.
 func (r *Redis) key(it *Item) string {
 	l := &it.Limit
-	if hasHashTag(it.Key) {
-		return r.prefix + l.Name + ":" + l.code() + ":" + it.Key
+	k := it.Key
+	if hasHashTag(k) {
+		if n := len(k); k[n-1] == '}' && k[0] == '{' && !hasHashTag(k[1:n-1]) {
+			return r.prefix + l.Name + ":" + l.code() + "~" + k
+		}
+		return r.prefix + l.Name + ":" + l.code() + ":" + k
 	}
-	if it.Key == "" || it.Key[0] == '}' {
+	if k == "" || k[0] == '}' || k[0] == '_' {
 		// "{}" or "{}..." is no hash tag to Redis: the whole key would be
 		// hashed, away from the reservation record's slot (CROSSSLOT).
-		return r.prefix + l.Name + ":" + l.code() + ":{_" + it.Key + "}"
+		// '_' marks it; a key that starts with '_' is marked too, so that
+		// "" and "_" are two keys.
+		return r.prefix + l.Name + ":" + l.code() + ":{_" + k + "}"
 	}
-	return r.prefix + l.Name + ":" + l.code() + ":{" + it.Key + "}"
+	return r.prefix + l.Name + ":" + l.code() + ":{" + k + "}"
 }
 
 // leaseKey returns the key of the lease index of an item's key, in its
@@ -708,6 +727,14 @@ func (r *Redis) evalLease(ctx context.Context, id string, items []Item, ss []spe
 		c.buf = appendItem(c.buf, &ss[i], items[i].Cost)
 	}
 	c.keys, c.id = keys, id
+	if r.gens {
+		c.tags = append(c.tags, tags...)
+	} else {
+		c.tags = itemTags(items, g.idx, c.tags)
+	}
+	if len(c.tags) == 0 {
+		c.tags = append(c.tags, g.tag)
+	}
 	v, err := r.exec(c, g.tag)
 	if err != nil {
 		return false, err

@@ -1,0 +1,80 @@
+-- request.lua: one request of a batch, r, the body of batch.lua's loop
+-- over requests, spliced there twice: inline for a lone request, and in
+-- the function that a batch of more runs under pcall. debit.lua,
+-- settle.lua, renew.lua and restore.lua are spliced in where named.
+local n, nkeys, override, op, ns, remember, ng, nl, pos = sunpack('<dddddddd', buf, at)
+local seen = false
+if ng > 0 then
+  seen = {}
+  for j = 1, ng do
+    seen[j], pos = sunpack('<d', buf, pos)
+  end
+end
+-- Lease indexes (see lib's lease_reports): li[j] is the item, 1 to n,
+-- whose index is the request's key nkeys - nl + j; a Lease (op 5) has
+-- one, and its TTL (µs) and reports follow.
+local li, lttl, reps = false, 0, false
+if nl > 0 then
+  li = {}
+  for j = 1, nl do
+    li[j], pos = sunpack('<d', buf, pos)
+  end
+  if op == 5 then
+    local nrep
+    lttl, nrep, pos = sunpack('<dd', buf, pos)
+    reps = {}
+    local base = string.match(ARGV[r + 1], '^(.-)%d+$')
+    for j = 1, 3 * nrep, 3 do
+      local seq
+      seq, reps[j + 1], reps[j + 2], pos = sunpack('<ddd', buf, pos)
+      reps[j] = base .. string.format('%d', seq)
+    end
+  end
+end
+if r == 1 or override > 0 then
+  set_now(override)
+end
+local id, mode = ARGV[r + 1], op
+if op == 5 or op == 7 then
+  mode = 1
+end
+-- A claimed settle (op 6) is a settle whose claim, its TTL (ms), its
+-- length and its text, comes before its items; its claim key follows
+-- the record key.
+local claim, cttl = false, 0
+if op == 6 then
+  local clen
+  cttl, clen, pos = sunpack('<dd', buf, pos)
+  claim = string.sub(buf, pos, pos + clen - 1)
+  pos = pos + clen
+  op = 2
+end
+if op == 2 or op == 4 then
+  at = pos + 56 * n
+else
+  at = pos + 48 * n
+end
+nk = nkeys
+repeat
+  if op == 2 then
+    if claim then
+      -- The first end of a reservation claims it; a later one changes
+      -- nothing and replies with that claim.
+      local ckey = KEYS[k + n + 2]
+      local prior = redis.call('GET', ckey)
+      if prior then
+        replies[r] = prior
+        break
+      end
+      redis.call('SET', ckey, claim, 'PX', cttl)
+    end
+-- settle.lua
+  elseif mode < 2 then
+-- debit.lua
+  elseif op == 3 then
+-- renew.lua
+  else
+-- restore.lua
+  end
+until true
+k = k + nkeys
