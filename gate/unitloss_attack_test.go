@@ -3,10 +3,12 @@ package gate
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/internal/pgtest"
 	"github.com/costgate/costgate/internal/redistest"
 	"github.com/costgate/costgate/ledger"
 )
@@ -158,5 +160,78 @@ limits:
 				t.Fatalf("after Redis lost its data: %d admitted of the 6 requests' worth acme had left", n)
 			}
 		})
+	}
+}
+
+// TestLimitLossAtkUnitLimitsLedgerDown: acme spends 4 of 10 on one
+// process, which stops; another process on the same Redis and ledger
+// database takes over, and Redis loses its data while the ledger's
+// PostgreSQL is down: the new process never read what acme counted, so it
+// is unknown. A fail-closed limit in requests or tokens then refuses with
+// 503 (ErrSpendUnknown), as one in dollars does, until the database
+// answers, and is then restored to what acme counted (6 more of 10
+// admitted); a fail-open one keeps serving.
+func TestLimitLossAtkUnitLimitsLedgerDown(t *testing.T) {
+	for _, posture := range []string{"fail_closed", "fail_open"} {
+		for _, u := range []struct{ unit, rate string }{
+			{"usd", `rate_usd: "0.00001"`}, {"requests", "rate: 10"}, {"tokens", "rate: 50"},
+		} {
+			t.Run(posture+"/"+u.unit, func(t *testing.T) {
+				t.Parallel()
+				awayFromWindowEdge(t, 24*time.Hour)
+				srv, pg := redistest.New(t), pgtest.NewPrivate(t)
+				open := func() *Gate {
+					return openYAML(t, fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+store: {redis: %q, timeout: 5s, queue_timeout: 5s}
+ledger: {dsn: %q}
+tenants:
+  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme, user: ann}]}
+limits:
+  - {name: allowance, dimensions: [tenant], unit: %s, %s, period: 24h, algorithm: fixed_window, on_store_failure: %s}
+`, t.TempDir(), srv.URL, pg.URL(), u.unit, u.rate, posture))
+				}
+				ctx := context.Background()
+				g := open()
+				if n := spendUsageUntil(t, g, "cg-acme", 4, 429); n != 4 {
+					t.Fatalf("before the loss: %d admitted of 4", n)
+				}
+				if err := g.Close(); err != nil {
+					t.Fatal(err)
+				}
+				g = open()
+				t.Cleanup(func() { g.Close() })
+				pg.Stop()
+				if err := srv.Client(t).FlushAll(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+				c := g.Identify("cg-acme")
+				res, d := g.Reserve(ctx, &Request{Caller: c, Route: "/x", Estimate: costmodel.Estimate{Usage: unitUsage, Cost: 1_000}})
+				if posture == "fail_open" {
+					if res == nil {
+						t.Fatalf("fail-open, the ledger down: refused with %d", d.Status)
+					}
+					res.Cancel(ctx)
+					return
+				}
+				if res != nil || d.Status != http.StatusServiceUnavailable {
+					t.Fatalf("fail-closed, the ledger down and acme's count unknown: admitted %v, status %d; want 503", res != nil, d.Status)
+				}
+				pg.Start()
+				for end := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+					res, d := g.Reserve(ctx, &Request{Caller: c, Route: "/x", Estimate: costmodel.Estimate{Usage: unitUsage, Cost: 1_000}, Check: true})
+					if res == nil && d.Status != http.StatusServiceUnavailable {
+						break // decided: restored
+					}
+					if time.Now().After(end) {
+						t.Fatalf("the database back for 20 s: still answered %d", d.Status)
+					}
+				}
+				if n := spendUsageUntil(t, g, "cg-acme", 20, 429); n != 6 {
+					t.Fatalf("the database back: %d admitted of the 6 requests' worth acme had left", n)
+				}
+			})
+		}
 	}
 }
