@@ -235,3 +235,38 @@ limits:
 		}
 	}
 }
+
+// TestLimitLossAtkUnitLimitsRestartOnMemory: the embedded default (the
+// in-memory store, the embedded ledger) restarted: the new process's
+// store starts empty, and a limit in requests or tokens acme spent this
+// hour must stay spent.
+func TestLimitLossAtkUnitLimitsRestartOnMemory(t *testing.T) {
+	for _, u := range unitCases {
+		t.Run(u.unit, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			open := func() *Gate {
+				return openYAML(t, fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+tenants:
+  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
+limits:
+  - {name: allowance, dimensions: [tenant], unit: %s, rate: %s, period: 1h, algorithm: sliding_window}
+`, dir, u.unit, u.rate))
+			}
+			g := open()
+			if n := spendUsageUntil(t, g, "cg-acme", 20, 429); n != 10 {
+				t.Fatalf("before the restart: %d admitted of 10", n)
+			}
+			if err := g.Close(); err != nil {
+				t.Fatal(err)
+			}
+			g = open()
+			defer g.Close()
+			if n := spendUsageUntil(t, g, "cg-acme", 20, 429); n > 0 {
+				t.Fatalf("after a restart: %d more admitted of a limit acme had spent this hour", n)
+			}
+		})
+	}
+}
