@@ -36,11 +36,13 @@ type store interface {
 // says was spent this period, divided by share for the fallback) and
 // retries the call. So no request is charged against a counter that has
 // not been brought up to the ledger's spend, and a restart, a data loss
-// and a failover all give the same answer. So are the limits in dollars
-// keyed by the caller alone (compiledLimit.restorable), to the spend in
-// their window, and the global ones under their own tag (restoreGlobal).
-// Other rate limits are not restored: they come back empty, which admits
-// at most one more window of each.
+// and a failover all give the same answer. So are the limits keyed by the
+// caller alone (compiledLimit.restorable), in dollars, requests or
+// tokens, to what the caller's entries counted in their window, and the
+// global dollar limits under their own tag (restoreGlobal). Other rate
+// limits (keyed by more than the caller, sliding logs, concurrency, the
+// rate limit service's descriptors) are not restored: they come back
+// empty, which admits at most one more window of each.
 //
 // It is safe for concurrent use: concurrent calls that find one tenant
 // stale share one restore.
@@ -681,20 +683,16 @@ func (l *compiledLimit) spendQueries(c *Caller, userless []string) []ledger.Spen
 	return []ledger.SpendQuery{q}
 }
 
-// sumSpend sums the ledger's spend of queries, the entries of region
-// only unless region is empty, each as a fallback of share replicas
-// counts it (see shareOf). With local, an answer from this node's records
-// stands, unless the spend is unknown (see knownSpend); without it, only
-// the database's does.
+// sumSpend sums the ledger's spend of queries in l's unit (see spendOf),
+// the entries of region only unless region is empty, each as a fallback
+// of share replicas counts it (see shareOf). With local, an answer from
+// this node's records stands, unless the spend is unknown (see
+// knownSpend); without it, only the database's does.
 func (g *Gate) sumSpend(ctx context.Context, l *compiledLimit, c *Caller, queries []ledger.SpendQuery, region string, local bool, share int64) (int64, error) {
 	var sum costmodel.NanoUSD
 	for _, q := range queries {
 		q.Region = region
-		spend, err := g.ledger.Spend(ctx, q)
-		var pending costmodel.NanoUSD
-		if le := (*ledger.LocalSpendError)(nil); errors.As(err, &le) {
-			pending = le.Pending
-		}
+		spend, pending, err := g.spendOf(ctx, l, q)
 		if local {
 			err = knownSpend(err, l.failClosed)
 		}
@@ -707,6 +705,28 @@ func (g *Gate) sumSpend(ctx context.Context, l *compiledLimit, c *Caller, querie
 		}
 	}
 	return int64(sum), nil
+}
+
+// spendOf is what the ledger says the entries q selects spent in l's
+// unit: their charges in dollars (Ledger.Spend), or what they counted
+// in requests or tokens (Ledger.Counts); with pending, its part from
+// this node's records the database does not hold yet (see shareOf), and
+// the read's error, a *ledger.LocalSpendError for an answer from this
+// node's records.
+func (g *Gate) spendOf(ctx context.Context, l *compiledLimit, q ledger.SpendQuery) (spend, pending costmodel.NanoUSD, err error) {
+	var le *ledger.LocalSpendError
+	if l.unit == "usd" {
+		spend, err = g.ledger.Spend(ctx, q)
+		if errors.As(err, &le) {
+			pending = le.Pending
+		}
+		return spend, pending, err
+	}
+	c, err := g.ledger.Counts(ctx, q)
+	if errors.As(err, &le) {
+		pending = costmodel.NanoUSD(l.ledgerCount(le.PendingCounts))
+	}
+	return costmodel.NanoUSD(l.ledgerCount(c)), pending, err
 }
 
 // regionSpent is what the ledger says region spent of the configured
@@ -741,9 +761,10 @@ func (st *state) budgetOfKey(name, tenant, key string) (*compiledLimit, *Caller,
 // tenant's that the request found stale: for a configured budget of a
 // caller the configuration does not list (a tenant of the control plane
 // or one the rate limit service names, their users and keys), the
-// caller's spend as budgetCounters reads it for a listed one; 0 for
-// anything else (a limit, which the ledger does not count). It is a
-// fallback's amount of share replicas (see shareOf).
+// caller's spend as budgetCounters reads it for a listed one; for a
+// restorable limit of a caller keyed by one dimension, after a loss, what
+// limitSpent reads; 0 for anything else. It is a fallback's amount of
+// share replicas (see shareOf).
 func (g *Gate) extraSpent(ctx context.Context, st *state, tenant string, it weighted.Item, lost bool, share int64) (int64, error) {
 	if l, c, ok := st.budgetOfKey(it.Limit.Name, tenant, it.Key); ok {
 		return g.budgetSpent(ctx, st, l, c, it.Key, lost, nil, share)
@@ -761,11 +782,12 @@ func (g *Gate) extraSpent(ctx context.Context, st *state, tenant string, it weig
 
 // limitCounters appends to items an item for every restorable limit (see
 // compiledLimit.restorable) of every caller of tenant the gate lists, and
-// to counted what the ledger says each spent in the limit's window,
-// skipping those seen (and marking the rest): a limit in dollars keyed by
-// the caller is a budget over a window of its own, and a store that lost
-// its counter must not admit that window's spend again. The amounts are a
-// fallback's of share replicas (see shareOf).
+// to counted what the ledger says each spent in the limit's window, in
+// its unit, skipping those seen (and marking the rest): a limit keyed by
+// the caller is a budget over a window of its own, in dollars, requests
+// or tokens, and a store that lost its counter must not admit that
+// window's spend again. The amounts are a fallback's of share replicas
+// (see shareOf).
 func (g *Gate) limitCounters(ctx context.Context, st *state, tenant string, items []weighted.Item, counted []int64,
 	seen map[string]bool, share int64) ([]weighted.Item, []int64, error) {
 	if !slices.ContainsFunc(st.limits, (*compiledLimit).restorable) {
@@ -779,9 +801,9 @@ func (g *Gate) limitCounters(ctx context.Context, st *state, tenant string, item
 }
 
 // limitSpent is what the ledger says caller c spent of restorable limit l
-// in its window (see compiledLimit.spentSince), this region's entries only
-// with regions (each region's store counts its own), as a fallback of
-// share replicas counts it.
+// in its window (see compiledLimit.spentSince), in its unit (see
+// spendOf), this region's entries only with regions (each region's store
+// counts its own), as a fallback of share replicas counts it.
 func (g *Gate) limitSpent(ctx context.Context, st *state, l *compiledLimit, c *Caller, userless []string, share int64) (int64, error) {
 	from := l.spentSince(time.Now())
 	queries := l.spendQueries(c, userless)

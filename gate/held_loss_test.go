@@ -16,7 +16,8 @@ import (
 // was settled, so the second settlement is answered as one already made
 // and refunds nothing. A token bucket gives back whatever a settlement
 // names: settled again, the reservation's 90 unused tokens were handed
-// back a second time, past the one more capacity a loss may admit.
+// back a second time, past what the ledger says acme spent, which the
+// bucket is restored to after the loss.
 func TestHeldSettledBeforeALossIsNotSettledAgain(t *testing.T) {
 	ctx := context.Background()
 	dsn, srv := pgtest.New(t), redistest.New(t)
@@ -54,9 +55,11 @@ reservations: {secret: 0123456789abcdef0123}
 	if err := srv.Client(t).FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	// The one more capacity a loss may admit, spent.
-	if admit(b, 100) == nil {
-		t.Fatal("the fresh bucket refused its capacity")
+	// The bucket is restored from the ledger after the loss: acme spent
+	// its 100 tokens (10 settled, 90 reserved) within the hour it takes
+	// to refill.
+	if admit(b, 10) != nil {
+		t.Fatal("the bucket restored after the loss admitted 10 tokens of the 100 acme had spent")
 	}
 	r, _, err := b.Resume(ctx, b.Identify("cg-acme"), id)
 	if err != nil {
@@ -77,6 +80,6 @@ reservations: {secret: 0123456789abcdef0123}
 		}
 	}
 	if n > 0 {
-		t.Errorf("%d tokens admitted past the capacity the loss gave: the settlement refunded its reservation again", n)
+		t.Errorf("%d tokens admitted past what acme spent: the settlement refunded its reservation again", n)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/weighted"
 )
 
@@ -243,16 +244,33 @@ func (l *compiledLimit) callerScoped() bool {
 }
 
 // restorable tells whether the limit's counter is brought up to the
-// ledger's spend when the store lost it, as a budget's is: a configured
-// limit in dollars keyed by the caller alone (tenant, user, api_key), of
-// an algorithm that counts an amount (not a sliding log's marks nor a
-// concurrency limit's units in flight). Its spend is the ledger's, the
-// caller's charges in the limit's window (see spentSince). Limits in
-// other units, or keyed by more than the caller, are not: the ledger
-// holds dollars by caller.
+// ledger's count when the store lost it, as a budget's is: a configured
+// limit keyed by the caller alone (tenant, user, api_key), of an
+// algorithm that counts an amount (not a sliding log's marks nor a
+// concurrency limit's units in flight), in any unit. Its count is the
+// ledger's, what the caller's entries in the limit's window counted in
+// its unit (see spentSince, ledgerCount). Limits keyed by more than the
+// caller are not: the ledger counts by caller.
 func (l *compiledLimit) restorable() bool {
-	return !l.budget && l.level == nil && l.extra == 0 && l.unit == "usd" && l.callerScoped() &&
+	return !l.budget && l.level == nil && l.extra == 0 && l.callerScoped() &&
 		l.limit.Algorithm != weighted.SlidingLog && l.limit.Algorithm != weighted.Concurrency
+}
+
+// ledgerCount is what the ledger's counts c (ledger.Counts) are in the
+// limit's unit: requests, tokens (input and output together), input or
+// output tokens; 0 for usd, which the ledger's spend counts instead.
+func (l *compiledLimit) ledgerCount(c ledger.Counts) int64 {
+	switch l.unit {
+	case "requests":
+		return c.Requests
+	case "tokens":
+		return c.Tokens()
+	case "input_tokens":
+		return c.InputTokens
+	case "output_tokens":
+		return c.OutputTokens
+	}
+	return 0
 }
 
 // globalTag is the hash tag of the global dollar limits' keys (see

@@ -94,6 +94,12 @@
 // node knows (its last read of the same query plus its own records spooled
 // since) with a *LocalSpendError that says so.
 //
+// Counts is what a caller's entries counted on a limiter in other units
+// (requests, input and output tokens; see Entry.Counts) over a range. It
+// reads the entries rather than the roll-up, a range scan of the tenant's,
+// for a rare read: a limiter's counter restored after its store lost its
+// data. While the store cannot be reached it answers as Spend does.
+//
 // # Queries and export
 //
 // Entries pages through a tenant's entries by creation time with an opaque

@@ -125,7 +125,8 @@ func (l *Ledger) localSpendBy(by string, k spendQueryKey, storeErr error) (map[s
 		le.Stored = addSat(le.Stored, v)
 	}
 	whole := spendQueryKey{tenant: k.tenant, from: k.from, to: k.to}
-	err := l.pendingEach(from, whole.match, func(user, keyID string, d costmodel.NanoUSD) {
+	err := l.pendingEach(from, whole.match, func(user, keyID string, c charge) {
+		d := c.cost
 		id := keyID
 		if by == userScope {
 			id = user

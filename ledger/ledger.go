@@ -38,6 +38,7 @@ type Ledger struct {
 
 	spendReads readCache[spendRead]    // Spend's last reads, for its answers while the store fails
 	keyReads   readCache[keySpendRead] // KeySpend's and UserSpend's, likewise
+	countReads readCache[countsRead]   // Counts', likewise
 	lastAnswer atomic.Int64            // Unix microseconds, by cfg.Now, when the store last answered (see answered); 0: not since Open
 
 	mu       sync.Mutex
@@ -64,6 +65,10 @@ type store interface {
 	// [from, to), by user and key, read from the entries (a range shorter
 	// than a roll-up bucket).
 	headSpend(ctx context.Context, tenant string, from, to time.Time) ([]headCharge, error)
+	// counts returns what the entries k selects (its tenant, and its
+	// user, key and region when not empty) created in [from, to) counted
+	// on a limiter (see Entry.Counts), read from the entries.
+	counts(ctx context.Context, k spendQueryKey, from, to time.Time) (Counts, error)
 	nodes(ctx context.Context) ([]NodeState, error)
 	// entry returns the entry of request id, if the store has it.
 	entry(ctx context.Context, id string) (Entry, bool, error)

@@ -49,6 +49,10 @@ type LocalSpendError struct {
 	// node (or it has not answered since Open). A caller that restores a
 	// limit from the value must not take it for the spend.
 	Unknown bool
+	// Counts is Counts' answer, and PendingCounts its part from this
+	// node's records spooled after the read, as Pending is of Spend's;
+	// both are zero for the dollar reads, whose answers leave them out.
+	Counts, PendingCounts Counts
 	// Err is the store's error.
 	Err error
 	// pendingBy is Pending by the ids of KeySpend's or UserSpend's
@@ -168,18 +172,31 @@ func (l *Ledger) pendingFrom(pos int64, known bool) (from int64, partial bool) {
 // fall in k.
 func (l *Ledger) pendingSpend(k spendQueryKey, pos int64) (costmodel.NanoUSD, error) {
 	var sum costmodel.NanoUSD
-	err := l.pendingEach(pos, k.match, func(_, _ string, d costmodel.NanoUSD) { sum = addSat(sum, d) })
+	err := l.pendingEach(pos, k.match, func(_, _ string, d charge) { sum = addSat(sum, d.cost) })
 	return sum, err
+}
+
+// charge is a change of what spooled records count: in dollars, and on a
+// limiter in other units (see Entry.Counts). Either may be negative (a
+// settlement below its reservation's estimate).
+type charge struct {
+	cost   costmodel.NanoUSD
+	counts Counts
 }
 
 // pendingEach calls add with the user, the key id and the charge of each of the
 // spool's records from pos onwards that match selects: a reservation's
 // estimate, and a settlement's difference from the estimate of a
 // reservation in the same records.
-func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(user, keyID string, d costmodel.NanoUSD)) error {
+func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(user, keyID string, d charge)) error {
 	type held struct {
 		estimate    costmodel.NanoUSD
+		counts      Counts // the reservation's, at its estimate
+		decision    string
 		user, keyID string
+	}
+	hold := func(e *Entry) held {
+		return held{e.EstimatedCost, e.Counts(), e.Decision, e.User, e.KeyID}
 	}
 	end, _ := l.spool.positions()
 	var (
@@ -211,7 +228,12 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(user, 
 			case kindReserve, kindExtend:
 				h, ok := before[e.RequestID]
 				if recs[i].kind == kindReserve && !ok || ok && e.EstimatedCost > h.estimate {
-					before[e.RequestID] = held{e.EstimatedCost, e.User, e.KeyID}
+					n := hold(e)
+					if ok {
+						n.user, n.keyID, n.decision = h.user, h.keyID, h.decision
+						n.counts = extended(h.decision, e)
+					}
+					before[e.RequestID] = n
 				}
 			case kindSettle:
 				delete(before, e.RequestID)
@@ -237,22 +259,26 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(user, 
 				if _, seen := open[e.RequestID]; seen || done[e.RequestID] || !match(e) {
 					continue
 				}
-				open[e.RequestID] = held{e.EstimatedCost, e.User, e.KeyID}
-				add(e.User, e.KeyID, e.EstimatedCost)
+				h := hold(e)
+				open[e.RequestID] = h
+				add(e.User, e.KeyID, charge{e.EstimatedCost, h.counts})
 			case kindExtend:
 				h, reserved := open[e.RequestID]
 				if !reserved {
 					// Reserved before pos: the read counted it at its
 					// estimate then; count the increment over it.
 					if h, ok := before[e.RequestID]; ok && !done[e.RequestID] && match(e) && e.EstimatedCost > h.estimate {
-						add(h.user, h.keyID, e.EstimatedCost-h.estimate)
-						before[e.RequestID] = held{e.EstimatedCost, h.user, h.keyID}
+						c := extended(h.decision, e)
+						add(h.user, h.keyID, charge{e.EstimatedCost - h.estimate, c.sub(h.counts)})
+						h.estimate, h.counts = e.EstimatedCost, c
+						before[e.RequestID] = h
 					}
 					continue
 				}
 				if e.EstimatedCost > h.estimate {
-					add(h.user, h.keyID, e.EstimatedCost-h.estimate)
-					h.estimate = e.EstimatedCost
+					c := extended(h.decision, e)
+					add(h.user, h.keyID, charge{e.EstimatedCost - h.estimate, c.sub(h.counts)})
+					h.estimate, h.counts = e.EstimatedCost, c
 					open[e.RequestID] = h
 				}
 			case kindSettle:
@@ -263,11 +289,19 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(user, 
 				}
 				delete(open, e.RequestID)
 				done[e.RequestID] = true
-				add(h.user, h.keyID, e.ActualCost-h.estimate)
+				final := Entry{Decision: h.decision, Status: e.Status, HTTPStatus: e.HTTPStatus, Actual: e.Actual}
+				add(h.user, h.keyID, charge{e.ActualCost - h.estimate, final.Counts().sub(h.counts)})
 			}
 		}
 	}
 	return nil
+}
+
+// extended is what an extension record e counts on a limiter (see
+// Entry.Counts) for a reservation of decision: its new estimate.
+func extended(decision string, e *Entry) Counts {
+	r := Entry{Decision: decision, Status: StatusReserved, Estimated: e.Estimated}
+	return r.Counts()
 }
 
 func (k spendQueryKey) match(e *Entry) bool {

@@ -1,0 +1,162 @@
+package ledger
+
+// Counts reads what the limiter counted of a caller's requests in units
+// other than dollars (requests, input and output tokens) from the entries
+// themselves, not from the spend roll-up: a limiter reads it only to
+// restore a counter after its store lost its data, a rare read, and an
+// index on (tenant, created_at) makes it a range scan of the tenant's
+// entries in the range.
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Counts is what entries counted on a limiter in units other than
+// dollars: requests, and the input and output tokens of their charged
+// usage (the estimate while reserved, the actual usage once final, as
+// Entry.Charge is for the cost). The zero value counts nothing. Sums
+// saturate at the largest int64.
+type Counts struct {
+	Requests     int64 `json:"requests"`
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+}
+
+// Tokens is the input and output tokens together, saturating, as a
+// limiter's tokens unit counts them.
+func (c Counts) Tokens() int64 {
+	return addSat(c.InputTokens, c.OutputTokens)
+}
+
+// add is c+d, each field saturating.
+func (c Counts) add(d Counts) Counts {
+	return Counts{
+		Requests:     addSat(c.Requests, d.Requests),
+		InputTokens:  addSat(c.InputTokens, d.InputTokens),
+		OutputTokens: addSat(c.OutputTokens, d.OutputTokens),
+	}
+}
+
+// sub is c-d, each field saturating.
+func (c Counts) sub(d Counts) Counts {
+	return c.add(Counts{Requests: -d.Requests, InputTokens: -d.InputTokens, OutputTokens: -d.OutputTokens})
+}
+
+// countedDecision tells whether an entry of decision d is one a limiter
+// admitted and counted: the gate records admitted requests only, with
+// the policies' "allow" or "soft" (served with friction); an entry of any
+// other decision (a refusal some other writer recorded) counts nothing.
+// The empty decision is an entry that names none, counted.
+func countedDecision(d string) bool {
+	return d == "allow" || d == "soft" || d == ""
+}
+
+// Counts is what e counts on a limiter: nothing unless its decision is
+// an admission (see countedDecision); else one request, unless it failed
+// without an HTTP status (a reservation cancelled, or a request that
+// never reached its upstream: the limiter returns its request), and the
+// input and output tokens of its charged usage, the estimate while
+// reserved, the actual usage once final.
+func (e *Entry) Counts() Counts {
+	if !countedDecision(e.Decision) {
+		return Counts{}
+	}
+	u := e.Actual
+	if e.Status == StatusReserved {
+		u = e.Estimated
+	}
+	c := Counts{Requests: 1, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
+	if e.Status == StatusFailed && e.HTTPStatus == 0 {
+		c.Requests = 0
+	}
+	return c
+}
+
+// countsRequest, countsInput and countsOutput are what a store's counts
+// read sums of an entry's row: its requests, input and output tokens, as
+// Entry.Counts computes them in Go; countsDecisions keeps the rows of the
+// counted decisions (see countedDecision).
+const (
+	countsDecisions = `decision IN ('allow', 'soft', '')`
+	countsRequest   = `CASE WHEN status = 'failed' AND http_status = 0 THEN 0 ELSE 1 END`
+	countsInput     = `CASE WHEN status = 'reserved' THEN est_input ELSE act_input END`
+	countsOutput    = `CASE WHEN status = 'reserved' THEN est_output ELSE act_output END`
+)
+
+// countsRead is Counts' last read of a query.
+type countsRead struct {
+	value Counts
+	pos   int64
+	at    time.Time
+}
+
+// Counts returns what the entries q selects counted on a limiter (see
+// Entry.Counts): q's tenant, and its user, key and region when set, over
+// its period or [From, To), exactly (no roll-up bucket rounds the range),
+// as they are in the store. It reads the entries, so its cost grows with
+// the tenant's entries in the range: it is for a rare read, a limiter's
+// counter restored after its store lost its data.
+//
+// When the store fails (and ctx is not done), a ledger with a spool
+// answers as Spend does: the last value read for the same query plus this
+// node's records spooled since, with a *LocalSpendError whose Counts and
+// PendingCounts are that answer and its spooled part (its dollar fields
+// are zero), and whose Unknown says the store's part is not known.
+//
+// Counts fails with ErrInvalid for a tenant, user, key or region that is
+// not valid text (see ValidText), and as Spend does for a bad range.
+func (l *Ledger) Counts(ctx context.Context, q SpendQuery) (Counts, error) {
+	if q.Tenant == "" {
+		return Counts{}, fmt.Errorf("%w counts query: tenant is required", ErrInvalid)
+	}
+	for _, f := range [...]struct{ name, v string }{
+		{"tenant", q.Tenant}, {"user", q.User}, {"key id", q.KeyID}, {"region", q.Region},
+	} {
+		if err := checkFilter("counts query", f.name, f.v); err != nil {
+			return Counts{}, err
+		}
+	}
+	from, to, err := q.rangeOf(l.cfg.Now(), l.cfg.TimeZone)
+	if err != nil {
+		return Counts{}, err
+	}
+	from, to = micro(from), micro(to)
+	k := spendQueryKey{tenant: q.Tenant, user: q.User, key: q.KeyID, region: q.Region, from: from.UnixMicro(), to: to.UnixMicro()}
+	var applied int64
+	if l.spool != nil {
+		_, applied = l.spool.positions()
+	}
+	readAt := l.cfg.Now()
+	v, err := l.store.counts(ctx, k, from, to)
+	if l.spool == nil {
+		return v, err
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return Counts{}, err
+		}
+		return l.localCounts(k, err)
+	}
+	l.answered(readAt)
+	l.countReads.put(k, countsRead{value: v, pos: applied, at: readAt})
+	return v, nil
+}
+
+// localCounts answers k, a Counts query, from its last read and the
+// spool after it.
+func (l *Ledger) localCounts(k spendQueryKey, storeErr error) (Counts, error) {
+	last, ok := l.countReads.get(k)
+	from, partial := l.pendingFrom(last.pos, ok)
+	var pending Counts
+	err := l.pendingEach(from, k.match, func(_, _ string, d charge) { pending = pending.add(d.counts) })
+	if err != nil {
+		return Counts{}, fmt.Errorf("%w (and the spool: %v)", storeErr, err)
+	}
+	v := last.value.add(pending)
+	return v, &LocalSpendError{
+		ReadAt: last.at, Partial: partial, Unknown: !ok && l.answeredAfter(k.from), Err: storeErr,
+		Counts: v, PendingCounts: pending,
+	}
+}
