@@ -782,12 +782,17 @@ func (x *exchange) timedOut() bool {
 // line (a load balancer's idle timeout between them, the upstream's front
 // end restarted). The upstream may run such a request to its end and
 // bill it, as it bills one whose answer is cut a byte later. An unasked
-// protocol switch is an answer, not a run.
+// protocol switch is an answer, not a run; a kept-alive connection the
+// upstream had closed while it was idle (net/http's "server closed idle
+// connection", found once the request was written to it) never carried
+// the request to it.
 func (x *exchange) unanswered() bool {
 	if x.timedOut() {
 		return true
 	}
-	return x.upstreamErr != nil && x.wrote.Load() && x.reachedUpstream() && !errors.Is(x.upstreamErr, errUnaskedUpgrade)
+	err := x.upstreamErr
+	return err != nil && x.wrote.Load() && x.reachedUpstream() && !errors.Is(err, errUnaskedUpgrade) &&
+		!strings.Contains(err.Error(), "server closed idle connection")
 }
 
 // reachedUpstream tells whether the request reached the upstream: it
