@@ -43,6 +43,24 @@ type openaiUsage struct {
 		ReasoningTokens int64 `json:"reasoning_tokens"`
 		AudioTokens     int64 `json:"audio_tokens"`
 	} `json:"output_tokens_details"`
+
+	TotalTokens reportedTotal `json:"total_tokens"`
+}
+
+// reportedTotal is a usage report's total_tokens, when it is an integer:
+// a total of another type is ignored, and does not make the rest of the
+// report unreadable.
+type reportedTotal struct {
+	n  int64
+	ok bool
+}
+
+func (t *reportedTotal) UnmarshalJSON(b []byte) error {
+	var n int64
+	if string(b) != "null" && json.Unmarshal(b, &n) == nil {
+		*t = reportedTotal{n, true}
+	}
+	return nil
 }
 
 func (o *openaiUsage) usage() (Usage, bool) {
@@ -72,6 +90,23 @@ func (o *openaiUsage) usage() (Usage, bool) {
 		}
 	default:
 		return Usage{}, false
+	}
+	// OpenAI counts reasoning tokens in the completion, and its total is
+	// the input and the output. An OpenAI-compatible upstream may count
+	// them apart (xAI's reasoning models: reasoning tokens beside
+	// completion_tokens, and in the total): what a total holds beyond the
+	// input and output is charged as output, the dearer rate (as the rate
+	// limit service charges such a total), and, without a total, reasoning
+	// tokens above the completion they would be part of are taken to be
+	// apart from it. A total short of its parts takes nothing off.
+	in, out := max(u.InputTokens, 0), max(u.OutputTokens, 0)
+	switch t := o.TotalTokens; {
+	case t.ok:
+		if sum := addSat(in, out); t.n > sum {
+			u.OutputTokens = addSat(out, t.n-sum)
+		}
+	case u.ReasoningTokens > out:
+		u.OutputTokens = addSat(out, u.ReasoningTokens)
 	}
 	return u.clamped(), true
 }
