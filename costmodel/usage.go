@@ -98,8 +98,13 @@ func (o *openaiUsage) usage() (Usage, bool) {
 	// input and output is charged as output, the dearer rate (as the rate
 	// limit service charges such a total), and, without a total, reasoning
 	// tokens above the completion they would be part of are taken to be
-	// apart from it. A total short of its parts takes nothing off.
+	// apart from it, as are cached tokens above the prompt. A total short
+	// of its parts takes nothing off.
 	in, out := max(u.InputTokens, 0), max(u.OutputTokens, 0)
+	if u.CachedInputTokens > in {
+		in = addSat(in, u.CachedInputTokens)
+		u.InputTokens = in
+	}
 	switch t := o.TotalTokens; {
 	case t.ok:
 		if sum := addSat(in, out); t.n > sum {

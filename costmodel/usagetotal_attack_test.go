@@ -10,7 +10,9 @@ import "testing"
 // upstream bills. What a total holds beyond input and output is charged
 // as output (the dearer rate, as the rate limit service charges such a
 // total), and reasoning tokens above the completion they should be part
-// of are taken to be apart from it.
+// of are taken to be apart from it; so are cached tokens above the
+// prompt (a cost of 10 input tokens at the cached rate where the upstream
+// reads 100,000 from its cache and 10 more).
 func TestUsageAtkTotalBeyondItsParts(t *testing.T) {
 	for _, c := range []struct {
 		name, body string
@@ -24,6 +26,9 @@ func TestUsageAtkTotalBeyondItsParts(t *testing.T) {
 		{"responses-total", `{"object":"response","usage":{"input_tokens":20,"output_tokens":10,"total_tokens":5030,"output_tokens_details":{"reasoning_tokens":5000}}}`, Responses, 20, 5010},
 		{"total-below-parts-takes-nothing-off", `{"usage":{"prompt_tokens":20,"completion_tokens":10,"total_tokens":3}}`, ChatCompletions, 20, 10},
 		{"total-not-an-integer-is-ignored", `{"usage":{"prompt_tokens":20,"completion_tokens":10,"total_tokens":"lots"}}`, ChatCompletions, 20, 10},
+		{"cached-above-prompt-is-apart", `{"usage":{"prompt_tokens":10,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":100000}}}`, ChatCompletions, 100010, 5},
+		{"cached-above-prompt-with-total", `{"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":100015,"prompt_tokens_details":{"cached_tokens":100000}}}`, ChatCompletions, 100010, 5},
+		{"openai-cached-within-prompt", `{"usage":{"prompt_tokens":2000,"completion_tokens":5,"total_tokens":2005,"prompt_tokens_details":{"cached_tokens":1024}}}`, ChatCompletions, 2000, 5},
 		{"total-spelled-otherwise", `{"usage":{"prompt_tokens":20,"completion_tokens":10,"Total_Tokens":5030}}`, ChatCompletions, 20, 5010},
 	} {
 		t.Run(c.name, func(t *testing.T) {
