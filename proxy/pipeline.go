@@ -651,11 +651,12 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 	}
 	u, model, reported, ok := x.body.usage()
 	switch {
-	case ok && !reported && x.status < 400 && x.body.skipped():
+	case ok && !reported && x.status < 400 && (x.body.skipped() || x.body.coded()):
 		// An event the meter could not read went by (the client has
-		// it), and no report was read: it may have been in it. Charged
-		// as an answer whose usage cannot be read, and no less than what
-		// the stream carried.
+		// it), or the stream came in a content coding the meter does
+		// not read, and no report was read: it may have been in it.
+		// Charged as an answer whose usage cannot be read, and no less
+		// than what the stream carried.
 		x.s.log.Warn("stream usage report unreadable; charging the output limit", "request_id", x.id)
 		u = atLeast(u, est.Usage)
 		u.OutputTokens = max(u.OutputTokens, est.OutputCap)
