@@ -64,10 +64,15 @@ func (t *reportedTotal) UnmarshalJSON(b []byte) error {
 }
 
 func (o *openaiUsage) usage() (Usage, bool) {
+	if o.PromptTokens == nil && o.InputTokens == nil {
+		return Usage{}, false
+	}
+	// A report in both spellings (chat's prompt_ and completion_, the
+	// Responses API's input_ and output_) counts each kind at its larger
+	// figure: which one the upstream bills by, costgate cannot tell.
 	var u Usage
-	switch {
-	case o.PromptTokens != nil:
-		u.InputTokens = *o.PromptTokens
+	if p := o.PromptTokens; p != nil {
+		u.InputTokens = *p
 		u.OutputTokens = o.CompletionTokens
 		if d := o.PromptTokensDetails; d != nil {
 			u.CachedInputTokens = d.CachedTokens
@@ -77,19 +82,21 @@ func (o *openaiUsage) usage() (Usage, bool) {
 			u.ReasoningTokens = d.ReasoningTokens
 			u.AudioOutputTokens = d.AudioTokens
 		}
-	case o.InputTokens != nil:
-		u.InputTokens = *o.InputTokens
-		u.OutputTokens = o.OutputTokens
+	}
+	if p := o.InputTokens; p != nil {
+		if o.PromptTokens == nil {
+			u.InputTokens, u.OutputTokens = *p, o.OutputTokens
+		} else {
+			u.InputTokens, u.OutputTokens = max(u.InputTokens, *p), max(u.OutputTokens, o.OutputTokens)
+		}
 		if d := o.InputTokensDetails; d != nil {
-			u.CachedInputTokens = d.CachedTokens
-			u.AudioInputTokens = d.AudioTokens
+			u.CachedInputTokens = max(u.CachedInputTokens, d.CachedTokens)
+			u.AudioInputTokens = max(u.AudioInputTokens, d.AudioTokens)
 		}
 		if d := o.OutputTokensDetails; d != nil {
-			u.ReasoningTokens = d.ReasoningTokens
-			u.AudioOutputTokens = d.AudioTokens
+			u.ReasoningTokens = max(u.ReasoningTokens, d.ReasoningTokens)
+			u.AudioOutputTokens = max(u.AudioOutputTokens, d.AudioTokens)
 		}
-	default:
-		return Usage{}, false
 	}
 	// OpenAI counts reasoning tokens in the completion, and its total is
 	// the input and the output. An OpenAI-compatible upstream may count

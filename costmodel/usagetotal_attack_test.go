@@ -12,7 +12,8 @@ import "testing"
 // total), and reasoning tokens above the completion they should be part
 // of are taken to be apart from it; so are cached tokens above the
 // prompt (a cost of 10 input tokens at the cached rate where the upstream
-// reads 100,000 from its cache and 10 more).
+// reads 100,000 from its cache and 10 more). A report in both spellings
+// (prompt_tokens and input_tokens) counts each kind at its larger figure.
 func TestUsageAtkTotalBeyondItsParts(t *testing.T) {
 	for _, c := range []struct {
 		name, body string
@@ -29,6 +30,8 @@ func TestUsageAtkTotalBeyondItsParts(t *testing.T) {
 		{"cached-above-prompt-is-apart", `{"usage":{"prompt_tokens":10,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":100000}}}`, ChatCompletions, 100010, 5},
 		{"cached-above-prompt-with-total", `{"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":100015,"prompt_tokens_details":{"cached_tokens":100000}}}`, ChatCompletions, 100010, 5},
 		{"openai-cached-within-prompt", `{"usage":{"prompt_tokens":2000,"completion_tokens":5,"total_tokens":2005,"prompt_tokens_details":{"cached_tokens":1024}}}`, ChatCompletions, 2000, 5},
+		{"two-spellings-the-larger", `{"usage":{"prompt_tokens":10,"completion_tokens":5,"input_tokens":10,"output_tokens":5000}}`, ChatCompletions, 10, 5000},
+		{"two-spellings-input", `{"usage":{"prompt_tokens":9000,"completion_tokens":5,"input_tokens":10,"output_tokens":5}}`, Responses, 9000, 5},
 		{"total-spelled-otherwise", `{"usage":{"prompt_tokens":20,"completion_tokens":10,"Total_Tokens":5030}}`, ChatCompletions, 20, 5010},
 	} {
 		t.Run(c.name, func(t *testing.T) {
