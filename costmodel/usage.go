@@ -43,13 +43,36 @@ type openaiUsage struct {
 		ReasoningTokens int64 `json:"reasoning_tokens"`
 		AudioTokens     int64 `json:"audio_tokens"`
 	} `json:"output_tokens_details"`
+
+	TotalTokens reportedTotal `json:"total_tokens"`
+}
+
+// reportedTotal is a usage report's total_tokens, when it is an integer:
+// a total of another type is ignored, and does not make the rest of the
+// report unreadable.
+type reportedTotal struct {
+	n  int64
+	ok bool
+}
+
+func (t *reportedTotal) UnmarshalJSON(b []byte) error {
+	var n int64
+	if string(b) != "null" && json.Unmarshal(b, &n) == nil {
+		*t = reportedTotal{n, true}
+	}
+	return nil
 }
 
 func (o *openaiUsage) usage() (Usage, bool) {
+	if o.PromptTokens == nil && o.InputTokens == nil {
+		return Usage{}, false
+	}
+	// A report in both spellings (chat's prompt_ and completion_, the
+	// Responses API's input_ and output_) counts each kind at its larger
+	// figure: which one the upstream bills by, costgate cannot tell.
 	var u Usage
-	switch {
-	case o.PromptTokens != nil:
-		u.InputTokens = *o.PromptTokens
+	if p := o.PromptTokens; p != nil {
+		u.InputTokens = *p
 		u.OutputTokens = o.CompletionTokens
 		if d := o.PromptTokensDetails; d != nil {
 			u.CachedInputTokens = d.CachedTokens
@@ -59,19 +82,43 @@ func (o *openaiUsage) usage() (Usage, bool) {
 			u.ReasoningTokens = d.ReasoningTokens
 			u.AudioOutputTokens = d.AudioTokens
 		}
-	case o.InputTokens != nil:
-		u.InputTokens = *o.InputTokens
-		u.OutputTokens = o.OutputTokens
+	}
+	if p := o.InputTokens; p != nil {
+		if o.PromptTokens == nil {
+			u.InputTokens, u.OutputTokens = *p, o.OutputTokens
+		} else {
+			u.InputTokens, u.OutputTokens = max(u.InputTokens, *p), max(u.OutputTokens, o.OutputTokens)
+		}
 		if d := o.InputTokensDetails; d != nil {
-			u.CachedInputTokens = d.CachedTokens
-			u.AudioInputTokens = d.AudioTokens
+			u.CachedInputTokens = max(u.CachedInputTokens, d.CachedTokens)
+			u.AudioInputTokens = max(u.AudioInputTokens, d.AudioTokens)
 		}
 		if d := o.OutputTokensDetails; d != nil {
-			u.ReasoningTokens = d.ReasoningTokens
-			u.AudioOutputTokens = d.AudioTokens
+			u.ReasoningTokens = max(u.ReasoningTokens, d.ReasoningTokens)
+			u.AudioOutputTokens = max(u.AudioOutputTokens, d.AudioTokens)
 		}
-	default:
-		return Usage{}, false
+	}
+	// OpenAI counts reasoning tokens in the completion, and its total is
+	// the input and the output. An OpenAI-compatible upstream may count
+	// them apart (xAI's reasoning models: reasoning tokens beside
+	// completion_tokens, and in the total): what a total holds beyond the
+	// input and output is charged as output, the dearer rate (as the rate
+	// limit service charges such a total), and, without a total, reasoning
+	// tokens above the completion they would be part of are taken to be
+	// apart from it, as are cached tokens above the prompt. A total short
+	// of its parts takes nothing off.
+	in, out := max(u.InputTokens, 0), max(u.OutputTokens, 0)
+	if u.CachedInputTokens > in {
+		in = addSat(in, u.CachedInputTokens)
+		u.InputTokens = in
+	}
+	switch t := o.TotalTokens; {
+	case t.ok:
+		if sum := addSat(in, out); t.n > sum {
+			u.OutputTokens = addSat(out, t.n-sum)
+		}
+	case u.ReasoningTokens > out:
+		u.OutputTokens = addSat(out, u.ReasoningTokens)
 	}
 	return u.clamped(), true
 }

@@ -23,7 +23,7 @@ var errNotPlain = errors.New("costmodel: not a plain usage object")
 // usageNames are openaiUsage's members; detailNames a details object's.
 var (
 	usageNames = [...]string{"prompt_tokens", "completion_tokens", "prompt_tokens_details", "completion_tokens_details",
-		"input_tokens", "output_tokens", "input_tokens_details", "output_tokens_details"}
+		"input_tokens", "output_tokens", "input_tokens_details", "output_tokens_details", "total_tokens"}
 	detailNames = [...]string{"cached_tokens", "audio_tokens", "reasoning_tokens"}
 )
 
@@ -58,6 +58,9 @@ func decodeUsagePlain(raw []byte, o *openaiUsage) bool {
 			return plainInt(&s, o.InputTokens)
 		case "output_tokens":
 			return plainInt(&s, &o.OutputTokens)
+		case "total_tokens":
+			o.TotalTokens.ok = true
+			return plainInt(&s, &o.TotalTokens.n)
 		case "prompt_tokens_details":
 			o.PromptTokensDetails = new(struct {
 				CachedTokens int64 `json:"cached_tokens"`

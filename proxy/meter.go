@@ -212,6 +212,14 @@ func (m *meteredBody) skipped() bool {
 	return m.stream != nil && m.stream.Skipped()+m.stream.Malformed() > 0
 }
 
+// coded tells whether a stream came in a content coding costgate did not
+// decode (the transport decodes the gzip it asks for and drops the
+// header; an upstream may compress unasked): the meter read its bytes,
+// not its events, and a usage report in it is lost.
+func (m *meteredBody) coded() bool {
+	return m.stream != nil && m.resp != nil && len(costmodel.ContentCodings(m.resp.Header)) > 0
+}
+
 // overflowUsage is the usage report of a plain answer too large to keep
 // whole, read as it passed (see costmodel.UsageTap); ok is false when it
 // was not read whole, or not read.

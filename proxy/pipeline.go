@@ -9,9 +9,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -53,6 +55,10 @@ type exchange struct {
 	status      int   // the upstream's status, or costgate's on an upstream failure
 	upstreamErr error // set when the upstream gave no answer
 	body        *meteredBody
+	// wrote tells that the transport wrote the whole request to the
+	// upstream (httptrace's WroteRequest without an error); set on the
+	// transport's goroutine.
+	wrote atomic.Bool
 
 	injectedUsage bool            // costgate asked the upstream for a stream usage report
 	rule          *costmodel.Rule // a generic upstream's cost rule; nil for LLM routes
@@ -465,13 +471,21 @@ const preallocMax = 64 << 10
 var bodyReadTimeout = 30 * time.Second
 
 // upstreamContext is the context of the upstream exchange. It carries the
-// request's span and exchange but not its cancellation: a client that
+// request's span and exchange, and a trace that marks the request written
+// whole (exchange.wrote), but not its cancellation: a client that
 // disconnects does not stop costgate from reading the rest of the
 // upstream's answer, which the upstream bills whether or not the client
 // reads it (see meteredBody.Close). It ends at the upstream's timeout, or
 // when the server closes.
 func (s *Server) upstreamContext(x *exchange) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.WithValue(context.WithoutCancel(x.ctx), ctxKey{}, x), x.upstream.timeout)
+	ctx := httptrace.WithClientTrace(context.WithValue(context.WithoutCancel(x.ctx), ctxKey{}, x), &httptrace.ClientTrace{
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err == nil {
+				x.wrote.Store(true)
+			}
+		},
+	})
+	ctx, cancel := context.WithTimeout(ctx, x.upstream.timeout)
 	stop := context.AfterFunc(s.stopping, cancel)
 	return ctx, func() {
 		stop()
@@ -592,11 +606,12 @@ func setJSONField(body []byte, field string, v any) ([]byte, error) {
 // as a background response).
 func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 	est := x.servedEstimate()
-	if x.timedOut() {
+	if x.unanswered() {
 		// The upstream has the request and runs it to its end whether or
-		// not its answer comes in time: it bills it. Charged as an answer
-		// whose usage cannot be read: at the request's output limit; a
-		// generic upstream's at the most its rule lets it report.
+		// not its answer comes in time, or comes at all: it bills it.
+		// Charged as an answer whose usage cannot be read: at the
+		// request's output limit; a generic upstream's at the most its
+		// rule lets it report.
 		u := est.Usage
 		if x.rule != nil {
 			u.Units = x.rule.Unreported(u.Units)
@@ -636,11 +651,12 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 	}
 	u, model, reported, ok := x.body.usage()
 	switch {
-	case ok && !reported && x.status < 400 && x.body.skipped():
+	case ok && !reported && x.status < 400 && (x.body.skipped() || x.body.coded()):
 		// An event the meter could not read went by (the client has
-		// it), and no report was read: it may have been in it. Charged
-		// as an answer whose usage cannot be read, and no less than what
-		// the stream carried.
+		// it), or the stream came in a content coding the meter does
+		// not read, and no report was read: it may have been in it.
+		// Charged as an answer whose usage cannot be read, and no less
+		// than what the stream carried.
 		x.s.log.Warn("stream usage report unreadable; charging the output limit", "request_id", x.id)
 		u = atLeast(u, est.Usage)
 		u.OutputTokens = max(u.OutputTokens, est.OutputCap)
@@ -759,6 +775,25 @@ func requestPage(r *costmodel.Rule, req costmodel.GenericRequest) int64 {
 // within its timeout: it runs the request to its end and bills it.
 func (x *exchange) timedOut() bool {
 	return x.upstreamErr != nil && errors.Is(x.upstreamErr, context.DeadlineExceeded) && x.reachedUpstream()
+}
+
+// unanswered tells whether the upstream had the request but gave no
+// answer: it did not answer in time (timedOut), or the exchange broke
+// after the whole request was written and before the answer's status
+// line (a load balancer's idle timeout between them, the upstream's front
+// end restarted). The upstream may run such a request to its end and
+// bill it, as it bills one whose answer is cut a byte later. An unasked
+// protocol switch is an answer, not a run; a kept-alive connection the
+// upstream had closed while it was idle (net/http's "server closed idle
+// connection", found once the request was written to it) never carried
+// the request to it.
+func (x *exchange) unanswered() bool {
+	if x.timedOut() {
+		return true
+	}
+	err := x.upstreamErr
+	return err != nil && x.wrote.Load() && x.reachedUpstream() && !errors.Is(err, errUnaskedUpgrade) &&
+		!strings.Contains(err.Error(), "server closed idle connection")
 }
 
 // reachedUpstream tells whether the request reached the upstream: it
@@ -915,7 +950,7 @@ func (x *exchange) final() settlement {
 		f.model = served
 	}
 	f.cost = x.cost(f.model, f.usage)
-	if f.status == ledger.StatusFailed && x.rule != nil && !x.timedOut() {
+	if f.status == ledger.StatusFailed && x.rule != nil && !x.unanswered() {
 		f.cost = 0 // a failed call to a generic API is not charged per call
 	}
 	x.fin, x.settled = f, true

@@ -535,9 +535,18 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 			badRequest(w, path, "invalid_kind", "kind is "+kind.String()+" but the response is a "+said.String()+" answer")
 			return
 		}
-		u, served, err := costmodel.ParseResponse(kind, bytes.TrimSpace(in.Response))
+		raw := bytes.TrimSpace(in.Response)
+		u, served, err := costmodel.ParseResponse(kind, raw)
 		if err != nil {
 			badRequest(w, path, "invalid_response", "response: "+err.Error())
+			return
+		}
+		if kind == costmodel.Responses && costmodel.ResponseRunning(raw) {
+			// A background run answered queued or in progress: the usage
+			// it states (zeros) is not what the run bills, and the proxy
+			// reads no usage in it either. The reservation stays open for
+			// the run's final answer, or is charged its estimate at expiry.
+			badRequest(w, path, "response_running", "response: its run is not over (status queued or in_progress): settle with the run's final answer")
 			return
 		}
 		if ch.Status == ledger.StatusSettled {

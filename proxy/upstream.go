@@ -303,14 +303,18 @@ func errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 		msg = "the upstream did not answer in time"
 	}
 	charged := "; the request is not charged"
-	if code == "upstream_timeout" && x != nil && x.rule == nil {
-		// The upstream has the request and bills its run (see actualUsage).
-		charged = "; the request is charged its estimate, as the upstream bills its run"
-	}
 	gone := r.Context().Err() != nil && !errors.Is(err, context.DeadlineExceeded)
 	if x != nil {
 		x.upstreamErr = err
 		x.status = status
+		if x.unanswered() {
+			// The upstream has the request and bills its run (see
+			// actualUsage).
+			charged = "; the request is charged as an answer whose usage cannot be read (its output limit, or the most its cost rule lets it report), as the upstream bills its run"
+			if code == "upstream_unreachable" {
+				code, msg = "upstream_cut", "the upstream's connection broke before its answer"
+			}
+		}
 		x.setRateLimitHeaders(w.Header())
 		msg += " " + x.upstream.name
 		if !gone {
