@@ -131,18 +131,18 @@ func TestBudgetMoveAtkSecondReloadBeforeRestore(t *testing.T) {
 }
 
 // budgetMoveAtkTenantsYAML is newCtrAtkYAML with tenants acme (cg-acme)
-// and globex (cg-globex), and more tenants' lines.
-func budgetMoveAtkTenantsYAML(dir, store, more string) string {
+// and other (cg-globex), and more tenants' lines.
+func budgetMoveAtkTenantsYAML(dir, store, other, more string) string {
 	return fmt.Sprintf(`
 admin_token: t
 data_dir: %q
 store: {%s}
 tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
-  - {name: globex, plan: small, keys: [{id: globex-key, key: cg-globex}]}
+  - {name: %s, plan: small, keys: [{id: globex-key, key: cg-globex}]}
 %sbudgets:
   - {name: daily, amount: "0.01"}
-`, dir, store, more)
+`, dir, store, other, more)
 }
 
 // TestBudgetMoveAtkDrainWaitsForOtherTenants: a reload that adds a tenant
@@ -151,11 +151,18 @@ tenants:
 // ledger. One request of globex is held before its record (a friction
 // delay of 3 s). acme's restore has nothing to wait for: none of acme's
 // requests is in flight. acme's first request after the reload must not
-// wait for globex's.
+// wait for globex's. A restore waits for the requests of the tenants
+// that share its tenant's stripe of the in-flight count (1 in 64, by a
+// seed each process draws): the second tenant is named so that it does
+// not share acme's.
 func TestBudgetMoveAtkDrainWaitsForOtherTenants(t *testing.T) {
 	srv, dir := redistest.New(t), t.TempDir()
 	store := fmt.Sprintf("redis: %q", srv.URL)
-	g := openYAML(t, budgetMoveAtkTenantsYAML(dir, store, ""))
+	globex := "globex"
+	for i := 1; gate.SharesInflightStripe("acme", globex); i++ {
+		globex = fmt.Sprintf("globex%d", i)
+	}
+	g := openYAML(t, budgetMoveAtkTenantsYAML(dir, store, globex, ""))
 	ctx := context.Background()
 	held, d := g.Reserve(ctx, &gate.Request{Caller: g.Identify("cg-globex"), Route: "/v1/chat/completions", Estimate: costmodel.Estimate{Cost: usd("0.001")}})
 	if held == nil {
@@ -169,7 +176,7 @@ func TestBudgetMoveAtkDrainWaitsForOtherTenants(t *testing.T) {
 		held.Record(ctx)
 		held.Settle(ctx, gate.Charge{Cost: usd("0.001"), HTTPStatus: http.StatusOK})
 	}()
-	cfg := mustParse(t, budgetMoveAtkTenantsYAML(dir, store, "  - {name: initech, plan: small, keys: [{id: initech-key, key: cg-initech}]}\n"))
+	cfg := mustParse(t, budgetMoveAtkTenantsYAML(dir, store, globex, "  - {name: initech, plan: small, keys: [{id: initech-key, key: cg-initech}]}\n"))
 	applied := make(chan time.Duration, 1)
 	start := time.Now()
 	go func() {
