@@ -704,8 +704,15 @@ func TestHostileUpHugeHeaders(t *testing.T) {
 			g := hostileUpSend(t, s, "/v1/chat/completions", hostileUpChatReq, 15*time.Second)
 			peak := mem.peak()
 			t.Logf("client: status %d, %d header fields, err %v, in %v; heap peak +%.1f MiB", g.status, len(g.header), g.err, g.dur, peak)
-			if g.dur > 3*time.Second {
-				t.Errorf("the answer took %v", g.dur)
+			// 9 MiB of fields take 0.1 to 0.2 s on a quiet machine, 1.9 s
+			// under the race detector, which CI runs beside other
+			// packages' tests.
+			bound := time.Second
+			if raceEnabled {
+				bound *= 8
+			}
+			if g.dur > bound {
+				t.Errorf("the answer took %v, bound %v", g.dur, bound)
 			}
 			if g.err != nil && g.status == 0 {
 				t.Errorf("the client got no answer: %v", g.err)
