@@ -132,9 +132,6 @@ func TestCountsSaturate(t *testing.T) {
 // never read says its store part is unknown. Once the store is back it
 // answers from the store.
 func TestCountsWhileTheStoreIsDown(t *testing.T) {
-	if testing.Short() {
-		t.Skip("outage test in -short mode")
-	}
 	l, pg, ctx := storeDownLedger(t, ledger.Config{})
 	reserve := func(id, user string, edit func(*ledger.Entry)) {
 		t.Helper()
