@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -754,23 +753,16 @@ func ValidAttributeName(name string) bool {
 var dimensions = []string{"tenant", "user", "api_key", "ip", "model", "route", "upstream", "region"}
 
 // Units are the limit units; the value tells how a request's cost is taken
-// from its estimate or usage.
+// from its estimate or usage. Tokens add up saturating (costmodel.AddSat):
+// a sum that wrapped would be a negative cost, which the limiter refuses.
 var Units = map[string]func(costmodel.Usage, costmodel.NanoUSD) int64{
-	"requests":      func(costmodel.Usage, costmodel.NanoUSD) int64 { return 1 },
-	"tokens":        func(u costmodel.Usage, _ costmodel.NanoUSD) int64 { return addTokens(u.InputTokens, u.OutputTokens) },
+	"requests": func(costmodel.Usage, costmodel.NanoUSD) int64 { return 1 },
+	"tokens": func(u costmodel.Usage, _ costmodel.NanoUSD) int64 {
+		return costmodel.AddSat(u.InputTokens, u.OutputTokens)
+	},
 	"input_tokens":  func(u costmodel.Usage, _ costmodel.NanoUSD) int64 { return u.InputTokens },
 	"output_tokens": func(u costmodel.Usage, _ costmodel.NanoUSD) int64 { return u.OutputTokens },
 	"usd":           func(_ costmodel.Usage, c costmodel.NanoUSD) int64 { return int64(c) },
-}
-
-// addTokens adds two token counts, saturating at math.MaxInt64: a sum of
-// two that wrapped would be a negative cost, which the limiter refuses as
-// no cost at all.
-func addTokens(a, b int64) int64 {
-	if s := a + b; b <= 0 || s >= a {
-		return s
-	}
-	return math.MaxInt64
 }
 
 // Weighted converts the limit to the limiter's form.
