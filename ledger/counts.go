@@ -108,22 +108,11 @@ type countsRead struct {
 // Counts fails with ErrInvalid for a tenant, user, key or region that is
 // not valid text (see ValidText), and as Spend does for a bad range.
 func (l *Ledger) Counts(ctx context.Context, q SpendQuery) (Counts, error) {
-	if q.Tenant == "" {
-		return Counts{}, fmt.Errorf("%w counts query: tenant is required", ErrInvalid)
-	}
-	for _, f := range [...]struct{ name, v string }{
-		{"tenant", q.Tenant}, {"user", q.User}, {"key id", q.KeyID}, {"region", q.Region},
-	} {
-		if err := checkFilter("counts query", f.name, f.v); err != nil {
-			return Counts{}, err
-		}
-	}
-	from, to, err := q.rangeOf(l.cfg.Now(), l.cfg.TimeZone)
+	k, from, to, err := l.keyOf("counts query", q)
 	if err != nil {
 		return Counts{}, err
 	}
 	from, to = micro(from), micro(to)
-	k := spendQueryKey{tenant: q.Tenant, user: q.User, key: q.KeyID, region: q.Region, from: from.UnixMicro(), to: to.UnixMicro()}
 	var applied int64
 	if l.spool != nil {
 		_, applied = l.spool.positions()

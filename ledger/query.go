@@ -238,21 +238,10 @@ func Period(period string, at time.Time, tz *time.Location) (start, end time.Tim
 // ErrInvalid for a tenant, user, key or region that is not valid text
 // (see ValidText), which no entry can have.
 func (l *Ledger) Spend(ctx context.Context, q SpendQuery) (costmodel.NanoUSD, error) {
-	if q.Tenant == "" {
-		return 0, fmt.Errorf("%w spend query: tenant is required", ErrInvalid)
-	}
-	for _, f := range [...]struct{ name, v string }{
-		{"tenant", q.Tenant}, {"user", q.User}, {"key id", q.KeyID}, {"region", q.Region},
-	} {
-		if err := checkFilter("spend query", f.name, f.v); err != nil {
-			return 0, err
-		}
-	}
-	from, to, err := q.rangeOf(l.cfg.Now(), l.cfg.TimeZone)
+	k, from, to, err := l.keyOf("spend query", q)
 	if err != nil {
 		return 0, err
 	}
-	k := spendQueryKey{tenant: q.Tenant, user: q.User, key: q.KeyID, region: q.Region, from: from.UnixMicro(), to: to.UnixMicro()}
 	var applied int64
 	if l.spool != nil {
 		_, applied = l.spool.positions()
@@ -276,6 +265,28 @@ func (l *Ledger) Spend(ctx context.Context, q SpendQuery) (costmodel.NanoUSD, er
 	l.answered(readAt)
 	l.spendReads.put(k, spendRead{value: v, pos: applied, at: readAt})
 	return v, nil
+}
+
+// keyOf checks q, a query of the kind what names ("spend query"), and
+// returns its key and its range [from, to): ErrInvalid for a query
+// without a tenant or with a filter that is not valid text (see
+// checkFilter), rangeOf's error for a bad range.
+func (l *Ledger) keyOf(what string, q SpendQuery) (k spendQueryKey, from, to time.Time, err error) {
+	if q.Tenant == "" {
+		return k, from, to, fmt.Errorf("%w %s: tenant is required", ErrInvalid, what)
+	}
+	for _, f := range [...]struct{ name, v string }{
+		{"tenant", q.Tenant}, {"user", q.User}, {"key id", q.KeyID}, {"region", q.Region},
+	} {
+		if err := checkFilter(what, f.name, f.v); err != nil {
+			return k, from, to, err
+		}
+	}
+	if from, to, err = q.rangeOf(l.cfg.Now(), l.cfg.TimeZone); err != nil {
+		return k, from, to, err
+	}
+	k = spendQueryKey{tenant: q.Tenant, user: q.User, key: q.KeyID, region: q.Region, from: from.UnixMicro(), to: to.UnixMicro()}
+	return k, from, to, nil
 }
 
 // rangeSpend is the store's spend over [from, to): the entries of a
