@@ -21,22 +21,8 @@ func TestCountsOfCallers(t *testing.T) {
 	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
 		ctx := context.Background()
 		l := open(t, cfg)
-		reserve := func(id string, edit func(*ledger.Entry)) {
-			t.Helper()
-			e := reservation(id, t0)
-			if edit != nil {
-				edit(&e)
-			}
-			if err := l.Reserve(ctx, e); err != nil {
-				t.Fatal(err)
-			}
-		}
-		settle := func(e ledger.Entry) {
-			t.Helper()
-			if err := l.Settle(ctx, e); err != nil {
-				t.Fatal(err)
-			}
-		}
+		reserve := func(id string, edit func(*ledger.Entry)) { t.Helper(); countsReserve(ctx, t, l, id, edit) }
+		settle := func(e ledger.Entry) { t.Helper(); countsSettle(ctx, t, l, e) }
 		reserve("settled", nil)
 		settle(settlement("settled", 2_000)) // 90 in, 150 out
 		reserve("open", nil)                 // its estimate: 100 in, 200 out
@@ -135,21 +121,14 @@ func TestCountsWhileTheStoreIsDown(t *testing.T) {
 	l, pg, ctx := storeDownLedger(t, ledger.Config{})
 	reserve := func(id, user string, edit func(*ledger.Entry)) {
 		t.Helper()
-		e := reservation(id, t0)
-		e.User, e.KeyID = user, "k-"+user
-		if edit != nil {
-			edit(&e)
-		}
-		if err := l.Reserve(ctx, e); err != nil {
-			t.Fatal(err)
-		}
+		countsReserve(ctx, t, l, id, func(e *ledger.Entry) {
+			e.User, e.KeyID = user, "k-"+user
+			if edit != nil {
+				edit(e)
+			}
+		})
 	}
-	settle := func(e ledger.Entry) {
-		t.Helper()
-		if err := l.Settle(ctx, e); err != nil {
-			t.Fatal(err)
-		}
-	}
+	settle := func(e ledger.Entry) { t.Helper(); countsSettle(ctx, t, l, e) }
 	month := ledger.SpendQuery{Tenant: "acme", Period: "month", At: t0}
 	reserve("a1", "ann", nil)
 	settle(settlement("a1", 1_000))
@@ -205,5 +184,26 @@ func TestCountsWhileTheStoreIsDown(t *testing.T) {
 	want := ledger.Counts{Requests: 4, InputTokens: 90 + 90 + 90 + 100, OutputTokens: 150 + 150 + 150 + 500}
 	if c, err := l.Counts(ctx, month); err != nil || c != want {
 		t.Fatalf("Counts after the outage = %+v, %v; want %+v", c, err, want)
+	}
+}
+
+// countsReserve reserves reservation(id, t0) on l, changed by edit when
+// it is not nil.
+func countsReserve(ctx context.Context, t *testing.T, l *ledger.Ledger, id string, edit func(*ledger.Entry)) {
+	t.Helper()
+	e := reservation(id, t0)
+	if edit != nil {
+		edit(&e)
+	}
+	if err := l.Reserve(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// countsSettle settles e on l.
+func countsSettle(ctx context.Context, t *testing.T, l *ledger.Ledger, e ledger.Entry) {
+	t.Helper()
+	if err := l.Settle(ctx, e); err != nil {
+		t.Fatal(err)
 	}
 }
