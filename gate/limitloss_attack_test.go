@@ -24,6 +24,25 @@ func openYAML(t *testing.T, yaml string) *Gate {
 	return g
 }
 
+// acmeRedisGate opens a gate on a private Redis with tenant acme (key
+// cg-acme, user ann) and one limit, limit (a YAML flow mapping); the gate
+// is closed at the test's end.
+func acmeRedisGate(t *testing.T, limit string) (*Gate, *redistest.Server) {
+	t.Helper()
+	srv := redistest.New(t)
+	g := openYAML(t, fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+store: {redis: %q, timeout: 5s, queue_timeout: 5s}
+tenants:
+  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme, user: ann}]}
+limits:
+  - %s
+`, t.TempDir(), srv.URL, limit))
+	t.Cleanup(func() { g.Close() })
+	return g, srv
+}
+
 // awayFromWindowEdge waits, when a fixed window of period ends within a
 // minute, until it has ended: a test that spends a window and then checks
 // what is left of it must do both in one window.
@@ -48,17 +67,7 @@ func TestLimitLossAtkDollarLimitsHold(t *testing.T) {
 			t.Run(algo+dims, func(t *testing.T) {
 				t.Parallel()
 				awayFromWindowEdge(t, 24*time.Hour)
-				srv := redistest.New(t)
-				g := openYAML(t, fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-store: {redis: %q, timeout: 5s, queue_timeout: 5s}
-tenants:
-  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme, user: ann}]}
-limits:
-  - {name: spend, dimensions: %s, unit: usd, rate_usd: "0.01", period: 24h, algorithm: %s}
-`, t.TempDir(), srv.URL, dims, algo))
-				t.Cleanup(func() { g.Close() })
+				g, srv := acmeRedisGate(t, fmt.Sprintf(`{name: spend, dimensions: %s, unit: usd, rate_usd: "0.01", period: 24h, algorithm: %s}`, dims, algo))
 				if n := spendAcmeUntil(t, g, 4, 429); n != 4 {
 					t.Fatalf("before the first loss: %d admitted of 4", n)
 				}

@@ -66,17 +66,7 @@ func TestLimitLossAtkUnitLimitsHold(t *testing.T) {
 				t.Run(u.unit+"/"+algo+dims, func(t *testing.T) {
 					t.Parallel()
 					awayFromWindowEdge(t, 24*time.Hour)
-					srv := redistest.New(t)
-					g := openYAML(t, fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-store: {redis: %q, timeout: 5s, queue_timeout: 5s}
-tenants:
-  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme, user: ann}]}
-limits:
-  - {name: allowance, dimensions: %s, unit: %s, rate: %s, period: 24h, algorithm: %s}
-`, t.TempDir(), srv.URL, dims, u.unit, u.rate, algo))
-					t.Cleanup(func() { g.Close() })
+					g, srv := acmeRedisGate(t, fmt.Sprintf("{name: allowance, dimensions: %s, unit: %s, rate: %s, period: 24h, algorithm: %s}", dims, u.unit, u.rate, algo))
 					if n := spendUsageUntil(t, g, "cg-acme", 4, 429); n != 4 {
 						t.Fatalf("before the first loss: %d admitted of 4", n)
 					}
@@ -111,17 +101,7 @@ func TestLimitLossAtkUncountedEntriesDoNotCount(t *testing.T) {
 		t.Run(u.unit, func(t *testing.T) {
 			t.Parallel()
 			awayFromWindowEdge(t, 24*time.Hour)
-			srv := redistest.New(t)
-			g := openYAML(t, fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-store: {redis: %q, timeout: 5s, queue_timeout: 5s}
-tenants:
-  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme, user: ann}]}
-limits:
-  - {name: allowance, dimensions: [tenant], unit: %s, rate: %s, period: 24h, algorithm: fixed_window}
-`, t.TempDir(), srv.URL, u.unit, u.rate))
-			t.Cleanup(func() { g.Close() })
+			g, srv := acmeRedisGate(t, fmt.Sprintf("{name: allowance, dimensions: [tenant], unit: %s, rate: %s, period: 24h, algorithm: fixed_window}", u.unit, u.rate))
 			ctx := context.Background()
 			if n := spendUsageUntil(t, g, "cg-acme", 4, 429); n != 4 {
 				t.Fatalf("before the loss: %d admitted of 4", n)
