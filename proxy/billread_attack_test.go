@@ -28,6 +28,22 @@ import (
 	"github.com/costgate/costgate/ledger"
 )
 
+// billAtkFetch sends acme's GET /u/scrape/fetch?credits=3 (billAtkGeneric's
+// route) to s and returns its answer, read whole and closed, and its
+// body.
+func billAtkFetch(t *testing.T, s *stack) (*http.Response, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, s.url+"/u/scrape/fetch?credits=3", nil)
+	req.Header.Set("Authorization", "Bearer cg-test-acme")
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, body
+}
+
 // billAtkEntry returns acme's one settled ledger entry whose request id is
 // id.
 func billAtkEntry(t *testing.T, s *stack, id string) ledger.Entry {
@@ -186,14 +202,7 @@ func TestBillAtkGenericTimeoutBillsNothing(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := newStackWith(t, stackOptions{policies: allowAll, extra: c.cfg})
-			req, _ := http.NewRequest(http.MethodGet, s.url+"/u/scrape/fetch?credits=3", nil)
-			req.Header.Set("Authorization", "Bearer cg-test-acme")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+			resp, _ := billAtkFetch(t, s)
 			if resp.StatusCode != http.StatusGatewayTimeout {
 				t.Fatalf("status %d, want 504", resp.StatusCode)
 			}

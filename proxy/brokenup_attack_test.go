@@ -1,7 +1,6 @@
 package proxy_test
 
 import (
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -52,14 +51,7 @@ func TestBillAtkGenericConnectionBrokenBeforeTheAnswer(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	s := newStackWith(t, stackOptions{policies: allowAll, extra: billAtkGeneric(srv.URL)})
-	req, _ := http.NewRequest(http.MethodGet, s.url+"/u/scrape/fetch?credits=3", nil)
-	req.Header.Set("Authorization", "Bearer cg-test-acme")
-	resp, err := http.DefaultTransport.RoundTrip(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	resp, _ := billAtkFetch(t, s)
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("status %d, want 502", resp.StatusCode)
 	}
@@ -76,14 +68,7 @@ func TestBillAtkUnreachableIsFree(t *testing.T) {
 	base := srv.URL
 	srv.Close() // nothing listens there now
 	s := newStackWith(t, stackOptions{policies: allowAll, extra: billAtkGeneric(base)})
-	req, _ := http.NewRequest(http.MethodGet, s.url+"/u/scrape/fetch?credits=3", nil)
-	req.Header.Set("Authorization", "Bearer cg-test-acme")
-	resp, err := http.DefaultTransport.RoundTrip(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, body := billAtkFetch(t, s)
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("status %d, want 502: %s", resp.StatusCode, body)
 	}
@@ -91,5 +76,4 @@ func TestBillAtkUnreachableIsFree(t *testing.T) {
 	if e.ActualCost != 0 || e.Actual.Units != 0 {
 		t.Errorf("charged %d credits (%v) for a call that never reached the upstream", e.Actual.Units, e.ActualCost)
 	}
-	fmt.Fprint(io.Discard, body)
 }
