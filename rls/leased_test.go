@@ -24,10 +24,11 @@ rls:
         - ` + strings.Join(descriptors, "\n        - ") + "\n"
 }
 
-// leasedConfig is a domain whose per-client limit is leased: 200 hits a
-// minute in a fixed window, a replica holding at most 20 of a client's
-// hits unspent.
-var leasedConfig = edgeDomain(`{key: client, rate_limit: {name: per-client, unit: minute, requests_per_unit: 200, algorithm: fixed_window, lease: {max_share: 0.1}}}`)
+// leasedConfig is a domain whose per-client limit is leased: 200 hits an
+// hour in a fixed window (a minute's would let a test that crosses its
+// end admit more), a replica holding at most 20 of a client's hits
+// unspent.
+var leasedConfig = edgeDomain(`{key: client, rate_limit: {name: per-client, unit: hour, requests_per_unit: 200, algorithm: fixed_window, lease: {max_share: 0.1}}}`)
 
 // TestLeasedDescriptors: two RLS replicas on one Redis, a leased
 // descriptor limit, hits of 1 to 5 sent to either at random. A window
