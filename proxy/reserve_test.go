@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -158,12 +159,19 @@ func BenchmarkReservePair(b *testing.B) {
 
 // benchWriter is a ResponseWriter reused from one request to the next, as
 // net/http reuses a connection's buffers: a fresh header map for each
-// answer (net/http makes one too), the body's buffer kept.
+// answer (net/http makes one too), the body's buffer kept. Its read and
+// write deadlines are set on a real TCP connection, as net/http's
+// response sets them on its own: without them http.ResponseController
+// answers each call with a new error, a cost the server never pays.
 type benchWriter struct {
 	h    http.Header
 	code int
 	body bytes.Buffer
+	conn net.Conn
 }
+
+func (w *benchWriter) SetReadDeadline(t time.Time) error  { return w.conn.SetReadDeadline(t) }
+func (w *benchWriter) SetWriteDeadline(t time.Time) error { return w.conn.SetWriteDeadline(t) }
 
 func (w *benchWriter) Header() http.Header { return w.h }
 
@@ -181,6 +189,26 @@ func (w *benchWriter) Write(b []byte) (int, error) {
 func (w *benchWriter) reset() {
 	w.h, w.code = make(http.Header), 0
 	w.body.Reset()
+}
+
+// loopbackConn is one end of a TCP connection on loopback, closed with
+// the benchmark.
+func loopbackConn(b *testing.B) net.Conn {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	peer, err := ln.Accept()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close(); peer.Close() })
+	return c
 }
 
 // reservationID is the reservation id in a reserve answer, found as a
@@ -220,7 +248,8 @@ budgets:
 	// conns are what a server keeps per connection and reuses from one
 	// request to the next: the buffered reader (httptest.NewRequest would
 	// allocate 4 KiB for each request) and the answer's buffer.
-	conns := sync.Pool{New: func() any { return &conn{br: bufio.NewReader(nil)} }}
+	tcp := loopbackConn(b)
+	conns := sync.Pool{New: func() any { return &conn{br: bufio.NewReader(nil), w: benchWriter{conn: tcp}} }}
 	const head = " HTTP/1.1\r\nHost: costgate\r\nAuthorization: Bearer cg-test-acme\r\nContent-Type: application/json\r\nContent-Length: "
 	serve := func(b *testing.B, path, body string, check func(code int, answer []byte)) {
 		c := conns.Get().(*conn)
