@@ -165,6 +165,9 @@ func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 		l.peers = newPeers(pg.pool, l.node, l.Flush, cfg.PeerWait, cfg.Logf)
 		l.wg.Add(1)
 		go func() { defer l.wg.Done(); l.peers.listen(runCtx) }()
+		// Nothing is recorded before the others can know of this process
+		// (see peers.go): a restore elsewhere waits for its records.
+		l.peers.waitReady(ctx)
 	}
 	return l, nil
 }

@@ -19,6 +19,17 @@ package ledger
 //
 // A sender's syncs go out one after another, so a peer hears them in the
 // order of their seq, and an ack of seq answers every lower one too.
+//
+// PostgreSQL delivers notifications in the order their transactions
+// committed, to every listener, the sender's own among them. Two rules
+// follow that no process with unflushed records is left out of a sync:
+//
+//   - a process records nothing before its first beat is sent (Open waits
+//     for it), so that a sync sent after one of its records is delivered
+//     after its beat;
+//   - a sync counts the processes its sender's listener knows once that
+//     listener has heard the sync itself (its echo): by then it has heard
+//     every beat delivered before it.
 
 import (
 	"context"
@@ -67,9 +78,12 @@ type peers struct {
 	mu        sync.Mutex
 	heard     map[string]time.Time // node → when last heard
 	acked     map[string]uint64    // node → the highest seq it acked of ours
-	changed   chan struct{}        // closed and replaced when acked grows
+	changed   chan struct{}        // closed and replaced when acked or echoed grows
 	listening time.Time            // since when the listener is subscribed; zero when not
+	ready     chan struct{}        // closed once the listener subscribed and sent its first beat
+	readyOnce sync.Once            // closes ready
 	seq       uint64               // our last sync's
+	echoed    uint64               // our highest sync the listener heard back
 	next      *syncRound           // the sync callers join, not yet sent
 	sending   bool                 // a caller is sending syncs
 	toAck     map[string]uint64    // syncs heard, not yet answered
@@ -85,8 +99,23 @@ type syncRound struct {
 }
 
 func newPeers(pool *pgxpool.Pool, node string, flush func(context.Context) error, wait time.Duration, logf func(string, ...any)) *peers {
-	return &peers{pool: pool, node: node, flush: flush, wait: wait, logf: logf,
+	return &peers{pool: pool, node: node, flush: flush, wait: wait, logf: logf, ready: make(chan struct{}),
 		heard: map[string]time.Time{}, acked: map[string]uint64{}, changed: make(chan struct{}), toAck: map[string]uint64{}}
+}
+
+// waitReady waits until the listener has subscribed and sent its first
+// beat, at most p.wait or until ctx ends: a listener that cannot connect
+// does not hold the process up longer (its records are then waited for
+// by the others' fixed lag only, as before it beats).
+func (p *peers) waitReady(ctx context.Context) {
+	t := time.NewTimer(p.wait)
+	defer t.Stop()
+	select {
+	case <-p.ready:
+	case <-t.C:
+		p.logf("ledger: not listening to the other replicas after %v; going on (a restore elsewhere may miss this replica's newest records until it does)", p.wait)
+	case <-ctx.Done():
+	}
 }
 
 // notify sends m on the channel, from a connection of the pool.
@@ -154,6 +183,7 @@ func (p *peers) listenOnce(ctx context.Context) error {
 			if err := p.notify(ctx, peerMsg{Kind: "beat"}); err != nil && ctx.Err() == nil {
 				p.logf("%v", err)
 			}
+			p.readyOnce.Do(func() { close(p.ready) })
 			beat = time.Now().Add(peerBeat)
 			p.prune()
 		}
@@ -169,7 +199,11 @@ func (p *peers) listenOnce(ctx context.Context) error {
 			return err
 		}
 		var m peerMsg
-		if json.Unmarshal([]byte(n.Payload), &m) != nil || m.From == "" || m.From == p.node {
+		if json.Unmarshal([]byte(n.Payload), &m) != nil || m.From == "" {
+			continue
+		}
+		if m.From == p.node {
+			p.echo(m)
 			continue
 		}
 		p.hear(ctx, m)
@@ -210,6 +244,18 @@ func (p *peers) hear(ctx context.Context, m peerMsg) {
 			close(p.changed)
 			p.changed = make(chan struct{})
 		}
+	}
+}
+
+// echo takes one of this process's own messages, heard back: a sync's
+// tells that every beat delivered before it has been heard.
+func (p *peers) echo(m peerMsg) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m.Kind == "sync" && m.Seq > p.echoed && m.Seq <= p.seq {
+		p.echoed = m.Seq
+		close(p.changed)
+		p.changed = make(chan struct{})
 	}
 }
 
@@ -336,14 +382,20 @@ func (p *peers) sync(ctx context.Context) (ok bool, err error) {
 				behind = append(behind, node)
 			}
 		}
+		// Until the sync is heard back, a process that beat before it may
+		// not be known yet.
+		echoed := p.echoed >= r.seq
 		changed := p.changed
 		p.mu.Unlock()
-		if len(behind) == 0 {
+		if len(behind) == 0 && echoed {
 			return true, nil
 		}
 		select {
 		case <-changed:
 		case <-timer.C:
+			if !echoed {
+				return true, fmt.Errorf("ledger: this replica's request to flush was not heard back within %v: the replicas it does not know yet were not waited for (%d that it knows did not answer: %v)", p.wait, len(behind), behind)
+			}
 			return true, &PeersBehindError{Nodes: behind, Wait: p.wait}
 		case <-ctx.Done():
 			return true, ctx.Err()

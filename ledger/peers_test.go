@@ -69,14 +69,11 @@ func holdApplyLock(t *testing.T, dsn string) (release func()) {
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(ledger.ApplyLock)); err != nil {
 		t.Fatal(err)
 	}
-	done := false
-	release = func() {
-		if !done {
-			done = true
-			tx.Rollback(ctx)
-			conn.Close(ctx)
-		}
-	}
+	// Once: a test may release from a timer and again when it ends.
+	release = sync.OnceFunc(func() {
+		tx.Rollback(ctx)
+		conn.Close(ctx)
+	})
 	t.Cleanup(release)
 	return release
 }
@@ -127,6 +124,46 @@ func TestSyncPeersWaitsForASlowReplica(t *testing.T) {
 	slices.Sort(took)
 	t.Logf("SyncPeers with one peer keeping up: median %v, most %v", took[10], took[20])
 	t.Logf("SyncPeers with the peer's writes held 600 ms: %v", syncSeesHeldRecord(t, a, b, dsn, 600*time.Millisecond))
+}
+
+// TestSyncPeersCountsANewcomer: a replica that has just started records
+// a reservation at once, while the database holds its batches back; the
+// replica that was there before asks its peers to flush right after.
+// The sync must wait for the newcomer: before, it counted only the
+// replicas its listener had heard from by then, and the newcomer's first
+// beat was still on its way (or not sent: the newcomer recorded before
+// its listener was up), so the sync returned at once and the read missed
+// the newcomer's 7 (a limiter restoring from it let the tenant spend them
+// again; gate.TestDataLossCountsPeersUnflushedSpend failed so on its
+// first run in a process).
+func TestSyncPeersCountsANewcomer(t *testing.T) {
+	cfg := postgresConfig(t)
+	cfg.PeerWait = 5 * time.Second
+	a := open(t, cfg)
+	ctx := context.Background()
+	for i := range 5 {
+		release := holdApplyLock(t, cfg.DSN)
+		ncfg := cfg
+		ncfg.Dir = t.TempDir()
+		b := open(t, ncfg)
+		tenant := fmt.Sprint("newcomer-", i)
+		if err := b.Reserve(ctx, ledger.Entry{RequestID: "r-" + tenant, Tenant: tenant, EstimatedCost: 7}); err != nil {
+			t.Fatal(err)
+		}
+		time.AfterFunc(300*time.Millisecond, release)
+		start := time.Now()
+		if err := a.SyncPeers(ctx); err != nil {
+			t.Fatal(err)
+		}
+		spent, err := a.Spend(ctx, ledger.SpendQuery{Tenant: tenant, From: start.Add(-time.Hour), To: start.Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if spent != 7 {
+			t.Fatalf("newcomer %d: after SyncPeers (%v) a reads a spend of %d; the newcomer recorded 7 before the call", i, time.Since(start), spent)
+		}
+		release()
+	}
 }
 
 // TestSyncPeersBounded: a replica whose writes stay held back does not
