@@ -125,7 +125,18 @@ type LedgerConfig struct {
 	// back to the spool's last sync). It adds one group fsync, about 1 ms,
 	// to the end of every answer. Default false.
 	DurableSettle bool `yaml:"durable_settle"`
+	// PeerWait is the longest a restore of counters from a shared
+	// PostgreSQL ledger waits for the other replicas to flush what they
+	// have not written yet (see ledger.Config.PeerWait): a replica that
+	// does not answer by then is not waited for. It holds the requests
+	// that found the loss for as long. 0 means the default, 2s; at most
+	// 1m.
+	PeerWait time.Duration `yaml:"peer_wait"`
 }
+
+// maxPeerWait bounds ledger.peer_wait: the requests that find a loss wait
+// as long.
+const maxPeerWait = time.Minute
 
 // PoliciesConfig names the Rego policies evaluated on every request.
 type PoliciesConfig struct {
@@ -512,6 +523,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Store.MaxBatch < 0 || c.Store.MaxBatch > 1024 {
 		bad("store.max_batch", "must be between 1 and 1024")
+	}
+	if c.Ledger.PeerWait < 0 || c.Ledger.PeerWait > maxPeerWait {
+		bad("ledger.peer_wait", "must be between 0 (the default, 2s) and %s", maxPeerWait)
 	}
 	if c.Store.Timeout < 0 || c.Store.QueueTimeout < 0 || c.Store.BreakerFailures < 0 || c.Store.BreakerCooldown < 0 || c.Store.FallbackReplicas < 0 || c.Store.ReconcileInterval < 0 {
 		bad("store", "timeout, breaker_failures, breaker_cooldown, fallback_replicas and reconcile_interval must be positive")

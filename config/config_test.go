@@ -37,6 +37,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"bad budget period", base + "budgets: [{name: b, period: week, amount: '1'}]\n", "budgets[0].period"},
 		{"negative batch", base + "store: {max_batch: -1}\n", "store.max_batch"},
 		{"huge batch", base + "store: {max_batch: 100000}\n", "store.max_batch"},
+		{"negative peer wait", base + "ledger: {peer_wait: -1s}\n", "ledger.peer_wait"},
+		{"peer wait past a minute", base + "ledger: {peer_wait: 2m}\n", "ledger.peer_wait"},
 		{"empty file", "", "the config is empty"},
 		{"tenant without plan", base + "tenants: [{name: t, keys: [{key: a}]}]\n", "tenants[0].plan: required"},
 		{"user the RLS reads apart", base + "tenants: [{name: t, plan: p, keys: [{key: a, user: '50%off'}]}]\n", "tenants[0].keys[0].user: must be UTF-8 text without '%'"},

@@ -185,7 +185,7 @@ func (g *Gate) open(ctx context.Context, cfg *config.Config) error {
 	g.renewer = newRenewer(g)
 	g.renewer.start()
 	g.closers = append(g.closers, g.renewer.close)
-	if g.ledger, err = ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: cfg.DataDirPath(), Logf: ledgerLogf(g.log)}); err != nil {
+	if g.ledger, err = ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: cfg.DataDirPath(), PeerWait: cfg.Ledger.PeerWait, Logf: ledgerLogf(g.log)}); err != nil {
 		return fmt.Errorf("gate: ledger: %w", err)
 	}
 	g.closers = append(g.closers, g.ledger.Close)
@@ -397,8 +397,8 @@ func compile(cfg *config.Config) (*state, error) {
 
 // Apply makes cfg the active configuration once it compiles (its policies
 // included). The stores cannot change without a restart: a cfg that
-// changes store.redis, ledger.dsn or data_dir is refused, and the active
-// configuration stays.
+// changes store.redis, ledger.dsn, ledger.peer_wait or data_dir is
+// refused, and the active configuration stays.
 func (g *Gate) Apply(cfg *config.Config) error {
 	prev := g.state.Load()
 	old := prev.cfg
@@ -407,6 +407,8 @@ func (g *Gate) Apply(cfg *config.Config) error {
 		return errors.New("store.redis changed: restart costgate to change the limiter store")
 	case cfg.Ledger.DSN != old.Ledger.DSN || cfg.DataDirPath() != old.DataDirPath():
 		return errors.New("ledger.dsn or data_dir changed: restart costgate to change the ledger")
+	case cfg.Ledger.PeerWait != old.Ledger.PeerWait:
+		return errors.New("ledger.peer_wait changed: restart costgate to change it")
 	case cfg.Costs.OutputReserve.Quantile > 0 && g.learned == nil:
 		return errors.New("costs.output_reserve: a learned quantile needs a restart when costgate started with a percentage")
 	case cfg.Reservations.SigningSecret() != old.Reservations.SigningSecret():

@@ -112,14 +112,16 @@ func lossRegion(t *testing.T, dsn, region string, srv *redistest.Server) *Gate {
 
 // acmeGate opens a gate on the Redis srv and the ledger's PostgreSQL at
 // dsn, with tenant acme (key cg-acme), its daily budget of $0.01, and the
-// config lines extra.
+// config lines extra. A restore waits up to 10 s for the other replicas'
+// ledger records (ledger.peer_wait), not the default 2 s: these replicas
+// all answer, and a slow test machine must not make one look dead.
 func acmeGate(t *testing.T, dsn string, srv *redistest.Server, extra string) *Gate {
 	t.Helper()
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`
 admin_token: t
 data_dir: %q
 store: {redis: %q, timeout: 5s, queue_timeout: 5s}
-ledger: {dsn: %q}
+ledger: {dsn: %q, peer_wait: 10s}
 tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
 budgets:
