@@ -1230,7 +1230,7 @@ func (r *Reservation) entry(status ledger.Status) ledger.Entry {
 		RequestID: r.req.ID, Tenant: c.Tenant, User: c.User, KeyID: c.KeyID,
 		Route: r.policyRoute(), Upstream: r.req.Upstream, Model: r.req.Estimate.Model, Region: r.st.cfg.Region,
 		Decision: decision, Policy: r.decision.Policy, Friction: r.friction,
-		Status:    status,
+		Status: status, Requests: r.req.Requests,
 		Estimated: r.req.Estimate.Usage, EstimatedCost: r.req.Estimate.Cost,
 		CreatedAt: r.start,
 	}

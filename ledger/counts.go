@@ -54,11 +54,12 @@ func countedDecision(d string) bool {
 }
 
 // Counts is what e counts on a limiter: nothing unless its decision is
-// an admission (see countedDecision); else one request, unless it failed
-// without an HTTP status (a reservation cancelled, or a request that
-// never reached its upstream: the limiter returns its request), and the
-// input and output tokens of its charged usage, the estimate while
-// reserved, the actual usage once final.
+// an admission (see countedDecision); else the requests the limiter
+// counted it for (Entry.Requests), none if it failed without an HTTP
+// status (a reservation cancelled, or a request that never reached its
+// upstream: the limiter returns its requests), and the input and output
+// tokens of its charged usage, the estimate while reserved, the actual
+// usage once final.
 func (e *Entry) Counts() Counts {
 	if !countedDecision(e.Decision) {
 		return Counts{}
@@ -67,7 +68,7 @@ func (e *Entry) Counts() Counts {
 	if e.Status == StatusReserved {
 		u = e.Estimated
 	}
-	c := Counts{Requests: 1, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
+	c := Counts{Requests: e.Requests, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
 	if e.Status == StatusFailed && e.HTTPStatus == 0 {
 		c.Requests = 0
 	}
@@ -80,7 +81,7 @@ func (e *Entry) Counts() Counts {
 // counted decisions (see countedDecision).
 const (
 	countsDecisions = `decision IN ('allow', 'soft', '')`
-	countsRequest   = `CASE WHEN status = 'failed' AND http_status = 0 THEN 0 ELSE 1 END`
+	countsRequest   = `CASE WHEN status = 'failed' AND http_status = 0 THEN 0 ELSE requests END`
 	countsInput     = `CASE WHEN status = 'reserved' THEN est_input ELSE act_input END`
 	countsOutput    = `CASE WHEN status = 'reserved' THEN est_output ELSE act_output END`
 )

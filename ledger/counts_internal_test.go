@@ -2,9 +2,17 @@ package ledger
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/costgate/costgate/internal/pgtest"
 )
 
 // TestCountsScansTheTenantsRange: the embedded store's counts read is a
@@ -38,4 +46,92 @@ func TestCountsScansTheTenantsRange(t *testing.T) {
 	if !strings.Contains(joined, "USING INDEX ledger_entries_tenant_time (tenant=? AND created_at>? AND created_at<?)") {
 		t.Fatalf("plan %q: want a range scan of ledger_entries_tenant_time", joined)
 	}
+}
+
+// TestCountsOfEntriesStoredBeforeRequests: a store written before
+// migration 004, embedded or PostgreSQL, keeps its entries' meaning once
+// migrated: each admitted one counts one request.
+func TestCountsOfEntriesStoredBeforeRequests(t *testing.T) {
+	at := time.Date(2026, 3, 14, 15, 0, 0, 0, time.UTC)
+	e := &Entry{RequestID: "r1", Tenant: "acme", Decision: "allow", Status: StatusSettled, HTTPStatus: 200, CreatedAt: at, SettledAt: at}
+	old := slices.Index(entryColumns, "requests") // the columns before it
+	insert := func(param func(int) string) string {
+		ps := make([]string, old)
+		for i := range ps {
+			ps[i] = param(i + 1)
+		}
+		return "INSERT INTO ledger_entries (" + strings.Join(entryColumns[:old], ", ") + ") VALUES (" + strings.Join(ps, ", ") + ")"
+	}
+	// before applies the migrations before 004 with exec, and records
+	// each with mark.
+	before := func(t *testing.T, dialect string, exec func(q string, args ...any) error, mark func(m migration) error) {
+		t.Helper()
+		ms, err := migrations(dialect)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			if strings.Contains(m.name, "requests") {
+				return
+			}
+			if err := exec(m.sql); err != nil {
+				t.Fatal(err)
+			}
+			if err := mark(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ctx := context.Background()
+	check := func(t *testing.T, s store) {
+		t.Helper()
+		defer s.close()
+		c, err := s.counts(ctx, spendQueryKey{tenant: "acme"}, at.Add(-time.Hour), at.Add(time.Hour))
+		if err != nil || c.Requests != 1 {
+			t.Fatalf("Counts of an entry stored before its requests = %+v, %v; want 1 request", c, err)
+		}
+	}
+	t.Run("embedded", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		db, err := sql.Open("sqlite", "file:"+path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exec := func(q string, args ...any) error { _, err := db.ExecContext(ctx, q, args...); return err }
+		before(t, "sqlite", exec, func(m migration) error { return exec(fmt.Sprintf("PRAGMA user_version = %d", m.version)) })
+		if err := exec(insert(func(int) string { return "?" }), entryArgs("n1", e, sqliteTime)[:old]...); err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+		s, err := openSQLite(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, s)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		dsn := pgtest.New(t)
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exec := func(q string, args ...any) error { _, err := conn.Exec(ctx, q, args...); return err }
+		if err := exec(`CREATE TABLE ledger_schema_migrations (
+			version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			t.Fatal(err)
+		}
+		before(t, "postgres", exec, func(m migration) error {
+			return exec("INSERT INTO ledger_schema_migrations (version, name) VALUES ($1, $2)", m.version, m.name)
+		})
+		pgTime := func(t time.Time) any { return t }
+		if err := exec(insert(func(i int) string { return fmt.Sprintf("$%d", i) }), entryArgs("n1", e, pgTime)[:old]...); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close(ctx)
+		s, err := openPostgres(ctx, dsn, t.Logf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, s)
+	})
 }

@@ -187,6 +187,91 @@ func TestCountsWhileTheStoreIsDown(t *testing.T) {
 	}
 }
 
+// TestCountsRequestsTheLimiterCounted: an entry counts the requests the
+// limiter counted it for (Entry.Requests), not one each, on both stores:
+// an RLS debit of 60 hits counts 60 (its settlement, which names none,
+// keeps them), a charge of usage already served none but its tokens, a
+// reserve API's reservation of 3 requests 3 while open, a settlement with
+// no reservation its own; a cancelled one and a refusal count nothing
+// whatever they name. The entries read back carry it, and their
+// Entry.Counts add up to the store's sum.
+func TestCountsRequestsTheLimiterCounted(t *testing.T) {
+	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
+		ctx := context.Background()
+		l := open(t, cfg)
+		reserve := func(id string, requests int64, edit func(*ledger.Entry)) {
+			t.Helper()
+			countsReserve(ctx, t, l, id, func(e *ledger.Entry) {
+				e.Requests = requests
+				if edit != nil {
+					edit(e)
+				}
+			})
+		}
+		settle := func(e ledger.Entry) { t.Helper(); countsSettle(ctx, t, l, e) }
+		reserve("debit", 60, nil)
+		settle(settlement("debit", 1_000)) // names no requests: the reservation's stay
+		reserve("charge", 0, func(e *ledger.Entry) { e.Estimated = costmodel.Usage{} })
+		settle(settlement("charge", 2_000)) // 90 in, 150 out, no request
+		reserve("open", 3, nil)             // 100 in, 200 out
+		reserve("cancelled", 5, nil)
+		settle(ledger.Entry{RequestID: "cancelled", Status: ledger.StatusFailed})
+		reserve("hard", 7, func(e *ledger.Entry) { e.Decision = "hard" })
+		late := settlement("late", 500) // settled with no reservation: creates its entry
+		late.Tenant, late.User, late.KeyID, late.Decision, late.Requests, late.CreatedAt = "acme", "ann", "k1", "allow", 4, t0
+		settle(late)
+		flush(t, l)
+
+		from, to := t0.Add(-time.Hour), t0.Add(time.Hour)
+		want := ledger.Counts{Requests: 60 + 3 + 4, InputTokens: 90 + 90 + 100 + 90, OutputTokens: 150 + 150 + 200 + 150}
+		got, err := l.Counts(ctx, ledger.SpendQuery{Tenant: "acme", From: from, To: to})
+		if err != nil || got != want {
+			t.Fatalf("Counts = %+v, %v; want %+v", got, err, want)
+		}
+		var ref ledger.Counts
+		for _, e := range all(t, l, ledger.Query{Tenant: "acme", From: from, To: to}) {
+			if e.RequestID == "debit" && e.Requests != 60 {
+				t.Fatalf("entry %q read back with Requests %d, want 60", e.RequestID, e.Requests)
+			}
+			n := e.Counts()
+			ref.Requests += n.Requests
+			ref.InputTokens += n.InputTokens
+			ref.OutputTokens += n.OutputTokens
+		}
+		if ref != got {
+			t.Fatalf("Counts = %+v; the entries' Counts add up to %+v", got, ref)
+		}
+	})
+}
+
+// TestCountsRequestsWhileTheStoreIsDown: with PostgreSQL stopped, the
+// spooled records count the requests the limiter counted, as the store
+// does once it is back: a debit of 60 hits 60 (its settlement keeps
+// them), a charge of usage none.
+func TestCountsRequestsWhileTheStoreIsDown(t *testing.T) {
+	l, pg, ctx := storeDownLedger(t, ledger.Config{})
+	month := ledger.SpendQuery{Tenant: "acme", Period: "month", At: t0}
+	if c, err := l.Counts(ctx, month); err != nil || c != (ledger.Counts{}) {
+		t.Fatalf("Counts before the outage = %+v, %v", c, err)
+	}
+	pg.Stop()
+	countsReserve(ctx, t, l, "debit", func(e *ledger.Entry) { e.Requests = 60 })
+	countsSettle(ctx, t, l, settlement("debit", 1_000))
+	countsReserve(ctx, t, l, "charge", func(e *ledger.Entry) { e.Requests, e.Estimated = 0, costmodel.Usage{} })
+	countsSettle(ctx, t, l, settlement("charge", 2_000))
+	want := ledger.Counts{Requests: 60, InputTokens: 90 + 90, OutputTokens: 150 + 150}
+	got, err := l.Counts(ctx, month)
+	var le *ledger.LocalSpendError
+	if !errors.As(err, &le) || got != want || le.PendingCounts != want {
+		t.Fatalf("Counts with the store down = %+v, %v; want %+v, all pending", got, err, want)
+	}
+	pg.Start()
+	flush(t, l)
+	if got, err := l.Counts(ctx, month); err != nil || got != want {
+		t.Fatalf("Counts after the outage = %+v, %v; want %+v", got, err, want)
+	}
+}
+
 // countsReserve reserves reservation(id, t0) on l, changed by edit when
 // it is not nil.
 func countsReserve(ctx context.Context, t *testing.T, l *ledger.Ledger, id string, edit func(*ledger.Entry)) {

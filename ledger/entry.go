@@ -68,6 +68,13 @@ type Entry struct {
 
 	Status     Status `json:"status"`
 	HTTPStatus int    `json:"http_status"`
+	// Requests is how many requests the limiter counted the entry for
+	// on its limits in requests: 1 for a proxied request, the hits an
+	// RLS debit took, the reserve API's requests, 0 for a charge of
+	// usage already served (the RLS server's report of a stream's
+	// tokens). The zero value counts none. An entry stored before the
+	// ledger kept it reads as 1.
+	Requests int64 `json:"requests"`
 
 	Estimated     costmodel.Usage   `json:"estimated"`
 	Actual        costmodel.Usage   `json:"actual"`
@@ -145,6 +152,9 @@ func (e *Entry) check() error {
 	}
 	if negative(e.Estimated) || negative(e.Actual) || e.EstimatedCost < 0 || e.ActualCost < 0 {
 		return fmt.Errorf("%w entry %q: negative usage or cost", ErrInvalid, e.RequestID)
+	}
+	if e.Requests < 0 {
+		return fmt.Errorf("%w entry %q: negative requests", ErrInvalid, e.RequestID)
 	}
 	if e.HTTPStatus < 0 || e.HTTPStatus > 999 {
 		return fmt.Errorf("%w entry %q: HTTP status %d", ErrInvalid, e.RequestID, e.HTTPStatus)

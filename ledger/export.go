@@ -122,6 +122,7 @@ var CSVHeader = []string{
 	"container_gb", "service_tier", "inference_geo", "speed",
 	"est_cache_write_1h_tokens", "est_audio_input_tokens", "est_audio_output_tokens", "est_web_search_requests",
 	"est_file_search_calls", "est_container_gb", "est_service_tier", "est_inference_geo", "est_speed",
+	"requests",
 }
 
 type csvExporter struct{ w *csv.Writer }
@@ -146,6 +147,7 @@ func (c *csvExporter) entry(e *Entry) error {
 		i(e.Estimated.CacheWrite1hTokens), i(e.Estimated.AudioInputTokens), i(e.Estimated.AudioOutputTokens),
 		i(e.Estimated.WebSearchRequests), i(e.Estimated.FileSearchCalls), i(e.Estimated.ContainerGB),
 		t(e.Estimated.ServiceTier), t(e.Estimated.InferenceGeo), t(e.Estimated.Speed),
+		i(e.Requests),
 	})
 }
 

@@ -91,3 +91,28 @@ func TestExtraTextOnePath(t *testing.T) {
 		})
 	}
 }
+
+// TestRecordRequests: a spool record keeps the requests the limiter
+// counted, none and many alike; a record of 1 ends where records of
+// earlier versions end, and such a record, which names none, reads as 1.
+func TestRecordRequests(t *testing.T) {
+	for _, n := range []int64{0, 1, 60, 1 << 40} {
+		r := sampleRecord("x")
+		r.e.Requests = n
+		b := appendFrame(nil, &r)
+		var got record
+		if _, err := readFrame(b, &got, nil); err != nil || got != r {
+			t.Fatalf("%d requests: read back %+v, %v", n, got.e, err)
+		}
+	}
+	one, none := sampleRecord("y"), sampleRecord("y")
+	one.e.Requests = 1
+	if a, b := appendFrame(nil, &one), appendFrame(nil, &none); len(a) >= len(b) {
+		t.Fatalf("a record of 1 request is %d bytes, one of none %d: want it shorter, as earlier versions wrote it", len(a), len(b))
+	}
+	old := appendFrame(nil, &one) // the frame an earlier version wrote
+	got := record{e: Entry{Requests: 9}}
+	if _, err := readFrame(old, &got, nil); err != nil || got.e.Requests != 1 {
+		t.Fatalf("an earlier version's record reads as %d requests, %v; want 1", got.e.Requests, err)
+	}
+}

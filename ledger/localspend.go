@@ -193,10 +193,11 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(user, 
 		estimate    costmodel.NanoUSD
 		counts      Counts // the reservation's, at its estimate
 		decision    string
+		requests    int64 // the reservation's Requests, which its settlement keeps
 		user, keyID string
 	}
 	hold := func(e *Entry) held {
-		return held{e.EstimatedCost, e.Counts(), e.Decision, e.User, e.KeyID}
+		return held{e.EstimatedCost, e.Counts(), e.Decision, e.Requests, e.User, e.KeyID}
 	}
 	end, _ := l.spool.positions()
 	var (
@@ -230,8 +231,8 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(user, 
 				if recs[i].kind == kindReserve && !ok || ok && e.EstimatedCost > h.estimate {
 					n := hold(e)
 					if ok {
-						n.user, n.keyID, n.decision = h.user, h.keyID, h.decision
-						n.counts = extended(h.decision, e)
+						n.user, n.keyID, n.decision, n.requests = h.user, h.keyID, h.decision, h.requests
+						n.counts = extended(h.decision, h.requests, e)
 					}
 					before[e.RequestID] = n
 				}
@@ -268,7 +269,7 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(user, 
 					// Reserved before pos: the read counted it at its
 					// estimate then; count the increment over it.
 					if h, ok := before[e.RequestID]; ok && !done[e.RequestID] && match(e) && e.EstimatedCost > h.estimate {
-						c := extended(h.decision, e)
+						c := extended(h.decision, h.requests, e)
 						add(h.user, h.keyID, charge{e.EstimatedCost - h.estimate, c.sub(h.counts)})
 						h.estimate, h.counts = e.EstimatedCost, c
 						before[e.RequestID] = h
@@ -276,7 +277,7 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(user, 
 					continue
 				}
 				if e.EstimatedCost > h.estimate {
-					c := extended(h.decision, e)
+					c := extended(h.decision, h.requests, e)
 					add(h.user, h.keyID, charge{e.EstimatedCost - h.estimate, c.sub(h.counts)})
 					h.estimate, h.counts = e.EstimatedCost, c
 					open[e.RequestID] = h
@@ -289,7 +290,7 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(user, 
 				}
 				delete(open, e.RequestID)
 				done[e.RequestID] = true
-				final := Entry{Decision: h.decision, Status: e.Status, HTTPStatus: e.HTTPStatus, Actual: e.Actual}
+				final := Entry{Decision: h.decision, Requests: h.requests, Status: e.Status, HTTPStatus: e.HTTPStatus, Actual: e.Actual}
 				add(h.user, h.keyID, charge{e.ActualCost - h.estimate, final.Counts().sub(h.counts)})
 			}
 		}
@@ -298,9 +299,10 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(user, 
 }
 
 // extended is what an extension record e counts on a limiter (see
-// Entry.Counts) for a reservation of decision: its new estimate.
-func extended(decision string, e *Entry) Counts {
-	r := Entry{Decision: decision, Status: StatusReserved, Estimated: e.Estimated}
+// Entry.Counts) for a reservation of decision and requests: its new
+// estimate.
+func extended(decision string, requests int64, e *Entry) Counts {
+	r := Entry{Decision: decision, Requests: requests, Status: StatusReserved, Estimated: e.Estimated}
 	return r.Counts()
 }
 

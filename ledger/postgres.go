@@ -268,6 +268,7 @@ func copyRows(node string, rows []*Entry) []byte {
 		ts(e.SettledAt)
 		text(extraOf(&e.Estimated))
 		text(extraOf(&e.Actual))
+		num(e.Requests)
 	}
 	return binary.BigEndian.AppendUint16(b, 0xffff) // end of data
 }
@@ -328,6 +329,7 @@ var columns = map[string]column{
 
 	"est_extra":  {text: func(_ string, e *Entry) string { return extraOf(&e.Estimated) }},
 	"act_extra":  {text: func(_ string, e *Entry) string { return extraOf(&e.Actual) }},
+	"requests":   {num: func(e *Entry) int64 { return e.Requests }},
 	"created_at": {time: func(e *Entry) time.Time { return e.CreatedAt }},
 	"settled_at": {time: func(e *Entry) time.Time { return e.SettledAt }},
 }

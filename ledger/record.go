@@ -72,13 +72,20 @@ func appendFrame(b []byte, r *record) []byte {
 		int64(e.EstimatedCost), int64(e.ActualCost), unixMicro(e.CreatedAt), unixMicro(e.SettledAt)} {
 		b = binary.AppendVarint(b, v)
 	}
-	// The extra usage (see usageExtra), after the fields of earlier
-	// versions: their records end before it, and read as none.
-	if est, act := extraOf(&e.Estimated), extraOf(&e.Actual); est != "" || act != "" {
+	// The extra usage (see usageExtra), then the requests counted, after
+	// the fields of earlier versions: their records end before them, and
+	// read as no extra usage and 1 request. A record of 1 request ends
+	// after its extra usage; one of no extra usage, before it, unless its
+	// requests follow.
+	est, act := extraOf(&e.Estimated), extraOf(&e.Actual)
+	if est != "" || act != "" || e.Requests != 1 {
 		for _, s := range [...]string{est, act} {
 			b = binary.AppendUvarint(b, uint64(len(s)))
 			b = append(b, s...)
 		}
+	}
+	if e.Requests != 1 {
+		b = binary.AppendVarint(b, e.Requests)
 	}
 	payload := b[start+frameHeader:]
 	binary.LittleEndian.PutUint32(b[start:], uint32(len(payload)))
@@ -139,6 +146,10 @@ func decodePayload(p []byte, r *record, names *interner) error {
 			return fmt.Errorf("%w: extra usage", errCorrupt)
 		}
 	}
+	e.Requests = 1
+	if d.err == nil && len(d.b) != 0 {
+		e.Requests = d.varint()
+	}
 	if d.err != nil {
 		return d.err
 	}
@@ -147,6 +158,9 @@ func decodePayload(p []byte, r *record, names *interner) error {
 	}
 	if http < 0 || http > 999 {
 		return fmt.Errorf("%w: http status %d", errCorrupt, http)
+	}
+	if e.Requests < 0 {
+		return fmt.Errorf("%w: requests %d", errCorrupt, e.Requests)
 	}
 	if e.Status != "" && !e.Status.valid() {
 		return fmt.Errorf("%w: status %q", errCorrupt, e.Status)

@@ -484,10 +484,10 @@ func (s *sqliteStore) headSpend(ctx context.Context, tenant string, from, to tim
 }
 
 // sqliteCounts is the query of sqliteStore.counts, a range scan of the
-// index ledger_entries_tenant_time. The tokens are summed in 32-bit
-// halves, as sqliteSumCost sums a cost: SQLite's SUM fails past the
-// bounds of int64.
-const sqliteCounts = `SELECT COALESCE(SUM(req), 0),
+// index ledger_entries_tenant_time. The requests and tokens are summed
+// in 32-bit halves, as sqliteSumCost sums a cost: SQLite's SUM fails past
+// the bounds of int64.
+const sqliteCounts = `SELECT COALESCE(SUM(req >> 32), 0), COALESCE(SUM(req & 4294967295), 0),
 	COALESCE(SUM(inp >> 32), 0), COALESCE(SUM(inp & 4294967295), 0),
 	COALESCE(SUM(outp >> 32), 0), COALESCE(SUM(outp & 4294967295), 0)
 	FROM (SELECT ` + countsRequest + ` AS req, ` + countsInput + ` AS inp, ` + countsOutput + ` AS outp
@@ -496,12 +496,13 @@ const sqliteCounts = `SELECT COALESCE(SUM(req), 0),
 
 func (s *sqliteStore) counts(ctx context.Context, k spendQueryKey, from, to time.Time) (Counts, error) {
 	var c Counts
-	var inHi, inLo, outHi, outLo int64
+	var reqHi, reqLo, inHi, inLo, outHi, outLo int64
 	err := s.db.QueryRowContext(ctx, sqliteCounts, k.tenant, from.UnixMicro(), to.UnixMicro(), k.user, k.user, k.key, k.key, k.region, k.region).
-		Scan(&c.Requests, &inHi, &inLo, &outHi, &outLo)
+		Scan(&reqHi, &reqLo, &inHi, &inLo, &outHi, &outLo)
 	if err != nil {
 		return Counts{}, fmt.Errorf("ledger: sqlite counts: %w", err)
 	}
+	c.Requests = joinHalves(reqHi, reqLo)
 	c.InputTokens, c.OutputTokens = joinHalves(inHi, inLo), joinHalves(outHi, outLo)
 	return c, nil
 }

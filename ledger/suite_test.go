@@ -100,7 +100,7 @@ func reservation(id string, at time.Time) ledger.Entry {
 	return ledger.Entry{
 		RequestID: id, Tenant: "acme", User: "ann", KeyID: "k1", Route: "chat", Upstream: "openai",
 		Model: "gpt-4o", Region: "eu", Decision: "allow", Policy: "p1", Friction: "",
-		HTTPStatus: 0,
+		HTTPStatus: 0, Requests: 1,
 		Estimated: costmodel.Usage{InputTokens: 100, CachedInputTokens: 10, CacheWriteTokens: 5, OutputTokens: 200, ReasoningTokens: 7, Units: 1,
 			// The usage the integer columns do not hold (est_extra).
 			CacheWrite1hTokens: 2, AudioInputTokens: 3, WebSearchRequests: 1, ContainerGB: 1, ServiceTier: "flex", Speed: "fast"},
