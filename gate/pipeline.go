@@ -200,6 +200,23 @@ func (r *Reservation) ID() string { return r.req.ID }
 // Request is the request as admitted.
 func (r *Reservation) Request() *Request { return &r.req }
 
+// Restorable tells whether the reservation, settled with c, counts
+// something that only its ledger entry can give back to a limit after
+// the store lost its data: requests or tokens (of c's usage) on a limit
+// the ledger restores (see compiledLimit.restorable). A front door that
+// records in the ledger only what costs money (the rate limit service)
+// records such a reservation all the same, at no cost: without its
+// entry a restore would count none of it.
+func (r *Reservation) Restorable(c Charge) bool {
+	n := ledger.Counts{Requests: r.req.Requests, InputTokens: c.Usage.InputTokens, OutputTokens: c.Usage.OutputTokens}
+	for _, l := range r.limits {
+		if l.restorable() && l.ledgerCount(n) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Model is the model the limits were keyed by: the canonical name of the
 // model asked for.
 func (r *Reservation) Model() string { return r.model }

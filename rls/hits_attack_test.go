@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/rls"
 )
 
@@ -68,5 +69,90 @@ func TestHitsAtkRestoredAsDebited(t *testing.T) {
 	}
 	if admitted != 40 {
 		t.Fatalf("after Redis lost its data: %d requests admitted of the 40 acme had left", admitted)
+	}
+}
+
+// unpricedConfig is hitsConfig without a price: acme's search calls and
+// the output tokens it reports cost nothing, and count on its 100
+// requests and 1,000 tokens a day all the same. Tenants the configuration
+// does not list (bench-*) have no limit of their own, only the
+// descriptor's.
+const unpricedConfig = `
+admin_token: t
+tenants:
+  - {name: acme, plan: free, keys: [{key: k-acme}]}
+limits:
+  - {name: daily, plans: [free], dimensions: [tenant], unit: requests, rate: 100, period: 24h, algorithm: fixed_window}
+  - {name: daily-tokens, plans: [free], dimensions: [tenant], unit: tokens, rate: 1000, period: 24h, algorithm: fixed_window}
+rls:
+  domains:
+    - domain: edge
+      descriptors:
+        - key: tenant
+          value: bench-*
+          as: tenant
+          rate_limit: {unit: minute, requests_per_unit: 1000}
+        - key: tenant
+          as: tenant
+          descriptors:
+            - {key: generic_key, value: search}
+            - {key: tokens, value: output, hits: output_tokens}
+`
+
+// TestHitsAtkUnpricedRestored: as TestHitsAtkRestoredAsDebited, but the
+// calls cost nothing, so that only the limiter counts them: a debit of 60
+// hits and a charge of 700 output tokens, then Redis loses its data.
+// acme must get 40 more requests, and 300 tokens fill its 1,000. Before, the
+// rate limit service recorded only what cost money, and the restore
+// found nothing: 100 requests and 1,000 tokens again. A tenant with no
+// limit the ledger restores (bench-1, a descriptor's limit only) is
+// still not recorded: a ledger write per decision would be for nothing.
+func TestHitsAtkUnpricedRestored(t *testing.T) {
+	if d := time.Until(time.Now().Truncate(24 * time.Hour).Add(24 * time.Hour)); d < time.Minute {
+		time.Sleep(d + 100*time.Millisecond) // spend and check in one day's window
+	}
+	e := newEnv(t, unpricedConfig, true, rls.Options{})
+	if r := e.ask(t, "edge", 0, hits(60, d("tenant", "acme", "generic_key", "search"))); r.GetOverallCode() != OK {
+		t.Fatalf("a debit of 60 of 100: %s", codes_(r))
+	}
+	if r := e.ask(t, "edge", 0, hits(700, d("tenant", "acme", "tokens", "output"))); r.GetOverallCode() != OK {
+		t.Fatalf("a charge of 700 output tokens: %s", codes_(r))
+	}
+	for range 3 {
+		if r := e.ask(t, "edge", 1, d("tenant", "bench-1")); r.GetOverallCode() != OK {
+			t.Fatalf("bench-1: %s", codes_(r))
+		}
+	}
+	ctx := context.Background()
+	if err := e.g.Ledger().Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	page, err := e.g.Ledger().Entries(ctx, ledger.Query{Tenant: "bench-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Entries) != 0 {
+		t.Errorf("bench-1, limited by a descriptor alone, has %d ledger entries, want none", len(page.Entries))
+	}
+	if err := e.redis.Client(t).FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// 300 tokens were left: a charge of 300 fills the limit, and a check
+	// (hits_addend 0) then finds no room.
+	if r := e.ask(t, "edge", 0, hits(300, d("tenant", "acme", "tokens", "output"))); r.GetOverallCode() != OK {
+		t.Fatalf("a charge of 300 output tokens: %s", codes_(r))
+	}
+	if r := e.ask(t, "edge", 0, hits(0, d("tenant", "acme"))); r.GetOverallCode() != OVER {
+		t.Errorf("after Redis lost its data and 300 tokens more, a check on acme's 1,000 tokens a day: %s, want OVER_LIMIT", codes_(r))
+	}
+	admitted := 0
+	for range 200 {
+		if e.ask(t, "edge", 1, d("tenant", "acme")).GetOverallCode() != OK {
+			break
+		}
+		admitted++
+	}
+	if admitted != 40 {
+		t.Errorf("after Redis lost its data: %d requests admitted of the 40 acme had left", admitted)
 	}
 }

@@ -354,11 +354,13 @@ func (s *Server) ask(ctx context.Context, caller *gate.Caller, c *call, k kind) 
 }
 
 // settle ends an admitted reservation at once: an RLS decision is final.
-// A request that spends money is recorded in the ledger first; one that
-// counts only requests or unpriced tokens spends nothing and is not. ctx
-// is without cancellation (see detach).
+// A request that spends money is recorded in the ledger first, and so is
+// one that counts requests or tokens on a limit the ledger restores
+// after a data loss (gate.Reservation.Restorable: the tenant's own
+// limits); one that counts only on descriptor limits, or on none, spends
+// nothing and is not. ctx is without cancellation (see detach).
 func (s *Server) settle(ctx context.Context, res *gate.Reservation, c *call, ch gate.Charge, d gate.Decision) gate.Decision {
-	if ch.Cost > 0 && c.tenant != "" {
+	if c.tenant != "" && (ch.Cost > 0 || res.Restorable(ch)) {
 		if refused, ok := res.Record(ctx); !ok {
 			if res.Request().Served {
 				res.Settle(ctx, ch) // usage served counts on its limits all the same

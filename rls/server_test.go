@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/costgate/costgate/config"
+	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/gate"
 	"github.com/costgate/costgate/internal/redistest"
 	"github.com/costgate/costgate/ledger"
@@ -508,17 +510,31 @@ func TestTwoPhaseTokens(t *testing.T) {
 	})
 }
 
+// TestPriceLandsInTheLedger: a priced search call is recorded at its
+// price; a call that costs nothing is recorded at no cost when it counts
+// on a limit of its tenant's that the ledger restores (acme's 3 requests
+// a minute), and not at all when it counts on descriptor limits alone (a
+// tenant of no plan of the config).
 func TestPriceLandsInTheLedger(t *testing.T) {
 	e := newEnv(t, testConfig, false, rls.Options{})
 	e.ask(t, "edge", 0, d("tenant", "acme", "generic_key", "search"))
-	e.ask(t, "edge", 0, d("tenant", "acme")) // requests only: no ledger entry
+	e.ask(t, "edge", 0, d("tenant", "acme")) // free-requests: recorded at $0
+	e.ask(t, "edge", 0, d("tenant", "nobody"))
 	ctx := context.Background()
 	if err := e.g.Ledger().Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	page, err := e.g.Ledger().Entries(ctx, ledger.Query{Tenant: "acme"})
-	if err != nil || len(page.Entries) != 1 || page.Entries[0].ActualCost != 10_000_000 {
-		t.Errorf("ledger: %+v, %v; want one entry of $0.01", page.Entries, err)
+	if err != nil || len(page.Entries) != 2 {
+		t.Fatalf("ledger: %+v, %v; want two entries", page.Entries, err)
+	}
+	costs := []costmodel.NanoUSD{page.Entries[0].ActualCost, page.Entries[1].ActualCost}
+	slices.Sort(costs)
+	if costs[0] != 0 || costs[1] != 10_000_000 || page.Entries[0].Requests != 1 || page.Entries[1].Requests != 1 {
+		t.Errorf("ledger: %+v; want one request at $0 and one at $0.01", page.Entries)
+	}
+	if page, err := e.g.Ledger().Entries(ctx, ledger.Query{Tenant: "nobody"}); err != nil || len(page.Entries) != 0 {
+		t.Errorf("a tenant with no plan has entries %+v, %v; want none", page.Entries, err)
 	}
 }
 
