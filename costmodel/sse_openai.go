@@ -152,11 +152,8 @@ func usageKey(s *jsonScanner, ks, ke int, esc bool) bool {
 	return named(s.B[ks:ke], "usage")
 }
 
-// chunkUsage reads a stream's usage report raw: ok is false for null or
-// an object with no count; inputSaid tells whether it states the input
-// (a report of the output alone still counts it). A report with a
-// negative count is an error (the event cannot be read, see
-// StreamMeter.Malformed).
+// chunkUsage reads a stream's usage report raw (see openaiUsage.report);
+// null is no report.
 func chunkUsage(raw []byte) (u Usage, ok, inputSaid bool, err error) {
 	var o *openaiUsage
 	if string(raw) == "null" {
@@ -165,6 +162,14 @@ func chunkUsage(raw []byte) (u Usage, ok, inputSaid bool, err error) {
 	if err := json.Unmarshal(raw, &o); err != nil {
 		return Usage{}, false, false, err
 	}
+	return o.report()
+}
+
+// report is the usage a stream's report o states: ok is false for one
+// with no count; inputSaid tells whether it states the input (a report of
+// the output alone still counts it). A report with a negative count is an
+// error (the event cannot be read, see StreamMeter.Malformed).
+func (o *openaiUsage) report() (u Usage, ok, inputSaid bool, err error) {
 	if o.negative() {
 		return Usage{}, false, false, errNegativeCount
 	}

@@ -515,11 +515,17 @@ func parseResponse(kind Kind, body []byte) (Usage, string, error) {
 		or := openaiResponse{Usage: r.Usage, Model: r.Model, ServiceTier: r.ServiceTier}
 		return or.result(kind)
 	case Responses:
-		var r openaiResponse
+		var r struct { // not the id, which ParseResponse does not read
+			Usage       *openaiUsage `json:"usage"`
+			Model       string       `json:"model"`
+			ServiceTier string       `json:"service_tier"`
+			Output      []outputItem `json:"output"`
+		}
 		if err := json.Unmarshal(body, &r); err != nil {
 			return Usage{}, "", badRequest(kind, err, "invalid JSON response")
 		}
-		return r.result(kind)
+		or := openaiResponse{Usage: r.Usage, Model: r.Model, ServiceTier: r.ServiceTier, Output: r.Output}
+		return or.result(kind)
 	case AnthropicMessages:
 		var r anthropicResponse
 		if err := json.Unmarshal(body, &r); err != nil {
