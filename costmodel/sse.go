@@ -55,6 +55,7 @@ type StreamMeter struct {
 
 	line     []byte    // current incomplete line
 	afterCR  bool      // the last write ended a line with "\r": a "\n" next is part of it
+	begun    bool      // the stream's first line was handled
 	skipLine bool      // the current line is over maxSSELine: drop it
 	longTap  *UsageTap // a skipped data line of a Responses stream: its report, read as it passes
 	skipped  int       // data lines skipped whose usage, if any, was not read
@@ -236,6 +237,12 @@ func (m *StreamMeter) tapped(t *UsageTap) bool {
 }
 
 func (m *StreamMeter) handleLine(line []byte) {
+	if !m.begun {
+		// One byte order mark before the stream's first field is
+		// ignored, as the SSE format has it.
+		m.begun = true
+		line = bytes.TrimPrefix(line, byteOrderMark)
+	}
 	if len(line) == 0 {
 		m.dispatch()
 		return
@@ -255,8 +262,20 @@ func (m *StreamMeter) handleLine(line []byte) {
 		return
 	}
 	// "event:", "id:", "retry:" and comments carry nothing we need: every
-	// payload names its own type.
+	// payload names its own type. A line of another field ("Data:", a
+	// field name in another case, a line of JSON) is no field a client
+	// reads either, but a usage report in it would be lost: it counts as
+	// an event that could not be read (see Malformed).
+	name, _, _ := bytes.Cut(line, []byte(":"))
+	switch string(name) {
+	case "", "event", "id", "retry", "data":
+	default:
+		m.malformed++
+	}
 }
+
+// byteOrderMark is UTF-8's byte order mark, U+FEFF.
+var byteOrderMark = []byte("\ufeff")
 
 // Close dispatches an event left without its final blank line. Call it when
 // the stream ends; Usage calls it too.
@@ -588,7 +607,9 @@ func (m *StreamMeter) Usage() (u Usage, reported bool) {
 	return u.clamped(), false
 }
 
-// Malformed returns how many events carried data that was not valid JSON.
+// Malformed returns how many events carried data that was not valid JSON
+// (or a usage report with a negative count), and how many lines were no
+// field of the SSE format: a usage report in either was lost.
 func (m *StreamMeter) Malformed() int { return m.malformed }
 
 // Skipped returns how many data lines were longer than the meter keeps
