@@ -455,12 +455,9 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 			if s := u.ServerToolUse; s != nil {
 				m.usage.WebSearchRequests = max(m.usage.WebSearchRequests, s.WebSearchRequests)
 			}
-			if u.InferenceGeo != "" {
-				m.usage.InferenceGeo = u.InferenceGeo
-			}
-			if u.Speed != "" {
-				m.usage.Speed = u.Speed
-			}
+			// A geography or speed restated as the standard one takes
+			// nothing off a dearer one reported before.
+			m.usage = maxEach(m.usage, Usage{InferenceGeo: u.InferenceGeo, Speed: u.Speed})
 			if u.InputTokens != nil || u.CacheReadInputTokens != nil || u.CacheCreationInputTokens != nil || u.CacheCreation != nil {
 				m.inputSaid = true
 				in := Usage{}

@@ -40,3 +40,18 @@ func TestUsageReportForms(t *testing.T) {
 
 // errAny stands for any error in TestUsageReportForms.
 var errAny = wrongType("any")
+
+// TestStreamReportKeepsDearerRates: an Anthropic message_delta that
+// restates the geography or the speed as the standard one after
+// message_start reported a dearer one takes nothing off it.
+func TestStreamReportKeepsDearerRates(t *testing.T) {
+	e := estimatorWith(t, Config{})
+	m := e.NewStreamMeter(AnthropicMessages, "claude-opus-4-6")
+	m.Write([]byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-opus-4-6\",\"usage\":{\"input_tokens\":10,\"output_tokens\":1,\"inference_geo\":\"us\",\"speed\":\"fast\"}}}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":300,\"inference_geo\":\"global\",\"speed\":\"standard\"}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"))
+	u, reported := m.Usage()
+	if !reported || u.InferenceGeo != "us" || u.Speed != "fast" || u.OutputTokens != 300 {
+		t.Errorf("usage %+v (reported %v); want 300 output tokens at geography us and speed fast", u, reported)
+	}
+}
