@@ -269,6 +269,8 @@ func FuzzParseUsageFast(f *testing.F) {
 		`{"usage":"x"}`, `{"usage":{"prompt_tokens":"7"}}`, `{"usage":{}} x`, `[{"usage":{}}]`, `null`, ` `, `{"a":1,}`,
 		`{"usage":{"input_tokens":3,"cache_read_input_tokens":100,"output_tokens":-1}}`,
 		`{"usage":{"prompt_tokens":1e3}}`, `{"usage":{"prompt_tokens":99999999999999999999}}`,
+		`{"usage":{"prompt_tokens":9,"completion_tokens":3000,"Completion_Tokens":5}}`, `{"usage":{"prompt_tokens":"9","completion_tokens":2.5}}`,
+		`{"usage":{"input_tokens":9,"input_tokens":null,"output_tokens_details":{"reasoning_tokens":4},"output_tokens_details":{"reasoning_tokens":1}}}`,
 	} {
 		for _, k := range []Kind{ChatCompletions, Responses, AnthropicMessages, Embeddings} {
 			f.Add(uint8(k), []byte(s))

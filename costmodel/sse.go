@@ -16,7 +16,9 @@ package costmodel
 //   - Anthropic: message_start's usage (input and cache tokens), the text,
 //     thinking and tool-input deltas, and message_delta's cumulative usage.
 //
-// When the stream carried a usage report, Usage returns it (reported=true).
+// When the stream carried a usage report, Usage returns it (reported=true;
+// of several, each kind at its largest; the input SetInputTokens set when
+// none states it).
 // When it did not (the stream was cut, or the client did not ask), Usage
 // counts the text seen with the model's tokenizer (reported=false); input
 // tokens are then whatever the stream said (Anthropic's message_start), else
@@ -53,6 +55,7 @@ type StreamMeter struct {
 
 	line     []byte    // current incomplete line
 	afterCR  bool      // the last write ended a line with "\r": a "\n" next is part of it
+	begun    bool      // the stream's first line was handled
 	skipLine bool      // the current line is over maxSSELine: drop it
 	longTap  *UsageTap // a skipped data line of a Responses stream: its report, read as it passes
 	skipped  int       // data lines skipped whose usage, if any, was not read
@@ -63,13 +66,14 @@ type StreamMeter struct {
 	choice  int    // choice index of pending text (chat, completions)
 	retryAt int    // pending length at which to look for a split again
 
-	reported  bool  // a usage report was seen (the last one counts)
+	reported  bool  // a usage report was seen (each kind counts at its largest, see maxEach)
 	final     bool  // the report that ends the stream was seen (see Reported)
 	usage     Usage // reported usage, or the parts the stream told (Anthropic)
 	sawStart  bool  // Anthropic message_start seen
 	malformed int   // events whose data was not valid JSON
 	events    int
 	inputEst  int64 // input tokens to report when the stream tells none
+	inputSaid bool  // a report stated the input tokens
 
 	textBytes int64      // bytes of text added so far
 	guard     guardCount // OutputAbove's count
@@ -88,7 +92,9 @@ type StreamMeter struct {
 // event, Anthropic's message_stop after a usage report. Reports before it (an
 // OpenAI-compatible server's usage on every chunk, continuous_usage_stats;
 // Anthropic's message_delta, which may come more than once) are running
-// totals: Usage returns the last, and the stream goes on.
+// totals, and the stream goes on. Of all its reports, before or after the
+// final one, Usage counts each kind at its largest: a report that states
+// less takes nothing off.
 func (m *StreamMeter) Reported() bool { return m.final }
 
 // ResponseID is the id of the Responses answer the stream carries, from
@@ -226,11 +232,17 @@ func (m *StreamMeter) tapped(t *UsageTap) bool {
 		return false
 	}
 	u.WebSearchRequests, u.FileSearchCalls = m.webSearches, m.fileSearches
-	m.usage, m.reported, m.final = u, true, true
+	m.usage, m.reported, m.final, m.inputSaid = maxEach(m.usage, u), true, true, true
 	return true
 }
 
 func (m *StreamMeter) handleLine(line []byte) {
+	if !m.begun {
+		// One byte order mark before the stream's first field is
+		// ignored, as the SSE format has it.
+		m.begun = true
+		line = bytes.TrimPrefix(line, byteOrderMark)
+	}
 	if len(line) == 0 {
 		m.dispatch()
 		return
@@ -250,8 +262,20 @@ func (m *StreamMeter) handleLine(line []byte) {
 		return
 	}
 	// "event:", "id:", "retry:" and comments carry nothing we need: every
-	// payload names its own type.
+	// payload names its own type. A line of another field ("Data:", a
+	// field name in another case, a line of JSON) is no field a client
+	// reads either, but a usage report in it would be lost: it counts as
+	// an event that could not be read (see Malformed).
+	name, _, _ := bytes.Cut(line, []byte(":"))
+	switch string(name) {
+	case "", "event", "id", "retry", "data":
+	default:
+		m.malformed++
+	}
 }
+
+// byteOrderMark is UTF-8's byte order mark, U+FEFF.
+var byteOrderMark = []byte("\ufeff")
 
 // Close dispatches an event left without its final blank line. Call it when
 // the stream ends; Usage calls it too.
@@ -339,12 +363,17 @@ func (m *StreamMeter) responsesEvent(data []byte) error {
 	switch ev.Type {
 	case "response.completed", "response.incomplete", "response.failed":
 		if ev.Response != nil && ev.Response.Usage != nil {
+			if ev.Response.Usage.negative() {
+				return errNegativeCount
+			}
 			if u, ok := ev.Response.Usage.usage(); ok {
 				// The final output lists every search; count them there
 				// when it is given, else keep the items counted so far.
+				// A second final report (an upstream that repeats it)
+				// counts each kind at the larger.
 				u.WebSearchRequests = max(countItems(ev.Response.Output, "web_search_call"), m.webSearches)
 				u.FileSearchCalls = max(countItems(ev.Response.Output, "file_search_call"), m.fileSearches)
-				m.usage, m.reported, m.final = u, true, true
+				m.usage, m.reported, m.final, m.inputSaid = maxEach(m.usage, u), true, true, true
 			}
 		}
 	}
@@ -380,14 +409,21 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 	if err != nil {
 		return err
 	}
+	if ev.Message != nil && ev.Message.Usage != nil && ev.Message.Usage.negative() || ev.Usage != nil && ev.Usage.negative() {
+		return errNegativeCount
+	}
 	switch ev.Type {
 	case "message_start":
 		if ev.Message != nil && ev.Message.Model != "" {
 			m.respModel = ev.Message.Model
 		}
 		if ev.Message != nil && ev.Message.Usage != nil {
-			m.usage = ev.Message.Usage.usage()
+			// A second message_start (an upstream that repeats it) takes
+			// nothing off the first.
+			mu := ev.Message.Usage
+			m.usage = maxEach(m.usage, mu.usage())
 			m.sawStart = true
+			m.inputSaid = m.inputSaid || mu.InputTokens != nil || mu.CacheReadInputTokens != nil || mu.CacheCreationInputTokens != nil
 		}
 	case "content_block_start":
 		if b := ev.ContentBlock; b != nil {
@@ -410,20 +446,20 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 	case "message_delta":
 		if u := ev.Usage; u != nil {
 			// Cumulative: output_tokens so far; input and cache fields,
-			// when present, replace message_start's.
+			// when present, restate message_start's. Each kind counts at
+			// its largest report: a later one that states less (a repeat
+			// after message_stop, input_tokens lowered) takes nothing off.
 			if u.OutputTokens != nil {
-				m.usage.OutputTokens = max(*u.OutputTokens, 0)
+				m.usage.OutputTokens = max(m.usage.OutputTokens, *u.OutputTokens)
 			}
 			if s := u.ServerToolUse; s != nil {
-				m.usage.WebSearchRequests = max(s.WebSearchRequests, 0)
+				m.usage.WebSearchRequests = max(m.usage.WebSearchRequests, s.WebSearchRequests)
 			}
-			if u.InferenceGeo != "" {
-				m.usage.InferenceGeo = u.InferenceGeo
-			}
-			if u.Speed != "" {
-				m.usage.Speed = u.Speed
-			}
+			// A geography or speed restated as the standard one takes
+			// nothing off a dearer one reported before.
+			m.usage = maxEach(m.usage, Usage{InferenceGeo: u.InferenceGeo, Speed: u.Speed})
 			if u.InputTokens != nil || u.CacheReadInputTokens != nil || u.CacheCreationInputTokens != nil || u.CacheCreation != nil {
+				m.inputSaid = true
 				in := Usage{}
 				merged := anthropicUsage{InputTokens: u.InputTokens, CacheReadInputTokens: u.CacheReadInputTokens,
 					CacheCreationInputTokens: u.CacheCreationInputTokens, CacheCreation: u.CacheCreation}
@@ -450,7 +486,7 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 				in.WebSearchRequests = m.usage.WebSearchRequests
 				in.InferenceGeo = m.usage.InferenceGeo
 				in.Speed = m.usage.Speed
-				m.usage = in
+				m.usage = maxEach(m.usage, in)
 			}
 			m.reported = true
 		}
@@ -540,6 +576,12 @@ func (m *StreamMeter) Usage() (u Usage, reported bool) {
 	if m.reported && m.final {
 		u = m.usage
 		u.ServiceTier = m.serviceTier
+		if !m.inputSaid {
+			// Reports that state the output alone (an Anthropic
+			// message_delta after a message_start without usage): the
+			// input is what SetInputTokens set.
+			u = maxEach(u, Usage{InputTokens: m.inputEst})
+		}
 		return u, true
 	}
 	u = m.usage
@@ -562,7 +604,9 @@ func (m *StreamMeter) Usage() (u Usage, reported bool) {
 	return u.clamped(), false
 }
 
-// Malformed returns how many events carried data that was not valid JSON.
+// Malformed returns how many events carried data that was not valid JSON
+// (or a usage report with a negative count), and how many lines were no
+// field of the SSE format: a usage report in either was lost.
 func (m *StreamMeter) Malformed() int { return m.malformed }
 
 // Skipped returns how many data lines were longer than the meter keeps

@@ -54,10 +54,27 @@ func (m *StreamMeter) openaiChunk(data []byte) error {
 	var (
 		choices     [4]chunkChoice
 		list        = choices[:0]
-		usageRaw    []byte
+		report      Usage
+		reported    bool
+		inputSaid   bool
 		model, tier string
 	)
 	err := s.Object(1, func(ks, ke int, esc bool) error {
+		if usageKey(&s, ks, ke, esc) {
+			// In any case, as encoding/json and the SDKs read it; a
+			// chunk's reports in several members count each kind at its
+			// largest.
+			st, en, err := s.Value(1)
+			if err != nil {
+				return err
+			}
+			u, ok, said, err := chunkUsage(data[st:en])
+			if ok {
+				report, reported = maxEach(report, u), true
+				inputSaid = inputSaid || said
+			}
+			return err
+		}
 		switch keyText(&s, ks, ke, esc) {
 		case "choices":
 			list = list[:0] // a repeated key replaces
@@ -75,10 +92,6 @@ func (m *StreamMeter) openaiChunk(data []byte) error {
 				})
 			}
 			return wrongType("choices: want an array")
-		case "usage":
-			st, en, err := s.Value(1)
-			usageRaw = data[st:en]
-			return err
 		case "model":
 			return readStringInto(&s, &model)
 		case "service_tier":
@@ -92,12 +105,6 @@ func (m *StreamMeter) openaiChunk(data []byte) error {
 	}
 	if err != nil {
 		return err
-	}
-	var usage *openaiUsage
-	if usageRaw != nil && string(usageRaw) != "null" {
-		if err := json.Unmarshal(usageRaw, &usage); err != nil {
-			return err
-		}
 	}
 	for i := range list {
 		c := &list[i]
@@ -125,16 +132,57 @@ func (m *StreamMeter) openaiChunk(data []byte) error {
 	if tier != "" {
 		m.serviceTier = tier
 	}
-	if usage != nil {
-		if u, ok := usage.usage(); ok {
-			// The last report counts, and the stream is complete at
-			// [DONE] after one (see dispatch): an upstream may send a
-			// usage-only chunk more than once, or before its text.
-			m.usage, m.reported = u, true
-		}
+	if reported {
+		// Each kind counts at its largest report, and the stream is
+		// complete at [DONE] after one (see dispatch): an upstream may
+		// send a usage-only chunk more than once, or before its text, and
+		// its reports are running totals.
+		m.usage, m.reported = maxEach(m.usage, report), true
+		m.inputSaid = m.inputSaid || inputSaid
 	}
 	return nil
 }
+
+// usageKey tells whether the key at ks:ke names a chunk's usage, in any
+// case; it does not allocate for a key without escapes.
+func usageKey(s *jsonScanner, ks, ke int, esc bool) bool {
+	if esc {
+		return named([]byte(s.Key(ks, ke, true)), "usage")
+	}
+	return named(s.B[ks:ke], "usage")
+}
+
+// chunkUsage reads a stream's usage report raw (see openaiUsage.report);
+// null is no report.
+func chunkUsage(raw []byte) (u Usage, ok, inputSaid bool, err error) {
+	var o *openaiUsage
+	if string(raw) == "null" {
+		return Usage{}, false, false, nil
+	}
+	if err := json.Unmarshal(raw, &o); err != nil {
+		return Usage{}, false, false, err
+	}
+	return o.report()
+}
+
+// report is the usage a stream's report o states: ok is false for one
+// with no count; inputSaid tells whether it states the input (a report of
+// the output alone still counts it). A report with a negative count is an
+// error (the event cannot be read, see StreamMeter.Malformed).
+func (o *openaiUsage) report() (u Usage, ok, inputSaid bool, err error) {
+	if o.negative() {
+		return Usage{}, false, false, errNegativeCount
+	}
+	inputSaid = o.PromptTokens != nil || o.InputTokens != nil
+	if !inputSaid && (o.CompletionTokens != 0 || o.OutputTokens != 0 || o.TotalTokens.ok) {
+		o.PromptTokens = new(int64)
+	}
+	u, ok = o.usage()
+	return u, ok, inputSaid, nil
+}
+
+// errNegativeCount is a usage report with a count below zero.
+var errNegativeCount = wrongType("usage: a count below zero")
 
 func keyText(s *jsonScanner, ks, ke int, esc bool) string {
 	if esc {

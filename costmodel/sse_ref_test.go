@@ -71,8 +71,13 @@ func (m *StreamMeter) openaiChunkJSON(data []byte) error {
 		m.serviceTier = c.ServiceTier
 	}
 	if c.Usage != nil {
-		if u, ok := c.Usage.usage(); ok {
-			m.usage, m.reported = u, true
+		u, ok, said, err := c.Usage.report()
+		if err != nil {
+			return err
+		}
+		if ok {
+			m.usage, m.reported = maxEach(m.usage, u), true
+			m.inputSaid = m.inputSaid || said
 		}
 	}
 	return nil

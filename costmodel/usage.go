@@ -22,33 +22,21 @@ var ErrAmbiguousUsage = fmt.Errorf("%w: more than one usage member", ErrNoUsage)
 // embeddings responses (prompt_/completion_ names) and of Responses API
 // responses (input_/output_ names).
 type openaiUsage struct {
-	PromptTokens        *int64 `json:"prompt_tokens"`
-	CompletionTokens    int64  `json:"completion_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens int64 `json:"cached_tokens"`
-		AudioTokens  int64 `json:"audio_tokens"`
-	} `json:"prompt_tokens_details"`
-	CompletionTokensDetails *struct {
-		ReasoningTokens int64 `json:"reasoning_tokens"`
-		AudioTokens     int64 `json:"audio_tokens"`
-	} `json:"completion_tokens_details"`
+	PromptTokens            *int64         `json:"prompt_tokens"`
+	CompletionTokens        int64          `json:"completion_tokens"`
+	PromptTokensDetails     *inputDetails  `json:"prompt_tokens_details"`
+	CompletionTokensDetails *outputDetails `json:"completion_tokens_details"`
 
-	InputTokens        *int64 `json:"input_tokens"`
-	OutputTokens       int64  `json:"output_tokens"`
-	InputTokensDetails *struct {
-		CachedTokens int64 `json:"cached_tokens"`
-		AudioTokens  int64 `json:"audio_tokens"`
-	} `json:"input_tokens_details"`
-	OutputTokensDetails *struct {
-		ReasoningTokens int64 `json:"reasoning_tokens"`
-		AudioTokens     int64 `json:"audio_tokens"`
-	} `json:"output_tokens_details"`
+	InputTokens         *int64         `json:"input_tokens"`
+	OutputTokens        int64          `json:"output_tokens"`
+	InputTokensDetails  *inputDetails  `json:"input_tokens_details"`
+	OutputTokensDetails *outputDetails `json:"output_tokens_details"`
 
 	TotalTokens reportedTotal `json:"total_tokens"`
 }
 
-// reportedTotal is a usage report's total_tokens, when it is an integer:
-// a total of another type is ignored, and does not make the rest of the
+// reportedTotal is a usage report's total_tokens, when it is a count (see
+// countValue): a total of another type is ignored, and does not make the rest of the
 // report unreadable.
 type reportedTotal struct {
 	n  int64
@@ -56,15 +44,17 @@ type reportedTotal struct {
 }
 
 func (t *reportedTotal) UnmarshalJSON(b []byte) error {
-	var n int64
-	if string(b) != "null" && json.Unmarshal(b, &n) == nil {
+	if string(b) == "null" {
+		return nil
+	}
+	if n, err := countValue(b); err == nil {
 		*t = reportedTotal{n, true}
 	}
 	return nil
 }
 
 func (o *openaiUsage) usage() (Usage, bool) {
-	if o.PromptTokens == nil && o.InputTokens == nil {
+	if o.PromptTokens == nil && o.InputTokens == nil || o.negative() {
 		return Usage{}, false
 	}
 	// A report in both spellings (chat's prompt_ and completion_, the
@@ -123,6 +113,27 @@ func (o *openaiUsage) usage() (Usage, bool) {
 	return u.clamped(), true
 }
 
+// negative tells whether a count of the report is below zero: no count
+// an upstream bills by, so that the report cannot be read (and is not
+// taken for one of no tokens).
+func (o *openaiUsage) negative() bool {
+	n := min(deref(o.PromptTokens), deref(o.InputTokens), o.CompletionTokens, o.OutputTokens)
+	if o.TotalTokens.ok {
+		n = min(n, o.TotalTokens.n)
+	}
+	for _, d := range [...]*inputDetails{o.PromptTokensDetails, o.InputTokensDetails} {
+		if d != nil {
+			n = min(n, d.CachedTokens, d.AudioTokens)
+		}
+	}
+	for _, d := range [...]*outputDetails{o.CompletionTokensDetails, o.OutputTokensDetails} {
+		if d != nil {
+			n = min(n, d.ReasoningTokens, d.AudioTokens)
+		}
+	}
+	return n < 0
+}
+
 // anthropicUsage is the usage object of Anthropic messages: input_tokens
 // excludes the tokens read from and written to the prompt cache;
 // cache_creation splits the written ones by cache lifetime.
@@ -132,11 +143,9 @@ type anthropicUsage struct {
 	CacheCreationInputTokens *int64                  `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     *int64                  `json:"cache_read_input_tokens"`
 	CacheCreation            *anthropicCacheCreation `json:"cache_creation"`
-	ServerToolUse            *struct {
-		WebSearchRequests int64 `json:"web_search_requests"`
-	} `json:"server_tool_use"`
-	InferenceGeo string `json:"inference_geo"` // where inference ran: "us" is priced apart
-	Speed        string `json:"speed"`         // the speed it was served at: "fast" is priced apart
+	ServerToolUse            *serverToolUse          `json:"server_tool_use"`
+	InferenceGeo             string                  `json:"inference_geo"` // where inference ran: "us" is priced apart
+	Speed                    string                  `json:"speed"`         // the speed it was served at: "fast" is priced apart
 }
 
 // anthropicCacheCreation splits cache writes by cache lifetime.
@@ -165,6 +174,19 @@ func (a *anthropicUsage) usage() Usage {
 	return u.clamped()
 }
 
+// negative tells whether a count of the report is below zero (see
+// openaiUsage.negative).
+func (a *anthropicUsage) negative() bool {
+	n := min(deref(a.InputTokens), deref(a.OutputTokens), deref(a.CacheCreationInputTokens), deref(a.CacheReadInputTokens))
+	if c := a.CacheCreation; c != nil {
+		n = min(n, c.Ephemeral5m, c.Ephemeral1h)
+	}
+	if s := a.ServerToolUse; s != nil {
+		n = min(n, s.WebSearchRequests)
+	}
+	return n < 0
+}
+
 func deref(p *int64) int64 {
 	if p == nil {
 		return 0
@@ -188,6 +210,40 @@ func (u Usage) clamped() Usage {
 	u.ContainerGB = max(u.ContainerGB, 0)
 	u.Units = max(u.Units, 0)
 	return u
+}
+
+// maxEach is the usage that counts each kind u and v report (both
+// clamped) at the larger of the two: the prompt's uncached tokens, those
+// read from and written to each cache lifetime, the output and its parts,
+// the searches; of the rates' names, v's service tier where it gives one,
+// and an inference geography or a speed that is dearer than the standard
+// (see Price) where either gives one. Two reports of one answer
+// (running totals, a report repeated) are billed at no less than either.
+func maxEach(u, v Usage) Usage {
+	uncached := func(x Usage) int64 { return x.InputTokens - x.CachedInputTokens - x.CacheWriteTokens }
+	r := u
+	r.CachedInputTokens = max(u.CachedInputTokens, v.CachedInputTokens)
+	r.CacheWrite1hTokens = max(u.CacheWrite1hTokens, v.CacheWrite1hTokens)
+	r.CacheWriteTokens = addSat(max(u.CacheWriteTokens-u.CacheWrite1hTokens, v.CacheWriteTokens-v.CacheWrite1hTokens), r.CacheWrite1hTokens)
+	r.InputTokens = addSat(addSat(max(uncached(u), uncached(v)), r.CachedInputTokens), r.CacheWriteTokens)
+	r.AudioInputTokens = max(u.AudioInputTokens, v.AudioInputTokens)
+	r.OutputTokens = max(u.OutputTokens, v.OutputTokens)
+	r.ReasoningTokens = max(u.ReasoningTokens, v.ReasoningTokens)
+	r.AudioOutputTokens = max(u.AudioOutputTokens, v.AudioOutputTokens)
+	r.WebSearchRequests = max(u.WebSearchRequests, v.WebSearchRequests)
+	r.FileSearchCalls = max(u.FileSearchCalls, v.FileSearchCalls)
+	r.ContainerGB = max(u.ContainerGB, v.ContainerGB)
+	r.Units = max(u.Units, v.Units)
+	if v.ServiceTier != "" {
+		r.ServiceTier = v.ServiceTier
+	}
+	if v.InferenceGeo != "" && (r.InferenceGeo == "" || r.InferenceGeo == "global") {
+		r.InferenceGeo = v.InferenceGeo
+	}
+	if v.Speed != "" && (r.Speed == "" || r.Speed == "standard") {
+		r.Speed = v.Speed
+	}
+	return r.clamped()
 }
 
 // outputItem is an element of a Responses API response's output: a
@@ -243,7 +299,7 @@ func (r *openaiResponse) result(kind Kind) (Usage, string, error) {
 }
 
 func (r *anthropicResponse) result() (Usage, string, error) {
-	if r.Usage == nil || r.Usage.InputTokens == nil && r.Usage.OutputTokens == nil {
+	if r.Usage == nil || r.Usage.InputTokens == nil && r.Usage.OutputTokens == nil || r.Usage.negative() {
 		return Usage{}, r.Model, ErrNoUsage
 	}
 	return r.Usage.usage(), r.Model, nil
@@ -459,11 +515,17 @@ func parseResponse(kind Kind, body []byte) (Usage, string, error) {
 		or := openaiResponse{Usage: r.Usage, Model: r.Model, ServiceTier: r.ServiceTier}
 		return or.result(kind)
 	case Responses:
-		var r openaiResponse
+		var r struct { // not the id, which ParseResponse does not read
+			Usage       *openaiUsage `json:"usage"`
+			Model       string       `json:"model"`
+			ServiceTier string       `json:"service_tier"`
+			Output      []outputItem `json:"output"`
+		}
 		if err := json.Unmarshal(body, &r); err != nil {
 			return Usage{}, "", badRequest(kind, err, "invalid JSON response")
 		}
-		return r.result(kind)
+		or := openaiResponse{Usage: r.Usage, Model: r.Model, ServiceTier: r.ServiceTier, Output: r.Output}
+		return or.result(kind)
 	case AnthropicMessages:
 		var r anthropicResponse
 		if err := json.Unmarshal(body, &r); err != nil {

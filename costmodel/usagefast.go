@@ -62,28 +62,16 @@ func decodeUsagePlain(raw []byte, o *openaiUsage) bool {
 			o.TotalTokens.ok = true
 			return plainInt(&s, &o.TotalTokens.n)
 		case "prompt_tokens_details":
-			o.PromptTokensDetails = new(struct {
-				CachedTokens int64 `json:"cached_tokens"`
-				AudioTokens  int64 `json:"audio_tokens"`
-			})
+			o.PromptTokensDetails = new(inputDetails)
 			return plainDetails(&s, &o.PromptTokensDetails.CachedTokens, &o.PromptTokensDetails.AudioTokens, nil)
 		case "input_tokens_details":
-			o.InputTokensDetails = new(struct {
-				CachedTokens int64 `json:"cached_tokens"`
-				AudioTokens  int64 `json:"audio_tokens"`
-			})
+			o.InputTokensDetails = new(inputDetails)
 			return plainDetails(&s, &o.InputTokensDetails.CachedTokens, &o.InputTokensDetails.AudioTokens, nil)
 		case "completion_tokens_details":
-			o.CompletionTokensDetails = new(struct {
-				ReasoningTokens int64 `json:"reasoning_tokens"`
-				AudioTokens     int64 `json:"audio_tokens"`
-			})
+			o.CompletionTokensDetails = new(outputDetails)
 			return plainDetails(&s, nil, &o.CompletionTokensDetails.AudioTokens, &o.CompletionTokensDetails.ReasoningTokens)
 		default: // output_tokens_details
-			o.OutputTokensDetails = new(struct {
-				ReasoningTokens int64 `json:"reasoning_tokens"`
-				AudioTokens     int64 `json:"audio_tokens"`
-			})
+			o.OutputTokensDetails = new(outputDetails)
 			return plainDetails(&s, nil, &o.OutputTokensDetails.AudioTokens, &o.OutputTokensDetails.ReasoningTokens)
 		}
 	})

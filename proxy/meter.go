@@ -102,7 +102,7 @@ func (m *meteredBody) Read(p []byte) (int, error) {
 func (m *meteredBody) observe(b []byte) {
 	if m.stream != nil {
 		if !m.started {
-			if t := bytes.TrimLeft(b, " \t\r\n"); len(t) > 0 {
+			if t := bytes.TrimLeft(bytes.TrimPrefix(b, []byte("\ufeff")), " \t\r\n"); len(t) > 0 {
 				m.started, m.jsonStream = true, t[0] == '{'
 			}
 		}

@@ -631,7 +631,7 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 			return costmodel.Usage{}, "", ledger.StatusFailed
 		}
 		u := est.Usage
-		au, ok, err := x.rule.Settle(x.respHeader, x.body.whole())
+		au, ok, err := x.rule.Settle(x.answerFields(), x.body.whole())
 		switch {
 		case err == nil && ok:
 			u = au
@@ -698,6 +698,28 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 		u.WebSearchRequests = max(u.WebSearchRequests, est.Usage.WebSearchRequests)
 	}
 	return u.Asked(est.Usage), model, ledger.StatusSettled
+}
+
+// answerFields is the upstream's answer header with the trailers it sent
+// after the answer (once read to its end), where a generic upstream may
+// report the units a call cost: a field in both is one given twice, which
+// a rule refuses to read (see costmodel.Rule.Settle).
+func (x *exchange) answerFields() http.Header {
+	var tr http.Header
+	if x.body != nil && x.body.resp != nil {
+		tr = x.body.resp.Trailer
+	}
+	if len(tr) == 0 {
+		return x.respHeader
+	}
+	h := x.respHeader.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	for k, vs := range tr {
+		h[k] = append(h[k], vs...)
+	}
+	return h
 }
 
 // servedEstimate is the estimate of the body the upstream is sent: the
