@@ -87,6 +87,11 @@ func countValue(value []byte) (int64, error) {
 	if err != nil || f.IsInf() {
 		return 0, wrongType("usage: count %s is not a number", value)
 	}
+	// Out of range before it becomes an integer: 1e999999999 is a few
+	// bytes of JSON and 415 MB as a big.Int.
+	if f.MantExp(nil) > 64 {
+		return 0, wrongType("usage: count %s is out of range", value)
+	}
 	i, _ := f.Int(nil) // toward zero
 	if f.Sign() > 0 && !f.IsInt() {
 		i.Add(i, big.NewInt(1))

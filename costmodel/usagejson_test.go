@@ -1,6 +1,9 @@
 package costmodel
 
-import "testing"
+import (
+	"runtime"
+	"testing"
+)
 
 // TestUsageReportForms: a count given twice in a report counts at its
 // larger (encoding/json keeps the last, the SDKs the first); a count in a
@@ -35,6 +38,26 @@ func TestUsageReportForms(t *testing.T) {
 				t.Errorf("ParseUsage(%s) = %+v; want %+v", c.body, got, c.want)
 			}
 		})
+	}
+}
+
+// TestUsageCountHugeExponent: a count of a few bytes whose exponent is
+// huge (1e999999999, in a report or as a string) is out of range at
+// once; before, it became a 415 MB integer first, some seconds of CPU
+// per report, which a tenant could send to the settle API at will.
+func TestUsageCountHugeExponent(t *testing.T) {
+	for _, v := range []string{`1e999999999`, `"1e999999999"`, `9.5e99999999`} {
+		body := []byte(`{"usage":{"prompt_tokens":9,"completion_tokens":` + v + `}}`)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := ParseUsage(ChatCompletions, body)
+		runtime.ReadMemStats(&after)
+		if err == nil {
+			t.Errorf("a count of %s: no error", v)
+		}
+		if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+			t.Errorf("a count of %s allocated %d bytes to be refused", v, n)
+		}
 	}
 }
 
