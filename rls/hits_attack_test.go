@@ -43,16 +43,34 @@ rls:
 // and acme get 40 more. Before, the ledger counted one request per entry:
 // 2, and acme got 98.
 func TestHitsAtkRestoredAsDebited(t *testing.T) {
-	if d := time.Until(time.Now().Truncate(24 * time.Hour).Add(24 * time.Hour)); d < time.Minute {
-		time.Sleep(d + 100*time.Millisecond) // spend and check in one day's window
-	}
-	e := newEnv(t, hitsConfig, true, rls.Options{})
-	if r := e.ask(t, "edge", 0, hits(60, d("tenant", "acme", "generic_key", "search"))); r.GetOverallCode() != OK {
-		t.Fatalf("a debit of 60 of 100: %s", codes_(r))
-	}
+	e := hitsEnv(t, hitsConfig)
 	if r := e.ask(t, "edge", 0, hits(500, d("tenant", "acme", "model", "test-model", "tokens", "output"))); r.GetOverallCode() != OK {
 		t.Fatalf("a charge of 500 output tokens: %s", codes_(r))
 	}
+	loseRedis(t, e)
+	if n := admitOnes(t, e); n != 40 {
+		t.Fatalf("after Redis lost its data: %d requests admitted of the 40 acme had left", n)
+	}
+}
+
+// hitsEnv opens yaml's env on Redis, not within a minute of the day's
+// end (the tests spend and check in one day's window), and debits 60
+// hits of acme's search.
+func hitsEnv(t *testing.T, yaml string) *env {
+	t.Helper()
+	if d := time.Until(time.Now().Truncate(24 * time.Hour).Add(24 * time.Hour)); d < time.Minute {
+		time.Sleep(d + 100*time.Millisecond) // spend and check in one day's window
+	}
+	e := newEnv(t, yaml, true, rls.Options{})
+	if r := e.ask(t, "edge", 0, hits(60, d("tenant", "acme", "generic_key", "search"))); r.GetOverallCode() != OK {
+		t.Fatalf("a debit of 60 of 100: %s", codes_(r))
+	}
+	return e
+}
+
+// loseRedis writes e's ledger records, then empties its Redis.
+func loseRedis(t *testing.T, e *env) {
+	t.Helper()
 	ctx := context.Background()
 	if err := e.g.Ledger().Flush(ctx); err != nil {
 		t.Fatal(err)
@@ -60,16 +78,19 @@ func TestHitsAtkRestoredAsDebited(t *testing.T) {
 	if err := e.redis.Client(t).FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	admitted := 0
+}
+
+// admitOnes asks for acme's requests of one hit until one is refused,
+// at most 200, and returns how many were admitted.
+func admitOnes(t *testing.T, e *env) (admitted int) {
+	t.Helper()
 	for range 200 {
 		if e.ask(t, "edge", 1, d("tenant", "acme")).GetOverallCode() != OK {
 			break
 		}
 		admitted++
 	}
-	if admitted != 40 {
-		t.Fatalf("after Redis lost its data: %d requests admitted of the 40 acme had left", admitted)
-	}
+	return admitted
 }
 
 // unpricedConfig is hitsConfig without a price: acme's search calls and
@@ -108,13 +129,7 @@ rls:
 // limit the ledger restores (bench-1, a descriptor's limit only) is
 // still not recorded: a ledger write per decision would be for nothing.
 func TestHitsAtkUnpricedRestored(t *testing.T) {
-	if d := time.Until(time.Now().Truncate(24 * time.Hour).Add(24 * time.Hour)); d < time.Minute {
-		time.Sleep(d + 100*time.Millisecond) // spend and check in one day's window
-	}
-	e := newEnv(t, unpricedConfig, true, rls.Options{})
-	if r := e.ask(t, "edge", 0, hits(60, d("tenant", "acme", "generic_key", "search"))); r.GetOverallCode() != OK {
-		t.Fatalf("a debit of 60 of 100: %s", codes_(r))
-	}
+	e := hitsEnv(t, unpricedConfig)
 	if r := e.ask(t, "edge", 0, hits(700, d("tenant", "acme", "tokens", "output"))); r.GetOverallCode() != OK {
 		t.Fatalf("a charge of 700 output tokens: %s", codes_(r))
 	}
@@ -123,19 +138,13 @@ func TestHitsAtkUnpricedRestored(t *testing.T) {
 			t.Fatalf("bench-1: %s", codes_(r))
 		}
 	}
-	ctx := context.Background()
-	if err := e.g.Ledger().Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	page, err := e.g.Ledger().Entries(ctx, ledger.Query{Tenant: "bench-1"})
+	loseRedis(t, e)
+	page, err := e.g.Ledger().Entries(context.Background(), ledger.Query{Tenant: "bench-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(page.Entries) != 0 {
 		t.Errorf("bench-1, limited by a descriptor alone, has %d ledger entries, want none", len(page.Entries))
-	}
-	if err := e.redis.Client(t).FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
 	}
 	// 300 tokens were left: a charge of 300 fills the limit, and a check
 	// (hits_addend 0) then finds no room.
@@ -145,14 +154,7 @@ func TestHitsAtkUnpricedRestored(t *testing.T) {
 	if r := e.ask(t, "edge", 0, hits(0, d("tenant", "acme"))); r.GetOverallCode() != OVER {
 		t.Errorf("after Redis lost its data and 300 tokens more, a check on acme's 1,000 tokens a day: %s, want OVER_LIMIT", codes_(r))
 	}
-	admitted := 0
-	for range 200 {
-		if e.ask(t, "edge", 1, d("tenant", "acme")).GetOverallCode() != OK {
-			break
-		}
-		admitted++
-	}
-	if admitted != 40 {
-		t.Errorf("after Redis lost its data: %d requests admitted of the 40 acme had left", admitted)
+	if n := admitOnes(t, e); n != 40 {
+		t.Errorf("after Redis lost its data: %d requests admitted of the 40 acme had left", n)
 	}
 }
