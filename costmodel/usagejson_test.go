@@ -2,7 +2,9 @@ package costmodel
 
 import (
 	"runtime"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestUsageReportForms: a count given twice in a report counts at its
@@ -57,6 +59,14 @@ func TestUsageCountHugeExponent(t *testing.T) {
 		}
 		if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
 			t.Errorf("a count of %s allocated %d bytes to be refused", v, n)
+		}
+	}
+	// A million digits: a decimal's parse is quadratic in them (1.5 s).
+	for _, v := range []string{strings.Repeat("7", 1e6), `"` + strings.Repeat("7", 1e6) + `"`, "1." + strings.Repeat("0", 1e6)} {
+		start := time.Now()
+		_, err := ParseUsage(ChatCompletions, []byte(`{"usage":{"prompt_tokens":9,"completion_tokens":`+v+`}}`))
+		if d := time.Since(start); err == nil || d > 200*time.Millisecond {
+			t.Errorf("a count of %d bytes: %v after %v, want an error at once", len(v), err, d)
 		}
 	}
 }
