@@ -353,10 +353,7 @@ func walkQueryDSL(s *jsonscan.Scanner, key []byte, st *QueryStats, depth int) er
 	switch s.Peek() {
 	case '{':
 		return s.Object(depth+1, func(ks, ke int, esc bool) error {
-			k := s.B[ks:ke]
-			if esc {
-				k = []byte(s.Key(ks, ke, true))
-			}
+			k := s.KeyBytes(ks, ke, esc)
 			return walkQueryDSL(s, k, st, depth+1)
 		})
 	case '[':

@@ -131,10 +131,7 @@ func jsonPath(s *jsonscan.Scanner, full, rest string, depth int, at *span, found
 	case '{':
 		seen := false
 		return s.Object(depth+1, func(ks, ke int, esc bool) error {
-			key := s.B[ks:ke]
-			if esc {
-				key = []byte(s.Key(ks, ke, true))
-			}
+			key := s.KeyBytes(ks, ke, esc)
 			switch {
 			case string(key) == part:
 				if seen {

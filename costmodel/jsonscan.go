@@ -131,10 +131,7 @@ func scanFields(kind Kind, prefix string, body []byte, fields []*topField) error
 		return badRequest(kind, nil, "want a JSON object")
 	}
 	err := s.Object(1, func(ks, ke int, esc bool) error {
-		name := s.B[ks:ke]
-		if esc {
-			name = []byte(s.Key(ks, ke, true))
-		}
+		name := s.KeyBytes(ks, ke, esc)
 		f, err := matchField(prefix, name, fields)
 		if err != nil {
 			return err

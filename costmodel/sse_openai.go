@@ -60,7 +60,7 @@ func (m *StreamMeter) openaiChunk(data []byte) error {
 		model, tier string
 	)
 	err := s.Object(1, func(ks, ke int, esc bool) error {
-		if usageKey(&s, ks, ke, esc) {
+		if named(s.KeyBytes(ks, ke, esc), "usage") {
 			// In any case, as encoding/json and the SDKs read it; a
 			// chunk's reports in several members count each kind at its
 			// largest.
@@ -141,15 +141,6 @@ func (m *StreamMeter) openaiChunk(data []byte) error {
 		m.inputSaid = m.inputSaid || inputSaid
 	}
 	return nil
-}
-
-// usageKey tells whether the key at ks:ke names a chunk's usage, in any
-// case; it does not allocate for a key without escapes.
-func usageKey(s *jsonScanner, ks, ke int, esc bool) bool {
-	if esc {
-		return named([]byte(s.Key(ks, ke, true)), "usage")
-	}
-	return named(s.B[ks:ke], "usage")
 }
 
 // chunkUsage reads a stream's usage report raw (see openaiUsage.report);

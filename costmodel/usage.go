@@ -354,11 +354,8 @@ func usageMembers(body []byte) int {
 	}
 	n := 0
 	s.Object(1, func(ks, ke int, esc bool) error {
-		name := s.B[ks:ke]
-		if esc {
-			name = []byte(s.Key(ks, ke, true))
-		}
-		if len(name) >= len("usage") && bytes.EqualFold(name, []byte("usage")) {
+		name := s.KeyBytes(ks, ke, esc)
+		if named(name, "usage") {
 			n++
 		}
 		_, _, err := s.Value(1)
@@ -420,18 +417,13 @@ func parseUsageFast(kind Kind, body []byte) (u Usage, model string, ok bool, err
 		fields = 2 // usage, model
 	}
 	if err := s.Object(1, func(ks, ke int, esc bool) error {
-		name := s.B[ks:ke]
-		if esc {
-			name = []byte(s.Key(ks, ke, true))
-		}
+		name := s.KeyBytes(ks, ke, esc)
 		st, en, err := s.Value(1)
 		if err != nil {
 			return err
 		}
 		for i, f := range responseMembers[:fields] {
-			// A case variant is never shorter: the non-ASCII letters that
-			// fold to ASCII ones (U+017F, U+212A) take more bytes.
-			if len(name) >= len(f) && bytes.EqualFold(name, []byte(f)) {
+			if named(name, f) {
 				matches = append(matches, match{i, span{st, en}})
 				break
 			}

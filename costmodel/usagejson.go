@@ -31,10 +31,7 @@ func eachMember(raw []byte, fn func(name, value []byte) error) error {
 		return wrongType("usage: want an object")
 	}
 	return s.Object(1, func(ks, ke int, esc bool) error {
-		name := s.B[ks:ke]
-		if esc {
-			name = []byte(s.Key(ks, ke, true))
-		}
+		name := s.KeyBytes(ks, ke, esc)
 		st, en, err := s.Value(1)
 		if err != nil {
 			return err
@@ -45,7 +42,8 @@ func eachMember(raw []byte, fn func(name, value []byte) error) error {
 
 // named tells whether a member's name is field's to encoding/json: in
 // any case (bytes.EqualFold; a case variant is never shorter, as the
-// non-ASCII letters that fold to ASCII ones take more bytes).
+// non-ASCII letters that fold to ASCII ones, U+017F and U+212A, take more
+// bytes).
 func named(name []byte, field string) bool {
 	return len(name) >= len(field) && bytes.EqualFold(name, []byte(field))
 }

@@ -162,7 +162,7 @@ func (t *UsageTap) isName(want string) bool {
 		}
 		name = []byte(s)
 	}
-	return len(name) >= len(want) && bytes.EqualFold(name, []byte(want))
+	return named(name, want)
 }
 
 // Usage is the usage the answer reported, read as ParseUsage reads it,

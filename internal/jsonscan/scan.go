@@ -291,6 +291,15 @@ func (s *Scanner) End() error {
 	return nil
 }
 
+// KeyBytes returns an object key's text as bytes: the key's own bytes in
+// s.B when it holds no escape (no allocation), else its unescaped copy.
+func (s *Scanner) KeyBytes(ks, ke int, escaped bool) []byte {
+	if !escaped {
+		return s.B[ks:ke]
+	}
+	return []byte(s.Key(ks, ke, true))
+}
+
 // Key returns an object key's text.
 func (s *Scanner) Key(ks, ke int, escaped bool) string {
 	if !escaped {
