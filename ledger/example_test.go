@@ -67,7 +67,7 @@ func ExampleLedger_Export() {
 
 	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	l.Settle(ctx, ledger.Entry{
-		RequestID: "req-7", Tenant: "acme", Model: "gpt-4o-mini", CreatedAt: at, SettledAt: at, HTTPStatus: 200,
+		RequestID: "req-7", Tenant: "acme", Model: "gpt-4o-mini", CreatedAt: at, SettledAt: at, HTTPStatus: 200, Requests: 1,
 		Actual:     costmodel.Usage{InputTokens: 1000, OutputTokens: 100},
 		ActualCost: 210_000,
 	})
@@ -78,6 +78,6 @@ func ExampleLedger_Export() {
 	}
 	// Output:
 	// [
-	// {"specversion":"1.0","id":"req-7","source":"costgate-eu-1","type":"com.costgate.usage","subject":"acme","time":"2026-05-01T12:00:00Z","datacontenttype":"application/json","data":{"tenant":"acme","model":"gpt-4o-mini","status":"settled","http_status":200,"input_tokens":1000,"cached_input_tokens":0,"cache_write_tokens":0,"output_tokens":100,"reasoning_tokens":0,"units":0,"cost_nanousd":210000,"cost_usd":"0.000210000"}}
+	// {"specversion":"1.0","id":"req-7","source":"costgate-eu-1","type":"com.costgate.usage","subject":"acme","time":"2026-05-01T12:00:00Z","datacontenttype":"application/json","data":{"tenant":"acme","model":"gpt-4o-mini","status":"settled","http_status":200,"requests":1,"input_tokens":1000,"cached_input_tokens":0,"cache_write_tokens":0,"output_tokens":100,"reasoning_tokens":0,"units":0,"cost_nanousd":210000,"cost_usd":"0.000210000"}}
 	// ]
 }

@@ -238,21 +238,25 @@ type CloudEvent struct {
 // UsageData is the data of a usage event. Cost is exact: an integer of
 // nano-dollars and the same amount as a decimal string of dollars.
 type UsageData struct {
-	Tenant            string `json:"tenant"`
-	User              string `json:"user,omitempty"`
-	KeyID             string `json:"key_id,omitempty"`
-	Route             string `json:"route,omitempty"`
-	Upstream          string `json:"upstream,omitempty"`
-	Model             string `json:"model,omitempty"`
-	Region            string `json:"region,omitempty"`
-	Status            Status `json:"status"`
-	HTTPStatus        int    `json:"http_status,omitempty"`
-	InputTokens       int64  `json:"input_tokens"`
-	CachedInputTokens int64  `json:"cached_input_tokens"`
-	CacheWriteTokens  int64  `json:"cache_write_tokens"`
-	OutputTokens      int64  `json:"output_tokens"`
-	ReasoningTokens   int64  `json:"reasoning_tokens"`
-	Units             int64  `json:"units"`
+	Tenant     string `json:"tenant"`
+	User       string `json:"user,omitempty"`
+	KeyID      string `json:"key_id,omitempty"`
+	Route      string `json:"route,omitempty"`
+	Upstream   string `json:"upstream,omitempty"`
+	Model      string `json:"model,omitempty"`
+	Region     string `json:"region,omitempty"`
+	Status     Status `json:"status"`
+	HTTPStatus int    `json:"http_status,omitempty"`
+	// Requests is how many requests the limiter counted for the entry:
+	// 1 for a proxied request, a rate limit call's hits_addend, a
+	// reservation's requests.
+	Requests          int64 `json:"requests"`
+	InputTokens       int64 `json:"input_tokens"`
+	CachedInputTokens int64 `json:"cached_input_tokens"`
+	CacheWriteTokens  int64 `json:"cache_write_tokens"`
+	OutputTokens      int64 `json:"output_tokens"`
+	ReasoningTokens   int64 `json:"reasoning_tokens"`
+	Units             int64 `json:"units"`
 	// The usage the counts above do not hold, when not zero (see
 	// costmodel.Usage): it changes the price, and billing meters it.
 	CacheWrite1hTokens int64  `json:"cache_write_1h_tokens,omitempty"`
@@ -275,7 +279,7 @@ func cloudEvent(source string, e *Entry) CloudEvent {
 		Subject: e.Tenant, Time: e.CreatedAt, DataContentType: "application/json",
 		Data: UsageData{
 			Tenant: e.Tenant, User: e.User, KeyID: e.KeyID, Route: e.Route, Upstream: e.Upstream,
-			Model: e.Model, Region: e.Region, Status: e.Status, HTTPStatus: e.HTTPStatus,
+			Model: e.Model, Region: e.Region, Status: e.Status, HTTPStatus: e.HTTPStatus, Requests: e.Requests,
 			InputTokens: a.InputTokens, CachedInputTokens: a.CachedInputTokens, CacheWriteTokens: a.CacheWriteTokens,
 			OutputTokens: a.OutputTokens, ReasoningTokens: a.ReasoningTokens,
 			Units:              a.Units,

@@ -539,6 +539,7 @@ func TestExport(t *testing.T) {
 		ctx := context.Background()
 		e := reservation("x1", t0)
 		e.Tenant = `a,"b"` // a name that CSV must quote
+		e.Requests = 3     // an RLS call of hits_addend 3: billing meters 3 requests
 		if err := l.Reserve(ctx, e); err != nil {
 			t.Fatal(err)
 		}
@@ -569,7 +570,7 @@ func TestExport(t *testing.T) {
 			col[h] = recs[1][i]
 		}
 		if col["tenant"] != e.Tenant || col["charge_usd"] != "1.234567891" || col["charge_nanousd"] != "1234567891" ||
-			col["status"] != "settled" || col["output_tokens"] != "150" || col["created_at"] != "2026-03-14T15:09:26.535897Z" {
+			col["status"] != "settled" || col["output_tokens"] != "150" || col["created_at"] != "2026-03-14T15:09:26.535897Z" || col["requests"] != "3" {
 			t.Fatalf("csv row: %v", col)
 		}
 
@@ -581,7 +582,7 @@ func TestExport(t *testing.T) {
 		if err := json.Unmarshal(buf.Bytes(), &es); err != nil {
 			t.Fatalf("json: %v\n%s", err, buf.String())
 		}
-		if len(es) != 2 || es[0].ActualCost != 1_234_567_891 || es[1].Status != ledger.StatusReserved {
+		if len(es) != 2 || es[0].ActualCost != 1_234_567_891 || es[0].Requests != 3 || es[1].Status != ledger.StatusReserved {
 			t.Fatalf("json: %+v", es)
 		}
 
@@ -600,7 +601,8 @@ func TestExport(t *testing.T) {
 		data, _ := ev["data"].(map[string]any)
 		if ev["specversion"] != "1.0" || ev["id"] != "x1" || ev["source"] != "costgate-test" || ev["type"] != ledger.CloudEventType ||
 			ev["subject"] != e.Tenant || ev["time"] != "2026-03-14T15:09:26.535897Z" || ev["datacontenttype"] != "application/json" ||
-			data["cost_usd"] != "1.234567891" || data["cost_nanousd"] != float64(1_234_567_891) || data["input_tokens"] != float64(90) {
+			data["cost_usd"] != "1.234567891" || data["cost_nanousd"] != float64(1_234_567_891) || data["input_tokens"] != float64(90) ||
+			data["requests"] != float64(3) {
 			t.Fatalf("cloudevent: %v", ev)
 		}
 		if err := l.Export(ctx, &buf, q, "xml"); !errors.Is(err, ledger.ErrInvalid) {
