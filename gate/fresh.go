@@ -244,10 +244,10 @@ func (f *freshStore) restoreGlobal(ctx context.Context, extra []weighted.Item) e
 // budget period (see ledgerCounters), a read per listed caller and
 // budget, and one Redis call that restores every counter of the tenant
 // at once. Past restoreBatch of the ledger's callers, the others go in
-// calls of restoreBatch before it: each writes the tenant's marker,
-// so a request decided between them may find a counter of the last call
-// not yet restored (the restore stays bounded, at the cost of that
-// window).
+// calls of restoreBatch before it, which write no marker: the tenant
+// stays stale until the last call, so that no request is decided on a
+// counter not yet restored (one call of every counter would hold Redis
+// for every tenant).
 func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighted.Item, lost bool) error {
 	seen := map[string]bool{}
 	items, counted, err := f.g.budgetCounters(ctx, tenant, lost, f.share, seen)
@@ -281,11 +281,12 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 		items, known = fallbackItems(items, f.share), fallbackItems(known, f.share)
 	}
 	// The last restoreBatch of the ledger's callers ride with the rest in
-	// the last call; those before them, in calls of restoreBatch first.
+	// the last call, which marks the tenant fresh; those before them, in
+	// calls of restoreBatch first, which leave it stale.
 	last := max(len(known)-restoreBatch, 0)
 	for i := 0; i < last; i += restoreBatch {
 		j := min(i+restoreBatch, last)
-		if err := f.store.Restore(ctx, known[i:j], knownSpent[i:j]); err != nil {
+		if err := f.store.RestoreCounters(ctx, known[i:j], knownSpent[i:j]); err != nil {
 			return fmt.Errorf("gate: restore %s: %w", tenant, err)
 		}
 	}
