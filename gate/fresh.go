@@ -247,7 +247,12 @@ func (f *freshStore) restoreGlobal(ctx context.Context, extra []weighted.Item) e
 // calls of restoreBatch before it, which write no marker: the tenant
 // stays stale until the last call, so that no request is decided on a
 // counter not yet restored (one call of every counter would hold Redis
-// for every tenant).
+// for every tenant). Only the restore of a loss (lost) writes the
+// tenant's marker: a scheduled one leaves the limits it does not count
+// as the store holds them, and on a store that lost them and that no
+// request has found stale yet, its marker would leave them at 0; it
+// raises the counters and leaves the tenant stale, for the first request
+// to restore whole.
 func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighted.Item, lost bool) error {
 	seen := map[string]bool{}
 	items, counted, err := f.g.budgetCounters(ctx, tenant, lost, f.share, seen)
@@ -292,7 +297,11 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 	}
 	all := append(items[:len(items):len(items)], known[last:]...)
 	if len(all) > 0 {
-		if err := f.store.Restore(ctx, all, append(counted[:len(counted):len(counted)], knownSpent[last:]...)); err != nil {
+		restore := f.store.RestoreCounters
+		if lost {
+			restore = f.store.Restore
+		}
+		if err := restore(ctx, all, append(counted[:len(counted):len(counted)], knownSpent[last:]...)); err != nil {
 			return fmt.Errorf("gate: restore %s: %w", tenant, err)
 		}
 	}
