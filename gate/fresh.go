@@ -265,6 +265,7 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 	if err != nil {
 		return err
 	}
+	knownBudgets := len(known) // the ledger's callers' budgets; those after, their limits'
 	if items, counted, err = f.g.levelCounters(ctx, tenant, items, counted, seen, f.share); err != nil {
 		return err
 	}
@@ -274,6 +275,12 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 		if items, counted, err = f.g.limitCounters(ctx, st, tenant, items, counted, seen, f.share); err != nil {
 			return err
 		}
+		lk, lkSpent, err := f.g.ledgerLimitCounters(ctx, st, tenant, seen, f.share)
+		if err != nil {
+			return err
+		}
+		// Batched with the ledger's callers of budgets, after them.
+		known, knownSpent = append(known, lk...), append(knownSpent, lkSpent...)
 	}
 	items, counted, err = extraCounters(items, counted, seen, extra, func(it weighted.Item) (int64, error) {
 		return f.g.extraSpent(ctx, st, tenant, it, lost, f.share)
@@ -306,7 +313,7 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 		}
 	}
 	if f == f.g.store {
-		f.g.budgetRemaining(tenant, append(items[:budgets:budgets], known...), append(counted[:budgets:budgets], knownSpent...))
+		f.g.budgetRemaining(tenant, append(items[:budgets:budgets], known[:knownBudgets]...), append(counted[:budgets:budgets], knownSpent[:knownBudgets]...))
 	}
 	for i, it := range items[:budgets] {
 		if counted[i] > 0 {
@@ -826,6 +833,76 @@ func (g *Gate) limitSpent(ctx context.Context, st *state, l *compiledLimit, c *C
 	}
 	spent, err := g.sumSpend(ctx, l, c, queries, region, true, share)
 	return max(spent, 0), err
+}
+
+// ledgerLimitCounters returns an item for every restorable limit of
+// tenant keyed by a user or a key (with the tenant or not) whose caller
+// the ledger says spent in the limit's window and whose key is not among
+// seen, with what the caller counted there (see limitSpent), and marks
+// them seen: the users and keys only the rate limit service or the
+// reserve API names, as ledgerCounters finds them for budgets. Without
+// them, the restore of a loss counted the limits of the callers the gate
+// lists and of the request that found it, and the others' came back at
+// 0 under the fresh marker. The callers are found by their spend (one
+// grouped read of the roll-up per limit, from the quarter hour of the
+// window's start): a caller whose entries in the window cost nothing is
+// not found. At most maxLedgerCallers in all.
+func (g *Gate) ledgerLimitCounters(ctx context.Context, st *state, tenant string, seen map[string]bool, share int64) ([]weighted.Item, []int64, error) {
+	plan, planKnown := g.tenantPlan(st, tenant)
+	now := time.Now()
+	var (
+		items   []weighted.Item
+		counted []int64
+	)
+	for _, l := range st.limits {
+		if !l.restorable() || planKnown && !l.appliesTo(plan) {
+			continue
+		}
+		byUser, byKey := slices.Contains(l.dims, "user"), slices.Contains(l.dims, "api_key")
+		if byUser == byKey {
+			continue // the tenant's alone (limitCounters), or a user and a key
+		}
+		from := l.spentSince(now).Truncate(15 * time.Minute)
+		var (
+			by  map[string]costmodel.NanoUSD
+			err error
+		)
+		if byUser {
+			by, err = g.ledger.UserSpend(ctx, tenant, from, now.AddDate(100, 0, 0))
+		} else {
+			by, err = g.ledger.KeySpend(ctx, tenant, from, now.AddDate(100, 0, 0))
+		}
+		if err := knownSpend(err, false); err != nil {
+			return nil, nil, fmt.Errorf("gate: callers of %s for %s: %w", tenant, l.limit.Name, err)
+		}
+		for id, v := range by {
+			if id == "" || v <= 0 {
+				continue // the callers without one are limitCounters'
+			}
+			c := &Caller{Tenant: tenant, User: id}
+			if byKey {
+				c = &Caller{Tenant: tenant, KeyID: id}
+			}
+			key := l.callerKey(c)
+			if seen[l.limit.Name+"\x00"+key] || weighted.HashTag(key) != tenant {
+				continue
+			}
+			if len(items) >= maxLedgerCallers {
+				g.log.Warn("a restore leaves out the limit counters of some of the ledger's callers", "tenant", tenant,
+					"limit", l.limit.Name, "restored", maxLedgerCallers)
+				return items, counted, nil
+			}
+			seen[l.limit.Name+"\x00"+key] = true
+			spent, err := g.limitSpent(ctx, st, l, c, nil, share)
+			if err != nil {
+				return nil, nil, err
+			}
+			if spent > 0 {
+				items, counted = append(items, weighted.Item{Limit: l.limit, Key: key}), append(counted, spent)
+			}
+		}
+	}
+	return items, counted, nil
 }
 
 // levelCounters appends to items an item for every budget of the control
