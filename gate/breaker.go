@@ -199,6 +199,12 @@ func (g *guardedStore) Restore(ctx context.Context, items []weighted.Item, count
 	return g.call(ctx, telemetry.StoreRestore, func(ctx context.Context) error { return g.restorer.Restore(ctx, items, counted) })
 }
 
+// RestoreCounters restores the items' counters, not their tags (see
+// weighted.Restorer).
+func (g *guardedStore) RestoreCounters(ctx context.Context, items []weighted.Item, counted []int64) error {
+	return g.call(ctx, telemetry.StoreRestore, func(ctx context.Context) error { return g.restorer.RestoreCounters(ctx, items, counted) })
+}
+
 func (g *guardedStore) Debit(ctx context.Context, id string, items []weighted.Item) (res weighted.Result, err error) {
 	err = g.call(ctx, telemetry.StoreDebit, func(ctx context.Context) error {
 		res, err = g.store.Debit(ctx, id, items)

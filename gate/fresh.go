@@ -244,10 +244,15 @@ func (f *freshStore) restoreGlobal(ctx context.Context, extra []weighted.Item) e
 // budget period (see ledgerCounters), a read per listed caller and
 // budget, and one Redis call that restores every counter of the tenant
 // at once. Past restoreBatch of the ledger's callers, the others go in
-// calls of restoreBatch before it: each writes the tenant's marker,
-// so a request decided between them may find a counter of the last call
-// not yet restored (the restore stays bounded, at the cost of that
-// window).
+// calls of restoreBatch before it, which write no marker: the tenant
+// stays stale until the last call, so that no request is decided on a
+// counter not yet restored (one call of every counter would hold Redis
+// for every tenant). Only the restore of a loss (lost) writes the
+// tenant's marker: a scheduled one leaves the limits it does not count
+// as the store holds them, and on a store that lost them and that no
+// request has found stale yet, its marker would leave them at 0; it
+// raises the counters and leaves the tenant stale, for the first request
+// to restore whole.
 func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighted.Item, lost bool) error {
 	seen := map[string]bool{}
 	items, counted, err := f.g.budgetCounters(ctx, tenant, lost, f.share, seen)
@@ -260,6 +265,7 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 	if err != nil {
 		return err
 	}
+	knownBudgets := len(known) // the ledger's callers' budgets; those after, their limits'
 	if items, counted, err = f.g.levelCounters(ctx, tenant, items, counted, seen, f.share); err != nil {
 		return err
 	}
@@ -269,6 +275,12 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 		if items, counted, err = f.g.limitCounters(ctx, st, tenant, items, counted, seen, f.share); err != nil {
 			return err
 		}
+		lk, lkSpent, err := f.g.ledgerLimitCounters(ctx, st, tenant, seen, f.share)
+		if err != nil {
+			return err
+		}
+		// Batched with the ledger's callers of budgets, after them.
+		known, knownSpent = append(known, lk...), append(knownSpent, lkSpent...)
 	}
 	items, counted, err = extraCounters(items, counted, seen, extra, func(it weighted.Item) (int64, error) {
 		return f.g.extraSpent(ctx, st, tenant, it, lost, f.share)
@@ -281,22 +293,27 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 		items, known = fallbackItems(items, f.share), fallbackItems(known, f.share)
 	}
 	// The last restoreBatch of the ledger's callers ride with the rest in
-	// the last call; those before them, in calls of restoreBatch first.
+	// the last call, which marks the tenant fresh; those before them, in
+	// calls of restoreBatch first, which leave it stale.
 	last := max(len(known)-restoreBatch, 0)
 	for i := 0; i < last; i += restoreBatch {
 		j := min(i+restoreBatch, last)
-		if err := f.store.Restore(ctx, known[i:j], knownSpent[i:j]); err != nil {
+		if err := f.store.RestoreCounters(ctx, known[i:j], knownSpent[i:j]); err != nil {
 			return fmt.Errorf("gate: restore %s: %w", tenant, err)
 		}
 	}
 	all := append(items[:len(items):len(items)], known[last:]...)
 	if len(all) > 0 {
-		if err := f.store.Restore(ctx, all, append(counted[:len(counted):len(counted)], knownSpent[last:]...)); err != nil {
+		restore := f.store.RestoreCounters
+		if lost {
+			restore = f.store.Restore
+		}
+		if err := restore(ctx, all, append(counted[:len(counted):len(counted)], knownSpent[last:]...)); err != nil {
 			return fmt.Errorf("gate: restore %s: %w", tenant, err)
 		}
 	}
 	if f == f.g.store {
-		f.g.budgetRemaining(tenant, append(items[:budgets:budgets], known...), append(counted[:budgets:budgets], knownSpent...))
+		f.g.budgetRemaining(tenant, append(items[:budgets:budgets], known[:knownBudgets]...), append(counted[:budgets:budgets], knownSpent[:knownBudgets]...))
 	}
 	for i, it := range items[:budgets] {
 		if counted[i] > 0 {
@@ -816,6 +833,76 @@ func (g *Gate) limitSpent(ctx context.Context, st *state, l *compiledLimit, c *C
 	}
 	spent, err := g.sumSpend(ctx, l, c, queries, region, true, share)
 	return max(spent, 0), err
+}
+
+// ledgerLimitCounters returns an item for every restorable limit of
+// tenant keyed by a user or a key (with the tenant or not) whose caller
+// the ledger says spent in the limit's window and whose key is not among
+// seen, with what the caller counted there (see limitSpent), and marks
+// them seen: the users and keys only the rate limit service or the
+// reserve API names, as ledgerCounters finds them for budgets. Without
+// them, the restore of a loss counted the limits of the callers the gate
+// lists and of the request that found it, and the others' came back at
+// 0 under the fresh marker. The callers are found by their spend (one
+// grouped read of the roll-up per limit, from the quarter hour of the
+// window's start): a caller whose entries in the window cost nothing is
+// not found. At most maxLedgerCallers in all.
+func (g *Gate) ledgerLimitCounters(ctx context.Context, st *state, tenant string, seen map[string]bool, share int64) ([]weighted.Item, []int64, error) {
+	plan, planKnown := g.tenantPlan(st, tenant)
+	now := time.Now()
+	var (
+		items   []weighted.Item
+		counted []int64
+	)
+	for _, l := range st.limits {
+		if !l.restorable() || planKnown && !l.appliesTo(plan) {
+			continue
+		}
+		byUser, byKey := slices.Contains(l.dims, "user"), slices.Contains(l.dims, "api_key")
+		if byUser == byKey {
+			continue // the tenant's alone (limitCounters), or a user and a key
+		}
+		from := l.spentSince(now).Truncate(15 * time.Minute)
+		var (
+			by  map[string]costmodel.NanoUSD
+			err error
+		)
+		if byUser {
+			by, err = g.ledger.UserSpend(ctx, tenant, from, now.AddDate(100, 0, 0))
+		} else {
+			by, err = g.ledger.KeySpend(ctx, tenant, from, now.AddDate(100, 0, 0))
+		}
+		if err := knownSpend(err, false); err != nil {
+			return nil, nil, fmt.Errorf("gate: callers of %s for %s: %w", tenant, l.limit.Name, err)
+		}
+		for id, v := range by {
+			if id == "" || v <= 0 {
+				continue // the callers without one are limitCounters'
+			}
+			c := &Caller{Tenant: tenant, User: id}
+			if byKey {
+				c = &Caller{Tenant: tenant, KeyID: id}
+			}
+			key := l.callerKey(c)
+			if seen[l.limit.Name+"\x00"+key] || weighted.HashTag(key) != tenant {
+				continue
+			}
+			if len(items) >= maxLedgerCallers {
+				g.log.Warn("a restore leaves out the limit counters of some of the ledger's callers", "tenant", tenant,
+					"limit", l.limit.Name, "restored", maxLedgerCallers)
+				return items, counted, nil
+			}
+			seen[l.limit.Name+"\x00"+key] = true
+			spent, err := g.limitSpent(ctx, st, l, c, nil, share)
+			if err != nil {
+				return nil, nil, err
+			}
+			if spent > 0 {
+				items, counted = append(items, weighted.Item{Limit: l.limit, Key: key}), append(counted, spent)
+			}
+		}
+	}
+	return items, counted, nil
 }
 
 // levelCounters appends to items an item for every budget of the control

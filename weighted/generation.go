@@ -74,6 +74,15 @@ type Restorer interface {
 	// tenant, for each user and key), the others with counted 0: a counter
 	// left out is trusted as the store holds it.
 	Restore(ctx context.Context, items []Item, counted []int64) error
+
+	// RestoreCounters raises the items' counters as Restore does and
+	// writes no generation marker: their tags stay stale (a debit of
+	// them answers ErrStale and changes nothing) until a Restore of the
+	// tag. A restore too large for one call raises its counters in calls
+	// of RestoreCounters first, then makes the last with Restore, so that
+	// no debit is decided on a tag marked fresh while some of its
+	// counters are still at what the store kept.
+	RestoreCounters(ctx context.Context, items []Item, counted []int64) error
 }
 
 var (

@@ -422,3 +422,50 @@ func slotNode(t *testing.T, cl *redistest.Cluster, cc *redis.ClusterClient, key 
 	}
 	return cl.Node(t, int(slot))
 }
+
+// TestRestoreCountersLeavesStale: RestoreCounters raises a stale tag's
+// counters as Restore does and writes no marker, on both stores and
+// through Leased: a debit of the tag still answers ErrStale and changes
+// nothing, until a Restore of the tag marks it fresh with the counters
+// raised. (A restore in several calls marks its tag in the last: one
+// that marked it in the first let debits through on the counters of the
+// calls after it at 0.)
+func TestRestoreCountersLeavesStale(t *testing.T) {
+	c := testRedis(t)
+	ctx := context.Background()
+	clk := newClock()
+	day := genLimits[1]
+	for _, s := range []namedStore{
+		{"memory", NewMemory(MemoryConfig{Now: clk.Now, Generations: true})},
+		{"redis", func() Store { r := newRedisStore(c, clk); r.gens = true; return r }()},
+		{"leased", NewLeased(func() Store { r := newRedisStore(c, clk); r.gens = true; return r }(), LeasedConfig{Now: clk.Now})},
+	} {
+		t.Run(s.name, func(t *testing.T) {
+			rs := s.Store.(Restorer)
+			first := []Item{{Limit: day, Key: "{rc}:user=ann"}}
+			last := []Item{{Limit: day, Key: "{rc}"}}
+			_, err := s.Debit(ctx, "d0", []Item{{Limit: day, Key: "{rc}:user=ann", Cost: 1}})
+			wantStale(t, err, "rc")
+			if err := rs.RestoreCounters(ctx, first, []int64{400}); err != nil {
+				t.Fatal(err)
+			}
+			_, err = s.Debit(ctx, "d1", []Item{{Limit: day, Key: "{rc}", Cost: 1}})
+			wantStale(t, err, "rc")
+			if err := rs.Restore(ctx, last, []int64{450}); err != nil {
+				t.Fatal(err)
+			}
+			for _, tc := range []struct {
+				it   Item
+				want int64
+			}{{first[0], 100}, {last[0], 50}} {
+				res, err := s.Peek(ctx, []Item{tc.it})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := res.Items[0].Remaining; got != tc.want {
+					t.Errorf("%s after the restore: %d remaining, want %d", tc.it.Key, got, tc.want)
+				}
+			}
+		})
+	}
+}

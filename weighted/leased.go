@@ -1509,6 +1509,17 @@ func (l *Leased) Reset(ctx context.Context, items []Item) error {
 // A counter the store holds already above the sum is left alone, so a
 // restore of a store that lost nothing charges nothing twice.
 func (l *Leased) Restore(ctx context.Context, items []Item, counted []int64) error {
+	return l.restore(ctx, items, counted, true)
+}
+
+// RestoreCounters implements Restorer: Restore without the markers, the
+// counted amounts raised as Restore raises them.
+func (l *Leased) RestoreCounters(ctx context.Context, items []Item, counted []int64) error {
+	return l.restore(ctx, items, counted, false)
+}
+
+// restore is Restore, the markers written when mark is set.
+func (l *Leased) restore(ctx context.Context, items []Item, counted []int64, mark bool) error {
 	r, ok := l.store.(Restorer)
 	if !ok {
 		return fmt.Errorf("weighted: %T keeps no generations to restore", l.store)
@@ -1556,6 +1567,9 @@ func (l *Leased) Restore(ctx context.Context, items []Item, counted []int64) err
 		}
 	}
 	l.stats.calls.Add(1)
+	if !mark {
+		return r.RestoreCounters(ctx, items, counted)
+	}
 	return r.Restore(ctx, items, counted)
 }
 

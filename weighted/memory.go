@@ -503,13 +503,23 @@ func (m *Memory) checkMarkers(h *held, items []Item, tags []string) error {
 // the counters and, with Generations, sets the tags' markers to the
 // largest of the clock's time in µs and one more than they held.
 func (m *Memory) Restore(ctx context.Context, items []Item, counted []int64) error {
+	return m.restore(items, counted, m.gens)
+}
+
+// RestoreCounters implements Restorer: Restore without the markers.
+func (m *Memory) RestoreCounters(ctx context.Context, items []Item, counted []int64) error {
+	return m.restore(items, counted, false)
+}
+
+// restore is Restore, the markers set when mark is.
+func (m *Memory) restore(items []Item, counted []int64, mark bool) error {
 	var sbuf [4]spec
 	ss, err := checkRestore(items, counted, sbuf[:0])
 	if err != nil || len(items) == 0 {
 		return err
 	}
 	var tags []string
-	if m.gens {
+	if mark {
 		tags = itemTags(items, nil, nil)
 	}
 	var hb heldBufs

@@ -1051,6 +1051,16 @@ func (r *Redis) Renew(ctx context.Context, id string, items []Item) error {
 // markers of its tags. It needs no Generations to raise counters, and
 // writes markers only with it.
 func (r *Redis) Restore(ctx context.Context, items []Item, counted []int64) error {
+	return r.restore(ctx, items, counted, r.gens)
+}
+
+// RestoreCounters implements Restorer: Restore without the markers.
+func (r *Redis) RestoreCounters(ctx context.Context, items []Item, counted []int64) error {
+	return r.restore(ctx, items, counted, false)
+}
+
+// restore is Restore, the markers written when mark is set.
+func (r *Redis) restore(ctx context.Context, items []Item, counted []int64, mark bool) error {
 	var sbuf [4]spec
 	ss, err := checkRestore(items, counted, sbuf[:0])
 	if err != nil || len(items) == 0 {
@@ -1059,7 +1069,7 @@ func (r *Redis) Restore(ctx context.Context, items []Item, counted []int64) erro
 	for _, g := range r.groups(items) {
 		keys := g.keys
 		var tags []string
-		if r.gens {
+		if mark {
 			tags = itemTags(items, g.idx, nil)
 			keys = keys[:len(keys):len(keys)]
 			for _, t := range tags {
