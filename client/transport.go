@@ -44,7 +44,10 @@ const settleTimeout = 10 * time.Second
 // proxy charges nothing for a generic upstream's errors (the request
 // itself counts against request limits all the same). Otherwise the units
 // the response reports where Rule.Actual says (header or JSON body) are
-// settled, or the estimate when it reports none. (A friction delay that
+// settled; an answer that reports none is settled as below, at the most
+// Rule.Actual lets it report, or the estimate without a Rule.Actual
+// (an API may leave its report out of an answer asked for in another
+// format, or with some fields only). (A friction delay that
 // costgate's policies ask for, costgate waits before it admits the call.)
 //
 // To read the units, RoundTrip reads the response body before it returns:
