@@ -44,7 +44,10 @@ const settleTimeout = 10 * time.Second
 // proxy charges nothing for a generic upstream's errors (the request
 // itself counts against request limits all the same). Otherwise the units
 // the response reports where Rule.Actual says (header or JSON body) are
-// settled, or the estimate when it reports none. (A friction delay that
+// settled; an answer that reports none is settled as below, at the most
+// Rule.Actual lets it report, or the estimate without a Rule.Actual
+// (an API may leave its report out of an answer asked for in another
+// format, or with some fields only). (A friction delay that
 // costgate's policies ask for, costgate waits before it admits the call.)
 //
 // To read the units, RoundTrip reads the response body before it returns:
@@ -181,7 +184,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			// proxy charges a generic upstream's request that got no
 			// answer in time, the most the rule lets the answer report
 			// (its actual's max), else what was reserved for it.
-			t.end(ctx, req, res, t.usage(rule, rule.Unreported(est.Usage.Units), nil, nil, false), nil)
+			t.end(ctx, req, res, t.usage(rule, rule.Unreported(est.Usage.Units), nil, nil), nil)
 		} else {
 			t.release(ctx, req, res)
 		}
@@ -196,7 +199,7 @@ func (t *Transport) settle(ctx context.Context, req *http.Request, res *Reservat
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// The body is the upgraded connection: it has no end to read to,
 		// and the caller needs it as it is. Its header may state units.
-		t.end(ctx, req, res, t.usage(rule, estimated, resp.Header, nil, false), nil)
+		t.end(ctx, req, res, t.usage(rule, estimated, resp.Header, nil), nil)
 		return resp, nil
 	}
 	if resp.Body == nil {
@@ -217,13 +220,11 @@ func (t *Transport) settle(ctx context.Context, req *http.Request, res *Reservat
 		u.Free = true // as the proxy charges nothing for a generic upstream's error
 		opts = append(opts, Failed())
 	} else {
-		read, decoded := buf, true
+		var read []byte // a cut body says nothing; the header still may
 		if whole {
-			read, decoded = decodeAnswer(resp.Header, buf, limit)
-		} else {
-			read = nil // a cut body says nothing; the header still may
+			read, _ = decodeAnswer(resp.Header, buf, limit) // nil when it cannot be decoded
 		}
-		u = t.usage(rule, estimated, resp.Header, read, !decoded || unkept(resp.Header, read, whole, readErr))
+		u = t.usage(rule, estimated, resp.Header, read)
 	}
 	t.end(ctx, req, res, u, opts)
 
@@ -249,19 +250,21 @@ const (
 	maxCharge = costmodel.NanoUSD(1 << 53)
 )
 
-// usage is what a successful answer reports by rule, or the estimate;
-// unread tells that the answer was not kept whole to read its report
-// (see unkept).
-func (t *Transport) usage(rule costmodel.Rule, estimated int64, h http.Header, body []byte, unread bool) Usage {
+// usage is what a successful answer reports by rule, else what the rule
+// charges an answer that reports nothing it can read (Unreported); body
+// is nil for an answer not kept whole, or not decoded.
+func (t *Transport) usage(rule costmodel.Rule, estimated int64, h http.Header, body []byte) Usage {
 	u := Usage{Units: estimated}
 	switch actual, ok, err := rule.Settle(h, body); {
 	case err == nil && ok:
 		u.Units = min(actual.Units, maxUnits)
-	case err != nil || unread:
+	default:
 		// A report that cannot be read (the field in two spellings, not
-		// a count), or that may be in an answer not kept whole, is
-		// charged the most the rule lets it report, as the proxy
-		// charges it.
+		// a count), that may be in an answer not kept whole, or that
+		// the answer does not state (asked for as CSV, its fields
+		// filtered), is charged the most the rule lets it report, as
+		// the proxy charges it (the estimate, for a rule that reads no
+		// answer).
 		u.Units = min(rule.Unreported(estimated), maxUnits)
 	}
 	if t.Upstream == "" {
@@ -296,24 +299,6 @@ func decodeAnswer(h http.Header, body []byte, limit int64) (decoded []byte, ok b
 		return nil, false
 	}
 	return out, true
-}
-
-// unkept tells whether a successful answer was not kept as one JSON
-// document whose report could be read: cut before its end (readErr set:
-// the connection dropped, the caller's context ended while it came),
-// longer than the bound, or a stream of server-sent events (one that is
-// a JSON document, from a server that ignored the stream, is one). The
-// proxy charges such an answer on a generic route the most its rule lets
-// it report.
-func unkept(h http.Header, buf []byte, whole bool, readErr error) bool {
-	if readErr != nil || !whole {
-		return true
-	}
-	if !costmodel.IsEventStream(h.Get("Content-Type")) {
-		return false
-	}
-	b := bytes.TrimLeft(buf, " \t\r\n")
-	return len(b) == 0 || b[0] != '{'
 }
 
 // end settles res with u and reports it to the Settled hook.

@@ -169,8 +169,10 @@ func (r Rule) Estimate(req GenericRequest) (Estimate, error) {
 }
 
 // Settle reads the units the upstream reports from its response, where
-// Actual says. ok is false when the rule has no Actual source or the
-// response does not state the units; the estimate then stands.
+// Actual says. ok is false when the rule has no Actual source (the
+// estimate then stands) or the response does not state the units, which
+// is charged as a report that cannot be read (Unreported): a client can
+// often have an upstream leave its report out (?format=csv, ?fields=).
 func (r Rule) Settle(header http.Header, body []byte) (u Usage, ok bool, err error) {
 	if r.Actual == nil {
 		return Usage{}, false, nil

@@ -455,6 +455,12 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 			if s := u.ServerToolUse; s != nil {
 				m.usage.WebSearchRequests = max(m.usage.WebSearchRequests, s.WebSearchRequests)
 			}
+			if it := u.Iterations; it != nil {
+				// The steps the request ran, a compaction among them,
+				// added up: billed, and beyond the counts' report.
+				m.usage = maxEach(m.usage, it.sum.counts())
+				m.inputSaid = m.inputSaid || it.sum.InputTokens != nil || it.sum.CacheReadInputTokens != nil || it.sum.CacheCreationInputTokens != nil
+			}
 			// A geography or speed restated as the standard one takes
 			// nothing off a dearer one reported before.
 			m.usage = maxEach(m.usage, Usage{InferenceGeo: u.InferenceGeo, Speed: u.Speed})

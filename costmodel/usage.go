@@ -146,6 +146,11 @@ type anthropicUsage struct {
 	ServerToolUse            *serverToolUse          `json:"server_tool_use"`
 	InferenceGeo             string                  `json:"inference_geo"` // where inference ran: "us" is priced apart
 	Speed                    string                  `json:"speed"`         // the speed it was served at: "fast" is priced apart
+	// Iterations adds up the usage of each sampling step the request
+	// ran, when the answer lists them: a server-side compaction
+	// (context_management's compact_20260112) is a step of its own,
+	// billed, which the counts above leave out.
+	Iterations *anthropicIterations `json:"iterations"`
 }
 
 // anthropicCacheCreation splits cache writes by cache lifetime.
@@ -154,7 +159,19 @@ type anthropicCacheCreation struct {
 	Ephemeral1h int64 `json:"ephemeral_1h_input_tokens"`
 }
 
+// usage is the usage a is billed for: its counts, or, each kind at its
+// largest, the sum of its iterations (which holds the steps the counts
+// leave out).
 func (a *anthropicUsage) usage() Usage {
+	u := a.counts()
+	if it := a.Iterations; it != nil {
+		u = maxEach(u, it.sum.counts())
+	}
+	return u
+}
+
+// counts is the usage a's counts state, its iterations aside.
+func (a *anthropicUsage) counts() Usage {
 	var u Usage
 	read, write := max(deref(a.CacheReadInputTokens), 0), max(deref(a.CacheCreationInputTokens), 0)
 	if c := a.CacheCreation; c != nil {
@@ -184,7 +201,7 @@ func (a *anthropicUsage) negative() bool {
 	if s := a.ServerToolUse; s != nil {
 		n = min(n, s.WebSearchRequests)
 	}
-	return n < 0
+	return n < 0 || a.Iterations != nil && a.Iterations.negative
 }
 
 func deref(p *int64) int64 {

@@ -243,6 +243,8 @@ func (a *anthropicUsage) UnmarshalJSON(raw []byte) error {
 			return maxObject(value, &a.CacheCreation)
 		case named(name, "server_tool_use"):
 			return maxObject(value, &a.ServerToolUse)
+		case named(name, "iterations"):
+			return maxObject(value, &a.Iterations)
 		case named(name, "inference_geo"):
 			return json.Unmarshal(value, &a.InferenceGeo)
 		case named(name, "speed"):
@@ -250,4 +252,83 @@ func (a *anthropicUsage) UnmarshalJSON(raw []byte) error {
 		}
 		return nil
 	})
+}
+
+// anthropicIterations is an Anthropic usage's iterations, the usage of
+// each sampling step of the request (a "compaction", the "message"),
+// added up: Anthropic bills their sum, and its top-level counts leave
+// the compaction steps out. Given more than once, each count is the
+// larger sum.
+type anthropicIterations struct {
+	sum      anthropicUsage // each count, added up over the steps
+	negative bool           // a step states a count below zero
+}
+
+func (it *anthropicIterations) UnmarshalJSON(raw []byte) error {
+	s := jsonscan.Scanner{B: raw}
+	if s.Peek() != '[' {
+		if _, _, err := s.Value(0); err != nil {
+			return err
+		}
+		return wrongType("usage: iterations: want an array")
+	}
+	var sum anthropicUsage
+	err := s.Array(1, func() error {
+		st, en, err := s.Value(1)
+		if err != nil {
+			return err
+		}
+		var step anthropicUsage
+		if err := step.UnmarshalJSON(raw[st:en]); err != nil {
+			return err
+		}
+		it.negative = it.negative || step.negative()
+		sum.add(&step)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	it.sum.keepLarger(&sum)
+	return nil
+}
+
+// add adds the token counts of step to a's, saturating.
+func (a *anthropicUsage) add(step *anthropicUsage) {
+	for _, p := range [...]struct{ dst, src **int64 }{
+		{&a.InputTokens, &step.InputTokens}, {&a.OutputTokens, &step.OutputTokens},
+		{&a.CacheCreationInputTokens, &step.CacheCreationInputTokens}, {&a.CacheReadInputTokens, &step.CacheReadInputTokens},
+	} {
+		if *p.src != nil {
+			v := addSat(deref(*p.dst), max(**p.src, 0))
+			*p.dst = &v
+		}
+	}
+	if c := step.CacheCreation; c != nil {
+		if a.CacheCreation == nil {
+			a.CacheCreation = new(anthropicCacheCreation)
+		}
+		a.CacheCreation.Ephemeral5m = addSat(a.CacheCreation.Ephemeral5m, max(c.Ephemeral5m, 0))
+		a.CacheCreation.Ephemeral1h = addSat(a.CacheCreation.Ephemeral1h, max(c.Ephemeral1h, 0))
+	}
+}
+
+// keepLarger raises each token count of a to o's where o's is larger.
+func (a *anthropicUsage) keepLarger(o *anthropicUsage) {
+	for _, p := range [...]struct{ dst, src **int64 }{
+		{&a.InputTokens, &o.InputTokens}, {&a.OutputTokens, &o.OutputTokens},
+		{&a.CacheCreationInputTokens, &o.CacheCreationInputTokens}, {&a.CacheReadInputTokens, &o.CacheReadInputTokens},
+	} {
+		if *p.src != nil && (*p.dst == nil || **p.src > **p.dst) {
+			v := **p.src
+			*p.dst = &v
+		}
+	}
+	if c := o.CacheCreation; c != nil {
+		if a.CacheCreation == nil {
+			a.CacheCreation = new(anthropicCacheCreation)
+		}
+		a.CacheCreation.Ephemeral5m = max(a.CacheCreation.Ephemeral5m, c.Ephemeral5m)
+		a.CacheCreation.Ephemeral1h = max(a.CacheCreation.Ephemeral1h, c.Ephemeral1h)
+	}
 }

@@ -192,12 +192,6 @@ func (m *meteredBody) fill() error {
 	return m.err
 }
 
-// unread tells whether the answer was not kept whole as one document:
-// larger than maxCapture, or a stream of events.
-func (m *meteredBody) unread() bool {
-	return m.overflow || m.stream != nil && (!m.jsonStream || len(m.captured) > maxCapture)
-}
-
 // cutShort tells whether costgate ended the upstream's answer before its
 // end: the guard stopped it, or it was not read to io.EOF (the upstream's
 // timeout, a broken connection, the drain's bound).

@@ -624,8 +624,8 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 		return costmodel.Usage{}, "", ledger.StatusFailed
 	}
 	if x.rule != nil {
-		// A generic upstream reports units where its rule says, if
-		// anywhere; otherwise the estimate is the price. An upstream error
+		// A generic upstream reports units where its rule's actual says;
+		// without an actual the estimate is the price. An upstream error
 		// is not charged.
 		if x.status >= 400 {
 			return costmodel.Usage{}, "", ledger.StatusFailed
@@ -635,15 +635,17 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 		switch {
 		case err == nil && ok:
 			u = au
-		case err != nil || x.rule.Actual != nil && (x.body.unread() || x.body.cutShort() || len(costmodel.ContentCodings(x.respHeader)) > 0):
+		case x.rule.Actual != nil:
 			// The report is in an answer costgate did not keep whole (over
 			// maxCapture, a stream, or cut before its end), one in a
 			// content coding it did not decode (the transport decodes the
 			// gzip it asks for and drops the header; an upstream that
-			// compresses unasked), or one it cannot read (the field in
-			// two spellings, not a count): charged the most the rule lets
-			// the upstream report, as an LLM answer is charged its output
-			// limit.
+			// compresses unasked), one it cannot read (the field in two
+			// spellings, not a count), or the answer states none (the
+			// client asked for another format, ?format=csv, or left the
+			// field out, ?fields=, filter_path): charged the most the rule
+			// lets the upstream report, as an LLM answer without usage is
+			// charged its output limit.
 			u.Units = x.rule.Unreported(u.Units)
 			x.s.log.Warn("upstream units unreadable; charging the actual's max", "request_id", x.id, "units", u.Units, "error", err)
 		}
