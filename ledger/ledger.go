@@ -122,7 +122,7 @@ func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 				return nil, err
 			}
 		}
-		if l.store, err = openStore(ctx, cfg, true); err != nil {
+		if l.store, err = openStore(ctx, cfg, true, 0); err != nil {
 			return nil, err
 		}
 		return l, nil
@@ -139,7 +139,8 @@ func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 	if l.spool, err = openSpool(filepath.Join(cfg.Dir, "spool"), cfg.SegmentSize, cfg.Logf); err != nil {
 		return nil, err
 	}
-	if l.store, err = openStore(ctx, cfg, false); err != nil {
+	_, applied := l.spool.positions()
+	if l.store, err = openStore(ctx, cfg, false, applied); err != nil {
 		return nil, err
 	}
 	// Everything of the previous run is before this marker.
@@ -174,7 +175,9 @@ func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 
 // openStore opens the store cfg names for writing: PostgreSQL, or the
 // embedded file under cfg.Dir, made when missing unless existing is set.
-func openStore(ctx context.Context, cfg Config, existing bool) (store, error) {
+// applied is the spool's applied position: an embedded file is refused
+// as new (see openSQLiteApplied) when it is past 0.
+func openStore(ctx context.Context, cfg Config, existing bool, applied int64) (store, error) {
 	// A failed open returns a nil store, not a nil pointer in one, which
 	// shutdown would close.
 	if cfg.postgres() {
@@ -190,7 +193,7 @@ func openStore(ctx context.Context, cfg Config, existing bool) (store, error) {
 			return nil, fmt.Errorf("ledger: no embedded ledger: %w", err)
 		}
 	}
-	lite, err := openSQLite(ctx, path)
+	lite, err := openSQLiteApplied(ctx, path, applied)
 	if err != nil {
 		return nil, err
 	}

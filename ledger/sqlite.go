@@ -21,7 +21,8 @@ import (
 )
 
 type sqliteStore struct {
-	db *sql.DB
+	db   *sql.DB
+	path string
 
 	mu    sync.Mutex
 	stmts map[string]*sql.Stmt // the flusher's statements, prepared once
@@ -47,6 +48,16 @@ func (s *sqliteStore) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
 }
 
 func openSQLite(ctx context.Context, path string) (*sqliteStore, error) {
+	return openSQLiteApplied(ctx, path, 0)
+}
+
+// openSQLiteApplied is openSQLite for a spool applied up to position
+// applied: past 0, a database without the ledger's schema (a file missing,
+// empty, or without the WAL that held all it had; SQLite opens each as a
+// new database) is refused rather than made afresh, which would forget
+// the entries the spool no longer replays, and with them the tenants'
+// spend.
+func openSQLiteApplied(ctx context.Context, path string, applied int64) (*sqliteStore, error) {
 	q := url.Values{}
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
@@ -57,8 +68,8 @@ func openSQLite(ctx context.Context, path string) (*sqliteStore, error) {
 		return nil, fmt.Errorf("ledger: sqlite: %w", err)
 	}
 	db.SetMaxOpenConns(4)
-	s := &sqliteStore{db: db}
-	if err := s.migrate(ctx); err != nil {
+	s := &sqliteStore{db: db, path: path}
+	if err := s.migrate(ctx, applied); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -84,7 +95,7 @@ func openSQLiteReader(ctx context.Context, path string) (*sqliteStore, error) {
 	return &sqliteStore{db: db}, nil
 }
 
-func (s *sqliteStore) migrate(ctx context.Context) error {
+func (s *sqliteStore) migrate(ctx context.Context, applied int64) error {
 	ms, err := migrations("sqlite")
 	if err != nil {
 		return err
@@ -100,6 +111,10 @@ func (s *sqliteStore) migrate(ctx context.Context) error {
 	}
 	if have > len(ms) {
 		return fmt.Errorf("ledger: sqlite schema version %d is newer than this binary's %d", have, len(ms))
+	}
+	if have == 0 && applied > 0 {
+		return fmt.Errorf("ledger: the embedded ledger %s is missing, empty or without its schema, but the spool beside it was applied to one up to position %d: a new ledger would forget those entries; restore the file (with its -wal), or move the spool aside to start an empty ledger",
+			s.path, applied)
 	}
 	for _, m := range ms[have:] {
 		if _, err := tx.ExecContext(ctx, m.sql); err != nil {

@@ -1,0 +1,96 @@
+package ledger_test
+
+// Attacks on the embedded ledger's file at start: a data dir whose spool
+// was applied to an embedded ledger must not start a fresh, empty one when
+// that file is gone or empty, forgetting the spend the spool no longer
+// holds (its segments before the applied position are deleted).
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/costgate/costgate/ledger"
+)
+
+func TestLedAtkEmbeddedFileLost(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lose func(path string) error
+	}{
+		{"removed", func(path string) error {
+			for _, suffix := range []string{"", "-wal", "-shm"} {
+				if err := os.Remove(path + suffix); err != nil && !os.IsNotExist(err) {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"emptied", func(path string) error {
+			os.Remove(path + "-wal")
+			os.Remove(path + "-shm")
+			return os.Truncate(path, 0)
+		}},
+		// The file alone, without the WAL that held every page written
+		// since it was made (SQLite checkpoints at 1,000 pages): its first
+		// page, no schema.
+		{"without its WAL", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			// Small segments, so that the applied ones are deleted.
+			cfg := ledger.Config{Dir: dir, SegmentSize: 64 << 10, Now: func() time.Time { return t0.Add(time.Hour) }}
+			l := open(t, cfg)
+			ctx := context.Background()
+			const n = 400
+			for i := range n {
+				id := fmt.Sprintf("lost-%d", i)
+				if err := l.Reserve(ctx, reservation(id, t0)); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Settle(ctx, settlement(id, 5_000)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.lose == nil {
+				// A copy of the data dir, the database without its WAL,
+				// taken while the ledger runs.
+				flush(t, l)
+				to := ledAtkSnapshot(t, dir)
+				if err := os.Remove(filepath.Join(to, "ledger.db-wal")); err != nil {
+					t.Fatal(err)
+				}
+				l.Close()
+				dir, cfg.Dir = to, to
+			} else {
+				if err := l.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if err := tc.lose(filepath.Join(dir, "ledger.db")); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			cfg.Logf = t.Logf
+			l2, err := ledger.Open(ctx, cfg)
+			if err == nil {
+				defer l2.Close()
+				flush(t, l2)
+				sp, _ := l2.Spend(ctx, ledger.SpendQuery{Tenant: "acme", From: t0.Add(-time.Hour), To: t0.Add(time.Hour)})
+				got := len(all(t, l2, ledger.Query{Tenant: "acme"}))
+				t.Fatalf("Open started a fresh embedded ledger where the spool had applied %d entries ($%.6f): it holds %d entries, spend $%.6f",
+					n, float64(n*5_000)/1e9, got, float64(sp)/1e9)
+			}
+			t.Logf("Open: %v", err)
+			// The refused Open made nothing that a second one would take
+			// for the ledger.
+			if l3, err := ledger.Open(ctx, cfg); err == nil {
+				l3.Close()
+				t.Fatal("a second Open started a fresh embedded ledger")
+			}
+		})
+	}
+}
