@@ -492,9 +492,26 @@ func (l *Ledger) flushLoop(ctx context.Context) {
 		started = readAt
 		end, _ := l.spool.positions()
 		recs, next, err = l.spool.read(pos, l.cfg.BatchSize, recs, &buf)
-		if err != nil {
+		if errors.Is(err, errCorrupt) || errors.Is(err, errTorn) {
 			l.setFatal(err)
 			return
+		}
+		if err != nil {
+			// An open or a read that failed (out of file descriptors,
+			// an I/O error) may not fail again: retried as a store's
+			// error is, where a damaged record stops the flusher.
+			if l.setErr(err) || time.Since(lastLog) >= 10*time.Second {
+				lastLog = time.Now()
+				l.cfg.Logf("%v (retrying)", err)
+			}
+			select {
+			case <-time.After(delay):
+			case <-l.stop:
+				return
+			}
+			delay = min(2*delay, l.cfg.RetryMax)
+			started = time.Time{}
+			continue
 		}
 		full = len(recs) == l.cfg.BatchSize
 		if len(recs) == 0 {
