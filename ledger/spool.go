@@ -291,8 +291,7 @@ func (s *spool) write(w *pendingWrite) {
 	last := &s.segs[len(s.segs)-1]
 	if last.size > 0 && last.size+int64(len(w.buf)) > s.segSize {
 		if err := s.rotate(); err != nil {
-			s.err = err
-			w.err = err
+			w.err = err // sticky (s.err) only when the fsync failed
 			return
 		}
 		last = &s.segs[len(s.segs)-1]
@@ -334,19 +333,26 @@ func (s *spool) putBatchBuf(b []byte) {
 	}
 }
 
-// rotate seals the last segment and starts a new one. s.mu is held.
+// rotate seals the last segment and starts a new one. s.mu is held. A
+// failed fsync of the segment leaves the spool unusable (s.err: what it
+// holds is unknown); a failure after it (out of file descriptors) leaves
+// the spool as it was, appending to the last segment, and the next append
+// tries again.
 func (s *spool) rotate() error {
 	if err := s.f.Sync(); err != nil {
-		return fmt.Errorf("ledger: spool sync: %w", err)
+		s.err = fmt.Errorf("ledger: spool sync: %w", err)
+		return s.err
 	}
 	s.syncPos = s.end
 	s.synced.Broadcast()
-	f, err := os.OpenFile(filepath.Join(s.dir, segmentName(s.end)), os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_EXCL, 0o600)
+	path := filepath.Join(s.dir, segmentName(s.end))
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("ledger: spool rotate: %w", err)
 	}
 	if err := syncDir(s.dir); err != nil {
 		f.Close()
+		os.Remove(path) // empty: the next rotation makes it again
 		return fmt.Errorf("ledger: spool rotate: %w", err)
 	}
 	s.f.Close()

@@ -1,0 +1,67 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/costgate/costgate/ledger"
+)
+
+// TestLedAtkRotationOutOfFiles runs the process out of file descriptors
+// as the spool's segment is full: the rotation cannot open the next one.
+// The appends that need it fail while that lasts; once descriptors are
+// back, a settlement of a request reserved before, and new reservations,
+// must be taken.
+func TestLedAtkRotationOutOfFiles(t *testing.T) {
+	cfg := ledger.Config{Dir: t.TempDir(), SegmentSize: 64 << 10, RetryMax: 200 * time.Millisecond,
+		Now: func() time.Time { return t0.Add(time.Hour) }}
+	l := open(t, cfg)
+	ctx := context.Background()
+	if err := l.Reserve(ctx, reservation("open", t0)); err != nil {
+		t.Fatal(err)
+	}
+	// Fill the first segment to within 2 KiB of its size.
+	for i := 0; ; i++ {
+		fi, err := os.Stat(ledAtkLastSegment(t, cfg.Dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() > 62<<10 {
+			break
+		}
+		id := fmt.Sprintf("fill-%d", i)
+		if err := l.Reserve(ctx, reservation(id, t0)); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Settle(ctx, settlement(id, 1_000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush(t, l)
+
+	restore := ledAtkOutOfFiles(t)
+	var failed error
+	for i := 0; i < 100 && failed == nil; i++ {
+		failed = l.Reserve(ctx, reservation(fmt.Sprintf("refused-%d", i), t0))
+	}
+	restore()
+	if failed == nil {
+		t.Fatal("the spool rotated with no descriptor to spare")
+	}
+	t.Logf("while out of descriptors: %v", failed)
+
+	after := settlement("open", 9_000)
+	if err := l.Settle(ctx, after); err != nil {
+		t.Fatalf("Settle once descriptors are back: %v: the request is recovered at its estimate, $0.000003 for $0.000009", err)
+	}
+	if err := l.Reserve(ctx, reservation("later", t0)); err != nil {
+		t.Fatalf("Reserve once descriptors are back: %v", err)
+	}
+	flush(t, l)
+	if e := ledAtkByID(t, l)["open"]; e.Status != ledger.StatusSettled || e.ActualCost != 9_000 {
+		t.Fatalf("the request reserved before: %s at %d, want settled at 9000", e.Status, e.ActualCost)
+	}
+}
