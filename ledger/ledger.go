@@ -48,6 +48,10 @@ type Ledger struct {
 	lastErr  error         // the store's last error, nil once it succeeds
 	fatal    error         // the flusher stopped for good
 	closed   bool
+	// held are the settlements the spool refused, in order, for resettle
+	// to append again (see hold); resettling tells that it runs.
+	held       []*record
+	resettling bool
 }
 
 // store is what the ledger needs of a database. Implementations are used by
@@ -257,13 +261,21 @@ func (l *Ledger) Extend(ctx context.Context, e Entry) error {
 // Settle is idempotent by request id: only the first settlement of a request
 // counts. Settling a request that was never reserved records it whole.
 // Settle returns once the record is in the operating system (it survives
-// the death of the process); SettleDurable waits for an fsync as well.
+// the death of the process); SettleDurable waits for an fsync as well. A
+// settlement the spool refuses for a cause that may pass (a disk full, no
+// descriptor to open its next segment) is held in memory and appended
+// when the spool takes it, at Close at the latest; Settle still returns
+// the error (the death of the process before then loses it, and the
+// request is finalized at its estimate).
 func (l *Ledger) Settle(ctx context.Context, e Entry) error {
 	r, err := l.settlement(e)
 	if err != nil {
 		return err
 	}
-	return l.append(r, 0, l.cfg.SyncEach)
+	if err := l.append(r, 0, l.cfg.SyncEach); err != nil {
+		return l.hold(r, err)
+	}
+	return nil
 }
 
 // SettleDurable is Settle that returns only once an fsync covers the
@@ -285,7 +297,10 @@ func (l *Ledger) SettleDurable(ctx context.Context, e Entry) error {
 	if err != nil {
 		return err
 	}
-	return l.append(r, 0, true)
+	if err := l.append(r, 0, true); err != nil {
+		return l.hold(r, err)
+	}
+	return nil
 }
 
 // settlement checks e and completes it as Settle documents.
@@ -436,6 +451,7 @@ func (l *Ledger) Close() error {
 	}
 	l.closed = true
 	l.mu.Unlock()
+	l.appendHeld() // what the spool takes now, the next open replays
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.CloseTimeout)
 	flushErr := l.Flush(ctx)
 	cancel()
