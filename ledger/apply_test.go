@@ -19,7 +19,7 @@ func TestBatchesApplyIdempotently(t *testing.T) {
 	ctx := context.Background()
 	stores := map[string]func(t *testing.T) store{
 		"embedded": func(t *testing.T) store {
-			s, err := openSQLite(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+			s, err := openSQLite(ctx, filepath.Join(t.TempDir(), "ledger.db"), 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -156,7 +156,7 @@ func TestOpenSetMarkIsALowerBound(t *testing.T) {
 // settlement takes it out of the open set, and the mark follows.
 func TestSettlementOfARecoveredEntryClosesIt(t *testing.T) {
 	ctx := context.Background()
-	s, err := openSQLite(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+	s, err := openSQLite(ctx, filepath.Join(t.TempDir(), "ledger.db"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 // entry, whatever the caller filters it names.
 func TestCountsScansTheTenantsRange(t *testing.T) {
 	ctx := context.Background()
-	s, err := openSQLite(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+	s, err := openSQLite(ctx, filepath.Join(t.TempDir(), "ledger.db"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestCountsOfEntriesStoredBeforeRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 		db.Close()
-		s, err := openSQLite(ctx, path)
+		s, err := openSQLite(ctx, path, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,7 +3,6 @@ package ledger_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -37,29 +36,7 @@ func TestLedAtkSettleRefusedIsHeld(t *testing.T) {
 			if err := l.Reserve(ctx, reservation("open", t0)); err != nil {
 				t.Fatal(err)
 			}
-			for i := 0; ; i++ {
-				fi, err := os.Stat(ledAtkLastSegment(t, cfg.Dir))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if fi.Size() > 62<<10 {
-					break
-				}
-				id := fmt.Sprintf("fill-%d", i)
-				if err := l.Reserve(ctx, reservation(id, t0)); err != nil {
-					t.Fatal(err)
-				}
-				if err := l.Settle(ctx, settlement(id, 1_000)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			flush(t, l)
-
-			restore := ledAtkOutOfFiles(t)
-			var refused error
-			for i := 0; i < 100 && refused == nil; i++ {
-				refused = l.Reserve(ctx, reservation(fmt.Sprintf("refused-%d", i), t0))
-			}
+			restore, refused := ledAtkRotationRefused(t, l, cfg.Dir)
 			if refused == nil {
 				restore()
 				t.Fatal("the spool rotated with no descriptor to spare")

@@ -180,7 +180,7 @@ func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 // openStore opens the store cfg names for writing: PostgreSQL, or the
 // embedded file under cfg.Dir, made when missing unless existing is set.
 // applied is the spool's applied position: an embedded file is refused
-// as new (see openSQLiteApplied) when it is past 0.
+// as new (see openSQLite) when it is past 0.
 func openStore(ctx context.Context, cfg Config, existing bool, applied int64) (store, error) {
 	// A failed open returns a nil store, not a nil pointer in one, which
 	// shutdown would close.
@@ -197,7 +197,7 @@ func openStore(ctx context.Context, cfg Config, existing bool, applied int64) (s
 			return nil, fmt.Errorf("ledger: no embedded ledger: %w", err)
 		}
 	}
-	lite, err := openSQLiteApplied(ctx, path, applied)
+	lite, err := openSQLite(ctx, path, applied)
 	if err != nil {
 		return nil, err
 	}
@@ -498,6 +498,22 @@ func (l *Ledger) flushLoop(ctx context.Context) {
 		started time.Time // when the last batch was read
 		full    bool      // the last batch was BatchSize records
 	)
+	// retry records err as the store's last error, logs it when it is new
+	// (and every 10 s while it lasts) with what says, and waits the
+	// backoff; false when the ledger closes meanwhile.
+	retry := func(err error, say func() string) bool {
+		if l.setErr(err) || time.Since(lastLog) >= 10*time.Second {
+			lastLog = time.Now()
+			l.cfg.Logf("%s", say())
+		}
+		select {
+		case <-time.After(delay):
+		case <-l.stop:
+			return false
+		}
+		delay = min(2*delay, l.cfg.RetryMax)
+		return true
+	}
 	for {
 		// Let the batch grow, so that most requests' reservation and
 		// settlement reach the store together (see BatchDelay).
@@ -516,16 +532,9 @@ func (l *Ledger) flushLoop(ctx context.Context) {
 			// An open or a read that failed (out of file descriptors,
 			// an I/O error) may not fail again: retried as a store's
 			// error is, where a damaged record stops the flusher.
-			if l.setErr(err) || time.Since(lastLog) >= 10*time.Second {
-				lastLog = time.Now()
-				l.cfg.Logf("%v (retrying)", err)
-			}
-			select {
-			case <-time.After(delay):
-			case <-l.stop:
+			if !retry(err, func() string { return fmt.Sprintf("%v (retrying)", err) }) {
 				return
 			}
-			delay = min(2*delay, l.cfg.RetryMax)
 			started = time.Time{}
 			continue
 		}
@@ -551,17 +560,11 @@ func (l *Ledger) flushLoop(ctx context.Context) {
 				delay = l.cfg.RetryMin
 				break
 			}
-			if l.setErr(err) || time.Since(lastLog) >= 10*time.Second {
-				lastLog = time.Now()
-				st := l.Stats()
-				l.cfg.Logf("ledger: store: %v (retrying; %d bytes wait in the spool)", err, st.Pending)
-			}
-			select {
-			case <-time.After(delay):
-			case <-l.stop:
+			if !retry(err, func() string {
+				return fmt.Sprintf("ledger: store: %v (retrying; %d bytes wait in the spool)", err, l.Stats().Pending)
+			}) {
 				return
 			}
-			delay = min(2*delay, l.cfg.RetryMax)
 		}
 		pos = next
 		if err := l.spool.markApplied(pos); err != nil {

@@ -23,30 +23,7 @@ func TestLedAtkRotationOutOfFiles(t *testing.T) {
 	if err := l.Reserve(ctx, reservation("open", t0)); err != nil {
 		t.Fatal(err)
 	}
-	// Fill the first segment to within 2 KiB of its size.
-	for i := 0; ; i++ {
-		fi, err := os.Stat(ledAtkLastSegment(t, cfg.Dir))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fi.Size() > 62<<10 {
-			break
-		}
-		id := fmt.Sprintf("fill-%d", i)
-		if err := l.Reserve(ctx, reservation(id, t0)); err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Settle(ctx, settlement(id, 1_000)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	flush(t, l)
-
-	restore := ledAtkOutOfFiles(t)
-	var failed error
-	for i := 0; i < 100 && failed == nil; i++ {
-		failed = l.Reserve(ctx, reservation(fmt.Sprintf("refused-%d", i), t0))
-	}
+	restore, failed := ledAtkRotationRefused(t, l, cfg.Dir)
 	restore()
 	if failed == nil {
 		t.Fatal("the spool rotated with no descriptor to spare")
@@ -64,4 +41,36 @@ func TestLedAtkRotationOutOfFiles(t *testing.T) {
 	if e := ledAtkByID(t, l)["open"]; e.Status != ledger.StatusSettled || e.ActualCost != 9_000 {
 		t.Fatalf("the request reserved before: %s at %d, want settled at 9000", e.Status, e.ActualCost)
 	}
+}
+
+// ledAtkRotationRefused fills l's last spool segment (in dir) to within
+// 2 KiB of its 64 KiB, runs the process out of descriptors
+// (ledAtkOutOfFiles) and reserves until the spool, which must rotate,
+// refuses: it returns the function that gives the descriptors back and
+// that refusal (nil if the spool rotated anyway).
+func ledAtkRotationRefused(t *testing.T, l *ledger.Ledger, dir string) (restore func(), refused error) {
+	t.Helper()
+	ctx := context.Background()
+	for i := 0; ; i++ {
+		fi, err := os.Stat(ledAtkLastSegment(t, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() > 62<<10 {
+			break
+		}
+		id := fmt.Sprintf("fill-%d", i)
+		if err := l.Reserve(ctx, reservation(id, t0)); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Settle(ctx, settlement(id, 1_000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush(t, l)
+	restore = ledAtkOutOfFiles(t)
+	for i := 0; i < 100 && refused == nil; i++ {
+		refused = l.Reserve(ctx, reservation(fmt.Sprintf("refused-%d", i), t0))
+	}
+	return restore, refused
 }

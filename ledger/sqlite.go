@@ -47,17 +47,13 @@ func (s *sqliteStore) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
 	return st, nil
 }
 
-func openSQLite(ctx context.Context, path string) (*sqliteStore, error) {
-	return openSQLiteApplied(ctx, path, 0)
-}
-
-// openSQLiteApplied is openSQLite for a spool applied up to position
-// applied: past 0, a database without the ledger's schema (a file missing,
-// empty, or without the WAL that held all it had; SQLite opens each as a
-// new database) is refused rather than made afresh, which would forget
-// the entries the spool no longer replays, and with them the tenants'
-// spend.
-func openSQLiteApplied(ctx context.Context, path string, applied int64) (*sqliteStore, error) {
+// openSQLite opens the embedded ledger at path for a spool applied up to
+// position applied: past 0, a database without the ledger's schema (a
+// file missing, empty, or without the WAL that held all it had; SQLite
+// opens each as a new database) is refused rather than made afresh, which
+// would forget the entries the spool no longer replays, and with them the
+// tenants' spend.
+func openSQLite(ctx context.Context, path string, applied int64) (*sqliteStore, error) {
 	q := url.Values{}
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
