@@ -458,8 +458,8 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 			if it := u.Iterations; it != nil {
 				// The steps the request ran, a compaction among them,
 				// added up: billed, and beyond the counts' report.
-				m.usage = maxEach(m.usage, it.sum.counts())
-				m.inputSaid = m.inputSaid || it.sum.InputTokens != nil || it.sum.CacheReadInputTokens != nil || it.sum.CacheCreationInputTokens != nil
+				m.usage = maxEach(m.usage, it.usage)
+				m.inputSaid = m.inputSaid || it.inputSaid
 			}
 			// A geography or speed restated as the standard one takes
 			// nothing off a dearer one reported before.

@@ -165,7 +165,7 @@ type anthropicCacheCreation struct {
 func (a *anthropicUsage) usage() Usage {
 	u := a.counts()
 	if it := a.Iterations; it != nil {
-		u = maxEach(u, it.sum.counts())
+		u = maxEach(u, it.usage)
 	}
 	return u
 }

@@ -260,8 +260,9 @@ func (a *anthropicUsage) UnmarshalJSON(raw []byte) error {
 // the compaction steps out. Given more than once, each count is the
 // larger sum.
 type anthropicIterations struct {
-	sum      anthropicUsage // each count, added up over the steps
-	negative bool           // a step states a count below zero
+	usage     Usage // the steps' counts added up (the larger sum of each, given twice)
+	inputSaid bool  // a step states an input count
+	negative  bool  // a step states a count below zero
 }
 
 func (it *anthropicIterations) UnmarshalJSON(raw []byte) error {
@@ -289,7 +290,8 @@ func (it *anthropicIterations) UnmarshalJSON(raw []byte) error {
 	if err != nil {
 		return err
 	}
-	it.sum.keepLarger(&sum)
+	it.usage = maxEach(it.usage, sum.counts())
+	it.inputSaid = it.inputSaid || sum.InputTokens != nil || sum.CacheReadInputTokens != nil || sum.CacheCreationInputTokens != nil
 	return nil
 }
 
@@ -310,25 +312,5 @@ func (a *anthropicUsage) add(step *anthropicUsage) {
 		}
 		a.CacheCreation.Ephemeral5m = addSat(a.CacheCreation.Ephemeral5m, max(c.Ephemeral5m, 0))
 		a.CacheCreation.Ephemeral1h = addSat(a.CacheCreation.Ephemeral1h, max(c.Ephemeral1h, 0))
-	}
-}
-
-// keepLarger raises each token count of a to o's where o's is larger.
-func (a *anthropicUsage) keepLarger(o *anthropicUsage) {
-	for _, p := range [...]struct{ dst, src **int64 }{
-		{&a.InputTokens, &o.InputTokens}, {&a.OutputTokens, &o.OutputTokens},
-		{&a.CacheCreationInputTokens, &o.CacheCreationInputTokens}, {&a.CacheReadInputTokens, &o.CacheReadInputTokens},
-	} {
-		if *p.src != nil && (*p.dst == nil || **p.src > **p.dst) {
-			v := **p.src
-			*p.dst = &v
-		}
-	}
-	if c := o.CacheCreation; c != nil {
-		if a.CacheCreation == nil {
-			a.CacheCreation = new(anthropicCacheCreation)
-		}
-		a.CacheCreation.Ephemeral5m = max(a.CacheCreation.Ephemeral5m, c.Ephemeral5m)
-		a.CacheCreation.Ephemeral1h = max(a.CacheCreation.Ephemeral1h, c.Ephemeral1h)
 	}
 }
