@@ -250,23 +250,12 @@ const (
 	maxCharge = costmodel.NanoUSD(1 << 53)
 )
 
-// usage is what a successful answer reports by rule, else what the rule
-// charges an answer that reports nothing it can read (Unreported); body
-// is nil for an answer not kept whole, or not decoded.
+// usage is what a successful answer is charged by rule (see
+// costmodel.Rule.Charge), as the proxy charges it; body is nil for an
+// answer not kept whole, or not decoded.
 func (t *Transport) usage(rule costmodel.Rule, estimated int64, h http.Header, body []byte) Usage {
-	u := Usage{Units: estimated}
-	switch actual, ok, err := rule.Settle(h, body); {
-	case err == nil && ok:
-		u.Units = min(actual.Units, maxUnits)
-	default:
-		// A report that cannot be read (the field in two spellings, not
-		// a count), that may be in an answer not kept whole, or that
-		// the answer does not state (asked for as CSV, its fields
-		// filtered), is charged the most the rule lets it report, as
-		// the proxy charges it (the estimate, for a rule that reads no
-		// answer).
-		u.Units = min(rule.Unreported(estimated), maxUnits)
-	}
+	units, _, _ := rule.Charge(h, body, estimated)
+	u := Usage{Units: min(units, maxUnits)}
 	if t.Upstream == "" {
 		// Priced here: a call that cost nothing says so (Free), as a
 		// zero USD means "not stated" and would leave the estimate

@@ -139,6 +139,20 @@ func (r Rule) Unreported(units int64) int64 {
 	return units
 }
 
+// Charge is the units a successful answer is charged: those it reports
+// where Actual says (reported), else Unreported(estimated): a report that
+// cannot be read (err tells why), that may be in an answer not kept whole
+// (body nil), or that the answer does not state, which a client can often
+// have an upstream leave out (?format=csv, ?fields=). The proxy and the
+// client's Transport charge by it alike.
+func (r Rule) Charge(header http.Header, body []byte, estimated int64) (units int64, reported bool, err error) {
+	u, ok, err := r.Settle(header, body)
+	if err == nil && ok {
+		return u.Units, true, nil
+	}
+	return r.Unreported(estimated), false, err
+}
+
 // Estimate prices one request. A JSON field named by the rule in a body that
 // is not JSON, or a number that is not a non-negative integer, gives a
 // *BadRequestError; so do units or a cost that cannot be represented (it
@@ -169,10 +183,8 @@ func (r Rule) Estimate(req GenericRequest) (Estimate, error) {
 }
 
 // Settle reads the units the upstream reports from its response, where
-// Actual says. ok is false when the rule has no Actual source (the
-// estimate then stands) or the response does not state the units, which
-// is charged as a report that cannot be read (Unreported): a client can
-// often have an upstream leave its report out (?format=csv, ?fields=).
+// Actual says. ok is false when the rule has no Actual source or the
+// response does not state the units (see Charge, which charges both).
 func (r Rule) Settle(header http.Header, body []byte) (u Usage, ok bool, err error) {
 	if r.Actual == nil {
 		return Usage{}, false, nil

@@ -631,22 +631,20 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 			return costmodel.Usage{}, "", ledger.StatusFailed
 		}
 		u := est.Usage
-		au, ok, err := x.rule.Settle(x.answerFields(), x.body.whole())
+		units, reported, err := x.rule.Charge(x.answerFields(), x.body.whole(), u.Units)
 		switch {
-		case err == nil && ok:
-			u = au
+		case reported:
+			u = costmodel.Usage{Units: units}
 		case x.rule.Actual != nil:
 			// The report is in an answer costgate did not keep whole (over
 			// maxCapture, a stream, or cut before its end), one in a
 			// content coding it did not decode (the transport decodes the
 			// gzip it asks for and drops the header; an upstream that
-			// compresses unasked), one it cannot read (the field in two
-			// spellings, not a count), or the answer states none (the
-			// client asked for another format, ?format=csv, or left the
-			// field out, ?fields=, filter_path): charged the most the rule
-			// lets the upstream report, as an LLM answer without usage is
-			// charged its output limit.
-			u.Units = x.rule.Unreported(u.Units)
+			// compresses unasked), one it cannot read, or the answer
+			// states none: charged the most the rule lets the upstream
+			// report, as an LLM answer without usage is charged its
+			// output limit.
+			u.Units = units
 			x.s.log.Warn("upstream units unreadable; charging the actual's max", "request_id", x.id, "units", u.Units, "error", err)
 		}
 		return u, "", ledger.StatusSettled
