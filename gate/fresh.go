@@ -377,12 +377,7 @@ func (g *Gate) ledgerCounters(ctx context.Context, st *state, tenant string, see
 		if err != nil {
 			return nil, err
 		}
-		var v map[string]costmodel.NanoUSD
-		if dim == "user" {
-			v, err = g.ledger.UserSpend(ctx, tenant, from, to)
-		} else {
-			v, err = g.ledger.KeySpend(ctx, tenant, from, to)
-		}
+		v, err := g.spendOfEach(ctx, tenant, dim, from, to)
 		if err := knownSpend(err, false); err != nil {
 			return nil, fmt.Errorf("gate: spend of %s by %s: %w", tenant, dim, err)
 		}
@@ -835,6 +830,15 @@ func (g *Gate) limitSpent(ctx context.Context, st *state, l *compiledLimit, c *C
 	return max(spent, 0), err
 }
 
+// spendOfEach is the ledger's spend of each caller of tenant by dim
+// ("user" or "api_key") over [from, to): UserSpend or KeySpend.
+func (g *Gate) spendOfEach(ctx context.Context, tenant, dim string, from, to time.Time) (map[string]costmodel.NanoUSD, error) {
+	if dim == "user" {
+		return g.ledger.UserSpend(ctx, tenant, from, to)
+	}
+	return g.ledger.KeySpend(ctx, tenant, from, to)
+}
+
 // ledgerLimitCounters returns an item for every restorable limit of
 // tenant keyed by a user or a key (with the tenant or not) whose caller
 // the ledger says spent in the limit's window and whose key is not among
@@ -862,16 +866,11 @@ func (g *Gate) ledgerLimitCounters(ctx context.Context, st *state, tenant string
 		if byUser == byKey {
 			continue // the tenant's alone (limitCounters), or a user and a key
 		}
-		from := l.spentSince(now).Truncate(15 * time.Minute)
-		var (
-			by  map[string]costmodel.NanoUSD
-			err error
-		)
-		if byUser {
-			by, err = g.ledger.UserSpend(ctx, tenant, from, now.AddDate(100, 0, 0))
-		} else {
-			by, err = g.ledger.KeySpend(ctx, tenant, from, now.AddDate(100, 0, 0))
+		dim := "user"
+		if byKey {
+			dim = "api_key"
 		}
+		by, err := g.spendOfEach(ctx, tenant, dim, l.spentSince(now).Truncate(15*time.Minute), now.AddDate(100, 0, 0))
 		if err := knownSpend(err, false); err != nil {
 			return nil, nil, fmt.Errorf("gate: callers of %s for %s: %w", tenant, l.limit.Name, err)
 		}
