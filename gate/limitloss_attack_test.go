@@ -93,6 +93,25 @@ func TestLimitLossAtkDollarLimitsHold(t *testing.T) {
 // store, the embedded ledger) restarted: the new process's store starts
 // empty, and a dollar limit acme spent must stay spent.
 func TestLimitLossAtkRestartOnMemory(t *testing.T) {
+	before, after := spendAcmeAroundARestart(t, `
+limits:
+  - {name: spend, dimensions: [tenant], unit: usd, rate_usd: "0.01", period: 1h, algorithm: sliding_window}
+`)
+	if before != 10 {
+		t.Fatalf("before the restart: %d admitted of a $0.01 limit, in $0.001 requests", before)
+	}
+	if after > 0 {
+		t.Fatalf("after a restart: %d more admitted of a $0.01 limit acme had spent this hour", after)
+	}
+}
+
+// spendAcmeAroundARestart opens a gate on the embedded default (the
+// in-memory store, the embedded ledger in a data_dir) with acme and the
+// config's rest, spends acme's requests until a 429, restarts the gate
+// on the same data_dir, spends again, and returns how many were admitted
+// before and after the restart.
+func spendAcmeAroundARestart(t *testing.T, rest string) (before, after int) {
+	t.Helper()
 	dir := t.TempDir()
 	open := func() *Gate {
 		return openYAML(t, fmt.Sprintf(`
@@ -100,22 +119,16 @@ admin_token: t
 data_dir: %q
 tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
-limits:
-  - {name: spend, dimensions: [tenant], unit: usd, rate_usd: "0.01", period: 1h, algorithm: sliding_window}
-`, dir))
+`, dir)+rest)
 	}
 	g := open()
-	if n := spendAcmeUntil(t, g, 20, 429); n != 10 {
-		t.Fatalf("before the restart: %d admitted of a $0.01 limit, in $0.001 requests", n)
-	}
+	before = spendAcmeUntil(t, g, 20, 429)
 	if err := g.Close(); err != nil {
 		t.Fatal(err)
 	}
 	g = open()
 	defer g.Close()
-	if n := spendAcmeUntil(t, g, 20, 429); n > 0 {
-		t.Fatalf("after a restart: %d more admitted of a $0.01 limit acme had spent this hour", n)
-	}
+	return before, spendAcmeUntil(t, g, 20, 429)
 }
 
 // TestLimitLossAtkGlobalDollarLimitHolds: a limit in dollars with one key
