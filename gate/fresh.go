@@ -847,10 +847,11 @@ func (g *Gate) spendOfEach(ctx context.Context, tenant, dim string, from, to tim
 // reserve API names, as ledgerCounters finds them for budgets. Without
 // them, the restore of a loss counted the limits of the callers the gate
 // lists and of the request that found it, and the others' came back at
-// 0 under the fresh marker. The callers are found by their spend (one
+// 0 under the fresh marker. The callers are found by their entries (one
 // grouped read of the roll-up per limit, from the quarter hour of the
-// window's start): a caller whose entries in the window cost nothing is
-// not found. At most maxLedgerCallers in all.
+// window's start), those that cost nothing too: a rate limit service's
+// hits on a limit without a price are requests all the same. At most
+// maxLedgerCallers in all.
 func (g *Gate) ledgerLimitCounters(ctx context.Context, st *state, tenant string, seen map[string]bool, share int64) ([]weighted.Item, []int64, error) {
 	plan, planKnown := g.tenantPlan(st, tenant)
 	now := time.Now()
@@ -874,8 +875,8 @@ func (g *Gate) ledgerLimitCounters(ctx context.Context, st *state, tenant string
 		if err := knownSpend(err, false); err != nil {
 			return nil, nil, fmt.Errorf("gate: callers of %s for %s: %w", tenant, l.limit.Name, err)
 		}
-		for id, v := range by {
-			if id == "" || v <= 0 {
+		for id := range by {
+			if id == "" {
 				continue // the callers without one are limitCounters'
 			}
 			c := &Caller{Tenant: tenant, User: id}

@@ -12,7 +12,8 @@ import (
 
 // KeySpend returns the spend of each key of tenant, by key id, over
 // [from, to): the charge of its entries created in the range, as it is in
-// the store, in one read of the roll-up; keys without spend are absent.
+// the store, in one read of the roll-up; a key with entries there is
+// present, at 0 when they cost nothing, and one without is absent.
 // To should be a 15-minute boundary or a time after the last entry (see
 // SpendQuery). A limiter sums it over the keys of a team, a user or one
 // key.
@@ -30,8 +31,9 @@ func (l *Ledger) KeySpend(ctx context.Context, tenant string, from, to time.Time
 }
 
 // UserSpend is KeySpend by user rather than by key: the spend of each user
-// of tenant over [from, to), in one read of the roll-up, users without
-// spend absent; the entries that name no user are under "". A limiter
+// of tenant over [from, to), in one read of the roll-up: a user with
+// entries there is present, at 0 when they cost nothing, and one without
+// is absent; the entries that name no user are under "". A limiter
 // that lost its counters finds with it the users a tenant's budgets
 // counted, whoever named them. While the store fails it answers as
 // KeySpend does.

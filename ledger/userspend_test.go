@@ -14,7 +14,9 @@ import (
 // TestLostUsersUserSpend: UserSpend answers each user's spend of a tenant
 // over a range, from the roll-up and, for a range that starts inside a
 // bucket, from the entries; the entries without a user are under "";
-// another tenant's, another range's and keys' scopes do not count.
+// a user whose entries cost nothing is there at 0 (a restore counts its
+// requests); another tenant's, another range's and keys' scopes do not
+// count.
 func TestLostUsersUserSpend(t *testing.T) {
 	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
 		now := t0.Add(time.Hour)
@@ -29,6 +31,7 @@ func TestLostUsersUserSpend(t *testing.T) {
 			{"a1", "acme", "ann", "k-ann", t0, 1_000},
 			{"a2", "acme", "ann", "k-ann2", t0.Add(-2 * time.Hour), 2_000},
 			{"b1", "acme", "bob", "k-bob", t0, 5_000},
+			{"f1", "acme", "fay", "k-fay", t0, 0}, // a rate limit service's unpriced hits
 			{"n1", "acme", "", "k-none", t0, 7_000},
 			{"k1", "acme", "k:x", "k-x", t0, 11_000}, // a user named like a key's scope
 			{"g1", "globex", "ann", "k-g", t0, 13_000},
@@ -50,8 +53,8 @@ func TestLostUsersUserSpend(t *testing.T) {
 			from, to time.Time
 			want     map[string]costmodel.NanoUSD
 		}{
-			{"the month", from, to, map[string]costmodel.NanoUSD{"ann": 3_000, "bob": 5_000, "": 7_000, "k:x": 11_000}},
-			{"from inside a bucket", t0.Add(-time.Minute), to, map[string]costmodel.NanoUSD{"ann": 1_000, "bob": 5_000, "": 7_000, "k:x": 11_000}},
+			{"the month", from, to, map[string]costmodel.NanoUSD{"ann": 3_000, "bob": 5_000, "fay": 0, "": 7_000, "k:x": 11_000}},
+			{"from inside a bucket", t0.Add(-time.Minute), to, map[string]costmodel.NanoUSD{"ann": 1_000, "bob": 5_000, "fay": 0, "": 7_000, "k:x": 11_000}},
 			{"a range without spend", t0.Add(time.Hour), to, map[string]costmodel.NanoUSD{}},
 		} {
 			got, err := l.UserSpend(ctx, "acme", c.from, c.to)
@@ -59,8 +62,8 @@ func TestLostUsersUserSpend(t *testing.T) {
 				t.Errorf("%s: UserSpend = %v, %v; want %v", c.name, got, err, c.want)
 			}
 		}
-		if ks, err := l.KeySpend(ctx, "acme", from, to); err != nil || ks["k-ann"] != 1_000 || len(ks) != 5 {
-			t.Errorf("KeySpend = %v, %v; want the tenant's five keys", ks, err)
+		if ks, err := l.KeySpend(ctx, "acme", from, to); err != nil || ks["k-ann"] != 1_000 || len(ks) != 6 {
+			t.Errorf("KeySpend = %v, %v; want the tenant's six keys", ks, err)
 		}
 		if _, err := l.UserSpend(ctx, "", from, to); !errors.Is(err, ledger.ErrInvalid) {
 			t.Errorf("UserSpend without a tenant: %v, want ErrInvalid", err)
