@@ -26,7 +26,7 @@ func TestBatchesApplyIdempotently(t *testing.T) {
 			return s
 		},
 		"postgres": func(t *testing.T) store {
-			s, err := openPostgres(ctx, pgtest.New(t), t.Logf)
+			s, err := openPostgres(ctx, pgtest.New(t), 0, t.Logf)
 			if err != nil {
 				t.Fatal(err)
 			}

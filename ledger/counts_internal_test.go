@@ -128,7 +128,7 @@ func TestCountsOfEntriesStoredBeforeRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 		conn.Close(ctx)
-		s, err := openPostgres(ctx, dsn, t.Logf)
+		s, err := openPostgres(ctx, dsn, 0, t.Logf)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -177,15 +177,20 @@ func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 	return l, nil
 }
 
+// errForgotten refuses a store without the ledger's schema to a node
+// whose spool was applied to one: the store was lost or replaced, and a
+// new, empty one would forget the entries the spool no longer holds.
+var errForgotten = errors.New("ledger: store forgotten")
+
 // openStore opens the store cfg names for writing: PostgreSQL, or the
 // embedded file under cfg.Dir, made when missing unless existing is set.
-// applied is the spool's applied position: an embedded file is refused
-// as new (see openSQLite) when it is past 0.
+// applied is the spool's applied position: a store without the ledger's
+// schema is refused as new (errForgotten) when it is past 0.
 func openStore(ctx context.Context, cfg Config, existing bool, applied int64) (store, error) {
 	// A failed open returns a nil store, not a nil pointer in one, which
 	// shutdown would close.
 	if cfg.postgres() {
-		pg, err := openPostgres(ctx, cfg.DSN, cfg.Logf)
+		pg, err := openPostgres(ctx, cfg.DSN, applied, cfg.Logf)
 		if err != nil {
 			return nil, err
 		}

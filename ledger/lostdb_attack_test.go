@@ -10,9 +10,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/costgate/costgate/internal/pgtest"
 	"github.com/costgate/costgate/ledger"
 )
 
@@ -92,5 +96,83 @@ func TestLedAtkEmbeddedFileLost(t *testing.T) {
 				t.Fatal("a second Open started a fresh embedded ledger")
 			}
 		})
+	}
+}
+
+// TestLedAtkPostgresDatabaseLost: the same with PostgreSQL. A node whose
+// spool was applied to the database finds it recreated empty (dropped
+// and made again, restored from the wrong backup, a DSN pointed at a new
+// one): before, Open migrated a fresh ledger, and every budget restored
+// from it counted none of the 400 entries' spend. Refused at Open when
+// the server answers; when it does not, the flusher refuses it and
+// writes nothing there.
+func TestLedAtkPostgresDatabaseLost(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	p := pgtest.NewPrivate(t)
+	cfg := ledger.Config{Dir: dir, DSN: p.URL(), SegmentSize: 64 << 10, Logf: t.Logf,
+		Now: func() time.Time { return t0.Add(time.Hour) }}
+	l := open(t, cfg)
+	const n = 400
+	for i := range n {
+		id := fmt.Sprintf("lost-%d", i)
+		if err := l.Reserve(ctx, reservation(id, t0)); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Settle(ctx, settlement(id, 5_000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush(t, l)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, p.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "DROP SCHEMA public CASCADE; CREATE SCHEMA public"); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(ctx)
+
+	if l2, err := ledger.Open(ctx, cfg); err == nil {
+		defer l2.Close()
+		flush(t, l2)
+		sp, _ := l2.Spend(ctx, ledger.SpendQuery{Tenant: "acme", From: t0.Add(-time.Hour), To: t0.Add(time.Hour)})
+		t.Fatalf("Open migrated a fresh ledger where the spool had applied %d entries ($%.6f): spend $%.6f",
+			n, float64(n*5_000)/1e9, float64(sp)/1e9)
+	} else {
+		t.Logf("Open: %v", err)
+	}
+
+	// The server down at Open: the store opens, and its flusher refuses
+	// the database once it answers.
+	p.Stop()
+	l3, err := ledger.Open(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Open with the server down: %v", err)
+	}
+	defer l3.Close()
+	p.Start()
+	if err := l3.Reserve(ctx, reservation("after", t0)); err != nil {
+		t.Fatal(err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := l3.Flush(fctx); err == nil {
+		t.Fatal("Flush wrote to a database without the ledger's schema")
+	}
+	if st := l3.Stats(); st.StoreErr == nil || !strings.Contains(st.StoreErr.Error(), "no ledger schema") {
+		t.Errorf("store error %v, want the database refused", st.StoreErr)
+	}
+	conn, err = pgx.Connect(ctx, p.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var tables int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").Scan(&tables); err != nil || tables != 0 {
+		t.Errorf("the refused database has %d tables (%v), want none", tables, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -25,7 +26,8 @@ import (
 )
 
 type pgStore struct {
-	pool *pgxpool.Pool
+	pool    *pgxpool.Pool
+	applied int64 // the spool's applied position at open (see migrate)
 
 	mu       sync.Mutex
 	migrated bool
@@ -33,8 +35,10 @@ type pgStore struct {
 
 // openPostgres connects and migrates. When the server cannot be reached the
 // store still opens: the flusher migrates before its first batch, and until
-// then entries wait in the spool.
-func openPostgres(ctx context.Context, dsn string, logf func(string, ...any)) (*pgStore, error) {
+// then entries wait in the spool. applied is the spool's applied position:
+// a database without the ledger's schema is refused when it is past 0
+// (see migrate), at open when the server answers, else by every batch.
+func openPostgres(ctx context.Context, dsn string, applied int64, logf func(string, ...any)) (*pgStore, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: postgres dsn: %w", err)
@@ -46,8 +50,11 @@ func openPostgres(ctx context.Context, dsn string, logf func(string, ...any)) (*
 	if err != nil {
 		return nil, fmt.Errorf("ledger: postgres: %w", err)
 	}
-	s := &pgStore{pool: pool}
-	if err := s.migrate(ctx); err != nil {
+	s := &pgStore{pool: pool, applied: applied}
+	if err := s.migrate(ctx); errors.Is(err, errForgotten) {
+		pool.Close()
+		return nil, err
+	} else if err != nil {
 		logf("ledger: %v (entries wait in the spool until it succeeds)", err)
 	}
 	return s, nil
@@ -98,6 +105,10 @@ func (s *pgStore) migrate(ctx context.Context) error {
 	}
 	if have > len(ms) {
 		return fmt.Errorf("ledger: postgres schema version %d is newer than this binary's %d", have, len(ms))
+	}
+	if have == 0 && s.applied > 0 {
+		return fmt.Errorf("%w: the PostgreSQL database has no ledger schema, but this node's spool was applied to one up to position %d: a new ledger would forget those entries (and the spend they count); restore the database, or move the spool (the data dir's spool folder) aside to start an empty ledger",
+			errForgotten, s.applied)
 	}
 	for _, m := range ms[have:] {
 		if _, err := tx.Exec(ctx, m.sql); err != nil {

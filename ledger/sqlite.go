@@ -109,8 +109,8 @@ func (s *sqliteStore) migrate(ctx context.Context, applied int64) error {
 		return fmt.Errorf("ledger: sqlite schema version %d is newer than this binary's %d", have, len(ms))
 	}
 	if have == 0 && applied > 0 {
-		return fmt.Errorf("ledger: the embedded ledger %s is missing, empty or without its schema, but the spool beside it was applied to one up to position %d: a new ledger would forget those entries; restore the file (with its -wal), or move the spool aside to start an empty ledger",
-			s.path, applied)
+		return fmt.Errorf("%w: the embedded ledger %s is missing, empty or without its schema, but the spool beside it was applied to one up to position %d: a new ledger would forget those entries; restore the file (with its -wal), or move the spool aside to start an empty ledger",
+			errForgotten, s.path, applied)
 	}
 	for _, m := range ms[have:] {
 		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
