@@ -302,9 +302,29 @@ func (e *Estimator) Price(model string) (Price, bool) {
 }
 
 // Cost prices usage u of model with the table in force; an unknown model is
-// priced at the default price.
+// priced at the default price. The steps u names the model of (Usage.Steps:
+// an advisor's sub-inference, a fallback model's turn) are priced each at
+// its model's price, and the rest of u at model's.
 func (e *Estimator) Cost(model string, u Usage) NanoUSD {
-	return e.resolve(model).price.Cost(u)
+	if u.Steps == nil {
+		return e.resolve(model).price.Cost(u)
+	}
+	// Each step's model at its price (no per-call price: one request),
+	// at the answer's tier, region and speed; what the steps leave of
+	// the usage (a count the report states beyond their sum, web
+	// searches) at model's.
+	var total NanoUSD
+	rest := u
+	for _, p := range u.Steps.parts {
+		price := e.resolve(p.model).price
+		price.PerCall = 0
+		su := p.usage
+		su.ServiceTier, su.InferenceGeo, su.Speed = u.ServiceTier, u.InferenceGeo, u.Speed
+		total = AddSat(total, price.Cost(su))
+		rest = rest.without(p.usage)
+	}
+	rest.Steps = nil
+	return AddSat(total, e.resolve(model).price.Cost(rest))
 }
 
 // Encoding returns the name of the tokenizer used to count model's tokens.

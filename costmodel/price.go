@@ -4,6 +4,7 @@ import (
 	"cmp"
 	_ "embed"
 	"fmt"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -39,6 +40,69 @@ type Usage struct {
 	// nothing); empty for the standard speed. "fast" changes the token
 	// rates; see Price.FastPercent.
 	Speed string `json:"speed,omitempty"`
+	// Steps is the part of the usage that steps naming their model ran
+	// (Anthropic's usage.iterations: the requested model's turns, an
+	// advisor's sub-inference on another model, a fallback model's
+	// turn), by model: Estimator.Cost prices each at its model's price,
+	// and the rest at the model priced. nil when no step names one. The
+	// ledger keeps the usage without it, and the cost it priced.
+	Steps *Steps `json:"-"`
+}
+
+// Steps is the usage of an answer's steps by the model that ran them,
+// at most maxStepModels models. It is not changed once made.
+type Steps struct {
+	parts []modelUsage
+}
+
+type modelUsage struct {
+	model string
+	usage Usage
+}
+
+// maxStepModels bounds the models of an answer's Steps: an answer whose
+// steps name more is unreadable (and charged as such), rather than one
+// whose steps of some models are priced at another's.
+const maxStepModels = 8
+
+// merge returns the steps of s and t, each model's at the largest of
+// each count (see maxEach): a report given twice counts no less than
+// either. nil when both are.
+func (s *Steps) merge(t *Steps) *Steps {
+	switch {
+	case t == nil || s == t:
+		return s
+	case s == nil:
+		return t
+	}
+	out := &Steps{parts: slices.Clone(s.parts)}
+	for _, p := range t.parts {
+		i := slices.IndexFunc(out.parts, func(q modelUsage) bool { return q.model == p.model })
+		if i < 0 {
+			// Past maxStepModels (reports of an upstream that names
+			// other models in each), a model's steps are left to the
+			// rest of the usage, priced at the model priced.
+			if len(out.parts) < maxStepModels {
+				out.parts = append(out.parts, p)
+			}
+			continue
+		}
+		out.parts[i].usage = maxEach(out.parts[i].usage, p.usage)
+	}
+	return out
+}
+
+// without returns u less v, each count at least 0.
+func (u Usage) without(v Usage) Usage {
+	u.InputTokens -= v.InputTokens
+	u.CachedInputTokens -= v.CachedInputTokens
+	u.CacheWriteTokens -= v.CacheWriteTokens
+	u.CacheWrite1hTokens -= v.CacheWrite1hTokens
+	u.AudioInputTokens -= v.AudioInputTokens
+	u.OutputTokens -= v.OutputTokens
+	u.ReasoningTokens -= v.ReasoningTokens
+	u.AudioOutputTokens -= v.AudioOutputTokens
+	return u.clamped()
 }
 
 // Asked returns u, an answer's usage, with what the request asked for

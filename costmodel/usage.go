@@ -260,6 +260,7 @@ func maxEach(u, v Usage) Usage {
 	if v.Speed != "" && (r.Speed == "" || r.Speed == "standard") {
 		r.Speed = v.Speed
 	}
+	r.Steps = u.Steps.merge(v.Steps)
 	return r.clamped()
 }
 

@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/big"
+	"slices"
 	"strconv"
 
 	"github.com/costgate/costgate/internal/jsonscan"
@@ -255,14 +256,17 @@ func (a *anthropicUsage) UnmarshalJSON(raw []byte) error {
 }
 
 // anthropicIterations is an Anthropic usage's iterations, the usage of
-// each sampling step of the request (a "compaction", the "message"),
-// added up: Anthropic bills their sum, and its top-level counts leave
-// the compaction steps out. Given more than once, each count is the
-// larger sum.
+// each sampling step of the request (a "compaction", a "message", an
+// "advisor_message", a "fallback_message"), added up: Anthropic bills
+// their sum, and its top-level counts leave the compaction steps out.
+// The steps that name their model are kept by model (Usage.Steps): an
+// advisor's sub-inference runs on a model other than the one asked for,
+// as does a fallback model's turn, and each is billed at its model's
+// price. Given more than once, each count is the larger sum.
 type anthropicIterations struct {
-	usage     Usage // the steps' counts added up (the larger sum of each, given twice)
+	usage     Usage // the steps' counts added up (the larger sum of each, given twice), with their Steps
 	inputSaid bool  // a step states an input count
-	negative  bool  // a step states a count below zero
+	negative  bool  // a step states a count below zero, or the steps name more than maxStepModels models
 }
 
 func (it *anthropicIterations) UnmarshalJSON(raw []byte) error {
@@ -274,6 +278,7 @@ func (it *anthropicIterations) UnmarshalJSON(raw []byte) error {
 		return wrongType("usage: iterations: want an array")
 	}
 	var sum anthropicUsage
+	var byModel []modelSum
 	err := s.Array(1, func() error {
 		st, en, err := s.Value(1)
 		if err != nil {
@@ -285,14 +290,56 @@ func (it *anthropicIterations) UnmarshalJSON(raw []byte) error {
 		}
 		it.negative = it.negative || step.negative()
 		sum.add(&step)
+		// A step that names its model (an advisor's sub-inference, a
+		// fallback model's turn) is priced at that model's price.
+		if m := stepModel(raw[st:en]); m != "" {
+			i := slices.IndexFunc(byModel, func(b modelSum) bool { return b.model == m })
+			if i < 0 {
+				i = len(byModel)
+				byModel = append(byModel, modelSum{model: m})
+			}
+			byModel[i].sum.add(&step)
+		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	it.usage = maxEach(it.usage, sum.counts())
+	u := sum.counts()
+	if len(byModel) > maxStepModels {
+		it.negative = true
+	} else if len(byModel) > 0 {
+		u.Steps = &Steps{parts: make([]modelUsage, len(byModel))}
+		for i, b := range byModel {
+			u.Steps.parts[i] = modelUsage{b.model, b.sum.counts()}
+		}
+	}
+	it.usage = maxEach(it.usage, u)
 	it.inputSaid = it.inputSaid || sum.InputTokens != nil || sum.CacheReadInputTokens != nil || sum.CacheCreationInputTokens != nil
 	return nil
+}
+
+// modelSum is the steps of one model added up.
+type modelSum struct {
+	model string
+	sum   anthropicUsage
+}
+
+// stepModel is the model an iteration of Anthropic's usage names (its
+// "model", a string an answer may name a model by: see servedModel), or
+// "" for one that names none.
+func stepModel(raw []byte) string {
+	var model string
+	eachMember(raw, func(name, value []byte) error {
+		if named(name, "model") {
+			var m string
+			if json.Unmarshal(value, &m) == nil {
+				model = servedModel(m)
+			}
+		}
+		return nil
+	})
+	return model
 }
 
 // add adds the token counts of step to a's, saturating.

@@ -1,0 +1,101 @@
+package costmodel
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// TestUsageAtkStepsOfOtherModels: Anthropic's advisor tool runs a
+// sub-inference on a stronger model (claude-opus-4-6) in the middle of a
+// request to a cheaper one (claude-haiku-4-5), and a request with
+// fallbacks may be served by another model: usage.iterations lists each
+// step with the model that ran it, and each is billed at its model's
+// price. Priced at the model asked for, an advisor step of 40,000 input
+// and 1,800 output tokens beside 10,000 and 2,000 of the executor's was
+// charged $0.069 where the upstream billed $0.265 (Haiku's price for
+// Opus's tokens: a fifth of it). Each step is priced at its model, in an
+// answer and in a stream, and the rest of the report at the model asked
+// for.
+func TestUsageAtkStepsOfOtherModels(t *testing.T) {
+	e := estimatorWith(t, Config{})
+	haiku, opus := e.resolve("claude-haiku-4-5").price, e.resolve("claude-opus-4-6").price
+	const iterations = `"iterations":[` +
+		`{"type":"message","model":"claude-haiku-4-5-20251001","input_tokens":6000,"output_tokens":300},` +
+		`{"type":"advisor_message","model":"claude-opus-4-6","input_tokens":40000,"output_tokens":1800},` +
+		`{"type":"message","model":"claude-haiku-4-5-20251001","input_tokens":4000,"output_tokens":1700}]`
+	want := haiku.Cost(Usage{InputTokens: 10000, OutputTokens: 2000}) + opus.Cost(Usage{InputTokens: 40000, OutputTokens: 1800})
+	check := func(t *testing.T, u Usage) {
+		t.Helper()
+		if got := e.Cost("claude-haiku-4-5", u); got != want {
+			t.Errorf("charged $%.6f; the upstream billed $%.6f (Haiku's executor steps, Opus's advisor step)", float64(got)/1e9, float64(want)/1e9)
+		}
+		if u.InputTokens != 50000 || u.OutputTokens != 3800 {
+			t.Errorf("counted %d input and %d output tokens, want 50,000 and 3,800 (the limits count them)", u.InputTokens, u.OutputTokens)
+		}
+	}
+	t.Run("answer", func(t *testing.T) {
+		u, err := ParseUsage(AnthropicMessages, []byte(`{"type":"message","model":"claude-haiku-4-5-20251001","content":[],"usage":{"input_tokens":10000,"output_tokens":2000,`+iterations+`}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, u)
+	})
+	t.Run("answer, iterations twice", func(t *testing.T) {
+		u, err := ParseUsage(AnthropicMessages, []byte(`{"model":"claude-haiku-4-5","usage":{"input_tokens":10000,"output_tokens":2000,"Iterations":[],`+iterations+`}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, u)
+	})
+	for _, c := range []struct{ name, start, delta string }{
+		{"stream, in message_delta", `{"input_tokens":10000,"output_tokens":1}`, `{"output_tokens":2000,` + iterations + `}`},
+		{"stream, in message_start", `{"input_tokens":10000,"output_tokens":1,` + iterations + `}`, `{"output_tokens":2000}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := e.NewStreamMeter(AnthropicMessages, "claude-haiku-4-5")
+			m.Write([]byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-haiku-4-5\",\"usage\":" + c.start + "}}\n\n" +
+				"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":" + c.delta + "}\n\n" +
+				"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"))
+			u, reported := m.Usage()
+			if !reported {
+				t.Fatalf("no report read: %+v", u)
+			}
+			check(t, u)
+		})
+	}
+	t.Run("a fallback model served", func(t *testing.T) {
+		u, err := ParseUsage(AnthropicMessages, []byte(`{"model":"claude-haiku-4-5","usage":{"input_tokens":3000,"output_tokens":900,"iterations":[`+
+			`{"type":"message","model":"claude-haiku-4-5","input_tokens":3000,"output_tokens":20},`+
+			`{"type":"fallback_message","model":"claude-opus-4-6","input_tokens":3000,"output_tokens":900}]}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := haiku.Cost(Usage{InputTokens: 3000, OutputTokens: 20}) + opus.Cost(Usage{InputTokens: 3000, OutputTokens: 900})
+		if got := e.Cost("claude-haiku-4-5", u); got != want {
+			t.Errorf("charged $%.6f; the upstream billed $%.6f", float64(got)/1e9, float64(want)/1e9)
+		}
+	})
+	t.Run("the report beyond the steps", func(t *testing.T) {
+		// Counts above the steps' sum, and web searches, are the model
+		// asked for's.
+		u, err := ParseUsage(AnthropicMessages, []byte(`{"usage":{"input_tokens":9000,"output_tokens":500,"server_tool_use":{"web_search_requests":2},"iterations":[`+
+			`{"type":"advisor_message","model":"claude-opus-4-6","input_tokens":1000,"output_tokens":100}]}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := opus.Cost(Usage{InputTokens: 1000, OutputTokens: 100}) + haiku.Cost(Usage{InputTokens: 8000, OutputTokens: 400, WebSearchRequests: 2})
+		if got := e.Cost("claude-haiku-4-5", u); got != want {
+			t.Errorf("charged $%.6f, want $%.6f", float64(got)/1e9, float64(want)/1e9)
+		}
+	})
+	t.Run("steps of too many models", func(t *testing.T) {
+		var steps []string
+		for i := range maxStepModels + 1 {
+			steps = append(steps, fmt.Sprintf(`{"type":"message","model":"m-%d","input_tokens":1,"output_tokens":1}`, i))
+		}
+		if _, err := ParseUsage(AnthropicMessages, []byte(`{"usage":{"input_tokens":9,"output_tokens":9,"iterations":[`+strings.Join(steps, ",")+`]}}`)); err == nil {
+			t.Errorf("steps of %d models were read as a report", maxStepModels+1)
+		}
+	})
+}
