@@ -20,6 +20,26 @@ import (
 	"github.com/costgate/costgate/ledger"
 )
 
+// lostEntries is how many entries of $0.000005 spendLost records.
+const lostEntries = 400
+
+// spendLost records lostEntries entries of acme's, each reserved and
+// settled at $0.000005: with small segments, the spool deletes the
+// applied ones.
+func spendLost(t *testing.T, l *ledger.Ledger) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range lostEntries {
+		id := fmt.Sprintf("lost-%d", i)
+		if err := l.Reserve(ctx, reservation(id, t0)); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Settle(ctx, settlement(id, 5_000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestLedAtkEmbeddedFileLost(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -49,16 +69,8 @@ func TestLedAtkEmbeddedFileLost(t *testing.T) {
 			cfg := ledger.Config{Dir: dir, SegmentSize: 64 << 10, Now: func() time.Time { return t0.Add(time.Hour) }}
 			l := open(t, cfg)
 			ctx := context.Background()
-			const n = 400
-			for i := range n {
-				id := fmt.Sprintf("lost-%d", i)
-				if err := l.Reserve(ctx, reservation(id, t0)); err != nil {
-					t.Fatal(err)
-				}
-				if err := l.Settle(ctx, settlement(id, 5_000)); err != nil {
-					t.Fatal(err)
-				}
-			}
+			const n = lostEntries
+			spendLost(t, l)
 			if tc.lose == nil {
 				// A copy of the data dir, the database without its WAL,
 				// taken while the ledger runs.
@@ -113,16 +125,8 @@ func TestLedAtkPostgresDatabaseLost(t *testing.T) {
 	cfg := ledger.Config{Dir: dir, DSN: p.URL(), SegmentSize: 64 << 10, Logf: t.Logf,
 		Now: func() time.Time { return t0.Add(time.Hour) }}
 	l := open(t, cfg)
-	const n = 400
-	for i := range n {
-		id := fmt.Sprintf("lost-%d", i)
-		if err := l.Reserve(ctx, reservation(id, t0)); err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Settle(ctx, settlement(id, 5_000)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	const n = lostEntries
+	spendLost(t, l)
 	flush(t, l)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
