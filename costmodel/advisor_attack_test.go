@@ -34,36 +34,7 @@ func TestUsageAtkStepsOfOtherModels(t *testing.T) {
 			t.Errorf("counted %d input and %d output tokens, want 50,000 and 3,800 (the limits count them)", u.InputTokens, u.OutputTokens)
 		}
 	}
-	t.Run("answer", func(t *testing.T) {
-		u, err := ParseUsage(AnthropicMessages, []byte(`{"type":"message","model":"claude-haiku-4-5-20251001","content":[],"usage":{"input_tokens":10000,"output_tokens":2000,`+iterations+`}}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		check(t, u)
-	})
-	t.Run("answer, iterations twice", func(t *testing.T) {
-		u, err := ParseUsage(AnthropicMessages, []byte(`{"model":"claude-haiku-4-5","usage":{"input_tokens":10000,"output_tokens":2000,"Iterations":[],`+iterations+`}}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		check(t, u)
-	})
-	for _, c := range []struct{ name, start, delta string }{
-		{"stream, in message_delta", `{"input_tokens":10000,"output_tokens":1}`, `{"output_tokens":2000,` + iterations + `}`},
-		{"stream, in message_start", `{"input_tokens":10000,"output_tokens":1,` + iterations + `}`, `{"output_tokens":2000}`},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			m := e.NewStreamMeter(AnthropicMessages, "claude-haiku-4-5")
-			m.Write([]byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-haiku-4-5\",\"usage\":" + c.start + "}}\n\n" +
-				"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":" + c.delta + "}\n\n" +
-				"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"))
-			u, reported := m.Usage()
-			if !reported {
-				t.Fatalf("no report read: %+v", u)
-			}
-			check(t, u)
-		})
-	}
+	eachIterationsReport(t, e, "claude-haiku-4-5", 10000, 2000, iterations, check)
 	t.Run("a fallback model served", func(t *testing.T) {
 		u, err := ParseUsage(AnthropicMessages, []byte(`{"model":"claude-haiku-4-5","usage":{"input_tokens":3000,"output_tokens":900,"iterations":[`+
 			`{"type":"message","model":"claude-haiku-4-5","input_tokens":3000,"output_tokens":20},`+

@@ -1,6 +1,9 @@
 package costmodel
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 // TestUsageAtkCompactionIterations: a request that turns on Anthropic's
 // server-side compaction (context_management's compact_20260112) runs a
@@ -30,28 +33,40 @@ func TestUsageAtkCompactionIterations(t *testing.T) {
 			t.Errorf("charged %v; the upstream billed %v", got, want)
 		}
 	}
-	t.Run("answer", func(t *testing.T) {
-		u, err := ParseUsage(AnthropicMessages, []byte(`{"type":"message","model":"claude-opus-4-6","content":[],"usage":{"input_tokens":12000,"output_tokens":1000,`+iterations+`}}`))
-		if err != nil {
-			t.Fatal(err)
+	eachIterationsReport(t, e, "claude-opus-4-6", 12000, 1000, iterations, check)
+	t.Run("a negative step", func(t *testing.T) {
+		if _, err := ParseUsage(AnthropicMessages, []byte(`{"usage":{"input_tokens":12000,"output_tokens":1000,"iterations":[{"type":"compaction","input_tokens":-150000,"output_tokens":3000}]}}`)); err == nil {
+			t.Errorf("a step of -150,000 input tokens was read as a report")
 		}
-		check(t, u)
 	})
-	t.Run("answer, iterations twice", func(t *testing.T) {
-		u, err := ParseUsage(AnthropicMessages, []byte(`{"model":"claude-opus-4-6","usage":{"input_tokens":12000,"output_tokens":1000,`+iterations+`,"Iterations":[]}}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		check(t, u)
-	})
-	for _, c := range []struct{ name, start, delta string }{
-		{"stream, in message_delta", `{"input_tokens":12000,"output_tokens":1}`, `{"output_tokens":1000,` + iterations + `}`},
-		{"stream, in message_start", `{"input_tokens":12000,"output_tokens":1,` + iterations + `}`, `{"output_tokens":1000}`},
+}
+
+// eachIterationsReport runs check on the usage read from an Anthropic
+// report of model, of in input and out output tokens and iterations (a
+// member, `"iterations":[...]`): an answer's, also beside an empty
+// "Iterations" before it, and a stream's, iterations in message_delta
+// and in message_start.
+func eachIterationsReport(t *testing.T, e *Estimator, model string, in, out int, iterations string, check func(*testing.T, Usage)) {
+	t.Helper()
+	for _, c := range []struct{ name, usage string }{
+		{"answer", fmt.Sprintf(`{"input_tokens":%d,"output_tokens":%d,%s}`, in, out, iterations)},
+		{"answer, iterations twice", fmt.Sprintf(`{"input_tokens":%d,"output_tokens":%d,"Iterations":[],%s}`, in, out, iterations)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			m := e.NewStreamMeter(AnthropicMessages, "claude-opus-4-6")
-			m.Write([]byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-opus-4-6\",\"usage\":" + c.start + "}}\n\n" +
-				"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"compaction\",\"content\":\"\"}}\n\n" +
+			u, err := ParseUsage(AnthropicMessages, []byte(`{"type":"message","model":"`+model+`","content":[],"usage":`+c.usage+`}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, u)
+		})
+	}
+	for _, c := range []struct{ name, start, delta string }{
+		{"stream, in message_delta", fmt.Sprintf(`{"input_tokens":%d,"output_tokens":1}`, in), fmt.Sprintf(`{"output_tokens":%d,%s}`, out, iterations)},
+		{"stream, in message_start", fmt.Sprintf(`{"input_tokens":%d,"output_tokens":1,%s}`, in, iterations), fmt.Sprintf(`{"output_tokens":%d}`, out)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := e.NewStreamMeter(AnthropicMessages, model)
+			m.Write([]byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"" + model + "\",\"usage\":" + c.start + "}}\n\n" +
 				"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":" + c.delta + "}\n\n" +
 				"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"))
 			u, reported := m.Usage()
@@ -61,9 +76,4 @@ func TestUsageAtkCompactionIterations(t *testing.T) {
 			check(t, u)
 		})
 	}
-	t.Run("a negative step", func(t *testing.T) {
-		if _, err := ParseUsage(AnthropicMessages, []byte(`{"usage":{"input_tokens":12000,"output_tokens":1000,"iterations":[{"type":"compaction","input_tokens":-150000,"output_tokens":3000}]}}`)); err == nil {
-			t.Errorf("a step of -150,000 input tokens was read as a report")
-		}
-	})
 }
