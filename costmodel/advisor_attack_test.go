@@ -70,3 +70,74 @@ func TestUsageAtkStepsOfOtherModels(t *testing.T) {
 		}
 	})
 }
+
+// TestEstimateAtkOtherModels: a request to claude-haiku-4-5 that names
+// claude-opus-4-6 as its advisor, or among its fallbacks, may run Opus:
+// reserved at Haiku's price alone, a tenant's budget was debited a fifth
+// of what each such request may cost until it settled, so that requests
+// in flight together could spend past it. The estimate reserves what
+// each other model may bill at its price: the advisor's max_uses
+// sub-inferences (each reading the prompt and writing its max_tokens),
+// each fallback the whole request.
+func TestEstimateAtkOtherModels(t *testing.T) {
+	e := estimatorWith(t, Config{})
+	haiku, opus := e.resolve("claude-haiku-4-5").price, e.resolve("claude-opus-4-6").price
+	const msgs = `"messages":[{"role":"user","content":"Plan the migration of the billing service to the new ledger."}]`
+	base, err := e.Estimate(AnthropicMessages, []byte(`{"model":"claude-haiku-4-5","max_tokens":1000,`+msgs+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := base.Usage.InputTokens
+	for _, c := range []struct {
+		name, extra string
+		tools       bool // the extra member is a tool list: its definitions count as input
+		opus        Usage
+	}{
+		{"advisor", `"tools":[{"type":"advisor_20260301","name":"advisor","model":"claude-opus-4-6","max_uses":2,"max_tokens":1500}]`, true, Usage{}},
+		{"advisor without limits", `"tools":[{"type":"advisor_20260301","name":"advisor","model":"claude-opus-4-6"}]`, true, Usage{}},
+		{"advisor spelled otherwise", `"tools":[{"type":"\u0061dvisor_20260301","name":"advisor","model":"claude-\u006fpus-4-6","max_uses":2,"max_tokens":1500}]`, true, Usage{}},
+		{"fallbacks", `"fallbacks":[{"model":"claude-opus-4-6","max_tokens":800},{"model":"claude-opus-4-6"}]`, false, Usage{InputTokens: 2 * in, OutputTokens: 1800}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			est, err := e.Estimate(AnthropicMessages, []byte(`{"model":"claude-haiku-4-5","max_tokens":1000,`+c.extra+`,`+msgs+`}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := c.opus
+			if c.tools {
+				// The prompt with the tool list, read by each call.
+				uses, out := int64(2), int64(1500)
+				if c.name == "advisor without limits" {
+					uses, out = defaultAdvisorUses, defaultAdvisorOutput
+				}
+				prompt := est.Usage.InputTokens / (1 + uses)
+				want = Usage{InputTokens: uses * prompt, OutputTokens: uses * out}
+			}
+			floor := haiku.Cost(Usage{InputTokens: in, OutputTokens: 1000}) + opus.Cost(want)
+			if est.Cost < floor {
+				t.Errorf("reserved $%.6f; Opus alone may bill $%.6f of it (%d input, %d output tokens)",
+					float64(est.Cost)/1e9, float64(opus.Cost(want))/1e9, want.InputTokens, want.OutputTokens)
+			}
+			if est.Usage.InputTokens < in+want.InputTokens || est.Usage.OutputTokens < 1000+want.OutputTokens {
+				t.Errorf("reserved %d input and %d output tokens, want at least %d and %d", est.Usage.InputTokens, est.Usage.OutputTokens, in+want.InputTokens, 1000+want.OutputTokens)
+			}
+		})
+	}
+	t.Run("default fallbacks", func(t *testing.T) {
+		est, err := e.Estimate(AnthropicMessages, []byte(`{"model":"claude-haiku-4-5","max_tokens":1000,"fallbacks":"default",`+msgs+`}`))
+		if err != nil || est.Cost != base.Cost {
+			t.Errorf("reserved $%.6f (%v), want the request's own $%.6f", float64(est.Cost)/1e9, err, float64(base.Cost)/1e9)
+		}
+	})
+	for _, bad := range []string{
+		`"fallbacks":"opus"`,
+		`"fallbacks":[{"max_tokens":800}]`,
+		`"fallbacks":[{"model":"claude-opus-4-6","model":"claude-3-haiku"}]`,
+		`"fallbacks":[{"model":"a"},{"model":"b"},{"model":"c"},{"model":"d"},{"model":"e"},{"model":"f"},{"model":"g"},{"model":"h"},{"model":"i"}]`,
+		`"tools":[{"type":"advisor_20260301","name":"advisor","model":"opus\u0000"}]`,
+	} {
+		if _, err := e.Estimate(AnthropicMessages, []byte(`{"model":"claude-haiku-4-5","max_tokens":1000,`+bad+`,`+msgs+`}`)); err == nil {
+			t.Errorf("%s: estimated, want the request refused", bad)
+		}
+	}
+}

@@ -34,7 +34,13 @@ package costmodel
 //   - a web search tool reserves its max_uses searches (defaultSearches
 //     when it sets none), and marks the estimate Uncounted, as does
 //     extended thinking ("thinking" enabled), whose tokens a stream shows
-//     only as a summary.
+//     only as a summary;
+//   - another model the request may run reserves what it may bill, at its
+//     price (Usage.Steps): an advisor tool (advisor_20260301) its
+//     max_uses sub-inferences (defaultAdvisorUses), each reading the
+//     prompt and writing its max_tokens (defaultAdvisorOutput); each of
+//     fallbacks the whole request, the prompt and its max_tokens (the
+//     request's). "default" fallbacks name no model and reserve nothing.
 //
 // What is known of the error is stated in bench/README.md (section
 // costmodel) and checked by TestAnthropicApprox. Settlement always uses the
@@ -58,6 +64,11 @@ const (
 	anthropicPerMessage = 3
 	anthropicImageMax   = 1600
 	defaultSearches     = 10 // reserved for a web search tool without max_uses
+	// An advisor tool without max_uses reserves defaultAdvisorUses
+	// sub-inferences, each of defaultAdvisorOutput output tokens without
+	// max_tokens (Anthropic's recommended setting).
+	defaultAdvisorUses   = 3
+	defaultAdvisorOutput = 2048
 )
 
 // anthropicApprox approximates the Claude tokens of text.
@@ -131,7 +142,9 @@ type anthropicTool struct {
 	Name             string          `json:"name"`
 	Description      string          `json:"description"`
 	InputSchema      json.RawMessage `json:"input_schema"`
-	Strict           *bool           `json:"strict"` // a boolean, not rendered
+	Strict           *bool           `json:"strict"`     // a boolean, not rendered
+	Model            string          `json:"model"`      // an advisor's
+	MaxTokens        int64           `json:"max_tokens"` // an advisor's output limit per call
 }
 
 // outputConfigRead are the members of output_config that render no text
@@ -141,7 +154,7 @@ var outputConfigRead = []string{"effort"}
 // anthropicToolRead are the members of a tool that costgate reads; the
 // others (input_examples, a server tool's settings, members newer than
 // this code) are counted as the text of their JSON.
-var anthropicToolRead = []string{"type", "name", "description", "input_schema", "cache_control", "max_uses", "max_content_tokens", "strict"}
+var anthropicToolRead = []string{"type", "name", "description", "input_schema", "cache_control", "max_uses", "max_content_tokens", "strict", "model", "max_tokens"}
 
 type anthropicMessage struct {
 	Role    string          `json:"role"`
@@ -195,8 +208,9 @@ func (e *Estimator) estimateAnthropic(body []byte) (Estimate, error) {
 		fSpeed     = &topField{name: "speed"}
 		fFormat    = &topField{name: "output_format"}
 		fOutput    = &topField{name: "output_config"}
+		fFallbacks = &topField{name: "fallbacks"}
 	)
-	if err := scanTop(kind, body, fModel, fSystem, fMessages, fTools, fChoice, fMaxTokens, fStream, fThinking, fMCP, fGeo, fSpeed, fFormat, fOutput); err != nil {
+	if err := scanTop(kind, body, fModel, fSystem, fMessages, fTools, fChoice, fMaxTokens, fStream, fThinking, fMCP, fGeo, fSpeed, fFormat, fOutput, fFallbacks); err != nil {
 		return Estimate{}, err
 	}
 	var (
@@ -288,6 +302,13 @@ func (e *Estimator) estimateAnthropic(body []byte) (Estimate, error) {
 	}
 	est.Usage.WebSearchRequests = c.searches
 	est.Usage.OutputTokens = e.reserve(e.outputLimit(m, limit))
+	others, err := anthropicFallbacks(fFallbacks.raw(body), limit)
+	if err != nil {
+		return Estimate{}, badRequest(kind, err, "fallbacks")
+	}
+	if err := e.reserveOthers(&est, kind, append(c.others, others...)); err != nil {
+		return Estimate{}, badRequest(kind, err, "tools and fallbacks")
+	}
 	est.OutputCap, est.Outputs = e.outputLimit(m, limit), 1
 	est.Tools = fTools.raw(body) != nil
 	// Asked for, priced so until the answer says where and at which speed
@@ -331,6 +352,19 @@ func anthropicToolCount(m model, raw []byte) (tokenCount, error) {
 		switch {
 		case strings.HasPrefix(t.Type, "web_search"):
 			c.searches = addSat(c.searches, uses) // their results: Estimator.searchResult each
+			c.uncounted = true
+		case strings.HasPrefix(t.Type, "advisor_"):
+			// A sub-inference on another model: reserved at its price by
+			// estimateAnthropic.
+			uses := t.MaxUses
+			if uses <= 0 {
+				uses = defaultAdvisorUses
+			}
+			out := t.MaxTokens
+			if out <= 0 {
+				out = defaultAdvisorOutput
+			}
+			c.others = append(c.others, otherModel{model: t.Model, calls: uses, output: out})
 			c.uncounted = true
 		case strings.HasPrefix(t.Type, "web_fetch"):
 			// The fetched page or PDF is billed as input.
@@ -480,4 +514,43 @@ func anthropicDocumentTokens(m model, src *anthropicSource) tokenCount {
 		return tokenCount{n: documentTokens(src.Data), uncounted: true}
 	}
 	return tokenCount{n: docMaxTokens, uncounted: true}
+}
+
+// anthropicFallbacks reads a request's fallbacks: an array of
+// {model, max_tokens} (the request's limit when it sets none), each a
+// model that may run the whole request; "default" (the model's own
+// fallbacks, which the request does not name) and null name none.
+func anthropicFallbacks(raw []byte, limit int64) ([]otherModel, error) {
+	if raw == nil || string(raw) == "null" {
+		return nil, nil
+	}
+	var name string
+	if json.Unmarshal(raw, &name) == nil {
+		if name != "default" {
+			return nil, fmt.Errorf("want an array or \"default\", not %q", name)
+		}
+		return nil, nil
+	}
+	if err := checkMembers(raw); err != nil {
+		return nil, err
+	}
+	var list []struct {
+		Model     string `json:"model"`
+		MaxTokens *int64 `json:"max_tokens"`
+	}
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, err
+	}
+	out := make([]otherModel, 0, len(list))
+	for i, f := range list {
+		if err := checkModelName(AnthropicMessages, f.Model); err != nil || f.Model == "" {
+			return nil, fmt.Errorf("[%d]: want a model", i)
+		}
+		o := otherModel{model: f.Model, calls: 1, output: limit}
+		if f.MaxTokens != nil {
+			o.output = max(*f.MaxTokens, 0)
+		}
+		out = append(out, o)
+	}
+	return out, nil
 }

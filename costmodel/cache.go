@@ -113,8 +113,16 @@ type tokenCount struct {
 	fileSearches, mcps, containerGB int64
 	audioRefs                       int64 // previous answers' audio named by id (chat)
 	uncounted                       bool
-	stored                          bool // names server-side state (an item_reference): reserves the server context once
-	cacheTTL                        int8 // the longest cache_control lifetime asked: 0 none, 1 five minutes, 2 one hour
+	stored                          bool         // names server-side state (an item_reference): reserves the server context once
+	cacheTTL                        int8         // the longest cache_control lifetime asked: 0 none, 1 five minutes, 2 one hour
+	others                          []otherModel // other models the request may run (an advisor tool's)
+}
+
+// otherModel is a model other than the one asked for that a request may
+// run: calls times, each reading the prompt and writing output tokens.
+type otherModel struct {
+	model         string
+	calls, output int64
 }
 
 // add adds o to c, saturating.
@@ -130,6 +138,7 @@ func (c *tokenCount) add(o tokenCount) {
 	c.uncounted = c.uncounted || o.uncounted
 	c.stored = c.stored || o.stored
 	c.cacheTTL = max(c.cacheTTL, o.cacheTTL)
+	c.others = append(c.others[:len(c.others):len(c.others)], o.others...)
 }
 
 // len returns the number of entries held, both generations included.

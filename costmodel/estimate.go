@@ -2,6 +2,8 @@ package costmodel
 
 import (
 	"encoding/json"
+	"fmt"
+	"slices"
 )
 
 // Estimate is the priced estimate of one request before it is served:
@@ -97,5 +99,38 @@ func (e *Estimator) finish(m model, est *Estimate) {
 	if m.unknown {
 		e.unknown.Add(1)
 	}
-	est.Cost = m.price.Cost(est.Usage)
+	est.Cost = e.costOf(m, est.Usage)
+}
+
+// reserveOthers adds to est what the other models a request may run may
+// bill (see otherModel), as Usage.Steps priced at their models: each
+// call reads the prompt and writes its output. A request that names more
+// than maxStepModels other models, or a name that is no model's, is
+// refused.
+func (e *Estimator) reserveOthers(est *Estimate, kind Kind, others []otherModel) error {
+	if len(others) == 0 {
+		return nil
+	}
+	steps := &Steps{}
+	in := est.Usage.InputTokens
+	for _, o := range others {
+		if err := checkModelName(kind, o.model); err != nil || servedModel(o.model) != o.model {
+			return fmt.Errorf("another model: want a model's name, not %q", o.model)
+		}
+		u := Usage{InputTokens: mulSat(o.calls, in), OutputTokens: mulSat(o.calls, o.output)}
+		i := slices.IndexFunc(steps.parts, func(p modelUsage) bool { return p.model == o.model })
+		if i < 0 {
+			if len(steps.parts) == maxStepModels {
+				return fmt.Errorf("more than %d other models", maxStepModels)
+			}
+			steps.parts = append(steps.parts, modelUsage{model: o.model})
+			i = len(steps.parts) - 1
+		}
+		p := &steps.parts[i].usage
+		p.InputTokens, p.OutputTokens = addSat(p.InputTokens, u.InputTokens), addSat(p.OutputTokens, u.OutputTokens)
+		est.Usage.InputTokens = addSat(est.Usage.InputTokens, u.InputTokens)
+		est.Usage.OutputTokens = addSat(est.Usage.OutputTokens, u.OutputTokens)
+	}
+	est.Usage.Steps = steps
+	return nil
 }

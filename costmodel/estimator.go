@@ -306,8 +306,13 @@ func (e *Estimator) Price(model string) (Price, bool) {
 // an advisor's sub-inference, a fallback model's turn) are priced each at
 // its model's price, and the rest of u at model's.
 func (e *Estimator) Cost(model string, u Usage) NanoUSD {
+	return e.costOf(e.resolve(model), u)
+}
+
+// costOf is Cost of model m.
+func (e *Estimator) costOf(m model, u Usage) NanoUSD {
 	if u.Steps == nil {
-		return e.resolve(model).price.Cost(u)
+		return m.price.Cost(u)
 	}
 	// Each step's model at its price (no per-call price: one request),
 	// at the answer's tier, region and speed; what the steps leave of
@@ -324,7 +329,7 @@ func (e *Estimator) Cost(model string, u Usage) NanoUSD {
 		rest = rest.without(p.usage)
 	}
 	rest.Steps = nil
-	return AddSat(total, e.resolve(model).price.Cost(rest))
+	return AddSat(total, m.price.Cost(rest))
 }
 
 // Encoding returns the name of the tokenizer used to count model's tokens.

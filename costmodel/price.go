@@ -55,6 +55,19 @@ type Steps struct {
 	parts []modelUsage
 }
 
+// Models lists the models of s, as the answer or the request names
+// them; none for nil.
+func (s *Steps) Models() []string {
+	if s == nil {
+		return nil
+	}
+	out := make([]string, len(s.parts))
+	for i, p := range s.parts {
+		out[i] = p.model
+	}
+	return out
+}
+
 type modelUsage struct {
 	model string
 	usage Usage

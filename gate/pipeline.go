@@ -840,12 +840,23 @@ func (r *Reservation) decide(ctx context.Context, d Decision) Decision {
 	return d
 }
 
+// otherModels are the models besides its own the request may run (an
+// advisor tool's, its fallbacks': see costmodel.Usage.Steps), by their
+// canonical names as r.model is; nil for none.
+func (r *Reservation) otherModels() []string {
+	ms := r.req.Estimate.Usage.Steps.Models()
+	for i, m := range ms {
+		ms[i] = r.st.est.Canonical(m)
+	}
+	return ms
+}
+
 func (r *Reservation) policyInput() *policies.Input {
 	now := time.Now().UTC()
 	c, est := r.req.Caller, r.req.Estimate
 	in := &policies.Input{
 		Caller: policies.Caller{Tenant: c.Tenant, User: c.User, KeyID: c.KeyID, Plan: c.Plan, IP: r.req.IP, Region: r.st.cfg.Region},
-		Request: policies.Request{Route: r.policyRoute(), Upstream: r.req.Upstream, Model: r.model, Stream: est.Stream,
+		Request: policies.Request{Route: r.policyRoute(), Upstream: r.req.Upstream, Model: r.model, OtherModels: r.otherModels(), Stream: est.Stream,
 			MaxOutputTokens: est.MaxOutputTokens, Page: r.req.Page, Attributes: r.req.Attributes},
 		Estimate: policies.Estimate{InputTokens: est.Usage.InputTokens, OutputTokens: est.Usage.OutputTokens, CostNanoUSD: int64(est.Cost)},
 		Time:     policies.Time{Unix: now.Unix(), Hour: now.Hour(), Weekday: int(now.Weekday())},

@@ -420,5 +420,6 @@ var inputLeaves = map[string]inputTerm{
 // inputObjects are the object-valued paths of input, which the fast path
 // does not represent as values.
 var inputObjects = map[string]bool{"": true, "caller": true, "request": true, "estimate": true, "time": true,
-	// A policy that reads the reserve API's attributes runs on OPA.
-	"request.attributes": true}
+	// A policy that reads the reserve API's attributes, or the other
+	// models a request may run, runs on OPA.
+	"request.attributes": true, "request.other_models": true}

@@ -51,8 +51,13 @@ type Request struct {
 	// per-model limits key it: lowercased, a dated alias by its model's
 	// name, "ft:" and the base of a fine-tuned model); empty for APIs
 	// without models.
-	Model  string `json:"model"`
-	Stream bool   `json:"stream"`
+	Model string `json:"model"`
+	// OtherModels are the models besides Model the request may run, by
+	// their canonical names: an Anthropic advisor tool's, its fallbacks'. A
+	// policy that keeps a plan off a model must look here too: a
+	// request to a cheap model with an advisor on the other one runs it.
+	OtherModels []string `json:"other_models"`
+	Stream      bool     `json:"stream"`
 	// MaxOutputTokens is the output token cap the client sent (max_tokens,
 	// max_output_tokens, max_completion_tokens); 0 means none was sent.
 	MaxOutputTokens int64 `json:"max_output_tokens"`
@@ -210,6 +215,7 @@ func (in *Input) Value() ast.Value {
 			ast.Item(ast.InternedTerm("route"), ast.StringTerm(r.Route)),
 			ast.Item(ast.InternedTerm("upstream"), ast.StringTerm(r.Upstream)),
 			ast.Item(ast.InternedTerm("model"), ast.StringTerm(r.Model)),
+			ast.Item(ast.InternedTerm("other_models"), stringsTerm(r.OtherModels)),
 			ast.Item(ast.InternedTerm("stream"), ast.InternedTerm(r.Stream)),
 			ast.Item(ast.InternedTerm("max_output_tokens"), ast.InternedTerm(r.MaxOutputTokens)),
 			ast.Item(ast.InternedTerm("page"), ast.InternedTerm(r.Page)),
@@ -231,6 +237,15 @@ func (in *Input) Value() ast.Value {
 			ast.Item(ast.InternedTerm("weekday"), ast.InternedTerm(in.Time.Weekday)),
 		)),
 	)
+}
+
+// stringsTerm is ss as a Rego array.
+func stringsTerm(ss []string) *ast.Term {
+	items := make([]*ast.Term, len(ss))
+	for i, v := range ss {
+		items[i] = ast.StringTerm(v)
+	}
+	return ast.ArrayTerm(items...)
 }
 
 // attributesTerm is a request's custom attributes as a Rego object.

@@ -4,7 +4,9 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/fstest"
 
 	"github.com/costgate/costgate/costmodel"
 )
@@ -52,6 +54,52 @@ func TestBillAtkAnthropicAdvisor(t *testing.T) {
 			if e.ActualCost != want {
 				t.Errorf("charged $%.6f (status %s, %d input and %d output tokens); the upstream billed $%.6f",
 					float64(e.ActualCost)/1e9, e.Status, e.Actual.InputTokens, e.Actual.OutputTokens, float64(want)/1e9)
+			}
+		})
+	}
+}
+
+// TestPolicyAtkAdvisorRunsAnotherModel: a policy keeps a plan off
+// claude-opus-4-6 by its model. A tenant asks claude-haiku-4-5 with an
+// advisor tool, or fallbacks, naming Opus: the policy saw only
+// request.model, and the upstream ran Opus for it. The models a request
+// may run besides its own are request.other_models, by their canonical
+// names, and the policy that reads them refuses it.
+func TestPolicyAtkAdvisorRunsAnotherModel(t *testing.T) {
+	pols := fstest.MapFS{"no_opus.rego": {Data: []byte(`package costgate.policies.no_opus
+
+opus(m) if startswith(m, "claude-opus")
+
+decision := {"outcome": "hard", "status": 403, "reason": "no Opus on this plan"} if {
+	some m in array.concat([input.request.model], input.request.other_models)
+	opus(m)
+}
+`)}}
+	var served atomic.Int64
+	up := &stubUpstream{fn: func(w http.ResponseWriter, r *http.Request, body []byte) {
+		served.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"msg_1","type":"message","role":"assistant","model":"claude-haiku-4-5","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":10,"output_tokens":2}}`)
+	}}
+	s := newStackWith(t, stackOptions{policies: pols, extra: roomyLimits, upstream: up})
+	const msgs = `"messages":[{"role":"user","content":"Plan it."}]`
+	for _, c := range []struct {
+		name, body string
+		status     int
+	}{
+		{"haiku alone", `{"model":"claude-haiku-4-5","max_tokens":100,` + msgs + `}`, 200},
+		{"an opus advisor", `{"model":"claude-haiku-4-5","max_tokens":100,"tools":[{"type":"advisor_20260301","name":"advisor","model":"claude-opus-4-6"}],` + msgs + `}`, 403},
+		{"an opus advisor by its dated name", `{"model":"claude-haiku-4-5","max_tokens":100,"tools":[{"type":"advisor_20260301","name":"advisor","model":"Claude-Opus-4-5-20251101"}],` + msgs + `}`, 403},
+		{"an opus fallback", `{"model":"claude-haiku-4-5","max_tokens":100,"fallbacks":[{"model":"claude-opus-4-6"}],` + msgs + `}`, 403},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := served.Load()
+			resp, body := frAtkSend(t, s, "/v1/messages", c.body, map[string]string{"Anthropic-Version": "2023-06-01"})
+			if resp.StatusCode != c.status {
+				t.Errorf("answered %d, want %d: %s", resp.StatusCode, c.status, body)
+			}
+			if c.status != 200 && served.Load() != before {
+				t.Errorf("the upstream served a request the policy refused")
 			}
 		})
 	}

@@ -752,6 +752,11 @@ func atLeast(u, floor costmodel.Usage) costmodel.Usage {
 	if u.Speed == "" {
 		u.Speed = floor.Speed
 	}
+	if u.Steps == nil {
+		// The other models the floor reserved (an advisor's, a
+		// fallback's) price its tokens when the answer named none.
+		u.Steps = floor.Steps
+	}
 	return u
 }
 
