@@ -56,6 +56,9 @@ func fillAll(v reflect.Value, n *int) {
 		v.SetBool(true)
 	case reflect.Struct:
 		for i := range v.NumField() {
+			if v.Type().Field(i).Tag.Get("json") == "-" {
+				continue // not in a ticket (costmodel.Usage.Steps)
+			}
 			fillAll(v.Field(i), n)
 		}
 	case reflect.Slice:
