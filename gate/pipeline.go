@@ -1039,6 +1039,7 @@ func (r *Reservation) settle(ctx context.Context, c Charge, actual []int64, stor
 			actual = r.actualInto(c, r.actualBuf[:0])
 		}
 		if r.ext != nil {
+			r.refreshKeys()
 			r.settleExtended(ctx, actual)
 		} else if !unchanged(r.items, actual) {
 			r.refreshKeys()
