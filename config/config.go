@@ -110,7 +110,27 @@ type StoreConfig struct {
 	// one Redis script call (a request that finds Redis idle is sent at
 	// once, alone). 1 sends every call alone. Default 64.
 	MaxBatch int `yaml:"max_batch"`
+	// MaxKeysPerTenant bounds the counters (limiter keys) one replica lets
+	// a tenant hold in the store at once whose value the caller chooses: a
+	// limit keyed by an attribute (attr.NAME) or by ip, by a model the
+	// price table does not know, by a user or key that only the rate
+	// limit service names, and every rate limit service descriptor's
+	// counter. A request that would make one more is refused (429
+	// too_many_keys) and writes nothing, so that one tenant cannot fill
+	// the store (Redis under maxmemory refuses every write, the other
+	// tenants' included). A counter is held until it may have expired in
+	// the store (weighted.Limit.KeyLife after its last write). N replicas
+	// let a tenant hold N times as many. Default 4096.
+	MaxKeysPerTenant int `yaml:"max_keys_per_tenant"`
 }
+
+// DefaultMaxKeysPerTenant is store.max_keys_per_tenant's default, and
+// MaxKeysPerTenantBound its largest value: 2^20 counters of a tenant's
+// choosing, about 300 MB of Redis at the most.
+const (
+	DefaultMaxKeysPerTenant = 4096
+	MaxKeysPerTenantBound   = 1 << 20
+)
 
 // LedgerConfig chooses the ledger's database.
 type LedgerConfig struct {
@@ -453,6 +473,9 @@ func (c *Config) applyDefaults(d Defaults) {
 	if c.Store.FallbackReplicas == 0 {
 		c.Store.FallbackReplicas = 1
 	}
+	if c.Store.MaxKeysPerTenant == 0 {
+		c.Store.MaxKeysPerTenant = DefaultMaxKeysPerTenant
+	}
 	if c.Store.ReconcileInterval == 0 {
 		c.Store.ReconcileInterval = 5 * time.Minute
 	}
@@ -529,6 +552,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Store.Timeout < 0 || c.Store.QueueTimeout < 0 || c.Store.BreakerFailures < 0 || c.Store.BreakerCooldown < 0 || c.Store.FallbackReplicas < 0 || c.Store.ReconcileInterval < 0 {
 		bad("store", "timeout, breaker_failures, breaker_cooldown, fallback_replicas and reconcile_interval must be positive")
+	}
+	if c.Store.MaxKeysPerTenant < 0 || c.Store.MaxKeysPerTenant > MaxKeysPerTenantBound {
+		bad("store.max_keys_per_tenant", "must be between 1 and %d (0 is the default, %d)", MaxKeysPerTenantBound, DefaultMaxKeysPerTenant)
 	}
 	if c.MaxBodyBytes < 0 {
 		bad("max_body_bytes", "must be positive")

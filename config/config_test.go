@@ -37,6 +37,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"bad budget period", base + "budgets: [{name: b, period: week, amount: '1'}]\n", "budgets[0].period"},
 		{"negative batch", base + "store: {max_batch: -1}\n", "store.max_batch"},
 		{"huge batch", base + "store: {max_batch: 100000}\n", "store.max_batch"},
+		{"negative keys per tenant", base + "store: {max_keys_per_tenant: -1}\n", "store.max_keys_per_tenant"},
+		{"huge keys per tenant", base + "store: {max_keys_per_tenant: 2000000}\n", "store.max_keys_per_tenant"},
 		{"negative peer wait", base + "ledger: {peer_wait: -1s}\n", "ledger.peer_wait"},
 		{"peer wait past a minute", base + "ledger: {peer_wait: 2m}\n", "ledger.peer_wait"},
 		{"empty file", "", "the config is empty"},

@@ -84,6 +84,7 @@ func (r *Reservation) Extend(ctx context.Context, extra costmodel.Usage) (Decisi
 		e.index = append(e.index, i)
 	}
 	if len(e.items) > 0 {
+		r.refreshKeys() // the debit writes the counters again
 		res, err := e.store.Debit(ctx, e.id, e.items)
 		if err != nil && !r.degraded && !errors.As(err, new(*weighted.CostError)) &&
 			!errors.Is(err, weighted.ErrOverloaded) && !errors.Is(err, weighted.ErrStale) {

@@ -48,6 +48,7 @@ type Gate struct {
 	learned  *learning                   // the learned output estimates; nil unless output_reserve is a quantile
 	dir      directory                   // the control plane's keys and budget observer
 	objects  objects                     // upstream objects' tenants, when the store is memory (see OwnObject)
+	keys     *keyCap                     // the counters of values each tenant chose (store.max_keys_per_tenant)
 	// objTimeout bounds a limiter call as the guard does (the store's
 	// queue and call timeouts), and a record's Redis call (objectCall).
 	objTimeout time.Duration
@@ -142,6 +143,10 @@ type Caller struct {
 
 	levels [4]*Level // the control plane's levels (see Directory)
 	st     *state
+	// trusted says that a front door named the caller (Trusted): its user
+	// and key are the front door's word, any string, not the
+	// configuration's (see keyCap).
+	trusted bool
 }
 
 // Estimator is the cost model of the caller's configuration.
@@ -155,7 +160,7 @@ func (c *Caller) Config() *config.Config { return c.st.cfg }
 // ledger, compiles the configuration and the policies, and brings the
 // budgets' counters up to the ledger.
 func Open(ctx context.Context, cfg *config.Config, opts Options) (*Gate, error) {
-	g := &Gate{log: opts.Logger, tel: opts.Telemetry}
+	g := &Gate{log: opts.Logger, tel: opts.Telemetry, keys: newKeyCap()}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -540,7 +545,7 @@ func (g *Gate) Identify(key string) *Caller {
 // user and keyID may be empty.
 func (g *Gate) Trusted(tenant, user, keyID, plan string) *Caller {
 	st := g.state.Load()
-	c := &Caller{Tenant: tenant, User: user, KeyID: keyID, Plan: plan, st: st}
+	c := &Caller{Tenant: tenant, User: user, KeyID: keyID, Plan: plan, st: st, trusted: true}
 	if p, ok := st.tenants[tenant]; ok {
 		c.Plan = p
 	} else {

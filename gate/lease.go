@@ -176,6 +176,8 @@ func (r *renewer) renewDue(now time.Time) {
 			if err != nil {
 				// guardedStore counts it among the store's failed ops.
 				r.g.log.Debug("limiter renew failed", "request_id", x.req.ID, "err", err)
+			} else {
+				x.refreshKeys() // the store holds its counters from now
 			}
 			r.mu.Lock()
 			l.busy = false

@@ -2,6 +2,8 @@ package gate
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -31,6 +33,7 @@ type compiledLimit struct {
 	byIP       bool        // the key has the ip dimension
 	byModel    bool        // the key has the model dimension
 	byUpstream bool        // the key has the upstream dimension
+	byCaller   bool        // the key has the user or api_key dimension
 	attrs      []string    // the attributes the key names (attr.NAME), without the prefix
 	extra      int         // 1 + the index of a request's extra limit; 0 for a configured one
 	fixedKey   string      // a control-plane level's limit: its key, whatever the request
@@ -65,6 +68,7 @@ func compileLimit(l config.LimitConfig) (*compiledLimit, error) {
 		byIP:       slices.Contains(l.Dimensions, "ip"),
 		byModel:    slices.Contains(l.Dimensions, "model"),
 		byUpstream: slices.Contains(l.Dimensions, "upstream"),
+		byCaller:   slices.Contains(l.Dimensions, "user") || slices.Contains(l.Dimensions, "api_key"),
 		attrs:      attrDims(l.Dimensions),
 	}, nil
 }
@@ -97,6 +101,7 @@ func compileBudget(b config.BudgetConfig) *compiledLimit {
 		dims:       []string{b.Scope},
 		dimension:  b.Scope,
 		budget:     true,
+		byCaller:   b.Scope != "tenant",
 		period:     b.Period,
 		tagged:     true,
 		failClosed: b.OnStoreFailure == "fail_closed",
@@ -207,8 +212,19 @@ func ipKey(ip string) string {
 // global limit's counter in tenant acme's Redis Cluster slot, under acme's
 // generation marker, and a stale answer there would restore acme's
 // counters. A value without them, which every configured name and priced
-// model is, is written as it is.
+// model is, is written as it is. A value longer than maxKeyValue bytes
+// is written as its first bytes, "%~" and its SHA-256 in hex, which no
+// shorter value's writing holds (each of its '%' starts a %XX): a key
+// stays within a few kilobytes whatever a caller sends, and no two values
+// share one.
 func writeKeyValue(b *strings.Builder, v string) {
+	if len(v) > maxKeyValue {
+		sum := sha256.Sum256([]byte(v))
+		writeKeyValue(b, v[:maxKeyValue-2-2*sha256.Size])
+		b.WriteString("%~")
+		b.WriteString(hex.EncodeToString(sum[:]))
+		return
+	}
 	if !strings.ContainsAny(v, "%:={}") {
 		b.WriteString(v)
 		return
@@ -230,6 +246,13 @@ func writeKeyValue(b *strings.Builder, v string) {
 		}
 	}
 }
+
+// maxKeyValue bounds the bytes of a dimension's value a limit's key holds
+// as it is (before escaping): the longest model name costgate takes
+// (costmodel.MaxModelName), above the longest tenant, user or key the
+// ledger records (ledger.MaxKeyField), so that no counter the ledger
+// restores is written any other way.
+const maxKeyValue = costmodel.MaxModelName
 
 // callerScoped tells whether the limit's key depends on the caller alone
 // (tenant, user, api_key), so that it has one state per caller: budgets,

@@ -284,8 +284,9 @@ func (g *Gate) Reserve(ctx context.Context, req *Request) (*Reservation, Decisio
 	}
 	t := g.begin(ctx, telemetry.StageDebit)
 	r.collect()
-	var d Decision
+	d, refused := r.capKeys()
 	switch {
+	case refused:
 	case r.req.Served:
 		d = r.served(ctx)
 	case r.req.Check:
@@ -1049,8 +1050,10 @@ func (r *Reservation) settle(ctx context.Context, c Charge, actual []int64, stor
 			actual = r.actualInto(c, r.actualBuf[:0])
 		}
 		if r.ext != nil {
+			r.refreshKeys()
 			r.settleExtended(ctx, actual)
 		} else if !unchanged(r.items, actual) {
+			r.refreshKeys()
 			if err := r.store().Settle(ctx, r.resID, r.items, actual); err != nil {
 				r.g.log.Warn("limiter settle failed", "request_id", r.req.ID, "err", err)
 				if !r.degraded {

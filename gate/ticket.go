@@ -1055,6 +1055,7 @@ func (g *Gate) expireLoop(ctx context.Context) {
 			return
 		case now := <-tick.C:
 			g.expireHolds(now)
+			g.keys.expire(now)
 		}
 	}
 }

@@ -196,6 +196,36 @@ func (l Limit) Capacity() int64 {
 	return l.Rate
 }
 
+// KeyLife bounds how long a store keeps a key of the limit after a debit,
+// a settlement or a renewal writes it: a token bucket or GCRA until it has
+// repaid its most debt (two capacities: ceil(2 x capacity / Rate)
+// periods), a fixed window until its window ends (Period; a calendar
+// month, 31 days), a sliding window until the window after it ends (two
+// periods), a sliding log or a concurrency limit until its newest mark
+// leaves (Period), each with the store's slack (the period, at most a
+// minute) and a second for rounding; a leased limit's lease index lives
+// two lease lives and a period more. A caller that counts a store's keys
+// (one per key it passed in an Item) may forget a key KeyLife after its
+// last write. The limit must be valid.
+func (l Limit) KeyLife() time.Duration {
+	slack := min(l.Period, time.Minute) + time.Second
+	period := l.Period
+	switch {
+	case l.Calendar != NoCalendar:
+		period, slack = time.Duration(maxMonth)*time.Microsecond, time.Minute+time.Second
+	case l.Algorithm == TokenBucket || l.Algorithm == GCRA:
+		// At most maxRefill µs, which a Duration holds (Validate).
+		period *= time.Duration(ceilDiv(2*l.Capacity(), max(l.Rate, 1)))
+	case l.Algorithm == SlidingWindow:
+		period *= 2
+	}
+	life := period + slack
+	if l.Lease.On() {
+		life += 2*l.Lease.Life() + l.Period
+	}
+	return life
+}
+
 // String describes the limit, for example "tenant-tokens: token_bucket
 // 1000/1m0s burst 2000" or "budget: fixed_window 500/month".
 func (l Limit) String() string {

@@ -33,7 +33,11 @@ type MemoryConfig struct {
 // sharded by key: a debit locks only the shards of its own keys, in a fixed
 // order, so there is no global lock. Every key expires once its limit would
 // be full again; a small sweep every few hundred writes to a shard drops the
-// keys expired for a minute.
+// keys expired for a minute, and a shard that has doubled since its last
+// whole sweep is swept whole, so that keys made faster than the small
+// sweeps find them (a reservation's record per request, a counter per new
+// value) hold at most about twice what is alive or expired within the
+// minute, at an amortized constant cost per key.
 //
 // Memory is safe for concurrent use. Use NewMemory to make one.
 type Memory struct {
@@ -49,13 +53,17 @@ const (
 	sweepEvery = 256 // writes to a shard between sweeps
 	sweepScan  = 32  // entries a sweep looks at
 	sweepGrace = int64(time.Minute / time.Microsecond)
+	// sweepFloor is the least size a shard doubles from before a whole
+	// sweep.
+	sweepFloor = 64
 )
 
 type shard struct {
 	mu     sync.Mutex
 	m      map[memKey]*entry
 	writes uint32
-	_      [40]byte // keeps neighbouring shards' locks off one cache line
+	swept  int      // entries left by the last whole sweep
+	_      [32]byte // keeps neighbouring shards' locks off one cache line
 }
 
 // memKey names one key of one limit, or (algo == recordAlgo) a reservation.
@@ -213,9 +221,21 @@ func (m *Memory) put(h *held, i int, e *entry, ttl int64) {
 		e.expires = h.now + ttl
 	}
 	sh.m[k] = e
-	if sh.writes++; sh.writes%sweepEvery == 0 {
+	if n := len(sh.m); n > 2*max(sh.swept, sweepFloor) {
+		sh.sweepAll(h.now)
+	} else if sh.writes++; sh.writes%sweepEvery == 0 {
 		sh.sweep(h.now)
 	}
+}
+
+// sweepAll drops every entry expired for sweepGrace.
+func (sh *shard) sweepAll(now int64) {
+	for k, e := range sh.m {
+		if e.expires+sweepGrace <= now {
+			delete(sh.m, k)
+		}
+	}
+	sh.swept = len(sh.m)
 }
 
 // sweep looks at up to sweepScan entries, starting where map iteration
