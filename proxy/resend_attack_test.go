@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -255,5 +256,42 @@ func TestResendAtkProxyIdlePool(t *testing.T) {
 	served := up.served.Load()
 	if want := costmodel.NanoUSD(served) * costmodel.Dollar / 1000; billed < want {
 		t.Errorf("the upstream served %d calls (%v, %d cut), costgate billed %v for %d requests", served, want, up.cuts.Load(), billed, idle+1)
+	}
+}
+
+// TestResendRedirectIsTheAnswer: an upstream's 307 (which would have an
+// http.Client send the request, body and all, to another URL) is the
+// client's answer: costgate does not follow it, so the upstream serves
+// one request for the one billed, and the client sees the redirect.
+func TestResendRedirectIsTheAnswer(t *testing.T) {
+	var calls atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Location", "/elsewhere")
+		w.WriteHeader(http.StatusTemporaryRedirect)
+	}))
+	defer up.Close()
+	s := newStackWith(t, stackOptions{extra: `
+  - name: gen
+    kind: generic
+    base_url: ` + up.URL + `
+    cost: {per_call: "0.001"}
+` + roomyLimits})
+	req, err := http.NewRequest(http.MethodPost, s.url+"/u/gen/run", strings.NewReader(`{"q":"x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer cg-test-acme")
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	e := s.settled(t, 1)[0]
+	if resp.StatusCode != http.StatusTemporaryRedirect || calls.Load() != 1 || e.ActualCost != costmodel.Dollar/1000 {
+		t.Errorf("status %d, %d upstream calls, charged %v: want the 307, 1 call, $0.001", resp.StatusCode, calls.Load(), e.ActualCost)
 	}
 }
