@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/internal/sendonce"
 )
 
 // DefaultMaxBody is a Transport's default bound on the request and
@@ -161,7 +162,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(out)
 		return nil, err
 	}
-	sendOnce(out)
+	sendonce.Prepare(out) // one request the upstream bills, one charge (TestResendAtk*)
 	// Whether the request reached the API: one written whole may have
 	// been served (and billed) even when its answer never comes back.
 	var wrote atomic.Bool
@@ -474,60 +475,6 @@ func readBounded(r io.Reader, limit int64) ([]byte, error) {
 	}
 	return b, nil
 }
-
-// sendOnce makes out a request that Base, an http.Transport, sends at
-// most once to the API within one RoundTrip. The Transport sends a
-// request again, unasked, when a kept-alive connection breaks after the
-// request was written and before the answer's status line, if it takes
-// the request for replayable: a GET, HEAD, OPTIONS or TRACE, or one with
-// an Idempotency-Key or X-Idempotency-Key header, that has no body or can
-// rewind it (GetBody, which http.NewRequest sets for a bytes.Reader). An
-// API that ran the first serves, and bills, both; the Transport reserves
-// and settles one (TestResendAtkTransportReplayable).
-//
-// So out has a body the Transport cannot rewind: GetBody goes (the
-// caller's request keeps it, for http.Client's redirects), and a GET,
-// HEAD, OPTIONS, DELETE or TRACE with no body gets an empty one, which the
-// Transport reads before it writes the request and sends as no body
-// (over HTTP/1.1 no Content-Length, though a TRACE's goes chunked; over
-// HTTP/2 an empty end of stream after the headers). Another method with no body (an empty one would go chunked,
-// which some servers refuse) keeps its Content-Length: 0 and has its
-// idempotency key sent under the field's name in lower case, which
-// servers read as the same field and the Transport, which looks for the
-// canonical name, does not. Over HTTP/2 such a request is still sent
-// again after the API refused its stream (REFUSED_STREAM, or a GOAWAY
-// that left it out, which say it was not run) or reset it as malformed
-// (PROTOCOL_ERROR). A call written whole that gets no answer fails and is
-// settled as the type's doc says, also when the connection was one the
-// API was closing as idle and the call never ran: the Transport cannot
-// tell the two apart. A Base that retries by itself is the caller's to
-// choose: each of its attempts is the one reservation's.
-func sendOnce(out *http.Request) {
-	out.GetBody = nil
-	if out.Body != nil && out.Body != http.NoBody {
-		return
-	}
-	switch out.Method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodDelete, http.MethodTrace:
-		out.Body = emptyBody{}
-	default:
-		for _, name := range []string{"Idempotency-Key", "X-Idempotency-Key"} {
-			if vs, ok := out.Header[name]; ok {
-				delete(out.Header, name)
-				lower := strings.ToLower(name)
-				out.Header[lower] = append(out.Header[lower], vs...)
-			}
-		}
-	}
-}
-
-// emptyBody is the body of a request that has none, sent by sendOnce:
-// the Transport cannot rewind it, and reads its end before it writes the
-// request.
-type emptyBody struct{}
-
-func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
-func (emptyBody) Close() error             { return nil }
 
 func closeBody(r *http.Request) {
 	if r.Body != nil {

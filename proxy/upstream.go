@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/internal/sendonce"
 )
 
 // upstream is one configured dependency and the reverse proxy that reaches
@@ -205,66 +205,8 @@ func (u *upstream) rewrite(pr *httputil.ProxyRequest) {
 			}
 		}
 	}
-	sendOnce(out)
+	sendonce.Prepare(out) // one request the upstream bills, one charge (TestResendAtk*)
 }
-
-// sendOnce makes out a request that net/http's Transport sends at most
-// once to the upstream. The Transport sends a request again, unasked,
-// when a kept-alive connection breaks after the request was written and
-// before the answer's status line, if it takes the request for
-// replayable: a GET, HEAD, OPTIONS or TRACE, or one with an
-// Idempotency-Key or X-Idempotency-Key header, that has no body or can
-// rewind it (GetBody), and it tries each kept-alive connection it holds
-// before a new one. An upstream that ran the first serves, and bills,
-// each; costgate debits and settles one (TestResendAtkProxyReplayable,
-// TestResendAtkProxyIdlePool).
-//
-// So out has a body the Transport cannot rewind: GetBody goes, and a GET,
-// HEAD, OPTIONS or DELETE with no body gets an empty one, which the
-// Transport reads before it writes the request and sends as no body
-// (over HTTP/1.1 no Content-Length and no chunked coding; over HTTP/2 an
-// empty end of stream after the headers). A
-// POST, PUT or PATCH with no body (an empty one would go chunked, which
-// some servers refuse) keeps its Content-Length: 0 and has its
-// idempotency key sent under the field's name in lower case, which
-// servers read as the same field and the Transport, which looks for the
-// canonical name, does not. Over HTTP/2 such a request is still sent
-// again after the upstream refused its stream (REFUSED_STREAM, or a
-// GOAWAY that left it out, which say it was not run) or reset it as
-// malformed (PROTOCOL_ERROR). A request written whole that got no answer
-// is answered 502 and charged as the upstream bills it (see
-// exchange.unanswered), also when the connection was one the upstream
-// was closing as idle and the request never ran: costgate cannot tell the
-// two apart. One not written whole, or whose connection the Transport
-// found closed before it wrote it ("server closed idle connection"), is
-// answered 502 and not charged; only a POST, PUT or PATCH with no body is
-// still sent again by the Transport when it wrote none of it.
-func sendOnce(out *http.Request) {
-	out.GetBody = nil
-	if out.Body != nil && out.Body != http.NoBody {
-		return
-	}
-	switch out.Method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodDelete:
-		out.Body = emptyBody{}
-	default:
-		for _, name := range []string{"Idempotency-Key", "X-Idempotency-Key"} {
-			if vs, ok := out.Header[name]; ok {
-				delete(out.Header, name)
-				lower := strings.ToLower(name)
-				out.Header[lower] = append(out.Header[lower], vs...)
-			}
-		}
-	}
-}
-
-// emptyBody is the body of a request that has none, sent by
-// sendOnce: the Transport cannot rewind it, and reads its end before it
-// writes the request.
-type emptyBody struct{}
-
-func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
-func (emptyBody) Close() error             { return nil }
 
 // errUnaskedUpgrade is an upstream's 101 Switching Protocols to a request
 // that asked for no upgrade (rewrite drops the client's Upgrade).
