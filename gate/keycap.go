@@ -233,12 +233,13 @@ func (l *compiledLimit) chosen(r *Reservation) bool {
 	return false
 }
 
-// chosenItems appends to ids and exps the counter and the hold (Unix ns
-// from now) of each of r's items whose value the caller chose, and to
-// idx its index.
-func (r *Reservation) chosenItems(now int64, ids []uint64, exps []int64, idx []int) ([]uint64, []int64, []int) {
+// chosenItems appends to ids and exps the counter and the hold (Unix ns)
+// of each of r's items whose value the caller chose, and to idx its
+// index, and returns the time the holds count from. It reads the clock
+// only when there is such an item: most requests have none.
+func (r *Reservation) chosenItems(ids []uint64, exps []int64, idx []int) ([]uint64, []int64, []int, int64) {
 	if len(r.limits) != len(r.items) {
-		return ids, exps, idx
+		return ids, exps, idx, 0
 	}
 	for i, l := range r.limits {
 		if !l.chosen(r) {
@@ -246,10 +247,17 @@ func (r *Reservation) chosenItems(now int64, ids []uint64, exps []int64, idx []i
 		}
 		it := &r.items[i]
 		ids = append(ids, r.g.keys.id(it))
-		exps = append(exps, now+int64(it.Limit.KeyLife()))
+		exps = append(exps, int64(it.Limit.KeyLife()))
 		idx = append(idx, i)
 	}
-	return ids, exps, idx
+	if len(ids) == 0 {
+		return ids, exps, idx, 0
+	}
+	now := time.Now().UnixNano()
+	for i := range exps {
+		exps[i] += now
+	}
+	return ids, exps, idx, now
 }
 
 // capKeys makes room among the tenant's counters for those of r's items
@@ -266,8 +274,7 @@ func (r *Reservation) capKeys() (Decision, bool) {
 	var idsBuf [4]uint64
 	var expsBuf [4]int64
 	var idxBuf [4]int
-	now := time.Now().UnixNano()
-	ids, exps, idx := r.chosenItems(now, idsBuf[:0], expsBuf[:0], idxBuf[:0])
+	ids, exps, idx, now := r.chosenItems(idsBuf[:0], expsBuf[:0], idxBuf[:0])
 	if len(ids) == 0 {
 		return Decision{}, false
 	}
@@ -326,7 +333,7 @@ func (r *Reservation) refreshKeys() {
 	var idsBuf [4]uint64
 	var expsBuf [4]int64
 	var idxBuf [4]int
-	ids, exps, _ := r.chosenItems(time.Now().UnixNano(), idsBuf[:0], expsBuf[:0], idxBuf[:0])
+	ids, exps, _, _ := r.chosenItems(idsBuf[:0], expsBuf[:0], idxBuf[:0])
 	if len(ids) > 0 {
 		r.g.keys.refresh(r.req.Caller.Tenant, ids, exps)
 	}
