@@ -1,10 +1,7 @@
 package proxy_test
 
 import (
-	"bufio"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,108 +10,19 @@ import (
 	"testing"
 
 	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/internal/cuttest"
 )
 
-// cutUpstream is a raw HTTP/1.1 upstream on loopback that serves, and
-// bills, every request it reads whole. Once armed, it reads the next
-// request that comes on a kept-alive connection (one that carried a
-// request before), counts it as served, and closes the connection
-// without answering: the answer of a request the upstream ran is lost, as
-// a load balancer's cut or an upstream's restart loses it.
-type cutUpstream struct {
-	ln     net.Listener
-	armed  atomic.Bool
-	cutAll atomic.Bool // armed for good: every kept-alive request is cut
-	// warm, when set, holds the answers to the first warm requests until
-	// all have come, each on a connection of its own.
-	warm    int64
-	release chan struct{}
-	served  atomic.Int64 // requests read whole, the cut one included
-	cuts    atomic.Int64 // requests read whole and left unanswered
-	wg      sync.WaitGroup
-
-	mu    sync.Mutex
-	conns map[net.Conn]bool
-	heads []http.Header // each request's header, as read, in order
-	tes   [][]string    // each request's transfer codings
-}
-
-func newCutUpstream(t *testing.T) *cutUpstream {
+// perCallStack is a stack whose upstream gen, at url, is a generic API
+// that bills $0.001 a call.
+func perCallStack(t *testing.T, url string) *stack {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &cutUpstream{ln: ln, conns: map[net.Conn]bool{}, release: make(chan struct{})}
-	u.wg.Add(1)
-	go u.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		u.mu.Lock()
-		for c := range u.conns {
-			c.Close()
-		}
-		u.mu.Unlock()
-		u.wg.Wait()
-	})
-	return u
-}
-
-func (u *cutUpstream) url() string { return "http://" + u.ln.Addr().String() }
-
-func (u *cutUpstream) accept() {
-	defer u.wg.Done()
-	for {
-		c, err := u.ln.Accept()
-		if err != nil {
-			return
-		}
-		u.mu.Lock()
-		u.conns[c] = true
-		u.mu.Unlock()
-		u.wg.Add(1)
-		go u.serve(c)
-	}
-}
-
-func (u *cutUpstream) serve(c net.Conn) {
-	defer u.wg.Done()
-	defer func() {
-		u.mu.Lock()
-		delete(u.conns, c)
-		u.mu.Unlock()
-		c.Close()
-	}()
-	br := bufio.NewReader(c)
-	for n := 0; ; n++ {
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			return
-		}
-		if _, err := io.Copy(io.Discard, req.Body); err != nil {
-			return
-		}
-		k := u.served.Add(1)
-		u.mu.Lock()
-		u.heads = append(u.heads, req.Header)
-		u.tes = append(u.tes, req.TransferEncoding)
-		u.mu.Unlock()
-		if n > 0 && (u.cutAll.Load() || u.armed.CompareAndSwap(true, false)) {
-			u.cuts.Add(1)
-			return
-		}
-		if u.warm > 0 && k <= u.warm {
-			if k == u.warm {
-				close(u.release)
-			}
-			<-u.release
-		}
-		const answer = `{"ok":true}`
-		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(answer))
-		if req.Method != http.MethodHead {
-			io.WriteString(c, answer)
-		}
-	}
+	return newStackWith(t, stackOptions{extra: `
+  - name: gen
+    kind: generic
+    base_url: ` + url + `
+    cost: {per_call: "0.001"}
+` + roomyLimits})
 }
 
 // TestResendAtkProxyReplayable: a generic upstream bills $0.001 a call.
@@ -141,13 +49,8 @@ func TestResendAtkProxyReplayable(t *testing.T) {
 		{http.MethodDelete, "X-Idempotency-Key"},
 	} {
 		t.Run(strings.TrimSpace(c.method+" "+c.header), func(t *testing.T) {
-			up := newCutUpstream(t)
-			s := newStackWith(t, stackOptions{extra: `
-  - name: gen
-    kind: generic
-    base_url: ` + up.url() + `
-    cost: {per_call: "0.001"}
-` + roomyLimits})
+			up := cuttest.New(t, `{"ok":true}`)
+			s := perCallStack(t, up.URL())
 			send := func() int {
 				req, err := http.NewRequest(c.method, s.url+"/u/gen/search?q=x", nil)
 				if err != nil {
@@ -171,12 +74,12 @@ func TestResendAtkProxyReplayable(t *testing.T) {
 			// The next request on the kept-alive connection is cut. One
 			// that finds no idle connection goes on a new one, answered;
 			// the next one then finds it.
-			up.armed.Store(true)
+			up.Armed.Store(true)
 			sent := 1
-			for ; sent < 6 && up.cuts.Load() == 0; sent++ {
+			for ; sent < 6 && up.Cuts.Load() == 0; sent++ {
 				send()
 			}
-			if up.cuts.Load() != 1 {
+			if up.Cuts.Load() != 1 {
 				t.Fatalf("no request was cut in %d", sent)
 			}
 			es := s.settled(t, sent)
@@ -184,14 +87,13 @@ func TestResendAtkProxyReplayable(t *testing.T) {
 			for _, e := range es {
 				billed += e.ActualCost
 			}
-			served := up.served.Load()
+			served := up.Served.Load()
 			if want := costmodel.NanoUSD(served) * costmodel.Dollar / 1000; billed < want {
 				t.Errorf("the upstream served %d calls (%v), costgate billed %v for %d requests", served, want, billed, sent)
 			}
-			up.mu.Lock()
-			defer up.mu.Unlock()
-			for i, h := range up.heads {
-				cl, te := h.Get("Content-Length"), up.tes[i]
+			for i, r := range up.Requests() {
+				h := r.Header
+				cl, te := h.Get("Content-Length"), r.TransferEncoding
 				if c.method == http.MethodPost && cl != "0" || c.method != http.MethodPost && cl != "" || len(te) != 0 {
 					t.Errorf("request %d went out with Content-Length %q, Transfer-Encoding %q", i, cl, te)
 				}
@@ -213,14 +115,9 @@ func TestResendAtkProxyReplayable(t *testing.T) {
 // the upstream serves no more requests than costgate bills.
 func TestResendAtkProxyIdlePool(t *testing.T) {
 	const idle = 4
-	up := newCutUpstream(t)
-	up.warm = idle
-	s := newStackWith(t, stackOptions{extra: `
-  - name: gen
-    kind: generic
-    base_url: ` + up.url() + `
-    cost: {per_call: "0.001"}
-` + roomyLimits})
+	up := cuttest.New(t, `{"ok":true}`)
+	up.Warm = idle
+	s := perCallStack(t, up.URL())
 	send := func() int {
 		req, err := http.NewRequest(http.MethodGet, s.url+"/u/gen/search?q=x", nil)
 		if err != nil {
@@ -246,16 +143,16 @@ func TestResendAtkProxyIdlePool(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	up.cutAll.Store(true)
+	up.CutAll.Store(true)
 	send()
 	es := s.settled(t, idle+1)
 	var billed costmodel.NanoUSD
 	for _, e := range es {
 		billed += e.ActualCost
 	}
-	served := up.served.Load()
+	served := up.Served.Load()
 	if want := costmodel.NanoUSD(served) * costmodel.Dollar / 1000; billed < want {
-		t.Errorf("the upstream served %d calls (%v, %d cut), costgate billed %v for %d requests", served, want, up.cuts.Load(), billed, idle+1)
+		t.Errorf("the upstream served %d calls (%v, %d cut), costgate billed %v for %d requests", served, want, up.Cuts.Load(), billed, idle+1)
 	}
 }
 
@@ -272,12 +169,7 @@ func TestResendRedirectIsTheAnswer(t *testing.T) {
 		w.WriteHeader(http.StatusTemporaryRedirect)
 	}))
 	defer up.Close()
-	s := newStackWith(t, stackOptions{extra: `
-  - name: gen
-    kind: generic
-    base_url: ` + up.URL + `
-    cost: {per_call: "0.001"}
-` + roomyLimits})
+	s := perCallStack(t, up.URL)
 	req, err := http.NewRequest(http.MethodPost, s.url+"/u/gen/run", strings.NewReader(`{"q":"x"}`))
 	if err != nil {
 		t.Fatal(err)
