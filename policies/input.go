@@ -56,7 +56,7 @@ type Request struct {
 	// their canonical names: an Anthropic advisor tool's, its fallbacks'. A
 	// policy that keeps a plan off a model must look here too: a
 	// request to a cheap model with an advisor on the other one runs it.
-	OtherModels []string `json:"other_models"`
+	OtherModels []string `json:"other_models,omitempty"`
 	Stream      bool     `json:"stream"`
 	// MaxOutputTokens is the output token cap the client sent (max_tokens,
 	// max_output_tokens, max_completion_tokens); 0 means none was sent.

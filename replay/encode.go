@@ -38,6 +38,16 @@ func appendRecord(b []byte, id string, in *policies.Input, d *Taken) []byte {
 	b = jsonscan.AppendString(b, r.Upstream)
 	b = append(b, `,"model":`...)
 	b = jsonscan.AppendString(b, r.Model)
+	if len(r.OtherModels) > 0 {
+		b = append(b, `,"other_models":[`...)
+		for i, m := range r.OtherModels {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = jsonscan.AppendString(b, m)
+		}
+		b = append(b, ']')
+	}
 	b = append(b, `,"stream":`...)
 	b = strconv.AppendBool(b, r.Stream)
 	b = append(b, `,"max_output_tokens":`...)

@@ -16,6 +16,7 @@ func TestEncodeMatchesEncodingJSON(t *testing.T) {
 	full.Request.Attributes = map[string]string{"tier": "gold", "b": "<&>"}
 	full.Request.Stream = true
 	full.Request.Page = 3
+	full.Request.OtherModels = []string{"claude-opus-4-6", "o\"dd"}
 	full.Caller.User = "zoë \"q\" \\ \x01 \xff"
 	tests := []struct {
 		name string
