@@ -328,7 +328,6 @@ func (e *Estimator) costOf(m model, u Usage) NanoUSD {
 		total = AddSat(total, price.Cost(su))
 		rest = rest.without(p.usage)
 	}
-	rest.Steps = nil
 	return AddSat(total, m.price.Cost(rest))
 }
 
