@@ -16,7 +16,9 @@
 # stopped at the end. Nothing is flushed: a Redis of REDIS_URL keeps the
 # runs' keys until they expire.
 #
-# Then, for 1 and then 3 descriptors, it runs gubernator, costgate and
+# Then, for 1 and then 3 descriptors, it runs gubernator, the null server
+# (the harness's own RLS server that answers OK and decides nothing: what
+# grpc-go costs any Go RLS server, the floor), costgate and
 # envoyproxy/ratelimit back to back, each a warm-up and a measured window,
 # and prints a table: decisions per second, the server's CPU per decision
 # (and its Redis's, for the two that keep their state there), and the
@@ -52,6 +54,8 @@
 # RLS_BENCH_LEASED (1; 0 skips costgate-leased: the same config with the
 # benchmark's descriptor limits leased), RLS_BENCH_LEASE (their lease
 # policy, "{max_share: 0.01, ttl: 10s}"),
+# RLS_BENCH_NULL (1; 0 skips the null rows: an RLS server in the harness
+# that answers OK without deciding anything, grpc-go's floor),
 # RLS_BENCH_RATELIMIT_VERSION (the module version of envoyproxy/ratelimit
 # to build), REDIS_URL (a Redis to use instead of a private one),
 # RLS_BENCH_REDIS_PID (its PID, to measure its CPU), and RLS_BENCH_KEEP, a
@@ -69,6 +73,7 @@ ADDR=${RLS_BENCH_ADDR:-127.0.0.1:8081}
 DOMAIN=${RLS_BENCH_DOMAIN:-costgate}
 ENVOY_RL=${RLS_BENCH_ENVOY_RATELIMIT:-1}
 LEASED=${RLS_BENCH_LEASED:-1}
+NULL=${RLS_BENCH_NULL:-1}
 LEASE=${RLS_BENCH_LEASE:-"{max_share: 0.01, ttl: 10s}"}
 # The version the module proxy served as @latest on 2026-12-01.
 RL_VERSION=${RLS_BENCH_RATELIMIT_VERSION:-v1.4.1-0.20260122083618-3fb702589d36}
@@ -271,6 +276,9 @@ for r in $(seq "$ROUNDS"); do
 	for d in 1 3; do
 		for rate in "${loads[@]}"; do
 			row "$r" -rate "$rate" -target gubernator -descriptors "$d"
+			if [ "$NULL" != 0 ]; then
+				row "$r" -rate "$rate" -target null -descriptors "$d"
+			fi
 			if [ -z "$costgate_skip" ]; then
 				row "$r" -rate "$rate" -target rls -label costgate -addr "$ADDR" -descriptors "$d" -pid "$costgate_pid" ${redis_pid:+-store-pid "$redis_pid"}
 			fi

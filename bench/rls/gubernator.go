@@ -147,39 +147,48 @@ func serveGubernator(addr string) error {
 	return nil
 }
 
-// A child is the harness run again as a gubernator server, so that its CPU
-// time is read apart from the load generator's, as an external server's.
+// A child is the harness run again as a server (gubernator's, or the null
+// RLS server), so that its CPU time is read apart from the load
+// generator's, as an external server's.
 type child struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	addr  string
 }
 
-// spawnGubernator starts the child and waits up to 30 s for its address.
+// spawnGubernator starts the gubernator child and waits up to 30 s for its
+// address.
 func spawnGubernator() (*child, error) {
+	return spawnChild("gubernator", "-serve-gubernator")
+}
+
+// spawnChild starts the harness again with flag (-serve-gubernator,
+// -serve-null) on a free loopback port and waits up to 30 s for the line
+// "NAME: listening on ADDR".
+func spawnChild(name, flag string) (*child, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("gubernator child: %w", err)
+		return nil, fmt.Errorf("%s child: %w", name, err)
 	}
-	cmd := exec.Command(exe, "-serve-gubernator", "127.0.0.1:0")
+	cmd := exec.Command(exe, flag, "127.0.0.1:0")
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return nil, fmt.Errorf("gubernator child: %w", err)
+		return nil, fmt.Errorf("%s child: %w", name, err)
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, fmt.Errorf("gubernator child: %w", err)
+		return nil, fmt.Errorf("%s child: %w", name, err)
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("gubernator child: %w", err)
+		return nil, fmt.Errorf("%s child: %w", name, err)
 	}
 	c := &child{cmd: cmd, stdin: stdin}
 	lines := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "gubernator: listening on "); ok {
+			if a, ok := strings.CutPrefix(sc.Text(), name+": listening on "); ok {
 				lines <- a
 				break
 			}
@@ -191,13 +200,13 @@ func spawnGubernator() (*child, error) {
 	case a, ok := <-lines:
 		if !ok {
 			c.close()
-			return nil, errors.New("gubernator child: exited before listening")
+			return nil, fmt.Errorf("%s child: exited before listening", name)
 		}
 		c.addr = a
 		return c, nil
 	case <-time.After(30 * time.Second):
 		c.close()
-		return nil, errors.New("gubernator child: not listening after 30 s")
+		return nil, fmt.Errorf("%s child: not listening after 30 s", name)
 	}
 }
 

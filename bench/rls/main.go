@@ -13,6 +13,11 @@
 // (one per descriptor). The descriptors are those of descriptors.go (or
 // -entries); a run spreads its calls over -keys distinct key indexes.
 //
+// -target null without -addr starts, in a child process, an RLS server
+// that answers every request OK without deciding anything: what grpc-go
+// and the generated protobuf code cost a Go RLS server per call, the floor
+// under every figure here.
+//
 // -target gubernator without -addr starts gubernator in a child process
 // (this program again, with -serve-gubernator), a single node that owns
 // every key, so that its CPU time is read apart from the load generator's,
@@ -79,6 +84,7 @@ type options struct {
 	storePID        int
 	json            bool
 	serveGubernator string
+	serveNull       string
 	freePort        bool
 
 	pattern pattern // from -entries, else the scheme of -descriptors
@@ -88,7 +94,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("rlsbench", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&o.target, "target", "rls", "rls (an Envoy RLS v3 server at -addr) or gubernator")
+	fs.StringVar(&o.target, "target", "rls", "rls (an Envoy RLS v3 server at -addr), gubernator, or null (an RLS server that answers OK and decides nothing: grpc-go's floor)")
 	fs.StringVar(&o.label, "label", "", "name of the target in the output (default: -target)")
 	fs.StringVar(&o.addr, "addr", "", "server's gRPC address (rls default: 127.0.0.1:8081; gubernator default: start one in a child process)")
 	fs.StringVar(&o.domain, "domain", "costgate", "RLS domain of the requests")
@@ -108,6 +114,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.IntVar(&o.storePID, "store-pid", 0, "PID of the server's store (redis-server) whose CPU is measured too (0: none)")
 	fs.BoolVar(&o.json, "json", false, "print the result as one JSON object")
 	fs.StringVar(&o.serveGubernator, "serve-gubernator", "", "serve gubernator's gRPC on this address until stdin ends (the child's role)")
+	fs.StringVar(&o.serveNull, "serve-null", "", "serve the null RLS server on this address until stdin ends (the child's role)")
 	fs.BoolVar(&o.freePort, "freeport", false, "print a free loopback TCP port and exit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -151,6 +158,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	switch {
 	case o.serveGubernator != "":
 		return serveGubernator(o.serveGubernator)
+	case o.serveNull != "":
+		return serveNull(o.serveNull)
 	case o.freePort:
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -190,8 +199,20 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 				cfg.ServerPID = c.pid()
 			}
 		}
+	case "null":
+		if addr == "" {
+			c, err := spawnChild("null", "-serve-null")
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			addr = c.addr
+			if cfg.ServerPID == 0 {
+				cfg.ServerPID = c.pid()
+			}
+		}
 	default:
-		return fmt.Errorf("-target %q: want rls or gubernator", o.target)
+		return fmt.Errorf("-target %q: want rls, gubernator or null", o.target)
 	}
 
 	conns := make([]*grpc.ClientConn, o.conns)
@@ -203,7 +224,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		defer conns[i].Close()
 	}
 	var c caller
-	if o.target == "rls" {
+	if o.target != "gubernator" {
 		c = newRLSCaller(conns, o.domain, p, o.keys, uint32(o.hits))
 	} else {
 		c = newGuberCaller(conns, p, o.keys, int64(o.hits), o.limit, o.limitDuration)

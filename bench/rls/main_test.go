@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -334,5 +336,26 @@ func TestDriveChargesTheServersBacklog(t *testing.T) {
 	}
 	if slow.Max < 250 || slow.P90 < 50 {
 		t.Errorf("a worker stalled 300 ms: p90 %.3f ms, max %.3f ms; want its backlog charged", slow.P90, slow.Max)
+	}
+}
+
+// TestNull runs -target null: the harness starts the null RLS server in a
+// child process (a test binary cannot, so it is built first), and every
+// call is answered OK with the child's CPU measured.
+func TestNull(t *testing.T) {
+	exe := filepath.Join(t.TempDir(), "rlsbench")
+	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(exe, "-target", "null", "-descriptors", "3", "-concurrency", "4", "-duration", "300ms", "-warmup", "0s", "-json").Output()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var res Result
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if res.Target != "null" || res.Decisions == 0 || res.Errors != 0 || res.OverLimit != 0 || res.ServerCPU == nil {
+		t.Fatalf("got %s, want decisions, no error, nothing over the limit, the child's CPU", out)
 	}
 }
