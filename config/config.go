@@ -115,8 +115,9 @@ type StoreConfig struct {
 	// limit keyed by an attribute (attr.NAME) or by ip, by a model the
 	// price table does not know, by a user or key that only the rate
 	// limit service names, and every rate limit service descriptor's
-	// counter. A request that would make one more is refused (429
-	// too_many_keys) and writes nothing, so that one tenant cannot fill
+	// counter. A request that would make one more is refused (429, its
+	// code the limit's name, its policy store.max_keys_per_tenant) and
+	// writes nothing, so that one tenant cannot fill
 	// the store (Redis under maxmemory refuses every write, the other
 	// tenants' included). A counter is held until it may have expired in
 	// the store (weighted.Limit.KeyLife after its last write). N replicas

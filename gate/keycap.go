@@ -262,8 +262,9 @@ func (r *Reservation) chosenItems(ids []uint64, exps []int64, idx []int) ([]uint
 
 // capKeys makes room among the tenant's counters for those of r's items
 // whose values it chose, before the store writes them (see keyCap). When
-// they do not fit under store.max_keys_per_tenant, it refuses r (429
-// too_many_keys, naming the first such limit) and writes nothing;
+// they do not fit under store.max_keys_per_tenant, it refuses r (429 whose
+// code is the first such limit's name, as any limit's refusal is, and
+// whose policy is store.max_keys_per_tenant) and writes nothing;
 // usage already served (Request.Served), which is counted whatever its
 // limits say, and shadow limits, which never refuse, lose those items
 // instead: their counters are not made.
@@ -299,7 +300,7 @@ func (r *Reservation) capKeys() (Decision, bool) {
 	r.outcome, r.answer, r.blocked = telemetry.OutcomeHard, http.StatusTooManyRequests, l
 	r.items = r.items[:0]
 	d := refusal(telemetry.OutcomeHard, http.StatusTooManyRequests, Error{
-		Type: "rate_limit_exceeded", Code: "too_many_keys", Policy: l.limit.Name,
+		Type: "rate_limit_exceeded", Code: l.limit.Name, Policy: keyCapPolicy,
 		Message: fmt.Sprintf("limit %q: this tenant holds %d counters of values it chose (attributes, client addresses, unknown models, users or descriptor values), the most store.max_keys_per_tenant allows; a request with a new %s is refused until one expires, in %d s",
 			l.limit.Name, max, l.dimension, retry),
 		RetryAfterMS: (time.Duration(next-now) + time.Millisecond - 1).Milliseconds(),
@@ -307,6 +308,11 @@ func (r *Reservation) capKeys() (Decision, bool) {
 	d.RetryAfter = retry
 	return d, true
 }
+
+// keyCapPolicy is the policy of a refusal by the key cap (capKeys): its
+// code is the limit's name, as CONTRACT.md has it for every limit's
+// refusal, and its policy says which rule refused.
+const keyCapPolicy = "store.max_keys_per_tenant"
 
 // dropItems removes r's items (and their limits) at the indexes idx, in
 // increasing order.

@@ -39,7 +39,7 @@ limits:
 // TestKeyCapBound: store.max_keys_per_tenant (here 6) is the most
 // counters of values a tenant chose that a replica lets it make, exactly,
 // on the in-memory store and on Redis alike: the 7th new one is refused
-// (429 too_many_keys, naming the limit), writing nothing, and the
+// (429 with the limit's name as its code, policy store.max_keys_per_tenant), writing nothing, and the
 // counters held keep working. Counted: attributes in any spelling (case,
 // a trailing space, full-width letters, a 100 KB value, whose key stays
 // under 1,100 bytes), client addresses, models the price table does not
@@ -84,9 +84,9 @@ func TestKeyCapBound(t *testing.T) {
 					}
 				}
 				o := reserve(t, g, next)
-				if o.admitted || o.d.Status != http.StatusTooManyRequests || o.d.Error == nil || o.d.Error.Code != "too_many_keys" ||
+				if o.admitted || o.d.Status != http.StatusTooManyRequests || o.d.Error == nil || o.d.Error.Code != limit || o.d.Error.Policy != keyCapPolicy ||
 					!strings.Contains(o.d.Error.Message, fmt.Sprintf("%q", limit)) || o.d.RetryAfter < 1 {
-					t.Fatalf("the request past the cap: admitted %v, %d %+v (retry %d s); want 429 too_many_keys naming %q", o.admitted, o.d.Status, o.d.Error, o.d.RetryAfter, limit)
+					t.Fatalf("the request past the cap: admitted %v, %d %+v (retry %d s); want 429 with code %[5]q and policy store.max_keys_per_tenant naming %[5]q", o.admitted, o.d.Status, o.d.Error, o.d.RetryAfter, limit)
 				}
 			}
 			job := func(c *Caller, v string) Request {
@@ -130,7 +130,7 @@ func TestKeyCapBound(t *testing.T) {
 				fill(t, g, []Request{both(1), both(2), both(3)}, both(4), "per-job")
 				check := job(acme, "j9")
 				check.Check = true
-				if o := reserve(t, g, check); o.admitted || o.d.Error == nil || o.d.Error.Code != "too_many_keys" {
+				if o := reserve(t, g, check); o.admitted || o.d.Error == nil || o.d.Error.Code != "per-job" || o.d.Error.Policy != keyCapPolicy {
 					t.Errorf("a check of a new job past the cap: admitted %v, %+v", o.admitted, o.d.Error)
 				}
 			})

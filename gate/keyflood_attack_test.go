@@ -43,7 +43,7 @@ func redisUsedMemory(t *testing.T, c *redis.Client) int64 {
 // requests an hour, was admitted 5 more on the local fallback (7 of 5;
 // fail_open) or refused every one with 503 (fail_closed), and so was
 // initech, a tenant with no request before. Held: acme is refused its
-// 4,097th new job (429 too_many_keys naming the limit,
+// 4,097th new job (429 of the limit, by store.max_keys_per_tenant,
 // store.max_keys_per_tenant's default) and keeps the jobs it holds, Redis
 // stays below maxmemory, and the others are decided by their own limits,
 // none of them on the fallback.
@@ -116,8 +116,8 @@ limits:
 			}
 			used := redisUsedMemory(t, rc)
 			t.Logf("acme: %d new jobs admitted, then %d %v (degraded %v); Redis at %d bytes", flood, refusal.Status, refusal.Error, refusal.Degraded, used)
-			if refusal.Status != http.StatusTooManyRequests || refusal.Error == nil || refusal.Error.Code != "too_many_keys" || refusal.Degraded {
-				t.Errorf("acme's flood ended with %d %+v (degraded %v) after %d new jobs; want 429 too_many_keys", refusal.Status, refusal.Error, refusal.Degraded, flood)
+			if refusal.Status != http.StatusTooManyRequests || refusal.Error == nil || refusal.Error.Code != "per-job" || refusal.Error.Policy != keyCapPolicy || refusal.Degraded {
+				t.Errorf("acme's flood ended with %d %+v (degraded %v) after %d new jobs; want 429 of per-job by store.max_keys_per_tenant", refusal.Status, refusal.Error, refusal.Degraded, flood)
 			}
 			if want := 4096; flood != want { // config.DefaultMaxKeysPerTenant
 				t.Errorf("acme made %d counters of its jobs; want store.max_keys_per_tenant's %d", flood, want)

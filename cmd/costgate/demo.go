@@ -188,7 +188,11 @@ loop:
 		}
 	}
 	wg.Wait()
+	// The last table reads the ledger: every request settled, and its
+	// entry applied (the spool writes its store in batches), so that none
+	// shows as still reserved.
 	_ = srv.WaitIdle(ctx)
+	_ = srv.Ledger().Flush(ctx)
 	show()
 	if !*exit && ctx.Err() == nil {
 		fmt.Fprintf(stdout, "The traffic has stopped. The proxy (%s) and the dashboard (http://%s/admin/#token=%s) keep serving until you press Ctrl-C.\n",
