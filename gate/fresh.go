@@ -803,13 +803,12 @@ func (g *Gate) extraSpent(ctx context.Context, st *state, tenant string, it weig
 
 // limitCounters appends to items an item for every restorable limit keyed
 // by the caller alone (see compiledLimit.callerRestorable) of every
-// caller of tenant the gate lists, and
-// to counted what the ledger says each spent in the limit's window, in
-// its unit, skipping those seen (and marking the rest): a limit keyed by
-// the caller is a budget over a window of its own, in dollars, requests
-// or tokens, and a store that lost its counter must not admit that
-// window's spend again. The amounts are a fallback's of share replicas
-// (see shareOf).
+// caller of tenant the gate lists, and to counted what the ledger says
+// each spent in the limit's window, in its unit, skipping those seen (and
+// marking the rest): a limit keyed by the caller is a budget over a
+// window of its own, in dollars, requests or tokens, and a store that
+// lost its counter must not admit that window's spend again. The amounts
+// are a fallback's of share replicas (see shareOf).
 func (g *Gate) limitCounters(ctx context.Context, st *state, tenant string, items []weighted.Item, counted []int64,
 	seen map[string]bool, share int64) ([]weighted.Item, []int64, error) {
 	if !slices.ContainsFunc(st.limits, (*compiledLimit).callerRestorable) {

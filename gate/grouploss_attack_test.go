@@ -419,3 +419,43 @@ limits:
 		t.Fatalf("on the fallback: %d admitted of the 3 left of its 5 (4 of 10 spent, halved)", admitted)
 	}
 }
+
+// TestLimitLossAtkModelLimitsRateLimitServiceHits: the rate limit service
+// names its route (rls:DOMAIN), its callers (eve, a user no list holds)
+// and its model (here by a dated alias), and records a call in the
+// ledger only when it costs money or counts on a limit the ledger
+// restores (Reservation.Restorable). A debit of 60 unpriced hits of eve
+// on gpt-4o, on a limit of 100 requests a day per user and model, must be
+// recorded and counted after Redis loses its data: 40 hits are left, not
+// 100. Before, a model limit was not restorable: the service recorded
+// nothing of the hits, and eve had her 100 again.
+func TestLimitLossAtkModelLimitsRateLimitServiceHits(t *testing.T) {
+	awayFromWindowEdge(t, 24*time.Hour)
+	g, srv := groupGate(t, "{name: model-hits, dimensions: [user, model], unit: requests, rate: 100, period: 24h, algorithm: fixed_window}", false)
+	ctx := context.Background()
+	hits := func(n int64) (*Reservation, Decision) {
+		return g.Reserve(ctx, &Request{Caller: g.Trusted("acme", "eve", "", "small"), Route: "rls:llm", Requests: n,
+			Estimate: costmodel.Estimate{Model: "gpt-4o-2024-08-06"}})
+	}
+	res, d := hits(60)
+	if res == nil {
+		t.Fatalf("60 hits refused: %+v", d)
+	}
+	ch := Charge{HTTPStatus: 200}
+	if !res.Restorable(ch) {
+		t.Fatalf("60 unpriced hits on a model limit: not restorable, so the rate limit service records none of them")
+	}
+	if d, ok := res.Record(ctx); !ok {
+		t.Fatalf("record: %+v", d)
+	}
+	res.Settle(ctx, ch)
+	flushRedis(t, srv)
+	if res, d := hits(41); res != nil || d.Status != http.StatusTooManyRequests {
+		t.Fatalf("after Redis lost its data, 41 hits of the 40 left: admitted %v, status %d; want a 429", res != nil, d.Status)
+	}
+	res, d = hits(40)
+	if res == nil {
+		t.Fatalf("after Redis lost its data, the 40 hits left refused: %+v", d)
+	}
+	res.Settle(ctx, ch)
+}
