@@ -37,10 +37,12 @@ type store interface {
 // retries the call. So no request is charged against a counter that has
 // not been brought up to the ledger's spend, and a restart, a data loss
 // and a failover all give the same answer. So are the limits keyed by the
-// caller alone (compiledLimit.restorable), in dollars, requests or
-// tokens, to what the caller's entries counted in their window, and the
-// global dollar limits under their own tag (restoreGlobal). Other rate
-// limits (keyed by more than the caller, sliding logs, concurrency, the
+// caller (compiledLimit.restorable), alone or with the model, route or
+// upstream, in dollars, requests or tokens, to what the entries of the
+// caller (and of the model, route or upstream its key names) counted in
+// their window, and the global dollar limits under their own tag
+// (restoreGlobal). Other rate limits (keyed by an address, an attribute
+// or the region, which no entry records, sliding logs, concurrency, the
 // rate limit service's descriptors) are not restored: they come back
 // empty, which admits at most one more window of each.
 //
@@ -240,7 +242,9 @@ func (f *freshStore) restoreGlobal(ctx context.Context, extra []weighted.Item) e
 // The counters are those of the callers the gate lists (budgetCounters),
 // of the callers the ledger knows (ledgerCounters: users and keys that
 // only the rate limit service or the reserve API names), of the control
-// plane's levels, and extra. Its cost: a few reads of the ledger per
+// plane's levels, after a loss those of the limits keyed by the caller
+// (limitCounters, ledgerLimitCounters) and by model, route or upstream
+// (ledgerGroupCounters), and extra. Its cost: a few reads of the ledger per
 // budget period (see ledgerCounters), a read per listed caller and
 // budget, and one Redis call that restores every counter of the tenant
 // at once. Past restoreBatch of the ledger's callers, the others go in
@@ -281,6 +285,11 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 		}
 		// Batched with the ledger's callers of budgets, after them.
 		known, knownSpent = append(known, lk...), append(knownSpent, lkSpent...)
+		lg, lgSpent, err := f.g.ledgerGroupCounters(ctx, st, tenant, seen, f.share)
+		if err != nil {
+			return err
+		}
+		known, knownSpent = append(known, lg...), append(knownSpent, lgSpent...)
 	}
 	items, counted, err = extraCounters(items, counted, seen, extra, func(it weighted.Item) (int64, error) {
 		return f.g.extraSpent(ctx, st, tenant, it, lost, f.share)
@@ -782,7 +791,7 @@ func (g *Gate) extraSpent(ctx context.Context, st *state, tenant string, it weig
 		return g.budgetSpent(ctx, st, l, c, it.Key, lost, nil, share)
 	}
 	for _, l := range st.limits {
-		if !lost || l.limit.Name != it.Limit.Name || !l.restorable() {
+		if !lost || l.limit.Name != it.Limit.Name || !l.callerRestorable() {
 			continue
 		}
 		if c, ok := l.callerOfKey(tenant, it.Key); ok {
@@ -792,21 +801,21 @@ func (g *Gate) extraSpent(ctx context.Context, st *state, tenant string, it weig
 	return 0, nil
 }
 
-// limitCounters appends to items an item for every restorable limit (see
-// compiledLimit.restorable) of every caller of tenant the gate lists, and
-// to counted what the ledger says each spent in the limit's window, in
-// its unit, skipping those seen (and marking the rest): a limit keyed by
-// the caller is a budget over a window of its own, in dollars, requests
-// or tokens, and a store that lost its counter must not admit that
-// window's spend again. The amounts are a fallback's of share replicas
-// (see shareOf).
+// limitCounters appends to items an item for every restorable limit keyed
+// by the caller alone (see compiledLimit.callerRestorable) of every
+// caller of tenant the gate lists, and to counted what the ledger says
+// each spent in the limit's window, in its unit, skipping those seen (and
+// marking the rest): a limit keyed by the caller is a budget over a
+// window of its own, in dollars, requests or tokens, and a store that
+// lost its counter must not admit that window's spend again. The amounts
+// are a fallback's of share replicas (see shareOf).
 func (g *Gate) limitCounters(ctx context.Context, st *state, tenant string, items []weighted.Item, counted []int64,
 	seen map[string]bool, share int64) ([]weighted.Item, []int64, error) {
-	if !slices.ContainsFunc(st.limits, (*compiledLimit).restorable) {
+	if !slices.ContainsFunc(st.limits, (*compiledLimit).callerRestorable) {
 		return items, counted, nil // no caller list to build
 	}
 	callers, userless := g.budgetCallers(st, tenant)
-	return callerCounters(st, callers, seen, items, counted, (*compiledLimit).restorable,
+	return callerCounters(st, callers, seen, items, counted, (*compiledLimit).callerRestorable,
 		func(l *compiledLimit, c *Caller, _ string) (int64, error) {
 			return g.limitSpent(ctx, st, l, c, userless, share)
 		})
@@ -860,7 +869,7 @@ func (g *Gate) ledgerLimitCounters(ctx context.Context, st *state, tenant string
 		counted []int64
 	)
 	for _, l := range st.limits {
-		if !l.restorable() || planKnown && !l.appliesTo(plan) {
+		if !l.callerRestorable() || planKnown && !l.appliesTo(plan) {
 			continue
 		}
 		byUser, byKey := slices.Contains(l.dims, "user"), slices.Contains(l.dims, "api_key")
@@ -903,6 +912,105 @@ func (g *Gate) ledgerLimitCounters(ctx context.Context, st *state, tenant string
 		}
 	}
 	return items, counted, nil
+}
+
+// ledgerGroupCounters returns an item for every counter of tenant's
+// restorable limits keyed by the caller and by model, route or upstream
+// (see compiledLimit.keyedByEntry) that the ledger's entries in the
+// limit's window name, with what those entries counted in the limit's
+// unit (see groupSpent), and marks them seen, skipping those seen
+// already. A counter's key is the one the gate debits for a request of
+// the entry's caller, route, upstream and model, the model by its
+// canonical name (see Reservation.Model), so that the entries of a
+// model's aliases count on one counter, as their requests did.
+//
+// Its reads of the ledger do not grow with the models, routes and
+// upstreams, nor with the callers: one grouped read of the tenant's
+// entries (Ledger.CountsBy) per window and grouping, this region's
+// entries only with regions (each region's store counts its own). While
+// the ledger's database is out, the counts are what this node knows
+// (see knownSpend: a fail-closed limit whose count is unknown fails the
+// restore). At most maxLedgerCallers counters, the most requests first;
+// past it, the others come back at 0 and a warning says so. The amounts
+// are a fallback's of share replicas (see shareOf).
+func (g *Gate) ledgerGroupCounters(ctx context.Context, st *state, tenant string, seen map[string]bool, share int64) ([]weighted.Item, []int64, error) {
+	plan, planKnown := g.tenantPlan(st, tenant)
+	region := ""
+	if g.regions != nil {
+		region = st.cfg.Region
+	}
+	type read struct {
+		from time.Time
+		by   ledger.GroupBy
+	}
+	type answer struct {
+		groups []ledger.Group
+		err    error // the read's, a *ledger.LocalSpendError
+	}
+	reads := map[read]answer{}
+	now := time.Now()
+	var (
+		items   []weighted.Item
+		counted []int64
+		at      = map[string]int{} // the index in items of each key of a limit's ("name\x00key")
+	)
+	for _, l := range st.limits {
+		if !l.restorable() || l.callerScoped() || planKnown && !l.appliesTo(plan) {
+			continue
+		}
+		r := read{l.spentSince(now), ledger.GroupBy{
+			User: slices.Contains(l.dims, "user"), KeyID: slices.Contains(l.dims, "api_key"),
+			Route: slices.Contains(l.dims, "route"), Upstream: l.byUpstream, Model: l.byModel,
+		}}
+		a, ok := reads[r]
+		if !ok {
+			gs, err := g.ledger.CountsBy(ctx, ledger.SpendQuery{Tenant: tenant, Region: region, From: r.from, To: r.from.AddDate(100, 0, 0)}, r.by)
+			if err := knownSpend(err, false); err != nil {
+				return nil, nil, fmt.Errorf("gate: counts of %s for %s: %w", tenant, l.limit.Name, err)
+			}
+			a = answer{gs, err}
+			reads[r] = a
+		}
+		if err := knownSpend(a.err, l.failClosed); err != nil {
+			return nil, nil, fmt.Errorf("gate: counts of %s for %s: %w", tenant, l.limit.Name, err)
+		}
+		for i := range a.groups {
+			gr := &a.groups[i]
+			if l.byUpstream && gr.Upstream == "" {
+				continue // a request that names no upstream is not keyed by one (see keyedFor)
+			}
+			res := &Reservation{st: st, model: st.est.Canonical(gr.Model),
+				req: Request{Caller: &Caller{Tenant: tenant, User: gr.User, KeyID: gr.KeyID}, Route: gr.Route, Upstream: gr.Upstream}}
+			key := l.key(res)
+			id := l.limit.Name + "\x00" + key
+			spent := groupSpent(l, gr, share)
+			if j, ok := at[id]; ok {
+				counted[j] = int64(addSpend(costmodel.NanoUSD(counted[j]), costmodel.NanoUSD(spent)))
+				continue
+			}
+			if seen[id] || weighted.HashTag(key) != tenant || spent <= 0 {
+				continue
+			}
+			if len(items) >= maxLedgerCallers {
+				g.log.Warn("a restore leaves out the counters of some of the ledger's models, routes and upstreams", "tenant", tenant,
+					"limit", l.limit.Name, "restored", maxLedgerCallers)
+				return items, counted, nil
+			}
+			seen[id], at[id] = true, len(items)
+			items, counted = append(items, weighted.Item{Limit: l.limit, Key: key}), append(counted, spent)
+		}
+	}
+	return items, counted, nil
+}
+
+// groupSpent is what the entries of group gr counted of limit l, in its
+// unit: their charge in dollars, else their requests or tokens (see
+// ledgerCount), as a fallback of share replicas counts it (see shareOf).
+func groupSpent(l *compiledLimit, gr *ledger.Group, share int64) int64 {
+	if l.unit == "usd" {
+		return max(shareOf(gr.Charge, gr.PendingCharge, share), 0)
+	}
+	return max(shareOf(costmodel.NanoUSD(l.ledgerCount(gr.Counts)), costmodel.NanoUSD(l.ledgerCount(gr.PendingCounts)), share), 0)
 }
 
 // levelCounters appends to items an item for every budget of the control

@@ -268,15 +268,43 @@ func (l *compiledLimit) callerScoped() bool {
 
 // restorable tells whether the limit's counter is brought up to the
 // ledger's count when the store lost it, as a budget's is: a configured
-// limit keyed by the caller alone (tenant, user, api_key), of an
-// algorithm that counts an amount (not a sliding log's marks nor a
+// limit keyed by the caller alone (tenant, user, api_key), or by the
+// caller and what an entry records of the request (see keyedByEntry), of
+// an algorithm that counts an amount (not a sliding log's marks nor a
 // concurrency limit's units in flight), in any unit. Its count is the
-// ledger's, what the caller's entries in the limit's window counted in
-// its unit (see spentSince, ledgerCount). Limits keyed by more than the
-// caller are not: the ledger counts by caller.
+// ledger's, what the entries in the limit's window of the caller (and of
+// the model, route or upstream its key names) counted in its unit (see
+// spentSince, ledgerCount). Limits keyed by anything else (an address,
+// an attribute, the region) are not: no entry records it.
 func (l *compiledLimit) restorable() bool {
-	return !l.budget && l.level == nil && l.extra == 0 && l.callerScoped() &&
+	return !l.budget && l.level == nil && l.extra == 0 && (l.callerScoped() || l.keyedByEntry()) &&
 		l.limit.Algorithm != weighted.SlidingLog && l.limit.Algorithm != weighted.Concurrency
+}
+
+// keyedByEntry tells whether the limit's key names the caller (tenant,
+// user or api_key: the key's hash tag is the tenant) and, besides it,
+// only what a ledger entry records of a request: its model, route or
+// upstream, at least one of them. Its counters are restored from the
+// tenant's entries grouped by those (see Gate.ledgerGroupCounters).
+func (l *compiledLimit) keyedByEntry() bool {
+	more := false
+	for _, d := range l.dims {
+		switch d {
+		case "tenant", "user", "api_key":
+		case "model", "route", "upstream":
+			more = true
+		default:
+			return false
+		}
+	}
+	return more && l.tagged
+}
+
+// callerRestorable tells whether the limit is restorable and keyed by
+// the caller alone: its counters are restored per caller (see
+// Gate.limitCounters, Gate.ledgerLimitCounters).
+func (l *compiledLimit) callerRestorable() bool {
+	return l.restorable() && l.callerScoped()
 }
 
 // ledgerCount is what the ledger's counts c (ledger.Counts) are in the
@@ -342,6 +370,23 @@ func (l *compiledLimit) spentSince(now time.Time) time.Time {
 		from = now.Add(-refill)
 	}
 	return from.Truncate(time.Minute)
+}
+
+// keyedBy sets e's KeyModel and KeyRoute (see ledger.Entry.KeyModel) to
+// the model and the route r's limits are keyed by (see key), where they
+// are not e's Model and Route: a downgrade serves another model than the
+// one asked for, an alias or a spelling of a model is keyed by its
+// canonical name, and a reserve API request the caller names is keyed by
+// the API's route. A restore of the counters of limits keyed by model
+// or route (Gate.ledgerGroupCounters) reads them.
+func (r *Reservation) keyedBy(e *ledger.Entry) {
+	e.KeyModel, e.KeyRoute = "", ""
+	if r.model != e.Model {
+		e.KeyModel = r.model
+	}
+	if r.req.Route != e.Route {
+		e.KeyRoute = r.req.Route
+	}
 }
 
 // callerKey is the key of a caller-scoped limit for caller c, outside any

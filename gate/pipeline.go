@@ -1011,6 +1011,7 @@ func (r *Reservation) Bill(ctx context.Context, c Charge, durable bool) error {
 	}
 	if c.Model != "" && ledger.ValidText(c.Model) {
 		e.Model = c.Model // else the entry keeps the model asked for, not text the ledger refuses
+		r.keyedBy(&e)
 	}
 	e.HTTPStatus = c.HTTPStatus
 	e.Actual, e.ActualCost = c.Usage, c.Cost
@@ -1257,7 +1258,7 @@ func (r *Reservation) entry(status ledger.Status) ledger.Entry {
 		decision = string(r.decision.Outcome)
 	}
 	c := r.req.Caller
-	return ledger.Entry{
+	e := ledger.Entry{
 		RequestID: r.req.ID, Tenant: c.Tenant, User: c.User, KeyID: c.KeyID,
 		Route: r.policyRoute(), Upstream: r.req.Upstream, Model: r.req.Estimate.Model, Region: r.st.cfg.Region,
 		Decision: decision, Policy: r.decision.Policy, Friction: r.friction,
@@ -1265,6 +1266,8 @@ func (r *Reservation) entry(status ledger.Status) ledger.Entry {
 		Estimated: r.req.Estimate.Usage, EstimatedCost: r.req.Estimate.Cost,
 		CreatedAt: r.start,
 	}
+	r.keyedBy(&e)
+	return e
 }
 
 // dimension is the request's value of dimension d.

@@ -140,7 +140,7 @@ func (l *Ledger) localCounts(k spendQueryKey, storeErr error) (Counts, error) {
 	last, ok := l.countReads.get(k)
 	from, partial := l.pendingFrom(last.pos, ok)
 	var pending Counts
-	err := l.pendingEach(from, k.match, func(_, _ string, d charge) { pending = pending.add(d.counts) })
+	err := l.pendingEach(from, k.match, func(_ cols, d charge) { pending = pending.add(d.counts) })
 	if err != nil {
 		return Counts{}, fmt.Errorf("%w (and the spool: %v)", storeErr, err)
 	}

@@ -99,6 +99,11 @@
 // reads the entries rather than the roll-up, a range scan of the tenant's,
 // for a rare read: a limiter's counter restored after its store lost its
 // data. While the store cannot be reached it answers as Spend does.
+// CountsBy is Counts and the charge of a tenant's entries grouped by any
+// of user, key, route, upstream and model, in one such read: a limiter
+// restores with it the counters of limits keyed by model, route or
+// upstream, each entry under the model and route the limiter keyed it by
+// (Entry.KeyModel, Entry.KeyRoute).
 //
 // # Queries and export
 //

@@ -61,6 +61,17 @@ type Entry struct {
 	Upstream string `json:"upstream"`
 	Model    string `json:"model"`
 	Region   string `json:"region"`
+	// KeyModel and KeyRoute are the model and the route the limiter
+	// keyed the request's counters by (its limits keyed by model or
+	// route), when they are not Model and Route: the model asked for
+	// (by its canonical name) when an alias named it or a downgrade
+	// served another, the API's route when the caller named the request
+	// (the reserve API's route). Empty: Model and Route. A settlement
+	// that names a model (a route) names its key model (key route) with
+	// it. A limiter that lost its counters restores those of its limits
+	// keyed by model or route from them (see CountsBy).
+	KeyModel string `json:"key_model,omitempty"`
+	KeyRoute string `json:"key_route,omitempty"`
 
 	Decision string `json:"decision"`
 	Policy   string `json:"policy"`
@@ -141,6 +152,7 @@ func (e *Entry) check() error {
 		{"request id", e.RequestID, MaxKeyField}, {"tenant", e.Tenant, MaxKeyField}, {"user", e.User, MaxKeyField},
 		{"key id", e.KeyID, MaxKeyField}, {"route", e.Route, maxField}, {"upstream", e.Upstream, maxField},
 		{"model", e.Model, maxField}, {"region", e.Region, maxField}, {"decision", e.Decision, maxField},
+		{"key model", e.KeyModel, maxField}, {"key route", e.KeyRoute, maxField},
 		{"policy", e.Policy, maxField}, {"friction", e.Friction, maxField},
 	} {
 		if len(f.v) > f.max {

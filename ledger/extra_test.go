@@ -116,3 +116,31 @@ func TestRecordRequests(t *testing.T) {
 		t.Fatalf("an earlier version's record reads as %d requests, %v; want 1", got.e.Requests, err)
 	}
 }
+
+// TestRecordKeyModelAndRoute: a spool record keeps the model and route
+// the limiter keyed its request by, with any extra usage and requests
+// before them; a record without them ends where earlier versions' end,
+// and such a record reads as naming none (a reused record too).
+func TestRecordKeyModelAndRoute(t *testing.T) {
+	for _, c := range []struct{ model, route string }{{"gpt-4o", ""}, {"", "/v1/costgate/reserve"}, {"gpt-4o", "/x"}} {
+		for _, requests := range []int64{1, 3} {
+			r := sampleRecord("x")
+			r.e.KeyModel, r.e.KeyRoute, r.e.Requests = c.model, c.route, requests
+			b := appendFrame(nil, &r)
+			var got record
+			if _, err := readFrame(b, &got, nil); err != nil || got != r {
+				t.Fatalf("%+v, %d requests: read back %+v, %v", c, requests, got.e, err)
+			}
+		}
+	}
+	plain, keyed := sampleRecord("y"), sampleRecord("y")
+	plain.e.Requests, keyed.e.Requests, keyed.e.KeyModel = 1, 1, "gpt-4o"
+	old := appendFrame(nil, &plain)
+	if len(old) >= len(appendFrame(nil, &keyed)) {
+		t.Fatalf("a record without a key model is not shorter than one with")
+	}
+	got := record{e: Entry{KeyModel: "stale", KeyRoute: "stale"}}
+	if _, err := readFrame(old, &got, nil); err != nil || got.e.KeyModel != "" || got.e.KeyRoute != "" {
+		t.Fatalf("a record without them reads as %q, %q, %v; want none", got.e.KeyModel, got.e.KeyRoute, err)
+	}
+}

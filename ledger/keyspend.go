@@ -127,11 +127,11 @@ func (l *Ledger) localSpendBy(by string, k spendQueryKey, storeErr error) (map[s
 		le.Stored = addSat(le.Stored, v)
 	}
 	whole := spendQueryKey{tenant: k.tenant, from: k.from, to: k.to}
-	err := l.pendingEach(from, whole.match, func(user, keyID string, c charge) {
+	err := l.pendingEach(from, whole.match, func(w cols, c charge) {
 		d := c.cost
-		id := keyID
+		id := w.keyID
 		if by == userScope {
-			id = user
+			id = w.user
 		}
 		out[id] = addSat(out[id], d)
 		pendingBy[id] = addSat(pendingBy[id], d)

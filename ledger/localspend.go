@@ -87,7 +87,8 @@ func (e *LocalSpendError) Unwrap() error { return e.Err }
 // spendQueryKey names a query and its period.
 type spendQueryKey struct {
 	tenant, user, key, region string
-	from, to                  int64 // Unix microseconds
+	from, to                  int64   // Unix microseconds
+	by                        GroupBy // CountsBy's grouping; zero for the other reads
 }
 
 // spendRead is a value read from the store, with the spool position the
@@ -172,7 +173,7 @@ func (l *Ledger) pendingFrom(pos int64, known bool) (from int64, partial bool) {
 // fall in k.
 func (l *Ledger) pendingSpend(k spendQueryKey, pos int64) (costmodel.NanoUSD, error) {
 	var sum costmodel.NanoUSD
-	err := l.pendingEach(pos, k.match, func(_, _ string, d charge) { sum = addSat(sum, d.cost) })
+	err := l.pendingEach(pos, k.match, func(_ cols, d charge) { sum = addSat(sum, d.cost) })
 	return sum, err
 }
 
@@ -184,20 +185,20 @@ type charge struct {
 	counts Counts
 }
 
-// pendingEach calls add with the user, the key id and the charge of each of the
-// spool's records from pos onwards that match selects: a reservation's
-// estimate, and a settlement's difference from the estimate of a
-// reservation in the same records.
-func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(user, keyID string, d charge)) error {
+// pendingEach calls add with the columns (user, key, route, upstream,
+// model) and the charge of each of the spool's records from pos onwards
+// that match selects: a reservation's estimate, and a settlement's
+// difference from the estimate of a reservation in the same records.
+func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(c cols, d charge)) error {
 	type held struct {
-		estimate    costmodel.NanoUSD
-		counts      Counts // the reservation's, at its estimate
-		decision    string
-		requests    int64 // the reservation's Requests, which its settlement keeps
-		user, keyID string
+		estimate costmodel.NanoUSD
+		counts   Counts // the reservation's, at its estimate
+		decision string
+		requests int64 // the reservation's Requests, which its settlement keeps
+		cols
 	}
 	hold := func(e *Entry) held {
-		return held{e.EstimatedCost, e.Counts(), e.Decision, e.Requests, e.User, e.KeyID}
+		return held{e.EstimatedCost, e.Counts(), e.Decision, e.Requests, colsOf(e)}
 	}
 	end, _ := l.spool.positions()
 	var (
@@ -231,7 +232,7 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(user, 
 				if recs[i].kind == kindReserve && !ok || ok && e.EstimatedCost > h.estimate {
 					n := hold(e)
 					if ok {
-						n.user, n.keyID, n.decision, n.requests = h.user, h.keyID, h.decision, h.requests
+						n.cols, n.decision, n.requests = h.cols, h.decision, h.requests
 						n.counts = extended(h.decision, h.requests, e)
 					}
 					before[e.RequestID] = n
@@ -262,7 +263,7 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(user, 
 				}
 				h := hold(e)
 				open[e.RequestID] = h
-				add(e.User, e.KeyID, charge{e.EstimatedCost, h.counts})
+				add(h.cols, charge{e.EstimatedCost, h.counts})
 			case kindExtend:
 				h, reserved := open[e.RequestID]
 				if !reserved {
@@ -270,7 +271,7 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(user, 
 					// estimate then; count the increment over it.
 					if h, ok := before[e.RequestID]; ok && !done[e.RequestID] && match(e) && e.EstimatedCost > h.estimate {
 						c := extended(h.decision, h.requests, e)
-						add(h.user, h.keyID, charge{e.EstimatedCost - h.estimate, c.sub(h.counts)})
+						add(h.cols, charge{e.EstimatedCost - h.estimate, c.sub(h.counts)})
 						h.estimate, h.counts = e.EstimatedCost, c
 						before[e.RequestID] = h
 					}
@@ -278,7 +279,7 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(user, 
 				}
 				if e.EstimatedCost > h.estimate {
 					c := extended(h.decision, h.requests, e)
-					add(h.user, h.keyID, charge{e.EstimatedCost - h.estimate, c.sub(h.counts)})
+					add(h.cols, charge{e.EstimatedCost - h.estimate, c.sub(h.counts)})
 					h.estimate, h.counts = e.EstimatedCost, c
 					open[e.RequestID] = h
 				}
@@ -291,7 +292,7 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(user, 
 				delete(open, e.RequestID)
 				done[e.RequestID] = true
 				final := Entry{Decision: h.decision, Requests: h.requests, Status: e.Status, HTTPStatus: e.HTTPStatus, Actual: e.Actual}
-				add(h.user, h.keyID, charge{e.ActualCost - h.estimate, final.Counts().sub(h.counts)})
+				add(h.cols, charge{e.ActualCost - h.estimate, final.Counts().sub(h.counts)})
 			}
 		}
 	}

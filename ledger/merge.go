@@ -416,6 +416,14 @@ func merge(cur *Entry, r *record) (*Entry, int64) {
 		e := *cur
 		e.Status, e.HTTPStatus = r.e.Status, r.e.HTTPStatus
 		e.Actual, e.ActualCost, e.SettledAt = r.e.Actual, boundCost(r.e.ActualCost), r.e.SettledAt
+		// A settlement that names a model or a route names what the
+		// limiter keyed it by with it (see Entry.KeyModel).
+		if r.e.Model != "" {
+			e.KeyModel = r.e.KeyModel
+		}
+		if r.e.Route != "" {
+			e.KeyRoute = r.e.KeyRoute
+		}
 		for _, f := range [...]struct {
 			dst *string
 			src string

@@ -211,7 +211,7 @@ var updateColumns = []string{
 	"act_input", "act_cached_input", "act_cache_write", "act_output", "act_reasoning", "act_units",
 	"actual_cost", "cost", "settled_at", "act_extra",
 	"est_input", "est_cached_input", "est_cache_write", "est_output", "est_reasoning", "est_units",
-	"estimated_cost", "est_extra",
+	"estimated_cost", "est_extra", "key_model", "key_route",
 }
 
 // pgUpdate updates a batch of rows from one array per column of
@@ -280,6 +280,8 @@ func copyRows(node string, rows []*Entry) []byte {
 		text(extraOf(&e.Estimated))
 		text(extraOf(&e.Actual))
 		num(e.Requests)
+		text(e.KeyModel)
+		text(e.KeyRoute)
 	}
 	return binary.BigEndian.AppendUint16(b, 0xffff) // end of data
 }
@@ -290,7 +292,7 @@ func pgType(column string) string {
 	switch {
 	case column == "created_at" || column == "settled_at":
 		return "timestamptz"
-	case column == "est_extra" || column == "act_extra":
+	case column == "est_extra" || column == "act_extra" || column == "key_model" || column == "key_route":
 		return "text"
 	case i >= slices.Index(entryColumns, "http_status"):
 		return "int8"
@@ -341,6 +343,8 @@ var columns = map[string]column{
 	"est_extra":  {text: func(_ string, e *Entry) string { return extraOf(&e.Estimated) }},
 	"act_extra":  {text: func(_ string, e *Entry) string { return extraOf(&e.Actual) }},
 	"requests":   {num: func(e *Entry) int64 { return e.Requests }},
+	"key_model":  {text: func(_ string, e *Entry) string { return e.KeyModel }},
+	"key_route":  {text: func(_ string, e *Entry) string { return e.KeyRoute }},
 	"created_at": {time: func(e *Entry) time.Time { return e.CreatedAt }},
 	"settled_at": {time: func(e *Entry) time.Time { return e.SettledAt }},
 }
@@ -610,6 +614,39 @@ func (s *pgStore) counts(ctx context.Context, k spendQueryKey, from, to time.Tim
 		return Counts{}, fmt.Errorf("ledger: postgres counts: %w", err)
 	}
 	return c, nil
+}
+
+// pgCountsBy is the query of pgStore.countsBy for by.
+func pgCountsBy(by GroupBy) string {
+	selected, grouped := by.columns("''::text")
+	return `SELECT ` + strings.Join(selected, ", ") + `, ` + pgSat(counted(countsRequest)) + `, ` +
+		pgSat(counted(countsInput)) + `, ` + pgSat(counted(countsOutput)) + `, ` + pgSumCost + `
+		FROM ledger_entries WHERE tenant = $1 AND created_at >= $2 AND created_at < $3
+		AND ($4 = '' OR user_id = $4) AND ($5 = '' OR key_id = $5) AND ($6 = '' OR region = $6)` +
+		groupClause(grouped) + ` HAVING COUNT(*) > 0 ORDER BY 6 DESC LIMIT $7`
+}
+
+func (s *pgStore) countsBy(ctx context.Context, k spendQueryKey, from, to time.Time, limit int) ([]Group, error) {
+	rows, err := s.pool.Query(ctx, pgCountsBy(k.by), k.tenant, from, to, k.user, k.key, k.region, limit)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: postgres counts by: %w", err)
+	}
+	defer rows.Close()
+	var out []Group
+	for rows.Next() {
+		var g Group
+		var charge int64
+		if err := rows.Scan(&g.User, &g.KeyID, &g.Route, &g.Upstream, &g.Model,
+			&g.Counts.Requests, &g.Counts.InputTokens, &g.Counts.OutputTokens, &charge); err != nil {
+			return nil, fmt.Errorf("ledger: postgres counts by: %w", err)
+		}
+		g.Charge = costmodel.NanoUSD(charge)
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: postgres counts by: %w", err)
+	}
+	return out, nil
 }
 
 func (s *pgStore) summary(ctx context.Context, from, to time.Time) ([]TenantSpend, error) {

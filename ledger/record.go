@@ -72,20 +72,28 @@ func appendFrame(b []byte, r *record) []byte {
 		int64(e.EstimatedCost), int64(e.ActualCost), unixMicro(e.CreatedAt), unixMicro(e.SettledAt)} {
 		b = binary.AppendVarint(b, v)
 	}
-	// The extra usage (see usageExtra), then the requests counted, after
-	// the fields of earlier versions: their records end before them, and
-	// read as no extra usage and 1 request. A record of 1 request ends
-	// after its extra usage; one of no extra usage, before it, unless its
-	// requests follow.
+	// The extra usage (see usageExtra), then the requests counted, then
+	// the key model and route, after the fields of earlier versions:
+	// their records end before them, and read as no extra usage, 1
+	// request and no key model or route. A record ends after its last
+	// field that is not its default, the fields before it written all
+	// the same.
 	est, act := extraOf(&e.Estimated), extraOf(&e.Actual)
-	if est != "" || act != "" || e.Requests != 1 {
+	keyed := e.KeyModel != "" || e.KeyRoute != ""
+	if est != "" || act != "" || e.Requests != 1 || keyed {
 		for _, s := range [...]string{est, act} {
 			b = binary.AppendUvarint(b, uint64(len(s)))
 			b = append(b, s...)
 		}
 	}
-	if e.Requests != 1 {
+	if e.Requests != 1 || keyed {
 		b = binary.AppendVarint(b, e.Requests)
+	}
+	if keyed {
+		for _, s := range [...]string{e.KeyModel, e.KeyRoute} {
+			b = binary.AppendUvarint(b, uint64(len(s)))
+			b = append(b, s...)
+		}
 	}
 	payload := b[start+frameHeader:]
 	binary.LittleEndian.PutUint32(b[start:], uint32(len(payload)))
@@ -149,6 +157,10 @@ func decodePayload(p []byte, r *record, names *interner) error {
 	e.Requests = 1
 	if d.err == nil && len(d.b) != 0 {
 		e.Requests = d.varint()
+	}
+	e.KeyModel, e.KeyRoute = "", ""
+	if d.err == nil && len(d.b) != 0 {
+		e.KeyModel, e.KeyRoute = d.name(), d.name()
 	}
 	if d.err != nil {
 		return d.err

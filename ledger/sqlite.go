@@ -518,6 +518,47 @@ func (s *sqliteStore) counts(ctx context.Context, k spendQueryKey, from, to time
 	return c, nil
 }
 
+// sqliteCountsBy is the query of sqliteStore.countsBy for by, a range
+// scan of the index ledger_entries_tenant_time: the counted requests and
+// tokens, then the charge, each summed in 32-bit halves (see
+// sqliteCounts).
+func sqliteCountsBy(by GroupBy) string {
+	selected, grouped := by.columns("''")
+	halves := func(expr string) string {
+		return `COALESCE(SUM(` + expr + ` >> 32), 0), COALESCE(SUM(` + expr + ` & 4294967295), 0)`
+	}
+	return `SELECT ` + strings.Join(selected, ", ") + `, ` + halves(counted(countsRequest)) + `, ` +
+		halves(counted(countsInput)) + `, ` + halves(counted(countsOutput)) + `, ` + sqliteSumCost + `
+		FROM ledger_entries WHERE tenant = ? AND created_at >= ? AND created_at < ?
+		AND (? = '' OR user_id = ?) AND (? = '' OR key_id = ?) AND (? = '' OR region = ?)` +
+		groupClause(grouped) + ` HAVING COUNT(*) > 0 ORDER BY 6 DESC, 7 DESC LIMIT ?`
+}
+
+func (s *sqliteStore) countsBy(ctx context.Context, k spendQueryKey, from, to time.Time, limit int) ([]Group, error) {
+	rows, err := s.db.QueryContext(ctx, sqliteCountsBy(k.by), k.tenant, from.UnixMicro(), to.UnixMicro(),
+		k.user, k.user, k.key, k.key, k.region, k.region, limit)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: sqlite counts by: %w", err)
+	}
+	defer rows.Close()
+	var out []Group
+	for rows.Next() {
+		var g Group
+		var h [8]int64
+		if err := rows.Scan(&g.User, &g.KeyID, &g.Route, &g.Upstream, &g.Model,
+			&h[0], &h[1], &h[2], &h[3], &h[4], &h[5], &h[6], &h[7]); err != nil {
+			return nil, fmt.Errorf("ledger: sqlite counts by: %w", err)
+		}
+		g.Counts = Counts{Requests: joinHalves(h[0], h[1]), InputTokens: joinHalves(h[2], h[3]), OutputTokens: joinHalves(h[4], h[5])}
+		g.Charge = costmodel.NanoUSD(joinHalves(h[6], h[7]))
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: sqlite counts by: %w", err)
+	}
+	return out, nil
+}
+
 func (s *sqliteStore) summary(ctx context.Context, from, to time.Time) ([]TenantSpend, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT tenant, `+sqliteSumCost+`, SUM(entries) FROM ledger_spend
 		WHERE scope = '' AND `+sqlitePeriod+` GROUP BY tenant ORDER BY tenant`, sqlitePeriodArgs(from, to)...)

@@ -1,0 +1,207 @@
+package ledger
+
+// CountsBy is Counts and the charge of a tenant's entries, grouped by
+// columns besides the caller (route, upstream, model): a limiter that
+// lost the counters of limits keyed by those restores each from its
+// group, in one read of the tenant's entries in the window rather than
+// one read per value.
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/costgate/costgate/costmodel"
+)
+
+// GroupBy names the columns CountsBy groups entries by. The zero value
+// groups by none: one group of every entry the query selects.
+type GroupBy struct {
+	User, KeyID, Route, Upstream, Model bool
+}
+
+// cols are the columns of an entry that CountsBy can group by.
+type cols struct {
+	user, keyID, route, upstream, model string
+}
+
+// colsOf is e's columns as CountsBy groups them: its route and model are
+// those the limiter keyed it by (see Entry.KeyModel).
+func colsOf(e *Entry) cols {
+	return cols{e.User, e.KeyID, cmp.Or(e.KeyRoute, e.Route), e.Upstream, cmp.Or(e.KeyModel, e.Model)}
+}
+
+// of is c with the columns by does not group by emptied: its group.
+func (by GroupBy) of(c cols) cols {
+	pick := func(on bool, v string) string {
+		if on {
+			return v
+		}
+		return ""
+	}
+	return cols{pick(by.User, c.user), pick(by.KeyID, c.keyID), pick(by.Route, c.route),
+		pick(by.Upstream, c.upstream), pick(by.Model, c.model)}
+}
+
+// columns are the store's columns of by, in the order of cols: a column
+// by does not group by is the empty text (blank, as the store spells it).
+func (by GroupBy) columns(blank string) (selected, grouped []string) {
+	for _, c := range [...]struct {
+		on   bool
+		name string
+	}{{by.User, "user_id"}, {by.KeyID, "key_id"}, {by.Route, keyedRoute}, {by.Upstream, "upstream"}, {by.Model, keyedModel}} {
+		if c.on {
+			selected, grouped = append(selected, c.name), append(grouped, c.name)
+		} else {
+			selected = append(selected, blank)
+		}
+	}
+	return selected, grouped
+}
+
+// keyedRoute and keyedModel are the route and the model the limiter keyed
+// an entry by (see Entry.KeyModel), as the stores read them.
+const (
+	keyedRoute = `(CASE WHEN key_route <> '' THEN key_route ELSE route END)`
+	keyedModel = `(CASE WHEN key_model <> '' THEN key_model ELSE model END)`
+)
+
+// groupClause is the GROUP BY clause of grouped columns ("" for none).
+func groupClause(grouped []string) string {
+	if len(grouped) == 0 {
+		return ""
+	}
+	return " GROUP BY " + strings.Join(grouped, ", ")
+}
+
+// counted is expr, one of countsRequest, countsInput and countsOutput,
+// for a row of a counted decision (see countedDecision), else 0.
+func counted(expr string) string {
+	return `(CASE WHEN ` + countsDecisions + ` THEN ` + expr + ` ELSE 0 END)`
+}
+
+// Group is one group of entries in CountsBy's answer.
+type Group struct {
+	// User, KeyID, Route, Upstream and Model are the group's values of
+	// the columns CountsBy grouped by; empty for the others.
+	User, KeyID, Route, Upstream, Model string
+	// Counts is what the group's entries counted on a limiter (see
+	// Entry.Counts).
+	Counts Counts
+	// Charge is the group's charge in nano-dollars, as Spend counts it
+	// (Entry.Charge, whatever the decision), saturating.
+	Charge costmodel.NanoUSD
+	// PendingCounts and PendingCharge are, in an answer from this node's
+	// records (with a *LocalSpendError), the part of Counts and Charge
+	// from the records spooled after the last read (see
+	// LocalSpendError.Pending); zero in the store's answer.
+	PendingCounts Counts
+	PendingCharge costmodel.NanoUSD
+}
+
+func (g *Group) cols() cols { return cols{g.User, g.KeyID, g.Route, g.Upstream, g.Model} }
+
+// MaxGroups bounds the groups of one CountsBy answer.
+const MaxGroups = 16384
+
+// groupsRead is CountsBy's last read of a query.
+type groupsRead struct {
+	groups []Group
+	pos    int64
+	at     time.Time
+}
+
+// CountsBy returns what the entries q selects (its tenant, and its user,
+// key and region when set, over its period or [From, To) exactly)
+// counted on a limiter and were charged, grouped by the columns by
+// names: one Group per distinct value of those columns among the
+// entries, those with entries that count nothing too. It reads the
+// tenant's entries in the range once (an index range scan, as Counts
+// does), so its cost grows with them: it is for a rare read, the
+// counters of a tenant's limits keyed by route, upstream or model
+// restored after the limiter's store lost its data. The groups come
+// most requests first; past MaxGroups, the groups of the fewest
+// requests are left out.
+//
+// When the store fails (and ctx is not done), a ledger with a spool
+// answers as Counts does: the last groups read for the same query plus
+// this node's records spooled since (each group's part of them in its
+// PendingCounts and PendingCharge), with a *LocalSpendError whose
+// Unknown says the store's part is not known (its other values are
+// zero).
+//
+// CountsBy fails as Counts does for a bad query.
+func (l *Ledger) CountsBy(ctx context.Context, q SpendQuery, by GroupBy) ([]Group, error) {
+	k, from, to, err := l.keyOf("counts query", q)
+	if err != nil {
+		return nil, err
+	}
+	k.by = by
+	from, to = micro(from), micro(to)
+	var applied int64
+	if l.spool != nil {
+		_, applied = l.spool.positions()
+	}
+	readAt := l.cfg.Now()
+	gs, err := l.store.countsBy(ctx, k, from, to, MaxGroups)
+	if err == nil {
+		sortGroups(gs)
+	}
+	if l.spool == nil {
+		return gs, err
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return l.localCountsBy(k, err)
+	}
+	l.answered(readAt)
+	l.groupReads.put(k, groupsRead{groups: gs, pos: applied, at: readAt})
+	return slices.Clone(gs), nil
+}
+
+// localCountsBy answers k, a CountsBy query, from its last read and the
+// spool after it.
+func (l *Ledger) localCountsBy(k spendQueryKey, storeErr error) ([]Group, error) {
+	last, ok := l.groupReads.get(k)
+	from, partial := l.pendingFrom(last.pos, ok)
+	at := make(map[cols]int, len(last.groups))
+	out := slices.Clone(last.groups)
+	for i := range out {
+		at[out[i].cols()] = i
+	}
+	err := l.pendingEach(from, k.match, func(c cols, d charge) {
+		c = k.by.of(c)
+		i, ok := at[c]
+		if !ok {
+			i = len(out)
+			at[c] = i
+			out = append(out, Group{User: c.user, KeyID: c.keyID, Route: c.route, Upstream: c.upstream, Model: c.model})
+		}
+		g := &out[i]
+		g.Counts, g.PendingCounts = g.Counts.add(d.counts), g.PendingCounts.add(d.counts)
+		g.Charge, g.PendingCharge = addSat(g.Charge, d.cost), addSat(g.PendingCharge, d.cost)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w (and the spool: %v)", storeErr, err)
+	}
+	sortGroups(out)
+	if len(out) > MaxGroups {
+		out = out[:MaxGroups]
+	}
+	return out, &LocalSpendError{ReadAt: last.at, Partial: partial, Unknown: !ok && l.answeredAfter(k.from), Err: storeErr}
+}
+
+// sortGroups orders gs most requests first, then most tokens, then by
+// their columns.
+func sortGroups(gs []Group) {
+	slices.SortFunc(gs, func(a, b Group) int {
+		return cmp.Or(cmp.Compare(b.Counts.Requests, a.Counts.Requests), cmp.Compare(b.Counts.Tokens(), a.Counts.Tokens()),
+			cmp.Compare(a.User, b.User), cmp.Compare(a.KeyID, b.KeyID), cmp.Compare(a.Route, b.Route),
+			cmp.Compare(a.Upstream, b.Upstream), cmp.Compare(a.Model, b.Model))
+	})
+}
