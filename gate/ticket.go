@@ -800,7 +800,7 @@ func (r *Reservation) giveBackLeased(c claim) {
 		actual = make([]int64, len(r.items))
 		for i, lim := range r.limits {
 			actual[i] = r.items[i].Cost
-			if lim.extra == 0 && lim.unit == "usd" {
+			if lim.extra == 0 && lim.model == "" && lim.unit == "usd" { // another model's share of c.cost is not known: its estimate
 				actual[i] = lim.costOf(r.req.Requests, costmodel.Usage{}, c.cost)
 			}
 		}
