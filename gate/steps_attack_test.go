@@ -229,3 +229,87 @@ func TestStepsAtkAdvisorTokensChargedToItsModel(t *testing.T) {
 		})
 	}
 }
+
+// TestStepsAtkDefaultFallbacksChargedToDefault: "fallbacks":"default"
+// lets the model's own fallbacks, which the request does not name, serve
+// it; a limit keyed by model holds them under the model name "default".
+// The answer names the model that served (claude-sonnet-4-5): no item is
+// of that name, and "default"'s was refunded, so that the fallback's
+// tokens counted on no other model's key. The item of "default" is
+// charged the steps of the models the request did not name, and only
+// those (an Opus advisor's stay Opus's).
+func TestStepsAtkDefaultFallbacksChargedToDefault(t *testing.T) {
+	ctx := context.Background()
+	const full = 1_000_000
+	for _, c := range []struct {
+		name, extra, iterations string
+		def, opus               int64
+	}{
+		{"a fallback served", `"fallbacks":"default"`,
+			`{"type":"message","model":"claude-haiku-4-5","input_tokens":3000,"output_tokens":20},` +
+				`{"type":"fallback_message","model":"claude-sonnet-4-5-20250929","input_tokens":3000,"output_tokens":900}`, 3_900, 0},
+		{"beside an opus advisor", `"fallbacks":"default","tools":[{"type":"advisor_20260301","name":"advisor","model":"claude-opus-4-6"}]`,
+			`{"type":"message","model":"claude-haiku-4-5","input_tokens":3000,"output_tokens":20},` +
+				`{"type":"advisor_message","model":"claude-opus-4-6","input_tokens":4000,"output_tokens":500},` +
+				`{"type":"fallback_message","model":"claude-sonnet-4-5","input_tokens":3000,"output_tokens":900}`, 3_900, 4_500},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			onEachGateStore(t, func(t *testing.T, url string) {
+				g := stepsGate(t, url, t.TempDir(), fmt.Sprintf("{name: per-model, dimensions: [tenant, model], unit: tokens, rate: %d, period: 1h, algorithm: fixed_window}", full))
+				cl := g.Identify("cg-acme")
+				est := estimateBody(t, cl, `{"model":"claude-haiku-4-5","max_tokens":1000,`+c.extra+`,`+stepsMsgs+`}`)
+				res, d := g.Reserve(ctx, &gate.Request{Caller: cl, Route: "/v1/messages", Estimate: est})
+				if res == nil {
+					t.Fatalf("refused: %+v", d)
+				}
+				u, err := costmodel.ParseUsage(costmodel.AnthropicMessages, []byte(`{"usage":{"input_tokens":1,"output_tokens":1,"iterations":[`+c.iterations+`]}}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				res.Settle(ctx, gate.Charge{Usage: u, Cost: cl.Estimator().Cost("claude-haiku-4-5", u), HTTPStatus: 200})
+				if got := full - remaining(t, g, "per-model", "{acme}:tenant=acme:model=default"); got != c.def {
+					t.Errorf("the default fallbacks' key was charged %d tokens, want the %d the unnamed fallback ran", got, c.def)
+				}
+				if got := full - remaining(t, g, "per-model", "{acme}:tenant=acme:model=claude-opus-4-6"); got != c.opus {
+					t.Errorf("Opus's key was charged %d tokens, want %d", got, c.opus)
+				}
+			})
+		})
+	}
+}
+
+// TestStepsUnknownOtherModelsUnderTheKeyCap: an advisor naming a model
+// the price table does not know is a value the tenant chose, as an
+// unknown request model is: each makes a counter of a limit keyed by
+// model, and store.max_keys_per_tenant (here 2) bounds them: the third
+// new name is refused 429 too_many_keys, and writes nothing.
+func TestStepsUnknownOtherModelsUnderTheKeyCap(t *testing.T) {
+	ctx := context.Background()
+	g := openYAML(t, fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+store: {max_keys_per_tenant: 2}
+tenants:
+  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
+limits:
+  - {name: per-model, dimensions: [tenant, model], unit: tokens, rate: 1000000, period: 1h, algorithm: fixed_window}
+`, t.TempDir()))
+	c := g.Identify("cg-acme")
+	for i := range 3 {
+		est := estimateBody(t, c, fmt.Sprintf(`{"model":"claude-haiku-4-5","max_tokens":1000,"tools":[{"type":"advisor_20260301","name":"advisor","model":"made-up-%d"}],`+stepsMsgs+`}`, i))
+		res, d := g.Reserve(ctx, &gate.Request{Caller: c, Route: "/v1/messages", Estimate: est})
+		if i < 2 {
+			if res == nil {
+				t.Fatalf("request %d refused: %+v", i, d)
+			}
+			res.Settle(ctx, gate.Charge{Usage: est.Usage, Cost: est.Cost, HTTPStatus: 200})
+			continue
+		}
+		if res != nil || d.Status != http.StatusTooManyRequests || d.Error.Code != "too_many_keys" {
+			t.Errorf("a third unknown advisor model: %+v, want 429 too_many_keys", d)
+		}
+		if left := remaining(t, g, "per-model", "{acme}:tenant=acme:model=claude-haiku-4-5"); left != 1000000-2*est.Usage.TotalTokens() {
+			t.Errorf("the refused request debited Haiku's key: %d left", left)
+		}
+	}
+}
