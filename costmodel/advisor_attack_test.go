@@ -123,12 +123,6 @@ func TestEstimateAtkOtherModels(t *testing.T) {
 			}
 		})
 	}
-	t.Run("default fallbacks", func(t *testing.T) {
-		est, err := e.Estimate(AnthropicMessages, []byte(`{"model":"claude-haiku-4-5","max_tokens":1000,"fallbacks":"default",`+msgs+`}`))
-		if err != nil || est.Cost != base.Cost {
-			t.Errorf("reserved $%.6f (%v), want the request's own $%.6f", float64(est.Cost)/1e9, err, float64(base.Cost)/1e9)
-		}
-	})
 	for _, bad := range []string{
 		`"fallbacks":"opus"`,
 		`"fallbacks":[{"max_tokens":800}]`,
@@ -139,5 +133,47 @@ func TestEstimateAtkOtherModels(t *testing.T) {
 		if _, err := e.Estimate(AnthropicMessages, []byte(`{"model":"claude-haiku-4-5","max_tokens":1000,`+bad+`,`+msgs+`}`)); err == nil {
 			t.Errorf("%s: estimated, want the request refused", bad)
 		}
+	}
+}
+
+// TestEstimateAtkDefaultFallbacks: "fallbacks":"default" lets the model's
+// own fallbacks, which the request does not name, serve it: any model may
+// run the whole request. It reserved nothing beyond Haiku's own price,
+// so that a request Opus served (a whole request at five times the
+// price) was reserved a sixth of what it may cost. The unnamed model is
+// reserved as a model the price table does not know is: the whole
+// request once more, at the default price, under the name
+// DefaultFallbacks (which the policies and the limits keyed by model see).
+// An advisor of a model the table does not know is likewise priced at the
+// default price.
+func TestEstimateAtkDefaultFallbacks(t *testing.T) {
+	e := estimatorWith(t, Config{})
+	const msgs = `"messages":[{"role":"user","content":"Plan the migration of the billing service to the new ledger."}]`
+	base, err := e.Estimate(AnthropicMessages, []byte(`{"model":"claude-haiku-4-5","max_tokens":1000,`+msgs+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, known := e.Price("default"); known {
+		t.Fatal(`the price table knows a model named "default"`)
+	}
+	whole := Usage{InputTokens: base.Usage.InputTokens, OutputTokens: 1000}
+	for _, c := range []struct{ name, extra, model string }{
+		{"default fallbacks", `"fallbacks":"default"`, "default"}, // DefaultFallbacks
+		{"an unknown fallback", `"fallbacks":[{"model":"claude-ultra-9"}]`, "claude-ultra-9"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			est, err := e.Estimate(AnthropicMessages, []byte(`{"model":"claude-haiku-4-5","max_tokens":1000,`+c.extra+`,`+msgs+`}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			floor := base.Cost + e.defaultPrice.Cost(whole)
+			if est.Cost < floor {
+				t.Errorf("reserved $%.6f; the unnamed model may bill $%.6f more than Haiku's $%.6f (the whole request at the default price)",
+					float64(est.Cost)/1e9, float64(e.defaultPrice.Cost(whole))/1e9, float64(base.Cost)/1e9)
+			}
+			if ms := est.Usage.Steps.Models(); len(ms) != 1 || ms[0] != c.model {
+				t.Errorf("other models %q, want [%s]", ms, c.model)
+			}
+		})
 	}
 }

@@ -40,7 +40,10 @@ package costmodel
 //     max_uses sub-inferences (defaultAdvisorUses), each reading the
 //     prompt and writing its max_tokens (defaultAdvisorOutput); each of
 //     fallbacks the whole request, the prompt and its max_tokens (the
-//     request's). "default" fallbacks name no model and reserve nothing.
+//     request's). "default" fallbacks (the model's own, which the request
+//     does not name) reserve the whole request once at the default price,
+//     as a model the price table does not know, under the name
+//     DefaultFallbacks.
 //
 // What is known of the error is stated in bench/README.md (section
 // costmodel) and checked by TestAnthropicApprox. Settlement always uses the
@@ -516,10 +519,19 @@ func anthropicDocumentTokens(m model, src *anthropicSource) tokenCount {
 	return tokenCount{n: docMaxTokens, uncounted: true}
 }
 
+// DefaultFallbacks is the model name under which a request's "default"
+// fallbacks (the model's own, which the request does not name) are
+// reserved (Usage.Steps, the policies' request.other_models, the limits
+// keyed by model): a price table that does not name it (the built-in
+// one does not) prices it at the default price, as any model it does not
+// know.
+const DefaultFallbacks = "default"
+
 // anthropicFallbacks reads a request's fallbacks: an array of
 // {model, max_tokens} (the request's limit when it sets none), each a
 // model that may run the whole request; "default" (the model's own
-// fallbacks, which the request does not name) and null name none.
+// fallbacks, which the request does not name) one model of those that
+// may, DefaultFallbacks; null none.
 func anthropicFallbacks(raw []byte, limit int64) ([]otherModel, error) {
 	if raw == nil || string(raw) == "null" {
 		return nil, nil
@@ -529,7 +541,7 @@ func anthropicFallbacks(raw []byte, limit int64) ([]otherModel, error) {
 		if name != "default" {
 			return nil, fmt.Errorf("want an array or \"default\", not %q", name)
 		}
-		return nil, nil
+		return []otherModel{{model: DefaultFallbacks, calls: 1, output: limit}}, nil
 	}
 	if err := checkMembers(raw); err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	_ "embed"
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 
@@ -66,6 +67,21 @@ func (s *Steps) Models() []string {
 		out[i] = p.model
 	}
 	return out
+}
+
+// All yields each model of s, as the answer or the request names it,
+// with the usage of its steps; nothing for nil.
+func (s *Steps) All() iter.Seq2[string, Usage] {
+	return func(yield func(string, Usage) bool) {
+		if s == nil {
+			return
+		}
+		for _, p := range s.parts {
+			if !yield(p.model, p.usage) {
+				return
+			}
+		}
+	}
 }
 
 type modelUsage struct {

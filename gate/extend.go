@@ -71,8 +71,8 @@ func (r *Reservation) Extend(ctx context.Context, extra costmodel.Usage) (Decisi
 
 	e := extension{id: r.resID + ":x" + strconv.Itoa(len(x.debts)+1), store: r.store()}
 	for i, l := range r.limits {
-		if !l.extends() || i >= len(r.items) {
-			continue
+		if !l.extends() || l.model != "" || i >= len(r.items) {
+			continue // another model's item: the increment is the request's model's output
 		}
 		c := l.costOf(0, extra, cost)
 		if c <= 0 {

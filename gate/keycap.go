@@ -226,6 +226,9 @@ func (l *compiledLimit) chosen(r *Reservation) bool {
 		return true
 	case l.byCaller && r.req.Caller.trusted:
 		return true
+	case l.byModel && l.model != "":
+		_, known := r.st.est.Price(l.model)
+		return !known
 	case l.byModel:
 		_, known := r.st.est.Price(r.req.Estimate.Model)
 		return !known

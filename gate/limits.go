@@ -38,6 +38,10 @@ type compiledLimit struct {
 	extra      int         // 1 + the index of a request's extra limit; 0 for a configured one
 	fixedKey   string      // a control-plane level's limit: its key, whatever the request
 	level      *LevelLimit // a control-plane level's limit, nil for a configured one
+	// model is the other model (canonical) whose item this copy of a
+	// limit keyed by model is, for a request that may run models besides
+	// its own (see others.go); empty for the request's own model's.
+	model string
 }
 
 // costOf is the limit's cost of a request that counts for requests
@@ -175,6 +179,10 @@ func (l *compiledLimit) key(r *Reservation) string {
 		b.WriteByte(':')
 		b.WriteString(d)
 		b.WriteByte('=')
+		if l.model != "" && d == "model" {
+			writeKeyValue(&b, l.model)
+			continue
+		}
 		writeKeyValue(&b, r.dimension(d))
 	}
 	return b.String()

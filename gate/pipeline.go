@@ -343,6 +343,9 @@ func (r *Reservation) collect() {
 			cost = lim.Capacity() + 1
 		}
 		r.items = append(r.items, weighted.Item{Limit: lim, Key: k, Cost: cost})
+		if l.byModel && r.req.Estimate.Usage.Steps != nil {
+			r.collectOthers(l)
+		}
 	}
 	r.collectLevels()
 	var extras []compiledLimit // the extra limits', in one allocation
@@ -729,6 +732,10 @@ func (r *Reservation) deny() Decision {
 	retry := retryAfterSeconds(res.RetryAfter)
 	status, typ := http.StatusTooManyRequests, "rate_limit_exceeded"
 	msg := fmt.Sprintf("limit %q is exhausted for this %s; retry in %d s", l.limit.Name, l.dimension, retry)
+	if l.model != "" {
+		msg = fmt.Sprintf("limit %q is exhausted for model %s, which this request may run (its advisor tool or fallbacks), for this %s; retry in %d s",
+			l.limit.Name, l.model, l.dimension, retry)
+	}
 	if l.budget {
 		status, typ = http.StatusPaymentRequired, "budget_exceeded"
 		msg = fmt.Sprintf("budget %q is spent for this period; it resets in %d s", l.limit.Name, retry)
@@ -872,6 +879,9 @@ func (r *Reservation) policyInput() *policies.Input {
 	for i, l := range r.limits {
 		if i >= len(r.result.Items) {
 			break
+		}
+		if l.model != "" {
+			continue // another model's item of a limit listed already (see others.go)
 		}
 		st := r.result.Items[i]
 		if !r.req.Check {
@@ -1107,6 +1117,8 @@ func (r *Reservation) actualInto(c Charge, buf []int64) []int64 {
 			}
 		case l.unit == "requests" && c.Unreached:
 			actual[i] = 0
+		case l.model != "":
+			actual[i] = r.otherCost(l, c.Usage, r.items[i].Cost)
 		default:
 			actual[i] = l.costOf(r.req.Requests, c.Usage, c.Cost)
 		}

@@ -205,7 +205,7 @@ func (r *Reservation) remember() {
 	}
 	i := r.result.Decider
 	if i < 0 || i >= len(r.limits) || i >= len(r.items) || !r.limits[i].prefiltered() ||
-		r.limits[i].extra != 0 || r.limits[i].level != nil {
+		r.limits[i].extra != 0 || r.limits[i].level != nil || r.limits[i].model != "" {
 		return
 	}
 	now := time.Now()

@@ -87,6 +87,9 @@ type ticketItem struct {
 	// Kind is the counter the item was debited on (see kindOf); 0 in a
 	// ticket made before it was carried.
 	Kind int64 `json:"a,omitempty"`
+	// Model is the other model (see others.go) whose item this is of a
+	// limit keyed by model; empty for the request's own model's.
+	Model string `json:"mo,omitempty"`
 }
 
 // kindOf names the counter a limit's items are kept in, beside its name
@@ -155,6 +158,7 @@ func (t *ticket) appendJSON(b []byte) []byte {
 			str("k", it.Key, false)
 			num("c", it.Cost, false)
 			num("a", it.Kind, true)
+			str("mo", it.Model, true)
 			b = append(b, '}')
 		}
 		b = append(b, ']')
@@ -323,8 +327,12 @@ func (r *Reservation) Hold(ttl time.Duration) (string, time.Time) {
 	if r.resID != r.req.ID {
 		t.ResID = r.resID
 	}
-	for _, it := range r.items {
-		t.Items = append(t.Items, ticketItem{Name: it.Limit.Name, Key: it.Key, Cost: it.Cost, Kind: kindOf(&it.Limit)})
+	for i, it := range r.items {
+		ti := ticketItem{Name: it.Limit.Name, Key: it.Key, Cost: it.Cost, Kind: kindOf(&it.Limit)}
+		if i < len(r.limits) {
+			ti.Model = r.limits[i].model
+		}
+		t.Items = append(t.Items, ti)
 	}
 	bp := ticketBufs.Get().(*[2][]byte)
 	payload := t.appendJSON(bp[0][:0])
@@ -465,8 +473,15 @@ func (g *Gate) rebuild(c *Caller, t *ticket, expires time.Time) *Reservation {
 		if l == nil {
 			l = g.levelLimitNamed(c, t.Tenant, it.Name, it.Key, r.start)
 		}
-		if l == nil || it.Kind != 0 && kindOf(&l.limit) != it.Kind {
+		if l == nil || it.Kind != 0 && kindOf(&l.limit) != it.Kind || it.Model != "" && !l.byModel {
 			continue // gone from the configuration, or counted elsewhere now: nothing to settle
+		}
+		if it.Model != "" {
+			// Another model's item (see others.go): settled with that
+			// model's steps of the usage.
+			o := *l
+			o.model = it.Model
+			l = &o
 		}
 		r.limits = append(r.limits, l)
 		r.items = append(r.items, weighted.Item{Limit: l.limit, Key: it.Key, Cost: it.Cost})
@@ -800,7 +815,7 @@ func (r *Reservation) giveBackLeased(c claim) {
 		actual = make([]int64, len(r.items))
 		for i, lim := range r.limits {
 			actual[i] = r.items[i].Cost
-			if lim.extra == 0 && lim.unit == "usd" {
+			if lim.extra == 0 && lim.model == "" && lim.unit == "usd" { // another model's share of c.cost is not known: its estimate
 				actual[i] = lim.costOf(r.req.Requests, costmodel.Usage{}, c.cost)
 			}
 		}
