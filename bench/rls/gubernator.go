@@ -156,12 +156,6 @@ type child struct {
 	addr  string
 }
 
-// spawnGubernator starts the gubernator child and waits up to 30 s for its
-// address.
-func spawnGubernator() (*child, error) {
-	return spawnChild("gubernator", "-serve-gubernator")
-}
-
 // spawnChild starts the harness again with flag (-serve-gubernator,
 // -serve-null) on a free loopback port and waits up to 30 s for the line
 // "NAME: listening on ADDR".

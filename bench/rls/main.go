@@ -187,21 +187,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if addr == "" {
 			addr = "127.0.0.1:8081"
 		}
-	case "gubernator":
+	case "gubernator", "null":
 		if addr == "" {
-			c, err := spawnGubernator()
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			addr = c.addr
-			if cfg.ServerPID == 0 {
-				cfg.ServerPID = c.pid()
-			}
-		}
-	case "null":
-		if addr == "" {
-			c, err := spawnChild("null", "-serve-null")
+			// The server runs in a child process (this program again),
+			// so that its CPU is read apart from the load generator's.
+			c, err := spawnChild(o.target, "-serve-"+o.target)
 			if err != nil {
 				return err
 			}
