@@ -282,7 +282,8 @@ func TestStepsAtkDefaultFallbacksChargedToDefault(t *testing.T) {
 // the price table does not know is a value the tenant chose, as an
 // unknown request model is: each makes a counter of a limit keyed by
 // model, and store.max_keys_per_tenant (here 2) bounds them: the third
-// new name is refused 429 too_many_keys, and writes nothing.
+// new name is refused 429 (per-model, by store.max_keys_per_tenant), and
+// writes nothing.
 func TestStepsUnknownOtherModelsUnderTheKeyCap(t *testing.T) {
 	ctx := context.Background()
 	g := openYAML(t, fmt.Sprintf(`
@@ -305,8 +306,8 @@ limits:
 			res.Settle(ctx, gate.Charge{Usage: est.Usage, Cost: est.Cost, HTTPStatus: 200})
 			continue
 		}
-		if res != nil || d.Status != http.StatusTooManyRequests || d.Error.Code != "too_many_keys" {
-			t.Errorf("a third unknown advisor model: %+v, want 429 too_many_keys", d)
+		if res != nil || d.Status != http.StatusTooManyRequests || d.Error.Code != "per-model" || d.Error.Policy != "store.max_keys_per_tenant" {
+			t.Errorf("a third unknown advisor model: %+v, want 429 of per-model by store.max_keys_per_tenant", d)
 		}
 		if left := remaining(t, g, "per-model", "{acme}:tenant=acme:model=claude-haiku-4-5"); left != 1000000-2*est.Usage.TotalTokens() {
 			t.Errorf("the refused request debited Haiku's key: %d left", left)
