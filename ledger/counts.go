@@ -9,8 +9,7 @@ package ledger
 
 import (
 	"context"
-	"fmt"
-	"time"
+	"errors"
 )
 
 // Counts is what entries counted on a limiter in units other than
@@ -86,19 +85,13 @@ const (
 	countsOutput    = `CASE WHEN status = 'reserved' THEN est_output ELSE act_output END`
 )
 
-// countsRead is Counts' last read of a query.
-type countsRead struct {
-	value Counts
-	pos   int64
-	at    time.Time
-}
-
 // Counts returns what the entries q selects counted on a limiter (see
 // Entry.Counts): q's tenant, and its user, key and region when set, over
 // its period or [From, To), exactly (no roll-up bucket rounds the range),
-// as they are in the store. It reads the entries, so its cost grows with
-// the tenant's entries in the range: it is for a rare read, a limiter's
-// counter restored after its store lost its data.
+// as they are in the store. It is CountsBy grouping by nothing: it reads
+// the entries, so its cost grows with the tenant's entries in the range,
+// for a rare read, a limiter's counter restored after its store lost its
+// data.
 //
 // When the store fails (and ctx is not done), a ledger with a spool
 // answers as Spend does: the last value read for the same query plus this
@@ -109,44 +102,17 @@ type countsRead struct {
 // Counts fails with ErrInvalid for a tenant, user, key or region that is
 // not valid text (see ValidText), and as Spend does for a bad range.
 func (l *Ledger) Counts(ctx context.Context, q SpendQuery) (Counts, error) {
-	k, from, to, err := l.keyOf("counts query", q)
-	if err != nil {
+	gs, err := l.CountsBy(ctx, q, GroupBy{})
+	var c, pending Counts
+	if len(gs) > 0 {
+		c, pending = gs[0].Counts, gs[0].PendingCounts
+	}
+	var local *LocalSpendError
+	switch {
+	case errors.As(err, &local):
+		local.Counts, local.PendingCounts = c, pending
+	case err != nil:
 		return Counts{}, err
 	}
-	from, to = micro(from), micro(to)
-	var applied int64
-	if l.spool != nil {
-		_, applied = l.spool.positions()
-	}
-	readAt := l.cfg.Now()
-	v, err := l.store.counts(ctx, k, from, to)
-	if l.spool == nil {
-		return v, err
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return Counts{}, err
-		}
-		return l.localCounts(k, err)
-	}
-	l.answered(readAt)
-	l.countReads.put(k, countsRead{value: v, pos: applied, at: readAt})
-	return v, nil
-}
-
-// localCounts answers k, a Counts query, from its last read and the
-// spool after it.
-func (l *Ledger) localCounts(k spendQueryKey, storeErr error) (Counts, error) {
-	last, ok := l.countReads.get(k)
-	from, partial := l.pendingFrom(last.pos, ok)
-	var pending Counts
-	err := l.pendingEach(from, k.match, func(_ cols, d charge) { pending = pending.add(d.counts) })
-	if err != nil {
-		return Counts{}, fmt.Errorf("%w (and the spool: %v)", storeErr, err)
-	}
-	v := last.value.add(pending)
-	return v, &LocalSpendError{
-		ReadAt: last.at, Partial: partial, Unknown: !ok && l.answeredAfter(k.from), Err: storeErr,
-		Counts: v, PendingCounts: pending,
-	}
+	return c, err
 }

@@ -25,7 +25,7 @@ func TestCountsScansTheTenantsRange(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.close()
-	rows, err := s.db.QueryContext(ctx, "EXPLAIN QUERY PLAN "+sqliteCounts, "acme", 0, 1, "ann", "ann", "", "", "eu", "eu")
+	rows, err := s.db.QueryContext(ctx, "EXPLAIN QUERY PLAN "+sqliteCountsBy(GroupBy{Model: true}), "acme", 0, 1, "ann", "ann", "", "", "eu", "eu", MaxGroups)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,9 +86,9 @@ func TestCountsOfEntriesStoredBeforeRequests(t *testing.T) {
 	check := func(t *testing.T, s store) {
 		t.Helper()
 		defer s.close()
-		c, err := s.counts(ctx, spendQueryKey{tenant: "acme"}, at.Add(-time.Hour), at.Add(time.Hour))
-		if err != nil || c.Requests != 1 {
-			t.Fatalf("Counts of an entry stored before its requests = %+v, %v; want 1 request", c, err)
+		gs, err := s.countsBy(ctx, spendQueryKey{tenant: "acme"}, at.Add(-time.Hour), at.Add(time.Hour), MaxGroups)
+		if err != nil || len(gs) != 1 || gs[0].Counts.Requests != 1 {
+			t.Fatalf("Counts of an entry stored before its requests = %+v, %v; want 1 request", gs, err)
 		}
 	}
 	t.Run("embedded", func(t *testing.T) {

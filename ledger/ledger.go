@@ -38,7 +38,6 @@ type Ledger struct {
 
 	spendReads readCache[spendRead]    // Spend's last reads, for its answers while the store fails
 	keyReads   readCache[keySpendRead] // KeySpend's and UserSpend's, likewise
-	countReads readCache[countsRead]   // Counts', likewise
 	groupReads readCache[groupsRead]   // CountsBy's, likewise
 	lastAnswer atomic.Int64            // Unix microseconds, by cfg.Now, when the store last answered (see answered); 0: not since Open
 
@@ -70,12 +69,10 @@ type store interface {
 	// [from, to), by user and key, read from the entries (a range shorter
 	// than a roll-up bucket).
 	headSpend(ctx context.Context, tenant string, from, to time.Time) ([]headCharge, error)
-	// counts returns what the entries k selects (its tenant, and its
-	// user, key and region when not empty) created in [from, to) counted
-	// on a limiter (see Entry.Counts), read from the entries.
-	counts(ctx context.Context, k spendQueryKey, from, to time.Time) (Counts, error)
-	// countsBy returns what the entries k selects created in [from, to)
-	// counted on a limiter and were charged, grouped by k.by's columns,
+	// countsBy returns what the entries k selects (its tenant, and its
+	// user, key and region when not empty) created in [from, to), read
+	// from the entries, counted on a limiter (see Entry.Counts) and were
+	// charged, grouped by k.by's columns,
 	// at most limit groups, those of the most requests (see CountsBy).
 	countsBy(ctx context.Context, k spendQueryKey, from, to time.Time, limit int) ([]Group, error)
 	nodes(ctx context.Context) ([]NodeState, error)

@@ -601,21 +601,6 @@ func pgSat(expr string) string {
 	return `GREATEST(LEAST(COALESCE(SUM(` + expr + `), 0), 9223372036854775807), -9223372036854775808)::bigint`
 }
 
-// pgCounts is the query of pgStore.counts.
-var pgCounts = `SELECT ` + pgSat(countsRequest) + `, ` + pgSat(countsInput) + `, ` + pgSat(countsOutput) + `
-	FROM ledger_entries WHERE tenant = $1 AND created_at >= $2 AND created_at < $3 AND ` + countsDecisions + `
-	AND ($4 = '' OR user_id = $4) AND ($5 = '' OR key_id = $5) AND ($6 = '' OR region = $6)`
-
-func (s *pgStore) counts(ctx context.Context, k spendQueryKey, from, to time.Time) (Counts, error) {
-	var c Counts
-	err := s.pool.QueryRow(ctx, pgCounts, k.tenant, from, to, k.user, k.key, k.region).
-		Scan(&c.Requests, &c.InputTokens, &c.OutputTokens)
-	if err != nil {
-		return Counts{}, fmt.Errorf("ledger: postgres counts: %w", err)
-	}
-	return c, nil
-}
-
 // pgCountsBy is the query of pgStore.countsBy for by.
 func pgCountsBy(by GroupBy) string {
 	selected, grouped := by.columns("''::text")

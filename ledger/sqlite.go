@@ -494,34 +494,10 @@ func (s *sqliteStore) headSpend(ctx context.Context, tenant string, from, to tim
 	return out, nil
 }
 
-// sqliteCounts is the query of sqliteStore.counts, a range scan of the
-// index ledger_entries_tenant_time. The requests and tokens are summed
-// in 32-bit halves, as sqliteSumCost sums a cost: SQLite's SUM fails past
-// the bounds of int64.
-const sqliteCounts = `SELECT COALESCE(SUM(req >> 32), 0), COALESCE(SUM(req & 4294967295), 0),
-	COALESCE(SUM(inp >> 32), 0), COALESCE(SUM(inp & 4294967295), 0),
-	COALESCE(SUM(outp >> 32), 0), COALESCE(SUM(outp & 4294967295), 0)
-	FROM (SELECT ` + countsRequest + ` AS req, ` + countsInput + ` AS inp, ` + countsOutput + ` AS outp
-		FROM ledger_entries WHERE tenant = ? AND created_at >= ? AND created_at < ? AND ` + countsDecisions + `
-		AND (? = '' OR user_id = ?) AND (? = '' OR key_id = ?) AND (? = '' OR region = ?))`
-
-func (s *sqliteStore) counts(ctx context.Context, k spendQueryKey, from, to time.Time) (Counts, error) {
-	var c Counts
-	var reqHi, reqLo, inHi, inLo, outHi, outLo int64
-	err := s.db.QueryRowContext(ctx, sqliteCounts, k.tenant, from.UnixMicro(), to.UnixMicro(), k.user, k.user, k.key, k.key, k.region, k.region).
-		Scan(&reqHi, &reqLo, &inHi, &inLo, &outHi, &outLo)
-	if err != nil {
-		return Counts{}, fmt.Errorf("ledger: sqlite counts: %w", err)
-	}
-	c.Requests = joinHalves(reqHi, reqLo)
-	c.InputTokens, c.OutputTokens = joinHalves(inHi, inLo), joinHalves(outHi, outLo)
-	return c, nil
-}
-
 // sqliteCountsBy is the query of sqliteStore.countsBy for by, a range
 // scan of the index ledger_entries_tenant_time: the counted requests and
-// tokens, then the charge, each summed in 32-bit halves (see
-// sqliteCounts).
+// tokens, then the charge, each summed in 32-bit halves, as sqliteSumCost
+// sums a cost: SQLite's SUM fails past the bounds of int64.
 func sqliteCountsBy(by GroupBy) string {
 	selected, grouped := by.columns("''")
 	halves := func(expr string) string {
