@@ -35,6 +35,22 @@ limits:
 `, dataDir, store, limit))
 }
 
+// haikuReserved opens a gate with a per-model limit of full tokens an
+// hour (stepsGate) and reserves on it a Haiku request of max_tokens 1000
+// whose body carries extra (its tools or fallbacks): the gate, the
+// caller and the reservation, which must be admitted.
+func haikuReserved(t *testing.T, redisURL string, full int64, extra string) (*gate.Gate, *gate.Caller, *gate.Reservation) {
+	t.Helper()
+	g := stepsGate(t, redisURL, t.TempDir(), fmt.Sprintf("{name: per-model, dimensions: [tenant, model], unit: tokens, rate: %d, period: 1h, algorithm: fixed_window}", full))
+	cl := g.Identify("cg-acme")
+	est := estimateBody(t, cl, `{"model":"claude-haiku-4-5","max_tokens":1000,`+extra+`,`+stepsMsgs+`}`)
+	res, d := g.Reserve(context.Background(), &gate.Request{Caller: cl, Route: "/v1/messages", Estimate: est})
+	if res == nil {
+		t.Fatalf("refused: %+v", d)
+	}
+	return g, cl, res
+}
+
 // onEachGateStore runs f on the in-memory store and on a private Redis.
 func onEachGateStore(t *testing.T, f func(t *testing.T, redisURL string)) {
 	for _, store := range []string{"memory", "redis"} {
@@ -208,13 +224,7 @@ func TestStepsAtkAdvisorTokensChargedToItsModel(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			onEachGateStore(t, func(t *testing.T, url string) {
-				g := stepsGate(t, url, t.TempDir(), fmt.Sprintf("{name: per-model, dimensions: [tenant, model], unit: tokens, rate: %d, period: 1h, algorithm: fixed_window}", full))
-				cl := g.Identify("cg-acme")
-				est := estimateBody(t, cl, `{"model":"claude-haiku-4-5","max_tokens":1000,`+c.extra+`,`+stepsMsgs+`}`)
-				res, d := g.Reserve(ctx, &gate.Request{Caller: cl, Route: "/v1/messages", Estimate: est})
-				if res == nil {
-					t.Fatalf("refused: %+v", d)
-				}
+				g, cl, res := haikuReserved(t, url, full, c.extra)
 				if d, ok := res.Record(ctx); !ok {
 					t.Fatal(d)
 				}
@@ -255,13 +265,7 @@ func TestStepsAtkDefaultFallbacksChargedToDefault(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			onEachGateStore(t, func(t *testing.T, url string) {
-				g := stepsGate(t, url, t.TempDir(), fmt.Sprintf("{name: per-model, dimensions: [tenant, model], unit: tokens, rate: %d, period: 1h, algorithm: fixed_window}", full))
-				cl := g.Identify("cg-acme")
-				est := estimateBody(t, cl, `{"model":"claude-haiku-4-5","max_tokens":1000,`+c.extra+`,`+stepsMsgs+`}`)
-				res, d := g.Reserve(ctx, &gate.Request{Caller: cl, Route: "/v1/messages", Estimate: est})
-				if res == nil {
-					t.Fatalf("refused: %+v", d)
-				}
+				g, cl, res := haikuReserved(t, url, full, c.extra)
 				u, err := costmodel.ParseUsage(costmodel.AnthropicMessages, []byte(`{"usage":{"input_tokens":1,"output_tokens":1,"iterations":[`+c.iterations+`]}}`))
 				if err != nil {
 					t.Fatal(err)
