@@ -383,13 +383,18 @@ func (l *compiledLimit) spentSince(now time.Time) time.Time {
 // keyedBy sets e's KeyModel and KeyRoute (see ledger.Entry.KeyModel) to
 // the model and the route r's limits are keyed by (see key), where they
 // are not e's Model and Route: a downgrade serves another model than the
-// one asked for, an alias or a spelling of a model is keyed by its
-// canonical name, and a reserve API request the caller names is keyed by
-// the API's route. A restore of the counters of limits keyed by model
+// one asked for, and a reserve API request the caller names is keyed by
+// the API's route. An alias or another spelling of the model, the
+// upstream's dated name, is not: the restore keys by the canonical name
+// of the entry's model. A restore of the counters of limits keyed by model
 // or route (Gate.ledgerGroupCounters) reads them.
 func (r *Reservation) keyedBy(e *ledger.Entry) {
 	e.KeyModel, e.KeyRoute = "", ""
-	if r.model != e.Model {
+	// A model the limiter would key by the same canonical name (an alias,
+	// the upstream's dated name) needs none: the restore canonicalizes
+	// the entry's model, and the spool and the store keep one string
+	// less for most settlements.
+	if r.model != e.Model && r.st.est.Canonical(e.Model) != r.model {
 		e.KeyModel = r.model
 	}
 	if r.req.Route != e.Route {

@@ -64,8 +64,9 @@ type Entry struct {
 	// KeyModel and KeyRoute are the model and the route the limiter
 	// keyed the request's counters by (its limits keyed by model or
 	// route), when they are not Model and Route: the model asked for
-	// (by its canonical name) when an alias named it or a downgrade
-	// served another, the API's route when the caller named the request
+	// (by its canonical name) when a downgrade served another (an alias
+	// of it needs none: a limiter keys by the canonical name of Model),
+	// the API's route when the caller named the request
 	// (the reserve API's route). Empty: Model and Route. A settlement
 	// that names a model (a route) names its key model (key route) with
 	// it. A limiter that lost its counters restores those of its limits
