@@ -40,11 +40,13 @@ type store interface {
 // caller (compiledLimit.restorable), alone or with the model, route or
 // upstream, in dollars, requests or tokens, to what the entries of the
 // caller (and of the model, route or upstream its key names) counted in
-// their window, and the global dollar limits under their own tag
-// (restoreGlobal). Other rate limits (keyed by an address, an attribute
-// or the region, which no entry records, sliding logs, concurrency, the
-// rate limit service's descriptors) are not restored: they come back
-// empty, which admits at most one more window of each.
+// their window, and the limits of the whole deployment (keyed by model,
+// route, upstream, the region or nothing) under their own tag, to what
+// every tenant's entries counted (restoreGlobal). Other rate limits
+// (keyed by an address or an attribute, which no entry records, or by
+// the caller and the region; sliding logs, concurrency, the rate limit
+// service's descriptors) are not restored: they come back empty, which
+// admits at most one more window of each.
 //
 // It is safe for concurrent use: concurrent calls that find one tenant
 // stale share one restore.
@@ -178,14 +180,20 @@ func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err er
 	return true
 }
 
-// restoreGlobal brings the counters of the global dollar limits (see
-// globalCap), which share the hash tag globalTag, up to the
-// ledger's spend of every tenant in their window, and writes the tag's
-// marker: a store restarted empty or flushed lost them with every
-// tenant's. extra are more items under the tag, restored as they are.
-// With regions each region's store counts its own, where the ledger's
-// spend is every region's: the counters are then marked as they are (the
-// limit may admit its window once more).
+// restoreGlobal brings the counters of the limits of the whole
+// deployment (see globalLimit), which share the hash tag globalTag, up
+// to what the ledger says every tenant spent or counted in their window,
+// and writes the tag's marker: a store restarted empty or flushed lost
+// them with every tenant's. extra are more items under the tag, restored
+// as they are.
+//
+// A spend cap (compiledLimit.spendCap) is read from the ledger's
+// roll-up (Ledger.TotalSpend); when the ledger's database cannot give it,
+// a fail-open one is restored at 0 and a fail-closed one fails the
+// restore. The other limits, and a spend cap with regions, are restored
+// as ledgerGroupCounters reads them: each counter from the entries its
+// key names, this region's only with regions (each region's store counts
+// its own), from what this node knows while the database is out.
 func (f *freshStore) restoreGlobal(ctx context.Context, extra []weighted.Item) error {
 	if err := f.g.ledgerCaughtUp(ctx, true); err != nil {
 		return err
@@ -198,27 +206,28 @@ func (f *freshStore) restoreGlobal(ctx context.Context, extra []weighted.Item) e
 		now     = time.Now()
 	)
 	for _, l := range st.limits {
-		if !l.global {
+		if !l.spendCap() || f.g.regions != nil {
 			continue
 		}
 		it := weighted.Item{Limit: l.limit, Key: l.key(&Reservation{st: st})}
 		seen[it.Limit.Name+"\x00"+it.Key] = true
-		var spent costmodel.NanoUSD
-		if f.g.regions == nil {
-			var err error
-			spent, err = f.g.ledger.TotalSpend(ctx, l.spentSince(now), now.AddDate(100, 0, 0))
-			switch {
-			case err != nil && l.failClosed:
-				return fmt.Errorf("gate: restore of the global limit %s: %w", l.limit.Name, err)
-			case err != nil:
-				// Fail-open: restored from nothing rather than refusing
-				// every request until the database answers.
-				f.g.log.Warn("a global limit's counter restored without the ledger's spend", "limit", l.limit.Name, "err", err)
-				spent = 0
-			}
+		spent, err := f.g.ledger.TotalSpend(ctx, l.spentSince(now), now.AddDate(100, 0, 0))
+		switch {
+		case err != nil && l.failClosed:
+			return fmt.Errorf("gate: restore of the global limit %s: %w", l.limit.Name, err)
+		case err != nil:
+			// Fail-open: restored from nothing rather than refusing
+			// every request until the database answers.
+			f.g.log.Warn("a global limit's counter restored without the ledger's spend", "limit", l.limit.Name, "err", err)
+			spent = 0
 		}
 		items, counted = append(items, it), append(counted, int64(spent)/f.share)
 	}
+	grouped, groupedSpent, err := f.g.ledgerGroupCounters(ctx, st, "", seen, f.share)
+	if err != nil {
+		return err
+	}
+	items, counted = append(items, grouped...), append(counted, groupedSpent...)
 	items, counted, _ = extraCounters(items, counted, seen, extra, func(weighted.Item) (int64, error) { return 0, nil })
 	if f.share > 1 {
 		items = fallbackItems(items, f.share)
@@ -228,7 +237,7 @@ func (f *freshStore) restoreGlobal(ctx context.Context, extra []weighted.Item) e
 	}
 	for i, it := range items {
 		if counted[i] > 0 {
-			f.g.log.Info("global limit counter restored from the ledger", "limit", it.Limit.Name, "ledger_nano_usd", counted[i], "share", f.share)
+			f.g.log.Info("global limit counter restored from the ledger", "limit", it.Limit.Name, "key", it.Key, "counted", counted[i], "share", f.share)
 		}
 	}
 	return nil
@@ -924,10 +933,17 @@ func (g *Gate) ledgerLimitCounters(ctx context.Context, st *state, tenant string
 // canonical name (see Reservation.Model), so that the entries of a
 // model's aliases count on one counter, as their requests did.
 //
+// With tenant empty, the counters are those of the limits of the whole
+// deployment (see globalLimit) but the spend caps that restoreGlobal
+// reads from the roll-up, from every tenant's entries (Ledger.
+// TotalCountsBy), whatever plans the limit names: a limit of some plans
+// counts every plan's entries, which may refuse early, never late.
+//
 // Its reads of the ledger do not grow with the models, routes and
 // upstreams, nor with the callers: one grouped read of the tenant's
 // entries (Ledger.CountsBy) per window and grouping, this region's
-// entries only with regions (each region's store counts its own). While
+// entries only with regions (each region's store counts its own), or,
+// for a limit keyed by the region, the region's its key names. While
 // the ledger's database is out, the counts are what this node knows
 // (see knownSpend: a fail-closed limit whose count is unknown fails the
 // restore). At most maxLedgerCallers counters, the most requests first;
@@ -935,13 +951,14 @@ func (g *Gate) ledgerLimitCounters(ctx context.Context, st *state, tenant string
 // are a fallback's of share replicas (see shareOf).
 func (g *Gate) ledgerGroupCounters(ctx context.Context, st *state, tenant string, seen map[string]bool, share int64) ([]weighted.Item, []int64, error) {
 	plan, planKnown := g.tenantPlan(st, tenant)
-	region := ""
-	if g.regions != nil {
-		region = st.cfg.Region
+	tag, name := tenant, tenant
+	if tenant == "" {
+		tag, name, planKnown = globalTag, "every tenant", false
 	}
 	type read struct {
-		from time.Time
-		by   ledger.GroupBy
+		from   time.Time
+		by     ledger.GroupBy
+		region string
 	}
 	type answer struct {
 		groups []ledger.Group
@@ -955,24 +972,37 @@ func (g *Gate) ledgerGroupCounters(ctx context.Context, st *state, tenant string
 		at      = map[string]int{} // the index in items of each key of a limit's ("name\x00key")
 	)
 	for _, l := range st.limits {
-		if !l.restorable() || l.callerScoped() || planKnown && !l.appliesTo(plan) {
+		switch {
+		case tenant == "" && (!l.restorable() || !l.global || l.spendCap() && g.regions == nil):
+			continue
+		case tenant != "" && (!l.restorable() || !l.keyedByEntry() || planKnown && !l.appliesTo(plan)):
 			continue
 		}
-		r := read{l.spentSince(now), ledger.GroupBy{
+		r := read{from: l.spentSince(now), by: ledger.GroupBy{
 			User: slices.Contains(l.dims, "user"), KeyID: slices.Contains(l.dims, "api_key"),
 			Route: slices.Contains(l.dims, "route"), Upstream: l.byUpstream, Model: l.byModel,
 		}}
+		if g.regions != nil || slices.Contains(l.dims, "region") {
+			r.region = st.cfg.Region
+		}
 		a, ok := reads[r]
 		if !ok {
-			gs, err := g.ledger.CountsBy(ctx, ledger.SpendQuery{Tenant: tenant, Region: region, From: r.from, To: r.from.AddDate(100, 0, 0)}, r.by)
+			q := ledger.SpendQuery{Tenant: tenant, Region: r.region, From: r.from, To: r.from.AddDate(100, 0, 0)}
+			var gs []ledger.Group
+			var err error
+			if tenant == "" {
+				gs, err = g.ledger.TotalCountsBy(ctx, q, r.by)
+			} else {
+				gs, err = g.ledger.CountsBy(ctx, q, r.by)
+			}
 			if err := knownSpend(err, false); err != nil {
-				return nil, nil, fmt.Errorf("gate: counts of %s for %s: %w", tenant, l.limit.Name, err)
+				return nil, nil, fmt.Errorf("gate: counts of %s for %s: %w", name, l.limit.Name, err)
 			}
 			a = answer{gs, err}
 			reads[r] = a
 		}
 		if err := knownSpend(a.err, l.failClosed); err != nil {
-			return nil, nil, fmt.Errorf("gate: counts of %s for %s: %w", tenant, l.limit.Name, err)
+			return nil, nil, fmt.Errorf("gate: counts of %s for %s: %w", name, l.limit.Name, err)
 		}
 		for i := range a.groups {
 			gr := &a.groups[i]
@@ -988,11 +1018,11 @@ func (g *Gate) ledgerGroupCounters(ctx context.Context, st *state, tenant string
 				counted[j] = int64(addSpend(costmodel.NanoUSD(counted[j]), costmodel.NanoUSD(spent)))
 				continue
 			}
-			if seen[id] || weighted.HashTag(key) != tenant || spent <= 0 {
+			if seen[id] || weighted.HashTag(key) != tag || spent <= 0 {
 				continue
 			}
 			if len(items) >= maxLedgerCallers {
-				g.log.Warn("a restore leaves out the counters of some of the ledger's models, routes and upstreams", "tenant", tenant,
+				g.log.Warn("a restore leaves out the counters of some of the ledger's models, routes and upstreams", "tenant", name,
 					"limit", l.limit.Name, "restored", maxLedgerCallers)
 				return items, counted, nil
 			}

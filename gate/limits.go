@@ -29,7 +29,7 @@ type compiledLimit struct {
 	shadow     bool   // a denial is recorded, never enforced
 	failClosed bool
 	tagged     bool        // the key carries the tenant as its hash tag
-	global     bool        // a global dollar limit (globalCap): the key carries globalTag as its hash tag
+	global     bool        // a limit of the whole deployment (globalLimit): the key carries globalTag as its hash tag
 	byIP       bool        // the key has the ip dimension
 	byModel    bool        // the key has the model dimension
 	byUpstream bool        // the key has the upstream dimension
@@ -68,7 +68,7 @@ func compileLimit(l config.LimitConfig) (*compiledLimit, error) {
 		shadow:     l.Mode == "shadow",
 		failClosed: l.OnStoreFailure == "fail_closed",
 		tagged:     callerDims(l.Dimensions),
-		global:     globalCap(l),
+		global:     globalLimit(l),
 		byIP:       slices.Contains(l.Dimensions, "ip"),
 		byModel:    slices.Contains(l.Dimensions, "model"),
 		byUpstream: slices.Contains(l.Dimensions, "upstream"),
@@ -277,15 +277,17 @@ func (l *compiledLimit) callerScoped() bool {
 // restorable tells whether the limit's counter is brought up to the
 // ledger's count when the store lost it, as a budget's is: a configured
 // limit keyed by the caller alone (tenant, user, api_key), or by the
-// caller and what an entry records of the request (see keyedByEntry), of
-// an algorithm that counts an amount (not a sliding log's marks nor a
-// concurrency limit's units in flight), in any unit. Its count is the
-// ledger's, what the entries in the limit's window of the caller (and of
-// the model, route or upstream its key names) counted in its unit (see
-// spentSince, ledgerCount). Limits keyed by anything else (an address,
-// an attribute, the region) are not: no entry records it.
+// caller and what an entry records of the request (see keyedByEntry), or
+// a limit of the whole deployment (see globalLimit), of an algorithm that
+// counts an amount (not a sliding log's marks nor a concurrency limit's
+// units in flight), in any unit. Its count is the ledger's, what the
+// entries in the limit's window of the caller (every tenant's for a
+// limit of the deployment; and of the model, route or upstream its key
+// names) counted in its unit (see spentSince, ledgerCount). Limits keyed
+// by anything else (an address, an attribute; the region with the
+// caller) are not: no entry records it.
 func (l *compiledLimit) restorable() bool {
-	return !l.budget && l.level == nil && l.extra == 0 && (l.callerScoped() || l.keyedByEntry()) &&
+	return !l.budget && l.level == nil && l.extra == 0 && (l.global || l.callerScoped() || l.keyedByEntry()) &&
 		l.limit.Algorithm != weighted.SlidingLog && l.limit.Algorithm != weighted.Concurrency
 }
 
@@ -312,7 +314,7 @@ func (l *compiledLimit) keyedByEntry() bool {
 // the caller alone: its counters are restored per caller (see
 // Gate.limitCounters, Gate.ledgerLimitCounters).
 func (l *compiledLimit) callerRestorable() bool {
-	return l.restorable() && l.callerScoped()
+	return l.restorable() && l.tagged && l.callerScoped()
 }
 
 // ledgerCount is what the ledger's counts c (ledger.Counts) are in the
@@ -332,26 +334,39 @@ func (l *compiledLimit) ledgerCount(c ledger.Counts) int64 {
 	return 0
 }
 
-// globalTag is the hash tag of the global dollar limits' keys (see
-// globalCap), "{{global}:...", so that their store keeps a generation
-// marker for them as for a tenant's: no tenant has it, as no tenant's
-// name holds a '{' (the configuration refuses one, the control plane's
-// names are [a-z0-9_.-], the rate limit service writes %7B).
+// globalTag is the hash tag of the keys of the limits of the whole
+// deployment (see globalLimit), "{{global}:...", so that their store
+// keeps a generation marker for them as for a tenant's: no tenant has
+// it, as no tenant's name holds a '{' (the configuration refuses one, the
+// control plane's names are [a-z0-9_.-], the rate limit service writes
+// %7B).
 const globalTag = "{global"
 
-// globalCap tells whether configured limit l is a spend cap of the whole
-// deployment: in dollars, with one key for every request (no dimension,
-// or the region alone), of an algorithm that counts an amount. Its key
-// carries globalTag, and its counter is restored from every tenant's
-// spend in the ledger when the store lost its data (see
+// globalLimit tells whether configured limit l is a limit of the whole
+// deployment: keyed by none of the caller's dimensions, only by what a
+// ledger entry records of a request (model, route, upstream) or by the
+// region, or by nothing (one key for every request: the deployment's
+// spend cap or allowance), of an algorithm that counts an amount. Its
+// keys carry globalTag, and its counters are restored from every
+// tenant's entries in the ledger when the store lost its data (see
 // freshStore.restoreGlobal).
-func globalCap(l config.LimitConfig) bool {
+func globalLimit(l config.LimitConfig) bool {
 	for _, d := range l.Dimensions {
-		if d != "region" {
+		switch d {
+		case "model", "route", "upstream", "region":
+		default:
 			return false
 		}
 	}
-	return l.Unit == "usd" && l.Algorithm != "sliding_log" && l.Algorithm != "concurrency"
+	return l.Algorithm != "sliding_log" && l.Algorithm != "concurrency"
+}
+
+// spendCap tells whether l is a limit of the whole deployment in dollars
+// with one key for every request (no dimension, or the region alone):
+// without regions, its counter is restored from the ledger's roll-up of
+// every tenant's spend (Ledger.TotalSpend), which reads no entry.
+func (l *compiledLimit) spendCap() bool {
+	return l.global && l.unit == "usd" && !l.byModel && !l.byUpstream && !slices.Contains(l.dims, "route")
 }
 
 // spentSince is when the spend that the limit's counter holds at now

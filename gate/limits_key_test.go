@@ -2,7 +2,9 @@ package gate
 
 import (
 	"testing"
+	"time"
 
+	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/weighted"
 )
 
@@ -29,5 +31,37 @@ func TestLimitKeyValuesChooseNoHashTag(t *testing.T) {
 	}
 	if key := l.key(&Reservation{model: "gpt-4o", req: Request{Route: "/v1/chat"}}); key != ":model=gpt-4o:route=/v1/chat" {
 		t.Errorf("a plain key changed: %q", key)
+	}
+}
+
+// TestGlobalLimitKeysKeepTheGlobalTag: a configured limit of the whole
+// deployment (keyed by model, route, upstream, the region, or nothing)
+// has the hash tag globalTag whatever values a caller gives it, so that
+// the generation marker restoreGlobal writes covers each of its keys; a
+// limit keyed by the caller too, or by an address, has not.
+func TestGlobalLimitKeysKeepTheGlobalTag(t *testing.T) {
+	for _, c := range []struct {
+		dims   []string
+		global bool
+	}{
+		{nil, true}, {[]string{"model"}, true}, {[]string{"route", "upstream"}, true}, {[]string{"model", "region"}, true},
+		{[]string{"tenant", "model"}, false}, {[]string{"ip"}, false}, {[]string{"model", "attr.team"}, false},
+	} {
+		l, err := compileLimit(config.LimitConfig{Name: "l", Dimensions: c.dims, Unit: "tokens", Rate: 10, Period: time.Minute, Algorithm: "fixed_window"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.global != c.global {
+			t.Errorf("%v: global %v, want %v", c.dims, l.global, c.global)
+			continue
+		}
+		if !c.global {
+			continue
+		}
+		for _, v := range []string{"gpt-4o", "{acme}", "x{acme}y", "}", "%7Bglobal%7D"} {
+			if key := l.key(&Reservation{st: &state{cfg: &config.Config{Region: v}}, model: v, req: Request{Route: v, Upstream: v}}); weighted.HashTag(key) != globalTag {
+				t.Errorf("%v, value %q: key %q has the hash tag %q, want %q", c.dims, v, key, weighted.HashTag(key), globalTag)
+			}
+		}
 	}
 }

@@ -4,7 +4,8 @@ package ledger
 // columns besides the caller (route, upstream, model): a limiter that
 // lost the counters of limits keyed by those restores each from its
 // group, in one read of the tenant's entries in the window rather than
-// one read per value.
+// one read per value. TotalCountsBy is the same of every tenant's
+// entries together, for the limits of a whole deployment.
 
 import (
 	"cmp"
@@ -139,6 +140,36 @@ func (l *Ledger) CountsBy(ctx context.Context, q SpendQuery, by GroupBy) ([]Grou
 	if err != nil {
 		return nil, err
 	}
+	return l.countsBy(ctx, k, from, to, by)
+}
+
+// TotalCountsBy is CountsBy of every tenant's entries together: what the
+// entries created over q's period or [From, To) exactly (in q's region
+// when set) counted on a limiter and were charged, grouped by the
+// columns by names. It reads every entry in the range once (an index
+// range scan by creation time), so its cost grows with the deployment's
+// entries in the range: it is for a rare read, the counters of the
+// limits of a whole deployment (keyed by model, route, upstream or
+// nothing) restored after the limiter's store lost its data. It answers
+// as CountsBy does while the store fails, from this node's records.
+//
+// TotalCountsBy fails with ErrInvalid for a query that names a tenant,
+// a user or a key (CountsBy's), a region that is not valid text (see
+// ValidText), and as Spend does for a bad range.
+func (l *Ledger) TotalCountsBy(ctx context.Context, q SpendQuery, by GroupBy) ([]Group, error) {
+	if q.Tenant != "" || q.User != "" || q.KeyID != "" {
+		return nil, fmt.Errorf("%w total counts query: a tenant, user or key is CountsBy's", ErrInvalid)
+	}
+	k, from, to, err := l.anyKeyOf("total counts query", q)
+	if err != nil {
+		return nil, err
+	}
+	return l.countsBy(ctx, k, from, to, by)
+}
+
+// countsBy answers CountsBy's and TotalCountsBy's query k over [from,
+// to), grouped by by.
+func (l *Ledger) countsBy(ctx context.Context, k spendQueryKey, from, to time.Time, by GroupBy) ([]Group, error) {
 	k.by = by
 	from, to = micro(from), micro(to)
 	var applied int64

@@ -243,3 +243,161 @@ func TestCountsByRefusesBadQueries(t *testing.T) {
 		}
 	}
 }
+
+// TestTotalCountsByEveryTenant: TotalCountsBy answers, on both stores,
+// what CountsBy answers of one tenant for every tenant's entries
+// together: one group per distinct value of the columns it groups by,
+// each with what its entries of any tenant counted on a limiter and
+// their charge, as the entries read back add up, an entry in the group
+// of the model and route the limiter keyed it by; the range is exact,
+// and a region selects that region's entries.
+func TestTotalCountsByEveryTenant(t *testing.T) {
+	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
+		ctx := context.Background()
+		l := open(t, cfg)
+		reserve := func(id, tenant, model, route string, edit func(*ledger.Entry)) {
+			t.Helper()
+			countsReserve(ctx, t, l, id, func(e *ledger.Entry) {
+				e.Tenant, e.Model, e.Route = tenant, model, route
+				if edit != nil {
+					edit(e)
+				}
+			})
+		}
+		settle := func(e ledger.Entry) { t.Helper(); countsSettle(ctx, t, l, e) }
+		reserve("a1", "acme", "gpt-4o", "chat", nil)
+		settle(settlement("a1", 2_000))
+		reserve("a2", "acme", "gpt-4o-mini", "chat", nil)
+		reserve("g1", "globex", "gpt-4o", "chat", func(e *ledger.Entry) { e.Requests = 60 })
+		reserve("g2", "globex", "gpt-4o", "embed", func(e *ledger.Entry) { e.Region = "us" })
+		reserve("g3", "globex", "gpt-4o", "chat", nil)
+		settle(ledger.Entry{RequestID: "g3", Status: ledger.StatusFailed}) // cancelled: no request
+		reserve("h1", "initech", "gpt-4o", "chat", func(e *ledger.Entry) { e.Decision = "hard" })
+		settle(settlement("h1", 700)) // charged, counted nowhere
+		// Served by gpt-4o-mini, keyed by gpt-4o; named, keyed by chat.
+		reserve("d1", "initech", "gpt-4o-mini", "summary", func(e *ledger.Entry) { e.KeyModel, e.KeyRoute = "gpt-4o", "chat" })
+		reserve("old", "acme", "gpt-4o", "chat", func(e *ledger.Entry) { e.CreatedAt = t0.Add(-2 * time.Hour) })
+		flush(t, l)
+
+		from, to := t0.Add(-time.Hour), t0.Add(time.Hour)
+		entries := all(t, l, ledger.Query{From: from, To: to})
+		for _, c := range []struct {
+			name   string
+			region string
+			by     ledger.GroupBy
+			groups int
+		}{
+			{"model", "", ledger.GroupBy{Model: true}, 2},
+			{"route", "", ledger.GroupBy{Route: true}, 2},
+			{"model and route", "", ledger.GroupBy{Model: true, Route: true}, 3},
+			{"upstream", "", ledger.GroupBy{Upstream: true}, 1},
+			{"nothing", "", ledger.GroupBy{}, 1},
+			{"model in eu", "eu", ledger.GroupBy{Model: true}, 2},
+			{"nothing in us", "us", ledger.GroupBy{}, 1},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				gs, err := l.TotalCountsBy(ctx, ledger.SpendQuery{Region: c.region, From: from, To: to}, c.by)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var sel []ledger.Entry
+				for _, e := range entries {
+					if c.region == "" || e.Region == c.region {
+						sel = append(sel, e)
+					}
+				}
+				want, got := countsByRef(sel, c.by), groupsOf(t, gs)
+				if len(got) != c.groups || len(want) != c.groups {
+					t.Fatalf("%d groups (%d in the entries), want %d: %+v", len(got), len(want), c.groups, gs)
+				}
+				for k, w := range want {
+					if g := got[k]; g != w {
+						t.Errorf("group %+v = %+v; the entries add up to %+v", k, g, w)
+					}
+				}
+			})
+		}
+		// gpt-4o: a1, g1's 60, g2, d1 (the cancelled and the refused
+		// count none), the refusal's charge all the same.
+		gs, err := l.TotalCountsBy(ctx, ledger.SpendQuery{From: from, To: to}, ledger.GroupBy{Model: true})
+		if g := groupsOf(t, gs)[ledger.Group{Model: "gpt-4o"}]; err != nil || g.Counts.Requests != 63 || g.Charge != 2_000+3_000+3_000+0+700+3_000 {
+			t.Fatalf("every tenant's gpt-4o = %+v, %v; want a1, g1's 60, g2 and d1", g, err)
+		}
+		if gs, err := l.TotalCountsBy(ctx, ledger.SpendQuery{From: t0.Add(time.Microsecond), To: to}, ledger.GroupBy{Model: true}); err != nil || len(gs) != 0 {
+			t.Fatalf("TotalCountsBy after the entries = %+v, %v; want none", gs, err)
+		}
+	})
+}
+
+// TestTotalCountsByWhileTheStoreIsDown: with PostgreSQL stopped,
+// TotalCountsBy answers as CountsBy does: the last read of the same query
+// plus this node's records spooled since, of every tenant, each group's
+// part from the spool in its Pending fields, with a *LocalSpendError; a
+// query never read says its store part is unknown.
+func TestTotalCountsByWhileTheStoreIsDown(t *testing.T) {
+	l, pg, ctx := storeDownLedger(t, ledger.Config{})
+	reserve := func(id, tenant, model string) {
+		t.Helper()
+		countsReserve(ctx, t, l, id, func(e *ledger.Entry) { e.Tenant, e.Model = tenant, model })
+	}
+	day := ledger.SpendQuery{Period: "day", At: t0}
+	byModel := ledger.GroupBy{Model: true}
+	reserve("a1", "acme", "gpt-4o")
+	countsSettle(ctx, t, l, settlement("a1", 1_000))
+	flush(t, l)
+	if gs, err := l.TotalCountsBy(ctx, day, byModel); err != nil || len(gs) != 1 {
+		t.Fatalf("TotalCountsBy before the outage = %+v, %v", gs, err)
+	}
+
+	pg.Stop()
+	reserve("g1", "globex", "gpt-4o")
+	reserve("b1", "beta", "gpt-4o-mini")
+	open := ledger.Counts{Requests: 1, InputTokens: 100, OutputTokens: 200}
+	want := map[ledger.Group]ledger.Group{
+		{Model: "gpt-4o"}: {Model: "gpt-4o", Counts: ledger.Counts{Requests: 2, InputTokens: 190, OutputTokens: 350},
+			Charge: 4_000, PendingCounts: open, PendingCharge: 3_000},
+		{Model: "gpt-4o-mini"}: {Model: "gpt-4o-mini", Counts: open, Charge: 3_000, PendingCounts: open, PendingCharge: 3_000},
+	}
+	gs, err := l.TotalCountsBy(ctx, day, byModel)
+	var le *ledger.LocalSpendError
+	if !errors.As(err, &le) || le.Unknown || le.Err == nil {
+		t.Fatalf("TotalCountsBy with the store down = %+v, %v; want a *LocalSpendError, the store's part known", gs, err)
+	}
+	got := groupsOf(t, gs)
+	if len(got) != len(want) {
+		t.Fatalf("groups = %+v; want %+v", gs, want)
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("group %+v = %+v; want %+v", k, got[k], w)
+		}
+	}
+	// A query never read: only what the store lacks, and unknown.
+	gs, err = l.TotalCountsBy(ctx, day, ledger.GroupBy{})
+	if !errors.As(err, &le) || !le.Unknown || len(gs) != 1 || gs[0].Counts.Requests != 2 {
+		t.Fatalf("TotalCountsBy of a query never read = %+v, %v; want the spool's two requests, unknown", gs, err)
+	}
+	// A tenant's read is not every tenant's.
+	if gs, err = l.CountsBy(ctx, ledger.SpendQuery{Tenant: "beta", Period: "day", At: t0}, byModel); !errors.As(err, &le) || len(gs) != 1 || gs[0].Model != "gpt-4o-mini" {
+		t.Fatalf("beta's CountsBy with the store down = %+v, %v; want its own record only", gs, err)
+	}
+}
+
+// TestTotalCountsByRefusesBadQueries: TotalCountsBy refuses a query that
+// names a tenant, a user or a key (CountsBy's), a region no entry can
+// have, and an empty range.
+func TestTotalCountsByRefusesBadQueries(t *testing.T) {
+	l := open(t, ledger.Config{Dir: t.TempDir()})
+	for _, q := range []ledger.SpendQuery{
+		{Tenant: "acme", Period: "day"},
+		{User: "ann", Period: "day"},
+		{KeyID: "k1", Period: "day"},
+		{Region: "eu\x00", Period: "day"},
+		{From: t0, To: t0},
+		{Period: "week"},
+	} {
+		if _, err := l.TotalCountsBy(context.Background(), q, ledger.GroupBy{Model: true}); !errors.Is(err, ledger.ErrInvalid) {
+			t.Errorf("TotalCountsBy(%+v) = %v; want ErrInvalid", q, err)
+		}
+	}
+}

@@ -103,7 +103,9 @@
 // of user, key, route, upstream and model, in one such read: a limiter
 // restores with it the counters of limits keyed by model, route or
 // upstream, each entry under the model and route the limiter keyed it by
-// (Entry.KeyModel, Entry.KeyRoute).
+// (Entry.KeyModel, Entry.KeyRoute). TotalCountsBy is the same read of
+// every tenant's entries together (a range scan by creation time), for
+// the limits of a whole deployment.
 //
 // # Queries and export
 //

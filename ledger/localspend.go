@@ -86,6 +86,8 @@ func (e *LocalSpendError) Unwrap() error { return e.Err }
 
 // spendQueryKey names a query and its period.
 type spendQueryKey struct {
+	// tenant is the query's tenant; empty for TotalCountsBy's, every
+	// tenant's (no other read takes an empty tenant).
 	tenant, user, key, region string
 	from, to                  int64   // Unix microseconds
 	by                        GroupBy // CountsBy's grouping; zero for the other reads
@@ -309,6 +311,6 @@ func extended(decision string, requests int64, e *Entry) Counts {
 
 func (k spendQueryKey) match(e *Entry) bool {
 	at := e.CreatedAt.UnixMicro()
-	return e.Tenant == k.tenant && (k.user == "" || e.User == k.user) && (k.key == "" || e.KeyID == k.key) &&
+	return (k.tenant == "" || e.Tenant == k.tenant) && (k.user == "" || e.User == k.user) && (k.key == "" || e.KeyID == k.key) &&
 		(k.region == "" || e.Region == k.region) && at >= k.from && at < k.to
 }

@@ -601,18 +601,31 @@ func pgSat(expr string) string {
 	return `GREATEST(LEAST(COALESCE(SUM(` + expr + `), 0), 9223372036854775807), -9223372036854775808)::bigint`
 }
 
-// pgCountsBy is the query of pgStore.countsBy for by.
-func pgCountsBy(by GroupBy) string {
+// pgCountsBy is the query of pgStore.countsBy for by: of a tenant's
+// entries (every tenant's with every), a range scan of the index
+// ledger_entries_tenant_time (ledger_entries_time). Its parameters are
+// the tenant (not with every), then the range, the user, the key, the
+// region and the most groups.
+func pgCountsBy(by GroupBy, every bool) string {
 	selected, grouped := by.columns("''::text")
+	where, n := `tenant = $1 AND `, 1
+	if every {
+		where, n = "", 0
+	}
+	p := func(i int) string { return "$" + strconv.Itoa(n+i) }
 	return `SELECT ` + strings.Join(selected, ", ") + `, ` + pgSat(counted(countsRequest)) + `, ` +
 		pgSat(counted(countsInput)) + `, ` + pgSat(counted(countsOutput)) + `, ` + pgSumCost + `
-		FROM ledger_entries WHERE tenant = $1 AND created_at >= $2 AND created_at < $3
-		AND ($4 = '' OR user_id = $4) AND ($5 = '' OR key_id = $5) AND ($6 = '' OR region = $6)` +
-		groupClause(grouped) + ` HAVING COUNT(*) > 0 ORDER BY 6 DESC LIMIT $7`
+		FROM ledger_entries WHERE ` + where + `created_at >= ` + p(1) + ` AND created_at < ` + p(2) + `
+		AND (` + p(3) + ` = '' OR user_id = ` + p(3) + `) AND (` + p(4) + ` = '' OR key_id = ` + p(4) + `) AND (` + p(5) + ` = '' OR region = ` + p(5) + `)` +
+		groupClause(grouped) + ` HAVING COUNT(*) > 0 ORDER BY 6 DESC LIMIT ` + p(6)
 }
 
 func (s *pgStore) countsBy(ctx context.Context, k spendQueryKey, from, to time.Time, limit int) ([]Group, error) {
-	rows, err := s.pool.Query(ctx, pgCountsBy(k.by), k.tenant, from, to, k.user, k.key, k.region, limit)
+	args := []any{from, to, k.user, k.key, k.region, limit}
+	if k.tenant != "" {
+		args = append([]any{k.tenant}, args...)
+	}
+	rows, err := s.pool.Query(ctx, pgCountsBy(k.by, k.tenant == ""), args...)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: postgres counts by: %w", err)
 	}

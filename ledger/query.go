@@ -275,6 +275,12 @@ func (l *Ledger) keyOf(what string, q SpendQuery) (k spendQueryKey, from, to tim
 	if q.Tenant == "" {
 		return k, from, to, fmt.Errorf("%w %s: tenant is required", ErrInvalid, what)
 	}
+	return l.anyKeyOf(what, q)
+}
+
+// anyKeyOf is keyOf of a query that may name no tenant (every tenant's:
+// TotalCountsBy).
+func (l *Ledger) anyKeyOf(what string, q SpendQuery) (k spendQueryKey, from, to time.Time, err error) {
 	for _, f := range [...]struct{ name, v string }{
 		{"tenant", q.Tenant}, {"user", q.User}, {"key id", q.KeyID}, {"region", q.Region},
 	} {

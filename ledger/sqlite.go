@@ -494,25 +494,35 @@ func (s *sqliteStore) headSpend(ctx context.Context, tenant string, from, to tim
 	return out, nil
 }
 
-// sqliteCountsBy is the query of sqliteStore.countsBy for by, a range
-// scan of the index ledger_entries_tenant_time: the counted requests and
-// tokens, then the charge, each summed in 32-bit halves, as sqliteSumCost
+// sqliteCountsBy is the query of sqliteStore.countsBy for by: of a
+// tenant's entries (every tenant's with every), a range scan of the index
+// ledger_entries_tenant_time (ledger_entries_time). Its parameters are
+// the tenant (not with every), then the range, the user, the key and the
+// region (each twice) and the most groups. It sums the counted requests
+// and tokens, then the charge, each in 32-bit halves, as sqliteSumCost
 // sums a cost: SQLite's SUM fails past the bounds of int64.
-func sqliteCountsBy(by GroupBy) string {
+func sqliteCountsBy(by GroupBy, every bool) string {
 	selected, grouped := by.columns("''")
 	halves := func(expr string) string {
 		return `COALESCE(SUM(` + expr + ` >> 32), 0), COALESCE(SUM(` + expr + ` & 4294967295), 0)`
 	}
+	where := `tenant = ? AND `
+	if every {
+		where = ""
+	}
 	return `SELECT ` + strings.Join(selected, ", ") + `, ` + halves(counted(countsRequest)) + `, ` +
 		halves(counted(countsInput)) + `, ` + halves(counted(countsOutput)) + `, ` + sqliteSumCost + `
-		FROM ledger_entries WHERE tenant = ? AND created_at >= ? AND created_at < ?
+		FROM ledger_entries WHERE ` + where + `created_at >= ? AND created_at < ?
 		AND (? = '' OR user_id = ?) AND (? = '' OR key_id = ?) AND (? = '' OR region = ?)` +
 		groupClause(grouped) + ` HAVING COUNT(*) > 0 ORDER BY 6 DESC, 7 DESC LIMIT ?`
 }
 
 func (s *sqliteStore) countsBy(ctx context.Context, k spendQueryKey, from, to time.Time, limit int) ([]Group, error) {
-	rows, err := s.db.QueryContext(ctx, sqliteCountsBy(k.by), k.tenant, from.UnixMicro(), to.UnixMicro(),
-		k.user, k.user, k.key, k.key, k.region, k.region, limit)
+	args := []any{from.UnixMicro(), to.UnixMicro(), k.user, k.user, k.key, k.key, k.region, k.region, limit}
+	if k.tenant != "" {
+		args = append([]any{k.tenant}, args...)
+	}
+	rows, err := s.db.QueryContext(ctx, sqliteCountsBy(k.by, k.tenant == ""), args...)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: sqlite counts by: %w", err)
 	}

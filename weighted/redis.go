@@ -270,9 +270,10 @@ func (c RedisConfig) Validate() error {
 // tag; a restored marker is thus above any value seen before it, and two
 // replicas that both restore a tag settle on the later marker.
 //
-// What it does not cover: keys without a hash tag of their own (global or
-// per-model limits): a loss there admits at most one more window (or one
-// more capacity) of that limit before the counter fills again. Settle,
+// What it does not cover: keys without a hash tag (the gate gives one to
+// every limit it restores: a tenant's, or one of its own for the limits
+// of the whole deployment): a loss there admits at most one more window
+// (or one more capacity) of that limit before the counter fills again. Settle,
 // Cancel and Renew neither check nor advance markers: they apply to what
 // the store holds (a refund of a lost counter is clamped at empty), so a
 // rollback that loses only settlements made after this store's last debit
