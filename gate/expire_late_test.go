@@ -27,28 +27,12 @@ func TestExpiryClaimedByLateResume(t *testing.T) {
 	limits := store + `
 limits:
   - {name: tpm, dimensions: [tenant], unit: tokens, algorithm: fixed_window, rate: 1000000, period: 24h}`
-	// Each gate's expiry pass runs every second from its Open: a pass
-	// between the expiry and the late settlement would be the race this
-	// test keeps out. The holds expire 50 ms into the longer of the two
-	// gaps between the two gates' passes (at least half a second), so
-	// that the settlement, 50 ms past the expiry, comes well before the
-	// next pass of either.
-	maker := openAcme(t, limits)
-	tm := time.Now()
-	other := openAcme(t, limits)
-	po := time.Since(tm) % time.Second // the other's passes, as a phase of the maker's
-	gap := time.Duration(0)            // the phase where the longer gap starts
-	if po < time.Second/2 {
-		gap = po
-	}
-	holdFor := func() time.Duration {
-		now := time.Since(tm) % time.Second
-		d := (gap + 50*time.Millisecond - now + time.Second) % time.Second
-		if d < 400*time.Millisecond {
-			d += time.Second // time to record and resume it first
-		}
-		return d
-	}
+	// The test runs the maker's expiry pass itself, after the late
+	// settlement or the second resume: the gates' own passes, once a
+	// second, could come between the expiry and either, whatever phase
+	// the test aims at, on a loaded machine.
+	manual := Options{expireEvery: -1}
+	maker, other := openAcmeWith(t, limits, manual), openAcmeWith(t, limits, manual)
 	ctx := context.Background()
 	cm, co := maker.Identify("cg-acme"), other.Identify("cg-acme")
 	var used int64
@@ -61,12 +45,12 @@ limits:
 		if d, ok := res.Record(ctx); !ok {
 			t.Fatal(d)
 		}
-		id, exp := res.Hold(holdFor())
+		id, exp := res.Hold(2 * time.Second)
 		late, _, err := other.Resume(ctx, co, id) // before the expiry: open
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("resume before the expiry (%v left): %v", time.Until(exp), err)
 		}
-		time.Sleep(time.Until(exp.Add(50 * time.Millisecond)))
+		time.Sleep(time.Until(exp) + time.Millisecond) // Resume reads the wall clock
 		settle := func() (Charge, bool, error) {
 			return late.SettleHeld(ctx, Charge{Usage: costmodel.Usage{InputTokens: 30}, HTTPStatus: 200})
 		}

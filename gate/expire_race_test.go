@@ -119,6 +119,12 @@ limits:
 // directory, closed when tb ends.
 func openAcme(tb testing.TB, extra string) *Gate {
 	tb.Helper()
+	return openAcmeWith(tb, extra, Options{})
+}
+
+// openAcmeWith is openAcme with opts.
+func openAcmeWith(tb testing.TB, extra string, opts Options) *Gate {
+	tb.Helper()
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`
 admin_token: t
 data_dir: %q
@@ -130,7 +136,7 @@ reservations: {secret: 0123456789abcdef0123}
 	if err != nil {
 		tb.Fatal(err)
 	}
-	g, err := Open(context.Background(), cfg, Options{})
+	g, err := Open(context.Background(), cfg, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -52,6 +53,8 @@ type Gate struct {
 	// objTimeout bounds a limiter call as the guard does (the store's
 	// queue and call timeouts), and a record's Redis call (objectCall).
 	objTimeout time.Duration
+	// expireEvery is the expiry pass's period; see Options.
+	expireEvery time.Duration
 
 	// behind holds the tenants (hash tags) whose counters in the store lag
 	// the ledger: charged on the fallback, or a settlement the store
@@ -91,6 +94,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Telemetry records metrics and traces; nil makes one with defaults.
 	Telemetry *telemetry.Telemetry
+
+	// expireEvery is how often the expiry pass (expireLoop: held
+	// reservations, then the key cap's counters) runs: every second when
+	// zero, never when negative (tests that order the pass against other
+	// events run expireHolds themselves).
+	expireEvery time.Duration
 }
 
 // state is one configuration, compiled for the request path. It is
@@ -160,7 +169,7 @@ func (c *Caller) Config() *config.Config { return c.st.cfg }
 // ledger, compiles the configuration and the policies, and brings the
 // budgets' counters up to the ledger.
 func Open(ctx context.Context, cfg *config.Config, opts Options) (*Gate, error) {
-	g := &Gate{log: opts.Logger, tel: opts.Telemetry, keys: newKeyCap()}
+	g := &Gate{log: opts.Logger, tel: opts.Telemetry, keys: newKeyCap(), expireEvery: opts.expireEvery}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -241,7 +250,9 @@ func (g *Gate) open(ctx context.Context, cfg *config.Config) error {
 	rctx, cancel := context.WithCancel(context.Background())
 	g.closers = append(g.closers, func() error { cancel(); return nil })
 	g.wg.Go(func() { g.reconcileLoop(rctx, cfg.Store.ReconcileInterval) })
-	g.wg.Go(func() { g.expireLoop(rctx) })
+	if every := cmp.Or(g.expireEvery, time.Second); every > 0 {
+		g.wg.Go(func() { g.expireLoop(rctx, every) })
+	}
 	if g.breaker != nil {
 		// Every breaker cooldown (a probe's pace), at least every 10 ms.
 		g.wg.Go(func() { g.catchUpLoop(rctx, max(cfg.Store.BreakerCooldown, 10*time.Millisecond)) })

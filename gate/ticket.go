@@ -1012,7 +1012,7 @@ func (g *Gate) hold(id string) *hold {
 // expireHolds settles at their estimate the open reservations past their
 // expiry, as of now, and moves every hold past it to the ended ones,
 // where it is kept until at least claimGrace past its expiry. The gate
-// runs it every second.
+// runs it every second (see Options).
 func (g *Gate) expireHolds(now time.Time) {
 	var due []*Reservation
 	hs := &g.holds
@@ -1060,9 +1060,10 @@ func (g *Gate) expireHolds(now time.Time) {
 	}
 }
 
-// expireLoop runs expireHolds every second until ctx ends.
-func (g *Gate) expireLoop(ctx context.Context) {
-	tick := time.NewTicker(time.Second)
+// expireLoop runs expireHolds and the key cap's expiry at intervals of
+// every until ctx ends.
+func (g *Gate) expireLoop(ctx context.Context, every time.Duration) {
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {

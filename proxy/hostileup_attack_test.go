@@ -349,7 +349,10 @@ func TestHostileUpCompressionBomb(t *testing.T) {
 			})
 			s := hostileUpStack(t, up, 0, "")
 			mem := hostileUpWatchMem()
-			g := hostileUpSend(t, s, "/v1/chat/completions", hostileUpChatReq, 20*time.Second)
+			// The client's limit guards against a hang only: the 128 MiB
+			// answer takes 6 s under -race on a quiet machine, more than
+			// 20 s on a loaded one.
+			g := hostileUpSend(t, s, "/v1/chat/completions", hostileUpChatReq, 2*time.Minute)
 			peak := mem.peak()
 			t.Logf("%d compressed bytes; client: %v, Content-Encoding %q; heap peak +%.1f MiB", len(z), g, g.header.Get("Content-Encoding"), peak)
 			switch {
