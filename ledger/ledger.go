@@ -646,17 +646,33 @@ func (l *Ledger) setFatal(err error) {
 
 // lockDir takes an exclusive lock on dir, so that two processes never share
 // a spool. The kernel releases it when the process dies.
+//
+// A lock held elsewhere is tried again for up to lockWait before lockDir
+// gives up: a ledger closed and opened again in one process (a restart
+// in place) finds its own lock still held for a moment when another
+// goroutine forked a child meanwhile, which holds a copy of every file
+// descriptor, the lock's among them, until it execs (seen under load: a
+// gate closed and opened again on its data dir while a parallel test
+// started a redis-server).
 func lockDir(dir string) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: lock: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("ledger: data dir %s is in use by another process: %w", dir, err)
+	for deadline := time.Now().Add(lockWait); ; time.Sleep(10 * time.Millisecond) {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("ledger: data dir %s is in use by another process: %w", dir, err)
+		}
 	}
-	return f, nil
 }
+
+// lockWait is how long lockDir waits for a data dir's lock held elsewhere.
+var lockWait = 2 * time.Second
 
 // readNodeID returns the id of dir, empty when dir has none yet.
 func readNodeID(dir string) (string, error) {
