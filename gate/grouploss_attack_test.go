@@ -387,11 +387,37 @@ limits:
   - {name: model-requests, dimensions: [tenant, model], unit: requests, rate: 10, period: 24h, algorithm: fixed_window}
 `, t.TempDir(), srv.URL))
 	t.Cleanup(func() { g.Close() })
-	ctx := context.Background()
 	q := groupRequest{key: "cg-acme", model: "gpt-4o"}
 	if n := spendGroupUntil(t, g, q, 4, 429); n != 4 {
 		t.Fatalf("before the outage: %d admitted of 4", n)
 	}
+	if admitted := spendOnTheFallback(t, g, srv, q); admitted != 3 {
+		t.Fatalf("on the fallback: %d admitted of the 3 left of its 5 (4 of 10 spent, halved)", admitted)
+	}
+}
+
+// TestLimitLossAtkModelLimitsRateLimitServiceHits: the rate limit service
+// names its route (rls:DOMAIN), its callers (eve, a user no list holds)
+// and its model (here by a dated alias), and records a call in the
+// ledger only when it costs money or counts on a limit the ledger
+// restores (Reservation.Restorable). A debit of 60 unpriced hits of eve
+// on gpt-4o, on a limit of 100 requests a day per user and model, must be
+// recorded and counted after Redis loses its data: 40 hits are left, not
+// 100. Before, a model limit was not restorable: the service recorded
+// nothing of the hits, and eve had her 100 again.
+func TestLimitLossAtkModelLimitsRateLimitServiceHits(t *testing.T) {
+	awayFromWindowEdge(t, 24*time.Hour)
+	g, srv := groupGate(t, "{name: model-hits, dimensions: [user, model], unit: requests, rate: 100, period: 24h, algorithm: fixed_window}", false)
+	unpricedHitsRestored(t, g, srv)
+}
+
+// spendOnTheFallback makes srv refuse writes (maxmemory 1), so that g
+// decides on its local fallback, and spends q there, recording and
+// settling each admitted request at $0.000001, until a 429 (at most 20);
+// it returns how many were admitted, each required to be degraded.
+func spendOnTheFallback(t *testing.T, g *Gate, srv *redistest.Server, q groupRequest) int {
+	t.Helper()
+	ctx := context.Background()
 	rc := srv.Client(t)
 	if err := rc.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
 		t.Fatal(err)
@@ -415,23 +441,16 @@ limits:
 		res.Settle(ctx, Charge{Usage: unitUsage, Cost: 1_000, HTTPStatus: 200})
 		admitted++
 	}
-	if admitted != 3 {
-		t.Fatalf("on the fallback: %d admitted of the 3 left of its 5 (4 of 10 spent, halved)", admitted)
-	}
+	return admitted
 }
 
-// TestLimitLossAtkModelLimitsRateLimitServiceHits: the rate limit service
-// names its route (rls:DOMAIN), its callers (eve, a user no list holds)
-// and its model (here by a dated alias), and records a call in the
-// ledger only when it costs money or counts on a limit the ledger
-// restores (Reservation.Restorable). A debit of 60 unpriced hits of eve
-// on gpt-4o, on a limit of 100 requests a day per user and model, must be
-// recorded and counted after Redis loses its data: 40 hits are left, not
-// 100. Before, a model limit was not restorable: the service recorded
-// nothing of the hits, and eve had her 100 again.
-func TestLimitLossAtkModelLimitsRateLimitServiceHits(t *testing.T) {
-	awayFromWindowEdge(t, 24*time.Hour)
-	g, srv := groupGate(t, "{name: model-hits, dimensions: [user, model], unit: requests, rate: 100, period: 24h, algorithm: fixed_window}", false)
+// unpricedHitsRestored debits 60 unpriced hits of eve (a rate limit
+// service's caller) on gpt-4o by a dated alias, on g whose one limit of
+// 100 requests a day is keyed by the model, requires them restorable,
+// records and settles them, flushes srv, and requires that 41 hits are
+// then refused and the 40 left admitted.
+func unpricedHitsRestored(t *testing.T, g *Gate, srv *redistest.Server) {
+	t.Helper()
 	ctx := context.Background()
 	hits := func(n int64) (*Reservation, Decision) {
 		return g.Reserve(ctx, &Request{Caller: g.Trusted("acme", "eve", "", "small"), Route: "rls:llm", Requests: n,

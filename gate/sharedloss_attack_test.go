@@ -368,35 +368,11 @@ limits:
   - {name: model-requests, dimensions: [model], unit: requests, rate: 10, period: 24h, algorithm: fixed_window}
 `, t.TempDir(), srv.URL))
 	t.Cleanup(func() { g.Close() })
-	ctx := context.Background()
 	q := groupRequest{key: "cg-acme", model: "gpt-4o"}
 	if n := spendGroupUntil(t, g, q, 2, 429) + spendGroupUntil(t, g, q.as("cg-beta"), 2, 429); n != 4 {
 		t.Fatalf("before the outage: %d admitted of 4", n)
 	}
-	rc := srv.Client(t)
-	if err := rc.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rc.ConfigSet(context.Background(), "maxmemory", "0") })
-	admitted := 0
-	for range 20 {
-		res, d := g.Reserve(ctx, q.request(g))
-		if res == nil {
-			if d.Status != http.StatusTooManyRequests {
-				t.Fatalf("refused with %d: %+v", d.Status, d)
-			}
-			break
-		}
-		if !d.Degraded {
-			t.Fatalf("admitted by Redis, which refuses writes: %+v", d)
-		}
-		if d, ok := res.Record(ctx); !ok {
-			t.Fatalf("record: %+v", d)
-		}
-		res.Settle(ctx, Charge{Usage: unitUsage, Cost: 1_000, HTTPStatus: 200})
-		admitted++
-	}
-	if admitted != 3 {
+	if admitted := spendOnTheFallback(t, g, srv, q); admitted != 3 {
 		t.Fatalf("on the fallback: %d admitted of the 3 left of its 5 (4 of 10 spent, halved)", admitted)
 	}
 }
@@ -411,30 +387,5 @@ limits:
 func TestLimitLossAtkSharedLimitsRateLimitServiceHits(t *testing.T) {
 	awayFromWindowEdge(t, 24*time.Hour)
 	g, srv := groupGate(t, "{name: model-hits, dimensions: [model], unit: requests, rate: 100, period: 24h, algorithm: fixed_window}", false)
-	ctx := context.Background()
-	hits := func(n int64) (*Reservation, Decision) {
-		return g.Reserve(ctx, &Request{Caller: g.Trusted("acme", "eve", "", "small"), Route: "rls:llm", Requests: n,
-			Estimate: costmodel.Estimate{Model: "gpt-4o-2024-08-06"}})
-	}
-	res, d := hits(60)
-	if res == nil {
-		t.Fatalf("60 hits refused: %+v", d)
-	}
-	ch := Charge{HTTPStatus: 200}
-	if !res.Restorable(ch) {
-		t.Fatalf("60 unpriced hits on a model limit: not restorable, so the rate limit service records none of them")
-	}
-	if d, ok := res.Record(ctx); !ok {
-		t.Fatalf("record: %+v", d)
-	}
-	res.Settle(ctx, ch)
-	flushRedis(t, srv)
-	if res, d := hits(41); res != nil || d.Status != http.StatusTooManyRequests {
-		t.Fatalf("after Redis lost its data, 41 hits of the 40 left: admitted %v, status %d; want a 429", res != nil, d.Status)
-	}
-	res, d = hits(40)
-	if res == nil {
-		t.Fatalf("after Redis lost its data, the 40 hits left refused: %+v", d)
-	}
-	res.Settle(ctx, ch)
+	unpricedHitsRestored(t, g, srv)
 }
