@@ -274,63 +274,8 @@ limits:
   - {name: allowance, dimensions: [tenant, model], unit: %s, %s, period: 24h, algorithm: fixed_window, on_store_failure: %s}
 `, t.TempDir(), srv.URL, pg.URL(), u.unit, u.rate, posture))
 				}
-				ctx := context.Background()
 				q := groupRequest{key: "cg-acme", model: "gpt-4o"}
-				g := open()
-				if n := spendGroupUntil(t, g, q, 2, 429); n != 2 {
-					t.Fatalf("before the loss: %d admitted of 2", n)
-				}
-				flushRedis(t, srv)
-				if n := spendGroupUntil(t, g, q, 1, 429); n != 1 {
-					t.Fatalf("after the first loss: %d admitted of 1", n)
-				}
-				pg.Stop()
-				if n := spendGroupUntil(t, g, q, 1, 429); n != 1 {
-					t.Fatalf("the database down: %d admitted of 1", n)
-				}
-				flushRedis(t, srv)
-				if n := spendGroupUntil(t, g, q, 20, 429); n != 6 {
-					t.Fatalf("the database down, after the second loss: %d admitted of the 6 left of 10 (4 read and spooled)", n)
-				}
-				// The database back long enough for this process's records
-				// to reach it, then down again for the next process.
-				pg.Start()
-				if err := g.ledger.Flush(ctx); err != nil {
-					t.Fatal(err)
-				}
-				if err := g.Close(); err != nil {
-					t.Fatal(err)
-				}
-				g = open()
-				t.Cleanup(func() { g.Close() })
-				pg.Stop()
-				flushRedis(t, srv)
-				res, d := g.Reserve(ctx, q.request(g))
-				if posture == "fail_open" {
-					if res == nil {
-						t.Fatalf("fail-open, the ledger down: refused with %d", d.Status)
-					}
-					res.Cancel(ctx)
-					return
-				}
-				if res != nil || d.Status != http.StatusServiceUnavailable {
-					t.Fatalf("fail-closed, the ledger down and acme's count unknown: admitted %v, status %d; want 503", res != nil, d.Status)
-				}
-				pg.Start()
-				for end := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-					check := q.request(g)
-					check.Check = true
-					res, d := g.Reserve(ctx, check)
-					if res == nil && d.Status != http.StatusServiceUnavailable {
-						break // decided: restored
-					}
-					if time.Now().After(end) {
-						t.Fatalf("the database back for 20 s: still answered %d", d.Status)
-					}
-				}
-				if n := spendGroupUntil(t, g, q, 20, 429); n != 0 {
-					t.Fatalf("the database back: %d admitted of the none left of 10 (10 spent before the second loss and after it)", n)
-				}
+				ledgerDownLoss(t, open, srv, pg, posture, q, q)
 			})
 		}
 	}
@@ -477,4 +422,73 @@ func unpricedHitsRestored(t *testing.T, g *Gate, srv *redistest.Server) {
 		t.Fatalf("after Redis lost its data, the 40 hits left refused: %+v", d)
 	}
 	res.Settle(ctx, ch)
+}
+
+// ledgerDownLoss runs the ledger-down scenario of a restorable limit of
+// 10 a day (posture its on_store_failure) on the gates open makes, on
+// srv and pg, with requests a and b of one unit each: a and b spend 1
+// each, Redis loses its data and a spends 1, the database goes down and
+// b spends 1, Redis loses its data again and b is admitted the 6 left
+// (4 read and spooled); then another gate, which never read the counts,
+// takes over with the database down and Redis empty: fail-closed, a is
+// refused 503 until the database answers, then nothing is left;
+// fail-open, a is served.
+func ledgerDownLoss(t *testing.T, open func() *Gate, srv *redistest.Server, pg *pgtest.Private, posture string, a, b groupRequest) {
+	t.Helper()
+	ctx := context.Background()
+	g := open()
+	if n := spendGroupUntil(t, g, a, 1, 429) + spendGroupUntil(t, g, b, 1, 429); n != 2 {
+		t.Fatalf("before the loss: %d admitted of 2", n)
+	}
+	flushRedis(t, srv)
+	if n := spendGroupUntil(t, g, a, 1, 429); n != 1 {
+		t.Fatalf("after the first loss: %d admitted of 1", n)
+	}
+	pg.Stop()
+	if n := spendGroupUntil(t, g, b, 1, 429); n != 1 {
+		t.Fatalf("the database down: %d admitted of 1", n)
+	}
+	flushRedis(t, srv)
+	if n := spendGroupUntil(t, g, b, 20, 429); n != 6 {
+		t.Fatalf("the database down, after the second loss: %d admitted of the 6 left of 10 (4 read and spooled)", n)
+	}
+	// The database back long enough for this process's records
+	// to reach it, then down again for the next process.
+	pg.Start()
+	if err := g.ledger.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	g = open()
+	t.Cleanup(func() { g.Close() })
+	pg.Stop()
+	flushRedis(t, srv)
+	res, d := g.Reserve(ctx, a.request(g))
+	if posture == "fail_open" {
+		if res == nil {
+			t.Fatalf("fail-open, the ledger down: refused with %d", d.Status)
+		}
+		res.Cancel(ctx)
+		return
+	}
+	if res != nil || d.Status != http.StatusServiceUnavailable {
+		t.Fatalf("fail-closed, the ledger down and the count unknown: admitted %v, status %d; want 503", res != nil, d.Status)
+	}
+	pg.Start()
+	for end := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		check := a.request(g)
+		check.Check = true
+		res, d := g.Reserve(ctx, check)
+		if res == nil && d.Status != http.StatusServiceUnavailable {
+			break // decided: restored
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the database back for 20 s: still answered %d", d.Status)
+		}
+	}
+	if n := spendGroupUntil(t, g, a, 20, 429); n != 0 {
+		t.Fatalf("the database back: %d admitted of the none left of 10 (10 spent before the second loss and after it)", n)
+	}
 }

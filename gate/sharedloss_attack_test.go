@@ -3,7 +3,6 @@ package gate
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"testing"
 	"time"
 
@@ -234,63 +233,7 @@ limits:
   - {name: shared, dimensions: %s, unit: %s, %s, period: 24h, algorithm: fixed_window, on_store_failure: %s}
 `, t.TempDir(), srv.URL, pg.URL(), c.dims, c.unit, c.rate, posture))
 				}
-				ctx := context.Background()
-				acme, beta := groupRequest{key: "cg-acme"}, groupRequest{key: "cg-beta"}
-				g := open()
-				if n := spendGroupUntil(t, g, acme, 1, 429) + spendGroupUntil(t, g, beta, 1, 429); n != 2 {
-					t.Fatalf("before the loss: %d admitted of 2", n)
-				}
-				flushRedis(t, srv)
-				if n := spendGroupUntil(t, g, acme, 1, 429); n != 1 {
-					t.Fatalf("after the first loss: %d admitted of 1", n)
-				}
-				pg.Stop()
-				if n := spendGroupUntil(t, g, beta, 1, 429); n != 1 {
-					t.Fatalf("the database down: %d admitted of 1", n)
-				}
-				flushRedis(t, srv)
-				if n := spendGroupUntil(t, g, beta, 20, 429); n != 6 {
-					t.Fatalf("the database down, after the second loss: %d admitted of the 6 left of 10 (4 read and spooled)", n)
-				}
-				// The database back long enough for this process's records
-				// to reach it, then down again for the next process.
-				pg.Start()
-				if err := g.ledger.Flush(ctx); err != nil {
-					t.Fatal(err)
-				}
-				if err := g.Close(); err != nil {
-					t.Fatal(err)
-				}
-				g = open()
-				t.Cleanup(func() { g.Close() })
-				pg.Stop()
-				flushRedis(t, srv)
-				res, d := g.Reserve(ctx, acme.request(g))
-				if posture == "fail_open" {
-					if res == nil {
-						t.Fatalf("fail-open, the ledger down: refused with %d", d.Status)
-					}
-					res.Cancel(ctx)
-					return
-				}
-				if res != nil || d.Status != http.StatusServiceUnavailable {
-					t.Fatalf("fail-closed, the ledger down and the count unknown: admitted %v, status %d; want 503", res != nil, d.Status)
-				}
-				pg.Start()
-				for end := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-					check := acme.request(g)
-					check.Check = true
-					res, d := g.Reserve(ctx, check)
-					if res == nil && d.Status != http.StatusServiceUnavailable {
-						break // decided: restored
-					}
-					if time.Now().After(end) {
-						t.Fatalf("the database back for 20 s: still answered %d", d.Status)
-					}
-				}
-				if n := spendGroupUntil(t, g, acme, 20, 429); n != 0 {
-					t.Fatalf("the database back: %d admitted of the none left of 10 (10 spent before the second loss and after it)", n)
-				}
+				ledgerDownLoss(t, open, srv, pg, posture, groupRequest{key: "cg-acme"}, groupRequest{key: "cg-beta"})
 			})
 		}
 	}
