@@ -204,14 +204,20 @@ func patient(srv *redistest.Server) string {
 // store section.
 func openGateStore(t *testing.T, store, limits string) *gate.Gate {
 	t.Helper()
-	return openYAML(t, fmt.Sprintf(`
+	return openGateStoreWith(t, store, limits, gate.Options{})
+}
+
+// openGateStoreWith is openGateStore with opts.
+func openGateStoreWith(t *testing.T, store, limits string, opts gate.Options) *gate.Gate {
+	t.Helper()
+	return openYAMLWith(t, fmt.Sprintf(`
 admin_token: t
 data_dir: %q
 store: %s
 tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
 limits:
-%s`, t.TempDir(), store, limits))
+%s`, t.TempDir(), store, limits), opts)
 }
 
 // TestHeldEndsThroughAnOutage: held reservations settled and released

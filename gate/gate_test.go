@@ -35,7 +35,13 @@ budgets:
 // ends.
 func openYAML(tb testing.TB, yaml string) *gate.Gate {
 	tb.Helper()
-	g, err := gate.Open(context.Background(), mustParse(tb, yaml), gate.Options{})
+	return openYAMLWith(tb, yaml, gate.Options{})
+}
+
+// openYAMLWith is openYAML with opts.
+func openYAMLWith(tb testing.TB, yaml string, opts gate.Options) *gate.Gate {
+	tb.Helper()
+	g, err := gate.Open(context.Background(), mustParse(tb, yaml), opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
