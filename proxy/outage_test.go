@@ -112,7 +112,9 @@ limits:
 	}
 	slices.Sort(took)
 	t.Logf("fail-closed 503 latency during the outage: p50 %v, max %v (store timeout %v)", took[len(took)/2], took[len(took)-1], timeout)
-	if took[len(took)/2] > timeout+25*time.Millisecond {
+	// The overhead is a loopback HTTP round trip, on a machine that may
+	// be running the rest of the suite: 25 ms was once too little.
+	if took[len(took)/2] > timeout+250*time.Millisecond {
 		t.Errorf("fail-closed p50 %v, want within the store timeout %v (plus test overhead)", took[len(took)/2], timeout)
 	}
 	_, metrics := adminDo(t, s.srv.AdminHandler(), "GET", "/metrics", "test-admin")
