@@ -111,17 +111,20 @@ func TestExhaustionAttackPrefilterFullByOneTenant(t *testing.T) {
 // TestExhaustionAttackPrefilterFullCostsEachDenial: a denial recorded
 // into a full prefilter costs what one below the bound does, not a walk
 // of the whole table: the denials of every tenant run remember on their
-// request's goroutine. 20 of them take well under 20 ms (a walk of 65536
-// entries each takes several ms).
+// request's goroutine. 200 of them take well under 100 ms, under the race
+// detector on a loaded machine too (a walk of 65536 entries each takes
+// 0.5 to several ms: 100 ms to a second).
 func TestExhaustionAttackPrefilterFullCostsEachDenial(t *testing.T) {
 	g, deny := fillPrefilter(t)
 	p := g.state.Load().prefilter
 	t0 := time.Now()
-	for i := maxRefusals; i < maxRefusals+20; i++ {
+	for i := maxRefusals; i < maxRefusals+200; i++ {
 		deny(i)
 	}
-	if el := time.Since(t0); el > 20*time.Millisecond {
-		t.Errorf("20 denials recorded into a full prefilter took %s", el)
+	el := time.Since(t0)
+	t.Logf("200 denials recorded into a full prefilter took %s", el)
+	if el > 100*time.Millisecond {
+		t.Errorf("200 denials recorded into a full prefilter took %s", el)
 	}
 	if n := p.n.Load(); n > maxRefusals {
 		t.Fatalf("the prefilter holds %d keys, past its bound of %d", n, maxRefusals)
