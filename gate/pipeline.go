@@ -153,6 +153,10 @@ type Reservation struct {
 	resID string
 	start time.Time
 	model string // the canonical model, which model limits are keyed by
+	// region is the region a restore keys a counter of a limit keyed by
+	// region by (see Gate.ledgerGroupCounters); empty on a request, keyed
+	// by this replica's (its configuration's Region).
+	region string
 
 	limits    []*compiledLimit // the limits that apply, parallel to items
 	items     []weighted.Item
@@ -1300,6 +1304,9 @@ func (r *Reservation) dimension(d string) string {
 	case "upstream":
 		return r.req.Upstream
 	case "region":
+		if r.region != "" {
+			return r.region
+		}
 		return r.st.cfg.Region
 	}
 	if name, ok := strings.CutPrefix(d, config.AttributePrefix); ok {

@@ -617,7 +617,7 @@ func pgCountsBy(by GroupBy, every bool) string {
 		pgSat(counted(countsInput)) + `, ` + pgSat(counted(countsOutput)) + `, ` + pgSumCost + `
 		FROM ledger_entries WHERE ` + where + `created_at >= ` + p(1) + ` AND created_at < ` + p(2) + `
 		AND (` + p(3) + ` = '' OR user_id = ` + p(3) + `) AND (` + p(4) + ` = '' OR key_id = ` + p(4) + `) AND (` + p(5) + ` = '' OR region = ` + p(5) + `)` +
-		groupClause(grouped) + ` HAVING COUNT(*) > 0 ORDER BY 6 DESC LIMIT ` + p(6)
+		groupClause(grouped) + ` HAVING COUNT(*) > 0 ORDER BY 7 DESC LIMIT ` + p(6)
 }
 
 func (s *pgStore) countsBy(ctx context.Context, k spendQueryKey, from, to time.Time, limit int) ([]Group, error) {
@@ -634,7 +634,7 @@ func (s *pgStore) countsBy(ctx context.Context, k spendQueryKey, from, to time.T
 	for rows.Next() {
 		var g Group
 		var charge int64
-		if err := rows.Scan(&g.User, &g.KeyID, &g.Route, &g.Upstream, &g.Model,
+		if err := rows.Scan(&g.User, &g.KeyID, &g.Route, &g.Upstream, &g.Model, &g.Region,
 			&g.Counts.Requests, &g.Counts.InputTokens, &g.Counts.OutputTokens, &charge); err != nil {
 			return nil, fmt.Errorf("ledger: postgres counts by: %w", err)
 		}
