@@ -939,8 +939,12 @@ func (g *Gate) ledgerLimitCounters(ctx context.Context, st *state, tenant string
 // With tenant empty, the counters are those of the limits of the whole
 // deployment (see globalLimit) but the spend caps that restoreGlobal
 // reads from the roll-up, from every tenant's entries (Ledger.
-// TotalCountsBy), whatever plans the limit names: a limit of some plans
-// counts every plan's entries, which may refuse early, never late.
+// TotalCountsBy); a limit of some plans from the entries of those plans
+// only, the plan each entry records of its caller at the decision (so a
+// tenant moved to another plan counts its earlier entries on its old
+// plan's limits), and the entries that record none (written before the
+// ledger kept it, or of a caller without a plan), which may refuse
+// early, never late.
 //
 // Its reads of the ledger do not grow with the models, routes and
 // upstreams, nor with the callers: one grouped read of the tenant's
@@ -983,7 +987,7 @@ func (g *Gate) ledgerGroupCounters(ctx context.Context, st *state, tenant string
 		r := read{from: l.spentSince(now), by: ledger.GroupBy{
 			User: slices.Contains(l.dims, "user"), KeyID: slices.Contains(l.dims, "api_key"),
 			Route: slices.Contains(l.dims, "route"), Upstream: l.byUpstream, Model: l.byModel,
-			Region: slices.Contains(l.dims, "region"),
+			Region: slices.Contains(l.dims, "region"), Plan: tenant == "" && len(l.plans) > 0,
 		}}
 		if g.regions != nil {
 			r.region = st.cfg.Region
@@ -1011,6 +1015,9 @@ func (g *Gate) ledgerGroupCounters(ctx context.Context, st *state, tenant string
 			gr := &a.groups[i]
 			if l.byUpstream && gr.Upstream == "" {
 				continue // a request that names no upstream is not keyed by one (see keyedFor)
+			}
+			if gr.Plan != "" && !l.appliesTo(gr.Plan) {
+				continue // the limit did not apply to the caller's plan at the decision
 			}
 			res := &Reservation{st: st, model: st.est.Canonical(gr.Model), region: gr.Region,
 				req: Request{Caller: &Caller{Tenant: tenant, User: gr.User, KeyID: gr.KeyID}, Route: gr.Route, Upstream: gr.Upstream}}

@@ -363,11 +363,13 @@ func globalLimit(l config.LimitConfig) bool {
 }
 
 // spendCap tells whether l is a limit of the whole deployment in dollars
-// with one key for every request (no dimension, or the region alone):
-// without regions, its counter is restored from the ledger's roll-up of
-// every tenant's spend (Ledger.TotalSpend), which reads no entry.
+// with one key for every request (no dimension, or the region alone) and
+// for every plan: without regions, its counter is restored from the
+// ledger's roll-up of every tenant's spend (Ledger.TotalSpend), which
+// reads no entry. One of some plans is restored from their entries (see
+// Gate.ledgerGroupCounters): the roll-up does not say the plans.
 func (l *compiledLimit) spendCap() bool {
-	return l.global && l.unit == "usd" && !l.byModel && !l.byUpstream && !slices.Contains(l.dims, "route")
+	return l.global && l.unit == "usd" && !l.byModel && !l.byUpstream && !slices.Contains(l.dims, "route") && len(l.plans) == 0
 }
 
 // spentSince is when the spend that the limit's counter holds at now

@@ -1275,7 +1275,7 @@ func (r *Reservation) entry(status ledger.Status) ledger.Entry {
 	}
 	c := r.req.Caller
 	e := ledger.Entry{
-		RequestID: r.req.ID, Tenant: c.Tenant, User: c.User, KeyID: c.KeyID,
+		RequestID: r.req.ID, Tenant: c.Tenant, User: c.User, KeyID: c.KeyID, Plan: c.Plan,
 		Route: r.policyRoute(), Upstream: r.req.Upstream, Model: r.req.Estimate.Model, Region: r.st.cfg.Region,
 		Decision: decision, Policy: r.decision.Policy, Friction: r.friction,
 		Status: status, Requests: r.req.Requests,
