@@ -1,6 +1,10 @@
 package ledger
 
-import "testing"
+import (
+	"context"
+	"testing"
+	"time"
+)
 
 // TestRecordPlan: a spool record keeps the plan of its caller, with any
 // key model, extra usage and requests before it; a record without one
@@ -27,4 +31,20 @@ func TestRecordPlan(t *testing.T) {
 	if _, err := readFrame(old, &got, nil); err != nil || got.e.Plan != "" {
 		t.Fatalf("a record without a plan reads as %q, %v; want none", got.e.Plan, err)
 	}
+}
+
+// TestCountsOfEntriesStoredBeforePlan: an entry a store held before
+// migration 006, embedded or PostgreSQL, records no plan once migrated:
+// grouped by plan, it is in the empty plan's group, which counts on
+// every limit of some plans (refusing early after a loss, never late).
+func TestCountsOfEntriesStoredBeforePlan(t *testing.T) {
+	at := time.Date(2026, 3, 14, 15, 0, 0, 0, time.UTC)
+	e := &Entry{RequestID: "r1", Tenant: "acme", Decision: "allow", Status: StatusSettled, HTTPStatus: 200, Requests: 1,
+		CreatedAt: at, SettledAt: at, Plan: "free"}
+	storedBefore(t, "plan", e, func(t *testing.T, s store) {
+		gs, err := s.countsBy(context.Background(), spendQueryKey{by: GroupBy{Plan: true}}, at.Add(-time.Hour), at.Add(time.Hour), MaxGroups)
+		if err != nil || len(gs) != 1 || gs[0].Plan != "" || gs[0].Counts.Requests != 1 {
+			t.Fatalf("an entry stored before plans, by plan = %+v, %v; want 1 request of no plan", gs, err)
+		}
+	})
 }
