@@ -37,16 +37,16 @@ type store interface {
 // retries the call. So no request is charged against a counter that has
 // not been brought up to the ledger's spend, and a restart, a data loss
 // and a failover all give the same answer. So are the limits keyed by the
-// caller (compiledLimit.restorable), alone or with the model, route or
-// upstream, in dollars, requests or tokens, to what the entries of the
-// caller (and of the model, route or upstream its key names) counted in
-// their window, and the limits of the whole deployment (keyed by model,
-// route, upstream, the region or nothing) under their own tag, to what
-// every tenant's entries counted (restoreGlobal). Other rate limits
-// (keyed by an address or an attribute, which no entry records, or by
-// the caller and the region; sliding logs, concurrency, the rate limit
-// service's descriptors) are not restored: they come back empty, which
-// admits at most one more window of each.
+// caller (compiledLimit.restorable), alone or with the model, route,
+// upstream or region, in dollars, requests or tokens, to what the entries
+// of the caller (and of the model, route, upstream or region its key
+// names) counted in their window, and the limits of the whole deployment
+// (keyed by model, route, upstream, the region or nothing) under their
+// own tag, to what every tenant's entries counted (restoreGlobal). Other
+// rate limits (keyed by an address or an attribute, which no entry
+// records; sliding logs, concurrency, the rate limit service's
+// descriptors) are not restored: they come back empty, which admits at
+// most one more window of each.
 //
 // It is safe for concurrent use: concurrent calls that find one tenant
 // stale share one restore.
@@ -924,26 +924,32 @@ func (g *Gate) ledgerLimitCounters(ctx context.Context, st *state, tenant string
 }
 
 // ledgerGroupCounters returns an item for every counter of tenant's
-// restorable limits keyed by the caller and by model, route or upstream
-// (see compiledLimit.keyedByEntry) that the ledger's entries in the
+// restorable limits keyed by the caller and by model, route, upstream or
+// region (see compiledLimit.keyedByEntry) that the ledger's entries in the
 // limit's window name, with what those entries counted in the limit's
 // unit (see groupSpent), and marks them seen, skipping those seen
 // already. A counter's key is the one the gate debits for a request of
-// the entry's caller, route, upstream and model, the model by its
+// the entry's caller, route, upstream, model and region, the model by its
 // canonical name (see Reservation.Model), so that the entries of a
-// model's aliases count on one counter, as their requests did.
+// model's aliases count on one counter, as their requests did, and the
+// region the entry records, the one the gate that decided it keyed it
+// by (every region's counters, as one Redis may hold them; this
+// region's only with regions, each of which has a Redis of its own).
 //
 // With tenant empty, the counters are those of the limits of the whole
 // deployment (see globalLimit) but the spend caps that restoreGlobal
 // reads from the roll-up, from every tenant's entries (Ledger.
-// TotalCountsBy), whatever plans the limit names: a limit of some plans
-// counts every plan's entries, which may refuse early, never late.
+// TotalCountsBy); a limit of some plans from the entries of those plans
+// only, the plan each entry records of its caller at the decision (so a
+// tenant moved to another plan counts its earlier entries on its old
+// plan's limits), and the entries that record none (written before the
+// ledger kept it, or of a caller without a plan), which may refuse
+// early, never late.
 //
 // Its reads of the ledger do not grow with the models, routes and
 // upstreams, nor with the callers: one grouped read of the tenant's
 // entries (Ledger.CountsBy) per window and grouping, this region's
-// entries only with regions (each region's store counts its own), or,
-// for a limit keyed by the region, the region's its key names. While
+// entries only with regions (each region's store counts its own). While
 // the ledger's database is out, the counts are what this node knows
 // (see knownSpend: a fail-closed limit whose count is unknown fails the
 // restore). At most maxLedgerCallers counters, the most requests first;
@@ -981,8 +987,9 @@ func (g *Gate) ledgerGroupCounters(ctx context.Context, st *state, tenant string
 		r := read{from: l.spentSince(now), by: ledger.GroupBy{
 			User: slices.Contains(l.dims, "user"), KeyID: slices.Contains(l.dims, "api_key"),
 			Route: slices.Contains(l.dims, "route"), Upstream: l.byUpstream, Model: l.byModel,
+			Region: slices.Contains(l.dims, "region"), Plan: tenant == "" && len(l.plans) > 0,
 		}}
-		if g.regions != nil || slices.Contains(l.dims, "region") {
+		if g.regions != nil {
 			r.region = st.cfg.Region
 		}
 		a, ok := reads[r]
@@ -1009,7 +1016,10 @@ func (g *Gate) ledgerGroupCounters(ctx context.Context, st *state, tenant string
 			if l.byUpstream && gr.Upstream == "" {
 				continue // a request that names no upstream is not keyed by one (see keyedFor)
 			}
-			res := &Reservation{st: st, model: st.est.Canonical(gr.Model),
+			if gr.Plan != "" && !l.appliesTo(gr.Plan) {
+				continue // the limit did not apply to the caller's plan at the decision
+			}
+			res := &Reservation{st: st, model: st.est.Canonical(gr.Model), region: gr.Region,
 				req: Request{Caller: &Caller{Tenant: tenant, User: gr.User, KeyID: gr.KeyID}, Route: gr.Route, Upstream: gr.Upstream}}
 			key := l.key(res)
 			id := l.limit.Name + "\x00" + key

@@ -282,10 +282,10 @@ func (l *compiledLimit) callerScoped() bool {
 // counts an amount (not a sliding log's marks nor a concurrency limit's
 // units in flight), in any unit. Its count is the ledger's, what the
 // entries in the limit's window of the caller (every tenant's for a
-// limit of the deployment; and of the model, route or upstream its key
-// names) counted in its unit (see spentSince, ledgerCount). Limits keyed
-// by anything else (an address, an attribute; the region with the
-// caller) are not: no entry records it.
+// limit of the deployment; and of the model, route, upstream or region
+// its key names) counted in its unit (see spentSince, ledgerCount). Limits keyed
+// by anything else (an address, an attribute) are not: no entry records
+// it.
 func (l *compiledLimit) restorable() bool {
 	return !l.budget && l.level == nil && l.extra == 0 && (l.global || l.callerScoped() || l.keyedByEntry()) &&
 		l.limit.Algorithm != weighted.SlidingLog && l.limit.Algorithm != weighted.Concurrency
@@ -293,15 +293,16 @@ func (l *compiledLimit) restorable() bool {
 
 // keyedByEntry tells whether the limit's key names the caller (tenant,
 // user or api_key: the key's hash tag is the tenant) and, besides it,
-// only what a ledger entry records of a request: its model, route or
-// upstream, at least one of them. Its counters are restored from the
-// tenant's entries grouped by those (see Gate.ledgerGroupCounters).
+// only what a ledger entry records of a request: its model, route,
+// upstream or region, at least one of them. Its counters are restored
+// from the tenant's entries grouped by those (see
+// Gate.ledgerGroupCounters).
 func (l *compiledLimit) keyedByEntry() bool {
 	more := false
 	for _, d := range l.dims {
 		switch d {
 		case "tenant", "user", "api_key":
-		case "model", "route", "upstream":
+		case "model", "route", "upstream", "region":
 			more = true
 		default:
 			return false
@@ -362,11 +363,13 @@ func globalLimit(l config.LimitConfig) bool {
 }
 
 // spendCap tells whether l is a limit of the whole deployment in dollars
-// with one key for every request (no dimension, or the region alone):
-// without regions, its counter is restored from the ledger's roll-up of
-// every tenant's spend (Ledger.TotalSpend), which reads no entry.
+// with one key for every request (no dimension, or the region alone) and
+// for every plan: without regions, its counter is restored from the
+// ledger's roll-up of every tenant's spend (Ledger.TotalSpend), which
+// reads no entry. One of some plans is restored from their entries (see
+// Gate.ledgerGroupCounters): the roll-up does not say the plans.
 func (l *compiledLimit) spendCap() bool {
-	return l.global && l.unit == "usd" && !l.byModel && !l.byUpstream && !slices.Contains(l.dims, "route")
+	return l.global && l.unit == "usd" && !l.byModel && !l.byUpstream && !slices.Contains(l.dims, "route") && len(l.plans) == 0
 }
 
 // spentSince is when the spend that the limit's counter holds at now

@@ -153,6 +153,10 @@ type Reservation struct {
 	resID string
 	start time.Time
 	model string // the canonical model, which model limits are keyed by
+	// region is the region a restore keys a counter of a limit keyed by
+	// region by (see Gate.ledgerGroupCounters); empty on a request, keyed
+	// by this replica's (its configuration's Region).
+	region string
 
 	limits    []*compiledLimit // the limits that apply, parallel to items
 	items     []weighted.Item
@@ -1271,7 +1275,7 @@ func (r *Reservation) entry(status ledger.Status) ledger.Entry {
 	}
 	c := r.req.Caller
 	e := ledger.Entry{
-		RequestID: r.req.ID, Tenant: c.Tenant, User: c.User, KeyID: c.KeyID,
+		RequestID: r.req.ID, Tenant: c.Tenant, User: c.User, KeyID: c.KeyID, Plan: c.Plan,
 		Route: r.policyRoute(), Upstream: r.req.Upstream, Model: r.req.Estimate.Model, Region: r.st.cfg.Region,
 		Decision: decision, Policy: r.decision.Policy, Friction: r.friction,
 		Status: status, Requests: r.req.Requests,
@@ -1300,6 +1304,9 @@ func (r *Reservation) dimension(d string) string {
 	case "upstream":
 		return r.req.Upstream
 	case "region":
+		if r.region != "" {
+			return r.region
+		}
 		return r.st.cfg.Region
 	}
 	if name, ok := strings.CutPrefix(d, config.AttributePrefix); ok {

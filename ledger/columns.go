@@ -15,7 +15,7 @@ var entryColumns = []string{
 	"est_input", "est_cached_input", "est_cache_write", "est_output", "est_reasoning", "est_units",
 	"act_input", "act_cached_input", "act_cache_write", "act_output", "act_reasoning", "act_units",
 	"estimated_cost", "actual_cost", "cost", "created_at", "settled_at",
-	"est_extra", "act_extra", "requests", "key_model", "key_route",
+	"est_extra", "act_extra", "requests", "key_model", "key_route", "plan",
 }
 
 // readColumns are the columns scanEntry reads (all but node).
@@ -31,7 +31,7 @@ func entryArgs(node string, e *Entry, tm func(time.Time) any) []any {
 		e.Actual.InputTokens, e.Actual.CachedInputTokens, e.Actual.CacheWriteTokens,
 		e.Actual.OutputTokens, e.Actual.ReasoningTokens, e.Actual.Units,
 		int64(e.EstimatedCost), int64(e.ActualCost), int64(e.Charge()), tm(e.CreatedAt), tm(e.SettledAt),
-		extraOf(&e.Estimated), extraOf(&e.Actual), e.Requests, e.KeyModel, e.KeyRoute,
+		extraOf(&e.Estimated), extraOf(&e.Actual), e.Requests, e.KeyModel, e.KeyRoute, e.Plan,
 	}
 }
 
@@ -48,7 +48,7 @@ func scanEntry(s scanner, e *Entry, created, settled any) error {
 		&e.Estimated.OutputTokens, &e.Estimated.ReasoningTokens, &e.Estimated.Units,
 		&e.Actual.InputTokens, &e.Actual.CachedInputTokens, &e.Actual.CacheWriteTokens,
 		&e.Actual.OutputTokens, &e.Actual.ReasoningTokens, &e.Actual.Units,
-		&estCost, &actCost, &cost, created, settled, &estExtra, &actExtra, &e.Requests, &e.KeyModel, &e.KeyRoute)
+		&estCost, &actCost, &cost, created, settled, &estExtra, &actExtra, &e.Requests, &e.KeyModel, &e.KeyRoute, &e.Plan)
 	if err != nil {
 		return err
 	}

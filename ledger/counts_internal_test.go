@@ -66,7 +66,21 @@ func TestCountsScansTheTenantsRange(t *testing.T) {
 func TestCountsOfEntriesStoredBeforeRequests(t *testing.T) {
 	at := time.Date(2026, 3, 14, 15, 0, 0, 0, time.UTC)
 	e := &Entry{RequestID: "r1", Tenant: "acme", Decision: "allow", Status: StatusSettled, HTTPStatus: 200, CreatedAt: at, SettledAt: at}
-	old := slices.Index(entryColumns, "requests") // the columns before it
+	storedBefore(t, "requests", e, func(t *testing.T, s store) {
+		gs, err := s.countsBy(context.Background(), spendQueryKey{tenant: "acme"}, at.Add(-time.Hour), at.Add(time.Hour), MaxGroups)
+		if err != nil || len(gs) != 1 || gs[0].Counts.Requests != 1 {
+			t.Fatalf("Counts of an entry stored before its requests = %+v, %v; want 1 request", gs, err)
+		}
+	})
+}
+
+// storedBefore writes e, on each store, with the migrations before the
+// first whose name holds column (whose column is the first it adds, in
+// entryColumns' order) and the columns before it only, then opens the
+// store, which applies the rest, and runs check on it.
+func storedBefore(t *testing.T, column string, e *Entry, check func(t *testing.T, s store)) {
+	t.Helper()
+	old := slices.Index(entryColumns, column) // the columns before it
 	insert := func(param func(int) string) string {
 		ps := make([]string, old)
 		for i := range ps {
@@ -74,8 +88,8 @@ func TestCountsOfEntriesStoredBeforeRequests(t *testing.T) {
 		}
 		return "INSERT INTO ledger_entries (" + strings.Join(entryColumns[:old], ", ") + ") VALUES (" + strings.Join(ps, ", ") + ")"
 	}
-	// before applies the migrations before 004 with exec, and records
-	// each with mark.
+	// before applies the migrations before column's with exec, and
+	// records each with mark.
 	before := func(t *testing.T, dialect string, exec func(q string, args ...any) error, mark func(m migration) error) {
 		t.Helper()
 		ms, err := migrations(dialect)
@@ -83,7 +97,7 @@ func TestCountsOfEntriesStoredBeforeRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, m := range ms {
-			if strings.Contains(m.name, "requests") {
+			if strings.Contains(m.name, column) {
 				return
 			}
 			if err := exec(m.sql); err != nil {
@@ -95,14 +109,6 @@ func TestCountsOfEntriesStoredBeforeRequests(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	check := func(t *testing.T, s store) {
-		t.Helper()
-		defer s.close()
-		gs, err := s.countsBy(ctx, spendQueryKey{tenant: "acme"}, at.Add(-time.Hour), at.Add(time.Hour), MaxGroups)
-		if err != nil || len(gs) != 1 || gs[0].Counts.Requests != 1 {
-			t.Fatalf("Counts of an entry stored before its requests = %+v, %v; want 1 request", gs, err)
-		}
-	}
 	t.Run("embedded", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "ledger.db")
 		db, err := sql.Open("sqlite", "file:"+path)
@@ -119,6 +125,7 @@ func TestCountsOfEntriesStoredBeforeRequests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer s.close()
 		check(t, s)
 	})
 	t.Run("postgres", func(t *testing.T) {
@@ -144,6 +151,7 @@ func TestCountsOfEntriesStoredBeforeRequests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer s.close()
 		check(t, s)
 	})
 }

@@ -1,8 +1,8 @@
 package ledger
 
 // CountsBy is Counts and the charge of a tenant's entries, grouped by
-// columns besides the caller (route, upstream, model): a limiter that
-// lost the counters of limits keyed by those restores each from its
+// columns besides the caller (route, upstream, model, region): a limiter
+// that lost the counters of limits keyed by those restores each from its
 // group, in one read of the tenant's entries in the window rather than
 // one read per value. TotalCountsBy is the same of every tenant's
 // entries together, for the limits of a whole deployment.
@@ -20,19 +20,24 @@ import (
 
 // GroupBy names the columns CountsBy groups entries by. The zero value
 // groups by none: one group of every entry the query selects.
+//
+// Plan groups by the plan an entry records (Entry.Plan), for a limit of
+// some plans: an entry of the empty plan (not known) counts on every
+// such limit.
 type GroupBy struct {
-	User, KeyID, Route, Upstream, Model bool
+	User, KeyID, Route, Upstream, Model, Region, Plan bool
 }
 
 // cols are the columns of an entry that CountsBy can group by.
 type cols struct {
-	user, keyID, route, upstream, model string
+	user, keyID, route, upstream, model, region, plan string
 }
 
 // colsOf is e's columns as CountsBy groups them: its route and model are
-// those the limiter keyed it by (see Entry.KeyModel).
+// those the limiter keyed it by (see Entry.KeyModel); its region is the
+// limiter's, which keys a limit by the region it records.
 func colsOf(e *Entry) cols {
-	return cols{e.User, e.KeyID, cmp.Or(e.KeyRoute, e.Route), e.Upstream, cmp.Or(e.KeyModel, e.Model)}
+	return cols{e.User, e.KeyID, cmp.Or(e.KeyRoute, e.Route), e.Upstream, cmp.Or(e.KeyModel, e.Model), e.Region, e.Plan}
 }
 
 // of is c with the columns by does not group by emptied: its group.
@@ -44,7 +49,7 @@ func (by GroupBy) of(c cols) cols {
 		return ""
 	}
 	return cols{pick(by.User, c.user), pick(by.KeyID, c.keyID), pick(by.Route, c.route),
-		pick(by.Upstream, c.upstream), pick(by.Model, c.model)}
+		pick(by.Upstream, c.upstream), pick(by.Model, c.model), pick(by.Region, c.region), pick(by.Plan, c.plan)}
 }
 
 // columns are the store's columns of by, in the order of cols: a column
@@ -53,7 +58,7 @@ func (by GroupBy) columns(blank string) (selected, grouped []string) {
 	for _, c := range [...]struct {
 		on   bool
 		name string
-	}{{by.User, "user_id"}, {by.KeyID, "key_id"}, {by.Route, keyedRoute}, {by.Upstream, "upstream"}, {by.Model, keyedModel}} {
+	}{{by.User, "user_id"}, {by.KeyID, "key_id"}, {by.Route, keyedRoute}, {by.Upstream, "upstream"}, {by.Model, keyedModel}, {by.Region, "region"}, {by.Plan, "plan"}} {
 		if c.on {
 			selected, grouped = append(selected, c.name), append(grouped, c.name)
 		} else {
@@ -86,9 +91,10 @@ func counted(expr string) string {
 
 // Group is one group of entries in CountsBy's answer.
 type Group struct {
-	// User, KeyID, Route, Upstream and Model are the group's values of
-	// the columns CountsBy grouped by; empty for the others.
-	User, KeyID, Route, Upstream, Model string
+	// User, KeyID, Route, Upstream, Model, Region and Plan are the
+	// group's values of the columns CountsBy grouped by; empty for the
+	// others.
+	User, KeyID, Route, Upstream, Model, Region, Plan string
 	// Counts is what the group's entries counted on a limiter (see
 	// Entry.Counts).
 	Counts Counts
@@ -103,7 +109,9 @@ type Group struct {
 	PendingCharge costmodel.NanoUSD
 }
 
-func (g *Group) cols() cols { return cols{g.User, g.KeyID, g.Route, g.Upstream, g.Model} }
+func (g *Group) cols() cols {
+	return cols{g.User, g.KeyID, g.Route, g.Upstream, g.Model, g.Region, g.Plan}
+}
 
 // MaxGroups bounds the groups of one CountsBy answer.
 const MaxGroups = 16384
@@ -122,7 +130,7 @@ type groupsRead struct {
 // entries, those with entries that count nothing too. It reads the
 // tenant's entries in the range once (an index range scan, as Counts
 // does), so its cost grows with them: it is for a rare read, the
-// counters of a tenant's limits keyed by route, upstream or model
+// counters of a tenant's limits keyed by route, upstream, model or region
 // restored after the limiter's store lost its data. The groups come
 // most requests first; past MaxGroups, the groups of the fewest
 // requests are left out.
@@ -211,7 +219,7 @@ func (l *Ledger) localCountsBy(k spendQueryKey, storeErr error) ([]Group, error)
 		if !ok {
 			i = len(out)
 			at[c] = i
-			out = append(out, Group{User: c.user, KeyID: c.keyID, Route: c.route, Upstream: c.upstream, Model: c.model})
+			out = append(out, Group{User: c.user, KeyID: c.keyID, Route: c.route, Upstream: c.upstream, Model: c.model, Region: c.region, Plan: c.plan})
 		}
 		g := &out[i]
 		g.Counts, g.PendingCounts = g.Counts.add(d.counts), g.PendingCounts.add(d.counts)
@@ -233,6 +241,6 @@ func sortGroups(gs []Group) {
 	slices.SortFunc(gs, func(a, b Group) int {
 		return cmp.Or(cmp.Compare(b.Counts.Requests, a.Counts.Requests), cmp.Compare(b.Counts.Tokens(), a.Counts.Tokens()),
 			cmp.Compare(a.User, b.User), cmp.Compare(a.KeyID, b.KeyID), cmp.Compare(a.Route, b.Route),
-			cmp.Compare(a.Upstream, b.Upstream), cmp.Compare(a.Model, b.Model))
+			cmp.Compare(a.Upstream, b.Upstream), cmp.Compare(a.Model, b.Model), cmp.Compare(a.Region, b.Region), cmp.Compare(a.Plan, b.Plan))
 	})
 }

@@ -100,12 +100,14 @@
 // for a rare read: a limiter's counter restored after its store lost its
 // data. While the store cannot be reached it answers as Spend does.
 // CountsBy is Counts and the charge of a tenant's entries grouped by any
-// of user, key, route, upstream and model, in one such read: a limiter
-// restores with it the counters of limits keyed by model, route or
-// upstream, each entry under the model and route the limiter keyed it by
-// (Entry.KeyModel, Entry.KeyRoute). TotalCountsBy is the same read of
-// every tenant's entries together (a range scan by creation time), for
-// the limits of a whole deployment.
+// of user, key, route, upstream, model, region and plan, in one such
+// read: a limiter restores with it the counters of limits keyed by model,
+// route, upstream or region, each entry under the model and route the
+// limiter keyed it by (Entry.KeyModel, Entry.KeyRoute). TotalCountsBy is
+// the same read of every tenant's entries together (a range scan by
+// creation time), for the limits of a whole deployment, those of some
+// plans from the entries of those plans (Entry.Plan, the caller's at the
+// decision; an entry without one counts for every plan).
 //
 // # Queries and export
 //

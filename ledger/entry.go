@@ -73,6 +73,12 @@ type Entry struct {
 	// keyed by model or route from them (see CountsBy).
 	KeyModel string `json:"key_model,omitempty"`
 	KeyRoute string `json:"key_route,omitempty"`
+	// Plan is the plan of the caller the limiter decided the request for
+	// (the plan its limits were chosen by) at the decision, set by the
+	// reservation. Empty: not known (an entry written before the ledger
+	// kept it, or a caller without a plan), which counts on every limit
+	// of some plans (see GroupBy.Plan).
+	Plan string `json:"plan,omitempty"`
 
 	Decision string `json:"decision"`
 	Policy   string `json:"policy"`
@@ -153,7 +159,7 @@ func (e *Entry) check() error {
 		{"request id", e.RequestID, MaxKeyField}, {"tenant", e.Tenant, MaxKeyField}, {"user", e.User, MaxKeyField},
 		{"key id", e.KeyID, MaxKeyField}, {"route", e.Route, maxField}, {"upstream", e.Upstream, maxField},
 		{"model", e.Model, maxField}, {"region", e.Region, maxField}, {"decision", e.Decision, maxField},
-		{"key model", e.KeyModel, maxField}, {"key route", e.KeyRoute, maxField},
+		{"key model", e.KeyModel, maxField}, {"key route", e.KeyRoute, maxField}, {"plan", e.Plan, maxField},
 		{"policy", e.Policy, maxField}, {"friction", e.Friction, maxField},
 	} {
 		if len(f.v) > f.max {

@@ -73,13 +73,14 @@ func appendFrame(b []byte, r *record) []byte {
 		b = binary.AppendVarint(b, v)
 	}
 	// The extra usage (see usageExtra), then the requests counted, then
-	// the key model and route, after the fields of earlier versions:
-	// their records end before them, and read as no extra usage, 1
-	// request and no key model or route. A record ends after its last
-	// field that is not its default, the fields before it written all
-	// the same.
+	// the key model and route, then the plan, after the fields of earlier
+	// versions: their records end before them, and read as no extra
+	// usage, 1 request, no key model or route and no plan. A record ends
+	// after its last field that is not its default, the fields before it
+	// written all the same.
 	est, act := extraOf(&e.Estimated), extraOf(&e.Actual)
-	keyed := e.KeyModel != "" || e.KeyRoute != ""
+	planned := e.Plan != ""
+	keyed := e.KeyModel != "" || e.KeyRoute != "" || planned
 	if est != "" || act != "" || e.Requests != 1 || keyed {
 		for _, s := range [...]string{est, act} {
 			b = binary.AppendUvarint(b, uint64(len(s)))
@@ -94,6 +95,10 @@ func appendFrame(b []byte, r *record) []byte {
 			b = binary.AppendUvarint(b, uint64(len(s)))
 			b = append(b, s...)
 		}
+	}
+	if planned {
+		b = binary.AppendUvarint(b, uint64(len(e.Plan)))
+		b = append(b, e.Plan...)
 	}
 	payload := b[start+frameHeader:]
 	binary.LittleEndian.PutUint32(b[start:], uint32(len(payload)))
@@ -161,6 +166,10 @@ func decodePayload(p []byte, r *record, names *interner) error {
 	e.KeyModel, e.KeyRoute = "", ""
 	if d.err == nil && len(d.b) != 0 {
 		e.KeyModel, e.KeyRoute = d.name(), d.name()
+	}
+	e.Plan = ""
+	if d.err == nil && len(d.b) != 0 {
+		e.Plan = d.name()
 	}
 	if d.err != nil {
 		return d.err
