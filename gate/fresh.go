@@ -42,11 +42,13 @@ type store interface {
 // caller (and of the model, route or upstream its key names) counted in
 // their window, and the limits of the whole deployment (keyed by model,
 // route, upstream, the region or nothing) under their own tag, to what
-// every tenant's entries counted (restoreGlobal). Other rate limits
-// (keyed by an address or an attribute, which no entry records, or by
-// the caller and the region; sliding logs, concurrency, the rate limit
-// service's descriptors) are not restored: they come back empty, which
-// admits at most one more window of each.
+// every tenant's entries counted (restoreGlobal), sliding logs included
+// (their count as one mark at the restore's time, which stops counting a
+// period later, no sooner than the spend it stands for: see
+// weighted.Restorer). Other rate limits (keyed by an address or an
+// attribute, which no entry records, or by the caller and the region;
+// concurrency, the rate limit service's descriptors) are not restored:
+// they come back empty, which admits at most one more window of each.
 //
 // It is safe for concurrent use: concurrent calls that find one tenant
 // stale share one restore.
