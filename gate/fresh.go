@@ -42,11 +42,13 @@ type store interface {
 // of the caller (and of the model, route, upstream or region its key
 // names) counted in their window, and the limits of the whole deployment
 // (keyed by model, route, upstream, the region or nothing) under their
-// own tag, to what every tenant's entries counted (restoreGlobal). Other
-// rate limits (keyed by an address or an attribute, which no entry
-// records; sliding logs, concurrency, the rate limit service's
-// descriptors) are not restored: they come back empty, which admits at
-// most one more window of each.
+// own tag, to what every tenant's entries counted (restoreGlobal),
+// sliding logs included (their count as one mark at the restore's time,
+// which stops counting a period later, no sooner than the spend it stands
+// for: see weighted.Restorer). Other rate limits (keyed by an address or
+// an attribute, which no entry records; concurrency, the rate limit
+// service's descriptors) are not restored: they come back empty, which
+// admits at most one more window of each.
 //
 // It is safe for concurrent use: concurrent calls that find one tenant
 // stale share one restore.

@@ -120,7 +120,7 @@ var groupCases = []struct {
 // ledger and PostgreSQL, in every algorithm that counts an amount.
 func TestLimitLossAtkModelLimitsHold(t *testing.T) {
 	for _, c := range groupCases {
-		for _, algo := range []string{"fixed_window", "sliding_window", "token_bucket", "gcra"} {
+		for _, algo := range sharedAlgorithms {
 			for _, store := range []string{"embedded", "postgres"} {
 				t.Run(c.name+"/"+algo+"/"+store, func(t *testing.T) {
 					t.Parallel()

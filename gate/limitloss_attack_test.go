@@ -62,7 +62,7 @@ func awayFromWindowEdge(t *testing.T, period time.Duration) {
 // budget's counter was restored from the ledger and a limit's was not,
 // so acme spent the window's dollars again.
 func TestLimitLossAtkDollarLimitsHold(t *testing.T) {
-	for _, algo := range []string{"fixed_window", "sliding_window", "token_bucket", "gcra"} {
+	for _, algo := range sharedAlgorithms {
 		for _, dims := range []string{"[tenant]", "[user]", "[api_key]", "[tenant, user]"} {
 			t.Run(algo+dims, func(t *testing.T) {
 				t.Parallel()
@@ -138,7 +138,7 @@ tenants:
 // the counter has no tenant's marker, and must still not come back
 // empty.
 func TestLimitLossAtkGlobalDollarLimitHolds(t *testing.T) {
-	for _, algo := range []string{"fixed_window", "sliding_window", "token_bucket", "gcra"} {
+	for _, algo := range sharedAlgorithms {
 		for _, dims := range []string{"[]", "[region]"} {
 			for _, store := range []string{"redis", "memory"} {
 				t.Run(algo+dims+"/"+store, func(t *testing.T) {

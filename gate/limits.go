@@ -279,8 +279,9 @@ func (l *compiledLimit) callerScoped() bool {
 // limit keyed by the caller alone (tenant, user, api_key), or by the
 // caller and what an entry records of the request (see keyedByEntry), or
 // a limit of the whole deployment (see globalLimit), of an algorithm that
-// counts an amount (not a sliding log's marks nor a concurrency limit's
-// units in flight), in any unit. Its count is the ledger's, what the
+// counts an amount over a window (a sliding log too: its count comes back
+// as one mark at the restore's time, see weighted.Restorer; not a
+// concurrency limit's units in flight), in any unit. Its count is the ledger's, what the
 // entries in the limit's window of the caller (every tenant's for a
 // limit of the deployment; and of the model, route, upstream or region
 // its key names) counted in its unit (see spentSince, ledgerCount). Limits keyed
@@ -288,7 +289,7 @@ func (l *compiledLimit) callerScoped() bool {
 // it.
 func (l *compiledLimit) restorable() bool {
 	return !l.budget && l.level == nil && l.extra == 0 && (l.global || l.callerScoped() || l.keyedByEntry()) &&
-		l.limit.Algorithm != weighted.SlidingLog && l.limit.Algorithm != weighted.Concurrency
+		l.limit.Algorithm != weighted.Concurrency
 }
 
 // keyedByEntry tells whether the limit's key names the caller (tenant,
@@ -347,7 +348,7 @@ const globalTag = "{global"
 // deployment: keyed by none of the caller's dimensions, only by what a
 // ledger entry records of a request (model, route, upstream) or by the
 // region, or by nothing (one key for every request: the deployment's
-// spend cap or allowance), of an algorithm that counts an amount. Its
+// spend cap or allowance), of any algorithm but concurrency. Its
 // keys carry globalTag, and its counters are restored from every
 // tenant's entries in the ledger when the store lost its data (see
 // freshStore.restoreGlobal).
@@ -359,7 +360,7 @@ func globalLimit(l config.LimitConfig) bool {
 			return false
 		}
 	}
-	return l.Algorithm != "sliding_log" && l.Algorithm != "concurrency"
+	return l.Algorithm != "concurrency"
 }
 
 // spendCap tells whether l is a limit of the whole deployment in dollars
@@ -375,10 +376,11 @@ func (l *compiledLimit) spendCap() bool {
 // spentSince is when the spend that the limit's counter holds at now
 // starts: a fixed window's start (the store's windows are multiples of
 // the period since the Unix epoch, or calendar months); a sliding
-// window's period back; for a token bucket or GCRA, the time it takes to
-// refill from empty back, an upper bound of its debt (the ledger's
-// totals do not say how the spend spread over it). The start is rounded
-// down to the minute, which counts at most a minute more.
+// window's or a sliding log's period back; for a token bucket or GCRA,
+// the time it takes to refill from empty back, an upper bound of its
+// debt (the ledger's totals do not say how the spend spread over it).
+// The start is rounded down to the minute, which counts at most a minute
+// more.
 func (l *compiledLimit) spentSince(now time.Time) time.Time {
 	now = now.UTC()
 	var from time.Time
@@ -388,7 +390,7 @@ func (l *compiledLimit) spentSince(now time.Time) time.Time {
 			return time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
 		}
 		return time.UnixMicro(now.UnixMicro() / p.Microseconds() * p.Microseconds()).UTC()
-	case weighted.SlidingWindow:
+	case weighted.SlidingWindow, weighted.SlidingLog:
 		from = now.Add(-p)
 	default:
 		burst := cmp.Or(l.limit.Burst, l.limit.Rate)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -1275,7 +1276,7 @@ func (r *Reservation) entry(status ledger.Status) ledger.Entry {
 	}
 	c := r.req.Caller
 	e := ledger.Entry{
-		RequestID: r.req.ID, Tenant: c.Tenant, User: c.User, KeyID: c.KeyID, Plan: c.Plan,
+		RequestID: r.req.ID, Tenant: c.Tenant, User: c.User, KeyID: c.KeyID, Plan: entryPlan(c.Plan),
 		Route: r.policyRoute(), Upstream: r.req.Upstream, Model: r.req.Estimate.Model, Region: r.st.cfg.Region,
 		Decision: decision, Policy: r.decision.Policy, Friction: r.friction,
 		Status: status, Requests: r.req.Requests,
@@ -1287,6 +1288,18 @@ func (r *Reservation) entry(status ledger.Status) ledger.Entry {
 }
 
 // dimension is the request's value of dimension d.
+// entryPlan is the plan an entry records: plan, or nothing for one that
+// the ledger would refuse to store (longer than a key field, or not
+// UTF-8: a plan set through the control plane is not checked as a name).
+// An entry of no plan counts on every limit of some plans, so the entry is
+// kept and its spend counted everywhere, never nowhere.
+func entryPlan(plan string) string {
+	if len(plan) > ledger.MaxKeyField || !utf8.ValidString(plan) {
+		return ""
+	}
+	return plan
+}
+
 func (r *Reservation) dimension(d string) string {
 	switch d {
 	case "tenant":

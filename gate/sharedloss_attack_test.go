@@ -72,8 +72,9 @@ func (q groupRequest) as(key string) groupRequest {
 	return q
 }
 
-// sharedAlgorithms are the algorithms that count an amount.
-var sharedAlgorithms = []string{"fixed_window", "sliding_window", "token_bucket", "gcra"}
+// sharedAlgorithms are the algorithms whose counters the ledger restores:
+// every one but concurrency.
+var sharedAlgorithms = []string{"fixed_window", "sliding_window", "token_bucket", "gcra", "sliding_log"}
 
 // sharedCases are limits with no caller dimension, keyed by model, route,
 // upstream or region, each at a rate that admits ten of groupRequest's

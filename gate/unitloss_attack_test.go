@@ -61,7 +61,7 @@ func spendUsageUntil(t *testing.T, g *Gate, key string, n, status int) (admitted
 // again after each loss.
 func TestLimitLossAtkUnitLimitsHold(t *testing.T) {
 	for _, u := range unitCases {
-		for _, algo := range []string{"fixed_window", "sliding_window", "token_bucket", "gcra"} {
+		for _, algo := range sharedAlgorithms {
 			for _, dims := range []string{"[tenant]", "[user]", "[api_key]", "[tenant, user]"} {
 				t.Run(u.unit+"/"+algo+dims, func(t *testing.T) {
 					t.Parallel()

@@ -62,12 +62,18 @@ type Restorer interface {
 	// max(count, counted) in the window counted in now; a token bucket's
 	// or GCRA's debt grows so that at most capacity - counted remain; a
 	// sliding window's current count grows until its weighted count is
-	// counted. A counter already at or above counted is left alone, so a
-	// Restore repeated, or made by two replicas, charges nothing twice.
-	// Sliding logs and concurrency limits take counted 0 (their marks are
-	// not restored; leases lost expire on their own); a counted above 0
-	// for them, a negative one, or a counted slice of another length than
-	// items is an error matching ErrInvalidCost, and nothing is sent.
+	// counted; a sliding log gets one mark, at the store's time now, of
+	// what its marks that count lack of counted. counted is what was
+	// spent in the window (now - Period, now]; the restore does not know
+	// when in it, and a mark at now stops counting a Period later, no
+	// sooner than any of the spend it stands for: the log may refuse
+	// early after a restore, never late. A counter already at or above
+	// counted is left alone, so a Restore repeated, or made by two
+	// replicas, charges nothing twice (and adds no mark). Concurrency
+	// limits take counted 0 (leases lost expire on their own); a counted
+	// above 0 for them, a negative one, or a counted slice of another
+	// length than items is an error matching ErrInvalidCost, and nothing
+	// is sent.
 	//
 	// A marker guards every counter of its tag, so give Restore every
 	// counter of the tag that the caller can count (every budget of the
@@ -104,7 +110,7 @@ func checkRestore(items []Item, counted []int64, buf []spec) ([]spec, error) {
 		switch {
 		case c < 0:
 			return nil, fmt.Errorf("%w: limit %q: negative counted amount %d", ErrInvalidCost, items[i].Limit.Name, c)
-		case c > 0 && (ss[i].algo == SlidingLog || ss[i].algo == Concurrency):
+		case c > 0 && ss[i].algo == Concurrency:
 			return nil, fmt.Errorf("%w: limit %q: a %s is not restored (counted must be 0)", ErrInvalidCost, items[i].Limit.Name, ss[i].algo)
 		}
 	}

@@ -22,6 +22,7 @@ var genLimits = []Limit{
 	{Name: "tokens", Algorithm: TokenBucket, Rate: 300, Period: time.Minute, Burst: 400},
 	{Name: "gcra", Algorithm: GCRA, Rate: 300, Period: time.Minute},
 	{Name: "sliding", Algorithm: SlidingWindow, Rate: 600, Period: time.Hour},
+	{Name: "log", Algorithm: SlidingLog, Rate: 400, Period: time.Minute},
 }
 
 // wantStale requires that err is a *StaleError naming tags.
@@ -291,21 +292,21 @@ func TestRestoreRaisesOnly(t *testing.T) {
 		}
 		t.Run(s.name+"/invalid", func(t *testing.T) {
 			rs := s.Store.(Restorer)
-			log := Limit{Name: "log", Algorithm: SlidingLog, Rate: 10, Period: time.Second}
+			conc := Limit{Name: "conc", Algorithm: Concurrency, Rate: 10, Period: time.Second}
 			for _, tc := range []struct {
 				items   []Item
 				counted []int64
 			}{
 				{[]Item{{Limit: genLimits[0], Key: "{x}"}}, []int64{-1}},
 				{[]Item{{Limit: genLimits[0], Key: "{x}"}}, nil},
-				{[]Item{{Limit: log, Key: "{x}"}}, []int64{1}},
+				{[]Item{{Limit: conc, Key: "{x}"}}, []int64{1}},
 			} {
 				err := rs.Restore(ctx, tc.items, tc.counted)
 				if !errors.Is(err, ErrInvalidCost) || IsStoreFailure(err) {
 					t.Fatalf("Restore(%v, %v): %v, want ErrInvalidCost", tc.items, tc.counted, err)
 				}
 			}
-			if err := rs.Restore(ctx, []Item{{Limit: log, Key: "{x}"}}, []int64{0}); err != nil {
+			if err := rs.Restore(ctx, []Item{{Limit: conc, Key: "{x}"}}, []int64{0}); err != nil {
 				t.Fatal(err)
 			}
 		})

@@ -1529,8 +1529,8 @@ func (l *Leased) restore(ctx context.Context, items []Item, counted []int64, mar
 		now := l.now()
 		for i := range items {
 			it := &items[i]
-			if !it.Limit.Lease.On() || it.Limit.Algorithm == SlidingLog || counted[i] < 0 {
-				continue // a log is not restored; a negative count is the store's to refuse
+			if !it.Limit.Lease.On() || counted[i] < 0 {
+				continue // a negative count is the store's to refuse
 			}
 			st := l.known(it)
 			if st == nil {

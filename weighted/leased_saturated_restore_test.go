@@ -25,7 +25,7 @@ func TestLeasedRestoreSaturatedCount(t *testing.T) {
 		return Limit{Name: "usd", Algorithm: algo, Rate: capacity, Period: time.Hour,
 			Lease: Lease{Max: capacity / 2, TTL: time.Hour}}
 	}
-	for _, algo := range []Algorithm{FixedWindow, TokenBucket} {
+	for _, algo := range []Algorithm{FixedWindow, TokenBucket, SlidingLog} {
 		for _, tc := range []struct {
 			name     string
 			taken    int64 // the capacity the lease was taken under

@@ -554,7 +554,8 @@ func (m *Memory) restore(items []Item, counted []int64, mark bool) error {
 		used := ss[i].cap - ss[i].evaluate(stateOf(e), h.now, 0, false).Remaining
 		// As restore.lua: a window's count rises to counted, its capacity
 		// at most; a meter's debt by counted less what it holds, a
-		// capacity at most.
+		// capacity at most; a sliding log's sum to counted, its capacity
+		// at most, by one mark at now (see spec.restoreLog).
 		delta := min(counted[i], ss[i].cap) - used
 		if ss[i].algo == TokenBucket || ss[i].algo == GCRA {
 			delta = min(counted[i]-used, ss[i].cap)
@@ -564,6 +565,10 @@ func (m *Memory) restore(items []Item, counted []int64, mark bool) error {
 		}
 		if e == nil {
 			e = new(entry)
+		}
+		if ss[i].algo == SlidingLog {
+			m.put(&h, i, e, ss[i].restoreLog(&e.state, h.now, delta))
+			continue
 		}
 		m.put(&h, i, e, ss[i].settle(&e.state, h.now, 0, delta, -1, ""))
 	}

@@ -6,8 +6,11 @@
 -- item's used amount (its capacity minus what Peek reports remaining) is
 -- raised to counted, capped at the capacity, as Settle charges an extra
 -- cost: a meter's debt grows, a window's current count grows (a sliding
--- window's only up to full). Sliding logs and concurrency limits take
--- counted 0 (Redis.Restore checks it) and are left alone. Then every
+-- window's only up to full); a sliding log gets one mark at now of what its
+-- marks that count lack of counted (see spec.restoreLog: member
+-- "<cost>:restore-<now>", ".2", ".3" ... appended while that member is
+-- there). Concurrency limits take counted 0 (Redis.Restore checks it) and
+-- are left alone. Then every
 -- marker is set to a fresh generation, the largest of now (µs), one more
 -- than it held and one more than the client has seen, so that a marker
 -- restored never reads as behind. Its reply, replies[r], is a string of
@@ -43,6 +46,26 @@ for i = 1, n do
       curr = counted
       if curr > cap then curr = cap end
       L.write(key, L.store(w, period, curr, L.window_reset(algo, 0, curr, start, period), exp, period))
+    end
+  elseif counted > 0 and algo == SLIDING_LOG then
+    -- A sorted set, not cached: the pending writes go first, as adjust
+    -- does, so that a key of the wrong type fails after them.
+    if C then
+      L.flush()
+    end
+    local sum = L.marks_sum(key, now - period)
+    if counted > cap then counted = cap end
+    local delta = counted - sum
+    if delta > 0 then
+      local base = 'restore-' .. string.format('%d', now)
+      local id, m, c = base, L.member(delta, base), 2
+      while redis.call('ZSCORE', key, m) do
+        id = base .. '.' .. string.format('%d', c)
+        m, c = L.member(delta, id), c + 1
+      end
+      redis.call('ZADD', key, now, m)
+      redis.call('ZADD', key, -(sum + delta), '')
+      L.marks_ttl(algo, period, key)
     end
   elseif counted > 0 and algo == SLIDING_WINDOW then
     local w, prev, curr, start, exp = L.window(L.get(key), period, algo)

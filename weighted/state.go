@@ -504,6 +504,40 @@ func (s *spec) settleLog(st *state, now, reserved, delta int64, id string) int64
 	return s.marksTTL(st, lo, now)
 }
 
+// restoreLog adds to a sliding log the mark of a restore: delta units at
+// now, which stop counting a Period later. A restore knows only how much
+// was spent in the window (now - period, now], not when: marks written at
+// now stop counting no sooner than the spend they stand for, so the log
+// may refuse early after a restore, never late. It writes one mark, under
+// id "restore-<now>" (with ".2", ".3" ... when a mark of that member is
+// there already, as restore.lua does), so a restore adds at most one mark
+// per counter.
+func (s *spec) restoreLog(st *state, now, delta int64) int64 {
+	lo := now - s.period
+	st.trim(lo)
+	id := restoreMarkID(now, func(id string) bool {
+		for _, m := range st.marks {
+			if m.cost == delta && m.id == id {
+				return true
+			}
+		}
+		return false
+	})
+	st.add(mark{ts: now, cost: delta, id: id})
+	return s.marksTTL(st, lo, now)
+}
+
+// restoreMarkID is the id of a restore's mark at now (µs): "restore-<now>",
+// or the first of "restore-<now>.2", ".3" ... that taken reports free.
+func restoreMarkID(now int64, taken func(string) bool) string {
+	base := "restore-" + strconv.FormatInt(now, 10)
+	id := base
+	for n := 2; taken(id); n++ {
+		id = base + "." + strconv.Itoa(n)
+	}
+	return id
+}
+
 // release ends a concurrency reservation. The key's expiry stays as it was,
 // as Redis's ZREM leaves a key's TTL.
 func (s *spec) release(st *state, reserved int64, id string) int64 {
