@@ -288,10 +288,20 @@ limits:
 // 10 on gpt-4o and us 5; eu loses its data and is admitted 7 more, no
 // fewer (the 5 of us are us's to count) and no more (before, 10).
 func TestLimitLossAtkModelLimitsRegionsOwnEntries(t *testing.T) {
+	regionsOwnEntriesLoss(t, "limits:\n  - {name: model-requests, dimensions: [tenant, model], unit: requests, rate: 10, period: 24h, algorithm: fixed_window}\n")
+}
+
+// regionsOwnEntriesLoss is the scenario of the regions' own entries on
+// limit, a configuration's limits section with one limit of 10 requests
+// a day keyed by acme (and its model or region): on one ledger, regions
+// eu and us, each on its own Redis, spend 3 and 5 of acme's gpt-4o
+// requests; eu's Redis loses its data, and eu must admit the 7 left of
+// its 10.
+func regionsOwnEntriesLoss(t *testing.T, limit string) {
+	t.Helper()
 	awayFromWindowEdge(t, 24*time.Hour)
 	dsn := pgtest.New(t)
 	euRedis := redistest.New(t)
-	limit := "limits:\n  - {name: model-requests, dimensions: [tenant, model], unit: requests, rate: 10, period: 24h, algorithm: fixed_window}\n"
 	region := func(name string, srv *redistest.Server) *Gate {
 		return acmeGate(t, dsn, srv, fmt.Sprintf("region: %s\nregions: {names: [eu, us], interval: 1h}\n", name)+limit)
 	}

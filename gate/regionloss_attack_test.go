@@ -126,28 +126,7 @@ func TestLimitLossAtkRegionLimitsHold(t *testing.T) {
 // counter from its own entries: eu spends 3 of 10 and us 5; eu loses its
 // data and is admitted 7 more (before, 10).
 func TestLimitLossAtkRegionLimitsRegionsOwnEntries(t *testing.T) {
-	awayFromWindowEdge(t, 24*time.Hour)
-	dsn := pgtest.New(t)
-	euRedis := redistest.New(t)
-	limit := "limits:\n  - {name: regional, dimensions: [tenant, region], unit: requests, rate: 10, period: 24h, algorithm: fixed_window}\n"
-	region := func(name string, srv *redistest.Server) *Gate {
-		return acmeGate(t, dsn, srv, fmt.Sprintf("region: %s\nregions: {names: [eu, us], interval: 1h}\n", name)+limit)
-	}
-	eu, us := region("eu", euRedis), region("us", redistest.New(t))
-	q := groupRequest{key: "cg-acme", model: "gpt-4o"}
-	if n := spendGroupUntil(t, eu, q, 3, 429); n != 3 {
-		t.Fatalf("eu before the loss: %d admitted of 3", n)
-	}
-	if n := spendGroupUntil(t, us, q, 5, 429); n != 5 {
-		t.Fatalf("us: %d admitted of 5", n)
-	}
-	if err := us.ledger.Flush(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	flushRedis(t, euRedis)
-	if n := spendGroupUntil(t, eu, q, 20, 429); n != 7 {
-		t.Fatalf("eu after its Redis lost its data: %d admitted of the 7 left of its 10", n)
-	}
+	regionsOwnEntriesLoss(t, "limits:\n  - {name: regional, dimensions: [tenant, region], unit: requests, rate: 10, period: 24h, algorithm: fixed_window}\n")
 }
 
 // TestLimitLossAtkRegionLimitsOnMemory: on the embedded default (the
