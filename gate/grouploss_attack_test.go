@@ -261,21 +261,8 @@ func TestLimitLossAtkModelLimitsLedgerDown(t *testing.T) {
 			t.Run(posture+"/"+u.unit, func(t *testing.T) {
 				t.Parallel()
 				awayFromWindowEdge(t, 24*time.Hour)
-				srv, pg := redistest.New(t), pgtest.NewPrivate(t)
-				open := func() *Gate {
-					return openYAML(t, fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-store: {redis: %q, timeout: 5s, queue_timeout: 5s}
-ledger: {dsn: %q}
-tenants:
-  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme, user: ann}]}
-limits:
-  - {name: allowance, dimensions: [tenant, model], unit: %s, %s, period: 24h, algorithm: fixed_window, on_store_failure: %s}
-`, t.TempDir(), srv.URL, pg.URL(), u.unit, u.rate, posture))
-				}
 				q := groupRequest{key: "cg-acme", model: "gpt-4o"}
-				ledgerDownLoss(t, open, srv, pg, posture, q, q)
+				ledgerDownLoss(t, "", fmt.Sprintf("{name: allowance, dimensions: [tenant, model], unit: %s, %s, period: 24h, algorithm: fixed_window, on_store_failure: %s}", u.unit, u.rate, posture), posture, q, q)
 			})
 		}
 	}
@@ -330,25 +317,7 @@ func regionsOwnEntriesLoss(t *testing.T, limit string) {
 // spent, and admits 3. Before, a model limit came back empty on the
 // fallback, which admitted 5.
 func TestLimitLossAtkModelLimitsOnTheFallback(t *testing.T) {
-	awayFromWindowEdge(t, 24*time.Hour)
-	srv := redistest.New(t)
-	g := openYAML(t, fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-store: {redis: %q, fallback_replicas: 2, timeout: 5s, queue_timeout: 5s, breaker_failures: 1, breaker_cooldown: 1m}
-tenants:
-  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme, user: ann}]}
-limits:
-  - {name: model-requests, dimensions: [tenant, model], unit: requests, rate: 10, period: 24h, algorithm: fixed_window}
-`, t.TempDir(), srv.URL))
-	t.Cleanup(func() { g.Close() })
-	q := groupRequest{key: "cg-acme", model: "gpt-4o"}
-	if n := spendGroupUntil(t, g, q, 4, 429); n != 4 {
-		t.Fatalf("before the outage: %d admitted of 4", n)
-	}
-	if admitted := spendOnTheFallback(t, g, srv, q); admitted != 3 {
-		t.Fatalf("on the fallback: %d admitted of the 3 left of its 5 (4 of 10 spent, halved)", admitted)
-	}
+	fallbackShareLoss(t, "", "{name: model-requests, dimensions: [tenant, model], unit: requests, rate: 10, period: 24h, algorithm: fixed_window}", "cg-acme")
 }
 
 // TestLimitLossAtkModelLimitsRateLimitServiceHits: the rate limit service
@@ -364,6 +333,41 @@ func TestLimitLossAtkModelLimitsRateLimitServiceHits(t *testing.T) {
 	awayFromWindowEdge(t, 24*time.Hour)
 	g, srv := groupGate(t, "{name: model-hits, dimensions: [user, model], unit: requests, rate: 100, period: 24h, algorithm: fixed_window}", false)
 	unpricedHitsRestored(t, g, srv)
+}
+
+// fallbackShareLoss opens a gate of two replicas' fallback
+// (fallback_replicas: 2) on a private Redis, configured with top
+// (top-level YAML lines, or none), tenants acme and beta, and limit (a
+// YAML flow mapping of 10 of groupRequest's requests) as its one limit;
+// spends 4 of them on gpt-4o, split evenly among keys; then requires the
+// fallback, restored from the ledger at its share (2 of its 5 spent), to
+// admit 3 (spendOnTheFallback, as acme).
+func fallbackShareLoss(t *testing.T, top, limit string, keys ...string) {
+	t.Helper()
+	awayFromWindowEdge(t, 24*time.Hour)
+	srv := redistest.New(t)
+	g := openYAML(t, fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+%sstore: {redis: %q, fallback_replicas: 2, timeout: 5s, queue_timeout: 5s, breaker_failures: 1, breaker_cooldown: 1m}
+tenants:
+  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme, user: ann}]}
+  - {name: beta, plan: small, keys: [{id: beta-key, key: cg-beta}]}
+limits:
+  - %s
+`, t.TempDir(), top, srv.URL, limit))
+	t.Cleanup(func() { g.Close() })
+	q := groupRequest{key: "cg-acme", model: "gpt-4o"}
+	n := 0
+	for _, k := range keys {
+		n += spendGroupUntil(t, g, q.as(k), 4/len(keys), 429)
+	}
+	if n != 4 {
+		t.Fatalf("before the outage: %d admitted of 4", n)
+	}
+	if admitted := spendOnTheFallback(t, g, srv, q); admitted != 3 {
+		t.Fatalf("on the fallback: %d admitted of the 3 left of its 5 (4 of 10 spent, halved)", admitted)
+	}
 }
 
 // spendOnTheFallback makes srv refuse writes (maxmemory 1), so that g
@@ -435,17 +439,36 @@ func unpricedHitsRestored(t *testing.T, g *Gate, srv *redistest.Server) {
 }
 
 // ledgerDownLoss runs the ledger-down scenario of a restorable limit of
-// 10 a day (posture its on_store_failure) on the gates open makes, on
-// srv and pg, with requests a and b of one unit each: a and b spend 1
+// 10 a day (posture its on_store_failure, limit), with requests a and b
+// of one unit each: a and b spend 1
 // each, Redis loses its data and a spends 1, the database goes down and
 // b spends 1, Redis loses its data again and b is admitted the 6 left
 // (4 read and spooled); then another gate, which never read the counts,
 // takes over with the database down and Redis empty: fail-closed, a is
 // refused 503 until the database answers, then nothing is left;
 // fail-open, a is served.
-func ledgerDownLoss(t *testing.T, open func() *Gate, srv *redistest.Server, pg *pgtest.Private, posture string, a, b groupRequest) {
+//
+// Each gate is configured with top (top-level YAML lines, such as
+// "region: eu\n", or none), tenants acme (key cg-acme of user ann) and
+// beta (key cg-beta), and limit (a YAML flow mapping) as its one limit,
+// on a private Redis and a private PostgreSQL ledger.
+func ledgerDownLoss(t *testing.T, top, limit, posture string, a, b groupRequest) {
 	t.Helper()
 	ctx := context.Background()
+	srv, pg := redistest.New(t), pgtest.NewPrivate(t)
+	open := func() *Gate {
+		return openYAML(t, fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+%sstore: {redis: %q, timeout: 5s, queue_timeout: 5s}
+ledger: {dsn: %q}
+tenants:
+  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme, user: ann}]}
+  - {name: beta, plan: small, keys: [{id: beta-key, key: cg-beta}]}
+limits:
+  - %s
+`, t.TempDir(), top, srv.URL, pg.URL(), limit))
+	}
 	g := open()
 	if n := spendGroupUntil(t, g, a, 1, 429) + spendGroupUntil(t, g, b, 1, 429); n != 2 {
 		t.Fatalf("before the loss: %d admitted of 2", n)

@@ -4,9 +4,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/costgate/costgate/internal/pgtest"
-	"github.com/costgate/costgate/internal/redistest"
 )
 
 // The attacks of the other loss tests on sliding logs, which the
@@ -41,21 +38,7 @@ func TestLimitLossAtkLogLimitsLedgerDown(t *testing.T) {
 			t.Run(posture+"/"+c.unit+c.dims, func(t *testing.T) {
 				t.Parallel()
 				awayFromWindowEdge(t, 24*time.Hour)
-				srv, pg := redistest.New(t), pgtest.NewPrivate(t)
-				open := func() *Gate {
-					return openYAML(t, fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-store: {redis: %q, timeout: 5s, queue_timeout: 5s}
-ledger: {dsn: %q}
-tenants:
-  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme, user: ann}]}
-  - {name: beta, plan: small, keys: [{id: beta-key, key: cg-beta}]}
-limits:
-  - {name: daylog, dimensions: %s, unit: %s, %s, period: 24h, algorithm: sliding_log, on_store_failure: %s}
-`, t.TempDir(), srv.URL, pg.URL(), c.dims, c.unit, c.rate, posture))
-				}
-				ledgerDownLoss(t, open, srv, pg, posture, c.a, c.b)
+				ledgerDownLoss(t, "", fmt.Sprintf("{name: daylog, dimensions: %s, unit: %s, %s, period: 24h, algorithm: sliding_log, on_store_failure: %s}", c.dims, c.unit, c.rate, posture), posture, c.a, c.b)
 			})
 		}
 	}
@@ -71,25 +54,7 @@ func TestLimitLossAtkLogLimitsOnTheFallback(t *testing.T) {
 	for _, dims := range []string{"[tenant, model]", "[model]"} {
 		t.Run(dims, func(t *testing.T) {
 			t.Parallel()
-			awayFromWindowEdge(t, 24*time.Hour)
-			srv := redistest.New(t)
-			g := openYAML(t, fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-store: {redis: %q, fallback_replicas: 2, timeout: 5s, queue_timeout: 5s, breaker_failures: 1, breaker_cooldown: 1m}
-tenants:
-  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme, user: ann}]}
-limits:
-  - {name: model-log, dimensions: %s, unit: requests, rate: 10, period: 24h, algorithm: sliding_log}
-`, t.TempDir(), srv.URL, dims))
-			t.Cleanup(func() { g.Close() })
-			q := groupRequest{key: "cg-acme", model: "gpt-4o"}
-			if n := spendGroupUntil(t, g, q, 4, 429); n != 4 {
-				t.Fatalf("before the outage: %d admitted of 4", n)
-			}
-			if admitted := spendOnTheFallback(t, g, srv, q); admitted != 3 {
-				t.Fatalf("on the fallback: %d admitted of the 3 left of its 5 (4 of 10 spent, halved)", admitted)
-			}
+			fallbackShareLoss(t, "", "{name: model-log, dimensions: "+dims+", unit: requests, rate: 10, period: 24h, algorithm: sliding_log}", "cg-acme")
 		})
 	}
 }

@@ -149,26 +149,7 @@ limits:
 // the fallback holds 5 of them and counts 2 spent, and admits 3 (before,
 // 5).
 func TestLimitLossAtkRegionLimitsOnTheFallback(t *testing.T) {
-	awayFromWindowEdge(t, 24*time.Hour)
-	srv := redistest.New(t)
-	g := openYAML(t, fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-region: eu
-store: {redis: %q, fallback_replicas: 2, timeout: 5s, queue_timeout: 5s, breaker_failures: 1, breaker_cooldown: 1m}
-tenants:
-  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme, user: ann}]}
-limits:
-  - {name: regional, dimensions: [tenant, region], unit: requests, rate: 10, period: 24h, algorithm: fixed_window}
-`, t.TempDir(), srv.URL))
-	t.Cleanup(func() { g.Close() })
-	q := groupRequest{key: "cg-acme", model: "gpt-4o"}
-	if n := spendGroupUntil(t, g, q, 4, 429); n != 4 {
-		t.Fatalf("before the outage: %d admitted of 4", n)
-	}
-	if admitted := spendOnTheFallback(t, g, srv, q); admitted != 3 {
-		t.Fatalf("on the fallback: %d admitted of the 3 left of its 5 (4 of 10 spent, halved)", admitted)
-	}
+	fallbackShareLoss(t, "region: eu\n", "{name: regional, dimensions: [tenant, region], unit: requests, rate: 10, period: 24h, algorithm: fixed_window}", "cg-acme")
 }
 
 // TestLimitLossAtkRegionLimitsLedgerDown: a region limit's restore while
@@ -183,22 +164,8 @@ func TestLimitLossAtkRegionLimitsLedgerDown(t *testing.T) {
 			t.Run(posture+"/"+u.unit, func(t *testing.T) {
 				t.Parallel()
 				awayFromWindowEdge(t, 24*time.Hour)
-				srv, pg := redistest.New(t), pgtest.NewPrivate(t)
-				open := func() *Gate {
-					return openYAML(t, fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-region: eu
-store: {redis: %q, timeout: 5s, queue_timeout: 5s}
-ledger: {dsn: %q}
-tenants:
-  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme, user: ann}]}
-limits:
-  - {name: regional, dimensions: [tenant, region], unit: %s, %s, period: 24h, algorithm: fixed_window, on_store_failure: %s}
-`, t.TempDir(), srv.URL, pg.URL(), u.unit, u.rate, posture))
-				}
 				q := groupRequest{key: "cg-acme", model: "gpt-4o"}
-				ledgerDownLoss(t, open, srv, pg, posture, q, q)
+				ledgerDownLoss(t, "region: eu\n", fmt.Sprintf("{name: regional, dimensions: [tenant, region], unit: %s, %s, period: 24h, algorithm: fixed_window, on_store_failure: %s}", u.unit, u.rate, posture), posture, q, q)
 			})
 		}
 	}

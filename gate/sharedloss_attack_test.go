@@ -220,21 +220,7 @@ func TestLimitLossAtkSharedLimitsLedgerDown(t *testing.T) {
 			t.Run(posture+"/"+c.unit+c.dims, func(t *testing.T) {
 				t.Parallel()
 				awayFromWindowEdge(t, 24*time.Hour)
-				srv, pg := redistest.New(t), pgtest.NewPrivate(t)
-				open := func() *Gate {
-					return openYAML(t, fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-store: {redis: %q, timeout: 5s, queue_timeout: 5s}
-ledger: {dsn: %q}
-tenants:
-  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme, user: ann}]}
-  - {name: beta, plan: small, keys: [{id: beta-key, key: cg-beta}]}
-limits:
-  - {name: shared, dimensions: %s, unit: %s, %s, period: 24h, algorithm: fixed_window, on_store_failure: %s}
-`, t.TempDir(), srv.URL, pg.URL(), c.dims, c.unit, c.rate, posture))
-				}
-				ledgerDownLoss(t, open, srv, pg, posture, groupRequest{key: "cg-acme"}, groupRequest{key: "cg-beta"})
+				ledgerDownLoss(t, "", fmt.Sprintf("{name: shared, dimensions: %s, unit: %s, %s, period: 24h, algorithm: fixed_window, on_store_failure: %s}", c.dims, c.unit, c.rate, posture), posture, groupRequest{key: "cg-acme"}, groupRequest{key: "cg-beta"})
 			})
 		}
 	}
@@ -299,26 +285,7 @@ func TestLimitLossAtkSharedLimitsRegionsOwnEntries(t *testing.T) {
 // fallback holds 5 of them and counts 2 spent, and admits 3. Before, it
 // came back empty on the fallback, which admitted 5.
 func TestLimitLossAtkSharedLimitsOnTheFallback(t *testing.T) {
-	awayFromWindowEdge(t, 24*time.Hour)
-	srv := redistest.New(t)
-	g := openYAML(t, fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-store: {redis: %q, fallback_replicas: 2, timeout: 5s, queue_timeout: 5s, breaker_failures: 1, breaker_cooldown: 1m}
-tenants:
-  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme, user: ann}]}
-  - {name: beta, plan: small, keys: [{id: beta-key, key: cg-beta}]}
-limits:
-  - {name: model-requests, dimensions: [model], unit: requests, rate: 10, period: 24h, algorithm: fixed_window}
-`, t.TempDir(), srv.URL))
-	t.Cleanup(func() { g.Close() })
-	q := groupRequest{key: "cg-acme", model: "gpt-4o"}
-	if n := spendGroupUntil(t, g, q, 2, 429) + spendGroupUntil(t, g, q.as("cg-beta"), 2, 429); n != 4 {
-		t.Fatalf("before the outage: %d admitted of 4", n)
-	}
-	if admitted := spendOnTheFallback(t, g, srv, q); admitted != 3 {
-		t.Fatalf("on the fallback: %d admitted of the 3 left of its 5 (4 of 10 spent, halved)", admitted)
-	}
+	fallbackShareLoss(t, "", "{name: model-requests, dimensions: [model], unit: requests, rate: 10, period: 24h, algorithm: fixed_window}", "cg-acme", "cg-beta")
 }
 
 // TestLimitLossAtkSharedLimitsRateLimitServiceHits: the rate limit
