@@ -51,6 +51,21 @@ func groupsOf(t *testing.T, gs []ledger.Group) map[ledger.Group]ledger.Group {
 	return out
 }
 
+// sameGroups requires gs to be the groups of want, each equal to want's
+// of its key (see groupsOf).
+func sameGroups(t *testing.T, gs []ledger.Group, want map[ledger.Group]ledger.Group) {
+	t.Helper()
+	got := groupsOf(t, gs)
+	if len(got) != len(want) {
+		t.Fatalf("groups = %+v; want %+v", gs, want)
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("group %+v = %+v; want %+v", k, got[k], w)
+		}
+	}
+}
+
 // TestCountsByModelRouteAndUpstream: CountsBy answers, on both stores,
 // one group per distinct value of the columns it groups by among the
 // entries the query selects, each with what its entries counted on a
@@ -200,15 +215,7 @@ func TestCountsByWhileTheStoreIsDown(t *testing.T) {
 	if !errors.As(err, &le) || le.Unknown || le.Err == nil {
 		t.Fatalf("CountsBy with the store down = %+v, %v; want a *LocalSpendError, the store's part known", gs, err)
 	}
-	got := groupsOf(t, gs)
-	if len(got) != len(want) {
-		t.Fatalf("groups = %+v; want %+v", gs, want)
-	}
-	for k, w := range want {
-		if got[k] != w {
-			t.Errorf("group %+v = %+v; want %+v", k, got[k], w)
-		}
-	}
+	sameGroups(t, gs, want)
 	// A query never read: only what the store lacks, and unknown.
 	gs, err = l.CountsBy(ctx, ledger.SpendQuery{Tenant: "acme", Period: "month", At: t0}, ledger.GroupBy{Model: true})
 	if !errors.As(err, &le) || !le.Unknown || len(gs) != 2 {
@@ -363,15 +370,7 @@ func TestTotalCountsByWhileTheStoreIsDown(t *testing.T) {
 	if !errors.As(err, &le) || le.Unknown || le.Err == nil {
 		t.Fatalf("TotalCountsBy with the store down = %+v, %v; want a *LocalSpendError, the store's part known", gs, err)
 	}
-	got := groupsOf(t, gs)
-	if len(got) != len(want) {
-		t.Fatalf("groups = %+v; want %+v", gs, want)
-	}
-	for k, w := range want {
-		if got[k] != w {
-			t.Errorf("group %+v = %+v; want %+v", k, got[k], w)
-		}
-	}
+	sameGroups(t, gs, want)
 	// A query never read: only what the store lacks, and unknown.
 	gs, err = l.TotalCountsBy(ctx, day, ledger.GroupBy{})
 	if !errors.As(err, &le) || !le.Unknown || len(gs) != 1 || gs[0].Counts.Requests != 2 {
