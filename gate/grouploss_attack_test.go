@@ -254,18 +254,7 @@ func TestLimitLossAtkRouteKeyedAsTheGateNamesIt(t *testing.T) {
 // (ErrSpendUnknown) until the database answers, then is restored (the 10
 // spent: none admitted); a fail-open one keeps serving.
 func TestLimitLossAtkModelLimitsLedgerDown(t *testing.T) {
-	for _, posture := range []string{"fail_closed", "fail_open"} {
-		for _, u := range []struct{ unit, rate string }{
-			{"usd", `rate_usd: "0.00001"`}, {"requests", "rate: 10"}, {"tokens", "rate: 50"},
-		} {
-			t.Run(posture+"/"+u.unit, func(t *testing.T) {
-				t.Parallel()
-				awayFromWindowEdge(t, 24*time.Hour)
-				q := groupRequest{key: "cg-acme", model: "gpt-4o"}
-				ledgerDownLoss(t, "", fmt.Sprintf("{name: allowance, dimensions: [tenant, model], unit: %s, %s, period: 24h, algorithm: fixed_window, on_store_failure: %s}", u.unit, u.rate, posture), posture, q, q)
-			})
-		}
-	}
+	ledgerDownEveryUnit(t, "", "{name: allowance, dimensions: [tenant, model], unit: %s, %s, period: 24h, algorithm: fixed_window, on_store_failure: %s}")
 }
 
 // TestLimitLossAtkModelLimitsRegionsOwnEntries: with regions, each
@@ -436,6 +425,25 @@ func unpricedHitsRestored(t *testing.T, g *Gate, srv *redistest.Server) {
 		t.Fatalf("after Redis lost its data, the 40 hits left refused: %+v", d)
 	}
 	res.Settle(ctx, ch)
+}
+
+// ledgerDownEveryUnit runs ledgerDownLoss, acme's gpt-4o requests as a
+// and b, fail-closed and fail-open, on the limit of format limit (its
+// unit, its rate and its on_store_failure, in that order) in dollars,
+// requests and tokens, each a subtest.
+func ledgerDownEveryUnit(t *testing.T, top, limit string) {
+	for _, posture := range []string{"fail_closed", "fail_open"} {
+		for _, u := range []struct{ unit, rate string }{
+			{"usd", `rate_usd: "0.00001"`}, {"requests", "rate: 10"}, {"tokens", "rate: 50"},
+		} {
+			t.Run(posture+"/"+u.unit, func(t *testing.T) {
+				t.Parallel()
+				awayFromWindowEdge(t, 24*time.Hour)
+				q := groupRequest{key: "cg-acme", model: "gpt-4o"}
+				ledgerDownLoss(t, top, fmt.Sprintf(limit, u.unit, u.rate, posture), posture, q, q)
+			})
+		}
+	}
 }
 
 // ledgerDownLoss runs the ledger-down scenario of a restorable limit of
