@@ -122,7 +122,7 @@ var CSVHeader = []string{
 	"container_gb", "service_tier", "inference_geo", "speed",
 	"est_cache_write_1h_tokens", "est_audio_input_tokens", "est_audio_output_tokens", "est_web_search_requests",
 	"est_file_search_calls", "est_container_gb", "est_service_tier", "est_inference_geo", "est_speed",
-	"requests",
+	"requests", "plan",
 }
 
 type csvExporter struct{ w *csv.Writer }
@@ -147,7 +147,7 @@ func (c *csvExporter) entry(e *Entry) error {
 		i(e.Estimated.CacheWrite1hTokens), i(e.Estimated.AudioInputTokens), i(e.Estimated.AudioOutputTokens),
 		i(e.Estimated.WebSearchRequests), i(e.Estimated.FileSearchCalls), i(e.Estimated.ContainerGB),
 		t(e.Estimated.ServiceTier), t(e.Estimated.InferenceGeo), t(e.Estimated.Speed),
-		i(e.Requests),
+		i(e.Requests), t(e.Plan),
 	})
 }
 
@@ -238,13 +238,16 @@ type CloudEvent struct {
 // UsageData is the data of a usage event. Cost is exact: an integer of
 // nano-dollars and the same amount as a decimal string of dollars.
 type UsageData struct {
-	Tenant     string `json:"tenant"`
-	User       string `json:"user,omitempty"`
-	KeyID      string `json:"key_id,omitempty"`
-	Route      string `json:"route,omitempty"`
-	Upstream   string `json:"upstream,omitempty"`
-	Model      string `json:"model,omitempty"`
-	Region     string `json:"region,omitempty"`
+	Tenant   string `json:"tenant"`
+	User     string `json:"user,omitempty"`
+	KeyID    string `json:"key_id,omitempty"`
+	Route    string `json:"route,omitempty"`
+	Upstream string `json:"upstream,omitempty"`
+	Model    string `json:"model,omitempty"`
+	Region   string `json:"region,omitempty"`
+	// Plan is the caller's plan at the decision (see Entry.Plan): a
+	// meter that prices by plan reads it from the event.
+	Plan       string `json:"plan,omitempty"`
 	Status     Status `json:"status"`
 	HTTPStatus int    `json:"http_status,omitempty"`
 	// Requests is how many requests the limiter counted for the entry:
@@ -279,7 +282,7 @@ func cloudEvent(source string, e *Entry) CloudEvent {
 		Subject: e.Tenant, Time: e.CreatedAt, DataContentType: "application/json",
 		Data: UsageData{
 			Tenant: e.Tenant, User: e.User, KeyID: e.KeyID, Route: e.Route, Upstream: e.Upstream,
-			Model: e.Model, Region: e.Region, Status: e.Status, HTTPStatus: e.HTTPStatus, Requests: e.Requests,
+			Model: e.Model, Region: e.Region, Plan: e.Plan, Status: e.Status, HTTPStatus: e.HTTPStatus, Requests: e.Requests,
 			InputTokens: a.InputTokens, CachedInputTokens: a.CachedInputTokens, CacheWriteTokens: a.CacheWriteTokens,
 			OutputTokens: a.OutputTokens, ReasoningTokens: a.ReasoningTokens,
 			Units:              a.Units,
