@@ -19,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/costgate/costgate/costmodel"
+	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/weighted"
 )
 
@@ -539,6 +540,8 @@ func (c *Config) Validate() error {
 		}
 		seen[name] = true
 	}
+	recorded := func(path, name string) { checkRecorded(bad, path, name) }
+	recorded("region", c.Region)
 	if c.AdminToken == "" {
 		bad("admin_token", "required (or set COSTGATE_ADMIN_TOKEN)")
 	}
@@ -565,6 +568,7 @@ func (c *Config) Validate() error {
 	for i, u := range c.Upstreams {
 		p := fmt.Sprintf("upstreams[%d]", i)
 		unique(upstreams, p+".name", "upstream", u.Name)
+		recorded(p+".name", u.Name)
 		if !slices.Contains([]string{"openai", "anthropic", "generic"}, u.Kind) {
 			bad(p+".kind", "must be openai, anthropic or generic, not %q", u.Kind)
 		}
@@ -647,6 +651,8 @@ func (c *Config) Validate() error {
 	for i, t := range c.Tenants {
 		p := fmt.Sprintf("tenants[%d]", i)
 		unique(tenants, p+".name", "tenant", t.Name)
+		recorded(p+".name", t.Name)
+		recorded(p+".plan", t.Plan)
 		switch {
 		case strings.ContainsAny(t.Name, "{}"):
 			bad(p+".name", "must not contain '{' or '}' (they delimit the limiter's hash tags: tenant %q would count under another tenant's)", t.Name)
@@ -681,6 +687,8 @@ func (c *Config) Validate() error {
 				bad(kp+".key", "%q is a published demo key: give the tenant a key of its own to listen on %q, which is not a loopback address", secret, c.Listen)
 			}
 			keys[secret] = true
+			recorded(kp+".id", k.ID)
+			recorded(kp+".user", k.User)
 			if strings.ContainsAny(k.User, "%\x00") || !utf8.ValidString(k.User) {
 				// One user, two counters: the proxy would key the user as
 				// written, the rate limit service as it reads it.
@@ -747,6 +755,16 @@ func (c *Config) Validate() error {
 	c.Regions.validate(c, bad)
 	c.validateRLS(names, bad)
 	return errors.Join(errs...)
+}
+
+// checkRecorded reports a name that every ledger entry of its requests
+// records (a tenant, key, user, plan, upstream or region) but the ledger
+// could not store: every request would be refused when its entry is
+// written.
+func checkRecorded(bad func(path, format string, args ...any), path, name string) {
+	if len(name) > ledger.MaxKeyField || !ledger.ValidText(name) {
+		bad(path, "must be UTF-8 text without NUL, at most %d bytes: the ledger records it with every request", ledger.MaxKeyField)
+	}
 }
 
 // publicSecrets are the API keys and the admin token published with the

@@ -45,6 +45,15 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"tenant without plan", base + "tenants: [{name: t, keys: [{key: a}]}]\n", "tenants[0].plan: required"},
 		{"user the RLS reads apart", base + "tenants: [{name: t, plan: p, keys: [{key: a, user: '50%off'}]}]\n", "tenants[0].keys[0].user: must be UTF-8 text without '%'"},
 		{"user with a NUL", base + "tenants: [{name: t, plan: p, keys: [{key: a, user: \"a\\0b\"}]}]\n", "tenants[0].keys[0].user"},
+		// Names every ledger entry records: one the ledger could not store
+		// would refuse every request at its record (a region or key id
+		// with a NUL, a 600-byte tenant or plan did).
+		{"region with a NUL", base + "region: \"eu\\0\"\n", "region: must be UTF-8 text without NUL"},
+		{"key id with a NUL", base + "tenants: [{name: t, plan: p, keys: [{id: \"k\\0\", key: a}]}]\n", "tenants[0].keys[0].id"},
+		{"plan with a NUL", base + "tenants: [{name: t, plan: \"p\\0\", keys: [{key: a}]}]\n", "tenants[0].plan"},
+		{"tenant too long", base + "tenants: [{name: " + strings.Repeat("t", 600) + ", plan: p, keys: [{key: a}]}]\n", "tenants[0].name: must be UTF-8 text without NUL, at most 512 bytes"},
+		{"user too long", base + "tenants: [{name: t, plan: p, keys: [{key: a, user: " + strings.Repeat("u", 600) + "}]}]\n", "tenants[0].keys[0].user"},
+		{"upstream with a NUL", "admin_token: x\nupstreams: [{name: \"o\\0\", kind: openai, base_url: 'http://127.0.0.1:1'}]\n", "upstreams[0].name"},
 		{"limit plan nobody has", base + "tenants: [{name: t, plan: free, keys: [{key: a}]}]\nlimits: [{name: a, plans: [free, gold], rate: 1, period: 1s}]\n", `limits[0].plans[1]: no tenant has plan "gold"`},
 		{"budget plan nobody has", base + "tenants: [{name: t, plan: free, keys: [{key: a}]}]\nbudgets: [{name: b, plans: [pro], amount: '1'}]\n", `budgets[0].plans[0]: no tenant has plan "pro"`},
 		{"rate_usd on requests", base + "limits: [{name: a, rate: 1, rate_usd: '1', period: 1s}]\n", "limits[0].rate_usd: only a usd limit takes rate_usd"},

@@ -332,6 +332,8 @@ func validateRLSLevel(nodes []RLSDescriptor, p string, names map[string]bool, ba
 		if strings.ContainsAny(n.Tenant, "{}") {
 			bad(np+".tenant", "must not contain '{' or '}' (they delimit the limiter's hash tags)")
 		}
+		checkRecorded(bad, np+".tenant", n.Tenant)
+		checkRecorded(bad, np+".plan", n.Plan)
 		if n.Plan != "" && n.Tenant == "" && n.As != "tenant" {
 			bad(np+".plan", "a plan is for the tenant this node names: set tenant or as: tenant")
 		}

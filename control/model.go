@@ -11,6 +11,7 @@ import (
 	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/gate"
+	"github.com/costgate/costgate/ledger"
 )
 
 // Kind is an entity's kind.
@@ -139,6 +140,9 @@ func (e *Entity) validate(now time.Time) error {
 		if len(k) > 128 || len(v) > 1024 {
 			return invalid("metadata %q: keys up to 128 bytes, values up to 1024", k)
 		}
+	}
+	if len(e.Plan) > ledger.MaxKeyField || !ledger.ValidText(e.Plan) {
+		return invalid("plan: UTF-8 text without NUL, at most %d bytes (the ledger records it with every request)", ledger.MaxKeyField)
 	}
 	for i, m := range e.Models {
 		if m == "" || len(m) > 128 {

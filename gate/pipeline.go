@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -1287,19 +1286,20 @@ func (r *Reservation) entry(status ledger.Status) ledger.Entry {
 	return e
 }
 
-// dimension is the request's value of dimension d.
 // entryPlan is the plan an entry records: plan, or nothing for one that
-// the ledger would refuse to store (longer than a key field, or not
-// UTF-8: a plan set through the control plane is not checked as a name).
-// An entry of no plan counts on every limit of some plans, so the entry is
-// kept and its spend counted everywhere, never nowhere.
+// the ledger would refuse to store (longer than a key field, not UTF-8,
+// or holding a NUL: neither the configuration nor the control plane
+// checks a plan as a name). An entry of no plan counts on every limit of
+// some plans, so the entry is kept and its spend counted everywhere,
+// never nowhere.
 func entryPlan(plan string) string {
-	if len(plan) > ledger.MaxKeyField || !utf8.ValidString(plan) {
+	if len(plan) > ledger.MaxKeyField || !ledger.ValidText(plan) {
 		return ""
 	}
 	return plan
 }
 
+// dimension is the request's value of dimension d.
 func (r *Reservation) dimension(d string) string {
 	switch d {
 	case "tenant":
