@@ -141,7 +141,12 @@ func (f *freshStore) Peek(ctx context.Context, items []weighted.Item) (res weigh
 // restored restores the tags err names stale, and tells whether the call
 // should be tried again. A restore that fails leaves err as it was: the
 // caller sees the stale answer, which is no store failure (the breaker
-// does not count it) and no decision.
+// does not count it) and no decision. A restore made renews this
+// replica's reservations in flight that hold a concurrency item of the
+// tag (renewer.renewTag): a concurrency limit is not restored from the
+// ledger, it counts again what is in flight as its holders renew (see
+// weighted.Store.Renew), this replica's before the call is retried, the
+// other replicas' at their next renewal.
 func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err error) bool {
 	if err == nil {
 		return false // before se, which escapes: no allocation per call
@@ -165,13 +170,18 @@ func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err er
 			return false // not this call's tag: a restore would not help it
 		}
 		_, rerr, _ := f.group.Do(tag, func() (any, error) {
+			var err error
 			if tag == globalTag {
-				err := f.restoreGlobal(ctx, mine)
-				f.g.tel.Reconcile(telemetry.ReconcileStale, err)
-				return nil, err
+				err = f.restoreGlobal(ctx, mine)
+			} else {
+				err = f.restore(ctx, tag, mine, true)
 			}
-			err := f.restore(ctx, tag, mine, true)
 			f.g.tel.Reconcile(telemetry.ReconcileStale, err)
+			if err == nil && f.g.renewer != nil {
+				// This replica's holds under tag, lost with the
+				// counters, are back before the call is decided.
+				f.g.renewer.renewTag(ctx, f, tag)
+			}
 			return nil, err
 		})
 		if rerr != nil {

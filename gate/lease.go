@@ -158,6 +158,45 @@ func (r *renewer) run() {
 	}
 }
 
+// renewTag renews at once every registered reservation whose store is st
+// and which holds a concurrency item under hash tag tag, and waits for the
+// renewals. A restore of tag after its store lost its state calls it, so
+// that the holds of this replica's requests in flight, gone with the
+// state, are back (see weighted.Store.Renew) before the call that found
+// the tag stale is decided; the other replicas' come back at their next
+// renewal, within half a Period (a second at most). A failed renewal is
+// logged: the renewer's next one tries again.
+func (r *renewer) renewTag(ctx context.Context, st weighted.Store, tag string) {
+	var due []*Reservation
+	r.mu.Lock()
+	for x := range r.leases {
+		if x.store() == st && holdsUnder(x.items, tag) {
+			due = append(due, x)
+		}
+	}
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, x := range due {
+		wg.Go(func() {
+			if err := st.Renew(ctx, x.resID, x.items); err != nil {
+				r.g.log.Debug("limiter renew after a restore failed", "request_id", x.req.ID, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// holdsUnder reports whether items hold a concurrency lease under hash
+// tag tag.
+func holdsUnder(items []weighted.Item, tag string) bool {
+	for _, it := range items {
+		if it.Limit.Algorithm == weighted.Concurrency && it.Cost > 0 && weighted.HashTag(it.Key) == tag {
+			return true
+		}
+	}
+	return false
+}
+
 // renewDue starts a renewal, each on a goroutine of its own, of every
 // reservation due at now whose last renewal has returned. A renewal that
 // takes longer than its interval is cancelled.

@@ -624,3 +624,44 @@ func BenchmarkLeasedHit(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRenew renews a reservation that holds a concurrency limit (and
+// a token bucket, which Renew skips), each parallel client its own on its
+// own key: on Redis (a moved lease: the record's GET, a ZSCORE, a ZADD and
+// a PTTL) and on Memory. A renewal of an hour's lease moves it every time.
+func BenchmarkRenew(b *testing.B) {
+	c := benchRedis(b)
+	conc := Limit{Name: "streams", Algorithm: Concurrency, Rate: 100, Period: time.Hour}
+	tb := benchLimit(TokenBucket, 1)
+	for _, name := range []string{"redis", "memory"} {
+		b.Run(name, func(b *testing.B) {
+			var s Store = NewMemory(MemoryConfig{})
+			done := func() {}
+			if name == "redis" {
+				s = NewRedis(c, patient(RedisConfig{}))
+				done = redisCPU(b, c)
+				b.SetParallelism(benchClients / runtime.GOMAXPROCS(0))
+			}
+			var client atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				key := "{tenant-" + strconv.FormatInt(client.Add(1), 10) + "}"
+				items := []Item{{Limit: tb, Key: key, Cost: 1}, {Limit: conc, Key: key, Cost: 1}}
+				if _, err := s.Debit(ctx, key, items); err != nil {
+					b.Error(err)
+					return
+				}
+				for pb.Next() {
+					if err := s.Renew(ctx, key, items); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			done()
+		})
+	}
+}

@@ -21,9 +21,10 @@ type leaseStep struct {
 // TestRenew holds a concurrency limit of 1 with a lease of 1s past its
 // lease by renewing it, and requires of every store (Memory, and Redis one
 // request at a time, with batching off, and in one batch) the same
-// results: a renewed reservation keeps its slot, a settled or expired one
-// is not resurrected by a renewal, and a token bucket debited with it is
-// not touched by renewals.
+// results: a renewed reservation keeps its slot, a settled one is not
+// resurrected by a renewal, one whose lease expired frees its slot until
+// it renews again (its holder still runs: it is held again), and a token
+// bucket debited with it is not touched by renewals.
 func TestRenew(t *testing.T) {
 	c := testRedis(t)
 	conc := Limit{Name: "streams", Algorithm: Concurrency, Rate: 1, Period: time.Second}
@@ -42,8 +43,11 @@ func TestRenew(t *testing.T) {
 		{at: 1600 * ms, op: 'p', want: 0},
 		{at: 2000 * ms, op: 'r', id: "b"}, // b's lease: 2.5s, then 3s
 		{at: 2800 * ms, op: 'd', id: "c", allow: false},
-		{at: 3100 * ms, op: 'r', id: "b"}, // expired: nothing
-		{at: 3100 * ms, op: 'p', want: 1},
+		{at: 3050 * ms, op: 'p', want: 1}, // b's lease expired at 3s
+		{at: 3100 * ms, op: 'r', id: "b"}, // renewed late: b still runs, held again
+		{at: 3100 * ms, op: 'p', want: 0},
+		{at: 3100 * ms, op: 'd', id: "c", allow: false},
+		{at: 3100 * ms, op: 's', id: "b"},
 		{at: 3100 * ms, op: 'd', id: "c", allow: true},
 		{at: 3100 * ms, op: 's', id: "c"},
 		{at: 3100 * ms, op: 'p', want: 1},

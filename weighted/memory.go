@@ -447,12 +447,20 @@ func (m *Memory) Renew(ctx context.Context, id string, items []Item) error {
 	}
 	var hb heldBufs
 	h := hb.held()
-	m.lock(&h, items, id, false, false, nil)
+	m.lock(&h, items, id, true, false, nil)
 	defer m.unlock(&h)
+	rec := m.get(&h, len(items))
+	ended := rec != nil && rec.done
 	for i := range items {
 		e := m.get(&h, i)
-		if e != nil && ss[i].renew(&e.state, h.now, items[i].Cost, id) {
-			e.expires = max(e.expires, h.now+ss[i].period)
+		if e == nil {
+			if ended {
+				continue
+			}
+			e = new(entry)
+		}
+		if ss[i].renew(&e.state, h.now, items[i].Cost, id, ended) {
+			m.put(&h, i, e, max(e.expires, h.now+ss[i].period)-h.now)
 		}
 	}
 	return nil

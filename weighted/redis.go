@@ -181,8 +181,11 @@ func (c RedisConfig) Validate() error {
 // as a store failure. A Cluster's replies that Redis gives before it runs
 // a script (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) are still followed or sent
 // again (see Redis Cluster). Settle and Cancel are idempotent per id. Renew of a
-// concurrency item is a ZSCORE of its mark, and when the lease moves a
-// ZADD, a PTTL and perhaps a PEXPIRE; it reads no reservation record.
+// concurrency item is a GET of each reservation record a settlement may
+// have written (one, or one per hash tag of the reservation's items on a
+// store that is not sharded), a ZSCORE of its mark, and when the lease
+// moves a ZADD, a PTTL and perhaps a PEXPIRE (two ZADDs more, and the
+// reads of the sum, when it is held again).
 //
 // # Batching
 //
@@ -1017,12 +1020,15 @@ func (r *Redis) SettleClaimed(ctx context.Context, id string, items []Item, actu
 }
 
 // Renew implements Store. It sends only the concurrency items, group by
-// group, and nothing when there are none.
+// group, and nothing when there are none. Each group's call reads the
+// records that a Settle or Cancel of id may have written (see
+// renewKeys), to hold again a lease gone only when id has not ended.
 func (r *Redis) Renew(ctx context.Context, id string, items []Item) error {
 	if id == "" {
 		return errNoID
 	}
 	var ibuf [4]Item
+	all := items
 	items = leases(items, ibuf[:0])
 	if len(items) == 0 {
 		return nil
@@ -1034,17 +1040,53 @@ func (r *Redis) Renew(ctx context.Context, id string, items []Item) error {
 	}
 	var errs []error
 	for _, g := range r.groups(items) {
+		keys := r.renewKeys(&g, all, id)
 		c := getCall(ctx)
-		c.buf = r.header(c.buf, len(g.idx), len(g.keys), opRenew, 0, nil)
+		c.buf = r.header(c.buf, len(g.idx), len(keys), opRenew, 0, nil)
 		for _, i := range g.idx {
 			c.buf = appendItem(c.buf, &ss[i], items[i].Cost)
 		}
-		c.keys, c.id = g.keys, id
+		c.keys, c.id = keys, id
 		if _, err := r.exec(c, g.tag); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// renewKeys returns the keys of a renewal of group g of reservation id:
+// its items' keys, its record key, then the other record keys of id that
+// a Settle or Cancel of a part of all (the reservation's items) may have
+// written. On a store that is not sharded, the one group's record is
+// under the tag of the first key of the items settled, which may be any
+// of all's. On a sharded store, a group's record is under its own tag,
+// which every settlement of its concurrency items writes.
+func (r *Redis) renewKeys(g *group, all []Item, id string) []string {
+	keys := make([]string, len(g.keys), len(g.keys)+2)
+	copy(keys, g.keys)
+	keys = append(keys, r.recordKey(g.tag, id))
+	if r.sharded {
+		return keys
+	}
+	var tbuf [4]string
+	tags := append(tbuf[:0], g.tag)
+	for i := range all {
+		t := r.keyTag(&all[i])
+		if !slices.Contains(tags, t) {
+			tags = append(tags, t)
+			keys = append(keys, r.recordKey(t, id))
+		}
+	}
+	return keys
+}
+
+// keyTag returns HashTag(r.key(it)), without making the key when the
+// item's key has a hash tag that is the Redis key's.
+func (r *Redis) keyTag(it *Item) string {
+	if hasHashTag(it.Key) && strings.IndexByte(r.prefix, '{') < 0 && strings.IndexByte(it.Limit.Name, '{') < 0 {
+		return HashTag(it.Key)
+	}
+	return HashTag(r.key(it))
 }
 
 // Restore implements Restorer: one script call per group of items (see

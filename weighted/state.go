@@ -545,23 +545,35 @@ func (s *spec) release(st *state, reserved int64, id string) int64 {
 	return -1
 }
 
-// renew moves the lease of reservation id's concurrency mark of cost
-// reserved to expire at now + period, when the mark is still held (its
-// lease unexpired) and would expire sooner, and reports whether it moved.
-// A released or expired mark stays gone: a renewal never resurrects a
-// reservation.
-func (s *spec) renew(st *state, now, reserved int64, id string) bool {
+// renew makes the lease of reservation id's concurrency mark of cost
+// reserved expire at now + period when it would expire sooner, and
+// reports whether it wrote the mark. A mark still held moves. A mark
+// expired or gone (its lease lapsed, or the store lost its state) is held
+// again, past the capacity if need be: its holder, which renews, still
+// runs. It is not when the reservation ended (settled or cancelled): a
+// renewal never resurrects an ended reservation.
+func (s *spec) renew(st *state, now, reserved int64, id string, ended bool) bool {
+	hi := now + s.period
 	for _, m := range st.marks {
 		if m.cost == reserved && m.id == id {
-			if m.ts <= now || m.ts >= now+s.period {
+			if m.ts >= hi {
 				return false
 			}
-			m.ts = now + s.period
-			st.add(m)
-			return true
+			if m.ts > now {
+				m.ts = hi
+				st.add(m)
+				return true
+			}
+			break
 		}
 	}
-	return false
+	if ended {
+		return false
+	}
+	// As renew.lua, which reads the sum through lib's marks_sum.
+	st.trim(now)
+	st.add(mark{ts: hi, cost: reserved, id: id})
+	return true
 }
 
 // maxRetryWalk is how many of a sliding log's or a concurrency limit's

@@ -17,10 +17,13 @@
 //
 // A concurrency limit holds a reservation's units until it is settled or
 // cancelled, or until its lease, the limit's Period, expires. Renew
-// extends the leases of a reservation still held to a Period from now, so
-// that a holder that runs longer than the Period (a long LLM stream) keeps
-// its units while it renews at least once a Period, and the units of one
-// that stops (a crashed replica) return a Period after its last renewal.
+// extends the leases of a reservation to a Period from now, so that a
+// holder that runs longer than the Period (a long LLM stream) keeps its
+// units while it renews at least once a Period, and the units of one that
+// stops (a crashed replica) return a Period after its last renewal. A
+// renewal holds again the units of a reservation not ended that the store
+// no longer holds (a lease renewed late, a Redis that lost its data), so
+// that the holders still running count again from their next renewal.
 //
 // Leased is a Store over another that spends the allowance of leased
 // limits (Limit.Lease) in process, from slices it takes from the inner
@@ -128,12 +131,18 @@ type Store interface {
 	// of zero.
 	Cancel(ctx context.Context, id string, items []Item) error
 	// Renew extends the leases of reservation id, whose Debit was
-	// admitted: items are as they were debited (Cost is the reserved
-	// cost). Each Concurrency item whose units are still held gets its
-	// lease moved to expire one Period from now (a lease that already
-	// expires later is left alone); other items are ignored. A reservation
-	// settled, cancelled or expired stays so: Renew then changes nothing
-	// and returns no error.
+	// admitted and which still runs: items are as they were debited (Cost
+	// is the reserved cost). Each Concurrency item gets its lease moved
+	// to expire one Period from now (a lease that already expires later
+	// is left alone); other items are ignored. An item whose units are no
+	// longer held (its lease expired, or the store lost its state: a
+	// Redis flushed, restarted empty or failed over) is held again, past
+	// its capacity if need be, so that a running holder counts whatever
+	// the store lost, and debits are refused until the holds drop below
+	// the capacity. A reservation settled or cancelled stays so for
+	// SettleTTL (or until the store loses its state), also when a Renew
+	// races its Settle or Cancel: Renew then changes nothing and returns
+	// no error. The caller stops renewing a reservation before it ends it.
 	Renew(ctx context.Context, id string, items []Item) error
 	// Peek reports, without changing anything, whether each item's cost
 	// would fit now; Remaining is the state before any debit.
