@@ -157,10 +157,14 @@ func TestExtendWhenTheStoreFails(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rs := redistest.New(t)
+			// The store's timeout is long: the reservation's call must
+			// succeed on a loaded machine (200 ms did not, once), and the
+			// increment's fails at once on the stopped server's refused
+			// connection.
 			cfg, err := config.Parse([]byte(fmt.Sprintf(`
 admin_token: t
 data_dir: %q
-store: {redis: %q, timeout: 200ms, queue_timeout: 2s, breaker_failures: 1}
+store: {redis: %q, timeout: 5s, queue_timeout: 5s, breaker_failures: 1}
 tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
 limits:
