@@ -158,6 +158,10 @@ type Reservation struct {
 	// region by (see Gate.ledgerGroupCounters); empty on a request, keyed
 	// by this replica's (its configuration's Region).
 	region string
+	// written is what a restore keys a counter of a limit keyed by ip or
+	// an attribute by, as the ledger recorded the debit's key (see
+	// Gate.ledgerGroupCounters); nil on a request, keyed by its own.
+	written *writtenDims
 
 	limits    []*compiledLimit // the limits that apply, parallel to items
 	items     []weighted.Item
@@ -1287,7 +1291,6 @@ func (r *Reservation) entry(status ledger.Status) ledger.Entry {
 	return e
 }
 
-// dimension is the request's value of dimension d.
 // entryPlan is the plan an entry records: plan, or nothing for one that
 // the ledger would refuse to store (longer than a key field, or not
 // UTF-8: a plan set through the control plane is not checked as a name).
@@ -1300,6 +1303,7 @@ func entryPlan(plan string) string {
 	return plan
 }
 
+// dimension is the request's value of dimension d.
 func (r *Reservation) dimension(d string) string {
 	switch d {
 	case "tenant":
