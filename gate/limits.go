@@ -415,14 +415,15 @@ func (l *compiledLimit) spentSince(now time.Time) time.Time {
 
 // keyedBy sets e's KeyModel and KeyRoute (see ledger.Entry.KeyModel) to
 // the model and the route r's limits are keyed by (see key), where they
-// are not e's Model and Route, and its KeyIP and KeyAttrs to what the
-// keys of the configuration's limits hold of r's client address and
-// attributes (see keyDims.record): a downgrade serves another model than the
+// are not e's Model and Route: a downgrade serves another model than the
 // one asked for, and a reserve API request the caller names is keyed by
 // the API's route. An alias or another spelling of the model, the
 // upstream's dated name, is not: the restore keys by the canonical name
-// of the entry's model. A restore of the counters of limits keyed by model
-// or route (Gate.ledgerGroupCounters) reads them.
+// of the entry's model. It sets e's KeyIP and KeyAttrs to what the keys
+// of the configuration's limits hold of r's client address and
+// attributes (see keyDims.record). A restore of the counters of limits
+// keyed by model, route, address or attribute (Gate.ledgerGroupCounters)
+// reads them.
 func (r *Reservation) keyedBy(e *ledger.Entry) {
 	e.KeyModel, e.KeyRoute = "", ""
 	r.st.keyDims.record(&r.req, e)
