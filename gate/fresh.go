@@ -936,12 +936,16 @@ func (g *Gate) ledgerLimitCounters(ctx context.Context, st *state, tenant string
 }
 
 // ledgerGroupCounters returns an item for every counter of tenant's
-// restorable limits keyed by the caller and by model, route, upstream or
-// region (see compiledLimit.keyedByEntry) that the ledger's entries in the
-// limit's window name, with what those entries counted in the limit's
-// unit (see groupSpent), and marks them seen, skipping those seen
-// already. A counter's key is the one the gate debits for a request of
-// the entry's caller, route, upstream, model and region, the model by its
+// restorable limits keyed by the caller and by model, route, upstream,
+// region, client address or attributes (see compiledLimit.keyedByEntry)
+// that the ledger's entries in the limit's window name, with what those
+// entries counted in the limit's unit (see groupSpent), and marks them
+// seen, skipping those seen already. A counter's key is the one the gate
+// debits for a request of the entry's caller, route, upstream, model and
+// region, and of the address and attributes as the debit's key wrote
+// them (ledger.Entry.KeyIP, KeyAttrs; a group of the entries of many
+// attributes' values counts on each counter of the values its limit
+// names), the model by its
 // canonical name (see Reservation.Model), so that the entries of a
 // model's aliases count on one counter, as their requests did, and the
 // region the entry records, the one the gate that decided it keyed it
@@ -1000,6 +1004,7 @@ func (g *Gate) ledgerGroupCounters(ctx context.Context, st *state, tenant string
 			User: slices.Contains(l.dims, "user"), KeyID: slices.Contains(l.dims, "api_key"),
 			Route: slices.Contains(l.dims, "route"), Upstream: l.byUpstream, Model: l.byModel,
 			Region: slices.Contains(l.dims, "region"), Plan: tenant == "" && len(l.plans) > 0,
+			IP: l.byIP, Attrs: len(l.attrs) > 0,
 		}}
 		if g.regions != nil {
 			r.region = st.cfg.Region
@@ -1031,7 +1036,11 @@ func (g *Gate) ledgerGroupCounters(ctx context.Context, st *state, tenant string
 			if gr.Plan != "" && !l.appliesTo(gr.Plan) {
 				continue // the limit did not apply to the caller's plan at the decision
 			}
-			res := &Reservation{st: st, model: st.est.Canonical(gr.Model), region: gr.Region,
+			written, ok := writtenOf(l, gr)
+			if !ok {
+				continue // not keyed by an address or an attribute the limit names (see keyedFor)
+			}
+			res := &Reservation{st: st, model: st.est.Canonical(gr.Model), region: gr.Region, written: written,
 				req: Request{Caller: &Caller{Tenant: tenant, User: gr.User, KeyID: gr.KeyID}, Route: gr.Route, Upstream: gr.Upstream}}
 			key := l.key(res)
 			id := l.limit.Name + "\x00" + key

@@ -113,6 +113,7 @@ type state struct {
 	tenants   map[string]string // tenant -> plan
 	limits    []*compiledLimit
 	prefilter *prefilter // request-count limits known to be spent
+	keyDims   keyDims    // the address and attributes limits are keyed by, which entries record
 
 	// moved tells that a reload to this state gave budgets counters that
 	// have not counted their period (see budgetsMoved): a tenant's request
@@ -408,6 +409,7 @@ func compile(cfg *config.Config) (*state, error) {
 	for _, b := range cfg.Budgets {
 		st.limits = append(st.limits, compileBudget(b))
 	}
+	st.keyDims = keyDimsOf(st.limits)
 	return st, nil
 }
 

@@ -37,10 +37,12 @@ limits:
 }
 
 // groupRequest is a request of unitUsage (and $0.000001) as the caller
-// of key, to route and upstream, for model; empty ones are "/x", "openai"
-// and "gpt-4o".
+// of key, to route and upstream, for model, from client address ip with
+// attributes attrs; empty ones are "/x", "openai", "gpt-4o", no address
+// and no attributes.
 type groupRequest struct {
-	key, route, name, upstream, model string
+	key, route, name, upstream, model, ip string
+	attrs                                 map[string]string
 }
 
 func (q groupRequest) request(g *Gate) *Request {
@@ -53,7 +55,7 @@ func (q groupRequest) request(g *Gate) *Request {
 	if q.model == "" {
 		q.model = "gpt-4o"
 	}
-	return &Request{Caller: g.Identify(q.key), Route: q.route, Name: q.name, Upstream: q.upstream,
+	return &Request{Caller: g.Identify(q.key), Route: q.route, Name: q.name, Upstream: q.upstream, IP: q.ip, Attributes: q.attrs,
 		Estimate: costmodel.Estimate{Model: q.model, Usage: unitUsage, Cost: 1_000}}
 }
 

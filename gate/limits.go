@@ -183,6 +183,12 @@ func (l *compiledLimit) key(r *Reservation) string {
 			writeKeyValue(&b, l.model)
 			continue
 		}
+		if r.written != nil {
+			if v, ok := r.written.of(d); ok {
+				b.WriteString(v)
+				continue
+			}
+		}
 		writeKeyValue(&b, r.dimension(d))
 	}
 	return b.String()
@@ -281,12 +287,15 @@ func (l *compiledLimit) callerScoped() bool {
 // a limit of the whole deployment (see globalLimit), of an algorithm that
 // counts an amount over a window (a sliding log too: its count comes back
 // as one mark at the restore's time, see weighted.Restorer; not a
-// concurrency limit's units in flight), in any unit. Its count is the ledger's, what the
-// entries in the limit's window of the caller (every tenant's for a
-// limit of the deployment; and of the model, route, upstream or region
-// its key names) counted in its unit (see spentSince, ledgerCount). Limits keyed
-// by anything else (an address, an attribute) are not: no entry records
-// it.
+// concurrency limit's units in flight), in any unit. Its count is the
+// ledger's, what the entries in the limit's window of the caller (every
+// tenant's for a limit of the deployment; and of the model, route,
+// upstream, region, client address or attributes its key names) counted
+// in its unit (see spentSince, ledgerCount). A limit keyed by an address
+// or an attribute without the caller (no tenant's hash tag, so no
+// generation marker tells its loss) is not, nor does an entry stored
+// before the ledger kept the keys' address and attributes count on one
+// (see ledger.Entry.KeyIP).
 func (l *compiledLimit) restorable() bool {
 	return !l.budget && l.level == nil && l.extra == 0 && (l.global || l.callerScoped() || l.keyedByEntry()) &&
 		l.limit.Algorithm != weighted.Concurrency
@@ -295,18 +304,22 @@ func (l *compiledLimit) restorable() bool {
 // keyedByEntry tells whether the limit's key names the caller (tenant,
 // user or api_key: the key's hash tag is the tenant) and, besides it,
 // only what a ledger entry records of a request: its model, route,
-// upstream or region, at least one of them. Its counters are restored
-// from the tenant's entries grouped by those (see
+// upstream, region, or what the key held of its client address or
+// attributes (ledger.Entry.KeyIP, KeyAttrs), at least one of them. Its
+// counters are restored from the tenant's entries grouped by those (see
 // Gate.ledgerGroupCounters).
 func (l *compiledLimit) keyedByEntry() bool {
 	more := false
 	for _, d := range l.dims {
 		switch d {
 		case "tenant", "user", "api_key":
-		case "model", "route", "upstream", "region":
+		case "model", "route", "upstream", "region", "ip":
 			more = true
 		default:
-			return false
+			if !strings.HasPrefix(d, config.AttributePrefix) {
+				return false
+			}
+			more = true
 		}
 	}
 	return more && l.tagged
@@ -406,10 +419,14 @@ func (l *compiledLimit) spentSince(now time.Time) time.Time {
 // one asked for, and a reserve API request the caller names is keyed by
 // the API's route. An alias or another spelling of the model, the
 // upstream's dated name, is not: the restore keys by the canonical name
-// of the entry's model. A restore of the counters of limits keyed by model
-// or route (Gate.ledgerGroupCounters) reads them.
+// of the entry's model. It sets e's KeyIP and KeyAttrs to what the keys
+// of the configuration's limits hold of r's client address and
+// attributes (see keyDims.record). A restore of the counters of limits
+// keyed by model, route, address or attribute (Gate.ledgerGroupCounters)
+// reads them.
 func (r *Reservation) keyedBy(e *ledger.Entry) {
 	e.KeyModel, e.KeyRoute = "", ""
+	r.st.keyDims.record(&r.req, e)
 	// A model the limiter would key by the same canonical name (an alias,
 	// the upstream's dated name) needs none: the restore canonicalizes
 	// the entry's model, and the spool and the store keep one string

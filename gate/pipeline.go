@@ -157,6 +157,10 @@ type Reservation struct {
 	// region by (see Gate.ledgerGroupCounters); empty on a request, keyed
 	// by this replica's (its configuration's Region).
 	region string
+	// written is what a restore keys a counter of a limit keyed by ip or
+	// an attribute by, as the ledger recorded the debit's key (see
+	// Gate.ledgerGroupCounters); nil on a request, keyed by its own.
+	written *writtenDims
 
 	limits    []*compiledLimit // the limits that apply, parallel to items
 	items     []weighted.Item

@@ -23,21 +23,25 @@ import (
 //
 // Plan groups by the plan an entry records (Entry.Plan), for a limit of
 // some plans: an entry of the empty plan (not known) counts on every
-// such limit.
+// such limit. IP and Attrs group by what the limiter's keys held of the
+// client address and the attributes (Entry.KeyIP, Entry.KeyAttrs), for
+// limits keyed by them: an entry stored before the ledger kept them is
+// in the group of the empty ones, which a limiter cannot put on any
+// counter of such a limit.
 type GroupBy struct {
-	User, KeyID, Route, Upstream, Model, Region, Plan bool
+	User, KeyID, Route, Upstream, Model, Region, Plan, IP, Attrs bool
 }
 
 // cols are the columns of an entry that CountsBy can group by.
 type cols struct {
-	user, keyID, route, upstream, model, region, plan string
+	user, keyID, route, upstream, model, region, plan, ip, attrs string
 }
 
 // colsOf is e's columns as CountsBy groups them: its route and model are
 // those the limiter keyed it by (see Entry.KeyModel); its region is the
 // limiter's, which keys a limit by the region it records.
 func colsOf(e *Entry) cols {
-	return cols{e.User, e.KeyID, cmp.Or(e.KeyRoute, e.Route), e.Upstream, cmp.Or(e.KeyModel, e.Model), e.Region, e.Plan}
+	return cols{e.User, e.KeyID, cmp.Or(e.KeyRoute, e.Route), e.Upstream, cmp.Or(e.KeyModel, e.Model), e.Region, e.Plan, e.KeyIP, e.KeyAttrs}
 }
 
 // of is c with the columns by does not group by emptied: its group.
@@ -49,7 +53,8 @@ func (by GroupBy) of(c cols) cols {
 		return ""
 	}
 	return cols{pick(by.User, c.user), pick(by.KeyID, c.keyID), pick(by.Route, c.route),
-		pick(by.Upstream, c.upstream), pick(by.Model, c.model), pick(by.Region, c.region), pick(by.Plan, c.plan)}
+		pick(by.Upstream, c.upstream), pick(by.Model, c.model), pick(by.Region, c.region), pick(by.Plan, c.plan),
+		pick(by.IP, c.ip), pick(by.Attrs, c.attrs)}
 }
 
 // columns are the store's columns of by, in the order of cols: a column
@@ -58,7 +63,8 @@ func (by GroupBy) columns(blank string) (selected, grouped []string) {
 	for _, c := range [...]struct {
 		on   bool
 		name string
-	}{{by.User, "user_id"}, {by.KeyID, "key_id"}, {by.Route, keyedRoute}, {by.Upstream, "upstream"}, {by.Model, keyedModel}, {by.Region, "region"}, {by.Plan, "plan"}} {
+	}{{by.User, "user_id"}, {by.KeyID, "key_id"}, {by.Route, keyedRoute}, {by.Upstream, "upstream"}, {by.Model, keyedModel}, {by.Region, "region"}, {by.Plan, "plan"},
+		{by.IP, "key_ip"}, {by.Attrs, "key_attrs"}} {
 		if c.on {
 			selected, grouped = append(selected, c.name), append(grouped, c.name)
 		} else {
@@ -91,10 +97,10 @@ func counted(expr string) string {
 
 // Group is one group of entries in CountsBy's answer.
 type Group struct {
-	// User, KeyID, Route, Upstream, Model, Region and Plan are the
-	// group's values of the columns CountsBy grouped by; empty for the
-	// others.
-	User, KeyID, Route, Upstream, Model, Region, Plan string
+	// User, KeyID, Route, Upstream, Model, Region, Plan, KeyIP and
+	// KeyAttrs are the group's values of the columns CountsBy grouped by;
+	// empty for the others.
+	User, KeyID, Route, Upstream, Model, Region, Plan, KeyIP, KeyAttrs string
 	// Counts is what the group's entries counted on a limiter (see
 	// Entry.Counts).
 	Counts Counts
@@ -110,7 +116,7 @@ type Group struct {
 }
 
 func (g *Group) cols() cols {
-	return cols{g.User, g.KeyID, g.Route, g.Upstream, g.Model, g.Region, g.Plan}
+	return cols{g.User, g.KeyID, g.Route, g.Upstream, g.Model, g.Region, g.Plan, g.KeyIP, g.KeyAttrs}
 }
 
 // MaxGroups bounds the groups of one CountsBy answer.
@@ -219,7 +225,8 @@ func (l *Ledger) localCountsBy(k spendQueryKey, storeErr error) ([]Group, error)
 		if !ok {
 			i = len(out)
 			at[c] = i
-			out = append(out, Group{User: c.user, KeyID: c.keyID, Route: c.route, Upstream: c.upstream, Model: c.model, Region: c.region, Plan: c.plan})
+			out = append(out, Group{User: c.user, KeyID: c.keyID, Route: c.route, Upstream: c.upstream, Model: c.model, Region: c.region, Plan: c.plan,
+				KeyIP: c.ip, KeyAttrs: c.attrs})
 		}
 		g := &out[i]
 		g.Counts, g.PendingCounts = g.Counts.add(d.counts), g.PendingCounts.add(d.counts)
@@ -241,6 +248,7 @@ func sortGroups(gs []Group) {
 	slices.SortFunc(gs, func(a, b Group) int {
 		return cmp.Or(cmp.Compare(b.Counts.Requests, a.Counts.Requests), cmp.Compare(b.Counts.Tokens(), a.Counts.Tokens()),
 			cmp.Compare(a.User, b.User), cmp.Compare(a.KeyID, b.KeyID), cmp.Compare(a.Route, b.Route),
-			cmp.Compare(a.Upstream, b.Upstream), cmp.Compare(a.Model, b.Model), cmp.Compare(a.Region, b.Region), cmp.Compare(a.Plan, b.Plan))
+			cmp.Compare(a.Upstream, b.Upstream), cmp.Compare(a.Model, b.Model), cmp.Compare(a.Region, b.Region), cmp.Compare(a.Plan, b.Plan),
+			cmp.Compare(a.KeyIP, b.KeyIP), cmp.Compare(a.KeyAttrs, b.KeyAttrs))
 	})
 }

@@ -24,9 +24,11 @@ func countsByRef(es []ledger.Entry, by ledger.GroupBy) map[ledger.Group]ledger.G
 	out := map[ledger.Group]ledger.Group{}
 	for _, e := range es {
 		k := ledger.Group{User: pick(by.User, e.User), KeyID: pick(by.KeyID, e.KeyID), Route: pick(by.Route, cmp.Or(e.KeyRoute, e.Route)),
-			Upstream: pick(by.Upstream, e.Upstream), Model: pick(by.Model, cmp.Or(e.KeyModel, e.Model)), Region: pick(by.Region, e.Region), Plan: pick(by.Plan, e.Plan)}
+			Upstream: pick(by.Upstream, e.Upstream), Model: pick(by.Model, cmp.Or(e.KeyModel, e.Model)), Region: pick(by.Region, e.Region), Plan: pick(by.Plan, e.Plan),
+			KeyIP: pick(by.IP, e.KeyIP), KeyAttrs: pick(by.Attrs, e.KeyAttrs)}
 		g := out[k]
 		g.User, g.KeyID, g.Route, g.Upstream, g.Model, g.Region, g.Plan = k.User, k.KeyID, k.Route, k.Upstream, k.Model, k.Region, k.Plan
+		g.KeyIP, g.KeyAttrs = k.KeyIP, k.KeyAttrs
 		n := e.Counts()
 		g.Counts.Requests += n.Requests
 		g.Counts.InputTokens += n.InputTokens
@@ -42,7 +44,8 @@ func groupsOf(t *testing.T, gs []ledger.Group) map[ledger.Group]ledger.Group {
 	t.Helper()
 	out := map[ledger.Group]ledger.Group{}
 	for _, g := range gs {
-		k := ledger.Group{User: g.User, KeyID: g.KeyID, Route: g.Route, Upstream: g.Upstream, Model: g.Model, Region: g.Region, Plan: g.Plan}
+		k := ledger.Group{User: g.User, KeyID: g.KeyID, Route: g.Route, Upstream: g.Upstream, Model: g.Model, Region: g.Region, Plan: g.Plan,
+			KeyIP: g.KeyIP, KeyAttrs: g.KeyAttrs}
 		if _, dup := out[k]; dup {
 			t.Fatalf("group %+v answered twice", k)
 		}

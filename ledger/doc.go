@@ -100,10 +100,12 @@
 // for a rare read: a limiter's counter restored after its store lost its
 // data. While the store cannot be reached it answers as Spend does.
 // CountsBy is Counts and the charge of a tenant's entries grouped by any
-// of user, key, route, upstream, model, region and plan, in one such
-// read: a limiter restores with it the counters of limits keyed by model,
-// route, upstream or region, each entry under the model and route the
-// limiter keyed it by (Entry.KeyModel, Entry.KeyRoute). TotalCountsBy is
+// of user, key, route, upstream, model, region, plan, key ip and key
+// attributes, in one such read: a limiter restores with it the counters
+// of limits keyed by model, route, upstream, region, client address or
+// attribute, each entry under the model and route the limiter keyed it by
+// (Entry.KeyModel, Entry.KeyRoute) and the address and attributes as its
+// keys wrote them (Entry.KeyIP, Entry.KeyAttrs). TotalCountsBy is
 // the same read of every tenant's entries together (a range scan by
 // creation time), for the limits of a whole deployment, those of some
 // plans from the entries of those plans (Entry.Plan, the caller's at the

@@ -79,6 +79,19 @@ type Entry struct {
 	// kept it, or a caller without a plan), which counts on every limit
 	// of some plans (see GroupBy.Plan).
 	Plan string `json:"plan,omitempty"`
+	// KeyIP and KeyAttrs are what the limiter's keys held of the
+	// request's client address and custom attributes, set by the
+	// reservation when some limit is keyed by them: KeyIP the address as
+	// the keys write it (an IPv6 address's /64, escaped, a long one
+	// hashed), KeyAttrs the attributes the limits name, each written
+	// "name=value" as the keys write it, sorted by name and joined by ':'
+	// (no written value holds ':' or '='). A byte the keys hold that is
+	// not UTF-8 text (or NUL) is written %XX, which no written value
+	// holds otherwise (see gate's writeKeyValue). Empty: no limit keyed
+	// the request by them, or an entry written before the ledger kept
+	// them (see GroupBy.IP).
+	KeyIP    string `json:"key_ip,omitempty"`
+	KeyAttrs string `json:"key_attrs,omitempty"`
 
 	Decision string `json:"decision"`
 	Policy   string `json:"policy"`
@@ -134,6 +147,11 @@ func boundCost(c costmodel.NanoUSD) costmodel.NanoUSD {
 // maxField bounds every string field, so that a record stays small.
 const maxField = 4096
 
+// MaxKeyAttrs bounds an entry's KeyAttrs: 16 attributes written at
+// their longest (see gate's writeKeyValue: about a kilobyte each) and
+// more of the usual length.
+const MaxKeyAttrs = 4 * maxField
+
 // MaxKeyField bounds the fields PostgreSQL indexes (request id; tenant and
 // request id; tenant, user and key in the spend roll-up): a B-tree key
 // must fit in about 2,700 bytes, and a row the store refused would stop
@@ -161,11 +179,12 @@ func (e *Entry) check() error {
 		{"model", e.Model, maxField}, {"region", e.Region, maxField}, {"decision", e.Decision, maxField},
 		{"key model", e.KeyModel, maxField}, {"key route", e.KeyRoute, maxField}, {"plan", e.Plan, maxField},
 		{"policy", e.Policy, maxField}, {"friction", e.Friction, maxField},
+		{"key ip", e.KeyIP, maxField}, {"key attrs", e.KeyAttrs, MaxKeyAttrs},
 	} {
 		if len(f.v) > f.max {
 			return fmt.Errorf("%w entry %q: %s longer than %d bytes", ErrInvalid, e.RequestID, f.name, f.max)
 		}
-		if !ValidText(f.v) {
+		if !utf8.ValidString(f.v) || strings.IndexByte(f.v, 0) >= 0 {
 			return fmt.Errorf("%w entry %q: %s is not valid UTF-8 text", ErrInvalid, e.RequestID, f.name)
 		}
 	}

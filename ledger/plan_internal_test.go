@@ -48,3 +48,50 @@ func TestCountsOfEntriesStoredBeforePlan(t *testing.T) {
 		}
 	})
 }
+
+// TestRecordKeyIPAttrs: a spool record keeps the key ip and attributes,
+// with or without a plan, key model and requests before them; a record
+// without them ends where earlier versions' end, and such a record reads
+// as naming none, even into a reused record.
+func TestRecordKeyIPAttrs(t *testing.T) {
+	for _, plan := range []string{"", "free"} {
+		for _, keyModel := range []string{"", "gpt-4o"} {
+			for _, keys := range [][2]string{{"192.0.2.1", ""}, {"", "project=a:team=%25%FF"}, {"2001:db8::/64", "project=x"}} {
+				r := sampleRecord("x")
+				r.e.Plan, r.e.KeyModel, r.e.Requests, r.e.KeyIP, r.e.KeyAttrs = plan, keyModel, 1, keys[0], keys[1]
+				var got record
+				if _, err := readFrame(appendFrame(nil, &r), &got, nil); err != nil || got != r {
+					t.Fatalf("plan %q, key model %q, keys %q: read back %+v, %v", plan, keyModel, keys, got.e, err)
+				}
+			}
+		}
+	}
+	plain, keyed := sampleRecord("y"), sampleRecord("y")
+	plain.e.Requests, keyed.e.Requests, keyed.e.KeyIP = 1, 1, "192.0.2.1"
+	old := appendFrame(nil, &plain)
+	if len(old) >= len(appendFrame(nil, &keyed)) {
+		t.Fatalf("a record without key ip is not shorter than one with")
+	}
+	got := record{e: Entry{KeyIP: "stale", KeyAttrs: "stale"}}
+	if _, err := readFrame(old, &got, nil); err != nil || got.e.KeyIP != "" || got.e.KeyAttrs != "" {
+		t.Fatalf("a record without key ip reads as %q %q, %v; want none", got.e.KeyIP, got.e.KeyAttrs, err)
+	}
+}
+
+// TestCountsOfEntriesStoredBeforeKeyIP: an entry a store held before
+// migration 007, embedded or PostgreSQL, records no key ip nor
+// attributes once migrated: grouped by them, it is in the group of the
+// empty ones, which a limiter puts on no counter of a limit keyed by
+// them.
+func TestCountsOfEntriesStoredBeforeKeyIP(t *testing.T) {
+	at := time.Date(2026, 3, 14, 15, 0, 0, 0, time.UTC)
+	e := &Entry{RequestID: "r1", Tenant: "acme", Decision: "allow", Status: StatusSettled, HTTPStatus: 200, Requests: 1,
+		CreatedAt: at, SettledAt: at, Plan: "free", KeyIP: "192.0.2.1", KeyAttrs: "project=a"}
+	storedBefore(t, "key_ip", e, func(t *testing.T, s store) {
+		gs, err := s.countsBy(context.Background(), spendQueryKey{tenant: "acme", by: GroupBy{IP: true, Attrs: true, Plan: true}},
+			at.Add(-time.Hour), at.Add(time.Hour), MaxGroups)
+		if err != nil || len(gs) != 1 || gs[0].KeyIP != "" || gs[0].KeyAttrs != "" || gs[0].Plan != "free" || gs[0].Counts.Requests != 1 {
+			t.Fatalf("an entry stored before key ip, by ip and attributes = %+v, %v; want 1 request of none, plan free", gs, err)
+		}
+	})
+}

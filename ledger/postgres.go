@@ -283,6 +283,8 @@ func copyRows(node string, rows []*Entry) []byte {
 		text(e.KeyModel)
 		text(e.KeyRoute)
 		text(e.Plan)
+		text(e.KeyIP)
+		text(e.KeyAttrs)
 	}
 	return binary.BigEndian.AppendUint16(b, 0xffff) // end of data
 }
@@ -293,7 +295,8 @@ func pgType(column string) string {
 	switch {
 	case column == "created_at" || column == "settled_at":
 		return "timestamptz"
-	case column == "est_extra" || column == "act_extra" || column == "key_model" || column == "key_route" || column == "plan":
+	case column == "est_extra" || column == "act_extra" || column == "key_model" || column == "key_route" || column == "plan" ||
+		column == "key_ip" || column == "key_attrs":
 		return "text"
 	case i >= slices.Index(entryColumns, "http_status"):
 		return "int8"
@@ -347,6 +350,8 @@ var columns = map[string]column{
 	"key_model":  {text: func(_ string, e *Entry) string { return e.KeyModel }},
 	"key_route":  {text: func(_ string, e *Entry) string { return e.KeyRoute }},
 	"plan":       {text: func(_ string, e *Entry) string { return e.Plan }},
+	"key_ip":     {text: func(_ string, e *Entry) string { return e.KeyIP }},
+	"key_attrs":  {text: func(_ string, e *Entry) string { return e.KeyAttrs }},
 	"created_at": {time: func(e *Entry) time.Time { return e.CreatedAt }},
 	"settled_at": {time: func(e *Entry) time.Time { return e.SettledAt }},
 }
@@ -619,7 +624,7 @@ func pgCountsBy(by GroupBy, every bool) string {
 		pgSat(counted(countsInput)) + `, ` + pgSat(counted(countsOutput)) + `, ` + pgSumCost + `
 		FROM ledger_entries WHERE ` + where + `created_at >= ` + p(1) + ` AND created_at < ` + p(2) + `
 		AND (` + p(3) + ` = '' OR user_id = ` + p(3) + `) AND (` + p(4) + ` = '' OR key_id = ` + p(4) + `) AND (` + p(5) + ` = '' OR region = ` + p(5) + `)` +
-		groupClause(grouped) + ` HAVING COUNT(*) > 0 ORDER BY 8 DESC LIMIT ` + p(6)
+		groupClause(grouped) + ` HAVING COUNT(*) > 0 ORDER BY 10 DESC LIMIT ` + p(6)
 }
 
 func (s *pgStore) countsBy(ctx context.Context, k spendQueryKey, from, to time.Time, limit int) ([]Group, error) {
@@ -636,7 +641,7 @@ func (s *pgStore) countsBy(ctx context.Context, k spendQueryKey, from, to time.T
 	for rows.Next() {
 		var g Group
 		var charge int64
-		if err := rows.Scan(&g.User, &g.KeyID, &g.Route, &g.Upstream, &g.Model, &g.Region, &g.Plan,
+		if err := rows.Scan(&g.User, &g.KeyID, &g.Route, &g.Upstream, &g.Model, &g.Region, &g.Plan, &g.KeyIP, &g.KeyAttrs,
 			&g.Counts.Requests, &g.Counts.InputTokens, &g.Counts.OutputTokens, &charge); err != nil {
 			return nil, fmt.Errorf("ledger: postgres counts by: %w", err)
 		}

@@ -73,13 +73,15 @@ func appendFrame(b []byte, r *record) []byte {
 		b = binary.AppendVarint(b, v)
 	}
 	// The extra usage (see usageExtra), then the requests counted, then
-	// the key model and route, then the plan, after the fields of earlier
-	// versions: their records end before them, and read as no extra
-	// usage, 1 request, no key model or route and no plan. A record ends
+	// the key model and route, then the plan, then the key ip and
+	// attributes, after the fields of earlier versions: their records end
+	// before them, and read as no extra usage, 1 request, no key model or
+	// route, no plan and no key ip or attributes. A record ends
 	// after its last field that is not its default, the fields before it
 	// written all the same.
 	est, act := extraOf(&e.Estimated), extraOf(&e.Actual)
-	planned := e.Plan != ""
+	byIP := e.KeyIP != "" || e.KeyAttrs != ""
+	planned := e.Plan != "" || byIP
 	keyed := e.KeyModel != "" || e.KeyRoute != "" || planned
 	if est != "" || act != "" || e.Requests != 1 || keyed {
 		for _, s := range [...]string{est, act} {
@@ -99,6 +101,12 @@ func appendFrame(b []byte, r *record) []byte {
 	if planned {
 		b = binary.AppendUvarint(b, uint64(len(e.Plan)))
 		b = append(b, e.Plan...)
+	}
+	if byIP {
+		for _, s := range [...]string{e.KeyIP, e.KeyAttrs} {
+			b = binary.AppendUvarint(b, uint64(len(s)))
+			b = append(b, s...)
+		}
 	}
 	payload := b[start+frameHeader:]
 	binary.LittleEndian.PutUint32(b[start:], uint32(len(payload)))
@@ -171,6 +179,10 @@ func decodePayload(p []byte, r *record, names *interner) error {
 	if d.err == nil && len(d.b) != 0 {
 		e.Plan = d.name()
 	}
+	e.KeyIP, e.KeyAttrs = "", ""
+	if d.err == nil && len(d.b) != 0 {
+		e.KeyIP, e.KeyAttrs = d.name(), d.stringUpTo(MaxKeyAttrs)
+	}
 	if d.err != nil {
 		return d.err
 	}
@@ -228,9 +240,12 @@ func (d *decoder) byte() byte {
 	return c
 }
 
-func (d *decoder) string() string {
+func (d *decoder) string() string { return d.stringUpTo(maxField) }
+
+// stringUpTo is string for a field of at most max bytes.
+func (d *decoder) stringUpTo(max uint64) string {
 	n, k := binary.Uvarint(d.b)
-	if d.err != nil || k <= 0 || n > maxField || uint64(len(d.b)-k) < n {
+	if d.err != nil || k <= 0 || n > max || uint64(len(d.b)-k) < n {
 		d.fail()
 		return ""
 	}

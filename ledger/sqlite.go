@@ -514,7 +514,7 @@ func sqliteCountsBy(by GroupBy, every bool) string {
 		halves(counted(countsInput)) + `, ` + halves(counted(countsOutput)) + `, ` + sqliteSumCost + `
 		FROM ledger_entries WHERE ` + where + `created_at >= ? AND created_at < ?
 		AND (? = '' OR user_id = ?) AND (? = '' OR key_id = ?) AND (? = '' OR region = ?)` +
-		groupClause(grouped) + ` HAVING COUNT(*) > 0 ORDER BY 8 DESC, 9 DESC LIMIT ?`
+		groupClause(grouped) + ` HAVING COUNT(*) > 0 ORDER BY 10 DESC, 11 DESC LIMIT ?`
 }
 
 func (s *sqliteStore) countsBy(ctx context.Context, k spendQueryKey, from, to time.Time, limit int) ([]Group, error) {
@@ -531,7 +531,7 @@ func (s *sqliteStore) countsBy(ctx context.Context, k spendQueryKey, from, to ti
 	for rows.Next() {
 		var g Group
 		var h [8]int64
-		if err := rows.Scan(&g.User, &g.KeyID, &g.Route, &g.Upstream, &g.Model, &g.Region, &g.Plan,
+		if err := rows.Scan(&g.User, &g.KeyID, &g.Route, &g.Upstream, &g.Model, &g.Region, &g.Plan, &g.KeyIP, &g.KeyAttrs,
 			&h[0], &h[1], &h[2], &h[3], &h[4], &h[5], &h[6], &h[7]); err != nil {
 			return nil, fmt.Errorf("ledger: sqlite counts by: %w", err)
 		}

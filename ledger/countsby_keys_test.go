@@ -1,0 +1,68 @@
+package ledger_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/costgate/costgate/ledger"
+)
+
+// TestCountsByKeyIPAttrs: CountsBy and TotalCountsBy group by what the
+// limiter's keys held of each entry's client address and attributes
+// (Entry.KeyIP, Entry.KeyAttrs), on both stores, so that limits keyed by
+// them are restored each on its counter; a settlement keeps the
+// reservation's; an entry without them is in the group of the empty
+// ones. An entry reads back with them; KeyAttrs may be longer than other
+// fields, up to MaxKeyAttrs, and no longer.
+func TestCountsByKeyIPAttrs(t *testing.T) {
+	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
+		ctx := context.Background()
+		l := open(t, cfg)
+		long := "project=" + strings.Repeat("p", 3000) + ":team=" + strings.Repeat("t", 3000)
+		reserve := func(id, tenant, ip, attrs string) {
+			t.Helper()
+			countsReserve(ctx, t, l, id, func(e *ledger.Entry) { e.Tenant, e.KeyIP, e.KeyAttrs = tenant, ip, attrs })
+		}
+		reserve("a1", "acme", "192.0.2.1", "project=a")
+		reserve("a2", "acme", "192.0.2.1", "project=a:team=x")
+		countsSettle(ctx, t, l, settlement("a2", 1_000)) // a settlement keeps the reservation's keys
+		reserve("a3", "acme", "2001:db8::/64", "project=a")
+		reserve("a4", "acme", "", long)
+		reserve("a5", "acme", "", "")
+		reserve("g1", "globex", "192.0.2.1", "project=a")
+		flush(t, l)
+
+		e := ledger.Entry{RequestID: "too-long", Tenant: "acme", Decision: "allow", Status: ledger.StatusReserved, Requests: 1,
+			CreatedAt: t0, KeyAttrs: strings.Repeat("a", ledger.MaxKeyAttrs+1)}
+		if err := l.Reserve(ctx, e); !errors.Is(err, ledger.ErrInvalid) {
+			t.Fatalf("an entry of %d bytes of key attributes: %v; want ErrInvalid", len(e.KeyAttrs), err)
+		}
+		if e, ok, err := l.Lookup(ctx, "a2"); err != nil || !ok || e.KeyIP != "192.0.2.1" || e.KeyAttrs != "project=a:team=x" {
+			t.Fatalf("a2 read back: %+v, %v, %v; want its key ip and attributes", e, ok, err)
+		}
+		if e, ok, err := l.Lookup(ctx, "a4"); err != nil || !ok || e.KeyAttrs != long {
+			t.Fatalf("a4 read back: %d bytes of key attributes, %v, %v; want %d", len(e.KeyAttrs), ok, err, len(long))
+		}
+		from, to := t0.Add(-time.Hour), t0.Add(time.Hour)
+		acme := all(t, l, ledger.Query{Tenant: "acme", From: from, To: to})
+		for _, by := range []ledger.GroupBy{{IP: true}, {Attrs: true}, {IP: true, Attrs: true}, {User: true, IP: true}} {
+			gs, err := l.CountsBy(ctx, ledger.SpendQuery{Tenant: "acme", From: from, To: to}, by)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameGroups(t, gs, countsByRef(acme, by))
+		}
+		gs, err := l.CountsBy(ctx, ledger.SpendQuery{Tenant: "acme", From: from, To: to}, ledger.GroupBy{IP: true})
+		if got := groupsOf(t, gs); err != nil || len(got) != 3 || got[ledger.Group{KeyIP: "192.0.2.1"}].Counts.Requests != 2 ||
+			got[ledger.Group{KeyIP: ""}].Counts.Requests != 2 {
+			t.Fatalf("acme's groups by ip = %+v, %v; want 192.0.2.1 2, 2001:db8::/64 1, none 2", gs, err)
+		}
+		gs, err = l.TotalCountsBy(ctx, ledger.SpendQuery{From: from, To: to}, ledger.GroupBy{Attrs: true})
+		if got := groupsOf(t, gs); err != nil || len(got) != 4 || got[ledger.Group{KeyAttrs: "project=a"}].Counts.Requests != 3 {
+			t.Fatalf("every tenant's groups by attributes = %+v, %v; want project=a 3 and 3 others", gs, err)
+		}
+	})
+}
