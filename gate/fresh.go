@@ -38,17 +38,20 @@ type store interface {
 // not been brought up to the ledger's spend, and a restart, a data loss
 // and a failover all give the same answer. So are the limits keyed by the
 // caller (compiledLimit.restorable), alone or with the model, route,
-// upstream or region, in dollars, requests or tokens, to what the entries
-// of the caller (and of the model, route, upstream or region its key
-// names) counted in their window, and the limits of the whole deployment
+// upstream, region, address or attributes, in dollars, requests or
+// tokens, to what the entries of the caller (and of the model, route,
+// upstream, region, address or attributes its key names) counted in their
+// window, and the limits of the whole deployment
 // (keyed by model, route, upstream, the region or nothing) under their
 // own tag, to what every tenant's entries counted (restoreGlobal),
 // sliding logs included (their count as one mark at the restore's time,
 // which stops counting a period later, no sooner than the spend it stands
-// for: see weighted.Restorer). Other rate limits (keyed by an address or
-// an attribute, which no entry records; concurrency, the rate limit
-// service's descriptors) are not restored: they come back empty, which
-// admits at most one more window of each.
+// for: see weighted.Restorer). A concurrency limit is not restored: its
+// holders renew their slots (see restored). Other rate limits (keyed by
+// an address or an attribute without the caller, whose keys carry no
+// tenant's marker; the rate limit service's descriptors) are not
+// restored: they come back empty, which admits at most one more window
+// of each.
 //
 // It is safe for concurrent use: concurrent calls that find one tenant
 // stale share one restore.
