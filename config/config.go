@@ -762,7 +762,7 @@ func (c *Config) Validate() error {
 // could not store: every request would be refused when its entry is
 // written.
 func checkRecorded(bad func(path, format string, args ...any), path, name string) {
-	if len(name) > ledger.MaxKeyField || !ledger.ValidText(name) {
+	if !ledger.ValidKeyText(name) {
 		bad(path, "must be UTF-8 text without NUL, at most %d bytes: the ledger records it with every request", ledger.MaxKeyField)
 	}
 }

@@ -141,7 +141,7 @@ func (e *Entity) validate(now time.Time) error {
 			return invalid("metadata %q: keys up to 128 bytes, values up to 1024", k)
 		}
 	}
-	if len(e.Plan) > ledger.MaxKeyField || !ledger.ValidText(e.Plan) {
+	if !ledger.ValidKeyText(e.Plan) {
 		return invalid("plan: UTF-8 text without NUL, at most %d bytes (the ledger records it with every request)", ledger.MaxKeyField)
 	}
 	for i, m := range e.Models {

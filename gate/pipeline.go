@@ -1292,12 +1292,13 @@ func (r *Reservation) entry(status ledger.Status) ledger.Entry {
 
 // entryPlan is the plan an entry records: plan, or nothing for one that
 // the ledger would refuse to store (longer than a key field, not UTF-8,
-// or holding a NUL: neither the configuration nor the control plane
-// checks a plan as a name). An entry of no plan counts on every limit of
-// some plans, so the entry is kept and its spend counted everywhere,
-// never nowhere.
+// or holding a NUL: the configuration and the control plane refuse such a
+// plan, but a control plane's database written before holds it still, and
+// any Directory may answer one). An entry of no plan counts on every
+// limit of some plans, so the entry is kept and its spend counted
+// everywhere, never nowhere.
 func entryPlan(plan string) string {
-	if len(plan) > ledger.MaxKeyField || !ledger.ValidText(plan) {
+	if !ledger.ValidKeyText(plan) {
 		return ""
 	}
 	return plan

@@ -166,6 +166,13 @@ func ValidText(s string) bool {
 	return len(s) <= maxField && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }
 
+// ValidKeyText tells whether s can be a field of an entry of at most
+// MaxKeyField bytes (a tenant, user or key id; and a name configured once
+// that every entry of its requests records, such as a plan or a region).
+func ValidKeyText(s string) bool {
+	return len(s) <= MaxKeyField && ValidText(s)
+}
+
 func (e *Entry) check() error {
 	if e.RequestID == "" {
 		return fmt.Errorf("%w entry: empty request id", ErrInvalid)
