@@ -39,16 +39,15 @@ func keyDimsOf(limits []*compiledLimit) keyDims {
 	return k
 }
 
-// record sets e's KeyIP and KeyAttrs (see ledger.Entry.KeyIP) from req,
-// for the address and attributes of k. It allocates nothing when k is
+// record is what an entry of req records of the address and attributes
+// of k (see ledger.Entry.KeyIP, KeyAttrs). It allocates nothing when k is
 // empty or req has none of them.
-func (k *keyDims) record(req *Request, e *ledger.Entry) {
-	e.KeyIP, e.KeyAttrs = "", ""
+func (k *keyDims) record(req *Request) (keyIP, keyAttrs string) {
 	if k.ip && req.IP != "" {
-		e.KeyIP = ledgerText(writtenValue(ipKey(req.IP)))
+		keyIP = ledgerText(writtenValue(ipKey(req.IP)))
 	}
 	if len(k.attrs) == 0 || len(req.Attributes) == 0 {
-		return
+		return keyIP, ""
 	}
 	var b strings.Builder
 	for _, name := range k.attrs {
@@ -67,7 +66,7 @@ func (k *keyDims) record(req *Request, e *ledger.Entry) {
 		}
 		b.WriteString(pair)
 	}
-	e.KeyAttrs = b.String()
+	return keyIP, b.String()
 }
 
 // writtenValue is v as a limit's key writes it (see writeKeyValue).

@@ -426,7 +426,13 @@ func (l *compiledLimit) spentSince(now time.Time) time.Time {
 // reads them.
 func (r *Reservation) keyedBy(e *ledger.Entry) {
 	e.KeyModel, e.KeyRoute = "", ""
-	r.st.keyDims.record(&r.req, e)
+	if !r.keysRead {
+		// Once a reservation: its entry is written at its record, its
+		// extensions and its settlement.
+		r.keyIP, r.keyAttrs = r.st.keyDims.record(&r.req)
+		r.keysRead = true
+	}
+	e.KeyIP, e.KeyAttrs = r.keyIP, r.keyAttrs
 	// A model the limiter would key by the same canonical name (an alias,
 	// the upstream's dated name) needs none: the restore canonicalizes
 	// the entry's model, and the spool and the store keep one string

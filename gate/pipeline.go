@@ -161,6 +161,10 @@ type Reservation struct {
 	// an attribute by, as the ledger recorded the debit's key (see
 	// Gate.ledgerGroupCounters); nil on a request, keyed by its own.
 	written *writtenDims
+	// keyIP and keyAttrs are what the reservation's entries record of
+	// its address and attributes (see keyDims.record), once keysRead.
+	keyIP, keyAttrs string
+	keysRead        bool
 
 	limits    []*compiledLimit // the limits that apply, parallel to items
 	items     []weighted.Item
