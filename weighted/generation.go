@@ -70,10 +70,10 @@ type Restorer interface {
 	// early after a restore, never late. A counter already at or above
 	// counted is left alone, so a Restore repeated, or made by two
 	// replicas, charges nothing twice (and adds no mark). Concurrency
-	// limits take counted 0 (leases lost expire on their own); a counted
-	// above 0 for them, a negative one, or a counted slice of another
-	// length than items is an error matching ErrInvalidCost, and nothing
-	// is sent.
+	// limits take counted 0 (a lease lost is held again by its holder's
+	// next renewal, see Store.Renew); a counted above 0 for them, a
+	// negative one, or a counted slice of another length than items is an
+	// error matching ErrInvalidCost, and nothing is sent.
 	//
 	// A marker guards every counter of its tag, so give Restore every
 	// counter of the tag that the caller can count (every budget of the
