@@ -63,21 +63,8 @@ func TestCountsByRegion(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var sel []ledger.Entry
-				for _, e := range c.entries {
-					if c.region == "" || e.Region == c.region {
-						sel = append(sel, e)
-					}
-				}
-				want, got := countsByRef(sel, c.by), groupsOf(t, gs)
-				if len(got) != c.groups || len(want) != c.groups {
-					t.Fatalf("%d groups (%d in the entries), want %d: %+v", len(got), len(want), c.groups, gs)
-				}
-				for k, w := range want {
-					if g := got[k]; g != w {
-						t.Errorf("group %+v = %+v; the entries add up to %+v", k, g, w)
-					}
-				}
+				sel := inRegion(c.entries, c.region)
+				refGroups(t, gs, sel, c.by, c.groups)
 			})
 		}
 	})

@@ -69,6 +69,33 @@ func sameGroups(t *testing.T, gs []ledger.Group, want map[ledger.Group]ledger.Gr
 	}
 }
 
+// refGroups requires gs, CountsBy's answer, to be the groups of sel
+// grouped by by, groups of them, each as sel's entries add up.
+func refGroups(t *testing.T, gs []ledger.Group, sel []ledger.Entry, by ledger.GroupBy, groups int) {
+	t.Helper()
+	want, got := countsByRef(sel, by), groupsOf(t, gs)
+	if len(got) != groups || len(want) != groups {
+		t.Fatalf("%d groups (%d in the entries), want %d: %+v", len(got), len(want), groups, gs)
+	}
+	for k, w := range want {
+		if g := got[k]; g != w {
+			t.Errorf("group %+v = %+v; the entries add up to %+v", k, g, w)
+		}
+	}
+}
+
+// inRegion is the entries of es recorded in region; all of them for
+// region "".
+func inRegion(es []ledger.Entry, region string) []ledger.Entry {
+	var sel []ledger.Entry
+	for _, e := range es {
+		if region == "" || e.Region == region {
+			sel = append(sel, e)
+		}
+	}
+	return sel
+}
+
 // TestCountsByModelRouteAndUpstream: CountsBy answers, on both stores,
 // one group per distinct value of the columns it groups by among the
 // entries the query selects, each with what its entries counted on a
@@ -146,15 +173,7 @@ func TestCountsByModelRouteAndUpstream(t *testing.T) {
 						sel = append(sel, e)
 					}
 				}
-				want, got := countsByRef(sel, c.by), groupsOf(t, gs)
-				if len(got) != c.groups || len(want) != c.groups {
-					t.Fatalf("%d groups (%d in the entries), want %d: %+v", len(got), len(want), c.groups, gs)
-				}
-				for k, w := range want {
-					if g := got[k]; g != w {
-						t.Errorf("group %+v = %+v; the entries add up to %+v", k, g, w)
-					}
-				}
+				refGroups(t, gs, sel, c.by, c.groups)
 				if !slices.IsSortedFunc(gs, func(a, b ledger.Group) int { return int(b.Counts.Requests - a.Counts.Requests) }) {
 					t.Errorf("groups not most requests first: %+v", gs)
 				}
@@ -310,21 +329,8 @@ func TestTotalCountsByEveryTenant(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var sel []ledger.Entry
-				for _, e := range entries {
-					if c.region == "" || e.Region == c.region {
-						sel = append(sel, e)
-					}
-				}
-				want, got := countsByRef(sel, c.by), groupsOf(t, gs)
-				if len(got) != c.groups || len(want) != c.groups {
-					t.Fatalf("%d groups (%d in the entries), want %d: %+v", len(got), len(want), c.groups, gs)
-				}
-				for k, w := range want {
-					if g := got[k]; g != w {
-						t.Errorf("group %+v = %+v; the entries add up to %+v", k, g, w)
-					}
-				}
+				sel := inRegion(entries, c.region)
+				refGroups(t, gs, sel, c.by, c.groups)
 			})
 		}
 		// gpt-4o: a1, g1's 60, g2, d1 (the cancelled and the refused
