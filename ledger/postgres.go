@@ -620,11 +620,13 @@ func pgCountsBy(by GroupBy, every bool) string {
 		where, n = "", 0
 	}
 	p := func(i int) string { return "$" + strconv.Itoa(n+i) }
+	// The groups of the most requests first: the requests are the column
+	// after the selected ones.
 	return `SELECT ` + strings.Join(selected, ", ") + `, ` + pgSat(counted(countsRequest)) + `, ` +
 		pgSat(counted(countsInput)) + `, ` + pgSat(counted(countsOutput)) + `, ` + pgSumCost + `
 		FROM ledger_entries WHERE ` + where + `created_at >= ` + p(1) + ` AND created_at < ` + p(2) + `
 		AND (` + p(3) + ` = '' OR user_id = ` + p(3) + `) AND (` + p(4) + ` = '' OR key_id = ` + p(4) + `) AND (` + p(5) + ` = '' OR region = ` + p(5) + `)` +
-		groupClause(grouped) + ` HAVING COUNT(*) > 0 ORDER BY 10 DESC LIMIT ` + p(6)
+		groupClause(grouped) + ` HAVING COUNT(*) > 0 ORDER BY ` + strconv.Itoa(len(selected)+1) + ` DESC LIMIT ` + p(6)
 }
 
 func (s *pgStore) countsBy(ctx context.Context, k spendQueryKey, from, to time.Time, limit int) ([]Group, error) {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -510,11 +511,14 @@ func sqliteCountsBy(by GroupBy, every bool) string {
 	if every {
 		where = ""
 	}
+	// The groups of the most requests first: the requests' high and low
+	// halves are the columns after the selected ones.
+	requests := len(selected) + 1
 	return `SELECT ` + strings.Join(selected, ", ") + `, ` + halves(counted(countsRequest)) + `, ` +
 		halves(counted(countsInput)) + `, ` + halves(counted(countsOutput)) + `, ` + sqliteSumCost + `
 		FROM ledger_entries WHERE ` + where + `created_at >= ? AND created_at < ?
 		AND (? = '' OR user_id = ?) AND (? = '' OR key_id = ?) AND (? = '' OR region = ?)` +
-		groupClause(grouped) + ` HAVING COUNT(*) > 0 ORDER BY 10 DESC, 11 DESC LIMIT ?`
+		groupClause(grouped) + ` HAVING COUNT(*) > 0 ORDER BY ` + strconv.Itoa(requests) + ` DESC, ` + strconv.Itoa(requests+1) + ` DESC LIMIT ?`
 }
 
 func (s *sqliteStore) countsBy(ctx context.Context, k spendQueryKey, from, to time.Time, limit int) ([]Group, error) {
