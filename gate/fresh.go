@@ -42,14 +42,13 @@ type store interface {
 // tokens, to what the entries of the caller (and of the model, route,
 // upstream, region, address or attributes its key names) counted in their
 // window, and the limits of the whole deployment
-// (keyed by model, route, upstream, the region or nothing) under their
-// own tag, to what every tenant's entries counted (restoreGlobal),
-// sliding logs included (their count as one mark at the restore's time,
-// which stops counting a period later, no sooner than the spend it stands
-// for: see weighted.Restorer). A concurrency limit is not restored: its
-// holders renew their slots (see restored). Other rate limits (keyed by
-// an address or an attribute without the caller, whose keys carry no
-// tenant's marker; the rate limit service's descriptors) are not
+// (keyed by model, route, upstream, the region, address or attributes, or
+// by nothing) under their own tag, to what every tenant's entries counted
+// (restoreGlobal), sliding logs included (their count as one mark at the
+// restore's time, which stops counting a period later, no sooner than the
+// spend it stands for: see weighted.Restorer). A concurrency limit is not
+// restored: its holders renew their slots (see restored). The rate limit
+// service's descriptor limits, which the ledger does not record, are not
 // restored: they come back empty, which admits at most one more window
 // of each.
 //

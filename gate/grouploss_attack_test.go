@@ -308,7 +308,7 @@ func regionsOwnEntriesLoss(t *testing.T, limit string) {
 // spent, and admits 3. Before, a model limit came back empty on the
 // fallback, which admitted 5.
 func TestLimitLossAtkModelLimitsOnTheFallback(t *testing.T) {
-	fallbackShareLoss(t, "", "{name: model-requests, dimensions: [tenant, model], unit: requests, rate: 10, period: 24h, algorithm: fixed_window}", "cg-acme")
+	fallbackShareLoss(t, "", "{name: model-requests, dimensions: [tenant, model], unit: requests, rate: 10, period: 24h, algorithm: fixed_window}", groupRequest{model: "gpt-4o"}, "cg-acme")
 }
 
 // TestLimitLossAtkModelLimitsRateLimitServiceHits: the rate limit service
@@ -330,10 +330,10 @@ func TestLimitLossAtkModelLimitsRateLimitServiceHits(t *testing.T) {
 // (fallback_replicas: 2) on a private Redis, configured with top
 // (top-level YAML lines, or none), tenants acme and beta, and limit (a
 // YAML flow mapping of 10 of groupRequest's requests) as its one limit;
-// spends 4 of them on gpt-4o, split evenly among keys; then requires the
+// spends 4 of q's requests, split evenly among keys; then requires the
 // fallback, restored from the ledger at its share (2 of its 5 spent), to
 // admit 3 (spendOnTheFallback, as acme).
-func fallbackShareLoss(t *testing.T, top, limit string, keys ...string) {
+func fallbackShareLoss(t *testing.T, top, limit string, q groupRequest, keys ...string) {
 	t.Helper()
 	awayFromWindowEdge(t, 24*time.Hour)
 	srv := redistest.New(t)
@@ -348,7 +348,7 @@ limits:
   - %s
 `, t.TempDir(), top, srv.URL, limit))
 	t.Cleanup(func() { g.Close() })
-	q := groupRequest{key: "cg-acme", model: "gpt-4o"}
+	q = q.as("cg-acme")
 	n := 0
 	for _, k := range keys {
 		n += spendGroupUntil(t, g, q.as(k), 4/len(keys), 429)

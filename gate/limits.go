@@ -291,11 +291,9 @@ func (l *compiledLimit) callerScoped() bool {
 // ledger's, what the entries in the limit's window of the caller (every
 // tenant's for a limit of the deployment; and of the model, route,
 // upstream, region, client address or attributes its key names) counted
-// in its unit (see spentSince, ledgerCount). A limit keyed by an address
-// or an attribute without the caller (no tenant's hash tag, so no
-// generation marker tells its loss) is not, nor does an entry stored
-// before the ledger kept the keys' address and attributes count on one
-// (see ledger.Entry.KeyIP).
+// in its unit (see spentSince, ledgerCount). An entry stored before the
+// ledger kept the keys' address and attributes counts on no counter of a
+// limit keyed by them (see ledger.Entry.KeyIP).
 func (l *compiledLimit) restorable() bool {
 	return !l.budget && l.level == nil && l.extra == 0 && (l.global || l.callerScoped() || l.keyedByEntry()) &&
 		l.limit.Algorithm != weighted.Concurrency
@@ -359,16 +357,19 @@ const globalTag = "{global"
 
 // globalLimit tells whether configured limit l is a limit of the whole
 // deployment: keyed by none of the caller's dimensions, only by what a
-// ledger entry records of a request (model, route, upstream) or by the
-// region, or by nothing (one key for every request: the deployment's
-// spend cap or allowance), of any algorithm but concurrency. Its
-// keys carry globalTag, and its counters are restored from every
-// tenant's entries in the ledger when the store lost its data (see
-// freshStore.restoreGlobal).
+// ledger entry records of a request (model, route, upstream, region, and
+// what the key held of the client address and the attributes, see
+// ledger.Entry.KeyIP), or by nothing (one key for every request: the
+// deployment's spend cap or allowance), of any algorithm but
+// concurrency. Its keys carry globalTag, and its counters are restored
+// from every tenant's entries in the ledger when the store lost its data
+// (see freshStore.restoreGlobal): an address's requests a minute across
+// every tenant too, whose key would otherwise carry no hash tag, so no
+// generation marker, and come back empty after a loss.
 func globalLimit(l config.LimitConfig) bool {
 	for _, d := range l.Dimensions {
-		switch d {
-		case "model", "route", "upstream", "region":
+		switch {
+		case d == "model", d == "route", d == "upstream", d == "region", d == "ip", strings.HasPrefix(d, config.AttributePrefix):
 		default:
 			return false
 		}
@@ -383,7 +384,7 @@ func globalLimit(l config.LimitConfig) bool {
 // reads no entry. One of some plans is restored from their entries (see
 // Gate.ledgerGroupCounters): the roll-up does not say the plans.
 func (l *compiledLimit) spendCap() bool {
-	return l.global && l.unit == "usd" && !l.byModel && !l.byUpstream && !slices.Contains(l.dims, "route") && len(l.plans) == 0
+	return l.global && l.unit == "usd" && len(l.plans) == 0 && !slices.ContainsFunc(l.dims, func(d string) bool { return d != "region" })
 }
 
 // spentSince is when the spend that the limit's counter holds at now

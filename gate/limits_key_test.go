@@ -10,7 +10,9 @@ import (
 
 // TestLimitKeyValuesChooseNoHashTag: a limit keyed by values the caller
 // chooses (a model, a route, an attribute, an RLS descriptor's value) and
-// not by the caller has no hash tag: its key is hashed whole. A value
+// not by the caller, and not of the whole deployment (which has
+// globalTag, see TestGlobalLimitKeysKeepTheGlobalTag), has no hash tag:
+// its key is hashed whole. A value
 // with braces must not give it one: "x{acme}" would put the counter in
 // tenant acme's Redis Cluster slot, under acme's generation marker (a
 // stale answer there restores acme's counters). And the escaping keeps
@@ -35,17 +37,19 @@ func TestLimitKeyValuesChooseNoHashTag(t *testing.T) {
 }
 
 // TestGlobalLimitKeysKeepTheGlobalTag: a configured limit of the whole
-// deployment (keyed by model, route, upstream, the region, or nothing)
-// has the hash tag globalTag whatever values a caller gives it, so that
-// the generation marker restoreGlobal writes covers each of its keys; a
-// limit keyed by the caller too, or by an address, has not.
+// deployment (keyed by model, route, upstream, the region, an address,
+// attributes, or nothing) has the hash tag globalTag whatever values a
+// caller gives it, so that the generation marker restoreGlobal writes
+// covers each of its keys; a limit keyed by the caller too has not, nor
+// a concurrency limit, which the ledger does not restore.
 func TestGlobalLimitKeysKeepTheGlobalTag(t *testing.T) {
 	for _, c := range []struct {
 		dims   []string
 		global bool
 	}{
 		{nil, true}, {[]string{"model"}, true}, {[]string{"route", "upstream"}, true}, {[]string{"model", "region"}, true},
-		{[]string{"tenant", "model"}, false}, {[]string{"ip"}, false}, {[]string{"model", "attr.team"}, false},
+		{[]string{"ip"}, true}, {[]string{"model", "attr.team"}, true},
+		{[]string{"tenant", "model"}, false}, {[]string{"ip", "user"}, false}, {[]string{"api_key", "attr.team"}, false},
 	} {
 		l, err := compileLimit(config.LimitConfig{Name: "l", Dimensions: c.dims, Unit: "tokens", Rate: 10, Period: time.Minute, Algorithm: "fixed_window"})
 		if err != nil {
@@ -55,11 +59,16 @@ func TestGlobalLimitKeysKeepTheGlobalTag(t *testing.T) {
 			t.Errorf("%v: global %v, want %v", c.dims, l.global, c.global)
 			continue
 		}
+		if conc, err := compileLimit(config.LimitConfig{Name: "c", Dimensions: c.dims, Rate: 10, Period: time.Minute, Algorithm: "concurrency"}); err != nil || conc.global {
+			t.Errorf("%v: a concurrency limit is global (%v)", c.dims, err)
+		}
 		if !c.global {
 			continue
 		}
 		for _, v := range []string{"gpt-4o", "{acme}", "x{acme}y", "}", "%7Bglobal%7D"} {
-			if key := l.key(&Reservation{st: &state{cfg: &config.Config{Region: v}}, model: v, req: Request{Route: v, Upstream: v}}); weighted.HashTag(key) != globalTag {
+			r := &Reservation{st: &state{cfg: &config.Config{Region: v}}, model: v,
+				req: Request{Route: v, Upstream: v, IP: v, Attributes: map[string]string{"team": v}}}
+			if key := l.key(r); weighted.HashTag(key) != globalTag {
 				t.Errorf("%v, value %q: key %q has the hash tag %q, want %q", c.dims, v, key, weighted.HashTag(key), globalTag)
 			}
 		}

@@ -54,7 +54,7 @@ func TestLimitLossAtkLogLimitsOnTheFallback(t *testing.T) {
 	for _, dims := range []string{"[tenant, model]", "[model]"} {
 		t.Run(dims, func(t *testing.T) {
 			t.Parallel()
-			fallbackShareLoss(t, "", "{name: model-log, dimensions: "+dims+", unit: requests, rate: 10, period: 24h, algorithm: sliding_log}", "cg-acme")
+			fallbackShareLoss(t, "", "{name: model-log, dimensions: "+dims+", unit: requests, rate: 10, period: 24h, algorithm: sliding_log}", groupRequest{model: "gpt-4o"}, "cg-acme")
 		})
 	}
 }

@@ -149,7 +149,7 @@ limits:
 // the fallback holds 5 of them and counts 2 spent, and admits 3 (before,
 // 5).
 func TestLimitLossAtkRegionLimitsOnTheFallback(t *testing.T) {
-	fallbackShareLoss(t, "region: eu\n", "{name: regional, dimensions: [tenant, region], unit: requests, rate: 10, period: 24h, algorithm: fixed_window}", "cg-acme")
+	fallbackShareLoss(t, "region: eu\n", "{name: regional, dimensions: [tenant, region], unit: requests, rate: 10, period: 24h, algorithm: fixed_window}", groupRequest{model: "gpt-4o"}, "cg-acme")
 }
 
 // TestLimitLossAtkRegionLimitsLedgerDown: a region limit's restore while

@@ -167,6 +167,53 @@ func TestLimitLossAtkRouteOnlyLimitHolds(t *testing.T) {
 	}
 }
 
+// addressCases are limits with no caller dimension keyed by the client
+// address or an attribute (alone, or with a model), as sharedCases: an
+// address's requests a day across every tenant, a project's tokens.
+var addressCases = []struct {
+	name, dims, unit, rate string
+	a, b                   groupRequest
+}{
+	{"requests per address", "[ip]", "requests", "rate: 10",
+		groupRequest{ip: "203.0.113.7"}, groupRequest{ip: "203.0.113.8"}},
+	{"tokens per IPv6 /64", "[ip]", "tokens", "rate: 50",
+		groupRequest{ip: "2001:db8:1:2::7"}, groupRequest{ip: "2001:db8:1:3::7"}},
+	{"tokens per project", "[attr.project]", "tokens", "rate: 50",
+		groupRequest{attrs: map[string]string{"project": "apollo"}}, groupRequest{attrs: map[string]string{"project": "gemini"}}},
+	{"dollars per project and model", "[attr.project, model]", "usd", `rate_usd: "0.00001"`,
+		groupRequest{attrs: map[string]string{"project": "a:b={c}%"}}, groupRequest{attrs: map[string]string{"project": "a:b={c}%"}, model: "gpt-4o-mini"}},
+	{"requests per address and job", "[ip, attr.job]", "requests", "rate: 10",
+		groupRequest{ip: "198.51.100.1", attrs: map[string]string{"job": "nightly"}}, groupRequest{ip: "198.51.100.1", attrs: map[string]string{"job": "hourly"}}},
+}
+
+// TestLimitLossAtkAddressOnlyLimitHolds: a limit keyed by the client
+// address or an attribute without the caller is a deployment's abuse
+// bound (an address's requests a day, whichever tenant's key it uses) or
+// a project's quota across tenants. acme and beta spend 6 of an
+// address's 10 requests' worth, beta 2 of another's, and the store then
+// loses its data (Redis flushed, on either ledger; the embedded default
+// restarted): the first address must admit 4 more, not 10, and the
+// second 8, in every algorithm that counts an amount, for an IPv6 /64
+// and attribute values a key escapes too. Before, such a limit's keys
+// carried no hash tag, so no generation marker told their loss: they
+// came back empty, and an address that had spent its day's allowance got
+// it again.
+func TestLimitLossAtkAddressOnlyLimitHolds(t *testing.T) {
+	for _, c := range addressCases {
+		for _, algo := range sharedAlgorithms {
+			for _, store := range sharedStores {
+				t.Run(c.name+"/"+algo+"/"+store, func(t *testing.T) {
+					t.Parallel()
+					awayFromWindowEdge(t, 24*time.Hour)
+					s := openShared(t, fmt.Sprintf("{name: shared, dimensions: %s, unit: %s, %s, period: 24h, algorithm: %s}",
+						c.dims, c.unit, c.rate, algo), store)
+					checkSharedLoss(t, s, c.a, c.b)
+				})
+			}
+		}
+	}
+}
+
 // TestLimitLossAtkNoDimensionLimitHolds: a limit with no dimension (or
 // the region alone) in requests or tokens is the deployment's allowance,
 // as one in dollars is its spend cap. acme spends 4 of 10 requests'
@@ -214,13 +261,15 @@ func TestLimitLossAtkNoDimensionLimitHolds(t *testing.T) {
 // the counter came back empty: 10 admitted after each loss.
 func TestLimitLossAtkSharedLimitsLedgerDown(t *testing.T) {
 	for _, posture := range []string{"fail_closed", "fail_open"} {
-		for _, c := range []struct{ dims, unit, rate string }{
-			{"[model]", "tokens", "rate: 50"}, {"[]", "requests", "rate: 10"}, {"[route]", "usd", `rate_usd: "0.00001"`},
+		for _, c := range []struct{ dims, unit, rate, ip string }{
+			{"[model]", "tokens", "rate: 50", ""}, {"[]", "requests", "rate: 10", ""}, {"[route]", "usd", `rate_usd: "0.00001"`, ""},
+			{"[ip]", "requests", "rate: 10", "203.0.113.7"},
 		} {
 			t.Run(posture+"/"+c.unit+c.dims, func(t *testing.T) {
 				t.Parallel()
 				awayFromWindowEdge(t, 24*time.Hour)
-				ledgerDownLoss(t, "", fmt.Sprintf("{name: shared, dimensions: %s, unit: %s, %s, period: 24h, algorithm: fixed_window, on_store_failure: %s}", c.dims, c.unit, c.rate, posture), posture, groupRequest{key: "cg-acme"}, groupRequest{key: "cg-beta"})
+				ledgerDownLoss(t, "", fmt.Sprintf("{name: shared, dimensions: %s, unit: %s, %s, period: 24h, algorithm: fixed_window, on_store_failure: %s}", c.dims, c.unit, c.rate, posture), posture,
+					groupRequest{key: "cg-acme", ip: c.ip}, groupRequest{key: "cg-beta", ip: c.ip})
 			})
 		}
 	}
@@ -285,7 +334,28 @@ func TestLimitLossAtkSharedLimitsRegionsOwnEntries(t *testing.T) {
 // fallback holds 5 of them and counts 2 spent, and admits 3. Before, it
 // came back empty on the fallback, which admitted 5.
 func TestLimitLossAtkSharedLimitsOnTheFallback(t *testing.T) {
-	fallbackShareLoss(t, "", "{name: model-requests, dimensions: [model], unit: requests, rate: 10, period: 24h, algorithm: fixed_window}", "cg-acme", "cg-beta")
+	fallbackShareLoss(t, "", "{name: model-requests, dimensions: [model], unit: requests, rate: 10, period: 24h, algorithm: fixed_window}", groupRequest{model: "gpt-4o"}, "cg-acme", "cg-beta")
+}
+
+// TestLimitLossAtkAddressOnlyLimitsOnTheFallback: a limit keyed by the
+// client address, or by an attribute, without the caller is restored on
+// the local fallback at its share as one keyed by model alone is (see
+// TestLimitLossAtkSharedLimitsOnTheFallback): acme and beta had spent 4
+// of an address's (or a project's) 10 requests, the fallback holds 5 and
+// admits 3. Before, it came back empty on the fallback, which admitted 5.
+func TestLimitLossAtkAddressOnlyLimitsOnTheFallback(t *testing.T) {
+	for _, c := range []struct {
+		dims string
+		q    groupRequest
+	}{
+		{"[ip]", groupRequest{ip: "203.0.113.7"}},
+		{"[attr.project]", groupRequest{attrs: map[string]string{"project": "apollo"}}},
+	} {
+		t.Run(c.dims, func(t *testing.T) {
+			t.Parallel()
+			fallbackShareLoss(t, "", "{name: shared, dimensions: "+c.dims+", unit: requests, rate: 10, period: 24h, algorithm: fixed_window}", c.q, "cg-acme", "cg-beta")
+		})
+	}
 }
 
 // TestLimitLossAtkSharedLimitsRateLimitServiceHits: the rate limit

@@ -163,9 +163,10 @@ func (l *Ledger) CountsBy(ctx context.Context, q SpendQuery, by GroupBy) ([]Grou
 // columns by names. It reads every entry in the range once (an index
 // range scan by creation time), so its cost grows with the deployment's
 // entries in the range: it is for a rare read, the counters of the
-// limits of a whole deployment (keyed by model, route, upstream or
-// nothing) restored after the limiter's store lost its data. It answers
-// as CountsBy does while the store fails, from this node's records.
+// limits of a whole deployment (keyed by model, route, upstream,
+// address, attributes or nothing) restored after the limiter's store
+// lost its data. It answers as CountsBy does while the store fails, from
+// this node's records.
 //
 // TotalCountsBy fails with ErrInvalid for a query that names a tenant,
 // a user or a key (CountsBy's), a region that is not valid text (see
