@@ -76,13 +76,17 @@ func (q groupRequest) as(key string) groupRequest {
 // every one but concurrency.
 var sharedAlgorithms = []string{"fixed_window", "sliding_window", "token_bucket", "gcra", "sliding_log"}
 
+// sharedCase is a limit with no caller dimension (its dimensions, unit
+// and rate) and two requests whose counters differ.
+type sharedCase struct {
+	name, dims, unit, rate string
+	a, b                   groupRequest
+}
+
 // sharedCases are limits with no caller dimension, keyed by model, route,
 // upstream or region, each at a rate that admits ten of groupRequest's
 // requests, with two requests whose counters differ.
-var sharedCases = []struct {
-	name, dims, unit, rate string
-	a, b                   groupRequest
-}{
+var sharedCases = []sharedCase{
 	{"tokens per model", "[model]", "tokens", "rate: 50",
 		groupRequest{model: "gpt-4o"}, groupRequest{model: "gpt-4o-mini"}},
 	{"requests per route", "[route]", "requests", "rate: 10",
@@ -152,7 +156,14 @@ func TestLimitLossAtkModelOnlyLimitHolds(t *testing.T) {
 // across a loss as one keyed by model alone does (see
 // TestLimitLossAtkModelOnlyLimitHolds). Before, they came back empty.
 func TestLimitLossAtkRouteOnlyLimitHolds(t *testing.T) {
-	for _, c := range sharedCases[1:] {
+	checkSharedCases(t, sharedCases[1:])
+}
+
+// checkSharedCases runs checkSharedLoss on each of cases, in every
+// algorithm of sharedAlgorithms and on every store of sharedStores, each
+// a parallel subtest.
+func checkSharedCases(t *testing.T, cases []sharedCase) {
+	for _, c := range cases {
 		for _, algo := range sharedAlgorithms {
 			for _, store := range sharedStores {
 				t.Run(c.name+"/"+algo+"/"+store, func(t *testing.T) {
@@ -170,10 +181,7 @@ func TestLimitLossAtkRouteOnlyLimitHolds(t *testing.T) {
 // addressCases are limits with no caller dimension keyed by the client
 // address or an attribute (alone, or with a model), as sharedCases: an
 // address's requests a day across every tenant, a project's tokens.
-var addressCases = []struct {
-	name, dims, unit, rate string
-	a, b                   groupRequest
-}{
+var addressCases = []sharedCase{
 	{"requests per address", "[ip]", "requests", "rate: 10",
 		groupRequest{ip: "203.0.113.7"}, groupRequest{ip: "203.0.113.8"}},
 	{"tokens per IPv6 /64", "[ip]", "tokens", "rate: 50",
@@ -199,19 +207,7 @@ var addressCases = []struct {
 // came back empty, and an address that had spent its day's allowance got
 // it again.
 func TestLimitLossAtkAddressOnlyLimitHolds(t *testing.T) {
-	for _, c := range addressCases {
-		for _, algo := range sharedAlgorithms {
-			for _, store := range sharedStores {
-				t.Run(c.name+"/"+algo+"/"+store, func(t *testing.T) {
-					t.Parallel()
-					awayFromWindowEdge(t, 24*time.Hour)
-					s := openShared(t, fmt.Sprintf("{name: shared, dimensions: %s, unit: %s, %s, period: 24h, algorithm: %s}",
-						c.dims, c.unit, c.rate, algo), store)
-					checkSharedLoss(t, s, c.a, c.b)
-				})
-			}
-		}
-	}
+	checkSharedCases(t, addressCases)
 }
 
 // TestLimitLossAtkNoDimensionLimitHolds: a limit with no dimension (or
