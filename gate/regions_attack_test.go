@@ -531,7 +531,7 @@ func TestRegionsAttackDataLossThenIdle(t *testing.T) {
 			global++
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // eu reports its spend
+	waitRegionReported(t, dsn, "eu", int64(global)*1_000_000)
 	if err := euRedis.Client(t).FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}

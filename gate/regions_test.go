@@ -290,7 +290,7 @@ func TestRegionCapZeroAdmitsNothing(t *testing.T) {
 	if spent != 100 {
 		t.Fatalf("eu spent %d of 100 requests", spent)
 	}
-	time.Sleep(200 * time.Millisecond) // eu reports its spend
+	waitRegionReported(t, dsn, "eu", 100*100_000)
 	us := regionGate(t, dsn, "us")
 	cu := us.Identify("cg-acme")
 	for i := range 3 {
@@ -303,6 +303,29 @@ func TestRegionCapZeroAdmitsNothing(t *testing.T) {
 			t.Fatalf("us refused with %d, want 402: %+v", d.Status, d)
 		}
 	}
+}
+
+// waitRegionReported waits, up to 20 s, until region's rows in the
+// regions' table of the PostgreSQL at dsn report at least spent
+// nano-dollars used: its spend reported to the other regions at a
+// rebalance, which a machine under load may take longer than a few
+// intervals to write.
+func waitRegionReported(t *testing.T, dsn, region string, spent int64) {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var used int64
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		err := pool.QueryRow(ctx, `SELECT coalesce(sum(used), 0) FROM costgate_region_caps WHERE region = $1`, region).Scan(&used)
+		if err == nil && used >= spent {
+			return
+		}
+	}
+	t.Fatalf("%s reported %d nano-dollars used, not the %d it spent, in 20 s", region, used, spent)
 }
 
 // regionGate opens a gate of region (eu or us, rebalanced every 50 ms) on
