@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/internal/redistest"
 )
 
@@ -137,5 +138,55 @@ func TestConcLossAtkEndedStreamsFreeSlots(t *testing.T) {
 	}
 	if res, d := concLossReserve(t, b); res != nil || d.Status != 429 {
 		t.Fatalf("a 5th stream: %d, want 429", d.Status)
+	}
+}
+
+// TestConcLossAtkSharedLimitsSameReplicaRefused: a concurrency limit
+// without the caller (an address's streams in flight, a model's across
+// every tenant, the deployment's, a job's) holds across a loss as a
+// tenant's does (TestConcLossAtkSameReplicaRefused): 3 of its 3 streams
+// run on a replica, Redis loses its data, and a 4th on that replica,
+// right away, is refused with 429; on another replica, after the first
+// one's renewals (TestConcLossAtkOtherReplicaRefused), too. Before, such
+// a limit's key had no hash tag, so no generation marker told the loss:
+// the replica admitted 3 more before its next renewal held the lost
+// slots again.
+func TestConcLossAtkSharedLimitsSameReplicaRefused(t *testing.T) {
+	for _, dims := range []string{"[ip]", "[model]", "[]", "[attr.job]", "[route, ip]"} {
+		t.Run(dims, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.New(t)
+			open := func() *Gate {
+				return openAcme(t, fmt.Sprintf("store: {redis: %q, timeout: 5s, queue_timeout: 5s}", srv.URL)+`
+limits:
+  - {name: streams, dimensions: `+dims+`, algorithm: concurrency, rate: 3, period: 1m}`)
+			}
+			a, b := open(), open()
+			reserve := func(g *Gate) (*Reservation, Decision) {
+				res, d := g.Reserve(context.Background(), &Request{Caller: g.Identify("cg-acme"), Route: "/x", Upstream: "openai",
+					IP: "203.0.113.9", Attributes: map[string]string{"job": "nightly"}, Estimate: costmodel.Estimate{Model: "gpt-4o"}})
+				if res != nil {
+					t.Cleanup(func() { res.Cancel(context.Background()) })
+				}
+				return res, d
+			}
+			for i := range 3 {
+				if res, d := reserve(a); res == nil {
+					t.Fatalf("stream %d refused: %+v", i, d)
+				}
+			}
+			if err := srv.Client(t).FlushAll(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				if res, d := reserve(a); res != nil || d.Status != 429 {
+					t.Fatalf("stream %d after the loss, with 3 running on the same replica: %d, want 429", 4+i, d.Status)
+				}
+			}
+			renewNow(t, a)
+			if res, d := reserve(b); res != nil || d.Status != 429 {
+				t.Fatalf("a 4th stream on another replica after the loss and the renewals: %d, want 429", d.Status)
+			}
+		})
 	}
 }

@@ -360,12 +360,14 @@ const globalTag = "{global"
 // ledger entry records of a request (model, route, upstream, region, and
 // what the key held of the client address and the attributes, see
 // ledger.Entry.KeyIP), or by nothing (one key for every request: the
-// deployment's spend cap or allowance), of any algorithm but
-// concurrency. Its keys carry globalTag, and its counters are restored
-// from every tenant's entries in the ledger when the store lost its data
-// (see freshStore.restoreGlobal): an address's requests a minute across
-// every tenant too, whose key would otherwise carry no hash tag, so no
-// generation marker, and come back empty after a loss.
+// deployment's spend cap or allowance). Its keys carry globalTag, whose
+// generation marker tells a loss: its counters are then restored from
+// every tenant's entries in the ledger (see freshStore.restoreGlobal), an
+// address's requests a minute across every tenant too, and a
+// concurrency limit's requests in flight are held again by their
+// holders' renewals, this replica's before the request that found the
+// loss is decided (see freshStore.restored). Without the tag, the key
+// would have no marker, and the limit would come back empty.
 func globalLimit(l config.LimitConfig) bool {
 	for _, d := range l.Dimensions {
 		switch {
@@ -374,7 +376,7 @@ func globalLimit(l config.LimitConfig) bool {
 			return false
 		}
 	}
-	return l.Algorithm != "concurrency"
+	return true
 }
 
 // spendCap tells whether l is a limit of the whole deployment in dollars
@@ -384,7 +386,8 @@ func globalLimit(l config.LimitConfig) bool {
 // reads no entry. One of some plans is restored from their entries (see
 // Gate.ledgerGroupCounters): the roll-up does not say the plans.
 func (l *compiledLimit) spendCap() bool {
-	return l.global && l.unit == "usd" && len(l.plans) == 0 && !slices.ContainsFunc(l.dims, func(d string) bool { return d != "region" })
+	return l.global && l.unit == "usd" && len(l.plans) == 0 && l.limit.Algorithm != weighted.Concurrency &&
+		!slices.ContainsFunc(l.dims, func(d string) bool { return d != "region" })
 }
 
 // spentSince is when the spend that the limit's counter holds at now

@@ -40,8 +40,9 @@ func TestLimitKeyValuesChooseNoHashTag(t *testing.T) {
 // deployment (keyed by model, route, upstream, the region, an address,
 // attributes, or nothing) has the hash tag globalTag whatever values a
 // caller gives it, so that the generation marker restoreGlobal writes
-// covers each of its keys; a limit keyed by the caller too has not, nor
-// a concurrency limit, which the ledger does not restore.
+// covers each of its keys, in every algorithm (a concurrency limit's
+// marker tells its holders to hold their slots again); a limit keyed by
+// the caller too has not.
 func TestGlobalLimitKeysKeepTheGlobalTag(t *testing.T) {
 	for _, c := range []struct {
 		dims   []string
@@ -59,8 +60,11 @@ func TestGlobalLimitKeysKeepTheGlobalTag(t *testing.T) {
 			t.Errorf("%v: global %v, want %v", c.dims, l.global, c.global)
 			continue
 		}
-		if conc, err := compileLimit(config.LimitConfig{Name: "c", Dimensions: c.dims, Rate: 10, Period: time.Minute, Algorithm: "concurrency"}); err != nil || conc.global {
-			t.Errorf("%v: a concurrency limit is global (%v)", c.dims, err)
+		if conc, err := compileLimit(config.LimitConfig{Name: "c", Dimensions: c.dims, Rate: 10, Period: time.Minute, Algorithm: "concurrency"}); err != nil || conc.global != c.global {
+			t.Errorf("%v: a concurrency limit's global is not %v (%v)", c.dims, c.global, err)
+		} else if usd, err := compileLimit(config.LimitConfig{Name: "c", Dimensions: c.dims, Unit: "usd", RateUSD: 10_000, Period: time.Minute, Algorithm: "concurrency"}); err != nil || usd.spendCap() {
+			// Its dollars in flight are no spend of the ledger's.
+			t.Errorf("%v: a concurrency limit in dollars is a spend cap (%v)", c.dims, err)
 		}
 		if !c.global {
 			continue
