@@ -152,7 +152,8 @@ func TestConcLossAtkEndedStreamsFreeSlots(t *testing.T) {
 // the replica admitted 3 more before its next renewal held the lost
 // slots again.
 func TestConcLossAtkSharedLimitsSameReplicaRefused(t *testing.T) {
-	for _, dims := range []string{"[ip]", "[model]", "[]", "[attr.job]", "[route, ip]"} {
+	// And, as a tenant's, limits keyed by the caller and more.
+	for _, dims := range []string{"[ip]", "[model]", "[]", "[attr.job]", "[route, ip]", "[tenant, ip]", "[api_key, model]", "[user, attr.job]"} {
 		t.Run(dims, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.New(t)
