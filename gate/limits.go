@@ -301,26 +301,35 @@ func (l *compiledLimit) restorable() bool {
 
 // keyedByEntry tells whether the limit's key names the caller (tenant,
 // user or api_key: the key's hash tag is the tenant) and, besides it,
-// only what a ledger entry records of a request: its model, route,
-// upstream, region, or what the key held of its client address or
-// attributes (ledger.Entry.KeyIP, KeyAttrs), at least one of them. Its
+// only what a ledger entry records of a request (see entryDim), at least
+// one such dimension. Its
 // counters are restored from the tenant's entries grouped by those (see
 // Gate.ledgerGroupCounters).
 func (l *compiledLimit) keyedByEntry() bool {
 	more := false
 	for _, d := range l.dims {
-		switch d {
-		case "tenant", "user", "api_key":
-		case "model", "route", "upstream", "region", "ip":
+		switch {
+		case d == "tenant", d == "user", d == "api_key":
+		case entryDim(d):
 			more = true
 		default:
-			if !strings.HasPrefix(d, config.AttributePrefix) {
-				return false
-			}
-			more = true
+			return false
 		}
 	}
 	return more && l.tagged
+}
+
+// entryDim tells whether a ledger entry records what a limit's key holds
+// of dimension d: the request's model, route, upstream or region, or
+// what the key held of its client address or an attribute
+// (ledger.Entry.KeyIP, KeyAttrs). The ledger restores a limit keyed by
+// these, with the caller (keyedByEntry) or without (globalLimit).
+func entryDim(d string) bool {
+	switch d {
+	case "model", "route", "upstream", "region", "ip":
+		return true
+	}
+	return strings.HasPrefix(d, config.AttributePrefix)
 }
 
 // callerRestorable tells whether the limit is restorable and keyed by
@@ -357,9 +366,7 @@ const globalTag = "{global"
 
 // globalLimit tells whether configured limit l is a limit of the whole
 // deployment: keyed by none of the caller's dimensions, only by what a
-// ledger entry records of a request (model, route, upstream, region, and
-// what the key held of the client address and the attributes, see
-// ledger.Entry.KeyIP), or by nothing (one key for every request: the
+// ledger entry records of a request (see entryDim), or by nothing (one key for every request: the
 // deployment's spend cap or allowance). Its keys carry globalTag, whose
 // generation marker tells a loss: its counters are then restored from
 // every tenant's entries in the ledger (see freshStore.restoreGlobal), an
@@ -369,14 +376,7 @@ const globalTag = "{global"
 // loss is decided (see freshStore.restored). Without the tag, the key
 // would have no marker, and the limit would come back empty.
 func globalLimit(l config.LimitConfig) bool {
-	for _, d := range l.Dimensions {
-		switch {
-		case d == "model", d == "route", d == "upstream", d == "region", d == "ip", strings.HasPrefix(d, config.AttributePrefix):
-		default:
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(l.Dimensions, func(d string) bool { return !entryDim(d) })
 }
 
 // spendCap tells whether l is a limit of the whole deployment in dollars
