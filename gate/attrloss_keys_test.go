@@ -119,3 +119,19 @@ func FuzzKeyText(f *testing.F) {
 		}
 	})
 }
+
+// TestKeyRecordAllocations: what an entry records of a request's address
+// and attributes costs it one allocation when their values are written
+// as they are (an IPv4 address, plain attribute values: the usual case),
+// and none when no limit is keyed by them.
+func TestKeyRecordAllocations(t *testing.T) {
+	req := Request{IP: "203.0.113.7", Attributes: map[string]string{"project": "search-indexer", "team": "core"}}
+	k := keyDims{ip: true, attrs: []string{"project", "team"}}
+	if n := testing.AllocsPerRun(1000, func() { k.record(&req) }); n > 1 {
+		t.Errorf("an address and two plain attributes recorded in %.0f allocations, want at most 1", n)
+	}
+	none := keyDims{}
+	if n := testing.AllocsPerRun(1000, func() { none.record(&req) }); n != 0 {
+		t.Errorf("no limit keyed by them: %.0f allocations, want 0", n)
+	}
+}

@@ -55,22 +55,30 @@ func (k *keyDims) record(req *Request) (keyIP, keyAttrs string) {
 		if v == "" {
 			continue // no limit is keyed by it (see keyedFor)
 		}
-		pair := name + "=" + ledgerText(writtenValue(v))
-		if b.Len()+1+len(pair) > ledger.MaxKeyAttrs {
+		v = ledgerText(writtenValue(v))
+		if b.Len()+1+len(name)+1+len(v) > ledger.MaxKeyAttrs {
 			// The entry is kept; the limits keyed by this attribute do not
 			// count it after a loss. Sixteen attributes of a kilobyte fit.
 			continue
 		}
 		if b.Len() > 0 {
 			b.WriteByte(':')
+		} else {
+			b.Grow(64) // the usual pairs in one allocation
 		}
-		b.WriteString(pair)
+		b.WriteString(name)
+		b.WriteByte('=')
+		b.WriteString(v)
 	}
 	return keyIP, b.String()
 }
 
-// writtenValue is v as a limit's key writes it (see writeKeyValue).
+// writtenValue is v as a limit's key writes it (see writeKeyValue): v
+// itself, not a copy, when it writes v as it is.
 func writtenValue(v string) string {
+	if plainKeyValue(v) {
+		return v
+	}
 	var b strings.Builder
 	writeKeyValue(&b, v)
 	return b.String()

@@ -232,15 +232,15 @@ func ipKey(ip string) string {
 // stays within a few kilobytes whatever a caller sends, and no two values
 // share one.
 func writeKeyValue(b *strings.Builder, v string) {
+	if plainKeyValue(v) {
+		b.WriteString(v)
+		return
+	}
 	if len(v) > maxKeyValue {
 		sum := sha256.Sum256([]byte(v))
 		writeKeyValue(b, v[:maxKeyValue-2-2*sha256.Size])
 		b.WriteString("%~")
 		b.WriteString(hex.EncodeToString(sum[:]))
-		return
-	}
-	if !strings.ContainsAny(v, "%:={}") {
-		b.WriteString(v)
 		return
 	}
 	for i := 0; i < len(v); i++ {
@@ -259,6 +259,12 @@ func writeKeyValue(b *strings.Builder, v string) {
 			b.WriteByte(c)
 		}
 	}
+}
+
+// plainKeyValue tells whether writeKeyValue writes v as it is: short
+// enough, and without a byte it escapes.
+func plainKeyValue(v string) bool {
+	return len(v) <= maxKeyValue && !strings.ContainsAny(v, "%:={}")
 }
 
 // maxKeyValue bounds the bytes of a dimension's value a limit's key holds
