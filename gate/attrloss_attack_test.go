@@ -207,18 +207,12 @@ func TestAttrLossAtkLedgerDown(t *testing.T) {
 // 10 each.
 func TestAttrLossAtkRestartOnMemory(t *testing.T) {
 	awayFromWindowEdge(t, 24*time.Hour)
-	dir := t.TempDir()
-	open := func() *Gate {
-		return openYAML(t, fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-tenants:
+	open := onDataDir(t, `tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme, user: ann}]}
 limits:
   - {name: per-project, dimensions: [tenant, attr.project], unit: requests, rate: 10, period: 24h}
   - {name: per-ip, dimensions: [tenant, ip], unit: requests, rate: 10, period: 24h}
-`, dir))
-	}
+`)
 	g := open()
 	if n := spendGroupUntil(t, g, project("a"), 6, 429) + spendGroupUntil(t, g, from("192.0.2.1"), 3, 429); n != 9 {
 		t.Fatalf("before the restart: %d admitted of 9", n)

@@ -24,6 +24,19 @@ func openYAML(t *testing.T, yaml string) *Gate {
 	return g
 }
 
+// onDataDir returns a function that opens a gate on the embedded
+// default (the in-memory store, the embedded ledger) in a data_dir of
+// t's, the same at every call, with the configuration's rest (YAML lines
+// after admin_token and data_dir): a restart, which finds the ledger
+// again and a store that starts empty. The caller closes each gate.
+func onDataDir(t *testing.T, rest string) func() *Gate {
+	dir := t.TempDir()
+	return func() *Gate {
+		t.Helper()
+		return openYAML(t, fmt.Sprintf("\nadmin_token: t\ndata_dir: %q\n", dir)+rest)
+	}
+}
+
 // acmeRedisGate opens a gate on a private Redis with tenant acme (key
 // cg-acme, user ann) and one limit, limit (a YAML flow mapping); the gate
 // is closed at the test's end.
@@ -112,15 +125,9 @@ limits:
 // before and after the restart.
 func spendAcmeAroundARestart(t *testing.T, rest string) (before, after int) {
 	t.Helper()
-	dir := t.TempDir()
-	open := func() *Gate {
-		return openYAML(t, fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-tenants:
+	open := onDataDir(t, `tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
-`, dir)+rest)
-	}
+`+rest)
 	g := open()
 	before = spendAcmeUntil(t, g, 20, 429)
 	if err := g.Close(); err != nil {

@@ -224,17 +224,11 @@ func TestLimitLossAtkUnitLimitsRestartOnMemory(t *testing.T) {
 	for _, u := range unitCases {
 		t.Run(u.unit, func(t *testing.T) {
 			t.Parallel()
-			dir := t.TempDir()
-			open := func() *Gate {
-				return openYAML(t, fmt.Sprintf(`
-admin_token: t
-data_dir: %q
-tenants:
+			open := onDataDir(t, fmt.Sprintf(`tenants:
   - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
 limits:
   - {name: allowance, dimensions: [tenant], unit: %s, rate: %s, period: 1h, algorithm: sliding_window}
-`, dir, u.unit, u.rate))
-			}
+`, u.unit, u.rate))
 			g := open()
 			if n := spendUsageUntil(t, g, "cg-acme", 20, 429); n != 10 {
 				t.Fatalf("before the restart: %d admitted of 10", n)
