@@ -57,33 +57,22 @@ func (o *openaiUsage) usage() (Usage, bool) {
 	if o.PromptTokens == nil && o.InputTokens == nil || o.negative() {
 		return Usage{}, false
 	}
-	// A report in both spellings (chat's prompt_ and completion_, the
-	// Responses API's input_ and output_) counts each kind at its larger
-	// figure: which one the upstream bills by, costgate cannot tell.
+	// Each kind counts at its larger figure in the two spellings (chat's
+	// prompt_ and completion_, the Responses API's input_ and output_),
+	// whichever of them names the input: a report in both, or in a mix of
+	// the two (prompt_tokens beside output_tokens), bills what either
+	// states, as costgate cannot tell which one the upstream bills by.
 	var u Usage
-	if p := o.PromptTokens; p != nil {
-		u.InputTokens = *p
-		u.OutputTokens = o.CompletionTokens
-		if d := o.PromptTokensDetails; d != nil {
-			u.CachedInputTokens = d.CachedTokens
-			u.AudioInputTokens = d.AudioTokens
-		}
-		if d := o.CompletionTokensDetails; d != nil {
-			u.ReasoningTokens = d.ReasoningTokens
-			u.AudioOutputTokens = d.AudioTokens
-		}
-	}
-	if p := o.InputTokens; p != nil {
-		if o.PromptTokens == nil {
-			u.InputTokens, u.OutputTokens = *p, o.OutputTokens
-		} else {
-			u.InputTokens, u.OutputTokens = max(u.InputTokens, *p), max(u.OutputTokens, o.OutputTokens)
-		}
-		if d := o.InputTokensDetails; d != nil {
+	u.InputTokens = max(deref(o.PromptTokens), deref(o.InputTokens))
+	u.OutputTokens = max(o.CompletionTokens, o.OutputTokens)
+	for _, d := range [...]*inputDetails{o.PromptTokensDetails, o.InputTokensDetails} {
+		if d != nil {
 			u.CachedInputTokens = max(u.CachedInputTokens, d.CachedTokens)
 			u.AudioInputTokens = max(u.AudioInputTokens, d.AudioTokens)
 		}
-		if d := o.OutputTokensDetails; d != nil {
+	}
+	for _, d := range [...]*outputDetails{o.CompletionTokensDetails, o.OutputTokensDetails} {
+		if d != nil {
 			u.ReasoningTokens = max(u.ReasoningTokens, d.ReasoningTokens)
 			u.AudioOutputTokens = max(u.AudioOutputTokens, d.AudioTokens)
 		}

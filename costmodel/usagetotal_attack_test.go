@@ -32,6 +32,10 @@ func TestUsageAtkTotalBeyondItsParts(t *testing.T) {
 		{"openai-cached-within-prompt", `{"usage":{"prompt_tokens":2000,"completion_tokens":5,"total_tokens":2005,"prompt_tokens_details":{"cached_tokens":1024}}}`, ChatCompletions, 2000, 5},
 		{"two-spellings-the-larger", `{"usage":{"prompt_tokens":10,"completion_tokens":5,"input_tokens":10,"output_tokens":5000}}`, ChatCompletions, 10, 5000},
 		{"two-spellings-input", `{"usage":{"prompt_tokens":9000,"completion_tokens":5,"input_tokens":10,"output_tokens":5}}`, Responses, 9000, 5},
+		{"mixed-prompt-and-output", `{"usage":{"prompt_tokens":20,"output_tokens":5000}}`, ChatCompletions, 20, 5000},
+		{"mixed-input-and-completion", `{"usage":{"input_tokens":20,"completion_tokens":5000}}`, ChatCompletions, 20, 5000},
+		{"mixed-prompt-null", `{"usage":{"prompt_tokens":null,"input_tokens":20,"completion_tokens":5000}}`, Responses, 20, 5000},
+		{"mixed-output-details", `{"usage":{"prompt_tokens":20,"completion_tokens":10,"output_tokens_details":{"reasoning_tokens":5000}}}`, ChatCompletions, 20, 5010},
 		{"total-spelled-otherwise", `{"usage":{"prompt_tokens":20,"completion_tokens":10,"Total_Tokens":5030}}`, ChatCompletions, 20, 5010},
 	} {
 		t.Run(c.name, func(t *testing.T) {
