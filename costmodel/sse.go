@@ -10,7 +10,7 @@ package costmodel
 //   - OpenAI chat completions and completions: the content, refusal and tool
 //     call deltas of each choice (and the reasoning_content or reasoning
 //     deltas of OpenAI-compatible servers), and the final chunk's usage (present when
-//     stream_options.include_usage is set);
+//     stream_options.include_usage is set; Groq's, in its x_groq member);
 //   - OpenAI Responses: the output text, refusal and function-call argument
 //     deltas, and the usage of response.completed (or .incomplete, .failed);
 //   - Anthropic: message_start's usage (input and cache tokens), the text,

@@ -59,21 +59,42 @@ func (m *StreamMeter) openaiChunk(data []byte) error {
 		inputSaid   bool
 		model, tier string
 	)
-	err := s.Object(1, func(ks, ke int, esc bool) error {
-		if named(s.KeyBytes(ks, ke, esc), "usage") {
-			// In any case, as encoding/json and the SDKs read it; a
-			// chunk's reports in several members count each kind at its
-			// largest.
-			st, en, err := s.Value(1)
-			if err != nil {
-				return err
-			}
-			u, ok, said, err := chunkUsage(data[st:en])
-			if ok {
-				report, reported = maxEach(report, u), true
-				inputSaid = inputSaid || said
-			}
+	// readUsage reads a usage member's value, at depth. In any case, as
+	// encoding/json and the SDKs read it; a chunk's reports in several
+	// members count each kind at its largest.
+	readUsage := func(depth int) error {
+		st, en, err := s.Value(depth)
+		if err != nil {
 			return err
+		}
+		u, ok, said, err := chunkUsage(data[st:en])
+		if ok {
+			report, reported = maxEach(report, u), true
+			inputSaid = inputSaid || said
+		}
+		return err
+	}
+	err := s.Object(1, func(ks, ke int, esc bool) error {
+		name := s.KeyBytes(ks, ke, esc)
+		if named(name, "usage") {
+			return readUsage(1)
+		}
+		if named(name, "x_groq") {
+			// Groq reports a stream's usage in its last chunk's
+			// x_groq.usage, not in a top-level usage member.
+			switch s.Peek() {
+			case 'n':
+				return s.Literal("null")
+			case '{':
+				return s.Object(2, func(ks, ke int, esc bool) error {
+					if named(s.KeyBytes(ks, ke, esc), "usage") {
+						return readUsage(2)
+					}
+					_, _, err := s.Value(2)
+					return err
+				})
+			}
+			return wrongType("x_groq: want an object")
 		}
 		switch keyText(&s, ks, ke, esc) {
 		case "choices":

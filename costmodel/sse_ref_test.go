@@ -35,9 +35,12 @@ type chatChunk struct {
 			} `json:"function_call"`
 		} `json:"delta"`
 	} `json:"choices"`
-	Usage       *openaiUsage `json:"usage"`
-	Model       string       `json:"model"`
-	ServiceTier string       `json:"service_tier"`
+	Usage *openaiUsage `json:"usage"`
+	XGroq *struct {
+		Usage *openaiUsage `json:"usage"`
+	} `json:"x_groq"`
+	Model       string `json:"model"`
+	ServiceTier string `json:"service_tier"`
 }
 
 func (m *StreamMeter) openaiChunkJSON(data []byte) error {
@@ -70,15 +73,30 @@ func (m *StreamMeter) openaiChunkJSON(data []byte) error {
 	if c.ServiceTier != "" {
 		m.serviceTier = c.ServiceTier
 	}
-	if c.Usage != nil {
-		u, ok, said, err := c.Usage.report()
+	reports := []*openaiUsage{c.Usage}
+	if c.XGroq != nil {
+		reports = append(reports, c.XGroq.Usage)
+	}
+	var (
+		report              Usage
+		reported, inputSaid bool
+	)
+	for _, r := range reports {
+		if r == nil {
+			continue
+		}
+		u, ok, said, err := r.report()
 		if err != nil {
 			return err
 		}
 		if ok {
-			m.usage, m.reported = maxEach(m.usage, u), true
-			m.inputSaid = m.inputSaid || said
+			report, reported = maxEach(report, u), true
+			inputSaid = inputSaid || said
 		}
+	}
+	if reported {
+		m.usage, m.reported = maxEach(m.usage, report), true
+		m.inputSaid = m.inputSaid || inputSaid
 	}
 	return nil
 }
@@ -87,7 +105,7 @@ func (m *StreamMeter) openaiChunkJSON(data []byte) error {
 // or a key that equals one the readers look for only case-insensitively:
 // there encoding/json merges or folds where the fast path does not.
 func oddKeys(data []byte) bool {
-	known := []string{"choices", "index", "text", "delta", "content", "refusal", "tool_calls", "function", "name", "arguments", "function_call", "usage", "reasoning_content", "reasoning",
+	known := []string{"choices", "index", "text", "delta", "content", "refusal", "tool_calls", "function", "name", "arguments", "function_call", "usage", "x_groq", "reasoning_content", "reasoning",
 		"type", "response", "message", "content_block", "partial_json", "thinking"}
 	odd := false
 	var walk func(s *jsonScanner, depth int) error
@@ -133,6 +151,8 @@ func FuzzOpenAIChunk(f *testing.F) {
 		`{"choices":[{"index":1,"text":"hi"},{"index":0,"delta":{"refusal":"no","function_call":{"name":"g","arguments":"{}"}}}],"usage":null}`,
 		`{"choices":[{"index":1.5,"text":"x"}]}`, `{"choices":[{"delta":{"content":5}}]}`, `{"choices":null,"usage":{"prompt_tokens":3}}`,
 		`{"choices":[null],"x":[1,{"y":"z"}]}`, "{\"choices\":[{\"text\":\"\xff\xfe\"}]}", `[]`, `{"choices":{}}`, ` null `, `"x"`,
+		`{"choices":[],"x_groq":{"id":"req_1","usage":{"prompt_tokens":9,"completion_tokens":30,"queue_time":0.01}}}`,
+		`{"x_groq":{"usage":{"prompt_tokens":-1}},"usage":{"prompt_tokens":3}}`, `{"x_groq":null}`, `{"x_groq":[1]}`, `{"x_groq":{"usage":null}}`,
 	} {
 		f.Add([]byte(s))
 	}
