@@ -977,6 +977,15 @@ func (x *exchange) final() settlement {
 		f.model = served
 	}
 	f.cost = x.cost(f.model, f.usage)
+	if f.model != x.est.Model && x.rule == nil {
+		if _, known := x.caller.Estimator().Price(f.model); !known {
+			// A served name the price table does not know (a dated
+			// snapshot it has no alias for) is priced at the default
+			// price, which may be far below the price of the model
+			// asked for: it is charged no less than that model.
+			f.cost = max(f.cost, x.cost(x.est.Model, f.usage))
+		}
+	}
 	if f.status == ledger.StatusFailed && x.rule != nil && !x.unanswered() {
 		f.cost = 0 // a failed call to a generic API is not charged per call
 	}
