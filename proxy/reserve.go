@@ -621,17 +621,24 @@ func (s *Server) settlementCost(req *gate.Request, ch gate.Charge) costmodel.Nan
 	// At the prices in force when it is settled, as the upstream's rule
 	// is: whichever replica settles, the same settlement bills the same.
 	est := s.gate.Estimator()
+	// A model the table does not know can only be the one the answer
+	// names (a settlement that names one is refused): priced no lower
+	// than the model reserved, as the proxy prices such an answer.
+	reserved := req.Estimate.Model
+	if _, known := est.Price(model); known || model == "" || reserved == "" {
+		reserved = model
+	}
 	switch {
 	case ch.Status == ledger.StatusFailed && model != "":
 		u := ch.Usage
 		if generic {
 			u.Units = 0 // a generic upstream's units are its rule's, which charges no error; the model's tokens are charged
 		}
-		return est.Cost(model, u)
+		return max(est.Cost(model, u), est.Cost(reserved, u))
 	case ch.Status == ledger.StatusFailed:
 		return 0
 	case generic || model != "":
-		return priceUsage(est, u, model, ch.Usage)
+		return max(priceUsage(est, u, model, ch.Usage), priceUsage(est, u, reserved, ch.Usage))
 	}
 	return req.Estimate.Cost
 }

@@ -71,3 +71,27 @@ func TestBillAtkServedModelUnknownToTheTable(t *testing.T) {
 		})
 	}
 }
+
+// TestSettleAnswerAtkServedModelUnknownToTheTable: the reserve API's
+// settlement with the upstream's own answer (kind and response) priced
+// the model that answer names as the proxy did: a gpt-5.5-pro call whose
+// answer names a snapshot the table does not know was charged at
+// costs.default_price, 18 times less than it bills. It is charged as the
+// proxy now charges it, no less than the model reserved.
+func TestSettleAnswerAtkServedModelUnknownToTheTable(t *testing.T) {
+	const answer = `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-5.5-pro-2026-04-23",` +
+		`"choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],` +
+		`"usage":{"prompt_tokens":9,"completion_tokens":3000,"total_tokens":3009}}`
+	extra := "\ncosts:\n  default_price: {input: \"2.50\", output: \"10.00\", max_output_tokens: 16384}\n" + roomyLimits
+	s := newStackWith(t, stackOptions{policies: allowAll, extra: extra})
+	const acme = "cg-test-acme"
+	id := reserveOn(t, s, acme, `{"kind":"chat_completions","body":{"model":"gpt-5.5-pro","messages":[{"role":"user","content":"hi"}],"max_completion_tokens":4000}}`)
+	code, out := reserveCall(t, s.srv.Handler(), acme, "/v1/costgate/settle", fmt.Sprintf(`{"reservation_id":%q,"kind":"chat_completions","response":%s}`, id, answer))
+	if code != http.StatusOK {
+		t.Fatalf("settle: %d %v", code, out)
+	}
+	want := estimator(t).Cost("gpt-5.5-pro", costmodel.Usage{InputTokens: 9, OutputTokens: 3000})
+	if got, _ := out["cost_nanousd"].(float64); costmodel.NanoUSD(got) < want {
+		t.Errorf("settled with its answer: charged %v; the upstream bills gpt-5.5-pro's price, %v", costmodel.NanoUSD(got), want)
+	}
+}
