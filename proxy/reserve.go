@@ -624,9 +624,11 @@ func (s *Server) settlementCost(req *gate.Request, ch gate.Charge) costmodel.Nan
 	// A model the table does not know can only be the one the answer
 	// names (a settlement that names one is refused): priced no lower
 	// than the model reserved, as the proxy prices such an answer.
+	// reserved is that model, "" when the answer's model is priced as
+	// it is.
 	reserved := req.Estimate.Model
-	if _, known := est.Price(model); known || model == "" || reserved == "" {
-		reserved = model
+	if _, known := est.Price(model); known || model == "" || reserved == model {
+		reserved = ""
 	}
 	switch {
 	case ch.Status == ledger.StatusFailed && model != "":
@@ -634,11 +636,19 @@ func (s *Server) settlementCost(req *gate.Request, ch gate.Charge) costmodel.Nan
 		if generic {
 			u.Units = 0 // a generic upstream's units are its rule's, which charges no error; the model's tokens are charged
 		}
-		return max(est.Cost(model, u), est.Cost(reserved, u))
+		c := est.Cost(model, u)
+		if reserved != "" {
+			c = max(c, est.Cost(reserved, u))
+		}
+		return c
 	case ch.Status == ledger.StatusFailed:
 		return 0
 	case generic || model != "":
-		return max(priceUsage(est, u, model, ch.Usage), priceUsage(est, u, reserved, ch.Usage))
+		c := priceUsage(est, u, model, ch.Usage)
+		if reserved != "" {
+			c = max(c, priceUsage(est, u, reserved, ch.Usage))
+		}
+		return c
 	}
 	return req.Estimate.Cost
 }
