@@ -59,6 +59,7 @@ type freshStore struct {
 	g     *Gate
 	share int64 // the counters are the ledger's spend divided by share
 	group singleflight.Group
+	lost  losses // the tags restored after a loss (see losses)
 }
 
 var _ weighted.Store = (*freshStore)(nil)
@@ -108,8 +109,9 @@ func (f *freshStore) Debit(ctx context.Context, id string, items []weighted.Item
 func (f *freshStore) DebitInto(ctx context.Context, id string, items []weighted.Item, states []weighted.ItemState) (res weighted.Result, err error) {
 	f.catchUp(ctx, items)
 	for range maxRestores {
+		sent := f.lost.seq.Load()
 		res, err = f.debitOnce(ctx, id, items, states)
-		if !f.restored(ctx, items, err) {
+		if !f.restored(ctx, items, err, sent) {
 			return res, err
 		}
 	}
@@ -132,8 +134,9 @@ func (f *freshStore) SettleClaimed(ctx context.Context, id string, items []weigh
 func (f *freshStore) Peek(ctx context.Context, items []weighted.Item) (res weighted.Result, err error) {
 	f.catchUp(ctx, items)
 	for range maxRestores {
+		sent := f.lost.seq.Load()
 		res, err = f.store.Peek(ctx, items)
-		if !f.restored(ctx, items, err) {
+		if !f.restored(ctx, items, err, sent) {
 			return res, err
 		}
 	}
@@ -148,8 +151,10 @@ func (f *freshStore) Peek(ctx context.Context, items []weighted.Item) (res weigh
 // tag (renewer.renewTag): a concurrency limit is not restored from the
 // ledger, it counts again what is in flight as its holders renew (see
 // weighted.Store.Renew), this replica's before the call is retried, the
-// other replicas' at their next renewal.
-func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err error) bool {
+// other replicas' at their next renewal. A tag restored since the call
+// was sent (its restores at sent, see losses) is not restored again: the
+// call is tried again, and a stale answer then is a loss of its own.
+func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err error, sent uint32) bool {
 	if err == nil {
 		return false // before se, which escapes: no allocation per call
 	}
@@ -172,6 +177,10 @@ func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err er
 			return false // not this call's tag: a restore would not help it
 		}
 		_, rerr, _ := f.group.Do(tag, func() (any, error) {
+			if f.lost.restoredSince(sent, tag) {
+				return nil, nil // its stale answer came before that restore
+			}
+			f.lost.note(tag) // before the ledger is read
 			var err error
 			if tag == globalTag {
 				err = f.restoreGlobal(ctx, mine)

@@ -400,8 +400,9 @@ func (l *compiledLimit) spendCap() bool {
 // starts: a fixed window's start (the store's windows are multiples of
 // the period since the Unix epoch, or calendar months); a sliding
 // window's or a sliding log's period back; for a token bucket or GCRA,
-// the time it takes to refill from empty back, an upper bound of its
-// debt (the ledger's totals do not say how the spend spread over it).
+// the time it takes to refill from empty back, which holds its debt
+// but for what a charge beyond empty made longer ago left owed (the
+// ledger's totals do not say how the spend spread over it).
 // The start is rounded down to the minute, which counts at most a minute
 // more.
 func (l *compiledLimit) spentSince(now time.Time) time.Time {

@@ -190,6 +190,8 @@ type Reservation struct {
 	tracked          atomic.Bool     // counted in st.inflight (see track)
 	inflight         *atomic.Int64   // the count track added r to
 	carried          bool            // carryOver ran
+	debited          bool            // the store debited r: lossSeq is set
+	lossSeq          uint32          // the store's restores when its debit came back (see losses)
 	restoresAtRecord uint64          // Gate.restores when Record began (see carryOver)
 	learnt           *learnedOutput  // nil: the request's output is not learned (see learn)
 
@@ -443,6 +445,7 @@ func (r *Reservation) debit(ctx context.Context) Decision {
 	}
 	r.result = res
 	if res.Allowed {
+		r.noteDebit()
 		return r.admitted()
 	}
 	if r.deniedOnlyByShadow() {
@@ -949,6 +952,7 @@ func (r *Reservation) Record(ctx context.Context) (Decision, bool) {
 	r.untrack()
 	if err == nil {
 		r.recorded = true
+		r.rechargeLost(ctx)
 		return Decision{}, true
 	}
 	if !r.req.Served {

@@ -52,15 +52,18 @@ func (e *StaleError) Unwrap() error { return ErrStale }
 // Restorer is a store that keeps generation markers (RedisConfig.Generations,
 // MemoryConfig.Generations). Redis and Memory implement it.
 type Restorer interface {
-	// Restore raises each item's used amount to at least counted[i], its
-	// capacity at most, and writes a fresh generation marker for each
-	// hash tag of the items' keys, all of one tag in one atomic step, so
-	// that the tags' debits run again. Item.Cost is ignored.
+	// Restore raises each item's used amount to at least counted[i] (a
+	// window's and a log's capacity at most, a meter's two capacities: one
+	// owed beyond empty, as a settlement may leave it), and writes a
+	// fresh generation marker for each hash tag of the items' keys, all of
+	// one tag in one atomic step, so that the tags' debits run again.
+	// Item.Cost is ignored.
 	//
 	// The used amount is the capacity minus the Remaining that Peek
 	// reports: a fixed window's count (calendar or not) becomes
 	// max(count, counted) in the window counted in now; a token bucket's
-	// or GCRA's debt grows so that at most capacity - counted remain; a
+	// or GCRA's debt grows so that at most capacity - counted remain
+	// (below zero: what a charge beyond empty left owed); a
 	// sliding window's current count grows until its weighted count is
 	// counted; a sliding log gets one mark, at the store's time now, of
 	// what its marks that count lack of counted. counted is what was

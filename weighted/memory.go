@@ -561,12 +561,13 @@ func (m *Memory) restore(items []Item, counted []int64, mark bool) error {
 		e := m.get(&h, i)
 		used := ss[i].cap - ss[i].evaluate(stateOf(e), h.now, 0, false).Remaining
 		// As restore.lua: a window's count rises to counted, its capacity
-		// at most; a meter's debt by counted less what it holds, a
-		// capacity at most; a sliding log's sum to counted, its capacity
-		// at most, by one mark at now (see spec.restoreLog).
+		// at most; a meter's debt by counted less what it holds, up to
+		// one capacity owed beyond empty (settle's bound); a sliding
+		// log's sum to counted, its capacity at most, by one mark at now
+		// (see spec.restoreLog).
 		delta := min(counted[i], ss[i].cap) - used
 		if ss[i].algo == TokenBucket || ss[i].algo == GCRA {
-			delta = min(counted[i]-used, ss[i].cap)
+			delta = counted[i] - used
 		}
 		if delta <= 0 {
 			continue

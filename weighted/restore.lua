@@ -4,9 +4,10 @@
 -- ng generation markers (see batch.lua). Its items are in buf from pos on:
 -- per item, doubles algo, cap, rate, period, tick, 0 and counted. Each
 -- item's used amount (its capacity minus what Peek reports remaining) is
--- raised to counted, capped at the capacity, as Settle charges an extra
--- cost: a meter's debt grows, a window's current count grows (a sliding
--- window's only up to full); a sliding log gets one mark at now of what its
+-- raised to counted, as Settle charges an extra cost: a meter's debt
+-- grows, up to one capacity owed beyond empty (two capacities used, as a
+-- settlement may leave it); a window's current count grows, up to its
+-- capacity (a sliding window's only up to full); a sliding log gets one mark at now of what its
 -- marks that count lack of counted (see spec.restoreLog: member
 -- "<cost>:restore-<now>", ".2", ".3" ... appended while that member is
 -- there). Concurrency limits take counted 0 (Redis.Restore checks it) and
@@ -28,7 +29,6 @@ for i = 1, n do
     if rem < 0 then rem = 0 end
     local delta = counted - cap + (rem - rem % p) / p
     if delta > 0 then
-      if delta > cap then delta = cap end
       d = d + delta * p
       if d > 2 * full then d = 2 * full end
       L.write(key, L.store(ts, d, p, ts + ceil_div(d, rate) * tick - now, exp, period))

@@ -1,0 +1,103 @@
+package gate
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/costgate/costgate/weighted"
+)
+
+// A request debited before the store lost its data, and recorded in the
+// ledger after the restore that the loss caused, is counted by neither:
+// its debit went with the data, and the restore read the ledger without
+// its entry (a policy's friction delay holds a request between the two
+// for up to 30 s). So a freshStore logs the tags it restores after a
+// loss (losses), a reservation notes where the log stood when its debit
+// came back (Reservation.lossSeq), and Record, once the entry is in the
+// ledger, charges the reservation's items of a tag restored since then
+// again (rechargeLost). A restore that read the ledger after the entry
+// was written counted it too: the request is then counted twice, which
+// refuses early, never late. A stale answer to a call sent before a
+// restore of its tag began does not restore the tag again (see
+// freshStore.restored), so a request debited after the loss's restore is
+// not charged twice by a second, needless one.
+
+// lossRing is how many restores a losses keeps: a reservation older than
+// them takes every tag for restored.
+const lossRing = 1024
+
+// losses logs the tags a freshStore restored after it found them stale,
+// each with a sequence number. It is safe for concurrent use; its zero
+// value is empty.
+type losses struct {
+	seq  atomic.Uint32 // restores noted, modulo 2^32; read without the lock
+	mu   sync.Mutex
+	ring [lossRing]string // the tag of restore n at n % lossRing
+}
+
+// note logs a restore of tag. It is called before the restore reads the
+// ledger, so that a reservation whose entry that read may have missed
+// sees the restore once its entry is written.
+func (l *losses) note(tag string) {
+	l.mu.Lock()
+	n := l.seq.Load() + 1
+	l.ring[n%lossRing] = tag
+	l.seq.Store(n)
+	l.mu.Unlock()
+}
+
+// restoredSince tells whether tag was restored after restore seq: true
+// too when it may have been (the ring no longer holds every restore since
+// seq).
+func (l *losses) restoredSince(seq uint32, tag string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.seq.Load()
+	if n-seq > lossRing {
+		return true
+	}
+	for i := seq; i != n; {
+		i++
+		if l.ring[i%lossRing] == tag {
+			return true
+		}
+	}
+	return false
+}
+
+// noteDebit notes, for a debit the store just made, where its log of
+// restores stands.
+func (r *Reservation) noteDebit() {
+	r.debited, r.lossSeq = true, r.g.store.lost.seq.Load()
+}
+
+// rechargeLost charges again, once r's entry is in the ledger, what r
+// debited on the tags the store restored since its debit (see losses):
+// each item's cost, as a settlement of no reservation under an id of its
+// own. A concurrency item is held again by its renewal instead. A charge
+// the store fails is kept and made again before its next call on the
+// tenant, as a failed settlement is.
+func (r *Reservation) rechargeLost(ctx context.Context) {
+	if !r.debited || r.degraded || r.g.store.lost.seq.Load() == r.lossSeq {
+		return // the common case: no restore since the debit
+	}
+	var items []weighted.Item
+	var actual []int64
+	for _, it := range r.items {
+		if it.Cost <= 0 || it.Limit.Algorithm == weighted.Concurrency || !r.g.store.lost.restoredSince(r.lossSeq, weighted.HashTag(it.Key)) {
+			continue
+		}
+		actual = append(actual, it.Cost)
+		it.Cost = 0
+		items = append(items, it)
+	}
+	if len(items) == 0 {
+		return
+	}
+	id := r.resID + ":lost"
+	if err := r.g.store.Settle(context.WithoutCancel(ctx), id, items, actual); err != nil {
+		r.g.log.Warn("a request debited before the store lost its data could not be charged again; kept to retry", "request_id", r.req.ID, "err", err)
+		r.g.unsettled(id, items, actual)
+	}
+}
