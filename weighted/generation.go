@@ -60,7 +60,8 @@ type Restorer interface {
 	// Item.Cost is ignored.
 	//
 	// The used amount is the capacity minus the Remaining that Peek
-	// reports: a fixed window's count (calendar or not) becomes
+	// reports (a meter's: its debt, owed beyond empty included, so that
+	// a restore of a meter that owes charges nothing twice): a fixed window's count (calendar or not) becomes
 	// max(count, counted) in the window counted in now; a token bucket's
 	// or GCRA's debt grows so that at most capacity - counted remain
 	// (below zero: what a charge beyond empty left owed); a

@@ -567,7 +567,10 @@ func (m *Memory) restore(items []Item, counted []int64, mark bool) error {
 		// (see spec.restoreLog).
 		delta := min(counted[i], ss[i].cap) - used
 		if ss[i].algo == TokenBucket || ss[i].algo == GCRA {
-			delta = counted[i] - used
+			// What the meter holds, owed beyond empty too: used stops
+			// at the capacity.
+			_, d := ss[i].meterAt(stateOf(e), h.now)
+			delta = counted[i] - ceilDiv(d, ss[i].p)
 		}
 		if delta <= 0 {
 			continue

@@ -35,3 +35,37 @@ func TestOwedLossAtkRestoreKeepsTheDebt(t *testing.T) {
 		})
 	}
 }
+
+// TestOwedLossAtkRestoreTwiceChargesOnce: a restore leaves a counter
+// already at what the ledger counted alone (see Restorer), a meter that
+// owes beyond empty too. Two restores of 1.5 capacities (a scheduled one
+// and a replica's, or a loss's after a scheduled one) must leave the
+// meter owing half a capacity, so that 0.55 of a period later it has
+// room for a unit, on both stores. Before, a meter in debt read as
+// holding one capacity at most: the second restore added half a
+// capacity more, and each further one again, up to two capacities.
+func TestOwedLossAtkRestoreTwiceChargesOnce(t *testing.T) {
+	c := testRedis(t)
+	ctx := context.Background()
+	for _, l := range faultAtkMeters {
+		t.Run(l.Name, func(t *testing.T) {
+			clk := newClock()
+			for _, s := range []namedStore{
+				{"memory", NewMemory(MemoryConfig{Now: clk.Now, Generations: true})},
+				{"redis", func() Store { r := newRedisStore(c, clk); r.gens = true; return r }()},
+			} {
+				items := []Item{{Limit: l, Key: "{twice-" + l.Name + "}"}}
+				for range 2 {
+					if err := s.Store.(Restorer).Restore(ctx, items, []int64{3 * l.Capacity() / 2}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				clk.Advance(l.Period * 55 / 100)
+				if !faultAtkAdmit(t, s.Store, "after", items[0], 1) {
+					t.Errorf("%s: 0.55 of a period after two restores of 1.5 capacities, no room for a unit: the second restore charged again", s.name)
+				}
+				clk.Advance(-l.Period * 55 / 100)
+			}
+		})
+	}
+}

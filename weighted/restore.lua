@@ -3,8 +3,9 @@
 -- 1] to KEYS[k + n], the items' keys (meters and windows first), then the
 -- ng generation markers (see batch.lua). Its items are in buf from pos on:
 -- per item, doubles algo, cap, rate, period, tick, 0 and counted. Each
--- item's used amount (its capacity minus what Peek reports remaining) is
--- raised to counted, as Settle charges an extra cost: a meter's debt
+-- item's used amount (its capacity minus what Peek reports remaining; a
+-- meter's debt, which counts what it owes beyond empty too) is raised to
+-- counted, as Settle charges an extra cost: a meter's debt
 -- grows, up to one capacity owed beyond empty (two capacities used, as a
 -- settlement may leave it); a window's current count grows, up to its
 -- capacity (a sliding window's only up to full); a sliding log gets one mark at now of what its
@@ -25,9 +26,7 @@ for i = 1, n do
   if counted > 0 and algo <= GCRA then
     local ts, d, exp = L.meter(L.get(key), cap, rate, tick, p)
     local full = cap * p
-    local rem = full - d
-    if rem < 0 then rem = 0 end
-    local delta = counted - cap + (rem - rem % p) / p
+    local delta = counted - ceil_div(d, p) -- what it holds, owed beyond empty too
     if delta > 0 then
       d = d + delta * p
       if d > 2 * full then d = 2 * full end
