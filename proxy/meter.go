@@ -68,7 +68,7 @@ func (x *exchange) meter(resp *http.Response) io.ReadCloser {
 		m.stream = x.caller.Estimator().NewStreamMeter(x.kind, x.est.Model)
 		// A stream cut before its usage report never states its input;
 		// the estimate's count of it is exact for the OpenAI encodings.
-		m.stream.SetInputTokens(x.est.Usage.InputTokens)
+		m.stream.SetInputTokens(promptTokens(x.servedEstimate().Usage))
 		m.hideUsage = x.injectedUsage
 		m.guard = x.guardFor()
 	}
