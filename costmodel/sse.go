@@ -623,6 +623,14 @@ func (m *StreamMeter) Usage() (u Usage, reported bool) {
 	return u.clamped(), false
 }
 
+// OutputStated tells whether the stream's final report states its
+// output: a count above 0 (of an Anthropic stream, in a message_delta;
+// message_start's is the stream's first count). When it does not, Usage
+// charges the text the stream carried, which holds no hidden reasoning.
+func (m *StreamMeter) OutputStated() bool {
+	return m.final && m.usage.OutputTokens > 0 && (m.kind != AnthropicMessages || m.outputSaid)
+}
+
 // countedText is the tokens of the text the stream carried.
 func (m *StreamMeter) countedText() int64 {
 	if len(m.pending) == 0 {

@@ -214,6 +214,13 @@ func (m *meteredBody) coded() bool {
 	return m.stream != nil && m.resp != nil && len(costmodel.ContentCodings(m.resp.Header)) > 0
 }
 
+// outputUnstated tells whether a stream's final report states no output
+// (see costmodel.StreamMeter.OutputStated); false for an answer read as a
+// document, whose usage states it or cannot be read.
+func (m *meteredBody) outputUnstated() bool {
+	return m.stream != nil && !(m.jsonStream && m.stream.Events() == 0) && !m.stream.OutputStated()
+}
+
 // overflowUsage is the usage report of a plain answer too large to keep
 // whole, read as it passed (see costmodel.UsageTap); ok is false when it
 // was not read whole, or not read.

@@ -672,6 +672,12 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 		}
 	case ok && x.status < 400:
 		u = withPrompt(u, est.Usage)
+		if reported && est.Uncounted && x.body.outputUnstated() {
+			// A stream whose report states no output is charged the
+			// text it carried, which holds no hidden reasoning: such a
+			// request is charged as one whose usage cannot be read.
+			u.OutputTokens = max(u.OutputTokens, est.OutputCap)
+		}
 	case ok:
 	case x.status >= 400:
 		u = costmodel.Usage{}

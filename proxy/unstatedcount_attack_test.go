@@ -155,3 +155,44 @@ func TestSettleAnswerAtkReportWithoutACount(t *testing.T) {
 		})
 	}
 }
+
+// TestBillAtkReasoningStreamReportWithoutOutput: a stream of a request
+// whose output holds what a stream does not show (a reasoning model's
+// hidden tokens, Claude's thinking), whose final report states no output,
+// was charged the text it carried: o3-mini's reasoning, billed as output,
+// was off the bill. What must hold: it is charged as a stream whose usage
+// cannot be read, at its output limit.
+func TestBillAtkReasoningStreamReportWithoutOutput(t *testing.T) {
+	const limit = 4000
+	var (
+		chat  = fmt.Sprintf(`{"model":"o3-mini","max_completion_tokens":%d,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`, limit)
+		anth  = fmt.Sprintf(`{"model":"claude-sonnet-4-5","max_tokens":%d,"thinking":{"type":"enabled","budget_tokens":2048},"stream":true,"messages":[{"role":"user","content":"hi"}]}`, limit)
+		resp  = fmt.Sprintf(`{"model":"o3-mini","max_output_tokens":%d,"stream":true,"input":"hi"}`, limit)
+		event = func(typ, data string) string { return "event: " + typ + "\ndata: " + data + "\n\n" }
+	)
+	for _, c := range []struct{ name, path, body, answer string }{
+		{"chat", "/v1/chat/completions", chat,
+			`data: {"id":"c","object":"chat.completion.chunk","model":"o3-mini","choices":[{"index":0,"delta":{"content":"Hi"}}]}` + "\n\n" +
+				`data: {"id":"c","object":"chat.completion.chunk","model":"o3-mini","choices":[],"usage":{"prompt_tokens":9}}` + "\n\ndata: [DONE]\n\n"},
+		{"anthropic", "/v1/messages", anth,
+			event("message_start", `{"type":"message_start","message":{"id":"m","model":"claude-sonnet-4-5","usage":{"input_tokens":9,"output_tokens":1}}}`) +
+				event("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`) +
+				event("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{}}`) + event("message_stop", `{"type":"message_stop"}`)},
+		{"responses", "/v1/responses", resp,
+			`data: {"type":"response.output_text.delta","delta":"Hi"}` + "\n\n" +
+				`data: {"type":"response.completed","response":{"id":"r","model":"o3-mini","status":"completed","usage":{"input_tokens":9,"output_tokens":0}}}` + "\n\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			up := &stubUpstream{fn: func(w http.ResponseWriter, r *http.Request, _ []byte) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				io.WriteString(w, c.answer)
+			}}
+			s := newStackWith(t, stackOptions{policies: allowAll, extra: roomyLimits, upstream: up})
+			e, _ := oneEntry(t, s, c.path, c.body, nil)
+			if e.Actual.OutputTokens < limit {
+				t.Errorf("charged %d output tokens (%v); its report states none, and it may have reasoned up to its limit, %d",
+					e.Actual.OutputTokens, e.ActualCost, limit)
+			}
+		})
+	}
+}
