@@ -137,11 +137,23 @@ func (u Usage) without(v Usage) Usage {
 // Asked returns u, an answer's usage, with what the request asked for
 // (est, its estimated usage) and answers do not always say: the speed asked
 // for when u reports none, so that a fast request is not billed at the
-// standard rates, and the containers the request had the upstream create,
-// which it bills whether or not the model ran code in them.
+// standard rates; the "priority" service tier and an inference
+// geography other than "global" asked for when u reports none, likewise
+// (an answer that names the tier or the geography that served it,
+// "default" for a priority request the upstream served at the standard
+// one, is billed at that one; the cheaper "flex" is never taken
+// unreported); and
+// the containers the request had the upstream create, which it bills
+// whether or not the model ran code in them.
 func (u Usage) Asked(est Usage) Usage {
 	if u.Speed == "" {
 		u.Speed = est.Speed
+	}
+	if u.ServiceTier == "" && est.ServiceTier == "priority" {
+		u.ServiceTier = est.ServiceTier
+	}
+	if u.InferenceGeo == "" && est.InferenceGeo != "global" {
+		u.InferenceGeo = est.InferenceGeo
 	}
 	u.ContainerGB = max(u.ContainerGB, est.ContainerGB)
 	return u

@@ -18,7 +18,9 @@ package costmodel
 //
 // When the stream carried a usage report, Usage returns it (reported=true;
 // of several, each kind at its largest; the input SetInputTokens set when
-// none states it).
+// none states it or it is 0, and the output counted from the text seen
+// when none states it or it is 0: an upstream that reports no count of a
+// kind, or zero for a prompt or for text it streamed, says nothing of it).
 // When it did not (the stream was cut, or the client did not ask), Usage
 // counts the text seen with the model's tokenizer (reported=false); input
 // tokens are then whatever the stream said (Anthropic's message_start), else
@@ -74,6 +76,10 @@ type StreamMeter struct {
 	events    int
 	inputEst  int64 // input tokens to report when the stream tells none
 	inputSaid bool  // a report stated the input tokens
+	// outputSaid tells that an Anthropic message_delta stated the output
+	// tokens (message_start's count is the stream's first, not its
+	// output).
+	outputSaid bool
 
 	textBytes int64      // bytes of text added so far
 	guard     guardCount // OutputAbove's count
@@ -451,6 +457,7 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 			// after message_stop, input_tokens lowered) takes nothing off.
 			if u.OutputTokens != nil {
 				m.usage.OutputTokens = max(m.usage.OutputTokens, *u.OutputTokens)
+				m.outputSaid = true
 			}
 			if s := u.ServerToolUse; s != nil {
 				m.usage.WebSearchRequests = max(m.usage.WebSearchRequests, s.WebSearchRequests)
@@ -460,6 +467,7 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 				// added up: billed, and beyond the counts' report.
 				m.usage = maxEach(m.usage, it.usage)
 				m.inputSaid = m.inputSaid || it.inputSaid
+				m.outputSaid = m.outputSaid || it.outputSaid
 			}
 			// A geography or speed restated as the standard one takes
 			// nothing off a dearer one reported before.
@@ -582,11 +590,19 @@ func (m *StreamMeter) Usage() (u Usage, reported bool) {
 	if m.reported && m.final {
 		u = m.usage
 		u.ServiceTier = m.serviceTier
-		if !m.inputSaid {
+		if !m.inputSaid || u.InputTokens == 0 {
 			// Reports that state the output alone (an Anthropic
-			// message_delta after a message_start without usage): the
-			// input is what SetInputTokens set.
+			// message_delta after a message_start without usage), or
+			// no input for a prompt: the input is what SetInputTokens
+			// set.
 			u = maxEach(u, Usage{InputTokens: m.inputEst})
+		}
+		if u.OutputTokens == 0 || m.kind == AnthropicMessages && !m.outputSaid {
+			// Reports that state the input alone (an Anthropic stream
+			// whose message_delta states no output_tokens, after
+			// message_start's first count), or no output for text the
+			// stream carried: the output is no less than that text.
+			u = maxEach(u, Usage{OutputTokens: m.countedText()})
 		}
 		return u, true
 	}
@@ -597,10 +613,7 @@ func (m *StreamMeter) Usage() (u Usage, reported bool) {
 	if u.InputTokens == 0 {
 		u.InputTokens = m.inputEst
 	}
-	counted := m.counted
-	if len(m.pending) > 0 {
-		counted += m.model.countText(string(m.pending))
-	}
+	counted := m.countedText()
 	// A running report (a stream cut before its final one) says what was
 	// produced up to it: the text streamed after it is charged too.
 	u.OutputTokens = max(u.OutputTokens, counted)
@@ -608,6 +621,22 @@ func (m *StreamMeter) Usage() (u Usage, reported bool) {
 		return u, true
 	}
 	return u.clamped(), false
+}
+
+// OutputStated tells whether the stream's final report states its
+// output: a count above 0 (of an Anthropic stream, in a message_delta;
+// message_start's is the stream's first count). When it does not, Usage
+// charges the text the stream carried, which holds no hidden reasoning.
+func (m *StreamMeter) OutputStated() bool {
+	return m.final && m.usage.OutputTokens > 0 && (m.kind != AnthropicMessages || m.outputSaid)
+}
+
+// countedText is the tokens of the text the stream carried.
+func (m *StreamMeter) countedText() int64 {
+	if len(m.pending) == 0 {
+		return m.counted
+	}
+	return m.counted + m.model.countText(string(m.pending))
 }
 
 // Malformed returns how many events carried data that was not valid JSON

@@ -33,7 +33,15 @@ type openaiUsage struct {
 	OutputTokensDetails *outputDetails `json:"output_tokens_details"`
 
 	TotalTokens reportedTotal `json:"total_tokens"`
+
+	// outputSaid tells that completion_tokens or output_tokens gave a
+	// count (not null).
+	outputSaid bool
 }
+
+// statesOutput tells whether o says what was output: a count of it, or
+// a total the input is taken from.
+func (o *openaiUsage) statesOutput() bool { return o.outputSaid || o.TotalTokens.ok }
 
 // reportedTotal is a usage report's total_tokens, when it is a count (see
 // countValue): a total of another type is ignored, and does not make the rest of the
@@ -294,7 +302,9 @@ func (r *openaiResponse) result(kind Kind) (Usage, string, error) {
 		return Usage{}, r.Model, ErrNoUsage
 	}
 	u, ok := r.Usage.usage()
-	if !ok {
+	if !ok || kind != Embeddings && !r.Usage.statesOutput() {
+		// A report of the input alone says nothing of the output: it
+		// cannot be read, rather than be one of no output.
 		return Usage{}, r.Model, ErrNoUsage
 	}
 	u.ServiceTier = r.ServiceTier
@@ -306,7 +316,11 @@ func (r *openaiResponse) result(kind Kind) (Usage, string, error) {
 }
 
 func (r *anthropicResponse) result() (Usage, string, error) {
-	if r.Usage == nil || r.Usage.InputTokens == nil && r.Usage.OutputTokens == nil || r.Usage.negative() {
+	if r.Usage == nil || r.Usage.OutputTokens == nil && !r.Usage.Iterations.statesOutput() || r.Usage.negative() {
+		// A report without output_tokens says nothing of the output:
+		// it cannot be read, rather than be one of no output. (One
+		// without input_tokens is read; its input is the prompt's
+		// count, which the caller has.)
 		return Usage{}, r.Model, ErrNoUsage
 	}
 	return r.Usage.usage(), r.Model, nil
@@ -321,7 +335,11 @@ func (r *anthropicResponse) result() (Usage, string, error) {
 // server tool use. For OpenAI kinds it also sets Usage.ServiceTier from the
 // body's service_tier, and for Responses Usage.WebSearchRequests from the
 // web_search_call items of its output. A body that is not JSON gives a
-// *BadRequestError; a body without usage gives ErrNoUsage.
+// *BadRequestError; a body without usage, or whose usage does not state
+// the output (for the kinds that output: a report of the input alone is
+// not one of no output), gives ErrNoUsage. An Anthropic report without
+// input_tokens is read, with no uncached input: its caller, which counted
+// the prompt, charges that count.
 //
 // It makes one validating pass over the body (jsonScanner) and decodes the
 // members it needs alone, instead of encoding/json's two passes over the

@@ -52,11 +52,13 @@ func decodeUsagePlain(raw []byte, o *openaiUsage) bool {
 			o.PromptTokens = new(int64)
 			return plainInt(&s, o.PromptTokens)
 		case "completion_tokens":
+			o.outputSaid = true
 			return plainInt(&s, &o.CompletionTokens)
 		case "input_tokens":
 			o.InputTokens = new(int64)
 			return plainInt(&s, o.InputTokens)
 		case "output_tokens":
+			o.outputSaid = true
 			return plainInt(&s, &o.OutputTokens)
 		case "total_tokens":
 			o.TotalTokens.ok = true

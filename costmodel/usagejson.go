@@ -192,8 +192,10 @@ func (o *openaiUsage) UnmarshalJSON(raw []byte) error {
 			err = maxCountPtr(value, &o.InputTokens)
 		case named(name, "completion_tokens"):
 			completionSet, err = maxCount(value, &o.CompletionTokens, completionSet)
+			o.outputSaid = o.outputSaid || completionSet
 		case named(name, "output_tokens"):
 			outputSet, err = maxCount(value, &o.OutputTokens, outputSet)
+			o.outputSaid = o.outputSaid || outputSet
 		case named(name, "total_tokens"):
 			var t reportedTotal
 			_ = t.UnmarshalJSON(value)
@@ -264,9 +266,10 @@ func (a *anthropicUsage) UnmarshalJSON(raw []byte) error {
 // as does a fallback model's turn, and each is billed at its model's
 // price. Given more than once, each count is the larger sum.
 type anthropicIterations struct {
-	usage     Usage // the steps' counts added up (the larger sum of each, given twice), with their Steps
-	inputSaid bool  // a step states an input count
-	negative  bool  // a step states a count below zero, or the steps name more than maxStepModels models
+	usage      Usage // the steps' counts added up (the larger sum of each, given twice), with their Steps
+	inputSaid  bool  // a step states an input count
+	outputSaid bool  // a step states an output count
+	negative   bool  // a step states a count below zero, or the steps name more than maxStepModels models
 }
 
 func (it *anthropicIterations) UnmarshalJSON(raw []byte) error {
@@ -316,8 +319,13 @@ func (it *anthropicIterations) UnmarshalJSON(raw []byte) error {
 	}
 	it.usage = maxEach(it.usage, u)
 	it.inputSaid = it.inputSaid || sum.InputTokens != nil || sum.CacheReadInputTokens != nil || sum.CacheCreationInputTokens != nil
+	it.outputSaid = it.outputSaid || sum.OutputTokens != nil
 	return nil
 }
+
+// statesOutput tells whether some step of it states an output count;
+// false for nil.
+func (it *anthropicIterations) statesOutput() bool { return it != nil && it.outputSaid }
 
 // modelSum is the steps of one model added up.
 type modelSum struct {

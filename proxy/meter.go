@@ -68,7 +68,7 @@ func (x *exchange) meter(resp *http.Response) io.ReadCloser {
 		m.stream = x.caller.Estimator().NewStreamMeter(x.kind, x.est.Model)
 		// A stream cut before its usage report never states its input;
 		// the estimate's count of it is exact for the OpenAI encodings.
-		m.stream.SetInputTokens(x.est.Usage.InputTokens)
+		m.stream.SetInputTokens(promptTokens(x.servedEstimate().Usage))
 		m.hideUsage = x.injectedUsage
 		m.guard = x.guardFor()
 	}
@@ -212,6 +212,13 @@ func (m *meteredBody) skipped() bool {
 // not its events, and a usage report in it is lost.
 func (m *meteredBody) coded() bool {
 	return m.stream != nil && m.resp != nil && len(costmodel.ContentCodings(m.resp.Header)) > 0
+}
+
+// outputUnstated tells whether a stream's final report states no output
+// (see costmodel.StreamMeter.OutputStated); false for an answer read as a
+// document, whose usage states it or cannot be read.
+func (m *meteredBody) outputUnstated() bool {
+	return m.stream != nil && !(m.jsonStream && m.stream.Events() == 0) && !m.stream.OutputStated()
 }
 
 // overflowUsage is the usage report of a plain answer too large to keep

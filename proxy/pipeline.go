@@ -670,6 +670,14 @@ func (x *exchange) actualUsage() (costmodel.Usage, string, ledger.Status) {
 			// billed up to the output limit.
 			u.OutputTokens = max(u.OutputTokens, est.OutputCap)
 		}
+	case ok && x.status < 400:
+		u = withPrompt(u, est.Usage)
+		if reported && est.Uncounted && x.body.outputUnstated() {
+			// A stream whose report states no output is charged the
+			// text it carried, which holds no hidden reasoning: such a
+			// request is charged as one whose usage cannot be read.
+			u.OutputTokens = max(u.OutputTokens, est.OutputCap)
+		}
 	case ok:
 	case x.status >= 400:
 		u = costmodel.Usage{}
@@ -729,6 +737,30 @@ func (x *exchange) servedEstimate() *costmodel.Estimate {
 		return x.served
 	}
 	return &x.est
+}
+
+// withPrompt is u, the usage an upstream's answer to a request reported,
+// with the prompt's count in est (the request's estimate, less what it
+// reserved for other models' steps) as its input when it reports none: a
+// report without an input count (an Anthropic answer without
+// input_tokens), or with 0 for a prompt costgate counted, says nothing of
+// it.
+func withPrompt(u, est costmodel.Usage) costmodel.Usage {
+	if u.InputTokens == 0 {
+		u.InputTokens = promptTokens(est)
+	}
+	return u
+}
+
+// promptTokens is the input tokens est, an estimate's usage, counted of
+// the request's own prompt: its input less what its other models' steps
+// reserved (an advisor's, a fallback's).
+func promptTokens(est costmodel.Usage) int64 {
+	n := est.InputTokens
+	for _, su := range est.Steps.All() {
+		n -= su.InputTokens
+	}
+	return max(n, 0)
 }
 
 // atLeast is u with each count raised to floor's where it is lower.

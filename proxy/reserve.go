@@ -550,7 +550,7 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if ch.Status == ledger.StatusSettled {
-			u = askedFor(kind, u, req.Estimate.Usage)
+			u = withPrompt(askedFor(kind, u, req.Estimate.Usage), req.Estimate.Usage)
 		}
 		ch.Usage = u
 		if ch.Model == "" {
