@@ -200,7 +200,8 @@ func (g *Gate) open(ctx context.Context, cfg *config.Config) error {
 	g.renewer = newRenewer(g)
 	g.renewer.start()
 	g.closers = append(g.closers, g.renewer.close)
-	if g.ledger, err = ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: cfg.DataDirPath(), PeerWait: cfg.Ledger.PeerWait, Logf: ledgerLogf(g.log)}); err != nil {
+	if g.ledger, err = ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: cfg.DataDirPath(), PeerWait: cfg.Ledger.PeerWait,
+		OnPeerSync: g.peerRestored, Logf: ledgerLogf(g.log)}); err != nil {
 		return fmt.Errorf("gate: ledger: %w", err)
 	}
 	g.closers = append(g.closers, g.ledger.Close)
