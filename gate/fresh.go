@@ -126,10 +126,24 @@ func (f *freshStore) debitOnce(ctx context.Context, id string, items []weighted.
 }
 
 // SettleClaimed settles and claims in one call (see weighted.Claimer);
-// ErrUnclaimable when its store cannot.
+// ErrUnclaimable when its store cannot. A claim that the store may have
+// lost with a tag's state (a stale answer) is no evidence that the
+// reservation is open: the tags are restored, which has every replica
+// write its ledger records, and the call fails with errClaimsLost, for
+// its caller to ask the ledger how the reservation ended before it claims
+// again.
 func (f *freshStore) SettleClaimed(ctx context.Context, id string, items []weighted.Item, actual []int64, c weighted.Claim) (bool, string, error) {
-	return weighted.SettleClaimed(ctx, f.store, id, items, actual, c)
+	sent := f.lost.seq.Load()
+	won, prior, err := weighted.SettleClaimed(ctx, f.store, id, items, actual, c)
+	if f.restored(ctx, items, err, sent) {
+		return false, "", errClaimsLost
+	}
+	return won, prior, err
 }
+
+// errClaimsLost is freshStore.SettleClaimed's error when the store had
+// lost the claims of the reservation's tags, now restored.
+var errClaimsLost = errors.New("gate: the limiter store lost the claims of held reservations; restored")
 
 func (f *freshStore) Peek(ctx context.Context, items []weighted.Item) (res weighted.Result, err error) {
 	f.catchUp(ctx, items)

@@ -606,6 +606,9 @@ func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge,
 	}
 	actual := r.actual(c)
 	won, prior, stored, perr := r.g.end(ctx, r, claim{state: holdSettled, cost: c.Cost, status: c.Status}, actual)
+	if errors.Is(perr, errClaimsLost) {
+		return r.SettleHeld(ctx, c) // the ledger, now written by every replica, may know its end
+	}
 	if perr == nil && !won {
 		r.g.adopt(h, prior)
 		return prior.answer()
@@ -648,6 +651,9 @@ func (r *Reservation) Release(ctx context.Context) error {
 		return err
 	}
 	won, prior, stored, perr := r.g.end(ctx, r, claim{state: holdReleased}, nil)
+	if errors.Is(perr, errClaimsLost) {
+		return r.Release(ctx) // the ledger, now written by every replica, may know its end
+	}
 	if perr == nil && !won {
 		r.g.adopt(h, prior)
 		switch prior.state {
@@ -909,6 +915,8 @@ func (g *Gate) end(ctx context.Context, r *Reservation, c claim, actual []int64)
 	key, ttl := r.claimKey()
 	w, p, err := cs.SettleClaimed(ctx, r.resID, r.items, actual, weighted.Claim{Key: key, Value: c.encode(), TTL: ttl})
 	switch {
+	case errors.Is(err, errClaimsLost):
+		return false, claim{}, false, err // the caller asks the ledger again
 	case errors.Is(err, weighted.ErrUnclaimable):
 		won, prior, err = g.claim(ctx, r, c)
 		return won, prior, false, err
@@ -1044,6 +1052,13 @@ func (g *Gate) expireHolds(now time.Time) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		actual := r.actual(ch)
 		won, prior, stored, err := g.end(ctx, r, claim{state: holdExpired}, actual)
+		if errors.Is(err, errClaimsLost) {
+			if _, _, _, done := g.endedInLedger(ctx, r.req.ID, r.expires); done {
+				cancel() // ended elsewhere, as the ledger, written by every replica, says
+				continue
+			}
+			won, prior, stored, err = g.end(ctx, r, claim{state: holdExpired}, actual)
+		}
 		// An expiry claimed by a replica that resumed it late (see endOf)
 		// is this one: that replica settles nothing, this one settles it.
 		if err == nil && !won && prior.state != holdExpired {
