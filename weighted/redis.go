@@ -496,6 +496,13 @@ func (r *Redis) leaseKey(it *Item) string {
 	return r.key(it) + ":leases"
 }
 
+// MarkerMatch is the SCAN pattern of the store's generation markers (see
+// RedisConfig.Generations): deleting them makes every tag stale, as a
+// flush of the store would, and leaves the counters as they are.
+func (r *Redis) MarkerMatch() string {
+	return r.prefix + "g:{*"
+}
+
 // markerKey returns the key of the generation marker of hash tag tag.
 func (r *Redis) markerKey(tag string) string {
 	return r.prefix + "g:{" + tag + "}"
