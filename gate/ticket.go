@@ -607,7 +607,10 @@ func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge,
 	actual := r.actual(c)
 	won, prior, stored, perr := r.g.end(ctx, r, claim{state: holdSettled, cost: c.Cost, status: c.Status}, actual)
 	if errors.Is(perr, errClaimsLost) {
-		return r.SettleHeld(ctx, c) // the ledger, now written by every replica, may know its end
+		if out, again, err, done := r.endedAfterLoss(ctx, h); done {
+			return out, again, err
+		}
+		return r.SettleHeld(ctx, c)
 	}
 	if perr == nil && !won {
 		r.g.adopt(h, prior)
@@ -652,7 +655,16 @@ func (r *Reservation) Release(ctx context.Context) error {
 	}
 	won, prior, stored, perr := r.g.end(ctx, r, claim{state: holdReleased}, nil)
 	if errors.Is(perr, errClaimsLost) {
-		return r.Release(ctx) // the ledger, now written by every replica, may know its end
+		if _, again, err, done := r.endedAfterLoss(ctx, h); done {
+			if again {
+				return ErrSettled
+			}
+			if errors.Is(err, ErrReleased) {
+				return nil
+			}
+			return err
+		}
+		return r.Release(ctx)
 	}
 	if perr == nil && !won {
 		r.g.adopt(h, prior)
@@ -681,6 +693,30 @@ func (r *Reservation) Release(ctx context.Context) error {
 	}
 	r.cancel(ctx, stored)
 	return nil
+}
+
+// endedAfterLoss tells how held reservation r ended, as the ledger says,
+// after the limiter store lost the claims of its tags (errClaimsLost) and
+// every replica wrote its records: this replica's hold h, if any, is open
+// here but may have been ended on another replica, which only the lost
+// claim said. An end found there is adopted by h.
+func (r *Reservation) endedAfterLoss(ctx context.Context, h *hold) (out Charge, again bool, err error, done bool) {
+	out, again, err, done = r.g.endedInLedger(ctx, r.req.ID, r.expires)
+	if done {
+		r.g.adopt(h, ledgerClaim(out, again, err))
+	}
+	return out, again, err, done
+}
+
+// ledgerClaim is the claim of an end endedInLedger found.
+func ledgerClaim(out Charge, again bool, err error) claim {
+	switch {
+	case again:
+		return claim{state: holdSettled, cost: out.Cost, status: out.Status}
+	case errors.Is(err, ErrReleased):
+		return claim{state: holdReleased}
+	}
+	return claim{state: holdExpired}
 }
 
 // endAlone records on this replica that held reservation r ends so (st,
@@ -1053,8 +1089,14 @@ func (g *Gate) expireHolds(now time.Time) {
 		actual := r.actual(ch)
 		won, prior, stored, err := g.end(ctx, r, claim{state: holdExpired}, actual)
 		if errors.Is(err, errClaimsLost) {
-			if _, _, _, done := g.endedInLedger(ctx, r.req.ID, r.expires); done {
-				cancel() // ended elsewhere, as the ledger, written by every replica, says
+			if out, again, lerr, done := g.endedInLedger(ctx, r.req.ID, r.expires); done {
+				cancel()
+				// Ended elsewhere, as the ledger, written by every
+				// replica, says.
+				if c := ledgerClaim(out, again, lerr); c.state != holdExpired {
+					g.adopt(r.held, c)
+					r.endedElsewhere(c)
+				}
 				continue
 			}
 			won, prior, stored, err = g.end(ctx, r, claim{state: holdExpired}, actual)
