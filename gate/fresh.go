@@ -126,10 +126,24 @@ func (f *freshStore) debitOnce(ctx context.Context, id string, items []weighted.
 }
 
 // SettleClaimed settles and claims in one call (see weighted.Claimer);
-// ErrUnclaimable when its store cannot.
+// ErrUnclaimable when its store cannot. A claim that the store may have
+// lost with a tag's state (a stale answer) is no evidence that the
+// reservation is open: the tags are restored, which has every replica
+// write its ledger records, and the call fails with errClaimsLost, for
+// its caller to ask the ledger how the reservation ended before it claims
+// again.
 func (f *freshStore) SettleClaimed(ctx context.Context, id string, items []weighted.Item, actual []int64, c weighted.Claim) (bool, string, error) {
-	return weighted.SettleClaimed(ctx, f.store, id, items, actual, c)
+	sent := f.lost.seq.Load()
+	won, prior, err := weighted.SettleClaimed(ctx, f.store, id, items, actual, c)
+	if f.restored(ctx, items, err, sent) {
+		return false, "", errClaimsLost
+	}
+	return won, prior, err
 }
+
+// errClaimsLost is freshStore.SettleClaimed's error when the store had
+// lost the claims of the reservation's tags, now restored.
+var errClaimsLost = errors.New("gate: the limiter store lost the claims of held reservations; restored")
 
 func (f *freshStore) Peek(ctx context.Context, items []weighted.Item) (res weighted.Result, err error) {
 	f.catchUp(ctx, items)
@@ -218,7 +232,7 @@ func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err er
 // key names, this region's only with regions (each region's store counts
 // its own), from what this node knows while the database is out.
 func (f *freshStore) restoreGlobal(ctx context.Context, extra []weighted.Item) error {
-	if err := f.g.ledgerCaughtUp(ctx, true); err != nil {
+	if err := f.g.ledgerCaughtUp(ctx, true, f.lossNote(globalTag)...); err != nil {
 		return err
 	}
 	st := f.g.state.Load()
@@ -290,6 +304,13 @@ func (f *freshStore) restoreGlobal(ctx context.Context, extra []weighted.Item) e
 // raises the counters and leaves the tenant stale, for the first request
 // to restore whole.
 func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighted.Item, lost bool) error {
+	var note []string
+	if lost {
+		note = f.lossNote(tenant)
+	}
+	if err := f.g.ledgerCaughtUp(ctx, lost, note...); err != nil {
+		return err
+	}
 	seen := map[string]bool{}
 	items, counted, err := f.g.budgetCounters(ctx, tenant, lost, f.share, seen)
 	if err != nil {
@@ -541,9 +562,6 @@ func (g *Gate) budgetRemaining(tenant string, items []weighted.Item, spent []int
 // replicas (see shareOf). It marks the counters in seen.
 func (g *Gate) budgetCounters(ctx context.Context, tenant string, lost bool, share int64, seen map[string]bool) ([]weighted.Item, []int64, error) {
 	st := g.state.Load()
-	if err := g.ledgerCaughtUp(ctx, lost); err != nil {
-		return nil, nil, err
-	}
 	callers, userless := g.budgetCallers(st, tenant)
 	return callerCounters(st, callers, seen, nil, nil,
 		func(l *compiledLimit) bool { return l.budget },
@@ -603,9 +621,11 @@ func extraCounters(items []weighted.Item, counted []int64, seen map[string]bool,
 // debited too) the other replicas' (see syncPeers): the records of
 // requests admitted before the loss reach the ledger's store a batch
 // later, or later still when the database is slow. Its error is ctx's.
-func (g *Gate) ledgerCaughtUp(ctx context.Context, lost bool) error {
+// lossTags are the tags of the shared store restored after its loss,
+// which the other replicas note (see losses).
+func (g *Gate) ledgerCaughtUp(ctx context.Context, lost bool, lossTags ...string) error {
 	if lost {
-		if err := g.syncPeers(ctx); err != nil {
+		if err := g.syncPeers(ctx, lossTags...); err != nil {
 			return err
 		}
 	}
@@ -1196,9 +1216,10 @@ func (g *Gate) fallbackStore() *freshStore {
 // written there what they had recorded (ledger.SyncPeers). One that does
 // not answer in time (gone without a word, or its writes held up) is
 // logged and not waited for further: the restore goes on with what the
-// ledger holds. ctx's end is its error.
-func (g *Gate) syncPeers(ctx context.Context) error {
-	err := g.ledger.SyncPeers(ctx)
+// ledger holds. ctx's end is its error. lossTags go with the request (see
+// peerRestored).
+func (g *Gate) syncPeers(ctx context.Context, lossTags ...string) error {
+	err := g.ledger.SyncPeers(ctx, lossTags...)
 	if err != nil && ctx.Err() == nil {
 		g.log.Warn("a restore from the ledger goes on without every replica's latest records", "err", err)
 		return nil

@@ -38,18 +38,21 @@ type Gate struct {
 	ledger   *ledger.Ledger
 	ping     func(context.Context) error // checks the limiter store; nil for memory
 	redis    redis.UniversalClient       // the limiter store's Redis; nil for memory
-	renewer  *renewer                    // renews the concurrency leases of reservations held
-	leases   *weighted.Leased            // leased limits' leases; nil for memory
-	regions  *Regions                    // this region's caps of global budgets; nil without regions
-	refusals Refusals                    // refusals by limit, for the dashboard
-	secret   []byte                      // signs held reservations' ids (see Hold)
-	macs     sync.Pool                   // of hash.Hash, HMAC-SHA256 keyed with secret (see sign)
-	holds    holds                       // the reservations this replica holds
-	capture  *replay.Writer              // records the policies' inputs; nil when capture is off
-	learned  *learning                   // the learned output estimates; nil unless output_reserve is a quantile
-	dir      directory                   // the control plane's keys and budget observer
-	objects  objects                     // upstream objects' tenants, when the store is memory (see OwnObject)
-	keys     *keyCap                     // the counters of values each tenant chose (store.max_keys_per_tenant)
+	// markerMatch is the SCAN pattern of the store's generation markers
+	// (see checkBoot); "" for memory.
+	markerMatch string
+	renewer     *renewer         // renews the concurrency leases of reservations held
+	leases      *weighted.Leased // leased limits' leases; nil for memory
+	regions     *Regions         // this region's caps of global budgets; nil without regions
+	refusals    Refusals         // refusals by limit, for the dashboard
+	secret      []byte           // signs held reservations' ids (see Hold)
+	macs        sync.Pool        // of hash.Hash, HMAC-SHA256 keyed with secret (see sign)
+	holds       holds            // the reservations this replica holds
+	capture     *replay.Writer   // records the policies' inputs; nil when capture is off
+	learned     *learning        // the learned output estimates; nil unless output_reserve is a quantile
+	dir         directory        // the control plane's keys and budget observer
+	objects     objects          // upstream objects' tenants, when the store is memory (see OwnObject)
+	keys        *keyCap          // the counters of values each tenant chose (store.max_keys_per_tenant)
 	// objTimeout bounds a limiter call as the guard does (the store's
 	// queue and call timeouts), and a record's Redis call (objectCall).
 	objTimeout time.Duration
@@ -200,7 +203,8 @@ func (g *Gate) open(ctx context.Context, cfg *config.Config) error {
 	g.renewer = newRenewer(g)
 	g.renewer.start()
 	g.closers = append(g.closers, g.renewer.close)
-	if g.ledger, err = ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: cfg.DataDirPath(), PeerWait: cfg.Ledger.PeerWait, Logf: ledgerLogf(g.log)}); err != nil {
+	if g.ledger, err = ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: cfg.DataDirPath(), PeerWait: cfg.Ledger.PeerWait,
+		OnPeerSync: g.peerRestored, Logf: ledgerLogf(g.log)}); err != nil {
 		return fmt.Errorf("gate: ledger: %w", err)
 	}
 	g.closers = append(g.closers, g.ledger.Close)
@@ -254,6 +258,9 @@ func (g *Gate) open(ctx context.Context, cfg *config.Config) error {
 	if every := cmp.Or(g.expireEvery, time.Second); every > 0 {
 		g.wg.Go(func() { g.expireLoop(rctx, every) })
 	}
+	if g.redis != nil {
+		g.wg.Go(func() { g.bootLoop(rctx) })
+	}
 	if g.breaker != nil {
 		// Every breaker cooldown (a probe's pace), at least every 10 ms.
 		g.wg.Go(func() { g.catchUpLoop(rctx, max(cfg.Store.BreakerCooldown, 10*time.Millisecond)) })
@@ -288,6 +295,13 @@ func (g *Gate) openStore(ctx context.Context, cfg *config.Config) (*freshStore, 
 		QueueTimeout: cfg.Store.QueueTimeout, CallTimeout: cfg.Store.Timeout,
 		ReplyTimeout: max(weighted.DefaultReplyTimeout, cfg.Store.Timeout), ContextDeadlines: true,
 	})
+	g.markerMatch = r.MarkerMatch()
+	if g.ping(ctx) == nil {
+		// Before any decision: a Redis rolled back since (see checkBoot).
+		if err := g.checkBoot(ctx); err != nil {
+			g.log.Warn("the limiter store's run_id could not be checked at start", "err", err)
+		}
+	}
 	g.tel.ObserveStore(func() telemetry.StoreStats {
 		st := r.Stats()
 		return telemetry.StoreStats{Overloaded: st.Overloaded, UnknownOutcomes: st.UnknownOutcomes, LateCancels: st.LateCancels, LateLost: st.LateLost}

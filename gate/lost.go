@@ -22,6 +22,20 @@ import (
 // restore of its tag began does not restore the tag again (see
 // freshStore.restored), so a request debited after the loss's restore is
 // not charged twice by a second, needless one.
+//
+// The other replicas on the same store and ledger hold requests so too.
+// A restore after a loss asks them to flush their records before it reads
+// the ledger (Gate.syncPeers), and the request names the tags it
+// restores: each of them logs those tags as restored (peerRestored)
+// before it flushes, so that its reservations debited before and
+// recorded after are charged again as its own restore's are. Its stale
+// answers to calls sent before then do not restore the tags again
+// either. A request whose notes did not fit names none: every tag is
+// then taken for restored (anyTag), which charges a replica's requests
+// held at that moment twice, early, never late.
+
+// anyTag, logged as a restore's tag, stands for every tag.
+const anyTag = "\x00any"
 
 // lossRing is how many restores a losses keeps: a reservation older than
 // them takes every tag for restored.
@@ -59,11 +73,34 @@ func (l *losses) restoredSince(seq uint32, tag string) bool {
 	}
 	for i := seq; i != n; {
 		i++
-		if l.ring[i%lossRing] == tag {
+		if t := l.ring[i%lossRing]; t == tag || t == anyTag {
 			return true
 		}
 	}
 	return false
+}
+
+// lossNote is the note of tag that a restore after a loss sends the
+// other replicas with its request to flush (see syncPeers): none from a
+// store of this replica's own (the local fallback), whose loss is no
+// other's.
+func (f *freshStore) lossNote(tag string) []string {
+	if f != f.g.store {
+		return nil
+	}
+	return []string{tag}
+}
+
+// peerRestored logs the tags another replica restores after a loss of
+// the store they share (see ledger.Config.OnPeerSync): "" stands for
+// every tag.
+func (g *Gate) peerRestored(tags []string) {
+	for _, t := range tags {
+		if t == "" {
+			t = anyTag
+		}
+		g.store.lost.note(t)
+	}
 }
 
 // noteDebit notes, for a debit the store just made, where its log of

@@ -606,6 +606,12 @@ func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge,
 	}
 	actual := r.actual(c)
 	won, prior, stored, perr := r.g.end(ctx, r, claim{state: holdSettled, cost: c.Cost, status: c.Status}, actual)
+	if errors.Is(perr, errClaimsLost) {
+		if out, again, err, done := r.endedAfterLoss(ctx, h); done {
+			return out, again, err
+		}
+		return r.SettleHeld(ctx, c)
+	}
 	if perr == nil && !won {
 		r.g.adopt(h, prior)
 		return prior.answer()
@@ -648,6 +654,18 @@ func (r *Reservation) Release(ctx context.Context) error {
 		return err
 	}
 	won, prior, stored, perr := r.g.end(ctx, r, claim{state: holdReleased}, nil)
+	if errors.Is(perr, errClaimsLost) {
+		if _, again, err, done := r.endedAfterLoss(ctx, h); done {
+			if again {
+				return ErrSettled
+			}
+			if errors.Is(err, ErrReleased) {
+				return nil
+			}
+			return err
+		}
+		return r.Release(ctx)
+	}
 	if perr == nil && !won {
 		r.g.adopt(h, prior)
 		switch prior.state {
@@ -675,6 +693,30 @@ func (r *Reservation) Release(ctx context.Context) error {
 	}
 	r.cancel(ctx, stored)
 	return nil
+}
+
+// endedAfterLoss tells how held reservation r ended, as the ledger says,
+// after the limiter store lost the claims of its tags (errClaimsLost) and
+// every replica wrote its records: this replica's hold h, if any, is open
+// here but may have been ended on another replica, which only the lost
+// claim said. An end found there is adopted by h.
+func (r *Reservation) endedAfterLoss(ctx context.Context, h *hold) (out Charge, again bool, err error, done bool) {
+	out, again, err, done = r.g.endedInLedger(ctx, r.req.ID, r.expires)
+	if done {
+		r.g.adopt(h, ledgerClaim(out, again, err))
+	}
+	return out, again, err, done
+}
+
+// ledgerClaim is the claim of an end endedInLedger found.
+func ledgerClaim(out Charge, again bool, err error) claim {
+	switch {
+	case again:
+		return claim{state: holdSettled, cost: out.Cost, status: out.Status}
+	case errors.Is(err, ErrReleased):
+		return claim{state: holdReleased}
+	}
+	return claim{state: holdExpired}
 }
 
 // endAlone records on this replica that held reservation r ends so (st,
@@ -909,6 +951,8 @@ func (g *Gate) end(ctx context.Context, r *Reservation, c claim, actual []int64)
 	key, ttl := r.claimKey()
 	w, p, err := cs.SettleClaimed(ctx, r.resID, r.items, actual, weighted.Claim{Key: key, Value: c.encode(), TTL: ttl})
 	switch {
+	case errors.Is(err, errClaimsLost):
+		return false, claim{}, false, err // the caller asks the ledger again
 	case errors.Is(err, weighted.ErrUnclaimable):
 		won, prior, err = g.claim(ctx, r, c)
 		return won, prior, false, err
@@ -1044,6 +1088,19 @@ func (g *Gate) expireHolds(now time.Time) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		actual := r.actual(ch)
 		won, prior, stored, err := g.end(ctx, r, claim{state: holdExpired}, actual)
+		if errors.Is(err, errClaimsLost) {
+			if out, again, lerr, done := g.endedInLedger(ctx, r.req.ID, r.expires); done {
+				cancel()
+				// Ended elsewhere, as the ledger, written by every
+				// replica, says.
+				if c := ledgerClaim(out, again, lerr); c.state != holdExpired {
+					g.adopt(r.held, c)
+					r.endedElsewhere(c)
+				}
+				continue
+			}
+			won, prior, stored, err = g.end(ctx, r, claim{state: holdExpired}, actual)
+		}
 		// An expiry claimed by a replica that resumed it late (see endOf)
 		// is this one: that replica settles nothing, this one settles it.
 		if err == nil && !won && prior.state != holdExpired {

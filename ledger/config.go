@@ -95,6 +95,14 @@ type Config struct {
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
 
+	// OnPeerSync, when set, receives the notes of another process's
+	// SyncPeers (never empty; the one note "" stands for notes that did
+	// not fit in the request), before this process flushes for it: a
+	// record appended after it returns may be missing from what that
+	// process reads. It is called from the listener's goroutine, one
+	// request at a time, and must return quickly.
+	OnPeerSync func(notes []string)
+
 	// Logf receives the flusher's reports (store errors, recoveries). Nil
 	// discards them.
 	Logf func(format string, args ...any)

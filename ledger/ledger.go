@@ -169,7 +169,7 @@ func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 	go func() { defer l.wg.Done(); l.spool.syncLoop(cfg.SyncInterval, l.syncKick, l.stop) }()
 	go func() { defer l.wg.Done(); l.flushLoop(runCtx) }()
 	if pg, ok := l.store.(*pgStore); ok {
-		l.peers = newPeers(pg.pool, l.node, l.Flush, cfg.PeerWait, cfg.Logf)
+		l.peers = newPeers(pg.pool, l.node, l.Flush, cfg.OnPeerSync, cfg.PeerWait, cfg.Logf)
 		l.wg.Add(1)
 		go func() { defer l.wg.Done(); l.peers.listen(runCtx) }()
 		// Nothing is recorded before the others can know of this process

@@ -14,8 +14,9 @@ package ledger
 //     a beat of one it did not know answers with its own, so a newcomer
 //     learns the others at once. A process not heard from for peerAlive is
 //     gone (a crash); bye says so at once on Close.
-//   - sync (seq): "flush": each other process flushes everything it had
-//     appended when it heard it, then answers ack (seq) to the sender.
+//   - sync (seq, notes): "flush": each other process hands the notes to
+//     Config.OnPeerSync, then flushes everything it had appended when it
+//     heard it, and answers ack (seq) to the sender.
 //
 // A sender's syncs go out one after another, so a peer hears them in the
 // order of their seq, and an ack of seq answers every lower one too.
@@ -36,6 +37,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -60,10 +62,11 @@ const maxPeers = 4096
 
 // peerMsg is one notification's payload.
 type peerMsg struct {
-	Kind string `json:"t"`            // beat, bye, sync, ack
-	From string `json:"n"`            // the sender's node
-	Seq  uint64 `json:"s,omitempty"`  // sync, ack
-	To   string `json:"to,omitempty"` // ack: the node whose sync it answers
+	Kind string   `json:"t"`            // beat, bye, sync, ack
+	From string   `json:"n"`            // the sender's node
+	Seq  uint64   `json:"s,omitempty"`  // sync, ack
+	Note []string `json:"g,omitempty"`  // sync: its callers' notes (see SyncPeers)
+	To   string   `json:"to,omitempty"` // ack: the node whose sync it answers
 }
 
 // peers is a process's side of the protocol.
@@ -71,7 +74,8 @@ type peers struct {
 	pool  *pgxpool.Pool
 	node  string
 	flush func(context.Context) error
-	wait  time.Duration // the longest SyncPeers waits (Config.PeerWait)
+	heed  func([]string) // Config.OnPeerSync; nil for none
+	wait  time.Duration  // the longest SyncPeers waits (Config.PeerWait)
 	logf  func(string, ...any)
 	wg    sync.WaitGroup // the listener's goroutines (answers, beats); listen waits for them
 
@@ -93,13 +97,46 @@ type peers struct {
 // syncRound is one sync sent: the callers that asked before it was sent
 // share it.
 type syncRound struct {
-	seq  uint64
-	sent chan struct{} // closed once sent (or failed)
-	err  error
+	seq   uint64
+	notes []string      // its callers', distinct; [""] once they passed maxNotes
+	sent  chan struct{} // closed once sent (or failed)
+	err   error
 }
 
-func newPeers(pool *pgxpool.Pool, node string, flush func(context.Context) error, wait time.Duration, logf func(string, ...any)) *peers {
-	return &peers{pool: pool, node: node, flush: flush, wait: wait, logf: logf, ready: make(chan struct{}),
+// maxNotes bounds the bytes a sync's notes take in its payload: a NOTIFY
+// payload is under 8,000 bytes. Past it, the sync carries the one note
+// "", which stands for notes that did not fit.
+const maxNotes = 6000
+
+// add adds notes to the round's.
+func (r *syncRound) add(notes []string) {
+	if len(r.notes) == 1 && r.notes[0] == "" {
+		return // the notes did not fit already
+	}
+	size := 0
+	for _, n := range r.notes {
+		size += noteSize(n)
+	}
+	for _, n := range notes {
+		if slices.Contains(r.notes, n) {
+			continue
+		}
+		if size += noteSize(n); size > maxNotes || n == "" {
+			r.notes = []string{""}
+			return
+		}
+		r.notes = append(r.notes, n)
+	}
+}
+
+// noteSize is the bytes note n takes in a payload's JSON list.
+func noteSize(n string) int {
+	b, _ := json.Marshal(n)
+	return len(b) + 1
+}
+
+func newPeers(pool *pgxpool.Pool, node string, flush func(context.Context) error, heed func([]string), wait time.Duration, logf func(string, ...any)) *peers {
+	return &peers{pool: pool, node: node, flush: flush, heed: heed, wait: wait, logf: logf, ready: make(chan struct{}),
 		heard: map[string]time.Time{}, acked: map[string]uint64{}, changed: make(chan struct{}), toAck: map[string]uint64{}}
 }
 
@@ -212,6 +249,12 @@ func (p *peers) listenOnce(ctx context.Context) error {
 
 // hear handles one message of another process.
 func (p *peers) hear(ctx context.Context, m peerMsg) {
+	if m.Kind == "sync" && len(m.Note) > 0 && p.heed != nil {
+		// Before the flush that answers it (see answer), which the
+		// listener starts below: a record appended after this call is
+		// not in that flush, and its writer knows of the notes.
+		p.heed(m.Note)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if m.Kind == "bye" {
@@ -307,13 +350,14 @@ func (p *peers) prune() {
 // round returns a sync sent after the call began: the one being gathered,
 // which this caller sends (with every one gathered while it sends) when no
 // other caller is sending.
-func (p *peers) round(ctx context.Context) *syncRound {
+func (p *peers) round(ctx context.Context, notes []string) *syncRound {
 	p.mu.Lock()
 	r := p.next
 	if r == nil {
 		r = &syncRound{sent: make(chan struct{})}
 		p.next = r
 	}
+	r.add(notes)
 	if p.sending {
 		p.mu.Unlock()
 		<-r.sent
@@ -327,7 +371,7 @@ func (p *peers) round(ctx context.Context) *syncRound {
 		s.seq = p.seq
 		p.mu.Unlock()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.wait)
-		s.err = p.notify(sctx, peerMsg{Kind: "sync", Seq: s.seq})
+		s.err = p.notify(sctx, peerMsg{Kind: "sync", Seq: s.seq, Note: s.notes})
 		cancel()
 		close(s.sent)
 		p.mu.Lock()
@@ -354,7 +398,7 @@ func (e *PeersBehindError) Error() string {
 
 // sync is SyncPeers on PostgreSQL; ok is false when this process is not
 // listening to the others, so it does not know them.
-func (p *peers) sync(ctx context.Context) (ok bool, err error) {
+func (p *peers) sync(ctx context.Context, notes []string) (ok bool, err error) {
 	p.mu.Lock()
 	since := p.listening
 	p.mu.Unlock()
@@ -368,7 +412,7 @@ func (p *peers) sync(ctx context.Context) (ok bool, err error) {
 			return true, err
 		}
 	}
-	r := p.round(ctx)
+	r := p.round(ctx, notes)
 	if r.err != nil {
 		return false, r.err
 	}
@@ -430,11 +474,18 @@ func sleep(ctx context.Context, d time.Duration) error {
 // at once). Before this process hears the others (its listener not
 // connected), it waits PeerLag instead. With the embedded store, which no
 // other process shares, it returns at once.
-func (l *Ledger) SyncPeers(ctx context.Context) error {
+//
+// notes go with the request: each other process that hears it hands
+// them to its Config.OnPeerSync before it flushes, so that a record it
+// appends after that call knows of them. Concurrent calls may share one
+// request, which then carries the notes of all; notes past 4,000 bytes
+// in all, or an empty one, are sent as the one note "" (see
+// Config.OnPeerSync).
+func (l *Ledger) SyncPeers(ctx context.Context, notes ...string) error {
 	if l.peers == nil {
 		return sleep(ctx, l.PeerLag())
 	}
-	ok, err := l.peers.sync(ctx)
+	ok, err := l.peers.sync(ctx, notes)
 	if !ok {
 		if err != nil {
 			l.cfg.Logf("ledger: asking the other replicas to flush: %v (waiting %v instead)", err, l.PeerLag())

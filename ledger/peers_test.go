@@ -255,3 +255,54 @@ func TestSyncPeersListenersLast(t *testing.T) {
 		t.Errorf("a listener lost its connection:\n%s", logs.String())
 	}
 }
+
+// TestSyncPeersCarriesNotes: the notes of a SyncPeers reach the other
+// process's OnPeerSync before it answers, and notes too large for one
+// request reach it as the one note "".
+func TestSyncPeersCarriesNotes(t *testing.T) {
+	var mu sync.Mutex
+	var heard [][]string
+	cfg := postgresConfig(t)
+	cfg.PeerWait = 5 * time.Second
+	a := open(t, cfg)
+	cfg.Dir = t.TempDir()
+	cfg.OnPeerSync = func(notes []string) {
+		mu.Lock()
+		heard = append(heard, slices.Clone(notes))
+		mu.Unlock()
+	}
+	b := open(t, cfg)
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for ledger.PeersHeard(a) != 1 || ledger.PeersHeard(b) != 1 {
+		for _, l := range []*ledger.Ledger{a, b} {
+			if err := l.SyncPeers(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the two ledgers did not hear each other in 10 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	last := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(heard) == 0 {
+			return nil
+		}
+		return heard[len(heard)-1]
+	}
+	if err := a.SyncPeers(ctx, "acme", "{global"); err != nil {
+		t.Fatal(err)
+	}
+	if got := last(); !slices.Equal(got, []string{"acme", "{global"}) {
+		t.Fatalf("b heard %q, want acme and {global", got)
+	}
+	if err := a.SyncPeers(ctx, strings.Repeat("\x01", 2000)); err != nil {
+		t.Fatal(err)
+	}
+	if got := last(); !slices.Equal(got, []string{""}) {
+		t.Fatalf("b heard %q of a note too large, want the one note \"\"", got)
+	}
+}

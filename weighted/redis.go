@@ -496,6 +496,13 @@ func (r *Redis) leaseKey(it *Item) string {
 	return r.key(it) + ":leases"
 }
 
+// MarkerMatch is the SCAN pattern of the store's generation markers (see
+// RedisConfig.Generations): deleting them makes every tag stale, as a
+// flush of the store would, and leaves the counters as they are.
+func (r *Redis) MarkerMatch() string {
+	return r.prefix + "g:{*"
+}
+
 // markerKey returns the key of the generation marker of hash tag tag.
 func (r *Redis) markerKey(tag string) string {
 	return r.prefix + "g:{" + tag + "}"
@@ -956,7 +963,12 @@ type Claimer interface {
 	// or, with actual nil, cancels it, and records c, in one atomic call,
 	// unless c.Key records an end already: then it changes nothing and
 	// returns won false and that record. Settling an id settled without a
-	// claim records c and changes nothing else.
+	// claim records c and changes nothing else. A store with generation
+	// markers that finds no record at c.Key and the marker of one of the
+	// items' tags missing or behind (see RedisConfig.Generations) changes
+	// nothing and fails with a *StaleError: the claim may have been lost
+	// with the tag's state. Restore the tags, and ask whoever knows how
+	// the reservation ended (a ledger) before claiming again.
 	SettleClaimed(ctx context.Context, id string, items []Item, actual []int64, c Claim) (won bool, prior string, err error)
 }
 
@@ -999,8 +1011,17 @@ func (r *Redis) SettleClaimed(ctx context.Context, id string, items []Item, actu
 	}
 	g := &gs[0]
 	keys := append(g.keys[:len(g.keys):len(g.keys)], r.recordKey(g.tag, id), c.Key)
+	var tags []string
+	if r.gens {
+		// The markers of the items' tags, read when no claim is found: a
+		// claim lost with the tags' state is no claim (a *StaleError).
+		tags = itemTags(items, g.idx, nil)
+		for _, t := range tags {
+			keys = append(keys, r.markerKey(t))
+		}
+	}
 	call := getCall(ctx)
-	call.buf = r.header(call.buf, len(g.idx), len(keys), opClaimed, g.strings(items), nil)
+	call.buf = r.header(call.buf, len(g.idx), len(keys), opClaimed, g.strings(items), tags)
 	call.buf = appendNumber(call.buf, (c.TTL + time.Millisecond - 1).Milliseconds())
 	call.buf = appendNumber(call.buf, int64(len(c.Value)))
 	call.buf = append(call.buf, c.Value...)
@@ -1015,6 +1036,16 @@ func (r *Redis) SettleClaimed(ctx context.Context, id string, items []Item, actu
 	}
 	if prior, ok := v.(string); ok {
 		return false, prior, nil
+	}
+	if n, ok := v.(int64); ok && n < 0 && len(tags) > 0 {
+		// Minus the mask of the stale tags' markers.
+		var stale []string
+		for j, t := range tags {
+			if j < 62 && -n&(1<<j) != 0 {
+				stale = append(stale, t)
+			}
+		}
+		return false, "", staleError(items, stale)
 	}
 	return true, "", nil
 }

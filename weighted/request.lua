@@ -66,6 +66,21 @@ repeat
         replies[r] = prior
         break
       end
+      -- No claim: with generation markers (the items' tags', the last
+      -- ng keys), one missing or behind says the store lost the tag's
+      -- state, its claims with it, so no claim is no evidence: reply
+      -- minus the mask of those markers (bit j - 1 for marker j) and
+      -- change nothing (see Redis.SettleClaimed).
+      local lost, bit = 0, 1
+      for j = 1, ng do
+        local g = tonumber(redis.call('GET', KEYS[k + nkeys - ng + j]) or '0')
+        if g == 0 or g < seen[j] then lost = lost + bit end
+        bit = bit * 2
+      end
+      if lost > 0 then
+        replies[r] = -lost
+        break
+      end
       redis.call('SET', ckey, claim, 'PX', cttl)
     end
 -- settle.lua

@@ -101,6 +101,20 @@ func (s *Server) Restart(t testing.TB) {
 	s.cmd = cmd
 }
 
+// RestartOnSnapshot starts a stopped private server again on its port,
+// loading the last snapshot a test saved (SAVE) in its directory, as a
+// Redis persisted by snapshots comes back after a crash: with the data
+// of that snapshot, not the writes made since.
+func (s *Server) RestartOnSnapshot(t testing.TB) {
+	t.Helper()
+	_, port, _ := splitAddr(s.Addr)
+	cmd, err := run(port, s.dir)
+	if err != nil {
+		t.Fatalf("redistest: restart: %v", err)
+	}
+	s.cmd = cmd
+}
+
 func start(t testing.TB) *Server {
 	t.Helper()
 	var lastErr error
