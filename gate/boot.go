@@ -41,9 +41,10 @@ func (g *Gate) checkBoot(ctx context.Context) error {
 	if !ok {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	info, err := c.Info(ctx, "server").Result()
+	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 5*time.Second) }
+	cctx, cancel := call()
+	info, err := c.Info(cctx, "server").Result()
+	cancel()
 	if err != nil {
 		return err
 	}
@@ -51,33 +52,44 @@ func (g *Gate) checkBoot(ctx context.Context) error {
 	if id == "" {
 		return nil
 	}
-	old, err := c.SetArgs(ctx, bootKey, id, redis.SetArgs{Get: true}).Result()
+	cctx, cancel = call()
+	old, err := c.Get(cctx, bootKey).Result()
+	cancel()
 	if err != nil && err != redis.Nil {
 		return err
 	}
-	if old == id || old == "" {
-		// The same Redis; or none checked before (this version's first
-		// start), or Redis lost the key with its data (a restart empty, a
-		// flush), and the markers with it: nothing is rolled back.
-		return nil
-	}
-	g.log.Warn("the limiter store's Redis restarted or failed over (its data may be older than its last writes): every tenant is restored from the ledger at its next request",
-		"run_id", id, "was", old)
-	var cursor uint64
-	for {
-		keys, next, err := c.Scan(ctx, cursor, g.markerMatch, 1000).Result()
-		if err != nil {
-			return err
-		}
-		if len(keys) > 0 {
-			if err := c.Unlink(ctx, keys...).Err(); err != nil {
+	if old != id && old != "" {
+		g.log.Warn("the limiter store's Redis restarted or failed over (its data may be older than its last writes): every tenant is restored from the ledger at its next request",
+			"run_id", id, "was", old)
+		// The new run_id is written once every marker is gone: a scan
+		// cut short (a timeout, a store that failed) is made again at
+		// the next check, by this replica or another.
+		var cursor uint64
+		for {
+			cctx, cancel = call()
+			keys, next, err := c.Scan(cctx, cursor, g.markerMatch, 1000).Result()
+			if err == nil && len(keys) > 0 {
+				err = c.Unlink(cctx, keys...).Err()
+			}
+			cancel()
+			if err != nil {
 				return err
 			}
-		}
-		if cursor = next; cursor == 0 {
-			return nil
+			if cursor = next; cursor == 0 {
+				break
+			}
 		}
 	}
+	if old == id {
+		// The same Redis.
+		return nil
+	}
+	// None checked before (this version's first start), or Redis lost
+	// the key with its data (a restart empty, a flush), and the markers
+	// with it: nothing more to forget.
+	cctx, cancel = call()
+	defer cancel()
+	return c.Set(cctx, bootKey, id, 0).Err()
 }
 
 // bootLoop runs checkBoot every bootEvery until ctx ends.
