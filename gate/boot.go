@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,7 +24,10 @@ import (
 // every tag is then stale to every replica, and restored from the ledger
 // at its next call, as after a FLUSHALL. It checks when it opens, before
 // it decides anything, and every bootEvery; a lossless restart costs one
-// restore of each tenant. A Redis Cluster is not checked.
+// restore of each tenant. A Redis Cluster's primaries are checked each
+// on its own: each keeps its run_id in a key of a slot it serves
+// (nodeBootKey), so that a primary rolled back rolls that key back too,
+// and only its own markers are deleted.
 
 // bootKey holds the run_id of the limiter store's Redis as the gate last
 // checked it.
@@ -32,15 +36,85 @@ const bootKey = "cg:boot"
 // bootEvery is how often the gate checks the limiter store's run_id.
 const bootEvery = time.Second
 
-// checkBoot checks whether the limiter store's Redis restarted since a
-// replica last checked, and if so forgets its generation markers (see
-// above). Its error is Redis's; a store that cannot answer is checked
-// again later.
+// checkBoot checks whether the limiter store's Redis, or a primary of its
+// Redis Cluster, restarted since a replica last checked, and if so
+// forgets its generation markers (see above). Its error is Redis's; a
+// store that cannot answer is checked again later.
 func (g *Gate) checkBoot(ctx context.Context) error {
-	c, ok := g.redis.(*redis.Client)
-	if !ok {
-		return nil
+	switch c := g.redis.(type) {
+	case *redis.Client:
+		return g.checkNode(ctx, c, bootKey)
+	case *redis.ClusterClient:
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		slots, err := c.ClusterSlots(cctx).Result()
+		cancel()
+		if err != nil {
+			return err
+		}
+		return c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			key, ok := nodeBootKey(slots, n.Options().Addr, "")
+			if !ok {
+				// Known to the client by another address than the
+				// cluster's own (a remapped one): found by its id.
+				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				id, err := n.Do(cctx, "CLUSTER", "MYID").Text()
+				cancel()
+				if err != nil {
+					return err
+				}
+				if key, ok = nodeBootKey(slots, "", id); !ok {
+					return nil // a primary that serves no slot holds no marker
+				}
+			}
+			return g.checkNode(ctx, n, key)
+		})
 	}
+	return nil
+}
+
+// nodeBootKey is the key in which the Cluster primary at addr, or of id,
+// keeps its run_id: bootKey with a hash tag of the first slot it serves,
+// as slots say; ok is false when it serves none.
+func nodeBootKey(slots []redis.ClusterSlot, addr, id string) (key string, ok bool) {
+	for _, s := range slots {
+		if len(s.Nodes) > 0 && (addr != "" && s.Nodes[0].Addr == addr || id != "" && s.Nodes[0].ID == id) {
+			return bootKey + ":{" + slotTag(s.Start) + "}", true
+		}
+	}
+	return "", false
+}
+
+// slotTag returns a hash tag whose keys are in Redis Cluster slot slot
+// (0 to 16383): the first "b" and a decimal number that CRC16 puts there.
+func slotTag(slot int) string {
+	for i := 0; ; i++ {
+		t := "b" + strconv.Itoa(i)
+		if int(crc16([]byte(t))%16384) == slot {
+			return t
+		}
+	}
+}
+
+// crc16 is CRC-16/XMODEM, the checksum of Redis Cluster's key slots.
+func crc16(b []byte) uint16 {
+	var crc uint16
+	for _, c := range b {
+		crc ^= uint16(c) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+// checkNode checks one Redis, which keeps its run_id in key: when it
+// finds another there, it deletes the node's generation markers, then
+// writes its run_id.
+func (g *Gate) checkNode(ctx context.Context, c *redis.Client, key string) error {
 	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 5*time.Second) }
 	cctx, cancel := call()
 	info, err := c.Info(cctx, "server").Result()
@@ -53,23 +127,32 @@ func (g *Gate) checkBoot(ctx context.Context) error {
 		return nil
 	}
 	cctx, cancel = call()
-	old, err := c.Get(cctx, bootKey).Result()
+	old, err := c.Get(cctx, key).Result()
 	cancel()
 	if err != nil && err != redis.Nil {
 		return err
 	}
-	if old != id && old != "" {
+	if old == id {
+		return nil // the same Redis
+	}
+	if old != "" {
 		g.log.Warn("the limiter store's Redis restarted or failed over (its data may be older than its last writes): every tenant is restored from the ledger at its next request",
-			"run_id", id, "was", old)
+			"addr", c.Options().Addr, "run_id", id, "was", old)
 		// The new run_id is written once every marker is gone: a scan
 		// cut short (a timeout, a store that failed) is made again at
-		// the next check, by this replica or another.
+		// the next check, by this replica or another. Each marker is
+		// deleted on its own: a Cluster's are in many slots.
 		var cursor uint64
 		for {
 			cctx, cancel = call()
 			keys, next, err := c.Scan(cctx, cursor, g.markerMatch, 1000).Result()
 			if err == nil && len(keys) > 0 {
-				err = c.Unlink(cctx, keys...).Err()
+				_, err = c.Pipelined(cctx, func(p redis.Pipeliner) error {
+					for _, k := range keys {
+						p.Unlink(cctx, k)
+					}
+					return nil
+				})
 			}
 			cancel()
 			if err != nil {
@@ -80,16 +163,12 @@ func (g *Gate) checkBoot(ctx context.Context) error {
 			}
 		}
 	}
-	if old == id {
-		// The same Redis.
-		return nil
-	}
-	// None checked before (this version's first start), or Redis lost
-	// the key with its data (a restart empty, a flush), and the markers
-	// with it: nothing more to forget.
+	// old is "" for a Redis none checked before (this version's first
+	// start), or one that lost the key with its data (a restart empty, a
+	// flush), and the markers with it: nothing more to forget.
 	cctx, cancel = call()
 	defer cancel()
-	return c.Set(cctx, bootKey, id, 0).Err()
+	return c.Set(cctx, key, id, 0).Err()
 }
 
 // bootLoop runs checkBoot every bootEvery until ctx ends.

@@ -65,3 +65,60 @@ func TestBootScanCutShortIsMadeAgain(t *testing.T) {
 		t.Fatal("a check of the same Redis deleted a marker")
 	}
 }
+
+// TestBootClusterPrimaryRestarted: on a Redis Cluster, each primary keeps
+// its run_id in a key of its own slots, and a primary found with another
+// (here the first, whose key says it restarted) has its generation
+// markers deleted, the other primaries' kept. Before, a Cluster was not
+// checked: a primary restarted on an older snapshot kept its rolled-back
+// markers, which a replica that never saw newer ones trusted.
+func TestBootClusterPrimaryRestarted(t *testing.T) {
+	cl := redistest.NewCluster(t)
+	c := cl.Client(t)
+	ctx := context.Background()
+	g := &Gate{redis: c, markerMatch: "cg:g:{*", log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := g.checkBoot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A marker in a slot of each primary (0-5460, 5461-10922, 10923-16383).
+	markers := []string{"cg:g:{" + slotTag(100) + "}", "cg:g:{" + slotTag(6000) + "}", "cg:g:{" + slotTag(12000) + "}"}
+	for i, m := range markers {
+		if n := cl.Node(t, int(crc16([]byte(m[6:len(m)-1]))%16384)); n != i {
+			t.Fatalf("marker %s is on primary %d, want %d", m, n, i)
+		}
+		if err := c.Set(ctx, m, "7", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Checked again, the same primaries: every marker is kept.
+	if err := g.checkBoot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range markers {
+		if c.Exists(ctx, m).Val() != 1 {
+			t.Fatalf("a check of primaries that did not restart deleted %s", m)
+		}
+	}
+	// The first primary's key says another run: it restarted since.
+	key := bootKey + ":{" + slotTag(0) + "}"
+	if c.Get(ctx, key).Val() == "" {
+		t.Fatalf("the first primary's run_id is not in %s", key)
+	}
+	if err := c.Set(ctx, key, "an-older-run", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.checkBoot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c.Exists(ctx, markers[0]).Val() != 0 {
+		t.Fatal("the marker of the primary that restarted is kept")
+	}
+	for _, m := range markers[1:] {
+		if c.Exists(ctx, m).Val() != 1 {
+			t.Fatalf("the marker %s of a primary that did not restart is deleted", m)
+		}
+	}
+	if got := c.Get(ctx, key).Val(); got == "an-older-run" {
+		t.Fatal("the restarted primary's new run_id is not written")
+	}
+}
