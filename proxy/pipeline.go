@@ -871,10 +871,8 @@ func (x *exchange) reachedUpstream() bool {
 // applyFriction delays, caps the output limit or downgrades the model as
 // the policies decided, and names what it did in Costgate-Friction. A cap
 // or a downgrade rewrites only a request with output: not an embeddings
-// request, nor a generic upstream's (see rewriteForFriction).
-// maxFrictionDelay bounds a policy's delay_ms.
-const maxFrictionDelay = 30 * time.Second
-
+// request, nor a generic upstream's (see rewriteForFriction). A delay
+// past the tenant's bound (see frictionDelay) is refused with 429.
 func (s *Server) applyFriction(w http.ResponseWriter, ctx context.Context, x *exchange, body *[]byte) bool {
 	f, src := x.decision.Friction, x.decision.Sources
 	var applied []string
@@ -883,13 +881,12 @@ func (s *Server) applyFriction(w http.ResponseWriter, ctx context.Context, x *ex
 		x.rewriteForFriction(body, did)
 	}
 	if f.DelayMS > 0 {
-		d := time.Duration(min(f.DelayMS, maxFrictionDelay.Milliseconds())) * time.Millisecond
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if err := s.frictionDelay(ctx, x.caller.Tenant, f.DelayMS); err != nil {
 			x.res.Cancel(context.WithoutCancel(ctx))
+			if errors.Is(err, errDelayBacklog) {
+				x.status = http.StatusTooManyRequests
+				writeDelayBacklog(w, x.path, f.DelayMS)
+			}
 			return false
 		}
 		did("delay", src.DelayMS)
