@@ -233,11 +233,12 @@ const clientStall = 30 * time.Second
 
 // stallBound is the client's ResponseWriter. Once armed (the answer goes
 // to the client as it is read from the upstream: a stream, or a plain
-// answer too large to read whole first), each write or flush has a
-// deadline at least three quarters of stall away, moved when a quarter of
-// it has passed. A plain answer read whole is settled before it is
-// written, and a deadline costs a timer, which at one connection wakes
-// the idle network poller: it has none.
+// answer too large to read whole first, or one read whole of more than
+// armWhole bytes), each write or flush has a deadline at least three
+// quarters of stall away, moved when a quarter of it has passed. A
+// smaller plain answer read whole fits in the connection's buffers, and a
+// deadline costs a timer, which at one connection wakes the idle network
+// poller: it has none.
 type stallBound struct {
 	http.ResponseWriter
 	rc    http.ResponseController // held by value: no allocation of its own
