@@ -13,6 +13,11 @@ import (
 // maxCapture bounds how much of a JSON response is kept to read its usage.
 const maxCapture = 8 << 20
 
+// armWhole is the size of a plain answer read whole past which its writes
+// to the client are bound by the stall bound (see stallBound). A smaller
+// one fits in the connection's buffers, and its writes go without a timer.
+const armWhole = 64 << 10
+
 // maxEvent bounds how much of one server-sent event is held back while
 // usage reports are hidden from the client.
 const maxEvent = 1 << 20
@@ -179,6 +184,13 @@ func (m *meteredBody) fill() error {
 		m.err = err
 	}
 	buffers.Put(bp)
+	if m.x != nil && len(m.captured) > armWhole {
+		// More than the connection's buffers may take while the client
+		// reads nothing: its writes are bound as a stream's are, or a
+		// client that never reads would hold the request, and the
+		// answer's bytes, for ever.
+		m.x.client.armed = true
+	}
 	if m.x != nil && m.kind == costmodel.Responses {
 		// Its id comes first: read from the start kept of a larger answer.
 		m.x.own(costmodel.ResponseID(m.captured))

@@ -233,11 +233,12 @@ const clientStall = 30 * time.Second
 
 // stallBound is the client's ResponseWriter. Once armed (the answer goes
 // to the client as it is read from the upstream: a stream, or a plain
-// answer too large to read whole first), each write or flush has a
-// deadline at least three quarters of stall away, moved when a quarter of
-// it has passed. A plain answer read whole is settled before it is
-// written, and a deadline costs a timer, which at one connection wakes
-// the idle network poller: it has none.
+// answer too large to read whole first, or one read whole of more than
+// armWhole bytes), each write or flush has a deadline at least three
+// quarters of stall away, moved when a quarter of it has passed. A
+// smaller plain answer read whole fits in the connection's buffers, and a
+// deadline costs a timer, which at one connection wakes the idle network
+// poller: it has none.
 type stallBound struct {
 	http.ResponseWriter
 	rc    http.ResponseController // held by value: no allocation of its own
@@ -871,10 +872,8 @@ func (x *exchange) reachedUpstream() bool {
 // applyFriction delays, caps the output limit or downgrades the model as
 // the policies decided, and names what it did in Costgate-Friction. A cap
 // or a downgrade rewrites only a request with output: not an embeddings
-// request, nor a generic upstream's (see rewriteForFriction).
-// maxFrictionDelay bounds a policy's delay_ms.
-const maxFrictionDelay = 30 * time.Second
-
+// request, nor a generic upstream's (see rewriteForFriction). A delay
+// past the tenant's bound (see frictionDelay) is refused with 429.
 func (s *Server) applyFriction(w http.ResponseWriter, ctx context.Context, x *exchange, body *[]byte) bool {
 	f, src := x.decision.Friction, x.decision.Sources
 	var applied []string
@@ -883,13 +882,12 @@ func (s *Server) applyFriction(w http.ResponseWriter, ctx context.Context, x *ex
 		x.rewriteForFriction(body, did)
 	}
 	if f.DelayMS > 0 {
-		d := time.Duration(min(f.DelayMS, maxFrictionDelay.Milliseconds())) * time.Millisecond
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if err := s.frictionDelay(ctx, x.caller.Tenant, f.DelayMS); err != nil {
 			x.res.Cancel(context.WithoutCancel(ctx))
+			if errors.Is(err, errDelayBacklog) {
+				x.status = http.StatusTooManyRequests
+				writeDelayBacklog(w, x.path, f.DelayMS)
+			}
 			return false
 		}
 		did("delay", src.DelayMS)

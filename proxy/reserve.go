@@ -262,12 +262,11 @@ func (s *Server) serveReserve(w http.ResponseWriter, r *http.Request) {
 	f := d.Friction
 	var applied []string
 	if f.DelayMS > 0 {
-		t := time.NewTimer(time.Duration(min(f.DelayMS, maxFrictionDelay.Milliseconds())) * time.Millisecond)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if err := s.frictionDelay(ctx, req.Caller.Tenant, f.DelayMS); err != nil {
 			res.Cancel(work)
+			if errors.Is(err, errDelayBacklog) {
+				writeDelayBacklog(w, path, f.DelayMS)
+			}
 			return
 		}
 		applied = append(applied, d.FrictionNote("delay", d.Sources.DelayMS))

@@ -41,6 +41,7 @@ type Server struct {
 	stop     context.CancelFunc
 
 	inflight atomic.Int64 // requests in the pipeline, settlement included
+	delays   delays       // each tenant's requests in a friction delay
 
 	// state is the proxy's part of the active configuration, compiled; a
 	// reload swaps it whole, and a request keeps the state it started with.
