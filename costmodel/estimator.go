@@ -294,6 +294,13 @@ func (e *Estimator) Canonical(model string) string {
 	return c
 }
 
+// Priced returns model's canonical name (see Canonical) and whether the
+// price table knows it.
+func (e *Estimator) Priced(model string) (canonical string, ok bool) {
+	_, canonical, _, ok = e.table.lookup(model)
+	return canonical, ok
+}
+
 // Price returns the price of model and whether the model is known (in the
 // configured or built-in table). An unknown model gets the default price.
 func (e *Estimator) Price(model string) (Price, bool) {

@@ -1100,7 +1100,7 @@ func (r *Reservation) settle(ctx context.Context, c Charge, actual []int64, stor
 	if model == "" {
 		model = r.req.Estimate.Model
 	}
-	r.g.tel.Usage(r.req.Caller.Tenant, model, c.Usage.InputTokens, c.Usage.OutputTokens, int64(c.Cost))
+	r.g.tel.Usage(r.req.Caller.Tenant, modelLabel(r.req.Caller.Estimator(), model), c.Usage.InputTokens, c.Usage.OutputTokens, int64(c.Cost))
 	r.carryOver(ctx, c, false)
 	if r.recorded && !r.billed {
 		r.Bill(ctx, c, false)
@@ -1449,4 +1449,20 @@ func (r *Reservation) carryOver(ctx context.Context, c Charge, cancelled bool) {
 	if err := r.g.store.Settle(ctx, id, items, actual); err != nil {
 		r.g.log.Warn("limiter settle on a moved budget's new counters failed; the next reconciliation raises them", "request_id", r.req.ID, "err", err)
 	}
+}
+
+// modelLabel is the gen_ai.request.model value of model's usage: its
+// canonical name when the price table knows it, else "unpriced" ("" when
+// the request names none). The label's values are then the table's,
+// which no tenant adds to: named as sent, a tenant's requests naming 50
+// models of its choice filled the label's bound, and every other
+// tenant's models showed as "other" (TestMetricsAtkModelLabelsNotFilledByATenant).
+func modelLabel(est *costmodel.Estimator, model string) string {
+	if model == "" {
+		return ""
+	}
+	if c, ok := est.Priced(model); ok {
+		return c
+	}
+	return "unpriced"
 }

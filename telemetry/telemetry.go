@@ -32,8 +32,10 @@ type Config struct {
 	// series and shadow counts; tenants seen after that many are folded into
 	// "other". Default 100.
 	MaxTenants int
-	// MaxModels bounds the gen_ai.request.model values the same way (models
-	// come from request bodies, so they are client-controlled). Default 50.
+	// MaxModels bounds the gen_ai.request.model values the same way. The
+	// gate labels a model the price table knows by its canonical name and
+	// any other as "unpriced", so the values are the table's; the bound
+	// backs that up. Default 512.
 	MaxModels int
 	// MaxLabelValues bounds each of the configuration-derived labels: policy,
 	// limit, route, dimension. Default 128.
@@ -61,7 +63,7 @@ func (c Config) withDefaults() Config {
 		c.MaxTenants = 100
 	}
 	if c.MaxModels == 0 {
-		c.MaxModels = 50
+		c.MaxModels = 512
 	}
 	if c.MaxLabelValues == 0 {
 		c.MaxLabelValues = 128
