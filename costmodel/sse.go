@@ -597,7 +597,7 @@ func (m *StreamMeter) Usage() (u Usage, reported bool) {
 			// set.
 			u = maxEach(u, Usage{InputTokens: m.inputEst})
 		}
-		if u.OutputTokens == 0 || m.kind == AnthropicMessages && !m.outputSaid {
+		if !m.OutputStated() {
 			// Reports that state the input alone (an Anthropic stream
 			// whose message_delta states no output_tokens, after
 			// message_start's first count), or no output for text the
