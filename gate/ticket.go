@@ -645,24 +645,12 @@ func (r *Reservation) Release(ctx context.Context) error {
 		_, again, err, done = r.endedInLedger(ctx, h)
 	}
 	if done {
-		if again {
-			return ErrSettled
-		}
-		if errors.Is(err, ErrReleased) {
-			return nil
-		}
-		return err
+		return releaseAnswer(again, err)
 	}
 	won, prior, stored, perr := r.g.end(ctx, r, claim{state: holdReleased}, nil)
 	if errors.Is(perr, errClaimsLost) {
 		if _, again, err, done := r.endedAfterLoss(ctx, h); done {
-			if again {
-				return ErrSettled
-			}
-			if errors.Is(err, ErrReleased) {
-				return nil
-			}
-			return err
+			return releaseAnswer(again, err)
 		}
 		return r.Release(ctx)
 	}
@@ -693,6 +681,19 @@ func (r *Reservation) Release(ctx context.Context) error {
 	}
 	r.cancel(ctx, stored)
 	return nil
+}
+
+// releaseAnswer is Release's answer for a reservation that had ended
+// (again and err as ended tells): ErrSettled for a settled one, none for
+// a released one, ErrExpired for an expired one.
+func releaseAnswer(again bool, err error) error {
+	if again {
+		return ErrSettled
+	}
+	if errors.Is(err, ErrReleased) {
+		return nil
+	}
+	return err
 }
 
 // endedAfterLoss tells how held reservation r ended, as the ledger says,
