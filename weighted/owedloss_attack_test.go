@@ -3,6 +3,8 @@ package weighted
 import (
 	"context"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // TestOwedLossAtkRestoreKeepsTheDebt: a meter charged beyond empty owes
@@ -18,10 +20,7 @@ func TestOwedLossAtkRestoreKeepsTheDebt(t *testing.T) {
 	for _, l := range faultAtkMeters {
 		t.Run(l.Name, func(t *testing.T) {
 			clk := newClock()
-			for _, s := range []namedStore{
-				{"memory", NewMemory(MemoryConfig{Now: clk.Now, Generations: true})},
-				{"redis", func() Store { r := newRedisStore(c, clk); r.gens = true; return r }()},
-			} {
+			for _, s := range owedStores(c, clk) {
 				items := []Item{{Limit: l, Key: "{owed-" + l.Name + "}"}}
 				if err := s.Store.(Restorer).Restore(ctx, items, []int64{3 * l.Capacity()}); err != nil {
 					t.Fatal(err)
@@ -50,10 +49,7 @@ func TestOwedLossAtkRestoreTwiceChargesOnce(t *testing.T) {
 	for _, l := range faultAtkMeters {
 		t.Run(l.Name, func(t *testing.T) {
 			clk := newClock()
-			for _, s := range []namedStore{
-				{"memory", NewMemory(MemoryConfig{Now: clk.Now, Generations: true})},
-				{"redis", func() Store { r := newRedisStore(c, clk); r.gens = true; return r }()},
-			} {
+			for _, s := range owedStores(c, clk) {
 				items := []Item{{Limit: l, Key: "{twice-" + l.Name + "}"}}
 				for range 2 {
 					if err := s.Store.(Restorer).Restore(ctx, items, []int64{3 * l.Capacity() / 2}); err != nil {
@@ -67,5 +63,16 @@ func TestOwedLossAtkRestoreTwiceChargesOnce(t *testing.T) {
 				clk.Advance(-l.Period * 55 / 100)
 			}
 		})
+	}
+}
+
+// owedStores are a memory store and a Redis one on c, both with
+// generation markers, on clk.
+func owedStores(c *redis.Client, clk *clock) []namedStore {
+	r := newRedisStore(c, clk)
+	r.gens = true
+	return []namedStore{
+		{"memory", NewMemory(MemoryConfig{Now: clk.Now, Generations: true})},
+		{"redis", r},
 	}
 }
