@@ -2,6 +2,8 @@ package gate
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -136,13 +138,12 @@ func (g *Gate) checkNode(ctx context.Context, c *redis.Client, key string) error
 		return nil // the same Redis
 	}
 	if old != "" {
-		g.log.Warn("the limiter store's Redis restarted or failed over (its data may be older than its last writes): every tenant is restored from the ledger at its next request",
-			"addr", c.Options().Addr, "run_id", id, "was", old)
 		// The new run_id is written once every marker is gone: a scan
 		// cut short (a timeout, a store that failed) is made again at
 		// the next check, by this replica or another. Each marker is
 		// deleted on its own: a Cluster's are in many slots.
 		var cursor uint64
+		deleted := 0
 		for {
 			cctx, cancel = call()
 			keys, next, err := c.Scan(cctx, cursor, g.markerMatch, 1000).Result()
@@ -156,12 +157,16 @@ func (g *Gate) checkNode(ctx context.Context, c *redis.Client, key string) error
 			}
 			cancel()
 			if err != nil {
-				return err
+				return fmt.Errorf("%w: the markers of a Redis that restarted (run_id %s, was %s) are not all deleted; its counters may be rolled back: %w",
+					errBootUnchecked, id, old, err)
 			}
+			deleted += len(keys)
 			if cursor = next; cursor == 0 {
 				break
 			}
 		}
+		g.log.Warn("the limiter store's Redis restarted or failed over (its data may be older than its last writes): every tenant is restored from the ledger at its next request",
+			"addr", c.Options().Addr, "run_id", id, "was", old, "markers_deleted", deleted)
 	}
 	// old is "" for a Redis none checked before (this version's first
 	// start), or one that lost the key with its data (a restart empty, a
@@ -171,17 +176,31 @@ func (g *Gate) checkNode(ctx context.Context, c *redis.Client, key string) error
 	return c.Set(cctx, key, id, 0).Err()
 }
 
-// bootLoop runs checkBoot every bootEvery until ctx ends.
+// errBootUnchecked is checkNode's error when it found a Redis that
+// restarted and could not delete all its generation markers.
+var errBootUnchecked = errors.New("gate: a restarted Redis is not checked")
+
+// bootLoop runs checkBoot every bootEvery until ctx ends. A check that
+// found a restart and could not finish is a warning, at most once a
+// minute (a Redis that refuses SCAN fails each one); another failure, a
+// store that does not answer, is the breaker's to tell.
 func (g *Gate) bootLoop(ctx context.Context) {
 	t := time.NewTicker(bootEvery)
 	defer t.Stop()
+	var warned time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if err := g.checkBoot(ctx); err != nil && ctx.Err() == nil {
+		err := g.checkBoot(ctx)
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case errors.Is(err, errBootUnchecked) && time.Since(warned) >= time.Minute:
+			warned = time.Now()
+			g.log.Warn("the limiter store's run_id check", "err", err)
+		default:
 			g.log.Debug("the limiter store's run_id could not be checked", "err", err)
 		}
 	}
