@@ -69,7 +69,7 @@ func spendGroupUntil(t *testing.T, g *Gate, q groupRequest, n, status int) (admi
 		res, d := g.Reserve(ctx, q.request(g))
 		if res == nil {
 			if d.Status != status {
-				t.Fatalf("%+v refused with %d: %+v", q, d.Status, d)
+				t.Fatalf("%+v refused with %d: %+v, %+v", q, d.Status, d, d.Error)
 			}
 			return admitted
 		}

@@ -213,7 +213,7 @@ func (l *Ledger) countsBy(ctx context.Context, k spendQueryKey, from, to time.Ti
 // localCountsBy answers k, a CountsBy query, from its last read and the
 // spool after it.
 func (l *Ledger) localCountsBy(k spendQueryKey, storeErr error) ([]Group, error) {
-	last, ok := l.groupReads.get(k)
+	last, ok := l.groupReads.last(k, l.answeredAfter(k.from))
 	from, partial := l.pendingFrom(last.pos, ok)
 	at := make(map[cols]int, len(last.groups))
 	out := slices.Clone(last.groups)

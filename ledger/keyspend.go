@@ -117,7 +117,7 @@ type keySpendRead struct {
 // localSpendBy answers k, a read by by, from its last read and the spool
 // after it.
 func (l *Ledger) localSpendBy(by string, k spendQueryKey, storeErr error) (map[string]costmodel.NanoUSD, error) {
-	last, ok := l.keyReads.get(k)
+	last, ok := l.keyReads.last(k, l.answeredAfter(k.from))
 	from, partial := l.pendingFrom(last.pos, ok)
 	out := make(map[string]costmodel.NanoUSD, len(last.values))
 	pendingBy := map[string]costmodel.NanoUSD{}

@@ -29,8 +29,11 @@ type LocalSpendError struct {
 	// Spend is the estimate: Stored plus Pending, in nano-dollars.
 	Spend costmodel.NanoUSD
 	// Stored is the last value read from the store for the same query and
-	// period since Open, and ReadAt when it was read; both are zero when
-	// none was, and Pending is then only what is not yet in the store.
+	// period since Open, and ReadAt when it was read; when there is none
+	// and the store may hold records of the period, the read of the same
+	// query over the narrowest range read that covers the period (more
+	// than the period's spend: an upper bound); both are zero when none
+	// was, and Pending is then only what is not yet in the store.
 	Stored costmodel.NanoUSD
 	ReadAt time.Time
 	// Pending is the charge of this node's records spooled after the read
@@ -103,10 +106,17 @@ type spendRead struct {
 
 // readCache holds the last read of each query, up to maxSpendCache
 // queries; past it, it starts over. It is safe for concurrent use.
-type readCache[R any] struct {
+type readCache[R cachedRead] struct {
 	mu sync.Mutex
 	m  map[spendQueryKey]R
 }
+
+// cachedRead is a read that readCache holds: it says when it was made.
+type cachedRead interface{ readAt() time.Time }
+
+func (r spendRead) readAt() time.Time    { return r.at }
+func (r groupsRead) readAt() time.Time   { return r.at }
+func (r keySpendRead) readAt() time.Time { return r.at }
 
 const maxSpendCache = 4096
 
@@ -119,16 +129,54 @@ func (c *readCache[R]) put(k spendQueryKey, r R) {
 	c.m[k] = r
 }
 
-func (c *readCache[R]) get(k spendQueryKey) (R, bool) {
+// last is the read that a local answer to k starts from: k's own, or,
+// when there is none and the store may hold records of k's range
+// (wide), the read of the same query over the narrowest range that
+// covers k's (see covers); ok is false when there is neither. A wider
+// read counts what the store held of k's range and more, so an answer
+// from it is an upper bound of the spend, never below it. A limit's
+// restore asks for a range that moves with the clock (a sliding window's
+// period back, rounded to the minute; an open end a century on): without
+// the wider read, the first restore after the minute turned found no read
+// of its own, and a fail-closed limit refused every request until the
+// database came back, though this node had read its spend a minute
+// before.
+func (c *readCache[R]) last(k spendQueryKey, wide bool) (r R, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r, ok := c.m[k]
+	if r, ok = c.m[k]; ok || !wide {
+		return r, ok
+	}
+	var best spendQueryKey
+	for ck, cr := range c.m {
+		if !ck.covers(k, cr.readAt()) {
+			continue
+		}
+		if !ok || ck.from > best.from || ck.from == best.from && cr.readAt().After(r.readAt()) {
+			best, r, ok = ck, cr, true
+		}
+	}
 	return r, ok
+}
+
+// openEnd is how far past its read a range must end for the read to
+// count every record created until then, whatever the range's end: more
+// than any clock between nodes is off.
+const openEnd = 24 * time.Hour
+
+// covers reports whether a read of range c made at at counted every
+// record of k's range the store held then: the same query, from no
+// later than k's, to no earlier than k's or past every record created
+// by then.
+func (c spendQueryKey) covers(k spendQueryKey, at time.Time) bool {
+	same := c
+	same.from, same.to = k.from, k.to
+	return same == k && c.from <= k.from && (c.to >= k.to || c.to >= at.Add(openEnd).UnixMicro())
 }
 
 // localSpend answers k from its last read and the spool after it.
 func (l *Ledger) localSpend(k spendQueryKey, storeErr error) (costmodel.NanoUSD, error) {
-	last, ok := l.spendReads.get(k)
+	last, ok := l.spendReads.last(k, l.answeredAfter(k.from))
 	from, partial := l.pendingFrom(last.pos, ok)
 	pending, err := l.pendingSpend(k, from)
 	if err != nil {

@@ -228,8 +228,9 @@ func Period(period string, at time.Time, tz *time.Location) (start, end time.Tim
 //
 // When the store fails (and ctx is not done), a ledger with a spool answers
 // from what this node knows instead: the value and a *LocalSpendError that
-// says how it was made (the last value read for the same query and period
-// plus this node's records spooled since) and wraps the store's error.
+// says how it was made (the last value read for the same query and period,
+// or over a wider range when there is none, plus this node's records
+// spooled since) and wraps the store's error.
 // A caller that can use an estimate takes it with errors.As; one that
 // cannot treats it as any error. The local answer scans the spool from
 // the last read, so its cost grows with the records since.
