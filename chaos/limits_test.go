@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -90,6 +91,7 @@ func TestRacersExactLimits(t *testing.T) {
 					wg       sync.WaitGroup
 					mu       sync.Mutex
 					statuses = map[int]int{}
+					refusals = map[string]int{} // by status and error code
 					answered atomic.Int64
 				)
 				for i := range racers {
@@ -105,6 +107,9 @@ func TestRacersExactLimits(t *testing.T) {
 						answered.Add(1)
 						mu.Lock()
 						statuses[r.Status]++
+						if r.Status != 200 {
+							refusals[refusalCode(r)]++
+						}
 						mu.Unlock()
 					}()
 				}
@@ -123,8 +128,8 @@ func TestRacersExactLimits(t *testing.T) {
 				}
 				t.Logf("%s: %d racers, limit %d: admitted %d, 429 %d, other %v", algo, racers, limit, statuses[200], statuses[429], statuses)
 				if statuses[200] != limit || statuses[429] != racers-limit {
-					t.Errorf("%s: admitted %d and refused %d of %d racers, want exactly %d admitted and %d refused with 429 (all statuses %v)",
-						algo, statuses[200], statuses[429], racers, limit, racers-limit, statuses)
+					t.Errorf("%s: admitted %d and refused %d of %d racers, want exactly %d admitted and %d refused with 429 (all statuses %v, refusals %v)",
+						algo, statuses[200], statuses[429], racers, limit, racers-limit, statuses, refusals)
 				}
 			})
 		}
@@ -225,4 +230,16 @@ func sameDay(t *testing.T, day time.Time) {
 	if now := time.Now().UTC(); !now.Truncate(24 * time.Hour).Equal(day) {
 		t.Fatalf("the drill ran past UTC midnight (more than %v): the daily window it measures ended", maxDrill)
 	}
+}
+
+// refusalCode is a refused answer's status and its error's code, as
+// "429 rate_limit_exceeded".
+func refusalCode(r result) string {
+	var body struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	_ = json.Unmarshal(r.Body, &body)
+	return fmt.Sprintf("%d %s", r.Status, body.Error.Code)
 }

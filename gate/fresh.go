@@ -109,7 +109,7 @@ func (f *freshStore) Debit(ctx context.Context, id string, items []weighted.Item
 func (f *freshStore) DebitInto(ctx context.Context, id string, items []weighted.Item, states []weighted.ItemState) (res weighted.Result, err error) {
 	f.catchUp(ctx, items)
 	for range maxRestores {
-		sent := f.lost.seq.Load()
+		sent := f.lost.mark()
 		res, err = f.debitOnce(ctx, id, items, states)
 		if !f.restored(ctx, items, err, sent) {
 			return res, err
@@ -133,7 +133,7 @@ func (f *freshStore) debitOnce(ctx context.Context, id string, items []weighted.
 // its caller to ask the ledger how the reservation ended before it claims
 // again.
 func (f *freshStore) SettleClaimed(ctx context.Context, id string, items []weighted.Item, actual []int64, c weighted.Claim) (bool, string, error) {
-	sent := f.lost.seq.Load()
+	sent := f.lost.mark()
 	won, prior, err := weighted.SettleClaimed(ctx, f.store, id, items, actual, c)
 	if f.restored(ctx, items, err, sent) {
 		return false, "", errClaimsLost
@@ -148,7 +148,7 @@ var errClaimsLost = errors.New("gate: the limiter store lost the claims of held 
 func (f *freshStore) Peek(ctx context.Context, items []weighted.Item) (res weighted.Result, err error) {
 	f.catchUp(ctx, items)
 	for range maxRestores {
-		sent := f.lost.seq.Load()
+		sent := f.lost.mark()
 		res, err = f.store.Peek(ctx, items)
 		if !f.restored(ctx, items, err, sent) {
 			return res, err
@@ -166,8 +166,9 @@ func (f *freshStore) Peek(ctx context.Context, items []weighted.Item) (res weigh
 // ledger, it counts again what is in flight as its holders renew (see
 // weighted.Store.Renew), this replica's before the call is retried, the
 // other replicas' at their next renewal. A tag restored since the call
-// was sent (its restores at sent, see losses) is not restored again: the
-// call is tried again, and a stale answer then is a loss of its own.
+// was sent, or being restored then (sent is losses.mark's), is not
+// restored again: the call is tried again, and a stale answer then is a
+// loss of its own.
 func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err error, sent uint32) bool {
 	if err == nil {
 		return false // before se, which escapes: no allocation per call
@@ -194,7 +195,7 @@ func (f *freshStore) restored(ctx context.Context, items []weighted.Item, err er
 			if f.lost.restoredSince(sent, tag) {
 				return nil, nil // its stale answer came before that restore
 			}
-			f.lost.note(tag) // before the ledger is read
+			defer f.lost.end(f.lost.begin(tag)) // before the ledger is read
 			var err error
 			if tag == globalTag {
 				err = f.restoreGlobal(ctx, mine)

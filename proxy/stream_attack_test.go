@@ -223,7 +223,11 @@ func TestStreamAttackStalledClient(t *testing.T) {
 		fmt.Fprintf(w, `data: {"id":"c","object":"chat.completion.chunk","model":"gpt-4o-mini","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":%d}}`+"\n\n", words)
 		fmt.Fprint(w, "data: [DONE]\n\n")
 	}}
-	const timeout = 6 * time.Second // a stall is taken as a hang-up after 3 s; the rest is read within the other 3
+	// A stall is taken as a hang-up after half the timeout; the rest (20
+	// MB) is read within the other half, which a loaded machine needed
+	// more than 3 s for (it was billed the output limit, 16,000, as a
+	// stream read to its end would not be).
+	const timeout = 16 * time.Second
 	s := newStackWith(t, stackOptions{policies: allowAll, upstreamTimeout: timeout, upstream: up,
 		extra: "\ncosts:\n  output_reserve: 1\n" + roomyLimits})
 	conn := streamAtkSmallWindow(t, strings.TrimPrefix(s.url, "http://"))
