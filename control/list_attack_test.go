@@ -93,3 +93,36 @@ func TestListAtkTeamKeysPastTheFirstRows(t *testing.T) {
 		}
 	}
 }
+
+// TestListAtkTeamFilterWithoutTenant: a team's name is unique within its
+// tenant only. Listing the keys of team "ops" without a tenant, to revoke
+// a compromised team's keys, is refused (400), not answered with every
+// tenant's team "ops" (before, 200 with the other tenant's keys, which
+// the operator then revoked: one tenant switched off by another's
+// incident); with the tenant, only its own team's keys come back.
+func TestListAtkTeamFilterWithoutTenant(t *testing.T) {
+	r := newReplica(t, simulatorURL(t), replicaOptions{})
+	keys := map[string]string{}
+	for _, tenant := range []string{"t1", "t2"} {
+		r.must(t, 201, "POST", "/admin/v1/tenants", `{"name":"`+tenant+`"}`, nil)
+		r.must(t, 201, "POST", "/admin/v1/teams", `{"tenant":"`+tenant+`","name":"ops"}`, nil)
+		r.must(t, 201, "POST", "/admin/v1/users", `{"tenant":"`+tenant+`","name":"ann"}`, nil)
+		var k created
+		r.must(t, 201, "POST", "/admin/v1/keys", `{"tenant":"`+tenant+`","team":"ops","user":"ann"}`, &k)
+		keys[tenant] = k.ID
+	}
+	for _, filter := range []string{"team=ops", "user=ann", "team=ops&user=ann", "team=ops&tenant="} {
+		if st, body := r.call(t, "test-admin", "GET", "/admin/v1/keys?"+filter, "", nil); st != 400 {
+			t.Errorf("keys?%s without a tenant: %d %s, want 400", filter, st, body)
+		}
+	}
+	var page struct {
+		Keys []struct {
+			ID, Tenant string
+		} `json:"keys"`
+	}
+	r.must(t, 200, "GET", "/admin/v1/keys?tenant=t1&team=ops", "", &page)
+	if len(page.Keys) != 1 || page.Keys[0].ID != keys["t1"] {
+		t.Fatalf("t1's team ops: %+v", page.Keys)
+	}
+}
