@@ -274,6 +274,13 @@ func (s *Plane) controlList(w http.ResponseWriter, r *http.Request, c *control.P
 		writeAdminError(w, http.StatusBadRequest, "team and user filter keys only")
 		return
 	}
+	if (q.Get("team") != "" || q.Get("user") != "") && q.Get("tenant") == "" {
+		// A team's or user's name is unique within its tenant only: the
+		// keys of every tenant's team "ops" are not one team's keys (to
+		// revoke them, say).
+		writeAdminError(w, http.StatusBadRequest, "team and user are names within a tenant: give tenant too")
+		return
+	}
 	es, err := c.List(r.Context(), control.Query{Kind: kind, Tenant: q.Get("tenant"), Team: q.Get("team"), User: q.Get("user"), After: q.Get("after"), Limit: limit})
 	if err != nil {
 		writeControlErr(w, err)

@@ -63,6 +63,10 @@ type Directory struct {
 	seq      atomic.Int64           // the version the directory holds
 	head     atomic.Pointer[string] // the id of the entity written at seq (see Head)
 	loadedAt atomic.Int64           // Unix nanoseconds of the last successful poll
+	// altered is set by an Apply that changed an entity the directory
+	// held (revoked, turned off, a budget lowered...), not only created
+	// ones: the poll writes the snapshot at once (see Plane.saveSnapshot).
+	altered  atomic.Bool
 	expiryMu sync.Mutex
 	expiring map[string]time.Time // key id -> expiry, for the expiry alerts
 
@@ -202,10 +206,11 @@ func (d *Directory) Apply(ents []*Entity, seq int64) (recount []string) {
 		if e.ExpiresAt != nil {
 			n.expires = *e.ExpiresAt
 		}
-		marked := false
+		marked, held := false, false
 		switch e.Kind {
 		case KindTenant:
 			s := d.slot(KindTenant, e.Tenant, e.Tenant)
+			held = s.p.Load() != nil
 			moved := loaded && d.planMoved != nil && s.p.Load() != nil && s.p.Load().plan != n.plan
 			if moved {
 				d.planMoved(e.Tenant) // before a request can see the new plan
@@ -215,9 +220,17 @@ func (d *Directory) Apply(ents []*Entity, seq int64) (recount []string) {
 				d.planMoved(e.Tenant) // after it, for a restore that read the old plan
 			}
 		case KindTeam, KindUser:
-			marked = d.slot(e.Kind, e.Tenant, e.Name).store(n, loaded)
+			s := d.slot(e.Kind, e.Tenant, e.Name)
+			held = s.p.Load() != nil
+			marked = s.store(n, loaded)
 		case KindKey:
+			d.mu.RLock()
+			held = d.byKey[e.ID] != nil
+			d.mu.RUnlock()
 			marked = d.applyKey(e, n, loaded)
+		}
+		if held {
+			d.altered.Store(true)
 		}
 		if marked && !slices.Contains(recount, e.Tenant) {
 			recount = append(recount, e.Tenant)

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/costgate/costgate/costmodel"
 )
 
 // The operations of the admin API: each validates its input, writes one
@@ -206,7 +208,8 @@ func (p *Plane) Update(ctx context.Context, actor string, kind Kind, id string, 
 			e.Plan = *patch.Plan
 		}
 		if patch.Budgets != nil {
-			// A budget kept keeps its counter (its generation) and raise.
+			// A budget kept keeps its counter (its generation), and its
+			// raise while the raise still raises it (see keepsRaise).
 			old := e.Budgets
 			e.Budgets = *patch.Budgets
 			for i := range e.Budgets {
@@ -221,7 +224,10 @@ func (p *Plane) Update(ctx context.Context, actor string, kind Kind, id string, 
 				}
 				for _, o := range old {
 					if o.ID == id {
-						b.Generation, b.ResetAt, b.RaisedUSD, b.RaisedUntil = o.Generation, o.ResetAt, o.RaisedUSD, o.RaisedUntil
+						b.Generation, b.ResetAt = o.Generation, o.ResetAt
+						if keepsRaise(o, b.AmountUSD) {
+							b.RaisedUSD, b.RaisedUntil = o.RaisedUSD, o.RaisedUntil
+						}
 					}
 				}
 			}
@@ -249,6 +255,26 @@ func (p *Plane) Update(ctx context.Context, actor string, kind Kind, id string, 
 		}
 		return nil
 	})
+}
+
+// keepsRaise tells whether budget o's raise outlives a PATCH that gives o
+// the amount amount: a lowering is the operator's word on what the budget
+// may spend from now on, and ends the raise (a raise kept would leave its
+// larger amount in force until its end, the lowering answered 200 and of
+// no effect); so does an amount at or above the raise's, which no longer
+// raises it (kept, it would cap the budget below its amount). An amount
+// that does not parse keeps it: validate refuses the PATCH.
+func keepsRaise(o Budget, amount string) bool {
+	if o.RaisedUSD == "" {
+		return false
+	}
+	was, err1 := costmodel.ParseUSD(o.AmountUSD)
+	now, err2 := costmodel.ParseUSD(amount)
+	raised, err3 := costmodel.ParseUSD(o.RaisedUSD)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return true
+	}
+	return now >= was && now < raised
 }
 
 // modify reads an entity in a write transaction, changes it with f,

@@ -191,12 +191,18 @@ func (p *Plane) snapshotPath() string {
 }
 
 // saveSnapshot writes a snapshot when the directory has advanced past the
-// last one written, and, unless force, snapshotEvery has passed since; or
-// at once when the directory was replaced by the database's. It
-// runs on the poll's goroutine, or at Close after the poll stopped.
+// last one written, and, unless force, snapshotEvery has passed since or
+// the directory changed an entity it held; or at once when the directory
+// was replaced by the database's. Only creations wait for snapshotEvery
+// (a burst of them is one write): a change is on disk by the next poll,
+// so that a replica killed after a key's revocation, a team turned off or
+// a budget lowered, and started again while the database is down, does
+// not serve the entity as it was. It runs on the poll's goroutine, or at
+// Close after the poll stopped.
 func (p *Plane) saveSnapshot(ctx context.Context, force bool) {
 	redo := p.resnap.Swap(false) // the directory was replaced (see reload)
-	if !redo && (p.dir.Version() <= p.snapVersion || (!force && time.Since(p.snapAt) < snapshotEvery)) {
+	changed := p.dir.altered.Swap(false)
+	if !redo && (p.dir.Version() <= p.snapVersion || (!force && !changed && time.Since(p.snapAt) < snapshotEvery)) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -210,6 +216,9 @@ func (p *Plane) saveSnapshot(ctx context.Context, force bool) {
 		p.log.Warn("control plane: the snapshot is not written", "path", p.snapshotPath(), "err", err)
 		if redo {
 			p.resnap.Store(true)
+		}
+		if changed {
+			p.dir.altered.Store(true)
 		}
 		return
 	}

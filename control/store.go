@@ -358,38 +358,63 @@ func (s *Store) List(ctx context.Context, q Query) ([]*Entity, error) {
 	if !plainText(q.Tenant, q.Team, q.User, q.After) {
 		return nil, invalid("tenant, team, user and after must be UTF-8 text without NUL")
 	}
-	where := []string{"kind = ?"}
-	args := []any{string(q.Kind)}
-	if q.Tenant != "" {
-		where, args = append(where, "tenant = ?"), append(args, q.Tenant)
+	// Team and user live in the spec: they are filtered after the read,
+	// batch after batch, until the page is full or the rows end; a page
+	// cut at the first batch would end the listing with no next page, and
+	// the keys past it would be hidden from whoever lists a team's keys
+	// (to revoke them, say).
+	filtered := q.Team != "" || q.User != ""
+	batch := q.Limit
+	if filtered {
+		batch = listBatchRows
 	}
-	if q.After != "" {
-		where, args = append(where, "id > ?"), append(args, q.After)
+	out := []*Entity{}
+	after := q.After
+	for {
+		where := []string{"kind = ?"}
+		args := []any{string(q.Kind)}
+		if q.Tenant != "" {
+			where, args = append(where, "tenant = ?"), append(args, q.Tenant)
+		}
+		if after != "" {
+			where, args = append(where, "id > ?"), append(args, after)
+		}
+		es, err := s.scanList(ctx, "SELECT "+entityCols+" FROM control_entities WHERE "+strings.Join(where, " AND ")+" ORDER BY id LIMIT "+strconv.Itoa(batch), args)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range es {
+			if (q.Team != "" && e.Team != q.Team) || (q.User != "" && e.User != q.User) {
+				continue
+			}
+			if out = append(out, e); len(out) == q.Limit {
+				return out, nil
+			}
+		}
+		if !filtered || len(es) < batch {
+			return out, nil
+		}
+		after = es[len(es)-1].ID
 	}
-	// Team and user live in the spec: filtered after the read, so that a
-	// page may come back shorter than Limit; the next page goes on from
-	// the last id read.
-	limit := q.Limit
-	if q.Team != "" || q.User != "" {
-		limit = 1000
-	}
-	rows, err := s.db.QueryContext(ctx, s.q("SELECT "+entityCols+" FROM control_entities WHERE "+strings.Join(where, " AND ")+" ORDER BY id LIMIT "+strconv.Itoa(limit)), args...)
+}
+
+// listBatchRows is how many rows a filtered List reads at a time.
+const listBatchRows = 1000
+
+// scanList reads the entities of one query.
+func (s *Store) scanList(ctx context.Context, query string, args []any) ([]*Entity, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
 	if err != nil {
 		return nil, storeErr(err)
 	}
 	defer rows.Close()
-	out := []*Entity{}
+	var out []*Entity
 	for rows.Next() {
 		e, err := scanEntity(rows)
 		if err != nil {
 			return nil, storeErr(err)
 		}
-		if (q.Team != "" && e.Team != q.Team) || (q.User != "" && e.User != q.User) {
-			continue
-		}
-		if len(out) < q.Limit {
-			out = append(out, e)
-		}
+		out = append(out, e)
 	}
 	return out, storeErr(rows.Err())
 }

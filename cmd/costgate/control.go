@@ -19,7 +19,7 @@ import (
 // budgets, through the admin API of a running costgate.
 
 const controlUsage = `usage: costgate keys create --tenant T [--team TEAM] [--user USER] [--budget 1.00/day]... [--model M]... [--route R]... [--expires TIME]
-       costgate keys list [--tenant T] [--team TEAM] [--user USER] [--after ID] [--limit N]
+       costgate keys list [--tenant T [--team TEAM] [--user USER]] [--after ID] [--limit N]
        costgate keys get ID | costgate keys levels ID
        costgate keys rotate ID [--grace 1h]
        costgate keys revoke ID
