@@ -165,13 +165,17 @@ func (c *readCache[R]) last(k spendQueryKey, wide bool) (r R, ok bool) {
 const openEnd = 24 * time.Hour
 
 // covers reports whether a read of range c made at at counted every
-// record of k's range the store held then: the same query, from no
-// later than k's, to no earlier than k's or past every record created
-// by then.
+// record of k's range the store held then, and no more than a window's
+// worth besides: the same query, from no later than k's, to no earlier
+// than k's or past every record created by then, read once k's range
+// had begun. A read from before k's range began is not taken for it: a
+// fixed window that turned since, whose last window's spend is not this
+// one's.
 func (c spendQueryKey) covers(k spendQueryKey, at time.Time) bool {
 	same := c
 	same.from, same.to = k.from, k.to
-	return same == k && c.from <= k.from && (c.to >= k.to || c.to >= at.Add(openEnd).UnixMicro())
+	return same == k && c.from <= k.from && at.UnixMicro() >= k.from &&
+		(c.to >= k.to || c.to >= at.Add(openEnd).UnixMicro())
 }
 
 // localSpend answers k from its last read and the spool after it.

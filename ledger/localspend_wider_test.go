@@ -1,10 +1,13 @@
 package ledger_test
 
 import (
+	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/costgate/costgate/internal/pgtest"
 	"github.com/costgate/costgate/ledger"
 )
 
@@ -19,7 +22,14 @@ import (
 // back. A range no read covers (one that starts earlier, another grouping,
 // another filter) stays unknown.
 func TestLocalAnswerFromAWiderRead(t *testing.T) {
-	l, pg, ctx := storeDownLedger(t, ledger.Config{})
+	t.Parallel()
+	var clock atomic.Pointer[time.Time]
+	set := func(at time.Time) { clock.Store(&at) }
+	set(t0.Add(time.Hour))
+	pg := pgtest.NewPrivate(t)
+	l := open(t, ledger.Config{Dir: t.TempDir(), DSN: pg.URL(), RetryMax: 100 * time.Millisecond, Now: func() time.Time { return *clock.Load() }})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	reserve := func(id, user string, at time.Time) {
 		t.Helper()
 		countsReserve(ctx, t, l, id, func(e *ledger.Entry) { e.User, e.KeyID, e.CreatedAt = user, "k-"+user, at })
@@ -89,4 +99,14 @@ func TestLocalAnswerFromAWiderRead(t *testing.T) {
 	local("CountsBy of another grouping", err, true)
 	_, err = l.Spend(ctx, ledger.SpendQuery{Tenant: "acme", User: "ann", From: later, To: later.AddDate(100, 0, 0)})
 	local("Spend of one user", err, true)
+
+	// A window begun after every read (a fixed window that turned), the
+	// store having answered since: the reads are of the window before.
+	pg.Start()
+	set(t0.Add(3 * time.Hour))
+	reserve("a3", "ann", t0.Add(3*time.Hour))
+	flush(t, l)
+	pg.Stop()
+	_, err = l.Spend(ctx, open(t0.Add(2*time.Hour)))
+	local("Spend of a window begun after the reads", err, true)
 }
