@@ -47,10 +47,13 @@ type store interface {
 // (restoreGlobal), sliding logs included (their count as one mark at the
 // restore's time, which stops counting a period later, no sooner than the
 // spend it stands for: see weighted.Restorer). A concurrency limit is not
-// restored: its holders renew their slots (see restored). The rate limit
-// service's descriptor limits, which the ledger does not record, are not
-// restored: they come back empty, which admits at most one more window
-// of each.
+// restored: its holders renew their slots (see restored). A front door's
+// own limits under the tenant's tag (the rate limit service's descriptor
+// limits of a descriptor that names the tenant) are restored after a loss
+// from the counters the tenant's entries record (descCounters); under
+// another tag (a descriptor that names no tenant, whose call no entry
+// records) they come back empty, which admits at most one more window of
+// each.
 //
 // It is safe for concurrent use: concurrent calls that find one tenant
 // stale share one restore.
@@ -344,6 +347,11 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 			return err
 		}
 		known, knownSpent = append(known, lg...), append(knownSpent, lgSpent...)
+		ld, ldSpent, err := f.g.descCounters(ctx, st, tenant, extra, seen, f.share)
+		if err != nil {
+			return err
+		}
+		known, knownSpent = append(known, ld...), append(knownSpent, ldSpent...)
 	}
 	items, counted, err = extraCounters(items, counted, seen, extra, func(it weighted.Item) (int64, error) {
 		return f.g.extraSpent(ctx, st, tenant, it, lost, f.share)

@@ -30,14 +30,17 @@ import (
 // what Open started, also after a partial start. A Gate is safe for
 // concurrent use.
 type Gate struct {
-	log      *slog.Logger
-	tel      *telemetry.Telemetry
-	store    *freshStore              // the limiter store (Redis behind a breaker, or memory)
-	fallback atomic.Pointer[fallback] // the local fallback budgets while the store is out
-	breaker  *breaker                 // nil for the in-memory store
-	ledger   *ledger.Ledger
-	ping     func(context.Context) error // checks the limiter store; nil for memory
-	redis    redis.UniversalClient       // the limiter store's Redis; nil for memory
+	log   *slog.Logger
+	tel   *telemetry.Telemetry
+	store *freshStore // the limiter store (Redis behind a breaker, or memory)
+	// failClosedExtras holds the names of the fail-closed extra limits
+	// requests have named (see descCounters): limit name → true.
+	failClosedExtras sync.Map
+	fallback         atomic.Pointer[fallback] // the local fallback budgets while the store is out
+	breaker          *breaker                 // nil for the in-memory store
+	ledger           *ledger.Ledger
+	ping             func(context.Context) error // checks the limiter store; nil for memory
+	redis            redis.UniversalClient       // the limiter store's Redis; nil for memory
 	// markerMatch is the SCAN pattern of the store's generation markers
 	// (see checkBoot); "" for memory.
 	markerMatch string

@@ -113,6 +113,12 @@ type Extra struct {
 	// atomic debit with the tenant's other limits needs.
 	Key  string
 	Cost int64
+	// Charged is what a Served request charges on the limit (what its
+	// Charge.Extra holds for it), recorded in its ledger entry at Record
+	// with the limit and key (see ledger.Entry.KeyDesc), so that a
+	// restore after a loss brings the counter back; a request that is not
+	// Served records its Cost.
+	Charged int64
 	// Dimension names what the key is made of, for telemetry.
 	Dimension  string
 	Shadow     bool
@@ -369,6 +375,9 @@ func (r *Reservation) collect() {
 	for i, e := range r.req.Extra {
 		extras[i] = compiledLimit{limit: e.Limit, unit: e.Unit, dimension: e.Dimension,
 			shadow: e.Shadow, failClosed: e.FailClosed, extra: i + 1}
+		if e.FailClosed {
+			r.g.noteFailClosedExtra(e.Limit.Name)
+		}
 		r.limits = append(r.limits, &extras[i])
 		r.items = append(r.items, weighted.Item{Limit: e.Limit, Key: e.Key, Cost: e.Cost})
 	}
@@ -1295,6 +1304,7 @@ func (r *Reservation) entry(status ledger.Status) ledger.Entry {
 		CreatedAt: r.start,
 	}
 	r.keyedBy(&e)
+	e.KeyDesc = r.descKeys()
 	return e
 }
 

@@ -16,7 +16,7 @@ var entryColumns = []string{
 	"act_input", "act_cached_input", "act_cache_write", "act_output", "act_reasoning", "act_units",
 	"estimated_cost", "actual_cost", "cost", "created_at", "settled_at",
 	"est_extra", "act_extra", "requests", "key_model", "key_route", "plan",
-	"key_ip", "key_attrs",
+	"key_ip", "key_attrs", "key_desc",
 }
 
 // readColumns are the columns scanEntry reads (all but node).
@@ -33,7 +33,7 @@ func entryArgs(node string, e *Entry, tm func(time.Time) any) []any {
 		e.Actual.OutputTokens, e.Actual.ReasoningTokens, e.Actual.Units,
 		int64(e.EstimatedCost), int64(e.ActualCost), int64(e.Charge()), tm(e.CreatedAt), tm(e.SettledAt),
 		extraOf(&e.Estimated), extraOf(&e.Actual), e.Requests, e.KeyModel, e.KeyRoute, e.Plan,
-		e.KeyIP, e.KeyAttrs,
+		e.KeyIP, e.KeyAttrs, e.KeyDesc,
 	}
 }
 
@@ -51,7 +51,7 @@ func scanEntry(s scanner, e *Entry, created, settled any) error {
 		&e.Actual.InputTokens, &e.Actual.CachedInputTokens, &e.Actual.CacheWriteTokens,
 		&e.Actual.OutputTokens, &e.Actual.ReasoningTokens, &e.Actual.Units,
 		&estCost, &actCost, &cost, created, settled, &estExtra, &actExtra, &e.Requests, &e.KeyModel, &e.KeyRoute, &e.Plan,
-		&e.KeyIP, &e.KeyAttrs)
+		&e.KeyIP, &e.KeyAttrs, &e.KeyDesc)
 	if err != nil {
 		return err
 	}

@@ -83,7 +83,17 @@ const (
 	countsRequest   = `CASE WHEN status = 'failed' AND http_status = 0 THEN 0 ELSE requests END`
 	countsInput     = `CASE WHEN status = 'reserved' THEN est_input ELSE act_input END`
 	countsOutput    = `CASE WHEN status = 'reserved' THEN est_output ELSE act_output END`
+	countsEntry     = `CASE WHEN status = 'failed' AND http_status = 0 THEN 0 ELSE 1 END`
 )
+
+// countedEntry is what an entry of decision, status and HTTP status
+// counts among a group's Entries (see countsEntry): 1 or 0.
+func countedEntry(decision string, status Status, http int) int64 {
+	if !countedDecision(decision) || status == StatusFailed && http == 0 {
+		return 0
+	}
+	return 1
+}
 
 // Counts returns what the entries q selects counted on a limiter (see
 // Entry.Counts): q's tenant, and its user, key and region when set, over

@@ -28,20 +28,25 @@ import (
 // limits keyed by them: an entry stored before the ledger kept them is
 // in the group of the empty ones, which a limiter cannot put on any
 // counter of such a limit.
+//
+// Desc groups by the descriptor counters an entry records
+// (Entry.KeyDesc), for a front door's own limits, and selects only the
+// entries that record some: a group's Entries times each counter's
+// amount its KeyDesc states is what the group counted on that counter.
 type GroupBy struct {
-	User, KeyID, Route, Upstream, Model, Region, Plan, IP, Attrs bool
+	User, KeyID, Route, Upstream, Model, Region, Plan, IP, Attrs, Desc bool
 }
 
 // cols are the columns of an entry that CountsBy can group by.
 type cols struct {
-	user, keyID, route, upstream, model, region, plan, ip, attrs string
+	user, keyID, route, upstream, model, region, plan, ip, attrs, desc string
 }
 
 // colsOf is e's columns as CountsBy groups them: its route and model are
 // those the limiter keyed it by (see Entry.KeyModel); its region is the
 // limiter's, which keys a limit by the region it records.
 func colsOf(e *Entry) cols {
-	return cols{e.User, e.KeyID, cmp.Or(e.KeyRoute, e.Route), e.Upstream, cmp.Or(e.KeyModel, e.Model), e.Region, e.Plan, e.KeyIP, e.KeyAttrs}
+	return cols{e.User, e.KeyID, cmp.Or(e.KeyRoute, e.Route), e.Upstream, cmp.Or(e.KeyModel, e.Model), e.Region, e.Plan, e.KeyIP, e.KeyAttrs, e.KeyDesc}
 }
 
 // of is c with the columns by does not group by emptied: its group.
@@ -54,7 +59,7 @@ func (by GroupBy) of(c cols) cols {
 	}
 	return cols{pick(by.User, c.user), pick(by.KeyID, c.keyID), pick(by.Route, c.route),
 		pick(by.Upstream, c.upstream), pick(by.Model, c.model), pick(by.Region, c.region), pick(by.Plan, c.plan),
-		pick(by.IP, c.ip), pick(by.Attrs, c.attrs)}
+		pick(by.IP, c.ip), pick(by.Attrs, c.attrs), pick(by.Desc, c.desc)}
 }
 
 // columns are the store's columns of by, in the order of cols: a column
@@ -64,7 +69,7 @@ func (by GroupBy) columns(blank string) (selected, grouped []string) {
 		on   bool
 		name string
 	}{{by.User, "user_id"}, {by.KeyID, "key_id"}, {by.Route, keyedRoute}, {by.Upstream, "upstream"}, {by.Model, keyedModel}, {by.Region, "region"}, {by.Plan, "plan"},
-		{by.IP, "key_ip"}, {by.Attrs, "key_attrs"}} {
+		{by.IP, "key_ip"}, {by.Attrs, "key_attrs"}, {by.Desc, "key_desc"}} {
 		if c.on {
 			selected, grouped = append(selected, c.name), append(grouped, c.name)
 		} else {
@@ -72,6 +77,16 @@ func (by GroupBy) columns(blank string) (selected, grouped []string) {
 		}
 	}
 	return selected, grouped
+}
+
+// descOnly is the condition of a grouped read by the descriptor
+// counters (GroupBy.Desc): the entries that record some, "" otherwise;
+// followed by AND.
+func (by GroupBy) descOnly() string {
+	if !by.Desc {
+		return ""
+	}
+	return `key_desc <> '' AND `
 }
 
 // keyedRoute and keyedModel are the route and the model the limiter keyed
@@ -100,7 +115,15 @@ type Group struct {
 	// User, KeyID, Route, Upstream, Model, Region, Plan, KeyIP and
 	// KeyAttrs are the group's values of the columns CountsBy grouped by;
 	// empty for the others.
-	User, KeyID, Route, Upstream, Model, Region, Plan, KeyIP, KeyAttrs string
+	User, KeyID, Route, Upstream, Model, Region, Plan, KeyIP, KeyAttrs, KeyDesc string
+	// Entries is how many of the group's entries count on a limiter: of
+	// an admitted decision, and not failed without an HTTP status (see
+	// Entry.Counts), saturating.
+	Entries int64
+	// PendingEntries is, in an answer from this node's records, the part
+	// of Entries from the records spooled after the last read (see
+	// PendingCounts); zero in the store's answer.
+	PendingEntries int64
 	// Counts is what the group's entries counted on a limiter (see
 	// Entry.Counts).
 	Counts Counts
@@ -116,7 +139,7 @@ type Group struct {
 }
 
 func (g *Group) cols() cols {
-	return cols{g.User, g.KeyID, g.Route, g.Upstream, g.Model, g.Region, g.Plan, g.KeyIP, g.KeyAttrs}
+	return cols{g.User, g.KeyID, g.Route, g.Upstream, g.Model, g.Region, g.Plan, g.KeyIP, g.KeyAttrs, g.KeyDesc}
 }
 
 // MaxGroups bounds the groups of one CountsBy answer.
@@ -220,16 +243,17 @@ func (l *Ledger) localCountsBy(k spendQueryKey, storeErr error) ([]Group, error)
 	for i := range out {
 		at[out[i].cols()] = i
 	}
-	err := l.pendingEach(from, k.match, func(c cols, d charge) {
+	err := l.pendingEach(from, k.matchBy(), func(c cols, d charge) {
 		c = k.by.of(c)
 		i, ok := at[c]
 		if !ok {
 			i = len(out)
 			at[c] = i
 			out = append(out, Group{User: c.user, KeyID: c.keyID, Route: c.route, Upstream: c.upstream, Model: c.model, Region: c.region, Plan: c.plan,
-				KeyIP: c.ip, KeyAttrs: c.attrs})
+				KeyIP: c.ip, KeyAttrs: c.attrs, KeyDesc: c.desc})
 		}
 		g := &out[i]
+		g.Entries, g.PendingEntries = addSat(g.Entries, d.entries), addSat(g.PendingEntries, d.entries)
 		g.Counts, g.PendingCounts = g.Counts.add(d.counts), g.PendingCounts.add(d.counts)
 		g.Charge, g.PendingCharge = addSat(g.Charge, d.cost), addSat(g.PendingCharge, d.cost)
 	})
@@ -250,6 +274,6 @@ func sortGroups(gs []Group) {
 		return cmp.Or(cmp.Compare(b.Counts.Requests, a.Counts.Requests), cmp.Compare(b.Counts.Tokens(), a.Counts.Tokens()),
 			cmp.Compare(a.User, b.User), cmp.Compare(a.KeyID, b.KeyID), cmp.Compare(a.Route, b.Route),
 			cmp.Compare(a.Upstream, b.Upstream), cmp.Compare(a.Model, b.Model), cmp.Compare(a.Region, b.Region), cmp.Compare(a.Plan, b.Plan),
-			cmp.Compare(a.KeyIP, b.KeyIP), cmp.Compare(a.KeyAttrs, b.KeyAttrs))
+			cmp.Compare(a.KeyIP, b.KeyIP), cmp.Compare(a.KeyAttrs, b.KeyAttrs), cmp.Compare(a.KeyDesc, b.KeyDesc))
 	})
 }

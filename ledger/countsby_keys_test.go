@@ -66,3 +66,53 @@ func TestCountsByKeyIPAttrs(t *testing.T) {
 		}
 	})
 }
+
+// TestCountsByKeyDesc: CountsBy and TotalCountsBy grouped by the
+// descriptor counters an entry records (Entry.KeyDesc) select only the
+// entries that record some, on both stores, and count each group's
+// entries (Group.Entries): a reservation failed without an HTTP status
+// counts none, a settlement keeps the reservation's KeyDesc. An entry
+// reads back with it, up to MaxKeyDesc bytes and no longer.
+func TestCountsByKeyDesc(t *testing.T) {
+	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
+		ctx := context.Background()
+		l := open(t, cfg)
+		reserve := func(id, tenant, desc string) {
+			t.Helper()
+			countsReserve(ctx, t, l, id, func(e *ledger.Entry) { e.Tenant, e.KeyDesc = tenant, desc })
+		}
+		const a, b = "search\t2\t10\t60000000000\t0\t0\t{acme}:search\t1", "tok\t0\t5\t1\t0\t0\t{acme}:x%09y\t7"
+		reserve("d1", "acme", a)
+		reserve("d2", "acme", a)
+		reserve("d3", "acme", a+"\n"+b)
+		countsSettle(ctx, t, l, settlement("d3", 0)) // a settlement keeps the reservation's counters
+		reserve("d4", "acme", a)
+		countsSettle(ctx, t, l, ledger.Entry{RequestID: "d4", Status: ledger.StatusFailed}) // never reached its upstream
+		reserve("d5", "acme", "")
+		reserve("g1", "globex", a)
+		flush(t, l)
+
+		e := ledger.Entry{RequestID: "too-long", Tenant: "acme", Decision: "allow", Status: ledger.StatusReserved, Requests: 1,
+			CreatedAt: t0, KeyDesc: strings.Repeat("a", ledger.MaxKeyDesc+1)}
+		if err := l.Reserve(ctx, e); !errors.Is(err, ledger.ErrInvalid) {
+			t.Fatalf("an entry of %d bytes of descriptor counters: %v; want ErrInvalid", len(e.KeyDesc), err)
+		}
+		if e, ok, err := l.Lookup(ctx, "d3"); err != nil || !ok || e.KeyDesc != a+"\n"+b {
+			t.Fatalf("d3 read back: %q, %v, %v; want its descriptor counters", e.KeyDesc, ok, err)
+		}
+		from, to := t0.Add(-time.Hour), t0.Add(time.Hour)
+		acme := all(t, l, ledger.Query{Tenant: "acme", From: from, To: to})
+		gs, err := l.CountsBy(ctx, ledger.SpendQuery{Tenant: "acme", From: from, To: to}, ledger.GroupBy{Desc: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		refGroups(t, gs, acme, ledger.GroupBy{Desc: true}, 2)
+		if got := groupsOf(t, gs); got[ledger.Group{KeyDesc: a}].Entries != 2 || got[ledger.Group{KeyDesc: a + "\n" + b}].Entries != 1 {
+			t.Fatalf("acme's groups by descriptor counters = %+v; want 2 entries of one, 1 of both", gs)
+		}
+		gs, err = l.TotalCountsBy(ctx, ledger.SpendQuery{From: from, To: to}, ledger.GroupBy{Desc: true})
+		if got := groupsOf(t, gs); err != nil || len(got) != 2 || got[ledger.Group{KeyDesc: a}].Entries != 3 {
+			t.Fatalf("every tenant's groups by descriptor counters = %+v, %v; want 3 entries of one", gs, err)
+		}
+	})
+}

@@ -92,6 +92,14 @@ type Entry struct {
 	// them (see GroupBy.IP).
 	KeyIP    string `json:"key_ip,omitempty"`
 	KeyAttrs string `json:"key_attrs,omitempty"`
+	// KeyDesc is what a front door's own limits (the rate limit service's
+	// descriptor limits, gate.Extra) counted of the request, set by the
+	// reservation: one line per counter, as the gate writes it (its
+	// limit, its key and the amount counted, see gate's descKeys), valid
+	// UTF-8 text of at most MaxKeyDesc bytes. Empty: no such limit counted
+	// the request, or an entry written before the ledger kept them (see
+	// GroupBy.Desc).
+	KeyDesc string `json:"key_desc,omitempty"`
 
 	Decision string `json:"decision"`
 	Policy   string `json:"policy"`
@@ -152,6 +160,10 @@ const maxField = 4096
 // more of the usual length.
 const MaxKeyAttrs = 4 * maxField
 
+// MaxKeyDesc bounds an entry's KeyDesc: a dozen descriptor counters with
+// keys at their longest, more of the usual length.
+const MaxKeyDesc = 4 * maxField
+
 // MaxKeyField bounds the fields PostgreSQL indexes (request id; tenant and
 // request id; tenant, user and key in the spend roll-up): a B-tree key
 // must fit in about 2,700 bytes, and a row the store refused would stop
@@ -186,7 +198,7 @@ func (e *Entry) check() error {
 		{"model", e.Model, maxField}, {"region", e.Region, maxField}, {"decision", e.Decision, maxField},
 		{"key model", e.KeyModel, maxField}, {"key route", e.KeyRoute, maxField}, {"plan", e.Plan, maxField},
 		{"policy", e.Policy, maxField}, {"friction", e.Friction, maxField},
-		{"key ip", e.KeyIP, maxField}, {"key attrs", e.KeyAttrs, MaxKeyAttrs},
+		{"key ip", e.KeyIP, maxField}, {"key attrs", e.KeyAttrs, MaxKeyAttrs}, {"key desc", e.KeyDesc, MaxKeyDesc},
 	} {
 		if len(f.v) > f.max {
 			return fmt.Errorf("%w entry %q: %s longer than %d bytes", ErrInvalid, e.RequestID, f.name, f.max)

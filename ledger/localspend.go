@@ -235,8 +235,9 @@ func (l *Ledger) pendingSpend(k spendQueryKey, pos int64) (costmodel.NanoUSD, er
 // limiter in other units (see Entry.Counts). Either may be negative (a
 // settlement below its reservation's estimate).
 type charge struct {
-	cost   costmodel.NanoUSD
-	counts Counts
+	cost    costmodel.NanoUSD
+	counts  Counts
+	entries int64 // the change in the entries counted (see Group.Entries)
 }
 
 // pendingEach calls add with the columns (user, key, route, upstream,
@@ -317,7 +318,7 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(c cols
 				}
 				h := hold(e)
 				open[e.RequestID] = h
-				add(h.cols, charge{e.EstimatedCost, h.counts})
+				add(h.cols, charge{e.EstimatedCost, h.counts, countedEntry(h.decision, StatusReserved, 0)})
 			case kindExtend:
 				h, reserved := open[e.RequestID]
 				if !reserved {
@@ -325,7 +326,7 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(c cols
 					// estimate then; count the increment over it.
 					if h, ok := before[e.RequestID]; ok && !done[e.RequestID] && match(e) && e.EstimatedCost > h.estimate {
 						c := extended(h.decision, h.requests, e)
-						add(h.cols, charge{e.EstimatedCost - h.estimate, c.sub(h.counts)})
+						add(h.cols, charge{e.EstimatedCost - h.estimate, c.sub(h.counts), 0})
 						h.estimate, h.counts = e.EstimatedCost, c
 						before[e.RequestID] = h
 					}
@@ -333,7 +334,7 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(c cols
 				}
 				if e.EstimatedCost > h.estimate {
 					c := extended(h.decision, h.requests, e)
-					add(h.cols, charge{e.EstimatedCost - h.estimate, c.sub(h.counts)})
+					add(h.cols, charge{e.EstimatedCost - h.estimate, c.sub(h.counts), 0})
 					h.estimate, h.counts = e.EstimatedCost, c
 					open[e.RequestID] = h
 				}
@@ -346,7 +347,8 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(c cols
 				delete(open, e.RequestID)
 				done[e.RequestID] = true
 				final := Entry{Decision: h.decision, Requests: h.requests, Status: e.Status, HTTPStatus: e.HTTPStatus, Actual: e.Actual}
-				add(h.cols, charge{e.ActualCost - h.estimate, final.Counts().sub(h.counts)})
+				add(h.cols, charge{e.ActualCost - h.estimate, final.Counts().sub(h.counts),
+					countedEntry(h.decision, e.Status, e.HTTPStatus) - countedEntry(h.decision, StatusReserved, 0)})
 			}
 		}
 	}
@@ -359,6 +361,15 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(c cols
 func extended(decision string, requests int64, e *Entry) Counts {
 	r := Entry{Decision: decision, Requests: requests, Status: StatusReserved, Estimated: e.Estimated}
 	return r.Counts()
+}
+
+// matchBy is k.match, and for a grouped read by the descriptor counters
+// (GroupBy.Desc) only the entries that record some (see descOnly).
+func (k spendQueryKey) matchBy() func(*Entry) bool {
+	if !k.by.Desc {
+		return k.match
+	}
+	return func(e *Entry) bool { return e.KeyDesc != "" && k.match(e) }
 }
 
 func (k spendQueryKey) match(e *Entry) bool {

@@ -285,6 +285,7 @@ func copyRows(node string, rows []*Entry) []byte {
 		text(e.Plan)
 		text(e.KeyIP)
 		text(e.KeyAttrs)
+		text(e.KeyDesc)
 	}
 	return binary.BigEndian.AppendUint16(b, 0xffff) // end of data
 }
@@ -296,7 +297,7 @@ func pgType(column string) string {
 	case column == "created_at" || column == "settled_at":
 		return "timestamptz"
 	case column == "est_extra" || column == "act_extra" || column == "key_model" || column == "key_route" || column == "plan" ||
-		column == "key_ip" || column == "key_attrs":
+		column == "key_ip" || column == "key_attrs" || column == "key_desc":
 		return "text"
 	case i >= slices.Index(entryColumns, "http_status"):
 		return "int8"
@@ -352,6 +353,7 @@ var columns = map[string]column{
 	"plan":       {text: func(_ string, e *Entry) string { return e.Plan }},
 	"key_ip":     {text: func(_ string, e *Entry) string { return e.KeyIP }},
 	"key_attrs":  {text: func(_ string, e *Entry) string { return e.KeyAttrs }},
+	"key_desc":   {text: func(_ string, e *Entry) string { return e.KeyDesc }},
 	"created_at": {time: func(e *Entry) time.Time { return e.CreatedAt }},
 	"settled_at": {time: func(e *Entry) time.Time { return e.SettledAt }},
 }
@@ -623,8 +625,8 @@ func pgCountsBy(by GroupBy, every bool) string {
 	// The groups of the most requests first: the requests are the column
 	// after the selected ones.
 	return `SELECT ` + strings.Join(selected, ", ") + `, ` + pgSat(counted(countsRequest)) + `, ` +
-		pgSat(counted(countsInput)) + `, ` + pgSat(counted(countsOutput)) + `, ` + pgSumCost + `
-		FROM ledger_entries WHERE ` + where + `created_at >= ` + p(1) + ` AND created_at < ` + p(2) + `
+		pgSat(counted(countsInput)) + `, ` + pgSat(counted(countsOutput)) + `, ` + pgSumCost + `, ` + pgSat(counted(countsEntry)) + `
+		FROM ledger_entries WHERE ` + where + by.descOnly() + `created_at >= ` + p(1) + ` AND created_at < ` + p(2) + `
 		AND (` + p(3) + ` = '' OR user_id = ` + p(3) + `) AND (` + p(4) + ` = '' OR key_id = ` + p(4) + `) AND (` + p(5) + ` = '' OR region = ` + p(5) + `)` +
 		groupClause(grouped) + ` HAVING COUNT(*) > 0 ORDER BY ` + strconv.Itoa(len(selected)+1) + ` DESC LIMIT ` + p(6)
 }
@@ -643,8 +645,8 @@ func (s *pgStore) countsBy(ctx context.Context, k spendQueryKey, from, to time.T
 	for rows.Next() {
 		var g Group
 		var charge int64
-		if err := rows.Scan(&g.User, &g.KeyID, &g.Route, &g.Upstream, &g.Model, &g.Region, &g.Plan, &g.KeyIP, &g.KeyAttrs,
-			&g.Counts.Requests, &g.Counts.InputTokens, &g.Counts.OutputTokens, &charge); err != nil {
+		if err := rows.Scan(&g.User, &g.KeyID, &g.Route, &g.Upstream, &g.Model, &g.Region, &g.Plan, &g.KeyIP, &g.KeyAttrs, &g.KeyDesc,
+			&g.Counts.Requests, &g.Counts.InputTokens, &g.Counts.OutputTokens, &charge, &g.Entries); err != nil {
 			return nil, fmt.Errorf("ledger: postgres counts by: %w", err)
 		}
 		g.Charge = costmodel.NanoUSD(charge)

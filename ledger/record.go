@@ -74,13 +74,15 @@ func appendFrame(b []byte, r *record) []byte {
 	}
 	// The extra usage (see usageExtra), then the requests counted, then
 	// the key model and route, then the plan, then the key ip and
-	// attributes, after the fields of earlier versions: their records end
-	// before them, and read as no extra usage, 1 request, no key model or
-	// route, no plan and no key ip or attributes. A record ends
+	// attributes, then the descriptor counters, after the fields of
+	// earlier versions: their records end before them, and read as no
+	// extra usage, 1 request, no key model or route, no plan, no key ip
+	// or attributes and no descriptor counters. A record ends
 	// after its last field that is not its default, the fields before it
 	// written all the same.
 	est, act := extraOf(&e.Estimated), extraOf(&e.Actual)
-	byIP := e.KeyIP != "" || e.KeyAttrs != ""
+	byDesc := e.KeyDesc != ""
+	byIP := e.KeyIP != "" || e.KeyAttrs != "" || byDesc
 	planned := e.Plan != "" || byIP
 	keyed := e.KeyModel != "" || e.KeyRoute != "" || planned
 	if est != "" || act != "" || e.Requests != 1 || keyed {
@@ -107,6 +109,10 @@ func appendFrame(b []byte, r *record) []byte {
 			b = binary.AppendUvarint(b, uint64(len(s)))
 			b = append(b, s...)
 		}
+	}
+	if byDesc {
+		b = binary.AppendUvarint(b, uint64(len(e.KeyDesc)))
+		b = append(b, e.KeyDesc...)
 	}
 	payload := b[start+frameHeader:]
 	binary.LittleEndian.PutUint32(b[start:], uint32(len(payload)))
@@ -182,6 +188,10 @@ func decodePayload(p []byte, r *record, names *interner) error {
 	e.KeyIP, e.KeyAttrs = "", ""
 	if d.err == nil && len(d.b) != 0 {
 		e.KeyIP, e.KeyAttrs = d.name(), d.stringUpTo(MaxKeyAttrs)
+	}
+	e.KeyDesc = ""
+	if d.err == nil && len(d.b) != 0 {
+		e.KeyDesc = d.stringUpTo(MaxKeyDesc)
 	}
 	if d.err != nil {
 		return d.err

@@ -515,8 +515,8 @@ func sqliteCountsBy(by GroupBy, every bool) string {
 	// halves are the columns after the selected ones.
 	requests := len(selected) + 1
 	return `SELECT ` + strings.Join(selected, ", ") + `, ` + halves(counted(countsRequest)) + `, ` +
-		halves(counted(countsInput)) + `, ` + halves(counted(countsOutput)) + `, ` + sqliteSumCost + `
-		FROM ledger_entries WHERE ` + where + `created_at >= ? AND created_at < ?
+		halves(counted(countsInput)) + `, ` + halves(counted(countsOutput)) + `, ` + sqliteSumCost + `, COALESCE(SUM(` + counted(countsEntry) + `), 0)
+		FROM ledger_entries WHERE ` + where + by.descOnly() + `created_at >= ? AND created_at < ?
 		AND (? = '' OR user_id = ?) AND (? = '' OR key_id = ?) AND (? = '' OR region = ?)` +
 		groupClause(grouped) + ` HAVING COUNT(*) > 0 ORDER BY ` + strconv.Itoa(requests) + ` DESC, ` + strconv.Itoa(requests+1) + ` DESC LIMIT ?`
 }
@@ -535,8 +535,8 @@ func (s *sqliteStore) countsBy(ctx context.Context, k spendQueryKey, from, to ti
 	for rows.Next() {
 		var g Group
 		var h [8]int64
-		if err := rows.Scan(&g.User, &g.KeyID, &g.Route, &g.Upstream, &g.Model, &g.Region, &g.Plan, &g.KeyIP, &g.KeyAttrs,
-			&h[0], &h[1], &h[2], &h[3], &h[4], &h[5], &h[6], &h[7]); err != nil {
+		if err := rows.Scan(&g.User, &g.KeyID, &g.Route, &g.Upstream, &g.Model, &g.Region, &g.Plan, &g.KeyIP, &g.KeyAttrs, &g.KeyDesc,
+			&h[0], &h[1], &h[2], &h[3], &h[4], &h[5], &h[6], &h[7], &g.Entries); err != nil {
 			return nil, fmt.Errorf("ledger: sqlite counts by: %w", err)
 		}
 		g.Counts = Counts{Requests: joinHalves(h[0], h[1]), InputTokens: joinHalves(h[2], h[3]), OutputTokens: joinHalves(h[4], h[5])}

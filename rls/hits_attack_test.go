@@ -125,9 +125,10 @@ rls:
 // hits and a charge of 700 output tokens, then Redis loses its data.
 // acme must get 40 more requests, and 300 tokens fill its 1,000. Before, the
 // rate limit service recorded only what cost money, and the restore
-// found nothing: 100 requests and 1,000 tokens again. A tenant with no
-// limit the ledger restores (bench-1, a descriptor's limit only) is
-// still not recorded: a ledger write per decision would be for nothing.
+// found nothing: 100 requests and 1,000 tokens again. A tenant limited
+// by a descriptor's limit alone (bench-1) is recorded too, at no cost:
+// each entry records the descriptor's counter, which a restore brings
+// back (TestDescLossAtk*).
 func TestHitsAtkUnpricedRestored(t *testing.T) {
 	e := hitsEnv(t, unpricedConfig)
 	if r := e.ask(t, "edge", 0, hits(700, d("tenant", "acme", "tokens", "output"))); r.GetOverallCode() != OK {
@@ -143,8 +144,13 @@ func TestHitsAtkUnpricedRestored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(page.Entries) != 0 {
-		t.Errorf("bench-1, limited by a descriptor alone, has %d ledger entries, want none", len(page.Entries))
+	if len(page.Entries) != 3 {
+		t.Errorf("bench-1, limited by a descriptor alone, has %d ledger entries, want 3", len(page.Entries))
+	}
+	for _, en := range page.Entries {
+		if en.KeyDesc == "" || en.Charge() != 0 {
+			t.Errorf("bench-1's entry %+v: want its descriptor counter recorded, at no cost", en)
+		}
 	}
 	// 300 tokens were left: a charge of 300 fills the limit, and a check
 	// (hits_addend 0) then finds no room.

@@ -634,6 +634,7 @@ func (c *call) addExtra(g *group, d *desc, tenant string, rd *commonv3.RateLimit
 				g.extras[i].Cost = min(g.extras[i].Cost+d.hits, maxHits)
 			} else if d.kind == kindCharge {
 				g.actual[i] = min(g.actual[i]+d.hits, maxHits)
+				g.extras[i].Charged = g.actual[i]
 			}
 			return i
 		}
@@ -645,6 +646,7 @@ func (c *call) addExtra(g *group, d *desc, tenant string, rd *commonv3.RateLimit
 		e.Cost = d.hits
 	case kindCharge:
 		actual = d.hits
+		e.Charged = d.hits
 	}
 	g.extras = append(g.extras, e)
 	g.actual = append(g.actual, actual)

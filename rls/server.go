@@ -356,11 +356,12 @@ func (s *Server) ask(ctx context.Context, caller *gate.Caller, c *call, k kind) 
 // settle ends an admitted reservation at once: an RLS decision is final.
 // A request that spends money is recorded in the ledger first, and so is
 // one that counts requests or tokens on a limit the ledger restores
-// after a data loss (gate.Reservation.Restorable: the tenant's own
-// limits); one that counts only on descriptor limits, or on none, spends
-// nothing and is not. ctx is without cancellation (see detach).
+// after a data loss: the tenant's own limits (gate.Reservation.Restorable)
+// and its descriptor limits (gate.Reservation.CountsExtra), whose
+// counters the entry records; one that counts on none, a check of 0 hits
+// for one, is not. ctx is without cancellation (see detach).
 func (s *Server) settle(ctx context.Context, res *gate.Reservation, c *call, ch gate.Charge, d gate.Decision) gate.Decision {
-	if c.tenant != "" && (ch.Cost > 0 || res.Restorable(ch)) {
+	if c.tenant != "" && (ch.Cost > 0 || res.Restorable(ch) || res.CountsExtra()) {
 		if refused, ok := res.Record(ctx); !ok {
 			if res.Request().Served {
 				res.Settle(ctx, ch) // usage served counts on its limits all the same
