@@ -93,6 +93,14 @@ type RLSDescriptor struct {
 	// fail_open (default, within the local fallback budget) or
 	// fail_closed (OVER_LIMIT).
 	OnStoreFailure string `yaml:"on_store_failure"`
+	// OnDataLoss is what the limit's counters do when the limiter store
+	// loses its data (a Redis restarted empty, FLUSHALL, a lagging
+	// failover): restore (default) brings each back from the ledger,
+	// where every call that counts on a tenant's descriptor limit is
+	// recorded (an entry per call, at no cost when it costs nothing);
+	// forget lets them start empty, one more window each, and records
+	// nothing for them, as envoyproxy/ratelimit and gubernator do.
+	OnDataLoss string `yaml:"on_data_loss"`
 
 	// Descriptors are the nodes one level down.
 	Descriptors []RLSDescriptor `yaml:"descriptors"`
@@ -190,6 +198,9 @@ func (n *RLSDescriptor) applyDefaults(domain, parent string) {
 	}
 	if n.OnStoreFailure == "" {
 		n.OnStoreFailure = "fail_open"
+	}
+	if n.OnDataLoss == "" {
+		n.OnDataLoss = "restore"
 	}
 	path := parent + "." + n.Key
 	if n.Value != "" {
@@ -348,6 +359,9 @@ func validateRLSLevel(nodes []RLSDescriptor, p string, names map[string]bool, ba
 		}
 		if n.OnStoreFailure != "fail_open" && n.OnStoreFailure != "fail_closed" {
 			bad(np+".on_store_failure", "must be fail_open or fail_closed, not %q", n.OnStoreFailure)
+		}
+		if n.OnDataLoss != "restore" && n.OnDataLoss != "forget" {
+			bad(np+".on_data_loss", "must be restore or forget, not %q", n.OnDataLoss)
 		}
 		if r := n.RateLimit; r != nil {
 			validateRLSLimit(r, np+".rate_limit", names, bad)

@@ -33,6 +33,7 @@ func TestRLSErrorsNameTheField(t *testing.T) {
 		{"price on tokens", "rls: {domains: [{domain: d, descriptors: [{key: a, hits: output_tokens, price_per_hit: '0.01'}]}]}", "rls.domains[0].descriptors[0].price_per_hit: only hits in requests take a price"},
 		{"negative price", "rls: {domains: [{domain: d, descriptors: [{key: a, price_per_hit: '-0.01'}]}]}", "rls.domains[0].descriptors[0].price_per_hit: must not be negative"},
 		{"bad posture", "rls: {domains: [{domain: d, descriptors: [{key: a, on_store_failure: maybe}]}]}", "rls.domains[0].descriptors[0].on_store_failure"},
+		{"bad loss posture", "rls: {domains: [{domain: d, descriptors: [{key: a, on_data_loss: keep}]}]}", "rls.domains[0].descriptors[0].on_data_loss"},
 		{"bad unit", "rls: {domains: [{domain: d, descriptors: [{key: a, descriptors: [{key: b, rate_limit: {unit: fortnight, requests_per_unit: 1}}]}]}]}", `rls.domains[0].descriptors[0].descriptors[0].rate_limit.unit: must be second, minute, hour, day, week, month or year, not "fortnight"`},
 		{"no unit", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {requests_per_unit: 1}}]}]}", "rls.domains[0].descriptors[0].rate_limit.unit"},
 		{"bad algorithm", "rls: {domains: [{domain: d, descriptors: [{key: a, rate_limit: {unit: second, requests_per_unit: 1, algorithm: leaky}}]}]}", `rls.domains[0].descriptors[0].rate_limit.algorithm: unknown algorithm "leaky"`},

@@ -32,9 +32,9 @@ const maxDescWindow = 32 * 24 * time.Hour
 // restore of the caller's tenant brings back: the charge of a Served
 // request, the cost of any other; 0 for a limit whose key is under
 // another tag than the tenant's (a descriptor that names no tenant),
-// which that restore does not write.
+// which that restore does not write, and for one set to Forget.
 func (r *Reservation) descAmount(e *Extra) int64 {
-	if r.req.Caller == nil || weighted.HashTag(e.Key) != r.req.Caller.Tenant {
+	if e.Forget || r.req.Caller == nil || weighted.HashTag(e.Key) != r.req.Caller.Tenant {
 		return 0
 	}
 	if r.req.Served {

@@ -123,6 +123,10 @@ type Extra struct {
 	Dimension  string
 	Shadow     bool
 	FailClosed bool
+	// Forget leaves the limit's counter out of the restores after the
+	// store loses its data: it starts empty then, one more window, and
+	// the request's ledger entry does not record it (see descAmount).
+	Forget bool
 }
 
 // NewID returns "req_" and 128 bits in hex: 48 bits of Unix milliseconds,

@@ -3,6 +3,7 @@ package rls_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/internal/pgtest"
 	"github.com/costgate/costgate/internal/redistest"
+	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/rls"
 )
 
@@ -303,5 +305,40 @@ func TestDescLossAtkLedgerDown(t *testing.T) {
 				t.Fatalf("the database back: %d searches admitted of the none left", n)
 			}
 		})
+	}
+}
+
+// TestDescLossForgetRecordsNothing: a descriptor limit set to
+// on_data_loss: forget is the operator's choice of envoyproxy/ratelimit's
+// economics: its calls write no ledger entry, and its counter starts
+// empty after a loss (one more window), while a limit left at restore,
+// in the same request tree, comes back at what was spent.
+func TestDescLossForgetRecordsNothing(t *testing.T) {
+	cfg := strings.Replace(fmt.Sprintf(descLossConfig, "fixed_window", "fail_open"),
+		"rate_limit: {name: search,", "on_data_loss: forget\n              rate_limit: {name: search,", 1)
+	e := newEnv(t, cfg, true, rls.Options{})
+	for range 6 {
+		if r := e.ask(t, "edge", 1, search()); r.GetOverallCode() != OK {
+			t.Fatalf("a search of the first 6: %s", codes_(r))
+		}
+	}
+	for range 3 {
+		if r := e.ask(t, "edge", 1, project("a")); r.GetOverallCode() != OK {
+			t.Fatalf("project a: %s", codes_(r))
+		}
+	}
+	loseRedis(t, e)
+	page, err := e.g.Ledger().Entries(context.Background(), ledger.Query{Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Entries) != 3 {
+		t.Errorf("acme has %d ledger entries; want 3, project a's: the forgotten searches record none", len(page.Entries))
+	}
+	if n := e.admitted(t, search); n != 10 {
+		t.Errorf("after the loss: %d searches admitted; want a whole window again, 10", n)
+	}
+	if n := e.admitted(t, func() *commonv3.RateLimitDescriptor { return project("a") }); n != 2 {
+		t.Errorf("after the loss: %d admitted on project a, which had 2 left", n)
 	}
 }

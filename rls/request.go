@@ -303,7 +303,7 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest, sub *party) err
 				ov = badOverride(dom, i, err)
 			}
 			if l := n.limitOrNil(); l != nil {
-				ov.failClosed = l.failClosed // the descriptor's posture stays
+				ov.failClosed, ov.forget = l.failClosed, l.forget // the descriptor's postures stay
 			}
 			dc.override = ov
 			if dc.n == nil {
@@ -639,7 +639,7 @@ func (c *call) addExtra(g *group, d *desc, tenant string, rd *commonv3.RateLimit
 			return i
 		}
 	}
-	e := gate.Extra{Limit: l.w, Unit: hitNames[d.n.hits], Key: string(b), Dimension: d.n.dim, Shadow: l.shadow, FailClosed: l.failClosed}
+	e := gate.Extra{Limit: l.w, Unit: hitNames[d.n.hits], Key: string(b), Dimension: d.n.dim, Shadow: l.shadow, FailClosed: l.failClosed, Forget: l.forget}
 	var actual int64
 	switch d.kind {
 	case kindDebit:

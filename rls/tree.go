@@ -106,6 +106,7 @@ type limit struct {
 	invalid    string
 	shadow     bool
 	failClosed bool
+	forget     bool // on_data_loss: forget (see gate.Extra.Forget)
 	info       *limitInfo
 	// replaces are the limits this one overrides when a request matches
 	// both (config.RLSRateLimit.Replaces).
@@ -221,7 +222,7 @@ func (t *tree) level(nodes []config.RLSDescriptor, dim string) (level, error) {
 		n.hits = hits(slices.Index(hitNames[:], c.Hits))
 		n.price = costmodel.NanoUSD(c.PricePerHit)
 		if r := c.RateLimit; r != nil {
-			l := &limit{unlimited: r.Unlimited, shadow: c.ShadowMode, failClosed: c.OnStoreFailure == "fail_closed"}
+			l := &limit{unlimited: r.Unlimited, shadow: c.ShadowMode, failClosed: c.OnStoreFailure == "fail_closed", forget: c.OnDataLoss == "forget"}
 			switch {
 			case r.Unlimited:
 			case r.RequestsPerUnit == 0:
