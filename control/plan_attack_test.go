@@ -6,10 +6,13 @@ package control_test
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/costgate/costgate/config"
+	"github.com/costgate/costgate/internal/logtest"
 	"github.com/costgate/costgate/internal/pgtest"
 	"github.com/costgate/costgate/internal/redistest"
 )
@@ -146,7 +149,8 @@ tenants:
 func TestPlanAtkPlansFollowTheReloadedConfig(t *testing.T) {
 	dsn, rd := pgtest.NewPrivate(t).URL(), redistest.New(t).URL
 	up, dir := simulatorURL(t), t.TempDir()
-	r := newReplica(t, up, replicaOptions{dsn: dsn, redis: rd, dir: dir, extra: planAtkFreeLimit})
+	var logs logtest.Buffer
+	r := newReplica(t, up, replicaOptions{dsn: dsn, redis: rd, dir: dir, extra: planAtkFreeLimit, log: slog.New(slog.NewJSONHandler(&logs, nil))})
 	reload := func(tenants, extra string) {
 		t.Helper()
 		yaml := planAtkConfig(dir, up, tenants, extra)
@@ -185,15 +189,24 @@ func TestPlanAtkPlansFollowTheReloadedConfig(t *testing.T) {
 
 	// Plan pro removed: acme keeps serving, on the limits for every plan
 	// (none here), and stays on pro until a PATCH names a known plan.
+	const warning = `"tenant":"acme","plan":"pro"`
+	if strings.Contains(logs.String(), warning) {
+		t.Fatalf("a warning of acme while plan pro is known: %s", logs.String())
+	}
 	reload("", planAtkFreeLimit)
 	if st, body := r.chat(t, k.Key); st != 200 {
 		t.Fatalf("the API tenant on a plan a reload removed: %d %s", st, body)
 	}
+	// The poll warns of it, once.
+	within(t, "the warning of acme on plan pro", 2*time.Second, func() bool { return strings.Contains(logs.String(), warning) })
 	r.must(t, 200, "PATCH", "/admin/v1/tenants/acme", `{"metadata":{"owner":"ops"}}`, nil)
 	if st, body := r.call(t, "test-admin", "PATCH", "/admin/v1/tenants/acme", `{"plan":"pro"}`, nil); st != 400 || !strings.Contains(body, "plans: free") {
 		t.Errorf("PATCH onto the removed plan pro: %d %s, want 400", st, body)
 	}
 	r.must(t, 200, "PATCH", "/admin/v1/tenants/acme", `{"plan":"free"}`, nil)
+	if n := strings.Count(logs.String(), warning); n != 1 {
+		t.Errorf("acme on plan pro warned of %d times, want once", n)
+	}
 
 	// No limit or budget by plan: a plan is a label.
 	reload("", "")

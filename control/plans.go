@@ -78,3 +78,31 @@ func isASCII(s string) bool {
 	}
 	return true
 }
+
+// warnUnknownPlans logs, once per tenant and plan, each control-plane
+// tenant on a plan the running configuration does not know while it
+// applies limits or budgets by plan: created before the API checked plans,
+// or left on a plan a reload removed. Such a tenant serves on, with none
+// of a plan's limits and budgets, until a PATCH moves it. It runs on the
+// poll, and looks again only when the configuration or the directory
+// changed.
+func (p *Plane) warnUnknownPlans() {
+	cfg, v := p.gate.Config(), p.dir.Version()
+	if cfg == p.planCfg && v == p.planVersion {
+		return
+	}
+	p.planCfg, p.planVersion = cfg, v
+	known, scoped := Plans(cfg)
+	for tenant, plan := range p.dir.TenantPlans() {
+		if !scoped || slices.Contains(known, plan) {
+			delete(p.planWarned, tenant)
+			continue
+		}
+		if w, ok := p.planWarned[tenant]; ok && w == plan {
+			continue
+		}
+		p.planWarned[tenant] = plan
+		p.log.Warn("control plane: a tenant is on a plan the configuration does not know: it gets none of the limits and budgets the configuration applies by plan; PATCH it onto one",
+			"tenant", tenant, "plan", plan, "plans", known)
+	}
+}
