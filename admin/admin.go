@@ -88,8 +88,12 @@ func (s *Plane) handler() http.Handler {
 		}
 		WriteJSON(w, http.StatusOK, map[string]string{"status": "reloaded"})
 	})
-	mux.Handle("/admin/", http.StripPrefix("/admin", dashboard.Handler(
-		func() string { return s.gate.Config().AdminToken }, s.dashboardData)))
+	// The dashboard's data only reads: the read-only token reads it, as
+	// it reads every GET route behind requireAdmin.
+	mux.Handle("/admin/", http.StripPrefix("/admin", dashboard.Handler(func() []string {
+		cfg := s.gate.Config()
+		return []string{cfg.AdminToken, cfg.Control.ReadOnlyToken()}
+	}, s.dashboardData)))
 	mux.Handle("/admin/v1/", s.requireAdmin(auth))
 	mux.Handle("/metrics", s.requireAdmin(auth))
 	return jsonErrors(mux)

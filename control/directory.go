@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -189,6 +190,26 @@ func (d *Directory) TenantPlan(name string, now time.Time) (plan string, level *
 		return "", nil, false, false
 	}
 	return n.plan, n.level, true, n.usable(now)
+}
+
+// TenantPlans returns the plan of each tenant the control plane holds, by
+// name.
+func (d *Directory) TenantPlans() map[string]string {
+	prefix := slotKey(KindTenant, "", "")[:len(KindTenant)+1]
+	out := map[string]string{}
+	d.slotMu.RLock()
+	defer d.slotMu.RUnlock()
+	for k, s := range d.slots {
+		rest, ok := strings.CutPrefix(k, prefix)
+		if !ok {
+			continue
+		}
+		if n := s.p.Load(); n != nil {
+			name, _, _ := strings.Cut(rest, "\x00")
+			out[name] = n.plan
+		}
+	}
+	return out
 }
 
 // Apply brings the directory up to entities, read at version seq. Once

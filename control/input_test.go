@@ -24,8 +24,8 @@ limits:
     rate: 1000
     period: 1m
 `})
-	r.must(t, 201, "POST", "/admin/v1/tenants", `{"name":"t1","plan":"pro"}`, nil)
-	r.must(t, 201, "POST", "/admin/v1/tenants", `{"name":"t2"}`, nil)
+	r.must(t, 201, "POST", "/admin/v1/tenants", `{"name":"t1","plan":"free"}`, nil)
+	r.must(t, 201, "POST", "/admin/v1/tenants", `{"name":"t2","plan":"free"}`, nil)
 	r.must(t, 201, "POST", "/admin/v1/teams", `{"tenant":"t2","name":"ops"}`, nil)
 	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
 	for _, c := range []struct {
@@ -51,6 +51,9 @@ limits:
 		{"bad algorithm", "POST", "/admin/v1/keys", `{"tenant":"t1","limits":[{"name":"rpm","algorithm":"magic","rate":5,"period":"1m"}]}`, 400, "algorithm"},
 		{"tenant name", "POST", "/admin/v1/tenants", `{"name":"Bad Name"}`, 400, "name"},
 		{"tenant name with a brace", "POST", "/admin/v1/tenants", `{"name":"a{b}"}`, 400, "name"},
+		{"plan the config does not know", "POST", "/admin/v1/tenants", `{"name":"t4","plan":"fre"}`, 400, "the configuration's plans: free"},
+		{"no plan where limits apply by plan", "POST", "/admin/v1/tenants", `{"name":"t4"}`, 400, "plan is required"},
+		{"plan patched to one the config does not know", "PATCH", "/admin/v1/tenants/t1", `{"plan":"pro"}`, 400, "the configuration's plans: free"},
 		{"plan of NUL", "POST", "/admin/v1/tenants", `{"name":"t4","plan":"free\u0000"}`, 400, "plan"},
 		{"plan too long", "POST", "/admin/v1/tenants", `{"name":"t4","plan":"` + strings.Repeat("p", 513) + `"}`, 400, "plan"},
 		{"plan patched to NUL", "PATCH", "/admin/v1/tenants/t1", `{"plan":"pro\u0000"}`, 400, "plan"},

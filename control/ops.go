@@ -17,7 +17,8 @@ import (
 // stored.
 
 // CreateTenant creates a tenant. Its name must be new, to the database and
-// to the config file.
+// to the config file; its plan one the running configuration knows when
+// the configuration applies limits or budgets by plan (see Plans).
 func (p *Plane) CreateTenant(ctx context.Context, actor string, e *Entity) (*Entity, error) {
 	e.Kind, e.Source = KindTenant, "api"
 	if e.Tenant == "" {
@@ -40,6 +41,9 @@ func (p *Plane) CreateTenant(ctx context.Context, actor string, e *Entity) (*Ent
 	err := p.store.write(ctx, Change{Actor: actor, Action: "create", Detail: e}, func(tx *sql.Tx) ([]*Entity, error) {
 		if _, err := p.store.get(ctx, tx, KindTenant, e.ID); err == nil {
 			return nil, fmt.Errorf("%w: tenant %q already exists", ErrConflict, e.Name)
+		}
+		if err := p.checkPlan(e.Plan); err != nil {
+			return nil, err
 		}
 		return []*Entity{e}, nil
 	})
@@ -204,6 +208,12 @@ func (p *Plane) Update(ctx context.Context, actor string, kind Kind, id string, 
 		if patch.Plan != nil {
 			if kind != KindTenant {
 				return invalid("only a tenant has a plan")
+			}
+			// A tenant already on a plan the configuration does not
+			// know (created before this check, or left by a reload)
+			// keeps it until a PATCH names a plan: that one must be known.
+			if err := p.checkPlan(*patch.Plan); err != nil {
+				return err
 			}
 			e.Plan = *patch.Plan
 		}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/dashboard"
 	"github.com/costgate/costgate/gate"
 )
@@ -33,6 +34,12 @@ type Plane struct {
 	resnap       atomic.Bool  // the directory was replaced: the next poll writes the snapshot
 	syncMu       sync.Mutex   // one sync at a time: the poll's, and a write's read of itself (Wait, Refresh)
 	fromSnapshot atomic.Int64 // Unix nanoseconds the snapshot served was written; 0 once the database answered
+
+	// The configuration and version warnUnknownPlans last looked at, and
+	// the tenants it warned of, with their plan; the poll's.
+	planCfg     *config.Config
+	planVersion int64
+	planWarned  map[string]string
 
 	lastErr   error // the last poll's error, nil once one succeeds
 	errMu     sync.Mutex
@@ -66,7 +73,7 @@ func Open(ctx context.Context, g *gate.Gate, opts Options) (*Plane, error) {
 		return nil, err
 	}
 	p := &Plane{gate: g, store: st, dir: NewDirectory(), log: log, poll: cfg.Control.Poll, synced: make(chan struct{}),
-		seen: map[string]string{}}
+		seen: map[string]string{}, planWarned: map[string]string{}}
 	if g != nil {
 		p.dir.planMoved = g.MarkPlanMoved
 	}
@@ -220,6 +227,7 @@ func (p *Plane) pollLoop(ctx context.Context) {
 		err := p.sync(ctx)
 		if err == nil {
 			p.checkDrift(ctx)
+			p.warnUnknownPlans()
 			p.saveSnapshot(ctx, false)
 		}
 		switch {

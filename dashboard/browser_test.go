@@ -216,7 +216,7 @@ func TestBrowser(t *testing.T) {
 	t.Run("realistic data", func(t *testing.T) {
 		t.Parallel() // it waits for a refresh, as "source failure" does
 		var calls atomic.Int64
-		srv := httptest.NewServer(mount(Handler(func() string { return testToken }, func(context.Context) (Data, error) {
+		srv := httptest.NewServer(mount(Handler(func() []string { return []string{testToken} }, func(context.Context) (Data, error) {
 			n := calls.Add(1)
 			d := sampleData(sampleNow)
 			// Each refresh sees a minute later and more fail-open decisions.
@@ -252,7 +252,7 @@ func TestBrowser(t *testing.T) {
 	t.Run("source failure", func(t *testing.T) {
 		t.Parallel()
 		var n atomic.Int64
-		flaky := httptest.NewServer(mount(Handler(func() string { return testToken }, func(context.Context) (Data, error) {
+		flaky := httptest.NewServer(mount(Handler(func() []string { return []string{testToken} }, func(context.Context) (Data, error) {
 			if n.Add(1) == 1 {
 				return sampleData(sampleNow), nil
 			}
@@ -279,7 +279,7 @@ func TestBrowser(t *testing.T) {
 		t.Parallel()
 		const limit = "enterprise-tier-output-tokens-per-minute-eu-west"
 		const policy = "limit " + limit
-		long := httptest.NewServer(mount(Handler(func() string { return testToken }, func(context.Context) (Data, error) {
+		long := httptest.NewServer(mount(Handler(func() []string { return []string{testToken} }, func(context.Context) (Data, error) {
 			d := Data{GeneratedAt: sampleNow, Store: StoreHealth{Kind: "memory", Healthy: true, Breaker: "closed"}}
 			d.Decisions = []PolicyDecisions{{Policy: policy, Hard: 7, Points: []CountPoint{{T: sampleNow.Add(-time.Minute), Count: 7}}}}
 			d.TopThrottled = []Throttled{{Key: "{acme}:tenant=acme", Limit: limit, Tenant: "acme", Count: 7}}
@@ -316,7 +316,7 @@ func TestBrowser(t *testing.T) {
 	})
 
 	t.Run("empty data", func(t *testing.T) {
-		empty := httptest.NewServer(mount(Handler(func() string { return testToken }, func(context.Context) (Data, error) {
+		empty := httptest.NewServer(mount(Handler(func() []string { return []string{testToken} }, func(context.Context) (Data, error) {
 			return Data{GeneratedAt: sampleNow, Store: StoreHealth{Kind: "memory", Healthy: true, Breaker: "closed"}}, nil
 		})))
 		defer empty.Close()
@@ -334,7 +334,7 @@ func TestBrowser(t *testing.T) {
 	})
 
 	t.Run("many tenants and keys", func(t *testing.T) {
-		srv := httptest.NewServer(mount(Handler(func() string { return testToken }, func(context.Context) (Data, error) {
+		srv := httptest.NewServer(mount(Handler(func() []string { return []string{testToken} }, func(context.Context) (Data, error) {
 			d := sampleData(sampleNow)
 			for i := range 9 {
 				d.Spend = append(d.Spend, TenantSeries{Tenant: fmt.Sprintf("tenant-%02d", i), Points: []Point{{T: sampleNow, NanoUSD: int64(i+1) * 1_000}}})
@@ -358,7 +358,7 @@ func TestBrowser(t *testing.T) {
 	})
 
 	t.Run("login form", func(t *testing.T) {
-		srv := httptest.NewServer(mount(Handler(func() string { return testToken }, func(context.Context) (Data, error) {
+		srv := httptest.NewServer(mount(Handler(func() []string { return []string{testToken} }, func(context.Context) (Data, error) {
 			return sampleData(sampleNow), nil
 		})))
 		defer srv.Close()

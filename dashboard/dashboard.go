@@ -7,8 +7,9 @@
 // loads nothing from outside and draws its charts as inline SVG. It reads its
 // numbers from data.json, which is the only authenticated part: the static
 // assets hold no data, so a browser can load them on navigation, and the page
-// then sends the admin token it was given (in the URL fragment #token=... or
-// through its login form) as an Authorization header.
+// then sends the token it was given (in the URL fragment #token=... or
+// through its login form) as an Authorization header: the admin token or the
+// read-only one, as the admin plane's other reads take either.
 //
 // The proxy owns the numbers. It passes a Source that turns its telemetry and
 // stores into a Data; this package only serves and draws them.
@@ -239,26 +240,28 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 // "/data.json". Paths are relative to where it is mounted, so the caller
 // strips its prefix:
 //
-//	mux.Handle("/admin/", http.StripPrefix("/admin", dashboard.Handler(token, src)))
+//	mux.Handle("/admin/", http.StripPrefix("/admin", dashboard.Handler(tokens, src)))
 //
 // The page and its assets are served without authentication; they hold no
-// data. data.json requires the header "Authorization: Bearer TOKEN" where
-// TOKEN equals token(), compared in constant time; token is called on every
-// request, so a reloaded token takes effect at once. When token() returns
-// the empty string no request is authorized. Only GET and HEAD are allowed.
-// Both arguments are required; Handler panics if either is nil.
+// data. data.json, which only reads, requires the header "Authorization:
+// Bearer TOKEN" where TOKEN equals one of tokens() (the admin token and the
+// read-only token, say), compared in constant time; tokens is called on
+// every request, so a reloaded token takes effect at once. An empty token
+// authorizes nothing; when tokens() has no other, no request is
+// authorized. Only GET and HEAD are allowed. Both arguments are required;
+// Handler panics if either is nil.
 //
 // The handler is safe for concurrent use.
-func Handler(token func() string, src Source) http.Handler {
-	if token == nil || src == nil {
-		panic("dashboard: Handler needs a token func and a Source")
+func Handler(tokens func() []string, src Source) http.Handler {
+	if tokens == nil || src == nil {
+		panic("dashboard: Handler needs a tokens func and a Source")
 	}
-	return &handler{token: token, src: src}
+	return &handler{tokens: tokens, src: src}
 }
 
 type handler struct {
-	token func() string
-	src   Source
+	tokens func() []string
+	src    Source
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -320,21 +323,25 @@ func (h *handler) serveData(w http.ResponseWriter, r *http.Request) {
 	w.Write(body)
 }
 
-// authorized reports whether r carries the admin token as a bearer token.
-// Both sides are hashed before the constant-time comparison so that neither
-// the content nor the length of the token leaks through timing.
+// authorized reports whether r carries one of the tokens as a bearer
+// token. Both sides are hashed before the constant-time comparison so that
+// neither the content nor the length of a token leaks through timing, and
+// every token is compared, so that which one matched does not either.
 func (h *handler) authorized(r *http.Request) bool {
-	want := h.token()
-	if want == "" {
-		return false
-	}
 	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
 	a := sha256.Sum256([]byte(strings.TrimSpace(got)))
-	b := sha256.Sum256([]byte(want))
-	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+	match := 0
+	for _, want := range h.tokens() {
+		if want == "" {
+			continue
+		}
+		b := sha256.Sum256([]byte(want))
+		match |= subtle.ConstantTimeCompare(a[:], b[:])
+	}
+	return match == 1
 }
 
 // normalize replaces nil lists by empty ones, so that the JSON always has

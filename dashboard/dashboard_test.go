@@ -16,6 +16,9 @@ import (
 
 const testToken = "cg-test-admin-7f3a"
 
+// readToken is a read-only admin token (control.read_token).
+const readToken = "cg-test-read-51c0"
+
 // mount serves h the way the proxy does, under /admin/.
 func mount(h http.Handler) http.Handler {
 	mux := http.NewServeMux()
@@ -46,25 +49,30 @@ func TestDataAuth(t *testing.T) {
 	}
 	tests := []struct {
 		name       string
-		configured string
+		configured []string
 		header     http.Header
 		want       int
 	}{
-		{"no header", testToken, nil, http.StatusUnauthorized},
-		{"wrong token", testToken, bearer("cg-test-admin-7f3b"), http.StatusUnauthorized},
-		{"prefix of the token", testToken, bearer(testToken[:len(testToken)-1]), http.StatusUnauthorized},
-		{"token with a suffix", testToken, bearer(testToken + "x"), http.StatusUnauthorized},
-		{"basic scheme", testToken, http.Header{"Authorization": {"Basic " + testToken}}, http.StatusUnauthorized},
-		{"token without scheme", testToken, http.Header{"Authorization": {testToken}}, http.StatusUnauthorized},
-		{"empty bearer", testToken, bearer(""), http.StatusUnauthorized},
-		{"no token configured", "", bearer(""), http.StatusUnauthorized},
-		{"right token", testToken, bearer(testToken), http.StatusOK},
-		{"scheme in lower case", testToken, http.Header{"Authorization": {"bearer " + testToken}}, http.StatusOK},
+		{"no header", []string{testToken}, nil, http.StatusUnauthorized},
+		{"wrong token", []string{testToken}, bearer("cg-test-admin-7f3b"), http.StatusUnauthorized},
+		{"prefix of the token", []string{testToken}, bearer(testToken[:len(testToken)-1]), http.StatusUnauthorized},
+		{"token with a suffix", []string{testToken}, bearer(testToken + "x"), http.StatusUnauthorized},
+		{"basic scheme", []string{testToken}, http.Header{"Authorization": {"Basic " + testToken}}, http.StatusUnauthorized},
+		{"token without scheme", []string{testToken}, http.Header{"Authorization": {testToken}}, http.StatusUnauthorized},
+		{"empty bearer", []string{testToken}, bearer(""), http.StatusUnauthorized},
+		{"no token configured", []string{""}, bearer(""), http.StatusUnauthorized},
+		{"right token", []string{testToken}, bearer(testToken), http.StatusOK},
+		{"scheme in lower case", []string{testToken}, http.Header{"Authorization": {"bearer " + testToken}}, http.StatusOK},
+		{"the read-only token", []string{testToken, readToken}, bearer(readToken), http.StatusOK},
+		{"the admin token beside a read-only one", []string{testToken, readToken}, bearer(testToken), http.StatusOK},
+		{"another token beside both", []string{testToken, readToken}, bearer("cg-test-admin-7f3b"), http.StatusUnauthorized},
+		{"no read-only token configured", []string{testToken, ""}, bearer(""), http.StatusUnauthorized},
+		{"no token at all", nil, bearer(""), http.StatusUnauthorized},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			calls.Store(0)
-			h := mount(Handler(func() string { return tc.configured }, src))
+			h := mount(Handler(func() []string { return tc.configured }, src))
 			res := get(t, h, "/admin/data.json", tc.header)
 			if res.StatusCode != tc.want {
 				t.Fatalf("status = %d, want %d", res.StatusCode, tc.want)
@@ -91,7 +99,7 @@ func TestDataAuth(t *testing.T) {
 func TestDataTokenReload(t *testing.T) {
 	var current atomic.Value
 	current.Store("first-token")
-	h := mount(Handler(func() string { return current.Load().(string) }, func(context.Context) (Data, error) {
+	h := mount(Handler(func() []string { return []string{current.Load().(string)} }, func(context.Context) (Data, error) {
 		return Data{GeneratedAt: sampleNow}, nil
 	}))
 	if res := get(t, h, "/admin/data.json", bearer("first-token")); res.StatusCode != http.StatusOK {
@@ -109,7 +117,7 @@ func TestDataTokenReload(t *testing.T) {
 func TestDataJSONShape(t *testing.T) {
 	d := sampleData(sampleNow)
 	d.Spend = append(d.Spend, TenantSeries{Tenant: "whale", Points: []Point{{T: sampleNow.Truncate(time.Minute), NanoUSD: 9_007_199_254_740_993}}})
-	h := mount(Handler(func() string { return testToken }, func(context.Context) (Data, error) { return d, nil }))
+	h := mount(Handler(func() []string { return []string{testToken} }, func(context.Context) (Data, error) { return d, nil }))
 	res := get(t, h, "/admin/data.json", bearer(testToken))
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", res.StatusCode)
@@ -168,7 +176,7 @@ func TestDataJSONShape(t *testing.T) {
 func TestDataEmpty(t *testing.T) {
 	before := time.Now()
 	var shared = []TenantSeries{{Tenant: "a"}}
-	h := mount(Handler(func() string { return testToken }, func(context.Context) (Data, error) {
+	h := mount(Handler(func() []string { return []string{testToken} }, func(context.Context) (Data, error) {
 		return Data{Spend: shared}, nil
 	}))
 	res := get(t, h, "/admin/data.json", bearer(testToken))
@@ -189,7 +197,7 @@ func TestDataEmpty(t *testing.T) {
 }
 
 func TestDataSourceError(t *testing.T) {
-	h := mount(Handler(func() string { return testToken }, func(context.Context) (Data, error) {
+	h := mount(Handler(func() []string { return []string{testToken} }, func(context.Context) (Data, error) {
 		return Data{}, errors.New("ledger unreachable")
 	}))
 	res := get(t, h, "/admin/data.json", bearer(testToken))
@@ -206,7 +214,7 @@ func TestDataSourceError(t *testing.T) {
 }
 
 func TestAssets(t *testing.T) {
-	h := mount(Handler(func() string { return testToken }, func(context.Context) (Data, error) {
+	h := mount(Handler(func() []string { return []string{testToken} }, func(context.Context) (Data, error) {
 		t.Error("the source was called for a static asset")
 		return Data{}, nil
 	}))
@@ -278,7 +286,7 @@ func TestAssetsSelfContained(t *testing.T) {
 }
 
 func TestRouting(t *testing.T) {
-	h := mount(Handler(func() string { return testToken }, func(context.Context) (Data, error) { return Data{}, nil }))
+	h := mount(Handler(func() []string { return []string{testToken} }, func(context.Context) (Data, error) { return Data{}, nil }))
 	if res := get(t, h, "/admin/secrets.txt", nil); res.StatusCode != http.StatusNotFound {
 		t.Errorf("unknown file: status %d, want 404", res.StatusCode)
 	}
@@ -337,7 +345,7 @@ func FuzzAuthorization(f *testing.F) {
 	for _, s := range []string{"Bearer " + testToken, "bearer " + testToken, "Bearer", "Bearer ", "Basic x", "", " Bearer " + testToken, "Bearer  " + testToken + " ", "Bearer \x00"} {
 		f.Add(s)
 	}
-	h := &handler{token: func() string { return testToken }, src: func(context.Context) (Data, error) { return Data{}, nil }}
+	h := &handler{tokens: func() []string { return []string{testToken} }, src: func(context.Context) (Data, error) { return Data{}, nil }}
 	f.Fuzz(func(t *testing.T, header string) {
 		req := httptest.NewRequest(http.MethodGet, "/data.json", nil)
 		req.Header.Set("Authorization", header)

@@ -23,10 +23,10 @@ func ExampleHandler() {
 			}}},
 		}, nil
 	}
-	token := func() string { return "cg-demo-admin" }
+	tokens := func() []string { return []string{"cg-demo-admin"} }
 
 	mux := http.NewServeMux()
-	mux.Handle("/admin/", http.StripPrefix("/admin", dashboard.Handler(token, src)))
+	mux.Handle("/admin/", http.StripPrefix("/admin", dashboard.Handler(tokens, src)))
 	admin := httptest.NewServer(mux)
 	defer admin.Close()
 

@@ -1,9 +1,10 @@
 // costgate operator dashboard.
 //
-// The page fetches data.json every REFRESH_MS with the admin token as a bearer
-// token and redraws everything from it. The token comes from the URL fragment
-// (#token=...), which browsers never send to the server, or from the login
-// form; it is kept in sessionStorage, so it lives as long as the tab.
+// The page fetches data.json every REFRESH_MS with the admin token (or the
+// read-only one) as a bearer token and redraws everything from it. The token
+// comes from the URL fragment (#token=...), which browsers never send to the
+// server, or from the login form; it is kept in sessionStorage, so it lives
+// as long as the tab.
 //
 // Money arrives as integer nano-dollars in decimal strings and is formatted
 // with BigInt arithmetic, so no amount is ever rounded through a float.
@@ -633,7 +634,7 @@
     $('status').hidden = true;
     $('signout').hidden = true;
     $('login').hidden = false;
-    $('login-reason').textContent = reason || 'Enter the admin token (COSTGATE_ADMIN_TOKEN) to see the dashboard.';
+    $('login-reason').textContent = reason || 'Enter the admin token (COSTGATE_ADMIN_TOKEN) or the read-only token (control.read_token) to see the dashboard.';
     $('token-input').focus();
   }
 

@@ -1,0 +1,108 @@
+package control
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/costgate/costgate/config"
+)
+
+// Plans are what the running configuration knows of plans: Known, sorted,
+// are the plans its tenants are on and its limits and budgets name;
+// Scoped tells whether some limit or budget applies by plan (plans: [...]).
+// A tenant on a plan the configuration does not know gets none of the
+// limits and budgets of a plan, so while Scoped a tenant's plan is one of
+// Known; otherwise a plan is a free-form label.
+func Plans(cfg *config.Config) (known []string, scoped bool) {
+	seen := map[string]bool{}
+	add := func(plan string) {
+		if plan != "" && !seen[plan] {
+			seen[plan] = true
+			known = append(known, plan)
+		}
+	}
+	for _, t := range cfg.Tenants {
+		add(t.Plan)
+	}
+	for _, l := range cfg.Limits {
+		scoped = scoped || len(l.Plans) > 0
+		for _, p := range l.Plans {
+			add(p)
+		}
+	}
+	for _, b := range cfg.Budgets {
+		scoped = scoped || len(b.Plans) > 0
+		for _, p := range b.Plans {
+			add(p)
+		}
+	}
+	slices.Sort(known)
+	return known, scoped
+}
+
+// checkPlan refuses a tenant's plan that the running configuration (its
+// last reload included) does not know while it applies limits or budgets
+// by plan: the tenant would get none of them. The plan must be the
+// configuration's byte for byte: another case, spaces around it or a
+// look-alike letter would be another plan to the gate.
+func (p *Plane) checkPlan(plan string) error {
+	known, scoped := Plans(p.gate.Config())
+	if !scoped || slices.Contains(known, plan) {
+		return nil
+	}
+	list := strings.Join(known, ", ")
+	if plan == "" {
+		return invalid("plan is required: the configured limits and budgets apply by plan (the configuration's plans: %s)", list)
+	}
+	hint := ""
+	for _, k := range known {
+		if strings.EqualFold(strings.TrimSpace(plan), k) {
+			hint = fmt.Sprintf("; did you mean %q?", k)
+			break
+		}
+	}
+	quoted := fmt.Sprintf("%q", plan)
+	if !isASCII(plan) {
+		quoted = fmt.Sprintf("%+q", plan) // a look-alike letter shows as \uXXXX
+	}
+	return invalid("plan %s is not a plan of the configuration, whose limits and budgets apply by plan: a tenant on it would get none of them (the configuration's plans: %s)%s", quoted, list, hint)
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// warnUnknownPlans logs, once per tenant and plan, each control-plane
+// tenant on a plan the running configuration does not know while it
+// applies limits or budgets by plan: created before the API checked plans,
+// or left on a plan a reload removed. Such a tenant serves on, with none
+// of a plan's limits and budgets, until a PATCH moves it. It runs on the
+// poll, and looks again only when the configuration or the directory
+// changed.
+func (p *Plane) warnUnknownPlans() {
+	cfg, v := p.gate.Config(), p.dir.Version()
+	if cfg == p.planCfg && v == p.planVersion {
+		return
+	}
+	p.planCfg, p.planVersion = cfg, v
+	known, scoped := Plans(cfg)
+	for tenant, plan := range p.dir.TenantPlans() {
+		if !scoped || slices.Contains(known, plan) {
+			delete(p.planWarned, tenant)
+			continue
+		}
+		if w, ok := p.planWarned[tenant]; ok && w == plan {
+			continue
+		}
+		p.planWarned[tenant] = plan
+		p.log.Warn("control plane: a tenant is on a plan the configuration does not know: it gets none of the limits and budgets the configuration applies by plan; PATCH it onto one",
+			"tenant", tenant, "plan", plan, "plans", known)
+	}
+}
