@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -234,8 +235,10 @@ func limitName(s string) string {
 }
 
 // validateRLS checks rls_listen and the rls section; names holds the
-// names of the limits and budgets, which the RLS limits must not reuse.
-func (c *Config) validateRLS(names map[string]bool, bad func(path, format string, args ...any)) {
+// names of the limits and budgets, which the RLS limits must not reuse,
+// and plans, when some limit or budget applies by plan, the plans the
+// configuration's tenants have, which a descriptor's plan must be one of.
+func (c *Config) validateRLS(names, plans map[string]bool, bad func(path, format string, args ...any)) {
 	if c.RLSListen != "" {
 		if _, _, err := net.SplitHostPort(c.RLSListen); err != nil {
 			bad("rls_listen", "must be host:port, such as 127.0.0.1:8081 (%v)", err)
@@ -255,6 +258,25 @@ func (c *Config) validateRLS(names map[string]bool, bad func(path, format string
 		domains[d.Domain] = true
 		validateRLSLevel(d.Descriptors, p, names, bad)
 		validateReplaces(d.Descriptors, p, rlsLimitNames(d.Descriptors, map[string]bool{}), bad)
+		if plans != nil {
+			validateRLSPlans(d.Descriptors, p, plans, bad)
+		}
+	}
+}
+
+// validateRLSPlans reports a descriptor's plan that no tenant of the
+// configuration has, while limits or budgets apply by plan: a tenant only
+// the rate limit service names, on a misspelt plan, would get none of
+// its plan's limits and budgets, silently (the control plane refuses
+// such a plan for the tenants it holds).
+func validateRLSPlans(nodes []RLSDescriptor, p string, plans map[string]bool, bad func(path, format string, args ...any)) {
+	for j, n := range nodes {
+		np := fmt.Sprintf("%s.descriptors[%d]", p, j)
+		if n.Plan != "" && !plans[n.Plan] {
+			known := slices.Sorted(maps.Keys(plans))
+			bad(np+".plan", "no tenant has plan %q, and limits or budgets apply by plan: a tenant on it would get none of them (the tenants' plans: %s)", n.Plan, strings.Join(known, ", "))
+		}
+		validateRLSPlans(n.Descriptors, np, plans, bad)
 	}
 }
 

@@ -130,3 +130,27 @@ rls:
 		t.Errorf("demo token with a loopback rls_listen: %v", err)
 	}
 }
+
+// TestRLSPlanAtkUnknownPlan: while a limit applies by plan, a tenant the
+// rate limit service names on a plan no tenant of the configuration has
+// (a misspelling, another case) would get none of the plan's limits:
+// refused, naming the plans. Without a limit or budget by plan a plan is
+// a label, and any is taken.
+func TestRLSPlanAtkUnknownPlan(t *testing.T) {
+	planned := "admin_token: x\ntenants: [{name: acme, plan: free, keys: [{key: k}]}]\nlimits: [{name: free-requests, plans: [free], dimensions: [tenant], rate: 5, period: 1m}]\n"
+	for _, plan := range []string{"fre", "Free", "' free'", "bench"} {
+		rls := "rls: {domains: [{domain: d, descriptors: [{key: tenant, as: tenant, descriptors: [{key: x, tenant: t1, plan: " + plan + "}]}]}]}\n"
+		_, err := config.Parse([]byte(planned + rls))
+		if err == nil || !strings.Contains(err.Error(), "rls.domains[0].descriptors[0].descriptors[0].plan: no tenant has plan") || !strings.Contains(err.Error(), "the tenants' plans: free") {
+			t.Errorf("plan %s under a limit by plan: %v; want the plan refused, naming free", plan, err)
+		}
+	}
+	ok := "rls: {domains: [{domain: d, descriptors: [{key: x, tenant: t1, plan: free}]}]}\n"
+	if _, err := config.Parse([]byte(planned + ok)); err != nil {
+		t.Errorf("a known plan: %v", err)
+	}
+	label := "rls: {domains: [{domain: d, descriptors: [{key: x, tenant: t1, plan: gold}]}]}\n"
+	if _, err := config.Parse([]byte(rlsBase + label)); err != nil {
+		t.Errorf("a plan without limits by plan: %v", err)
+	}
+}

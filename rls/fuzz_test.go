@@ -19,7 +19,7 @@ import (
 // replaces others.
 const fuzzConfig = `
 admin_token: t
-tenants: [{name: acme, plan: free, keys: [{key: k}]}]
+tenants: [{name: acme, plan: free, keys: [{key: k}]}, {name: benchco, plan: bench, keys: [{key: kb}]}]
 limits: [{name: free-requests, plans: [free], dimensions: [tenant], rate: 3, period: 1m}]
 rls:
   domains:
