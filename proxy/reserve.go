@@ -331,7 +331,9 @@ func (s *Server) serveReserve(w http.ResponseWriter, r *http.Request) {
 		fj := frictionJSON(f)
 		out.Friction = &fj
 	}
-	writeAnswer(w, http.StatusOK, &out)
+	p := answerBuf()
+	*p = out.appendJSON(*p)
+	writeAnswer(w, http.StatusOK, p)
 }
 
 // reserveRequest turns a reserve body into the gate's request: its cost
@@ -616,8 +618,11 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 	if got.Status == ledger.StatusFailed {
 		status = "failed"
 	}
-	writeAnswer(w, http.StatusOK, &settleAnswer{ReservationID: in.ReservationID, RequestID: res.ID(), Status: status,
-		CostUSD: usdText(got.Cost), CostNanoUSD: got.Cost, AlreadySettled: again})
+	out := settleAnswer{ReservationID: in.ReservationID, RequestID: res.ID(), Status: status,
+		CostUSD: usdText(got.Cost), CostNanoUSD: got.Cost, AlreadySettled: again}
+	p := answerBuf()
+	*p = out.appendJSON(*p)
+	writeAnswer(w, http.StatusOK, p)
 }
 
 // settlementCost prices a settlement that names no dollar amount. A failed
