@@ -81,13 +81,22 @@ func (a *settleAnswer) appendJSON(b []byte) []byte {
 	return append(b, "}\n"...)
 }
 
-// answerBufs are writeAnswer's buffers.
+// answerBufs are the answers' buffers: an answer is appended to one
+// (answerBuf) and written from it (writeAnswer).
 var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
-// writeAnswer answers with status and the JSON a appends.
-func writeAnswer(w http.ResponseWriter, status int, a interface{ appendJSON([]byte) []byte }) {
+// answerBuf is an empty buffer of answerBufs. The answer is appended to it
+// by its own appendJSON, called on the answer's variable and not through
+// an interface, so that the answer stays on the handler's stack.
+func answerBuf() *[]byte {
 	p := answerBufs.Get().(*[]byte)
-	*p = a.appendJSON((*p)[:0])
+	*p = (*p)[:0]
+	return p
+}
+
+// writeAnswer answers with status and the JSON in *p, a buffer of
+// answerBuf, and returns the buffer to answerBufs.
+func writeAnswer(w http.ResponseWriter, status int, p *[]byte) {
 	admin.WriteEncoded(w, status, *p)
 	if cap(*p) <= 4<<10 {
 		answerBufs.Put(p)

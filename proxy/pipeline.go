@@ -375,9 +375,15 @@ var errBodyTimeout = errors.New("the request body did not arrive in time")
 // errBodyTimeout, after which the connection closes: the server would
 // otherwise wait for the rest of the body before it answers.
 func readBodyWithin(w http.ResponseWriter, r *http.Request, start time.Time, limit int64) ([]byte, error) {
+	return readBodyInto(w, r, start, limit, nil)
+}
+
+// readBodyInto is readBodyWithin that reads into buf's room when the
+// declared length fits in it (see readAllInto).
+func readBodyInto(w http.ResponseWriter, r *http.Request, start time.Time, limit int64, buf []byte) ([]byte, error) {
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(start.Add(bodyReadTimeout))
-	body, err := readAll(http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit)
+	body, err := readAllInto(buf, http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		w.Header().Set("Connection", "close") // the deadline stays
 		return nil, errBodyTimeout
@@ -414,10 +420,20 @@ func writeBodyError(w http.ResponseWriter, path string, err error) {
 // that. Past it, and for an unknown length, the buffer grows as
 // io.ReadAll's; rd bounds it.
 func readAll(rd io.Reader, n, limit int64) ([]byte, error) {
+	return readAllInto(nil, rd, n, limit)
+}
+
+// readAllInto is readAll that reads into buf (from its start) when the
+// declared length and a byte fit in its capacity, and allocates as readAll
+// does when they do not.
+func readAllInto(buf []byte, rd io.Reader, n, limit int64) ([]byte, error) {
 	if n <= 0 || n > limit {
 		return io.ReadAll(rd)
 	}
-	b := make([]byte, 0, min(n+1, preallocMax))
+	b := buf[:0]
+	if int64(cap(b)) < n+1 {
+		b = make([]byte, 0, min(n+1, preallocMax))
+	}
 	for {
 		m, err := rd.Read(b[len(b):cap(b)])
 		b = b[:len(b)+m]

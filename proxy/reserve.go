@@ -18,7 +18,9 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -181,7 +183,14 @@ func (s *Server) apiCall(w http.ResponseWriter, r *http.Request, path string, in
 		writeError(w, path, http.StatusUnauthorized, errUnauthorized)
 		return nil
 	}
-	raw, err := readBodyWithin(w, r, time.Now(), maxReserveBody)
+	p := apiBodyBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*p) <= maxPooledAPIBody {
+			apiBodyBufs.Put(p)
+		}
+	}()
+	raw, err := readBodyInto(w, r, time.Now(), maxReserveBody, *p)
+	*p = raw[:0]
 	if err != nil {
 		writeBodyError(w, path, err)
 		return nil
@@ -192,6 +201,15 @@ func (s *Server) apiCall(w http.ResponseWriter, r *http.Request, path string, in
 	}
 	return c
 }
+
+// apiBodyBufs are apiCall's buffers for the bodies it reads. A body is
+// decoded into values of its own (decodeStrict copies every string and
+// raw value out of it), so its buffer is reused once apiCall returns.
+var apiBodyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1<<10); return &b }}
+
+// maxPooledAPIBody bounds the buffers kept in apiBodyBufs: a large body's
+// does not stay behind.
+const maxPooledAPIBody = 16 << 10
 
 // knownModel tells whether c's price table knows model, or prices
 // unknown models at all (costs.free_unknown).
@@ -313,7 +331,9 @@ func (s *Server) serveReserve(w http.ResponseWriter, r *http.Request) {
 		fj := frictionJSON(f)
 		out.Friction = &fj
 	}
-	writeAnswer(w, http.StatusOK, &out)
+	p := answerBuf()
+	*p = out.appendJSON(*p)
+	writeAnswer(w, http.StatusOK, p)
 }
 
 // reserveRequest turns a reserve body into the gate's request: its cost
@@ -598,8 +618,11 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 	if got.Status == ledger.StatusFailed {
 		status = "failed"
 	}
-	writeAnswer(w, http.StatusOK, &settleAnswer{ReservationID: in.ReservationID, RequestID: res.ID(), Status: status,
-		CostUSD: usdText(got.Cost), CostNanoUSD: got.Cost, AlreadySettled: again})
+	out := settleAnswer{ReservationID: in.ReservationID, RequestID: res.ID(), Status: status,
+		CostUSD: usdText(got.Cost), CostNanoUSD: got.Cost, AlreadySettled: again}
+	p := answerBuf()
+	*p = out.appendJSON(*p)
+	writeAnswer(w, http.StatusOK, p)
 }
 
 // settlementCost prices a settlement that names no dollar amount. A failed
@@ -716,7 +739,29 @@ func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"reservation_id": in.ReservationID, "request_id": res.ID(), "status": "released"})
 }
 
-// usdText is n as a decimal dollar amount without a sign or symbol.
+// usdText is n as a decimal dollar amount without a symbol: n.String()
+// without its leading "$" (a negative amount keeps "-$").
 func usdText(n costmodel.NanoUSD) string {
-	return strings.TrimPrefix(n.String(), "$")
+	var buf [32]byte
+	return string(appendUSD(buf[:0], n))
+}
+
+// appendUSD appends usdText(n) to b, without fmt's boxing of the
+// operands.
+func appendUSD(b []byte, n costmodel.NanoUSD) []byte {
+	u := uint64(n)
+	if n < 0 {
+		b = append(b, "-$"...)
+		u = uint64(-n) // correct for MinInt64 too, as uint64 arithmetic wraps
+	}
+	const dollar = uint64(costmodel.Dollar)
+	b = strconv.AppendUint(b, u/dollar, 10)
+	frac := u % dollar
+	var d [10]byte
+	d[0] = '.'
+	for i := 9; i > 0; i-- {
+		d[i] = byte('0' + frac%10)
+		frac /= 10
+	}
+	return append(b, d[:]...)
 }
