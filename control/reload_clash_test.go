@@ -2,7 +2,6 @@ package control_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -69,32 +68,12 @@ func TestReloadRefusesAnAPITenantsName(t *testing.T) {
 // clashingConfig is a config file with data_dir dir and upstream up that
 // declares tenants yamlco and beta.
 func clashingConfig(dir, up string) string {
-	return fmt.Sprintf(`
-admin_token: test-admin
-data_dir: %q
-store:
-  timeout: 2s
-  queue_timeout: 2s
-control:
-  read_token: test-read
-  poll: 100ms
-upstreams:
-  - name: openai
-    kind: openai
-    base_url: %s
-    api_key: sk-upstream
-tenants:
-  - name: yamlco
-    plan: free
-    keys:
-      - id: yaml-key
-        key: cg-test-yaml
-  - name: beta
+	return planAtkConfig(dir, up, `  - name: beta
     plan: free
     keys:
       - id: other-key
         key: cg-other-customer
-`, dir, up)
+`, "")
 }
 
 // TestStartRefusesAnAPITenantsName: a replica that starts with a config
