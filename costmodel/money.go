@@ -21,13 +21,26 @@ const Dollar NanoUSD = 1_000_000_000
 
 // String formats n as dollars with nine decimals, for example "$0.000123000".
 func (n NanoUSD) String() string {
-	sign := ""
+	var buf [32]byte
+	return string(n.AppendUSD(buf[:0]))
+}
+
+// AppendUSD appends n.String() to b, without allocating.
+func (n NanoUSD) AppendUSD(b []byte) []byte {
 	u := uint64(n)
 	if n < 0 {
-		sign = "-"
+		b = append(b, '-')
 		u = uint64(-n) // correct for MinInt64 too, as uint64 arithmetic wraps
 	}
-	return fmt.Sprintf("%s$%d.%09d", sign, u/uint64(Dollar), u%uint64(Dollar))
+	b = strconv.AppendUint(append(b, '$'), u/uint64(Dollar), 10)
+	frac := u % uint64(Dollar)
+	var d [10]byte
+	d[0] = '.'
+	for i := 9; i > 0; i-- {
+		d[i] = byte('0' + frac%10)
+		frac /= 10
+	}
+	return append(b, d[:]...)
 }
 
 // ErrBadAmount reports a money amount that ParseUSD cannot read exactly.

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
-	"strings"
 	"testing"
 
 	"github.com/costgate/costgate/costmodel"
@@ -35,20 +34,6 @@ func FuzzAnswerJSON(f *testing.F) {
 			if got := a.appendJSON([]byte("x")); !bytes.Equal(got[1:], want.Bytes()) || got[0] != 'x' {
 				t.Fatalf("%+v:\n got %s\nwant %s", a, got, want.Bytes())
 			}
-		}
-	})
-}
-
-// FuzzUSDText holds usdText to the text it stands for: n.String() without
-// its leading "$".
-func FuzzUSDText(f *testing.F) {
-	for _, n := range []int64{0, 1, 999_999_999, 1_000_000_000, 15_000, -1, -1_000_000_001, 1<<63 - 1, -1 << 63} {
-		f.Add(n)
-	}
-	f.Fuzz(func(t *testing.T, n int64) {
-		want := strings.TrimPrefix(costmodel.NanoUSD(n).String(), "$")
-		if got := usdText(costmodel.NanoUSD(n)); got != want {
-			t.Errorf("usdText(%d) = %q; want %q", n, got, want)
 		}
 	})
 }

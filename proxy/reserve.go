@@ -18,7 +18,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -743,25 +742,9 @@ func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) {
 // without its leading "$" (a negative amount keeps "-$").
 func usdText(n costmodel.NanoUSD) string {
 	var buf [32]byte
-	return string(appendUSD(buf[:0], n))
-}
-
-// appendUSD appends usdText(n) to b, without fmt's boxing of the
-// operands.
-func appendUSD(b []byte, n costmodel.NanoUSD) []byte {
-	u := uint64(n)
-	if n < 0 {
-		b = append(b, "-$"...)
-		u = uint64(-n) // correct for MinInt64 too, as uint64 arithmetic wraps
+	b := n.AppendUSD(buf[:0])
+	if n >= 0 {
+		b = b[1:]
 	}
-	const dollar = uint64(costmodel.Dollar)
-	b = strconv.AppendUint(b, u/dollar, 10)
-	frac := u % dollar
-	var d [10]byte
-	d[0] = '.'
-	for i := 9; i > 0; i-- {
-		d[i] = byte('0' + frac%10)
-		frac /= 10
-	}
-	return append(b, d[:]...)
+	return string(b)
 }
