@@ -196,9 +196,11 @@ func (g *Gate) noteFailClosedExtra(name string) {
 // limit from it. It reads the tenant's entries that record such
 // counters over maxDescWindow, then over each distinct window of the
 // limits they name. While the ledger's database is out, from what this
-// node knows (see ledger.LocalSpendError); a fail-closed extra limit
-// (one that extra names, or any this replica's requests named) this node
-// never read fails the restore, as a fail-closed limit does.
+// node knows (see ledger.LocalSpendError); when extra names a limit
+// that this replica's requests named fail-closed, a read this node never
+// made fails the restore, as a fail-closed limit's does. A restore found
+// by a request that names none (a proxied request) restores the
+// tenant's fail-closed descriptor counters from what this node knows.
 func (g *Gate) descCounters(ctx context.Context, st *state, tenant string, extra []weighted.Item,
 	seen map[string]bool, share int64) ([]weighted.Item, []int64, error) {
 	region := ""
@@ -274,8 +276,8 @@ func (g *Gate) descCounters(ctx context.Context, st *state, tenant string, extra
 					at[id] = j
 					items, counted, pending = append(items, weighted.Item{Limit: l, Key: c.key}), append(counted, 0), append(pending, 0)
 				}
-				counted[j] = satAdd(counted[j], satMul(c.n, gs[i].Entries))
-				pending[j] = satAdd(pending[j], satMul(c.n, gs[i].PendingEntries))
+				counted[j] = costmodel.AddSat(counted[j], satMul(c.n, gs[i].Entries))
+				pending[j] = costmodel.AddSat(pending[j], satMul(c.n, gs[i].PendingEntries))
 			}
 		}
 	}
@@ -288,14 +290,7 @@ func (g *Gate) descCounters(ctx context.Context, st *state, tenant string, extra
 	return items, counted, nil
 }
 
-// satAdd and satMul are a+b and a*b of non-negative amounts, saturating.
-func satAdd(a, b int64) int64 {
-	if s := a + b; s >= a {
-		return s
-	}
-	return 1<<63 - 1
-}
-
+// satMul is a*b of non-negative amounts, saturating.
 func satMul(a, b int64) int64 {
 	if a <= 0 || b <= 0 {
 		return 0
