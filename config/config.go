@@ -753,12 +753,7 @@ func (c *Config) Validate() error {
 	c.Capture.validate(bad)
 	c.Control.validate(bad)
 	c.Regions.validate(c, bad)
-	var planned map[string]bool // the tenants' plans, while a limit or budget applies by plan
-	if slices.ContainsFunc(c.Limits, func(l LimitConfig) bool { return len(l.Plans) > 0 }) ||
-		slices.ContainsFunc(c.Budgets, func(b BudgetConfig) bool { return len(b.Plans) > 0 }) {
-		planned = plans
-	}
-	c.validateRLS(names, planned, bad)
+	c.validateRLS(names, bad)
 	return errors.Join(errs...)
 }
 

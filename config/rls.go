@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -235,10 +234,11 @@ func limitName(s string) string {
 }
 
 // validateRLS checks rls_listen and the rls section; names holds the
-// names of the limits and budgets, which the RLS limits must not reuse,
-// and plans, when some limit or budget applies by plan, the plans the
-// configuration's tenants have, which a descriptor's plan must be one of.
-func (c *Config) validateRLS(names, plans map[string]bool, bad func(path, format string, args ...any)) {
+// names of the limits and budgets, which the RLS limits must not reuse.
+// While some limit or budget applies by plan, a descriptor's plan must be
+// one the configuration knows (see Plans).
+func (c *Config) validateRLS(names map[string]bool, bad func(path, format string, args ...any)) {
+	known, scoped := c.Plans()
 	if c.RLSListen != "" {
 		if _, _, err := net.SplitHostPort(c.RLSListen); err != nil {
 			bad("rls_listen", "must be host:port, such as 127.0.0.1:8081 (%v)", err)
@@ -258,25 +258,24 @@ func (c *Config) validateRLS(names, plans map[string]bool, bad func(path, format
 		domains[d.Domain] = true
 		validateRLSLevel(d.Descriptors, p, names, bad)
 		validateReplaces(d.Descriptors, p, rlsLimitNames(d.Descriptors, map[string]bool{}), bad)
-		if plans != nil {
-			validateRLSPlans(d.Descriptors, p, plans, bad)
+		if scoped {
+			validateRLSPlans(d.Descriptors, p, known, bad)
 		}
 	}
 }
 
-// validateRLSPlans reports a descriptor's plan that no tenant of the
-// configuration has, while limits or budgets apply by plan: a tenant only
+// validateRLSPlans reports a descriptor's plan that is not one of known,
+// the configuration's plans, while limits or budgets apply by plan: a tenant only
 // the rate limit service names, on a misspelt plan, would get none of
 // its plan's limits and budgets, silently (the control plane refuses
 // such a plan for the tenants it holds).
-func validateRLSPlans(nodes []RLSDescriptor, p string, plans map[string]bool, bad func(path, format string, args ...any)) {
+func validateRLSPlans(nodes []RLSDescriptor, p string, known []string, bad func(path, format string, args ...any)) {
 	for j, n := range nodes {
 		np := fmt.Sprintf("%s.descriptors[%d]", p, j)
-		if n.Plan != "" && !plans[n.Plan] {
-			known := slices.Sorted(maps.Keys(plans))
+		if n.Plan != "" && !slices.Contains(known, n.Plan) {
 			bad(np+".plan", "no tenant has plan %q, and limits or budgets apply by plan: a tenant on it would get none of them (the tenants' plans: %s)", n.Plan, strings.Join(known, ", "))
 		}
-		validateRLSPlans(n.Descriptors, np, plans, bad)
+		validateRLSPlans(n.Descriptors, np, known, bad)
 	}
 }
 
@@ -473,4 +472,38 @@ func (c *Config) publishedSecrets() bool {
 		}
 	}
 	return false
+}
+
+// Plans are what the configuration knows of plans: known, sorted, are the
+// plans its tenants are on and its limits and budgets name; scoped tells
+// whether some limit or budget applies by plan (plans: [...]). A tenant
+// on a plan the configuration does not know gets none of the limits and
+// budgets of a plan, so while scoped a tenant's plan (a control-plane
+// tenant's, a rate limit service descriptor's) must be one of known;
+// otherwise a plan is a free-form label.
+func (c *Config) Plans() (known []string, scoped bool) {
+	seen := map[string]bool{}
+	add := func(plan string) {
+		if plan != "" && !seen[plan] {
+			seen[plan] = true
+			known = append(known, plan)
+		}
+	}
+	for _, t := range c.Tenants {
+		add(t.Plan)
+	}
+	for _, l := range c.Limits {
+		scoped = scoped || len(l.Plans) > 0
+		for _, p := range l.Plans {
+			add(p)
+		}
+	}
+	for _, b := range c.Budgets {
+		scoped = scoped || len(b.Plans) > 0
+		for _, p := range b.Plans {
+			add(p)
+		}
+	}
+	slices.Sort(known)
+	return known, scoped
 }

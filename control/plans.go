@@ -5,42 +5,7 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/costgate/costgate/config"
 )
-
-// Plans are what the running configuration knows of plans: Known, sorted,
-// are the plans its tenants are on and its limits and budgets name;
-// Scoped tells whether some limit or budget applies by plan (plans: [...]).
-// A tenant on a plan the configuration does not know gets none of the
-// limits and budgets of a plan, so while Scoped a tenant's plan is one of
-// Known; otherwise a plan is a free-form label.
-func Plans(cfg *config.Config) (known []string, scoped bool) {
-	seen := map[string]bool{}
-	add := func(plan string) {
-		if plan != "" && !seen[plan] {
-			seen[plan] = true
-			known = append(known, plan)
-		}
-	}
-	for _, t := range cfg.Tenants {
-		add(t.Plan)
-	}
-	for _, l := range cfg.Limits {
-		scoped = scoped || len(l.Plans) > 0
-		for _, p := range l.Plans {
-			add(p)
-		}
-	}
-	for _, b := range cfg.Budgets {
-		scoped = scoped || len(b.Plans) > 0
-		for _, p := range b.Plans {
-			add(p)
-		}
-	}
-	slices.Sort(known)
-	return known, scoped
-}
 
 // checkPlan refuses a tenant's plan that the running configuration (its
 // last reload included) does not know while it applies limits or budgets
@@ -48,7 +13,7 @@ func Plans(cfg *config.Config) (known []string, scoped bool) {
 // configuration's byte for byte: another case, spaces around it or a
 // look-alike letter would be another plan to the gate.
 func (p *Plane) checkPlan(plan string) error {
-	known, scoped := Plans(p.gate.Config())
+	known, scoped := p.gate.Config().Plans()
 	if !scoped || slices.Contains(known, plan) {
 		return nil
 	}
@@ -92,7 +57,7 @@ func (p *Plane) warnUnknownPlans() {
 		return
 	}
 	p.planCfg, p.planVersion = cfg, v
-	known, scoped := Plans(cfg)
+	known, scoped := cfg.Plans()
 	for tenant, plan := range p.dir.TenantPlans() {
 		if !scoped || slices.Contains(known, plan) {
 			delete(p.planWarned, tenant)
