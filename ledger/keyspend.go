@@ -13,8 +13,8 @@ import (
 // KeySpend returns the spend of each key of tenant, by key id, over
 // [from, to): the charge of its entries created in the range, as it is in
 // the store, in one read of the roll-up; a key with entries there is
-// present, at 0 when they cost nothing, and one without is absent.
-// To should be a 15-minute boundary or a time after the last entry (see
+// present, at 0 when they cost nothing, and one without is absent; the
+// entries that name no key are left out. To should be a 15-minute boundary or a time after the last entry (see
 // SpendQuery). A limiter sums it over the keys of a team, a user or one
 // key.
 //
@@ -132,6 +132,8 @@ func (l *Ledger) localSpendBy(by string, k spendQueryKey, storeErr error) (map[s
 		id := w.keyID
 		if by == userScope {
 			id = w.user
+		} else if id == "" {
+			return // as the store's answer: no key, no key's spend
 		}
 		out[id] = addSat(out[id], d)
 		pendingBy[id] = addSat(pendingBy[id], d)

@@ -73,14 +73,28 @@ func scopeOf(user, key string, hasUser, hasKey bool) string {
 }
 
 // addSpend adds d, for an entry of tenant, user and key created at at, to
-// every scope and grain of deltas.
+// every scope and grain of deltas that a read asks for: the tenant's, the
+// user's (UserSpend reads the entries of no user under ""), the key's
+// and the user's key's where the entry names a key, and a user for the
+// last. A read of no key or no user asks for the scope without it
+// (scopeOf with hasUser user != "", hasKey key != ""), and KeySpend
+// leaves out entries of no key, so the other two scopes of such an entry
+// were never read: writing them made an entry of no key (every RLS call)
+// cost twice the roll-up rows.
 func addSpend(deltas map[spendKey]spendDelta, tenant, user, key string, at time.Time, d spendDelta) {
 	quarter := at.Truncate(bucketSize).UnixMicro()
 	day := time.Date(at.Year(), at.Month(), at.Day(), 0, 0, 0, 0, time.UTC).UnixMicro()
-	for _, scope := range [...]string{
-		scopeOf(user, key, false, false), scopeOf(user, key, true, false),
-		scopeOf(user, key, false, true), scopeOf(user, key, true, true),
-	} {
+	scopes := [...]string{scopeOf(user, key, false, false), scopeOf(user, key, true, false), "", ""}
+	n := 2
+	if key != "" {
+		scopes[n] = scopeOf(user, key, false, true)
+		n++
+		if user != "" {
+			scopes[n] = scopeOf(user, key, true, true)
+			n++
+		}
+	}
+	for _, scope := range scopes[:n] {
 		for _, k := range [...]spendKey{{tenant, scope, grainQuarter, quarter}, {tenant, scope, grainDay, day}} {
 			v := deltas[k]
 			v.cost = addSat(v.cost, d.cost)

@@ -756,7 +756,10 @@ func TestSpendMatchesEntries(t *testing.T) {
 		var es []ledger.Entry
 		for i := range 2000 {
 			e := reservation(fmt.Sprintf("e%d", i), start.Add(time.Duration(rng.Int64N(int64(70*24*time.Hour)))))
-			e.User, e.KeyID = fmt.Sprintf("u%d", rng.IntN(3)), fmt.Sprintf("k%d", rng.IntN(3))
+			// An entry may name no user, no key or neither (an RLS
+			// call's names neither): the roll-up keeps only the scopes
+			// a read asks for.
+			e.User, e.KeyID = []string{"", "u0", "u1", "u2"}[rng.IntN(4)], []string{"", "k0", "k1", "k2"}[rng.IntN(4)]
 			e.Region = []string{"", "eu", "us"}[rng.IntN(3)]
 			e.EstimatedCost = costmodel.NanoUSD(rng.IntN(10_000))
 			if err := l.Reserve(ctx, e); err != nil {
@@ -825,17 +828,22 @@ func TestSpendMatchesEntries(t *testing.T) {
 			if !to.After(from) {
 				to = from.Truncate(15 * time.Minute).Add(15 * time.Minute)
 			}
-			want := map[string]costmodel.NanoUSD{}
+			want, wantUsers := map[string]costmodel.NanoUSD{}, map[string]costmodel.NanoUSD{}
 			var total costmodel.NanoUSD
 			for _, e := range es {
 				if !e.CreatedAt.Before(from) && e.CreatedAt.Before(to) {
-					want[e.KeyID] += e.Charge()
+					if e.KeyID != "" { // KeySpend leaves out the entries of no key
+						want[e.KeyID] += e.Charge()
+					}
+					wantUsers[e.User] += e.Charge() // and UserSpend's "" is no user's
 					total += e.Charge()
 				}
 			}
-			for k, v := range want {
-				if v == 0 {
-					delete(want, k)
+			for _, m := range []map[string]costmodel.NanoUSD{want, wantUsers} {
+				for k, v := range m {
+					if v == 0 {
+						delete(m, k)
+					}
 				}
 			}
 			got, err := readers[0].KeySpend(ctx, "acme", from, to)
@@ -844,6 +852,14 @@ func TestSpendMatchesEntries(t *testing.T) {
 			}
 			if !maps.Equal(got, want) {
 				t.Fatalf("KeySpend(%s, %s) = %v, want %v", from, to, got, want)
+			}
+			gotUsers, err := readers[0].UserSpend(ctx, "acme", from, to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			maps.DeleteFunc(gotUsers, func(_ string, v costmodel.NanoUSD) bool { return v == 0 })
+			if !maps.Equal(gotUsers, wantUsers) {
+				t.Fatalf("UserSpend(%s, %s) = %v, want %v", from, to, gotUsers, wantUsers)
 			}
 			sp, err := readers[0].Spend(ctx, ledger.SpendQuery{Tenant: "acme", From: from, To: to})
 			if err != nil || sp != total {
