@@ -1,8 +1,8 @@
 package control_test
 
 // Attacks on the plan of a tenant created or changed through the admin
-// API: a plan the configuration does not know gets none of the limits and
-// budgets the configuration applies by plan.
+// API: a tenant on a plan the configuration does not know would get none
+// of the limits and budgets the configuration applies by plan.
 
 import (
 	"fmt"
@@ -141,17 +141,22 @@ tenants:
 
 // TestPlanAtkPlansFollowTheReloadedConfig: the plans the admin API takes
 // are the running configuration's, reloads included. A reload that adds
-// plan pro (a config tenant on it, a limit for it) lets a tenant onto pro;
-// a reload that removes pro leaves the API tenant on it serving (with the
-// limits for every plan) and refuses a PATCH onto pro, while a PATCH that
-// names no plan goes through; a configuration without a limit or budget
-// by plan takes any plan as a label.
+// plan pro (a config tenant on it, a limit for it) lets a tenant onto pro.
+// A reload that would remove pro while an API tenant is on it is refused,
+// naming the tenant: before, it went through and the tenant served on with
+// none of the limits by plan (a tenant on plan pro, whose limit is 3 a
+// minute, made 4 requests of 4 and more). A replica whose configuration
+// does not know pro (a rolling update: another replica's let the tenant
+// onto it) refuses the tenant's requests, 403 plan_unknown, rather than
+// serve them unlimited, and warns of it once. Once a PATCH moves the
+// tenant onto free, the reload goes through; a configuration without a
+// limit or budget by plan takes any plan as a label.
 func TestPlanAtkPlansFollowTheReloadedConfig(t *testing.T) {
 	dsn, rd := pgtest.NewPrivate(t).URL(), redistest.New(t).URL
 	up, dir := simulatorURL(t), t.TempDir()
 	var logs logtest.Buffer
-	r := newReplica(t, up, replicaOptions{dsn: dsn, redis: rd, dir: dir, extra: planAtkFreeLimit, log: slog.New(slog.NewJSONHandler(&logs, nil))})
-	reload := func(tenants, extra string) {
+	r := newReplica(t, up, replicaOptions{dsn: dsn, redis: rd, dir: dir, extra: planAtkFreeLimit})
+	reload := func(tenants, extra string) error {
 		t.Helper()
 		yaml := planAtkConfig(dir, up, tenants, extra)
 		r.srv.SetLoader(func() (*config.Config, error) {
@@ -162,9 +167,7 @@ func TestPlanAtkPlansFollowTheReloadedConfig(t *testing.T) {
 			cfg.Store.Redis, cfg.Ledger.DSN = rd, dsn
 			return cfg, nil
 		})
-		if err := r.srv.Reload(); err != nil {
-			t.Fatalf("reload: %v", err)
-		}
+		return r.srv.Reload()
 	}
 	r.must(t, 400, "POST", "/admin/v1/tenants", `{"name":"acme","plan":"pro"}`, nil)
 
@@ -174,12 +177,15 @@ func TestPlanAtkPlansFollowTheReloadedConfig(t *testing.T) {
       - id: yamlpro-key
         key: cg-test-yamlpro
 `
-	reload(proTenant, planAtkFreeLimit+`  - name: pro-rpm
+	withPro := planAtkFreeLimit + `  - name: pro-rpm
     plans: [pro]
     dimensions: [tenant]
     rate: 3
     period: 1m
-`)
+`
+	if err := reload(proTenant, withPro); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
 	r.must(t, 201, "POST", "/admin/v1/tenants", `{"name":"acme","plan":"pro"}`, nil)
 	var k created
 	r.must(t, 201, "POST", "/admin/v1/keys", `{"tenant":"acme"}`, &k)
@@ -187,29 +193,49 @@ func TestPlanAtkPlansFollowTheReloadedConfig(t *testing.T) {
 		t.Fatalf("plan pro: %s, want 200 200 200 429", got)
 	}
 
-	// Plan pro removed: acme keeps serving, on the limits for every plan
-	// (none here), and stays on pro until a PATCH names a known plan.
+	// Another replica of the same control plane, whose configuration
+	// knows plan free only.
+	other := newReplica(t, up, replicaOptions{dsn: dsn, redis: rd, extra: planAtkFreeLimit, log: slog.New(slog.NewJSONHandler(&logs, nil))})
+	var st int
+	var body string
+	within(t, "the other replica's answer to acme", 5*time.Second, func() bool {
+		st, body = other.chat(t, k.Key)
+		return st != 401 // until its poll brings the key
+	})
+	if st != 403 || !strings.Contains(body, "plan_unknown") {
+		t.Fatalf("acme, on plan pro, on a replica that does not know pro: %d %s, want 403 plan_unknown", st, body)
+	}
 	const warning = `"tenant":"acme","plan":"pro"`
-	if strings.Contains(logs.String(), warning) {
-		t.Fatalf("a warning of acme while plan pro is known: %s", logs.String())
-	}
-	reload("", planAtkFreeLimit)
-	if st, body := r.chat(t, k.Key); st != 200 {
-		t.Fatalf("the API tenant on a plan a reload removed: %d %s", st, body)
-	}
-	// The poll warns of it, once.
 	within(t, "the warning of acme on plan pro", 2*time.Second, func() bool { return strings.Contains(logs.String(), warning) })
+
+	// Plan pro removed while acme is on it: refused.
+	if err := reload("", planAtkFreeLimit); err == nil || !strings.Contains(err.Error(), `acme (plan "pro")`) {
+		t.Fatalf("a reload removing plan pro while acme is on it: %v, want an error naming acme", err)
+	}
+	if st, body := r.chat(t, "cg-test-yamlpro"); st != 200 {
+		t.Fatalf("the config tenant on pro after the refused reload: %d %s", st, body)
+	}
 	r.must(t, 200, "PATCH", "/admin/v1/tenants/acme", `{"metadata":{"owner":"ops"}}`, nil)
+	r.must(t, 200, "PATCH", "/admin/v1/tenants/acme", `{"plan":"free"}`, nil)
+	if err := reload("", planAtkFreeLimit); err != nil {
+		t.Fatalf("reload once acme is on free: %v", err)
+	}
 	if st, body := r.call(t, "test-admin", "PATCH", "/admin/v1/tenants/acme", `{"plan":"pro"}`, nil); st != 400 || !strings.Contains(body, "plans: free") {
 		t.Errorf("PATCH onto the removed plan pro: %d %s, want 400", st, body)
 	}
-	r.must(t, 200, "PATCH", "/admin/v1/tenants/acme", `{"plan":"free"}`, nil)
+	// On free, the other replica serves acme within free's 2 a minute.
+	within(t, "acme on free on the other replica", 5*time.Second, func() bool {
+		st, _ := other.chat(t, k.Key)
+		return st != 403
+	})
 	if n := strings.Count(logs.String(), warning); n != 1 {
 		t.Errorf("acme on plan pro warned of %d times, want once", n)
 	}
 
 	// No limit or budget by plan: a plan is a label.
-	reload("", "")
+	if err := reload("", ""); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
 	r.must(t, 201, "POST", "/admin/v1/tenants", `{"name":"labelled","plan":"gold"}`, nil)
 	r.must(t, 201, "POST", "/admin/v1/tenants", `{"name":"unlabelled"}`, nil)
 	r.must(t, 200, "PATCH", "/admin/v1/tenants/acme", `{"plan":"anything"}`, nil)

@@ -46,9 +46,11 @@ func isASCII(s string) bool {
 
 // warnUnknownPlans logs, once per tenant and plan, each control-plane
 // tenant on a plan the running configuration does not know while it
-// applies limits or budgets by plan: created before the API checked plans,
-// or left on a plan a reload removed. Such a tenant serves on, with none
-// of a plan's limits and budgets, until a PATCH moves it. It runs on the
+// applies limits or budgets by plan: created before the API checked
+// plans, or by a replica whose configuration knows the plan (a rolling
+// update). A reload cannot leave one (gate.PlanClash). Such a tenant's
+// requests are refused (403 plan_unknown: served, they would get none of
+// a plan's limits and budgets) until a PATCH moves it. It runs on the
 // poll, and looks again only when the configuration or the directory
 // changed.
 func (p *Plane) warnUnknownPlans() {
@@ -67,7 +69,7 @@ func (p *Plane) warnUnknownPlans() {
 			continue
 		}
 		p.planWarned[tenant] = plan
-		p.log.Warn("control plane: a tenant is on a plan the configuration does not know: it gets none of the limits and budgets the configuration applies by plan; PATCH it onto one",
+		p.log.Warn("control plane: a tenant is on a plan the configuration does not know, while it applies limits and budgets by plan: its requests are refused (403 plan_unknown); PATCH it onto a configured plan",
 			"tenant", tenant, "plan", plan, "plans", known)
 	}
 }

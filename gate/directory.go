@@ -357,6 +357,40 @@ func TenantClash(cfg *config.Config, d TenantDirectory) error {
 	return nil
 }
 
+// PlanLister is a TenantDirectory that lists the plan of each of its
+// tenants, so that a reload can be checked against them (PlanClash).
+type PlanLister interface {
+	TenantPlans() map[string]string
+}
+
+// PlanClash refuses a configuration that applies limits or budgets by
+// plan but knows no plan some of d's tenants are on: their requests
+// would be refused from the reload on (see planRefusal). It names up to
+// ten of them, in order.
+func PlanClash(cfg *config.Config, d PlanLister) error {
+	known, scoped := cfg.Plans()
+	if !scoped {
+		return nil
+	}
+	var off []string
+	for t, p := range d.TenantPlans() {
+		if !slices.Contains(known, p) {
+			off = append(off, fmt.Sprintf("%s (plan %q)", t, p))
+		}
+	}
+	if len(off) == 0 {
+		return nil
+	}
+	slices.Sort(off)
+	more := ""
+	if len(off) > 10 {
+		more = fmt.Sprintf(" and %d more", len(off)-10)
+		off = off[:10]
+	}
+	return fmt.Errorf("plans: the control plane's tenants %s%s are on plans this configuration does not know (its plans: %s), while it applies limits and budgets by plan: their requests would be refused; move them onto a configured plan first (PATCH /admin/v1/tenants/NAME), or keep their plans in the configuration",
+		strings.Join(off, ", "), more, strings.Join(known, ", "))
+}
+
 // directory holds the gate's Directory and budget observer.
 type directory struct {
 	dir     atomic.Pointer[Directory]
@@ -400,7 +434,7 @@ func (g *Gate) lookup(st *state, sum [sha256.Size]byte) *Caller {
 		}
 		p.Plan = plan
 	}
-	return &Caller{Tenant: p.Tenant, User: p.User, KeyID: p.KeyID, Plan: p.Plan, Team: p.Team, levels: p.Levels, st: st}
+	return &Caller{Tenant: p.Tenant, User: p.User, KeyID: p.KeyID, Plan: p.Plan, Team: p.Team, levels: p.Levels, st: st, controlPlan: !p.ConfigTenant}
 }
 
 // controlTenant gives c, a caller named by a trusted front door whose
@@ -422,7 +456,7 @@ func (g *Gate) controlTenant(c *Caller) {
 	if !known {
 		return
 	}
-	c.Plan = plan
+	c.Plan, c.controlPlan = plan, true
 	if !usable {
 		c.levels[3] = &Level{Kind: "tenant", Name: c.Tenant, disabled: true}
 		return
@@ -439,6 +473,9 @@ func (c *Caller) Levels() [4]*Level { return c.levels }
 // levelRefusal refuses a request for a model or route one of its caller's
 // levels does not allow (403).
 func (r *Reservation) levelRefusal() (Decision, bool) {
+	if d, refused := r.planRefusal(); refused {
+		return d, true
+	}
 	for _, lv := range r.req.Caller.levels {
 		if lv == nil {
 			continue
@@ -460,6 +497,24 @@ func (r *Reservation) levelRefusal() (Decision, bool) {
 func routeUnder(route, prefix string) bool {
 	prefix = strings.TrimSuffix(prefix, "/")
 	return route == prefix || strings.HasPrefix(route, prefix+"/")
+}
+
+// planRefusal refuses (403, plan_unknown) the request of a control-plane
+// tenant whose plan the configuration does not know while it applies
+// limits or budgets by plan: served, the tenant would get none of them,
+// its spend bounded by nothing a plan sets. The admin API refuses such a
+// plan and a reload that would leave a tenant on one (Gate.Apply), but a
+// control plane's database written before, restored from a backup, or a
+// Directory of one's own may still name one. A config tenant's plan is
+// the configuration's own word, and never refused.
+func (r *Reservation) planRefusal() (Decision, bool) {
+	c := r.req.Caller
+	if !c.controlPlan || r.st.plans == nil || r.st.plans[c.Plan] {
+		return Decision{}, false
+	}
+	r.outcome, r.answer = telemetry.OutcomeHard, http.StatusForbidden
+	return refusal(telemetry.OutcomeHard, http.StatusForbidden, Error{Type: "permission_denied", Code: "plan_unknown",
+		Message: fmt.Sprintf("the tenant %q is on plan %q, which costgate's configuration does not know while it applies its limits and budgets by plan: its requests are refused rather than served with none of them; an operator moves the tenant onto a configured plan (PATCH /admin/v1/tenants/%s)", c.Tenant, c.Plan, c.Tenant)}), true
 }
 
 func (r *Reservation) forbidden(msg string) Decision {

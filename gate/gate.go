@@ -111,12 +111,16 @@ type Options struct {
 // state is one configuration, compiled for the request path. It is
 // immutable once built.
 type state struct {
-	cfg       *config.Config
-	est       *costmodel.Estimator
-	policy    *policies.Set                // nil when no policy is configured; as its files declare
-	promoted  atomic.Pointer[policies.Set] // policy with the promotions applied; nil for none
-	keys      map[[sha256.Size]byte]*Caller
-	tenants   map[string]string // tenant -> plan
+	cfg      *config.Config
+	est      *costmodel.Estimator
+	policy   *policies.Set                // nil when no policy is configured; as its files declare
+	promoted atomic.Pointer[policies.Set] // policy with the promotions applied; nil for none
+	keys     map[[sha256.Size]byte]*Caller
+	tenants  map[string]string // tenant -> plan
+	// plans are the configuration's plans when it applies limits or
+	// budgets by plan (config.Config.Plans), nil when it does not: a
+	// control-plane tenant on another plan would get none of them.
+	plans     map[string]bool
 	limits    []*compiledLimit
 	prefilter *prefilter // request-count limits known to be spent
 	keyDims   keyDims    // the address and attributes limits are keyed by, which entries record
@@ -163,6 +167,10 @@ type Caller struct {
 	// and key are the front door's word, any string, not the
 	// configuration's (see keyCap).
 	trusted bool
+	// controlPlan says that Plan is the control plane's word (its
+	// tenant's plan), which the configuration may not know (see
+	// planRefusal).
+	controlPlan bool
 }
 
 // Estimator is the cost model of the caller's configuration.
@@ -410,6 +418,12 @@ func compile(cfg *config.Config) (*state, error) {
 			return nil, fmt.Errorf("gate: policies: %w", err)
 		}
 	}
+	if known, scoped := cfg.Plans(); scoped {
+		st.plans = make(map[string]bool, len(known))
+		for _, p := range known {
+			st.plans[p] = true
+		}
+	}
 	for _, t := range cfg.Tenants {
 		st.tenants[t.Name] = t.Plan
 		for _, k := range t.Keys {
@@ -452,6 +466,11 @@ func (g *Gate) Apply(cfg *config.Config) error {
 	if dp := g.dir.dir.Load(); dp != nil {
 		if td, ok := (*dp).(TenantDirectory); ok {
 			if err := TenantClash(cfg, td); err != nil {
+				return err
+			}
+		}
+		if pl, ok := (*dp).(PlanLister); ok {
+			if err := PlanClash(cfg, pl); err != nil {
 				return err
 			}
 		}
