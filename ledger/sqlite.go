@@ -59,11 +59,6 @@ func openSQLite(ctx context.Context, path string, applied int64) (*sqliteStore, 
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Add("_pragma", "busy_timeout(10000)")
-	// A page cache of 64 MiB (SQLite's default is 2 MiB): a batch of a
-	// few thousand entries of as many tenants dirties pages all over the
-	// tables and their indexes, which a small cache spilled to the WAL
-	// in mid-statement and read back (a fifth of the apply's CPU).
-	q.Add("_pragma", "cache_size(-65536)")
 	q.Add("_txlock", "immediate")
 	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
 	if err != nil {
