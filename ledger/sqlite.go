@@ -48,6 +48,18 @@ func (s *sqliteStore) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
 	return st, nil
 }
 
+// query runs q as a statement prepared once (see stmt), for the reads
+// that run with a given text again and again: a restore after a loss
+// reads each tenant's spend and counts, and parsing their SQL each time
+// cost most of a restore's CPU.
+func (s *sqliteStore) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	st, err := s.stmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
 // openSQLite opens the embedded ledger at path for a spool applied up to
 // position applied: past 0, a database without the ledger's schema (a
 // file missing, empty, or without the WAL that held all it had; SQLite
@@ -437,7 +449,7 @@ func (s *sqliteStore) entries(ctx context.Context, q Query, after *cursor, limit
 }
 
 func (s *sqliteStore) entry(ctx context.Context, id string) (Entry, bool, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT "+readColumns+" FROM ledger_entries WHERE request_id = ?", id)
+	rows, err := s.query(ctx, "SELECT "+readColumns+" FROM ledger_entries WHERE request_id = ?", id)
 	if err != nil {
 		return Entry{}, false, fmt.Errorf("ledger: sqlite entry: %w", err)
 	}
@@ -467,8 +479,12 @@ const sqliteSumCost = `COALESCE(SUM(cost >> 32), 0), COALESCE(SUM(cost & 4294967
 func (s *sqliteStore) spend(ctx context.Context, tenant, user, key string, from, to time.Time) (costmodel.NanoUSD, error) {
 	args := append([]any{tenant, scopeOf(user, key, user != "", key != "")}, sqlitePeriodArgs(from, to)...)
 	var hi, lo int64
-	if err := s.db.QueryRowContext(ctx, `SELECT `+sqliteSumCost+` FROM ledger_spend
-		WHERE tenant = ? AND scope = ? AND `+sqlitePeriod, args...).Scan(&hi, &lo); err != nil {
+	st, err := s.stmt(ctx, `SELECT `+sqliteSumCost+` FROM ledger_spend
+		WHERE tenant = ? AND scope = ? AND `+sqlitePeriod)
+	if err != nil {
+		return 0, err
+	}
+	if err := st.QueryRowContext(ctx, args...).Scan(&hi, &lo); err != nil {
 		return 0, fmt.Errorf("ledger: sqlite spend: %w", err)
 	}
 	return costmodel.NanoUSD(joinHalves(hi, lo)), nil
@@ -476,7 +492,7 @@ func (s *sqliteStore) spend(ctx context.Context, tenant, user, key string, from,
 
 func (s *sqliteStore) scopeSpend(ctx context.Context, tenant, prefix string, from, to time.Time) (map[string]costmodel.NanoUSD, error) {
 	args := append([]any{tenant, prefix}, sqlitePeriodArgs(from, to)...)
-	rows, err := s.db.QueryContext(ctx, `SELECT scope, `+sqliteSumCost+` FROM ledger_spend
+	rows, err := s.query(ctx, `SELECT scope, `+sqliteSumCost+` FROM ledger_spend
 		WHERE tenant = ? AND substr(scope, 1, 2) = ? AND `+sqlitePeriod+` GROUP BY scope`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: sqlite %s: %w", scopeQuery[prefix], err)
@@ -490,7 +506,7 @@ func (s *sqliteStore) scopeSpend(ctx context.Context, tenant, prefix string, fro
 }
 
 func (s *sqliteStore) headSpend(ctx context.Context, tenant string, from, to time.Time) ([]headCharge, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT user_id, key_id, region, `+sqliteSumCost+` FROM ledger_entries
+	rows, err := s.query(ctx, `SELECT user_id, key_id, region, `+sqliteSumCost+` FROM ledger_entries
 		WHERE tenant = ? AND created_at >= ? AND created_at < ? GROUP BY user_id, key_id, region`, tenant, from.UnixMicro(), to.UnixMicro())
 	if err != nil {
 		return nil, fmt.Errorf("ledger: sqlite head spend: %w", err)
@@ -534,7 +550,7 @@ func (s *sqliteStore) countsBy(ctx context.Context, k spendQueryKey, from, to ti
 	if k.tenant != "" {
 		args = append([]any{k.tenant}, args...)
 	}
-	rows, err := s.db.QueryContext(ctx, sqliteCountsBy(k.by, k.tenant == ""), args...)
+	rows, err := s.query(ctx, sqliteCountsBy(k.by, k.tenant == ""), args...)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: sqlite counts by: %w", err)
 	}
