@@ -327,6 +327,10 @@ func (r *Reservation) Hold(ttl time.Duration) (string, time.Time) {
 	if r.resID != r.req.ID {
 		t.ResID = r.resID
 	}
+	// The items go in a buffer on the stack when they fit (t does not
+	// escape): a reserve's usual few items then cost Hold no allocation.
+	var ibuf [8]ticketItem
+	t.Items = ibuf[:0]
 	for i, it := range r.items {
 		ti := ticketItem{Name: it.Limit.Name, Key: it.Key, Cost: it.Cost, Kind: kindOf(&it.Limit)}
 		if i < len(r.limits) {
@@ -880,13 +884,21 @@ type claim struct {
 }
 
 // encode writes c as "STATE COST STATUS TOKEN", an empty status as "-"
-// (earlier versions wrote "STATE COST STATUS" and read the first three).
+// (earlier versions wrote "STATE COST STATUS" and read the first three):
+// as fmt.Sprintf("%d %d %s %s") writes it, which decodeClaim reads, with
+// one allocation, where fmt cost every held reservation's end four.
 func (c claim) encode() string {
 	status := string(c.status)
 	if status == "" {
 		status = "-"
 	}
-	return fmt.Sprintf("%d %d %s %s", c.state, c.cost, status, c.token)
+	var buf [64]byte
+	b := strconv.AppendUint(buf[:0], uint64(c.state), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(c.cost), 10)
+	b = append(append(append(b, ' '), status...), ' ')
+	b = append(b, c.token...)
+	return string(b)
 }
 
 func decodeClaim(v string) (claim, bool) {

@@ -60,7 +60,8 @@ func TestMaxDepth(t *testing.T) {
 
 // FuzzAppendString holds AppendString to json.Marshal, byte for byte.
 func FuzzAppendString(f *testing.F) {
-	for _, s := range []string{"", "plain", `a"b\c`, "<&>", "\x00\x1f\b\f\n\r\t", "\xff\xfe", "\u2028\u2029", "é", "\x7f"} {
+	for _, s := range []string{"", "plain", `a"b\c`, "<&>", "\x00\x1f\b\f\n\r\t", "\xff\xfe", "\u2028\u2029", "é", "\x7f",
+		"01234567<", "0123456789abcdef\"", "rsv_eyJpIjoiMDFKWl.AAAA\n"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -72,4 +73,15 @@ func FuzzAppendString(f *testing.F) {
 			t.Fatalf("AppendString(%q) = %s, want %s", s, got[1:], want)
 		}
 	})
+}
+
+// BenchmarkAppendString appends a reservation id as the reserve API's
+// answers carry it: 600 bytes of base64url.
+func BenchmarkAppendString(b *testing.B) {
+	s := "rsv_" + strings.Repeat("eyJpIjoiMDFKWl", 42) + ".AAAAAAAAAAAAAAAAAAAAAA"
+	buf := make([]byte, 0, 1024)
+	b.SetBytes(int64(len(s)))
+	for b.Loop() {
+		buf = AppendString(buf[:0], s)
+	}
 }
