@@ -151,17 +151,17 @@ func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 	if l.store, err = openStore(ctx, cfg, false, applied); err != nil {
 		return nil, err
 	}
-	// The previous run's tallies that no tick wrote become entries before
-	// this run appends anything.
-	if err := l.recoverTallies(); err != nil {
-		return nil, err
-	}
 	// Everything of the previous run is before this marker.
 	var marker [8]byte
 	if _, err := rand.Read(marker[:]); err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
 	}
 	l.marker = hex.EncodeToString(marker[:])
+	// The previous run's tallies that no tick wrote become entries before
+	// this run appends anything.
+	if err := l.recoverTallies(); err != nil {
+		return nil, err
+	}
 	if _, err := l.spool.append(&record{kind: kindRecover, e: Entry{
 		RequestID: l.marker, CreatedAt: micro(cfg.Now()),
 	}}, 0); err != nil {
@@ -610,7 +610,9 @@ func (l *Ledger) flushLoop(ctx context.Context) {
 		if err := l.spool.markApplied(pos); err != nil {
 			l.cfg.Logf("%v", err)
 		}
-		l.answered(l.cfg.Now())
+		if !onlyTallies(recs) {
+			l.answered(l.cfg.Now()) // a batch of tallies asks nothing of the store
+		}
 		l.mu.Lock()
 		l.applied, l.lastErr = pos, nil
 		if pos >= end {

@@ -304,7 +304,9 @@ func (l *Ledger) tick() error {
 	now := micro(l.cfg.Now())
 	for i, a := range aggs {
 		e := a.e
-		e.RequestID = "tly_" + l.node + "_" + strconv.FormatInt(covered, 36) + "_" + strconv.Itoa(i)
+		// Unique to the node, the run (a spool started again from
+		// position 0 would repeat the positions) and the tick.
+		e.RequestID = "tly_" + l.node + "_" + l.marker[:8] + "_" + strconv.FormatInt(covered, 36) + "_" + strconv.Itoa(i)
 		e.KeyDesc = a.desc()
 		e.Status, e.Requests = StatusSettled, 0
 		e.SettledAt = now
