@@ -639,7 +639,10 @@ func (g *Gate) ledgerCaughtUp(ctx context.Context, lost bool, lossTags ...string
 		}
 	}
 	if g.ledger.Stats().StoreErr == nil {
-		if err := g.ledger.Flush(ctx); err != nil {
+		// Not Flush: tallies (ledger.Tally) reach the store only at a
+		// tick, so a store that went down since the last one is not
+		// known yet, and the restore reads this node's records then.
+		if err := g.ledger.FlushUnlessFailing(ctx); err != nil {
 			g.log.Warn("ledger flush before a restore failed", "err", err)
 		}
 	}

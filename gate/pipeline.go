@@ -968,6 +968,12 @@ func (r *Reservation) Record(ctx context.Context) (Decision, bool) {
 		r.rechargeLost(ctx)
 		return Decision{}, true
 	}
+	return r.ledgerRefused(ctx, err), false
+}
+
+// ledgerRefused cancels the reservation the ledger refused (with err),
+// unless it is Served usage, and returns the refusal.
+func (r *Reservation) ledgerRefused(ctx context.Context, err error) Decision {
 	if !r.req.Served {
 		r.Cancel(context.WithoutCancel(ctx))
 	}
@@ -975,7 +981,7 @@ func (r *Reservation) Record(ctx context.Context) (Decision, bool) {
 		r.outcome, r.answer = telemetry.OutcomeNone, http.StatusBadRequest
 		return refusal(telemetry.OutcomeNone, http.StatusBadRequest, Error{
 			Type: "invalid_request_error", Code: "invalid_body", Message: err.Error(),
-		}), false
+		})
 	}
 	r.outcome, r.answer = telemetry.OutcomeHard, http.StatusServiceUnavailable
 	r.g.log.Error("ledger reserve failed", "request_id", r.req.ID, "err", err)
@@ -985,7 +991,25 @@ func (r *Reservation) Record(ctx context.Context) (Decision, bool) {
 		Message: "costgate cannot record the request in its ledger; try again",
 	})
 	d.Undecided = true
-	return d, false
+	return d
+}
+
+// Tally is Record for a request that costs nothing and counts only on
+// its extra limits (CountsExtra, not Restorable, not Served): its
+// counters go to the ledger's aggregate of such calls (ledger.Tally), an
+// entry a second rather than one a call, and the reservation is not
+// recorded (its settlement writes no entry). It refuses as Record does
+// when the ledger cannot take it.
+func (r *Reservation) Tally(ctx context.Context) (Decision, bool) {
+	t := r.g.begin(ctx, telemetry.StageLedger)
+	err := r.g.ledger.Tally(ctx, r.entry(ledger.StatusSettled))
+	t.end()
+	r.untrack()
+	if err == nil {
+		r.rechargeLost(ctx)
+		return Decision{}, true
+	}
+	return r.ledgerRefused(ctx, err), false
 }
 
 // Cancel returns the whole reservation to the limits. A reservation

@@ -33,6 +33,8 @@ import (
 // (Entry.KeyDesc), for a front door's own limits, and selects only the
 // entries that record some: a group's Entries times each counter's
 // amount its KeyDesc states is what the group counted on that counter.
+// It counts this node's tallies (Ledger.Tally) at once: those not yet
+// ticked into entries as pending entries of their aggregates.
 type GroupBy struct {
 	User, KeyID, Route, Upstream, Model, Region, Plan, IP, Attrs, Desc bool
 }
@@ -122,7 +124,9 @@ type Group struct {
 	Entries int64
 	// PendingEntries is, in an answer from this node's records, the part
 	// of Entries from the records spooled after the last read (see
-	// PendingCounts); zero in the store's answer.
+	// PendingCounts); in the store's answer, the aggregates of this node's
+	// tallies not yet ticked (see Ledger.Tally) that a grouped read by
+	// Desc adds, zero otherwise.
 	PendingEntries int64
 	// Counts is what the group's entries counted on a limiter (see
 	// Entry.Counts).
@@ -215,7 +219,25 @@ func (l *Ledger) countsBy(ctx context.Context, k spendQueryKey, from, to time.Ti
 		_, applied = l.spool.positions()
 	}
 	readAt := l.cfg.Now()
-	gs, err := l.store.countsBy(ctx, k, from, to, MaxGroups)
+	var (
+		gs      []Group
+		err     error
+		tallies []Entry
+	)
+	// The aggregates not yet ticked are not in the store: added to its
+	// answer as this node's pending entries. Read before the store, they
+	// are in neither twice unless a tick swapped them out meanwhile, whose
+	// entries the store may then hold: read again.
+	for try := 0; ; try++ {
+		var gen uint64
+		if k.by.Desc && l.spool != nil {
+			tallies, gen = l.pendingTallies(k.matchBy())
+		}
+		gs, err = l.store.countsBy(ctx, k, from, to, MaxGroups)
+		if err != nil || len(tallies) == 0 || l.tallyGen() == gen || try == 2 {
+			break // after three tries, counted twice rather than not at all
+		}
+	}
 	if err == nil {
 		sortGroups(gs)
 	}
@@ -230,40 +252,77 @@ func (l *Ledger) countsBy(ctx context.Context, k spendQueryKey, from, to time.Ti
 	}
 	l.answered(readAt)
 	l.groupReads.put(k, groupsRead{groups: gs, pos: applied, at: readAt})
-	return slices.Clone(gs), nil
+	gs = slices.Clone(gs)
+	if len(tallies) > 0 {
+		gs = addPending(gs, k.by, tallies, nil)
+	}
+	return gs, nil
+}
+
+// groupAdder adds pending changes to groups, as localCountsBy and the
+// aggregates not yet ticked do.
+type groupAdder struct {
+	by  GroupBy
+	out []Group
+	at  map[cols]int
+}
+
+func newGroupAdder(by GroupBy, gs []Group) *groupAdder {
+	a := &groupAdder{by: by, out: gs, at: make(map[cols]int, len(gs))}
+	for i := range gs {
+		a.at[gs[i].cols()] = i
+	}
+	return a
+}
+
+func (a *groupAdder) add(c cols, d charge) {
+	c = a.by.of(c)
+	i, ok := a.at[c]
+	if !ok {
+		i = len(a.out)
+		a.at[c] = i
+		a.out = append(a.out, Group{User: c.user, KeyID: c.keyID, Route: c.route, Upstream: c.upstream, Model: c.model, Region: c.region, Plan: c.plan,
+			KeyIP: c.ip, KeyAttrs: c.attrs, KeyDesc: c.desc})
+	}
+	g := &a.out[i]
+	g.Entries, g.PendingEntries = addSat(g.Entries, d.entries), addSat(g.PendingEntries, d.entries)
+	g.Counts, g.PendingCounts = g.Counts.add(d.counts), g.PendingCounts.add(d.counts)
+	g.Charge, g.PendingCharge = addSat(g.Charge, d.cost), addSat(g.PendingCharge, d.cost)
+}
+
+// addPending adds tallies, aggregates not yet ticked, to gs as pending
+// entries (with a, when not nil, the adder of gs), sorted and bounded as
+// CountsBy's answer.
+func addPending(gs []Group, by GroupBy, tallies []Entry, a *groupAdder) []Group {
+	if a == nil {
+		a = newGroupAdder(by, gs)
+	}
+	for i := range tallies {
+		e := &tallies[i]
+		a.add(colsOf(e), charge{0, e.Counts(), countedEntry(e.Decision, e.Status, e.HTTPStatus)})
+	}
+	sortGroups(a.out)
+	if len(a.out) > MaxGroups {
+		a.out = a.out[:MaxGroups]
+	}
+	return a.out
 }
 
 // localCountsBy answers k, a CountsBy query, from its last read and the
-// spool after it.
+// spool after it, and the aggregates not yet ticked (read first: a tick
+// meanwhile has them in both, counted twice rather than not at all).
 func (l *Ledger) localCountsBy(k spendQueryKey, storeErr error) ([]Group, error) {
+	var tallies []Entry
+	if k.by.Desc {
+		tallies, _ = l.pendingTallies(k.matchBy())
+	}
 	last, ok := l.groupReads.last(k, l.answeredAfter(k.from))
 	from, partial := l.pendingFrom(last.pos, ok)
-	at := make(map[cols]int, len(last.groups))
-	out := slices.Clone(last.groups)
-	for i := range out {
-		at[out[i].cols()] = i
-	}
-	err := l.pendingEach(from, k.matchBy(), func(c cols, d charge) {
-		c = k.by.of(c)
-		i, ok := at[c]
-		if !ok {
-			i = len(out)
-			at[c] = i
-			out = append(out, Group{User: c.user, KeyID: c.keyID, Route: c.route, Upstream: c.upstream, Model: c.model, Region: c.region, Plan: c.plan,
-				KeyIP: c.ip, KeyAttrs: c.attrs, KeyDesc: c.desc})
-		}
-		g := &out[i]
-		g.Entries, g.PendingEntries = addSat(g.Entries, d.entries), addSat(g.PendingEntries, d.entries)
-		g.Counts, g.PendingCounts = g.Counts.add(d.counts), g.PendingCounts.add(d.counts)
-		g.Charge, g.PendingCharge = addSat(g.Charge, d.cost), addSat(g.PendingCharge, d.cost)
-	})
-	if err != nil {
+	a := newGroupAdder(k.by, slices.Clone(last.groups))
+	if err := l.pendingEach(from, k.matchBy(), a.add); err != nil {
 		return nil, fmt.Errorf("%w (and the spool: %v)", storeErr, err)
 	}
-	sortGroups(out)
-	if len(out) > MaxGroups {
-		out = out[:MaxGroups]
-	}
+	out := addPending(nil, k.by, tallies, a)
 	return out, &LocalSpendError{ReadAt: last.at, Partial: partial, Unknown: !ok && l.answeredAfter(k.from), Err: storeErr}
 }
 

@@ -13,6 +13,22 @@
 // (Config.DSN) or an embedded SQLite file under Config.Dir (pure Go, no
 // cgo); both run the same merge code and pass the same test suite.
 //
+// # Tallies
+//
+// A call that costs nothing and counts only on a front door's descriptor
+// limits (a rate limit service's) is not an entry of its own: Tally
+// appends one spool record, as durable as a reservation, and sums its
+// counters (Entry.KeyDesc) into an aggregate in memory per shape (the
+// entry's columns but its id, costs and usage) and UTC second. Every
+// second, and at the start of Flush, the aggregates become settled
+// entries of no request and no cost, created at their latest call, with
+// ids "tly_<node>_...", followed by a tick record. CountsBy grouping by
+// Desc adds the aggregates not yet written as pending entries. Open
+// writes the tallies a dead process left after its last tick record; the
+// spool keeps their segments until then. A process that dies after a
+// tick's entries and before its tick record has those tallies written
+// twice: counted more, never less.
+//
 // # Exactly once
 //
 // The request id is the idempotency key. Applying a batch is idempotent, so
@@ -37,7 +53,7 @@
 // machine never wrote, zeros), is cut off at Open; damage anywhere else,
 // a bad record followed by whole ones included, stops Open rather than
 // losing records silently. Files: Dir/spool/*.spool (segments, deleted
-// once wholly in the store), Dir/spool/applied (how far the store has it; a
+// once wholly in the store and their tallies in entries), Dir/spool/applied (how far the store has it; a
 // hint, as replay is idempotent), Dir/node (this data directory's id),
 // Dir/lock (one process per Dir), Dir/ledger.db (the embedded store).
 //

@@ -26,7 +26,8 @@ type Ledger struct {
 	lock   *os.File
 	spool  *spool
 	store  store
-	peers  *peers // the other processes on the store (PostgreSQL only); nil otherwise
+	peers  *peers  // the other processes on the store (PostgreSQL only); nil otherwise
+	tally  tallies // the tallies not yet ticked (see tally.go)
 
 	wake     chan struct{} // nudges the flusher; buffered 1
 	hurry    chan struct{} // cuts the flusher's batch delay short (Flush); buffered 1
@@ -46,6 +47,7 @@ type Ledger struct {
 	caughtUp time.Time     // the latest time at which everything spooled was in the store
 	advanced chan struct{} // closed and replaced when applied advances
 	lastErr  error         // the store's last error, nil once it succeeds
+	failures uint64        // the store's errors since Open (see FlushUnlessFailing)
 	fatal    error         // the flusher stopped for good
 	closed   bool
 	// held are the settlements the spool refused, in order, for resettle
@@ -155,6 +157,11 @@ func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 		return nil, fmt.Errorf("ledger: %w", err)
 	}
 	l.marker = hex.EncodeToString(marker[:])
+	// The previous run's tallies that no tick wrote become entries before
+	// this run appends anything.
+	if err := l.recoverTallies(); err != nil {
+		return nil, err
+	}
 	if _, err := l.spool.append(&record{kind: kindRecover, e: Entry{
 		RequestID: l.marker, CreatedAt: micro(cfg.Now()),
 	}}, 0); err != nil {
@@ -165,9 +172,10 @@ func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
-	l.wg.Add(2)
+	l.wg.Add(3)
 	go func() { defer l.wg.Done(); l.spool.syncLoop(cfg.SyncInterval, l.syncKick, l.stop) }()
 	go func() { defer l.wg.Done(); l.flushLoop(runCtx) }()
+	go l.tickLoop()
 	if pg, ok := l.store.(*pgStore); ok {
 		l.peers = newPeers(pg.pool, l.node, l.Flush, cfg.OnPeerSync, cfg.PeerWait, cfg.Logf)
 		l.wg.Add(1)
@@ -374,10 +382,32 @@ func (l *Ledger) PeerLag() time.Duration {
 }
 
 // Flush returns once everything appended before the call is in the store,
-// or with ctx's error, or with the error that stopped the flusher.
+// the tallies as their aggregate entries (it ticks first), or with ctx's
+// error, or with the error that stopped the flusher, or with a tick's
+// error (the tallies then wait for the next tick).
 func (l *Ledger) Flush(ctx context.Context) error {
+	return l.flush(ctx, false)
+}
+
+// FlushUnlessFailing is Flush that returns the store's error as soon as
+// the store fails while it waits: for a caller that reads this node's
+// records without the store then (a restore after a limiter's loss),
+// where Flush would wait until the store is back. The tick it starts
+// with (see Flush) makes the flusher try the store even when only
+// tallies were appended since.
+func (l *Ledger) FlushUnlessFailing(ctx context.Context) error {
+	return l.flush(ctx, true)
+}
+
+func (l *Ledger) flush(ctx context.Context, unlessFailing bool) error {
 	if l.spool == nil {
 		return nil
+	}
+	l.mu.Lock()
+	failures := l.failures
+	l.mu.Unlock()
+	if err := l.tick(); err != nil {
+		return err
 	}
 	target, _ := l.spool.positions()
 	for {
@@ -392,13 +422,16 @@ func (l *Ledger) Flush(ctx context.Context) error {
 	}
 	for {
 		l.mu.Lock()
-		applied, ch, fatal, lastErr := l.applied, l.advanced, l.fatal, l.lastErr
+		applied, ch, fatal, lastErr, failed := l.applied, l.advanced, l.fatal, l.lastErr, l.failures != failures
 		l.mu.Unlock()
 		if applied >= target {
 			return nil
 		}
 		if fatal != nil {
 			return fatal
+		}
+		if unlessFailing && failed && lastErr != nil {
+			return fmt.Errorf("ledger: flush: %w", lastErr)
 		}
 		select {
 		case <-ch:
@@ -554,7 +587,7 @@ func (l *Ledger) flushLoop(ctx context.Context) {
 				return
 			}
 		}
-		for {
+		for !onlyTallies(recs) {
 			var n int64
 			n, err = l.applyBatch(ctx, recs, &open)
 			if err == nil {
@@ -577,7 +610,9 @@ func (l *Ledger) flushLoop(ctx context.Context) {
 		if err := l.spool.markApplied(pos); err != nil {
 			l.cfg.Logf("%v", err)
 		}
-		l.answered(l.cfg.Now())
+		if !onlyTallies(recs) {
+			l.answered(l.cfg.Now()) // a batch of tallies asks nothing of the store
+		}
 		l.mu.Lock()
 		l.applied, l.lastErr = pos, nil
 		if pos >= end {
@@ -608,6 +643,17 @@ func (l *Ledger) delay(pos int64, wait time.Duration) {
 	}
 }
 
+// onlyTallies reports whether recs are all tallies and ticks, which write
+// nothing to the store: a batch of them takes no transaction.
+func onlyTallies(recs []record) bool {
+	for i := range recs {
+		if recs[i].kind != kindTally && recs[i].kind != kindTick {
+			return false
+		}
+	}
+	return true
+}
+
 func (l *Ledger) applyBatch(ctx context.Context, recs []record, st *openSet) (int64, error) {
 	tx, err := l.store.begin(ctx)
 	if err != nil {
@@ -632,6 +678,9 @@ func (l *Ledger) setErr(err error) bool {
 	defer l.mu.Unlock()
 	first := l.lastErr == nil
 	l.lastErr = err
+	l.failures++
+	close(l.advanced) // wakes FlushUnlessFailing
+	l.advanced = make(chan struct{})
 	return first
 }
 

@@ -316,8 +316,8 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 	seen := make(map[string]struct{}, len(recs))
 	for i := range recs {
 		id := recs[i].e.RequestID
-		if recs[i].kind == kindRecover {
-			continue // an earlier run's marker: nothing to load
+		if k := recs[i].kind; k == kindRecover || k == kindTally || k == kindTick {
+			continue // an earlier run's marker, or a tally's record: nothing to load
 		}
 		if _, ok := seen[id]; !ok {
 			seen[id] = struct{}{}
@@ -339,6 +339,9 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 	byOrigin := make(map[origin]spendDelta)
 	for i := range recs {
 		r := &recs[i]
+		if r.kind == kindTally || r.kind == kindTick {
+			continue // a tick writes the tallies' entries (see tally.go)
+		}
 		cur := rows[r.e.RequestID]
 		next, delta := merge(cur, r)
 		if next == nil {

@@ -7,7 +7,9 @@ package ledger
 // and its payload is a kind byte followed by the entry's fields, strings as
 // uvarint length and bytes, numbers as varints, times as Unix microseconds.
 // The node that wrote a record is the node of the spool, so it is not in the
-// record.
+// record. A tick's payload is its kind and a position, no entry. The kinds
+// of tallies and ticks came after the others: a spool that holds them is
+// damage to a version before them, which must not open it.
 
 import (
 	"encoding/binary"
@@ -34,11 +36,20 @@ const (
 	// recovered entry's charge with it, and changes nothing on another
 	// final entry, or when not above the current estimate.
 	kindExtend kind = 4
+	// kindTally is one call counted on descriptor limits alone (see
+	// Ledger.Tally): its entry's shape and KeyDesc, no request id. The
+	// flusher writes nothing for it; a tick writes the aggregate of many.
+	kindTally kind = 5
+	// kindTick says that the tallies before spool position pos are in the
+	// entries written before it (see Ledger.tick). Its payload is the
+	// kind and pos, a varint, with no entry.
+	kindTick kind = 6
 )
 
 type record struct {
 	kind kind
 	e    Entry
+	pos  int64 // a tick's position (kindTick); 0 for the other kinds
 }
 
 const (
@@ -58,6 +69,10 @@ func appendFrame(b []byte, r *record) []byte {
 	start := len(b)
 	b = append(b, make([]byte, frameHeader)...)
 	b = append(b, byte(r.kind))
+	if r.kind == kindTick {
+		b = binary.AppendVarint(b, r.pos)
+		return sealFrame(b, start)
+	}
 	e := &r.e
 	for _, s := range [...]string{e.RequestID, e.Tenant, e.User, e.KeyID, e.Route, e.Upstream,
 		e.Model, e.Region, e.Decision, e.Policy, e.Friction, string(e.Status)} {
@@ -114,6 +129,11 @@ func appendFrame(b []byte, r *record) []byte {
 		b = binary.AppendUvarint(b, uint64(len(e.KeyDesc)))
 		b = append(b, e.KeyDesc...)
 	}
+	return sealFrame(b, start)
+}
+
+// sealFrame writes the header of the frame that starts at b[start].
+func sealFrame(b []byte, start int) []byte {
 	payload := b[start+frameHeader:]
 	binary.LittleEndian.PutUint32(b[start:], uint32(len(payload)))
 	binary.LittleEndian.PutUint32(b[start+4:], crc32.Checksum(payload, crcTable))
@@ -148,8 +168,17 @@ func readFrame(b []byte, r *record, names *interner) (int, error) {
 func decodePayload(p []byte, r *record, names *interner) error {
 	d := decoder{b: p, names: names}
 	r.kind = kind(d.byte())
-	if r.kind < kindReserve || r.kind > kindExtend {
+	if r.kind < kindReserve || r.kind > kindTick {
 		return fmt.Errorf("%w: kind %d", errCorrupt, r.kind)
+	}
+	r.pos = 0
+	if r.kind == kindTick {
+		r.e = Entry{}
+		r.pos = d.varint()
+		if d.err == nil && (len(d.b) != 0 || r.pos < 0) {
+			return fmt.Errorf("%w: tick", errCorrupt)
+		}
+		return d.err
 	}
 	e := &r.e
 	e.RequestID = d.string()

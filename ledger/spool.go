@@ -7,7 +7,8 @@ package ledger
 // started. The flusher reads records from the applied position onwards and,
 // once they are in the store, advances the applied position, records it in
 // the file "applied" (a hint: replay is idempotent, so losing it only costs
-// time) and deletes the segments wholly before it.
+// time) and deletes the segments wholly before it, but not those that hold
+// a tally no entry holds yet (see Ledger.tick).
 //
 // Durability: append returns once the record is in the operating system
 // with one write(2), which survives the death of the process. A background
@@ -61,6 +62,10 @@ type spool struct {
 	closed  bool
 	fsyncs  int64 // fsyncs done by sync, for tests and benchmarks
 	writes  int64 // write(2) calls of appends, for tests
+	// keep is at most the position of the first tally that no entry
+	// holds yet (see Ledger.tick), maxPosition when there is none: a
+	// segment is deleted only once both applied and keep pass it.
+	keep int64
 
 	// Group commit (see append): writing is set while an append's write
 	// of inWrite bytes is under way with mu released; next is the queue of
@@ -110,6 +115,9 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 		}
 	}
 	hinted := false // applied is where a record of a segment starts, or their end
+	// The first tally after the last tick's position, or a position
+	// before it (see keep); -1 for none.
+	uncovered, ticked := int64(-1), int64(0)
 
 	for i := range s.segs {
 		last := i == len(s.segs)-1
@@ -122,7 +130,19 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 		if err != nil {
 			return nil, fmt.Errorf("ledger: spool: %w", err) // a file it cannot read is not cut
 		}
-		size, starts, err := scanSegment(b, applied-seg.base)
+		size, starts, err := scanSegment(b, applied-seg.base, func(off int64, r *record) {
+			switch {
+			case r.kind == kindTally && uncovered < 0:
+				uncovered = seg.base + off
+			case r.kind == kindTick && r.pos > ticked:
+				ticked = r.pos
+				if uncovered >= 0 && uncovered < ticked {
+					// The tallies after the tick's position, if any, are
+					// past it: kept from there.
+					uncovered = ticked
+				}
+			}
+		})
 		if err != nil && !last {
 			return nil, fmt.Errorf("ledger: spool %s: %w", path, err)
 		}
@@ -159,6 +179,10 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 		applied = first
 	}
 	s.applied, s.syncPos = applied, s.end
+	s.keep = maxPosition
+	if uncovered >= 0 {
+		s.keep = uncovered
+	}
 
 	f, err := os.OpenFile(filepath.Join(dir, segmentName(lastSeg.base)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -175,8 +199,9 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 
 // scanSegment returns the size of the valid records at the start of a
 // segment's bytes, whether one of them starts at offset at (or their end
-// is there), and why it stops there when that is not their end.
-func scanSegment(b []byte, at int64) (int64, bool, error) {
+// is there), and why it stops there when that is not their end. It calls
+// each, when not nil, with each valid record and its offset.
+func scanSegment(b []byte, at int64, each func(off int64, r *record)) (int64, bool, error) {
 	var r record
 	off := int64(0)
 	starts := at == 0
@@ -184,6 +209,9 @@ func scanSegment(b []byte, at int64) (int64, bool, error) {
 		n, err := readFrame(b[off:], &r, nil)
 		if err != nil {
 			return off, starts, err
+		}
+		if each != nil {
+			each(off, &r)
 		}
 		off += int64(n)
 		starts = starts || off == at
@@ -513,11 +541,29 @@ func (s *spool) writeAppliedHint(pos int64) error {
 	return nil
 }
 
-// dropApplied deletes the sealed segments wholly before the applied position.
+// keepFrom sets the position from which the spool keeps its segments
+// whatever the store holds (see keep), maxPosition for none, and deletes
+// the segments that frees.
+func (s *spool) keepFrom(pos int64) {
+	s.mu.Lock()
+	s.keep = pos
+	s.mu.Unlock()
+	s.dropApplied()
+}
+
+// keeping returns the position from which the spool keeps its segments.
+func (s *spool) keeping() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.keep
+}
+
+// dropApplied deletes the sealed segments wholly before both the applied
+// position and keep.
 func (s *spool) dropApplied() {
 	s.mu.Lock()
 	var drop []segment
-	for len(s.segs) > 1 && s.segs[0].base+s.segs[0].size <= s.applied {
+	for len(s.segs) > 1 && s.segs[0].base+s.segs[0].size <= min(s.applied, s.keep) {
 		drop = append(drop, s.segs[0])
 		s.segs = s.segs[1:]
 	}
@@ -525,6 +571,31 @@ func (s *spool) dropApplied() {
 	for _, g := range drop {
 		os.Remove(filepath.Join(s.dir, segmentName(g.base)))
 	}
+}
+
+// scan calls fn with each record of the spool, in order, and its
+// position. Open calls it before anything appends; fn's record is reused.
+func (s *spool) scan(fn func(pos int64, r *record)) error {
+	s.mu.Lock()
+	segs := slices.Clone(s.segs)
+	s.mu.Unlock()
+	var r record
+	for _, g := range segs {
+		b, err := os.ReadFile(filepath.Join(s.dir, segmentName(g.base)))
+		if err != nil {
+			return fmt.Errorf("ledger: spool read: %w", err)
+		}
+		b = b[:min(int64(len(b)), g.size)]
+		for off := 0; off < len(b); {
+			n, err := readFrame(b[off:], &r, nil)
+			if err != nil {
+				return fmt.Errorf("ledger: spool read at %d: %w", g.base+int64(off), err)
+			}
+			fn(g.base+int64(off), &r)
+			off += n
+		}
+	}
+	return nil
 }
 
 // first returns the position of the oldest record still in the spool.

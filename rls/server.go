@@ -359,10 +359,18 @@ func (s *Server) ask(ctx context.Context, caller *gate.Caller, c *call, k kind) 
 // after a data loss: the tenant's own limits (gate.Reservation.Restorable)
 // and its descriptor limits (gate.Reservation.CountsExtra), whose
 // counters the entry records; one that counts on none, a check of 0 hits
-// for one, is not. ctx is without cancellation (see detach).
+// for one, is not. One that costs nothing and counts only on descriptor
+// limits, not Served usage, is a tally (gate.Reservation.Tally): its
+// counters join the ledger's entry of such calls of its second, since an
+// entry of its own cost most of a decision's CPU. ctx is without
+// cancellation (see detach).
 func (s *Server) settle(ctx context.Context, res *gate.Reservation, c *call, ch gate.Charge, d gate.Decision) gate.Decision {
 	if c.tenant != "" && (ch.Cost > 0 || res.Restorable(ch) || res.CountsExtra()) {
-		if refused, ok := res.Record(ctx); !ok {
+		record := res.Record
+		if ch.Cost == 0 && !res.Restorable(ch) && !res.Request().Served {
+			record = res.Tally // CountsExtra alone
+		}
+		if refused, ok := record(ctx); !ok {
 			if res.Request().Served {
 				res.Settle(ctx, ch) // usage served counts on its limits all the same
 			}

@@ -172,7 +172,14 @@ func (e *env) open(t testing.TB, cfg *config.Config, opts rls.Options) {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	e.conn, err = grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	e.dial(t, ln.Addr().String())
+}
+
+// dial makes e's client of the server at addr.
+func (e *env) dial(t testing.TB, addr string) {
+	t.Helper()
+	var err error
+	e.conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

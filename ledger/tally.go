@@ -1,0 +1,430 @@
+package ledger
+
+// A tally is a call that costs nothing and counts only on a front door's
+// descriptor limits (Entry.KeyDesc): a rate limit service's decision. An
+// entry of its own for each such call cost the serving process most of a
+// decision's CPU (the store's insert, roll-up and commit), for a column
+// that only a restore after a limiter's data loss reads. So Tally appends
+// a tally record to the spool (durable as a reservation is) and adds the
+// call's counters to an aggregate in memory, one per shape (the entry's
+// columns but its id, costs and usage) and UTC second of its creation.
+// Every second, and at the start of Flush, a tick swaps the aggregates out
+// and appends each as one entry (a reservation and its settlement), of no
+// request and no cost,
+// created at the latest call it holds (a sliding window counts it at most
+// a second too long, never too short), whose KeyDesc holds the summed
+// counters; then a tick record, which says that the tallies before the
+// spool position noted at the swap are in those entries. The flusher
+// writes nothing for tallies and ticks.
+//
+// Until its tick, CountsBy grouping by Desc adds a shape's aggregate to
+// its answer as a pending entry of this node, so that a restore on this
+// replica counts every call at once.
+//
+// Crash recovery: Open reads the spool and aggregates again the tallies
+// after the last tick's position, which no entry holds yet, and writes
+// them before the ledger serves (a recovery tick). The spool keeps its
+// segments until both the store and a tick cover them. A process that
+// dies after a tick appended its entries and before its tick record had
+// them counted twice by the recovery tick: more than they counted, never
+// less, for limits of calls that cost nothing.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// tallyInterval is how often a tick turns the tallies into entries.
+const tallyInterval = time.Second
+
+// tallyShape is what a tally's aggregate is keyed by: the entry's columns
+// but its id, costs, usage and KeyDesc, and the UTC second of its
+// creation.
+type tallyShape struct {
+	tenant, user, keyID, plan, route, upstream, model, region       string
+	decision, policy, friction, keyModel, keyRoute, keyIP, keyAttrs string
+	second                                                          int64
+}
+
+func shapeOf(e *Entry) tallyShape {
+	return tallyShape{e.Tenant, e.User, e.KeyID, e.Plan, e.Route, e.Upstream, e.Model, e.Region,
+		e.Decision, e.Policy, e.Friction, e.KeyModel, e.KeyRoute, e.KeyIP, e.KeyAttrs, e.CreatedAt.Unix()}
+}
+
+// descSum is one counter of an aggregate: a KeyDesc line's text before
+// its amount, and the amount summed.
+type descSum struct {
+	prefix string
+	n      int64
+}
+
+// tallyAgg is one aggregate entry: e holds the shape's columns and the
+// latest CreatedAt, sums the counters in the order they first came, and
+// size is the length of the KeyDesc they make.
+type tallyAgg struct {
+	e    Entry
+	sums []descSum
+	at   map[string]int // index in sums, by prefix
+	size int
+}
+
+// desc is the KeyDesc of a's sums.
+func (a *tallyAgg) desc() string {
+	b := make([]byte, 0, a.size)
+	for i, s := range a.sums {
+		if i > 0 {
+			b = append(b, '\n')
+		}
+		b = strconv.AppendInt(append(append(b, s.prefix...), '\t'), s.n, 10)
+	}
+	return string(b)
+}
+
+func digits(n int64) int { return len(strconv.FormatInt(n, 10)) }
+
+// tallies are a ledger's aggregates not yet ticked. Its mutex is taken
+// with the spool append of each tally, so that a tick's swap sees every
+// tally appended before it, and none after.
+type tallies struct {
+	mu     sync.Mutex
+	shapes map[tallyShape][]*tallyAgg // more than one when MaxKeyDesc splits a shape
+	order  []tallyShape               // the shapes in the order they came
+	gen    uint64                     // ticks swapped so far
+	// pending tells that the aggregates hold tallies, and first is at
+	// most the spool position of the first of them: the spool keeps its
+	// segments from there (see spool.keep).
+	pending bool
+	first   int64
+
+	tickMu sync.Mutex // one tick at a time, so their records stay in order
+}
+
+// add adds the counters of e, a tally whose lines parse (see parseTally),
+// to its shape's aggregates. t.mu is held.
+func (t *tallies) add(e *Entry, lines []descSum) {
+	if t.shapes == nil {
+		t.shapes = make(map[tallyShape][]*tallyAgg)
+	}
+	k := shapeOf(e)
+	aggs, ok := t.shapes[k]
+	if !ok {
+		t.order = append(t.order, k)
+	}
+	newAgg := func() *tallyAgg {
+		a := &tallyAgg{e: *e, at: make(map[string]int)}
+		a.e.RequestID, a.e.KeyDesc = "", ""
+		aggs = append(aggs, a)
+		return a
+	}
+	if len(aggs) == 0 {
+		newAgg()
+	}
+	for _, a := range aggs {
+		if e.CreatedAt.After(a.e.CreatedAt) {
+			a.e.CreatedAt = e.CreatedAt
+		}
+	}
+next:
+	for _, l := range lines {
+		for _, a := range aggs {
+			i, ok := a.at[l.prefix]
+			if !ok {
+				continue
+			}
+			n := addSat(a.sums[i].n, l.n)
+			if size := a.size + digits(n) - digits(a.sums[i].n); size <= MaxKeyDesc {
+				a.sums[i].n, a.size = n, size
+				continue next
+			}
+		}
+		// A counter not in the shape's aggregates yet, or whose sum would
+		// take its aggregate past MaxKeyDesc: a line of the last one, or
+		// of a new one.
+		a := aggs[len(aggs)-1]
+		line := len(l.prefix) + 1 + digits(l.n)
+		if len(a.sums) > 0 {
+			line++ // the newline before it
+		}
+		if a.size+line > MaxKeyDesc {
+			a = newAgg()
+			a.e.CreatedAt = e.CreatedAt
+			line = len(l.prefix) + 1 + digits(l.n)
+		}
+		if _, dup := a.at[l.prefix]; !dup {
+			a.at[l.prefix] = len(a.sums)
+		}
+		a.sums = append(a.sums, l)
+		a.size += line
+	}
+	t.shapes[k] = aggs
+}
+
+// swap takes the aggregates out, in the order their shapes came. t.mu is
+// held.
+func (t *tallies) swap() []*tallyAgg {
+	var out []*tallyAgg
+	for _, k := range t.order {
+		out = append(out, t.shapes[k]...)
+	}
+	t.shapes, t.order = nil, nil
+	t.gen++
+	return out
+}
+
+// putBack returns aggregates a tick could not write to the next tick.
+// t.mu is held.
+func (t *tallies) putBack(aggs []*tallyAgg) {
+	if t.shapes == nil {
+		t.shapes = make(map[tallyShape][]*tallyAgg)
+	}
+	for _, a := range aggs {
+		k := shapeOf(&a.e)
+		if _, ok := t.shapes[k]; !ok {
+			t.order = append(t.order, k)
+		}
+		t.shapes[k] = append([]*tallyAgg{a}, t.shapes[k]...)
+	}
+}
+
+// parseTally reads the lines of a tally's KeyDesc: each ends with a tab
+// and a positive amount.
+func parseTally(desc string) ([]descSum, error) {
+	if desc == "" {
+		return nil, fmt.Errorf("%w tally: no descriptor counters", ErrInvalid)
+	}
+	var out []descSum
+	for line := range strings.SplitSeq(desc, "\n") {
+		i := strings.LastIndexByte(line, '\t')
+		if i < 0 {
+			return nil, fmt.Errorf("%w tally: descriptor line %q has no amount", ErrInvalid, line)
+		}
+		n, err := strconv.ParseInt(line[i+1:], 10, 64)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%w tally: descriptor line %q: amount is not a positive integer", ErrInvalid, line)
+		}
+		out = append(out, descSum{line[:i], n})
+	}
+	return out, nil
+}
+
+// Tally records a call that costs nothing and counts only on descriptor
+// limits: e's KeyDesc counters, added to an aggregate entry of e's shape
+// and second that a tick writes within a second (see the top of this
+// file). It checks e as Reserve does, and its KeyDesc as lines that each
+// end with a tab and a positive amount; e's request id, costs, usage and
+// requests are not recorded (the aggregate entry is of no request and no
+// cost). It is one append to the spool, durable as a reservation is (an
+// fsync when Config.SyncEach is set), refused with ErrSpoolFull as a
+// reservation is; on any error the call is not counted. A zero
+// e.CreatedAt means now.
+func (l *Ledger) Tally(ctx context.Context, e Entry) error {
+	if err := e.check(); err != nil {
+		return err
+	}
+	lines, err := parseTally(e.KeyDesc)
+	if err != nil {
+		return err
+	}
+	if l.spool == nil {
+		return ErrReadOnly
+	}
+	if e.CreatedAt.IsZero() {
+		e.CreatedAt = l.cfg.Now()
+	}
+	t := Entry{
+		Tenant: e.Tenant, User: e.User, KeyID: e.KeyID, Plan: e.Plan, Route: e.Route, Upstream: e.Upstream,
+		Model: e.Model, Region: e.Region, Decision: e.Decision, Policy: e.Policy, Friction: e.Friction,
+		KeyModel: e.KeyModel, KeyRoute: e.KeyRoute, KeyIP: e.KeyIP, KeyAttrs: e.KeyAttrs, KeyDesc: e.KeyDesc,
+		Requests: 1, CreatedAt: micro(e.CreatedAt),
+	}
+	l.tally.mu.Lock()
+	before, _ := l.spool.positions()
+	pos, err := l.spool.append(&record{kind: kindTally, e: t}, l.cfg.SpoolLimit)
+	if err == nil {
+		if !l.tally.pending {
+			l.tally.pending, l.tally.first = true, before
+			l.spool.keepFrom(min(l.spool.keeping(), before))
+		}
+		l.tally.add(&t, lines)
+	}
+	l.tally.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	select {
+	case l.wake <- struct{}{}: // the flusher reads past it, so that the spool's pending bytes shrink
+	default:
+	}
+	if l.cfg.SyncEach {
+		select {
+		case l.syncKick <- struct{}{}:
+		default:
+		}
+		return l.spool.waitSynced(pos)
+	}
+	return nil
+}
+
+// tick writes the aggregates as entries and a tick record after them (see
+// the top of this file). Aggregates it could not append go back to the
+// next tick, and no tick record is written then: a crash before the next
+// one has the recovery count them.
+func (l *Ledger) tick() error {
+	if l.spool == nil {
+		return nil
+	}
+	l.tally.tickMu.Lock()
+	defer l.tally.tickMu.Unlock()
+	l.tally.mu.Lock()
+	aggs := l.tally.swap()
+	covered, _ := l.spool.positions()
+	first := l.tally.first
+	l.tally.pending = false
+	l.tally.mu.Unlock()
+	// covered is where the tallies in aggs end: once the tick record is
+	// appended, the spool keeps its segments for the next tick's only.
+	released := func() {
+		l.tally.mu.Lock()
+		keep := int64(maxPosition)
+		if l.tally.pending {
+			keep = l.tally.first
+		}
+		l.spool.keepFrom(keep)
+		l.tally.mu.Unlock()
+	}
+	if len(aggs) == 0 {
+		released()
+		return nil
+	}
+	now := micro(l.cfg.Now())
+	for i, a := range aggs {
+		e := a.e
+		// Unique to the node, the run (a spool started again from
+		// position 0 would repeat the positions) and the tick.
+		e.RequestID = "tly_" + l.node + "_" + l.marker[:8] + "_" + strconv.FormatInt(covered, 36) + "_" + strconv.Itoa(i)
+		e.KeyDesc = a.desc()
+		e.Status, e.Requests = StatusSettled, 0
+		e.SettledAt = now
+		if now.Before(e.CreatedAt) {
+			e.SettledAt = e.CreatedAt
+		}
+		// A reservation and its settlement, as a request's: this node's
+		// reads of its records while the store fails (pendingEach) count
+		// the entries their records reserve.
+		reserved := e
+		reserved.Status, reserved.SettledAt = StatusReserved, time.Time{}
+		_, err := l.spool.append(&record{kind: kindReserve, e: reserved}, 0)
+		if err == nil {
+			_, err = l.spool.append(&record{kind: kindSettle, e: e}, 0)
+		}
+		if err != nil {
+			l.tally.mu.Lock()
+			l.tally.putBack(aggs[i:])
+			if !l.tally.pending || first < l.tally.first {
+				l.tally.first = first
+			}
+			l.tally.pending = true
+			l.tally.mu.Unlock()
+			return fmt.Errorf("ledger: tally entries: %w", err)
+		}
+	}
+	if _, err := l.spool.append(&record{kind: kindTick, pos: covered}, 0); err != nil {
+		return fmt.Errorf("ledger: tally tick: %w", err)
+	}
+	released()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// tickLoop ticks every tallyInterval until the ledger closes.
+func (l *Ledger) tickLoop() {
+	defer l.wg.Done()
+	t := time.NewTicker(tallyInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		if err := l.tick(); err != nil {
+			l.cfg.Logf("%v (kept for the next tick)", err)
+		}
+	}
+}
+
+// recoverTallies aggregates the spool's tallies after its last tick
+// record's position, which no entry holds, and writes them (a recovery
+// tick). Open calls it before anything else appends.
+func (l *Ledger) recoverTallies() error {
+	type tally struct {
+		pos int64
+		e   Entry
+	}
+	var (
+		pending []tally
+		covered int64
+	)
+	err := l.spool.scan(func(pos int64, r *record) {
+		switch r.kind {
+		case kindTally:
+			pending = append(pending, tally{pos, r.e})
+		case kindTick:
+			covered = max(covered, r.pos)
+			pending = slices.DeleteFunc(pending, func(t tally) bool { return t.pos < covered })
+		}
+	})
+	if err != nil {
+		return err
+	}
+	l.tally.mu.Lock()
+	if len(pending) > 0 {
+		l.tally.pending, l.tally.first = true, pending[0].pos
+	}
+	for i := range pending {
+		lines, err := parseTally(pending[i].e.KeyDesc)
+		if err != nil {
+			continue // written by no version of the ledger: Tally checks them
+		}
+		l.tally.add(&pending[i].e, lines)
+	}
+	l.tally.mu.Unlock()
+	if len(pending) > 0 {
+		l.cfg.Logf("ledger: recovered %d tallies of a previous run", len(pending))
+	}
+	return l.tick()
+}
+
+// pendingTallies returns the aggregates not yet ticked that match selects
+// (as entries, in the order their shapes came), and the ticks swapped so
+// far.
+func (l *Ledger) pendingTallies(match func(*Entry) bool) ([]Entry, uint64) {
+	l.tally.mu.Lock()
+	defer l.tally.mu.Unlock()
+	var out []Entry
+	for _, k := range l.tally.order {
+		for _, a := range l.tally.shapes[k] {
+			e := a.e
+			e.KeyDesc, e.Status, e.Requests = a.desc(), StatusSettled, 0
+			if match(&e) {
+				out = append(out, e)
+			}
+		}
+	}
+	return out, l.tally.gen
+}
+
+// tallyGen returns the ticks swapped so far.
+func (l *Ledger) tallyGen() uint64 {
+	l.tally.mu.Lock()
+	defer l.tally.mu.Unlock()
+	return l.tally.gen
+}

@@ -1,0 +1,280 @@
+package ledger_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/costgate/costgate/ledger"
+)
+
+// tallyCall is a call that counts only on descriptor limits: search 1 (or
+// n) and project p, a KeyDesc as the gate writes it.
+func tallyCall(id string, at time.Time, user string, desc ...string) ledger.Entry {
+	return ledger.Entry{
+		RequestID: id, Tenant: "acme", User: user, Route: "edge", Region: "eu", Decision: "allow", Requests: 1,
+		KeyDesc: strings.Join(desc, "\n"), CreatedAt: at,
+	}
+}
+
+// descLine is a KeyDesc line of n on limit name's counter key.
+func descLine(name, key string, n int64) string {
+	return fmt.Sprintf("%s\t0\t10\t86400000000000\t10\t0\t%s\t%d", name, key, n)
+}
+
+// descCounts sums what groups counted on each counter (a KeyDesc line's
+// text before its amount): its amount times the group's entries, and the
+// part of it of pending entries.
+func descCounts(t *testing.T, gs []ledger.Group) (all, pending map[string]int64) {
+	t.Helper()
+	all, pending = map[string]int64{}, map[string]int64{}
+	for _, g := range gs {
+		for _, line := range strings.Split(g.KeyDesc, "\n") {
+			i := strings.LastIndexByte(line, '\t')
+			n, err := strconv.ParseInt(line[i+1:], 10, 64)
+			if err != nil {
+				t.Fatalf("KeyDesc line %q: %v", line, err)
+			}
+			all[line[:i]] += n * g.Entries
+			pending[line[:i]] += n * g.PendingEntries
+		}
+	}
+	return all, pending
+}
+
+func descRead(t *testing.T, l *ledger.Ledger) []ledger.Group {
+	t.Helper()
+	gs, err := l.CountsBy(context.Background(), ledger.SpendQuery{Tenant: "acme", From: t0.Add(-time.Hour), To: t0.Add(time.Hour)},
+		ledger.GroupBy{Desc: true})
+	if err != nil {
+		t.Fatalf("CountsBy: %v", err)
+	}
+	return gs
+}
+
+// tallyEntries returns acme's entries that tallies made.
+func tallyEntries(t *testing.T, l *ledger.Ledger) []ledger.Entry {
+	t.Helper()
+	page, err := l.Entries(context.Background(), ledger.Query{Tenant: "acme", Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []ledger.Entry
+	for _, e := range page.Entries {
+		if strings.HasPrefix(e.RequestID, "tly_") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func sameCounts(t *testing.T, what string, got, want map[string]int64) {
+	t.Helper()
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: counter %q counted %d, want %d", what, k, got[k], v)
+		}
+	}
+	for k, v := range got {
+		if _, ok := want[k]; !ok && v != 0 {
+			t.Errorf("%s: counter %q counted %d, want none", what, k, v)
+		}
+	}
+}
+
+// TestTallyAggregates: 100 calls of ann over two seconds and 10 of bob
+// become one entry per shape and second, with the counters summed;
+// CountsBy grouping by Desc sees them at once as pending entries, and
+// after Flush from the store, never twice.
+func TestTallyAggregates(t *testing.T) {
+	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
+		l := open(t, cfg)
+		ctx := context.Background()
+		want := map[string]int64{}
+		add := func(desc ...string) {
+			for _, d := range desc {
+				i := strings.LastIndexByte(d, '\t')
+				n, _ := strconv.ParseInt(d[i+1:], 10, 64)
+				want[d[:i]] += n
+			}
+		}
+		for i := range 100 {
+			at := t0.Add(time.Duration(i) * 20 * time.Millisecond) // over two seconds
+			desc := []string{descLine("search", "acme", 1), descLine("per-project", "acme_p"+strconv.Itoa(i%3), 2)}
+			if err := l.Tally(ctx, tallyCall("ann-"+strconv.Itoa(i), at, "ann", desc...)); err != nil {
+				t.Fatal(err)
+			}
+			add(desc...)
+		}
+		for i := range 10 {
+			desc := []string{descLine("search", "acme", 3)}
+			if err := l.Tally(ctx, tallyCall("bob-"+strconv.Itoa(i), t0, "bob", desc...)); err != nil {
+				t.Fatal(err)
+			}
+			add(desc...)
+		}
+		all, pending := descCounts(t, descRead(t, l))
+		// The ticker may have ticked some already: all is exact, pending
+		// at most all.
+		sameCounts(t, "before Flush", all, want)
+		for k, v := range pending {
+			if v > all[k] {
+				t.Errorf("before Flush: counter %q pending %d of %d", k, v, all[k])
+			}
+		}
+		flush(t, l)
+		all, pending = descCounts(t, descRead(t, l))
+		sameCounts(t, "after Flush", all, want)
+		sameCounts(t, "pending after Flush", pending, map[string]int64{})
+		es := tallyEntries(t, l)
+		if n := len(es); n < 3 || n > 6 {
+			t.Errorf("%d entries of 110 tallies; want one per shape and second: 3 (up to 6 when a tick fell between)", n)
+		}
+		for _, e := range es {
+			if e.Requests != 0 || e.Charge() != 0 || e.Status != ledger.StatusSettled {
+				t.Errorf("entry %s: requests %d, charge %d, status %s; want 0, 0, settled", e.RequestID, e.Requests, e.Charge(), e.Status)
+			}
+			if e.CreatedAt.Before(t0) || e.CreatedAt.After(t0.Add(2*time.Second)) {
+				t.Errorf("entry %s created at %s: not the time of one of its calls", e.RequestID, e.CreatedAt)
+			}
+		}
+	})
+}
+
+// TestTallyLatestCall: an aggregate entry is created at the latest call it
+// holds, so that a sliding window counts it a second too long rather than
+// a second too short.
+func TestTallyLatestCall(t *testing.T) {
+	l := open(t, ledger.Config{Dir: t.TempDir()})
+	ctx := context.Background()
+	for _, ms := range []int{900, 100, 500} {
+		at := t0.Truncate(time.Second).Add(time.Duration(ms) * time.Millisecond)
+		if err := l.Tally(ctx, tallyCall("x", at, "ann", descLine("search", "acme", 1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush(t, l)
+	es := tallyEntries(t, l)
+	if len(es) != 1 {
+		t.Fatalf("%d entries, want 1", len(es))
+	}
+	if want := t0.Truncate(time.Second).Add(900 * time.Millisecond); !es[0].CreatedAt.Equal(want) {
+		t.Errorf("created at %s, want the latest call's %s", es[0].CreatedAt, want)
+	}
+}
+
+// TestTallyKeyDescBound: counters that would take an aggregate's KeyDesc
+// past MaxKeyDesc go to another entry of the same shape, never dropped.
+func TestTallyKeyDescBound(t *testing.T) {
+	l := open(t, ledger.Config{Dir: t.TempDir()})
+	ctx := context.Background()
+	want := map[string]int64{}
+	for i := range 200 {
+		line := descLine("per-project", "acme_"+strings.Repeat("p", 40)+strconv.Itoa(i), 1)
+		if err := l.Tally(ctx, tallyCall("x", t0, "ann", line)); err != nil {
+			t.Fatal(err)
+		}
+		want[line[:strings.LastIndexByte(line, '\t')]] = 1
+	}
+	all, _ := descCounts(t, descRead(t, l))
+	sameCounts(t, "pending", all, want)
+	flush(t, l)
+	all, _ = descCounts(t, descRead(t, l))
+	sameCounts(t, "stored", all, want)
+	es := tallyEntries(t, l)
+	if len(es) < 2 {
+		t.Errorf("%d entries for 200 counters of %d bytes; want several", len(es), len(want)*80)
+	}
+	for _, e := range es {
+		if len(e.KeyDesc) > ledger.MaxKeyDesc {
+			t.Errorf("entry %s: KeyDesc of %d bytes, past MaxKeyDesc", e.RequestID, len(e.KeyDesc))
+		}
+	}
+}
+
+// TestTallyRefused: a tally of no counters, or of a line of no amount, is
+// invalid, and counts nothing.
+func TestTallyRefused(t *testing.T) {
+	l := open(t, ledger.Config{Dir: t.TempDir()})
+	ctx := context.Background()
+	for name, desc := range map[string]string{
+		"none":      "",
+		"no amount": "search\tacme",
+		"zero":      descLine("search", "acme", 0),
+		"negative":  descLine("search", "acme", -1),
+	} {
+		if err := l.Tally(ctx, tallyCall("x", t0, "ann", desc)); !errors.Is(err, ledger.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	if e := tallyCall("", t0, "ann", descLine("search", "acme", 1)); !errors.Is(l.Tally(ctx, e), ledger.ErrInvalid) {
+		t.Errorf("a tally of no request id: not ErrInvalid")
+	}
+	flush(t, l)
+	if es := tallyEntries(t, l); len(es) != 0 {
+		t.Errorf("%d entries of refused tallies", len(es))
+	}
+}
+
+// TestTallyCrash: tallies that no tick wrote when the process died are
+// written by the next Open, once; those a tick wrote before are not
+// written again. Segments the store applied are kept while a tally in
+// them is not in an entry.
+func TestTallyCrash(t *testing.T) {
+	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
+		cfg.SegmentSize = 64 << 10
+		ctx := context.Background()
+		want := map[string]int64{}
+		tally := func(l *ledger.Ledger, n int) {
+			t.Helper()
+			for i := range n {
+				line := descLine("per-project", "acme_p"+strconv.Itoa(i%7), 1)
+				if err := l.Tally(ctx, tallyCall("x", t0.Add(time.Duration(i)*time.Millisecond), "ann", line)); err != nil {
+					t.Fatal(err)
+				}
+				want[line[:strings.LastIndexByte(line, '\t')]]++
+			}
+		}
+		crash := func(l *ledger.Ledger) {
+			t.Helper()
+			if err := ledger.Crash(l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		check := func(what string) *ledger.Ledger {
+			t.Helper()
+			l := open(t, cfg)
+			flush(t, l)
+			all, _ := descCounts(t, descRead(t, l))
+			sameCounts(t, what, all, want)
+			return l
+		}
+
+		// No tick: the tallies of three segments, applied by the flusher
+		// (which writes nothing for them) before the crash.
+		l := open(t, cfg)
+		tally(l, 3000)
+		for l.Stats().Pending > 0 {
+			time.Sleep(time.Millisecond) // the flusher reads past them
+		}
+		crash(l)
+		l = check("after a crash before any tick")
+
+		// A tick (Flush), more tallies, a crash.
+		tally(l, 500)
+		flush(t, l)
+		tally(l, 200)
+		crash(l)
+		l = check("after a crash after a tick")
+
+		// A crash just after a tick.
+		tally(l, 100)
+		flush(t, l)
+		crash(l)
+		check("after a crash just after a tick")
+	})
+}
