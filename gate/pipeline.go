@@ -1001,8 +1001,14 @@ func (r *Reservation) ledgerRefused(ctx context.Context, err error) Decision {
 // recorded (its settlement writes no entry). It refuses as Record does
 // when the ledger cannot take it.
 func (r *Reservation) Tally(ctx context.Context) (Decision, bool) {
+	e := r.entry(ledger.StatusSettled)
+	if e.KeyDesc == "" {
+		// No counter's line fits an entry (see descKeys): an entry of its
+		// own, as before tallies, rather than a tally the ledger refuses.
+		return r.Record(ctx)
+	}
 	t := r.g.begin(ctx, telemetry.StageLedger)
-	err := r.g.ledger.Tally(ctx, r.entry(ledger.StatusSettled))
+	err := r.g.ledger.Tally(ctx, e)
 	t.end()
 	r.untrack()
 	if err == nil {
