@@ -122,6 +122,19 @@ func mulDivCeil(a, b, d int64) int64 {
 // addSat adds non-negative amounts, saturating at math.MaxInt64.
 func addSat(a, b int64) int64 { return AddSat(a, b) }
 
+// MulSat multiplies an amount by a count, both not negative, saturating
+// at math.MaxInt64; 0 when either is not positive.
+func MulSat[T ~int64](a T, n int64) T {
+	if a <= 0 || n <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(a), uint64(n))
+	if hi != 0 || lo > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return T(lo)
+}
+
 // AddSat adds amounts that are not negative (costs, units, tokens),
 // saturating at math.MaxInt64, which a cost that overflows reads as.
 func AddSat[T ~int64](a, b T) T {

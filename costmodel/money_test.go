@@ -2,6 +2,7 @@ package costmodel_test
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/costgate/costgate/costmodel"
@@ -26,4 +27,24 @@ func FuzzAppendUSD(f *testing.F) {
 			t.Errorf("AppendUSD(%d) = %q; want %q", n, got, "x"+want)
 		}
 	})
+}
+
+// TestMulSat: a product past int64 saturates, on either side of the
+// boundary, and an amount or count that is not positive gives 0.
+func TestMulSat(t *testing.T) {
+	for _, tc := range []struct{ a, n, want int64 }{
+		{3, 4, 12},
+		{math.MaxInt64, 1, math.MaxInt64},
+		{math.MaxInt64 / 2, 2, math.MaxInt64 - 1},
+		{math.MaxInt64/2 + 1, 2, math.MaxInt64},
+		{1 << 32, 1 << 32, math.MaxInt64},
+		{0, 5, 0}, {5, 0, 0}, {-5, 3, 0}, {5, -3, 0},
+	} {
+		if got := costmodel.MulSat(tc.a, tc.n); got != tc.want {
+			t.Errorf("MulSat(%d, %d) = %d, want %d", tc.a, tc.n, got, tc.want)
+		}
+	}
+	if got := costmodel.MulSat(costmodel.NanoUSD(7), 3); got != 21 {
+		t.Errorf("MulSat of NanoUSD = %d, want 21", got)
+	}
 }

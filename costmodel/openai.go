@@ -536,12 +536,7 @@ func jsonScalarText(raw json.RawMessage) string {
 }
 
 // mulSat multiplies non-negative a and b, saturating.
-func mulSat(a, b int64) int64 {
-	if a <= 0 || b <= 0 {
-		return 0
-	}
-	return mulDivCeil(a, b, 1)
-}
+func mulSat(a, b int64) int64 { return MulSat(a, b) }
 
 // message formats, for cache keys.
 const (

@@ -281,8 +281,8 @@ func (g *Gate) descCounters(ctx context.Context, st *state, tenant string, extra
 					at[id] = j
 					items, counted, pending = append(items, weighted.Item{Limit: l, Key: c.key}), append(counted, 0), append(pending, 0)
 				}
-				counted[j] = costmodel.AddSat(counted[j], satMul(c.n, gs[i].Entries))
-				pending[j] = costmodel.AddSat(pending[j], satMul(c.n, gs[i].PendingEntries))
+				counted[j] = costmodel.AddSat(counted[j], costmodel.MulSat(c.n, gs[i].Entries))
+				pending[j] = costmodel.AddSat(pending[j], costmodel.MulSat(c.n, gs[i].PendingEntries))
 			}
 		}
 	}
@@ -293,15 +293,4 @@ func (g *Gate) descCounters(ctx context.Context, st *state, tenant string, extra
 		counted[j] = max(shareOf(costmodel.NanoUSD(counted[j]), costmodel.NanoUSD(pending[j]), share), 0)
 	}
 	return items, counted, nil
-}
-
-// satMul is a*b of non-negative amounts, saturating.
-func satMul(a, b int64) int64 {
-	if a <= 0 || b <= 0 {
-		return 0
-	}
-	if a > (1<<63-1)/b {
-		return 1<<63 - 1
-	}
-	return a * b
 }

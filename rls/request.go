@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -551,7 +550,7 @@ func (c *call) count(g *group, d *desc) {
 	switch d.kind {
 	case kindDebit:
 		g.requests = max(g.requests, d.hits)
-		g.cost = addSat(g.cost, mulSat(d.n.price, d.hits))
+		g.cost = addSat(g.cost, costmodel.MulSat(d.n.price, d.hits))
 	case kindCharge:
 		switch d.n.hits {
 		case hitInputTokens:
@@ -684,17 +683,6 @@ func appendEscaped(b []byte, v string, eq bool) []byte {
 		}
 	}
 	return b
-}
-
-func mulSat(p costmodel.NanoUSD, n int64) costmodel.NanoUSD {
-	if p <= 0 || n <= 0 {
-		return 0
-	}
-	hi, lo := bits.Mul64(uint64(p), uint64(n))
-	if hi != 0 || lo > math.MaxInt64 {
-		return math.MaxInt64
-	}
-	return costmodel.NanoUSD(lo)
 }
 
 func addSat(a, b costmodel.NanoUSD) costmodel.NanoUSD {
