@@ -365,11 +365,18 @@ func (s *Server) ask(ctx context.Context, caller *gate.Caller, c *call, k kind) 
 // entry of its own cost most of a decision's CPU. ctx is without
 // cancellation (see detach).
 func (s *Server) settle(ctx context.Context, res *gate.Reservation, c *call, ch gate.Charge, d gate.Decision) gate.Decision {
-	if c.tenant != "" && (ch.Cost > 0 || res.Restorable(ch) || res.CountsExtra()) {
-		record := res.Record
-		if ch.Cost == 0 && !res.Restorable(ch) && !res.Request().Served {
-			record = res.Tally // CountsExtra alone
-		}
+	var record func(context.Context) (gate.Decision, bool)
+	switch {
+	case c.tenant == "":
+	case ch.Cost > 0 || res.Restorable(ch):
+		record = res.Record
+	case !res.CountsExtra():
+	case res.Request().Served:
+		record = res.Record
+	default:
+		record = res.Tally // its descriptor limits alone
+	}
+	if record != nil {
 		if refused, ok := record(ctx); !ok {
 			if res.Request().Served {
 				res.Settle(ctx, ch) // usage served counts on its limits all the same
