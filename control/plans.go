@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/costgate/costgate/gate"
 )
 
 // checkPlan refuses a tenant's plan that the running configuration (its
@@ -59,12 +61,14 @@ func (p *Plane) warnUnknownPlans() {
 		return
 	}
 	p.planCfg, p.planVersion = cfg, v
-	known, scoped := cfg.Plans()
-	for tenant, plan := range p.dir.TenantPlans() {
-		if !scoped || slices.Contains(known, plan) {
+	unknown := gate.UnknownPlans(cfg, p.dir)
+	known, _ := cfg.Plans()
+	for tenant := range p.planWarned {
+		if _, ok := unknown[tenant]; !ok {
 			delete(p.planWarned, tenant)
-			continue
 		}
+	}
+	for tenant, plan := range unknown {
 		if w, ok := p.planWarned[tenant]; ok && w == plan {
 			continue
 		}

@@ -368,18 +368,13 @@ type PlanLister interface {
 // would be refused from the reload on (see planRefusal). It names up to
 // ten of them, in order.
 func PlanClash(cfg *config.Config, d PlanLister) error {
-	known, scoped := cfg.Plans()
-	if !scoped {
+	unknown := UnknownPlans(cfg, d)
+	if len(unknown) == 0 {
 		return nil
 	}
 	var off []string
-	for t, p := range d.TenantPlans() {
-		if !slices.Contains(known, p) {
-			off = append(off, fmt.Sprintf("%s (plan %q)", t, p))
-		}
-	}
-	if len(off) == 0 {
-		return nil
+	for t, p := range unknown {
+		off = append(off, fmt.Sprintf("%s (plan %q)", t, p))
 	}
 	slices.Sort(off)
 	more := ""
@@ -387,8 +382,26 @@ func PlanClash(cfg *config.Config, d PlanLister) error {
 		more = fmt.Sprintf(" and %d more", len(off)-10)
 		off = off[:10]
 	}
+	known, _ := cfg.Plans()
 	return fmt.Errorf("plans: the control plane's tenants %s%s are on plans this configuration does not know (its plans: %s), while it applies limits and budgets by plan: their requests would be refused; move them onto a configured plan first (PATCH /admin/v1/tenants/NAME), or keep their plans in the configuration",
 		strings.Join(off, ", "), more, strings.Join(known, ", "))
+}
+
+// UnknownPlans returns d's tenants on a plan cfg does not know while it
+// applies limits or budgets by plan (see planRefusal), with their plans;
+// none when it does not.
+func UnknownPlans(cfg *config.Config, d PlanLister) map[string]string {
+	known, scoped := cfg.Plans()
+	if !scoped {
+		return nil
+	}
+	out := map[string]string{}
+	for t, p := range d.TenantPlans() {
+		if !slices.Contains(known, p) {
+			out[t] = p
+		}
+	}
+	return out
 }
 
 // directory holds the gate's Directory and budget observer.
