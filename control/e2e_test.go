@@ -59,27 +59,7 @@ func newReplica(t *testing.T, upstream string, o replicaOptions) *replica {
 	if o.dir == "" {
 		o.dir = t.TempDir()
 	}
-	yaml := fmt.Sprintf(`
-admin_token: test-admin
-data_dir: %q
-store:
-  timeout: 2s
-  queue_timeout: 2s
-control:
-  read_token: test-read
-  poll: 100ms%s
-upstreams:
-  - name: openai
-    kind: openai
-    base_url: %s
-    api_key: sk-upstream
-tenants:
-  - name: yamlco
-    plan: free
-    keys:
-      - id: yaml-key
-        key: cg-test-yaml
-%s`, o.dir, alerts, upstream, o.extra)
+	yaml := replicaYAML(o.dir, alerts, upstream, o.extra)
 	cfg, err := config.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatalf("config: %v", err)
@@ -486,4 +466,31 @@ func TestPropagation(t *testing.T) {
 	if p99 >= time.Second {
 		t.Fatalf("propagation p99 %s, want under 1s", p99)
 	}
+}
+
+// replicaYAML is a replica's configuration: data directory dir, alerts
+// (YAML under control, or ""), the upstream's URL and more YAML at the
+// end (tenants after yamlco, then other sections).
+func replicaYAML(dir, alerts, upstream, extra string) string {
+	return fmt.Sprintf(`
+admin_token: test-admin
+data_dir: %q
+store:
+  timeout: 2s
+  queue_timeout: 2s
+control:
+  read_token: test-read
+  poll: 100ms%s
+upstreams:
+  - name: openai
+    kind: openai
+    base_url: %s
+    api_key: sk-upstream
+tenants:
+  - name: yamlco
+    plan: free
+    keys:
+      - id: yaml-key
+        key: cg-test-yaml
+%s`, dir, alerts, upstream, extra)
 }

@@ -116,27 +116,7 @@ func TestPlanAtkUnknownPlanDodgesPlanLimits(t *testing.T) {
 // planAtkConfig is newReplica's config file, with data_dir dir, upstream
 // up, the config tenants tenants (YAML list items) and extra at the end.
 func planAtkConfig(dir, up, tenants, extra string) string {
-	return fmt.Sprintf(`
-admin_token: test-admin
-data_dir: %q
-store:
-  timeout: 2s
-  queue_timeout: 2s
-control:
-  read_token: test-read
-  poll: 100ms
-upstreams:
-  - name: openai
-    kind: openai
-    base_url: %s
-    api_key: sk-upstream
-tenants:
-  - name: yamlco
-    plan: free
-    keys:
-      - id: yaml-key
-        key: cg-test-yaml
-%s%s`, dir, up, tenants, extra)
+	return replicaYAML(dir, "", up, tenants+extra)
 }
 
 // TestPlanAtkPlansFollowTheReloadedConfig: the plans the admin API takes
