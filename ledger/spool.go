@@ -551,11 +551,14 @@ func (s *spool) keepFrom(pos int64) {
 	s.dropApplied()
 }
 
-// keeping returns the position from which the spool keeps its segments.
-func (s *spool) keeping() int64 {
+// keepToEnd lowers the position from which the spool keeps its segments
+// to its end, when that is lower, and returns the end: whatever is
+// appended next is kept.
+func (s *spool) keepToEnd() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.keep
+	s.keep = min(s.keep, s.end)
+	return s.end
 }
 
 // dropApplied deletes the sealed segments wholly before both the applied

@@ -87,10 +87,13 @@ func (a *tallyAgg) desc() string {
 
 func digits(n int64) int { return len(strconv.FormatInt(n, 10)) }
 
-// tallies are a ledger's aggregates not yet ticked. Its mutex is taken
-// with the spool append of each tally, so that a tick's swap sees every
-// tally appended before it, and none after.
+// tallies are a ledger's aggregates not yet ticked. A tally holds rw for
+// reading across its spool append and its add, a tick holds it for
+// writing across its swap: so the swap sees every tally appended before
+// it, and none after, while tallies share the spool's writes (appends
+// under way at once go out in one write(2)). mu guards the rest.
 type tallies struct {
+	rw     sync.RWMutex
 	mu     sync.Mutex
 	shapes map[tallyShape][]*tallyAgg // more than one when MaxKeyDesc splits a shape
 	order  []tallyShape               // the shapes in the order they came
@@ -242,17 +245,22 @@ func (l *Ledger) Tally(ctx context.Context, e Entry) error {
 		KeyModel: e.KeyModel, KeyRoute: e.KeyRoute, KeyIP: e.KeyIP, KeyAttrs: e.KeyAttrs, KeyDesc: e.KeyDesc,
 		Requests: 1, CreatedAt: micro(e.CreatedAt),
 	}
-	l.tally.mu.Lock()
-	before, _ := l.spool.positions()
+	// The spool keeps its segments from before this tally's record on,
+	// set before the append, so that no segment holding it is dropped
+	// before its tick covers it; a failed append keeps a little more
+	// until the next tick.
+	l.tally.rw.RLock()
+	before := l.spool.keepToEnd()
 	pos, err := l.spool.append(&record{kind: kindTally, e: t}, l.cfg.SpoolLimit)
 	if err == nil {
-		if !l.tally.pending {
+		l.tally.mu.Lock()
+		if !l.tally.pending || before < l.tally.first {
 			l.tally.pending, l.tally.first = true, before
-			l.spool.keepFrom(min(l.spool.keeping(), before))
 		}
 		l.tally.add(&t, lines)
+		l.tally.mu.Unlock()
 	}
-	l.tally.mu.Unlock()
+	l.tally.rw.RUnlock()
 	if err != nil {
 		return err
 	}
@@ -280,15 +288,20 @@ func (l *Ledger) tick() error {
 	}
 	l.tally.tickMu.Lock()
 	defer l.tally.tickMu.Unlock()
+	l.tally.rw.Lock()
 	l.tally.mu.Lock()
 	aggs := l.tally.swap()
 	covered, _ := l.spool.positions()
 	first := l.tally.first
 	l.tally.pending = false
 	l.tally.mu.Unlock()
+	l.tally.rw.Unlock()
 	// covered is where the tallies in aggs end: once the tick record is
 	// appended, the spool keeps its segments for the next tick's only.
+	// No tally is under way meanwhile (rw), so every tally appended
+	// since the swap is pending, and first is at most its position.
 	released := func() {
+		l.tally.rw.Lock()
 		l.tally.mu.Lock()
 		keep := int64(maxPosition)
 		if l.tally.pending {
@@ -296,6 +309,7 @@ func (l *Ledger) tick() error {
 		}
 		l.spool.keepFrom(keep)
 		l.tally.mu.Unlock()
+		l.tally.rw.Unlock()
 	}
 	if len(aggs) == 0 {
 		released()

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -276,5 +278,65 @@ func TestTallyCrash(t *testing.T) {
 		flush(t, l)
 		crash(l)
 		check("after a crash just after a tick")
+	})
+}
+
+// TestTallyTicksAmidTallies: tallies from many goroutines at once, while
+// ticks (Flush) run beside them, then a crash with the last tick's
+// tallies pending: the next open counts every call exactly once. A tally
+// whose record a tick's position covers while its counters land in a
+// later tick's aggregate would be lost by the recovery; one whose
+// counters a tick wrote while its record lies after that tick's position
+// would be counted twice.
+func TestTallyTicksAmidTallies(t *testing.T) {
+	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
+		cfg.SegmentSize = 64 << 10
+		ctx := context.Background()
+		l := open(t, cfg)
+		const workers, calls = 16, 400
+		var (
+			tallying sync.WaitGroup
+			ticking  sync.WaitGroup
+			stop     atomic.Bool
+		)
+		ticking.Add(1)
+		go func() {
+			defer ticking.Done()
+			for !stop.Load() {
+				if err := l.Flush(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+		want := map[string]int64{}
+		for w := range workers {
+			line := descLine("per-project", "acme_p"+strconv.Itoa(w), 1)
+			want[line[:strings.LastIndexByte(line, '\t')]] = calls
+			tallying.Add(1)
+			go func() {
+				defer tallying.Done()
+				for i := range calls {
+					if err := l.Tally(ctx, tallyCall("x", t0.Add(time.Duration(i)*time.Millisecond), "ann", line)); err != nil {
+						t.Error(err)
+						return
+					}
+					if i == calls/2 && w == 0 {
+						// The last ticks end while half the calls are
+						// still to come.
+						stop.Store(true)
+					}
+				}
+			}()
+		}
+		ticking.Wait()
+		tallying.Wait()
+		if err := ledger.Crash(l); err != nil {
+			t.Fatal(err)
+		}
+		l = open(t, cfg)
+		flush(t, l)
+		all, _ := descCounts(t, descRead(t, l))
+		sameCounts(t, "after ticks amid tallies and a crash", all, want)
 	})
 }
