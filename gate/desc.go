@@ -13,6 +13,7 @@ package gate
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/ledger"
+	"github.com/costgate/costgate/telemetry"
 	"github.com/costgate/costgate/weighted"
 )
 
@@ -29,12 +31,22 @@ import (
 const maxDescWindow = 32 * 24 * time.Hour
 
 // descAmount is what the request counts on its extra limit e that a
-// restore of the caller's tenant brings back: the charge of a Served
-// request, the cost of any other; 0 for a limit whose key is under
-// another tag than the tenant's (a descriptor that names no tenant),
-// which that restore does not write, and for one set to Forget.
+// restore of the caller's tenant brings back (descAmountIn of the
+// caller's tenant); 0 for a limit whose key is under another tag than
+// the tenant's (a descriptor that names no tenant), which sharedTally
+// records instead.
 func (r *Reservation) descAmount(e *Extra) int64 {
-	if e.Forget || r.req.Caller == nil || weighted.HashTag(e.Key) != r.req.Caller.Tenant {
+	if r.req.Caller == nil || r.req.Caller.Tenant == "" {
+		return 0
+	}
+	return r.descAmountIn(e, r.req.Caller.Tenant)
+}
+
+// descAmountIn is what the request counts on its extra limit e when e's
+// key is under tag: the charge of a Served request, the cost of any
+// other; 0 for a limit under another tag, and for one set to Forget.
+func (r *Reservation) descAmountIn(e *Extra, tag string) int64 {
+	if e.Forget || weighted.HashTag(e.Key) != tag {
 		return 0
 	}
 	if r.req.Served {
@@ -44,9 +56,9 @@ func (r *Reservation) descAmount(e *Extra) int64 {
 }
 
 // CountsExtra tells whether the request counts on any of its extra
-// limits: its ledger entry then records them (see descKeys), which a
-// restore after a loss reads, so a front door records it even when it
-// costs nothing.
+// limits under its tenant's tag: its ledger entry then records them (see
+// descKeys), which a restore after a loss reads, so a front door records
+// it even when it costs nothing.
 func (r *Reservation) CountsExtra() bool {
 	for i := range r.req.Extra {
 		if r.descAmount(&r.req.Extra[i]) > 0 {
@@ -57,18 +69,23 @@ func (r *Reservation) CountsExtra() bool {
 }
 
 // descKeys is the entry's KeyDesc: a line for each extra limit the
-// request counts on (see appendDescLine), in the request's order, "" for
-// none. Lines that would take it past ledger.MaxKeyDesc are left out:
-// their counters are not restored (an entry the ledger refused would
-// lose the request's spend).
+// request counts on under its tenant's tag (see appendDescLine), in the
+// request's order, "" for none. Lines that would take it past
+// ledger.MaxKeyDesc are left out: their counters are not restored (an
+// entry the ledger refused would lose the request's spend).
 func (r *Reservation) descKeys() string {
-	if len(r.req.Extra) == 0 {
+	if len(r.req.Extra) == 0 || r.req.Caller == nil || r.req.Caller.Tenant == "" {
 		return ""
 	}
+	return r.descKeysIn(r.req.Caller.Tenant)
+}
+
+// descKeysIn is descKeys of the extra limits under tag.
+func (r *Reservation) descKeysIn(tag string) string {
 	var b []byte
 	for i := range r.req.Extra {
 		e := &r.req.Extra[i]
-		n := r.descAmount(e)
+		n := r.descAmountIn(e, tag)
 		if n <= 0 {
 			continue
 		}
@@ -82,6 +99,66 @@ func (r *Reservation) descKeys() string {
 		}
 	}
 	return string(b)
+}
+
+// sharedTags returns the hash tags, other than its tenant's, of the
+// extra limits the request counts on (a rate limit service's descriptor
+// that names no tenant is under its domain's tag, {rls:DOMAIN}), each
+// once, in the request's order; nil for none.
+func (r *Reservation) sharedTags() []string {
+	var tags []string
+	for i := range r.req.Extra {
+		e := &r.req.Extra[i]
+		tag := weighted.HashTag(e.Key)
+		if (r.req.Caller != nil && tag == r.req.Caller.Tenant) || tag == globalTag || r.descAmountIn(e, tag) <= 0 {
+			continue
+		}
+		if !slices.Contains(tags, tag) {
+			tags = append(tags, tag)
+		}
+	}
+	return tags
+}
+
+// TallyShared records what the request counts on its extra limits under
+// a tag other than its tenant's (see sharedTags): for each such tag, a
+// tally (ledger.Tally) of no cost whose tenant is the tag itself and
+// whose KeyDesc names those counters. The restore of such a tag after a
+// loss restores the tenant of its name (see freshStore.restored), whose
+// descriptor counters it reads from that tenant's entries
+// (descCounters): so these come back as a tenant's do, where they came
+// back empty, a whole window more of each. A front door calls it for
+// every admitted request that counts on such a limit, before its
+// tenant's Record or Tally (a refusal after it counts early, never
+// late). A tag the ledger cannot hold as a tenant (longer than a key
+// field) is not recorded: its counters come back empty. It refuses as
+// Record does when the ledger cannot take a tally.
+func (r *Reservation) TallyShared(ctx context.Context) (Decision, bool) {
+	if len(r.req.Extra) == 0 {
+		return Decision{}, true
+	}
+	for _, tag := range r.sharedTags() {
+		if !ledger.ValidKeyText(tag) {
+			continue
+		}
+		desc := r.descKeysIn(tag)
+		if desc == "" {
+			continue
+		}
+		decision := "allow"
+		if r.decision.Outcome != "" {
+			decision = string(r.decision.Outcome)
+		}
+		e := ledger.Entry{RequestID: r.req.ID, Tenant: tag, Route: r.policyRoute(), Region: r.st.cfg.Region,
+			Decision: decision, Status: ledger.StatusSettled, KeyDesc: desc, CreatedAt: r.start}
+		t := r.g.begin(ctx, telemetry.StageLedger)
+		err := r.g.ledger.Tally(ctx, e)
+		t.end()
+		if err != nil {
+			return r.ledgerRefused(ctx, err), false
+		}
+	}
+	return Decision{}, true
 }
 
 // appendDescLine appends the line of KeyDesc for amount n counted on l's

@@ -51,9 +51,10 @@ type store interface {
 // own limits under the tenant's tag (the rate limit service's descriptor
 // limits of a descriptor that names the tenant) are restored after a loss
 // from the counters the tenant's entries record (descCounters); under
-// another tag (a descriptor that names no tenant, whose call no entry
-// records) they come back empty, which admits at most one more window of
-// each.
+// another tag (a descriptor that names no tenant, under its domain's
+// tag) from the tallies whose tenant is that tag (see
+// Reservation.TallyShared), which the restore of the tag, as a tenant's,
+// reads the same way.
 //
 // It is safe for concurrent use: concurrent calls that find one tenant
 // stale share one restore.

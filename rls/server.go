@@ -362,9 +362,18 @@ func (s *Server) ask(ctx context.Context, caller *gate.Caller, c *call, k kind) 
 // for one, is not. One that costs nothing and counts only on descriptor
 // limits, not Served usage, is a tally (gate.Reservation.Tally): its
 // counters join the ledger's entry of such calls of its second, since an
-// entry of its own cost most of a decision's CPU. ctx is without
-// cancellation (see detach).
+// entry of its own cost most of a decision's CPU. What it counts on
+// descriptor limits that name no tenant (under the domain's tag) is
+// tallied first, whether or not it has a tenant
+// (gate.Reservation.TallyShared), so that a loss does not give those a
+// whole window again. ctx is without cancellation (see detach).
 func (s *Server) settle(ctx context.Context, res *gate.Reservation, c *call, ch gate.Charge, d gate.Decision) gate.Decision {
+	if refused, ok := res.TallyShared(ctx); !ok {
+		if res.Request().Served {
+			res.Settle(ctx, ch) // usage served counts on its limits all the same
+		}
+		return refused
+	}
 	var record func(context.Context) (gate.Decision, bool)
 	switch {
 	case c.tenant == "":
