@@ -129,13 +129,29 @@ func (r *Reservation) sharedTags() []string {
 // (descCounters): so these come back as a tenant's do, where they came
 // back empty, a whole window more of each. A front door calls it for
 // every admitted request that counts on such a limit, before its
-// tenant's Record or Tally (a refusal after it counts early, never
-// late). A tag the ledger cannot hold as a tenant (longer than a key
-// field) is not recorded: its counters come back empty. It refuses as
-// Record does when the ledger cannot take a tally.
+// tenant's Record (a refusal after it counts early, never late); Tally
+// records them itself, in the same append. A tag the ledger cannot hold
+// as a tenant (longer than a key field) is not recorded: its counters
+// come back empty. It refuses as Record does when the ledger cannot take
+// a tally.
 func (r *Reservation) TallyShared(ctx context.Context) (Decision, bool) {
-	if len(r.req.Extra) == 0 {
+	es := r.sharedEntries(nil)
+	if len(es) == 0 {
 		return Decision{}, true
+	}
+	t := r.g.begin(ctx, telemetry.StageLedger)
+	err := r.g.ledger.Tally(ctx, es...)
+	t.end()
+	if err != nil {
+		return r.ledgerRefused(ctx, err), false
+	}
+	return Decision{}, true
+}
+
+// sharedEntries appends to es the tallies of TallyShared.
+func (r *Reservation) sharedEntries(es []ledger.Entry) []ledger.Entry {
+	if len(r.req.Extra) == 0 {
+		return es
 	}
 	for _, tag := range r.sharedTags() {
 		if !ledger.ValidKeyText(tag) {
@@ -149,16 +165,10 @@ func (r *Reservation) TallyShared(ctx context.Context) (Decision, bool) {
 		if r.decision.Outcome != "" {
 			decision = string(r.decision.Outcome)
 		}
-		e := ledger.Entry{RequestID: r.req.ID, Tenant: tag, Route: r.policyRoute(), Region: r.st.cfg.Region,
-			Decision: decision, Status: ledger.StatusSettled, KeyDesc: desc, CreatedAt: r.start}
-		t := r.g.begin(ctx, telemetry.StageLedger)
-		err := r.g.ledger.Tally(ctx, e)
-		t.end()
-		if err != nil {
-			return r.ledgerRefused(ctx, err), false
-		}
+		es = append(es, ledger.Entry{RequestID: r.req.ID, Tenant: tag, Route: r.policyRoute(), Region: r.st.cfg.Region,
+			Decision: decision, Status: ledger.StatusSettled, KeyDesc: desc, CreatedAt: r.start})
 	}
-	return Decision{}, true
+	return es
 }
 
 // appendDescLine appends the line of KeyDesc for amount n counted on l's

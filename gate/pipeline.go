@@ -997,18 +997,24 @@ func (r *Reservation) ledgerRefused(ctx context.Context, err error) Decision {
 // Tally is Record for a request that costs nothing and counts only on
 // its extra limits (CountsExtra, not Restorable, not Served): its
 // counters go to the ledger's aggregate of such calls (ledger.Tally), an
-// entry a second rather than one a call, and the reservation is not
+// entry a second rather than one a call, with those under other tags
+// (TallyShared's) in the same append, and the reservation is not
 // recorded (its settlement writes no entry). It refuses as Record does
 // when the ledger cannot take it.
 func (r *Reservation) Tally(ctx context.Context) (Decision, bool) {
-	e := r.entry(ledger.StatusSettled)
-	if e.KeyDesc == "" {
+	var buf [2]ledger.Entry
+	es := append(buf[:0], r.entry(ledger.StatusSettled))
+	if es[0].KeyDesc == "" {
 		// No counter's line fits an entry (see descKeys): an entry of its
 		// own, as before tallies, rather than a tally the ledger refuses.
+		if d, ok := r.TallyShared(ctx); !ok {
+			return d, false
+		}
 		return r.Record(ctx)
 	}
+	es = r.sharedEntries(es)
 	t := r.g.begin(ctx, telemetry.StageLedger)
-	err := r.g.ledger.Tally(ctx, e)
+	err := r.g.ledger.Tally(ctx, es...)
 	t.end()
 	r.untrack()
 	if err == nil {

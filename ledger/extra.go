@@ -37,7 +37,8 @@ func extraOf(u *costmodel.Usage) string {
 	if x == (usageExtra{}) {
 		return ""
 	}
-	b, err := json.Marshal(&x)
+	y := x // only a usage that has some escapes to the heap: most have none
+	b, err := json.Marshal(&y)
 	if err != nil {
 		return "" // a struct of integers and valid text always marshals
 	}

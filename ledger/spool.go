@@ -245,8 +245,17 @@ func wholeRecordAfter(b []byte, from int64) (after int64, zeros bool) {
 // of them. Every append still returns only once its record is in the
 // operating system, so a crash loses none that an append returned.
 func (s *spool) append(r *record, limit int64) (int64, error) {
+	return s.appendAll(limit, r)
+}
+
+// appendAll is append of the records rs together, in order: one write,
+// all or none of them.
+func (s *spool) appendAll(limit int64, rs ...*record) (int64, error) {
 	bp := s.bufs.Get().(*[]byte)
-	b := appendFrame((*bp)[:0], r)
+	b := (*bp)[:0]
+	for _, r := range rs {
+		b = appendFrame(b, r)
+	}
 	defer func() { *bp = b[:0]; s.bufs.Put(bp) }()
 
 	s.mu.Lock()

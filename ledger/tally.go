@@ -56,6 +56,12 @@ func shapeOf(e *Entry) tallyShape {
 		e.Decision, e.Policy, e.Friction, e.KeyModel, e.KeyRoute, e.KeyIP, e.KeyAttrs, e.CreatedAt.Unix()}
 }
 
+// tallied is a tally's entry as recorded, and its KeyDesc's lines.
+type tallied struct {
+	e     Entry
+	lines []descSum
+}
+
 // descSum is one counter of an aggregate: a KeyDesc line's text before
 // its amount, and the amount summed.
 type descSum struct {
@@ -224,40 +230,56 @@ func parseTally(desc string) ([]descSum, error) {
 // cost). It is one append to the spool, durable as a reservation is (an
 // fsync when Config.SyncEach is set), refused with ErrSpoolFull as a
 // reservation is; on any error the call is not counted. A zero
-// e.CreatedAt means now.
-func (l *Ledger) Tally(ctx context.Context, e Entry) error {
-	if err := e.check(); err != nil {
-		return err
-	}
-	lines, err := parseTally(e.KeyDesc)
-	if err != nil {
-		return err
+// e.CreatedAt means now. Several entries (a call's counters under
+// several tenants) are recorded together, in one append: all of them or,
+// on any error, none.
+func (l *Ledger) Tally(ctx context.Context, es ...Entry) error {
+	calls := make([]tallied, 0, len(es))
+	for i := range es {
+		e := &es[i]
+		if err := e.check(); err != nil {
+			return err
+		}
+		lines, err := parseTally(e.KeyDesc)
+		if err != nil {
+			return err
+		}
+		at := e.CreatedAt
+		if at.IsZero() {
+			at = l.cfg.Now()
+		}
+		calls = append(calls, tallied{Entry{
+			Tenant: e.Tenant, User: e.User, KeyID: e.KeyID, Plan: e.Plan, Route: e.Route, Upstream: e.Upstream,
+			Model: e.Model, Region: e.Region, Decision: e.Decision, Policy: e.Policy, Friction: e.Friction,
+			KeyModel: e.KeyModel, KeyRoute: e.KeyRoute, KeyIP: e.KeyIP, KeyAttrs: e.KeyAttrs, KeyDesc: e.KeyDesc,
+			Requests: 1, CreatedAt: micro(at),
+		}, lines})
 	}
 	if l.spool == nil {
 		return ErrReadOnly
 	}
-	if e.CreatedAt.IsZero() {
-		e.CreatedAt = l.cfg.Now()
+	if len(calls) == 0 {
+		return nil
 	}
-	t := Entry{
-		Tenant: e.Tenant, User: e.User, KeyID: e.KeyID, Plan: e.Plan, Route: e.Route, Upstream: e.Upstream,
-		Model: e.Model, Region: e.Region, Decision: e.Decision, Policy: e.Policy, Friction: e.Friction,
-		KeyModel: e.KeyModel, KeyRoute: e.KeyRoute, KeyIP: e.KeyIP, KeyAttrs: e.KeyAttrs, KeyDesc: e.KeyDesc,
-		Requests: 1, CreatedAt: micro(e.CreatedAt),
+	rs := make([]*record, len(calls))
+	for i := range calls {
+		rs[i] = &record{kind: kindTally, e: calls[i].e}
 	}
-	// The spool keeps its segments from before this tally's record on,
-	// set before the append, so that no segment holding it is dropped
-	// before its tick covers it; a failed append keeps a little more
+	// The spool keeps its segments from before these tallies' records on,
+	// set before the append, so that no segment holding them is dropped
+	// before their tick covers them; a failed append keeps a little more
 	// until the next tick.
 	l.tally.rw.RLock()
 	before := l.spool.keepToEnd()
-	pos, err := l.spool.append(&record{kind: kindTally, e: t}, l.cfg.SpoolLimit)
+	pos, err := l.spool.appendAll(l.cfg.SpoolLimit, rs...)
 	if err == nil {
 		l.tally.mu.Lock()
 		if !l.tally.pending || before < l.tally.first {
 			l.tally.pending, l.tally.first = true, before
 		}
-		l.tally.add(&t, lines)
+		for i := range calls {
+			l.tally.add(&calls[i].e, calls[i].lines)
+		}
 		l.tally.mu.Unlock()
 	}
 	l.tally.rw.RUnlock()

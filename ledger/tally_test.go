@@ -222,6 +222,43 @@ func TestTallyRefused(t *testing.T) {
 	}
 }
 
+// TestTallyTogether: a call's tallies of two tenants (acme's and a rate
+// limit domain's, as the gate writes them) are recorded together: both,
+// also through a crash before any tick, or, when one is invalid,
+// neither.
+func TestTallyTogether(t *testing.T) {
+	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
+		ctx := context.Background()
+		l := open(t, cfg)
+		domain := func(n int64) ledger.Entry {
+			e := tallyCall("x", t0, "", descLine("per-address", "{rls:edge}:10.0.0.1", n))
+			e.Tenant = "rls:edge"
+			return e
+		}
+		if err := l.Tally(ctx, tallyCall("x", t0, "ann", descLine("search", "acme", 1)), domain(0)); !errors.Is(err, ledger.ErrInvalid) {
+			t.Fatalf("a tally of an invalid second entry: %v, want ErrInvalid", err)
+		}
+		for range 3 {
+			if err := l.Tally(ctx, tallyCall("x", t0, "ann", descLine("search", "acme", 1)), domain(2)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := ledger.Crash(l); err != nil {
+			t.Fatal(err)
+		}
+		l = open(t, cfg)
+		flush(t, l)
+		acme, _ := descCounts(t, descRead(t, l))
+		sameCounts(t, "acme", acme, map[string]int64{"search\t0\t10\t86400000000000\t10\t0\tacme": 3})
+		gs, err := l.CountsBy(ctx, ledger.SpendQuery{Tenant: "rls:edge", From: t0.Add(-time.Hour), To: t0.Add(time.Hour)}, ledger.GroupBy{Desc: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		edge, _ := descCounts(t, gs)
+		sameCounts(t, "the domain", edge, map[string]int64{"per-address\t0\t10\t86400000000000\t10\t0\t{rls:edge}:10.0.0.1": 6})
+	})
+}
+
 // TestTallyCrash: tallies that no tick wrote when the process died are
 // written by the next Open, once; those a tick wrote before are not
 // written again. Segments the store applied are kept while a tally in

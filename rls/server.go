@@ -368,13 +368,8 @@ func (s *Server) ask(ctx context.Context, caller *gate.Caller, c *call, k kind) 
 // (gate.Reservation.TallyShared), so that a loss does not give those a
 // whole window again. ctx is without cancellation (see detach).
 func (s *Server) settle(ctx context.Context, res *gate.Reservation, c *call, ch gate.Charge, d gate.Decision) gate.Decision {
-	if refused, ok := res.TallyShared(ctx); !ok {
-		if res.Request().Served {
-			res.Settle(ctx, ch) // usage served counts on its limits all the same
-		}
-		return refused
-	}
 	var record func(context.Context) (gate.Decision, bool)
+	shared := true // what it counts under the domain's tag is still to be tallied
 	switch {
 	case c.tenant == "":
 	case ch.Cost > 0 || res.Restorable(ch):
@@ -383,7 +378,15 @@ func (s *Server) settle(ctx context.Context, res *gate.Reservation, c *call, ch 
 	case res.Request().Served:
 		record = res.Record
 	default:
-		record = res.Tally // its descriptor limits alone
+		record, shared = res.Tally, false // its descriptor limits alone, the domain's with them
+	}
+	if shared {
+		if refused, ok := res.TallyShared(ctx); !ok {
+			if res.Request().Served {
+				res.Settle(ctx, ch) // usage served counts on its limits all the same
+			}
+			return refused
+		}
 	}
 	if record != nil {
 		if refused, ok := record(ctx); !ok {
