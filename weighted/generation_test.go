@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -466,6 +468,74 @@ func TestRestoreCountersLeavesStale(t *testing.T) {
 				if got := res.Items[0].Remaining; got != tc.want {
 					t.Errorf("%s after the restore: %d remaining, want %d", tc.it.Key, got, tc.want)
 				}
+			}
+		})
+	}
+}
+
+// TestGenerationsAtkNoFalseStale: while calls debit a restored tag
+// (advancing its marker, and the value this store has seen), calls that
+// name it beside a tag never restored are stale for that other tag
+// alone. Before, a stale reply was judged by the value seen when it came
+// back rather than by the one its call sent: the busy tag, whose marker
+// others had advanced meanwhile, read as stale too, and the gate
+// restored it again for each (a rate limit domain's tag, in every call,
+// restored 6 times as 1,000 tenants came back after a loss).
+func TestGenerationsAtkNoFalseStale(t *testing.T) {
+	c := testRedis(t)
+	ctx := context.Background()
+	for _, cfg := range []RedisConfig{{Generations: true}, {Generations: true, MaxBatch: 1}} {
+		t.Run(fmt.Sprintf("MaxBatch=%d", cfg.MaxBatch), func(t *testing.T) {
+			cfg.Prefix = fmt.Sprintf("falsestale%d:", cfg.MaxBatch)
+			r := NewRedis(c, patient(cfg))
+			day := Limit{Name: "day", Algorithm: FixedWindow, Rate: 1 << 40, Period: 24 * time.Hour}
+			shared := Item{Limit: day, Key: "{shared}:a", Cost: 1}
+			if err := r.Restore(ctx, []Item{shared}, []int64{0}); err != nil {
+				t.Fatal(err)
+			}
+			var (
+				wg    sync.WaitGroup
+				stop  atomic.Bool
+				wrong atomic.Int64
+				other atomic.Int64
+			)
+			for w := range 8 {
+				wg.Add(1)
+				go func() { // the busy tag's own debits
+					defer wg.Done()
+					for i := 0; !stop.Load(); i++ {
+						if _, err := r.Debit(ctx, fmt.Sprintf("busy-%d-%d", w, i), []Item{shared}); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			var fresh sync.WaitGroup
+			for w := range 8 {
+				fresh.Add(1)
+				go func() { // first calls of tags never restored
+					defer fresh.Done()
+					for i := range 100 {
+						tag := fmt.Sprintf("new-%d-%d", w, i)
+						_, err := r.Debit(ctx, "first-"+tag, []Item{{Limit: day, Key: "{" + tag + "}:x", Cost: 1}, shared})
+						var se *StaleError
+						if !errors.As(err, &se) {
+							t.Errorf("the first call of %s: %v, want stale", tag, err)
+							return
+						}
+						other.Add(1)
+						if slices.Contains(se.Tags, "shared") {
+							wrong.Add(1)
+						}
+					}
+				}()
+			}
+			fresh.Wait()
+			stop.Store(true)
+			wg.Wait()
+			if n := wrong.Load(); n > 0 {
+				t.Fatalf("%d of %d stale replies named the restored, busy tag stale", n, other.Load())
 			}
 		})
 	}

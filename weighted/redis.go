@@ -618,13 +618,15 @@ const (
 // number of generation markers (the request's last keys, those of tags)
 // and the highest value seen of each.
 func (r *Redis) header(buf []byte, n, keys int, op int64, ns int, tags []string) []byte {
-	return r.leaseHeader(buf, n, keys, op, ns, tags, nil, nil)
+	return r.leaseHeader(buf, n, keys, op, ns, tags, nil, nil, nil)
 }
 
 // leaseHeader is header with the lease indexes of a request: li holds the
 // positions in the request, from 1, of its leased items, whose indexes are
-// its last keys, and lc the lease a Lease takes (opLease).
-func (r *Redis) leaseHeader(buf []byte, n, keys int, op int64, ns int, tags []string, li []int, lc *LeaseCall) []byte {
+// its last keys, and lc the lease a Lease takes (opLease). seen, when not
+// nil, holds the values seen of tags to send (see stale), else the
+// store's now.
+func (r *Redis) leaseHeader(buf []byte, n, keys int, op int64, ns int, tags []string, seen []int64, li []int, lc *LeaseCall) []byte {
 	var now int64
 	if r.now != nil {
 		now = r.now().UnixMicro()
@@ -637,8 +639,12 @@ func (r *Redis) leaseHeader(buf []byte, n, keys int, op int64, ns int, tags []st
 	buf = appendNumber(buf, r.settleTTL)
 	buf = appendNumber(buf, int64(len(tags)))
 	buf = appendNumber(buf, int64(len(li)))
-	for _, t := range tags {
-		buf = appendNumber(buf, r.seen.get(t))
+	for j, t := range tags {
+		if seen != nil {
+			buf = appendNumber(buf, seen[j])
+		} else {
+			buf = appendNumber(buf, r.seen.get(t))
+		}
 	}
 	for _, i := range li {
 		buf = appendNumber(buf, int64(i))
@@ -732,8 +738,15 @@ func (r *Redis) evalLease(ctx context.Context, id string, items []Item, ss []spe
 			keys = append(keys, r.leaseKey(&items[g.idx[j-1]]))
 		}
 	}
+	// The values seen that the script compares the markers with: a
+	// stale reply is judged by them (see stale).
+	var sbuf [2]int64
+	seen := sbuf[:0]
+	for _, t := range tags {
+		seen = append(seen, r.seen.get(t))
+	}
 	c := getCall(ctx)
-	c.buf = r.leaseHeader(c.buf, len(g.idx), len(keys), op, g.strings(items), tags, li, lc)
+	c.buf = r.leaseHeader(c.buf, len(g.idx), len(keys), op, g.strings(items), tags, seen, li, lc)
 	for _, i := range g.idx {
 		c.buf = appendItem(c.buf, &ss[i], items[i].Cost)
 	}
@@ -752,7 +765,7 @@ func (r *Redis) evalLease(ctx context.Context, id string, items []Item, ss []spe
 	}
 	reply, ok := v.(string)
 	if ok && len(tags) > 0 && len(reply) == 8*(1+len(tags)) && replyNumber(reply, 0) == -1 {
-		return false, r.stale(items, tags, reply[8:])
+		return false, staleReply(items, tags, seen, reply[8:])
 	}
 	if !ok || len(reply) != 8*(1+4*len(g.idx)+len(tags)) {
 		return false, fmt.Errorf("%w: debit returned %T of %d bytes, want %d", errBadReply, v, len(reply), 8*(1+4*len(g.idx)+len(tags)))
@@ -773,12 +786,19 @@ func (r *Redis) evalLease(ctx context.Context, id string, items []Item, ss []spe
 	return replyNumber(reply, 0) == 1, nil
 }
 
-// stale returns the *StaleError of a stale reply: gens holds the values of
-// the markers of tags, 0 for a missing one.
-func (r *Redis) stale(items []Item, tags []string, gens string) error {
+// staleReply returns the *StaleError of a stale reply: gens holds the
+// values of the markers of tags, 0 for a missing one, and seen the values
+// seen that the call sent, which the script compared them with. A tag is
+// stale when the script found it so, never because another call's reply
+// has raised the value seen since: a marker at or above what this call
+// sent was whole when the script read it, and judged by the value seen
+// now, a tag that other calls were debiting read as stale whenever this
+// call was stale for another tag (a tenant's first call after a loss),
+// and a shared tag (a rate limit domain's) was restored again for each.
+func staleReply(items []Item, tags []string, seen []int64, gens string) error {
 	var stale []string
 	for j, t := range tags {
-		if g := replyNumber(gens, j); g == 0 || g < r.seen.get(t) {
+		if g := replyNumber(gens, j); g == 0 || g < seen[j] {
 			stale = append(stale, t)
 		}
 	}
