@@ -73,9 +73,7 @@ func (e *env) admitted(t *testing.T, desc func() *commonv3.RateLimitDescriptor) 
 // of the day (the tests spend and check in one day's window).
 func descLossEnv(t *testing.T, algo string) *env {
 	t.Helper()
-	if d := time.Until(time.Now().Truncate(24 * time.Hour).Add(24 * time.Hour)); d < time.Minute {
-		time.Sleep(d + 100*time.Millisecond)
-	}
+	awayFromDayEnd(time.Minute)
 	return newEnv(t, fmt.Sprintf(descLossConfig, algo, "fail_open"), true, rls.Options{})
 }
 
@@ -194,30 +192,38 @@ func TestDescLossAtkHitsAddend(t *testing.T) {
 func TestDescLossAtkRestartOnMemory(t *testing.T) {
 	for _, algo := range descAlgorithms {
 		t.Run(algo, func(t *testing.T) {
-			if d := time.Until(time.Now().Truncate(24 * time.Hour).Add(24 * time.Hour)); d < time.Minute {
-				time.Sleep(d + 100*time.Millisecond)
-			}
-			cfg, err := config.Parse([]byte(fmt.Sprintf(descLossConfig, algo, "fail_open") + "\ndata_dir: " + t.TempDir() + "\n"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			e := &env{}
-			e.open(t, cfg, rls.Options{})
-			for range 6 {
-				if r := e.ask(t, "edge", 1, search()); r.GetOverallCode() != OK {
-					t.Fatalf("a search of the first 6: %s", codes_(r))
-				}
-			}
-			if err := e.g.Close(); err != nil {
-				t.Fatal(err)
-			}
-			e = &env{}
-			e.open(t, cfg, rls.Options{})
+			e := restartedAfterSix(t, fmt.Sprintf(descLossConfig, algo, "fail_open"), search)
 			if n := e.admitted(t, search); n != 4 {
 				t.Fatalf("after a restart: %d searches admitted of the 4 left", n)
 			}
 		})
 	}
+}
+
+// restartedAfterSix opens yaml on the embedded default (the in-memory
+// store, the embedded ledger in a data_dir), away from the end of the
+// day, asks for desc 6 times, closes it (which loses every counter) and
+// opens it again.
+func restartedAfterSix(t *testing.T, yaml string, desc func() *commonv3.RateLimitDescriptor) *env {
+	t.Helper()
+	awayFromDayEnd(time.Minute)
+	cfg, err := config.Parse([]byte(yaml + "\ndata_dir: " + t.TempDir() + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{}
+	e.open(t, cfg, rls.Options{})
+	for range 6 {
+		if r := e.ask(t, "edge", 1, desc()); r.GetOverallCode() != OK {
+			t.Fatalf("a request of the first 6: %s", codes_(r))
+		}
+	}
+	if err := e.g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = &env{}
+	e.open(t, cfg, rls.Options{})
+	return e
 }
 
 // TestDescLossAtkLedgerDown: on PostgreSQL, acme spends 6 searches; with
@@ -231,9 +237,7 @@ func TestDescLossAtkRestartOnMemory(t *testing.T) {
 func TestDescLossAtkLedgerDown(t *testing.T) {
 	for _, posture := range []string{"fail_open", "fail_closed"} {
 		t.Run(posture, func(t *testing.T) {
-			if d := time.Until(time.Now().Truncate(24 * time.Hour).Add(24 * time.Hour)); d < 2*time.Minute {
-				time.Sleep(d + 100*time.Millisecond)
-			}
+			awayFromDayEnd(2 * time.Minute)
 			srv, pg := redistest.New(t), pgtest.NewPrivate(t)
 			yaml := fmt.Sprintf(descLossConfig, "fixed_window", posture) + fmt.Sprintf(
 				"\ndata_dir: %q\nstore: {redis: %q, timeout: 5s, queue_timeout: 5s}\nledger: {dsn: %q}\n", t.TempDir(), srv.URL, pg.URL())

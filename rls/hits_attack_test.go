@@ -60,14 +60,21 @@ func TestHitsAtkRestoredAsDebited(t *testing.T) {
 // hits of acme's search.
 func hitsEnv(t *testing.T, yaml string) *env {
 	t.Helper()
-	if d := time.Until(time.Now().Truncate(24 * time.Hour).Add(24 * time.Hour)); d < time.Minute {
-		time.Sleep(d + 100*time.Millisecond) // spend and check in one day's window
-	}
+	awayFromDayEnd(time.Minute)
 	e := newEnv(t, yaml, true, rls.Options{})
 	if r := e.ask(t, "edge", 0, hits(60, d("tenant", "acme", "generic_key", "search"))); r.GetOverallCode() != OK {
 		t.Fatalf("a debit of 60 of 100: %s", codes_(r))
 	}
 	return e
+}
+
+// awayFromDayEnd waits for the next UTC day when less than left remains
+// of this one: the tests that spend a limit of a day and check it after a
+// loss do so in one day's window.
+func awayFromDayEnd(left time.Duration) {
+	if d := time.Until(time.Now().Truncate(24 * time.Hour).Add(24 * time.Hour)); d < left {
+		time.Sleep(d + 100*time.Millisecond)
+	}
 }
 
 // loseRedis writes e's ledger records, then empties its Redis.

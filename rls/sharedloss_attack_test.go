@@ -9,7 +9,6 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
-	"github.com/costgate/costgate/config"
 	"github.com/costgate/costgate/ledger"
 	"github.com/costgate/costgate/rls"
 )
@@ -45,9 +44,7 @@ func address(a string) *commonv3.RateLimitDescriptor { return d("remote_address"
 // end of the day.
 func sharedLossEnv(t *testing.T, algo string) *env {
 	t.Helper()
-	if d := time.Until(time.Now().Truncate(24 * time.Hour).Add(24 * time.Hour)); d < time.Minute {
-		time.Sleep(d + 100*time.Millisecond)
-	}
+	awayFromDayEnd(time.Minute)
 	return newEnv(t, fmt.Sprintf(sharedLossConfig, algo), true, rls.Options{})
 }
 
@@ -112,26 +109,9 @@ func TestSharedLossAtkBesideATenant(t *testing.T) {
 // TestSharedLossAtkRestartOnMemory: the embedded default loses every
 // counter at a restart; the address's 6 come back from the ledger.
 func TestSharedLossAtkRestartOnMemory(t *testing.T) {
-	if d := time.Until(time.Now().Truncate(24 * time.Hour).Add(24 * time.Hour)); d < time.Minute {
-		time.Sleep(d + 100*time.Millisecond)
-	}
-	cfg, err := config.Parse([]byte(fmt.Sprintf(sharedLossConfig, "fixed_window") + "\ndata_dir: " + t.TempDir() + "\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{}
-	e.open(t, cfg, rls.Options{})
-	for range 6 {
-		if r := e.ask(t, "edge", 1, address("2001:db8::1")); r.GetOverallCode() != OK {
-			t.Fatalf("a request of the first 6: %s", codes_(r))
-		}
-	}
-	if err := e.g.Close(); err != nil {
-		t.Fatal(err)
-	}
-	e = &env{}
-	e.open(t, cfg, rls.Options{})
-	if n := e.admitted(t, func() *commonv3.RateLimitDescriptor { return address("2001:db8::1") }); n != 4 {
+	addr := func() *commonv3.RateLimitDescriptor { return address("2001:db8::1") }
+	e := restartedAfterSix(t, fmt.Sprintf(sharedLossConfig, "fixed_window"), addr)
+	if n := e.admitted(t, addr); n != 4 {
 		t.Fatalf("after a restart: %d admitted of the address's 4 left", n)
 	}
 }

@@ -81,9 +81,7 @@ func (e *env) acmeEntries(t *testing.T) int {
 func TestTallyAtkLossBeforeAndAfterFlush(t *testing.T) {
 	for _, store := range []string{"embedded", "postgres"} {
 		t.Run(store, func(t *testing.T) {
-			if d := time.Until(time.Now().Truncate(24 * time.Hour).Add(24 * time.Hour)); d < time.Minute {
-				time.Sleep(d + 100*time.Millisecond)
-			}
+			awayFromDayEnd(time.Minute)
 			srv := redistest.New(t)
 			yaml := fmt.Sprintf(descLossConfig, "sliding_window", "fail_open") + fmt.Sprintf(
 				"\ndata_dir: %q\nstore: {redis: %q, timeout: 5s, queue_timeout: 5s}\n", t.TempDir(), srv.URL)
@@ -136,9 +134,7 @@ func TestTallyAtkLossBeforeAndAfterFlush(t *testing.T) {
 // calls.
 func TestTallyAtkCrash(t *testing.T) {
 	stores(t, func(t *testing.T, redis bool) {
-		if d := time.Until(time.Now().Truncate(24 * time.Hour).Add(24 * time.Hour)); d < time.Minute {
-			time.Sleep(d + 100*time.Millisecond)
-		}
+		awayFromDayEnd(time.Minute)
 		yaml := fmt.Sprintf(descLossConfig, "fixed_window", "fail_open") + fmt.Sprintf("\ndata_dir: %q\n", t.TempDir())
 		var srv *redistest.Server
 		if redis {
