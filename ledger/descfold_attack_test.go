@@ -45,14 +45,32 @@ func descCalls(t *testing.T, l *ledger.Ledger, user string, at time.Time, n int,
 }
 
 // byCounter is what gs, an answer grouped by user and Desc, counted on
-// each counter and the pending part of it, as gate's restore sums them
-// (a line's amount times the group's Entries, and times its
-// PendingEntries). It requires the answer's shape: each group one line of
-// one entry, and at most one group of each counter with pending entries
-// and one without.
+// each counter and the pending part of it, as gate's restore sums them:
+// each line's amount times its group's Entries, and times its
+// PendingEntries.
 func byCounter(t *testing.T, gs []ledger.Group) (all, pending map[descCounter]int64) {
 	t.Helper()
 	all, pending = map[descCounter]int64{}, map[descCounter]int64{}
+	for _, g := range gs {
+		for _, line := range strings.Split(g.KeyDesc, "\n") {
+			i := strings.LastIndexByte(line, '\t')
+			n, err := strconv.ParseInt(line[i+1:], 10, 64)
+			if err != nil || n <= 0 {
+				t.Fatalf("group %+v: amount %v", g, err)
+			}
+			c := descCounter{g.User, line[:i]}
+			all[c] += n * g.Entries
+			pending[c] += n * g.PendingEntries
+		}
+	}
+	return all, pending
+}
+
+// perCounter requires gs, an answer grouped by user and Desc, to be one
+// line of one entry in each group, of no counts or charge, and at most
+// one group of each counter with pending entries and one without.
+func perCounter(t *testing.T, what string, gs []ledger.Group) {
+	t.Helper()
 	type seen struct {
 		c       descCounter
 		pending int64
@@ -61,22 +79,16 @@ func byCounter(t *testing.T, gs []ledger.Group) (all, pending map[descCounter]in
 	for _, g := range gs {
 		if strings.Contains(g.KeyDesc, "\n") || g.Entries != 1 || g.PendingEntries < 0 || g.PendingEntries > 1 ||
 			g.Counts != (ledger.Counts{}) || g.Charge != 0 {
-			t.Fatalf("group %+v: want one line of one entry, of no counts or charge", g)
+			t.Errorf("%s: group %+v: want one line of one entry, of no counts or charge", what, g)
+			return
 		}
-		i := strings.LastIndexByte(g.KeyDesc, '\t')
-		n, err := strconv.ParseInt(g.KeyDesc[i+1:], 10, 64)
-		if err != nil || n <= 0 {
-			t.Fatalf("group %+v: amount %v", g, err)
+		s := seen{descCounter{g.User, g.KeyDesc[:strings.LastIndexByte(g.KeyDesc, '\t')]}, g.PendingEntries}
+		if twice[s] {
+			t.Errorf("%s: counter %+v answered twice with %d pending entries", what, s.c, s.pending)
+			return
 		}
-		c := descCounter{g.User, g.KeyDesc[:i]}
-		if twice[seen{c, g.PendingEntries}] {
-			t.Fatalf("counter %+v answered twice with %d pending entries", c, g.PendingEntries)
-		}
-		twice[seen{c, g.PendingEntries}] = true
-		all[c] += n * g.Entries
-		pending[c] += n * g.PendingEntries
+		twice[s] = true
 	}
-	return all, pending
 }
 
 // sameByCounter requires got to be want exactly.
@@ -133,6 +145,7 @@ func TestCountsByDescPastMaxGroups(t *testing.T) {
 			} else {
 				sameByCounter(t, what+", pending", pending, map[descCounter]int64{})
 			}
+			perCounter(t, what, gs)
 			gs, err = l.CountsBy(ctx, q, ledger.GroupBy{Desc: true})
 			if err != nil {
 				t.Fatalf("%s: CountsBy: %v", what, err)
@@ -176,6 +189,7 @@ func TestCountsByDescPastMaxGroupsWhileTheStoreIsDown(t *testing.T) {
 	}
 	all, _ := byCounter(t, gs)
 	sameByCounter(t, "before the outage", all, stored)
+	perCounter(t, "before the outage", gs)
 
 	pg.Stop()
 	later := map[descCounter]int64{}
@@ -200,12 +214,14 @@ func TestCountsByDescPastMaxGroupsWhileTheStoreIsDown(t *testing.T) {
 	all, pending := byCounter(t, gs)
 	sameByCounter(t, "the store down", all, want)
 	sameByCounter(t, "the store down, pending", pending, later)
+	perCounter(t, "the store down", gs)
 	// Once more: the answer read from the last one and the spool again
 	// is the same.
 	gs, _ = l.CountsBy(ctx, q, ledger.GroupBy{User: true, Desc: true})
 	all, pending = byCounter(t, gs)
 	sameByCounter(t, "the store down, read again", all, want)
 	sameByCounter(t, "the store down, read again, pending", pending, later)
+	perCounter(t, "the store down, read again", gs)
 
 	release()
 	pg.Start()
@@ -217,4 +233,5 @@ func TestCountsByDescPastMaxGroupsWhileTheStoreIsDown(t *testing.T) {
 	all, pending = byCounter(t, gs)
 	sameByCounter(t, "after the outage", all, want)
 	sameByCounter(t, "after the outage, pending", pending, map[descCounter]int64{})
+	perCounter(t, "after the outage", gs)
 }
