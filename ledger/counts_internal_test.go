@@ -32,10 +32,12 @@ func TestCountsScansTheTenantsRange(t *testing.T) {
 		args  []any
 		want  string
 	}{
-		{"a tenant's", sqliteCountsBy(GroupBy{Model: true}, false), []any{"acme", 0, 1, "ann", "ann", "", "", "eu", "eu", MaxGroups},
+		{"a tenant's", sqliteCountsBy(GroupBy{Model: true}, false, true), []any{"acme", 0, 1, "ann", "ann", "", "", "eu", "eu", MaxGroups},
 			"USING INDEX ledger_entries_tenant_time (tenant=? AND created_at>? AND created_at<?)"},
-		{"every tenant's", sqliteCountsBy(GroupBy{Model: true}, true), []any{0, 1, "", "", "", "", "eu", "eu", MaxGroups},
+		{"every tenant's", sqliteCountsBy(GroupBy{Model: true}, true, true), []any{0, 1, "", "", "", "", "eu", "eu", MaxGroups},
 			"USING INDEX ledger_entries_time (created_at>? AND created_at<?)"},
+		{"a tenant's by descriptor counters, every group", sqliteCountsBy(GroupBy{Desc: true}, false, false), []any{"acme", 0, 1, "", "", "", "", "", ""},
+			"USING INDEX ledger_entries_tenant_time (tenant=? AND created_at>? AND created_at<?)"},
 	} {
 		rows, err := s.db.QueryContext(ctx, "EXPLAIN QUERY PLAN "+c.query, c.args...)
 		if err != nil {
@@ -67,7 +69,7 @@ func TestCountsOfEntriesStoredBeforeRequests(t *testing.T) {
 	at := time.Date(2026, 3, 14, 15, 0, 0, 0, time.UTC)
 	e := &Entry{RequestID: "r1", Tenant: "acme", Decision: "allow", Status: StatusSettled, HTTPStatus: 200, CreatedAt: at, SettledAt: at}
 	storedBefore(t, "requests", e, func(t *testing.T, s store) {
-		gs, err := s.countsBy(context.Background(), spendQueryKey{tenant: "acme"}, at.Add(-time.Hour), at.Add(time.Hour), MaxGroups)
+		gs, err := readGroups(context.Background(), s, spendQueryKey{tenant: "acme"}, at.Add(-time.Hour), at.Add(time.Hour))
 		if err != nil || len(gs) != 1 || gs[0].Counts.Requests != 1 {
 			t.Fatalf("Counts of an entry stored before its requests = %+v, %v; want 1 request", gs, err)
 		}

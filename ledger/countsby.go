@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,10 +32,24 @@ import (
 //
 // Desc groups by the descriptor counters an entry records
 // (Entry.KeyDesc), for a front door's own limits, and selects only the
-// entries that record some: a group's Entries times each counter's
-// amount its KeyDesc states is what the group counted on that counter.
-// It counts this node's tallies (Ledger.Tally) at once: those not yet
-// ticked into entries as pending entries of their aggregates.
+// entries that record some. Its answer is one per counter, not one per
+// KeyDesc text: tallies (Ledger.Tally) make nearly every second of a
+// tenant's calls a text of its own, past MaxGroups of them in hours, and
+// a limiter needs the sum of each counter. A group's KeyDesc is one
+// line, the counter (a line's text before its last tab, see parseTally)
+// and what the selected entries counted on it (the sum of each entry's
+// amount on that counter), with Entries 1; the part of that sum that is
+// pending (this node's tallies not yet ticked into entries, and in an
+// answer from this node's records the records spooled after the last
+// read) is in a second group of the same counter, with Entries and
+// PendingEntries 1. So, as for any KeyDesc, a group's Entries times its
+// line's amount is what it counted on the counter, and PendingEntries
+// times it the pending part. The other columns by names group the
+// counters too. A counter the entries counted nothing on (their entries
+// count none, see Group.Entries) is left out, and so is a line that does
+// not end with a tab and a positive amount. Counts, Charge and their
+// pending parts are zero in such groups: an entry counts on each of its
+// counters, and its counts in each would be counted once per counter.
 type GroupBy struct {
 	User, KeyID, Route, Upstream, Model, Region, Plan, IP, Attrs, Desc bool
 }
@@ -116,7 +131,8 @@ func counted(expr string) string {
 type Group struct {
 	// User, KeyID, Route, Upstream, Model, Region, Plan, KeyIP and
 	// KeyAttrs are the group's values of the columns CountsBy grouped by;
-	// empty for the others.
+	// empty for the others. KeyDesc, grouped by Desc, is one descriptor
+	// counter's line and the group's sum on it (see GroupBy.Desc).
 	User, KeyID, Route, Upstream, Model, Region, Plan, KeyIP, KeyAttrs, KeyDesc string
 	// Entries is how many of the group's entries count on a limiter: of
 	// an admitted decision, and not failed without an HTTP status (see
@@ -146,7 +162,8 @@ func (g *Group) cols() cols {
 	return cols{g.User, g.KeyID, g.Route, g.Upstream, g.Model, g.Region, g.Plan, g.KeyIP, g.KeyAttrs, g.KeyDesc}
 }
 
-// MaxGroups bounds the groups of one CountsBy answer.
+// MaxGroups bounds the groups of one CountsBy answer; grouped by Desc,
+// its counters (each one group, or two with a pending part).
 const MaxGroups = 16384
 
 // groupsRead is CountsBy's last read of a query.
@@ -160,18 +177,23 @@ type groupsRead struct {
 // key and region when set, over its period or [From, To) exactly)
 // counted on a limiter and were charged, grouped by the columns by
 // names: one Group per distinct value of those columns among the
-// entries, those with entries that count nothing too. It reads the
+// entries, those with entries that count nothing too (grouped by Desc,
+// per counter instead, see GroupBy.Desc). It reads the
 // tenant's entries in the range once (an index range scan, as Counts
 // does), so its cost grows with them: it is for a rare read, the
 // counters of a tenant's limits keyed by route, upstream, model or region
 // restored after the limiter's store lost its data. The groups come
 // most requests first; past MaxGroups, the groups of the fewest
-// requests are left out.
+// requests are left out. Grouped by Desc, the answer is one group (or
+// two, see GroupBy.Desc) per descriptor counter, summed over every
+// distinct KeyDesc in the range, the counters of the largest sums first;
+// past MaxGroups counters, those of the smallest sums are left out.
 //
 // When the store fails (and ctx is not done), a ledger with a spool
 // answers as Counts does: the last groups read for the same query plus
 // this node's records spooled since (each group's part of them in its
-// PendingCounts and PendingCharge), with a *LocalSpendError whose
+// PendingCounts and PendingCharge; grouped by Desc, in each counter's
+// pending group), with a *LocalSpendError whose
 // Unknown says the store's part is not known (its other values are
 // zero).
 //
@@ -233,13 +255,10 @@ func (l *Ledger) countsBy(ctx context.Context, k spendQueryKey, from, to time.Ti
 		if k.by.Desc && l.spool != nil {
 			tallies, gen = l.pendingTallies(k.matchBy())
 		}
-		gs, err = l.store.countsBy(ctx, k, from, to, MaxGroups)
+		gs, err = readGroups(ctx, l.store, k, from, to)
 		if err != nil || len(tallies) == 0 || l.tallyGen() == gen || try == 2 {
 			break // after three tries, counted twice rather than not at all
 		}
-	}
-	if err == nil {
-		sortGroups(gs)
 	}
 	if l.spool == nil {
 		return gs, err
@@ -256,6 +275,26 @@ func (l *Ledger) countsBy(ctx context.Context, k spendQueryKey, from, to time.Ti
 	if len(tallies) > 0 {
 		gs = addPending(gs, k.by, tallies, nil)
 	}
+	return gs, nil
+}
+
+// readGroups is s's answer to k over [from, to) as CountsBy answers it:
+// sorted and bounded by MaxGroups; grouped by Desc, every group the store
+// has, each summed on its counters as the store streams it (see
+// descFold), so that no distinct KeyDesc is left out.
+func readGroups(ctx context.Context, s store, k spendQueryKey, from, to time.Time) ([]Group, error) {
+	if k.by.Desc {
+		f := newDescFold()
+		if err := s.countsBy(ctx, k, from, to, 0, f.add); err != nil {
+			return nil, err
+		}
+		return f.groups(MaxGroups), nil
+	}
+	var gs []Group
+	if err := s.countsBy(ctx, k, from, to, MaxGroups, func(g *Group) { gs = append(gs, *g) }); err != nil {
+		return nil, err
+	}
+	sortGroups(gs)
 	return gs, nil
 }
 
@@ -291,8 +330,8 @@ func (a *groupAdder) add(c cols, d charge) {
 }
 
 // addPending adds tallies, aggregates not yet ticked, to gs as pending
-// entries (with a, when not nil, the adder of gs), sorted and bounded as
-// CountsBy's answer.
+// entries (with a, when not nil, the adder of gs), and returns them as
+// CountsBy answers (see answerOf).
 func addPending(gs []Group, by GroupBy, tallies []Entry, a *groupAdder) []Group {
 	if a == nil {
 		a = newGroupAdder(by, gs)
@@ -301,11 +340,101 @@ func addPending(gs []Group, by GroupBy, tallies []Entry, a *groupAdder) []Group 
 		e := &tallies[i]
 		a.add(colsOf(e), charge{0, e.Counts(), countedEntry(e.Decision, e.Status, e.HTTPStatus)})
 	}
-	sortGroups(a.out)
-	if len(a.out) > MaxGroups {
-		a.out = a.out[:MaxGroups]
+	return answerOf(by, a.out)
+}
+
+// answerOf is gs as CountsBy answers them: sorted and bounded by
+// MaxGroups; grouped by Desc, summed on their counters (see descFold),
+// which groups already summed so pass through unchanged.
+func answerOf(by GroupBy, gs []Group) []Group {
+	if by.Desc {
+		f := newDescFold()
+		for i := range gs {
+			f.add(&gs[i])
+		}
+		return f.groups(MaxGroups)
 	}
-	return a.out
+	sortGroups(gs)
+	if len(gs) > MaxGroups {
+		gs = gs[:MaxGroups]
+	}
+	return gs
+}
+
+// descFold sums groups by their descriptor counters (see GroupBy.Desc):
+// for each of a group's KeyDesc lines, its amount times the group's
+// Entries, and times its PendingEntries, saturating, under the group's
+// other columns and the line's counter. It keeps one sum per distinct
+// counter, however many distinct KeyDesc texts hold them. Its answer is
+// a fixed point: groups it answered, summed again, give the same groups.
+type descFold struct {
+	sums map[cols]*descSums
+}
+
+// descSums is what a descFold summed on one counter: all of it, and its
+// pending part.
+type descSums struct {
+	all, pending int64
+}
+
+func newDescFold() *descFold {
+	return &descFold{sums: make(map[cols]*descSums)}
+}
+
+func (f *descFold) add(g *Group) {
+	c := g.cols()
+	for line := range strings.SplitSeq(g.KeyDesc, "\n") {
+		d, ok := descLineOf(line)
+		if !ok {
+			continue // written by no version of the gate, which skips it too
+		}
+		c.desc = d.prefix
+		s, ok := f.sums[c]
+		if !ok {
+			c.desc = strings.Clone(d.prefix) // not to keep the whole text
+			s = &descSums{}
+			f.sums[c] = s
+		}
+		s.all = addSat(s.all, costmodel.MulSat(d.n, g.Entries))
+		s.pending = addSat(s.pending, costmodel.MulSat(d.n, g.PendingEntries))
+	}
+}
+
+// groups returns the sums as groups (see GroupBy.Desc), at most limit
+// counters, those of the largest sums.
+func (f *descFold) groups(limit int) []Group {
+	type counter struct {
+		c cols
+		descSums
+	}
+	cs := make([]counter, 0, len(f.sums))
+	for c, s := range f.sums {
+		if s.all > 0 {
+			cs = append(cs, counter{c, *s})
+		}
+	}
+	slices.SortFunc(cs, func(a, b counter) int { return cmp.Or(cmp.Compare(b.all, a.all), compareCols(a.c, b.c)) })
+	if len(cs) > limit {
+		cs = cs[:limit]
+	}
+	out := make([]Group, 0, len(cs))
+	line := func(c cols, n, pending int64) {
+		out = append(out, Group{User: c.user, KeyID: c.keyID, Route: c.route, Upstream: c.upstream, Model: c.model, Region: c.region, Plan: c.plan,
+			KeyIP: c.ip, KeyAttrs: c.attrs, KeyDesc: c.desc + "\t" + strconv.FormatInt(n, 10), Entries: 1, PendingEntries: pending})
+	}
+	for _, x := range cs {
+		// The pending part is part of all of it; only groups whose
+		// PendingEntries exceed their Entries, which no answer has, could
+		// make it more.
+		pending := min(x.pending, x.all)
+		if rest := x.all - pending; rest > 0 {
+			line(x.c, rest, 0)
+		}
+		if pending > 0 {
+			line(x.c, pending, 1)
+		}
+	}
+	return out
 }
 
 // localCountsBy answers k, a CountsBy query, from its last read and the
@@ -331,8 +460,14 @@ func (l *Ledger) localCountsBy(k spendQueryKey, storeErr error) ([]Group, error)
 func sortGroups(gs []Group) {
 	slices.SortFunc(gs, func(a, b Group) int {
 		return cmp.Or(cmp.Compare(b.Counts.Requests, a.Counts.Requests), cmp.Compare(b.Counts.Tokens(), a.Counts.Tokens()),
-			cmp.Compare(a.User, b.User), cmp.Compare(a.KeyID, b.KeyID), cmp.Compare(a.Route, b.Route),
-			cmp.Compare(a.Upstream, b.Upstream), cmp.Compare(a.Model, b.Model), cmp.Compare(a.Region, b.Region), cmp.Compare(a.Plan, b.Plan),
-			cmp.Compare(a.KeyIP, b.KeyIP), cmp.Compare(a.KeyAttrs, b.KeyAttrs), cmp.Compare(a.KeyDesc, b.KeyDesc))
+			compareCols(a.cols(), b.cols()))
 	})
+}
+
+// compareCols orders columns by user, key, route, upstream, model,
+// region, plan, address, attributes and descriptor counters.
+func compareCols(a, b cols) int {
+	return cmp.Or(cmp.Compare(a.user, b.user), cmp.Compare(a.keyID, b.keyID), cmp.Compare(a.route, b.route),
+		cmp.Compare(a.upstream, b.upstream), cmp.Compare(a.model, b.model), cmp.Compare(a.region, b.region), cmp.Compare(a.plan, b.plan),
+		cmp.Compare(a.ip, b.ip), cmp.Compare(a.attrs, b.attrs), cmp.Compare(a.desc, b.desc))
 }

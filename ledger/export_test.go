@@ -1,6 +1,9 @@
 package ledger
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // SetPGLockTimeout sets how long a batch waits for the PostgreSQL apply
 // lock, for a test, and returns the function that restores it.
@@ -47,3 +50,16 @@ func Crash(l *Ledger) error {
 	l.mu.Unlock()
 	return l.shutdown()
 }
+
+// HoldTicks keeps l's ticks from running, so that its tallies stay
+// pending, until release is called (once or more). Flush and Close tick:
+// release first.
+func HoldTicks(l *Ledger) (release func()) {
+	l.tally.tickMu.Lock()
+	var once sync.Once
+	return func() { once.Do(l.tally.tickMu.Unlock) }
+}
+
+// Tick writes l's tallies pending as entries to the spool now, as its
+// ticker does, whether the store answers or not.
+func Tick(l *Ledger) error { return l.tick() }

@@ -71,12 +71,15 @@ type store interface {
 	// [from, to), by user and key, read from the entries (a range shorter
 	// than a roll-up bucket).
 	headSpend(ctx context.Context, tenant string, from, to time.Time) ([]headCharge, error)
-	// countsBy returns what the entries k selects (its tenant, every
-	// tenant's when empty, and its user, key and region when not empty)
-	// created in [from, to), read from the entries, counted on a limiter
-	// (see Entry.Counts) and were charged, grouped by k.by's columns,
-	// at most limit groups, those of the most requests (see CountsBy).
-	countsBy(ctx context.Context, k spendQueryKey, from, to time.Time, limit int) ([]Group, error)
+	// countsBy calls each with what the entries k selects (its tenant,
+	// every tenant's when empty, and its user, key and region when not
+	// empty) created in [from, to), read from the entries, counted on a
+	// limiter (see Entry.Counts) and were charged, grouped by k.by's
+	// columns (by the whole KeyDesc text with k.by.Desc): at most limit
+	// groups, those of the most requests first, or with limit 0 every
+	// group in no order, each as it reads it (see readGroups). each must
+	// not keep g.
+	countsBy(ctx context.Context, k spendQueryKey, from, to time.Time, limit int, each func(g *Group)) error
 	nodes(ctx context.Context) ([]NodeState, error)
 	// entry returns the entry of request id, if the store has it.
 	entry(ctx context.Context, id string) (Entry, bool, error)

@@ -42,7 +42,7 @@ func TestCountsOfEntriesStoredBeforePlan(t *testing.T) {
 	e := &Entry{RequestID: "r1", Tenant: "acme", Decision: "allow", Status: StatusSettled, HTTPStatus: 200, Requests: 1,
 		CreatedAt: at, SettledAt: at, Plan: "free"}
 	storedBefore(t, "plan", e, func(t *testing.T, s store) {
-		gs, err := s.countsBy(context.Background(), spendQueryKey{by: GroupBy{Plan: true}}, at.Add(-time.Hour), at.Add(time.Hour), MaxGroups)
+		gs, err := readGroups(context.Background(), s, spendQueryKey{by: GroupBy{Plan: true}}, at.Add(-time.Hour), at.Add(time.Hour))
 		if err != nil || len(gs) != 1 || gs[0].Plan != "" || gs[0].Counts.Requests != 1 {
 			t.Fatalf("an entry stored before plans, by plan = %+v, %v; want 1 request of no plan", gs, err)
 		}
@@ -88,8 +88,8 @@ func TestCountsOfEntriesStoredBeforeKeyIP(t *testing.T) {
 	e := &Entry{RequestID: "r1", Tenant: "acme", Decision: "allow", Status: StatusSettled, HTTPStatus: 200, Requests: 1,
 		CreatedAt: at, SettledAt: at, Plan: "free", KeyIP: "192.0.2.1", KeyAttrs: "project=a"}
 	storedBefore(t, "key_ip", e, func(t *testing.T, s store) {
-		gs, err := s.countsBy(context.Background(), spendQueryKey{tenant: "acme", by: GroupBy{IP: true, Attrs: true, Plan: true}},
-			at.Add(-time.Hour), at.Add(time.Hour), MaxGroups)
+		gs, err := readGroups(context.Background(), s, spendQueryKey{tenant: "acme", by: GroupBy{IP: true, Attrs: true, Plan: true}},
+			at.Add(-time.Hour), at.Add(time.Hour))
 		if err != nil || len(gs) != 1 || gs[0].KeyIP != "" || gs[0].KeyAttrs != "" || gs[0].Plan != "free" || gs[0].Counts.Requests != 1 {
 			t.Fatalf("an entry stored before key ip, by ip and attributes = %+v, %v; want 1 request of none, plan free", gs, err)
 		}

@@ -614,48 +614,54 @@ func pgSat(expr string) string {
 // entries (every tenant's with every), a range scan of the index
 // ledger_entries_tenant_time (ledger_entries_time). Its parameters are
 // the tenant (not with every), then the range, the user, the key, the
-// region and the most groups.
-func pgCountsBy(by GroupBy, every bool) string {
+// region and, when limited, the most groups.
+func pgCountsBy(by GroupBy, every, limited bool) string {
 	selected, grouped := by.columns("''::text")
 	where, n := `tenant = $1 AND `, 1
 	if every {
 		where, n = "", 0
 	}
 	p := func(i int) string { return "$" + strconv.Itoa(n+i) }
-	// The groups of the most requests first: the requests are the column
-	// after the selected ones.
-	return `SELECT ` + strings.Join(selected, ", ") + `, ` + pgSat(counted(countsRequest)) + `, ` +
+	q := `SELECT ` + strings.Join(selected, ", ") + `, ` + pgSat(counted(countsRequest)) + `, ` +
 		pgSat(counted(countsInput)) + `, ` + pgSat(counted(countsOutput)) + `, ` + pgSumCost + `, ` + pgSat(counted(countsEntry)) + `
 		FROM ledger_entries WHERE ` + where + by.descOnly() + `created_at >= ` + p(1) + ` AND created_at < ` + p(2) + `
 		AND (` + p(3) + ` = '' OR user_id = ` + p(3) + `) AND (` + p(4) + ` = '' OR key_id = ` + p(4) + `) AND (` + p(5) + ` = '' OR region = ` + p(5) + `)` +
-		groupClause(grouped) + ` HAVING COUNT(*) > 0 ORDER BY ` + strconv.Itoa(len(selected)+1) + ` DESC LIMIT ` + p(6)
+		groupClause(grouped) + ` HAVING COUNT(*) > 0`
+	if !limited {
+		return q
+	}
+	// The groups of the most requests first: the requests are the column
+	// after the selected ones.
+	return q + ` ORDER BY ` + strconv.Itoa(len(selected)+1) + ` DESC LIMIT ` + p(6)
 }
 
-func (s *pgStore) countsBy(ctx context.Context, k spendQueryKey, from, to time.Time, limit int) ([]Group, error) {
-	args := []any{from, to, k.user, k.key, k.region, limit}
+func (s *pgStore) countsBy(ctx context.Context, k spendQueryKey, from, to time.Time, limit int, each func(*Group)) error {
+	args := []any{from, to, k.user, k.key, k.region}
+	if limit > 0 {
+		args = append(args, limit)
+	}
 	if k.tenant != "" {
 		args = append([]any{k.tenant}, args...)
 	}
-	rows, err := s.pool.Query(ctx, pgCountsBy(k.by, k.tenant == ""), args...)
+	rows, err := s.pool.Query(ctx, pgCountsBy(k.by, k.tenant == "", limit > 0), args...)
 	if err != nil {
-		return nil, fmt.Errorf("ledger: postgres counts by: %w", err)
+		return fmt.Errorf("ledger: postgres counts by: %w", err)
 	}
 	defer rows.Close()
-	var out []Group
 	for rows.Next() {
 		var g Group
 		var charge int64
 		if err := rows.Scan(&g.User, &g.KeyID, &g.Route, &g.Upstream, &g.Model, &g.Region, &g.Plan, &g.KeyIP, &g.KeyAttrs, &g.KeyDesc,
 			&g.Counts.Requests, &g.Counts.InputTokens, &g.Counts.OutputTokens, &charge, &g.Entries); err != nil {
-			return nil, fmt.Errorf("ledger: postgres counts by: %w", err)
+			return fmt.Errorf("ledger: postgres counts by: %w", err)
 		}
 		g.Charge = costmodel.NanoUSD(charge)
-		out = append(out, g)
+		each(&g)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("ledger: postgres counts by: %w", err)
+		return fmt.Errorf("ledger: postgres counts by: %w", err)
 	}
-	return out, nil
+	return nil
 }
 
 func (s *pgStore) summary(ctx context.Context, from, to time.Time) ([]TenantSpend, error) {

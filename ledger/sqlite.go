@@ -523,10 +523,10 @@ func (s *sqliteStore) headSpend(ctx context.Context, tenant string, from, to tim
 // tenant's entries (every tenant's with every), a range scan of the index
 // ledger_entries_tenant_time (ledger_entries_time). Its parameters are
 // the tenant (not with every), then the range, the user, the key and the
-// region (each twice) and the most groups. It sums the counted requests
-// and tokens, then the charge, each in 32-bit halves, as sqliteSumCost
-// sums a cost: SQLite's SUM fails past the bounds of int64.
-func sqliteCountsBy(by GroupBy, every bool) string {
+// region (each twice) and, when limited, the most groups. It sums the
+// counted requests and tokens, then the charge, each in 32-bit halves, as
+// sqliteSumCost sums a cost: SQLite's SUM fails past the bounds of int64.
+func sqliteCountsBy(by GroupBy, every, limited bool) string {
 	selected, grouped := by.columns("''")
 	halves := func(expr string) string {
 		return `COALESCE(SUM(` + expr + ` >> 32), 0), COALESCE(SUM(` + expr + ` & 4294967295), 0)`
@@ -535,42 +535,48 @@ func sqliteCountsBy(by GroupBy, every bool) string {
 	if every {
 		where = ""
 	}
-	// The groups of the most requests first: the requests' high and low
-	// halves are the columns after the selected ones.
-	requests := len(selected) + 1
-	return `SELECT ` + strings.Join(selected, ", ") + `, ` + halves(counted(countsRequest)) + `, ` +
+	q := `SELECT ` + strings.Join(selected, ", ") + `, ` + halves(counted(countsRequest)) + `, ` +
 		halves(counted(countsInput)) + `, ` + halves(counted(countsOutput)) + `, ` + sqliteSumCost + `, COALESCE(SUM(` + counted(countsEntry) + `), 0)
 		FROM ledger_entries WHERE ` + where + by.descOnly() + `created_at >= ? AND created_at < ?
 		AND (? = '' OR user_id = ?) AND (? = '' OR key_id = ?) AND (? = '' OR region = ?)` +
-		groupClause(grouped) + ` HAVING COUNT(*) > 0 ORDER BY ` + strconv.Itoa(requests) + ` DESC, ` + strconv.Itoa(requests+1) + ` DESC LIMIT ?`
+		groupClause(grouped) + ` HAVING COUNT(*) > 0`
+	if !limited {
+		return q
+	}
+	// The groups of the most requests first: the requests' high and low
+	// halves are the columns after the selected ones.
+	requests := len(selected) + 1
+	return q + ` ORDER BY ` + strconv.Itoa(requests) + ` DESC, ` + strconv.Itoa(requests+1) + ` DESC LIMIT ?`
 }
 
-func (s *sqliteStore) countsBy(ctx context.Context, k spendQueryKey, from, to time.Time, limit int) ([]Group, error) {
-	args := []any{from.UnixMicro(), to.UnixMicro(), k.user, k.user, k.key, k.key, k.region, k.region, limit}
+func (s *sqliteStore) countsBy(ctx context.Context, k spendQueryKey, from, to time.Time, limit int, each func(*Group)) error {
+	args := []any{from.UnixMicro(), to.UnixMicro(), k.user, k.user, k.key, k.key, k.region, k.region}
+	if limit > 0 {
+		args = append(args, limit)
+	}
 	if k.tenant != "" {
 		args = append([]any{k.tenant}, args...)
 	}
-	rows, err := s.query(ctx, sqliteCountsBy(k.by, k.tenant == ""), args...)
+	rows, err := s.query(ctx, sqliteCountsBy(k.by, k.tenant == "", limit > 0), args...)
 	if err != nil {
-		return nil, fmt.Errorf("ledger: sqlite counts by: %w", err)
+		return fmt.Errorf("ledger: sqlite counts by: %w", err)
 	}
 	defer rows.Close()
-	var out []Group
 	for rows.Next() {
 		var g Group
 		var h [8]int64
 		if err := rows.Scan(&g.User, &g.KeyID, &g.Route, &g.Upstream, &g.Model, &g.Region, &g.Plan, &g.KeyIP, &g.KeyAttrs, &g.KeyDesc,
 			&h[0], &h[1], &h[2], &h[3], &h[4], &h[5], &h[6], &h[7], &g.Entries); err != nil {
-			return nil, fmt.Errorf("ledger: sqlite counts by: %w", err)
+			return fmt.Errorf("ledger: sqlite counts by: %w", err)
 		}
 		g.Counts = Counts{Requests: joinHalves(h[0], h[1]), InputTokens: joinHalves(h[2], h[3]), OutputTokens: joinHalves(h[4], h[5])}
 		g.Charge = costmodel.NanoUSD(joinHalves(h[6], h[7]))
-		out = append(out, g)
+		each(&g)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("ledger: sqlite counts by: %w", err)
+		return fmt.Errorf("ledger: sqlite counts by: %w", err)
 	}
-	return out, nil
+	return nil
 }
 
 func (s *sqliteStore) summary(ctx context.Context, from, to time.Time) ([]TenantSpend, error) {

@@ -19,7 +19,11 @@ package ledger
 //
 // Until its tick, CountsBy grouping by Desc adds a shape's aggregate to
 // its answer as a pending entry of this node, so that a restore on this
-// replica counts every call at once.
+// replica counts every call at once. Each second's aggregate of a shape
+// is a KeyDesc text of its own, so that a tenant's texts in a limit's
+// window are many more than MaxGroups: CountsBy grouping by Desc answers
+// the sum of each counter over all of them (see GroupBy.Desc), never
+// some of the texts.
 //
 // Crash recovery: Open reads the spool and aggregates again the tallies
 // after the last tick's position, which no entry holds yet, and writes
@@ -208,17 +212,31 @@ func parseTally(desc string) ([]descSum, error) {
 	}
 	var out []descSum
 	for line := range strings.SplitSeq(desc, "\n") {
-		i := strings.LastIndexByte(line, '\t')
-		if i < 0 {
-			return nil, fmt.Errorf("%w tally: descriptor line %q has no amount", ErrInvalid, line)
-		}
-		n, err := strconv.ParseInt(line[i+1:], 10, 64)
-		if err != nil || n <= 0 {
+		d, ok := descLineOf(line)
+		if !ok {
+			if strings.IndexByte(line, '\t') < 0 {
+				return nil, fmt.Errorf("%w tally: descriptor line %q has no amount", ErrInvalid, line)
+			}
 			return nil, fmt.Errorf("%w tally: descriptor line %q: amount is not a positive integer", ErrInvalid, line)
 		}
-		out = append(out, descSum{line[:i], n})
+		out = append(out, d)
 	}
 	return out, nil
+}
+
+// descLineOf reads one line of a KeyDesc: its counter, the text before
+// its last tab, and the amount after it, a positive integer; false for a
+// line without them.
+func descLineOf(line string) (descSum, bool) {
+	i := strings.LastIndexByte(line, '\t')
+	if i < 0 {
+		return descSum{}, false
+	}
+	n, err := strconv.ParseInt(line[i+1:], 10, 64)
+	if err != nil || n <= 0 {
+		return descSum{}, false
+	}
+	return descSum{line[:i], n}, true
 }
 
 // Tally records a call that costs nothing and counts only on descriptor
