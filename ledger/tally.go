@@ -60,9 +60,10 @@ func shapeOf(e *Entry) tallyShape {
 		e.Decision, e.Policy, e.Friction, e.KeyModel, e.KeyRoute, e.KeyIP, e.KeyAttrs, e.CreatedAt.Unix()}
 }
 
-// tallied is a tally's entry as recorded, and its KeyDesc's lines.
+// tallied is a tally's record, its entry as recorded, and its KeyDesc's
+// lines.
 type tallied struct {
-	e     Entry
+	r     record
 	lines []descSum
 }
 
@@ -252,6 +253,8 @@ func descLineOf(line string) (descSum, bool) {
 // several tenants) are recorded together, in one append: all of them or,
 // on any error, none.
 func (l *Ledger) Tally(ctx context.Context, es ...Entry) error {
+	// One allocation for the call's records: a tally is on a decision's
+	// path.
 	calls := make([]tallied, 0, len(es))
 	for i := range es {
 		e := &es[i]
@@ -266,12 +269,12 @@ func (l *Ledger) Tally(ctx context.Context, es ...Entry) error {
 		if at.IsZero() {
 			at = l.cfg.Now()
 		}
-		calls = append(calls, tallied{Entry{
+		calls = append(calls, tallied{record{kind: kindTally, e: Entry{
 			Tenant: e.Tenant, User: e.User, KeyID: e.KeyID, Plan: e.Plan, Route: e.Route, Upstream: e.Upstream,
 			Model: e.Model, Region: e.Region, Decision: e.Decision, Policy: e.Policy, Friction: e.Friction,
 			KeyModel: e.KeyModel, KeyRoute: e.KeyRoute, KeyIP: e.KeyIP, KeyAttrs: e.KeyAttrs, KeyDesc: e.KeyDesc,
 			Requests: 1, CreatedAt: micro(at),
-		}, lines})
+		}}, lines})
 	}
 	if l.spool == nil {
 		return ErrReadOnly
@@ -279,9 +282,10 @@ func (l *Ledger) Tally(ctx context.Context, es ...Entry) error {
 	if len(calls) == 0 {
 		return nil
 	}
-	rs := make([]*record, len(calls))
+	var buf [2]*record
+	rs := buf[:0]
 	for i := range calls {
-		rs[i] = &record{kind: kindTally, e: calls[i].e}
+		rs = append(rs, &calls[i].r)
 	}
 	// The spool keeps its segments from before these tallies' records on,
 	// set before the append, so that no segment holding them is dropped
@@ -296,7 +300,7 @@ func (l *Ledger) Tally(ctx context.Context, es ...Entry) error {
 			l.tally.pending, l.tally.first = true, before
 		}
 		for i := range calls {
-			l.tally.add(&calls[i].e, calls[i].lines)
+			l.tally.add(&calls[i].r.e, calls[i].lines)
 		}
 		l.tally.mu.Unlock()
 	}
