@@ -29,23 +29,12 @@ func descLine(name, key string, n int64) string {
 }
 
 // descCounts sums what groups counted on each counter (a KeyDesc line's
-// text before its amount): its amount times the group's entries, and the
-// part of it of pending entries.
+// text before its amount), whatever their user: byCounter's sums, of
+// every user.
 func descCounts(t *testing.T, gs []ledger.Group) (all, pending map[string]int64) {
 	t.Helper()
-	all, pending = map[string]int64{}, map[string]int64{}
-	for _, g := range gs {
-		for _, line := range strings.Split(g.KeyDesc, "\n") {
-			i := strings.LastIndexByte(line, '\t')
-			n, err := strconv.ParseInt(line[i+1:], 10, 64)
-			if err != nil {
-				t.Fatalf("KeyDesc line %q: %v", line, err)
-			}
-			all[line[:i]] += n * g.Entries
-			pending[line[:i]] += n * g.PendingEntries
-		}
-	}
-	return all, pending
+	byUser, pendingByUser := byCounter(t, gs)
+	return ofEveryUser(byUser), ofEveryUser(pendingByUser)
 }
 
 func descRead(t *testing.T, l *ledger.Ledger) []ledger.Group {
