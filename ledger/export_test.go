@@ -63,3 +63,13 @@ func HoldTicks(l *Ledger) (release func()) {
 // Tick writes l's tallies pending as entries to the spool now, as its
 // ticker does, whether the store answers or not.
 func Tick(l *Ledger) error { return l.tick() }
+
+// SpoolReadBytes is how many bytes l's spool reads have taken from its
+// files.
+func SpoolReadBytes(l *Ledger) int64 { return l.spool.readBytes.Load() }
+
+// SpoolEnd is the position after l's spool's last record.
+func SpoolEnd(l *Ledger) int64 {
+	end, _ := l.spool.positions()
+	return end
+}

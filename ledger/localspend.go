@@ -270,12 +270,11 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(c cols
 	before := map[string]held{}
 	for at := l.spool.first(); at < pos; {
 		var next int64
-		// One record at a time, to stop at pos; only while the store fails.
-		recs, next, err = l.spool.readNames(at, 1, recs, &buf, nil)
+		recs, next, err = l.spool.readUntil(at, pos, 4096, recs, &buf, nil)
 		if err != nil {
 			return err
 		}
-		if next == at || next > pos {
+		if next == at {
 			break
 		}
 		at = next

@@ -160,3 +160,37 @@ func storeDownLedger(t *testing.T, cfg ledger.Config) (*ledger.Ledger, *pgtest.P
 	t.Cleanup(cancel)
 	return l, pg, ctx
 }
+
+// TestLocalSpendAtkReadsTheSpoolOnce: with the store down, a read goes
+// through the records the spool still holds before the last read (for
+// the estimates of reservations still open then) and through those
+// since. It reads each byte of them about once: it read each record
+// alone, with a chunk of up to 4 MiB from the file each time, so 36,000
+// records took ten seconds, and every request that waited on the read
+// (a restore after a loss) waited as long.
+func TestLocalSpendAtkReadsTheSpoolOnce(t *testing.T) {
+	l, pg, ctx := storeDownLedger(t, ledger.Config{})
+	month := ledger.SpendQuery{Tenant: "acme", Period: "month", At: t0}
+	const n = 1_000
+	for i := range n {
+		id := fmt.Sprintf("r%d", i)
+		countsReserve(ctx, t, l, id, nil)
+		countsSettle(ctx, t, l, settlement(id, 1_000))
+	}
+	countsReserve(ctx, t, l, "open", nil) // open across the read
+	flush(t, l)
+	if _, err := l.Counts(ctx, month); err != nil {
+		t.Fatal(err)
+	}
+	pg.Stop()
+	countsReserve(ctx, t, l, "later", nil)
+	end, was := ledger.SpoolEnd(l), ledger.SpoolReadBytes(l)
+	c, err := l.Counts(ctx, month)
+	var le *ledger.LocalSpendError
+	if !errors.As(err, &le) || c.Requests != n+2 {
+		t.Fatalf("Counts with the store down = %+v, %v; want %d requests and a *LocalSpendError", c, err, n+2)
+	}
+	if read := ledger.SpoolReadBytes(l) - was; read > 2*end {
+		t.Errorf("a read with the store down took %d bytes from a spool of %d", read, end)
+	}
+}

@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -62,6 +63,9 @@ type spool struct {
 	closed  bool
 	fsyncs  int64 // fsyncs done by sync, for tests and benchmarks
 	writes  int64 // write(2) calls of appends, for tests
+	// readBytes counts the bytes reads took from the segments' files,
+	// for tests.
+	readBytes atomic.Int64
 	// keep is at most the position of the first tally that no entry
 	// holds yet (see Ledger.tick), maxPosition when there is none: a
 	// segment is deleted only once both applied and keep pass it.
@@ -462,8 +466,16 @@ func (s *spool) read(from int64, max int, recs []record, buf *[]byte) ([]record,
 // readNames is read with an interner of the caller's, nil for none; any
 // goroutine may call it.
 func (s *spool) readNames(from int64, max int, recs []record, buf *[]byte, names *interner) ([]record, int64, error) {
+	return s.readUntil(from, maxPosition, max, recs, buf, names)
+}
+
+// readUntil is readNames of the records that end at or before to: it
+// stops at the first that ends past it, and returns the position it
+// starts at. One call reads the file in chunks, so a range of many small
+// records costs its bytes once.
+func (s *spool) readUntil(from, to int64, max int, recs []record, buf *[]byte, names *interner) ([]record, int64, error) {
 	recs = recs[:0]
-	for len(recs) < max {
+	for len(recs) < max && from < to {
 		s.mu.Lock()
 		end := s.end
 		var seg segment
@@ -492,6 +504,7 @@ func (s *spool) readNames(from int64, max int, recs []record, buf *[]byte, names
 		}
 		n, err := f.ReadAt(b, from-seg.base)
 		f.Close()
+		s.readBytes.Add(int64(n))
 		if err != nil && !(errors.Is(err, io.EOF) && int64(n) == want) {
 			return recs, from, fmt.Errorf("ledger: spool read: %w", err)
 		}
@@ -505,6 +518,9 @@ func (s *spool) readNames(from int64, max int, recs []record, buf *[]byte, names
 			}
 			if err != nil {
 				return recs[:len(recs)-1], from, fmt.Errorf("ledger: spool read at %d: %w", from, err)
+			}
+			if from+int64(k) > to {
+				return recs[:len(recs)-1], from, nil
 			}
 			off += k
 			from += int64(k)
