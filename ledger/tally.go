@@ -106,9 +106,9 @@ func digits(n int64) int { return len(strconv.FormatInt(n, 10)) }
 type tallies struct {
 	rw     sync.RWMutex
 	mu     sync.Mutex
-	shapes map[tallyShape][]*tallyAgg // more than one when MaxKeyDesc splits a shape
-	order  []tallyShape               // the shapes in the order they came
-	gen    uint64                     // ticks swapped so far
+	shapes map[tallyShape]*shapeAggs
+	order  []*shapeAggs // the shapes' aggregates in the order they came
+	gen    uint64       // ticks swapped so far
 	// pending tells that the aggregates hold tallies, and first is at
 	// most the spool position of the first of them: the spool keeps its
 	// segments from there (see spool.keep).
@@ -118,17 +118,30 @@ type tallies struct {
 	tickMu sync.Mutex // one tick at a time, so their records stay in order
 }
 
+// shapeAggs are a shape's aggregates: more than one when MaxKeyDesc
+// splits it.
+type shapeAggs []*tallyAgg
+
+// aggsOf returns k's aggregates, made and put last in the order if k has
+// none. One map lookup: the key is 15 strings to hash. t.mu is held.
+func (t *tallies) aggsOf(k tallyShape) *shapeAggs {
+	if t.shapes == nil {
+		t.shapes = make(map[tallyShape]*shapeAggs)
+	}
+	p := t.shapes[k]
+	if p == nil {
+		p = new(shapeAggs)
+		t.shapes[k] = p
+		t.order = append(t.order, p)
+	}
+	return p
+}
+
 // add adds the counters of e, a tally whose lines parse (see parseTally),
 // to its shape's aggregates. t.mu is held.
 func (t *tallies) add(e *Entry, lines []descSum) {
-	if t.shapes == nil {
-		t.shapes = make(map[tallyShape][]*tallyAgg)
-	}
-	k := shapeOf(e)
-	aggs, ok := t.shapes[k]
-	if !ok {
-		t.order = append(t.order, k)
-	}
+	p := t.aggsOf(shapeOf(e))
+	aggs := *p
 	newAgg := func() *tallyAgg {
 		a := &tallyAgg{e: *e, at: make(map[string]int)}
 		a.e.RequestID, a.e.KeyDesc = "", ""
@@ -175,15 +188,15 @@ next:
 		a.sums = append(a.sums, l)
 		a.size += line
 	}
-	t.shapes[k] = aggs
+	*p = aggs
 }
 
 // swap takes the aggregates out, in the order their shapes came. t.mu is
 // held.
 func (t *tallies) swap() []*tallyAgg {
 	var out []*tallyAgg
-	for _, k := range t.order {
-		out = append(out, t.shapes[k]...)
+	for _, p := range t.order {
+		out = append(out, *p...)
 	}
 	t.shapes, t.order = nil, nil
 	t.gen++
@@ -193,15 +206,9 @@ func (t *tallies) swap() []*tallyAgg {
 // putBack returns aggregates a tick could not write to the next tick.
 // t.mu is held.
 func (t *tallies) putBack(aggs []*tallyAgg) {
-	if t.shapes == nil {
-		t.shapes = make(map[tallyShape][]*tallyAgg)
-	}
 	for _, a := range aggs {
-		k := shapeOf(&a.e)
-		if _, ok := t.shapes[k]; !ok {
-			t.order = append(t.order, k)
-		}
-		t.shapes[k] = append([]*tallyAgg{a}, t.shapes[k]...)
+		p := t.aggsOf(shapeOf(&a.e))
+		*p = append(shapeAggs{a}, *p...)
 	}
 }
 
@@ -468,8 +475,8 @@ func (l *Ledger) pendingTallies(match func(*Entry) bool) ([]Entry, uint64) {
 	l.tally.mu.Lock()
 	defer l.tally.mu.Unlock()
 	var out []Entry
-	for _, k := range l.tally.order {
-		for _, a := range l.tally.shapes[k] {
+	for _, p := range l.tally.order {
+		for _, a := range *p {
 			e := a.e
 			e.KeyDesc, e.Status, e.Requests = a.desc(), StatusSettled, 0
 			if match(&e) {
