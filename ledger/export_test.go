@@ -73,3 +73,10 @@ func SpoolEnd(l *Ledger) int64 {
 	end, _ := l.spool.positions()
 	return end
 }
+
+// SpoolWrites is how many write(2) calls l's spool's appends have made.
+func SpoolWrites(l *Ledger) int64 {
+	l.spool.mu.Lock()
+	defer l.spool.mu.Unlock()
+	return l.spool.writes
+}

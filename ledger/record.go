@@ -145,24 +145,53 @@ func sealFrame(b []byte, start int) []byte {
 // names, when not nil, shares the strings of repeated values among the
 // records it decodes.
 func readFrame(b []byte, r *record, names *interner) (int, error) {
-	if len(b) < frameHeader {
-		return 0, errTorn
-	}
-	n := binary.LittleEndian.Uint32(b)
-	if n == 0 || n > maxPayload {
-		return 0, fmt.Errorf("%w: length %d", errCorrupt, n)
-	}
-	if uint64(len(b)) < frameHeader+uint64(n) {
-		return 0, errTorn
-	}
-	payload := b[frameHeader : frameHeader+n]
-	if crc32.Checksum(payload, crcTable) != binary.LittleEndian.Uint32(b[4:]) {
-		return 0, fmt.Errorf("%w: checksum mismatch", errCorrupt)
+	payload, err := checkFrame(b)
+	if err != nil {
+		return 0, err
 	}
 	if err := decodePayload(payload, r, names); err != nil {
 		return 0, err
 	}
-	return frameHeader + int(n), nil
+	return frameHeader + len(payload), nil
+}
+
+// readFrameKind is readFrame that decodes a tally's record no further
+// than its kind: r is then record{kind: kindTally}. The flusher, which
+// writes nothing of a tally's record (a tick writes the tallies'
+// entries), reads the spool so.
+func readFrameKind(b []byte, r *record, names *interner) (int, error) {
+	payload, err := checkFrame(b)
+	if err != nil {
+		return 0, err
+	}
+	if kind(payload[0]) == kindTally {
+		*r = record{kind: kindTally}
+		return frameHeader + len(payload), nil
+	}
+	if err := decodePayload(payload, r, names); err != nil {
+		return 0, err
+	}
+	return frameHeader + len(payload), nil
+}
+
+// checkFrame returns the payload of the frame at the start of b, its
+// length and checksum checked: errTorn when b ends before it does.
+func checkFrame(b []byte) ([]byte, error) {
+	if len(b) < frameHeader {
+		return nil, errTorn
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if n == 0 || n > maxPayload {
+		return nil, fmt.Errorf("%w: length %d", errCorrupt, n)
+	}
+	if uint64(len(b)) < frameHeader+uint64(n) {
+		return nil, errTorn
+	}
+	payload := b[frameHeader : frameHeader+n]
+	if crc32.Checksum(payload, crcTable) != binary.LittleEndian.Uint32(b[4:]) {
+		return nil, fmt.Errorf("%w: checksum mismatch", errCorrupt)
+	}
+	return payload, nil
 }
 
 func decodePayload(p []byte, r *record, names *interner) error {

@@ -260,7 +260,12 @@ func (s *spool) appendAll(limit int64, rs ...*record) (int64, error) {
 	for _, r := range rs {
 		b = appendFrame(b, r)
 	}
-	defer func() { *bp = b[:0]; s.bufs.Put(bp) }()
+	defer func() {
+		if cap(b) <= 1<<20 { // a tick's records may take more
+			*bp = b[:0]
+			s.bufs.Put(bp)
+		}
+	}()
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -457,14 +462,15 @@ func (s *spool) waitSynced(pos int64) error {
 }
 
 // read decodes up to max records from position from onwards into recs and
-// returns them with the position after the last one. Only the flusher calls
-// it (s.names is not locked).
+// returns them with the position after the last one, a tally's no
+// further than its kind (see readFrameKind). Only the flusher calls it
+// (s.names is not locked).
 func (s *spool) read(from int64, max int, recs []record, buf *[]byte) ([]record, int64, error) {
-	return s.readNames(from, max, recs, buf, &s.names)
+	return s.readFrames(from, maxPosition, max, recs, buf, &s.names, readFrameKind)
 }
 
-// readNames is read with an interner of the caller's, nil for none; any
-// goroutine may call it.
+// readNames is read, every record decoded whole, with an interner of the
+// caller's, nil for none; any goroutine may call it.
 func (s *spool) readNames(from int64, max int, recs []record, buf *[]byte, names *interner) ([]record, int64, error) {
 	return s.readUntil(from, maxPosition, max, recs, buf, names)
 }
@@ -474,6 +480,12 @@ func (s *spool) readNames(from int64, max int, recs []record, buf *[]byte, names
 // starts at. One call reads the file in chunks, so a range of many small
 // records costs its bytes once.
 func (s *spool) readUntil(from, to int64, max int, recs []record, buf *[]byte, names *interner) ([]record, int64, error) {
+	return s.readFrames(from, to, max, recs, buf, names, readFrame)
+}
+
+// readFrames is readUntil that decodes each frame with decode.
+func (s *spool) readFrames(from, to int64, max int, recs []record, buf *[]byte, names *interner,
+	decode func([]byte, *record, *interner) (int, error)) ([]record, int64, error) {
 	recs = recs[:0]
 	for len(recs) < max && from < to {
 		s.mu.Lock()
@@ -511,7 +523,7 @@ func (s *spool) readUntil(from, to int64, max int, recs []record, buf *[]byte, n
 		off := 0
 		for off < len(b) && len(recs) < max {
 			recs = append(recs, record{})
-			k, err := readFrame(b[off:], &recs[len(recs)-1], names)
+			k, err := decode(b[off:], &recs[len(recs)-1], names)
 			if errors.Is(err, errTorn) && off > 0 {
 				recs = recs[:len(recs)-1]
 				break // the rest of the record is beyond this chunk

@@ -60,10 +60,28 @@ func FuzzReadFrame(f *testing.F) {
 	r.e.Plan = "free" // the last field a record may carry
 	f.Add(appendFrame(nil, &r))
 	f.Add(appendFrame(nil, &record{kind: kindRecover}))
+	r.kind = kindTally
+	f.Add(appendFrame(nil, &r))
+	f.Add(appendFrame(nil, &record{kind: kindTick, pos: 7}))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var r record
+		var r, k record
 		n, err := readFrame(b, &r, &interner{})
+		// The flusher's reading: the same frame, a tally's record no
+		// further than its kind.
+		nk, errk := readFrameKind(b, &k, &interner{})
+		if errk != nil && !errors.Is(errk, errTorn) && !errors.Is(errk, errCorrupt) {
+			t.Fatalf("unexpected error %v", errk)
+		}
+		if err == nil {
+			want := r
+			if r.kind == kindTally {
+				want = record{kind: kindTally}
+			}
+			if errk != nil || nk != n || k != want {
+				t.Fatalf("readFrameKind = %d, %+v, %v; want %d, %+v", nk, k, errk, n, want)
+			}
+		}
 		if err != nil {
 			if !errors.Is(err, errTorn) && !errors.Is(err, errCorrupt) {
 				t.Fatalf("unexpected error %v", err)

@@ -28,10 +28,12 @@ package ledger
 // Crash recovery: Open reads the spool and aggregates again the tallies
 // after the last tick's position, which no entry holds yet, and writes
 // them before the ledger serves (a recovery tick). The spool keeps its
-// segments until both the store and a tick cover them. A process that
-// dies after a tick appended its entries and before its tick record had
-// them counted twice by the recovery tick: more than they counted, never
-// less, for limits of calls that cost nothing.
+// segments until both the store and a tick cover them. A tick's entries
+// and its tick record are one append (one write(2)): only a write the
+// death of the process cuts short can leave some of its entries without
+// their tick record, and those tallies are then counted twice by the
+// recovery tick: more than they counted, never less, for limits of calls
+// that cost nothing.
 
 import (
 	"context"
@@ -366,7 +368,14 @@ func (l *Ledger) tick() error {
 		released()
 		return nil
 	}
+	// The entries and the tick record go in one append, all or none: a
+	// crash between them, or a failed append of some, used to leave
+	// entries that hold tallies the recovery then aggregated again. (A
+	// write the death of the process cuts short may still leave some
+	// entries without their tick record: those tallies then count
+	// twice, early, never late.)
 	now := micro(l.cfg.Now())
+	recs := make([]record, 0, 2*len(aggs)+1)
 	for i, a := range aggs {
 		e := a.e
 		// Unique to the node, the run (a spool started again from
@@ -383,23 +392,22 @@ func (l *Ledger) tick() error {
 		// the entries their records reserve.
 		reserved := e
 		reserved.Status, reserved.SettledAt = StatusReserved, time.Time{}
-		_, err := l.spool.append(&record{kind: kindReserve, e: reserved}, 0)
-		if err == nil {
-			_, err = l.spool.append(&record{kind: kindSettle, e: e}, 0)
-		}
-		if err != nil {
-			l.tally.mu.Lock()
-			l.tally.putBack(aggs[i:])
-			if !l.tally.pending || first < l.tally.first {
-				l.tally.first = first
-			}
-			l.tally.pending = true
-			l.tally.mu.Unlock()
-			return fmt.Errorf("ledger: tally entries: %w", err)
-		}
+		recs = append(recs, record{kind: kindReserve, e: reserved}, record{kind: kindSettle, e: e})
 	}
-	if _, err := l.spool.append(&record{kind: kindTick, pos: covered}, 0); err != nil {
-		return fmt.Errorf("ledger: tally tick: %w", err)
+	recs = append(recs, record{kind: kindTick, pos: covered})
+	rs := make([]*record, len(recs))
+	for i := range recs {
+		rs[i] = &recs[i]
+	}
+	if _, err := l.spool.appendAll(0, rs...); err != nil {
+		l.tally.mu.Lock()
+		l.tally.putBack(aggs)
+		if !l.tally.pending || first < l.tally.first {
+			l.tally.first = first
+		}
+		l.tally.pending = true
+		l.tally.mu.Unlock()
+		return fmt.Errorf("ledger: tally entries: %w", err)
 	}
 	released()
 	select {
