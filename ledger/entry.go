@@ -189,6 +189,10 @@ func (e *Entry) check() error {
 	if e.RequestID == "" {
 		return fmt.Errorf("%w entry: empty request id", ErrInvalid)
 	}
+	if strings.HasPrefix(e.RequestID, tickEntryPrefix) {
+		// The ledger's own: a tick's entries (see openSpool).
+		return fmt.Errorf("%w entry %q: a request id starting with %q is the ledger's own", ErrInvalid, e.RequestID, tickEntryPrefix)
+	}
 	for _, f := range [...]struct {
 		name, v string
 		max     int

@@ -122,6 +122,9 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 	// The first tally after the last tick's position, or a position
 	// before it (see keep); -1 for none.
 	uncovered, ticked := int64(-1), int64(0)
+	// Where the records at the end of the last segment that are a tick's
+	// entries start, -1 for none (see below).
+	tickEntries := int64(-1)
 
 	for i := range s.segs {
 		last := i == len(s.segs)-1
@@ -134,7 +137,16 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 		if err != nil {
 			return nil, fmt.Errorf("ledger: spool: %w", err) // a file it cannot read is not cut
 		}
+		tickEntries = -1
 		size, starts, err := scanSegment(b, applied-seg.base, func(off int64, r *record) {
+			switch {
+			case (r.kind == kindReserve || r.kind == kindSettle) && strings.HasPrefix(r.e.RequestID, tickEntryPrefix):
+				if tickEntries < 0 {
+					tickEntries = seg.base + off
+				}
+			default:
+				tickEntries = -1
+			}
 			switch {
 			case r.kind == kindTally && uncovered < 0:
 				uncovered = seg.base + off
@@ -167,6 +179,18 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 		}
 		seg.size = size
 		hinted = hinted || starts
+		if last && tickEntries >= 0 && tickEntries >= applied {
+			// A tick's entries and its tick record are one write: entries
+			// with no tick record after them are a write the death of the
+			// process cut short, which the flusher never read (the spool's
+			// end passes a write only once it is whole). The recovery tick
+			// aggregates their tallies again: kept, they would count twice.
+			logf("ledger: spool %s: cutting %d bytes of a tick's entries without their tick record at offset %d", path, size-(tickEntries-seg.base), tickEntries-seg.base)
+			if err := os.Truncate(path, tickEntries-seg.base); err != nil {
+				return nil, fmt.Errorf("ledger: spool: %w", err)
+			}
+			seg.size = tickEntries - seg.base
+		}
 	}
 
 	if len(s.segs) == 0 {

@@ -29,11 +29,11 @@ package ledger
 // after the last tick's position, which no entry holds yet, and writes
 // them before the ledger serves (a recovery tick). The spool keeps its
 // segments until both the store and a tick cover them. A tick's entries
-// and its tick record are one append (one write(2)): only a write the
-// death of the process cuts short can leave some of its entries without
-// their tick record, and those tallies are then counted twice by the
-// recovery tick: more than they counted, never less, for limits of calls
-// that cost nothing.
+// and its tick record are one append (one write(2)), which the flusher
+// reads only once it is whole: a write the death of the process cut
+// short leaves entries without their tick record at the spool's end, and
+// Open cuts them off (see openSpool), so that the recovery tick counts
+// their tallies once.
 
 import (
 	"context"
@@ -44,6 +44,10 @@ import (
 	"sync"
 	"time"
 )
+
+// tickEntryPrefix starts the request id of each entry a tick writes, and
+// no other: Reserve, Settle and Tally refuse it.
+const tickEntryPrefix = "tly_"
 
 // tallyInterval is how often a tick turns the tallies into entries.
 const tallyInterval = time.Second
@@ -380,7 +384,7 @@ func (l *Ledger) tick() error {
 		e := a.e
 		// Unique to the node, the run (a spool started again from
 		// position 0 would repeat the positions) and the tick.
-		e.RequestID = "tly_" + l.node + "_" + l.marker[:8] + "_" + strconv.FormatInt(covered, 36) + "_" + strconv.Itoa(i)
+		e.RequestID = tickEntryPrefix + l.node + "_" + l.marker[:8] + "_" + strconv.FormatInt(covered, 36) + "_" + strconv.Itoa(i)
 		e.KeyDesc = a.desc()
 		e.Status, e.Requests = StatusSettled, 0
 		e.SettledAt = now

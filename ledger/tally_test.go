@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -397,5 +399,80 @@ func TestTallyTickIsOneAppend(t *testing.T) {
 		flush(t, l)
 		all, _ := descCounts(t, descRead(t, l))
 		sameCounts(t, "after the tick", all, want)
+	})
+}
+
+// TestTallyCrashMidTick: a process that dies while a tick's write is
+// under way leaves some of its entries, or all of them without their
+// tick record, at the spool's end, which the flusher never read. The
+// next Open cuts them off and the recovery tick counts their tallies
+// once; kept, they held the tallies the recovery counted again.
+func TestTallyCrashMidTick(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cut  func(start, end int64) int64 // the spool position the write stopped at
+	}{
+		{"the tick record torn", func(_, end int64) int64 { return end - 1 }},
+		{"half the entries", func(start, end int64) int64 { return start + (end-start)/2 }},
+		{"one byte", func(start, _ int64) int64 { return start + 1 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			forEachStore(t, func(t *testing.T, cfg ledger.Config) {
+				ctx := context.Background()
+				cfg.BatchDelay = time.Minute // the flusher reads nothing of the tick before the crash
+				l := open(t, cfg)
+				release := ledger.HoldTicks(l)
+				want := map[string]int64{}
+				for i := range 300 {
+					line := descLine("per-user", "acme_u"+strconv.Itoa(i), 1)
+					if err := l.Tally(ctx, tallyCall("x", t0, "u"+strconv.Itoa(i), line)); err != nil {
+						t.Fatal(err)
+					}
+					want[line[:strings.LastIndexByte(line, '\t')]]++
+				}
+				release()
+				start := ledger.SpoolEnd(l)
+				if err := ledger.Tick(l); err != nil {
+					t.Fatal(err)
+				}
+				end := ledger.SpoolEnd(l)
+				if err := ledger.Crash(l); err != nil {
+					t.Fatal(err)
+				}
+				segs, err := filepath.Glob(filepath.Join(cfg.Dir, "spool", "*.spool"))
+				if err != nil || len(segs) == 0 {
+					t.Fatalf("spool segments: %v, %v", segs, err)
+				}
+				last := segs[len(segs)-1]
+				fi, err := os.Stat(last)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Truncate(last, fi.Size()-(end-c.cut(start, end))); err != nil {
+					t.Fatal(err)
+				}
+				l = open(t, cfg)
+				flush(t, l)
+				all, _ := descCounts(t, descRead(t, l))
+				sameCounts(t, "after a crash amid a tick's write", all, want)
+			})
+		})
+	}
+}
+
+// TestTickEntryIDsAreTheLedgers: a request id that starts as a tick's
+// entries' do is refused, so that no request's records are taken for a
+// tick's entries cut short (see TestTallyCrashMidTick).
+func TestTickEntryIDsAreTheLedgers(t *testing.T) {
+	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
+		ctx := context.Background()
+		l := open(t, cfg)
+		e := reservation("tly_n_12345678_1_0", t0)
+		if err := l.Reserve(ctx, e); !errors.Is(err, ledger.ErrInvalid) {
+			t.Errorf("Reserve of a tick entry's id: %v; want ErrInvalid", err)
+		}
+		if err := l.Settle(ctx, settlement("tly_x", 1)); !errors.Is(err, ledger.ErrInvalid) {
+			t.Errorf("Settle of a tick entry's id: %v; want ErrInvalid", err)
+		}
 	})
 }
