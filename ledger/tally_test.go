@@ -369,6 +369,24 @@ func TestTallyTicksAmidTallies(t *testing.T) {
 	})
 }
 
+// tallyUsers tallies one call of each of n users, each on a counter of
+// its own, with the ticks held (so that one tick then writes them all),
+// and returns what each counter counted.
+func tallyUsers(t *testing.T, l *ledger.Ledger, n int) map[string]int64 {
+	t.Helper()
+	release := ledger.HoldTicks(l)
+	defer release()
+	want := map[string]int64{}
+	for i := range n {
+		line := descLine("per-user", "acme_u"+strconv.Itoa(i), 1)
+		if err := l.Tally(context.Background(), tallyCall("x", t0, "u"+strconv.Itoa(i), line)); err != nil {
+			t.Fatal(err)
+		}
+		want[line[:strings.LastIndexByte(line, '\t')]]++
+	}
+	return want
+}
+
 // TestTallyTickIsOneAppend: a tick's entries and its tick record go to
 // the spool in one write, all or none. It appended each entry's two
 // records and then the tick record one by one (601 writes for 300
@@ -377,18 +395,8 @@ func TestTallyTicksAmidTallies(t *testing.T) {
 // cost a write(2) per record.
 func TestTallyTickIsOneAppend(t *testing.T) {
 	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
-		ctx := context.Background()
 		l := open(t, cfg)
-		release := ledger.HoldTicks(l)
-		want := map[string]int64{}
-		for i := range 300 {
-			line := descLine("per-user", "acme_u"+strconv.Itoa(i), 1)
-			if err := l.Tally(ctx, tallyCall("x", t0, "u"+strconv.Itoa(i), line)); err != nil {
-				t.Fatal(err)
-			}
-			want[line[:strings.LastIndexByte(line, '\t')]]++
-		}
-		release()
+		want := tallyUsers(t, l, 300)
 		was := ledger.SpoolWrites(l)
 		if err := ledger.Tick(l); err != nil {
 			t.Fatal(err)
@@ -418,19 +426,9 @@ func TestTallyCrashMidTick(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			forEachStore(t, func(t *testing.T, cfg ledger.Config) {
-				ctx := context.Background()
 				cfg.BatchDelay = time.Minute // the flusher reads nothing of the tick before the crash
 				l := open(t, cfg)
-				release := ledger.HoldTicks(l)
-				want := map[string]int64{}
-				for i := range 300 {
-					line := descLine("per-user", "acme_u"+strconv.Itoa(i), 1)
-					if err := l.Tally(ctx, tallyCall("x", t0, "u"+strconv.Itoa(i), line)); err != nil {
-						t.Fatal(err)
-					}
-					want[line[:strings.LastIndexByte(line, '\t')]]++
-				}
-				release()
+				want := tallyUsers(t, l, 300)
 				start := ledger.SpoolEnd(l)
 				if err := ledger.Tick(l); err != nil {
 					t.Fatal(err)
