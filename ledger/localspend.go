@@ -300,7 +300,7 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(c cols
 	}
 	for pos < end {
 		var next int64
-		recs, next, err = l.spool.readNames(pos, 4096, recs, &buf, nil)
+		recs, next, err = l.spool.readUntil(pos, maxPosition, 4096, recs, &buf, nil)
 		if err != nil {
 			return err
 		}

@@ -122,9 +122,6 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 	// The first tally after the last tick's position, or a position
 	// before it (see keep); -1 for none.
 	uncovered, ticked := int64(-1), int64(0)
-	// Where the records at the end of the last segment that are a tick's
-	// entries start, -1 for none (see below).
-	tickEntries := int64(-1)
 
 	for i := range s.segs {
 		last := i == len(s.segs)-1
@@ -137,7 +134,9 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 		if err != nil {
 			return nil, fmt.Errorf("ledger: spool: %w", err) // a file it cannot read is not cut
 		}
-		tickEntries = -1
+		// Where the records at the segment's end that are a tick's
+		// entries start, -1 for none (see below).
+		tickEntries := int64(-1)
 		size, starts, err := scanSegment(b, applied-seg.base, func(off int64, r *record) {
 			switch {
 			case (r.kind == kindReserve || r.kind == kindSettle) && strings.HasPrefix(r.e.RequestID, tickEntryPrefix):
@@ -185,6 +184,9 @@ func openSpool(dir string, segSize int64, logf func(string, ...any)) (*spool, er
 			// process cut short, which the flusher never read (the spool's
 			// end passes a write only once it is whole). The recovery tick
 			// aggregates their tallies again: kept, they would count twice.
+			// (A machine that lost power after the flusher stored them,
+			// before an fsync covered the tick record, still counts them
+			// twice: early, never late.)
 			logf("ledger: spool %s: cutting %d bytes of a tick's entries without their tick record at offset %d", path, size-(tickEntries-seg.base), tickEntries-seg.base)
 			if err := os.Truncate(path, tickEntries-seg.base); err != nil {
 				return nil, fmt.Errorf("ledger: spool: %w", err)
@@ -493,16 +495,12 @@ func (s *spool) read(from int64, max int, recs []record, buf *[]byte) ([]record,
 	return s.readFrames(from, maxPosition, max, recs, buf, &s.names, readFrameKind)
 }
 
-// readNames is read, every record decoded whole, with an interner of the
-// caller's, nil for none; any goroutine may call it.
-func (s *spool) readNames(from int64, max int, recs []record, buf *[]byte, names *interner) ([]record, int64, error) {
-	return s.readUntil(from, maxPosition, max, recs, buf, names)
-}
-
-// readUntil is readNames of the records that end at or before to: it
-// stops at the first that ends past it, and returns the position it
-// starts at. One call reads the file in chunks, so a range of many small
-// records costs its bytes once.
+// readUntil is read of the records that end at or before to (maxPosition
+// for every one), each decoded whole, with an interner of the caller's,
+// nil for none; any goroutine may call it. It stops at the first record
+// that ends past to, and returns the position it starts at. One call
+// reads the file in chunks, so a range of many small records costs its
+// bytes once.
 func (s *spool) readUntil(from, to int64, max int, recs []record, buf *[]byte, names *interner) ([]record, int64, error) {
 	return s.readFrames(from, to, max, recs, buf, names, readFrame)
 }

@@ -375,9 +375,8 @@ func (l *Ledger) tick() error {
 	// The entries and the tick record go in one append, all or none: a
 	// crash between them, or a failed append of some, used to leave
 	// entries that hold tallies the recovery then aggregated again. (A
-	// write the death of the process cuts short may still leave some
-	// entries without their tick record: those tallies then count
-	// twice, early, never late.)
+	// write the death of the process cuts short leaves some entries
+	// without their tick record: Open cuts them off, see openSpool.)
 	now := micro(l.cfg.Now())
 	recs := make([]record, 0, 2*len(aggs)+1)
 	for i, a := range aggs {
