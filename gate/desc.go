@@ -33,7 +33,7 @@ const maxDescWindow = 32 * 24 * time.Hour
 // descAmount is what the request counts on its extra limit e that a
 // restore of the caller's tenant brings back (descAmountIn of the
 // caller's tenant); 0 for a limit whose key is under another tag than
-// the tenant's (a descriptor that names no tenant), which sharedTally
+// the tenant's (a descriptor that names no tenant), which TallyShared
 // records instead.
 func (r *Reservation) descAmount(e *Extra) int64 {
 	if r.req.Caller == nil || r.req.Caller.Tenant == "" {
@@ -42,11 +42,20 @@ func (r *Reservation) descAmount(e *Extra) int64 {
 	return r.descAmountIn(e, r.req.Caller.Tenant)
 }
 
-// descAmountIn is what the request counts on its extra limit e when e's
-// key is under tag: the charge of a Served request, the cost of any
-// other; 0 for a limit under another tag, and for one set to Forget.
+// descAmountIn is extraAmount of e when e's key is under tag, 0 when it
+// is under another.
 func (r *Reservation) descAmountIn(e *Extra, tag string) int64 {
-	if e.Forget || weighted.HashTag(e.Key) != tag {
+	if weighted.HashTag(e.Key) != tag {
+		return 0
+	}
+	return r.extraAmount(e)
+}
+
+// extraAmount is what the request counts on its extra limit e: the
+// charge of a Served request, the cost of any other; 0 for a limit set to
+// Forget.
+func (r *Reservation) extraAmount(e *Extra) int64 {
+	if e.Forget {
 		return 0
 	}
 	if r.req.Served {
@@ -110,7 +119,7 @@ func (r *Reservation) sharedTags() []string {
 	for i := range r.req.Extra {
 		e := &r.req.Extra[i]
 		tag := weighted.HashTag(e.Key)
-		if (r.req.Caller != nil && tag == r.req.Caller.Tenant) || tag == globalTag || r.descAmountIn(e, tag) <= 0 {
+		if (r.req.Caller != nil && tag == r.req.Caller.Tenant) || tag == globalTag || r.extraAmount(e) <= 0 {
 			continue
 		}
 		if !slices.Contains(tags, tag) {
