@@ -299,3 +299,79 @@ func BenchmarkSettleDurable(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTallyStorage is what tallies keep in the embedded store: each
+// iteration is an hour of the clock in which 10 shapes (10 tenants'
+// searches) are each called once a second, a tick entry a call, with a
+// fold pass every 10 minutes of the clock (the ledger's runs one every
+// minute). -benchtime 24x is a day. It reports the entries the store
+// holds (from the roll-up) per shape, those a shape would hold unfolded,
+// the database's size with its write-ahead log, and the share of the time
+// spent folding (the passes and the flushes that apply their folds).
+func BenchmarkTallyStorage(b *testing.B) {
+	const shapes = 10
+	var clock atomic.Int64
+	start := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	clock.Store(start.UnixMicro())
+	cfg := ledger.Config{Dir: b.TempDir(), Now: func() time.Time { return time.UnixMicro(clock.Load()).UTC() }}
+	l, err := ledger.Open(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	calls := 0
+	var folding time.Duration // in fold passes and the flushes that apply them
+	b.ResetTimer()
+	begun := time.Now()
+	for h := range b.N {
+		for s := range 3600 {
+			at := start.Add(time.Duration(h)*time.Hour + time.Duration(s)*time.Second)
+			for i := range shapes {
+				tenant := "t" + strconv.Itoa(i)
+				e := ledger.Entry{RequestID: "c", Tenant: tenant, Route: "search", Decision: "allow", Requests: 1,
+					KeyDesc: "searches\t0\t1000\t86400000000000\t1000\t0\t{" + tenant + "}:searches\t1", CreatedAt: at}
+				if err := l.Tally(ctx, e); err != nil {
+					b.Fatal(err)
+				}
+				calls++
+			}
+			if s%600 == 599 {
+				clock.Store(at.UnixMicro())
+				if err := l.Flush(ctx); err != nil {
+					b.Fatal(err)
+				}
+				t := time.Now()
+				if _, _, err := ledger.FoldTallies(l); err != nil {
+					b.Fatal(err)
+				}
+				if err := l.Flush(ctx); err != nil {
+					b.Fatal(err)
+				}
+				folding += time.Since(t)
+			}
+		}
+	}
+	if err := l.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	b.ReportMetric(100*folding.Seconds()/time.Since(begun).Seconds(), "%folding")
+	sum, err := l.Summary(ctx, "month", cfg.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var entries int64
+	for _, s := range sum {
+		entries += s.Entries
+	}
+	var size int64
+	for _, f := range []string{"ledger.db", "ledger.db-wal"} {
+		if st, err := os.Stat(filepath.Join(cfg.Dir, f)); err == nil {
+			size += st.Size()
+		}
+	}
+	b.ReportMetric(float64(entries)/shapes, "entries/shape")
+	b.ReportMetric(float64(calls)/shapes, "unfolded/shape")
+	b.ReportMetric(float64(size)/1e6, "MB")
+}

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -79,4 +80,10 @@ func SpoolWrites(l *Ledger) int64 {
 	l.spool.mu.Lock()
 	defer l.spool.mu.Unlock()
 	return l.spool.writes
+}
+
+// FoldTallies runs a fold pass of l's tick entries at l's clock (see
+// fold.go): the entries its folds delete and insert.
+func FoldTallies(l *Ledger) (dropped, put int, err error) {
+	return l.foldTallies(context.Background())
 }

@@ -28,6 +28,7 @@ type Ledger struct {
 	store  store
 	peers  *peers  // the other processes on the store (PostgreSQL only); nil otherwise
 	tally  tallies // the tallies not yet ticked (see tally.go)
+	folds  folds   // the folding of tick entries (see fold.go)
 
 	wake     chan struct{} // nudges the flusher; buffered 1
 	hurry    chan struct{} // cuts the flusher's batch delay short (Flush); buffered 1
@@ -61,6 +62,10 @@ type Ledger struct {
 type store interface {
 	begin(ctx context.Context) (storeTx, error)
 	entries(ctx context.Context, q Query, after *cursor, limit int) ([]Entry, error)
+	// tickEntries returns the settled entries of node's ticks (request ids
+	// starting tickEntryPrefix) created in [from, to), after the cursor
+	// when not nil, in the order of entries: at most limit.
+	tickEntries(ctx context.Context, node string, from, to time.Time, after *cursor, limit int) ([]Entry, error)
 	spend(ctx context.Context, tenant, user, key string, from, to time.Time) (costmodel.NanoUSD, error)
 	summary(ctx context.Context, from, to time.Time) ([]TenantSpend, error)
 	// scopeSpend returns the spend of each scope of tenant that starts
@@ -179,6 +184,8 @@ func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 	go func() { defer l.wg.Done(); l.spool.syncLoop(cfg.SyncInterval, l.syncKick, l.stop) }()
 	go func() { defer l.wg.Done(); l.flushLoop(runCtx) }()
 	go l.tickLoop()
+	l.wg.Add(1)
+	go l.foldLoop(runCtx)
 	if pg, ok := l.store.(*pgStore); ok {
 		l.peers = newPeers(pg.pool, l.node, l.Flush, cfg.OnPeerSync, cfg.PeerWait, cfg.Logf)
 		l.wg.Add(1)

@@ -161,6 +161,9 @@ type storeTx interface {
 	// (every column but the key and those a settlement never changes), and
 	// adds deltas to the spend roll-up.
 	write(ctx context.Context, node string, inserts, updates []*Entry, deltas map[spendKey]spendDelta) error
+	// remove deletes the entries of ids, and returns those it found: their
+	// tenant, user, key, creation and charge.
+	remove(ctx context.Context, ids []string) ([]Entry, error)
 	// recover finalizes at their estimate the node's entries that are
 	// reserved and created at or after the node's open-since mark, unless
 	// the marker is the last one the node applied (a batch retried after a
@@ -314,15 +317,24 @@ func applyRecords(ctx context.Context, tx storeTx, node, marker string, recs []r
 func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *batchResult) error {
 	ids := make([]string, 0, len(recs))
 	seen := make(map[string]struct{}, len(recs))
-	for i := range recs {
-		id := recs[i].e.RequestID
-		if k := recs[i].kind; k == kindRecover || k == kindTally || k == kindTick {
-			continue // an earlier run's marker, or a tally's record: nothing to load
-		}
+	need := func(id string) {
 		if _, ok := seen[id]; !ok {
 			seen[id] = struct{}{}
 			ids = append(ids, id)
 		}
+	}
+	for i := range recs {
+		switch recs[i].kind {
+		case kindRecover, kindTally, kindTick:
+			continue // an earlier run's marker, or a tally's record: nothing to load
+		case kindFold:
+			// Its drops are not loaded: remove returns what it deletes.
+			for j := range recs[i].fold.put {
+				need(recs[i].fold.put[j].RequestID)
+			}
+			continue
+		}
+		need(recs[i].e.RequestID)
 	}
 	rows, err := tx.load(ctx, ids)
 	if err != nil {
@@ -337,10 +349,51 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 		quarter           int64
 	}
 	byOrigin := make(map[origin]spendDelta)
-	for i := range recs {
-		r := &recs[i]
-		if r.kind == kindTally || r.kind == kindTick {
-			continue // a tick writes the tallies' entries (see tally.go)
+	count := func(e *Entry, cost, created int64) {
+		o := origin{e.Tenant, e.User, e.KeyID, e.CreatedAt.Truncate(bucketSize).UnixMicro()}
+		d := byOrigin[o]
+		d.cost = addSat(d.cost, cost)
+		d.entries += created
+		byOrigin[o] = d
+	}
+	// touch notes the first change of id in this batch: cur is still the
+	// row load found.
+	touch := func(id string, cur *Entry) {
+		if _, ok := stored[id]; !ok {
+			stored[id] = cur != nil
+			dirty = append(dirty, id)
+		}
+	}
+	// unseen are the ids a fold deletes that no record of the batch
+	// names: deleted as they are in the store, counted by what remove
+	// returns.
+	var unseen []string
+	var apply func(r *record)
+	apply = func(r *record) {
+		switch r.kind {
+		case kindTally, kindTick:
+			return // a tick writes the tallies' entries (see tally.go)
+		case kindFold:
+			// The entries it names go, those it puts come, as
+			// settlements (a replay of the spool inserts the named ones
+			// again first, from their records before it, and deletes
+			// them again here).
+			for _, id := range r.fold.drop {
+				cur, seen := rows[id]
+				if !seen {
+					unseen = append(unseen, id)
+					continue
+				}
+				if cur != nil {
+					touch(id, cur)
+					rows[id] = nil
+					count(cur, -int64(cur.Charge()), -1)
+				}
+			}
+			for j := range r.fold.put {
+				apply(&record{kind: kindSettle, e: r.fold.put[j]})
+			}
+			return
 		}
 		cur := rows[r.e.RequestID]
 		next, delta := merge(cur, r)
@@ -350,7 +403,7 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 				// was not acknowledged): still open.
 				res.opened[cur.RequestID] = cur.CreatedAt.UnixMicro()
 			}
-			continue
+			return
 		}
 		rows[r.e.RequestID] = next
 		switch {
@@ -365,31 +418,40 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 				res.closed[next.RequestID] = true
 			}
 		}
-		if _, ok := stored[next.RequestID]; !ok {
-			// Its first change: cur is still the row load found.
-			stored[next.RequestID] = cur != nil
-			dirty = append(dirty, next.RequestID)
-		}
+		touch(next.RequestID, cur)
 		var created int64
 		if cur == nil {
 			created = 1
 		}
 		if delta != 0 || created != 0 {
-			o := origin{next.Tenant, next.User, next.KeyID, next.CreatedAt.Truncate(bucketSize).UnixMicro()}
-			d := byOrigin[o]
-			d.cost = addSat(d.cost, delta)
-			d.entries += created
-			byOrigin[o] = d
+			count(next, delta, created)
 		}
 	}
-	if len(dirty) == 0 {
+	for i := range recs {
+		apply(&recs[i])
+	}
+	if len(unseen) > 0 {
+		gone, err := tx.remove(ctx, unseen)
+		if err != nil {
+			return err
+		}
+		for i := range gone {
+			count(&gone[i], -int64(gone[i].Charge()), -1)
+		}
+	}
+	if len(dirty) == 0 && len(byOrigin) == 0 {
 		return nil
 	}
 	var inserts, updates []*Entry
+	var deletes []string
 	for _, id := range dirty {
-		if stored[id] {
+		switch {
+		case rows[id] == nil && stored[id]:
+			deletes = append(deletes, id)
+		case rows[id] == nil: // inserted and deleted in this batch
+		case stored[id]:
 			updates = append(updates, rows[id])
-		} else {
+		default:
 			inserts = append(inserts, rows[id])
 		}
 	}
@@ -400,6 +462,11 @@ func mergeRun(ctx context.Context, tx storeTx, node string, recs []record, res *
 	for k, v := range deltas {
 		if v == (spendDelta{}) {
 			delete(deltas, k)
+		}
+	}
+	if len(deletes) > 0 {
+		if _, err := tx.remove(ctx, deletes); err != nil {
+			return err
 		}
 	}
 	return tx.write(ctx, node, inserts, updates, deltas)

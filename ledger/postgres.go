@@ -188,6 +188,29 @@ func pgEntries(rows pgx.Rows) ([]Entry, error) {
 	return es, nil
 }
 
+func (t *pgTx) remove(ctx context.Context, ids []string) ([]Entry, error) {
+	rows, err := t.tx.Query(ctx, `DELETE FROM ledger_entries WHERE request_id = ANY($1)
+		RETURNING tenant, user_id, key_id, created_at, cost`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: postgres delete: %w", err)
+	}
+	defer rows.Close()
+	gone := make([]Entry, 0, len(ids))
+	for rows.Next() {
+		e := Entry{Status: StatusSettled}
+		var cost int64
+		if err := rows.Scan(&e.Tenant, &e.User, &e.KeyID, &e.CreatedAt, &cost); err != nil {
+			return nil, fmt.Errorf("ledger: postgres delete: %w", err)
+		}
+		e.CreatedAt, e.ActualCost = e.CreatedAt.UTC(), costmodel.NanoUSD(cost)
+		gone = append(gone, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: postgres delete: %w", err)
+	}
+	return gone, nil
+}
+
 func (t *pgTx) load(ctx context.Context, ids []string) (map[string]*Entry, error) {
 	rows, err := t.tx.Query(ctx, "SELECT "+readColumns+" FROM ledger_entries WHERE request_id = ANY($1)", ids)
 	if err != nil {
@@ -520,6 +543,22 @@ func (s *pgStore) entries(ctx context.Context, q Query, after *cursor, limit int
 	rows, err := s.pool.Query(ctx, sqlText, args...)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: postgres entries: %w", err)
+	}
+	return pgEntries(rows)
+}
+
+func (s *pgStore) tickEntries(ctx context.Context, node string, from, to time.Time, after *cursor, limit int) ([]Entry, error) {
+	sqlText := "SELECT " + readColumns + ` FROM ledger_entries WHERE created_at >= $1 AND created_at < $2
+		AND starts_with(request_id, $3) AND node = $4 AND status = 'settled'`
+	args := []any{from, to, tickEntryPrefix, node}
+	if after != nil {
+		sqlText += " AND (created_at, request_id) > ($5::timestamptz, $6::text)"
+		args = append(args, after.created, after.id)
+	}
+	args = append(args, limit)
+	rows, err := s.pool.Query(ctx, sqlText+fmt.Sprintf(" ORDER BY created_at, request_id LIMIT $%d", len(args)), args...)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: postgres tick entries: %w", err)
 	}
 	return pgEntries(rows)
 }

@@ -44,13 +44,33 @@ const (
 	// entries written before it (see Ledger.tick). Its payload is the
 	// kind and pos, a varint, with no entry.
 	kindTick kind = 6
+	// kindFold replaces some of this node's tick entries by fewer that
+	// sum their counters (see fold.go): it deletes the entries it names
+	// and inserts its own, in one transaction. Its payload is the kind,
+	// the count of the names and each name, then the count of the entries
+	// and each entry, its length and its fields as a reservation's.
+	kindFold kind = 7
 )
 
 type record struct {
 	kind kind
 	e    Entry
 	pos  int64 // a tick's position (kindTick); 0 for the other kinds
+	fold *fold // a fold's entries (kindFold); nil for the other kinds
 }
+
+// fold is what a fold record replaces: the entries named drop, by the
+// entries put.
+type fold struct {
+	drop []string
+	put  []Entry
+}
+
+// A fold record holds at most maxFoldDrops names and maxFoldPuts entries.
+const (
+	maxFoldDrops = 1024
+	maxFoldPuts  = 32
+)
 
 const (
 	frameHeader = 8
@@ -69,11 +89,33 @@ func appendFrame(b []byte, r *record) []byte {
 	start := len(b)
 	b = append(b, make([]byte, frameHeader)...)
 	b = append(b, byte(r.kind))
-	if r.kind == kindTick {
+	switch r.kind {
+	case kindTick:
 		b = binary.AppendVarint(b, r.pos)
 		return sealFrame(b, start)
+	case kindFold:
+		b = binary.AppendUvarint(b, uint64(len(r.fold.drop)))
+		for _, id := range r.fold.drop {
+			b = binary.AppendUvarint(b, uint64(len(id)))
+			b = append(b, id...)
+		}
+		b = binary.AppendUvarint(b, uint64(len(r.fold.put)))
+		for i := range r.fold.put {
+			// Its length first, so that it may end as a record ends.
+			at := len(b)
+			b = appendEntry(b, &r.fold.put[i])
+			n := binary.AppendUvarint(nil, uint64(len(b)-at))
+			b = append(b, n...)
+			copy(b[at+len(n):], b[at:len(b)-len(n)])
+			copy(b[at:], n)
+		}
+		return sealFrame(b, start)
 	}
-	e := &r.e
+	return sealFrame(appendEntry(b, &r.e), start)
+}
+
+// appendEntry encodes e's fields at the end of b.
+func appendEntry(b []byte, e *Entry) []byte {
 	for _, s := range [...]string{e.RequestID, e.Tenant, e.User, e.KeyID, e.Route, e.Upstream,
 		e.Model, e.Region, e.Decision, e.Policy, e.Friction, string(e.Status)} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
@@ -129,7 +171,7 @@ func appendFrame(b []byte, r *record) []byte {
 		b = binary.AppendUvarint(b, uint64(len(e.KeyDesc)))
 		b = append(b, e.KeyDesc...)
 	}
-	return sealFrame(b, start)
+	return b
 }
 
 // sealFrame writes the header of the frame that starts at b[start].
@@ -194,19 +236,65 @@ func checkFrame(b []byte) ([]byte, error) {
 func decodePayload(p []byte, r *record, names *interner) error {
 	d := decoder{b: p, names: names}
 	r.kind = kind(d.byte())
-	if r.kind < kindReserve || r.kind > kindTick {
+	if r.kind < kindReserve || r.kind > kindFold {
 		return fmt.Errorf("%w: kind %d", errCorrupt, r.kind)
 	}
-	r.pos = 0
-	if r.kind == kindTick {
+	r.pos, r.fold = 0, nil
+	switch r.kind {
+	case kindTick:
 		r.e = Entry{}
 		r.pos = d.varint()
 		if d.err == nil && (len(d.b) != 0 || r.pos < 0) {
 			return fmt.Errorf("%w: tick", errCorrupt)
 		}
 		return d.err
+	case kindFold:
+		r.e = Entry{}
+		f, err := decodeFold(&d)
+		r.fold = f
+		return err
 	}
-	e := &r.e
+	return decodeEntry(&d, &r.e)
+}
+
+// decodeFold reads a fold's payload after its kind.
+func decodeFold(d *decoder) (*fold, error) {
+	f := &fold{}
+	n := d.uvarint()
+	if d.err == nil && n > maxFoldDrops {
+		return nil, fmt.Errorf("%w: fold of %d entries", errCorrupt, n)
+	}
+	for range n {
+		f.drop = append(f.drop, d.string())
+	}
+	n = d.uvarint()
+	if d.err == nil && n > maxFoldPuts {
+		return nil, fmt.Errorf("%w: fold into %d entries", errCorrupt, n)
+	}
+	f.put = make([]Entry, n)
+	for i := range f.put {
+		size := d.uvarint()
+		if d.err != nil || size > uint64(len(d.b)) {
+			d.fail()
+			return nil, d.err
+		}
+		sub := decoder{b: d.b[:size], names: d.names}
+		d.b = d.b[size:]
+		if err := decodeEntry(&sub, &f.put[i]); err != nil {
+			return nil, err
+		}
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if len(d.b) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", errCorrupt, len(d.b))
+	}
+	return f, nil
+}
+
+// decodeEntry reads an entry's fields, to the end of d.
+func decodeEntry(d *decoder, e *Entry) error {
 	e.RequestID = d.string()
 	for _, s := range [...]*string{&e.Tenant, &e.User, &e.KeyID, &e.Route, &e.Upstream,
 		&e.Model, &e.Region, &e.Decision, &e.Policy, &e.Friction} {
@@ -336,6 +424,16 @@ func (d *decoder) name() string {
 	s := d.names.get(d.b[k : k+int(n)])
 	d.b = d.b[k+int(n):]
 	return s
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, k := binary.Uvarint(d.b)
+	if d.err != nil || k <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[k:]
+	return v
 }
 
 func (d *decoder) varint() int64 {

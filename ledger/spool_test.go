@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -63,6 +64,10 @@ func FuzzReadFrame(f *testing.F) {
 	r.kind = kindTally
 	f.Add(appendFrame(nil, &r))
 	f.Add(appendFrame(nil, &record{kind: kindTick, pos: 7}))
+	put := sampleRecord("tly_n_0123abcd.f1_0").e
+	put.KeyDesc = "search\t0\t10\t60000000000\t10\t0\tacme\t7"
+	f.Add(appendFrame(nil, &record{kind: kindFold, fold: &fold{drop: []string{"tly_n_0123abcd_3f_0", "tly_n_0123abcd_40_1"}, put: []Entry{put, put}}}))
+	f.Add(appendFrame(nil, &record{kind: kindFold, fold: &fold{}}))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var r, k record
@@ -78,7 +83,7 @@ func FuzzReadFrame(f *testing.F) {
 			if r.kind == kindTally {
 				want = record{kind: kindTally}
 			}
-			if errk != nil || nk != n || k != want {
+			if errk != nil || nk != n || !reflect.DeepEqual(k, want) {
 				t.Fatalf("readFrameKind = %d, %+v, %v; want %d, %+v", nk, k, errk, n, want)
 			}
 		}
@@ -92,7 +97,7 @@ func FuzzReadFrame(f *testing.F) {
 			t.Fatalf("length %d of %d bytes", n, len(b))
 		}
 		var again record
-		if _, err := readFrame(appendFrame(nil, &r), &again, &interner{}); err != nil || again != r {
+		if _, err := readFrame(appendFrame(nil, &r), &again, &interner{}); err != nil || !reflect.DeepEqual(again, r) {
 			t.Fatalf("re-encoded record reads back as %+v, %v; want %+v", again, err, r)
 		}
 	})

@@ -307,6 +307,33 @@ func sqliteSpendN(n int) string {
 	SET cost = MIN(MAX(cost + excluded.cost, -9223372036854775807 - 1), 9223372036854775807), entries = entries + excluded.entries`
 }
 
+func (t *sqliteTx) remove(ctx context.Context, ids []string) ([]Entry, error) {
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: sqlite delete: %w", err)
+	}
+	rows, err := t.tx.QueryContext(ctx, `DELETE FROM ledger_entries WHERE request_id IN (SELECT value FROM json_each(?))
+		RETURNING tenant, user_id, key_id, created_at, cost`, string(list))
+	if err != nil {
+		return nil, fmt.Errorf("ledger: sqlite delete: %w", err)
+	}
+	defer rows.Close()
+	gone := make([]Entry, 0, len(ids))
+	for rows.Next() {
+		e := Entry{Status: StatusSettled}
+		var created, cost int64
+		if err := rows.Scan(&e.Tenant, &e.User, &e.KeyID, &created, &cost); err != nil {
+			return nil, fmt.Errorf("ledger: sqlite delete: %w", err)
+		}
+		e.CreatedAt, e.ActualCost = fromMicro(created), costmodel.NanoUSD(cost)
+		gone = append(gone, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: sqlite delete: %w", err)
+	}
+	return gone, nil
+}
+
 func (t *sqliteTx) write(ctx context.Context, node string, inserts, updates []*Entry, deltas map[spendKey]spendDelta) error {
 	args := make([]any, 0, min(len(inserts), sqliteChunk)*len(entryColumns))
 	for rows := inserts; len(rows) > 0; {
@@ -444,6 +471,21 @@ func (s *sqliteStore) entries(ctx context.Context, q Query, after *cursor, limit
 	rows, err := s.db.QueryContext(ctx, sqlText, args...)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: sqlite entries: %w", err)
+	}
+	return sqliteEntries(rows)
+}
+
+func (s *sqliteStore) tickEntries(ctx context.Context, node string, from, to time.Time, after *cursor, limit int) ([]Entry, error) {
+	sqlText := "SELECT " + readColumns + ` FROM ledger_entries WHERE created_at >= ? AND created_at < ?
+		AND substr(request_id, 1, ?) = ? AND node = ? AND status = 'settled'`
+	args := []any{from.UnixMicro(), to.UnixMicro(), len(tickEntryPrefix), tickEntryPrefix, node}
+	if after != nil {
+		sqlText += " AND (created_at > ? OR (created_at = ? AND request_id > ?))"
+		args = append(args, after.created.UnixMicro(), after.created.UnixMicro(), after.id)
+	}
+	rows, err := s.db.QueryContext(ctx, sqlText+" ORDER BY created_at, request_id LIMIT ?", append(args, limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: sqlite tick entries: %w", err)
 	}
 	return sqliteEntries(rows)
 }

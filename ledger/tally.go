@@ -145,8 +145,12 @@ func (t *tallies) aggsOf(k tallyShape) *shapeAggs {
 
 // add adds the counters of e, a tally whose lines parse (see parseTally),
 // to its shape's aggregates. t.mu is held.
-func (t *tallies) add(e *Entry, lines []descSum) {
-	p := t.aggsOf(shapeOf(e))
+func (t *tallies) add(e *Entry, lines []descSum) { t.addAs(shapeOf(e), e, lines) }
+
+// addAs is add to the aggregates of shape k (a fold's, whose second is
+// its bucket's start).
+func (t *tallies) addAs(k tallyShape, e *Entry, lines []descSum) {
+	p := t.aggsOf(k)
 	aggs := *p
 	newAgg := func() *tallyAgg {
 		a := &tallyAgg{e: *e, at: make(map[string]int)}

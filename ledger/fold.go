@@ -1,0 +1,246 @@
+package ledger
+
+// Folding bounds what the tallies cost in storage. A tick writes an entry
+// per shape and second (see tally.go), so that a tenant called twice a
+// second wrote 86,400 entries a day, kept as long as the ledger's store
+// keeps anything, for a column that only a restore after a limiter's
+// data loss reads. Once a minute a fold pass reads this node's tick
+// entries that are old enough and replaces those of one shape and one
+// bucket of time by one entry (more where MaxKeyDesc splits it) that sums
+// their counters, created at the latest call of any of them, as a tick's
+// entry is:
+//
+//   - older than 16 minutes, a minute's entries become one;
+//   - older than 4 hours, a quarter hour's;
+//   - older than 4 days, six hours';
+//   - older than 40 days (a restore of descriptor counters reads 32), a
+//     UTC day's.
+//
+// A shape called every second writes 86,400 entries a day; folded, it
+// keeps at most 960 of its last 16 minutes, 224 of the hours before 4
+// hours, 368 of the days before 4 days, 144 of the days before 40, and
+// one a day past that.
+// A window that starts at time T counts an entry created after T, so a
+// folded entry counts in it the calls of its bucket before T too: at most
+// a bucket's worth of calls beyond the window's start, and a bucket is at
+// most a sixteenth of the age at which it is folded, so of any window
+// that reaches back to it. A restore counts at most that much more, never
+// less. The buckets start on the UTC minute, quarter hour and six hours,
+// so a fixed window that starts on them (a minute's, an hour's, a day's)
+// counts exactly what it counted.
+//
+// A fold is a spool record (kindFold) that names the entries it deletes
+// and holds those it inserts, applied in one transaction by the flusher
+// as every record is: a restore reads the entries before it or after it,
+// never half of it. A node folds only its own entries: their records are
+// in its spool before the fold's, so a replay of its spool (an "applied"
+// hint lost) inserts them again and the fold deletes them again, where a
+// fold by another node would leave them counted twice. A node that no
+// longer runs leaves its entries unfolded, and so does a pass that finds
+// an earlier fold not yet applied (it waits for the next pass).
+//
+// Each level's first pass of a run reads back foldLookback before its
+// age: the tick entries of a time this node did not run (it was stopped
+// longer than that) stay as they are.
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// foldLevels are the fold's levels: entries older than age are folded in
+// buckets of size, and a level's first pass of a run reads back lookback.
+var foldLevels = [...]struct{ age, size, lookback time.Duration }{
+	{16 * time.Minute, time.Minute, time.Hour},
+	{4 * time.Hour, 15 * time.Minute, 24 * time.Hour},
+	{4 * 24 * time.Hour, 6 * time.Hour, 8 * 24 * time.Hour},
+	{40 * 24 * time.Hour, 24 * time.Hour, 8 * 24 * time.Hour},
+}
+
+// foldInterval is how often a fold pass runs.
+const foldInterval = time.Minute
+
+// foldGroupMax bounds the entries one fold deletes: a bucket of a shape
+// with more is folded in several.
+const foldGroupMax = 512
+
+// folds is a ledger's fold state.
+type folds struct {
+	mu   sync.Mutex // one pass at a time
+	done [len(foldLevels)]time.Time
+	last int64 // the spool's end after the last fold appended
+	seq  int64 // folds appended in this run: their entries' ids
+}
+
+// foldTallies runs a fold pass at the ledger's clock: it returns the
+// entries its folds delete and insert. It folds nothing while a fold it
+// appended before is not in the store yet.
+func (l *Ledger) foldTallies(ctx context.Context) (dropped, put int, err error) {
+	if l.spool == nil {
+		return 0, 0, nil
+	}
+	l.folds.mu.Lock()
+	defer l.folds.mu.Unlock()
+	now := l.cfg.Now()
+	for i, lv := range foldLevels {
+		l.mu.Lock()
+		applied := l.applied
+		l.mu.Unlock()
+		if applied < l.folds.last {
+			// A level's fold is read again by the next level's, and two
+			// folds of one entry computed from the same store would
+			// both insert its counters: wait for it to be applied.
+			if err := l.FlushUnlessFailing(ctx); err != nil {
+				return dropped, put, err
+			}
+		}
+		hi := now.Add(-lv.age).Truncate(lv.size)
+		lo := l.folds.done[i]
+		if lo.IsZero() {
+			lo = hi.Add(-lv.lookback)
+		}
+		if !lo.Before(hi) {
+			continue
+		}
+		d, p, err := l.foldRange(ctx, lv.size, lo, hi, now)
+		dropped, put = dropped+d, put+p
+		if err != nil {
+			return dropped, put, err
+		}
+		l.folds.done[i] = hi
+	}
+	return dropped, put, nil
+}
+
+// foldGroup is what a fold of one shape and bucket deletes, the entries
+// whose counters it sums.
+type foldGroup struct {
+	k    tallyShape
+	drop []string
+}
+
+// foldRange folds this node's tick entries created in [lo, hi) in buckets
+// of size.
+func (l *Ledger) foldRange(ctx context.Context, size time.Duration, lo, hi, now time.Time) (dropped, put int, err error) {
+	const page = 1000
+	var (
+		after  *cursor
+		bucket int64 = -1
+		sums         = &tallies{} // the sums of the bucket's groups, by shape
+		groups       = map[tallyShape]*foldGroup{}
+		order  []*foldGroup
+		recs   []record
+	)
+	emit := func(g *foldGroup) {
+		aggs := *sums.shapes[g.k]
+		delete(sums.shapes, g.k)
+		delete(groups, g.k)
+		if len(aggs) >= len(g.drop) || len(aggs) > maxFoldPuts {
+			return // nothing to gain, or too many to hold
+		}
+		l.folds.seq++
+		f := &fold{drop: g.drop, put: make([]Entry, len(aggs))}
+		prefix := tickEntryPrefix + l.node + "_" + l.marker[:8] + ".f" + strconv.FormatInt(l.folds.seq, 36) + "_"
+		for i, a := range aggs {
+			e := a.e
+			e.RequestID = prefix + strconv.Itoa(i)
+			e.KeyDesc = a.desc()
+			e.Status, e.Requests = StatusSettled, 0
+			e.SettledAt = micro(now)
+			if e.SettledAt.Before(e.CreatedAt) {
+				e.SettledAt = e.CreatedAt
+			}
+			f.put[i] = e
+		}
+		r := record{kind: kindFold, fold: f}
+		if len(appendFrame(nil, &r)) > maxPayload {
+			return
+		}
+		recs = append(recs, r)
+		dropped, put = dropped+len(f.drop), put+len(f.put)
+	}
+	flushBucket := func() {
+		for _, g := range order {
+			if groups[g.k] == g {
+				emit(g)
+			}
+		}
+		order = order[:0]
+		sums = &tallies{}
+	}
+	for {
+		es, err := l.store.tickEntries(ctx, l.node, lo, hi, after, page)
+		if err != nil {
+			return 0, 0, err
+		}
+		for i := range es {
+			e := &es[i]
+			b := e.CreatedAt.Truncate(size).UnixMicro()
+			if b != bucket {
+				flushBucket()
+				bucket = b
+			}
+			lines, err := parseTally(e.KeyDesc)
+			if err != nil {
+				continue // not a tick's: left as it is
+			}
+			k := shapeOf(e)
+			k.second = b
+			g := groups[k]
+			if g == nil {
+				g = &foldGroup{k: k}
+				groups[k] = g
+				order = append(order, g)
+			}
+			g.drop = append(g.drop, e.RequestID)
+			sums.addAs(k, e, lines)
+			if len(g.drop) == foldGroupMax {
+				emit(g)
+			}
+		}
+		if len(es) < page {
+			break
+		}
+		last := &es[len(es)-1]
+		after = &cursor{last.CreatedAt, last.RequestID}
+	}
+	flushBucket()
+	for len(recs) > 0 {
+		n := min(len(recs), 64)
+		rs := make([]*record, n)
+		for i := range rs {
+			rs[i] = &recs[i]
+		}
+		end, err := l.spool.appendAll(l.cfg.SpoolLimit, rs...)
+		if err != nil {
+			return 0, 0, fmt.Errorf("ledger: tally folds: %w", err)
+		}
+		l.folds.last = end
+		recs = recs[n:]
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
+	return dropped, put, nil
+}
+
+// foldLoop runs a fold pass every foldInterval until the ledger closes.
+func (l *Ledger) foldLoop(ctx context.Context) {
+	defer l.wg.Done()
+	t := time.NewTicker(foldInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		if _, _, err := l.foldTallies(ctx); err != nil && ctx.Err() == nil {
+			l.cfg.Logf("ledger: folding tally entries: %v (again in %v)", err, foldInterval)
+		}
+	}
+}
