@@ -82,8 +82,29 @@ func SpoolWrites(l *Ledger) int64 {
 	return l.spool.writes
 }
 
-// FoldTallies runs a fold pass of l's tick entries at l's clock (see
-// fold.go): the entries its folds delete and insert.
+// FoldTallies runs fold passes of l's tick entries at l's clock (see
+// fold.go) until every level has read up to its age, however many
+// foldSpan takes: the entries their folds delete and insert.
 func FoldTallies(l *Ledger) (dropped, put int, err error) {
+	for {
+		d, p, err := l.foldTallies(context.Background())
+		dropped, put = dropped+d, put+p
+		if err != nil {
+			return dropped, put, err
+		}
+		now, caughtUp := l.cfg.Now(), true
+		l.folds.mu.Lock()
+		for i, lv := range foldLevels {
+			caughtUp = caughtUp && !l.folds.done[i].Before(now.Add(-lv.age).Truncate(lv.size))
+		}
+		l.folds.mu.Unlock()
+		if caughtUp {
+			return dropped, put, nil
+		}
+	}
+}
+
+// FoldPass runs one fold pass of l's tick entries at l's clock.
+func FoldPass(l *Ledger) (dropped, put int, err error) {
 	return l.foldTallies(context.Background())
 }

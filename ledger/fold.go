@@ -20,14 +20,15 @@ package ledger
 // keeps at most 960 of its last 16 minutes, 224 of the hours before 4
 // hours, 368 of the days before 4 days, 144 of the days before 40, and
 // one a day past that.
+//
 // A window that starts at time T counts an entry created after T, so a
 // folded entry counts in it the calls of its bucket before T too: at most
 // a bucket's worth of calls beyond the window's start, and a bucket is at
 // most a sixteenth of the age at which it is folded, so of any window
 // that reaches back to it. A restore counts at most that much more, never
-// less. The buckets start on the UTC minute, quarter hour and six hours,
-// so a fixed window that starts on them (a minute's, an hour's, a day's)
-// counts exactly what it counted.
+// less. The buckets start on the UTC minute, quarter hour, six hours and
+// day, so a window that starts on a bucket's start (a fixed window of a
+// minute, an hour, a day) counts exactly what it counted.
 //
 // A fold is a spool record (kindFold) that names the entries it deletes
 // and holds those it inserts, applied in one transaction by the flusher
@@ -36,23 +37,31 @@ package ledger
 // in its spool before the fold's, so a replay of its spool (an "applied"
 // hint lost) inserts them again and the fold deletes them again, where a
 // fold by another node would leave them counted twice. A node that no
-// longer runs leaves its entries unfolded, and so does a pass that finds
-// an earlier fold not yet applied (it waits for the next pass).
+// longer runs leaves its entries unfolded. A pass that finds an earlier
+// fold not yet in the store has the flusher write it first: two folds of
+// one entry read from the same store would both insert its counters.
 //
-// Each level's first pass of a run reads back foldLookback before its
-// age: the tick entries of a time this node did not run (it was stopped
-// longer than that) stay as they are.
+// Each level's passes go on where the last one ended, which the file
+// Dir/folded keeps across runs (a hint: lost, a level reads back its
+// lookback before its age; behind, a pass folds again what is folded,
+// which changes nothing). A pass reads at most an hour of a level, or a
+// bucket where that is longer (foldSpan), so that a replica that was stopped long catches up over
+// several passes: each reads every entry created in its span, of every
+// node (the store's index is by creation time), and folds its own.
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
 
 // foldLevels are the fold's levels: entries older than age are folded in
-// buckets of size, and a level's first pass of a run reads back lookback.
+// buckets of size, and a level with no progress kept reads back lookback.
 var foldLevels = [...]struct{ age, size, lookback time.Duration }{
 	{16 * time.Minute, time.Minute, time.Hour},
 	{4 * time.Hour, 15 * time.Minute, 24 * time.Hour},
@@ -63,6 +72,10 @@ var foldLevels = [...]struct{ age, size, lookback time.Duration }{
 // foldInterval is how often a fold pass runs.
 const foldInterval = time.Minute
 
+// foldSpan is the most of a level one pass reads: an hour, or a bucket
+// where that is longer.
+func foldSpan(size time.Duration) time.Duration { return max(size, time.Hour) }
+
 // foldGroupMax bounds the entries one fold deletes: a bucket of a shape
 // with more is folded in several.
 const foldGroupMax = 512
@@ -70,20 +83,78 @@ const foldGroupMax = 512
 // folds is a ledger's fold state.
 type folds struct {
 	mu   sync.Mutex // one pass at a time
+	path string     // where done is kept (Dir/folded)
 	done [len(foldLevels)]time.Time
 	last int64 // the spool's end after the last fold appended
 	seq  int64 // folds appended in this run: their entries' ids
 }
 
+// load reads where each level's passes ended, from path. A file that is
+// missing or does not read is no progress: each level reads back its
+// lookback.
+func (f *folds) load(path string, logf func(string, ...any)) {
+	f.path = path
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			logf("ledger: %v (folding starts over)", err)
+		}
+		return
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) != len(f.done) {
+		logf("ledger: %s holds %d times, not %d (folding starts over)", path, len(fields), len(f.done))
+		return
+	}
+	var done [len(foldLevels)]time.Time
+	for i, s := range fields {
+		us, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || us < 0 {
+			logf("ledger: %s: %q is not a time (folding starts over)", path, s)
+			return
+		}
+		if us > 0 { // 0: the level has not run
+			done[i] = time.UnixMicro(us).UTC()
+		}
+	}
+	f.done = done
+}
+
+// save writes where each level's passes ended.
+func (f *folds) save() error {
+	var b []byte
+	for _, t := range f.done {
+		var us int64
+		if !t.IsZero() {
+			us = t.UnixMicro()
+		}
+		b = strconv.AppendInt(b, us, 10)
+		b = append(b, '\n')
+	}
+	tmp := f.path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, f.path)
+}
+
 // foldTallies runs a fold pass at the ledger's clock: it returns the
-// entries its folds delete and insert. It folds nothing while a fold it
-// appended before is not in the store yet.
+// entries its folds delete and insert. A fold it appended before that is
+// not in the store yet is written first.
 func (l *Ledger) foldTallies(ctx context.Context) (dropped, put int, err error) {
 	if l.spool == nil {
 		return 0, 0, nil
 	}
 	l.folds.mu.Lock()
 	defer l.folds.mu.Unlock()
+	moved := false
+	defer func() {
+		if moved && l.folds.path != "" {
+			if serr := l.folds.save(); serr != nil {
+				l.cfg.Logf("ledger: keeping where folding ended: %v", serr)
+			}
+		}
+	}()
 	now := l.cfg.Now()
 	for i, lv := range foldLevels {
 		l.mu.Lock()
@@ -98,9 +169,13 @@ func (l *Ledger) foldTallies(ctx context.Context) (dropped, put int, err error) 
 			}
 		}
 		hi := now.Add(-lv.age).Truncate(lv.size)
-		lo := l.folds.done[i]
-		if lo.IsZero() {
+		lo := l.folds.done[i].Truncate(lv.size)
+		if lo.IsZero() || lo.After(hi) {
+			// The first pass, or a clock set back: read back lookback.
 			lo = hi.Add(-lv.lookback)
+		}
+		if end := lo.Add(foldSpan(lv.size)); end.Before(hi) {
+			hi = end
 		}
 		if !lo.Before(hi) {
 			continue
@@ -111,6 +186,7 @@ func (l *Ledger) foldTallies(ctx context.Context) (dropped, put int, err error) 
 			return dropped, put, err
 		}
 		l.folds.done[i] = hi
+		moved = true
 	}
 	return dropped, put, nil
 }

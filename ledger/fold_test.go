@@ -259,3 +259,67 @@ func TestFoldTalliesOwnNodeOnly(t *testing.T) {
 		t.Errorf("a's own pass: %d dropped, %v; want its entries folded", d, err)
 	}
 }
+
+// TestFoldTalliesResumeAfterRestart: a replica stopped for three hours
+// (longer than the minute level reads back) goes on folding where its
+// last pass ended, from the file Dir/folded: the calls of its last 16
+// minutes before the stop are folded into minutes after the restart,
+// where without the file they stayed an entry a second until the quarter
+// hours took them. A file that does not read is no progress, and no
+// error.
+func TestFoldTalliesResumeAfterRestart(t *testing.T) {
+	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
+		ctx := context.Background()
+		var clock atomic.Int64
+		stop := t0.Add(10 * 24 * time.Hour).Truncate(time.Minute)
+		clock.Store(stop.UnixMicro())
+		cfg.Now = func() time.Time { return time.UnixMicro(clock.Load()).UTC() }
+		l := open(t, cfg)
+		for s := range 30 * 60 { // the last half hour before the stop
+			at := stop.Add(-30*time.Minute + time.Duration(s)*time.Second)
+			if err := l.Tally(ctx, tallyCall("c"+strconv.Itoa(s), at, "ann", descLine("search", "acme", 1))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		flush(t, l)
+		if _, _, err := ledger.FoldTallies(l); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		recent := func(l *ledger.Ledger) int {
+			n := 0
+			for _, e := range all(t, l, ledger.Query{Tenant: "acme", From: stop.Add(-16 * time.Minute), To: stop}) {
+				if strings.HasPrefix(e.RequestID, "tly_") {
+					n++
+				}
+			}
+			return n
+		}
+		clock.Store(stop.Add(3 * time.Hour).UnixMicro())
+		l = open(t, cfg)
+		if n := recent(l); n < 16*60-60 {
+			t.Fatalf("%d entries of the last 16 minutes before the stop, before the restart's pass; want one a second", n)
+		}
+		if _, _, err := ledger.FoldTallies(l); err != nil {
+			t.Fatal(err)
+		}
+		flush(t, l)
+		if n := recent(l); n > 17 {
+			t.Errorf("%d entries of the last 16 minutes before the stop after the restart's pass; want one a minute", n)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+
+		if err := os.WriteFile(filepath.Join(cfg.Dir, "folded"), []byte("not\na\ntime\n!\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		clock.Store(stop.Add(9 * time.Hour).UnixMicro())
+		l = open(t, cfg)
+		if _, _, err := ledger.FoldTallies(l); err != nil {
+			t.Errorf("a pass after a folded file that does not read: %v", err)
+		}
+	})
+}

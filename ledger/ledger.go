@@ -184,6 +184,7 @@ func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 	go func() { defer l.wg.Done(); l.spool.syncLoop(cfg.SyncInterval, l.syncKick, l.stop) }()
 	go func() { defer l.wg.Done(); l.flushLoop(runCtx) }()
 	go l.tickLoop()
+	l.folds.load(filepath.Join(cfg.Dir, "folded"), cfg.Logf)
 	l.wg.Add(1)
 	go l.foldLoop(runCtx)
 	if pg, ok := l.store.(*pgStore); ok {
