@@ -306,17 +306,9 @@ func (l *Ledger) foldRange(ctx context.Context, size time.Duration, lo, hi, now 
 
 // foldLoop runs a fold pass every foldInterval until the ledger closes.
 func (l *Ledger) foldLoop(ctx context.Context) {
-	defer l.wg.Done()
-	t := time.NewTicker(foldInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-t.C:
-		}
+	l.every(foldInterval, func() {
 		if _, _, err := l.foldTallies(ctx); err != nil && ctx.Err() == nil {
 			l.cfg.Logf("ledger: folding tally entries: %v (again in %v)", err, foldInterval)
 		}
-	}
+	})
 }

@@ -74,6 +74,15 @@ func windowCounts(t *testing.T, l *ledger.Ledger, now time.Time) (exact, wider [
 	return exact, wider
 }
 
+// foldLedger sets cfg's clock to stand at the now of foldCalls, and opens
+// a ledger of it.
+func foldLedger(t *testing.T, cfg *ledger.Config) (*ledger.Ledger, time.Time) {
+	t.Helper()
+	now := t0.Add(10 * 24 * time.Hour).Truncate(time.Minute).Add(17 * time.Second)
+	cfg.Now = func() time.Time { return now }
+	return open(t, *cfg), now
+}
+
 // tickRows counts acme's tick entries, and checks that the spend roll-up
 // counts as many entries as the store holds.
 func tickRows(t *testing.T, l *ledger.Ledger, now time.Time) int {
@@ -105,11 +114,7 @@ func tickRows(t *testing.T, l *ledger.Ledger, now time.Time) int {
 // roll-up's entry count follows the store's.
 func TestFoldTalliesBoundsStorage(t *testing.T) {
 	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
-		var clock atomic.Int64
-		now := t0.Add(10 * 24 * time.Hour).Truncate(time.Minute).Add(17 * time.Second)
-		clock.Store(now.UnixMicro())
-		cfg.Now = func() time.Time { return time.UnixMicro(clock.Load()).UTC() }
-		l := open(t, cfg)
+		l, now := foldLedger(t, &cfg)
 		calls := foldCalls(t, l, now)
 		before := tickRows(t, l, now)
 		if before != calls {
@@ -161,11 +166,7 @@ func checkWindows(t *testing.T, what string, l *ledger.Ledger, now time.Time, ex
 // and the store holds as many entries.
 func TestFoldTalliesReplayCountsOnce(t *testing.T) {
 	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
-		var clock atomic.Int64
-		now := t0.Add(10 * 24 * time.Hour).Truncate(time.Minute).Add(17 * time.Second)
-		clock.Store(now.UnixMicro())
-		cfg.Now = func() time.Time { return time.UnixMicro(clock.Load()).UTC() }
-		l := open(t, cfg)
+		l, now := foldLedger(t, &cfg)
 		foldCalls(t, l, now)
 		if _, _, err := ledger.FoldTallies(l); err != nil {
 			t.Fatal(err)

@@ -426,8 +426,18 @@ func (l *Ledger) tick() error {
 
 // tickLoop ticks every tallyInterval until the ledger closes.
 func (l *Ledger) tickLoop() {
+	l.every(tallyInterval, func() {
+		if err := l.tick(); err != nil {
+			l.cfg.Logf("%v (kept for the next tick)", err)
+		}
+	})
+}
+
+// every calls f every interval until the ledger closes, and then marks
+// its goroutine done (l.wg).
+func (l *Ledger) every(interval time.Duration, f func()) {
 	defer l.wg.Done()
-	t := time.NewTicker(tallyInterval)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
@@ -435,9 +445,7 @@ func (l *Ledger) tickLoop() {
 			return
 		case <-t.C:
 		}
-		if err := l.tick(); err != nil {
-			l.cfg.Logf("%v (kept for the next tick)", err)
-		}
+		f()
 	}
 }
 
