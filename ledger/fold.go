@@ -149,7 +149,7 @@ func (l *Ledger) foldTallies(ctx context.Context) (dropped, put int, err error) 
 	defer l.folds.mu.Unlock()
 	moved := false
 	defer func() {
-		if moved && l.folds.path != "" {
+		if moved {
 			if serr := l.folds.save(); serr != nil {
 				l.cfg.Logf("ledger: keeping where folding ended: %v", serr)
 			}

@@ -100,14 +100,12 @@ func appendFrame(b []byte, r *record) []byte {
 			b = append(b, id...)
 		}
 		b = binary.AppendUvarint(b, uint64(len(r.fold.put)))
+		var e []byte
 		for i := range r.fold.put {
 			// Its length first, so that it may end as a record ends.
-			at := len(b)
-			b = appendEntry(b, &r.fold.put[i])
-			n := binary.AppendUvarint(nil, uint64(len(b)-at))
-			b = append(b, n...)
-			copy(b[at+len(n):], b[at:len(b)-len(n)])
-			copy(b[at:], n)
+			e = appendEntry(e[:0], &r.fold.put[i])
+			b = binary.AppendUvarint(b, uint64(len(e)))
+			b = append(b, e...)
 		}
 		return sealFrame(b, start)
 	}
