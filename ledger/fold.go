@@ -58,6 +58,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/costgate/costgate/costmodel"
 )
 
 // foldLevels are the fold's levels: entries older than age are folded in
@@ -260,7 +262,7 @@ func (l *Ledger) foldRange(ctx context.Context, size time.Duration, lo, hi, now 
 				bucket = b
 			}
 			lines, err := parseTally(e.KeyDesc)
-			if err != nil {
+			if err != nil || !ofNoCost(e) {
 				continue // not a tick's: left as it is
 			}
 			k := shapeOf(e)
@@ -302,6 +304,13 @@ func (l *Ledger) foldRange(ctx context.Context, size time.Duration, lo, hi, now 
 		}
 	}
 	return dropped, put, nil
+}
+
+// ofNoCost reports whether e counts nothing but its KeyDesc, as a tick's
+// entry: a fold sums KeyDesc alone, and would lose the rest.
+func ofNoCost(e *Entry) bool {
+	return e.Requests == 0 && e.EstimatedCost == 0 && e.ActualCost == 0 &&
+		e.Estimated == (costmodel.Usage{}) && e.Actual == (costmodel.Usage{})
 }
 
 // foldLoop runs a fold pass every foldInterval until the ledger closes.

@@ -324,3 +324,33 @@ func TestFoldTalliesResumeAfterRestart(t *testing.T) {
 		}
 	})
 }
+
+// TestFoldTalliesLeavesWhatCosts: a tick entry the store holds with a
+// request and a charge (no tick writes one; an older version's entry, or
+// an operator's change) is not folded: a fold sums the counters alone,
+// and would delete the request and the charge with it.
+func TestFoldTalliesLeavesWhatCosts(t *testing.T) {
+	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
+		l, now := foldLedger(t, &cfg)
+		foldCalls(t, l, now)
+		var id string
+		for _, e := range all(t, l, ledger.Query{Tenant: "acme", To: now.Add(-24 * time.Hour)}) {
+			if strings.HasPrefix(e.RequestID, "tly_") {
+				id = e.RequestID
+				break
+			}
+		}
+		if id == "" {
+			t.Fatal("no tick entry older than a day")
+		}
+		rawExec(t, cfg, "UPDATE ledger_entries SET requests = 1, actual_cost = 5000, cost = 5000 WHERE request_id = '"+id+"'")
+		if _, _, err := ledger.FoldTallies(l); err != nil {
+			t.Fatal(err)
+		}
+		flush(t, l)
+		e, ok, err := l.Lookup(context.Background(), id)
+		if err != nil || !ok || e.Requests != 1 || e.Charge() != 5000 {
+			t.Errorf("the entry of a request and a charge after the fold: %+v, %v, %v; want it kept", e, ok, err)
+		}
+	})
+}
