@@ -209,7 +209,6 @@ func (l *Ledger) foldRange(ctx context.Context, size time.Duration, lo, hi, now 
 		bucket int64 = -1
 		sums         = &tallies{} // the sums of the bucket's groups, by shape
 		groups       = map[tallyShape]*foldGroup{}
-		order  []*foldGroup
 		recs   []record
 	)
 	emit := func(g *foldGroup) {
@@ -241,12 +240,9 @@ func (l *Ledger) foldRange(ctx context.Context, size time.Duration, lo, hi, now 
 		dropped, put = dropped+len(f.drop), put+len(f.put)
 	}
 	flushBucket := func() {
-		for _, g := range order {
-			if groups[g.k] == g {
-				emit(g)
-			}
+		for _, g := range groups {
+			emit(g) // deletes g from groups
 		}
-		order = order[:0]
 		sums = &tallies{}
 	}
 	for {
@@ -271,7 +267,6 @@ func (l *Ledger) foldRange(ctx context.Context, size time.Duration, lo, hi, now 
 			if g == nil {
 				g = &foldGroup{k: k}
 				groups[k] = g
-				order = append(order, g)
 			}
 			g.drop = append(g.drop, e.RequestID)
 			sums.addAs(k, e, lines)
