@@ -237,7 +237,31 @@ func (l *Ledger) foldRange(ctx context.Context, size time.Duration, lo, hi, now 
 			return
 		}
 		recs = append(recs, r)
-		dropped, put = dropped+len(f.drop), put+len(f.put)
+	}
+	// write appends the folds emitted so far, 64 a write(2): a pass that
+	// catches up an hour of many tallies holds no more of them.
+	write := func() error {
+		for len(recs) > 0 {
+			n := min(len(recs), 64)
+			rs := make([]*record, n)
+			for i := range rs {
+				rs[i] = &recs[i]
+			}
+			end, err := l.spool.appendAll(l.cfg.SpoolLimit, rs...)
+			if err != nil {
+				return fmt.Errorf("ledger: tally folds: %w", err)
+			}
+			l.folds.last = end
+			for _, r := range recs[:n] {
+				dropped, put = dropped+len(r.fold.drop), put+len(r.fold.put)
+			}
+			recs = recs[n:]
+			select {
+			case l.wake <- struct{}{}:
+			default:
+			}
+		}
+		return nil
 	}
 	flushBucket := func() {
 		for _, g := range groups {
@@ -248,7 +272,7 @@ func (l *Ledger) foldRange(ctx context.Context, size time.Duration, lo, hi, now 
 	for {
 		es, err := l.store.tickEntries(ctx, l.node, lo, hi, after, page)
 		if err != nil {
-			return 0, 0, err
+			return dropped, put, err
 		}
 		for i := range es {
 			e := &es[i]
@@ -274,6 +298,11 @@ func (l *Ledger) foldRange(ctx context.Context, size time.Duration, lo, hi, now 
 				emit(g)
 			}
 		}
+		if len(recs) >= 64 {
+			if err := write(); err != nil {
+				return dropped, put, err
+			}
+		}
 		if len(es) < page {
 			break
 		}
@@ -281,24 +310,7 @@ func (l *Ledger) foldRange(ctx context.Context, size time.Duration, lo, hi, now 
 		after = &cursor{last.CreatedAt, last.RequestID}
 	}
 	flushBucket()
-	for len(recs) > 0 {
-		n := min(len(recs), 64)
-		rs := make([]*record, n)
-		for i := range rs {
-			rs[i] = &recs[i]
-		}
-		end, err := l.spool.appendAll(l.cfg.SpoolLimit, rs...)
-		if err != nil {
-			return 0, 0, fmt.Errorf("ledger: tally folds: %w", err)
-		}
-		l.folds.last = end
-		recs = recs[n:]
-		select {
-		case l.wake <- struct{}{}:
-		default:
-		}
-	}
-	return dropped, put, nil
+	return dropped, put, write()
 }
 
 // ofNoCost reports whether e counts nothing but its KeyDesc, as a tick's
