@@ -33,8 +33,8 @@ import (
 // Desc groups by the descriptor counters an entry records
 // (Entry.KeyDesc), for a front door's own limits, and selects only the
 // entries that record some. Its answer is one per counter, not one per
-// KeyDesc text: tallies (Ledger.Tally) make nearly every second of a
-// tenant's calls a text of its own, past MaxGroups of them in hours, and
+// KeyDesc text: tallies (Ledger.Tally) make nearly every ten seconds of
+// a tenant's calls a text of its own, past MaxGroups of them in days, and
 // a limiter needs the sum of each counter. A group's KeyDesc is one
 // line, the counter (a line's text before its last tab, see parseTally)
 // and what the selected entries counted on it (the sum of each entry's

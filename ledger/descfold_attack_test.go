@@ -11,9 +11,9 @@ import (
 	"github.com/costgate/costgate/ledger"
 )
 
-// The attack: since tallies, each second of a tenant's calls that cost
-// nothing is an entry whose KeyDesc holds that second's sums, a text of
-// its own. A tenant that calls every second for a few hours has more
+// The attack: since tallies, each ten seconds of a tenant's calls that
+// cost nothing is an entry whose KeyDesc holds their sums, a text of its
+// own. A tenant that calls every ten seconds for a few days has more
 // distinct texts than MaxGroups in a limit's window; a grouped read by
 // text that keeps MaxGroups of them restores part of each counter, and
 // after the limiter loses its data the tenant is admitted past its
@@ -24,8 +24,8 @@ import (
 // amount).
 type descCounter struct{ user, counter string }
 
-// descCalls tallies n calls of user from at, each in a second of its
-// own: amount first+i on the search counter (so that each second's
+// descCalls tallies n calls of user from at, each in a tally bucket of
+// its own: amount first+i on the search counter (so that each bucket's
 // KeyDesc is a text of its own) and 2 on one of three projects' counters.
 // It adds what they count to want.
 func descCalls(t *testing.T, l *ledger.Ledger, user string, at time.Time, n int, first int64, want map[descCounter]int64) {
@@ -33,7 +33,7 @@ func descCalls(t *testing.T, l *ledger.Ledger, user string, at time.Time, n int,
 	ctx := context.Background()
 	for i := range n {
 		desc := []string{descLine("search", "acme", first+int64(i)), descLine("per-project", "acme_p"+strconv.Itoa(i%3), 2)}
-		if err := l.Tally(ctx, tallyCall(user+"-"+strconv.Itoa(i), at.Add(time.Duration(i)*time.Second), user, desc...)); err != nil {
+		if err := l.Tally(ctx, tallyCall(user+"-"+strconv.Itoa(i), at.Add(time.Duration(i)*ledger.TallyBucket), user, desc...)); err != nil {
 			t.Fatal(err)
 		}
 		for _, d := range desc {
@@ -116,7 +116,7 @@ func ofEveryUser(want map[descCounter]int64) map[string]int64 {
 }
 
 // TestCountsByDescPastMaxGroups: a tenant with more distinct KeyDesc
-// texts than MaxGroups in the range (20,000 seconds of ann's tallies,
+// texts than MaxGroups in the range (20,000 buckets of ann's tallies,
 // each its own text, and 100 of bob's), on both stores: CountsBy grouped
 // by Desc, and by user and Desc, answers each counter's exact sum, while
 // the tallies are all pending (no tick yet) and once ticked into the
@@ -131,7 +131,7 @@ func TestCountsByDescPastMaxGroups(t *testing.T) {
 		want := map[descCounter]int64{}
 		descCalls(t, l, "ann", t0, calls, 1, want)
 		descCalls(t, l, "bob", t0, 100, 1, want)
-		q := ledger.SpendQuery{Tenant: "acme", From: t0.Add(-time.Hour), To: t0.Add(6 * time.Hour)}
+		q := ledger.SpendQuery{Tenant: "acme", From: t0.Add(-time.Hour), To: t0.Add(calls*ledger.TallyBucket + time.Hour)}
 		read := func(what string, pendingToo bool) {
 			t.Helper()
 			gs, err := l.CountsBy(ctx, q, ledger.GroupBy{User: true, Desc: true})
@@ -180,7 +180,7 @@ func TestCountsByDescPastMaxGroupsWhileTheStoreIsDown(t *testing.T) {
 	// the records its spool still holds before the last read one at a
 	// time, slowly.
 	l, pg, ctx := storeDownLedger(t, ledger.Config{SegmentSize: 64 << 10})
-	start := t0.Add(-6 * time.Hour) // before storeDownLedger's now, t0 + 1h
+	start := t0.Add(-18_001 * ledger.TallyBucket) // before storeDownLedger's now, t0 + 1h
 	q := ledger.SpendQuery{Tenant: "acme", From: start.Add(-time.Hour), To: t0.Add(time.Hour)}
 	stored := map[descCounter]int64{}
 	descCalls(t, l, "ann", start, 12_000, 1, stored)
@@ -195,13 +195,13 @@ func TestCountsByDescPastMaxGroupsWhileTheStoreIsDown(t *testing.T) {
 
 	pg.Stop()
 	later := map[descCounter]int64{}
-	descCalls(t, l, "ann", start.Add(12_000*time.Second), 3_000, 12_001, later)
+	descCalls(t, l, "ann", start.Add(12_000*ledger.TallyBucket), 3_000, 12_001, later)
 	if err := ledger.Tick(l); err != nil { // entries in the spool only
 		t.Fatal(err)
 	}
 	release := ledger.HoldTicks(l)
 	t.Cleanup(release)
-	descCalls(t, l, "ann", start.Add(15_000*time.Second), 3_000, 15_001, later)
+	descCalls(t, l, "ann", start.Add(15_000*ledger.TallyBucket), 3_000, 15_001, later)
 	want := map[descCounter]int64{}
 	for _, m := range []map[descCounter]int64{stored, later} {
 		for k, v := range m {

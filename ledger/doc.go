@@ -19,11 +19,11 @@
 // limits (a rate limit service's) is not an entry of its own: Tally
 // appends one spool record, as durable as a reservation, and sums its
 // counters (Entry.KeyDesc) into an aggregate in memory per shape (the
-// entry's columns but its id, costs and usage) and UTC second. Every
-// second, and at the start of Flush, the aggregates become settled
-// entries of no request and no cost, created at their latest call, with
-// ids "tly_<node>_..." (a prefix no request's id may take), followed by
-// a tick record, all in one write. CountsBy grouping by Desc adds the
+// entry's columns but its id, costs and usage) and UTC ten seconds.
+// Just after each ten seconds, and at the start of Flush, the aggregates
+// become settled entries of no request and no cost, created at their
+// latest call, with ids "tly_<node>_..." (a prefix no request's id may
+// take), followed by a tick record, all in one write. CountsBy grouping by Desc adds the
 // aggregates not yet written as pending entries. Open writes the tallies
 // a dead process left after its last tick record; the spool keeps their
 // segments until then. A tick's write the death of the process cut short

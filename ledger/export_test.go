@@ -14,6 +14,17 @@ func SetPGLockTimeout(d time.Duration) (restore func()) {
 	return func() { pgLockTimeout = was }
 }
 
+// TallyBucket is the span of time a tally's aggregate sums.
+const TallyBucket = tallyBucket
+
+// SetMaxPendingShapes sets the aggregates past which a tally asks for an
+// early tick, until the returned function restores it.
+func SetMaxPendingShapes(n int) (restore func()) {
+	was := maxPendingShapes
+	maxPendingShapes = n
+	return func() { maxPendingShapes = was }
+}
+
 // ApplyLock is the advisory lock key that serializes batches.
 const ApplyLock = applyLock
 

@@ -1,8 +1,8 @@
 package ledger
 
 // Folding bounds what the tallies cost in storage. A tick writes an entry
-// per shape and second (see tally.go), so that a tenant called twice a
-// second wrote 86,400 entries a day, kept as long as the ledger's store
+// per shape and ten seconds (see tally.go), so that a tenant called every
+// few seconds writes 8,640 entries a day, kept as long as the ledger's store
 // keeps anything, for a column that only a restore after a limiter's
 // data loss reads. Once a minute a fold pass reads this node's tick
 // entries that are old enough and replaces those of one shape and one
@@ -16,8 +16,8 @@ package ledger
 //   - older than 40 days (a restore of descriptor counters reads 32), a
 //     UTC day's.
 //
-// A shape called every second writes 86,400 entries a day; folded, it
-// keeps at most 960 of its last 16 minutes, 224 of the hours before 4
+// A shape called every second writes 8,640 entries a day; folded, it
+// keeps at most 96 of its last 16 minutes, 224 of the hours before 4
 // hours, 368 of the days before 4 days, 144 of the days before 40, and
 // one a day past that.
 //
@@ -286,7 +286,7 @@ func (l *Ledger) foldRange(ctx context.Context, size time.Duration, lo, hi, now 
 				continue // not a tick's: left as it is
 			}
 			k := shapeOf(e)
-			k.second = b
+			k.bucket = b
 			g := groups[k]
 			if g == nil {
 				g = &foldGroup{k: k}

@@ -300,8 +300,8 @@ func TestFoldTalliesResumeAfterRestart(t *testing.T) {
 		}
 		clock.Store(stop.Add(3 * time.Hour).UnixMicro())
 		l = open(t, cfg)
-		if n := recent(l); n < 16*60-60 {
-			t.Fatalf("%d entries of the last 16 minutes before the stop, before the restart's pass; want one a second", n)
+		if n := recent(l); n < 16*6-6 {
+			t.Fatalf("%d entries of the last 16 minutes before the stop, before the restart's pass; want one a bucket", n)
 		}
 		if _, _, err := ledger.FoldTallies(l); err != nil {
 			t.Fatal(err)

@@ -34,6 +34,7 @@ type Ledger struct {
 	hurry    chan struct{} // cuts the flusher's batch delay short (Flush); buffered 1
 	flushTo  atomic.Int64  // the spool position that Flush waits for: no batch delay before it
 	syncKick chan struct{} // nudges the syncer; buffered 1
+	tickKick chan struct{} // asks for an early tick (maxPendingShapes); buffered 1
 	stop     chan struct{} // closed by Close to stop the goroutines
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -108,6 +109,7 @@ func Open(ctx context.Context, cfg Config) (_ *Ledger, err error) {
 		wake:     make(chan struct{}, 1),
 		hurry:    make(chan struct{}, 1),
 		syncKick: make(chan struct{}, 1),
+		tickKick: make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		advanced: make(chan struct{}),
 	}

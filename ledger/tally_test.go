@@ -80,7 +80,7 @@ func sameCounts(t *testing.T, what string, got, want map[string]int64) {
 }
 
 // TestTallyAggregates: 100 calls of ann over two seconds and 10 of bob
-// become one entry per shape and second, with the counters summed;
+// become one entry per shape and bucket, with the counters summed;
 // CountsBy grouping by Desc sees them at once as pending entries, and
 // after Flush from the store, never twice.
 func TestTallyAggregates(t *testing.T) {
@@ -124,8 +124,8 @@ func TestTallyAggregates(t *testing.T) {
 		sameCounts(t, "after Flush", all, want)
 		sameCounts(t, "pending after Flush", pending, map[string]int64{})
 		es := tallyEntries(t, l)
-		if n := len(es); n < 3 || n > 6 {
-			t.Errorf("%d entries of 110 tallies; want one per shape and second: 3 (up to 6 when a tick fell between)", n)
+		if n := len(es); n < 2 || n > 4 {
+			t.Errorf("%d entries of 110 tallies; want one per shape and bucket: 2 (up to 4 when a tick fell between)", n)
 		}
 		for _, e := range es {
 			if e.Requests != 0 || e.Charge() != 0 || e.Status != ledger.StatusSettled {
@@ -473,4 +473,102 @@ func TestTickEntryIDsAreTheLedgers(t *testing.T) {
 			t.Errorf("Settle of a tick entry's id: %v; want ErrInvalid", err)
 		}
 	})
+}
+
+// TestTallyBucketsOfTenSeconds: a shape called every second for two
+// minutes is twelve entries, one per ten seconds of the UTC clock, each
+// created at the latest call it holds. A window that starts on the
+// minute counts exactly its calls; one that starts within a bucket
+// counts no fewer than its calls, and no more than the calls since that
+// bucket's start.
+func TestTallyBucketsOfTenSeconds(t *testing.T) {
+	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
+		l := open(t, cfg)
+		release := ledger.HoldTicks(l) // the test's buckets written in one tick
+		t.Cleanup(release)
+		ctx := context.Background()
+		start := t0.Truncate(time.Minute).Add(time.Minute)
+		const calls = 120
+		for i := range calls {
+			if err := l.Tally(ctx, tallyCall("c"+strconv.Itoa(i), start.Add(time.Duration(i)*time.Second), "ann", descLine("search", "acme", 1))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		release()
+		flush(t, l)
+		es := tallyEntries(t, l)
+		if len(es) != calls/10 {
+			t.Fatalf("%d entries of %d calls a second apart; want one per ten seconds: %d", len(es), calls, calls/10)
+		}
+		latest := map[time.Time]bool{}
+		for i := 9; i < calls; i += 10 {
+			latest[start.Add(time.Duration(i)*time.Second)] = true
+		}
+		for _, e := range es {
+			if !latest[e.CreatedAt] {
+				t.Errorf("entry %s created at %s: not the latest call of a bucket", e.RequestID, e.CreatedAt)
+			}
+		}
+		count := func(from, to time.Time) int64 {
+			t.Helper()
+			gs, err := l.CountsBy(ctx, ledger.SpendQuery{Tenant: "acme", From: from, To: to}, ledger.GroupBy{Desc: true})
+			if err != nil {
+				t.Fatalf("CountsBy: %v", err)
+			}
+			all, _ := descCounts(t, gs)
+			var n int64
+			for _, v := range all {
+				n += v
+			}
+			return n
+		}
+		for _, m := range []time.Time{start, start.Add(time.Minute)} {
+			if n := count(m, m.Add(time.Minute)); n != 60 {
+				t.Errorf("the minute from %s counts %d calls; want 60", m, n)
+			}
+		}
+		for _, off := range []time.Duration{5 * time.Second, 25 * time.Second, 61 * time.Second, 99 * time.Second} {
+			from := start.Add(off)
+			since := int64(calls - off/time.Second)
+			bucket := int64(calls - off.Truncate(ledger.TallyBucket)/time.Second)
+			if n := count(from, start.Add(time.Hour)); n < since || n > bucket {
+				t.Errorf("the window from %s counts %d calls; want %d to %d", from, n, since, bucket)
+			}
+		}
+	})
+}
+
+// TestTallyTicksEarlyPastMaxPendingShapes: tallies of more shapes than
+// the aggregates may hold (a caller that sends another user on every
+// call) are written without waiting for their bucket's end.
+func TestTallyTicksEarlyPastMaxPendingShapes(t *testing.T) {
+	defer ledger.SetMaxPendingShapes(100)()
+	l := open(t, ledger.Config{Dir: t.TempDir()})
+	ctx := context.Background()
+	// Just after a bucket's tick: the next one is 9 s away.
+	for time.Since(time.Now().Truncate(ledger.TallyBucket)) > ledger.TallyBucket/2 ||
+		time.Since(time.Now().Truncate(ledger.TallyBucket)) < 200*time.Millisecond {
+		time.Sleep(50 * time.Millisecond)
+	}
+	for i := range 150 {
+		if err := l.Tally(ctx, tallyCall("u"+strconv.Itoa(i), time.Time{}, "u"+strconv.Itoa(i), descLine("search", "acme", 1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		// The flusher writes a tick's entries within its batch delay;
+		// Flush would tick.
+		page, err := l.Entries(ctx, ledger.Query{Tenant: "acme", Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Entries) >= 100 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d tally entries in the store 3 s after 150 shapes were tallied; want the first 100 ticked early", len(page.Entries))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
