@@ -71,7 +71,7 @@ var foldLevels = [...]struct{ age, size, lookback time.Duration }{
 	{40 * 24 * time.Hour, 24 * time.Hour, 8 * 24 * time.Hour},
 }
 
-// foldInterval is how often a fold pass runs.
+// foldInterval is the wait between two fold passes.
 const foldInterval = time.Minute
 
 // foldSpan is the most of a level one pass reads: an hour, or a bucket
@@ -320,9 +320,10 @@ func ofNoCost(e *Entry) bool {
 		e.Estimated == (costmodel.Usage{}) && e.Actual == (costmodel.Usage{})
 }
 
-// foldLoop runs a fold pass every foldInterval until the ledger closes.
+// foldLoop runs a fold pass foldInterval after the last one ended, until
+// the ledger closes.
 func (l *Ledger) foldLoop(ctx context.Context) {
-	l.every(foldInterval, func() {
+	l.every(func(time.Time) time.Duration { return foldInterval }, nil, func() {
 		if _, _, err := l.foldTallies(ctx); err != nil && ctx.Err() == nil {
 			l.cfg.Logf("ledger: folding tally entries: %v (again in %v)", err, foldInterval)
 		}

@@ -464,21 +464,11 @@ func (l *Ledger) tick() error {
 // tickLoop ticks tickLag after each bucket ends, by the host's clock,
 // and when a tally asks for an early tick, until the ledger closes.
 func (l *Ledger) tickLoop() {
-	defer l.wg.Done()
-	t := time.NewTimer(untilTick(time.Now()))
-	defer t.Stop()
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-t.C:
-		case <-l.tickKick:
-		}
+	l.every(untilTick, l.tickKick, func() {
 		if err := l.tick(); err != nil {
 			l.cfg.Logf("%v (kept for the next tick)", err)
 		}
-		t.Reset(untilTick(time.Now()))
-	}
+	})
 }
 
 // untilTick is the wait from now until tickLag after the end of now's
@@ -487,19 +477,22 @@ func untilTick(now time.Time) time.Duration {
 	return now.Truncate(tallyBucket).Add(tallyBucket + tickLag).Sub(now)
 }
 
-// every calls f every interval until the ledger closes, and then marks
-// its goroutine done (l.wg).
-func (l *Ledger) every(interval time.Duration, f func()) {
+// every calls f once wait(now) has passed since it started or since f
+// last returned, and whenever kick (nil for none) delivers, until the
+// ledger closes; then it marks its goroutine done (l.wg).
+func (l *Ledger) every(wait func(now time.Time) time.Duration, kick <-chan struct{}, f func()) {
 	defer l.wg.Done()
-	t := time.NewTicker(interval)
+	t := time.NewTimer(wait(time.Now()))
 	defer t.Stop()
 	for {
 		select {
 		case <-l.stop:
 			return
 		case <-t.C:
+		case <-kick:
 		}
 		f()
+		t.Reset(wait(time.Now()))
 	}
 }
 
