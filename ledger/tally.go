@@ -151,6 +151,11 @@ type tallies struct {
 	// segments from there (see spool.keep).
 	pending bool
 	first   int64
+	// failing tells that the last tick could not append its entries: a
+	// tally asks for no early tick until one has, so that a spool that
+	// takes small appends and fails a tick's is not asked again at every
+	// tally.
+	failing bool
 
 	tickMu sync.Mutex // one tick at a time, so their records stay in order
 }
@@ -350,7 +355,7 @@ func (l *Ledger) Tally(ctx context.Context, es ...Entry) error {
 		for i := range calls {
 			l.tally.add(&calls[i].r.e, calls[i].lines)
 		}
-		if len(l.tally.shapes) >= maxPendingShapes {
+		if len(l.tally.shapes) >= maxPendingShapes && !l.tally.failing {
 			select {
 			case l.tickKick <- struct{}{}:
 			default:
@@ -406,6 +411,7 @@ func (l *Ledger) tick() error {
 			keep = l.tally.first
 		}
 		l.spool.keepFrom(keep)
+		l.tally.failing = false
 		l.tally.mu.Unlock()
 		l.tally.rw.Unlock()
 	}
@@ -446,6 +452,7 @@ func (l *Ledger) tick() error {
 	if _, err := l.spool.appendAll(0, rs...); err != nil {
 		l.tally.mu.Lock()
 		l.tally.putBack(aggs)
+		l.tally.failing = true
 		if !l.tally.pending || first < l.tally.first {
 			l.tally.first = first
 		}

@@ -572,3 +572,60 @@ func TestTallyTicksEarlyPastMaxPendingShapes(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestTallyAtkFailingTickNotAskedAgainAtEveryTally: the spool takes a
+// tally's small append but not a tick's, which must open the next segment
+// while the process is out of file descriptors. A tally past
+// maxPendingShapes asks for an early tick, which fails; the tallies that
+// follow must not ask again each (every tick encodes every aggregate
+// again: at 65,536 of them, a tick is tens of milliseconds of CPU, so a
+// tick per tally took a core while the fault lasted). The ticks on the
+// clock still retry.
+func TestTallyAtkFailingTickNotAskedAgainAtEveryTally(t *testing.T) {
+	defer ledger.SetMaxPendingShapes(20)()
+	var failed atomic.Int64
+	cfg := ledger.Config{Dir: t.TempDir(), SegmentSize: 64 << 10, Logf: func(f string, a ...any) {
+		if msg := fmt.Sprintf(f, a...); strings.Contains(msg, "kept for the next tick") {
+			failed.Add(1)
+		}
+		t.Logf(f, a...)
+	}}
+	l := open(t, cfg)
+	ctx := context.Background()
+	for i := 0; ; i++ { // the segment filled to within 6 KiB
+		fi, err := os.Stat(ledAtkLastSegment(t, cfg.Dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() > 58<<10 {
+			break
+		}
+		id := fmt.Sprintf("fill-%d", i)
+		if err := l.Reserve(ctx, reservation(id, t0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Just after a tick on the clock: the next one is 5 s away or more.
+	for time.Since(time.Now().Truncate(ledger.TallyBucket)) > ledger.TallyBucket/2 ||
+		time.Since(time.Now().Truncate(ledger.TallyBucket)) < 200*time.Millisecond {
+		time.Sleep(50 * time.Millisecond)
+	}
+	restore := ledAtkOutOfFiles(t)
+	defer restore()
+	tallied := 0
+	for i := range 40 {
+		if err := l.Tally(ctx, tallyCall("u", time.Time{}, "u"+strconv.Itoa(i), descLine("search", "acme", 1))); err != nil {
+			break // the segment is full: the tally needs the next one too
+		}
+		tallied++
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	restore()
+	if tallied <= 21 {
+		t.Fatalf("%d tallies taken before the segment filled; the test wants more than 21", tallied)
+	}
+	if n := failed.Load(); n != 1 {
+		t.Fatalf("%d early ticks failed for %d tallies past the first 20; want 1, then none until the clock's", n, tallied-20)
+	}
+}
