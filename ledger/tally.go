@@ -296,12 +296,13 @@ func descLineOf(line string) (descSum, bool) {
 // Tally records a call that costs nothing and counts only on descriptor
 // limits: e's KeyDesc counters, added to an aggregate entry of e's shape
 // and bucket (ten seconds) that a tick writes once the bucket has ended
-// (see the top of this file). It checks e as Reserve does, and its KeyDesc as lines that each
-// end with a tab and a positive amount; e's request id, costs, usage and
-// requests are not recorded (the aggregate entry is of no request and no
-// cost). It is one append to the spool, durable as a reservation is (an
-// fsync when Config.SyncEach is set), refused with ErrSpoolFull as a
-// reservation is; on any error the call is not counted. A zero
+// (see the top of this file). It checks e as Reserve does, and its
+// KeyDesc as lines that each end with a tab and a positive amount; e's
+// request id, costs, usage and requests are not recorded (the aggregate
+// entry is of no request and no cost). It is one append to the spool,
+// durable as a reservation is (an fsync when Config.SyncEach is set),
+// refused with ErrSpoolFull as a reservation is; on any error the call
+// is not counted. A zero
 // e.CreatedAt means now. Several entries (a call's counters under
 // several tenants) are recorded together, in one append: all of them or,
 // on any error, none.
