@@ -51,13 +51,27 @@ func TestLedAtkRotationOutOfFiles(t *testing.T) {
 func ledAtkRotationRefused(t *testing.T, l *ledger.Ledger, dir string) (restore func(), refused error) {
 	t.Helper()
 	ctx := context.Background()
+	ledAtkFillSegment(t, l, dir, 62<<10)
+	flush(t, l)
+	restore = ledAtkOutOfFiles(t)
+	for i := 0; i < 100 && refused == nil; i++ {
+		refused = l.Reserve(ctx, reservation(fmt.Sprintf("refused-%d", i), t0))
+	}
+	return restore, refused
+}
+
+// ledAtkFillSegment reserves and settles requests until l's last spool
+// segment (in dir) holds more than size bytes.
+func ledAtkFillSegment(t *testing.T, l *ledger.Ledger, dir string, size int64) {
+	t.Helper()
+	ctx := context.Background()
 	for i := 0; ; i++ {
 		fi, err := os.Stat(ledAtkLastSegment(t, dir))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fi.Size() > 62<<10 {
-			break
+		if fi.Size() > size {
+			return
 		}
 		id := fmt.Sprintf("fill-%d", i)
 		if err := l.Reserve(ctx, reservation(id, t0)); err != nil {
@@ -67,10 +81,4 @@ func ledAtkRotationRefused(t *testing.T, l *ledger.Ledger, dir string) (restore 
 			t.Fatal(err)
 		}
 	}
-	flush(t, l)
-	restore = ledAtkOutOfFiles(t)
-	for i := 0; i < 100 && refused == nil; i++ {
-		refused = l.Reserve(ctx, reservation(fmt.Sprintf("refused-%d", i), t0))
-	}
-	return restore, refused
 }

@@ -592,19 +592,7 @@ func TestTallyAtkFailingTickNotAskedAgainAtEveryTally(t *testing.T) {
 	}}
 	l := open(t, cfg)
 	ctx := context.Background()
-	for i := 0; ; i++ { // the segment filled to within 6 KiB
-		fi, err := os.Stat(ledAtkLastSegment(t, cfg.Dir))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fi.Size() > 58<<10 {
-			break
-		}
-		id := fmt.Sprintf("fill-%d", i)
-		if err := l.Reserve(ctx, reservation(id, t0)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ledAtkFillSegment(t, l, cfg.Dir, 58<<10) // to within 6 KiB
 	// Just after a tick on the clock: the next one is 5 s away or more.
 	for time.Since(time.Now().Truncate(ledger.TallyBucket)) > ledger.TallyBucket/2 ||
 		time.Since(time.Now().Truncate(ledger.TallyBucket)) < 200*time.Millisecond {
