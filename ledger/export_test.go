@@ -17,12 +17,19 @@ func SetPGLockTimeout(d time.Duration) (restore func()) {
 // TallyBucket is the span of time a tally's aggregate sums.
 const TallyBucket = tallyBucket
 
-// SetMaxPendingShapes sets the aggregates past which a tally asks for an
-// early tick, until the returned function restores it.
+// SetMaxPendingShapes sets the memory past which a tally asks for an
+// early tick to what n aggregates of a counter of a few bytes take, until
+// the returned function restores it.
 func SetMaxPendingShapes(n int) (restore func()) {
-	was := maxPendingShapes
-	maxPendingShapes = n
-	return func() { maxPendingShapes = was }
+	return SetMaxPendingBytes(int64(n) * aggBytes)
+}
+
+// SetMaxPendingBytes sets the memory (as tallies count it) past which a
+// tally asks for an early tick, until the returned function restores it.
+func SetMaxPendingBytes(n int64) (restore func()) {
+	was := maxPendingBytes
+	maxPendingBytes = n
+	return func() { maxPendingBytes = was }
 }
 
 // ApplyLock is the advisory lock key that serializes batches.

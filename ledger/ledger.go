@@ -34,7 +34,7 @@ type Ledger struct {
 	hurry    chan struct{} // cuts the flusher's batch delay short (Flush); buffered 1
 	flushTo  atomic.Int64  // the spool position that Flush waits for: no batch delay before it
 	syncKick chan struct{} // nudges the syncer; buffered 1
-	tickKick chan struct{} // asks for an early tick (maxPendingShapes); buffered 1
+	tickKick chan struct{} // asks for an early tick (maxPendingBytes); buffered 1
 	stop     chan struct{} // closed by Close to stop the goroutines
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup

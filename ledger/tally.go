@@ -35,10 +35,11 @@ package ledger
 // the sum of each counter over all of them (see GroupBy.Desc), never
 // some of the texts.
 //
-// Memory: the aggregates hold one bucket of the shapes called, and a
-// tick comes early when they number maxPendingShapes, so that callers who
-// vary a descriptor's value on every call (an address, a user) cannot
-// make them grow with their rate.
+// Memory: the aggregates hold one bucket of the calls' counters, and a
+// tick comes early when they take about maxPendingBytes, so that callers
+// who vary a descriptor's value on every call (an address, a user, a
+// path: a new shape, or a new counter of one shape) cannot make them
+// grow with their rate.
 //
 // Crash recovery: Open reads the spool and aggregates again the tallies
 // after the last tick's position, which no entry holds yet, and writes
@@ -73,9 +74,15 @@ const tallyBucket = 10 * time.Second
 // rather than in one more of the same bucket at the next tick.
 const tickLag = 50 * time.Millisecond
 
-// maxPendingShapes is the number of aggregates past which a tally asks
-// for an early tick (see the top of this file).
-var maxPendingShapes = 1 << 16
+// maxPendingBytes is about the memory the aggregates take past which a
+// tally asks for an early tick (see the top of this file), as counted by
+// aggBytes and lineBytes.
+var maxPendingBytes int64 = 64 << 20
+
+// aggBytes and lineBytes are about what an aggregate takes in memory
+// beside its counters' text (its entry, map and slices), and a counter
+// beside its text.
+const aggBytes, lineBytes = 768, 64
 
 // bucketOf is the start of t's tally bucket, in Unix seconds.
 func bucketOf(t time.Time) int64 {
@@ -151,6 +158,9 @@ type tallies struct {
 	// segments from there (see spool.keep).
 	pending bool
 	first   int64
+	// bytes is about the memory the aggregates take: aggBytes each and
+	// lineBytes and its text per counter.
+	bytes int64
 	// failing tells that the last tick could not append its entries: a
 	// tally asks for no early tick until one has, so that a spool that
 	// takes small appends and fails a tick's is not asked again at every
@@ -192,6 +202,7 @@ func (t *tallies) addAs(k tallyShape, e *Entry, lines []descSum) {
 		a := &tallyAgg{e: *e, at: make(map[string]int)}
 		a.e.RequestID, a.e.KeyDesc = "", ""
 		aggs = append(aggs, a)
+		t.bytes += aggBytes
 		return a
 	}
 	if len(aggs) == 0 {
@@ -228,11 +239,15 @@ next:
 			a.e.CreatedAt = e.CreatedAt
 			line = len(l.prefix) + 1 + digits(l.n)
 		}
+		// The counter's own copy of its text: a prefix of the call's
+		// KeyDesc would keep all of it (up to MaxKeyDesc) for its tick.
+		l.prefix = strings.Clone(l.prefix)
 		if _, dup := a.at[l.prefix]; !dup {
 			a.at[l.prefix] = len(a.sums)
 		}
 		a.sums = append(a.sums, l)
 		a.size += line
+		t.bytes += lineBytes + int64(len(l.prefix))
 	}
 	*p = aggs
 }
@@ -244,7 +259,7 @@ func (t *tallies) swap() []*tallyAgg {
 	for _, p := range t.order {
 		out = append(out, *p...)
 	}
-	t.shapes, t.order = nil, nil
+	t.shapes, t.order, t.bytes = nil, nil, 0
 	t.gen++
 	return out
 }
@@ -255,6 +270,10 @@ func (t *tallies) putBack(aggs []*tallyAgg) {
 	for _, a := range aggs {
 		p := t.aggsOf(shapeOf(&a.e))
 		*p = append(shapeAggs{a}, *p...)
+		t.bytes += aggBytes
+		for _, l := range a.sums {
+			t.bytes += lineBytes + int64(len(l.prefix))
+		}
 	}
 }
 
@@ -302,8 +321,7 @@ func descLineOf(line string) (descSum, bool) {
 // entry is of no request and no cost). It is one append to the spool,
 // durable as a reservation is (an fsync when Config.SyncEach is set),
 // refused with ErrSpoolFull as a reservation is; on any error the call
-// is not counted. A zero
-// e.CreatedAt means now. Several entries (a call's counters under
+// is not counted. A zero e.CreatedAt means now. Several entries (a call's counters under
 // several tenants) are recorded together, in one append: all of them or,
 // on any error, none.
 func (l *Ledger) Tally(ctx context.Context, es ...Entry) error {
@@ -356,7 +374,7 @@ func (l *Ledger) Tally(ctx context.Context, es ...Entry) error {
 		for i := range calls {
 			l.tally.add(&calls[i].r.e, calls[i].lines)
 		}
-		if len(l.tally.shapes) >= maxPendingShapes && !l.tally.failing {
+		if l.tally.bytes >= maxPendingBytes && !l.tally.failing {
 			select {
 			case l.tickKick <- struct{}{}:
 			default:

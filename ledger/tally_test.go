@@ -545,29 +545,59 @@ func TestTallyTicksEarlyPastMaxPendingShapes(t *testing.T) {
 	defer ledger.SetMaxPendingShapes(100)()
 	l := open(t, ledger.Config{Dir: t.TempDir()})
 	ctx := context.Background()
-	// Just after a bucket's tick: the next one is 9 s away.
-	for time.Since(time.Now().Truncate(ledger.TallyBucket)) > ledger.TallyBucket/2 ||
-		time.Since(time.Now().Truncate(ledger.TallyBucket)) < 200*time.Millisecond {
-		time.Sleep(50 * time.Millisecond)
-	}
-	for i := range 150 {
+	justAfterATick()
+	for i := range 200 {
 		if err := l.Tally(ctx, tallyCall("u"+strconv.Itoa(i), time.Time{}, "u"+strconv.Itoa(i), descLine("search", "acme", 1))); err != nil {
 			t.Fatal(err)
 		}
 	}
+	storeHoldsSoon(t, l, 100, "200 shapes were tallied; want the first 100 ticked early")
+}
+
+// TestTallyAtkOneShapeManyCountersTicksEarly: one caller that sends
+// another project on every call adds a counter to its one shape's
+// aggregates each time. Counted by shapes, the aggregates grew with the
+// calls' rate until their bucket ended; counted by the memory they take,
+// they are written early.
+func TestTallyAtkOneShapeManyCountersTicksEarly(t *testing.T) {
+	defer ledger.SetMaxPendingBytes(64 << 10)()
+	l := open(t, ledger.Config{Dir: t.TempDir()})
+	ctx := context.Background()
+	justAfterATick()
+	for i := range 2000 {
+		if err := l.Tally(ctx, tallyCall("x", time.Time{}, "ann", descLine("per-project", "acme_p"+strconv.Itoa(i), 1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	storeHoldsSoon(t, l, 1, "2,000 counters of one shape were tallied; want them ticked early")
+}
+
+// justAfterATick waits until the host's clock is just after a tick: the
+// next one is 5 s away or more.
+func justAfterATick() {
+	for time.Since(time.Now().Truncate(ledger.TallyBucket)) > ledger.TallyBucket/2 ||
+		time.Since(time.Now().Truncate(ledger.TallyBucket)) < 200*time.Millisecond {
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// storeHoldsSoon waits up to 3 s for l's store to hold n of acme's
+// entries, and fails with what when it does not. It does not flush,
+// which ticks: the flusher writes a tick's entries within its batch
+// delay.
+func storeHoldsSoon(t *testing.T, l *ledger.Ledger, n int, what string) {
+	t.Helper()
 	deadline := time.Now().Add(3 * time.Second)
 	for {
-		// The flusher writes a tick's entries within its batch delay;
-		// Flush would tick.
-		page, err := l.Entries(ctx, ledger.Query{Tenant: "acme", Limit: 1000})
+		page, err := l.Entries(context.Background(), ledger.Query{Tenant: "acme", Limit: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(page.Entries) >= 100 {
+		if len(page.Entries) >= n {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d tally entries in the store 3 s after 150 shapes were tallied; want the first 100 ticked early", len(page.Entries))
+			t.Fatalf("%d tally entries in the store 3 s after %s", len(page.Entries), what)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -576,7 +606,7 @@ func TestTallyTicksEarlyPastMaxPendingShapes(t *testing.T) {
 // TestTallyAtkFailingTickNotAskedAgainAtEveryTally: the spool takes a
 // tally's small append but not a tick's, which must open the next segment
 // while the process is out of file descriptors. A tally past
-// maxPendingShapes asks for an early tick, which fails; the tallies that
+// maxPendingBytes asks for an early tick, which fails; the tallies that
 // follow must not ask again each (every tick encodes every aggregate
 // again: at 65,536 of them, a tick is tens of milliseconds of CPU, so a
 // tick per tally took a core while the fault lasted). The ticks on the
@@ -593,11 +623,7 @@ func TestTallyAtkFailingTickNotAskedAgainAtEveryTally(t *testing.T) {
 	l := open(t, cfg)
 	ctx := context.Background()
 	ledAtkFillSegment(t, l, cfg.Dir, 58<<10) // to within 6 KiB
-	// Just after a tick on the clock: the next one is 5 s away or more.
-	for time.Since(time.Now().Truncate(ledger.TallyBucket)) > ledger.TallyBucket/2 ||
-		time.Since(time.Now().Truncate(ledger.TallyBucket)) < 200*time.Millisecond {
-		time.Sleep(50 * time.Millisecond)
-	}
+	justAfterATick()
 	restore := ledAtkOutOfFiles(t)
 	defer restore()
 	tallied := 0
