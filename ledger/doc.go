@@ -23,11 +23,12 @@
 // Just after each ten seconds, and at the start of Flush, the aggregates
 // become settled entries of no request and no cost, created at their
 // latest call, with ids "tly_<node>_..." (a prefix no request's id may
-// take), followed by a tick record, all in one write. CountsBy grouping by Desc adds the
-// aggregates not yet written as pending entries. Open writes the tallies
-// a dead process left after its last tick record; the spool keeps their
-// segments until then. A tick's write the death of the process cut short
-// is cut off at Open, so that its tallies are written once.
+// take), followed by a tick record, all in one write. CountsBy grouping
+// by Desc adds the aggregates not yet written as pending entries. Open
+// writes the tallies a dead process left after its last tick record; the
+// spool keeps their segments until then. A tick's write the death of the
+// process cut short is cut off at Open, so that its tallies are written
+// once.
 //
 // # Exactly once
 //
