@@ -48,6 +48,37 @@ func TestAdminAuth(t *testing.T) {
 	}
 }
 
+// TestAdminAuthSchemeSpellings: the admin listener reads the
+// Authorization field's scheme without regard to case (RFC 9110 11.1), as
+// the data plane and the dashboard do, and never takes a token that only
+// begins or ends like the admin token.
+func TestAdminAuthSchemeSpellings(t *testing.T) {
+	s := newStack(t, "", roomyLimits)
+	h := s.srv.AdminHandler()
+	for _, tc := range []struct {
+		auth string
+		code int
+	}{
+		{"Bearer test-admin", 200},
+		{"bearer test-admin", 200},
+		{"BEARER test-admin", 200},
+		{"Bearer  test-admin ", 200},
+		{"Bearer test-admi", http.StatusUnauthorized},
+		{"Bearer test-admin2", http.StatusUnauthorized},
+		{"Basic test-admin", http.StatusUnauthorized},
+		{"Bearertest-admin", http.StatusUnauthorized},
+		{"test-admin", http.StatusUnauthorized},
+	} {
+		req := httptest.NewRequest("GET", "/admin/v1/shadow", nil)
+		req.Header.Set("Authorization", tc.auth)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != tc.code {
+			t.Errorf("Authorization %q: %d, want %d", tc.auth, rec.Code, tc.code)
+		}
+	}
+}
+
 // TestAdminErrorsOneShape: on the admin listener every 401, 404 and 405,
 // of every route family (health, metrics, the admin API, the dashboard), is
 // one JSON shape, {"error":{"type":...,"message":...}}.
