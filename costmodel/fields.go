@@ -19,7 +19,9 @@ package costmodel
 //     as they read JSON, and many merge it with the query (Go's
 //     Request.FormValue prefers the body, PHP's $_REQUEST, Flask's
 //     request.values): the form field named as the JSON field (or as its
-//     path in brackets, "params[num]") or as the query parameter is read.
+//     path in brackets, "params[num]") or as the query parameter is read;
+//   - a request that gives two different Content-Types is an error for
+//     any read of its body: servers differ in which one they read.
 //
 // Of the places a request gives the number in, the largest counts (see
 // Source.lookup).
@@ -55,15 +57,24 @@ type reqBody struct {
 	ct   string // the Content-Type, for a multipart body's boundary
 	// notJSON is set once a read found the body not to be JSON.
 	notJSON bool
+	// typeErr is set when the request gives two different
+	// Content-Types: every read of its body fails with it.
+	typeErr error
 }
 
 // newReqBody reads body as the Content-Type in h says: a form, or JSON.
+// A request that gives two different Content-Types cannot be read (see
+// contentType).
 func newReqBody(body []byte, h http.Header) reqBody {
 	d := reqBody{b: body}
 	if h == nil {
 		return d
 	}
-	ct := h.Get("Content-Type")
+	ct, err := contentType(h)
+	if err != nil {
+		d.typeErr = err
+		return d
+	}
 	mt, _, _ := strings.Cut(ct, ";")
 	mt = strings.TrimSpace(mt)
 	switch {
@@ -73,6 +84,31 @@ func newReqBody(body []byte, h http.Header) reqBody {
 		d.form, d.ct = formMultipart, ct
 	}
 	return d
+}
+
+// contentType returns the Content-Type h gives the body: the value of
+// each of its Content-Type fields, in any case, which must all be one.
+// Two different ones are an error: servers differ in which they read (Go
+// and Node the first; gunicorn's WSGI environ the last, as it sets
+// CONTENT_TYPE once per field), and one may read the body as a form
+// where another reads it as JSON.
+func contentType(h http.Header) (string, error) {
+	var ct string
+	seen := false
+	for k, vs := range h {
+		if !strings.EqualFold(k, "Content-Type") {
+			continue
+		}
+		for _, v := range vs {
+			switch {
+			case !seen:
+				ct, seen = v, true
+			case v != ct:
+				return "", fmt.Errorf("the request gives two Content-Types, %q and %q: an upstream may read either", ct, v)
+			}
+		}
+	}
+	return ct, nil
 }
 
 // jsonKeyError is a key on a priced field's path given twice or in
@@ -85,8 +121,12 @@ func (e *jsonKeyError) Error() string { return e.msg }
 // the JSON body: found is false when the path is absent, or the body
 // empty. A body that is not JSON is an error, but for a form body, which
 // need not be JSON; so is a key on the path given twice or in another
-// case. The whole body is checked in one pass.
+// case, and a body of two Content-Types. The whole body is checked in one
+// pass.
 func (d *reqBody) json(path string) (raw []byte, found bool, err error) {
+	if d.typeErr != nil {
+		return nil, false, d.typeErr
+	}
 	if d.notJSON {
 		if d.form != formNone {
 			return nil, false, nil
@@ -235,8 +275,12 @@ const maxFormValue = 4 << 10
 // formFields calls fn with each field of a form body, its name and value
 // decoded; a urlencoded body's fields are separated by '&' or ';' (which
 // some servers take as '&'). It does nothing for a body that is not a
-// form. A multipart body that cannot be read is an error.
+// form. A multipart body that cannot be read is an error, and so is a
+// body of two Content-Types.
 func (d *reqBody) formFields(fn func(key, value string) error) error {
+	if d.typeErr != nil {
+		return d.typeErr
+	}
 	switch d.form {
 	case formURLEncoded:
 		for k, v := range FormPairs(string(d.b)) {
@@ -258,7 +302,11 @@ func (d *reqBody) formFields(fn func(key, value string) error) error {
 			if err != nil {
 				return fmt.Errorf("multipart body: %w", err)
 			}
-			if p.FileName() != "" || p.FormName() == "" {
+			name, err := PartName(p)
+			if err != nil {
+				return fmt.Errorf("multipart body: %w", err)
+			}
+			if p.FileName() != "" || name == "" {
 				continue // a file is not a field
 			}
 			b, err := io.ReadAll(io.LimitReader(p, maxFormValue+1))
@@ -266,14 +314,38 @@ func (d *reqBody) formFields(fn func(key, value string) error) error {
 				return fmt.Errorf("multipart body: %w", err)
 			}
 			if len(b) > maxFormValue {
-				return fmt.Errorf("multipart body: field %s: longer than %d bytes", p.FormName(), maxFormValue)
+				return fmt.Errorf("multipart body: field %s: longer than %d bytes", name, maxFormValue)
 			}
-			if err := fn(p.FormName(), string(b)); err != nil {
+			if err := fn(name, string(b)); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// PartName returns the name of the form field that the part p of a
+// multipart body is to a server: the name parameter of its
+// Content-Disposition, whatever the disposition's type ("" when it has
+// none). Go's Part.FormName names a form-data part alone, but Werkzeug
+// (Flask) and python-multipart (Starlette, FastAPI) take the name
+// of an "attachment" or an "inline" part too. A Content-Disposition given
+// twice, or that does not parse (a parameter given twice, one without a
+// value), is an error: lenient parsers still read a name from it, each
+// its own.
+func PartName(p *multipart.Part) (string, error) {
+	vs := p.Header.Values("Content-Disposition")
+	switch {
+	case len(vs) == 0:
+		return "", nil
+	case len(vs) > 1:
+		return "", fmt.Errorf("a part gives its Content-Disposition %d times", len(vs))
+	}
+	_, params, err := mime.ParseMediaType(vs[0])
+	if err != nil {
+		return "", fmt.Errorf("a part's Content-Disposition %q: %w", vs[0], err)
+	}
+	return params["name"], nil
 }
 
 // FormPairs yields the name and value of each pair of a urlencoded form or

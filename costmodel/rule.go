@@ -273,7 +273,7 @@ func (s *Source) texts(d *reqBody, q url.Values, h http.Header, fn func(place, n
 			}
 		}
 	}
-	if d.form != formNone {
+	if d.form != formNone || d.typeErr != nil {
 		for i, name := range [2]string{s.Query, s.JSON} {
 			if name == "" || i == 1 && name == s.Query {
 				continue

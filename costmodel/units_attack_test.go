@@ -301,3 +301,32 @@ func TestUnitsAtkPHPNames(t *testing.T) {
 		{"form bracket unclosed", form("page[size=1000"), 1000},
 	})
 }
+
+// TestUnitsAtkBodyReadings: a body that servers read in more than one
+// way. Its request gives two Content-Types (Go and Node read the first,
+// gunicorn's WSGI environ the last), or a multipart part names its field
+// in a Content-Disposition Go's Part.FormName does not read (a type other
+// than form-data, which Werkzeug, python-multipart and Rack read; a name
+// given twice; the header given twice). Each is priced as the upstream
+// reads it or refused.
+func TestUnitsAtkBodyReadings(t *testing.T) {
+	twoTypes := unitsAtkJSON(`{"q":"&credits=1000&"}`)
+	twoTypes.Header["Content-Type"] = append(twoTypes.Header["Content-Type"], "application/x-www-form-urlencoded")
+	part := func(header string) costmodel.GenericRequest {
+		return costmodel.GenericRequest{Method: "POST", Path: "/",
+			Header: http.Header{"Content-Type": {"multipart/form-data; boundary=XyZ"}},
+			Body:   []byte("--XyZ\r\n" + header + "\r\n\r\n1000\r\n--XyZ--\r\n")}
+	}
+	unitsAtkCheck(t, unitsAtkRule, []unitsAtkCase{
+		{"two content types", twoTypes, -1},
+		{"form-data part", part(`Content-Disposition: form-data; name="credits"`), 1000},
+		{"attachment part", part(`Content-Disposition: attachment; name="credits"`), 1000},
+		{"inline part", part(`Content-Disposition: inline; name=credits`), 1000},
+		{"name twice", part(`Content-Disposition: form-data; name="x"; name="credits"`), -1},
+		{"parameter without a value", part(`Content-Disposition: form-data; name=credits; x`), -1},
+		{"disposition twice", part("Content-Disposition: form-data; name=x\r\nContent-Disposition: form-data; name=credits"), -1},
+	})
+	same := unitsAtkForm("credits=1000")
+	same.Header["Content-Type"] = append(same.Header["Content-Type"], "application/x-www-form-urlencoded")
+	unitsAtkCheck(t, unitsAtkRule, []unitsAtkCase{{"one content type twice", same, 1000}})
+}

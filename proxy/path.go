@@ -120,8 +120,11 @@ func methodOverrideParam(q url.Values, ct string, body []byte) string {
 			if err != nil {
 				return ""
 			}
-			if isMethodParam(p.FormName()) {
-				return p.FormName()
+			// Named as servers name it, whatever its disposition's
+			// type (a rule that reads the form refuses a part whose
+			// name cannot be read).
+			if name, _ := costmodel.PartName(p); isMethodParam(name) {
+				return name
 			}
 		}
 	}
