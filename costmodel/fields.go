@@ -295,11 +295,16 @@ func (d *reqBody) formFields(fn func(key, value string) error) error {
 		}
 		mr := multipart.NewReader(bytes.NewReader(d.b), params["boundary"])
 		for {
-			p, err := mr.NextPart()
+			// Raw: NextPart would decode a quoted-printable part, which
+			// not every server does.
+			p, err := mr.NextRawPart()
 			if err == io.EOF {
 				return nil
 			}
 			if err != nil {
+				return fmt.Errorf("multipart body: %w", err)
+			}
+			if err := identityPart(p); err != nil {
 				return fmt.Errorf("multipart body: %w", err)
 			}
 			name, err := PartName(p)
@@ -320,6 +325,27 @@ func (d *reqBody) formFields(fn func(key, value string) error) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// identityPart is an error for a part p whose Content-Transfer-Encoding
+// is not the identity (7bit, 8bit, binary): servers differ in what they
+// decode (python-multipart base64 and quoted-printable, Go's multipart
+// reader quoted-printable alone, Werkzeug neither), so that one reads a
+// field's value as sent and another the value it encodes. RFC 7578 has
+// form data sent without it.
+func identityPart(p *multipart.Part) error {
+	vs := p.Header.Values("Content-Transfer-Encoding")
+	for _, v := range vs {
+		switch strings.ToLower(strings.TrimSpace(v)) {
+		case "7bit", "8bit", "binary":
+		default:
+			return fmt.Errorf("a part's Content-Transfer-Encoding %q: servers differ in how they decode it; send the field as it is", v)
+		}
+	}
+	if len(vs) > 1 {
+		return fmt.Errorf("a part gives its Content-Transfer-Encoding %d times", len(vs))
 	}
 	return nil
 }

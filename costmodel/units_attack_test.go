@@ -9,6 +9,7 @@ package costmodel_test
 // *BadRequestError) or priced at least as the upstream reads it.
 
 import (
+	"encoding/base64"
 	"errors"
 	"net/http"
 	"net/url"
@@ -329,4 +330,40 @@ func TestUnitsAtkBodyReadings(t *testing.T) {
 	same := unitsAtkForm("credits=1000")
 	same.Header["Content-Type"] = append(same.Header["Content-Type"], "application/x-www-form-urlencoded")
 	unitsAtkCheck(t, unitsAtkRule, []unitsAtkCase{{"one content type twice", same, 1000}})
+}
+
+// TestUnitsAtkPartTransferEncoding: a multipart part that gives a
+// Content-Transfer-Encoding other than the identity is read one way by
+// some servers and another by the others (python-multipart decodes base64
+// and quoted-printable, Go's multipart reader quoted-printable alone,
+// Werkzeug neither), so it is refused: a complex search query sent in
+// base64 was scored as the one plain term Go read, where python-multipart
+// serves the query.
+func TestUnitsAtkPartTransferEncoding(t *testing.T) {
+	part := func(name, cte, value string) costmodel.GenericRequest {
+		h := `Content-Disposition: form-data; name="` + name + `"`
+		if cte != "" {
+			h += "\r\nContent-Transfer-Encoding: " + cte
+		}
+		return costmodel.GenericRequest{Method: "POST", Path: "/",
+			Header: http.Header{"Content-Type": {"multipart/form-data; boundary=XyZ"}},
+			Body:   []byte("--XyZ\r\n" + h + "\r\n\r\n" + value + "\r\n--XyZ--\r\n")}
+	}
+	query := `a* AND /b.c/ OR d~ AND e* AND /f.g/ OR h~ AND i* AND /j.k/`
+	b64 := base64.StdEncoding.EncodeToString([]byte(query))
+	plain, err := unitsAtkSearch.Estimate(part("query", "", query))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unitsAtkCheck(t, unitsAtkSearch, []unitsAtkCase{
+		{"identity", part("query", "8bit", query), plain.Usage.Units},
+		{"binary", part("query", " Binary ", query), plain.Usage.Units},
+		{"base64", part("query", "base64", b64), -1},
+		{"base64 in capitals", part("query", "BASE64", b64), -1},
+	})
+	unitsAtkCheck(t, unitsAtkRule, []unitsAtkCase{
+		{"quoted-printable", part("credits", "quoted-printable", "=31000"), -1},
+		{"unknown encoding", part("credits", "x-gzip", "1000"), -1},
+		{"7bit", part("credits", "7bit", "1000"), 1000},
+	})
 }
