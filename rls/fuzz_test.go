@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/costgate/costgate/config"
+	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/weighted"
 )
 
@@ -58,7 +60,11 @@ func FuzzConvert(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	tr, err := compile(cfg)
+	est, err := costmodel.NewEstimator(cfg.CostModel())
+	if err != nil {
+		f.Fatal(err)
+	}
+	tr, err := compile(cfg, est)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -196,7 +202,7 @@ func FuzzConvert(f *testing.F) {
 					continue
 				}
 				ea, eb := &c.groups[a.kind].extras[a.extra], &c.groups[b.kind].extras[b.extra]
-				if ea.Key == eb.Key && ea.Limit.Name == eb.Limit.Name && !sameEntries(req.Descriptors[i], req.Descriptors[j]) {
+				if ea.Key == eb.Key && ea.Limit.Name == eb.Limit.Name && !sameEntries(est, req.Descriptors[i], req.Descriptors[j]) {
 					t.Fatalf("descriptors %d and %d share limit %q key %q", j, i, ea.Limit.Name, ea.Key)
 				}
 			}
@@ -210,10 +216,19 @@ func FuzzConvert(f *testing.F) {
 	})
 }
 
-// sameEntries tells whether a and b have the same entries, in order.
-func sameEntries(a, b *commonv3.RateLimitDescriptor) bool {
+// sameEntries tells whether a and b have the same entries, in order: a
+// model entry's value (fuzzConfig's key "model") by the model it names,
+// its canonical name in est's price table, when it is UTF-8 of at most
+// maxEntryLen bytes.
+func sameEntries(est *costmodel.Estimator, a, b *commonv3.RateLimitDescriptor) bool {
+	value := func(e *commonv3.RateLimitDescriptor_Entry) string {
+		if v := e.GetValue(); e.GetKey() == "model" && len(v) <= maxEntryLen && utf8.ValidString(v) {
+			return est.Canonical(v)
+		}
+		return e.GetValue()
+	}
 	return slices.EqualFunc(a.GetEntries(), b.GetEntries(), func(x, y *commonv3.RateLimitDescriptor_Entry) bool {
-		return x.GetKey() == y.GetKey() && x.GetValue() == y.GetValue()
+		return x.GetKey() == y.GetKey() && value(x) == value(y)
 	})
 }
 

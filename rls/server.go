@@ -240,11 +240,11 @@ func (s *Server) cannotDecide(c *call, tenant string, d gate.Decision) error {
 // current returns the tree of the gate's active configuration, compiling
 // it the first time it is seen.
 func (s *Server) current() (*tree, error) {
-	cfg := s.g.Config()
-	if t := s.tree.Load(); t != nil && t.cfg == cfg {
+	cfg, est := s.g.Config(), s.g.Estimator()
+	if t := s.tree.Load(); t != nil && t.cfg == cfg && t.est == est {
 		return t, nil
 	}
-	t, err := compile(cfg)
+	t, err := compile(cfg, est)
 	if err != nil {
 		return nil, err
 	}

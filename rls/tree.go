@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -24,7 +25,10 @@ import (
 // shows it. A request walks it without allocating. It is immutable once
 // built, and shared by concurrent requests.
 type tree struct {
-	cfg     *config.Config
+	cfg *config.Config
+	// est reads a model entry's value as the model the gate prices and
+	// keys its model limits by (see modelName).
+	est     *costmodel.Estimator
 	domains map[string]*domain
 	// limits describes every limit and budget by name: the configured
 	// ones and the descriptors' own.
@@ -48,6 +52,7 @@ type domain struct {
 	// for: the domain, without the characters that delimit the limiter's
 	// keys.
 	limitPrefix string
+	est         *costmodel.Estimator // the tree's
 }
 
 // level is the nodes one level down, by entry key.
@@ -58,6 +63,12 @@ type choices struct {
 	exact  map[string]*node
 	prefix []*node // wildcard values, the longest prefix first
 	any    *node
+	// model: some node of the key reads its value as a model (as:
+	// model). The value is then matched, and counted, as the model's
+	// name (see modelName), so that the other spellings of one model
+	// reach its node and its counters; the nodes' exact values and
+	// prefixes are held so too.
+	model bool
 }
 
 // role is what an entry's value is to costgate.
@@ -155,10 +166,11 @@ func (li *limitInfo) field(rl *gate.RateLimit) string {
 	return string(b)
 }
 
-// compile builds cfg's tree. cfg has been validated, so that every limit
+// compile builds cfg's tree, reading model names with est, the
+// configuration's estimator. cfg has been validated, so that every limit
 // converts.
-func compile(cfg *config.Config) (*tree, error) {
-	t := &tree{cfg: cfg, domains: make(map[string]*domain, len(cfg.RLS.Domains)), limits: map[string]*limitInfo{}}
+func compile(cfg *config.Config, est *costmodel.Estimator) (*tree, error) {
+	t := &tree{cfg: cfg, est: est, domains: make(map[string]*domain, len(cfg.RLS.Domains)), limits: map[string]*limitInfo{}}
 	for _, l := range cfg.Limits {
 		rate := l.Rate
 		if l.Unit == "usd" {
@@ -174,7 +186,7 @@ func compile(cfg *config.Config) (*tree, error) {
 		t.limits[b.Name] = newInfo(cur, false)
 	}
 	for _, d := range cfg.RLS.Domains {
-		dom := &domain{name: d.Domain, route: "rls:" + d.Domain, tag: "{rls:" + d.Domain + "}",
+		dom := &domain{name: d.Domain, est: est, route: "rls:" + d.Domain, tag: "{rls:" + d.Domain + "}",
 			limitPrefix: strings.Map(func(r rune) rune {
 				if r == ':' || r == '{' || r == '}' {
 					return '_'
@@ -205,6 +217,12 @@ func (t *tree) level(nodes []config.RLSDescriptor, dim string) (level, error) {
 		return nil, nil
 	}
 	lv := level{}
+	models := map[string]bool{} // the keys some node reads as a model
+	for i := range nodes {
+		if nodes[i].As == "model" {
+			models[nodes[i].Key] = true
+		}
+	}
 	for i := range nodes {
 		c := &nodes[i]
 		n := &node{tenant: c.Tenant, plan: c.Plan, model: c.Model, dim: c.Key}
@@ -257,7 +275,7 @@ func (t *tree) level(nodes []config.RLSDescriptor, dim string) (level, error) {
 		}
 		ch := lv[c.Key]
 		if ch == nil {
-			ch = &choices{}
+			ch = &choices{model: models[c.Key]}
 			lv[c.Key] = ch
 		}
 		switch {
@@ -265,18 +283,47 @@ func (t *tree) level(nodes []config.RLSDescriptor, dim string) (level, error) {
 			ch.any = n
 		case strings.HasSuffix(c.Value, "*"):
 			n.prefix = strings.TrimSuffix(c.Value, "*")
+			if ch.model {
+				// A model's name is lowercase (see modelName).
+				n.prefix = strings.ToLower(n.prefix)
+			}
 			ch.prefix = append(ch.prefix, n)
 		default:
 			if ch.exact == nil {
 				ch.exact = map[string]*node{}
 			}
-			ch.exact[c.Value] = n
+			v := c.Value
+			if ch.model {
+				v = modelName(t.est, v)
+			}
+			// Two values of one model (a model and its alias) are one
+			// node: the first in the configuration's order.
+			if _, dup := ch.exact[v]; !dup {
+				ch.exact[v] = n
+			}
 		}
 	}
 	for _, ch := range lv {
 		slices.SortStableFunc(ch.prefix, func(a, b *node) int { return len(b.prefix) - len(a.prefix) })
 	}
 	return lv, nil
+}
+
+// modelName is v, a model entry's value, as the model it names: the
+// name the price table prices it by and the gate's model limits key it
+// by (costmodel.Estimator.Canonical: trimmed, lowercased, an alias as its
+// model), so that a dated snapshot, another case or surrounding space,
+// which run and are billed as the model, match its node and count on its
+// counters. A value longer than maxEntryLen, which names no model the
+// table knows, is read as it is, not lowercased whole; so is one that is
+// not UTF-8.
+func modelName(est *costmodel.Estimator, v string) string {
+	if len(v) > maxEntryLen || est == nil || !utf8.ValidString(v) {
+		// Lowercasing would make every byte that is not UTF-8 one
+		// U+FFFD: two values would share a counter.
+		return v
+	}
+	return est.Canonical(v)
 }
 
 // find returns the node of value among c: the exact one, else the longest
