@@ -85,6 +85,8 @@ func FuzzConvert(f *testing.F) {
 		"rep=y|ip=192.0.2.9|ip=10.2.3.4",
 		"nothing=x|other=x|more=x|again=x",
 		"a=b=c|a=b=c|a%3Db=c|a%3Db=c",
+		"tenant=acme;model=GPT-4o;tokens=input|tenant=acme;model=gpt-4o-2024-08-06;tokens=input",
+		"tenant=acme;model=M\xff;tokens=input|tenant=acme;model=m\xfe;tokens=input|tenant=acme;model=m\uFFFD;tokens=input",
 	} {
 		f.Add(s, uint32(0), int64(-1), false, uint32(0), int32(-1))
 		f.Add(s, uint32(3), int64(0), false, uint32(2), int32(2))
