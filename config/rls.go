@@ -334,8 +334,20 @@ func validateReplaces(nodes []RLSDescriptor, p string, names map[string]bool, ba
 
 func validateRLSLevel(nodes []RLSDescriptor, p string, names map[string]bool, bad func(path, format string, args ...any)) {
 	seen := map[[2]string]bool{}
+	// The keys some node of the level reads as a model: costgate reads
+	// every value of such a key as a model's name (lowercased, an alias as
+	// its model), which would make two tenants or users one.
+	models := map[string]bool{}
+	for _, n := range nodes {
+		if n.As == "model" {
+			models[n.Key] = true
+		}
+	}
 	for j, n := range nodes {
 		np := fmt.Sprintf("%s.descriptors[%d]", p, j)
+		if (n.As == "tenant" || n.As == "user") && models[n.Key] {
+			bad(np+".as", "key %q is read as a model's name by another descriptor of this level: a %s is read as it is; give the %s its own key", n.Key, n.As, n.As)
+		}
 		if n.Key == "" {
 			bad(np+".key", "required: the descriptor entry's key")
 		}

@@ -27,6 +27,8 @@ func TestRLSErrorsNameTheField(t *testing.T) {
 		{"bad role", "rls: {domains: [{domain: d, descriptors: [{key: a, as: team}]}]}", `rls.domains[0].descriptors[0].as: must be tenant, user or model, not "team"`},
 		{"tenant twice", "rls: {domains: [{domain: d, descriptors: [{key: a, as: tenant, tenant: acme}]}]}", "rls.domains[0].descriptors[0].tenant: set tenant or as: tenant"},
 		{"model twice", "rls: {domains: [{domain: d, descriptors: [{key: a, as: model, model: gpt-4o}]}]}", "rls.domains[0].descriptors[0].model: set model or as: model"},
+		{"model and tenant in one key", "rls: {domains: [{domain: d, descriptors: [{key: a, value: 'gpt*', as: model}, {key: a, as: tenant}]}]}", `rls.domains[0].descriptors[1].as: key "a" is read as a model's name by another descriptor of this level`},
+		{"user and model in one key", "rls: {domains: [{domain: d, descriptors: [{key: a, value: x, as: user}, {key: a, as: model}]}]}", `rls.domains[0].descriptors[0].as: key "a" is read as a model's name by another descriptor of this level`},
 		{"tenant with a hash tag", "rls: {domains: [{domain: d, descriptors: [{key: a, tenant: 'a{b}'}]}]}", "rls.domains[0].descriptors[0].tenant: must not contain"},
 		{"plan without tenant", "rls: {domains: [{domain: d, descriptors: [{key: a, plan: free}]}]}", "rls.domains[0].descriptors[0].plan: a plan is for the tenant"},
 		{"bad hits", "rls: {domains: [{domain: d, descriptors: [{key: a, hits: bytes}]}]}", `rls.domains[0].descriptors[0].hits: must be one of requests, tokens, input_tokens, output_tokens, not "bytes"`},
