@@ -256,7 +256,7 @@ func (c *Config) validateRLS(names map[string]bool, bad func(path, format string
 			bad(p+".domain", "duplicate domain %q", d.Domain)
 		}
 		domains[d.Domain] = true
-		validateRLSLevel(d.Descriptors, p, names, bad)
+		validateRLSLevel(d.Descriptors, p, false, names, bad)
 		validateReplaces(d.Descriptors, p, rlsLimitNames(d.Descriptors, map[string]bool{}), bad)
 		if scoped {
 			validateRLSPlans(d.Descriptors, p, known, bad)
@@ -332,7 +332,9 @@ func validateReplaces(nodes []RLSDescriptor, p string, names map[string]bool, ba
 	}
 }
 
-func validateRLSLevel(nodes []RLSDescriptor, p string, names map[string]bool, bad func(path, format string, args ...any)) {
+// validateRLSLevel checks nodes, one level of descriptors at path p;
+// tenanted is set when a node above names a tenant (tenant or as: tenant).
+func validateRLSLevel(nodes []RLSDescriptor, p string, tenanted bool, names map[string]bool, bad func(path, format string, args ...any)) {
 	seen := map[[2]string]bool{}
 	// The keys some node of the level reads as a model: costgate reads
 	// every value of such a key as a model's name (lowercased, an alias as
@@ -407,7 +409,13 @@ func validateRLSLevel(nodes []RLSDescriptor, p string, names map[string]bool, ba
 				bad(np+".hits", "an unlimited descriptor is neither counted nor charged: its %s would go unbilled; drop unlimited (without a rate_limit, a descriptor counts on its tenant's limits and budgets only)", n.Hits)
 			}
 		}
-		validateRLSLevel(n.Descriptors, np, names, bad)
+		named := tenanted || n.Tenant != "" || n.As == "tenant"
+		if n.PricePerHit > 0 && !named {
+			// A call's price is billed to the tenant its descriptor's
+			// path names; with none, nobody would pay it.
+			bad(np+".price_per_hit", "no tenant would be billed: set tenant or as: tenant on this descriptor or one above it")
+		}
+		validateRLSLevel(n.Descriptors, np, named, names, bad)
 	}
 }
 
