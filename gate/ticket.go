@@ -58,16 +58,20 @@ const ticketPrefix = "rsv_"
 
 // ticket is a held reservation, as its id carries it.
 type ticket struct {
-	ID       string          `json:"i"`
-	ResID    string          `json:"ri,omitempty"` // the limiter's id, when not ID
-	Tenant   string          `json:"t"`
-	User     string          `json:"us,omitempty"`
-	KeyID    string          `json:"k,omitempty"`
-	Plan     string          `json:"p,omitempty"`
-	Route    string          `json:"r"`
-	Name     string          `json:"na,omitempty"`
-	Upstream string          `json:"up,omitempty"`
-	Model    string          `json:"m,omitempty"`
+	ID       string `json:"i"`
+	ResID    string `json:"ri,omitempty"` // the limiter's id, when not ID
+	Tenant   string `json:"t"`
+	User     string `json:"us,omitempty"`
+	KeyID    string `json:"k,omitempty"`
+	Plan     string `json:"p,omitempty"`
+	Route    string `json:"r"`
+	Name     string `json:"na,omitempty"`
+	Upstream string `json:"up,omitempty"`
+	Model    string `json:"m,omitempty"`
+	// Kind is the API of the LLM request the reservation was estimated
+	// from (costmodel.Kind's name); empty for one reserved by its amounts
+	// (Estimate.Kind Generic), and in a ticket made before it was carried.
+	Kind     string          `json:"ki,omitempty"`
 	Usage    costmodel.Usage `json:"u"`
 	Cost     int64           `json:"c"`
 	Requests int64           `json:"n"`
@@ -127,6 +131,7 @@ func (t *ticket) appendJSON(b []byte) []byte {
 	str("na", t.Name, true)
 	str("up", t.Upstream, true)
 	str("m", t.Model, true)
+	str("ki", t.Kind, true)
 	b = append(b, `,"u":{"input_tokens":`...)
 	b = strconv.AppendInt(b, t.Usage.InputTokens, 10)
 	u := &t.Usage
@@ -327,6 +332,9 @@ func (r *Reservation) Hold(ttl time.Duration) (string, time.Time) {
 	if r.resID != r.req.ID {
 		t.ResID = r.resID
 	}
+	if k := r.req.Estimate.Kind; k != costmodel.Generic {
+		t.Kind = k.String()
+	}
 	// The items go in a buffer on the stack when they fit (t does not
 	// escape): a reserve's usual few items then cost Hold no allocation.
 	var ibuf [8]ticketItem
@@ -465,7 +473,10 @@ func (g *Gate) rebuild(c *Caller, t *ticket, expires time.Time) *Reservation {
 	}
 	r.req = Request{ID: t.ID, Caller: &Caller{Tenant: t.Tenant, User: t.User, KeyID: t.KeyID, Plan: t.Plan, st: st},
 		Route: t.Route, Name: t.Name, Upstream: t.Upstream, Requests: t.Requests,
-		Estimate: costmodel.Estimate{Model: t.Model, Usage: t.Usage, Cost: costmodel.NanoUSD(t.Cost)}}
+		Estimate: costmodel.Estimate{Kind: costmodel.Generic, Model: t.Model, Usage: t.Usage, Cost: costmodel.NanoUSD(t.Cost)}}
+	if k, err := costmodel.ParseKind(t.Kind); t.Kind != "" && err == nil {
+		r.req.Estimate.Kind = k
+	}
 	r.model = st.est.Canonical(t.Model)
 	r.friction = t.Friction
 	r.decision.Policy = t.Policy

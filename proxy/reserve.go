@@ -417,7 +417,9 @@ func (s *Server) reserveRequest(w http.ResponseWriter, c *gate.Caller, in *reser
 		return nil, false
 	}
 	req.Requests = a.requests()
-	req.Estimate = costmodel.Estimate{Model: in.Model, Usage: usage, Cost: cost}
+	// Reserved by its amounts: no LLM API's answer is the one it awaits
+	// (see serveSettle).
+	req.Estimate = costmodel.Estimate{Kind: costmodel.Generic, Model: in.Model, Usage: usage, Cost: cost}
 	return req, true
 }
 
@@ -545,6 +547,14 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 		kind, err := costmodel.ParseKind(in.Kind)
 		if err != nil || kind == costmodel.Generic {
 			badRequest(w, path, "invalid_kind", "kind must name the LLM API that answered: chat_completions, completions, embeddings, responses or anthropic_messages")
+			return
+		}
+		if reserved := req.Estimate.Kind; reserved != costmodel.Generic && reserved != kind {
+			// Estimated from an LLM body, the reservation awaits that API's
+			// answer: read as another API's, an answer's counts lose what
+			// the request reserved that only its own API bills apart (a
+			// chat completion's search, which its answer never reports).
+			badRequest(w, path, "invalid_kind", "kind is "+kind.String()+" but the reservation was estimated for a "+reserved.String()+" request: settle it with that API's answer, or with usage")
 			return
 		}
 		if said, ok := answerKind(in.Response); ok && said != kind {
@@ -680,8 +690,9 @@ func (s *Server) settlementCost(req *gate.Request, ch gate.Charge) costmodel.Nan
 // as the proxy charges a call: the speed and the containers (Usage.Asked),
 // and a chat completion's web search (web_search_options, a search model),
 // billed per request and never in its usage. (The kind is the settlement's,
-// which the answer itself confirms: a reservation resumed on another
-// replica does not know the API it was estimated for. Responses and
+// which is the API the reservation was estimated for when it was reserved
+// from a body (the ticket carries it to every replica; serveSettle
+// refuses another) and which the answer itself confirms. Responses and
 // Anthropic answers report their searches, which are read.)
 func askedFor(kind costmodel.Kind, u, est costmodel.Usage) costmodel.Usage {
 	if kind == costmodel.ChatCompletions {
