@@ -596,11 +596,13 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 		}
 		if ch.Status == ledger.StatusSettled {
 			// Counts say nothing of what the request asked for that the
-			// upstream bills apart, searches and containers among them:
-			// charged as reserved, which is never less than the
-			// reservation for what the settlement cannot count.
-			u.WebSearchRequests = max(u.WebSearchRequests, req.Estimate.Usage.WebSearchRequests)
-			u = u.Asked(req.Estimate.Usage)
+			// upstream bills apart, searches (web and file) and containers
+			// among them: charged as reserved, which is never less than
+			// the reservation for what the settlement cannot count.
+			est := req.Estimate.Usage
+			u.WebSearchRequests = max(u.WebSearchRequests, est.WebSearchRequests)
+			u.FileSearchCalls = max(u.FileSearchCalls, est.FileSearchCalls)
+			u = u.Asked(est)
 		}
 		ch.Usage, ch.Cost, priced = u, cost, p
 	case ch.Status != ledger.StatusFailed:
