@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -39,9 +38,7 @@ func bracketsAtkQS(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		read(string(b))
 	}
-	w.Header().Set("X-Credits-Read", strconv.FormatInt(n, 10))
-	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprintf(w, `{"credits":%d}`, n)
+	unitsAtkAnswer(w, n)
 }
 
 // TestUnitsAttackArrayBrackets: the units in a parameter or form field
@@ -50,11 +47,7 @@ func bracketsAtkQS(w http.ResponseWriter, r *http.Request) {
 // read no such parameter and priced the rule's default, 1 credit of the
 // 1,000 served.
 func TestUnitsAttackArrayBrackets(t *testing.T) {
-	up := &routeAtkSpy{next: http.HandlerFunc(bracketsAtkQS)}
-	srv := httptest.NewServer(up)
-	t.Cleanup(srv.Close)
-	s := newStack(t, "", unitsAtkYAML(srv.URL))
-	host := strings.TrimPrefix(s.url, "http://")
+	s, up, host := unitsAtkStack(t, bracketsAtkQS)
 	form := func(path, body string) string {
 		return fmt.Sprintf("POST %s HTTP/1.1\nContent-Type: application/x-www-form-urlencoded\nContent-Length: %d\n\n%s", path, len(body), body)
 	}

@@ -7,7 +7,6 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -40,9 +39,7 @@ func unitsAtkLastContentType(w http.ResponseWriter, r *http.Request) {
 			take(body.Credits.String())
 		}
 	}
-	w.Header().Set("X-Credits-Read", strconv.FormatInt(n, 10))
-	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprintf(w, `{"credits":%d}`, n)
+	unitsAtkAnswer(w, n)
 }
 
 // TestUnitsAtkContentTypeTwice: a request to a generic upstream states
@@ -54,11 +51,7 @@ func unitsAtkLastContentType(w http.ResponseWriter, r *http.Request) {
 // hold: such a request is refused before it reaches the upstream, or
 // billed at least the credits the upstream read.
 func TestUnitsAtkContentTypeTwice(t *testing.T) {
-	up := &routeAtkSpy{next: http.HandlerFunc(unitsAtkLastContentType)}
-	srv := httptest.NewServer(up)
-	t.Cleanup(srv.Close)
-	s := newStack(t, "", unitsAtkYAML(srv.URL))
-	host := strings.TrimPrefix(s.url, "http://")
+	s, up, host := unitsAtkStack(t, unitsAtkLastContentType)
 	const body = `{"q":"&credits=1000&"}`
 	for _, c := range []struct{ name, header string }{
 		{"json then form", "Content-Type: application/json\nContent-Type: application/x-www-form-urlencoded\n"},
@@ -95,9 +88,7 @@ func unitsAtkWerkzeug(w http.ResponseWriter, r *http.Request) {
 			n = max(n, v)
 		}
 	}
-	w.Header().Set("X-Credits-Read", strconv.FormatInt(n, 10))
-	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprintf(w, `{"credits":%d}`, n)
+	unitsAtkAnswer(w, n)
 }
 
 // TestUnitsAtkMultipartDisposition: a multipart body's part names its
@@ -109,11 +100,7 @@ func unitsAtkWerkzeug(w http.ResponseWriter, r *http.Request) {
 // refused before it reaches the upstream, or billed at least the credits
 // the upstream read.
 func TestUnitsAtkMultipartDisposition(t *testing.T) {
-	up := &routeAtkSpy{next: http.HandlerFunc(unitsAtkWerkzeug)}
-	srv := httptest.NewServer(up)
-	t.Cleanup(srv.Close)
-	s := newStack(t, "", unitsAtkYAML(srv.URL))
-	host := strings.TrimPrefix(s.url, "http://")
+	s, up, host := unitsAtkStack(t, unitsAtkWerkzeug)
 	for _, disp := range []string{`attachment; name="credits"`, `inline; name=credits`, `x; name="credits"`} {
 		t.Run(disp, func(t *testing.T) {
 			body := "--XyZ\r\nContent-Disposition: " + disp + "\r\n\r\n1000\r\n--XyZ--\r\n"

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -85,11 +84,7 @@ func encAtkZlib(s string) string {
 // it could see, so a rule read its default (1 credit) while the upstream
 // served the 1,000 the decoded body asked for.
 func TestEncodingAttackCompressedBody(t *testing.T) {
-	up := &routeAtkSpy{next: http.HandlerFunc(encAtkDecoding)}
-	srv := httptest.NewServer(up)
-	t.Cleanup(srv.Close)
-	s := newStack(t, "", unitsAtkYAML(srv.URL))
-	host := strings.TrimPrefix(s.url, "http://")
+	s, up, host := unitsAtkStack(t, encAtkDecoding)
 	const form, jsonCT = "application/x-www-form-urlencoded", "application/json"
 	multipart := "--XyZ\r\nContent-Disposition: form-data; name=\"credits\"\r\n\r\n1000\r\n--XyZ--\r\n"
 	cases := []struct{ name, path, ct, coding, body string }{
@@ -121,11 +116,7 @@ func TestEncodingAttackCompressedBody(t *testing.T) {
 // before the upstream, whose decoder costgate cannot tell: it prices only
 // a body it reads as the upstream does.
 func TestEncodingAttackUnreadCodingReachesNothing(t *testing.T) {
-	up := &routeAtkSpy{next: http.HandlerFunc(encAtkDecoding)}
-	srv := httptest.NewServer(up)
-	t.Cleanup(srv.Close)
-	s := newStack(t, "", unitsAtkYAML(srv.URL))
-	host := strings.TrimPrefix(s.url, "http://")
+	s, up, host := unitsAtkStack(t, encAtkDecoding)
 	for _, coding := range []string{"br", "zstd", "compress", "aes128gcm", "gzip;q=1"} {
 		t.Run(coding, func(t *testing.T) {
 			body := "credits=1"

@@ -59,6 +59,24 @@ func unitsAtkLenient(w http.ResponseWriter, r *http.Request) {
 			take(vs[len(vs)-1])
 		}
 	}
+	unitsAtkAnswer(w, n)
+}
+
+// unitsAtkStack is a stack in front of the credits upstream, which reads
+// requests with h; it returns the stack, the spy on the upstream, and
+// costgate's host:port.
+func unitsAtkStack(t *testing.T, h http.HandlerFunc) (*stack, *routeAtkSpy, string) {
+	t.Helper()
+	up := &routeAtkSpy{next: h}
+	srv := httptest.NewServer(up)
+	t.Cleanup(srv.Close)
+	s := newStack(t, "", unitsAtkYAML(srv.URL))
+	return s, up, strings.TrimPrefix(s.url, "http://")
+}
+
+// unitsAtkAnswer is the credits upstream's answer: the n credits it read,
+// in its body and in X-Credits-Read.
+func unitsAtkAnswer(w http.ResponseWriter, n int64) {
 	w.Header().Set("X-Credits-Read", strconv.FormatInt(n, 10))
 	w.Header().Set("Content-Type", "application/json")
 	fmt.Fprintf(w, `{"credits":%d}`, n)
@@ -96,11 +114,7 @@ limits:
 // them from a JSON field, the query and a header, and to bynum, which
 // reads them from the query alone (and so did not read the body).
 func TestUnitsAttackSpellings(t *testing.T) {
-	up := &routeAtkSpy{next: http.HandlerFunc(unitsAtkLenient)}
-	srv := httptest.NewServer(up)
-	t.Cleanup(srv.Close)
-	s := newStack(t, "", unitsAtkYAML(srv.URL))
-	host := strings.TrimPrefix(s.url, "http://")
+	s, up, host := unitsAtkStack(t, unitsAtkLenient)
 	post := func(ct, body string) string {
 		return fmt.Sprintf("POST /u/credits/run HTTP/1.1\nContent-Type: %s\nContent-Length: %d\n\n%s", ct, len(body), body)
 	}
