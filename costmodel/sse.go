@@ -76,10 +76,10 @@ type StreamMeter struct {
 	events    int
 	inputEst  int64 // input tokens to report when the stream tells none
 	inputSaid bool  // a report stated the input tokens
-	// outputSaid tells that an Anthropic message_delta stated the output
-	// tokens (message_start's count is the stream's first, not its
-	// output).
-	outputSaid bool
+	// outputSaid is the largest output count an Anthropic message_delta
+	// stated, its iterations' included (message_start's count is the
+	// stream's first, not its output); 0, stated or not, states nothing.
+	outputSaid int64
 
 	textBytes int64      // bytes of text added so far
 	guard     guardCount // OutputAbove's count
@@ -457,7 +457,7 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 			// after message_stop, input_tokens lowered) takes nothing off.
 			if u.OutputTokens != nil {
 				m.usage.OutputTokens = max(m.usage.OutputTokens, *u.OutputTokens)
-				m.outputSaid = true
+				m.outputSaid = max(m.outputSaid, *u.OutputTokens)
 			}
 			if s := u.ServerToolUse; s != nil {
 				m.usage.WebSearchRequests = max(m.usage.WebSearchRequests, s.WebSearchRequests)
@@ -467,7 +467,9 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 				// added up: billed, and beyond the counts' report.
 				m.usage = maxEach(m.usage, it.usage)
 				m.inputSaid = m.inputSaid || it.inputSaid
-				m.outputSaid = m.outputSaid || it.outputSaid
+				if it.outputSaid {
+					m.outputSaid = max(m.outputSaid, it.usage.OutputTokens)
+				}
 			}
 			// A geography or speed restated as the standard one takes
 			// nothing off a dearer one reported before.
@@ -624,11 +626,13 @@ func (m *StreamMeter) Usage() (u Usage, reported bool) {
 }
 
 // OutputStated tells whether the stream's final report states its
-// output: a count above 0 (of an Anthropic stream, in a message_delta;
-// message_start's is the stream's first count). When it does not, Usage
-// charges the text the stream carried, which holds no hidden reasoning.
+// output: a count above 0 (of an Anthropic stream, in a message_delta:
+// message_start's is the stream's first count, so that a message_delta
+// of 0 after message_start's 1 states nothing either). When it does not,
+// Usage charges the text the stream carried, which holds no hidden
+// reasoning.
 func (m *StreamMeter) OutputStated() bool {
-	return m.final && m.usage.OutputTokens > 0 && (m.kind != AnthropicMessages || m.outputSaid)
+	return m.final && m.usage.OutputTokens > 0 && (m.kind != AnthropicMessages || m.outputSaid > 0)
 }
 
 // countedText is the tokens of the text the stream carried.

@@ -81,6 +81,7 @@ func TestBillAtkReportWithoutACount(t *testing.T) {
 		{"anthropic-stream-zero-input", "/v1/messages", anthS, start(`{"input_tokens":0,"output_tokens":1}`) + anthText + delta(`{"output_tokens":10}`), -1, 10},
 		{"anthropic-stream-no-output", "/v1/messages", anthS, start(`{"input_tokens":1000}`) + anthText + delta(`{}`), 1000, streamed},
 		{"anthropic-stream-output-of-start", "/v1/messages", anthS, start(`{"input_tokens":1000,"output_tokens":1}`) + anthText + delta(`{"output_tokens":null}`), 1000, streamed},
+		{"anthropic-stream-zero-output", "/v1/messages", anthS, start(`{"input_tokens":1000,"output_tokens":1}`) + anthText + delta(`{"output_tokens":0}`), 1000, streamed},
 		{"chat-stream-zero-prompt", "/v1/chat/completions", chatS, chunk + report(`{"prompt_tokens":0,"completion_tokens":10}`), -1, 10},
 		{"chat-stream-no-completion", "/v1/chat/completions", chatS, chunk + report(`{"prompt_tokens":1008}`), 1008, streamed},
 		{"chat-stream-zero-completion", "/v1/chat/completions", chatS, chunk + report(`{"prompt_tokens":1008,"completion_tokens":0}`), 1008, streamed},
@@ -178,6 +179,10 @@ func TestBillAtkReasoningStreamReportWithoutOutput(t *testing.T) {
 			event("message_start", `{"type":"message_start","message":{"id":"m","model":"claude-sonnet-4-5","usage":{"input_tokens":9,"output_tokens":1}}}`) +
 				event("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`) +
 				event("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{}}`) + event("message_stop", `{"type":"message_stop"}`)},
+		{"anthropic-zero-output", "/v1/messages", anth,
+			event("message_start", `{"type":"message_start","message":{"id":"m","model":"claude-sonnet-4-5","usage":{"input_tokens":9,"output_tokens":1}}}`) +
+				event("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`) +
+				event("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":0,"iterations":[{"type":"message","output_tokens":0}]}}`) + event("message_stop", `{"type":"message_stop"}`)},
 		{"responses", "/v1/responses", resp,
 			`data: {"type":"response.output_text.delta","delta":"Hi"}` + "\n\n" +
 				`data: {"type":"response.completed","response":{"id":"r","model":"o3-mini","status":"completed","usage":{"input_tokens":9,"output_tokens":0}}}` + "\n\n"},
