@@ -9,7 +9,8 @@ package costmodel
 // straight from the chunk's bytes. It reads exactly what openaiChunkJSON
 // (the encoding/json reader it replaces, kept as the reference in the
 // tests) reads, in the same order: each choice's text, then its delta's
-// content, reasoning_content, reasoning, refusal, tool-call names and arguments and legacy function call;
+// content, reasoning_content, reasoning, refusal, tool-call names and arguments (a custom tool
+// call's name and input) and legacy function call;
 // a chunk that is not valid JSON, or has a field of the wrong type,
 // contributes nothing. The tests check that both agree on every input
 // without repeated or differently-cased keys, which encoding/json merges
@@ -34,7 +35,7 @@ type chunkChoice struct {
 	index                  int64
 	text, content, refusal textSpan
 	reasoning              [2]textSpan // reasoning_content, reasoning: OpenAI-compatible servers' visible reasoning
-	tools                  []textSpan  // name, arguments, name, arguments...
+	tools                  []textSpan  // per tool call: function name, arguments, custom name, input
 	fcName, fcArgs         textSpan
 }
 
@@ -265,7 +266,7 @@ func (m *StreamMeter) readChoice(s *jsonScanner, c *chunkChoice) error {
 					case 'n':
 						return s.Literal("null")
 					case '{':
-						return readFunction(s, &c.fcName, &c.fcArgs, 5)
+						return readCall(s, &c.fcName, &c.fcArgs, "arguments", 5)
 					}
 					return wrongType("function_call: want an object")
 				}
@@ -278,39 +279,48 @@ func (m *StreamMeter) readChoice(s *jsonScanner, c *chunkChoice) error {
 	})
 }
 
+// readToolCall reads one element of a delta's "tool_calls": a function
+// call's name and arguments, and a custom tool call's name and input
+// (its "custom" member, which carries a custom tool's output as text).
 func readToolCall(s *jsonScanner, c *chunkChoice) error {
-	var name, args textSpan
+	var name, args, customName, input textSpan
 	switch s.Peek() {
 	case 'n':
-		c.tools = append(c.tools, name, args)
+		c.tools = append(c.tools, name, args, customName, input)
 		return s.Literal("null")
 	case '{':
 	default:
 		return wrongType("tool_calls[]: want an object")
 	}
 	err := s.Object(6, func(ks, ke int, esc bool) error {
-		if keyText(s, ks, ke, esc) == "function" {
+		switch key := keyText(s, ks, ke, esc); key {
+		case "function", "custom":
 			switch s.Peek() {
 			case 'n':
 				return s.Literal("null")
 			case '{':
-				return readFunction(s, &name, &args, 7)
+				if key == "custom" {
+					return readCall(s, &customName, &input, "input", 7)
+				}
+				return readCall(s, &name, &args, "arguments", 7)
 			}
-			return wrongType("function: want an object")
+			return wrongType("%s: want an object", key)
 		}
 		_, _, err := s.Value(6)
 		return err
 	})
-	c.tools = append(c.tools, name, args)
+	c.tools = append(c.tools, name, args, customName, input)
 	return err
 }
 
-func readFunction(s *jsonScanner, name, args *textSpan, depth int) error {
+// readCall reads a call's object: its name, and its arguments under the
+// key argsKey ("arguments" for a function, "input" for a custom tool).
+func readCall(s *jsonScanner, name, args *textSpan, argsKey string, depth int) error {
 	return s.Object(depth, func(ks, ke int, esc bool) error {
 		switch keyText(s, ks, ke, esc) {
 		case "name":
 			return readString(s, name)
-		case "arguments":
+		case argsKey:
 			return readString(s, args)
 		}
 		_, _, err := s.Value(depth)

@@ -28,6 +28,10 @@ type chatChunk struct {
 					Name      string `json:"name"`
 					Arguments string `json:"arguments"`
 				} `json:"function"`
+				Custom struct {
+					Name  string `json:"name"`
+					Input string `json:"input"`
+				} `json:"custom"`
 			} `json:"tool_calls"`
 			FunctionCall *struct {
 				Name      string `json:"name"`
@@ -61,6 +65,8 @@ func (m *StreamMeter) openaiChunkJSON(data []byte) error {
 		for _, tc := range ch.Delta.ToolCalls {
 			m.addText(tc.Function.Name)
 			m.addText(tc.Function.Arguments)
+			m.addText(tc.Custom.Name)
+			m.addText(tc.Custom.Input)
 		}
 		if fc := ch.Delta.FunctionCall; fc != nil {
 			m.addText(fc.Name)
@@ -105,7 +111,7 @@ func (m *StreamMeter) openaiChunkJSON(data []byte) error {
 // or a key that equals one the readers look for only case-insensitively:
 // there encoding/json merges or folds where the fast path does not.
 func oddKeys(data []byte) bool {
-	known := []string{"choices", "index", "text", "delta", "content", "refusal", "tool_calls", "function", "name", "arguments", "function_call", "usage", "x_groq", "reasoning_content", "reasoning",
+	known := []string{"choices", "index", "text", "delta", "content", "refusal", "tool_calls", "function", "name", "arguments", "function_call", "custom", "input", "usage", "x_groq", "reasoning_content", "reasoning",
 		"type", "response", "message", "content_block", "partial_json", "thinking"}
 	odd := false
 	var walk func(s *jsonScanner, depth int) error
@@ -153,6 +159,7 @@ func FuzzOpenAIChunk(f *testing.F) {
 		`{"choices":[null],"x":[1,{"y":"z"}]}`, "{\"choices\":[{\"text\":\"\xff\xfe\"}]}", `[]`, `{"choices":{}}`, ` null `, `"x"`,
 		`{"choices":[],"x_groq":{"id":"req_1","usage":{"prompt_tokens":9,"completion_tokens":30,"queue_time":0.01}}}`,
 		`{"x_groq":{"usage":{"prompt_tokens":-1}},"usage":{"prompt_tokens":3}}`, `{"x_groq":null}`, `{"x_groq":[1]}`, `{"x_groq":{"usage":null}}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"type":"custom","custom":{"name":"sh","input":"ls \u002d"},"function":{"arguments":"{}"}},{"custom":null},{"custom":{"input":5}}]}}]}`,
 	} {
 		f.Add([]byte(s))
 	}

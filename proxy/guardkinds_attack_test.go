@@ -137,6 +137,8 @@ func TestGuardKindsAttackChatDeltaKinds(t *testing.T) {
 		{"function call arguments", `{"index":0,"delta":{"role":"assistant","function_call":{"name":"write","arguments":""}}}`,
 			`{"index":0,"delta":{"function_call":{"arguments":" word"}}}`, `" word"`},
 		{"refusal", `{"index":0,"delta":{"role":"assistant","refusal":""}}`, `{"index":0,"delta":{"refusal":" word"}}`, `" word"`},
+		{"custom tool input", `{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"call_1","type":"custom","custom":{"name":"write","input":""}}]}}`,
+			`{"index":0,"delta":{"tool_calls":[{"index":0,"type":"custom","custom":{"input":" word"}}]}}`, `" word"`},
 		{"logprobs", `{"index":0,"delta":{"role":"assistant","content":""}}`,
 			`{"index":0,"delta":{"content":" word"},"logprobs":{"content":[{"token":" word","logprob":-0.1,"bytes":[32,119,111,114,100],"top_logprobs":[{"token":" word","logprob":-0.1,"bytes":[32,119,111,114,100]},{"token":" text","logprob":-2.5,"bytes":[32,116,101,120,116]}]}],"refusal":null}}`, `"content":" word"`},
 		{"unicode escapes", `{"index":0,"delta":{"role":"assistant","content":""}}`, `{"index":0,"delta":{"content":"\u0020\u0077\u006f\u0072\u0064"}}`, `\u0020\u0077\u006f\u0072\u0064`},
