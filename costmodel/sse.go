@@ -13,7 +13,9 @@ package costmodel
 //     deltas of OpenAI-compatible servers), and the final chunk's usage (present when
 //     stream_options.include_usage is set; Groq's, in its x_groq member);
 //   - OpenAI Responses: the output text, refusal and function-call argument
-//     deltas, and the usage of response.completed (or .incomplete, .failed);
+//     deltas (and those of reasoning, custom tools' input, the code
+//     interpreter's code, MCP calls' arguments and shell commands), and
+//     the usage of response.completed (or .incomplete, .failed);
 //   - Anthropic: message_start's usage (input and cache tokens), the text,
 //     thinking and tool-input deltas, and message_delta's cumulative usage.
 //
@@ -345,7 +347,7 @@ func (m *StreamMeter) responsesEvent(data []byte) error {
 	case "response.output_text.delta", "response.refusal.delta", "response.function_call_arguments.delta",
 		"response.reasoning_summary_text.delta", "response.reasoning_text.delta",
 		"response.custom_tool_call_input.delta", "response.code_interpreter_call_code.delta",
-		"response.mcp_call_arguments.delta":
+		"response.mcp_call_arguments.delta", "response.shell_call_command.delta":
 		m.addText(ev.Delta)
 	case "response.output_item.done":
 		switch {

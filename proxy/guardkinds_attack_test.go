@@ -222,6 +222,7 @@ func TestGuardKindsAttackResponsesDeltaKinds(t *testing.T) {
 		{"function call arguments", "response.function_call_arguments.delta", false},
 		{"reasoning summary", "response.reasoning_summary_text.delta", false},
 		{"reasoning text", "response.reasoning_text.delta", false},
+		{"shell call command", "response.shell_call_command.delta", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, e := gkStream(t, "/v1/responses", `{"model":"gpt-4.1-mini","stream":true,"max_output_tokens":30000,"input":"write"}`, func(e *gkEmit) {
