@@ -17,7 +17,8 @@ package costmodel
 //     interpreter's code, MCP calls' arguments and shell commands), and
 //     the usage of response.completed (or .incomplete, .failed);
 //   - Anthropic: message_start's usage (input and cache tokens), the text,
-//     thinking and tool-input deltas, and message_delta's cumulative usage.
+//     thinking, tool-input and compaction deltas, and message_delta's
+//     cumulative usage.
 //
 // When the stream carried a usage report, Usage returns it (reported=true;
 // of several, each kind at its largest; the input SetInputTokens set when
@@ -405,6 +406,7 @@ type anthropicDelta struct {
 	Text        string `json:"text"`
 	PartialJSON string `json:"partial_json"`
 	Thinking    string `json:"thinking"`
+	Content     string `json:"content"` // compaction_delta: the summary a compaction step writes, billed as output
 }
 
 type anthropicBlockStart struct {
@@ -449,6 +451,7 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 			m.addText(d.Text)
 			m.addText(d.PartialJSON)
 			m.addText(d.Thinking)
+			m.addText(d.Content)
 		}
 	case "message_stop":
 		m.final = m.reported

@@ -431,6 +431,8 @@ func decodeAnthropicEvent(data []byte) (anthropicEvent, error) {
 					return readStringInto(s, &d.PartialJSON)
 				case "thinking":
 					return readStringInto(s, &d.Thinking)
+				case "content":
+					return readStringInto(s, &d.Content)
 				}
 				_, _, err := s.Value(2)
 				return err

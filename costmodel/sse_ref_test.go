@@ -201,6 +201,7 @@ func FuzzStreamEvents(f *testing.F) {
 		`{"type":"content_block_delta","delta":null,"content_block":{"name":"x"}}`, `{"delta":5}`, `{"type":1}`,
 		`{"type":"message_delta","usage":{"output_tokens":"x"}}`, `null`, `[]`, `{"response":{"usage":{"input_tokens":1}}}`,
 		`{"message":{"usage":null},"delta":{"text":null}}`,
+		`{"type":"content_block_delta","delta":{"type":"compaction_delta","content":"Sum\u006dary."}}`, `{"delta":{"content":[1]}}`,
 	} {
 		f.Add([]byte(s))
 	}

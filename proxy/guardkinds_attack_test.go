@@ -335,6 +335,7 @@ func TestGuardKindsAttackAnthropicDeltaKinds(t *testing.T) {
 		{"server tool input", `{"type":"server_tool_use","id":"srvtoolu_1","name":"code_execution","input":{}}`, `{"type":"input_json_delta","partial_json":" word"}`, `"partial_json":" word"`, false},
 		{"thinking", `{"type":"thinking","thinking":"","signature":""}`, `{"type":"thinking_delta","thinking":" word"}`, `"thinking":" word"`, false},
 		{"text with citations", `{"type":"text","text":"","citations":[]}`, `{"type":"text_delta","text":" word"}`, `"text":" word"`, false},
+		{"compaction summary", `{"type":"compaction","content":""}`, `{"type":"compaction_delta","content":" word"}`, `"content":" word"`, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, e := gkStreamBudget(t, "0.01", "/v1/messages", `{"model":"claude-haiku-4-5","stream":true,"max_tokens":30000,"messages":[{"role":"user","content":"write"}],"tools":[{"name":"write","input_schema":{"type":"object"}}]}`, func(e *gkEmit) {
