@@ -3,8 +3,6 @@ package admin
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -173,9 +171,9 @@ func (s *Plane) requireAdmin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cfg := s.gate.Config()
 		want, read := cfg.AdminToken, cfg.Control.ReadOnlyToken()
-		got, ok := bearerToken(r)
-		admin := ok && tokenIs(got, want)
-		reader := ok && tokenIs(got, read)
+		got, ok := dashboard.BearerDigest(r)
+		admin := ok && dashboard.DigestIs(got, want)
+		reader := ok && dashboard.DigestIs(got, read)
 		switch {
 		case admin:
 			next.ServeHTTP(w, r)
@@ -188,28 +186,6 @@ func (s *Plane) requireAdmin(next http.Handler) http.Handler {
 			writeAdminError(w, http.StatusUnauthorized, "the admin API needs 'Authorization: Bearer <admin token>'")
 		}
 	})
-}
-
-// bearerToken is the token of r's Authorization field, whose scheme is
-// read without regard to case (RFC 9110, section 11.1), as the data plane
-// reads it.
-func bearerToken(r *http.Request) (string, bool) {
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	return strings.TrimSpace(token), true
-}
-
-// tokenIs reports whether got is the configured token want, never when want
-// is empty. Both are hashed before the constant-time comparison, so that
-// neither the token's content nor its length shows in the time it takes.
-func tokenIs(got, want string) bool {
-	if want == "" {
-		return false
-	}
-	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
-	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
 }
 
 // ready answers 200 when the ledger's store and the limiter store answer.

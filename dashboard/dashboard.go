@@ -324,24 +324,41 @@ func (h *handler) serveData(w http.ResponseWriter, r *http.Request) {
 }
 
 // authorized reports whether r carries one of the tokens as a bearer
-// token. Both sides are hashed before the constant-time comparison so that
-// neither the content nor the length of a token leaks through timing, and
-// every token is compared, so that which one matched does not either.
+// token. Every token is compared, so that which one matched does not leak
+// through timing.
 func (h *handler) authorized(r *http.Request) bool {
-	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
+	got, ok := BearerDigest(r)
+	if !ok {
 		return false
 	}
-	a := sha256.Sum256([]byte(strings.TrimSpace(got)))
-	match := 0
+	match := false
 	for _, want := range h.tokens() {
-		if want == "" {
-			continue
-		}
-		b := sha256.Sum256([]byte(want))
-		match |= subtle.ConstantTimeCompare(a[:], b[:])
+		match = DigestIs(got, want) || match
 	}
-	return match == 1
+	return match
+}
+
+// BearerDigest is the SHA-256 of the bearer token of r's Authorization
+// field, whose scheme is read without regard to case (RFC 9110, section
+// 11.1); ok is false when r carries none. Tokens are compared as digests
+// (DigestIs) so that neither the content nor the length of a token leaks
+// through timing.
+func BearerDigest(r *http.Request) (digest [sha256.Size]byte, ok bool) {
+	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return digest, false
+	}
+	return sha256.Sum256([]byte(strings.TrimSpace(got))), true
+}
+
+// DigestIs reports, in constant time, whether digest is BearerDigest's of
+// the token want; never for an empty want.
+func DigestIs(digest [sha256.Size]byte, want string) bool {
+	if want == "" {
+		return false // a token not configured
+	}
+	w := sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(digest[:], w[:]) == 1
 }
 
 // normalize replaces nil lists by empty ones, so that the JSON always has
