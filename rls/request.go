@@ -184,9 +184,6 @@ type desc struct {
 	// one tenant, none): it is decided on a call of its own, in no group
 	// of this one.
 	other bool
-	// models has bit j set when entry j's value was matched as a model's
-	// name (modelName), which its counter's key holds too.
-	models uint16
 }
 
 // group is the gate request of one kind.
@@ -255,9 +252,8 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest, sub *party) err
 		}
 		var p path
 		var n *node
-		var models uint16 // the entries read as a model's name (modelName)
 		lv := dom.root
-		for j, e := range es {
+		for _, e := range es {
 			k, v := e.GetKey(), e.GetValue()
 			if len(k) > maxEntryLen {
 				return fmt.Errorf("%w: descriptor %d has an entry key longer than %d bytes", errInvalid, i, maxEntryLen)
@@ -265,8 +261,12 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest, sub *party) err
 			n = nil
 			if ch := lv[k]; ch != nil {
 				if ch.model {
-					v = modelName(dom.est, v)
-					models |= 1 << j
+					// Read once: the entry holds the model's name from
+					// here on, for its counter's key and a second
+					// party's reading (modelName is idempotent).
+					if v = modelName(dom.est, v); v != e.GetValue() {
+						e.Value = v
+					}
 				}
 				n = ch.find(v)
 			}
@@ -299,7 +299,7 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest, sub *party) err
 		if h := d.GetHitsAddend(); h != nil {
 			hits = int64(min(h.GetValue(), maxHits))
 		}
-		dc := desc{n: n, hits: hits, extra: -1, models: models}
+		dc := desc{n: n, hits: hits, extra: -1}
 		if lo := d.GetLimit(); lo != nil {
 			ov, err := override(dom, lo)
 			if err != nil {
@@ -620,18 +620,18 @@ func (c *call) addExtra(g *group, d *desc, tenant string, rd *commonv3.RateLimit
 		// entries' keys, so that no two descriptors share its counter.
 		b = append(b, ':')
 		b = appendEscaped(b, c.dom.name, false)
-		for j, e := range rd.GetEntries() {
+		for _, e := range rd.GetEntries() {
 			b = append(b, ':')
 			b = appendEscaped(b, e.GetKey(), true)
 			b = append(b, '=')
-			b = appendValue(b, d.value(c.dom, j, e.GetValue()))
+			b = appendValue(b, e.GetValue())
 		}
 	} else {
 		// A configured limit is its node's: the path to the node fixes
 		// the entries' keys, and the values alone tell counters apart.
-		for j, e := range rd.GetEntries() {
+		for _, e := range rd.GetEntries() {
 			b = append(b, ':')
-			b = appendValue(b, d.value(c.dom, j, e.GetValue()))
+			b = appendValue(b, e.GetValue())
 		}
 	}
 	c.key = b
@@ -658,15 +658,6 @@ func (c *call) addExtra(g *group, d *desc, tenant string, rd *commonv3.RateLimit
 	g.extras = append(g.extras, e)
 	g.actual = append(g.actual, actual)
 	return len(g.extras) - 1
-}
-
-// value is v, the value of entry j of d, as d's counter's key holds it:
-// a model's name (modelName) where it was matched as one.
-func (d *desc) value(dom *domain, j int, v string) string {
-	if d.models&(1<<j) == 0 {
-		return v
-	}
-	return modelName(dom.est, v)
 }
 
 // appendValue appends an entry's value v as appendEscaped does; a value
