@@ -87,7 +87,8 @@ func newReqBody(body []byte, h http.Header) reqBody {
 }
 
 // contentType returns the Content-Type h gives the body: the value of
-// each of its Content-Type fields, in any case, which must all be one.
+// each of its Content-Type fields, in any spelling a server reads as one
+// (HeaderIs), which must all be one.
 // Two different ones are an error: servers differ in which they read (Go
 // and Node the first; gunicorn's WSGI environ the last, as it sets
 // CONTENT_TYPE once per field), and one may read the body as a form
@@ -96,7 +97,7 @@ func contentType(h http.Header) (string, error) {
 	var ct string
 	seen := false
 	for k, vs := range h {
-		if !strings.EqualFold(k, "Content-Type") {
+		if !HeaderIs(k, "content-type") {
 			continue
 		}
 		for _, v := range vs {

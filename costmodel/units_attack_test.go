@@ -327,6 +327,9 @@ func TestUnitsAtkBodyReadings(t *testing.T) {
 		{"parameter without a value", part(`Content-Disposition: form-data; name=credits; x`), -1},
 		{"disposition twice", part("Content-Disposition: form-data; name=x\r\nContent-Disposition: form-data; name=credits"), -1},
 	})
+	underscore := unitsAtkJSON(`{"q":"&credits=1000&"}`)
+	underscore.Header["Content_type"] = []string{"application/x-www-form-urlencoded"}
+	unitsAtkCheck(t, unitsAtkRule, []unitsAtkCase{{"content type spelled with an underscore", underscore, -1}})
 	same := unitsAtkForm("credits=1000")
 	same.Header["Content-Type"] = append(same.Header["Content-Type"], "application/x-www-form-urlencoded")
 	unitsAtkCheck(t, unitsAtkRule, []unitsAtkCase{{"one content type twice", same, 1000}})
