@@ -182,11 +182,13 @@ func (g *guardedStore) call(ctx context.Context, op telemetry.StoreOp, f func(co
 	// decision error found before any call (a cost larger than a limit, an
 	// invalid cost), a busy queue or a caller that left tell nothing of
 	// the store: they neither close a half-open breaker nor end a run of
-	// failures.
+	// failures. A request whose keys the store could not read
+	// (weighted.ErrUnreadable: one tenant's spoiled key) was answered:
+	// it counts for the store's health, never against it.
 	switch {
 	case weighted.IsStoreFailure(err):
 		g.breaker.done(err)
-	case err == nil, errors.Is(err, weighted.ErrStale):
+	case err == nil, errors.Is(err, weighted.ErrStale), errors.Is(err, weighted.ErrUnreadable):
 		g.breaker.done(nil)
 	default:
 		g.breaker.abstain()

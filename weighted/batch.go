@@ -464,6 +464,10 @@ func (r *Redis) sendWithin(b *batch, d time.Duration) *batch {
 		b.args[0] = b.buf
 	}
 	v, err := r.run(ctx, batchScript, b.keys, b.args...)
+	if err != nil && len(b.calls) == 1 {
+		// A lone request's error is the script's (see batch.lua).
+		err = unreadable(err)
+	}
 	var replies []any
 	if err == nil && len(b.calls) > 1 {
 		replies, err = splitReply(v, len(b.calls))
@@ -483,7 +487,7 @@ func (r *Redis) sendWithin(b *batch, d time.Duration) *batch {
 			c.reply = replies[i]
 			if rerr, ok := c.reply.(redis.Error); ok {
 				// This request failed alone (see batch.lua): the others' replies stand.
-				c.reply, c.err = nil, fmt.Errorf("weighted: run script: %w", rerr)
+				c.reply, c.err = nil, unreadable(fmt.Errorf("weighted: run script: %w", rerr))
 			}
 		}
 		if c.state != abandoned {

@@ -3,8 +3,10 @@ package weighted
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -39,6 +41,37 @@ var ErrCrowded = errors.New("weighted: crowded: the request's hash tags have too
 // RedisConfig.ReplyTimeout and Redis.Stats).
 var ErrUnknownOutcome = errors.New("weighted: unknown outcome: no reply from the store")
 
+// ErrUnreadable is returned, with the store's reply, when the store ran a
+// request and could not read one of its keys: a key of the wrong type, a
+// value too short to read, a sliding log whose marks do not add up to
+// their recorded sum. The store answered, and answered the other
+// requests of its script call: it is the request's failure, not the
+// store's, and a circuit breaker must not count it, or one tenant's
+// spoiled key would turn every tenant over to its fallback. The request
+// has no decision: nothing of it was applied.
+var ErrUnreadable = errors.New("weighted: a key of the request cannot be read")
+
+// unreadable returns err, the error of a script call that ran one request
+// alone or the error reply of one request of a batch, marked as the
+// request's own failure (ErrUnreadable) when Redis ran the script and the
+// request could not read its keys: a key of the wrong type (WRONGTYPE), or
+// a Lua error of the script reading a value (a runtime error,
+// "user_script:", or the script's own "weighted:" error). Every other
+// error (a server out of memory, loading, read-only, busy, a lost
+// connection) is returned as it is: the store's.
+func unreadable(err error) error {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return err
+	}
+	msg := strings.TrimPrefix(re.Error(), "ERR ")
+	msg = strings.TrimPrefix(strings.TrimPrefix(msg, "weighted: request failed: "), "ERR ")
+	if strings.HasPrefix(msg, "WRONGTYPE ") || strings.HasPrefix(msg, "user_script:") || strings.HasPrefix(msg, "weighted: ") {
+		return fmt.Errorf("%w (%w)", err, ErrUnreadable)
+	}
+	return err
+}
+
 // errCallTimeout marks an ErrUnknownOutcome that the store's CallTimeout
 // caused, as opposed to the caller's context.
 var errCallTimeout = errors.New("weighted: call timeout")
@@ -52,14 +85,15 @@ var errBadReply = errors.New("weighted: malformed reply")
 // It is an allow-list: true only for
 //   - transport errors: a connection refused, reset or closed, a network
 //     timeout, an exhausted or closed client pool;
-//   - errors that Redis answered (a script that failed on the server, a
-//     key of the wrong type, a server out of memory or loading);
+//   - errors that Redis answered of itself (a server out of memory,
+//     loading, read-only, busy);
 //   - a reply of the wrong shape;
 //   - a request sent whose reply did not come within CallTimeout
 //     (ErrUnknownOutcome from the store's own bound).
 //
 // It is false for nil and for every error about the request or its
-// caller: a *CostError, ErrDuplicateItem, ErrInvalidCost, an invalid
+// caller: a *CostError, ErrDuplicateItem, ErrInvalidCost, ErrUnreadable
+// (a request whose keys the store could not read), an invalid
 // limit, id, settle or restore argument, ErrStale, ErrOverloaded, and the
 // caller's context ending (context.Canceled or DeadlineExceeded, also
 // when wrapped with ErrUnknownOutcome or ErrOverloaded). Errors this
@@ -74,7 +108,7 @@ func IsStoreFailure(err error) bool {
 		// The caller's context. (context.DeadlineExceeded is also a
 		// net.Error: this case comes first.)
 		return false
-	case errors.Is(err, ErrStale), errors.Is(err, ErrOverloaded), errors.Is(err, ErrInvalidCost),
+	case errors.Is(err, ErrStale), errors.Is(err, ErrOverloaded), errors.Is(err, ErrInvalidCost), errors.Is(err, ErrUnreadable),
 		errors.Is(err, ErrCostExceedsCapacity), errors.Is(err, ErrDuplicateItem):
 		return false
 	case errors.Is(err, errBadReply), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),

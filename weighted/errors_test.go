@@ -73,7 +73,25 @@ func TestIsStoreFailure(t *testing.T) {
 	}
 
 	redisCases := []errCase{
-		{"wrong type", debit(ctx, "a", wrongType), true},
+		// A key the request cannot read is its own failure: Redis answered.
+		{"wrong type", debit(ctx, "a", wrongType), false},
+		{"value too short", func(s Store) error {
+			short := []Item{{Limit: l, Key: "{short}", Cost: 1}}
+			if err := c.Set(ctx, r.key(&short[0]), "x", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			_, err := s.Debit(ctx, "a", short)
+			return err
+		}, false},
+		// A server that refuses writes is the store's failure.
+		{"out of memory", func(s Store) error {
+			if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+				t.Fatal(err)
+			}
+			defer c.ConfigSet(ctx, "maxmemory", "0")
+			_, err := s.Debit(ctx, "a", []Item{{Limit: l, Key: "{oom}", Cost: 1}})
+			return err
+		}, true},
 		{"cancelled caller", debit(cancelled, "a", one), false},
 		{"expired caller", debit(expired, "a", one), false},
 		{"stale tag", func(Store) error {

@@ -200,10 +200,12 @@ func (c RedisConfig) Validate() error {
 // records are read and written request by request. A request that
 // arrives while no script call runs is sent at once: batching adds no
 // latency to an idle store. Each request gets its own decision; a denial
-// does not affect the others. A script error (Redis unreachable, a key of
-// the wrong type) fails every request of the batch with that error, and
-// the requests of the batch may have run (as a request whose reply is
-// lost may have). See BenchmarkRedisBatch in bench/README.md for what
+// does not affect the others. A request whose keys the script cannot read
+// (a key of the wrong type, a value too short) fails alone with
+// ErrUnreadable, which is not the store's failure; a script error of the
+// store's (Redis unreachable, out of memory) fails every request of the
+// batch with that error, and the requests of the batch may have run (as a
+// request whose reply is lost may have). See BenchmarkRedisBatch in bench/README.md for what
 // batching saves.
 //
 // Each script call runs in a goroutine of the store's, which ends with the

@@ -54,7 +54,7 @@
 //	}
 //
 // Errors are of three kinds: the request's (a *CostError, ErrDuplicateItem,
-// ErrInvalidCost, an invalid limit), the state's (ErrStale) and load
+// ErrInvalidCost, an invalid limit, ErrUnreadable), the state's (ErrStale) and load
 // shedding (ErrOverloaded), none of which says the store is down; and the
 // store's own failures, for which IsStoreFailure is true: count only
 // those against a circuit breaker.
