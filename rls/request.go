@@ -370,25 +370,24 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest, sub *party) err
 			c.user = p.user
 		}
 	}
-	if !main {
-		c.model = sub.model
-	}
-	if c.model == "" {
-		c.model = c.first(ps, roleModel, c.tenant, main)
+	caller := c.tenant // the first call's tenant
+	if main {
+		c.model = c.first(ps, roleModel, c.tenant, true)
+	} else {
+		c.model, caller = sub.model, c.first(ps, roleTenant, "", true)
 	}
 	// A descriptor is this call's when it names its tenant (or none, on
-	// the first call) and, if it names a model, its model; on a call for
-	// one party, only charges of exactly its tenant and model are.
+	// the first call) and its party's model (see partyModel); on a call
+	// for one party, only charges of exactly its tenant and model are.
 	for i := range c.descs {
 		dc, p := &c.descs[i], &ps[i]
-		in := mine(p)
-		if main {
-			in = in && (p.model == "" || p.model == c.model)
-		} else {
-			in = in && dc.kind == kindCharge && p.model == sub.model
+		model := c.partyModel(ps, p, caller)
+		in := mine(p) && model == c.model
+		if !main {
+			in = in && dc.kind == kindCharge
 		}
 		if dc.other = !in; dc.other && main && dc.kind != kindNone {
-			o := party{p.tenant, p.model}
+			o := party{p.tenant, model}
 			if !slices.Contains(c.others, o) {
 				c.others = append(c.others, o)
 			}
@@ -440,6 +439,24 @@ func (c *call) first(ps []path, r role, tenant string, none bool) string {
 		}
 	}
 	return ""
+}
+
+// partyModel is the model of the party p's usage is charged to: the
+// model p names, else its tenant's, the first model that the tenant's
+// descriptors name (caller's, the first call's tenant, and of
+// descriptors naming no tenant too, as the first call reads it). So a
+// descriptor naming no model (a total of tokens under the tenant alone)
+// joins its tenant's model's charge, whichever call charges it, and is
+// billed once with it, never again at that model's price as a party of
+// its own.
+func (c *call) partyModel(ps []path, p *path, caller string) string {
+	switch {
+	case p.model != "":
+		return p.model
+	case p.tenant == caller || p.tenant == "":
+		return c.first(ps, roleModel, caller, true)
+	}
+	return c.first(ps, roleModel, p.tenant, false)
 }
 
 // party is who a descriptor's usage is charged to: a tenant and a model.
