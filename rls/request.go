@@ -161,7 +161,7 @@ type call struct {
 	descs  []desc
 	groups [numKinds]group
 	key    []byte // scratch for building keys
-	// others are the tenants and models other than the caller's that
+	// others are the parties other than the caller's that
 	// descriptors asking the gate name, in order (the first call's: a
 	// call for one party lists none); othersAsk tells that one of those
 	// descriptors checks or debits, asked names the first such. Their
@@ -348,10 +348,10 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest, sub *party) err
 		}
 	}
 	// The caller: sub's tenant, else the first tenant a check or a debit
-	// names, else the first named; its plan and user are the first that
-	// its descriptors (and, on the first call, those naming no tenant)
-	// give. Its model likewise: sub's, else the first model a check or a
-	// debit of its names, else the first.
+	// names, else the first named; its plan is the first that its
+	// descriptors give. Its user and model: sub's, else the first that a
+	// check or a debit of its descriptors (and, on the first call, of
+	// those naming no tenant) names, else the first.
 	main := sub == nil
 	if main {
 		c.tenant = c.first(ps, roleTenant, "", true)
@@ -365,29 +365,25 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest, sub *party) err
 			break
 		}
 	}
-	for i := range ps {
-		if p := &ps[i]; c.user == "" && mine(p) {
-			c.user = p.user
-		}
-	}
 	caller := c.tenant // the first call's tenant
 	if main {
+		c.user = c.first(ps, roleUser, c.tenant, true)
 		c.model = c.first(ps, roleModel, c.tenant, true)
 	} else {
-		c.model, caller = sub.model, c.first(ps, roleTenant, "", true)
+		c.user, c.model, caller = sub.user, sub.model, c.first(ps, roleTenant, "", true)
 	}
 	// A descriptor is this call's when it names its tenant (or none, on
-	// the first call) and its party's model (see partyModel); on a call
-	// for one party, only charges of exactly its tenant and model are.
+	// the first call) and its party's user and model (see partyOf); on a
+	// call for one party, only charges of exactly its party are.
 	for i := range c.descs {
 		dc, p := &c.descs[i], &ps[i]
-		model := c.partyModel(ps, p, caller)
-		in := mine(p) && model == c.model
+		user, model := c.partyOf(ps, p, caller)
+		in := mine(p) && user == c.user && model == c.model
 		if !main {
 			in = in && dc.kind == kindCharge
 		}
 		if dc.other = !in; dc.other && main && dc.kind != kindNone {
-			o := party{p.tenant, model}
+			o := party{p.tenant, user, model}
 			if !slices.Contains(c.others, o) {
 				c.others = append(c.others, o)
 			}
@@ -419,17 +415,20 @@ func (c *call) convert(dom *domain, req *rlsv3.RateLimitRequest, sub *party) err
 	return nil
 }
 
-// first is the first tenant (r roleTenant) or model (roleModel) that
-// ps, the paths of c's descriptors, name: of a check or a debit, else of
-// any descriptor; a model only of a descriptor of tenant (or, with
-// none, of no tenant too).
+// first is the first tenant (r roleTenant), user (roleUser) or model
+// (roleModel) that ps, the paths of c's descriptors, name: of a check or
+// a debit, else of any descriptor; a user or a model only of a
+// descriptor of tenant (or, with none, of no tenant too).
 func (c *call) first(ps []path, r role, tenant string, none bool) string {
 	for _, asks := range [...]bool{true, false} {
 		for i := range ps {
 			p := &ps[i]
 			v := p.tenant
-			if r == roleModel {
-				if v = p.model; !(p.tenant == tenant || none && p.tenant == "") {
+			if r != roleTenant {
+				if v = p.model; r == roleUser {
+					v = p.user
+				}
+				if !(p.tenant == tenant || none && p.tenant == "") {
 					continue
 				}
 			}
@@ -441,27 +440,34 @@ func (c *call) first(ps []path, r role, tenant string, none bool) string {
 	return ""
 }
 
-// partyModel is the model of the party p's usage is charged to: the
-// model p names, else its tenant's, the first model that the tenant's
-// descriptors name (caller's, the first call's tenant, and of
-// descriptors naming no tenant too, as the first call reads it). So a
-// descriptor naming no model (a total of tokens under the tenant alone)
-// joins its tenant's model's charge, whichever call charges it, and is
-// billed once with it, never again at that model's price as a party of
-// its own.
-func (c *call) partyModel(ps []path, p *path, caller string) string {
-	switch {
-	case p.model != "":
-		return p.model
-	case p.tenant == caller || p.tenant == "":
-		return c.first(ps, roleModel, caller, true)
+// partyOf is the user and the model of the party p's usage is charged
+// to (its tenant is p's): the user and the model p names, else its
+// tenant's, the first that the tenant's descriptors name (caller's, the
+// first call's tenant, and of descriptors naming no tenant too, as the
+// first call reads them). So a descriptor naming no model (a total of
+// tokens under the tenant alone) joins its tenant's model's charge,
+// whichever call charges it, and is billed once with it, never again at
+// that model's price as a party of its own; one naming no user is its
+// tenant's user's.
+func (c *call) partyOf(ps []path, p *path, caller string) (user, model string) {
+	user, model = p.user, p.model
+	t, none := p.tenant, false
+	if t == caller || t == "" {
+		t, none = caller, true
 	}
-	return c.first(ps, roleModel, p.tenant, false)
+	if user == "" {
+		user = c.first(ps, roleUser, t, none)
+	}
+	if model == "" {
+		model = c.first(ps, roleModel, t, none)
+	}
+	return user, model
 }
 
-// party is who a descriptor's usage is charged to: a tenant and a model.
+// party is who a descriptor's usage is charged to: a tenant, its user
+// and a model. A request's checks and debits are one party's.
 type party struct {
-	tenant, model string
+	tenant, user, model string
 }
 
 // replace marks the descriptors whose limit another descriptor of the

@@ -311,13 +311,18 @@ func blocked(c *call) *rlsv3.RateLimitResponse {
 		Message: "limit " + name + " admits no request"})
 }
 
-// twoTenants answers a request whose checks or debits name two tenants
-// or two models: it is refused, and nothing is debited (the usage it
+// twoTenants answers a request whose checks or debits name two tenants,
+// two users or two models: it is refused, and nothing is debited (the usage it
 // reports is charged apart, see Server.decideTenants).
 func twoTenants(c *call) *rlsv3.RateLimitResponse {
 	e := &gate.Error{Type: "invalid_request_error", Code: "two_tenants",
 		Message: "the descriptors name two tenants, " + strconv.Quote(c.tenant) + " and " + strconv.Quote(c.asked.tenant) + ": a request's limits are one tenant's"}
-	if c.asked.tenant == c.tenant {
+	switch {
+	case c.asked.tenant != c.tenant:
+	case c.asked.user != c.user:
+		e.Code = "two_users"
+		e.Message = "the descriptors name two users, " + strconv.Quote(c.user) + " and " + strconv.Quote(c.asked.user) + ": a request's limits are one user's"
+	default:
 		e.Code = "two_models"
 		e.Message = "the descriptors name two models, " + strconv.Quote(c.model) + " and " + strconv.Quote(c.asked.model) + ": a request's limits are one model's"
 	}

@@ -172,14 +172,15 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 }
 
 // decideTenants decides c, a request whose descriptors name other
-// tenants or models than its caller's (c.others). Each tenant's plan
-// applies to the descriptors that name it, and each model's usage is
-// priced as that model's, whichever comes first: a request whose checks
-// or debits name two tenants or two models is refused, debiting nothing
+// tenants, users or models than its caller's (c.others). Each tenant's
+// plan applies to the descriptors that name it, each user's limits to
+// its own, and each model's usage is priced as that model's, whichever
+// comes first: a request whose checks or debits name two tenants, two
+// users or two models is refused, debiting nothing
 // (two plans cannot be decided all or nothing as one caller's; decided
 // as the first tenant's, the other's descriptors counted on no plan). The
 // usage that descriptors report was served all the same: each tenant's,
-// of each model, is charged on a call of its own, on the tenant's plan
+// of each user and model, is charged on a call of its own, on the tenant's plan
 // and in a ledger entry of its model. Every party is charged before the
 // answer, even when costgate cannot decide or record for one of them
 // (the answer is then UNAVAILABLE): a charge is counted on its limits
