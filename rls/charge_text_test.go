@@ -19,9 +19,11 @@ import (
 func TestChargeWithNULModelIsCounted(t *testing.T) {
 	stores(t, func(t *testing.T, redis bool) {
 		e := newEnv(t, testConfig, redis, rls.Options{})
-		// 1000 input tokens served, more than free-tokens' 1000 a minute
-		// leaves: the next check must be refused.
-		resp := e.ask(t, "edge", 0, hits(1000, d("tenant", "acme", "model", "test-model\x00", "tokens", "input")))
+		// 2000 input tokens served, twice free-tokens' 1000 a minute:
+		// the bucket owes 1000 beyond empty (a minute of its refill), so
+		// the next check must be refused however long a loaded machine
+		// takes to send it.
+		resp := e.ask(t, "edge", 0, hits(2000, d("tenant", "acme", "model", "test-model\x00", "tokens", "input")))
 		t.Logf("charge: %s %v", codes_(resp), resp.GetStatuses()[0])
 		resp = e.ask(t, "edge", 0, hits(0, d("tenant", "acme", "model", "test-model", "tokens", "input")))
 		if resp.GetOverallCode() != OVER {

@@ -71,8 +71,13 @@ func hitsEnv(t *testing.T, yaml string) *env {
 // awayFromDayEnd waits for the next UTC day when less than left remains
 // of this one: the tests that spend a limit of a day and check it after a
 // loss do so in one day's window.
-func awayFromDayEnd(left time.Duration) {
-	if d := time.Until(time.Now().Truncate(24 * time.Hour).Add(24 * time.Hour)); d < left {
+func awayFromDayEnd(left time.Duration) { awayFromWindowEnd(24*time.Hour, left) }
+
+// awayFromWindowEnd waits for the next window of period (a fixed window's,
+// which starts on the UTC clock's multiples of it) when less than left
+// remains of this one.
+func awayFromWindowEnd(period, left time.Duration) {
+	if d := time.Until(time.Now().Truncate(period).Add(period)); d < left {
 		time.Sleep(d + 100*time.Millisecond)
 	}
 }
