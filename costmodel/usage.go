@@ -574,20 +574,88 @@ func ResponseID(body []byte) string {
 // ResponseRunning tells whether a Responses answer says its run is not
 // over (its top-level "status" is "queued" or "in_progress", as a
 // background request is answered): whatever usage it states is not what
-// the run bills.
+// the run bills. A member is matched as ParseResponse matches the usage,
+// in any case and spelling (encoding/json's reading); of several, any
+// that says the run is not over says it: one reader takes the first,
+// another the last, and a run read as over is billed its stated usage.
 func ResponseRunning(body []byte) bool {
-	var status string
-	_ = scanEvent(body, func(s *jsonScanner, key string) error {
-		if key == "status" {
-			if err := readStringInto(s, &status); err != nil {
-				return err
-			}
-			return errFound
+	running := false
+	_ = topMembers(body, func(s *jsonScanner, name []byte) error {
+		if !named(name, "status") || s.Peek() != '"' {
+			_, _, err := s.Value(1)
+			return err
 		}
-		_, _, err := s.Value(1)
-		return err
+		var status string
+		if err := readStringInto(s, &status); err != nil {
+			return err
+		}
+		running = running || status == "queued" || status == "in_progress"
+		return nil
 	})
-	return status == "queued" || status == "in_progress"
+	return running
+}
+
+// AnswerKinds lists the APIs an upstream's answer says it comes from:
+// each top-level "object" OpenAI names its answers by ("chat.completion",
+// "text_completion", "response", "list"), and a "type" "message"
+// (Anthropic's), its members matched in any case and spelling, every one
+// of them (a body may name two, which readers take differently). None when
+// it names no API costgate knows, or is not a JSON object.
+func AnswerKinds(body []byte) []Kind {
+	var kinds []Kind
+	add := func(k Kind) {
+		for _, have := range kinds {
+			if have == k {
+				return
+			}
+		}
+		kinds = append(kinds, k)
+	}
+	err := topMembers(body, func(s *jsonScanner, name []byte) error {
+		object, typ := named(name, "object"), named(name, "type")
+		if !object && !typ || s.Peek() != '"' {
+			_, _, err := s.Value(1)
+			return err
+		}
+		var v string
+		if err := readStringInto(s, &v); err != nil {
+			return err
+		}
+		switch {
+		case object && v == "chat.completion":
+			add(ChatCompletions)
+		case object && v == "text_completion":
+			add(Completions)
+		case object && v == "response":
+			add(Responses)
+		case object && v == "list":
+			add(Embeddings)
+		case typ && v == "message":
+			add(AnthropicMessages)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil
+	}
+	return kinds
+}
+
+// topMembers calls member with the name (unescaped) of each top-level
+// member of body, a JSON object, with the scanner at its value, which
+// member reads. It is the error of the scan, or of member.
+func topMembers(body []byte, member func(s *jsonScanner, name []byte) error) error {
+	s := jsonScanner{jsonscan.Scanner{B: body}}
+	if s.Peek() != '{' {
+		return wrongType("want an object")
+	}
+	err := s.Object(1, func(ks, ke int, esc bool) error {
+		return member(&s, s.KeyBytes(ks, ke, esc))
+	})
+	if err == nil {
+		err = s.End()
+	}
+	return err
 }
 
 // errFound stops a scan that found what it looked for.

@@ -557,11 +557,15 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 			badRequest(w, path, "invalid_kind", "kind is "+kind.String()+" but the reservation was estimated for a "+reserved.String()+" request: settle it with that API's answer, or with usage")
 			return
 		}
-		if said, ok := answerKind(in.Response); ok && said != kind {
-			// Read as another API's, an answer loses what only its own
-			// API reports (Anthropic's cache tokens, Responses' searches).
-			badRequest(w, path, "invalid_kind", "kind is "+kind.String()+" but the response is a "+said.String()+" answer")
-			return
+		for _, said := range costmodel.AnswerKinds(in.Response) {
+			if said != kind {
+				// Read as another API's, an answer loses what only its
+				// own API reports (Anthropic's cache tokens, Responses'
+				// searches). Every member that names its API counts: of
+				// two, encoding/json reads the last, the SDKs the first.
+				badRequest(w, path, "invalid_kind", "kind is "+kind.String()+" but the response is a "+said.String()+" answer")
+				return
+			}
 		}
 		raw := bytes.TrimSpace(in.Response)
 		u, served, err := costmodel.ParseResponse(kind, raw)
@@ -701,32 +705,6 @@ func askedFor(kind costmodel.Kind, u, est costmodel.Usage) costmodel.Usage {
 		u.WebSearchRequests = max(u.WebSearchRequests, est.WebSearchRequests)
 	}
 	return u.Asked(est)
-}
-
-// answerKind is the API an upstream's answer says it comes from: its
-// "object" (OpenAI's), or its "type" "message" (Anthropic's); false when
-// it says none costgate knows.
-func answerKind(raw []byte) (costmodel.Kind, bool) {
-	var a struct {
-		Object string `json:"object"`
-		Type   string `json:"type"`
-	}
-	if json.Unmarshal(raw, &a) != nil {
-		return 0, false
-	}
-	switch {
-	case a.Object == "chat.completion":
-		return costmodel.ChatCompletions, true
-	case a.Object == "text_completion":
-		return costmodel.Completions, true
-	case a.Object == "response":
-		return costmodel.Responses, true
-	case a.Object == "list":
-		return costmodel.Embeddings, true
-	case a.Object == "" && a.Type == "message":
-		return costmodel.AnthropicMessages, true
-	}
-	return 0, false
 }
 
 // serveRelease is POST /v1/costgate/release.
