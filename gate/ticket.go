@@ -1077,8 +1077,27 @@ func (g *Gate) hold(id string) *hold {
 	return g.holds.find(id)
 }
 
-// expireHolds settles at their estimate the open reservations past their
-// expiry, as of now, and moves every hold past it to the ended ones,
+// unreported is what r is charged when nobody reported its answer (it
+// expired): its estimate at its whole output limit, which the request may
+// have used whatever output_reserve reserved of it (a percentage below
+// 100, or a learned quantile), as the proxy charges a request whose answer
+// never came. An estimate without an output limit (a reservation by its
+// amounts) is charged as it is.
+func (r *Reservation) unreported() costmodel.Estimate {
+	est := r.req.Estimate
+	if r.learnt != nil && r.learnt.applied {
+		est = r.learnt.full
+	}
+	if est.OutputCap > est.Usage.OutputTokens {
+		est.Usage.OutputTokens = est.OutputCap
+		est.Cost = max(est.Cost, min(r.st.est.Cost(est.Model, est.Usage), ledger.MaxCost))
+	}
+	return est
+}
+
+// expireHolds settles the open reservations past their expiry (see
+// unreported: at their estimate, at their whole output limit) as of now,
+// and moves every hold past it to the ended ones,
 // where it is kept until at least claimGrace past its expiry. The gate
 // runs it every second (see Options).
 func (g *Gate) expireHolds(now time.Time) {
@@ -1102,12 +1121,7 @@ func (g *Gate) expireHolds(now time.Time) {
 	}
 	hs.mu.Unlock()
 	for _, r := range due {
-		est := r.req.Estimate
-		if r.learnt != nil && r.learnt.applied {
-			// Nobody reported the answer: it may have used the whole
-			// output limit the learned estimate left unreserved.
-			est = r.learnt.full
-		}
+		est := r.unreported()
 		ch := Charge{Usage: est.Usage, Cost: est.Cost, Status: ledger.StatusExpired, HTTPStatus: 0, Extra: nil}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		actual := r.actual(ch)
