@@ -16,9 +16,10 @@ package costmodel
 //     deltas (and those of reasoning, custom tools' input, the code
 //     interpreter's code, MCP calls' arguments and shell commands), and
 //     the usage of response.completed (or .incomplete, .failed);
-//   - Anthropic: message_start's usage (input and cache tokens), the text,
-//     thinking, tool-input and compaction deltas, and message_delta's
-//     cumulative usage.
+//   - Anthropic: message_start's usage (input and cache tokens), the text
+//     a content block starts with (its text, thinking, a compaction's
+//     content), the text, thinking, tool-input and compaction deltas, and
+//     message_delta's cumulative usage.
 //
 // When the stream carried a usage report, Usage returns it (reported=true;
 // of several, each kind at its largest; the input SetInputTokens set when
@@ -40,6 +41,7 @@ package costmodel
 
 import (
 	"bytes"
+	"encoding/json"
 	"unicode"
 	"unicode/utf8"
 )
@@ -409,10 +411,27 @@ type anthropicDelta struct {
 	Content     string `json:"content"` // compaction_delta: the summary a compaction step writes, billed as output
 }
 
+// anthropicBlockStart is a content_block_start's block. Its text is
+// output like its deltas': a block may start with some of it (a
+// compaction block with its summary in content, a thinking block with its
+// thinking, on an upstream that does not stream them in deltas).
 type anthropicBlockStart struct {
-	Type string `json:"type"`
-	Name string `json:"name"`
-	Text string `json:"text"`
+	Type     string    `json:"type"`
+	Name     string    `json:"name"`
+	Text     string    `json:"text"`
+	Thinking string    `json:"thinking"`
+	Content  blockText `json:"content"` // a compaction block's summary; the content of other blocks (tool results, arrays) is input, not read
+}
+
+// blockText is a block's content when it is a string, else "": a tool
+// result block's content (an array of results) is no output.
+type blockText string
+
+func (t *blockText) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		return json.Unmarshal(b, (*string)(t))
+	}
+	return nil
 }
 
 func (m *StreamMeter) anthropicEvent(data []byte) error {
@@ -440,6 +459,8 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 		if b := ev.ContentBlock; b != nil {
 			m.addText(b.Name)
 			m.addText(b.Text)
+			m.addText(b.Thinking)
+			m.addText(string(b.Content))
 			if b.Type == "server_tool_use" && b.Name == "web_search" {
 				// Billed per search: count it as it runs, for the guard
 				// and for a stream cut before message_delta's report.

@@ -454,6 +454,12 @@ func decodeAnthropicEvent(data []byte) (anthropicEvent, error) {
 					return readStringInto(s, &b.Name)
 				case "text":
 					return readStringInto(s, &b.Text)
+				case "thinking":
+					return readStringInto(s, &b.Thinking)
+				case "content":
+					if s.Peek() == '"' {
+						return readStringInto(s, (*string)(&b.Content))
+					}
 				}
 				_, _, err := s.Value(2)
 				return err
