@@ -8,7 +8,8 @@ package costmodel
 // streamed text not yet counted. Each event's data is decoded on its own:
 //
 //   - OpenAI chat completions and completions: the content, refusal and tool
-//     call deltas of each choice (a function's arguments, a custom tool's
+//     call deltas of each choice (content, refusal and reasoning as a
+//     string or an array of parts) (a function's arguments, a custom tool's
 //     input; and the reasoning_content or reasoning
 //     deltas of OpenAI-compatible servers), and the final chunk's usage (present when
 //     stream_options.include_usage is set; Groq's, in its x_groq member);

@@ -32,11 +32,20 @@ type textSpan struct {
 }
 
 type chunkChoice struct {
-	index                  int64
-	text, content, refusal textSpan
-	reasoning              [2]textSpan // reasoning_content, reasoning: OpenAI-compatible servers' visible reasoning
-	tools                  []textSpan  // per tool call: function name, arguments, custom name, input
-	fcName, fcArgs         textSpan
+	index            int64
+	text             textSpan
+	content, refusal chunkText
+	reasoning        [2]chunkText // reasoning_content, reasoning: OpenAI-compatible servers' visible reasoning
+	tools            []textSpan   // per tool call: function name, arguments, custom name, input
+	fcName, fcArgs   textSpan
+}
+
+// chunkText is a delta's text: a string, or the strings of an array of
+// parts ([{"type":"text","text":"..."}], as some OpenAI-compatible
+// servers stream content), every one but a "type".
+type chunkText struct {
+	span  textSpan
+	parts []textSpan
 }
 
 // openaiChunk reads one chat completion or completion stream chunk.
@@ -138,10 +147,10 @@ func (m *StreamMeter) openaiChunk(data []byte) error {
 			m.choice = int(c.index)
 		}
 		m.addSpan(data, c.text)
-		m.addSpan(data, c.content)
-		m.addSpan(data, c.reasoning[0])
-		m.addSpan(data, c.reasoning[1])
-		m.addSpan(data, c.refusal)
+		m.addDeltaText(data, &c.content)
+		m.addDeltaText(data, &c.reasoning[0])
+		m.addDeltaText(data, &c.reasoning[1])
+		m.addDeltaText(data, &c.refusal)
 		for _, t := range c.tools {
 			m.addSpan(data, t)
 		}
@@ -234,24 +243,19 @@ func (m *StreamMeter) readChoice(s *jsonScanner, c *chunkChoice) error {
 			return s.Object(4, func(ks, ke int, esc bool) error {
 				switch keyText(s, ks, ke, esc) {
 				case "content":
-					return readString(s, &c.content)
+					return readText(s, &c.content, true)
 				case "refusal":
-					return readString(s, &c.refusal)
+					return readText(s, &c.refusal, true)
 				case "reasoning_content", "reasoning":
 					// OpenAI-compatible servers (DeepSeek, vLLM, SGLang,
 					// OpenRouter) stream a reasoning model's reasoning
-					// here, billed as output. A value that is not a
-					// string is skipped.
+					// here, billed as output. A value that is neither
+					// a string nor parts is skipped.
 					t := &c.reasoning[0]
 					if keyText(s, ks, ke, esc) == "reasoning" {
 						t = &c.reasoning[1]
 					}
-					if s.Peek() != '"' {
-						*t = textSpan{}
-						_, _, err := s.Value(4)
-						return err
-					}
-					return readString(s, t)
+					return readText(s, t, false)
 				case "tool_calls":
 					c.tools = c.tools[:0]
 					switch s.Peek() {
@@ -328,6 +332,47 @@ func readCall(s *jsonScanner, name, args *textSpan, argsKey string, depth int) e
 	})
 }
 
+// readText reads a delta's text at depth 4: a string, null, or parts (an
+// array or object, whose strings but its "type"s are the text). Any other
+// value is an error when strict, else no text.
+func readText(s *jsonScanner, t *chunkText, strict bool) error {
+	*t = chunkText{parts: t.parts[:0]} // a repeated key replaces
+	switch s.Peek() {
+	case '[', '{':
+		return readParts(s, &t.parts, 4)
+	case '"', 'n':
+		return readString(s, &t.span)
+	}
+	if _, _, err := s.Value(4); err != nil || !strict {
+		return err
+	}
+	return wrongType("want a string or parts")
+}
+
+// readParts appends the spans of the strings of the value at s.I, in a
+// container at depth, but those of a "type" member.
+func readParts(s *jsonScanner, spans *[]textSpan, depth int) error {
+	switch s.Peek() {
+	case '"':
+		var t textSpan
+		err := readString(s, &t)
+		*spans = append(*spans, t)
+		return err
+	case '[':
+		return s.Array(depth+1, func() error { return readParts(s, spans, depth+1) })
+	case '{':
+		return s.Object(depth+1, func(ks, ke int, esc bool) error {
+			if keyText(s, ks, ke, esc) == "type" {
+				_, _, err := s.Value(depth + 1)
+				return err
+			}
+			return readParts(s, spans, depth+1)
+		})
+	}
+	_, _, err := s.Value(depth)
+	return err
+}
+
 // readString reads a string value, or null as the empty string.
 func readString(s *jsonScanner, t *textSpan) error {
 	switch s.Peek() {
@@ -343,6 +388,14 @@ func readString(s *jsonScanner, t *textSpan) error {
 		return nil
 	}
 	return wrongType("want a string")
+}
+
+// addDeltaText appends a delta's text to the pending text.
+func (m *StreamMeter) addDeltaText(data []byte, t *chunkText) {
+	m.addSpan(data, t.span)
+	for _, p := range t.parts {
+		m.addSpan(data, p)
+	}
 }
 
 // addSpan appends a string value of data to the pending text.

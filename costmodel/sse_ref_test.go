@@ -17,10 +17,11 @@ type chatChunk struct {
 		Index int    `json:"index"`
 		Text  string `json:"text"`
 		Delta struct {
-			Content string `json:"content"`
-			Refusal string `json:"refusal"`
+			// A string or parts (see refText).
+			Content json.RawMessage `json:"content"`
+			Refusal json.RawMessage `json:"refusal"`
 			// Visible reasoning of OpenAI-compatible servers; a value
-			// that is not a string counts nothing.
+			// that is neither a string nor parts counts nothing.
 			ReasoningContent json.RawMessage `json:"reasoning_content"`
 			Reasoning        json.RawMessage `json:"reasoning"`
 			ToolCalls        []struct {
@@ -52,16 +53,31 @@ func (m *StreamMeter) openaiChunkJSON(data []byte) error {
 	if err := json.Unmarshal(data, &c); err != nil {
 		return err
 	}
+	type text struct {
+		raw    json.RawMessage
+		strict bool
+	}
+	texts := make([][]string, 0, len(c.Choices)*4)
 	for _, ch := range c.Choices {
+		for _, t := range []text{{ch.Delta.Content, true}, {ch.Delta.ReasoningContent, false}, {ch.Delta.Reasoning, false}, {ch.Delta.Refusal, true}} {
+			ss, err := refText(t.raw, t.strict)
+			if err != nil {
+				return err
+			}
+			texts = append(texts, ss)
+		}
+	}
+	for i, ch := range c.Choices {
 		if ch.Index != m.choice {
 			m.flush(true)
 			m.choice = ch.Index
 		}
 		m.addText(ch.Text)
-		m.addText(ch.Delta.Content)
-		m.addText(stringOrNothing(ch.Delta.ReasoningContent))
-		m.addText(stringOrNothing(ch.Delta.Reasoning))
-		m.addText(ch.Delta.Refusal)
+		for _, ss := range texts[i*4 : i*4+4] {
+			for _, s := range ss {
+				m.addText(s)
+			}
+		}
 		for _, tc := range ch.Delta.ToolCalls {
 			m.addText(tc.Function.Name)
 			m.addText(tc.Function.Arguments)
@@ -105,6 +121,84 @@ func (m *StreamMeter) openaiChunkJSON(data []byte) error {
 		m.inputSaid = m.inputSaid || inputSaid
 	}
 	return nil
+}
+
+// refText is a delta's text: a string, or the strings of parts (an array
+// or object) but those of a "type" member, in order; null or nothing is
+// none. Any other value is an error when strict, else no text.
+func refText(raw json.RawMessage, strict bool) ([]string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		err := json.Unmarshal(raw, &s)
+		return []string{s}, err
+	case '[', '{':
+	default:
+		if strict {
+			return nil, wrongType("want a string or parts")
+		}
+		return nil, nil
+	}
+	var out []string
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	// Tokens in order: in an object, a key, then its value.
+	var next func() (json.Token, bool)
+	next = func() (json.Token, bool) {
+		tok, err := dec.Token()
+		return tok, err == nil
+	}
+	var value func(tok json.Token)
+	value = func(tok json.Token) {
+		switch v := tok.(type) {
+		case string:
+			out = append(out, v)
+		case json.Delim:
+			switch v {
+			case '[':
+				for dec.More() {
+					t, _ := next()
+					value(t)
+				}
+				next() // ']'
+			case '{':
+				for dec.More() {
+					k, _ := next()
+					t, _ := next()
+					if k == "type" {
+						skip(dec, t)
+						continue
+					}
+					value(t)
+				}
+				next() // '}'
+			}
+		}
+	}
+	t, _ := next()
+	value(t)
+	return out, nil
+}
+
+// skip skips the rest of the value that starts with tok.
+func skip(dec *json.Decoder, tok json.Token) {
+	if d, ok := tok.(json.Delim); ok && (d == '[' || d == '{') {
+		for depth := 1; depth > 0; {
+			t, err := dec.Token()
+			if err != nil {
+				return
+			}
+			if d, ok := t.(json.Delim); ok {
+				if d == '[' || d == '{' {
+					depth++
+				} else {
+					depth--
+				}
+			}
+		}
+	}
 }
 
 // oddKeys reports whether a JSON document has a repeated key in an object,
