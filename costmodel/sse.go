@@ -77,6 +77,7 @@ type StreamMeter struct {
 
 	reported  bool  // a usage report was seen (each kind counts at its largest, see maxEach)
 	final     bool  // the report that ends the stream was seen (see Reported)
+	ended     bool  // the stream's terminal event was seen (see Ended)
 	usage     Usage // reported usage, or the parts the stream told (Anthropic)
 	sawStart  bool  // Anthropic message_start seen
 	malformed int   // events whose data was not valid JSON
@@ -109,6 +110,15 @@ type StreamMeter struct {
 // final one, Usage counts each kind at its largest: a report that states
 // less takes nothing off.
 func (m *StreamMeter) Reported() bool { return m.final }
+
+// Ended tells whether the stream's terminal event has been read: "data:
+// [DONE]" (of any API), Anthropic's message_stop, or a Responses stream's
+// completed, incomplete or failed event. Nothing after it is part of the
+// stream, and a proxy should pass none of it on: the SDKs stop at it, or
+// should, and output after it is not guarded, nor billed once the final
+// report is in. Write still reads what follows (an upstream may send its
+// report after its end), and counts each kind of report at its largest.
+func (m *StreamMeter) Ended() bool { return m.ended }
 
 // ResponseID is the id of the Responses answer the stream carries, from
 // its first event that names it (response.created); "" until then.
@@ -231,6 +241,7 @@ func (m *StreamMeter) endLongLine() {
 	if m.tapped(t) {
 		m.skipped--
 		m.events++
+		m.ended = true
 	}
 }
 
@@ -306,6 +317,7 @@ func (m *StreamMeter) dispatch() {
 	defer func() { m.data = m.data[:0] }()
 	if bytes.Equal(data, []byte("[DONE]")) {
 		m.final = m.final || m.reported
+		m.ended = true
 		return
 	}
 	if len(data) == 0 {
@@ -328,6 +340,7 @@ func (m *StreamMeter) dispatch() {
 			t := UsageTap{under: "response"}
 			t.Write(data)
 			if m.tapped(&t) {
+				m.ended = true
 				return
 			}
 		}
@@ -375,6 +388,7 @@ func (m *StreamMeter) responsesEvent(data []byte) error {
 	}
 	switch ev.Type {
 	case "response.completed", "response.incomplete", "response.failed":
+		m.ended = true
 		if ev.Response != nil && ev.Response.Usage != nil {
 			if ev.Response.Usage.negative() {
 				return errNegativeCount
@@ -477,6 +491,7 @@ func (m *StreamMeter) anthropicEvent(data []byte) error {
 		}
 	case "message_stop":
 		m.final = m.reported
+		m.ended = true
 	case "message_delta":
 		if u := ev.Usage; u != nil {
 			// Cumulative: output_tokens so far; input and cache fields,

@@ -149,27 +149,37 @@ func (g *streamGuard) end(model string) []byte {
 	return append(out, "\n\ndata: [DONE]\n\n"...)
 }
 
-// guarded meters one whole event of a guarded stream and tells whether the
-// stream goes on after it. A stream that has carried its usage report is
-// complete: it is never stopped.
+// guarded meters one whole event of a stream and tells whether the stream
+// goes on after it: not after its terminal event, nor after one whose
+// increment the guard (when on) refused. A stream that has carried its
+// final usage report has ended: it is never stopped.
 func (m *meteredBody) guarded(ev []byte) bool {
 	m.observe(ev)
-	return m.stream.Reported() || m.guard.allow(m.stream)
+	if m.stream.Ended() {
+		return false
+	}
+	return m.guard == nil || m.guard.allow(m.stream)
 }
 
-// pass moves bytes that are not a whole event to out, metering them first
-// when the stream is guarded.
+// pass moves bytes that are not a whole event to out, metering them
+// first.
 func (m *meteredBody) pass(b []byte) {
-	if m.guard != nil && len(b) > 0 {
+	if len(b) > 0 {
 		m.observe(b)
 	}
 	m.out = append(m.out, b...)
 }
 
-// stop ends a stream the guard refused: its end goes to the client after
-// the events already out, nothing more is read, and the upstream's
-// connection is closed, so that the upstream stops producing.
+// stop ends a stream after the event guarded refused to go on from. After
+// its terminal event (see end), or else after the event whose increment
+// the guard refused: the guard's end goes to the client after the events
+// already out, nothing more is read, and the upstream's connection is
+// closed, so that the upstream stops producing.
 func (m *meteredBody) stop() {
+	if m.stream.Ended() {
+		m.end()
+		return
+	}
 	m.stopped = true
 	m.out = append(m.out, m.guard.end(m.stream.Model())...)
 	m.buf = nil
@@ -177,16 +187,36 @@ func (m *meteredBody) stop() {
 	m.rc.Close()
 }
 
-// readGuarded passes a guarded stream on whole events at a time, in place:
-// the upstream's bytes are read into p after the event the last read cut,
+// end ends the client's stream after its terminal event ([DONE], Anthropic's
+// message_stop, a Responses stream's completed, incomplete or failed
+// event): what an upstream sends after it would reach a client that reads
+// on (the Anthropic SDKs and the Responses stream of the OpenAI SDKs do)
+// neither guarded nor billed, so it never goes on. With its final report
+// read, the stream is complete and the upstream's connection is closed;
+// without it, Close reads the rest (buf first) for a report the upstream
+// sends after its end, and bills what it carries.
+func (m *meteredBody) end() {
+	m.ended = true
+	if m.stream.Reported() {
+		m.buf = nil
+		m.err = io.EOF
+		m.rc.Close()
+	}
+}
+
+// readStream passes a stream on whole events at a time, in place: the
+// upstream's bytes are read into p after the event the last read cut,
 // each whole event is metered and checked, and p goes to the client up to
-// the last whole event (or up to the event after which the guard stopped
-// the stream, then the stream's end).
-func (m *meteredBody) readGuarded(p []byte) (int, error) {
+// the last whole event (or up to the stream's terminal event, or the event
+// after which the guard stopped the stream, then the stream's end).
+func (m *meteredBody) readStream(p []byte) (int, error) {
 	if len(m.out) > 0 {
 		n := copy(p, m.out)
 		m.out = m.out[n:]
 		return n, nil
+	}
+	if m.ended {
+		return 0, io.EOF
 	}
 	if m.err != nil {
 		return 0, m.err
@@ -206,7 +236,7 @@ func (m *meteredBody) readGuarded(p []byte) (int, error) {
 		n, err := m.rc.Read(p[have:])
 		have += n
 		sent := 0
-		for !m.stopped {
+		for !m.halted() {
 			end := eventEnd(p[sent:have])
 			if end < 0 {
 				break
@@ -217,7 +247,17 @@ func (m *meteredBody) readGuarded(p []byte) (int, error) {
 				m.stop()
 			}
 		}
-		if m.stopped {
+		if m.ended && m.err == nil {
+			// What follows the end is metered, never passed on: here
+			// when the upstream's answer is over, else by Close.
+			if err != nil {
+				m.observe(p[sent:have])
+				m.err = err
+			} else {
+				m.buf = append(m.buf, p[sent:have]...)
+			}
+		}
+		if m.halted() {
 			n := copy(p[sent:], m.out)
 			m.out = m.out[n:]
 			return sent + n, nil
@@ -244,10 +284,11 @@ func (m *meteredBody) readGuarded(p []byte) (int, error) {
 	}
 }
 
-// drainGuarded reads on a guarded stream whose client stopped reading, up
-// to maxDrain bytes, event by event, so that the guard stops it where it
-// would have stopped it for the client. buf is scratch space.
-func (m *meteredBody) drainGuarded(buf []byte) {
+// drainStream reads on a stream whose client stopped reading, or that
+// ended without its final report, up to maxDrain bytes, event by event,
+// so that the guard stops it where it would have stopped it for the
+// client and a report after its end is read. buf is scratch space.
+func (m *meteredBody) drainStream(buf []byte) {
 	carry := append([]byte(nil), m.buf...) // the cut event the client never got
 	m.buf = nil
 	for m.drained < maxDrain {
@@ -262,7 +303,20 @@ func (m *meteredBody) drainGuarded(buf []byte) {
 			}
 			ev := carry[done : done+end]
 			done += end
+			if m.ended {
+				// After the end: metered for its report, nothing guarded.
+				m.observe(ev)
+				if m.stream.Reported() {
+					m.err = io.EOF
+					return
+				}
+				continue
+			}
 			if !m.guarded(ev) {
+				if m.stream.Ended() {
+					m.ended = true
+					continue
+				}
 				m.stopped = true // Close closes the upstream: nothing more is produced or charged
 				return
 			}

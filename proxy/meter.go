@@ -56,6 +56,7 @@ type meteredBody struct {
 	resp    *http.Response // the upstream's answer, whose trailers Close scrubs; nil in tests of the body alone
 	guard   *streamGuard   // debits the stream's output as it passes; nil when off
 	stopped bool           // the guard stopped the stream
+	ended   bool           // the stream's terminal event went to the client: nothing after it does (see end)
 
 	// jsonStream tells that a text/event-stream answer starts with '{':
 	// a JSON document, not events (a server that ignored "stream"). Its
@@ -85,20 +86,10 @@ func (m *meteredBody) Read(p []byte) (int, error) {
 	if m.hideUsage {
 		return m.readEvents(p)
 	}
-	if m.guard != nil {
-		return m.readGuarded(p)
-	}
 	if m.stream == nil {
 		return m.readWhole(p)
 	}
-	n, err := m.rc.Read(p)
-	if n > 0 {
-		m.observe(p[:n])
-	}
-	if err != nil {
-		m.err = err
-	}
-	return n, err
+	return m.readStream(p)
 }
 
 // observe feeds bytes from the upstream to the meter or the capture. Once
@@ -211,6 +202,10 @@ func (m *meteredBody) cutShort() bool {
 	return m.stopped || !errors.Is(m.err, io.EOF)
 }
 
+// halted tells whether nothing more of the stream goes to the client:
+// the guard stopped it, or its terminal event went.
+func (m *meteredBody) halted() bool { return m.stopped || m.ended }
+
 // skipped tells whether a stream carried an event the meter could not
 // read (too long, or not JSON it reads), in which a usage report would be
 // lost (see costmodel.StreamMeter.Skipped and Malformed).
@@ -261,15 +256,15 @@ func (m *meteredBody) readEvents(p []byte) (int, error) {
 		m.out = m.outBase[:0] // out's space is reused once it is sent
 	}
 	for len(m.out) == 0 {
+		if m.ended {
+			return 0, io.EOF
+		}
 		if m.err != nil {
 			return 0, m.err
 		}
 		// p is scratch space until the events are copied into it.
 		n, err := m.rc.Read(p)
 		if n > 0 {
-			if m.guard == nil {
-				m.observe(p[:n])
-			}
 			m.buf = append(m.buf, p[:n]...)
 			m.split()
 			if len(m.buf) > maxEvent {
@@ -279,7 +274,7 @@ func (m *meteredBody) readEvents(p []byte) (int, error) {
 				m.buf = m.buf[:0]
 			}
 		}
-		if err != nil && !m.stopped {
+		if err != nil && !m.halted() {
 			// An event cut by the end of the stream goes on as it is.
 			m.pass(m.buf)
 			m.buf = nil
@@ -293,28 +288,29 @@ func (m *meteredBody) readEvents(p []byte) (int, error) {
 }
 
 // split moves the complete events of buf to out, dropping usage reports
-// when they are hidden. A guarded stream's events are metered one by one
-// here, and the guard may end the stream after one of them (see guard.go).
+// when they are hidden. The events are metered one by one here, and the
+// stream ends after its terminal event, or after the one the guard
+// refused (see guard.go).
 func (m *meteredBody) split() {
 	rest := m.buf
 	defer func() {
 		// Keep the cut event at the front: buf's space is reused.
 		m.buf = m.buf[:copy(m.buf, rest)]
 	}()
-	for !m.stopped {
+	for !m.halted() {
 		end := eventEnd(rest)
 		if end < 0 {
 			return
 		}
 		ev := rest[:end]
 		rest = rest[end:]
-		stop := m.guard != nil && !m.guarded(ev)
+		goOn := m.guarded(ev)
 		if !m.hideUsage {
 			m.out = append(m.out, ev...)
 		} else {
 			m.hide(ev)
 		}
-		if stop {
+		if !goOn {
 			m.stop()
 		}
 	}
@@ -405,7 +401,7 @@ func isUsageReport(ev []byte) bool {
 // hidden reasoning tokens included.
 func (m *meteredBody) Close() error {
 	if m.err == nil && !m.stopped {
-		m.drain()
+		m.drain() // also after the terminal event of a stream with no final report yet (see end)
 	}
 	err := m.rc.Close()
 	if m.resp != nil {
@@ -420,8 +416,8 @@ func (m *meteredBody) drain() {
 	bp := buffers.Get().(*[]byte)
 	defer buffers.Put(bp)
 	buf := *bp
-	if m.guard != nil {
-		m.drainGuarded(buf)
+	if m.stream != nil {
+		m.drainStream(buf)
 		return
 	}
 	for m.drained < maxDrain {
