@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -1254,7 +1255,7 @@ func (r *Reservation) SettleLater(c func() Charge, done func()) {
 	r.g.renewer.remove(r)
 	t := r.g.begin(r.ctx, telemetry.StageSettle)
 	if r.settlesInProcess() {
-		r.Settle(context.WithoutCancel(r.ctx), c())
+		r.Settle(context.WithoutCancel(r.ctx), r.charged(c))
 		t.end()
 		if done != nil {
 			done()
@@ -1270,8 +1271,25 @@ func (r *Reservation) SettleLater(c func() Charge, done func()) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		r.Settle(ctx, c())
+		r.Settle(ctx, r.charged(c))
 	}()
+}
+
+// charged is c's charge. When c panics (a front door's reading of an
+// answer that went wrong on some input), the panic is logged and the
+// request is charged what its limits hold: the estimate and the
+// increments extended (see Extend). Its entry is settled, never lost with
+// the goroutine, and the increments a stream was let through stay spent.
+func (r *Reservation) charged(c func() Charge) (ch Charge) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.g.log.Error("working out the charge panicked; charging the reservation", "request_id", r.req.ID,
+				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			u, cost := r.Extended()
+			ch = Charge{Usage: addUsage(r.req.Estimate.Usage, u), Cost: r.req.Estimate.Cost + cost, Status: ledger.StatusSettled}
+		}
+	}()
+	return c()
 }
 
 // settlesInProcess tells whether settling r calls no store over the
