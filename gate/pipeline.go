@@ -1286,7 +1286,7 @@ func (r *Reservation) charged(c func() Charge) (ch Charge) {
 			r.g.log.Error("working out the charge panicked; charging the reservation", "request_id", r.req.ID,
 				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 			u, cost := r.Extended()
-			ch = Charge{Usage: addUsage(r.req.Estimate.Usage, u), Cost: r.req.Estimate.Cost + cost, Status: ledger.StatusSettled}
+			ch = Charge{Usage: addUsage(r.req.Estimate.Usage, u), Cost: costmodel.AddSat(r.req.Estimate.Cost, cost), Status: ledger.StatusSettled}
 		}
 	}()
 	return c()
