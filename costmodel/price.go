@@ -159,6 +159,33 @@ func (u Usage) Asked(est Usage) Usage {
 	return u
 }
 
+// DearerParts returns u, counts settled without their parts (input and
+// output tokens alone), with the parts of them that est, the reserved
+// usage, holds at a rate above the text rate: the tokens written to a
+// prompt cache (each lifetime), the audio input and the audio output.
+// Counts cannot say them, and an upstream bills them at their own rate:
+// each is the share of u's count that est holds of it (rounded up: a
+// prompt reserved as cached whole is cached whole at any length), never
+// less than the part reserved, and at most the count.
+func (u Usage) DearerParts(est Usage) Usage {
+	u.CacheWriteTokens = partOf(u.InputTokens, est.CacheWriteTokens, est.InputTokens)
+	u.CacheWrite1hTokens = min(partOf(u.InputTokens, est.CacheWrite1hTokens, est.InputTokens), u.CacheWriteTokens)
+	u.AudioInputTokens = min(partOf(u.InputTokens, est.AudioInputTokens, est.InputTokens), u.InputTokens-u.CacheWriteTokens)
+	u.AudioOutputTokens = partOf(u.OutputTokens, est.AudioOutputTokens, est.OutputTokens)
+	return u
+}
+
+// partOf is the part of whole, a settled count, that a reserved part of
+// a reserved total makes: the larger of its share of whole (rounded up)
+// and the part itself, at most whole.
+func partOf(whole, part, total int64) int64 {
+	if whole <= 0 || part <= 0 || total <= 0 {
+		return 0
+	}
+	part = min(part, total)
+	return min(max(mulDivCeil(whole, part, total), part), whole)
+}
+
 // TotalTokens returns InputTokens + OutputTokens, saturating.
 func (u Usage) TotalTokens() int64 { return addSat(max(u.InputTokens, 0), max(u.OutputTokens, 0)) }
 

@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/big"
 	"net"
 	"net/http"
 	"strings"
@@ -607,7 +606,7 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 			est := req.Estimate.Usage
 			u.WebSearchRequests = max(u.WebSearchRequests, est.WebSearchRequests)
 			u.FileSearchCalls = max(u.FileSearchCalls, est.FileSearchCalls)
-			u = dearerParts(u, est).Asked(est)
+			u = u.DearerParts(est).Asked(est)
 		}
 		ch.Usage, ch.Cost, priced = u, cost, p
 	case ch.Status != ledger.StatusFailed:
@@ -689,38 +688,6 @@ func (s *Server) settlementCost(req *gate.Request, ch gate.Charge) costmodel.Nan
 		return c
 	}
 	return req.Estimate.Cost
-}
-
-// dearerParts is u, a settlement's counts, with the parts of them that
-// est, the reservation's usage, holds at a rate above the text rate: the
-// tokens written to a prompt cache (each lifetime), the audio input and
-// the audio output. Counts cannot say them, and an upstream bills them
-// at their own rate, as the proxy prices an answer that reports them: a
-// request that asked for a cache write or audio is charged that part as
-// reserved, in the share of its whole the reservation holds (a prompt
-// cached whole is cached whole at any length), and never less than the
-// part reserved, up to the counts settled. u holds no parts
-// (amounts.usage gives none).
-func dearerParts(u, est costmodel.Usage) costmodel.Usage {
-	u.CacheWriteTokens = partOf(u.InputTokens, est.CacheWriteTokens, est.InputTokens)
-	u.CacheWrite1hTokens = min(partOf(u.InputTokens, est.CacheWrite1hTokens, est.InputTokens), u.CacheWriteTokens)
-	u.AudioInputTokens = min(partOf(u.InputTokens, est.AudioInputTokens, est.InputTokens), u.InputTokens-u.CacheWriteTokens)
-	u.AudioOutputTokens = partOf(u.OutputTokens, est.AudioOutputTokens, est.OutputTokens)
-	return u
-}
-
-// partOf is the part of whole, a settled count, that a reserved part of
-// a reserved total makes: the larger of its share of whole (rounded up)
-// and the part itself, at most whole.
-func partOf(whole, part, total int64) int64 {
-	if whole <= 0 || part <= 0 || total <= 0 {
-		return 0
-	}
-	part = min(part, total)
-	share := new(big.Int).Mul(big.NewInt(whole), big.NewInt(part))
-	share.Add(share, big.NewInt(total-1))
-	share.Quo(share, big.NewInt(total))
-	return min(max(share.Int64(), part), whole)
 }
 
 // askedFor is u, the usage read from an answer of API kind to a call that
