@@ -255,7 +255,7 @@ func (m *StreamMeter) tapped(t *UsageTap) bool {
 	if !ok {
 		return false
 	}
-	u.WebSearchRequests, u.FileSearchCalls = m.webSearches, m.fileSearches
+	u.WebSearchRequests, u.FileSearchCalls = max(u.WebSearchRequests, m.webSearches), m.fileSearches
 	m.usage, m.reported, m.final, m.inputSaid = maxEach(m.usage, u), true, true, true
 	return true
 }
@@ -398,7 +398,7 @@ func (m *StreamMeter) responsesEvent(data []byte) error {
 				// when it is given, else keep the items counted so far.
 				// A second final report (an upstream that repeats it)
 				// counts each kind at the larger.
-				u.WebSearchRequests = max(countItems(ev.Response.Output, "web_search_call"), m.webSearches)
+				u.WebSearchRequests = max(u.WebSearchRequests, countItems(ev.Response.Output, "web_search_call"), m.webSearches)
 				u.FileSearchCalls = max(countItems(ev.Response.Output, "file_search_call"), m.fileSearches)
 				m.usage, m.reported, m.final, m.inputSaid = maxEach(m.usage, u), true, true, true
 			}

@@ -34,6 +34,14 @@ type openaiUsage struct {
 
 	TotalTokens reportedTotal `json:"total_tokens"`
 
+	// Perplexity's counts, beside the others and outside its total:
+	// its reasoning step's tokens (billed as output), the search
+	// results the model read (billed as input) and its searches
+	// (billed per search).
+	ReasoningTokens int64 `json:"reasoning_tokens"`
+	CitationTokens  int64 `json:"citation_tokens"`
+	SearchQueries   int64 `json:"num_search_queries"`
+
 	// outputSaid tells that completion_tokens or output_tokens gave a
 	// count (not null).
 	outputSaid bool
@@ -73,6 +81,8 @@ func (o *openaiUsage) usage() (Usage, bool) {
 	var u Usage
 	u.InputTokens = max(deref(o.PromptTokens), deref(o.InputTokens))
 	u.OutputTokens = max(o.CompletionTokens, o.OutputTokens)
+	u.ReasoningTokens = o.ReasoningTokens
+	u.WebSearchRequests = o.SearchQueries
 	for _, d := range [...]*inputDetails{o.PromptTokensDetails, o.InputTokensDetails} {
 		if d != nil {
 			u.CachedInputTokens = max(u.CachedInputTokens, d.CachedTokens)
@@ -88,24 +98,31 @@ func (o *openaiUsage) usage() (Usage, bool) {
 	// OpenAI counts reasoning tokens in the completion, and its total is
 	// the input and the output. An OpenAI-compatible upstream may count
 	// them apart (xAI's reasoning models: reasoning tokens beside
-	// completion_tokens, and in the total): what a total holds beyond the
-	// input and output is charged as output, the dearer rate (as the rate
-	// limit service charges such a total), and, without a total, reasoning
-	// tokens above the completion they would be part of are taken to be
-	// apart from it, as are cached tokens above the prompt. A total short
-	// of its parts takes nothing off.
+	// completion_tokens, and in the total; Perplexity's: beside it, and
+	// out of the total): what a total holds beyond the input and output
+	// is charged as output, the dearer rate (as the rate limit service
+	// charges such a total), and reasoning tokens above the completion
+	// they would be part of are taken to be apart from it, whatever the
+	// total says, as are cached tokens above the prompt; Perplexity's
+	// citation tokens are input apart from the prompt. Of the two
+	// readings of the output, the larger counts; a total short of its
+	// parts takes nothing off.
 	in, out := max(u.InputTokens, 0), max(u.OutputTokens, 0)
 	if u.CachedInputTokens > in {
 		in = addSat(in, u.CachedInputTokens)
 		u.InputTokens = in
 	}
-	switch t := o.TotalTokens; {
-	case t.ok:
+	if o.CitationTokens > 0 {
+		in = addSat(in, o.CitationTokens)
+		u.InputTokens = in
+	}
+	if t := o.TotalTokens; t.ok {
 		if sum := addSat(in, out); t.n > sum {
 			u.OutputTokens = addSat(out, t.n-sum)
 		}
-	case u.ReasoningTokens > out:
-		u.OutputTokens = addSat(out, u.ReasoningTokens)
+	}
+	if u.ReasoningTokens > out {
+		u.OutputTokens = max(u.OutputTokens, addSat(out, u.ReasoningTokens))
 	}
 	return u.clamped(), true
 }
@@ -114,7 +131,7 @@ func (o *openaiUsage) usage() (Usage, bool) {
 // an upstream bills by, so that the report cannot be read (and is not
 // taken for one of no tokens).
 func (o *openaiUsage) negative() bool {
-	n := min(deref(o.PromptTokens), deref(o.InputTokens), o.CompletionTokens, o.OutputTokens)
+	n := min(deref(o.PromptTokens), deref(o.InputTokens), o.CompletionTokens, o.OutputTokens, o.ReasoningTokens, o.CitationTokens, o.SearchQueries)
 	if o.TotalTokens.ok {
 		n = min(n, o.TotalTokens.n)
 	}
@@ -309,7 +326,7 @@ func (r *openaiResponse) result(kind Kind) (Usage, string, error) {
 	}
 	u.ServiceTier = r.ServiceTier
 	if kind == Responses {
-		u.WebSearchRequests = countItems(r.Output, "web_search_call")
+		u.WebSearchRequests = max(u.WebSearchRequests, countItems(r.Output, "web_search_call"))
 		u.FileSearchCalls = countItems(r.Output, "file_search_call")
 	}
 	return u, r.Model, nil

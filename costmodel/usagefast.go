@@ -23,7 +23,8 @@ var errNotPlain = errors.New("costmodel: not a plain usage object")
 // usageNames are openaiUsage's members; detailNames a details object's.
 var (
 	usageNames = [...]string{"prompt_tokens", "completion_tokens", "prompt_tokens_details", "completion_tokens_details",
-		"input_tokens", "output_tokens", "input_tokens_details", "output_tokens_details", "total_tokens"}
+		"input_tokens", "output_tokens", "input_tokens_details", "output_tokens_details", "total_tokens",
+		"reasoning_tokens", "citation_tokens", "num_search_queries"}
 	detailNames = [...]string{"cached_tokens", "audio_tokens", "reasoning_tokens"}
 )
 
@@ -63,6 +64,12 @@ func decodeUsagePlain(raw []byte, o *openaiUsage) bool {
 		case "total_tokens":
 			o.TotalTokens.ok = true
 			return plainInt(&s, &o.TotalTokens.n)
+		case "reasoning_tokens":
+			return plainInt(&s, &o.ReasoningTokens)
+		case "citation_tokens":
+			return plainInt(&s, &o.CitationTokens)
+		case "num_search_queries":
+			return plainInt(&s, &o.SearchQueries)
 		case "prompt_tokens_details":
 			o.PromptTokensDetails = new(inputDetails)
 			return plainDetails(&s, &o.PromptTokensDetails.CachedTokens, &o.PromptTokensDetails.AudioTokens, nil)

@@ -182,7 +182,7 @@ func (d *outputDetails) UnmarshalJSON(raw []byte) error {
 // UnmarshalJSON decodes an OpenAI-shaped usage object (see the top of
 // this file).
 func (o *openaiUsage) UnmarshalJSON(raw []byte) error {
-	var completionSet, outputSet bool
+	var completionSet, outputSet, reasoningSet, citationSet, searchesSet bool
 	return eachMember(raw, func(name, value []byte) error {
 		var err error
 		switch {
@@ -202,6 +202,12 @@ func (o *openaiUsage) UnmarshalJSON(raw []byte) error {
 			if t.ok && (!o.TotalTokens.ok || t.n > o.TotalTokens.n) {
 				o.TotalTokens = t
 			}
+		case named(name, "reasoning_tokens"):
+			reasoningSet, err = maxCount(value, &o.ReasoningTokens, reasoningSet)
+		case named(name, "citation_tokens"):
+			citationSet, err = maxCount(value, &o.CitationTokens, citationSet)
+		case named(name, "num_search_queries"):
+			searchesSet, err = maxCount(value, &o.SearchQueries, searchesSet)
 		case named(name, "prompt_tokens_details"):
 			err = maxObject(value, &o.PromptTokensDetails)
 		case named(name, "input_tokens_details"):
