@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"math"
 	"mime"
 	"mime/multipart"
 	"net/http"
@@ -208,7 +209,13 @@ func jsonPath(s *jsonscan.Scanner, full, rest string, depth int, at *span, found
 // countRaw reads a JSON value as a count: a non-negative integer number
 // (or a string holding one), the number of elements of an array or
 // members of an object, 1 for true, 0 for false. ok is false for null.
-func countRaw(raw []byte) (n int64, ok bool, err error) {
+//
+// An array that is not a list (list false: a field named as a count) is
+// also read as a JavaScript server reads it as a number: Number and
+// parseInt read [1000], ["1000"] and [[1000]] as 1000 (they read the
+// array's text, its elements joined by commas), where its elements are
+// one; of the two readings, the larger counts (see arrayNumber).
+func countRaw(raw []byte, list bool) (n int64, ok bool, err error) {
 	switch raw[0] {
 	case 'n':
 		return 0, false, nil
@@ -231,6 +238,11 @@ func countRaw(raw []byte) (n int64, ok bool, err error) {
 				_, _, err := s.Value(1)
 				return err
 			})
+			if err == nil && !list {
+				if v, ok := arrayNumber(raw, 1); ok {
+					n = max(n, v)
+				}
+			}
 		} else {
 			err = s.Object(1, func(int, int, bool) error {
 				n++
@@ -242,6 +254,84 @@ func countRaw(raw []byte) (n int64, ok bool, err error) {
 	}
 	n, err = parseCount(string(raw))
 	return n, err == nil, err
+}
+
+// arrayNumber reads the valid JSON array raw as parseInt reads it as a
+// number: by the leading number of its text, which its first element's
+// text begins (a nested array's, its own first element's). That is a
+// number's value (its fraction rounded up, as parseCount does) or a
+// string's leading count: the whole string when parseCount reads it
+// ("1e3" is 1000 to Number), else its leading digits after spaces and a
+// '+' ("1000 results" is 1000 to parseInt), in hexadecimal after "0x"
+// as parseInt reads them. ok is false when the text begins with no
+// count: an empty array, another kind of element, a negative number.
+func arrayNumber(raw []byte, depth int) (n int64, ok bool) {
+	s := jsonscan.Scanner{B: raw, I: 1}
+	if s.Space(); s.Peek() == ']' {
+		return 0, false
+	}
+	start, end, err := s.Value(depth)
+	if err != nil {
+		return 0, false
+	}
+	first := raw[start:end]
+	switch c := first[0]; {
+	case c == '[':
+		return arrayNumber(first, depth+1)
+	case c == '"':
+		v, err := stringRaw(first)
+		if err != nil {
+			return 0, false
+		}
+		return leadingCount(v)
+	case c == '-' || '0' <= c && c <= '9':
+		n, err := parseCount(string(first))
+		return n, err == nil
+	}
+	return 0, false
+}
+
+// leadingCount reads the count a string begins with, as Number reads the
+// whole of it (parseCount) or, failing that, as parseInt reads its
+// beginning: spaces, a '+', then decimal digits, or hexadecimal ones
+// after "0x"; it saturates at math.MaxInt64.
+func leadingCount(v string) (int64, bool) {
+	if n, err := parseCount(v); err == nil {
+		return n, true
+	}
+	v = strings.TrimLeft(v, " \t\n\r\f\v")
+	v = strings.TrimPrefix(v, "+")
+	base := int64(10)
+	if len(v) > 2 && v[0] == '0' && (v[1] == 'x' || v[1] == 'X') {
+		base, v = 16, v[2:]
+	}
+	var n int64
+	i := 0
+	for ; i < len(v); i++ {
+		d := int64(digitValue(v[i]))
+		if d >= base {
+			break
+		}
+		if n > (math.MaxInt64-d)/base {
+			n = math.MaxInt64
+			continue
+		}
+		n = n*base + d
+	}
+	return n, i > 0
+}
+
+// digitValue is c's value as a hexadecimal digit, or 16 when c is none.
+func digitValue(c byte) byte {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0'
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10
+	}
+	return 16
 }
 
 // stringRaw decodes a JSON string.

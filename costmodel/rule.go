@@ -77,6 +77,11 @@ type Source struct {
 	Header  string `yaml:"header" json:"header,omitempty"`
 	Default int64  `yaml:"default" json:"default,omitempty"` // when absent
 	Max     int64  `yaml:"max" json:"max,omitempty"`         // cap; 0 means none
+	// List says that the json field is a list whose elements are
+	// counted (geocoding's addresses). Without it, the field is a count,
+	// and an array there is also read as a JavaScript server reads it as
+	// a number ([1000] is 1000 to parseInt): the larger reading counts.
+	List bool `yaml:"list" json:"list,omitempty"`
 }
 
 func (s *Source) validate(what string) error {
@@ -88,6 +93,9 @@ func (s *Source) validate(what string) error {
 	}
 	if s.Default < 0 || s.Max < 0 {
 		return fmt.Errorf("costmodel: rule %s: default and max must not be negative", what)
+	}
+	if s.List && s.JSON == "" {
+		return fmt.Errorf("costmodel: rule %s: list tells how a json field is counted; name one", what)
 	}
 	if s.Max > 0 && s.Default > s.Max {
 		return fmt.Errorf("costmodel: rule %s: default %d exceeds max %d", what, s.Default, s.Max)
@@ -233,7 +241,7 @@ func (s *Source) lookup(d *reqBody, q url.Values, h http.Header) (v int64, found
 			return 0, false, err
 		}
 		if ok {
-			n, ok, err := countRaw(raw)
+			n, ok, err := countRaw(raw, s.List)
 			if err != nil {
 				return 0, false, fmt.Errorf("json field %s: %w", s.JSON, err)
 			}
