@@ -75,7 +75,7 @@ local wv, wp, wm, rec_ttl = {false, false, false, false}, {false, false, false, 
 -- A denied debit debits nothing: the loop then runs again without the
 -- debits (after false), so that the items that fit report their state
 -- before their cost, as the items of a Peek do.
-local items_at = pos
+local items_at, again = pos, false
 while true do
   for i = 1, n do
     local algo, cap, rate, period, tick, cost
@@ -233,7 +233,7 @@ while true do
         wv[i], wp[i] = L.store(w, -1, ncurr, stop - now, exp, period)
         if nend - now > rec_ttl then rec_ttl = nend - now end
       end
-    else
+    elseif not again or out[4 * i - 2] == 1 then
       local L = lib()
       if C then L.flush() end
       local sum, newest
@@ -241,13 +241,19 @@ while true do
       if ok == 1 and after and cost > 0 then
         wm[i] = {algo, period, cost, sum, newest}
       end
+    else
+      -- A sliding log or concurrency limit that refused keeps its answer:
+      -- read again, it would drop more of its expired marks when behind
+      -- (see marks_sum), and might fit, though nothing is debited.
+      local o = 4 * i - 2
+      ok, rem, retry, reset = out[o], out[o + 1], out[o + 2], out[o + 3]
     end
     if ok == 0 then out[1] = 0 end
     local o = 4 * i - 2
     out[o], out[o + 1], out[o + 2], out[o + 3] = ok, rem, retry, reset
   end
   if out[1] == 1 or not after then break end
-  after, pos = false, items_at
+  after, again, pos = false, true, items_at
 end
 if out[1] == 0 or not after then
   local m = 4 * n + 1
@@ -274,8 +280,10 @@ for i = 1, n do
     end
     local mb = L.member(cost, id)
     local at = redis.call('ZSCORE', key, mb)
-    if at and tonumber(at) > lo then
-      sum = sum - cost -- a debit retried under the same id moves its mark
+    if at then
+      -- A debit retried under the same id moves its mark (one that
+      -- stopped counting is still in the sum while marks_sum is behind).
+      sum = sum - cost
     end
     redis.call('ZADD', key, -(sum + cost), '')
     redis.call('ZADD', key, hi, mb)

@@ -28,6 +28,9 @@ local FINAL_RECORD_MS = 10000
 -- How many of a sliding log's or concurrency limit's oldest counting marks
 -- a denial reads to tell its Retry-After (Go's maxRetryWalk).
 local MAX_RETRY_WALK = 256
+-- How many of a sliding log's or concurrency limit's marks that stopped
+-- counting one read of its sum drops (Go's maxTrim).
+local MAX_TRIM = 1024
 local floor, pack, sunpack = math.floor, struct.pack, struct.unpack
 
 -- The script's time, set by set_now first. ttl_pad lengthens every TTL when
@@ -375,33 +378,48 @@ local function lib()
     return tonumber(string.match(m, '^(%d+):'))
   end
 
-  -- marks_sum returns the sum of the costs of the marks of key with ts > lo:
-  -- the sum of all minus those of the expired ones, which it trims first,
-  -- recording the sum of those left (or deleting the key when none is):
-  -- each expired mark is read once, not again by every call after, denials
-  -- and peeks included, which write nothing else (a tenant denied again and
-  -- again while its log's old marks expire made each denial read them all:
-  -- 10 ms of Redis a denial at 20,000; TestMarksAtkLongLogDenial).
+  -- marks_sum returns the sum of the costs of the marks of key, and
+  -- whether it counts marks with ts <= lo, that stopped counting: it drops
+  -- the oldest of those, MAX_TRIM at most, recording the sum of those left
+  -- (or deleting the key when none is). Each expired mark is read once,
+  -- not again by every call after, denials and peeks included, which
+  -- write nothing else (a tenant denied again and again while its log's
+  -- old marks expire made each denial read them all: 10 ms of Redis a
+  -- denial at 20,000; TestMarksAtkLongLogDenial). One call drops no more:
+  -- Redis runs one script at a time for every tenant, and a log of 400,000
+  -- marks that had all expired held it 340 ms in one call, past every
+  -- other tenant's CallTimeout (TestMarksAtkExpiredLogTrimIsBounded). The
+  -- marks left over still count, until later calls drop them: the sum is
+  -- then more than what counts (behind), never less.
   local function marks_sum(key, lo)
     local all = redis.call('ZSCORE', key, '')
     if not all then
-      return 0
+      return 0, false
     end
     local sum = -tonumber(all)
-    local old = redis.call('ZRANGEBYSCORE', key, '(0', lo)
+    local old = redis.call('ZRANGEBYSCORE', key, '(0', lo, 'LIMIT', 0, MAX_TRIM + 1)
     if #old == 0 then
-      return sum
+      return sum, false
     end
-    for i = 1, #old do
-      sum = sum - mark_cost(old[i])
+    local behind = #old > MAX_TRIM
+    if behind then
+      old[#old] = nil
+      for i = 1, #old do
+        sum = sum - mark_cost(old[i])
+      end
+      redis.call('ZREM', key, unpack(old))
+    else
+      for i = 1, #old do
+        sum = sum - mark_cost(old[i])
+      end
+      redis.call('ZREMRANGEBYSCORE', key, '(0', lo)
     end
-    redis.call('ZREMRANGEBYSCORE', key, '(0', lo)
     if sum > 0 then
       redis.call('ZADD', key, -sum, '')
     else
       redis.call('DEL', key)
     end
-    return sum
+    return sum, behind
   end
 
   -- marks_ttl sets the TTL of a sliding log or concurrency key to when its
@@ -429,7 +447,7 @@ local function lib()
     if algo == SLIDING_LOG then
       lo, lag, hi = now - period, period, now
     end
-    local sum = marks_sum(key, lo)
+    local sum, behind = marks_sum(key, lo)
     local sum0, newest = sum, 0
     if sum > 0 then
       newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
@@ -441,6 +459,10 @@ local function lib()
         sum = sum + cost
         if hi > newest then newest = hi end
       end
+    elseif behind then
+      -- The sum counts marks that stopped counting, which the next calls
+      -- drop: the request may come again at once.
+      retry = 1
     else
       -- Wait for the oldest marks to stop counting: until those whose
       -- costs add up to need do, among the oldest MAX_RETRY_WALK; past
@@ -462,7 +484,10 @@ local function lib()
       end
     end
     local reset = 0
-    if sum > 0 then reset = newest + lag - now end
+    if sum > 0 then
+      reset = newest + lag - now
+      if reset < 1 then reset = 1 end -- behind, every mark left expired
+    end
     return ok, cap - sum, retry, reset, sum0, newest
   end
 
@@ -489,19 +514,26 @@ local function lib()
       end
     elseif delta ~= 0 and algo == SLIDING_LOG then
       local lo = now - period
-      local sum = marks_sum(key, lo)
+      local sum, behind = marks_sum(key, lo)
       local m = member(reserved, id)
       local score = redis.call('ZSCORE', key, m)
+      if score and tonumber(score) <= lo then
+        -- Stopped counting, not dropped yet (behind): as if it were.
+        redis.call('ZREM', key, m)
+        sum, score = sum - reserved, nil
+      end
+      -- Behind, the sum holds marks that stopped counting: the charge is
+      -- not bounded by it, so that none is lost once they are dropped.
       if score then
         local c = reserved + delta
         if c < 0 then c = 0 end
-        if c > reserved + cap - sum then c = reserved + cap - sum end
+        if not behind and c > reserved + cap - sum then c = reserved + cap - sum end
         redis.call('ZREM', key, m)
         if c > 0 then redis.call('ZADD', key, score, member(c, id)) end
         sum = sum - reserved + c
       else
         local c = delta
-        if c > cap - sum then c = cap - sum end
+        if not behind and c > cap - sum then c = cap - sum end
         if c > 0 then
           redis.call('ZADD', key, now, member(c, id))
           sum = sum + c

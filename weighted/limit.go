@@ -38,7 +38,11 @@ const (
 	// unit. A denial's RetryAfter is when enough of the oldest entries
 	// leave the window, read from the oldest 256 at most: when those free
 	// too little, it is when the last of them leaves, sooner than the
-	// exact answer (so is Concurrency's, of its oldest leases).
+	// exact answer (so is Concurrency's, of its oldest leases). One call
+	// drops at most 1,024 entries that left the window; those left over
+	// still count until later calls drop them, so a log that fell that far
+	// behind refuses early, never late, with a RetryAfter of 1 µs (so does
+	// Concurrency's, of its expired leases).
 	SlidingLog
 	// Concurrency counts units in flight: a debit holds its cost until the
 	// reservation is settled or cancelled, or until its lease (Period)

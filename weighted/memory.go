@@ -559,12 +559,22 @@ func (m *Memory) restore(items []Item, counted []int64, mark bool) error {
 			continue
 		}
 		e := m.get(&h, i)
+		if ss[i].algo == SlidingLog {
+			// A sliding log's sum to counted, its capacity at most, by one
+			// mark at now (see spec.restoreLog).
+			st := new(entry)
+			if e != nil {
+				st = e
+			}
+			if ttl, ok := ss[i].restoreLog(&st.state, h.now, min(counted[i], ss[i].cap)); ok {
+				m.put(&h, i, st, ttl)
+			}
+			continue
+		}
 		used := ss[i].cap - ss[i].evaluate(stateOf(e), h.now, 0, false).Remaining
 		// As restore.lua: a window's count rises to counted, its capacity
 		// at most; a meter's debt by counted less what it holds, up to
-		// one capacity owed beyond empty (settle's bound); a sliding
-		// log's sum to counted, its capacity at most, by one mark at now
-		// (see spec.restoreLog).
+		// one capacity owed beyond empty (settle's bound).
 		delta := min(counted[i], ss[i].cap) - used
 		if ss[i].algo == TokenBucket || ss[i].algo == GCRA {
 			// What the meter holds, owed beyond empty too: used stops
@@ -577,10 +587,6 @@ func (m *Memory) restore(items []Item, counted []int64, mark bool) error {
 		}
 		if e == nil {
 			e = new(entry)
-		}
-		if ss[i].algo == SlidingLog {
-			m.put(&h, i, e, ss[i].restoreLog(&e.state, h.now, delta))
-			continue
 		}
 		m.put(&h, i, e, ss[i].settle(&e.state, h.now, 0, delta, -1, ""))
 	}

@@ -43,6 +43,9 @@ for i = 1, n do
   elseif not ended then
     -- Trims the expired marks, this one's too, from the sum first.
     local sum = lib().marks_sum(key, now)
+    if at and redis.call('ZSCORE', key, mb) then
+      sum = sum - cost -- expired, not dropped yet (marks_sum behind): it moves
+    end
     redis.call('ZADD', key, -(sum + cost), '')
     redis.call('ZADD', key, hi, mb)
     write = true

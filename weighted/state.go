@@ -363,44 +363,44 @@ func (s *spec) settleWindow(st *state, now, delta, rec int64) int64 {
 // now + period. hi is the new mark's ts.
 
 func (s *spec) evaluateMarks(st *state, lo, hi, now, cost int64, after bool) ItemState {
-	if len(st.marks) > 0 && st.marks[0].ts <= lo {
-		// Marks that stopped counting are dropped by every call that
-		// reads them, as lib.lua's marks_sum drops them: Redis then reads
-		// each once, not again on every denial after.
-		st.trim(lo)
-	}
+	// Marks that stopped counting are dropped by every call that reads
+	// them, maxTrim at most, as lib.lua's marks_sum drops them: Redis then
+	// reads each once, not again on every denial after. Those left over
+	// (behind) still count until a later call drops them.
+	behind := st.trim(lo)
 	var sum, newest int64
 	for _, m := range st.marks {
-		if m.ts > lo {
-			sum += m.cost
-			newest = max(newest, m.ts)
-		}
+		sum += m.cost
+		newest = max(newest, m.ts)
 	}
 	is := ItemState{Capacity: s.cap}
-	if sum+cost <= s.cap {
+	switch {
+	case sum+cost <= s.cap:
 		is.Allowed = true
 		if after && cost > 0 {
 			sum += cost
 			newest = max(newest, hi)
 		}
-	} else {
+	case behind:
+		// The next calls drop what stopped counting: come again at once.
+		is.RetryAfter = micros(1)
+	default:
 		// Until the oldest marks whose costs add up to need stop counting,
 		// among the oldest maxRetryWalk; past them, until the last of
 		// those does, as lib.lua's marks tells it.
 		need, acc, walked := sum+cost-s.cap, int64(0), 0
 		for _, m := range st.marks {
-			if m.ts > lo {
-				acc += m.cost
-				if walked++; acc >= need || walked == maxRetryWalk {
-					is.RetryAfter = micros(m.ts + s.marksLag() - now)
-					break
-				}
+			acc += m.cost
+			if walked++; acc >= need || walked == maxRetryWalk {
+				is.RetryAfter = micros(m.ts + s.marksLag() - now)
+				break
 			}
 		}
 	}
 	is.Remaining = s.cap - sum
 	if sum > 0 {
-		is.ResetAfter = micros(newest + s.marksLag() - now)
+		// At least 1 µs: behind, every mark left may have stopped counting.
+		is.ResetAfter = micros(max(newest+s.marksLag()-now, 1))
 	}
 	return is
 }
@@ -413,17 +413,22 @@ func (s *spec) marksLag() int64 {
 	return 0
 }
 
-// trim drops the marks with ts <= lo.
-func (st *state) trim(lo int64) {
+// trim drops the oldest marks with ts <= lo, maxTrim at most, and reports
+// whether it left some (behind).
+func (st *state) trim(lo int64) (behind bool) {
 	n := 0
-	for _, m := range st.marks {
-		if m.ts > lo {
-			st.marks[n] = m
-			n++
-		}
+	for n < len(st.marks) && st.marks[n].ts <= lo {
+		n++
 	}
-	clear(st.marks[n:])
-	st.marks = st.marks[:n]
+	if n == 0 {
+		return false
+	}
+	behind = n > maxTrim
+	n = min(n, maxTrim)
+	rest := copy(st.marks, st.marks[n:])
+	clear(st.marks[rest:])
+	st.marks = st.marks[:rest]
+	return behind
 }
 
 // add adds a mark as Redis's ZADD adds member "cost:id" with score ts: an
@@ -479,8 +484,8 @@ func (s *spec) marksTTL(st *state, lo, now int64) int64 {
 	return newest + s.marksLag() - now
 }
 
+// debitMarks follows evaluateMarks, which trimmed st, in the same call.
 func (s *spec) debitMarks(st *state, lo, hi, now, cost int64, id string) int64 {
-	st.trim(lo)
 	if cost > 0 {
 		st.add(mark{ts: hi, cost: cost, id: id})
 	}
@@ -489,32 +494,59 @@ func (s *spec) debitMarks(st *state, lo, hi, now, cost int64, id string) int64 {
 
 func (s *spec) settleLog(st *state, now, reserved, delta int64, id string) int64 {
 	lo := now - s.period
-	st.trim(lo)
+	behind := st.trim(lo)
 	var sum int64
 	for _, m := range st.marks {
 		sum += m.cost
 	}
-	if m, ok := st.remove(reserved, id); ok {
-		if c := min(max(m.cost+delta, 0), m.cost+s.cap-sum); c > 0 {
+	// Behind, sum holds marks that stopped counting: the charge is not
+	// bounded by it, as lib.lua's adjust charges it.
+	m, ok := st.remove(reserved, id)
+	if ok && m.ts <= lo {
+		sum, ok = sum-m.cost, false // stopped counting, not dropped yet
+	}
+	if ok {
+		c := max(m.cost+delta, 0)
+		if !behind {
+			c = min(c, m.cost+s.cap-sum)
+		}
+		if c > 0 {
 			st.add(mark{ts: m.ts, cost: c, id: id})
 		}
-	} else if c := min(delta, s.cap-sum); c > 0 {
-		st.add(mark{ts: now, cost: c, id: id})
+	} else {
+		c := delta
+		if !behind {
+			c = min(c, s.cap-sum)
+		}
+		if c > 0 {
+			st.add(mark{ts: now, cost: c, id: id})
+		}
 	}
 	return s.marksTTL(st, lo, now)
 }
 
-// restoreLog adds to a sliding log the mark of a restore: delta units at
-// now, which stop counting a Period later. A restore knows only how much
-// was spent in the window (now - period, now], not when: marks written at
-// now stop counting no sooner than the spend they stand for, so the log
-// may refuse early after a restore, never late. It writes one mark, under
-// id "restore-<now>" (with ".2", ".3" ... when a mark of that member is
-// there already, as restore.lua does), so a restore adds at most one mark
-// per counter.
-func (s *spec) restoreLog(st *state, now, delta int64) int64 {
+// restoreLog raises a sliding log's sum to counted by the mark of a
+// restore: what it lacks, at now, which stops counting a Period later, as
+// restore.lua does; behind (see trim), the whole of counted, which may
+// refuse early, never late. It reports the state's TTL and whether it
+// wrote a mark. A restore knows only how much was spent in the window
+// (now - period, now], not when: marks written at now stop counting no
+// sooner than the spend they stand for, so the log may refuse early after
+// a restore, never late. It writes one mark, under id "restore-<now>"
+// (with ".2", ".3" ... when a mark of that member is there already, as
+// restore.lua does), so a restore adds at most one mark per counter.
+func (s *spec) restoreLog(st *state, now, counted int64) (int64, bool) {
 	lo := now - s.period
-	st.trim(lo)
+	behind := st.trim(lo)
+	delta := counted
+	if !behind {
+		for _, m := range st.marks {
+			delta -= m.cost
+		}
+	}
+	if delta <= 0 {
+		return 0, false
+	}
 	id := restoreMarkID(now, func(id string) bool {
 		for _, m := range st.marks {
 			if m.cost == delta && m.id == id {
@@ -524,7 +556,7 @@ func (s *spec) restoreLog(st *state, now, delta int64) int64 {
 		return false
 	})
 	st.add(mark{ts: now, cost: delta, id: id})
-	return s.marksTTL(st, lo, now)
+	return s.marksTTL(st, lo, now), true
 }
 
 // restoreMarkID is the id of a restore's mark at now (µs): "restore-<now>",
@@ -585,3 +617,13 @@ func (s *spec) renew(st *state, now, reserved int64, id string, ended bool) bool
 // held Redis for every other (145 ms for 20,000 marks;
 // TestMarksAtkLongLogDenial).
 const maxRetryWalk = 256
+
+// maxTrim is how many of a sliding log's or a concurrency limit's marks
+// that stopped counting one call drops: those left over still count until
+// later calls drop them, so a log that was behind refuses early, never
+// late (a denial then has a RetryAfter of 1 µs). Redis runs one script at
+// a time for every tenant: a tenant's log of 400,000 marks that had all
+// expired held Redis 340 ms in the call that dropped them, past every
+// other tenant's CallTimeout, so that their requests failed as the
+// store's and opened the breaker (TestMarksAtkExpiredLogTrimIsBounded).
+const maxTrim = 1024
