@@ -29,7 +29,12 @@ import (
 // maxKeyEntries bounds the counters a keyCap holds, every tenant's
 // together (about 24 bytes each): past it, a new counter is refused to
 // any tenant until some expire. One tenant holds at most
-// store.max_keys_per_tenant of them.
+// store.max_keys_per_tenant of them, and the tenants named by a front
+// door's word alone (see Caller.named), half of them all together: a
+// client that names tenants at will (a rate limit service descriptor's
+// value) makes as many tenants as it likes, and filled the bound with 512
+// names, after which a configured tenant was refused every new counter
+// (TestKeyCapAtkNamedTenantsFillTheReplica).
 const maxKeyEntries = 1 << 21
 
 // keyShards is how many locks the tenants' counters are spread over.
@@ -40,8 +45,12 @@ const keyShards = 16
 // the store may have dropped it. Its zero value is not ready: use
 // newKeyCap. It is safe for concurrent use.
 type keyCap struct {
-	seed   maphash.Seed
-	n      atomic.Int64 // counters held, every tenant's
+	seed maphash.Seed
+	max  int64        // the most counters held, every tenant's: maxKeyEntries
+	n    atomic.Int64 // counters held, every tenant's
+	// named counts the counters held by tenants named by a front door's
+	// word alone, at most max/2.
+	named  atomic.Int64
 	shards [keyShards]keyShard
 }
 
@@ -55,10 +64,13 @@ type keyShard struct {
 type tenantKeys struct {
 	exp  map[uint64]int64 // counter (see keyCap.id) -> when the store may have dropped it, Unix ns
 	next int64            // no counter expires before, Unix ns: a sweep before finds nothing
+	// named: the tenant was named by a front door's word alone when it
+	// last made or wrote a counter; its counters count in keyCap.named.
+	named bool
 }
 
 func newKeyCap() *keyCap {
-	k := &keyCap{seed: maphash.MakeSeed()}
+	k := &keyCap{seed: maphash.MakeSeed(), max: maxKeyEntries}
 	for i := range k.shards {
 		k.shards[i].tenants = map[string]*tenantKeys{}
 	}
@@ -85,13 +97,19 @@ func (k *keyCap) shard(tenant string) *keyShard {
 // admit makes room among tenant's counters, at most max, for ids, the
 // counters a request writes, each held until the matching exps (Unix ns)
 // at least: those held already are held longer, and the others are added
-// when they all fit. When they do not, it adds nothing and returns false
-// and when the tenant's first counter may expire (Unix ns).
-func (k *keyCap) admit(tenant string, ids []uint64, exps []int64, max int, now int64) (bool, int64) {
+// when they all fit, under the bounds of every tenant's counters together
+// (k.max) and, for a tenant named by a front door's word alone (named),
+// of those tenants' together (k.max/2). When they do not, it adds nothing
+// and returns false, when the tenant's first counter may expire (Unix ns),
+// and whether the tenant's own max was the bound.
+func (k *keyCap) admit(tenant string, named bool, ids []uint64, exps []int64, max int, now int64) (ok bool, next int64, own bool) {
 	sh := k.shard(tenant)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	tk := sh.tenants[tenant]
+	if tk != nil {
+		k.setNamed(tk, named)
+	}
 	fresh := func() int {
 		n := 0
 		for _, id := range ids {
@@ -110,33 +128,49 @@ func (k *keyCap) admit(tenant string, ids []uint64, exps []int64, max int, now i
 	if tk != nil {
 		held = len(tk.exp)
 	}
-	if held+add > max || add > 0 && k.n.Load()+int64(add) > maxKeyEntries {
+	own = held+add > max
+	if own || add > 0 && (k.n.Load()+int64(add) > k.max || named && k.named.Load()+int64(add) > k.max/2) {
 		next := now + int64(time.Second)
 		if tk != nil && tk.next > now {
 			next = tk.next
 		}
-		return false, next
+		return false, next, own
 	}
 	if tk == nil {
-		tk = &tenantKeys{exp: make(map[uint64]int64, len(ids))}
+		tk = &tenantKeys{exp: make(map[uint64]int64, len(ids)), named: named}
 		sh.tenants[tenant] = tk
 	}
 	k.hold(tk, ids, exps)
-	return true, 0
+	return true, 0, false
+}
+
+// setNamed moves tk's counters in or out of k.named as the tenant is named
+// by a front door's word alone or not. The caller holds the shard's lock.
+func (k *keyCap) setNamed(tk *tenantKeys, named bool) {
+	if tk.named == named {
+		return
+	}
+	tk.named = named
+	if named {
+		k.named.Add(int64(len(tk.exp)))
+	} else {
+		k.named.Add(-int64(len(tk.exp)))
+	}
 }
 
 // refresh holds tenant's counters ids until exps at least, whatever their
 // number: a settlement or a renewal writes them again, which keeps them
 // in the store (the request that made them was admitted).
-func (k *keyCap) refresh(tenant string, ids []uint64, exps []int64) {
+func (k *keyCap) refresh(tenant string, named bool, ids []uint64, exps []int64) {
 	sh := k.shard(tenant)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	tk := sh.tenants[tenant]
 	if tk == nil {
-		tk = &tenantKeys{exp: make(map[uint64]int64, len(ids))}
+		tk = &tenantKeys{exp: make(map[uint64]int64, len(ids)), named: named}
 		sh.tenants[tenant] = tk
 	}
+	k.setNamed(tk, named)
 	k.hold(tk, ids, exps)
 }
 
@@ -147,6 +181,9 @@ func (k *keyCap) hold(tk *tenantKeys, ids []uint64, exps []int64) {
 		old, ok := tk.exp[id]
 		if !ok {
 			k.n.Add(1)
+			if tk.named {
+				k.named.Add(1)
+			}
 		}
 		if exps[i] > old {
 			tk.exp[id] = exps[i]
@@ -165,6 +202,9 @@ func (k *keyCap) sweep(tk *tenantKeys, now int64) {
 		if exp <= now {
 			delete(tk.exp, id)
 			k.n.Add(-1)
+			if tk.named {
+				k.named.Add(-1)
+			}
 		} else if next == 0 || exp < next {
 			next = exp
 		}
@@ -283,7 +323,7 @@ func (r *Reservation) capKeys() (Decision, bool) {
 		return Decision{}, false
 	}
 	max := r.st.cfg.Store.MaxKeysPerTenant
-	ok, next := r.g.keys.admit(r.req.Caller.Tenant, ids, exps, max, now)
+	ok, next, own := r.g.keys.admit(r.req.Caller.Tenant, r.req.Caller.named(), ids, exps, max, now)
 	if ok {
 		return Decision{}, false
 	}
@@ -302,10 +342,14 @@ func (r *Reservation) capKeys() (Decision, bool) {
 	retry := retryAfterSeconds(time.Duration(next - now))
 	r.outcome, r.answer, r.blocked = telemetry.OutcomeHard, http.StatusTooManyRequests, l
 	r.items = r.items[:0]
+	held := fmt.Sprintf("this tenant holds %d counters of values it chose (attributes, client addresses, unknown models, users or descriptor values), the most store.max_keys_per_tenant allows", max)
+	if !own {
+		held = "this replica holds the most counters of values callers chose (attributes, client addresses, unknown models, users or descriptor values) that it holds, every tenant's together"
+	}
 	d := refusal(telemetry.OutcomeHard, http.StatusTooManyRequests, Error{
 		Type: "rate_limit_exceeded", Code: l.limit.Name, Policy: keyCapPolicy,
-		Message: fmt.Sprintf("limit %q: this tenant holds %d counters of values it chose (attributes, client addresses, unknown models, users or descriptor values), the most store.max_keys_per_tenant allows; a request with a new %s is refused until one expires, in %d s",
-			l.limit.Name, max, l.dimension, retry),
+		Message: fmt.Sprintf("limit %q: %s; a request with a new %s is refused until one expires, in %d s",
+			l.limit.Name, held, l.dimension, retry),
 		RetryAfterMS: (time.Duration(next-now) + time.Millisecond - 1).Milliseconds(),
 	})
 	d.RetryAfter = retry
@@ -344,6 +388,18 @@ func (r *Reservation) refreshKeys() {
 	var idxBuf [4]int
 	ids, exps, _, _ := r.chosenItems(idsBuf[:0], expsBuf[:0], idxBuf[:0])
 	if len(ids) > 0 {
-		r.g.keys.refresh(r.req.Caller.Tenant, ids, exps)
+		r.g.keys.refresh(r.req.Caller.Tenant, r.req.Caller.named(), ids, exps)
 	}
+}
+
+// named tells whether c's tenant is a front door's word alone (Trusted):
+// one the configuration and the control plane do not know, which a client
+// of that front door may name at will. The empty tenant (a rate limit
+// service's descriptors that name none, the deployment's own) is not.
+func (c *Caller) named() bool {
+	if !c.trusted || c.controlPlan || c.Tenant == "" {
+		return false
+	}
+	_, ok := c.st.tenants[c.Tenant]
+	return !ok
 }
