@@ -28,8 +28,9 @@ local FINAL_RECORD_MS = 10000
 -- How many of a sliding log's or concurrency limit's oldest counting marks
 -- a denial reads to tell its Retry-After (Go's maxRetryWalk).
 local MAX_RETRY_WALK = 256
--- How many of a sliding log's or concurrency limit's marks that stopped
--- counting one read of its sum drops (Go's maxTrim).
+-- How many sliding log and concurrency limit marks that stopped counting
+-- one request drops, all its keys together (Go's maxTrim): request.lua
+-- sets L.trims to it.
 local MAX_TRIM = 1024
 local floor, pack, sunpack = math.floor, struct.pack, struct.unpack
 
@@ -380,38 +381,39 @@ local function lib()
 
   -- marks_sum returns the sum of the costs of the marks of key, and
   -- whether it counts marks with ts <= lo, that stopped counting: it drops
-  -- the oldest of those, MAX_TRIM at most, recording the sum of those left
-  -- (or deleting the key when none is). Each expired mark is read once,
-  -- not again by every call after, denials and peeks included, which
-  -- write nothing else (a tenant denied again and again while its log's
-  -- old marks expire made each denial read them all: 10 ms of Redis a
-  -- denial at 20,000; TestMarksAtkLongLogDenial). One call drops no more:
-  -- Redis runs one script at a time for every tenant, and a log of 400,000
-  -- marks that had all expired held it 340 ms in one call, past every
-  -- other tenant's CallTimeout (TestMarksAtkExpiredLogTrimIsBounded). The
-  -- marks left over still count, until later calls drop them: the sum is
-  -- then more than what counts (behind), never less.
+  -- the oldest of those, as many as the request may still drop (L.trims,
+  -- MAX_TRIM a request), recording the sum of those left (or deleting the
+  -- key when none is). Each expired mark is read once, not again by every
+  -- call after, denials and peeks included, which write nothing else (a
+  -- tenant denied again and again while its log's old marks expire made
+  -- each denial read them all: 10 ms of Redis a denial at 20,000;
+  -- TestMarksAtkLongLogDenial). A request drops no more: Redis runs one
+  -- script at a time for every tenant, and a log of 300,000 marks that
+  -- had all expired held it about a second in one call, past every other
+  -- tenant's CallTimeout (TestMarksAtkExpiredLogTrimIsBounded). The marks
+  -- left over still count, until later calls drop them: the sum is then
+  -- more than what counts (behind), never less.
   local function marks_sum(key, lo)
     local all = redis.call('ZSCORE', key, '')
     if not all then
       return 0, false
     end
-    local sum = -tonumber(all)
-    local old = redis.call('ZRANGEBYSCORE', key, '(0', lo, 'LIMIT', 0, MAX_TRIM + 1)
-    if #old == 0 then
-      return sum, false
-    end
-    local behind = #old > MAX_TRIM
+    local sum, left = -tonumber(all), L.trims
+    local old = redis.call('ZRANGEBYSCORE', key, '(0', lo, 'LIMIT', 0, left + 1)
+    local behind = #old > left
     if behind then
       old[#old] = nil
-      for i = 1, #old do
-        sum = sum - mark_cost(old[i])
-      end
+    end
+    if #old == 0 then
+      return sum, behind
+    end
+    for i = 1, #old do
+      sum = sum - mark_cost(old[i])
+    end
+    L.trims = left - #old
+    if behind then
       redis.call('ZREM', key, unpack(old))
     else
-      for i = 1, #old do
-        sum = sum - mark_cost(old[i])
-      end
       redis.call('ZREMRANGEBYSCORE', key, '(0', lo)
     end
     if sum > 0 then
@@ -663,6 +665,7 @@ local function lib()
     meter = meter, window = window, window_reset = window_reset, member = member,
     mark_cost = mark_cost, marks_sum = marks_sum, marks_ttl = marks_ttl,
     marks = marks, adjust = adjust, lease_reports = lease_reports, lease_expire = lease_expire,
+    trims = MAX_TRIM,
   }
   return L
 end

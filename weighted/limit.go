@@ -39,10 +39,11 @@ const (
 	// leave the window, read from the oldest 256 at most: when those free
 	// too little, it is when the last of them leaves, sooner than the
 	// exact answer (so is Concurrency's, of its oldest leases). One call
-	// drops at most 1,024 entries that left the window; those left over
-	// still count until later calls drop them, so a log that fell that far
-	// behind refuses early, never late, with a RetryAfter of 1 µs (so does
-	// Concurrency's, of its expired leases).
+	// drops at most 1,024 entries that left the window, all its items'
+	// keys together; those left over still count until later calls drop
+	// them, so a log that fell that far behind refuses early, never late,
+	// with a RetryAfter of 1 µs (so does Concurrency's, of its expired
+	// leases).
 	SlidingLog
 	// Concurrency counts units in flight: a debit holds its cost until the
 	// reservation is settled or cancelled, or until its lease (Period)
@@ -271,6 +272,10 @@ type spec struct {
 	period int64    // µs
 	tick   int64    // µs; divides period
 	p      int64    // ticks per period
+	// trims is how many more marks that stopped counting the call may
+	// drop (see maxTrim), shared by the items of one call; nil: maxTrim
+	// for each read of a key.
+	trims *int
 }
 
 func (l Limit) spec() (spec, error) {

@@ -133,3 +133,64 @@ func TestMarksTrimCatchUp(t *testing.T) {
 		})
 	}
 }
+
+// TestMarksAtkManyLogsOneRequest: a request of many sliding logs (a rate
+// limit service request has up to 64 descriptors, each a counter of its
+// own), each holding thousands of marks that stopped counting. With a
+// bound per key, the request dropped 1,024 marks of each, 65,536 in one
+// call (about 60 ms of Redis unloaded, every other tenant waiting, its
+// batch's requests with it); the bound is the request's, all its keys
+// together: it drops maxTrim marks, and the logs it did not reach count
+// their expired marks until later requests drop them.
+func TestMarksAtkManyLogsOneRequest(t *testing.T) {
+	const logs, per = 64, 4096
+	c := testRedis(t)
+	ctx := context.Background()
+	clk := newClock()
+	r := newRedisStore(c, clk)
+	l := Limit{Name: "desc", Algorithm: SlidingLog, Rate: per, Period: time.Minute}
+	items := make([]Item, logs)
+	keys := make([]string, logs)
+	at := clk.Now().UnixMicro()
+	p := c.Pipeline()
+	for i := range items {
+		items[i] = Item{Limit: l, Key: fmt.Sprintf("{acme}v%d", i), Cost: 1}
+		keys[i] = r.key(&items[i])
+		for j := 0; j < per; j += 1024 {
+			zs := make([]redis.Z, 0, 1024)
+			for m := j; m < j+1024; m++ {
+				zs = append(zs, redis.Z{Score: float64(at + int64(m)), Member: fmt.Sprintf("1:m%d", m)})
+			}
+			p.ZAdd(ctx, keys[i], zs...)
+		}
+		p.ZAdd(ctx, keys[i], redis.Z{Score: -per, Member: ""})
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	marks := func() int64 {
+		var n int64
+		for _, k := range keys {
+			n += c.ZCard(ctx, k).Val()
+		}
+		return n
+	}
+	before := marks()
+	clk.Advance(3 * l.Period) // every mark stopped counting
+	usec := scriptUsec(t, c)
+	res, err := r.Debit(ctx, "many", items)
+	took := time.Duration(scriptUsec(t, c)-usec) * time.Microsecond
+	dropped := before - marks()
+	t.Logf("one request of %d logs of %d expired marks dropped %d marks and held Redis %s: allowed %v %v", logs, per, dropped, took, res.Allowed, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dropped > maxTrim {
+		t.Errorf("one request dropped %d marks (Redis held %s): every other tenant waits for it; want %d at most", dropped, took, maxTrim)
+	}
+	// The logs it did not reach count their expired marks: full, they
+	// refuse the request, and say to come again at once.
+	if res.Allowed || res.RetryAfter != time.Microsecond {
+		t.Errorf("a request of %d logs, %d of them behind and full: %v, RetryAfter %s; want refused, 1µs", logs, logs-1, res.Allowed, res.RetryAfter)
+	}
+}

@@ -290,6 +290,8 @@ func (m *Memory) Debit(ctx context.Context, id string, items []Item) (Result, er
 // back the expired leases of the leased items' keys; with c (a Lease), it
 // records the lease its one item takes.
 func (m *Memory) debit(id string, items []Item, ss []spec, c *LeaseCall) (Result, error) {
+	var trims int
+	shareTrims(ss, &trims)
 	record := false
 	for i := range ss {
 		record = record || (ss[i].hasRecord() && items[i].Cost > 0)
@@ -395,6 +397,8 @@ func (m *Memory) settle(id string, items []Item, actual []int64) error {
 	if err != nil {
 		return err
 	}
+	var trims int
+	shareTrims(ss, &trims)
 	var hb heldBufs
 	h := hb.held()
 	m.lock(&h, items, id, true, false, nil)
@@ -445,6 +449,8 @@ func (m *Memory) Renew(ctx context.Context, id string, items []Item) error {
 	if err != nil {
 		return err
 	}
+	var trims int
+	shareTrims(ss, &trims)
 	var hb heldBufs
 	h := hb.held()
 	m.lock(&h, items, id, true, false, nil)
@@ -476,6 +482,8 @@ func (m *Memory) Peek(ctx context.Context, items []Item) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	var trims int
+	shareTrims(ss, &trims)
 	var hb heldBufs
 	h := hb.held()
 	var tags []string
@@ -546,6 +554,8 @@ func (m *Memory) restore(items []Item, counted []int64, mark bool) error {
 	if err != nil || len(items) == 0 {
 		return err
 	}
+	var trims int
+	shareTrims(ss, &trims)
 	var tags []string
 	if mark {
 		tags = itemTags(items, nil, nil)
@@ -602,4 +612,14 @@ func (m *Memory) restore(items []Item, counted []int64, mark bool) error {
 		m.shards[h.idx[k]].m[h.keys[k]] = e
 	}
 	return nil
+}
+
+// shareTrims gives the items of one call, ss, one budget of marks that
+// stopped counting to drop, maxTrim, in trims, as one request of a Redis
+// store that is not sharded has (see maxTrim).
+func shareTrims(ss []spec, trims *int) {
+	*trims = maxTrim
+	for i := range ss {
+		ss[i].trims = trims
+	}
 }

@@ -3,6 +3,9 @@
 -- the function that a batch of more runs under pcall. debit.lua,
 -- settle.lua, renew.lua and restore.lua are spliced in where named.
 local n, nkeys, override, op, ns, remember, ng, nl, pos = sunpack('<dddddddd', buf, at)
+if L then
+  L.trims = MAX_TRIM -- the marks it may drop (see lib's marks_sum)
+end
 local seen = false
 if ng > 0 then
   seen = {}
