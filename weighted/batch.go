@@ -64,12 +64,18 @@ type call struct {
 	id   string
 	tag  string // the hash tag of its keys
 	// tags are whose request it is, for a queue's bound per tag (see
-	// queuedPerTag): a debit's or peek's items' own hash tags (a tenant's,
-	// a global limit's), else its keys' one; empty for the calls the
-	// bound does not shed (settlements, renewals, restores, cancels).
+	// queuedPerTag): its items' own hash tags (a tenant's, a global
+	// limit's), else its keys' one; empty for a cancel of a debit whose
+	// caller left.
 	tags []string
-	q    *queue
-	b    *batch // its batch, once sent
+	// shed: the call is a debit or peek, which the bound sheds; the
+	// others (settlements, renewals, restores) are never shed, only
+	// ordered (see nextBatch).
+	shed bool
+	// round orders the call in its queue (see queue.arrive).
+	round int
+	q     *queue
+	b     *batch // its batch, once sent
 
 	// Guarded by Redis.mu until the call is done.
 	state  callState
@@ -92,17 +98,25 @@ type queue struct {
 	// waiting counts the calls in pending by each of their tags (see
 	// call.tags); a tag with none has no entry.
 	waiting map[string]int
+	// round is the round of the calls sent last, and rounds where each
+	// tag with calls in pending puts its next one (see arrive).
+	round  int
+	rounds map[string]tagRound
 }
 
-// queuedPerTag is how many script calls' worth (MaxBatch each) of
-// debits and peeks of one hash tag may wait in a queue: a debit or peek
-// each of whose tags has that many waiting is shed at once
-// (ErrCrowded, ErrOverloaded). On a store that is not sharded every tenant's requests
-// share one queue, in arrival order: one tenant that kept thousands
-// waiting put each other tenant's request behind them all, past
-// QueueTimeout. A tenant's requests carry its tag, so another tenant's
-// request waits behind at most this many script calls of one tenant's,
-// even when both share a global limit's tag.
+// queuedPerTag is how many script calls' worth (MaxBatch each) of calls
+// of one hash tag may wait in a queue ahead of another tag's: a debit or
+// peek each of whose tags has that many waiting is shed at once
+// (ErrCrowded, ErrOverloaded), and a call that is never shed (a
+// settlement, a renewal, a restore) past them waits for a later script
+// call than the other tags' calls (see nextBatch). On a store that is not
+// sharded every tenant's requests share one queue: one tenant that kept
+// thousands waiting put each other tenant's request behind them all,
+// past QueueTimeout (debits: TestBatchFaultAtkOneTenantFloodsTheQueue;
+// 400 settlements, 100 script calls: TestBatchFaultAtkOneTenantFloodsWithSettlements).
+// A tenant's requests carry its tag, so another tenant's request waits
+// behind at most this many script calls of one tenant's, even when both
+// share a global limit's tag.
 const queuedPerTag = 16
 
 // A batch is the calls of one script call, and its arguments.
@@ -132,7 +146,7 @@ func putCall(c *call) {
 	c.ctx, c.keys, c.id, c.tag, c.q, c.b, c.reply, c.err = nil, nil, "", "", nil, nil, nil, nil
 	clear(c.tags)
 	c.tags = c.tags[:0]
-	c.state, c.sentAt = queued, time.Time{}
+	c.state, c.sentAt, c.shed, c.round = queued, time.Time{}, false, 0
 	if cap(c.buf) <= 4096 {
 		c.buf = c.buf[:0]
 	} else {
@@ -225,7 +239,7 @@ func (r *Redis) execOn(c *call, tag string, inline bool) (any, error) {
 		return r.wait(c, false)
 	}
 	if len(c.tags) > 0 {
-		if q.crowded(c.tags, queuedPerTag*r.maxBatch) {
+		if c.shed && q.crowded(c.tags, queuedPerTag*r.maxBatch) {
 			r.mu.Unlock()
 			putCall(c)
 			r.stats.overloaded.Add(1)
@@ -238,6 +252,7 @@ func (r *Redis) execOn(c *call, tag string, inline bool) (any, error) {
 			q.waiting[t]++
 		}
 	}
+	c.round = q.arrive(c.tags, queuedPerTag*r.maxBatch)
 	q.pending = append(q.pending, c)
 	r.mu.Unlock()
 	return r.wait(c, true)
@@ -262,6 +277,7 @@ func (q *queue) unwait(c *call) {
 			q.waiting[t] = n
 		} else {
 			delete(q.waiting, t)
+			delete(q.rounds, t)
 		}
 	}
 }
@@ -590,16 +606,14 @@ func (r *Redis) handOn(q *queue) {
 	go r.send(r.nextBatch(q))
 }
 
-// nextBatch makes the first MaxBatch pending calls of q a batch, sent from
-// now, for its caller to run (send). r.mu is held.
+// nextBatch makes MaxBatch pending calls of q a batch, sent from now, for
+// its caller to run (send), by round, then in order of arrival (see
+// queue.arrive). r.mu is held.
 func (r *Redis) nextBatch(q *queue) *batch {
 	n := min(len(q.pending), r.maxBatch)
 	b := batchPool.Get().(*batch)
 	b.q = q
-	b.calls = append(b.calls, q.pending[:n]...)
-	rest := copy(q.pending, q.pending[n:])
-	clear(q.pending[rest:])
-	q.pending = q.pending[:rest]
+	b.calls = q.take(b.calls, n)
 	now := time.Now()
 	for _, c := range b.calls {
 		c.b = b
@@ -609,4 +623,73 @@ func (r *Redis) nextBatch(q *queue) *batch {
 		}
 	}
 	return b
+}
+
+// A tagRound is where a tag's calls arriving now go (see queue.arrive):
+// round r, of which k calls arrived.
+type tagRound struct{ r, k int }
+
+// arrive returns the round of a call of tags arriving in q, with at most
+// bound calls of each tag a round: the queue's current round, or, for a
+// tag with bound calls in it already, a later one; the least of its
+// tags'. The calls go by round, then in order of arrival, so that another
+// tag's call arriving now waits behind at most bound calls of one tag.
+// r.mu is held.
+func (q *queue) arrive(tags []string, bound int) int {
+	round := q.round
+	if len(tags) > 0 && q.rounds == nil {
+		q.rounds = map[string]tagRound{}
+	}
+	for j, t := range tags {
+		tr := q.rounds[t]
+		if tr.r < q.round {
+			tr = tagRound{r: q.round}
+		}
+		if j == 0 || tr.r < round {
+			round = tr.r
+		}
+		if tr.k++; tr.k == bound {
+			tr.r, tr.k = tr.r+1, 0
+		}
+		q.rounds[t] = tr
+	}
+	return round
+}
+
+// take appends to calls n of q's pending calls, the earliest of the
+// lowest rounds, removes them from pending, and moves q's round on to
+// theirs. r.mu is held.
+func (q *queue) take(calls []*call, n int) []*call {
+	if n == 0 {
+		return calls
+	}
+	from := len(calls)
+	for len(calls)-from < n {
+		low := -1
+		for _, c := range q.pending {
+			if c != nil && (low < 0 || c.round < low) {
+				low = c.round
+			}
+		}
+		q.round = max(q.round, low)
+		for i, c := range q.pending {
+			if c != nil && c.round == low {
+				calls = append(calls, c)
+				q.pending[i] = nil
+				if len(calls)-from == n {
+					break
+				}
+			}
+		}
+	}
+	rest := 0
+	for _, c := range q.pending {
+		if c != nil {
+			q.pending[rest] = c
+			rest++
+		}
+	}
+	clear(q.pending[rest:])
+	q.pending = q.pending[:rest]
+	return calls
 }

@@ -761,6 +761,7 @@ func (r *Redis) evalLease(ctx context.Context, id string, items []Item, ss []spe
 	if len(c.tags) == 0 {
 		c.tags = append(c.tags, g.tag)
 	}
+	c.shed = true
 	v, err := r.exec(c, g.tag)
 	if err != nil {
 		return false, err
@@ -953,8 +954,19 @@ func (r *Redis) settleGroup(ctx context.Context, id string, items []Item, ss []s
 		c.buf = appendNumber(c.buf, actualCost(items, ss, actual, i))
 	}
 	c.keys, c.id = keys, id
+	c.tags = callTags(c.tags, items, g)
 	_, err := r.execSettle(c, g.tag)
 	return err
+}
+
+// callTags appends to tags those of a call of group g of items (see
+// call.tags): the items' own hash tags, else the group's.
+func callTags(tags []string, items []Item, g *group) []string {
+	tags = itemTags(items, g.idx, tags)
+	if len(tags) == 0 {
+		tags = append(tags, g.tag)
+	}
+	return tags
 }
 
 // A Claim records how a reservation ended, for the replicas that may end
@@ -1052,6 +1064,7 @@ func (r *Redis) SettleClaimed(ctx context.Context, id string, items []Item, actu
 		call.buf = appendNumber(call.buf, actualCost(items, ss, actual, i))
 	}
 	call.keys, call.id = keys, id
+	call.tags = callTags(call.tags, items, g)
 	v, err := r.execSettle(call, g.tag)
 	if err != nil {
 		return false, "", err
@@ -1100,6 +1113,7 @@ func (r *Redis) Renew(ctx context.Context, id string, items []Item) error {
 			c.buf = appendItem(c.buf, &ss[i], items[i].Cost)
 		}
 		c.keys, c.id = keys, id
+		c.tags = callTags(c.tags, items, &g)
 		if _, err := r.exec(c, g.tag); err != nil {
 			errs = append(errs, err)
 		}
@@ -1179,6 +1193,7 @@ func (r *Redis) restore(ctx context.Context, items []Item, counted []int64, mark
 			c.buf = appendNumber(c.buf, counted[i])
 		}
 		c.keys, c.id = keys, ""
+		c.tags = callTags(c.tags, items, &g)
 		v, err := r.exec(c, g.tag)
 		if err != nil {
 			return err
