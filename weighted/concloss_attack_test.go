@@ -220,8 +220,8 @@ func TestConcLossAtkRenewRacingSettle(t *testing.T) {
 					m.lock(&h, items, "", false, false, nil)
 					e := m.get(&h, 0)
 					m.unlock(&h)
-					if e != nil && len(e.marks) != 0 {
-						t.Fatalf("memory holds %d marks, want none", len(e.marks))
+					if e != nil && e.marks.len() != 0 {
+						t.Fatalf("memory holds %d marks, want none", e.marks.len())
 					}
 				}
 			})

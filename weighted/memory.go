@@ -258,7 +258,7 @@ func (sh *shard) sweep(now int64) {
 // algoEmpty reports whether a concurrency or sliding log entry holds no
 // marks.
 func (e *entry) algoEmpty(a Algorithm) bool {
-	return (a == SlidingLog || a == Concurrency) && len(e.marks) == 0
+	return (a == SlidingLog || a == Concurrency) && e.marks.len() == 0
 }
 
 var emptyState state

@@ -1,7 +1,9 @@
 package weighted
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"strconv"
 )
 
@@ -30,12 +32,125 @@ import (
 type state struct {
 	ts, d, p          int64
 	w, prev, curr, wp int64
-	marks             []mark // sorted by ts, then by member as Redis sorts
+	marks             marks
 }
 
 type mark struct {
 	ts, cost int64
 	id       string
+}
+
+// markKey is a mark's member, "cost:id" to Redis.
+type markKey struct {
+	cost int64
+	id   string
+}
+
+// marks is a sliding log's or a concurrency limit's sorted set: its marks
+// sorted by ts, then by member as Redis sorts them, with the sum of their
+// costs and the ts of each member, as Redis keeps the set's "" member and
+// finds a member by its hash. A call then costs what it changes, not the
+// log's length, where reading every mark for the sum, and every mark
+// again to find a member, a debit of one tenant's log of 100,000 marks
+// held its shard's lock, which other tenants' keys share, 0.7 ms, and
+// building such a log took time quadratic in its length
+// (TestMarksAtkLongLogMemoryCost).
+type marks struct {
+	s   []mark
+	sum int64
+	at  map[markKey]int64 // each member's ts
+}
+
+func (ms *marks) len() int { return len(ms.s) }
+
+// newest is the ts of the newest mark, 0 when there is none.
+func (ms *marks) newest() int64 {
+	if len(ms.s) == 0 {
+		return 0
+	}
+	return ms.s[len(ms.s)-1].ts
+}
+
+// byTS compares a mark's ts with ts, for a binary search.
+func byTS(m mark, ts int64) int { return cmp.Compare(m.ts, ts) }
+
+// index returns the position of the mark with member k, or -1.
+func (ms *marks) index(k markKey) int {
+	ts, ok := ms.at[k]
+	if !ok {
+		return -1
+	}
+	i, _ := slices.BinarySearchFunc(ms.s, ts, byTS)
+	for ; i < len(ms.s) && ms.s[i].ts == ts; i++ {
+		if ms.s[i].cost == k.cost && ms.s[i].id == k.id {
+			return i
+		}
+	}
+	return -1 // not reached: at and s hold the same members
+}
+
+// find returns the mark with member "cost:id".
+func (ms *marks) find(cost int64, id string) (mark, bool) {
+	if i := ms.index(markKey{cost, id}); i >= 0 {
+		return ms.s[i], true
+	}
+	return mark{}, false
+}
+
+// add adds a mark as Redis's ZADD adds member "cost:id" with score ts: an
+// existing member moves to the new score.
+func (ms *marks) add(m mark) {
+	ms.remove(m.cost, m.id)
+	i := len(ms.s) // most marks are the newest
+	if i > 0 && markLess(m, ms.s[i-1]) {
+		i, _ = slices.BinarySearchFunc(ms.s, m, func(a, b mark) int {
+			if markLess(a, b) {
+				return -1
+			}
+			return 1
+		})
+	}
+	ms.s = slices.Insert(ms.s, i, m)
+	ms.sum += m.cost
+	if ms.at == nil {
+		ms.at = make(map[markKey]int64)
+	}
+	ms.at[markKey{m.cost, m.id}] = m.ts
+}
+
+// remove drops the mark with member "cost:id" and reports whether there was
+// one.
+func (ms *marks) remove(cost int64, id string) (mark, bool) {
+	i := ms.index(markKey{cost, id})
+	if i < 0 {
+		return mark{}, false
+	}
+	m := ms.s[i]
+	ms.s = slices.Delete(ms.s, i, i+1)
+	ms.sum -= m.cost
+	delete(ms.at, markKey{cost, id})
+	return m, true
+}
+
+// upTo is how many of the oldest marks have ts <= lo.
+func (ms *marks) upTo(lo int64) int {
+	i, _ := slices.BinarySearchFunc(ms.s, lo+1, byTS)
+	return i
+}
+
+// dropOldest drops the k oldest marks.
+func (ms *marks) dropOldest(k int) {
+	for _, m := range ms.s[:k] {
+		ms.sum -= m.cost
+		delete(ms.at, markKey{m.cost, m.id})
+	}
+	// Sliced past, not copied down: an append reuses the space, or moves
+	// the marks down when it needs more.
+	clear(ms.s[:k])
+	ms.s = ms.s[k:]
+	if len(ms.s) == 0 {
+		ms.s, ms.at = nil, nil
+	}
 }
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
@@ -368,11 +483,7 @@ func (s *spec) evaluateMarks(st *state, lo, hi, now, cost int64, after bool) Ite
 	// reads each once, not again on every denial after. Those left over
 	// (behind) still count until a later call drops them.
 	behind := s.trim(st, lo)
-	var sum, newest int64
-	for _, m := range st.marks {
-		sum += m.cost
-		newest = max(newest, m.ts)
-	}
+	sum, newest := st.marks.sum, st.marks.newest()
 	is := ItemState{Capacity: s.cap}
 	switch {
 	case sum+cost <= s.cap:
@@ -389,7 +500,7 @@ func (s *spec) evaluateMarks(st *state, lo, hi, now, cost int64, after bool) Ite
 		// among the oldest maxRetryWalk; past them, until the last of
 		// those does, as lib.lua's marks tells it.
 		need, acc, walked := sum+cost-s.cap, int64(0), 0
-		for _, m := range st.marks {
+		for _, m := range st.marks.s {
 			acc += m.cost
 			if walked++; acc >= need || walked == maxRetryWalk {
 				is.RetryAfter = micros(m.ts + s.marksLag() - now)
@@ -416,10 +527,7 @@ func (s *spec) marksLag() int64 {
 // trim drops st's oldest marks with ts <= lo, as many as s.trims has
 // left (maxTrim at most), and reports whether it left some (behind).
 func (s *spec) trim(st *state, lo int64) (behind bool) {
-	n := 0
-	for n < len(st.marks) && st.marks[n].ts <= lo {
-		n++
-	}
+	n := st.marks.upTo(lo)
 	if n == 0 {
 		return false
 	}
@@ -431,35 +539,8 @@ func (s *spec) trim(st *state, lo int64) (behind bool) {
 	if s.trims != nil {
 		*s.trims -= k
 	}
-	rest := copy(st.marks, st.marks[k:])
-	clear(st.marks[rest:])
-	st.marks = st.marks[:rest]
+	st.marks.dropOldest(k)
 	return n > k
-}
-
-// add adds a mark as Redis's ZADD adds member "cost:id" with score ts: an
-// existing member moves to the new score.
-func (st *state) add(m mark) {
-	st.remove(m.cost, m.id)
-	i := len(st.marks)
-	for i > 0 && markLess(m, st.marks[i-1]) {
-		i--
-	}
-	st.marks = append(st.marks, mark{})
-	copy(st.marks[i+1:], st.marks[i:])
-	st.marks[i] = m
-}
-
-// remove drops the mark with member "cost:id" and reports whether there was
-// one.
-func (st *state) remove(cost int64, id string) (mark, bool) {
-	for i, m := range st.marks {
-		if m.cost == cost && m.id == id {
-			st.marks = append(st.marks[:i], st.marks[i+1:]...)
-			return m, true
-		}
-	}
-	return mark{}, false
 }
 
 // markLess orders marks as a Redis sorted set orders their members: by score,
@@ -477,15 +558,9 @@ func member(cost int64, id string) string {
 
 // marksTTL is how long until the last mark stops counting.
 func (s *spec) marksTTL(st *state, lo, now int64) int64 {
-	var newest int64
-	live := false
-	for _, m := range st.marks {
-		if m.ts > lo {
-			newest, live = max(newest, m.ts), true
-		}
-	}
-	if !live {
-		return 0
+	newest := st.marks.newest()
+	if newest <= lo {
+		return 0 // no mark counts
 	}
 	return newest + s.marksLag() - now
 }
@@ -493,7 +568,7 @@ func (s *spec) marksTTL(st *state, lo, now int64) int64 {
 // debitMarks follows evaluateMarks, which trimmed st, in the same call.
 func (s *spec) debitMarks(st *state, lo, hi, now, cost int64, id string) int64 {
 	if cost > 0 {
-		st.add(mark{ts: hi, cost: cost, id: id})
+		st.marks.add(mark{ts: hi, cost: cost, id: id})
 	}
 	return s.marksTTL(st, lo, now)
 }
@@ -501,13 +576,10 @@ func (s *spec) debitMarks(st *state, lo, hi, now, cost int64, id string) int64 {
 func (s *spec) settleLog(st *state, now, reserved, delta int64, id string) int64 {
 	lo := now - s.period
 	behind := s.trim(st, lo)
-	var sum int64
-	for _, m := range st.marks {
-		sum += m.cost
-	}
+	sum := st.marks.sum
 	// Behind, sum holds marks that stopped counting: the charge is not
 	// bounded by it, as lib.lua's adjust charges it.
-	m, ok := st.remove(reserved, id)
+	m, ok := st.marks.remove(reserved, id)
 	if ok && m.ts <= lo {
 		sum, ok = sum-m.cost, false // stopped counting, not dropped yet
 	}
@@ -517,7 +589,7 @@ func (s *spec) settleLog(st *state, now, reserved, delta int64, id string) int64
 			c = min(c, m.cost+s.cap-sum)
 		}
 		if c > 0 {
-			st.add(mark{ts: m.ts, cost: c, id: id})
+			st.marks.add(mark{ts: m.ts, cost: c, id: id})
 		}
 	} else {
 		c := delta
@@ -525,7 +597,7 @@ func (s *spec) settleLog(st *state, now, reserved, delta int64, id string) int64
 			c = min(c, s.cap-sum)
 		}
 		if c > 0 {
-			st.add(mark{ts: now, cost: c, id: id})
+			st.marks.add(mark{ts: now, cost: c, id: id})
 		}
 	}
 	return s.marksTTL(st, lo, now)
@@ -546,22 +618,16 @@ func (s *spec) restoreLog(st *state, now, counted int64) (int64, bool) {
 	behind := s.trim(st, lo)
 	delta := counted
 	if !behind {
-		for _, m := range st.marks {
-			delta -= m.cost
-		}
+		delta -= st.marks.sum
 	}
 	if delta <= 0 {
 		return 0, false
 	}
 	id := restoreMarkID(now, func(id string) bool {
-		for _, m := range st.marks {
-			if m.cost == delta && m.id == id {
-				return true
-			}
-		}
-		return false
+		_, ok := st.marks.find(delta, id)
+		return ok
 	})
-	st.add(mark{ts: now, cost: delta, id: id})
+	st.marks.add(mark{ts: now, cost: delta, id: id})
 	return s.marksTTL(st, lo, now), true
 }
 
@@ -579,7 +645,7 @@ func restoreMarkID(now int64, taken func(string) bool) string {
 // release ends a concurrency reservation. The key's expiry stays as it was,
 // as Redis's ZREM leaves a key's TTL.
 func (s *spec) release(st *state, reserved int64, id string) int64 {
-	st.remove(reserved, id)
+	st.marks.remove(reserved, id)
 	return -1
 }
 
@@ -592,17 +658,14 @@ func (s *spec) release(st *state, reserved int64, id string) int64 {
 // renewal never resurrects an ended reservation.
 func (s *spec) renew(st *state, now, reserved int64, id string, ended bool) bool {
 	hi := now + s.period
-	for _, m := range st.marks {
-		if m.cost == reserved && m.id == id {
-			if m.ts >= hi {
-				return false
-			}
-			if m.ts > now {
-				m.ts = hi
-				st.add(m)
-				return true
-			}
-			break
+	if m, ok := st.marks.find(reserved, id); ok {
+		if m.ts >= hi {
+			return false
+		}
+		if m.ts > now {
+			m.ts = hi
+			st.marks.add(m)
+			return true
 		}
 	}
 	if ended {
@@ -610,7 +673,7 @@ func (s *spec) renew(st *state, now, reserved int64, id string, ended bool) bool
 	}
 	// As renew.lua, which reads the sum through lib's marks_sum.
 	s.trim(st, now)
-	st.add(mark{ts: hi, cost: reserved, id: id})
+	st.marks.add(mark{ts: hi, cost: reserved, id: id})
 	return true
 }
 
