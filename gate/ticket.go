@@ -628,7 +628,11 @@ func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge,
 		return r.SettleHeld(ctx, c)
 	}
 	if perr == nil && !won {
+		here := r.g.holdsOpen(h, r)
 		r.g.adopt(h, prior)
+		if prior.state == holdSettled && prior.cost == c.Cost && prior.status == c.Status {
+			r.billClaimed(ctx, c, here)
+		}
 		return prior.answer()
 	}
 	if h != nil {
@@ -670,8 +674,11 @@ func (r *Reservation) Release(ctx context.Context) error {
 		return r.Release(ctx)
 	}
 	if perr == nil && !won {
+		here := r.g.holdsOpen(h, r)
 		r.g.adopt(h, prior)
 		switch prior.state {
+		case holdReleased:
+			r.billClaimed(ctx, Charge{Status: ledger.StatusFailed}, here)
 		case holdSettled:
 			return ErrSettled
 		case holdExpired:
@@ -696,6 +703,42 @@ func (r *Reservation) Release(ctx context.Context) error {
 	}
 	r.cancel(ctx, stored)
 	return nil
+}
+
+// billClaimed writes c, the end another call claimed in Redis first and
+// that this call repeats (a settlement at the same cost and status, or a
+// release), to this replica's ledger, where r's entry is: here tells that
+// this replica made r and held it open (its entry is in its ledger, though
+// perhaps still in the spool); otherwise the entry the ledger's store
+// holds must be reserved, or recovered at its estimate by a restart. The
+// replica that claims an end writes it to its ledger after the claim, so
+// that one killed between the two left the claim alone, and every retry
+// of that end, answered from the claim, billed nothing. The ledger keeps
+// the first settlement of an entry (over a recovery), so that the
+// claiming replica's own write, when it comes, changes nothing, nor this
+// one after it. An entry this replica's ledger does not hold (an embedded
+// ledger, another replica's reservation) is not written.
+func (r *Reservation) billClaimed(ctx context.Context, c Charge, here bool) {
+	if !here {
+		lctx, cancel := context.WithTimeout(ctx, time.Second)
+		e, ok, err := r.g.ledger.Lookup(lctx, r.req.ID)
+		cancel()
+		if err != nil || !ok || e.Status != ledger.StatusReserved && e.Status != ledger.StatusRecovered {
+			return
+		}
+	}
+	r.Bill(ctx, c, false)
+}
+
+// holdsOpen tells whether h is this replica's open hold of r, the
+// reservation it made.
+func (g *Gate) holdsOpen(h *hold, r *Reservation) bool {
+	if h == nil {
+		return false
+	}
+	g.holds.mu.Lock()
+	defer g.holds.mu.Unlock()
+	return h.state == holdOpen && h.res == r
 }
 
 // releaseAnswer is Release's answer for a reservation that had ended
