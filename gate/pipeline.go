@@ -1081,6 +1081,20 @@ func (r *Reservation) Bill(ctx context.Context, c Charge, durable bool) error {
 	if r.billed {
 		return nil
 	}
+	settle := r.g.ledger.Settle
+	if durable {
+		settle = r.g.ledger.SettleDurable
+	}
+	if err := settle(context.WithoutCancel(ctx), r.billEntry(c)); err != nil {
+		r.g.log.Error("ledger settle failed", "request_id", r.req.ID, "err", err)
+		return err
+	}
+	r.billed = true
+	return nil
+}
+
+// billEntry is the final ledger entry of the reservation charged c.
+func (r *Reservation) billEntry(c Charge) ledger.Entry {
 	e := r.entry(c.Status)
 	if e.Status == "" || e.Status == ledger.StatusReserved {
 		e.Status = ledger.StatusSettled
@@ -1092,16 +1106,7 @@ func (r *Reservation) Bill(ctx context.Context, c Charge, durable bool) error {
 	e.HTTPStatus = c.HTTPStatus
 	e.Actual, e.ActualCost = c.Usage, c.Cost
 	e.SettledAt = time.Now()
-	settle := r.g.ledger.Settle
-	if durable {
-		settle = r.g.ledger.SettleDurable
-	}
-	if err := settle(context.WithoutCancel(ctx), e); err != nil {
-		r.g.log.Error("ledger settle failed", "request_id", r.req.ID, "err", err)
-		return err
-	}
-	r.billed = true
-	return nil
+	return e
 }
 
 // Settle charges or refunds each limit the difference between its

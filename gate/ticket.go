@@ -727,7 +727,11 @@ func (r *Reservation) billClaimed(ctx context.Context, c Charge, here bool) {
 			return
 		}
 	}
-	r.Bill(ctx, c, false)
+	// Written apart from r's own record of its bill: an end of r that
+	// won its claim on this replica may be billing r at the same time.
+	if err := r.g.ledger.Settle(context.WithoutCancel(ctx), r.billEntry(c)); err != nil {
+		r.g.log.Error("ledger settle of an end claimed before failed", "request_id", r.req.ID, "err", err)
+	}
 }
 
 // holdsOpen tells whether h is this replica's open hold of r, the

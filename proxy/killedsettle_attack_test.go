@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/costgate/costgate/costmodel"
@@ -78,6 +79,69 @@ budgets:
 					t.Errorf("ledger %+v; want one entry %s at %v, as the answers say", es, end.status, end.cost)
 				}
 			})
+		}
+	}
+}
+
+// TestSameEndAtOnceBillsOnce: one settlement (or one release) sent eight
+// times at once to the replica that holds the reservation, on Redis:
+// one wins its claim and bills it, and the others, which lose theirs to
+// the same end, bill it too where the entry is still reserved (see
+// TestSettleAtkKilledAfterItsClaim), apart from the winner's own billing
+// of the same reservation (the race detector watches). The ledger holds
+// one entry a reservation, ended as the answers say.
+func TestSameEndAtOnceBillsOnce(t *testing.T) {
+	s := newStack(t, redistest.New(t).URL, `
+budgets:
+  - {name: daily, scope: tenant, amount: "100.00"}
+`)
+	h := s.srv.Handler()
+	want := map[string]ledger.Status{}
+	for round := range 6 {
+		id := reserveID(t, s, `{"cost":{"tokens":1000,"usd":"1.00"}}`)
+		path, body := "/v1/costgate/settle", fmt.Sprintf(`{"reservation_id":%q,"usage":{"tokens":100,"usd":"0.30"}}`, id)
+		status := ledger.StatusSettled
+		if round%2 == 1 {
+			path, body, status = "/v1/costgate/release", fmt.Sprintf(`{"reservation_id":%q}`, id), ledger.StatusFailed
+		}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		firsts := 0
+		start := make(chan struct{})
+		for range 8 {
+			wg.Go(func() {
+				<-start
+				code, out := reserveCall(t, h, "cg-test-acme", path, body)
+				mu.Lock()
+				defer mu.Unlock()
+				if code != 200 {
+					t.Errorf("round %d: %s: %d %v", round, path, code, out)
+				}
+				if out["already_settled"] == false {
+					firsts++
+				}
+				if rid, _ := out["request_id"].(string); rid != "" {
+					want[rid] = status
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if status == ledger.StatusSettled && firsts != 1 {
+			t.Errorf("round %d: %d settles answered already_settled false; want 1", round, firsts)
+		}
+	}
+	es := s.entries(t)
+	if len(es) != len(want) {
+		t.Errorf("%d ledger entries for %d reservations", len(es), len(want))
+	}
+	for _, e := range es {
+		cost := costmodel.NanoUSD(300_000_000)
+		if want[e.RequestID] == ledger.StatusFailed {
+			cost = 0
+		}
+		if e.Status != want[e.RequestID] || e.ActualCost != cost {
+			t.Errorf("entry %s: %s %v; want %s %v", e.RequestID, e.Status, e.ActualCost, want[e.RequestID], cost)
 		}
 	}
 }
