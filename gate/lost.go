@@ -200,3 +200,44 @@ func (r *Reservation) rechargeLost(ctx context.Context) {
 		r.g.unsettled(id, items, actual)
 	}
 }
+
+// refundsKept is actual, the settlement of items (a reservation's, and
+// ext its extensions, if any) debited when the store's log of restores l
+// stood at seq, with no refund on the counters of a tag restored since:
+// each such item's actual cost is raised to what the reservation and its
+// extensions hold of it. It is for a settlement that reaches the store
+// after the reservation's ledger entry was billed (a front door's Bill
+// before Settle; a settlement the store failed, billed at once and made
+// again later): a restore that read the entry billed counted its actual
+// cost, not its estimate, and a refund of the difference on the restored
+// counter took it below what was spent. A token bucket or GCRA refunds
+// whatever a settlement names (a window refunds only into the window
+// its record says it was debited in, a record the loss took with it,
+// unless a failover kept it): a tenant billed early on a $0.008 limit,
+// settled after a FLUSHALL and its restore, was admitted $0.010. A
+// restore that read the entry reserved, before it was billed, counted the
+// estimate: the refund kept is counted twice then, which refuses early,
+// never late. A reservation debited before no restore (seq is the log's
+// last) changes nothing. A concurrency item is released as it is.
+func refundsKept(l *losses, seq uint32, items []weighted.Item, ext *extensions, actual []int64) []int64 {
+	if l.seq.Load() == seq {
+		return actual
+	}
+	for i, it := range items {
+		if i >= len(actual) || it.Limit.Algorithm == weighted.Concurrency || !l.restoredSince(seq, weighted.HashTag(it.Key)) {
+			continue
+		}
+		held := it.Cost
+		if ext != nil {
+			for _, e := range ext.debts {
+				for j, k := range e.index {
+					if k == i {
+						held += e.items[j].Cost
+					}
+				}
+			}
+		}
+		actual[i] = max(actual[i], held)
+	}
+	return actual
+}

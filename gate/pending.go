@@ -16,6 +16,11 @@ type pendingSettle struct {
 	items      []weighted.Item
 	actual     []int64
 	unreserved bool
+	// debit is a reservation's settlement: lossSeq is where the store's
+	// log of restores stood when it was debited (see losses), and a
+	// refund on a tag restored since is not made (see refundsKept).
+	debit   bool
+	lossSeq uint32
 }
 
 // maxPending bounds the settlements kept to be made again, counted once
@@ -93,7 +98,11 @@ func (g *Gate) spentOnFallback(id string, items []weighted.Item, actual []int64)
 // with each catch-up). A debit refused (a counter full) adds nothing.
 func (f *freshStore) replay(ctx context.Context, p pendingSettle) error {
 	if !p.unreserved {
-		return f.store.Settle(ctx, p.id, p.items, p.actual)
+		actual := p.actual
+		if p.debit {
+			actual = refundsKept(&f.g.store.lost, p.lossSeq, p.items, nil, slices.Clone(actual))
+		}
+		return f.store.Settle(ctx, p.id, p.items, actual)
 	}
 	one := slices.Clone(p.items)
 	for i := range one {

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -1131,6 +1132,11 @@ func (r *Reservation) settle(ctx context.Context, c Charge, actual []int64, stor
 		if actual == nil {
 			actual = r.actualInto(c, r.actualBuf[:0])
 		}
+		if r.billed && !r.degraded {
+			// Billed before its limits are settled (a front door's Bill):
+			// a restore since may have counted what it cost.
+			actual = refundsKept(&r.g.store.lost, r.lossSeq, r.items, r.ext, actual)
+		}
 		if r.ext != nil {
 			r.refreshKeys()
 			r.settleExtended(ctx, actual)
@@ -1139,7 +1145,9 @@ func (r *Reservation) settle(ctx context.Context, c Charge, actual []int64, stor
 			if err := r.store().Settle(ctx, r.resID, r.items, actual); err != nil {
 				r.g.log.Warn("limiter settle failed", "request_id", r.req.ID, "err", err)
 				if !r.degraded {
-					r.g.unsettled(r.resID, r.items, actual)
+					// Billed next: a restore after this may count what it
+					// cost, and the replay then refunds nothing on its tags.
+					r.g.unsettledAs(pendingSettle{id: r.resID, items: slices.Clone(r.items), actual: slices.Clone(actual), debit: true, lossSeq: r.lossSeq})
 				}
 			}
 		} else {
