@@ -146,9 +146,10 @@ type guardedStore struct {
 }
 
 var (
-	_ weighted.Store      = (*guardedStore)(nil)
-	_ weighted.Restorer   = (*guardedStore)(nil)
-	_ weighted.LeaseStore = (*guardedStore)(nil)
+	_ weighted.Store          = (*guardedStore)(nil)
+	_ weighted.Restorer       = (*guardedStore)(nil)
+	_ weighted.StagedRestorer = (*guardedStore)(nil)
+	_ weighted.LeaseStore     = (*guardedStore)(nil)
 
 	_ weighted.StatesDebiter = (*guardedStore)(nil)
 )
@@ -205,6 +206,21 @@ func (g *guardedStore) Restore(ctx context.Context, items []weighted.Item, count
 // weighted.Restorer).
 func (g *guardedStore) RestoreCounters(ctx context.Context, items []weighted.Item, counted []int64) error {
 	return g.call(ctx, telemetry.StoreRestore, func(ctx context.Context) error { return g.restorer.RestoreCounters(ctx, items, counted) })
+}
+
+// RestoreStage restores the items' counters as one call of a restore made
+// in several (see weighted.StagedRestorer); over a store that is none, as
+// RestoreCounters, and the last call as Restore.
+func (g *guardedStore) RestoreStage(ctx context.Context, items []weighted.Item, counted []int64, s weighted.Stage) error {
+	return g.call(ctx, telemetry.StoreRestore, func(ctx context.Context) error {
+		switch sr, ok := g.restorer.(weighted.StagedRestorer); {
+		case ok:
+			return sr.RestoreStage(ctx, items, counted, s)
+		case s.Last:
+			return g.restorer.Restore(ctx, items, counted)
+		}
+		return g.restorer.RestoreCounters(ctx, items, counted)
+	})
 }
 
 func (g *guardedStore) Debit(ctx context.Context, id string, items []weighted.Item) (res weighted.Result, err error) {

@@ -366,18 +366,42 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 	}
 	// The last restoreBatch of the ledger's callers ride with the rest in
 	// the last call, which marks the tenant fresh; those before them, in
-	// calls of restoreBatch first, which leave it stale.
+	// calls of restoreBatch first, which leave it stale. After a loss,
+	// the calls are the stages of one restore (weighted.StagedRestorer),
+	// each of which finds the one before it still in the store, or fails:
+	// a store that lost its data again between them lost the counters the
+	// first calls raised, and a last call that marked the tenant fresh
+	// left those at zero (1,024 users who had spent their budget each
+	// spent it again, TestRestoreSplitAtkLossBetweenTheCalls).
 	last := max(len(known)-restoreBatch, 0)
+	staged, _ := f.store.(weighted.StagedRestorer)
+	var stage weighted.Stage
+	if lost && last > 0 && staged != nil && oneTag(tenant, items, known) {
+		stage.ID = newClaimToken()
+	}
 	for i := 0; i < last; i += restoreBatch {
 		j := min(i+restoreBatch, last)
-		if err := f.store.RestoreCounters(ctx, known[i:j], knownSpent[i:j]); err != nil {
+		var err error
+		if stage.ID != "" {
+			err = staged.RestoreStage(ctx, known[i:j], knownSpent[i:j], stage)
+			stage.Step++
+		} else {
+			err = f.store.RestoreCounters(ctx, known[i:j], knownSpent[i:j])
+		}
+		if err != nil {
 			return fmt.Errorf("gate: restore %s: %w", tenant, err)
 		}
 	}
 	all := append(items[:len(items):len(items)], known[last:]...)
 	if len(all) > 0 {
 		restore := f.store.RestoreCounters
-		if lost {
+		switch {
+		case stage.ID != "":
+			stage.Last = true
+			restore = func(ctx context.Context, items []weighted.Item, counted []int64) error {
+				return staged.RestoreStage(ctx, items, counted, stage)
+			}
+		case lost:
 			restore = f.store.Restore
 		}
 		if err := restore(ctx, all, append(counted[:len(counted):len(counted)], knownSpent[last:]...)); err != nil {
@@ -397,6 +421,19 @@ func (f *freshStore) restore(ctx context.Context, tenant string, extra []weighte
 		f.g.log.Info("budget counters of the ledger's callers restored", "tenant", tenant, "counters", len(known), "share", f.share)
 	}
 	return nil
+}
+
+// oneTag tells whether every item of the lists is under hash tag tag: the
+// stages of a restore each check the tags the first noted.
+func oneTag(tag string, lists ...[]weighted.Item) bool {
+	for _, l := range lists {
+		for i := range l {
+			if weighted.HashTag(l[i].Key) != tag {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // restoreBatch bounds the ledger's callers' counters one Redis call of a

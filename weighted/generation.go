@@ -98,7 +98,40 @@ type Restorer interface {
 var (
 	_ Restorer = (*Redis)(nil)
 	_ Restorer = (*Memory)(nil)
+
+	_ StagedRestorer = (*Redis)(nil)
+	_ StagedRestorer = (*Leased)(nil)
 )
+
+// StagedRestorer is a Restorer whose restore of a tag made in several
+// calls (too many counters for one) fails when the store loses its data
+// between them. Made with RestoreCounters, then Restore, such a restore
+// wrote the marker of a tag whose counters raised by its first calls a
+// loss had taken since: those counters stayed at zero under a fresh
+// marker, and each of their callers could spend its budget again. Redis
+// implements it; a Memory loses its data only with its process, which
+// ends the restore too.
+type StagedRestorer interface {
+	Restorer
+	// RestoreStage raises the items' counters as RestoreCounters does,
+	// as call s.Step of the restore s.ID, each call of which names items
+	// of the same tags. Its first call (Step 0) notes, per tag, that the
+	// restore made it (replacing another restore's note); each call
+	// after checks that the note of the call before is there, and when
+	// it is not (the store lost its data, or another restore of the tag
+	// began since) writes nothing and fails with a *StaleError: the
+	// restore is to be begun again. The last call (Last, after the
+	// first) writes the tags' markers, as Restore does, and drops the
+	// note.
+	RestoreStage(ctx context.Context, items []Item, counted []int64, s Stage) error
+}
+
+// Stage is one call of a restore made in several (see StagedRestorer).
+type Stage struct {
+	ID   string // the restore's, drawn at random, the same in each of its calls; without '|'
+	Step int    // 0 for its first call, one more for each after
+	Last bool   // its last call, which writes the markers
+}
 
 // checkRestore validates the arguments of Restore and returns the items'
 // specs.

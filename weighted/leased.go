@@ -1518,8 +1518,20 @@ func (l *Leased) RestoreCounters(ctx context.Context, items []Item, counted []in
 	return l.restore(ctx, items, counted, false)
 }
 
+// RestoreStage implements StagedRestorer, the counted amounts raised as
+// Restore raises them. Over an inner store that is no StagedRestorer, a
+// stage is a RestoreCounters, its last a Restore.
+func (l *Leased) RestoreStage(ctx context.Context, items []Item, counted []int64, s Stage) error {
+	return l.restoreAs(ctx, items, counted, s.Last, &s)
+}
+
 // restore is Restore, the markers written when mark is set.
 func (l *Leased) restore(ctx context.Context, items []Item, counted []int64, mark bool) error {
+	return l.restoreAs(ctx, items, counted, mark, nil)
+}
+
+// restoreAs is restore, as stage s when s is not nil.
+func (l *Leased) restoreAs(ctx context.Context, items []Item, counted []int64, mark bool, s *Stage) error {
 	r, ok := l.store.(Restorer)
 	if !ok {
 		return fmt.Errorf("weighted: %T keeps no generations to restore", l.store)
@@ -1567,6 +1579,9 @@ func (l *Leased) restore(ctx context.Context, items []Item, counted []int64, mar
 		}
 	}
 	l.stats.calls.Add(1)
+	if sr, ok := r.(StagedRestorer); ok && s != nil {
+		return sr.RestoreStage(ctx, items, counted, *s)
+	}
 	if !mark {
 		return r.RestoreCounters(ctx, items, counted)
 	}

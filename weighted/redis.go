@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1161,24 +1162,65 @@ func (r *Redis) keyTag(it *Item) string {
 // markers of its tags. It needs no Generations to raise counters, and
 // writes markers only with it.
 func (r *Redis) Restore(ctx context.Context, items []Item, counted []int64) error {
-	return r.restore(ctx, items, counted, r.gens)
+	return r.restore(ctx, items, counted, r.gens, nil)
 }
 
 // RestoreCounters implements Restorer: Restore without the markers.
 func (r *Redis) RestoreCounters(ctx context.Context, items []Item, counted []int64) error {
-	return r.restore(ctx, items, counted, false)
+	return r.restore(ctx, items, counted, false, nil)
 }
 
-// restore is Restore, the markers written when mark is set.
-func (r *Redis) restore(ctx context.Context, items []Item, counted []int64, mark bool) error {
+// RestoreStage implements StagedRestorer: each call notes the stage it
+// made under each tag of its items (a key of the tag's slot, beside its
+// marker), and each call after the first checks the note of the one
+// before it, in the same script call as its writes.
+func (r *Redis) RestoreStage(ctx context.Context, items []Item, counted []int64, s Stage) error {
+	if s.ID == "" || strings.Contains(s.ID, "|") || s.Step < 0 {
+		return fmt.Errorf("%w: a restore stage needs an id without '|' and a step of 0 or more", ErrInvalidCost)
+	}
+	return r.restore(ctx, items, counted, s.Last && r.gens, &s)
+}
+
+// The modes of a restore (batch.lua's remember, for op 4): plain, a
+// stage's first call, a later one, its last.
+const (
+	restorePlain = 0
+	restoreFirst = 1
+	restoreNext  = 2
+	restoreLast  = 3
+)
+
+// restore is Restore, the markers written when mark is set, as stage s
+// when s is not nil (see StagedRestorer).
+func (r *Redis) restore(ctx context.Context, items []Item, counted []int64, mark bool, s *Stage) error {
 	var sbuf [4]spec
 	ss, err := checkRestore(items, counted, sbuf[:0])
 	if err != nil || len(items) == 0 {
 		return err
 	}
+	mode, id := int64(restorePlain), ""
+	if s != nil {
+		// The note a call leaves is "ID:step"; a later call checks for
+		// the one before it and leaves its own (the request's id is
+		// "expected|new").
+		mode, id = restoreNext, s.ID+":"+strconv.Itoa(s.Step-1)+"|"+s.ID+":"+strconv.Itoa(s.Step)
+		switch {
+		case s.Step == 0:
+			mode = restoreFirst
+		case s.Last:
+			mode = restoreLast
+		}
+	}
 	for _, g := range r.groups(items) {
 		keys := g.keys
-		var tags []string
+		var tags, noted []string
+		if s != nil {
+			noted = itemTags(items, g.idx, nil)
+			keys = keys[:len(keys):len(keys)]
+			for _, t := range noted {
+				keys = append(keys, r.noteKey(t))
+			}
+		}
 		if mark {
 			tags = itemTags(items, g.idx, nil)
 			keys = keys[:len(keys):len(keys)]
@@ -1187,18 +1229,25 @@ func (r *Redis) restore(ctx context.Context, items []Item, counted []int64, mark
 			}
 		}
 		c := getCall(ctx)
+		at := len(c.buf)
 		c.buf = r.header(c.buf, len(g.idx), len(keys), opRestore, g.strings(items), tags)
+		binary.LittleEndian.PutUint64(c.buf[at+40:], math.Float64bits(float64(mode))) // remember: the mode
 		for _, i := range g.idx {
 			c.buf = appendItem(c.buf, &ss[i], 0)
 			c.buf = appendNumber(c.buf, counted[i])
 		}
-		c.keys, c.id = keys, ""
+		c.keys, c.id = keys, id
 		c.tags = callTags(c.tags, items, &g)
 		v, err := r.exec(c, g.tag)
 		if err != nil {
 			return err
 		}
 		reply, ok := v.(string)
+		if ok && s != nil && len(reply) == 8 && replyNumber(reply, 0) == -1 {
+			// The note of the call before is gone: the store lost its
+			// data since. Nothing was written.
+			return staleError(items, noted)
+		}
 		if !ok || len(reply) != 8*(1+len(tags)) {
 			return fmt.Errorf("%w: restore returned %T of %d bytes, want %d", errBadReply, v, len(reply), 8*(1+len(tags)))
 		}
@@ -1207,6 +1256,12 @@ func (r *Redis) restore(ctx context.Context, items []Item, counted []int64, mark
 		}
 	}
 	return nil
+}
+
+// noteKey returns the key of the note of a staged restore of hash tag
+// tag (see RestoreStage).
+func (r *Redis) noteKey(tag string) string {
+	return r.prefix + "gr:{" + tag + "}"
 }
 
 // Reset implements Store.

@@ -17,6 +17,27 @@
 -- than it held and one more than the client has seen, so that a marker
 -- restored never reads as behind. Its reply, replies[r], is a string of
 -- the markers' new values.
+-- A staged restore (see Redis.RestoreStage) has remember, its mode: 1
+-- for its first call, 2 for a later one, 3 for its last (0: a plain
+-- restore), and id "expected|new"; its note keys, one per tag, come after
+-- the items' keys, before the markers. A call after the first finds the
+-- note the call before it left, or writes nothing and replies -1: the
+-- store lost its data since (a FLUSHALL, a restart, a failover), and with
+-- it the counters the calls before raised.
+local nt, expected, note = nkeys - n - ng, false, false
+if remember > 0 then
+  expected, note = string.match(id, '^(.*)|(.*)$')
+end
+local lost = false
+if remember >= 2 then
+  for j = 1, nt do
+    if redis.call('GET', KEYS[k + n + j]) ~= expected then lost = true end
+  end
+end
+if lost then
+  replies[r] = pack('<d', -1)
+  break
+end
 local L = lib()
 for i = 1, n do
   local key = KEYS[k + i]
@@ -89,6 +110,15 @@ for i = 1, n do
 end
 if C then
   L.flush()
+end
+if remember == 1 or remember == 2 then
+  for j = 1, nt do
+    redis.call('SET', KEYS[k + n + j], note, 'PX', 3600000)
+  end
+elseif remember == 3 then
+  for j = 1, nt do
+    redis.call('DEL', KEYS[k + n + j])
+  end
 end
 local gens = {}
 for j = 1, ng do
