@@ -204,6 +204,8 @@ type Reservation struct {
 	carried          bool            // carryOver ran
 	debited          bool            // the store debited r: lossSeq is set
 	lossSeq          uint32          // the store's restores when its debit came back (see losses)
+	fbDebit          *freshStore     // the local fallback when the store debited r (see rechargeFallback)
+	fbSeq            uint32          // fbDebit's restores then
 	restoresAtRecord uint64          // Gate.restores when Record began (see carryOver)
 	learnt           *learnedOutput  // nil: the request's output is not learned (see learn)
 
