@@ -25,10 +25,12 @@ import (
 // client's CPU is in the figure too.
 //
 // The direct/ runs call the Server's method in process, without gRPC: the
-// decision alone.
+// decision alone. The grpc-go/ runs serve with grpc-go's server instead
+// of grpcwire.
 func BenchmarkShouldRateLimit(b *testing.B) {
-	for _, mode := range []string{"memory", "redis", "direct/memory", "direct/redis"} {
+	for _, mode := range []string{"memory", "redis", "grpc-go/memory", "grpc-go/redis", "direct/memory", "direct/redis"} {
 		store, direct := strings.CutPrefix(mode, "direct/")
+		store, grpcGo := strings.CutPrefix(store, "grpc-go/")
 		for _, n := range []int{1, 3} {
 			b.Run(fmt.Sprintf("%s/%d", mode, n), func(b *testing.B) {
 				cfg, err := config.Load(filepath.Join(exampleDir, "costgate.yaml"))
@@ -40,7 +42,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 					cfg.Store.Redis = redistest.New(b).URL
 				}
 				e := &env{}
-				e.open(b, cfg, rls.Options{})
+				e.open(b, cfg, rls.Options{GRPCGo: grpcGo})
 				const keys = 1000
 				reqs := make([]*rlsv3.RateLimitRequest, keys)
 				for i := range reqs {

@@ -52,6 +52,7 @@ import (
 
 	"github.com/costgate/costgate/costmodel"
 	"github.com/costgate/costgate/gate"
+	"github.com/costgate/costgate/internal/grpcwire"
 )
 
 // Options are a Server's optional settings.
@@ -59,9 +60,13 @@ type Options struct {
 	// Logger receives the server's logs; nil logs nowhere.
 	Logger *slog.Logger
 	// Reflection registers the gRPC reflection service (costgate serve
-	// sets it from rls.reflection). Default false.
+	// sets it from rls.reflection). Default false. It needs grpc-go's
+	// server, which then serves instead of grpcwire.
 	Reflection bool
-	// GRPC are more options for the gRPC server.
+	// GRPCGo serves the calls with grpc-go's server instead of grpcwire
+	// (costgate serve sets it from rls.transport: grpc-go).
+	GRPCGo bool
+	// GRPC are more options for grpc-go's server; any serves with it.
 	GRPC []grpc.ServerOption
 }
 
@@ -75,7 +80,8 @@ const streamWorkers = 64
 type Server struct {
 	g      *gate.Gate
 	log    *slog.Logger
-	grpc   *grpc.Server
+	grpc   *grpc.Server     // grpc-go's server, or nil
+	wire   *grpcwire.Server // else grpcwire's
 	health *health.Server
 	tree   atomic.Pointer[tree] // the rls section of the last configuration seen, compiled
 	calls  sync.Pool            // *call
@@ -88,16 +94,21 @@ func New(g *gate.Gate, opts Options) *Server {
 	// through the gate again each time. Calls past the workers get one.
 	// The codec reads requests and writes responses without protobuf
 	// reflection (see codec.go).
-	gopts := append([]grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(newCodec())}, opts.GRPC...)
-	s := &Server{g: g, log: opts.Logger, grpc: grpc.NewServer(gopts...), health: health.NewServer()}
+	s := &Server{g: g, log: opts.Logger, health: health.NewServer()}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.calls.New = func() any { return new(call) }
-	rlsv3.RegisterRateLimitServiceServer(s.grpc, service{s: s})
-	healthpb.RegisterHealthServer(s.grpc, s.health)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	if !opts.GRPCGo && !opts.Reflection && len(opts.GRPC) == 0 {
+		s.wire = s.newWire()
+		return s
+	}
+	gopts := append([]grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(newCodec())}, opts.GRPC...)
+	s.grpc = grpc.NewServer(gopts...)
+	rlsv3.RegisterRateLimitServiceServer(s.grpc, service{s: s})
+	healthpb.RegisterHealthServer(s.grpc, s.health)
 	if opts.Reflection {
 		reflection.Register(s.grpc)
 	}
@@ -107,6 +118,12 @@ func New(g *gate.Gate, opts Options) *Server {
 // Serve answers on ln until GracefulStop or Close; it returns nil after
 // them.
 func (s *Server) Serve(ln net.Listener) error {
+	if s.wire != nil {
+		if err := s.wire.Serve(ln); !errors.Is(err, grpcwire.ErrServerStopped) {
+			return err
+		}
+		return nil
+	}
 	err := s.grpc.Serve(ln)
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
@@ -118,6 +135,10 @@ func (s *Server) Serve(ln net.Listener) error {
 // calls under way.
 func (s *Server) GracefulStop() {
 	s.health.Shutdown()
+	if s.wire != nil {
+		s.wire.GracefulStop()
+		return
+	}
 	s.grpc.GracefulStop()
 }
 
@@ -125,6 +146,10 @@ func (s *Server) GracefulStop() {
 // works before Serve and after a partial start.
 func (s *Server) Close() error {
 	s.health.Shutdown()
+	if s.wire != nil {
+		s.wire.Stop()
+		return nil
+	}
 	s.grpc.Stop()
 	return nil
 }
