@@ -54,6 +54,8 @@
 # RLS_BENCH_LEASED (1; 0 skips costgate-leased: the same config with the
 # benchmark's descriptor limits leased), RLS_BENCH_LEASE (their lease
 # policy, "{max_share: 0.01, ttl: 10s}"),
+# RLS_BENCH_TRANSPORT (costgate's rls.transport: grpcwire, its default, or
+# grpc-go; the script turns rls.reflection off, which needs grpc-go),
 # RLS_BENCH_NULL (1; 0 skips the null rows: an RLS server in the harness
 # that answers OK without deciding anything, grpc-go's floor),
 # RLS_BENCH_RATELIMIT_VERSION (the module version of envoyproxy/ratelimit
@@ -75,6 +77,7 @@ ENVOY_RL=${RLS_BENCH_ENVOY_RATELIMIT:-1}
 LEASED=${RLS_BENCH_LEASED:-1}
 NULL=${RLS_BENCH_NULL:-1}
 LEASE=${RLS_BENCH_LEASE:-"{max_share: 0.01, ttl: 10s}"}
+TRANSPORT=${RLS_BENCH_TRANSPORT:-grpcwire}
 # The version the module proxy served as @latest on 2026-12-01.
 RL_VERSION=${RLS_BENCH_RATELIMIT_VERSION:-v1.4.1-0.20260122083618-3fb702589d36}
 
@@ -188,6 +191,14 @@ start_costgate() {
 		say "${name//_/-} (PID $pid) serves RLS on $addr, config $config, Redis $redis"
 	fi
 }
+
+# The config as benchmarked: its rls section served on $TRANSPORT, and
+# reflection off, which needs grpc-go's server.
+mkdir -p "$tmp/cfg"
+sed -e '/^  reflection: /d' -e "s|^rls:.*|rls:\n  transport: $TRANSPORT|" \
+	"$COSTGATE_RLS_CONFIG" >"$tmp/cfg/costgate.yaml" 2>/dev/null || true
+COSTGATE_RLS_CONFIG=$tmp/cfg/costgate.yaml
+say "costgate's RLS transport: $TRANSPORT"
 
 # costgate, serving RLS on $ADDR.
 start_costgate costgate "$COSTGATE_RLS_CONFIG" "$ADDR" "$REDIS_URL"

@@ -31,11 +31,23 @@ type RLSConfig struct {
 	// tools such as grpcurl. It is read when the listener starts. Default
 	// false.
 	Reflection bool `yaml:"reflection"`
+	// Transport is the gRPC server that serves rls_listen: "grpcwire"
+	// (costgate's own, for the calls the service answers: a fraction of
+	// grpc-go's CPU per call) or "grpc-go" (grpc-go's server, which the
+	// reflection service needs). Empty: grpcwire, or grpc-go with
+	// reflection. It is read when the listener starts.
+	Transport string `yaml:"transport"`
 	// Domains are the rate limit domains served. A request for a domain
 	// not listed is answered OK with no limit, as envoyproxy/ratelimit
 	// does.
 	Domains []RLSDomain `yaml:"domains"`
 }
+
+// The transports of rls.transport.
+const (
+	RLSTransportWire   = "grpcwire"
+	RLSTransportGRPCGo = "grpc-go"
+)
 
 // RLSDomain is one rate limit domain: the descriptors Envoy sends with it.
 type RLSDomain struct {
@@ -245,6 +257,15 @@ func (c *Config) validateRLS(names map[string]bool, bad func(path, format string
 		} else if !loopback(c.RLSListen) && c.publishedSecrets() {
 			bad("rls_listen", "this configuration holds published demo keys: serve the rate limit service on a loopback address, not %q, or give the tenants keys and an admin token of your own", c.RLSListen)
 		}
+	}
+	switch c.RLS.Transport {
+	case "", RLSTransportGRPCGo:
+	case RLSTransportWire:
+		if c.RLS.Reflection {
+			bad("rls.transport", "the reflection service (rls.reflection) needs transport %q, or no transport", RLSTransportGRPCGo)
+		}
+	default:
+		bad("rls.transport", "must be %q or %q, not %q", RLSTransportWire, RLSTransportGRPCGo, c.RLS.Transport)
 	}
 	domains := map[string]bool{}
 	for i, d := range c.RLS.Domains {

@@ -18,6 +18,8 @@ func TestRLSErrorsNameTheField(t *testing.T) {
 		name, yaml, want string
 	}{
 		{"domain required", "rls: {domains: [{descriptors: [{key: a}]}]}", "rls.domains[0].domain: required"},
+		{"bad transport", "rls: {transport: grpc}", `rls.transport: must be "grpcwire" or "grpc-go", not "grpc"`},
+		{"reflection on grpcwire", "rls: {transport: grpcwire, reflection: true}", `rls.transport: the reflection service (rls.reflection) needs transport "grpc-go"`},
 		{"duplicate domain", "rls: {domains: [{domain: d}, {domain: d}]}", `rls.domains[1].domain: duplicate domain "d"`},
 		{"key required", "rls: {domains: [{domain: d, descriptors: [{value: v}]}]}", "rls.domains[0].descriptors[0].key: required"},
 		{"duplicate any value", "rls: {domains: [{domain: d, descriptors: [{key: a}, {key: a}]}]}", `rls.domains[0].descriptors[1]: duplicate descriptor key "a" with any value`},

@@ -173,7 +173,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			admin.Close()
 			return fmt.Errorf("rls listen: %w", err)
 		}
-		rlsSrv = rls.New(srv.Gate(), rls.Options{Logger: log, Reflection: cfg.RLS.Reflection})
+		rlsSrv = rls.New(srv.Gate(), rls.Options{Logger: log, Reflection: cfg.RLS.Reflection, GRPCGo: cfg.RLS.Transport == config.RLSTransportGRPCGo})
 		go func() { errc <- rlsSrv.Serve(rln) }()
 		log.Info("costgate: Envoy rate limit service (gRPC) on "+rln.Addr().String(), "rls_listen", rln.Addr().String())
 	}

@@ -451,6 +451,9 @@ func (c *conn) onData(sid uint32, flags byte, p []byte) error {
 		c.abort(st, codeFlowControl)
 		return nil
 	}
+	if st.buf == nil {
+		st.buf = getBuf(len(data))
+	}
 	st.buf = append(st.buf, data...)
 	if len(st.buf) >= 5 {
 		if size := binary.BigEndian.Uint32(st.buf[1:5]); int64(size) > int64(c.s.opts.MaxRecvMsgSize) {
@@ -492,7 +495,7 @@ func (c *conn) endRequest(st *Stream) error {
 		go c.answer(st, code, text)
 		return nil
 	}
-	go c.run(st, msg)
+	c.s.dispatch(call{c: c, st: st, msg: msg})
 	return nil
 }
 
@@ -704,9 +707,34 @@ func (c *conn) releaseLocked(st *Stream) {
 	st.cancel()
 	c.refundLocked(st.held)
 	st.held = 0
+	putBuf(st.buf)
 	st.buf = nil
 	if c.goneAway && c.open == 0 && !c.flushing && c.werr == nil {
 		c.closeWriteLocked()
+	}
+}
+
+// bufs holds request buffers of at most maxPooled bytes for reuse.
+var bufs sync.Pool
+
+const maxPooled = 16 << 10
+
+// getBuf returns an empty buffer for a request whose first frame holds n
+// bytes.
+func getBuf(n int) []byte {
+	if n <= maxPooled {
+		if b, ok := bufs.Get().(*[]byte); ok {
+			return (*b)[:0]
+		}
+		return make([]byte, 0, max(n, 1024))
+	}
+	return make([]byte, 0, n)
+}
+
+// putBuf keeps b, a request's buffer its call no longer reads, for reuse.
+func putBuf(b []byte) {
+	if b != nil && cap(b) <= maxPooled {
+		bufs.Put(&b)
 	}
 }
 

@@ -36,6 +36,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -95,6 +96,52 @@ type Server struct {
 	stopping chan struct{} // closed when draining becomes true
 	conwg    sync.WaitGroup
 	calls    sync.WaitGroup // handlers running
+
+	work    chan call    // to an idle worker
+	workers atomic.Int32 // workers running
+}
+
+// maxWorkers is the number of goroutines kept to run calls. A worker
+// keeps the stack a call grew (a decision's is deep) for the next call; a
+// goroutine started for each call would grow one again each time, which
+// costs a tenth of a decision. Calls past the workers idle get a
+// goroutine of their own.
+const maxWorkers = 256
+
+// call is a call ready to run: its request is whole.
+type call struct {
+	c   *conn
+	st  *Stream
+	msg []byte
+}
+
+// dispatch runs cl on an idle worker, else on a new goroutine, which
+// stays a worker while there are fewer than maxWorkers.
+func (s *Server) dispatch(cl call) {
+	select {
+	case s.work <- cl:
+		return
+	default:
+	}
+	if s.workers.Add(1) <= maxWorkers {
+		go s.worker(cl)
+		return
+	}
+	s.workers.Add(-1)
+	go cl.c.run(cl.st, cl.msg)
+}
+
+// worker runs cl, then the calls handed to it, until the server stops.
+func (s *Server) worker(cl call) {
+	defer s.workers.Add(-1)
+	for {
+		cl.c.run(cl.st, cl.msg)
+		select {
+		case cl = <-s.work:
+		case <-s.ctx.Done():
+			return
+		}
+	}
 }
 
 // NewServer returns a Server with opts; register methods with Handle,
@@ -119,6 +166,7 @@ func NewServer(opts Options) *Server {
 		lis:      map[net.Listener]struct{}{},
 		conns:    map[*conn]struct{}{},
 		stopping: make(chan struct{}),
+		work:     make(chan call),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

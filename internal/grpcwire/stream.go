@@ -150,6 +150,14 @@ func (c *conn) answer(st *Stream, code codes.Code, msg string) {
 		return
 	}
 	c.waitRoomLocked()
+	if code == codes.OK && st.headersSent && st.pending == nil {
+		// The usual end: the trailers of an answer sent.
+		c.wbuf = appendFrame(c.wbuf, len(okTrailers), frameHeaders, flagEndHeaders|flagEndStream, st.id)
+		c.wbuf = append(c.wbuf, okTrailers...)
+		c.endLocked(st)
+		c.flushLocked()
+		return
+	}
 	var block []byte
 	if !st.headersSent {
 		block = c.appendTrailersOnlyLocked(nil, st.id, 200, code, msg)
@@ -166,6 +174,9 @@ func (c *conn) answer(st *Stream, code codes.Code, msg string) {
 	}
 	c.flushLocked()
 }
+
+// okTrailers is the trailer block of a call that ends OK.
+var okTrailers = appendStatus(nil, uint32(codes.OK), "")
 
 // endLocked finishes st once its trailers are in the write buffer.
 func (c *conn) endLocked(st *Stream) {
