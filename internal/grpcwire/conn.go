@@ -709,8 +709,8 @@ func (c *conn) releaseLocked(st *Stream) {
 	st.held = 0
 	putBuf(st.buf)
 	st.buf = nil
-	if c.goneAway && c.open == 0 && !c.flushing && c.werr == nil {
-		c.closeWriteLocked()
+	if c.goneAway && c.open == 0 && !c.flushing && len(c.wbuf) == 0 && c.werr == nil {
+		c.closeWriteLocked() // else flushLocked does, once the answers are written
 	}
 }
 

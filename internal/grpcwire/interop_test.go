@@ -28,6 +28,7 @@ const (
 	pathPanic    = "/test.Wire/Panic"    // panics
 	pathDeadline = "/test.Wire/Deadline" // answers the ctx's time left in ns (Int64Value; -1 without deadline)
 	pathBlock    = "/test.Wire/Block"    // waits for ctx, then returns its error
+	pathSlow     = "/test.Wire/Slow"     // waits for release, then echoes
 	pathWatch    = "/grpc.health.v1.Health/Watch"
 )
 
@@ -47,7 +48,8 @@ type testServer struct {
 	addr      string
 	started   chan struct{}
 	cancelled chan error
-	served    chan error // Serve's result
+	served    chan error    // Serve's result
+	release   chan struct{} // closed to let Slow calls answer
 }
 
 func sendProto(st *Stream, m proto.Message) error {
@@ -75,8 +77,9 @@ func serveTest(tb testing.TB, ln net.Listener, opts Options) *testServer {
 		started:   make(chan struct{}, 1024),
 		cancelled: make(chan error, 1024),
 		served:    make(chan error, 1),
+		release:   make(chan struct{}),
 	}
-	registerTestHandlers(ts.Server, ts.started, ts.cancelled)
+	registerTestHandlers(ts.Server, ts.started, ts.cancelled, ts.release)
 	go func() { ts.served <- ts.Serve(ln) }()
 	tb.Cleanup(func() {
 		ts.Stop()
@@ -87,7 +90,7 @@ func serveTest(tb testing.TB, ln net.Listener, opts Options) *testServer {
 	return ts
 }
 
-func registerTestHandlers(s *Server, started chan struct{}, cancelled chan error) {
+func registerTestHandlers(s *Server, started chan struct{}, cancelled chan error, release chan struct{}) {
 	s.Handle("/grpc.health.v1.Health/Check", checkHandler)
 	s.Handle(pathEcho, func(_ context.Context, in []byte, st *Stream) error {
 		return st.Send(in)
@@ -121,6 +124,11 @@ func registerTestHandlers(s *Server, started chan struct{}, cancelled chan error
 		<-ctx.Done()
 		cancelled <- ctx.Err()
 		return ctx.Err()
+	})
+	s.Handle(pathSlow, func(_ context.Context, in []byte, st *Stream) error {
+		started <- struct{}{}
+		<-release
+		return st.Send(in)
 	})
 	s.Handle(pathWatch, func(_ context.Context, _ []byte, st *Stream) error {
 		for _, s := range watchStatuses {
