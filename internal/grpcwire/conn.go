@@ -308,6 +308,7 @@ func (c *conn) onRequest(sid uint32, endStream bool) error {
 	}
 	c.lastID = sid
 	if c.goneAway || c.open >= c.s.opts.MaxConcurrentStreams {
+		c.waitRoomLocked()
 		c.wbuf = appendRST(c.wbuf, sid, codeRefused)
 		c.flushLocked()
 		c.mu.Unlock()
@@ -472,6 +473,7 @@ func (c *conn) onData(sid uint32, flags byte, p []byte) error {
 	if n > 0 {
 		st.recvWindow += n
 		c.mu.Lock()
+		c.waitRoomLocked()
 		c.wbuf = appendWindowUpdate(c.wbuf, sid, uint32(n))
 		c.flushLocked()
 		c.mu.Unlock()
@@ -563,6 +565,7 @@ func (c *conn) dropLocked(st *Stream) {
 func (c *conn) abort(st *Stream, code uint32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.waitRoomLocked()
 	if st.reset {
 		return
 	}
@@ -575,6 +578,7 @@ func (c *conn) abort(st *Stream, code uint32) {
 func (c *conn) resetStream(sid uint32, code uint32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.waitRoomLocked()
 	if st := c.streams[sid]; st != nil {
 		c.dropLocked(st)
 	}

@@ -41,7 +41,6 @@ func rawStart(tb testing.TB, nc net.Conn, settings []http2.Setting) *rawConn {
 	c := &rawConn{tb: tb, nc: nc}
 	c.fr = http2.NewFramer(nc, nc)
 	c.fr.AllowIllegalWrites = true
-	c.fr.AllowIllegalReads = true
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.enc = hpack.NewEncoder(&c.hbuf)
 	if _, err := io.WriteString(nc, preface); err != nil {
