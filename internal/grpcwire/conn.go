@@ -556,6 +556,7 @@ func (c *conn) dropLocked(st *Stream) {
 	st.cancel()
 	st.pending = nil
 	st.trailers = nil
+	c.room.Broadcast() // a Send waiting for window returns
 	if !st.running {
 		c.releaseLocked(st)
 	}

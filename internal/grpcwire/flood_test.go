@@ -2,6 +2,7 @@ package grpcwire
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"syscall"
 	"testing"
@@ -109,5 +110,62 @@ func TestRawNoReader(t *testing.T) {
 				t.Fatalf("the server held %d bytes to write; its bound is %d", most, maxBuffered)
 			}
 		})
+	}
+}
+
+// TestRawStreamingNoWindow: a server-streaming handler whose client grants
+// no window holds no more than the write buffer's bound in answers
+// waiting: Send waits, and returns once the client resets the stream.
+func TestRawStreamingNoWindow(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(Options{})
+	sent := make(chan error, 1)
+	streams := make(chan *Stream, 1)
+	s.Handle(pathWatch, func(_ context.Context, _ []byte, st *Stream) error {
+		streams <- st
+		msg := make([]byte, 64<<10)
+		for range 200 { // 13 MB
+			if err := st.Send(msg); err != nil {
+				sent <- err
+				return err
+			}
+			st.c.mu.Lock()
+			n := len(st.pending)
+			st.c.mu.Unlock()
+			if n > maxBuffered+len(msg)+5 {
+				sent <- fmt.Errorf("%d bytes wait for window", n)
+				return nil
+			}
+		}
+		sent <- nil
+		return nil
+	})
+	go s.Serve(ln)
+	defer s.Stop()
+	c := rawDial(t, ln.Addr().String(), []http2.Setting{{ID: http2.SettingInitialWindowSize, Val: 0}})
+	c.request(1, pathWatch, []byte{}, true)
+	st := within(t, streams, 5*time.Second, "the handler's start")
+	held := func() int {
+		st.c.mu.Lock()
+		defer st.c.mu.Unlock()
+		return len(st.pending)
+	}
+	for {
+		select {
+		case err := <-sent:
+			t.Fatalf("the handler sent to a client of no window: %v", err)
+		default:
+		}
+		if held() >= maxBuffered {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c.fr.WriteRSTStream(1, http2.ErrCodeCancel)
+	if err := within(t, sent, 5*time.Second, "Send's return after the reset"); err != ErrStreamReset {
+		t.Fatalf("Send: %v; want ErrStreamReset", err)
 	}
 }

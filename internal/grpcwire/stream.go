@@ -41,12 +41,16 @@ type Stream struct {
 var ErrStreamReset = errors.New("grpcwire: the stream was reset")
 
 // Send sends msg, a message in the protobuf wire format, on the stream.
-// It copies msg before it returns.
+// It copies msg before it returns, and waits while 1 MiB of the stream's
+// answers waits for the client's flow-control window.
 func (st *Stream) Send(msg []byte) error {
 	c := st.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.waitRoomLocked()
+	for len(st.pending) >= maxBuffered && !st.reset && c.werr == nil {
+		c.room.Wait() // the client's window holds back as much already
+	}
 	if st.reset || c.werr != nil {
 		return ErrStreamReset
 	}
