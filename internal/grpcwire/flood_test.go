@@ -1,9 +1,11 @@
 package grpcwire
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -15,26 +17,12 @@ import (
 // the server's memory than its write buffer's bound, and its connection
 // closes after WriteTimeout.
 func TestRawNoReader(t *testing.T) {
-	// Small socket buffers, inherited by the accepted connections, so
-	// that the server's writes block soon.
-	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
-		return rc.Control(func(fd uintptr) {
-			syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4096)
-		})
-	}}
-	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const writeTimeout = 1500 * time.Millisecond
-	ts := serveTest(t, ln, Options{MaxConcurrentStreams: 2, WriteTimeout: writeTimeout})
+	ln := smallBufListener(t)
+	ts := serveTest(t, ln, Options{MaxConcurrentStreams: 2, WriteTimeout: time.Minute})
 	for _, tc := range []struct {
 		name  string
 		frame func(c *rawConn, i int) []byte // one frame the flood repeats
 	}{
-		{"PING", func(c *rawConn, i int) []byte {
-			return append(appendFrame(nil, 8, framePing, 0, 0), make([]byte, 8)...)
-		}},
 		{"refused HEADERS", func(c *rawConn, i int) []byte {
 			// Streams 1 and 3 hold the two allowed; each of these is
 			// refused with an RST_STREAM.
@@ -72,11 +60,11 @@ func TestRawNoReader(t *testing.T) {
 				t.Fatal("the server's connection not found")
 			}
 			// Stream 1: a request of 1 MiB, under way. Stream 3: an
-			// answer of 2 MB, whose handler then writes, and waits for a
+			// answer of 512 KiB, whose handler then writes, and waits for a
 			// reader that never comes.
 			c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: c.block(pathBlock), EndHeaders: true})
 			c.fr.WriteData(1, false, []byte{0, 0, 0x10, 0, 0})
-			c.request(3, pathBig, []byte{0x08, 0x80, 0x89, 0x7a}, true) // UInt32Value{Value: 2000000}
+			c.request(3, pathBig, []byte{0x08, 0x80, 0x80, 0x20}, true) // UInt32Value{Value: 524288}
 			pollUntil(t, 5*time.Second, "the answer's write", func() bool {
 				c0.mu.Lock()
 				defer c0.mu.Unlock()
@@ -86,31 +74,88 @@ func TestRawNoReader(t *testing.T) {
 			for i := range 200_000 {
 				flood = append(flood, tc.frame(c, i)...)
 			}
-			go nc.Write(flood) // ends when the server closes the connection
-			// Until the server forgets the connection, its write buffer
-			// must stay within its bound.
-			most := 0
-			deadline := time.Now().Add(writeTimeout + 10*time.Second)
-			for {
-				ts.mu.Lock()
-				_, open := ts.conns[c0]
-				ts.mu.Unlock()
-				if !open {
-					break
+			go nc.Write(flood) // ends when the connection closes
+			// The reader must stop, waiting for room in the write buffer,
+			// before the buffer passes its bound.
+			deadline := time.Now().Add(30 * time.Second)
+			for !readerWaits() {
+				c0.mu.Lock()
+				n := len(c0.wbuf)
+				c0.mu.Unlock()
+				if n > maxBuffered+64<<10 {
+					t.Fatalf("the server holds %d bytes to write; its bound is %d", n, maxBuffered)
 				}
 				if time.Now().After(deadline) {
-					t.Fatal("the connection is still open")
+					t.Fatal("the reader neither waits nor fills the write buffer")
 				}
-				c0.mu.Lock()
-				most = max(most, len(c0.wbuf))
-				c0.mu.Unlock()
 				time.Sleep(time.Millisecond)
 			}
-			if most > maxBuffered+64<<10 {
-				t.Fatalf("the server held %d bytes to write; its bound is %d", most, maxBuffered)
-			}
+			nc.Close()
+			pollUntil(t, 10*time.Second, "the connection's end", func() bool {
+				ts.mu.Lock()
+				defer ts.mu.Unlock()
+				_, open := ts.conns[c0]
+				return !open
+			})
 		})
 	}
+}
+
+// readerWaits tells whether a connection's reader waits for room in its
+// write buffer.
+func readerWaits() bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+		if bytes.Contains(g, []byte("(*conn).waitRoomLocked")) && bytes.Contains(g, []byte("(*conn).readFrame")) {
+			return true
+		}
+	}
+	return false
+}
+
+// smallBufListener listens on loopback with small socket buffers,
+// inherited by the accepted connections, so that the server's writes to a
+// client that does not read block soon.
+func smallBufListener(t *testing.T) net.Listener {
+	t.Helper()
+	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) {
+			syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4096)
+		})
+	}}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// TestRawWriteTimeout: a client that sends and never reads has its
+// connection closed after WriteTimeout.
+func TestRawWriteTimeout(t *testing.T) {
+	ts := serveTest(t, smallBufListener(t), Options{WriteTimeout: 200 * time.Millisecond})
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) {
+			syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+		})
+	}}
+	nc, err := d.Dial("tcp", ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	rawStart(t, nc, nil)
+	var flood []byte
+	for range 100_000 {
+		flood = append(flood, append(appendFrame(nil, 8, framePing, 0, 0), make([]byte, 8)...)...)
+	}
+	go nc.Write(flood)
+	pollUntil(t, 10*time.Second, "the connection's close", func() bool {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		return len(ts.conns) == 0
+	})
 }
 
 // TestRawStreamingNoWindow: a server-streaming handler whose client grants
