@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 )
 
 // Frame types.
@@ -178,7 +179,11 @@ func appendStatus(b []byte, code uint32, msg string) []byte {
 		return b
 	}
 	if len(msg) > maxMessageText {
-		msg = msg[:maxMessageText]
+		i := maxMessageText
+		for i > maxMessageText-utf8.UTFMax+1 && !utf8.RuneStart(msg[i]) {
+			i-- // cut before the rune msg[i] is inside, not in it
+		}
+		msg = msg[:i]
 	}
 	enc := make([]byte, 0, len(msg))
 	const hex = "0123456789ABCDEF"

@@ -179,6 +179,8 @@ func TestInteropUnary(t *testing.T) {
 		{"status", pathFail, wrapperspb.String("no quota"), &wrapperspb.StringValue{}, codes.Aborted, "no quota"},
 		{"status non-ASCII and percent", pathFail, wrapperspb.String("100% épuisé 限度\r\n\x01"), &wrapperspb.StringValue{}, codes.Aborted, "100% épuisé 限度\r\n\x01"},
 		{"status long", pathFail, wrapperspb.String(long), &wrapperspb.StringValue{}, codes.Aborted, long[:maxMessageText]},
+		// Cut at a rune's start, not inside it: the message stays UTF-8.
+		{"status long, cut in a rune", pathFail, wrapperspb.String(long[:maxMessageText-1] + "é" + long), &wrapperspb.StringValue{}, codes.Aborted, long[:maxMessageText-1]},
 		{"unknown method", "/test.Wire/Nope", wrapperspb.Bytes(nil), &wrapperspb.BytesValue{}, codes.Unimplemented, "unknown method Nope for service test.Wire"},
 		{"too large", pathEcho, wrapperspb.Bytes(make([]byte, 9<<10)), &wrapperspb.BytesValue{}, codes.ResourceExhausted, ""},
 		{"after too large", pathEcho, wrapperspb.Bytes([]byte("again")), &wrapperspb.BytesValue{}, codes.OK, ""},
