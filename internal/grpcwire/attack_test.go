@@ -104,6 +104,7 @@ func TestRawConnectionErrors(t *testing.T) {
 // TestRawDataPastConnectionWindow sends more request bytes than the
 // connection's window, on streams that hold them.
 func TestRawDataPastConnectionWindow(t *testing.T) {
+	t.Parallel()
 	ts := newTestServer(t, Options{MaxRecvMsgSize: 16 << 20})
 	c := rawDial(t, ts.addr, nil)
 	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: c.block(pathEcho), EndHeaders: true}); err != nil {

@@ -102,7 +102,7 @@ func TestRawNoReader(t *testing.T) {
 }
 
 // readerWaits tells whether a connection's reader waits for room in its
-// write buffer.
+// write buffer; the tests that call it do not run in parallel.
 func readerWaits() bool {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
@@ -134,6 +134,7 @@ func smallBufListener(t *testing.T) net.Listener {
 // TestRawWriteTimeout: a client that sends and never reads has its
 // connection closed after WriteTimeout.
 func TestRawWriteTimeout(t *testing.T) {
+	t.Parallel()
 	ts := serveTest(t, smallBufListener(t), Options{WriteTimeout: 200 * time.Millisecond})
 	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
 		return rc.Control(func(fd uintptr) {
@@ -162,6 +163,7 @@ func TestRawWriteTimeout(t *testing.T) {
 // no window holds no more than the write buffer's bound in answers
 // waiting: Send waits, and returns once the client resets the stream.
 func TestRawStreamingNoWindow(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -261,6 +261,7 @@ func TestInteropCancel(t *testing.T) {
 }
 
 func TestInteropLargeAnswer(t *testing.T) {
+	t.Parallel()
 	ts := newTestServer(t, Options{})
 	cc := dial(t, ts.addr)
 	for _, n := range []uint32{0, 16384 - 8, 16384, 65535, 2<<20 + 3} {
@@ -277,6 +278,7 @@ func TestInteropLargeAnswer(t *testing.T) {
 }
 
 func TestInteropConcurrent(t *testing.T) {
+	t.Parallel()
 	ts := newTestServer(t, Options{})
 	const conns, perConn, calls = 3, 100, 2
 	var wg sync.WaitGroup
