@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -132,4 +133,35 @@ func TestStopLeavesNoGoroutine(t *testing.T) {
 	pollUntil(t, 5*time.Second, "the goroutines' end", func() bool {
 		return runtime.NumGoroutine() <= before
 	})
+}
+
+// TestGracefulStopRaw: the client sees GOAWAY naming the last stream
+// served, a stream opened after it is refused, and the call in flight is
+// answered before the connection closes.
+func TestGracefulStopRaw(t *testing.T) {
+	ts := newTestServer(t, Options{})
+	c := rawDial(t, ts.addr, nil)
+	c.request(1, pathSlow, []byte("\x0a\x01a"), true)
+	within(t, ts.started, 5*time.Second, "the handler's start")
+	stopped := make(chan struct{})
+	go func() { ts.GracefulStop(); close(stopped) }()
+	for {
+		if ga, ok := c.next().(*http2.GoAwayFrame); ok {
+			if ga.ErrCode != http2.ErrCodeNo || ga.LastStreamID != 1 {
+				t.Fatalf("GOAWAY %v, last stream %d; want NO_ERROR, 1", ga.ErrCode, ga.LastStreamID)
+			}
+			break
+		}
+	}
+	c.request(3, pathEcho, []byte("\x0a\x01b"), true)
+	if a := c.readAnswer(3); !a.reset || a.rst != http2.ErrCodeRefusedStream {
+		t.Fatalf("a stream after GOAWAY: reset %v %v; want REFUSED_STREAM", a.reset, a.rst)
+	}
+	close(ts.release)
+	if a := c.readAnswer(1); a.field("grpc-status") != "0" || string(a.data) != string(grpcMessage([]byte("\x0a\x01a"))) {
+		t.Fatalf("the call in flight: status %q, %q", a.field("grpc-status"), a.data)
+	}
+	c.expectClosed()
+	c.nc.Close()
+	within(t, stopped, 5*time.Second, "GracefulStop")
 }
