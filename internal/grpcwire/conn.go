@@ -552,12 +552,13 @@ func (c *conn) onRST(sid uint32, p []byte) error {
 // must. Its handler, if it runs, is cancelled and keeps st counted until
 // it returns.
 func (c *conn) dropLocked(st *Stream) {
+	returned := st.trailers != nil // the handler has returned; its answer waits for window
 	st.reset = true
 	st.cancel()
 	st.pending = nil
 	st.trailers = nil
 	c.room.Broadcast() // a Send waiting for window returns
-	if !st.running {
+	if !st.running || returned {
 		c.releaseLocked(st)
 	}
 }

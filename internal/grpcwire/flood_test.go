@@ -216,3 +216,45 @@ func TestRawStreamingNoWindow(t *testing.T) {
 		t.Fatalf("Send: %v; want ErrStreamReset", err)
 	}
 }
+
+// TestRawResetWaitingAnswer: a stream reset while its answer, its handler
+// returned, waits for the client's window gives back its place among
+// MaxConcurrentStreams (and its request's share of the connection's
+// window), or a client could fill the connection with streams it reset.
+func TestRawResetWaitingAnswer(t *testing.T) {
+	const limit = 2
+	ts := newTestServer(t, Options{MaxConcurrentStreams: limit})
+	c := rawDial(t, ts.addr, []http2.Setting{{ID: http2.SettingInitialWindowSize, Val: 0}})
+	var c0 *conn
+	pollUntil(t, 5*time.Second, "the server's connection", func() bool {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		for cc := range ts.conns {
+			c0 = cc
+		}
+		return c0 != nil
+	})
+	for i := range 2 * limit {
+		sid := uint32(2*i + 1)
+		c.request(sid, pathBig, []byte{0x08, 100}, true)
+		pollUntil(t, 5*time.Second, "the handler's return", func() bool {
+			c0.mu.Lock()
+			defer c0.mu.Unlock()
+			st := c0.streams[sid]
+			refused := st == nil && c0.lastID >= sid
+			return refused || st != nil && st.trailers != nil // answered, waiting for window
+		})
+		c.fr.WriteRSTStream(sid, http2.ErrCodeCancel)
+	}
+	sid := uint32(4*limit + 1)
+	c.request(sid, pathEcho, []byte("\x0a\x01a"), true)
+	for {
+		f := c.next()
+		if r, ok := f.(*http2.RSTStreamFrame); ok && r.ErrCode == http2.ErrCodeRefusedStream {
+			t.Fatalf("stream %d, opened after %d streams were reset, refused", r.StreamID, limit)
+		}
+		if f.Header().StreamID == sid {
+			return // its answer's HEADERS
+		}
+	}
+}
