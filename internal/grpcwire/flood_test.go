@@ -3,6 +3,7 @@ package grpcwire
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"runtime"
@@ -256,5 +257,41 @@ func TestRawResetWaitingAnswer(t *testing.T) {
 		if f.Header().StreamID == sid {
 			return // its answer's HEADERS
 		}
+	}
+}
+
+// TestRawStreamingNoWindowDeadline: a server-streaming handler waiting
+// for a window the client never grants returns at its call's deadline
+// (the client's grpc-timeout), not only at a reset.
+func TestRawStreamingNoWindowDeadline(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(Options{})
+	sent := make(chan error, 1)
+	s.Handle(pathWatch, func(ctx context.Context, _ []byte, st *Stream) error {
+		msg := make([]byte, 64<<10)
+		for range 200 { // 13 MB, past what waits for window
+			if err := st.Send(msg); err != nil {
+				sent <- err
+				return err
+			}
+		}
+		sent <- nil
+		return nil
+	})
+	go s.Serve(ln)
+	defer s.Stop()
+	c := rawDial(t, ln.Addr().String(), []http2.Setting{{ID: http2.SettingInitialWindowSize, Val: 0}})
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: c.block(pathWatch, "grpc-timeout", "300m"), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.fr.WriteData(1, true, []byte{0, 0, 0, 0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, sent, 5*time.Second, "Send's return at the deadline"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Send: %v; want the deadline's error", err)
 	}
 }

@@ -48,11 +48,24 @@ func (st *Stream) Send(msg []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.waitRoomLocked()
-	for len(st.pending) >= maxBuffered && !st.reset && c.werr == nil {
-		c.room.Wait() // the client's window holds back as much already
+	if len(st.pending) >= maxBuffered {
+		// The client's window holds back as much already: wait for it,
+		// or for the call's end (its deadline, a reset).
+		stop := context.AfterFunc(st.ctx, func() {
+			c.mu.Lock()
+			c.room.Broadcast()
+			c.mu.Unlock()
+		})
+		for len(st.pending) >= maxBuffered && !st.reset && c.werr == nil && st.ctx.Err() == nil {
+			c.room.Wait()
+		}
+		stop()
 	}
 	if st.reset || c.werr != nil {
 		return ErrStreamReset
+	}
+	if err := st.ctx.Err(); err != nil {
+		return err
 	}
 	if !st.headersSent {
 		st.headersSent = true
