@@ -3,6 +3,7 @@ package gate
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/costgate/costgate/costmodel"
@@ -34,12 +35,16 @@ func TestClaimEncode(t *testing.T) {
 		{"negative cost", claim{state: holdSettled, cost: -42, status: ledger.StatusSettled, token: "0000000000000001"}},
 		{"largest cost", claim{state: holdSettled, cost: costmodel.NanoUSD(math.MaxInt64), status: ledger.StatusSettled, token: "0000000000000002"}},
 		{"smallest cost", claim{state: holdSettled, cost: costmodel.NanoUSD(math.MinInt64), status: ledger.StatusSettled, token: "0000000000000003"}},
+		{"settled with its bill", settledClaim(Charge{Usage: costmodel.Usage{InputTokens: 300, CachedInputTokens: 20, OutputTokens: 7, ServiceTier: "flex"},
+			Cost: 300_000_000, Status: ledger.StatusSettled, Model: "gpt-4o mini {x}", HTTPStatus: 200})},
+		{"settled with an empty bill", settledClaim(Charge{})},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got := tc.c.encode()
-			if want := claimSprintf(tc.c); got != want {
-				t.Fatalf("encode = %q, want %q", got, want)
+			head, _, _ := strings.Cut(got, " {")
+			if want := claimSprintf(tc.c); head != want {
+				t.Fatalf("encode = %q, want %q and the bill's JSON", got, want)
 			}
 			back, ok := decodeClaim(got)
 			if !ok || back != tc.c {
@@ -59,4 +64,25 @@ func FuzzClaimEncode(f *testing.F) {
 			t.Fatalf("encode = %q, want %q", got, want)
 		}
 	})
+}
+
+// TestClaimDecodeEarlier: decodeClaim reads the claims of earlier
+// versions, which carry no bill (three or four fields), and a claim
+// whose bill cannot be read as one without it.
+func TestClaimDecodeEarlier(t *testing.T) {
+	cases := []struct {
+		name, v string
+		want    claim
+	}{
+		{"no token", "1 300000000 settled", claim{state: holdSettled, cost: 300_000_000, status: ledger.StatusSettled}},
+		{"token", "2 0 - 0123456789abcdef", claim{state: holdReleased, token: "0123456789abcdef"}},
+		{"unreadable bill", "1 5 settled 0123456789abcdef {\"u\":", claim{state: holdSettled, cost: 5, status: ledger.StatusSettled, token: "0123456789abcdef"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got, ok := decodeClaim(tc.v); !ok || got != tc.want {
+				t.Errorf("decodeClaim(%q) = %+v, %v; want %+v", tc.v, got, ok, tc.want)
+			}
+		})
+	}
 }

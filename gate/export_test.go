@@ -1,6 +1,10 @@
 package gate
 
-import "time"
+import (
+	"context"
+	"fmt"
+	"time"
+)
 
 // SharesInflightStripe tells whether tenants a and b count their
 // reservations in flight in one stripe (see inflight): a restore of
@@ -21,3 +25,26 @@ func ManualExpiry(opts Options) Options {
 
 // ExpireHolds runs the expiry pass as of now (see Gate.expireHolds).
 func (g *Gate) ExpireHolds(now time.Time) { g.expireHolds(now) }
+
+// SettleKilledAfterClaim is SettleHeld on a replica killed between the
+// claim of its settlement c in Redis (with the limits' settlement, in the
+// same script call) and its ledger entry: it claims, and writes nothing
+// to the ledger. The replica is dead from then on: the test uses it no
+// more.
+func (r *Reservation) SettleKilledAfterClaim(ctx context.Context, c Charge) error {
+	return r.killedAfterClaim(ctx, settledClaim(c), r.actual(c))
+}
+
+// ReleaseKilledAfterClaim is Release as SettleKilledAfterClaim is
+// SettleHeld.
+func (r *Reservation) ReleaseKilledAfterClaim(ctx context.Context) error {
+	return r.killedAfterClaim(ctx, claim{state: holdReleased}, nil)
+}
+
+func (r *Reservation) killedAfterClaim(ctx context.Context, c claim, actual []int64) error {
+	won, prior, _, err := r.g.end(ctx, r, c, actual)
+	if err != nil || !won {
+		return fmt.Errorf("claim: won %v, prior %+v, %v", won, prior, err)
+	}
+	return nil
+}

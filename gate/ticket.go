@@ -132,24 +132,8 @@ func (t *ticket) appendJSON(b []byte) []byte {
 	str("up", t.Upstream, true)
 	str("m", t.Model, true)
 	str("ki", t.Kind, true)
-	b = append(b, `,"u":{"input_tokens":`...)
-	b = strconv.AppendInt(b, t.Usage.InputTokens, 10)
-	u := &t.Usage
-	num("cached_input_tokens", u.CachedInputTokens, true)
-	num("cache_write_tokens", u.CacheWriteTokens, true)
-	num("cache_write_1h_tokens", u.CacheWrite1hTokens, true)
-	num("audio_input_tokens", u.AudioInputTokens, true)
-	num("output_tokens", u.OutputTokens, false)
-	num("reasoning_tokens", u.ReasoningTokens, true)
-	num("audio_output_tokens", u.AudioOutputTokens, true)
-	num("web_search_requests", u.WebSearchRequests, true)
-	num("file_search_calls", u.FileSearchCalls, true)
-	num("container_gb", u.ContainerGB, true)
-	num("units", u.Units, true)
-	str("service_tier", u.ServiceTier, true)
-	str("inference_geo", u.InferenceGeo, true)
-	str("speed", u.Speed, true)
-	b = append(b, '}')
+	b = append(b, `,"u":`...)
+	b = appendUsageJSON(b, &t.Usage)
 	num("c", t.Cost, false)
 	num("n", t.Requests, false)
 	if len(t.Items) > 0 {
@@ -176,6 +160,43 @@ func (t *ticket) appendJSON(b []byte) []byte {
 	str("de", t.Decision, true)
 	str("po", t.Policy, true)
 	str("f", t.Friction, true)
+	return append(b, '}')
+}
+
+// appendUsageJSON appends u as JSON that json.Unmarshal reads back into
+// a costmodel.Usage (but Steps, which its JSON leaves out): input and
+// output tokens always, the other fields when not zero.
+func appendUsageJSON(b []byte, u *costmodel.Usage) []byte {
+	num := func(name string, v int64, omitZero bool) {
+		if v == 0 && omitZero {
+			return
+		}
+		b = append(append(append(b, ",\""...), name...), `":`...)
+		b = strconv.AppendInt(b, v, 10)
+	}
+	str := func(name, v string) {
+		if v == "" {
+			return
+		}
+		b = append(append(append(b, ",\""...), name...), `":`...)
+		b = appendJSONString(b, v)
+	}
+	b = append(b, `{"input_tokens":`...)
+	b = strconv.AppendInt(b, u.InputTokens, 10)
+	num("cached_input_tokens", u.CachedInputTokens, true)
+	num("cache_write_tokens", u.CacheWriteTokens, true)
+	num("cache_write_1h_tokens", u.CacheWrite1hTokens, true)
+	num("audio_input_tokens", u.AudioInputTokens, true)
+	num("output_tokens", u.OutputTokens, false)
+	num("reasoning_tokens", u.ReasoningTokens, true)
+	num("audio_output_tokens", u.AudioOutputTokens, true)
+	num("web_search_requests", u.WebSearchRequests, true)
+	num("file_search_calls", u.FileSearchCalls, true)
+	num("container_gb", u.ContainerGB, true)
+	num("units", u.Units, true)
+	str("service_tier", u.ServiceTier)
+	str("inference_geo", u.InferenceGeo)
+	str("speed", u.Speed)
 	return append(b, '}')
 }
 
@@ -379,9 +400,9 @@ func (r *Reservation) Hold(ttl time.Duration) (string, time.Time) {
 // fails with ErrExpired unless the reservation was settled or released
 // before: this replica's hold tells so, else its final entry in the
 // ledger (when this replica holds none; a lookup bounded by a second),
-// else, with a Redis store, the reservation's claim there. Finding none,
-// Resume claims the expiry
-// itself, so that a settlement racing it cannot end it too (a SETNX and,
+// else, with a Redis store, the reservation's claim there, whose end
+// Resume then bills where the ledger lacks it (see billAdopted). Finding
+// none, Resume claims the expiry itself, so that a settlement racing it cannot end it too (a SETNX and,
 // when another end is there, a GET, bounded by ctx and a second: the
 // calls to Redis Resume makes; when they fail, ErrExpired).
 func (g *Gate) Resume(ctx context.Context, c *Caller, id string) (res *Reservation, expires time.Time, err error) {
@@ -406,9 +427,11 @@ func (g *Gate) Resume(ctx context.Context, c *Caller, id string) (res *Reservati
 		open = h.res
 	}
 	g.holds.mu.Unlock()
+	var adopted claim
+	var here bool
 	switch {
 	case !time.Now().Before(expires):
-		if h, err = g.endOf(ctx, &t, expires, h); err != nil {
+		if h, adopted, here, err = g.endOf(ctx, &t, expires, h); err != nil {
 			return nil, expires, err
 		}
 	case open != nil:
@@ -418,6 +441,7 @@ func (g *Gate) Resume(ctx context.Context, c *Caller, id string) (res *Reservati
 	// it, with h to answer for its end.
 	r := g.rebuild(c, &t, expires)
 	r.held = h
+	r.billAdopted(ctx, adopted, nil, here)
 	return r, expires, nil
 }
 
@@ -425,28 +449,32 @@ func (g *Gate) Resume(ctx context.Context, c *Caller, id string) (res *Reservati
 // replica's hold of it (nil for none), when it was settled or released,
 // else a hold made from its entry in the ledger, final, when this replica
 // holds none, else from its claim in Redis, which h adopts. It is
-// ErrExpired when it expired, or when none tells.
-func (g *Gate) endOf(ctx context.Context, t *ticket, expires time.Time, h *hold) (*hold, error) {
+// ErrExpired when it expired, or when none tells. adopted is the claim
+// adopted, for the caller to bill (billAdopted, with here: h was this
+// replica's open hold of the reservation it made); its state is holdOpen
+// when none was.
+func (g *Gate) endOf(ctx context.Context, t *ticket, expires time.Time, h *hold) (end *hold, adopted claim, here bool, err error) {
 	if h != nil {
 		g.holds.mu.Lock()
-		st := h.state
+		st, open := h.state, h.res != nil
 		g.holds.mu.Unlock()
 		if st == holdSettled || st == holdReleased {
-			return h, nil
+			return h, claim{}, false, nil
 		}
+		here = st == holdOpen && open
 	}
 	if h == nil {
 		// Made by another replica, or before a restart: a settlement or a
 		// release billed is in the ledger, when no claim in Redis tells.
 		switch out, again, err, _ := g.endedInLedger(ctx, t.ID, expires); {
 		case again:
-			return &hold{tenant: t.Tenant, expires: expires, state: holdSettled, result: out}, nil
+			return &hold{tenant: t.Tenant, expires: expires, state: holdSettled, result: out}, claim{}, false, nil
 		case errors.Is(err, ErrReleased):
-			return &hold{tenant: t.Tenant, expires: expires, state: holdReleased}, nil
+			return &hold{tenant: t.Tenant, expires: expires, state: holdReleased}, claim{}, false, nil
 		}
 	}
 	if g.redis == nil {
-		return nil, ErrExpired
+		return nil, claim{}, false, ErrExpired
 	}
 	// No end is recorded: this one is the expiry, claimed so that a
 	// settlement of it still in flight (one resumed before the expiry)
@@ -458,9 +486,9 @@ func (g *Gate) endOf(ctx context.Context, t *ticket, expires time.Time, h *hold)
 		g.log.Warn("held reservation past its expiry: its claim in Redis failed; taken for expired", "request_id", t.ID, "err", err)
 	case !won && c.state != holdExpired:
 		g.adopt(h, c) // an open hold must not expire after all
-		return &hold{tenant: t.Tenant, expires: expires, state: c.state, result: c.charge()}, nil
+		return &hold{tenant: t.Tenant, expires: expires, state: c.state, result: c.charge()}, c, here, nil
 	}
-	return nil, ErrExpired
+	return nil, claim{}, false, ErrExpired
 }
 
 // rebuild makes the reservation ticket t carries, for caller c.
@@ -620,7 +648,7 @@ func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge,
 		return out, again, err
 	}
 	actual := r.actual(c)
-	won, prior, stored, perr := r.g.end(ctx, r, claim{state: holdSettled, cost: c.Cost, status: c.Status}, actual)
+	won, prior, stored, perr := r.g.end(ctx, r, settledClaim(c), actual)
 	if errors.Is(perr, errClaimsLost) {
 		if out, again, err, done := r.endedAfterLoss(ctx, h); done {
 			return out, again, err
@@ -630,9 +658,7 @@ func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge,
 	if perr == nil && !won {
 		here := r.g.holdsOpen(h, r)
 		r.g.adopt(h, prior)
-		if prior.state == holdSettled && prior.cost == c.Cost && prior.status == c.Status {
-			r.billClaimed(ctx, c, here)
-		}
+		r.billAdopted(ctx, prior, &c, here)
 		return prior.answer()
 	}
 	if h != nil {
@@ -676,9 +702,8 @@ func (r *Reservation) Release(ctx context.Context) error {
 	if perr == nil && !won {
 		here := r.g.holdsOpen(h, r)
 		r.g.adopt(h, prior)
+		r.billAdopted(ctx, prior, nil, here)
 		switch prior.state {
-		case holdReleased:
-			r.billClaimed(ctx, Charge{Status: ledger.StatusFailed}, here)
 		case holdSettled:
 			return ErrSettled
 		case holdExpired:
@@ -705,19 +730,40 @@ func (r *Reservation) Release(ctx context.Context) error {
 	return nil
 }
 
-// billClaimed writes c, the end another call claimed in Redis first and
-// that this call repeats (a settlement at the same cost and status, or a
-// release), to this replica's ledger, where r's entry is: here tells that
-// this replica made r and held it open (its entry is in its ledger, though
-// perhaps still in the spool); otherwise the entry the ledger's store
-// holds must be reserved, or recovered at its estimate by a restart. The
-// replica that claims an end writes it to its ledger after the claim, so
-// that one killed between the two left the claim alone, and every retry
-// of that end, answered from the claim, billed nothing. The ledger keeps
-// the first settlement of an entry (over a recovery), so that the
-// claiming replica's own write, when it comes, changes nothing, nor this
-// one after it. An entry this replica's ledger does not hold (an embedded
-// ledger, another replica's reservation) is not written.
+// billAdopted bills the end c, which another call claimed in Redis and
+// this one adopts, where r's ledger entry is not final yet (billClaimed,
+// here as it says): the replica that claims an end writes it to its
+// ledger after the claim, and one killed between the two left the end to
+// whichever replica finds its claim, whether to answer a retry of it,
+// another end, a resume past the expiry or the expiry pass. A settlement
+// is billed as its claim records it; one of an earlier version, which
+// records no usage, at its cost and status, with like's usage, model and
+// HTTP status when like (this call's own settlement, or nil) has its
+// cost and status. A release is billed failed, at no cost. An expiry is
+// billed by the replica that made r (see expireHolds).
+func (r *Reservation) billAdopted(ctx context.Context, c claim, like *Charge, here bool) {
+	switch c.state {
+	case holdSettled:
+		ch := c.charge()
+		if !c.billed && like != nil && like.Cost == c.cost && like.Status == c.status {
+			ch = *like
+		}
+		r.billClaimed(ctx, ch, here)
+	case holdReleased:
+		r.billClaimed(ctx, Charge{Status: ledger.StatusFailed}, here)
+	}
+}
+
+// billClaimed writes c, the end another call claimed in Redis first
+// (see billAdopted), to this replica's ledger, where r's entry is: here
+// tells that this replica made r and held it open (its entry is in its
+// ledger, though perhaps still in the spool); otherwise the entry the
+// ledger's store holds must be reserved, or recovered at its estimate by
+// a restart. The ledger keeps the first settlement of an entry (over a
+// recovery), so that the claiming replica's own write, when it comes,
+// changes nothing, nor this one after it, nor another replica's that
+// adopts the same claim. An entry this replica's ledger does not hold (an
+// embedded ledger, another replica's reservation) is not written.
 func (r *Reservation) billClaimed(ctx context.Context, c Charge, here bool) {
 	if !here {
 		lctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -871,14 +917,17 @@ func (g *Gate) ended(h *hold) (out Charge, again bool, err error, done bool) {
 
 // adopt records on this replica's hold how another replica ended it: a
 // hold still open, or marked expired by an expiry here that lost its
-// claim (a settlement here that won meanwhile stays).
+// claim (a settlement here that won meanwhile stays). An expiry claimed
+// elsewhere (by a resume past it, see endOf) leaves an open hold open:
+// this replica's expiry pass settles it at its estimate, which the
+// claiming replica leaves to it.
 func (g *Gate) adopt(h *hold, c claim) {
 	if h == nil {
 		return
 	}
 	g.holds.mu.Lock()
 	var res *Reservation
-	if h.state == holdOpen || h.state == holdExpired {
+	if h.state == holdOpen && c.state != holdExpired || h.state == holdExpired {
 		res = h.res
 		h.state, h.result, h.res = c.state, c.charge(), nil
 	}
@@ -905,9 +954,9 @@ func (r *Reservation) endedElsewhere(c claim) {
 // they cost beyond their estimates, but knows nothing of units spent from
 // this replica's leases. A release gives back r's whole estimate; a
 // settlement what its cost leaves of the estimate on limits and budgets
-// counted in dollars (a claim records a cost, not the usage: limits
-// counted in tokens stay spent at their estimates, as do a request's
-// count and its extra units). An expiry gives back nothing.
+// counted in dollars (by the claim's cost alone: limits counted in
+// tokens stay spent at their estimates, as do a request's count and its
+// extra units). An expiry gives back nothing.
 func (r *Reservation) giveBackLeased(c claim) {
 	l := r.g.leases
 	if l == nil || r.degraded || r.ext != nil || len(r.items) == 0 {
@@ -939,37 +988,84 @@ type claim struct {
 	// that a claim found after a call of unknown outcome is known for
 	// this end's own or another's. Empty in claims of earlier versions.
 	token string
+	// billed tells that usage, model and http are the settlement's, as
+	// its ledger entry records them, for the replica that adopts the
+	// claim to bill it (see billAdopted). False in a release's or an
+	// expiry's claim, and in a settlement's of an earlier version.
+	billed bool
+	usage  costmodel.Usage // without Steps
+	model  string
+	http   int
 }
 
-// encode writes c as "STATE COST STATUS TOKEN", an empty status as "-"
-// (earlier versions wrote "STATE COST STATUS" and read the first three):
-// as fmt.Sprintf("%d %d %s %s") writes it, which decodeClaim reads, with
-// one allocation, where fmt cost every held reservation's end four.
+// settledClaim is the claim of a settlement charged c.
+func settledClaim(c Charge) claim {
+	u := c.Usage
+	u.Steps = nil
+	return claim{state: holdSettled, cost: c.Cost, status: c.Status, billed: true, usage: u, model: c.Model, http: c.HTTPStatus}
+}
+
+// claimBill is the JSON of a claim's settlement beyond its cost and
+// status (see claim.billed).
+type claimBill struct {
+	Usage  costmodel.Usage `json:"u"`
+	Model  string          `json:"m"`
+	Status int             `json:"h"`
+}
+
+// encode writes c as "STATE COST STATUS TOKEN", an empty status as "-",
+// and, when c is billed, " " and a JSON object of its usage, model and
+// HTTP status ({"u":{...},"m":"...","h":200}, the model and status left
+// out when empty or 0). Earlier versions wrote "STATE COST STATUS
+// [TOKEN]" and read the first four fields: they read these too. The
+// first four are as fmt.Sprintf("%d %d %s %s") writes them, with one
+// allocation, where fmt cost every held reservation's end four.
 func (c claim) encode() string {
 	status := string(c.status)
 	if status == "" {
 		status = "-"
 	}
-	var buf [64]byte
+	var buf [256]byte
 	b := strconv.AppendUint(buf[:0], uint64(c.state), 10)
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, int64(c.cost), 10)
 	b = append(append(append(b, ' '), status...), ' ')
 	b = append(b, c.token...)
+	if c.billed {
+		b = append(b, ` {"u":`...)
+		b = appendUsageJSON(b, &c.usage)
+		if c.model != "" {
+			b = append(b, `,"m":`...)
+			b = appendJSONString(b, c.model)
+		}
+		if c.http != 0 {
+			b = append(b, `,"h":`...)
+			b = strconv.AppendInt(b, int64(c.http), 10)
+		}
+		b = append(b, '}')
+	}
 	return string(b)
 }
 
+// decodeClaim reads a claim encode wrote, or an earlier version's. A
+// settlement whose JSON part cannot be read is read without it (not
+// billed).
 func decodeClaim(v string) (claim, bool) {
 	var c claim
 	var st uint8
 	var status string
-	if n, _ := fmt.Sscanf(v, "%d %d %s %s", &st, &c.cost, &status, &c.token); n < 2 || st == 0 || st > uint8(holdExpired) {
+	head, bill, hasBill := strings.Cut(v, "{")
+	if n, _ := fmt.Sscanf(head, "%d %d %s %s", &st, &c.cost, &status, &c.token); n < 2 || st == 0 || st > uint8(holdExpired) {
 		return claim{}, false
 	}
 	if status == "-" {
 		status = ""
 	}
 	c.state, c.status = holdState(st), ledger.Status(status)
+	var cb claimBill
+	if hasBill && c.state == holdSettled && json.Unmarshal([]byte("{"+bill), &cb) == nil {
+		c.billed, c.usage, c.model, c.http = true, cb.Usage, cb.Model, cb.Status
+	}
 	return c, true
 }
 
@@ -980,8 +1076,15 @@ func newClaimToken() string {
 	return hex.EncodeToString(b[:])
 }
 
-// charge is the settlement c records.
-func (c claim) charge() Charge { return Charge{Cost: c.cost, Status: c.status} }
+// charge is the settlement c records: its cost and status, and its
+// usage, model and HTTP status when it carries them (billed).
+func (c claim) charge() Charge {
+	ch := Charge{Cost: c.cost, Status: c.status}
+	if c.billed {
+		ch.Usage, ch.Model, ch.HTTPStatus = c.usage, c.model, c.http
+	}
+	return ch
+}
 
 func (c claim) answer() (Charge, bool, error) {
 	switch c.state {
@@ -1189,10 +1292,12 @@ func (g *Gate) expireHolds(now time.Time) {
 		// An expiry claimed by a replica that resumed it late (see endOf)
 		// is this one: that replica settles nothing, this one settles it.
 		if err == nil && !won && prior.state != holdExpired {
-			cancel()
 			// Settled or released on another replica: the hold tells so
-			// from now on.
+			// from now on, and the ledger, should that replica have died
+			// before it wrote the end there.
 			g.adopt(r.held, prior)
+			r.billAdopted(ctx, prior, nil, true)
+			cancel()
 			r.endedElsewhere(prior)
 			continue
 		}
