@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -227,4 +228,51 @@ func TestClaimedEndAtkExpiryClaimedElsewhere(t *testing.T) {
 			checkBilledOnce(t, gs, b.Ledger(), req, ledger.StatusExpired, 100, 1_000_000_000)
 		})
 	}
+}
+
+// TestClaimedEndAtkRetryBeforeTheReplay: replica a makes a reservation,
+// settles it, claims the settlement in Redis and is killed before its
+// ledger write, its reservation still in its spool (PostgreSQL holds its
+// batches back). It restarts on its data directory and the caller
+// retries the settlement at once, before the restarted ledger has
+// replayed the spool (the database still holds the batches back, for
+// 300 ms). The retry must be answered from the claim and the settlement
+// billed once: before, the ledger's store had no entry when the retry
+// asked, so the retry billed nothing, and the replay then recovered the
+// entry at its $1.00 estimate for a $0.30 settlement.
+func TestClaimedEndAtkRetryBeforeTheReplay(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.New(t)
+	dsn := pgtest.New(t)
+	ledgerYAML := fmt.Sprintf("{dsn: %q, peer_wait: 10s}", dsn)
+	dir := t.TempDir()
+	a := openYAMLWith(t, claimedEndYAML(dir, srv.URL, ledgerYAML), gate.ManualExpiry(gate.Options{}))
+	release := holdLock(t, dsn, ledgerApplyLock)
+	id, req, _ := holdFor(t, a, time.Minute)
+	r, _, err := a.Resume(ctx, a.Identify("cg-acme"), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SettleKilledAfterClaim(ctx, claimedSettlement); err != nil {
+		t.Fatal(err)
+	}
+	// The kill: the data directory as a left it (its spool in the
+	// operating system) is where a restarts; a itself is used no more
+	// (its flusher, left running, applies the same reservation once the
+	// database lets it, which changes nothing).
+	restarted := t.TempDir()
+	if err := os.CopyFS(restarted, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	a2 := openYAMLWith(t, claimedEndYAML(restarted, srv.URL, ledgerYAML), gate.ManualExpiry(gate.Options{}))
+	time.AfterFunc(300*time.Millisecond, release)
+	r2, _, err := a2.Resume(ctx, a2.Identify("cg-acme"), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, again, err := r2.SettleHeld(ctx, claimedSettlement); err != nil || !again || got.Cost != claimedSettlement.Cost {
+		t.Errorf("retried settle: %+v again %v %v; want the claimed settlement again", got, again, err)
+	}
+	release()
+	checkBilledOnce(t, []*gate.Gate{a2}, a2.Ledger(), req, ledger.StatusSettled, claimedSettlement.Usage.InputTokens, claimedSettlement.Cost)
 }

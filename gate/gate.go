@@ -51,11 +51,15 @@ type Gate struct {
 	secret      []byte           // signs held reservations' ids (see Hold)
 	macs        sync.Pool        // of hash.Hash, HMAC-SHA256 keyed with secret (see sign)
 	holds       holds            // the reservations this replica holds
-	capture     *replay.Writer   // records the policies' inputs; nil when capture is off
-	learned     *learning        // the learned output estimates; nil unless output_reserve is a quantile
-	dir         directory        // the control plane's keys and budget observer
-	objects     objects          // upstream objects' tenants, when the store is memory (see OwnObject)
-	keys        *keyCap          // the counters of values each tenant chose (store.max_keys_per_tenant)
+	// replayed tells that a flush of the ledger succeeded since Open, so
+	// that its store holds what the spool kept of the previous run (see
+	// ledgerEntry).
+	replayed atomic.Bool
+	capture  *replay.Writer // records the policies' inputs; nil when capture is off
+	learned  *learning      // the learned output estimates; nil unless output_reserve is a quantile
+	dir      directory      // the control plane's keys and budget observer
+	objects  objects        // upstream objects' tenants, when the store is memory (see OwnObject)
+	keys     *keyCap        // the counters of values each tenant chose (store.max_keys_per_tenant)
 	// objTimeout bounds a limiter call as the guard does (the store's
 	// queue and call timeouts), and a record's Redis call (objectCall).
 	objTimeout time.Duration

@@ -766,9 +766,7 @@ func (r *Reservation) billAdopted(ctx context.Context, c claim, like *Charge, he
 // embedded ledger, another replica's reservation) is not written.
 func (r *Reservation) billClaimed(ctx context.Context, c Charge, here bool) {
 	if !here {
-		lctx, cancel := context.WithTimeout(ctx, time.Second)
-		e, ok, err := r.g.ledger.Lookup(lctx, r.req.ID)
-		cancel()
+		e, ok, err := r.g.ledgerEntry(ctx, r.req.ID)
 		if err != nil || !ok || e.Status != ledger.StatusReserved && e.Status != ledger.StatusRecovered {
 			return
 		}
@@ -865,12 +863,30 @@ func (r *Reservation) endedInLedger(ctx context.Context, h *hold) (out Charge, a
 	return r.g.endedInLedger(ctx, r.req.ID, r.expires)
 }
 
+// ledgerEntry is the entry of request id as the ledger's store holds
+// it, asked within a second. Until a flush has succeeded since Open
+// (g.replayed), it flushes first, within that second, unless the store
+// fails meanwhile: Open replays in the background what the spool kept of
+// the previous run (reservations made, and ends written, just before a
+// restart), and a lookup before the replay took an entry the spool holds
+// for none, ended or not. Once one flush succeeded, the store has the
+// replay, and a lookup costs what it did.
+func (g *Gate) ledgerEntry(ctx context.Context, id string) (ledger.Entry, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if !g.replayed.Load() {
+		if err := g.ledger.FlushUnlessFailing(ctx); err != nil {
+			return ledger.Entry{}, false, err
+		}
+		g.replayed.Store(true)
+	}
+	return g.ledger.Lookup(ctx, id)
+}
+
 // endedInLedger is how the held reservation of request id, which expires
 // at expires, ended, as the ledger tells (see Reservation.endedInLedger).
 func (g *Gate) endedInLedger(ctx context.Context, id string, expires time.Time) (out Charge, again bool, err error, done bool) {
-	lctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	e, ok, lerr := g.ledger.Lookup(lctx, id)
+	e, ok, lerr := g.ledgerEntry(ctx, id)
 	if lerr != nil || !ok || !e.Status.Final() {
 		return Charge{}, false, nil, false
 	}
