@@ -1114,7 +1114,10 @@ func (r *Reservation) billEntry(c Charge) ledger.Entry {
 
 // Settle charges or refunds each limit the difference between its
 // reserved and its actual cost, and bills the ledger entry (unless Bill
-// did). It records the request's decision in the telemetry. Settle after
+// did). A charge beyond what the reservation holds is billed before the
+// limits are charged, so that the death of the process between the two
+// never leaves the limits charged and the entry recovered at its
+// estimate. It records the request's decision in the telemetry. Settle after
 // Cancel, or twice, charges nothing more.
 func (r *Reservation) Settle(ctx context.Context, c Charge) {
 	r.settle(ctx, c, nil, false)
@@ -1133,6 +1136,16 @@ func (r *Reservation) settle(ctx context.Context, c Charge, actual []int64, stor
 		r.ended = true
 		if actual == nil {
 			actual = r.actualInto(c, r.actualBuf[:0])
+		}
+		if r.recorded && !r.billed && r.chargesBeyond(c, actual) {
+			// The ledger holds the charge before the limits are charged
+			// beyond what they hold: a crash between the two leaves the
+			// entry billed at the actual cost and the limits short of it
+			// (the budgets' reconciliation, and a restore after a loss,
+			// raise them from the ledger), never the limits charged and
+			// the entry recovered at its estimate.
+			r.carryOver(ctx, c, false)
+			r.Bill(ctx, c, false)
 		}
 		if r.billed && !r.degraded {
 			// Billed before its limits are settled (a front door's Bill):
@@ -1174,6 +1187,43 @@ func (r *Reservation) settle(ctx context.Context, c Charge, actual []int64, stor
 		r.g.markBehind(r.items) // once billed: the catch-up reads the ledger
 	}
 	r.Report(c.HTTPStatus)
+}
+
+// chargesBeyond tells whether c, costing actual on each limit, charges
+// more than the reservation holds: more than its estimate's price and the
+// increments extended, or more on some limit than its item and the
+// increments on it hold. It allocates nothing.
+func (r *Reservation) chargesBeyond(c Charge, actual []int64) bool {
+	est := r.req.Estimate.Cost
+	if r.ext != nil {
+		est = costmodel.AddSat(est, r.ext.cost)
+	}
+	if c.Cost > est {
+		return true
+	}
+	for i := range r.items {
+		if i < len(actual) && actual[i] > r.holds(i) {
+			return true
+		}
+	}
+	return false
+}
+
+// holds is what the reservation's item i and the increments extended on
+// it hold.
+func (r *Reservation) holds(i int) int64 {
+	h := r.items[i].Cost
+	if r.ext == nil {
+		return h
+	}
+	for _, e := range r.ext.debts {
+		for j, k := range e.index {
+			if k == i {
+				h = costmodel.AddSat(h, e.items[j].Cost)
+			}
+		}
+	}
+	return h
 }
 
 // actual is what c costs on each of the reservation's limits.
