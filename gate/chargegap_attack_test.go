@@ -92,6 +92,18 @@ func TestChargeGapAtkSettleBeyondTheEstimate(t *testing.T) {
 	})
 }
 
+// TestChargeGapAtkExtendIncrement: a stream of 100 output tokens
+// reserved runs past its estimate, and its increment of 200 tokens is
+// debited in Redis; the process is killed before it has Redis's answer.
+// After the restart the ledger must bill the 300 output tokens the limits
+// let through (the entry recovered at its extended estimate), exactly
+// once. Before, the increment reached the ledger after Redis: the entry
+// was recovered at 100 tokens, $0.0000675 of the $0.0001875 the limits
+// counted.
+func TestChargeGapAtkExtendIncrement(t *testing.T) {
+	chargeGapAtk(t, []gapCase{{name: "extend", step: "extend", extend: 200, out: 300, call: ":x1"}})
+}
+
 // chargeGapAtk runs each case on the embedded ledger and on PostgreSQL.
 func chargeGapAtk(t *testing.T, cases []gapCase) {
 	est, err := costmodel.NewEstimator(costmodel.Config{})

@@ -53,8 +53,11 @@ type extension struct {
 // actual usage relative to what was reserved and extended. A limiter store
 // that fails is answered by the limits' posture, as a debit is: a
 // fail-closed limit refuses (503), the others are debited on the local
-// fallback budgets. Extend is for the goroutine that owns the reservation,
-// before it settles.
+// fallback budgets. A recorded reservation's ledger entry takes the
+// increment in its estimate (ledger.Extend) before the limits are
+// debited, so that the death of the process between the two recovers the
+// entry at no less than the limits count. Extend is for the goroutine
+// that owns the reservation, before it settles.
 func (r *Reservation) Extend(ctx context.Context, extra costmodel.Usage) (Decision, bool) {
 	if r.ended {
 		return refusal(telemetry.OutcomeHard, http.StatusConflict, Error{Type: "invalid_request_error", Code: "reservation_ended",
@@ -82,6 +85,19 @@ func (r *Reservation) Extend(ctx context.Context, extra costmodel.Usage) (Decisi
 		it.Cost = c
 		e.items = append(e.items, it)
 		e.index = append(e.index, i)
+	}
+	if r.recorded && cost > 0 {
+		// The ledger's estimate follows what the limits are debited, and
+		// takes the increment before they do: a crash after the debit
+		// recovers the stream at the output it was let through, and
+		// budgets restored from the ledger count it, not only its first
+		// reservation. An increment then refused leaves the estimate
+		// raised until the settlement, which bills the actual usage.
+		le := r.entry(ledger.StatusReserved)
+		le.Estimated, le.EstimatedCost = total, costmodel.AddSat(r.req.Estimate.Cost, x.cost+cost)
+		if err := r.g.ledger.Extend(context.WithoutCancel(ctx), le); err != nil {
+			r.g.log.Warn("ledger: the stream's increment could not be recorded", "request_id", r.req.ID, "err", err)
+		}
 	}
 	if len(e.items) > 0 {
 		r.refreshKeys() // the debit writes the counters again
@@ -118,17 +134,6 @@ func (r *Reservation) Extend(ctx context.Context, extra costmodel.Usage) (Decisi
 	}
 	x.usage, x.cost = addUsage(x.usage, extra), x.cost+cost
 	r.ext = x
-	if r.recorded && cost > 0 {
-		// The ledger's estimate follows what the limits were debited, so
-		// that a crash before the settlement recovers the stream at the
-		// output it was let through, and budgets restored from the ledger
-		// count it, not only its first reservation.
-		le := r.entry(ledger.StatusReserved)
-		le.Estimated, le.EstimatedCost = total, r.req.Estimate.Cost+x.cost
-		if err := r.g.ledger.Extend(context.WithoutCancel(ctx), le); err != nil {
-			r.g.log.Warn("ledger: the stream's increment could not be recorded", "request_id", r.req.ID, "err", err)
-		}
-	}
 	return Decision{Outcome: telemetry.OutcomeAllow}, true
 }
 
