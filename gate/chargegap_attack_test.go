@@ -391,3 +391,65 @@ func (h *replyHold) pipe(c, s net.Conn) {
 		}
 	}
 }
+
+// TestChargeGapAtkExtendedSettleKept: a stream of 100 output tokens
+// reserved, extended by 200 in Redis, is settled at 450 while Redis
+// refuses every write (its memory full): the settlement of the increment,
+// which takes the 150 tokens beyond what it holds, fails. It must be kept
+// and made once Redis takes writes again, before the next decision on
+// the tenant, as a failed settlement of a reservation without increments
+// is: the limit then counts the 500 tokens used. Before, the failure was
+// only logged, and acme's tokens limit counted 350 of its 500 tokens.
+func TestChargeGapAtkExtendedSettleKept(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.New(t)
+	g := openYAML(t, fmt.Sprintf(`
+admin_token: t
+data_dir: %q
+store: {redis: %q, timeout: 5s, queue_timeout: 5s, breaker_failures: 1, breaker_cooldown: 20ms}
+tenants:
+  - {name: acme, plan: small, keys: [{id: acme-key, key: cg-acme}]}
+limits:
+  - {name: tokens, dimensions: [tenant], unit: tokens, rate: 1000000, period: 24h, algorithm: fixed_window}
+`, t.TempDir(), srv.URL))
+	awayFromTheDayEdge(t)
+	est, err := costmodel.NewEstimator(costmodel.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := costmodel.Usage{InputTokens: 50, OutputTokens: 100}
+	res, d := g.Reserve(ctx, &gate.Request{Caller: g.Identify("cg-acme"), Route: "/v1/chat/completions",
+		Estimate: costmodel.Estimate{Model: gapModel, Stream: true, Usage: u, Cost: est.Cost(gapModel, u)}})
+	if res == nil || d.Degraded {
+		t.Fatalf("the reservation: %+v", d)
+	}
+	if d, ok := res.Record(ctx); !ok {
+		t.Fatalf("record: %+v", d)
+	}
+	if d, ok := res.Extend(ctx, costmodel.Usage{OutputTokens: 200}); !ok || res.Degraded() {
+		t.Fatalf("the increment: %+v", d)
+	}
+	rc := srv.Client(t)
+	if err := rc.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	u.OutputTokens = 450
+	res.Settle(ctx, gate.Charge{Usage: u, Cost: res.Price(gapModel, u), Model: gapModel, HTTPStatus: 200})
+	if err := rc.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The next decisions on acme once the breaker lets a call through
+	// (its first may be the probe, and one before it the local fallback's).
+	var counted int64 = -1
+	for deadline := time.Now().Add(10 * time.Second); counted < 0 && time.Now().Before(deadline); {
+		_, d := g.Reserve(ctx, &gate.Request{Caller: g.Identify("cg-acme"), Route: "/v1/chat/completions", Check: true, States: true})
+		if !d.Degraded && len(d.Limits) == 1 {
+			counted = d.Limits[0].Capacity - d.Limits[0].Remaining
+		} else {
+			time.Sleep(5 * time.Millisecond) // the breaker's cooldown
+		}
+	}
+	if counted != 500 {
+		t.Fatalf("acme's tokens limit counts %d tokens once Redis takes writes again, want the 500 used", counted)
+	}
+}
