@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -252,10 +251,9 @@ func (r *Reservation) settleExtended(ctx context.Context, actual []int64) {
 			if err := c.store.Settle(ctx, c.id, c.items, c.actual); err != nil {
 				r.g.log.Warn("limiter settle failed", "request_id", r.req.ID, "id", c.id, "err", err)
 				if c.store == weighted.Store(r.g.store) {
-					// Kept and made again before the store's next call on
-					// the tenant, as a reservation's settlement is (see
-					// settle). The local fallback fails no settlement.
-					r.g.unsettledAs(pendingSettle{id: c.id, items: slices.Clone(c.items), actual: c.actual, debit: true, lossSeq: r.lossSeq})
+					// As a reservation's settlement (see settle); the
+					// local fallback fails none.
+					r.keepUnsettled(c.id, c.items, c.actual)
 				}
 			}
 		})

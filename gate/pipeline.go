@@ -1160,9 +1160,7 @@ func (r *Reservation) settle(ctx context.Context, c Charge, actual []int64, stor
 			if err := r.store().Settle(ctx, r.resID, r.items, actual); err != nil {
 				r.g.log.Warn("limiter settle failed", "request_id", r.req.ID, "err", err)
 				if !r.degraded {
-					// Billed next: a restore after this may count what it
-					// cost, and the replay then refunds nothing on its tags.
-					r.g.unsettledAs(pendingSettle{id: r.resID, items: slices.Clone(r.items), actual: slices.Clone(actual), debit: true, lossSeq: r.lossSeq})
+					r.keepUnsettled(r.resID, r.items, actual)
 				}
 			}
 		} else {
@@ -1187,6 +1185,15 @@ func (r *Reservation) settle(ctx context.Context, c Charge, actual []int64, stor
 		r.g.markBehind(r.items) // once billed: the catch-up reads the ledger
 	}
 	r.Report(c.HTTPStatus)
+}
+
+// keepUnsettled keeps the settlement of debit id (items, charged
+// actual) that the limiter store failed, to be made again before the
+// store's next call on its tenant. It is billed next: a restore after
+// this may count what it cost, and the replay then refunds nothing on
+// the tags restored since r's debit.
+func (r *Reservation) keepUnsettled(id string, items []weighted.Item, actual []int64) {
+	r.g.unsettledAs(pendingSettle{id: id, items: slices.Clone(items), actual: slices.Clone(actual), debit: true, lossSeq: r.lossSeq})
 }
 
 // chargesBeyond tells whether c, costing actual on each limit, charges

@@ -52,11 +52,11 @@ func (s *Server) wireDecide(ctx context.Context, in []byte, st *grpcwire.Stream)
 }
 
 func (s *Server) wireHealthCheck(ctx context.Context, in []byte, st *grpcwire.Stream) error {
-	var req healthpb.HealthCheckRequest
-	if err := proto.Unmarshal(in, &req); err != nil {
-		return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
+	req, err := healthRequest(in)
+	if err != nil {
+		return err
 	}
-	resp, err := s.health.Check(ctx, &req)
+	resp, err := s.health.Check(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -67,9 +67,9 @@ func (s *Server) wireHealthCheck(ctx context.Context, in []byte, st *grpcwire.St
 // each change, until the client ends the call or the server stops (the
 // status NOT_SERVING then, and the call ends CANCELLED).
 func (s *Server) wireHealthWatch(ctx context.Context, in []byte, st *grpcwire.Stream) error {
-	var req healthpb.HealthCheckRequest
-	if err := proto.Unmarshal(in, &req); err != nil {
-		return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
+	req, err := healthRequest(in)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -80,7 +80,17 @@ func (s *Server) wireHealthWatch(ctx context.Context, in []byte, st *grpcwire.St
 		}
 		cancel()
 	}()
-	return s.health.Watch(&req, watchStream{ctx: ctx, st: st})
+	return s.health.Watch(req, watchStream{ctx: ctx, st: st})
+}
+
+// healthRequest reads a health service's request, or answers as grpc-go
+// does a request it cannot read.
+func healthRequest(in []byte) (*healthpb.HealthCheckRequest, error) {
+	req := new(healthpb.HealthCheckRequest)
+	if err := proto.Unmarshal(in, req); err != nil {
+		return nil, status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
+	}
+	return req, nil
 }
 
 func sendProto(st *grpcwire.Stream, m proto.Message) error {

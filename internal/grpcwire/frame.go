@@ -37,7 +37,6 @@ const (
 
 // Settings.
 const (
-	settingHeaderTableSize      = 0x1
 	settingEnablePush           = 0x2
 	settingMaxConcurrentStreams = 0x3
 	settingInitialWindowSize    = 0x4
@@ -49,12 +48,10 @@ const (
 const (
 	codeNo           = 0x0
 	codeProtocol     = 0x1
-	codeInternal     = 0x2
 	codeFlowControl  = 0x3
 	codeStreamClosed = 0x5
 	codeFrameSize    = 0x6
 	codeRefused      = 0x7
-	codeCancel       = 0x8
 	codeCompression  = 0x9
 	codeCalm         = 0xb
 )
