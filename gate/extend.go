@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -197,7 +198,10 @@ func (r *Reservation) extendRefused(i int, retry time.Duration, why string) Deci
 // settleExtended settles the reservation and its extensions with the
 // actual cost of each of the reservation's items: each debit takes its
 // share in the order they were made, up to what it holds, and the last
-// debit holding an item takes the rest of it.
+// debit holding an item takes the rest of it. What the debits made on
+// the local fallback (a degraded reservation's, and the increments the
+// store failed) spent is kept for the store's catch-up, as a degraded
+// reservation's spend is (spentOnFallback).
 func (r *Reservation) settleExtended(ctx context.Context, actual []int64) {
 	left := append([]int64(nil), actual...)
 	last := make([]int, len(r.items)) // 1 + the last extension holding item i; 0: the reservation
@@ -227,6 +231,10 @@ func (r *Reservation) settleExtended(ctx context.Context, actual []int64) {
 		actual []int64
 	}
 	calls := make([]call, 0, 1+len(r.ext.debts))
+	var fallback []int64 // what the debits on the fallback spent, by the reservation's item
+	if r.degraded {
+		fallback = slices.Clone(main)
+	}
 	if !unchanged(r.items, main) {
 		calls = append(calls, call{r.store(), r.resID, r.items, main})
 	} else {
@@ -236,6 +244,14 @@ func (r *Reservation) settleExtended(ctx context.Context, actual []int64) {
 		a := make([]int64, len(e.items))
 		for j, i := range e.index {
 			a[j] = take(i, k+1, e.items[j].Cost)
+		}
+		if e.store != weighted.Store(r.g.store) {
+			if fallback == nil {
+				fallback = make([]int64, len(r.items))
+			}
+			for j, i := range e.index {
+				fallback[i] = costmodel.AddSat(fallback[i], a[j])
+			}
 		}
 		if !unchanged(e.items, a) {
 			calls = append(calls, call{e.store, e.id, e.items, a})
@@ -259,6 +275,13 @@ func (r *Reservation) settleExtended(ctx context.Context, actual []int64) {
 		})
 	}
 	wg.Wait()
+	if fallback != nil {
+		items := r.items // as the store has them
+		if r.degraded {
+			items = r.unscaled
+		}
+		r.g.spentOnFallback(r.resID, items, fallback)
+	}
 }
 
 // cancelExtended returns every extension's debit.

@@ -315,3 +315,90 @@ func admitOnFallback(t *testing.T, g *gate.Gate, c *gate.Caller, est costmodel.E
 		res.Settle(ctx, gate.Charge{Cost: est.Cost, HTTPStatus: http.StatusOK})
 	}
 }
+
+// TestFallbackAtkStreamsExtendedOnTheFallback: as above, two replicas
+// with $0.008 of a $0.01 day left and the ledger's database down; Redis
+// refuses writes while each replica's fallback admits a stream that
+// grows past its reservation in five increments (its output debited as
+// it runs, Extend) and settles at about $0.0031; or Redis starts refusing
+// after the stream was reserved there, and the increments go to the
+// fallback. Redis back, each replica must add what its fallback let the
+// stream spend to Redis's counters, as it does for a request that did
+// not grow: a stream's spend was not kept for the catch-up at all, so
+// Redis counted only what each replica's restore knew (its own stream),
+// and admitted the other's again. Of the $0.008 left, the streams spent
+// $0.0061: Redis back admits at most one request of $0.001 more (it
+// admitted 4).
+func TestFallbackAtkStreamsExtendedOnTheFallback(t *testing.T) {
+	for _, tc := range budgetScopes {
+		for _, reserved := range []string{"on the fallback", "on Redis"} {
+			t.Run(tc.name+"/reserved "+reserved, func(t *testing.T) {
+				t.Parallel()
+				fallbackAtkStreams(t, tc.scope, tc.caller, reserved == "on Redis")
+			})
+		}
+	}
+}
+
+func fallbackAtkStreams(t *testing.T, scope string, caller func(g *gate.Gate) *gate.Caller, onRedis bool) {
+	ctx := context.Background()
+	est, err := costmodel.NewEstimator(costmodel.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const model = "gpt-4o-mini"
+	estimate := func(out int64) costmodel.Estimate {
+		u := costmodel.Usage{InputTokens: 10, OutputTokens: out}
+		return costmodel.Estimate{Model: model, Stream: true, Usage: u, Cost: est.Cost(model, u)}
+	}
+	replicas, srv, pg := ledgerDownReplicas(t, scope, caller)
+	rc := srv.Client(t)
+	refuse := func(mem string) {
+		if err := rc.ConfigSet(ctx, "maxmemory", mem).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !onRedis {
+		refuse("1")
+	}
+	var spent costmodel.NanoUSD
+	for i, g := range replicas {
+		res, d := g.Reserve(ctx, &gate.Request{Caller: caller(g), Route: "/v1/chat/completions", Estimate: estimate(100)})
+		if res == nil || d.Degraded == onRedis {
+			t.Fatalf("replica %d: %+v, want a stream admitted %s", i, d, map[bool]string{true: "on Redis", false: "on the fallback"}[onRedis])
+		}
+		if d, ok := res.Record(ctx); !ok {
+			t.Fatal(d)
+		}
+		if onRedis {
+			refuse("1")
+		}
+		for range 5 {
+			if d, ok := res.Extend(ctx, costmodel.Usage{OutputTokens: 1000}); !ok {
+				t.Fatalf("replica %d: an increment was refused: %+v %+v", i, d, d.Error)
+			}
+		}
+		actual := estimate(5100)
+		res.Settle(ctx, gate.Charge{Usage: actual.Usage, Cost: actual.Cost, HTTPStatus: http.StatusOK})
+		spent += actual.Cost
+		if onRedis {
+			refuse("0") // the next replica reserves on Redis
+		}
+	}
+	refuse("0")
+	time.Sleep(200 * time.Millisecond) // see TestFallbackAtkRedisBackWithTheLedgerDown
+	admitted := 0
+	for i, g := range replicas {
+		n, d := admitN(t, g, caller(g), milli, 20)
+		if d.Degraded || d.Status != http.StatusPaymentRequired {
+			t.Fatalf("Redis back, replica %d: %d admitted, then %+v; want a 402 from Redis", i, n, d)
+		}
+		admitted += n
+	}
+	pg.Start()
+	left := usd("0.008") - spent
+	t.Logf("the streams spent %d nano-USD of the 8,000,000 left; Redis back admitted %d of $0.001", spent, admitted)
+	if want := int(left / milli.Cost); admitted > want {
+		t.Errorf("%s: with the ledger down, after the streams spent $%.7f of the $0.008 left, Redis back admitted %d requests of $0.001; at most %d", scope, float64(spent)/1e9, admitted, want)
+	}
+}

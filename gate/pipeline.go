@@ -1167,7 +1167,7 @@ func (r *Reservation) settle(ctx context.Context, c Charge, actual []int64, stor
 			r.g.endedAtEstimate(r.resID, r.items)
 		}
 		if r.degraded && r.ext == nil {
-			r.g.spentOnFallback(r.resID, r.unscaled, actual)
+			r.g.spentOnFallback(r.resID, r.unscaled, actual) // settleExtended keeps an extended one's
 		}
 	}
 	r.ended = true
