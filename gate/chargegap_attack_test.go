@@ -92,6 +92,18 @@ func TestChargeGapAtkSettleBeyondTheEstimate(t *testing.T) {
 	})
 }
 
+// TestChargeGapAtkSettleHeldBeyondTheEstimate: a held reservation (the
+// reserve/settle API's) of 100 output tokens is settled at 300: the
+// settlement is claimed and charged in Redis in one script call, and the
+// process is killed once Redis has made it, before the process has its
+// answer. After the restart the ledger must bill the 300 output tokens
+// Redis counts, with no retry of the settlement to find the claim, not
+// the reservation's estimate (before: $0.0000675 of the $0.0001875
+// settled).
+func TestChargeGapAtkSettleHeldBeyondTheEstimate(t *testing.T) {
+	chargeGapAtk(t, []gapCase{{name: "held", step: "held", out: 300}})
+}
+
 // TestChargeGapAtkExtendIncrement: a stream of 100 output tokens
 // reserved runs past its estimate, and its increment of 200 tokens is
 // debited in Redis; the process is killed before it has Redis's answer.
@@ -228,7 +240,7 @@ func runGapChild(t *testing.T, path string, c gapCase, hold *replyHold) {
 
 // chargeGapChild is the child process: it opens the gate at path, makes
 // the request (see gapCase), says "ready", and runs step once its parent
-// says "go". step is "settle|served|extend/EXTEND/OUT". The parent kills
+// says "go". step is "settle|served|extend|held/EXTEND/OUT". The parent kills
 // it.
 func chargeGapChild(path, step string) {
 	fail := func(err any) {
@@ -273,6 +285,9 @@ func chargeGapChild(path, step string) {
 	if d, ok := res.Record(ctx); !ok {
 		fail(fmt.Sprintf("not recorded: %+v", d))
 	}
+	if kind == "held" {
+		res.Hold(time.Hour) // a reserve/settle API's reservation
+	}
 	if kind != "extend" && extend > 0 {
 		if d, ok := res.Extend(ctx, costmodel.Usage{OutputTokens: extend}); !ok {
 			fail(fmt.Sprintf("extend refused: %+v", d))
@@ -285,6 +300,9 @@ func chargeGapChild(path, step string) {
 	switch kind {
 	case "extend":
 		res.Extend(ctx, costmodel.Usage{OutputTokens: extend})
+	case "held":
+		u := costmodel.Usage{InputTokens: 50, OutputTokens: out}
+		res.SettleHeld(ctx, gate.Charge{Usage: u, Cost: res.Price(gapModel, u), Model: gapModel, HTTPStatus: 200})
 	default:
 		u := costmodel.Usage{InputTokens: 50, OutputTokens: out}
 		res.Settle(ctx, gate.Charge{Usage: u, Cost: res.Price(gapModel, u), Model: gapModel, HTTPStatus: 200})

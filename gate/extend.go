@@ -94,11 +94,7 @@ func (r *Reservation) Extend(ctx context.Context, extra costmodel.Usage) (Decisi
 		// budgets restored from the ledger count it, not only its first
 		// reservation. An increment then refused leaves the estimate
 		// raised until the settlement, which bills the actual usage.
-		le := r.entry(ledger.StatusReserved)
-		le.Estimated, le.EstimatedCost = total, costmodel.AddSat(r.req.Estimate.Cost, x.cost+cost)
-		if err := r.g.ledger.Extend(context.WithoutCancel(ctx), le); err != nil {
-			r.g.log.Warn("ledger: the stream's increment could not be recorded", "request_id", r.req.ID, "err", err)
-		}
+		r.raiseEstimate(ctx, total, costmodel.AddSat(r.req.Estimate.Cost, x.cost+cost))
 	}
 	if len(e.items) > 0 {
 		r.refreshKeys() // the debit writes the counters again
@@ -136,6 +132,17 @@ func (r *Reservation) Extend(ctx context.Context, extra costmodel.Usage) (Decisi
 	x.usage, x.cost = addUsage(x.usage, extra), x.cost+cost
 	r.ext = x
 	return Decision{Outcome: telemetry.OutcomeAllow}, true
+}
+
+// raiseEstimate raises the recorded entry's estimate to usage, costing
+// cost (ledger.Extend), so that a recovery of the entry, after the death
+// of the process, finalizes it at that.
+func (r *Reservation) raiseEstimate(ctx context.Context, usage costmodel.Usage, cost costmodel.NanoUSD) {
+	le := r.entry(ledger.StatusReserved)
+	le.Estimated, le.EstimatedCost = usage, cost
+	if err := r.g.ledger.Extend(context.WithoutCancel(ctx), le); err != nil {
+		r.g.log.Warn("ledger: the raised estimate could not be recorded", "request_id", r.req.ID, "err", err)
+	}
 }
 
 // Extended is the usage debited by Extend beyond the reservation, and its

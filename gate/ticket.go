@@ -648,6 +648,15 @@ func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge,
 		return out, again, err
 	}
 	actual := r.actual(c)
+	if r.recorded && !r.billed && c.Cost > r.req.Estimate.Cost && r.ext == nil {
+		// Redis claims and charges the settlement in one call, before
+		// the ledger bills it: the entry's estimate is raised to it
+		// first, so that the death of the process between the two
+		// recovers the entry at what Redis counts, not at the estimate.
+		// A claim then lost to another end changes nothing: the first
+		// settlement, the other end's when adopted, wins over an estimate.
+		r.raiseEstimate(ctx, c.Usage, c.Cost)
+	}
 	won, prior, stored, perr := r.g.end(ctx, r, settledClaim(c), actual)
 	if errors.Is(perr, errClaimsLost) {
 		if out, again, err, done := r.endedAfterLoss(ctx, h); done {
