@@ -23,6 +23,18 @@ func ManualExpiry(opts Options) Options {
 	return opts
 }
 
+// WaitCaughtUp waits, up to within, until the gate has no tenant behind
+// the limiter store (see freshStore.catchUp): what its fallback admitted
+// is in the store's counters. It fails when within passes first.
+func (g *Gate) WaitCaughtUp(within time.Duration) error {
+	for end := time.Now().Add(within); g.behindN.Load() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			return fmt.Errorf("gate: %d tenants still behind the store after %v", g.behindN.Load(), within)
+		}
+	}
+	return nil
+}
+
 // ExpireHolds runs the expiry pass as of now (see Gate.expireHolds).
 func (g *Gate) ExpireHolds(now time.Time) { g.expireHolds(now) }
 

@@ -114,10 +114,10 @@ func TestFallbackAtkRedisBackWithTheLedgerDown(t *testing.T) {
 			if err := rc.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
 				t.Fatal(err)
 			}
-			// Past the cooldown, and a few more: each replica adds its
-			// fallback's spend to Redis's counters once its breaker has
-			// cooled down for one cooldown more without a request.
-			time.Sleep(200 * time.Millisecond)
+			// Each replica adds its fallback's spend to Redis's counters
+			// once its breaker has cooled down for one cooldown more
+			// without a request.
+			waitCaughtUp(t, replicas)
 			onRedis := 0
 			for i, g := range replicas {
 				n, d := admitN(t, g, tc.caller(g), milli, 20)
@@ -386,7 +386,7 @@ func fallbackAtkStreams(t *testing.T, scope string, caller func(g *gate.Gate) *g
 		}
 	}
 	refuse("0")
-	time.Sleep(200 * time.Millisecond) // see TestFallbackAtkRedisBackWithTheLedgerDown
+	waitCaughtUp(t, replicas) // see TestFallbackAtkRedisBackWithTheLedgerDown
 	admitted := 0
 	for i, g := range replicas {
 		n, d := admitN(t, g, caller(g), milli, 20)
@@ -400,5 +400,16 @@ func fallbackAtkStreams(t *testing.T, scope string, caller func(g *gate.Gate) *g
 	t.Logf("the streams spent %d nano-USD of the 8,000,000 left; Redis back admitted %d of $0.001", spent, admitted)
 	if want := int(left / milli.Cost); admitted > want {
 		t.Errorf("%s: with the ledger down, after the streams spent $%.7f of the $0.008 left, Redis back admitted %d requests of $0.001; at most %d", scope, float64(spent)/1e9, admitted, want)
+	}
+}
+
+// waitCaughtUp waits until each replica has added what its fallback
+// admitted to the store's counters (see gate.WaitCaughtUp).
+func waitCaughtUp(t *testing.T, replicas []*gate.Gate) {
+	t.Helper()
+	for i, g := range replicas {
+		if err := g.WaitCaughtUp(10 * time.Second); err != nil {
+			t.Fatalf("replica %d: %v", i, err)
+		}
 	}
 }
