@@ -648,15 +648,6 @@ func (r *Reservation) SettleHeld(ctx context.Context, c Charge) (charged Charge,
 		return out, again, err
 	}
 	actual := r.actual(c)
-	if r.recorded && !r.billed && c.Cost > r.req.Estimate.Cost && r.ext == nil {
-		// Redis claims and charges the settlement in one call, before
-		// the ledger bills it: the entry's estimate is raised to it
-		// first, so that the death of the process between the two
-		// recovers the entry at what Redis counts, not at the estimate.
-		// A claim then lost to another end changes nothing: the first
-		// settlement, the other end's when adopted, wins over an estimate.
-		r.raiseEstimate(ctx, c.Usage, c.Cost)
-	}
 	won, prior, stored, perr := r.g.end(ctx, r, settledClaim(c), actual)
 	if errors.Is(perr, errClaimsLost) {
 		if out, again, err, done := r.endedAfterLoss(ctx, h); done {
@@ -1148,6 +1139,16 @@ func (g *Gate) end(ctx context.Context, r *Reservation, c claim, actual []int64)
 	}
 	c.token = newClaimToken()
 	key, ttl := r.claimKey()
+	if c.state == holdSettled && r.recorded && !r.billed && c.cost > r.req.Estimate.Cost {
+		// Redis claims and charges the settlement in one call, before
+		// the ledger bills it (see settle): the entry's estimate is
+		// raised to it first, so that the death of the process between
+		// the two recovers the entry at what Redis counts, not at the
+		// estimate. A claim then lost to another end changes nothing:
+		// the first settlement, the other end's when adopted, wins over
+		// an estimate. Without this script call, settle bills first.
+		r.raiseEstimate(ctx, c.usage, c.cost)
+	}
 	w, p, err := cs.SettleClaimed(ctx, r.resID, r.items, actual, weighted.Claim{Key: key, Value: c.encode(), TTL: ttl})
 	switch {
 	case errors.Is(err, errClaimsLost):
