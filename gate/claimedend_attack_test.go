@@ -236,10 +236,12 @@ func TestClaimedEndAtkExpiryClaimedElsewhere(t *testing.T) {
 // batches back). It restarts on its data directory and the caller
 // retries the settlement at once, before the restarted ledger has
 // replayed the spool (the database still holds the batches back, for
-// 300 ms). The retry must be answered from the claim and the settlement
-// billed once: before, the ledger's store had no entry when the retry
-// asked, so the retry billed nothing, and the replay then recovered the
-// entry at its $1.00 estimate for a $0.30 settlement.
+// 2.5 s: longer than the seconds a lookup on a request's path waits, as a
+// loaded machine's replay took). The retry must be answered from the
+// claim and the settlement billed once: before, the ledger's store had
+// no entry when the retry asked, so the retry billed nothing, and the
+// replay then recovered the entry at its $1.00 estimate for a $0.30
+// settlement; then, the retry's bill gave up after a second.
 func TestClaimedEndAtkRetryBeforeTheReplay(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.New(t)
@@ -265,7 +267,7 @@ func TestClaimedEndAtkRetryBeforeTheReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	a2 := openYAMLWith(t, claimedEndYAML(restarted, srv.URL, ledgerYAML), gate.ManualExpiry(gate.Options{}))
-	time.AfterFunc(300*time.Millisecond, release)
+	time.AfterFunc(2500*time.Millisecond, release)
 	r2, _, err := a2.Resume(ctx, a2.Identify("cg-acme"), id)
 	if err != nil {
 		t.Fatal(err)

@@ -766,7 +766,15 @@ func (r *Reservation) billAdopted(ctx context.Context, c claim, like *Charge, he
 // embedded ledger, another replica's reservation) is not written.
 func (r *Reservation) billClaimed(ctx context.Context, c Charge, here bool) {
 	if !here {
-		e, ok, err := r.g.ledgerEntry(ctx, r.req.ID)
+		// Waited for longer than a lookup of the request path: until
+		// the ledger answers, this replica cannot tell whether it holds
+		// the entry, and a bill not written leaves the entry at its
+		// estimate. A restarted ledger's replay under load took more
+		// than a second (gate.TestClaimedEndAtkRetryBeforeTheReplay).
+		e, ok, err := r.g.ledgerEntry(context.WithoutCancel(ctx), r.req.ID, billLookup)
+		if err != nil {
+			r.g.log.Error("ledger: an end claimed before could not be billed: the ledger did not answer", "request_id", r.req.ID, "err", err)
+		}
 		if err != nil || !ok || e.Status != ledger.StatusReserved && e.Status != ledger.StatusRecovered {
 			return
 		}
@@ -863,16 +871,19 @@ func (r *Reservation) endedInLedger(ctx context.Context, h *hold) (out Charge, a
 	return r.g.endedInLedger(ctx, r.req.ID, r.expires)
 }
 
+// billLookup bounds billClaimed's lookup of the entry it bills.
+const billLookup = 10 * time.Second
+
 // ledgerEntry is the entry of request id as the ledger's store holds
-// it, asked within a second. Until a flush has succeeded since Open
-// (g.replayed), it flushes first, within that second, unless the store
+// it, asked within within. Until a flush has succeeded since Open
+// (g.replayed), it flushes first, within that time, unless the store
 // fails meanwhile: Open replays in the background what the spool kept of
 // the previous run (reservations made, and ends written, just before a
 // restart), and a lookup before the replay took an entry the spool holds
 // for none, ended or not. Once one flush succeeded, the store has the
 // replay, and a lookup costs what it did.
-func (g *Gate) ledgerEntry(ctx context.Context, id string) (ledger.Entry, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
+func (g *Gate) ledgerEntry(ctx context.Context, id string, within time.Duration) (ledger.Entry, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	if !g.replayed.Load() {
 		if err := g.ledger.FlushUnlessFailing(ctx); err != nil {
@@ -886,7 +897,7 @@ func (g *Gate) ledgerEntry(ctx context.Context, id string) (ledger.Entry, bool, 
 // endedInLedger is how the held reservation of request id, which expires
 // at expires, ended, as the ledger tells (see Reservation.endedInLedger).
 func (g *Gate) endedInLedger(ctx context.Context, id string, expires time.Time) (out Charge, again bool, err error, done bool) {
-	e, ok, lerr := g.ledgerEntry(ctx, id)
+	e, ok, lerr := g.ledgerEntry(ctx, id, time.Second)
 	if lerr != nil || !ok || !e.Status.Final() {
 		return Charge{}, false, nil, false
 	}
