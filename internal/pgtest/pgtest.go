@@ -32,7 +32,10 @@ func New(t testing.TB) string {
 	if admin == "" {
 		admin = DefaultURL
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// CREATE DATABASE waits for the others under way: with a loaded
+	// machine's parallel packages each making theirs, it took more than
+	// 10 s, which failed a test for the machine's sake.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
