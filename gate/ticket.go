@@ -1150,7 +1150,7 @@ func (g *Gate) end(ctx context.Context, r *Reservation, c claim, actual []int64)
 	}
 	c.token = newClaimToken()
 	key, ttl := r.claimKey()
-	if c.state == holdSettled && r.recorded && !r.billed && c.cost > r.req.Estimate.Cost {
+	if c.state == holdSettled && r.recorded && c.cost > r.req.Estimate.Cost {
 		// Redis claims and charges the settlement in one call, before
 		// the ledger bills it (see settle): the entry's estimate is
 		// raised to it first, so that the death of the process between
@@ -1158,6 +1158,8 @@ func (g *Gate) end(ctx context.Context, r *Reservation, c claim, actual []int64)
 		// estimate. A claim then lost to another end changes nothing:
 		// the first settlement, the other end's when adopted, wins over
 		// an estimate. Without this script call, settle bills first.
+		// (r.billed is not read: another end of r on this replica,
+		// which this one's claim then loses to, may be billing it.)
 		r.raiseEstimate(ctx, c.usage, c.cost)
 	}
 	w, p, err := cs.SettleClaimed(ctx, r.resID, r.items, actual, weighted.Claim{Key: key, Value: c.encode(), TTL: ttl})
