@@ -213,3 +213,42 @@ func TestSpoolFailedWriteFailsTheQueue(t *testing.T) {
 		t.Fatalf("end %d after failed writes, want 0", end)
 	}
 }
+
+// TestSpoolAppendsReadyTogetherShareAWrite: appenders that are ready to
+// run at the same moment (decisions recording at once) share writes
+// even when no write is under way when the first of them appends: it
+// lets the others queue behind it before it writes. Without that, each
+// write ended before the next appender ran, and nearly every append paid
+// a write(2) of its own.
+func TestSpoolAppendsReadyTogetherShareAWrite(t *testing.T) {
+	s, err := openSpool(t.TempDir(), 64<<20, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	const rounds, appenders = 50, 32
+	for round := range rounds {
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for a := range appenders {
+			wg.Go(func() {
+				<-start
+				r := sampleRecord(fmt.Sprintf("r%d-%d", round, a))
+				if _, err := s.append(&r, 0); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+	}
+	s.mu.Lock()
+	writes := s.writes
+	s.mu.Unlock()
+	// Each round's appenders are all ready at once: a handful of writes
+	// a round, not one an append.
+	if max := int64(rounds * appenders / 4); writes > max {
+		t.Fatalf("%d appends made %d writes, want at most %d", rounds*appenders, writes, max)
+	}
+	t.Logf("%d appends made %d writes", rounds*appenders, writes)
+}
