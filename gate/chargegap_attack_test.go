@@ -297,15 +297,15 @@ func chargeGapChild(path, step string) {
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 		fail(err)
 	}
+	u := costmodel.Usage{InputTokens: 50, OutputTokens: out}
+	charge := gate.Charge{Usage: u, Cost: res.Price(gapModel, u), Model: gapModel, HTTPStatus: 200}
 	switch kind {
 	case "extend":
 		res.Extend(ctx, costmodel.Usage{OutputTokens: extend})
 	case "held":
-		u := costmodel.Usage{InputTokens: 50, OutputTokens: out}
-		res.SettleHeld(ctx, gate.Charge{Usage: u, Cost: res.Price(gapModel, u), Model: gapModel, HTTPStatus: 200})
+		res.SettleHeld(ctx, charge)
 	default:
-		u := costmodel.Usage{InputTokens: 50, OutputTokens: out}
-		res.Settle(ctx, gate.Charge{Usage: u, Cost: res.Price(gapModel, u), Model: gapModel, HTTPStatus: 200})
+		res.Settle(ctx, charge)
 	}
 	fmt.Println("done")
 	select {}
