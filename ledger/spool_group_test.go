@@ -247,8 +247,8 @@ func TestSpoolAppendsReadyTogetherShareAWrite(t *testing.T) {
 	s.mu.Unlock()
 	// Each round's appenders are all ready at once: a handful of writes
 	// a round, not one an append.
-	if max := int64(rounds * appenders / 4); writes > max {
-		t.Fatalf("%d appends made %d writes, want at most %d", rounds*appenders, writes, max)
+	if bound := int64(rounds * appenders / 4); writes > bound {
+		t.Fatalf("%d appends made %d writes, want at most %d", rounds*appenders, writes, bound)
 	}
 	t.Logf("%d appends made %d writes", rounds*appenders, writes)
 }
