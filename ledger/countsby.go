@@ -39,7 +39,7 @@ import (
 // line, the counter (a line's text before its last tab, see parseTally)
 // and what the selected entries counted on it (the sum of each entry's
 // amount on that counter), with Entries 1; the part of that sum that is
-// pending (this node's tallies not yet ticked into entries, and in an
+// pending (this node's tallies not yet in the store's entries, and in an
 // answer from this node's records the records spooled after the last
 // read) is in a second group of the same counter, with Entries and
 // PendingEntries 1. So, as for any KeyDesc, a group's Entries times its
@@ -141,7 +141,7 @@ type Group struct {
 	// PendingEntries is, in an answer from this node's records, the part
 	// of Entries from the records spooled after the last read (see
 	// PendingCounts); in the store's answer, the aggregates of this node's
-	// tallies not yet ticked (see Ledger.Tally) that a grouped read by
+	// tallies not yet in the store (see Ledger.Tally) that a grouped read by
 	// Desc adds, zero otherwise.
 	PendingEntries int64
 	// Counts is what the group's entries counted on a limiter (see
@@ -246,17 +246,21 @@ func (l *Ledger) countsBy(ctx context.Context, k spendQueryKey, from, to time.Ti
 		err     error
 		tallies []Entry
 	)
-	// The aggregates not yet ticked are not in the store: added to its
+	// The aggregates not yet ticked, and those ticked whose entries the
+	// flusher has not applied yet, are not in the store: added to its
 	// answer as this node's pending entries. Read before the store, they
-	// are in neither twice unless a tick swapped them out meanwhile, whose
-	// entries the store may then hold: read again.
+	// are in both only if the flusher applied a tick's entries meanwhile
+	// (tallyApplied moved): read again. (One whose commit the read saw
+	// but whose applied position the flusher had not noted yet when
+	// tallyApplied looked, a window of a few instructions, is counted
+	// twice.)
 	for try := 0; ; try++ {
-		var gen uint64
+		var applied uint64
 		if k.by.Desc && l.spool != nil {
-			tallies, gen = l.pendingTallies(k.matchBy())
+			tallies, applied = l.pendingTallies(k.matchBy(), true)
 		}
 		gs, err = readGroups(ctx, l.store, k, from, to)
-		if err != nil || len(tallies) == 0 || l.tallyGen() == gen || try == 2 {
+		if err != nil || len(tallies) == 0 || l.tallyApplied() == applied || try == 2 {
 			break // after three tries, counted twice rather than not at all
 		}
 	}
@@ -329,7 +333,7 @@ func (a *groupAdder) add(c cols, d charge) {
 	g.Charge, g.PendingCharge = addSat(g.Charge, d.cost), addSat(g.PendingCharge, d.cost)
 }
 
-// addPending adds tallies, aggregates not yet ticked, to gs as pending
+// addPending adds tallies, aggregates not yet in the store, to gs as pending
 // entries (with a, when not nil, the adder of gs), and returns them as
 // CountsBy answers (see answerOf).
 func addPending(gs []Group, by GroupBy, tallies []Entry, a *groupAdder) []Group {
@@ -443,7 +447,7 @@ func (f *descFold) groups(limit int) []Group {
 func (l *Ledger) localCountsBy(k spendQueryKey, storeErr error) ([]Group, error) {
 	var tallies []Entry
 	if k.by.Desc {
-		tallies, _ = l.pendingTallies(k.matchBy())
+		tallies, _ = l.pendingTallies(k.matchBy(), false) // the ticked are in the spool, which pendingEach reads
 	}
 	last, ok := l.groupReads.last(k, l.answeredAfter(k.from))
 	from, partial := l.pendingFrom(last.pos, ok)

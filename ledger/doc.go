@@ -24,7 +24,8 @@
 // become settled entries of no request and no cost, created at their
 // latest call, with ids "tly_<node>_..." (a prefix no request's id may
 // take), followed by a tick record, all in one write. CountsBy grouping
-// by Desc adds the aggregates not yet written as pending entries. Open
+// by Desc adds the aggregates not yet in the store as pending entries
+// (until the flusher has committed their tick's entries). Open
 // writes the tallies a dead process left after its last tick record; the
 // spool keeps their segments until then. A tick's write the death of the
 // process cut short is cut off at Open, so that its tallies are written

@@ -126,3 +126,20 @@ func FoldTallies(l *Ledger) (dropped, put int, err error) {
 func FoldPass(l *Ledger) (dropped, put int, err error) {
 	return l.foldTallies(context.Background())
 }
+
+// SetMaxTickedBytes sets the memory (as tallies count it) that the
+// aggregates of ticks not yet applied may take, until the returned
+// function restores it.
+func SetMaxTickedBytes(n int64) (restore func()) {
+	was := maxTickedBytes
+	maxTickedBytes = n
+	return func() { maxTickedBytes = was }
+}
+
+// TickedBytes is the memory (as tallies count it) that l's aggregates of
+// ticks not yet applied take.
+func TickedBytes(l *Ledger) int64 {
+	l.tally.mu.Lock()
+	defer l.tally.mu.Unlock()
+	return l.tally.tickedBytes
+}

@@ -286,10 +286,19 @@ func (s *spool) append(r *record, limit int64) (int64, error) {
 // appendAll is append of the records rs together, in order: one write,
 // all or none of them.
 func (s *spool) appendAll(limit int64, rs ...*record) (int64, error) {
+	return s.appendEach(limit, nil, rs)
+}
+
+// appendEach is appendAll that also sets ends[i], when ends is not nil,
+// to the position where rs[i] ends.
+func (s *spool) appendEach(limit int64, ends []int64, rs []*record) (int64, error) {
 	bp := s.bufs.Get().(*[]byte)
 	b := (*bp)[:0]
-	for _, r := range rs {
+	for i, r := range rs {
 		b = appendFrame(b, r)
+		if ends != nil {
+			ends[i] = int64(len(b))
+		}
 	}
 	defer func() {
 		if cap(b) <= 1<<20 { // a tick's records may take more
@@ -345,6 +354,12 @@ func (s *spool) appendAll(limit int64, rs ...*record) (int64, error) {
 	}
 	if w.err != nil {
 		return 0, w.err
+	}
+	if ends != nil {
+		start := w.base + end - int64(len(b))
+		for i := range ends {
+			ends[i] += start
+		}
 	}
 	return w.base + end, nil
 }

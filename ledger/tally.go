@@ -27,9 +27,13 @@ package ledger
 // at 2,000 calls a second over 1,000 tenants, the flusher's inserts and
 // roll-ups took a sixth of the server's CPU (bench/README.md).
 //
-// Until its tick, CountsBy grouping by Desc adds a shape's aggregate to
-// its answer as a pending entry of this node, so that a restore on this
-// replica counts every call at once. Each bucket's aggregate of a shape
+// Until the store holds its tick's entries, CountsBy grouping by Desc
+// adds a shape's aggregate to its answer as a pending entry of this node,
+// so that a restore on this replica counts every call at once: before
+// the tick from the aggregates, after it from the ticked ones the
+// flusher has not applied yet (tallies.ticked; the store holds a tick's
+// entries only once the flusher has committed them, a batch of a slow
+// database later). Each bucket's aggregate of a shape
 // is a KeyDesc text of its own, so that a tenant's texts in a limit's
 // window are many more than MaxGroups: CountsBy grouping by Desc answers
 // the sum of each counter over all of them (see GroupBy.Desc), never
@@ -152,7 +156,6 @@ type tallies struct {
 	mu     sync.Mutex
 	shapes map[tallyShape]*shapeAggs
 	order  []*shapeAggs // the shapes' aggregates in the order they came
-	gen    uint64       // ticks swapped so far
 	// pending tells that the aggregates hold tallies, and first is at
 	// most the spool position of the first of them: the spool keeps its
 	// segments from there (see spool.keep).
@@ -167,8 +170,36 @@ type tallies struct {
 	// tally.
 	failing bool
 
+	// ticked are the aggregates ticks swapped out whose entries the store
+	// may not hold yet, oldest first: CountsBy adds them to the store's
+	// answer until the flusher has applied their tick's append, so that a
+	// read between a tick's swap and the store's commit of its entries
+	// finds its calls (it found them in neither). At most
+	// maxTickedBytes of them, the newest.
+	ticked      []*tickedAggs
+	tickedBytes int64
+	applied     uint64 // ticked aggregates dropped as the store holds them (see tallyApplied)
+
 	tickMu sync.Mutex // one tick at a time, so their records stay in order
 }
+
+// tickedAggs are one tick's aggregates, aggs[applied:] those the store
+// may not hold yet, and the spool position where each one's entry is
+// reserved (ends, nil until the tick has appended): the flusher's
+// batches may end within a tick's append, so that the store holds some
+// of its entries and not the rest.
+type tickedAggs struct {
+	aggs    []*tallyAgg
+	ends    []int64
+	applied int
+	bytes   int64
+}
+
+// maxTickedBytes bounds the memory the ticked aggregates take, counted as
+// tallies.bytes counts it: a flusher that falls this far behind the ticks
+// (a store slow to write) has the oldest of them dropped, which CountsBy
+// then finds once the store has them.
+var maxTickedBytes = 2 * maxPendingBytes
 
 // shapeAggs are a shape's aggregates: more than one when MaxKeyDesc
 // splits it.
@@ -260,8 +291,50 @@ func (t *tallies) swap() []*tallyAgg {
 		out = append(out, *p...)
 	}
 	t.shapes, t.order, t.bytes = nil, nil, 0
-	t.gen++
 	return out
+}
+
+// tickedFrom notes aggs, a tick's swap, as ticked and returns them so.
+// t.mu is held.
+func (t *tallies) tickedFrom(aggs []*tallyAgg, bytes int64) *tickedAggs {
+	tk := &tickedAggs{aggs: aggs, bytes: bytes}
+	t.ticked = append(t.ticked, tk)
+	t.tickedBytes += bytes
+	for t.tickedBytes > maxTickedBytes && len(t.ticked) > 1 {
+		t.dropTicked(0)
+	}
+	return tk
+}
+
+// dropTicked removes the i-th ticked aggregates. t.mu is held.
+func (t *tallies) dropTicked(i int) {
+	t.tickedBytes -= t.ticked[i].bytes
+	t.ticked = slices.Delete(t.ticked, i, i+1)
+}
+
+// untick removes tk from the ticked aggregates, if still there. t.mu is
+// held.
+func (t *tallies) untick(tk *tickedAggs) {
+	if i := slices.Index(t.ticked, tk); i >= 0 {
+		t.dropTicked(i)
+	}
+}
+
+// pruneTicked drops the ticked aggregates that the store holds: those
+// whose reservation record ends at or before applied. t.mu is held.
+func (t *tallies) pruneTicked(applied int64) {
+	for i := 0; i < len(t.ticked); {
+		tk := t.ticked[i]
+		for tk.ends != nil && tk.applied < len(tk.aggs) && tk.ends[tk.applied] <= applied {
+			tk.applied++
+			t.applied++
+		}
+		if tk.applied == len(tk.aggs) {
+			t.dropTicked(i)
+			continue
+		}
+		i++
+	}
 }
 
 // putBack returns aggregates a tick could not write to the next tick.
@@ -412,7 +485,12 @@ func (l *Ledger) tick() error {
 	defer l.tally.tickMu.Unlock()
 	l.tally.rw.Lock()
 	l.tally.mu.Lock()
+	bytes := l.tally.bytes
 	aggs := l.tally.swap()
+	var tk *tickedAggs
+	if len(aggs) > 0 {
+		tk = l.tally.tickedFrom(aggs, bytes)
+	}
 	covered, _ := l.spool.positions()
 	first := l.tally.first
 	l.tally.pending = false
@@ -468,8 +546,11 @@ func (l *Ledger) tick() error {
 	for i := range recs {
 		rs[i] = &recs[i]
 	}
-	if _, err := l.spool.appendAll(0, rs...); err != nil {
+	ends := make([]int64, len(rs))
+	_, err := l.spool.appendEach(0, ends, rs)
+	if err != nil {
 		l.tally.mu.Lock()
+		l.tally.untick(tk)
 		l.tally.putBack(aggs)
 		l.tally.failing = true
 		if !l.tally.pending || first < l.tally.first {
@@ -479,6 +560,12 @@ func (l *Ledger) tick() error {
 		l.tally.mu.Unlock()
 		return fmt.Errorf("ledger: tally entries: %w", err)
 	}
+	for i := range aggs {
+		ends[i] = ends[2*i] // aggs[i]'s reservation record
+	}
+	l.tally.mu.Lock()
+	tk.ends = ends[:len(aggs)]
+	l.tally.mu.Unlock()
 	released()
 	select {
 	case l.wake <- struct{}{}:
@@ -565,27 +652,48 @@ func (l *Ledger) recoverTallies() error {
 }
 
 // pendingTallies returns the aggregates not yet ticked that match selects
-// (as entries, in the order their shapes came), and the ticks swapped so
-// far.
-func (l *Ledger) pendingTallies(match func(*Entry) bool) ([]Entry, uint64) {
+// (as entries, in the order their shapes came) and, with ticked, those
+// ticks swapped out whose entries the flusher has not applied yet, oldest
+// first; and tallyApplied's answer.
+func (l *Ledger) pendingTallies(match func(*Entry) bool, ticked bool) ([]Entry, uint64) {
 	l.tally.mu.Lock()
 	defer l.tally.mu.Unlock()
+	_, applied := l.spool.positions()
+	l.tally.pruneTicked(applied)
 	var out []Entry
-	for _, p := range l.tally.order {
-		for _, a := range *p {
-			e := a.e
-			e.KeyDesc, e.Status, e.Requests = a.desc(), StatusSettled, 0
-			if match(&e) {
-				out = append(out, e)
+	add := func(a *tallyAgg) {
+		e := a.e
+		e.KeyDesc, e.Status, e.Requests = a.desc(), StatusSettled, 0
+		if match(&e) {
+			out = append(out, e)
+		}
+	}
+	if ticked {
+		for _, tk := range l.tally.ticked {
+			for _, a := range tk.aggs[tk.applied:] {
+				add(a)
 			}
 		}
 	}
-	return out, l.tally.gen
+	for _, p := range l.tally.order {
+		for _, a := range *p {
+			add(a)
+		}
+	}
+	return out, l.tally.applied
 }
 
-// tallyGen returns the ticks swapped so far.
-func (l *Ledger) tallyGen() uint64 {
+// tallyApplied returns how many ticked aggregates pendingTallies has
+// stopped answering since the ledger opened because the flusher applied
+// their entries: a read of the store that began before it moved may hold
+// some of what pendingTallies answered before it moved. A tick's swap
+// alone does not move it: the swapped aggregates stay in pendingTallies'
+// answer, ticked, and the store has none of them until the flusher
+// applies them.
+func (l *Ledger) tallyApplied() uint64 {
 	l.tally.mu.Lock()
 	defer l.tally.mu.Unlock()
-	return l.tally.gen
+	_, applied := l.spool.positions()
+	l.tally.pruneTicked(applied)
+	return l.tally.applied
 }

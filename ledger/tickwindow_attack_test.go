@@ -1,0 +1,165 @@
+package ledger_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/costgate/costgate/ledger"
+)
+
+// searchCount is what CountsBy grouping by Desc says acme's calls counted
+// on its search counter, all told.
+func searchCount(t *testing.T, l *ledger.Ledger) int64 {
+	t.Helper()
+	all, _ := descCounts(t, descRead(t, l))
+	return all[descLine("search", "acme", 0)[:len(descLine("search", "acme", 0))-2]]
+}
+
+// TestTallyAtkReadBetweenTickAndCommit: a tick swaps the aggregates out
+// and appends their entries; the store holds them only once the flusher
+// has committed them, which a slow database (here, a batch's apply lock
+// held by another session) delays. CountsBy grouping by Desc, the read a
+// restore after the limiter's data loss counts descriptor limits by,
+// found them in neither the aggregates nor the store meanwhile, and
+// answered 0 for calls it had counted a moment before: a tenant whose
+// limiter lost its data then got those calls again.
+func TestTallyAtkReadBetweenTickAndCommit(t *testing.T) {
+	cfg := postgresConfig(t)
+	l := open(t, cfg)
+	ctx := context.Background()
+	const calls = 30
+	for i := range calls {
+		if err := l.Tally(ctx, tallyCall("c"+strconv.Itoa(i), t0, "ann", descLine("search", "acme", 1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := searchCount(t, l); n != calls {
+		t.Fatalf("before the tick: counted %d, want %d", n, calls)
+	}
+	release := holdApplyLock(t, cfg.DSN)
+	// Flush ticks, then waits for the flusher, which waits for the lock.
+	fctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	err := l.Flush(fctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Flush with the apply lock held: %v, want its deadline", err)
+	}
+	if n := searchCount(t, l); n != calls {
+		t.Fatalf("between the tick and the store's commit: counted %d, want %d", n, calls)
+	}
+	// A call after the tick is pending again, beside the ticked ones.
+	if err := l.Tally(ctx, tallyCall("late", t0, "ann", descLine("search", "acme", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if n := searchCount(t, l); n != calls+1 {
+		t.Fatalf("a call after the tick: counted %d, want %d", n, calls+1)
+	}
+	release()
+	flush(t, l)
+	if n := searchCount(t, l); n != calls+1 {
+		t.Fatalf("once the store holds the tick's entries: counted %d, want %d (never twice)", n, calls+1)
+	}
+}
+
+// TestTallyAtkReadsDuringTicksNeverMiss: tallies of a new shape each
+// (another user on every call), which ask for an early tick every 20,
+// on both stores, with a flusher whose batches (16 records) end within
+// a tick's append, while another goroutine reads: every read counts at
+// least the calls whose Tally returned before it began, whatever moment
+// of a tick (its swap, its append, the flusher's commit of part of it)
+// the read fell in; after Flush, each call once. (A read that finds the
+// flusher applying a tick's entries while it read, three times running,
+// counts those entries twice: the test's flusher applies without pause,
+// so only the lower bound holds here, and the exact count is
+// TestTallyAtkReadBetweenTickAndCommit's.)
+func TestTallyAtkReadsDuringTicksNeverMiss(t *testing.T) {
+	defer ledger.SetMaxPendingShapes(20)()
+	for _, s := range stores() {
+		t.Run(s.name, func(t *testing.T) {
+			cfg := s.config(t)
+			cfg.BatchSize = 16
+			l := open(t, cfg)
+			ctx := context.Background()
+			var done atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 2000 {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if err := l.Tally(ctx, tallyCall("c", t0, "u"+strconv.Itoa(i%500), descLine("search", "acme", 1))); err != nil {
+						t.Error(err)
+						return
+					}
+					done.Add(1)
+				}
+			}()
+			reads := 0
+			for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline) && done.Load() < 2000; reads++ {
+				lo := done.Load()
+				if n := searchCount(t, l); n < lo {
+					t.Errorf("read %d: counted %d; %d calls had been tallied before it", reads, n, lo)
+					break
+				}
+			}
+			close(stop)
+			wg.Wait()
+			flush(t, l)
+			if n, want := searchCount(t, l), done.Load(); n != want {
+				t.Errorf("after Flush: counted %d, want %d", n, want)
+			}
+			t.Logf("%d reads, %d calls", reads, done.Load())
+		})
+	}
+}
+
+// TestTallyAtkTickedAggregatesBounded: a database that takes no batch
+// (its apply lock held) while ticks go on keeps the ticks' aggregates in
+// memory for CountsBy; past maxTickedBytes the oldest are dropped, so
+// that a stalled store does not make them grow with the calls. Once the
+// store takes the batches, each call counts once.
+func TestTallyAtkTickedAggregatesBounded(t *testing.T) {
+	const shapes = 8
+	limit := int64(3 * shapes * 900) // about three ticks of 8 shapes
+	defer ledger.SetMaxTickedBytes(limit)()
+	cfg := postgresConfig(t)
+	l := open(t, cfg)
+	ctx := context.Background()
+	release := holdApplyLock(t, cfg.DSN)
+	calls := int64(0)
+	for round := range 10 {
+		for i := range shapes {
+			if err := l.Tally(ctx, tallyCall("c", t0, "u"+strconv.Itoa(round*shapes+i), descLine("search", "acme", 1))); err != nil {
+				t.Fatal(err)
+			}
+			calls++
+		}
+		fctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		l.Flush(fctx) // ticks; the flusher waits for the lock
+		cancel()
+		if b := ledger.TickedBytes(l); b > limit {
+			t.Fatalf("round %d: the ticked aggregates take %d bytes, over the bound %d", round, b, limit)
+		}
+	}
+	if b := ledger.TickedBytes(l); b == 0 {
+		t.Fatal("no ticked aggregates kept while the store took no batch")
+	}
+	release()
+	flush(t, l)
+	if n := searchCount(t, l); n != calls {
+		t.Fatalf("once the store took the batches: counted %d, want %d", n, calls)
+	}
+	if b := ledger.TickedBytes(l); b != 0 {
+		t.Fatalf("%d bytes of ticked aggregates kept once the store holds them all", b)
+	}
+}
