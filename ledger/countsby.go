@@ -249,18 +249,18 @@ func (l *Ledger) countsBy(ctx context.Context, k spendQueryKey, from, to time.Ti
 	// The aggregates not yet ticked, and those ticked whose entries the
 	// flusher has not applied yet, are not in the store: added to its
 	// answer as this node's pending entries. Read before the store, they
-	// are in both only if the flusher applied a tick's entries meanwhile
-	// (tallyApplied moved): read again. (One whose commit the read saw
+	// are in both only if the flusher applied the entry of one of them
+	// meanwhile (anyApplied): read again. (One whose commit the read saw
 	// but whose applied position the flusher had not noted yet when
-	// tallyApplied looked, a window of a few instructions, is counted
+	// anyApplied looked, a window of a few instructions, is counted
 	// twice.)
 	for try := 0; ; try++ {
-		var applied uint64
+		var aggs []*tallyAgg
 		if k.by.Desc && l.spool != nil {
-			tallies, applied = l.pendingTallies(k.matchBy(), true)
+			tallies, aggs = l.pendingTallies(k.matchBy(), true)
 		}
 		gs, err = readGroups(ctx, l.store, k, from, to)
-		if err != nil || len(tallies) == 0 || l.tallyApplied() == applied || try == 2 {
+		if err != nil || len(tallies) == 0 || !l.anyApplied(aggs) || try == 2 {
 			break // after three tries, counted twice rather than not at all
 		}
 	}

@@ -130,6 +130,9 @@ type tallyAgg struct {
 	sums []descSum
 	at   map[string]int // index in sums, by prefix
 	size int
+	// applied tells that the store holds a's entry (see
+	// tallies.pruneTicked). The tallies' mu guards it.
+	applied bool
 }
 
 // desc is the KeyDesc of a's sums.
@@ -178,7 +181,6 @@ type tallies struct {
 	// maxTickedBytes of them, the newest.
 	ticked      []*tickedAggs
 	tickedBytes int64
-	applied     uint64 // ticked aggregates dropped as the store holds them (see tallyApplied)
 
 	tickMu sync.Mutex // one tick at a time, so their records stay in order
 }
@@ -326,8 +328,8 @@ func (t *tallies) pruneTicked(applied int64) {
 	for i := 0; i < len(t.ticked); {
 		tk := t.ticked[i]
 		for tk.ends != nil && tk.applied < len(tk.aggs) && tk.ends[tk.applied] <= applied {
+			tk.aggs[tk.applied].applied = true
 			tk.applied++
-			t.applied++
 		}
 		if tk.applied == len(tk.aggs) {
 			t.dropTicked(i)
@@ -654,18 +656,22 @@ func (l *Ledger) recoverTallies() error {
 // pendingTallies returns the aggregates not yet ticked that match selects
 // (as entries, in the order their shapes came) and, with ticked, those
 // ticks swapped out whose entries the flusher has not applied yet, oldest
-// first; and tallyApplied's answer.
-func (l *Ledger) pendingTallies(match func(*Entry) bool, ticked bool) ([]Entry, uint64) {
+// first; and the aggregates themselves, for anyApplied.
+func (l *Ledger) pendingTallies(match func(*Entry) bool, ticked bool) ([]Entry, []*tallyAgg) {
 	l.tally.mu.Lock()
 	defer l.tally.mu.Unlock()
 	_, applied := l.spool.positions()
 	l.tally.pruneTicked(applied)
-	var out []Entry
+	var (
+		out  []Entry
+		aggs []*tallyAgg
+	)
 	add := func(a *tallyAgg) {
 		e := a.e
 		e.KeyDesc, e.Status, e.Requests = a.desc(), StatusSettled, 0
 		if match(&e) {
 			out = append(out, e)
+			aggs = append(aggs, a)
 		}
 	}
 	if ticked {
@@ -680,20 +686,23 @@ func (l *Ledger) pendingTallies(match func(*Entry) bool, ticked bool) ([]Entry, 
 			add(a)
 		}
 	}
-	return out, l.tally.applied
+	return out, aggs
 }
 
-// tallyApplied returns how many ticked aggregates pendingTallies has
-// stopped answering since the ledger opened because the flusher applied
-// their entries: a read of the store that began before it moved may hold
-// some of what pendingTallies answered before it moved. A tick's swap
-// alone does not move it: the swapped aggregates stay in pendingTallies'
-// answer, ticked, and the store has none of them until the flusher
-// applies them.
-func (l *Ledger) tallyApplied() uint64 {
+// anyApplied tells whether the flusher has applied the entry of any of
+// aggs, which pendingTallies answered: a read of the store that began
+// before it did may hold it. A tick's swap alone does not apply one: the
+// swapped aggregates stay in pendingTallies' answer, ticked, and the
+// store has none of them until the flusher applies them.
+func (l *Ledger) anyApplied(aggs []*tallyAgg) bool {
 	l.tally.mu.Lock()
 	defer l.tally.mu.Unlock()
 	_, applied := l.spool.positions()
 	l.tally.pruneTicked(applied)
-	return l.tally.applied
+	for _, a := range aggs {
+		if a.applied {
+			return true
+		}
+	}
+	return false
 }
