@@ -623,6 +623,7 @@ func (l *Ledger) flushLoop(ctx context.Context) {
 		if err := l.spool.markApplied(pos); err != nil {
 			l.cfg.Logf("%v", err)
 		}
+		l.dropAppliedTicks()
 		if !onlyTallies(recs) {
 			l.answered(l.cfg.Now()) // a batch of tallies asks nothing of the store
 		}

@@ -653,6 +653,19 @@ func (l *Ledger) recoverTallies() error {
 	return l.tick()
 }
 
+// dropAppliedTicks lets go of the ticked aggregates the store now holds:
+// the flusher calls it after each batch, so that a process that never
+// reads CountsBy does not keep them.
+func (l *Ledger) dropAppliedTicks() {
+	l.tally.mu.Lock()
+	defer l.tally.mu.Unlock()
+	if len(l.tally.ticked) == 0 {
+		return
+	}
+	_, applied := l.spool.positions()
+	l.tally.pruneTicked(applied)
+}
+
 // pendingTallies returns the aggregates not yet ticked that match selects
 // (as entries, in the order their shapes came) and, with ticked, those
 // ticks swapped out whose entries the flusher has not applied yet, oldest

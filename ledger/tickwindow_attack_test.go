@@ -163,3 +163,23 @@ func TestTallyAtkTickedAggregatesBounded(t *testing.T) {
 		t.Fatalf("%d bytes of ticked aggregates kept once the store holds them all", b)
 	}
 }
+
+// TestTallyTickedLetGoOnceApplied: the aggregates a tick swapped out are
+// kept only until the store holds their entries, whether or not anything
+// reads CountsBy: kept until a read, they took up to maxTickedBytes
+// (twice what the pending aggregates may take) in every process.
+func TestTallyTickedLetGoOnceApplied(t *testing.T) {
+	forEachStore(t, func(t *testing.T, cfg ledger.Config) {
+		l := open(t, cfg)
+		ctx := context.Background()
+		for i := range 50 {
+			if err := l.Tally(ctx, tallyCall("c", t0, "u"+strconv.Itoa(i), descLine("search", "acme", 1))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		flush(t, l)
+		if b := ledger.TickedBytes(l); b != 0 {
+			t.Fatalf("%d bytes of ticked aggregates kept once Flush returned (the store holds their entries)", b)
+		}
+	})
+}
