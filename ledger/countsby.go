@@ -257,7 +257,7 @@ func (l *Ledger) countsBy(ctx context.Context, k spendQueryKey, from, to time.Ti
 	for try := 0; ; try++ {
 		var aggs []*tallyAgg
 		if k.by.Desc && l.spool != nil {
-			tallies, aggs = l.pendingTallies(k.matchBy(), true)
+			tallies, aggs, _ = l.pendingTallies(k.matchBy(), true)
 		}
 		gs, err = readGroups(ctx, l.store, k, from, to)
 		if err != nil || len(tallies) == 0 || !l.anyApplied(aggs) || try == 2 {
@@ -442,17 +442,23 @@ func (f *descFold) groups(limit int) []Group {
 }
 
 // localCountsBy answers k, a CountsBy query, from its last read and the
-// spool after it, and the aggregates not yet ticked (read first: a tick
-// meanwhile has them in both, counted twice rather than not at all).
+// spool after it up to where it ended when the aggregates not yet ticked
+// were read, and those aggregates: a tick after that read appends their
+// entries past that end, and one before it had appended them before it
+// (pendingTallies waits for a tick's append under way). Before
+// 2026-12-07 the spool was read to its end, so that a tick between the
+// two reads had its aggregates counted twice, and one amid its append
+// had them in neither.
 func (l *Ledger) localCountsBy(k spendQueryKey, storeErr error) ([]Group, error) {
 	var tallies []Entry
+	to := int64(maxPosition)
 	if k.by.Desc {
-		tallies, _ = l.pendingTallies(k.matchBy(), false) // the ticked are in the spool, which pendingEach reads
+		tallies, _, to = l.pendingTallies(k.matchBy(), false)
 	}
 	last, ok := l.groupReads.last(k, l.answeredAfter(k.from))
 	from, partial := l.pendingFrom(last.pos, ok)
 	a := newGroupAdder(k.by, slices.Clone(last.groups))
-	if err := l.pendingEach(from, k.matchBy(), a.add); err != nil {
+	if err := l.pendingEach(from, to, k.matchBy(), a.add); err != nil {
 		return nil, fmt.Errorf("%w (and the spool: %v)", storeErr, err)
 	}
 	out := addPending(nil, k.by, tallies, a)

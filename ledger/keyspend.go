@@ -127,7 +127,7 @@ func (l *Ledger) localSpendBy(by string, k spendQueryKey, storeErr error) (map[s
 		le.Stored = addSat(le.Stored, v)
 	}
 	whole := spendQueryKey{tenant: k.tenant, from: k.from, to: k.to}
-	err := l.pendingEach(from, whole.match, func(w cols, c charge) {
+	err := l.pendingEach(from, maxPosition, whole.match, func(w cols, c charge) {
 		d := c.cost
 		id := w.keyID
 		if by == userScope {

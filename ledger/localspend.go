@@ -227,7 +227,7 @@ func (l *Ledger) pendingFrom(pos int64, known bool) (from int64, partial bool) {
 // fall in k.
 func (l *Ledger) pendingSpend(k spendQueryKey, pos int64) (costmodel.NanoUSD, error) {
 	var sum costmodel.NanoUSD
-	err := l.pendingEach(pos, k.match, func(_ cols, d charge) { sum = addSat(sum, d.cost) })
+	err := l.pendingEach(pos, maxPosition, k.match, func(_ cols, d charge) { sum = addSat(sum, d.cost) })
 	return sum, err
 }
 
@@ -242,9 +242,10 @@ type charge struct {
 
 // pendingEach calls add with the columns (user, key, route, upstream,
 // model) and the charge of each of the spool's records from pos onwards
-// that match selects: a reservation's estimate, and a settlement's
-// difference from the estimate of a reservation in the same records.
-func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(c cols, d charge)) error {
+// that match selects, up to those that end at to (maxPosition for the
+// spool's end): a reservation's estimate, and a settlement's difference
+// from the estimate of a reservation in the same records.
+func (l *Ledger) pendingEach(pos, to int64, match func(*Entry) bool, add func(c cols, d charge)) error {
 	type held struct {
 		estimate costmodel.NanoUSD
 		counts   Counts // the reservation's, at its estimate
@@ -256,6 +257,7 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(c cols
 		return held{e.EstimatedCost, e.Counts(), e.Decision, e.Requests, colsOf(e)}
 	}
 	end, _ := l.spool.positions()
+	end = min(end, to)
 	var (
 		open = map[string]held{} // reserved in these records, by request id
 		done = map[string]bool{} // finalized in these records
@@ -300,7 +302,7 @@ func (l *Ledger) pendingEach(pos int64, match func(*Entry) bool, add func(c cols
 	}
 	for pos < end {
 		var next int64
-		recs, next, err = l.spool.readUntil(pos, maxPosition, 4096, recs, &buf, nil)
+		recs, next, err = l.spool.readUntil(pos, end, 4096, recs, &buf, nil)
 		if err != nil {
 			return err
 		}

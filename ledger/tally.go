@@ -669,11 +669,20 @@ func (l *Ledger) dropAppliedTicks() {
 // pendingTallies returns the aggregates not yet ticked that match selects
 // (as entries, in the order their shapes came) and, with ticked, those
 // ticks swapped out whose entries the flusher has not applied yet, oldest
-// first; and the aggregates themselves, for anyApplied.
-func (l *Ledger) pendingTallies(match func(*Entry) bool, ticked bool) ([]Entry, []*tallyAgg) {
+// first; the aggregates themselves, for anyApplied; and the spool's end
+// then. Without ticked (a read of the spool up to that end instead, see
+// localCountsBy), it waits for a tick's append under way: its aggregates
+// are in neither the aggregates nor the spool until it has appended.
+func (l *Ledger) pendingTallies(match func(*Entry) bool, ticked bool) ([]Entry, []*tallyAgg, int64) {
 	l.tally.mu.Lock()
+	for !ticked && slices.ContainsFunc(l.tally.ticked, func(tk *tickedAggs) bool { return tk.ends == nil }) {
+		l.tally.mu.Unlock()
+		l.tally.tickMu.Lock() // held by a tick until it has appended, or given its aggregates back
+		l.tally.tickMu.Unlock()
+		l.tally.mu.Lock()
+	}
 	defer l.tally.mu.Unlock()
-	_, applied := l.spool.positions()
+	end, applied := l.spool.positions()
 	l.tally.pruneTicked(applied)
 	var (
 		out  []Entry
@@ -699,7 +708,7 @@ func (l *Ledger) pendingTallies(match func(*Entry) bool, ticked bool) ([]Entry, 
 			add(a)
 		}
 	}
-	return out, aggs
+	return out, aggs, end
 }
 
 // anyApplied tells whether the flusher has applied the entry of any of

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costgate/costgate/internal/pgtest"
 	"github.com/costgate/costgate/ledger"
 )
 
@@ -182,4 +183,72 @@ func TestTallyTickedLetGoOnceApplied(t *testing.T) {
 			t.Fatalf("%d bytes of ticked aggregates kept once Flush returned (the store holds their entries)", b)
 		}
 	})
+}
+
+// TestTallyAtkLocalReadsDuringTicksExact: the database down, CountsBy
+// grouping by Desc answers from this node's records: the last read, the
+// spool after it and the aggregates not yet ticked. Tallies that each
+// ask for an early tick, while another goroutine reads: every read counts
+// at least the calls whose Tally returned before it began and at most
+// those that began before it returned. Before, a tick between the read
+// of the aggregates and that of the spool had its calls counted twice
+// (in both), and one amid its append in neither.
+func TestTallyAtkLocalReadsDuringTicksExact(t *testing.T) {
+	defer ledger.SetMaxPendingShapes(1)()
+	p := pgtest.NewPrivate(t)
+	l := open(t, ledger.Config{Dir: t.TempDir(), DSN: p.URL()})
+	ctx := context.Background()
+	q := ledger.SpendQuery{Tenant: "acme", From: t0.Add(-time.Hour), To: t0.Add(time.Hour)}
+	count := func() (int64, error) {
+		gs, err := l.CountsBy(ctx, q, ledger.GroupBy{Desc: true})
+		all, _ := descCounts(t, gs)
+		return all[descLine("search", "acme", 0)[:len(descLine("search", "acme", 0))-2]], err
+	}
+	if n, err := count(); err != nil || n != 0 {
+		t.Fatalf("the read before any call: %d, %v", n, err)
+	}
+	p.Stop()
+	var begun, done atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 3000 {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			begun.Add(1)
+			if err := l.Tally(ctx, tallyCall("c", t0, "u"+strconv.Itoa(i%7), descLine("search", "acme", 1))); err != nil {
+				t.Error(err)
+				return
+			}
+			done.Add(1)
+			time.Sleep(200 * time.Microsecond) // reads fall amid ticks, not behind thousands of them
+		}
+	}()
+	reads := 0
+	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline) && done.Load() < 3000; reads++ {
+		lo := done.Load()
+		n, err := count()
+		hi := begun.Load()
+		var local *ledger.LocalSpendError
+		if !errors.As(err, &local) {
+			t.Fatalf("read %d with the database down: %v, want a *LocalSpendError", reads, err)
+		}
+		if n < lo || n > hi {
+			t.Errorf("read %d: counted %d; %d calls had been tallied before it, %d begun by its end", reads, n, lo, hi)
+			break
+		}
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d reads, %d calls", reads, done.Load())
+	p.Start()
+	flush(t, l)
+	if n, err := count(); err != nil || n != done.Load() {
+		t.Errorf("after the database came back and Flush: counted %d (%v), want %d", n, err, done.Load())
+	}
 }
