@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,12 +14,47 @@ import (
 	"github.com/costgate/costgate/ledger"
 )
 
+// searchCounter is acme's search counter, as descCounts keys it: a
+// KeyDesc line's text before its amount.
+var searchCounter = strings.TrimSuffix(descLine("search", "acme", 0), "\t0")
+
 // searchCount is what CountsBy grouping by Desc says acme's calls counted
 // on its search counter, all told.
 func searchCount(t *testing.T, l *ledger.Ledger) int64 {
 	t.Helper()
 	all, _ := descCounts(t, descRead(t, l))
-	return all[descLine("search", "acme", 0)[:len(descLine("search", "acme", 0))-2]]
+	return all[searchCounter]
+}
+
+// tallyCalls tallies n calls of acme on its search counter, of users u0
+// to u(users-1) in turn, pausing pace after each, in a goroutine, until
+// stop is called, which waits for it. begun and done count the calls
+// begun and those whose Tally returned.
+func tallyCalls(t *testing.T, l *ledger.Ledger, n, users int, pace time.Duration) (begun, done *atomic.Int64, stop func()) {
+	begun, done = new(atomic.Int64), new(atomic.Int64)
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range n {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			begun.Add(1)
+			if err := l.Tally(context.Background(), tallyCall("c", t0, "u"+strconv.Itoa(i%users), descLine("search", "acme", 1))); err != nil {
+				t.Error(err)
+				return
+			}
+			done.Add(1)
+			if pace > 0 {
+				time.Sleep(pace)
+			}
+		}
+	}()
+	return begun, done, sync.OnceFunc(func() { close(quit); wg.Wait() })
 }
 
 // TestTallyAtkReadBetweenTickAndCommit: a tick swaps the aggregates out
@@ -85,26 +121,8 @@ func TestTallyAtkReadsDuringTicksNeverMiss(t *testing.T) {
 			cfg := s.config(t)
 			cfg.BatchSize = 16
 			l := open(t, cfg)
-			ctx := context.Background()
-			var done atomic.Int64
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range 2000 {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if err := l.Tally(ctx, tallyCall("c", t0, "u"+strconv.Itoa(i%500), descLine("search", "acme", 1))); err != nil {
-						t.Error(err)
-						return
-					}
-					done.Add(1)
-				}
-			}()
+			_, done, stop := tallyCalls(t, l, 2000, 500, 0)
+			defer stop()
 			reads := 0
 			for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline) && done.Load() < 2000; reads++ {
 				lo := done.Load()
@@ -113,8 +131,7 @@ func TestTallyAtkReadsDuringTicksNeverMiss(t *testing.T) {
 					break
 				}
 			}
-			close(stop)
-			wg.Wait()
+			stop()
 			flush(t, l)
 			if n, want := searchCount(t, l), done.Load(); n != want {
 				t.Errorf("after Flush: counted %d, want %d", n, want)
@@ -202,33 +219,15 @@ func TestTallyAtkLocalReadsDuringTicksExact(t *testing.T) {
 	count := func() (int64, error) {
 		gs, err := l.CountsBy(ctx, q, ledger.GroupBy{Desc: true})
 		all, _ := descCounts(t, gs)
-		return all[descLine("search", "acme", 0)[:len(descLine("search", "acme", 0))-2]], err
+		return all[searchCounter], err
 	}
 	if n, err := count(); err != nil || n != 0 {
 		t.Fatalf("the read before any call: %d, %v", n, err)
 	}
 	p.Stop()
-	var begun, done atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := range 3000 {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			begun.Add(1)
-			if err := l.Tally(ctx, tallyCall("c", t0, "u"+strconv.Itoa(i%7), descLine("search", "acme", 1))); err != nil {
-				t.Error(err)
-				return
-			}
-			done.Add(1)
-			time.Sleep(200 * time.Microsecond) // reads fall amid ticks, not behind thousands of them
-		}
-	}()
+	// Paced, so that reads fall amid ticks, not behind thousands of them.
+	begun, done, stop := tallyCalls(t, l, 3000, 7, 200*time.Microsecond)
+	defer stop()
 	reads := 0
 	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline) && done.Load() < 3000; reads++ {
 		lo := done.Load()
@@ -243,8 +242,7 @@ func TestTallyAtkLocalReadsDuringTicksExact(t *testing.T) {
 			break
 		}
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 	t.Logf("%d reads, %d calls", reads, done.Load())
 	p.Start()
 	flush(t, l)
