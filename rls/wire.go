@@ -8,6 +8,8 @@ package rls
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -66,6 +68,13 @@ func (s *Server) wireHealthCheck(ctx context.Context, in []byte, st *grpcwire.St
 // wireHealthWatch is the health service's Watch: the status now, then
 // each change, until the client ends the call or the server stops (the
 // status NOT_SERVING then, and the call ends CANCELLED).
+//
+// The server's stop shuts the health service down first, which queues
+// NOT_SERVING for the watch, and then ends the call; the health server's
+// Watch picks at random between a queued status and its call's end, so
+// that ending the call at the stop lost the NOT_SERVING now and then
+// (CI's TestHealthWatch). The call ends once the watch has sent it, or
+// after watchStopGrace when it does not come.
 func (s *Server) wireHealthWatch(ctx context.Context, in []byte, st *grpcwire.Stream) error {
 	req, err := healthRequest(in)
 	if err != nil {
@@ -73,15 +82,27 @@ func (s *Server) wireHealthWatch(ctx context.Context, in []byte, st *grpcwire.St
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	down := make(chan struct{})
 	go func() {
 		select {
 		case <-s.wire.Stopping():
+			t := time.NewTimer(watchStopGrace)
+			defer t.Stop()
+			select {
+			case <-down:
+			case <-ctx.Done():
+			case <-t.C:
+			}
 		case <-ctx.Done():
 		}
 		cancel()
 	}()
-	return s.health.Watch(req, watchStream{ctx: ctx, st: st})
+	return s.health.Watch(req, watchStream{ctx: ctx, st: st, down: down, once: new(sync.Once)})
 }
+
+// watchStopGrace bounds how long a watch's call outlives the server's
+// stop when the health service's NOT_SERVING does not come.
+const watchStopGrace = time.Second
 
 // healthRequest reads a health service's request, or answers as grpc-go
 // does a request it cannot read.
@@ -101,19 +122,29 @@ func sendProto(st *grpcwire.Stream, m proto.Message) error {
 	return st.Send(b)
 }
 
-// watchStream is a Watch call's stream as the health server sends on it.
+// watchStream is a Watch call's stream as the health server sends on it;
+// down is closed (once) when it has sent NOT_SERVING. The health server
+// keys its watches by their stream: every field is comparable.
 type watchStream struct {
-	ctx context.Context
-	st  *grpcwire.Stream
+	ctx  context.Context
+	st   *grpcwire.Stream
+	down chan struct{}
+	once *sync.Once
 }
 
 var _ grpc.ServerStreamingServer[healthpb.HealthCheckResponse] = watchStream{}
 
-func (w watchStream) Send(m *healthpb.HealthCheckResponse) error { return sendProto(w.st, m) }
-func (w watchStream) Context() context.Context                   { return w.ctx }
-func (w watchStream) SetHeader(metadata.MD) error                { return nil }
-func (w watchStream) SendHeader(metadata.MD) error               { return nil }
-func (w watchStream) SetTrailer(metadata.MD)                     {}
+func (w watchStream) Send(m *healthpb.HealthCheckResponse) error {
+	err := sendProto(w.st, m)
+	if err == nil && m.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING {
+		w.once.Do(func() { close(w.down) })
+	}
+	return err
+}
+func (w watchStream) Context() context.Context     { return w.ctx }
+func (w watchStream) SetHeader(metadata.MD) error  { return nil }
+func (w watchStream) SendHeader(metadata.MD) error { return nil }
+func (w watchStream) SetTrailer(metadata.MD)       {}
 func (w watchStream) RecvMsg(any) error {
 	return status.Error(codes.Internal, "grpcwire: no more messages on a server-streaming call")
 }
