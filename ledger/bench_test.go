@@ -375,3 +375,33 @@ func BenchmarkTallyStorage(b *testing.B) {
 	b.ReportMetric(float64(calls)/shapes, "unfolded/shape")
 	b.ReportMetric(float64(size)/1e6, "MB")
 }
+
+// BenchmarkTally is one call's tally (a counter of its own among
+// counters others spread over one shape) with 10 or 5,000 such counters
+// in all: 5,000 take several aggregates of the shape (a rate limit
+// domain's addresses, tallied under the domain), and a tally should cost
+// about what it does with 10.
+func BenchmarkTally(b *testing.B) {
+	for _, counters := range []int{10, 5000} {
+		b.Run(fmt.Sprintf("counters=%d", counters), func(b *testing.B) {
+			l, err := ledger.Open(context.Background(), ledger.Config{Dir: b.TempDir()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			calls := make([]ledger.Entry, counters)
+			for i := range calls {
+				calls[i] = tallyCall("x", time.Time{}, "ann", descLine("per-address", fmt.Sprintf("10.0.%d.%d", i/256, i%256), 1))
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if err := l.Tally(ctx, calls[i%counters]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}

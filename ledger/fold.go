@@ -212,7 +212,7 @@ func (l *Ledger) foldRange(ctx context.Context, size time.Duration, lo, hi, now 
 		recs   []record
 	)
 	emit := func(g *foldGroup) {
-		aggs := *sums.shapes[g.k]
+		aggs := sums.shapes[g.k].aggs
 		delete(sums.shapes, g.k)
 		delete(groups, g.k)
 		if len(aggs) >= len(g.drop) || len(aggs) > maxFoldPuts {

@@ -128,7 +128,6 @@ type descSum struct {
 type tallyAgg struct {
 	e    Entry
 	sums []descSum
-	at   map[string]int // index in sums, by prefix
 	size int
 	// applied tells that the store holds a's entry (see
 	// tallies.pruneTicked). The tallies' mu guards it.
@@ -203,9 +202,21 @@ type tickedAggs struct {
 // then finds once the store has them.
 var maxTickedBytes = 2 * maxPendingBytes
 
-// shapeAggs are a shape's aggregates: more than one when MaxKeyDesc
-// splits it.
-type shapeAggs []*tallyAgg
+// shapeAggs are a shape's aggregates (more than one when MaxKeyDesc
+// splits it), and where each counter's sum is: the line the counter was
+// last given. One lookup finds it however many aggregates the shape has
+// (a domain's tally spreads over as many as its thousands of counters
+// take).
+type shapeAggs struct {
+	aggs []*tallyAgg
+	at   map[string]sumAt
+}
+
+// sumAt is a counter's line: a.sums[i].
+type sumAt struct {
+	a *tallyAgg
+	i int
+}
 
 // aggsOf returns k's aggregates, made and put last in the order if k has
 // none. One map lookup: the key is 15 strings to hash. t.mu is held.
@@ -215,7 +226,7 @@ func (t *tallies) aggsOf(k tallyShape) *shapeAggs {
 	}
 	p := t.shapes[k]
 	if p == nil {
-		p = new(shapeAggs)
+		p = &shapeAggs{at: make(map[string]sumAt)}
 		t.shapes[k] = p
 		t.order = append(t.order, p)
 	}
@@ -229,40 +240,35 @@ func (t *tallies) add(e *Entry, lines []descSum) { t.addAs(shapeOf(e), e, lines)
 // addAs is add to the aggregates of shape k (a fold's, whose bucket is
 // its own).
 func (t *tallies) addAs(k tallyShape, e *Entry, lines []descSum) {
-	p := t.aggsOf(k)
-	aggs := *p
+	sh := t.aggsOf(k)
 	newAgg := func() *tallyAgg {
-		a := &tallyAgg{e: *e, at: make(map[string]int)}
+		a := &tallyAgg{e: *e}
 		a.e.RequestID, a.e.KeyDesc = "", ""
-		aggs = append(aggs, a)
+		sh.aggs = append(sh.aggs, a)
 		t.bytes += aggBytes
 		return a
 	}
-	if len(aggs) == 0 {
+	if len(sh.aggs) == 0 {
 		newAgg()
 	}
-	for _, a := range aggs {
+	for _, a := range sh.aggs {
 		if e.CreatedAt.After(a.e.CreatedAt) {
 			a.e.CreatedAt = e.CreatedAt
 		}
 	}
-next:
 	for _, l := range lines {
-		for _, a := range aggs {
-			i, ok := a.at[l.prefix]
-			if !ok {
+		if s, ok := sh.at[l.prefix]; ok {
+			a := s.a
+			n := addSat(a.sums[s.i].n, l.n)
+			if size := a.size + digits(n) - digits(a.sums[s.i].n); size <= MaxKeyDesc {
+				a.sums[s.i].n, a.size = n, size
 				continue
-			}
-			n := addSat(a.sums[i].n, l.n)
-			if size := a.size + digits(n) - digits(a.sums[i].n); size <= MaxKeyDesc {
-				a.sums[i].n, a.size = n, size
-				continue next
 			}
 		}
 		// A counter not in the shape's aggregates yet, or whose sum would
 		// take its aggregate past MaxKeyDesc: a line of the last one, or
 		// of a new one.
-		a := aggs[len(aggs)-1]
+		a := sh.aggs[len(sh.aggs)-1]
 		line := len(l.prefix) + 1 + digits(l.n)
 		if len(a.sums) > 0 {
 			line++ // the newline before it
@@ -275,14 +281,11 @@ next:
 		// The counter's own copy of its text: a prefix of the call's
 		// KeyDesc would keep all of it (up to MaxKeyDesc) for its tick.
 		l.prefix = strings.Clone(l.prefix)
-		if _, dup := a.at[l.prefix]; !dup {
-			a.at[l.prefix] = len(a.sums)
-		}
+		sh.at[l.prefix] = sumAt{a, len(a.sums)}
 		a.sums = append(a.sums, l)
 		a.size += line
 		t.bytes += lineBytes + int64(len(l.prefix))
 	}
-	*p = aggs
 }
 
 // swap takes the aggregates out, in the order their shapes came. t.mu is
@@ -290,7 +293,7 @@ next:
 func (t *tallies) swap() []*tallyAgg {
 	var out []*tallyAgg
 	for _, p := range t.order {
-		out = append(out, *p...)
+		out = append(out, p.aggs...)
 	}
 	t.shapes, t.order, t.bytes = nil, nil, 0
 	return out
@@ -344,10 +347,13 @@ func (t *tallies) pruneTicked(applied int64) {
 func (t *tallies) putBack(aggs []*tallyAgg) {
 	for _, a := range aggs {
 		p := t.aggsOf(shapeOf(&a.e))
-		*p = append(shapeAggs{a}, *p...)
+		p.aggs = append([]*tallyAgg{a}, p.aggs...)
 		t.bytes += aggBytes
-		for _, l := range a.sums {
+		for i, l := range a.sums {
 			t.bytes += lineBytes + int64(len(l.prefix))
+			if _, ok := p.at[l.prefix]; !ok {
+				p.at[l.prefix] = sumAt{a, i}
+			}
 		}
 	}
 }
@@ -704,7 +710,7 @@ func (l *Ledger) pendingTallies(match func(*Entry) bool, ticked bool) ([]Entry, 
 		}
 	}
 	for _, p := range l.tally.order {
-		for _, a := range *p {
+		for _, a := range p.aggs {
 			add(a)
 		}
 	}

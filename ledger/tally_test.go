@@ -189,6 +189,53 @@ func TestTallyKeyDescBound(t *testing.T) {
 	}
 }
 
+// TestTallySumsGrowAcrossSplits: counters enough for two aggregates of
+// one shape, each tallied again and again with amounts ten times the last
+// (so every sum gains a digit a round and a full aggregate has no room
+// for it), some calls carrying several counters: each counter's sum goes
+// on in the line it was last given, or a new one when that one is full,
+// and every counter counts exactly what it was given, pending and
+// stored, no KeyDesc past MaxKeyDesc.
+func TestTallySumsGrowAcrossSplits(t *testing.T) {
+	l := open(t, ledger.Config{Dir: t.TempDir()})
+	ctx := context.Background()
+	const counters, rounds = 250, 10
+	key := func(i int) string { return "acme_" + strings.Repeat("q", 40) + strconv.Itoa(i) }
+	want := map[string]int64{}
+	amount := int64(1)
+	for r := range rounds {
+		for i := 0; i < counters; {
+			// 1 to 3 counters a call.
+			n := min(1+(i+r)%3, counters-i)
+			lines := make([]string, n)
+			for j := range lines {
+				line := descLine("per-project", key(i+j), amount*int64(1+(i+j)%7))
+				lines[j] = line
+				want[line[:strings.LastIndexByte(line, '\t')]] += amount * int64(1+(i+j)%7)
+			}
+			if err := l.Tally(ctx, tallyCall("x", t0, "ann", lines...)); err != nil {
+				t.Fatal(err)
+			}
+			i += n
+		}
+		amount *= 10
+	}
+	all, _ := descCounts(t, descRead(t, l))
+	sameCounts(t, "pending", all, want)
+	flush(t, l)
+	all, _ = descCounts(t, descRead(t, l))
+	sameCounts(t, "stored", all, want)
+	es := tallyEntries(t, l)
+	if len(es) < 2 {
+		t.Errorf("%d entries for %d counters of about 80 bytes; want several", len(es), counters)
+	}
+	for _, e := range es {
+		if len(e.KeyDesc) > ledger.MaxKeyDesc {
+			t.Errorf("entry %s: KeyDesc of %d bytes, past MaxKeyDesc", e.RequestID, len(e.KeyDesc))
+		}
+	}
+}
+
 // TestTallyRefused: a tally of no counters, or of a line of no amount, is
 // invalid, and counts nothing.
 func TestTallyRefused(t *testing.T) {
