@@ -645,6 +645,25 @@ func storeHoldsSoon(t *testing.T, l *ledger.Ledger, n int, what string) {
 	}
 }
 
+// failingTicks opens a ledger whose spool segment is filled to within 6
+// KiB of its end, just after a tick, with the process then out of file
+// descriptors until restore: a tick that needs the next segment fails.
+// failed counts the ticks that failed.
+func failingTicks(t *testing.T) (l *ledger.Ledger, failed *atomic.Int64, restore func()) {
+	t.Helper()
+	failed = new(atomic.Int64)
+	cfg := ledger.Config{Dir: t.TempDir(), SegmentSize: 64 << 10, Logf: func(f string, a ...any) {
+		if msg := fmt.Sprintf(f, a...); strings.Contains(msg, "kept for the next tick") {
+			failed.Add(1)
+		}
+		t.Logf(f, a...)
+	}}
+	l = open(t, cfg)
+	ledAtkFillSegment(t, l, cfg.Dir, 58<<10) // to within 6 KiB
+	justAfterATick()
+	return l, failed, ledAtkOutOfFiles(t)
+}
+
 // TestTallyAtkFailingTickNotAskedAgainAtEveryTally: the spool takes a
 // tally's small append but not a tick's, which must open the next segment
 // while the process is out of file descriptors. A tally past
@@ -655,19 +674,9 @@ func storeHoldsSoon(t *testing.T, l *ledger.Ledger, n int, what string) {
 // clock still retry.
 func TestTallyAtkFailingTickNotAskedAgainAtEveryTally(t *testing.T) {
 	defer ledger.SetMaxPendingShapes(20)()
-	var failed atomic.Int64
-	cfg := ledger.Config{Dir: t.TempDir(), SegmentSize: 64 << 10, Logf: func(f string, a ...any) {
-		if msg := fmt.Sprintf(f, a...); strings.Contains(msg, "kept for the next tick") {
-			failed.Add(1)
-		}
-		t.Logf(f, a...)
-	}}
-	l := open(t, cfg)
-	ctx := context.Background()
-	ledAtkFillSegment(t, l, cfg.Dir, 58<<10) // to within 6 KiB
-	justAfterATick()
-	restore := ledAtkOutOfFiles(t)
+	l, failed, restore := failingTicks(t)
 	defer restore()
+	ctx := context.Background()
 	tallied := 0
 	for i := range 40 {
 		if err := l.Tally(ctx, tallyCall("u", time.Time{}, "u"+strconv.Itoa(i), descLine("search", "acme", 1))); err != nil {
@@ -684,4 +693,52 @@ func TestTallyAtkFailingTickNotAskedAgainAtEveryTally(t *testing.T) {
 	if n := failed.Load(); n != 1 {
 		t.Fatalf("%d early ticks failed for %d tallies past the first 20; want 1, then none until the clock's", n, tallied-20)
 	}
+}
+
+// TestTallyAtkFailedTickThenSameCounters: a tick that cannot append its
+// entries (the segment full, the process out of file descriptors) puts
+// its aggregates back; the tallies that follow, on the same counters of
+// the same shape, add to them. Once the fault ends, every counter counts
+// exactly the tallies taken, pending and stored: none is lost with the
+// failed tick, none counted twice by the aggregates put back beside the
+// new ones.
+func TestTallyAtkFailedTickThenSameCounters(t *testing.T) {
+	defer ledger.SetMaxPendingShapes(1)()
+	l, failed, restore := failingTicks(t)
+	defer restore()
+	ctx := context.Background()
+	want := map[string]int64{}
+	lines := []string{descLine("search", "acme", 2), descLine("per-project", "acme_p1", 3)}
+	for i := range 60 {
+		if err := l.Tally(ctx, tallyCall("u", time.Time{}, "ann", lines[i%2], lines[(i+1)%2])); err != nil {
+			break // the segment is full: the tally needs the next one too
+		}
+		for _, line := range lines {
+			k := line[:strings.LastIndexByte(line, '\t')]
+			n, _ := strconv.ParseInt(line[len(k)+1:], 10, 64)
+			want[k] += n
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if failed.Load() == 0 {
+		t.Fatal("no tick failed: the test did not put aggregates back")
+	}
+	if len(want) == 0 {
+		t.Fatal("no tally was taken")
+	}
+	now := time.Now()
+	read := func() map[string]int64 {
+		gs, err := l.CountsBy(ctx, ledger.SpendQuery{Tenant: "acme", From: now.Add(-time.Hour), To: now.Add(time.Hour)},
+			ledger.GroupBy{Desc: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, _ := descCounts(t, gs)
+		return all
+	}
+	sameCounts(t, "pending, the fault on", read(), want)
+	restore()
+	flush(t, l)
+	sameCounts(t, "stored", read(), want)
 }
