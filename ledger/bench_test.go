@@ -405,3 +405,32 @@ func BenchmarkTally(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCountsByAmidTallies is one tenant's CountsBy grouping by Desc
+// (a restore's read) while 2,000 other tenants' tallies wait for their
+// tick: the read looks at every aggregate not yet ticked, under the lock
+// every Tally takes.
+func BenchmarkCountsByAmidTallies(b *testing.B) {
+	l, err := ledger.Open(context.Background(), ledger.Config{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	justAfterATick() // the tallies stay pending for the benchmark's second or so
+	now := time.Now()
+	for i := range 2000 {
+		e := tallyCall("x", now, "ann", descLine("per-address", fmt.Sprintf("10.0.%d.%d", i/256, i%256), 1))
+		e.Tenant = "t" + strconv.Itoa(i)
+		if err := l.Tally(ctx, e); err != nil {
+			b.Fatal(err)
+		}
+	}
+	q := ledger.SpendQuery{Tenant: "t7", From: now.Add(-time.Hour), To: now.Add(time.Hour)}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := l.CountsBy(ctx, q, ledger.GroupBy{Desc: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -679,6 +679,8 @@ func (l *Ledger) dropAppliedTicks() {
 // then. Without ticked (a read of the spool up to that end instead, see
 // localCountsBy), it waits for a tick's append under way: its aggregates
 // are in neither the aggregates nor the spool until it has appended.
+// match is given each aggregate's entry with its first counter for its
+// KeyDesc: it may test whether there is one, not what the text says.
 func (l *Ledger) pendingTallies(match func(*Entry) bool, ticked bool) ([]Entry, []*tallyAgg, int64) {
 	l.tally.mu.Lock()
 	for !ticked && slices.ContainsFunc(l.tally.ticked, func(tk *tickedAggs) bool { return tk.ends == nil }) {
@@ -694,10 +696,18 @@ func (l *Ledger) pendingTallies(match func(*Entry) bool, ticked bool) ([]Entry, 
 		out  []Entry
 		aggs []*tallyAgg
 	)
+	// match sees an aggregate with its first counter for its KeyDesc
+	// (empty without one): the whole text, up to MaxKeyDesc, is built only
+	// for the aggregates it selects, since every Tally waits for this lock.
+	var e Entry // one for every aggregate: match takes its address
 	add := func(a *tallyAgg) {
-		e := a.e
-		e.KeyDesc, e.Status, e.Requests = a.desc(), StatusSettled, 0
+		e = a.e
+		e.Status, e.Requests = StatusSettled, 0
+		if len(a.sums) > 0 {
+			e.KeyDesc = a.sums[0].prefix
+		}
 		if match(&e) {
+			e.KeyDesc = a.desc()
 			out = append(out, e)
 			aggs = append(aggs, a)
 		}
