@@ -668,8 +668,16 @@ func (l *Ledger) dropAppliedTicks() {
 	if len(l.tally.ticked) == 0 {
 		return
 	}
-	_, applied := l.spool.positions()
+	l.pruneApplied()
+}
+
+// pruneApplied drops the ticked aggregates the store holds, as the
+// flusher's applied position says now, and returns the spool's end then.
+// l.tally.mu is held.
+func (l *Ledger) pruneApplied() (end int64) {
+	end, applied := l.spool.positions()
 	l.tally.pruneTicked(applied)
+	return end
 }
 
 // pendingTallies returns the aggregates not yet ticked that match selects
@@ -690,8 +698,7 @@ func (l *Ledger) pendingTallies(match func(*Entry) bool, ticked bool) ([]Entry, 
 		l.tally.mu.Lock()
 	}
 	defer l.tally.mu.Unlock()
-	end, applied := l.spool.positions()
-	l.tally.pruneTicked(applied)
+	end := l.pruneApplied()
 	var (
 		out  []Entry
 		aggs []*tallyAgg
@@ -735,8 +742,7 @@ func (l *Ledger) pendingTallies(match func(*Entry) bool, ticked bool) ([]Entry, 
 func (l *Ledger) anyApplied(aggs []*tallyAgg) bool {
 	l.tally.mu.Lock()
 	defer l.tally.mu.Unlock()
-	_, applied := l.spool.positions()
-	l.tally.pruneTicked(applied)
+	l.pruneApplied()
 	for _, a := range aggs {
 		if a.applied {
 			return true
