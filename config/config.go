@@ -154,7 +154,15 @@ type LedgerConfig struct {
 	// that found the loss for as long. 0 means the default, 2s; at most
 	// 1m.
 	PeerWait time.Duration `yaml:"peer_wait"`
+	// CloseTimeout is how long a shutdown waits for the spool to reach
+	// the ledger's store (see ledger.Config.CloseTimeout): what does not
+	// make it stays in data_dir's spool for the next start, which
+	// replays it. 0 means the default, 10s; at most 5m.
+	CloseTimeout time.Duration `yaml:"close_timeout"`
 }
+
+// maxCloseTimeout bounds ledger.close_timeout: a shutdown waits as long.
+const maxCloseTimeout = 5 * time.Minute
 
 // maxPeerWait bounds ledger.peer_wait: the requests that find a loss wait
 // as long.
@@ -553,6 +561,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Ledger.PeerWait < 0 || c.Ledger.PeerWait > maxPeerWait {
 		bad("ledger.peer_wait", "must be between 0 (the default, 2s) and %s", maxPeerWait)
+	}
+	if c.Ledger.CloseTimeout < 0 || c.Ledger.CloseTimeout > maxCloseTimeout {
+		bad("ledger.close_timeout", "must be between 0 (the default, 10s) and %s", maxCloseTimeout)
 	}
 	if c.Store.Timeout < 0 || c.Store.QueueTimeout < 0 || c.Store.BreakerFailures < 0 || c.Store.BreakerCooldown < 0 || c.Store.FallbackReplicas < 0 || c.Store.ReconcileInterval < 0 {
 		bad("store", "timeout, breaker_failures, breaker_cooldown, fallback_replicas and reconcile_interval must be positive")

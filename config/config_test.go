@@ -41,6 +41,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"huge keys per tenant", base + "store: {max_keys_per_tenant: 2000000}\n", "store.max_keys_per_tenant"},
 		{"negative peer wait", base + "ledger: {peer_wait: -1s}\n", "ledger.peer_wait"},
 		{"peer wait past a minute", base + "ledger: {peer_wait: 2m}\n", "ledger.peer_wait"},
+		{"negative close timeout", base + "ledger: {close_timeout: -1s}\n", "ledger.close_timeout"},
+		{"close timeout past five minutes", base + "ledger: {close_timeout: 6m}\n", "ledger.close_timeout"},
 		{"empty file", "", "the config is empty"},
 		{"tenant without plan", base + "tenants: [{name: t, keys: [{key: a}]}]\n", "tenants[0].plan: required"},
 		{"user the RLS reads apart", base + "tenants: [{name: t, plan: p, keys: [{key: a, user: '50%off'}]}]\n", "tenants[0].keys[0].user: must be UTF-8 text without '%'"},

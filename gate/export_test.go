@@ -15,6 +15,12 @@ func SharesInflightStripe(a, b string) bool {
 	return n.of(a) == n.of(b)
 }
 
+func init() {
+	// A gate closed with its database down or held waits 2 s for its
+	// spool, not 10, at the end of each test that leaves it so.
+	defaultCloseTimeout = 2 * time.Second
+}
+
 // ManualExpiry is opts with the gate's own expiry pass off: a test runs
 // it with ExpireHolds when it means to, not once a second whenever the
 // machine gets to it.

@@ -219,7 +219,8 @@ func (g *Gate) open(ctx context.Context, cfg *config.Config) error {
 	g.renewer.start()
 	g.closers = append(g.closers, g.renewer.close)
 	if g.ledger, err = ledger.Open(ctx, ledger.Config{DSN: cfg.Ledger.DSN, Dir: cfg.DataDirPath(), PeerWait: cfg.Ledger.PeerWait,
-		OnPeerSync: g.peerRestored, Logf: ledgerLogf(g.log)}); err != nil {
+		CloseTimeout: cmp.Or(cfg.Ledger.CloseTimeout, defaultCloseTimeout),
+		OnPeerSync:   g.peerRestored, Logf: ledgerLogf(g.log)}); err != nil {
 		return fmt.Errorf("gate: ledger: %w", err)
 	}
 	g.closers = append(g.closers, g.ledger.Close)
@@ -282,6 +283,12 @@ func (g *Gate) open(ctx context.Context, cfg *config.Config) error {
 	}
 	return nil
 }
+
+// defaultCloseTimeout is the ledger's close timeout when the
+// configuration sets none: 0 leaves the ledger's own default (10 s). The
+// package's tests shorten it (export_test.go): a gate they close with its
+// database down or held waits that long.
+var defaultCloseTimeout time.Duration
 
 func (g *Gate) openStore(ctx context.Context, cfg *config.Config) (*freshStore, error) {
 	if cfg.Store.Redis == "" {
@@ -460,8 +467,8 @@ func (g *Gate) Apply(cfg *config.Config) error {
 		return errors.New("store.redis changed: restart costgate to change the limiter store")
 	case cfg.Ledger.DSN != old.Ledger.DSN || cfg.DataDirPath() != old.DataDirPath():
 		return errors.New("ledger.dsn or data_dir changed: restart costgate to change the ledger")
-	case cfg.Ledger.PeerWait != old.Ledger.PeerWait:
-		return errors.New("ledger.peer_wait changed: restart costgate to change it")
+	case cfg.Ledger.PeerWait != old.Ledger.PeerWait || cfg.Ledger.CloseTimeout != old.Ledger.CloseTimeout:
+		return errors.New("ledger.peer_wait or ledger.close_timeout changed: restart costgate to change them")
 	case cfg.Costs.OutputReserve.Quantile > 0 && g.learned == nil:
 		return errors.New("costs.output_reserve: a learned quantile needs a restart when costgate started with a percentage")
 	case cfg.Reservations.SigningSecret() != old.Reservations.SigningSecret():
