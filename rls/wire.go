@@ -30,8 +30,8 @@ const (
 
 func (s *Server) newWire() *grpcwire.Server {
 	w := grpcwire.NewServer(grpcwire.Options{Logger: s.log})
-	w.Handle(pathShouldRateLimit, s.wireDecide)
-	w.Handle(pathHealthCheck, s.wireHealthCheck)
+	w.HandleUnary(pathShouldRateLimit, s.wireDecide)
+	w.HandleUnary(pathHealthCheck, s.wireHealthCheck)
 	w.Handle(pathHealthWatch, s.wireHealthWatch)
 	return w
 }

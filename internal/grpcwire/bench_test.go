@@ -49,7 +49,7 @@ func serveWire(tb testing.TB, opts Options) (*Server, string) {
 		tb.Fatal(err)
 	}
 	s := NewServer(opts)
-	s.Handle("/grpc.health.v1.Health/Check", checkHandler)
+	s.HandleUnary("/grpc.health.v1.Health/Check", checkHandler)
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ln) }()
 	tb.Cleanup(func() {

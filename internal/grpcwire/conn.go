@@ -326,8 +326,8 @@ func (c *conn) onRequest(sid uint32, endStream bool) error {
 	if !grpcContentType(h.contentType) {
 		return c.answerEarly(sid, endStream, 415, codes.Internal, fmt.Sprintf("invalid gRPC request content-type %q", h.contentType))
 	}
-	handler := c.s.methods[h.path]
-	if handler == nil {
+	m := c.s.methods[h.path]
+	if m.h == nil {
 		return c.answerEarly(sid, endStream, 200, codes.Unimplemented, unknownMethod(h.path))
 	}
 	ctx, cancel := c.ctx, context.CancelFunc(nil)
@@ -340,7 +340,7 @@ func (c *conn) onRequest(sid uint32, endStream bool) error {
 	} else {
 		ctx, cancel = context.WithCancel(ctx)
 	}
-	st := &Stream{c: c, id: sid, h: handler, ctx: ctx, cancel: cancel, recvWindow: defaultWindow, encoding: h.encoding}
+	st := &Stream{c: c, id: sid, h: m.h, unary: m.unary, ctx: ctx, cancel: cancel, recvWindow: defaultWindow, encoding: h.encoding}
 	c.mu.Lock()
 	st.sendWindow = c.peerWindow
 	c.streams[sid] = st

@@ -61,15 +61,16 @@ func TestRawNoReader(t *testing.T) {
 				t.Fatal("the server's connection not found")
 			}
 			// Stream 1: a request of 1 MiB, under way. Stream 3: an
-			// answer of 512 KiB, whose handler then writes, and waits for a
-			// reader that never comes.
+			// answer of 512 KiB, whose write waits for a reader that
+			// never comes (the call is unary: its handler has returned,
+			// and the answer's writer is the goroutine that ran it).
 			c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: c.block(pathBlock), EndHeaders: true})
 			c.fr.WriteData(1, false, []byte{0, 0, 0x10, 0, 0})
 			c.request(3, pathBig, []byte{0x08, 0x80, 0x80, 0x20}, true) // UInt32Value{Value: 524288}
 			pollUntil(t, 5*time.Second, "the answer's write", func() bool {
 				c0.mu.Lock()
 				defer c0.mu.Unlock()
-				return c0.flushing && c0.open == 2
+				return c0.flushing && c0.lastID == 3
 			})
 			var flood []byte
 			for i := range 200_000 {

@@ -91,41 +91,41 @@ func serveTest(tb testing.TB, ln net.Listener, opts Options) *testServer {
 }
 
 func registerTestHandlers(s *Server, started chan struct{}, cancelled chan error, release chan struct{}) {
-	s.Handle("/grpc.health.v1.Health/Check", checkHandler)
-	s.Handle(pathEcho, func(_ context.Context, in []byte, st *Stream) error {
+	s.HandleUnary("/grpc.health.v1.Health/Check", checkHandler)
+	s.HandleUnary(pathEcho, func(_ context.Context, in []byte, st *Stream) error {
 		return st.Send(in)
 	})
-	s.Handle(pathFail, func(_ context.Context, in []byte, st *Stream) error {
+	s.HandleUnary(pathFail, func(_ context.Context, in []byte, st *Stream) error {
 		var v wrapperspb.StringValue
 		if err := proto.Unmarshal(in, &v); err != nil {
 			return err
 		}
 		return status.Error(codes.Aborted, v.Value)
 	})
-	s.Handle(pathBig, func(_ context.Context, in []byte, st *Stream) error {
+	s.HandleUnary(pathBig, func(_ context.Context, in []byte, st *Stream) error {
 		var v wrapperspb.UInt32Value
 		if err := proto.Unmarshal(in, &v); err != nil {
 			return err
 		}
 		return sendProto(st, wrapperspb.Bytes(pattern(int(v.Value))))
 	})
-	s.Handle(pathPanic, func(context.Context, []byte, *Stream) error {
+	s.HandleUnary(pathPanic, func(context.Context, []byte, *Stream) error {
 		panic("a handler's bug")
 	})
-	s.Handle(pathDeadline, func(ctx context.Context, _ []byte, st *Stream) error {
+	s.HandleUnary(pathDeadline, func(ctx context.Context, _ []byte, st *Stream) error {
 		left := int64(-1)
 		if d, ok := ctx.Deadline(); ok {
 			left = int64(time.Until(d))
 		}
 		return sendProto(st, wrapperspb.Int64(left))
 	})
-	s.Handle(pathBlock, func(ctx context.Context, _ []byte, st *Stream) error {
+	s.HandleUnary(pathBlock, func(ctx context.Context, _ []byte, st *Stream) error {
 		started <- struct{}{}
 		<-ctx.Done()
 		cancelled <- ctx.Err()
 		return ctx.Err()
 	})
-	s.Handle(pathSlow, func(_ context.Context, in []byte, st *Stream) error {
+	s.HandleUnary(pathSlow, func(_ context.Context, in []byte, st *Stream) error {
 		started <- struct{}{}
 		<-release
 		return st.Send(in)

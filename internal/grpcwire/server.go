@@ -80,11 +80,12 @@ const (
 var ErrServerStopped = errors.New("grpcwire: the server has stopped")
 
 // Server serves registered methods on the listeners given to Serve. Its
-// methods are safe for concurrent use; Handle must be called before Serve.
+// methods are safe for concurrent use; Handle and HandleUnary must be
+// called before Serve.
 type Server struct {
 	opts    Options
 	log     *slog.Logger
-	methods map[string]Handler // by path, "/package.Service/Method"
+	methods map[string]method // by path, "/package.Service/Method"
 
 	ctx    context.Context // cancelled by Stop
 	cancel context.CancelFunc
@@ -144,8 +145,8 @@ func (s *Server) worker(cl call) {
 	}
 }
 
-// NewServer returns a Server with opts; register methods with Handle,
-// then Serve.
+// NewServer returns a Server with opts; register methods with Handle or
+// HandleUnary, then Serve.
 func NewServer(opts Options) *Server {
 	if opts.MaxRecvMsgSize <= 0 {
 		opts.MaxRecvMsgSize = defaultMaxRecv
@@ -162,7 +163,7 @@ func NewServer(opts Options) *Server {
 	s := &Server{
 		opts:     opts,
 		log:      opts.Logger,
-		methods:  map[string]Handler{},
+		methods:  map[string]method{},
 		lis:      map[net.Listener]struct{}{},
 		conns:    map[*conn]struct{}{},
 		stopping: make(chan struct{}),
@@ -175,10 +176,26 @@ func NewServer(opts Options) *Server {
 	return s
 }
 
+// A method is a registered handler, and whether its calls are unary.
+type method struct {
+	h     Handler
+	unary bool
+}
+
 // Handle registers h for path, the call's full method name
-// ("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit").
+// ("/grpc.health.v1.Health/Watch"), as a server-streaming method: each
+// message h sends is written as soon as the connection's writer can.
 func (s *Server) Handle(path string, h Handler) {
-	s.methods[path] = h
+	s.methods[path] = method{h: h}
+}
+
+// HandleUnary registers h for path
+// ("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit") as a
+// unary method: h sends at most one message, which is written with the
+// call's trailers when h returns, in one write (a write is a system call,
+// and the client's reader wakes once for the answer, not twice).
+func (s *Server) HandleUnary(path string, h Handler) {
+	s.methods[path] = method{h: h, unary: true}
 }
 
 // Serve accepts connections on ln and serves them until Stop or

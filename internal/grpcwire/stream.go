@@ -17,6 +17,7 @@ type Stream struct {
 	c        *conn
 	id       uint32
 	h        Handler
+	unary    bool // its answer is written when h returns (HandleUnary)
 	ctx      context.Context
 	cancel   context.CancelFunc
 	encoding string // grpc-encoding
@@ -42,7 +43,8 @@ var ErrStreamReset = errors.New("grpcwire: the stream was reset")
 
 // Send sends msg, a message in the protobuf wire format, on the stream.
 // It copies msg before it returns, and waits while 1 MiB of the stream's
-// answers waits for the client's flow-control window.
+// answers waits for the client's flow-control window. On a unary call the
+// message is written with the trailers, when the handler returns.
 func (st *Stream) Send(msg []byte) error {
 	c := st.c
 	c.mu.Lock()
@@ -91,7 +93,9 @@ func (st *Stream) Send(msg []byte) error {
 		}
 		c.drainLocked()
 	}
-	c.flushLocked()
+	if !st.unary {
+		c.flushLocked()
+	}
 	return nil
 }
 
@@ -164,6 +168,12 @@ func (c *conn) answer(st *Stream, code codes.Code, msg string) {
 	defer c.mu.Unlock()
 	if st.reset || c.werr != nil {
 		c.releaseLocked(st)
+		if c.werr == nil && len(c.wbuf) > 0 {
+			// What a unary call appended before its reset, or others'
+			// frames: written, so that a connection going away closes
+			// once its buffer is empty.
+			c.flushLocked()
+		}
 		return
 	}
 	c.waitRoomLocked()
