@@ -5,7 +5,9 @@ import (
 	"net"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -84,4 +86,55 @@ func TestUnaryAnswerIsOneWrite(t *testing.T) {
 	if got := ln.writes.Load() - before; got != calls {
 		t.Errorf("%d calls one after the other took %d writes, want one each", calls, got)
 	}
+}
+
+// A unary call reset by its client after its handler sent its message,
+// and before the handler returned, while the server stops gracefully:
+// the message waits in the write buffer for the answer, which the reset
+// drops. The connection must still close once its last call ends. Had
+// that message stayed unwritten, the buffer would never be empty, and
+// GracefulStop would wait for the client to hang up.
+func TestUnaryResetAfterSendDuringGracefulStop(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(Options{})
+	started, proceed, sent := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	s.HandleUnary(pathEcho, func(ctx context.Context, in []byte, st *Stream) error {
+		close(started)
+		<-proceed
+		if err := st.Send(in); err != nil {
+			return err
+		}
+		close(sent)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	defer func() {
+		s.Stop()
+		<-served
+	}()
+	c := rawDial(t, ln.Addr().String(), nil)
+	c.request(1, pathEcho, []byte{0x0a, 0x01, 'x'}, true)
+	within(t, started, 5*time.Second, "the handler's start")
+
+	stopped := make(chan struct{})
+	go func() { s.GracefulStop(); close(stopped) }()
+	<-s.Stopping()
+	for { // the GOAWAY: GracefulStop's own write is done
+		f := c.next()
+		if _, ok := f.(*http2.GoAwayFrame); ok {
+			break
+		}
+	}
+	close(proceed)
+	within(t, sent, 5*time.Second, "the handler's Send")
+	if err := c.fr.WriteRSTStream(1, http2.ErrCodeCancel); err != nil {
+		t.Fatal(err)
+	}
+	c.expectClosed()
+	within(t, stopped, 5*time.Second, "GracefulStop")
 }
