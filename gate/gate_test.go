@@ -252,19 +252,24 @@ func TestSettleLaterInProcess(t *testing.T) {
 	}
 }
 
-// A reload that changes ledger.peer_wait is refused, as one that changes
-// the ledger's database: the ledger reads it once, when it opens, and a
-// reload that took it would report a wait it does not keep.
+// A reload that changes ledger.peer_wait or ledger.close_timeout is
+// refused, as one that changes the ledger's database: the ledger reads
+// them once, when it opens, and a reload that took one would report a
+// wait it does not keep.
 func TestReloadRefusesAnotherPeerWait(t *testing.T) {
-	dir := t.TempDir()
-	conf := func(ledger string) string {
-		return fmt.Sprintf("admin_token: t\ndata_dir: %q\n%s", dir, ledger)
-	}
-	g := openYAML(t, conf("ledger: {peer_wait: 5s}\n"))
-	if err := g.Apply(mustParse(t, conf("ledger: {peer_wait: 3s}\n"))); err == nil || !strings.Contains(err.Error(), "ledger.peer_wait") {
-		t.Fatalf("a reload to another peer_wait: %v, want refused naming ledger.peer_wait", err)
-	}
-	if err := g.Apply(mustParse(t, conf("ledger: {peer_wait: 5s}\n"))); err != nil {
-		t.Fatalf("a reload that keeps peer_wait: %v", err)
+	for _, key := range []string{"peer_wait", "close_timeout"} {
+		t.Run(key, func(t *testing.T) {
+			dir := t.TempDir()
+			conf := func(wait string) string {
+				return fmt.Sprintf("admin_token: t\ndata_dir: %q\nledger: {%s: %s}\n", dir, key, wait)
+			}
+			g := openYAML(t, conf("5s"))
+			if err := g.Apply(mustParse(t, conf("3s"))); err == nil || !strings.Contains(err.Error(), "ledger."+key) {
+				t.Fatalf("a reload to another %s: %v, want refused naming ledger.%s", key, err, key)
+			}
+			if err := g.Apply(mustParse(t, conf("5s"))); err != nil {
+				t.Fatalf("a reload that keeps %s: %v", key, err)
+			}
+		})
 	}
 }
