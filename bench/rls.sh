@@ -27,7 +27,9 @@
 # Little's law about concurrency / throughput) and at a fixed offered rate
 # that all of them sustain ($RLS_BENCH_RATE decisions/s over the same
 # streams, open loop: the latency of a decision when the machine is not
-# saturated).
+# saturated). With RLS_BENCH_ROUNDS above 1, a second table gives each
+# row's ratios to gubernator's of the same round as their median over the
+# rounds, beside each round's: the figure to read against the targets.
 #
 # The descriptors each decision sends (key index i, 0 to keys - 1):
 #   1 descriptor:  [tenant=bench-<i>]
@@ -335,3 +337,58 @@ awk '
 		print "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 		for (i = 1; i <= n; i++) print row[i]
 	}' "$results"
+
+# With several rounds, the ratios' medians: each row's ratio to
+# gubernator's of the same round, descriptors and load, the median of
+# those over the rounds (the lower middle one of an even count). One
+# round's ratio moves by 20 to 30% with the machine's drift; the median
+# of three or more is the figure to read against the targets.
+if [ "$ROUNDS" -gt 1 ]; then
+	echo
+	awk '
+		function val(k) { return (k in f) ? f[k] : "" }
+		# median of the values in s (space-separated), the lower middle one
+		# of an even count
+		function median(s,    a, n, i, j, t) {
+			n = split(s, a, " ")
+			for (i = 2; i <= n; i++) {
+				t = a[i]
+				for (j = i - 1; j >= 1 && a[j] + 0 > t + 0; j--) a[j + 1] = a[j]
+				a[j + 1] = t
+			}
+			return a[int((n + 1) / 2)]
+		}
+		{
+			delete f
+			for (i = 1; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = substr($i, length(kv[1]) + 2) }
+			server = val("cpu_us/decision"); store = val("store_cpu_us/decision")
+			if (server == "" || server == "-") next
+			total = server + ((store == "" || store == "-") ? 0 : store)
+			round = f["round"]; case_ = f["descriptors"] "/" f["rate"] "/" f["conc"]
+			if (f["target"] == "gubernator") { gs[round "/" case_] = server; gt[round "/" case_] = total; next }
+			k = f["target"] "|" case_
+			if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+			rows[k] = rows[k] " " round ":" server ":" total
+		}
+		END {
+			print "| target | descriptors | load | rounds | server vs gubernator, median | each round | server + Redis vs gubernator, median | each round |"
+			print "| --- | ---: | --- | ---: | ---: | --- | ---: | --- |"
+			for (i = 1; i <= n; i++) {
+				k = order[i]; split(k, kk, "|"); split(kk[2], c, "/")
+				m = split(substr(rows[k], 2), rs, " ")
+				s = ""; t = ""; sl = ""; tl = ""; used = 0
+				for (j = 1; j <= m; j++) {
+					split(rs[j], x, ":")
+					g = gs[x[1] "/" kk[2]]; gtot = gt[x[1] "/" kk[2]]
+					if (g == "" || g == 0) continue
+					used++
+					s = s " " x[2] / g; t = t " " x[3] / gtot
+					sl = sl (sl == "" ? "" : ", ") sprintf("%.2f", x[2] / g)
+					tl = tl (tl == "" ? "" : ", ") sprintf("%.2f", x[3] / gtot)
+				}
+				if (used == 0) continue
+				load = (c[2] == "closed") ? "closed, " c[3] " in flight" : c[2] "/s over " c[3]
+				printf "| %s | %s | %s | %d | **%.2fx** | %s | %.2fx | %s |\n", kk[1], c[1], load, used, median(s), sl, median(t), tl
+			}
+		}' "$results"
+fi
