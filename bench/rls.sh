@@ -315,80 +315,57 @@ echo
 
 # The table: each row against gubernator's of the same round, descriptors
 # and load; "server" is the RLS process alone, "+ Redis" adds the
-# store's CPU (gubernator keeps its state in its own process).
-awk '
+# store's CPU (gubernator keeps its state in its own process). With
+# several rounds, a second table: each ratio's median over the rounds
+# (the lower middle one of an even count), beside each round's. One
+# round's ratio moves by 20 to 30% with the machine's drift; the median
+# of three or more is the figure to read against the targets.
+awk -v rounds="$ROUNDS" '
 	function val(k) { return (k in f) ? f[k] : "-" }
 	function ratio(a, b) { return (a == "-" || b == "" || b == 0) ? "" : sprintf("%.2fx", a / b) }
+	# median of the numbers in s, space-separated
+	function median(s,    a, n, i, j, t) {
+		n = split(s, a, " ")
+		for (i = 2; i <= n; i++) {
+			t = a[i]
+			for (j = i - 1; j >= 1 && a[j] + 0 > t + 0; j--) a[j + 1] = a[j]
+			a[j + 1] = t
+		}
+		return a[int((n + 1) / 2)]
+	}
 	{
 		delete f
 		for (i = 1; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = substr($i, length(kv[1]) + 2) }
-		key = f["round"] "/" f["descriptors"] "/" f["rate"]
+		case_ = f["descriptors"] "/" f["rate"] "/" f["conc"]
+		key = f["round"] "/" case_
 		server = val("cpu_us/decision"); store = val("store_cpu_us/decision")
 		total = (server == "-") ? "-" : server + ((store == "-") ? 0 : store)
 		if (f["target"] == "gubernator") { gs[key] = server; gt[key] = total }
+		load = (f["rate"] == "closed") ? "closed, " f["conc"] " in flight" : f["rate"] "/s over " f["conc"]
 		n++
 		row[n] = sprintf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |",
-			f["target"], f["descriptors"], (f["rate"] == "closed") ? "closed, " f["conc"] " in flight" : f["rate"] "/s over " f["conc"], f["round"], val("decisions/s"), server, store,
+			f["target"], f["descriptors"], load, f["round"], val("decisions/s"), server, store,
 			(total == "-") ? "-" : sprintf("%.2f", total),
 			ratio(server, gs[key]), ratio(total, gt[key]), val("p50_ms"), val("p99_ms"), val("errors"), val("load1"))
+		# The ratios of each target and case over the rounds.
+		if (f["target"] == "gubernator" || server == "-" || gs[key] == "" || gs[key] == 0) next
+		k = f["target"] "|" f["descriptors"] "|" load
+		if (!(k in rs)) order[++m] = k
+		rs[k] = rs[k] " " server / gs[key]; rt[k] = rt[k] " " total / gt[key]
+		each[k] = each[k] (used[k] ? ", " : "") sprintf("%.2f", server / gs[key])
+		eacht[k] = eacht[k] (used[k] ? ", " : "") sprintf("%.2f", total / gt[key])
+		used[k]++
 	}
 	END {
 		print "| target | descriptors | load | round | decisions/s | server CPU µs/decision | Redis CPU µs/decision | server + Redis | server vs gubernator | server + Redis vs gubernator | p50 ms | p99 ms | errors | load |"
 		print "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 		for (i = 1; i <= n; i++) print row[i]
+		if (rounds <= 1) exit
+		print ""
+		print "| target | descriptors | load | rounds | server vs gubernator, median | each round | server + Redis vs gubernator, median | each round |"
+		print "| --- | ---: | --- | ---: | ---: | --- | ---: | --- |"
+		for (i = 1; i <= m; i++) {
+			k = order[i]; split(k, c, "|")
+			printf "| %s | %s | %s | %d | **%.2fx** | %s | %.2fx | %s |\n", c[1], c[2], c[3], used[k], median(rs[k]), each[k], median(rt[k]), eacht[k]
+		}
 	}' "$results"
-
-# With several rounds, the ratios' medians: each row's ratio to
-# gubernator's of the same round, descriptors and load, the median of
-# those over the rounds (the lower middle one of an even count). One
-# round's ratio moves by 20 to 30% with the machine's drift; the median
-# of three or more is the figure to read against the targets.
-if [ "$ROUNDS" -gt 1 ]; then
-	echo
-	awk '
-		function val(k) { return (k in f) ? f[k] : "" }
-		# median of the values in s (space-separated), the lower middle one
-		# of an even count
-		function median(s,    a, n, i, j, t) {
-			n = split(s, a, " ")
-			for (i = 2; i <= n; i++) {
-				t = a[i]
-				for (j = i - 1; j >= 1 && a[j] + 0 > t + 0; j--) a[j + 1] = a[j]
-				a[j + 1] = t
-			}
-			return a[int((n + 1) / 2)]
-		}
-		{
-			delete f
-			for (i = 1; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = substr($i, length(kv[1]) + 2) }
-			server = val("cpu_us/decision"); store = val("store_cpu_us/decision")
-			if (server == "" || server == "-") next
-			total = server + ((store == "" || store == "-") ? 0 : store)
-			round = f["round"]; case_ = f["descriptors"] "/" f["rate"] "/" f["conc"]
-			if (f["target"] == "gubernator") { gs[round "/" case_] = server; gt[round "/" case_] = total; next }
-			k = f["target"] "|" case_
-			if (!(k in seen)) { seen[k] = 1; order[++n] = k }
-			rows[k] = rows[k] " " round ":" server ":" total
-		}
-		END {
-			print "| target | descriptors | load | rounds | server vs gubernator, median | each round | server + Redis vs gubernator, median | each round |"
-			print "| --- | ---: | --- | ---: | ---: | --- | ---: | --- |"
-			for (i = 1; i <= n; i++) {
-				k = order[i]; split(k, kk, "|"); split(kk[2], c, "/")
-				m = split(substr(rows[k], 2), rs, " ")
-				s = ""; t = ""; sl = ""; tl = ""; used = 0
-				for (j = 1; j <= m; j++) {
-					split(rs[j], x, ":")
-					g = gs[x[1] "/" kk[2]]; gtot = gt[x[1] "/" kk[2]]
-					if (g == "" || g == 0) continue
-					used++
-					s = s " " x[2] / g; t = t " " x[3] / gtot
-					sl = sl (sl == "" ? "" : ", ") sprintf("%.2f", x[2] / g)
-					tl = tl (tl == "" ? "" : ", ") sprintf("%.2f", x[3] / gtot)
-				}
-				if (used == 0) continue
-				load = (c[2] == "closed") ? "closed, " c[3] " in flight" : c[2] "/s over " c[3]
-				printf "| %s | %s | %s | %d | **%.2fx** | %s | %.2fx | %s |\n", kk[1], c[1], load, used, median(s), sl, median(t), tl
-			}
-		}' "$results"
-fi
